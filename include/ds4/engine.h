@@ -1,0 +1,108 @@
+// engine.h — the public boundary of ds4cpp: an Engine is the loaded model (weights on a backend,
+// tokenizer, config); a Session is one mutable inference timeline (tokens, KV state, last logits).
+//
+// Server, CLI and benchmarks use only include/ds4/*.h. They never see tensors, kernels or KV blocks.
+// Threading: an Engine and its Sessions are owned by one thread (the engine worker); nothing here
+// is thread-safe except Engine::memory_report() snapshots, which are plain values.
+// Errors are values (Status/Result); nothing here exits or throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ds4/memory.h"
+#include "ds4/status.h"
+#include "ds4/tokens.h"
+
+namespace ds4 {
+
+enum class BackendKind { cpu, cuda };
+
+// How numerics are simulated. `official` = what the real model expects (FP8 round-trip of KV rows,
+// Hadamard+FP4 round-trip of indexer q/k, f16 rounding of cached RoPE dims: MODEL.md §5.4-5.6, §12).
+// `reference` = all simulations off, float32 throughout: matches Hugging Face transformers, which omits
+// them (used by the golden tests, MODEL.md §14.5 step 2).
+enum class Numerics { official, reference };
+
+struct EngineOptions {
+  std::string model_path;               // GGUF file (mmap'd, never copied on the host)
+  BackendKind backend = BackendKind::cpu;
+  int n_threads = 0;                    // CPU worker threads; 0 = hardware concurrency
+  int64_t max_context = 0;              // per-session token limit (--ctx); 0 = model's context_length
+  Numerics numerics = Numerics::official;
+  bool warm_weights = false;            // touch every weight page at load (ds4 --warm-weights)
+  int cuda_device = 0;
+};
+
+// Read-only facts about the loaded model, for logs, /v1/models and the planner.
+struct ModelInfo {
+  std::string name;          // general.name
+  std::string architecture;  // general.architecture ("deepseek4")
+  std::string path;
+  int32_t n_layer = 0, n_embd = 0, n_vocab = 0;
+  int64_t context_length = 0;  // deepseek4.context_length
+  int64_t max_context = 0;     // effective per-session limit
+  uint64_t file_bytes = 0, weight_bytes = 0;
+  std::string quant_summary;   // e.g. "Q8_0 attn, IQ2_XXS/Q2_K experts"
+};
+
+struct SessionOptions {
+  int64_t max_context = 0;  // 0 = engine's max_context
+};
+
+class Session;
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  static Result<std::unique_ptr<Engine>> open(const EngineOptions& opts);
+
+  virtual const ModelInfo& info() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual Result<std::unique_ptr<Session>> new_session(const SessionOptions& opts = {}) = 0;
+  // Memory by category for the whole process (weights, scratch, every live session's KV).
+  virtual MemoryReport memory_report() const = 0;
+};
+
+// Saved complete state of a session (tokens, logits, every KV/compressor/indexer row). Opaque bytes
+// with a versioned header; restore() validates it against the model before touching the session.
+struct SessionSnapshot {
+  std::vector<uint8_t> bytes;
+};
+
+struct EvalOptions {
+  int32_t chunk = 0;  // prefill chunk size; 0 = backend default. Any chunking gives the same logits.
+  // Optional cancellation: polled between chunks/layers; return true to stop with StatusCode::cancelled
+  // (the session then holds the tokens evaluated so far).
+  bool (*should_cancel)(void* user) = nullptr;
+  void* cancel_user = nullptr;
+};
+
+class Session {
+ public:
+  virtual ~Session() = default;
+
+  // Appends tokens and runs the model over them; afterwards logits() are the next-token logits
+  // after the last appended token. Fails (session unchanged) if the context limit would be exceeded.
+  virtual Status eval(std::span<const TokenId> tokens, const EvalOptions& opts = {}) = 0;
+  // Logits of every position of the last eval() call, row-major [n_tokens][n_vocab], when requested
+  // by eval_all(); used by golden tests and `ds4 run --dump-logits`.
+  virtual Status eval_all(std::span<const TokenId> tokens, std::vector<float>& all_logits,
+                          const EvalOptions& opts = {}) = 0;
+  virtual std::span<const float> logits() const = 0;  // [n_vocab] next-token logits
+  virtual std::span<const TokenId> tokens() const = 0;
+  int64_t position() const { return static_cast<int64_t>(tokens().size()); }
+  virtual int64_t max_context() const = 0;
+
+  // Moves the timeline back to `n_tokens` (<= position()); state and logits become exactly those
+  // after the first n_tokens tokens. Releases memory no longer needed.
+  virtual Status rewind(int64_t n_tokens) = 0;
+  virtual Result<SessionSnapshot> snapshot() const = 0;
+  virtual Status restore(const SessionSnapshot& snap) = 0;
+  virtual SessionMemory memory() const = 0;
+};
+
+}  // namespace ds4

@@ -1,0 +1,54 @@
+// memory.h — memory accounting by category (plain values; shared by engine, server, planner).
+//
+// Counted where memory is allocated (never estimated afterwards). See docs/MEMORY.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ds4 {
+
+enum class MemCategory : int {
+  weights = 0,        // model tensors (file-mapped on CPU; device copies on GPU)
+  raw_kv,             // sliding-window raw KV rows
+  compressed_kv_r4,   // ratio-4 (CSA) compressed attention rows
+  compressed_kv_rhc,  // heavily compressed (ratio-128/HCA) rows
+  indexer_kv,         // lightning-indexer rows (ratio-4 layers)
+  compressor_state,   // compressor frontier (kv + score of the current/previous block)
+  scratch,            // activations and temporaries of the forward pass
+  other,              // tokenizer tables, server buffers, ...
+  count
+};
+constexpr int kMemCategoryCount = static_cast<int>(MemCategory::count);
+const char* mem_category_name(MemCategory c);  // "weights", "raw_kv", ...
+
+struct MemBytes {
+  std::array<uint64_t, kMemCategoryCount> bytes{};
+  uint64_t& operator[](MemCategory c) { return bytes[static_cast<int>(c)]; }
+  uint64_t operator[](MemCategory c) const { return bytes[static_cast<int>(c)]; }
+  uint64_t total() const {
+    uint64_t t = 0;
+    for (auto b : bytes) t += b;
+    return t;
+  }
+};
+
+struct SessionMemory {
+  uint64_t session_id = 0;
+  int64_t tokens = 0;
+  MemBytes host;    // bytes in host memory
+  MemBytes device;  // bytes in device memory (0 on CPU)
+};
+
+struct MemoryReport {
+  MemBytes host;
+  MemBytes device;
+  std::vector<SessionMemory> sessions;
+  uint64_t host_rss = 0;           // from /proc/self/status (VmRSS)
+  uint64_t host_mapped_weights = 0;  // file-mapped weight bytes (resident or not)
+  uint64_t device_total = 0, device_free = 0;  // cudaMemGetInfo, 0 on CPU
+};
+
+}  // namespace ds4

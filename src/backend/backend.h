@@ -1,0 +1,328 @@
+// backend.h — the backend interface: the ops the DeepSeek V4 forward pass (src/model) is written
+// against, once. A backend object owns its threads/streams and its buffers; every op takes a small
+// params struct of raw pointers (backend-accessible memory) plus sizes, and a batch of tokens.
+//
+// Header-only on purpose: src/model includes it without linking any backend; ds4_backend_cpu (the
+// readable reference, src/backend/cpu) and later ds4_backend_cuda implement it. Ops are
+// framework-free (pointers + sizes), so a CUDA kernel can be checked against the CPU op one by one.
+// Deliberately not here: model structure (which op runs when), session bookkeeping, file formats.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "ds4/memory.h"
+#include "ds4/status.h"
+#include "quant/types.h"
+
+namespace ds4::backend {
+
+// A weight matrix `[rows][cols]` (PyTorch [out][in]) stored row-major in ggml blocks: row `r` is the
+// `row_bytes` bytes at `data + r·row_bytes` (MODEL.md §0: GGUF [ne0=cols, ne1=rows]).
+struct Weight {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;  // backend-accessible (host mmap on CPU, device copy on CUDA)
+  int64_t rows = 0, cols = 0;
+  uint64_t row_bytes = 0;
+
+  bool empty() const { return data == nullptr; }
+  // Rows [first, first+count) as a matrix of their own (grouped output, one expert of a 3-D tensor).
+  Weight row_slice(int64_t first, int64_t count) const {
+    Weight w = *this;
+    w.data = static_cast<const uint8_t*>(data) + static_cast<uint64_t>(first) * row_bytes;
+    w.rows = count;
+    return w;
+  }
+};
+
+// A 3-D expert tensor: expert `e` is the matrix `[rows][cols]` at `data + e·expert_bytes`.
+struct ExpertWeights {
+  Weight first;               // expert 0
+  uint64_t expert_bytes = 0;  // = rows · row_bytes
+  int32_t n_expert = 0;
+  Weight expert(int32_t e) const {
+    Weight w = first;
+    w.data = static_cast<const uint8_t*>(first.data) + static_cast<uint64_t>(e) * expert_bytes;
+    return w;
+  }
+};
+
+// How a matmul rounds (MODEL.md §12). `ds4` = ds4's CPU kernels: F16 rows with float accumulation,
+// Q8_0 rows against int8 Q8_0-quantized activations, k-quant/IQ rows against Q8_K activations, F32 rows
+// with double accumulation. `exact` = dequantize to float, accumulate in double, no activation
+// quantization (HF-compatibility / golden tests).
+enum class MatmulNumerics { ds4, exact };
+
+// y[i][o] = Σ_c W[o][c] · x[i][c] for i < n (y overwritten). Strides are in floats.
+struct MatmulArgs {
+  Weight w;
+  const float* x = nullptr;  // [n][x_stride], the first w.cols values of each row are read
+  int64_t x_stride = 0;
+  float* y = nullptr;        // [n][y_stride], the first w.rows values of each row are written
+  int64_t y_stride = 0;
+  int64_t n = 0;
+  MatmulNumerics numerics = MatmulNumerics::ds4;
+};
+
+// y = x / sqrt(mean(x²) + eps) (⊙ w when w != nullptr), per row; x and y may alias.
+struct RmsNormArgs {
+  const float* x = nullptr;  // [rows][stride]
+  float* y = nullptr;        // [rows][stride]
+  const float* w = nullptr;  // [dim] or nullptr (unweighted)
+  int64_t rows = 0, dim = 0, stride = 0;
+  float eps = 1e-6f;
+};
+
+// Partial tail RoPE with adjacent pairs (MODEL.md §5.3) on the last `n_rot` dims of each head, in place.
+struct RopeArgs {
+  float* x = nullptr;           // [n][heads][head_dim] (token stride = heads·head_dim)
+  const int32_t* pos = nullptr; // [n] position of each token
+  int64_t n = 0;
+  int32_t heads = 1, head_dim = 0, n_rot = 0;
+  const double* freq = nullptr; // [n_rot/2] inverse frequencies ω_i of this layer (host memory)
+  bool inverse = false;         // rotate by −θ (attention output, §7.7)
+};
+
+// HC control split + Sinkhorn (MODEL.md §6.2 steps 3-4), per token.
+struct HcSplitArgs {
+  const float* m = nullptr;      // [n][(2+nhc)·nhc] raw controls Wfn·RMSNorm(flat(X))
+  const float* scale = nullptr;  // [3] (pre, post, comb)
+  const float* base = nullptr;   // [(2+nhc)·nhc]
+  int64_t n = 0;
+  int32_t nhc = 4, iters = 20;
+  float eps = 1e-6f;
+  float* pre = nullptr;   // [n][nhc]
+  float* post = nullptr;  // [n][nhc]
+  float* comb = nullptr;  // [n][nhc][nhc], C[j][k] at j·nhc + k (j = source stream, k = output stream)
+};
+
+// Output-head weights w_s = σ(m[s]·scale + base[s]) + eps (MODEL.md §6.3).
+struct HcHeadArgs {
+  const float* m = nullptr;     // [n][nhc]
+  const float* scale = nullptr; // [1]
+  const float* base = nullptr;  // [nhc]
+  int64_t n = 0;
+  int32_t nhc = 4;
+  float eps = 1e-6f;
+  float* w = nullptr;           // [n][nhc]
+};
+
+// y[i] = Σ_s w[i][s] · X[i][s]  (HC collapse).
+struct HcCollapseArgs {
+  const float* x = nullptr;  // [n][nhc][dim]
+  const float* w = nullptr;  // [n][nhc]
+  float* y = nullptr;        // [n][dim]
+  int64_t n = 0, dim = 0;
+  int32_t nhc = 4;
+};
+
+// X'[i][k] = post[i][k]·f[i] + Σ_j C[i][j][k]·X[i][j]  (MODEL.md §6.2 "Post"). out must not alias x.
+struct HcPostArgs {
+  const float* x = nullptr;     // [n][nhc][dim]
+  const float* f = nullptr;     // [n][dim]
+  const float* post = nullptr;  // [n][nhc]
+  const float* comb = nullptr;  // [n][nhc][nhc]
+  float* out = nullptr;         // [n][nhc][dim]
+  int64_t n = 0, dim = 0;
+  int32_t nhc = 4;
+};
+
+// Rows of the embedding table broadcast to all HC streams (MODEL.md §6.1).
+struct EmbedArgs {
+  Weight table;                    // [vocab][dim]
+  const int32_t* tokens = nullptr; // [n] (checked < vocab by the caller)
+  int64_t n = 0;
+  int32_t nhc = 4;
+  float* out = nullptr;            // [n][nhc][dim]
+};
+
+// FP8 E4M3 round trip of the first `n_quant` dims of each row, blocks of 64 (MODEL.md §5.4).
+struct Fp8RoundArgs {
+  float* x = nullptr;  // [rows][stride]
+  int64_t rows = 0, stride = 0;
+  int32_t n_quant = 0; // multiple of 64
+};
+
+// Hadamard (size `dim`, scaled) + FP4 E2M1 round trip in blocks of 32, per row (MODEL.md §5.5).
+struct IndexerQatArgs {
+  float* x = nullptr;  // [rows][dim]
+  int64_t rows = 0;
+  int32_t dim = 0;     // power of two, multiple of 32
+};
+
+// One stateful step of a compressor (MODEL.md §7.4, §10.2) over `n` consecutive tokens: writes each
+// token's (kv, score + ape[t mod ratio]) into the frontier and, at every block boundary, pools one row.
+// Frontier layout (ds4): `slots = overlap ? 2·ratio : ratio` rows of `width = (overlap ? 2 : 1)·out_dim`;
+// with overlap, slots [0, ratio) hold the previous block, [ratio, 2·ratio) the current one.
+struct CompressorArgs {
+  const float* kv = nullptr;     // [n][width]  W_kv·x
+  const float* score = nullptr;  // [n][width]  W_gate·x (ape added here)
+  const float* ape = nullptr;    // [ratio][width]
+  int64_t n = 0;
+  int32_t pos0 = 0;              // position of the first token (tokens are pos0 … pos0+n−1)
+  int32_t ratio = 0, out_dim = 0;
+  bool overlap = false;          // ratio-4 two-series pooling
+  float* state_kv = nullptr;     // [slots][width] session frontier, updated in place
+  float* state_score = nullptr;  // [slots][width]  (empty slot = −inf)
+  float* out = nullptr;          // [max emitted][out_dim] pooled rows, in block order
+  int32_t* out_pos = nullptr;    // [max emitted] RoPE position = first token of the block
+  int64_t* n_out = nullptr;      // number of rows written
+};
+
+// Attention with sinks over the raw window and compressed rows (MODEL.md §7.3, §7.6).
+struct AttentionArgs {
+  const float* q = nullptr;        // [n][heads][head_dim]
+  const int32_t* pos = nullptr;    // [n] query positions
+  int64_t n = 0;
+  int32_t heads = 0, head_dim = 0;
+  float scale = 0;                 // 1/sqrt(head_dim)
+  const float* sinks = nullptr;    // [heads]
+  const float* raw = nullptr;      // ring [raw_cap][head_dim]: position p lives at row p mod raw_cap
+  int64_t raw_cap = 0;
+  int32_t window = 0;              // query t sees raw positions max(0, t−window+1) … t
+  const float* comp = nullptr;     // [*][head_dim] compressed rows (may be null when none)
+  const int32_t* comp_count = nullptr; // [n] visible compressed rows per query (null: none)
+  const int32_t* comp_idx = nullptr;   // [n][comp_idx_stride] row ids, or null: rows 0…count−1
+  int64_t comp_idx_stride = 0;
+  float* out = nullptr;            // [n][heads][head_dim]
+};
+
+// Lightning-indexer selection (MODEL.md §7.5): per query, the top_k of its visible rows by
+// score[c] = Σ_h w[h]·max(0, q_h·k_c); exact ties go to the lower row id. With ≤ top_k visible rows,
+// all of them are selected (no scoring).
+struct IndexerArgs {
+  const float* q = nullptr;        // [n][heads][head_dim]
+  const float* w = nullptr;        // [n][heads] head weights (already scaled)
+  const float* rows = nullptr;     // [*][head_dim] indexer rows
+  const int32_t* n_rows = nullptr; // [n] rows visible to each query (prefix)
+  int64_t n = 0;
+  int32_t heads = 0, head_dim = 0, top_k = 0;
+  int32_t* idx = nullptr;          // [n][top_k] selected row ids (ascending)
+  int32_t* count = nullptr;        // [n] number selected = min(n_rows, top_k)
+};
+
+// MoE router (MODEL.md §8 steps 1-4): p = sqrt(softplus(z)); selection by hash table or top-k of p+bias;
+// weights = scale · p_sel / max(Σ p_sel, denom_guard).
+struct RouterArgs {
+  const float* logits = nullptr;   // [n][n_expert]
+  const float* bias = nullptr;     // [n_expert] selection-only bias, or null
+  const int32_t* hash = nullptr;   // tid2eid [vocab][k] (backend memory), or null for top-k routing
+  int32_t vocab = 0;
+  const int32_t* tokens = nullptr; // [n] input token of each column (hash routing)
+  int64_t n = 0;
+  int32_t n_expert = 0, k = 0;
+  float scale = 1.5f;
+  float denom_guard = 0;           // ds4: 2^-14; HF: 1e-20
+  int32_t* ids = nullptr;          // [n][k]
+  float* weights = nullptr;        // [n][k]
+};
+
+// Routed experts: out[i] = Σ_j weights[i][j] · down_e(swiglu(gate_e·x_i, up_e·x_i)), e = ids[i][j].
+// SwiGLU clamp (MODEL.md §8 step 5): gate ≤ clamp, −clamp ≤ up ≤ clamp.
+struct MoeArgs {
+  ExpertWeights gate, up, down;  // gate/up experts [ff][dim], down experts [dim][ff]
+  const float* x = nullptr;      // [n][dim]
+  const int32_t* ids = nullptr;  // [n][k]
+  const float* weights = nullptr;// [n][k]
+  int64_t n = 0;
+  int32_t k = 0, dim = 0, ff = 0;
+  float clamp = 0;               // <= 0: no clamp
+  MatmulNumerics numerics = MatmulNumerics::ds4;
+  float* out = nullptr;          // [n][dim] (overwritten)
+};
+
+// h = silu(min(g, clamp)) · clamp(u, ±clamp) (clamp <= 0: none).
+struct SwigluArgs {
+  const float* g = nullptr;  // [count]
+  const float* u = nullptr;  // [count]
+  float* h = nullptr;        // [count]
+  int64_t count = 0;
+  float clamp = 0;
+};
+
+class Backend;
+
+// Move-only owner of one backend allocation; freed (and un-counted) on destruction.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* owner, void* ptr, uint64_t bytes, MemCategory cat)
+      : owner_(owner), ptr_(ptr), bytes_(bytes), cat_(cat) {}
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  void* data() const { return ptr_; }
+  float* f32() const { return static_cast<float*>(ptr_); }
+  int32_t* i32() const { return static_cast<int32_t*>(ptr_); }
+  uint64_t bytes() const { return bytes_; }
+  MemCategory category() const { return cat_; }
+  bool empty() const { return ptr_ == nullptr; }
+
+ private:
+  Backend* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  uint64_t bytes_ = 0;
+  MemCategory cat_ = MemCategory::other;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual bool host_memory() const = 0;  // true: buffers/weights are plain host pointers
+
+  // ---- memory (counted by category where allocated) ----
+  virtual Result<Buffer> alloc(uint64_t bytes, MemCategory cat) = 0;  // zero-filled
+  virtual void release(void* ptr, uint64_t bytes, MemCategory cat) = 0;  // called by ~Buffer
+  // Makes host weight bytes (e.g. an mmap'd GGUF tensor) readable by ops; CPU returns `host` itself.
+  virtual Result<const void*> map_weight(const void* host, uint64_t bytes) = 0;
+  virtual MemBytes allocated() const = 0;
+  virtual void upload(void* dst, const void* host_src, uint64_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, uint64_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, uint64_t bytes) = 0;
+  virtual void fill_f32(float* dst, float value, int64_t count) = 0;
+  virtual Status sync() = 0;  // waits for queued work; reports asynchronous failures
+
+  // ---- ops (all take a batch of n tokens) ----
+  virtual void matmul(const MatmulArgs& a) = 0;
+  virtual void rms_norm(const RmsNormArgs& a) = 0;
+  virtual void rope(const RopeArgs& a) = 0;
+  virtual void embed(const EmbedArgs& a) = 0;
+  virtual void hc_split(const HcSplitArgs& a) = 0;
+  virtual void hc_head(const HcHeadArgs& a) = 0;
+  virtual void hc_collapse(const HcCollapseArgs& a) = 0;
+  virtual void hc_post(const HcPostArgs& a) = 0;
+  virtual void fp8_round(const Fp8RoundArgs& a) = 0;
+  virtual void indexer_qat(const IndexerQatArgs& a) = 0;
+  virtual void f16_round(float* x, int64_t count) = 0;  // round each value through IEEE half
+  virtual void add(float* y, const float* x, int64_t count) = 0;  // y += x
+  virtual void scale(float* y, float s, int64_t count) = 0;       // y *= s
+  virtual void compressor(const CompressorArgs& a) = 0;
+  virtual void attention(const AttentionArgs& a) = 0;
+  virtual void indexer(const IndexerArgs& a) = 0;
+  virtual void router(const RouterArgs& a) = 0;
+  virtual void moe(const MoeArgs& a) = 0;
+  virtual void swiglu(const SwigluArgs& a) = 0;
+};
+
+inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    if (owner_ && ptr_) owner_->release(ptr_, bytes_, cat_);
+    owner_ = std::exchange(o.owner_, nullptr);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    cat_ = o.cat_;
+  }
+  return *this;
+}
+inline Buffer::~Buffer() {
+  if (owner_ && ptr_) owner_->release(ptr_, bytes_, cat_);
+}
+
+}  // namespace ds4::backend

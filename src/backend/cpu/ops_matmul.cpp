@@ -1,0 +1,36 @@
+// ops_matmul.cpp — y = W·x for a batch of rows, with ds4's or exact numerics (weight_rows.h).
+#include "backend/cpu/cpu_impl.h"
+#include "backend/cpu/weight_rows.h"
+
+namespace ds4::backend::cpu {
+
+void CpuBackend::matmul(const MatmulArgs& a) {
+  // x: [n][x_stride] (first w.cols used), y: [n][y_stride] (first w.rows written).
+  const ActKind kind = act_kind(a.w.type, a.numerics);
+  const uint64_t act_bytes = act_row_bytes(kind, a.w.cols);
+  uint8_t* act = nullptr;
+  if (act_bytes) {
+    act = grow(act_quant_, act_bytes * static_cast<uint64_t>(a.n)).data();
+    pool_.parallel_for(a.n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) prepare_act_row(kind, a.x + i * a.x_stride, a.w.cols, act + i * act_bytes);
+    });
+  }
+  auto& scratch = thread_scratch(static_cast<size_t>(a.w.cols));
+  const int64_t total = a.n * a.w.rows;
+  // Work items are (token, output row) pairs; a contiguous range maps to one scratch row per part.
+  std::vector<std::vector<float>>* per = &scratch;
+  int64_t parts = pool_.size();
+  pool_.parallel_for(parts, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* tmp = (*per)[static_cast<size_t>(p)].data();
+      const int64_t begin = total * p / parts, end = total * (p + 1) / parts;
+      for (int64_t k = begin; k < end; ++k) {
+        const int64_t i = k / a.w.rows, o = k % a.w.rows;
+        a.y[i * a.y_stride + o] = weight_row_dot(a.w, o, kind, a.x + i * a.x_stride,
+                                                 act ? act + i * act_bytes : nullptr, a.numerics, tmp);
+      }
+    }
+  });
+}
+
+}  // namespace ds4::backend::cpu

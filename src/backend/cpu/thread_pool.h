@@ -1,0 +1,43 @@
+// thread_pool.h — a small fork-join pool owned by one CpuBackend (no globals).
+//
+// parallel_for(n, fn) splits [0, n) into contiguous ranges, runs fn(begin, end) on the workers and
+// the calling thread, and returns when all are done. Not reentrant: an op never calls it from
+// inside fn. Deliberately not here: task queues, futures, work stealing.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace ds4::backend::cpu {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);  // total threads including the caller; >= 1
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+  // Runs fn(begin, end) over [0, n) in at most size() ranges of at least `min_chunk` items.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
+
+ private:
+  void worker(int index);
+
+  int n_threads_ = 1;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int job_parts_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace ds4::backend::cpu

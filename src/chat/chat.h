@@ -189,7 +189,10 @@ struct ParsedMessage {
   std::string content;           // content before the tool block, trailing whitespace removed
   std::vector<ParsedCall> calls;
   std::string raw_dsml;          // the exact generated block (from its "\n\n" if present)
-  std::string raw_text;          // everything fed, verbatim (for fallback on error)
+  std::string raw_text;          // everything fed, verbatim
+  // What ds4-server returns as content when the DSML is malformed (CHAT.md §3.3): the text after
+  // the reasoning (after the first </think> when thinking), verbatim, EOS excluded.
+  std::string fallback_content;
   bool saw_eos = false;          // EOS text was seen in the stream
   Status status;                 // ok, or invalid_data describing malformed/truncated DSML
 };

@@ -337,7 +337,11 @@ std::vector<GgmlType> allowed_types(TensorKind kind, TypeRule rule, bool mtp) {
     }
   }
   switch (c) {
-    case Class::f16_matrix: return {T::F16, T::F32};
+    case Class::f16_matrix:
+      // The trained default model (docs/TRAINED_MODEL.md) keeps its 129,280-row embedding in Q8_0 to stay
+      // small; the embed op decodes rows of any type.
+      if (kind == TensorKind::token_embd) return {T::F16, T::F32, T::Q8_0};
+      return {T::F16, T::F32};
     case Class::f32_vector: return {T::F32, T::F16};
     case Class::q8_matrix: return {T::Q8_0, T::F16, T::F32};
     case Class::routed_gate_up: return {T::IQ2_XXS, T::Q2_K, T::Q4_K, T::F16, T::F32};

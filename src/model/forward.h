@@ -1,0 +1,111 @@
+// forward.h — the DeepSeek V4 forward pass, written once against backend::Backend (MODEL.md §6-9).
+//
+// Forward::eval runs a chunk of n consecutive tokens of one session layer-major (every layer over all
+// n columns, then the next layer), appending to that session's KvState; it gives the same logits as
+// feeding the tokens one at a time (§9.2). Scratch is allocated once for `max_chunk` tokens.
+// Numerics selects between ds4/official simulations and the HF-compatible float32 reference.
+// Deliberately not here: tokens/logits bookkeeping, snapshots (runtime), MTP drafting.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ds4/status.h"
+#include "model/kv_state.h"
+#include "model/weights.h"
+#include "modelspec/config.h"
+#include "modelspec/layer_plan.h"
+
+namespace ds4::model {
+
+// What the forward pass simulates and how it rounds (MODEL.md §12 "Recommended engine switches").
+struct ForwardNumerics {
+  bool fp8_kv = true;              // §5.4 FP8 round trip of KV / compressed rows (nope dims)
+  bool indexer_qat = true;         // §5.5 Hadamard + FP4 of indexer queries and rows
+  bool f16_cache = true;           // §5.6 cached rows rounded through f16 (ds4 CPU)
+  bool shared_expert_clamp = true; // §8 step 6 (current official, ds4; HF rev. B does not clamp)
+  backend::MatmulNumerics matmul = backend::MatmulNumerics::ds4;
+  float router_denom_guard = 6.103515625e-5f;  // ds4 2^-14; HF adds 1e-20
+
+  static ForwardNumerics official() { return {}; }
+  static ForwardNumerics reference() {
+    return {false, false, false, true, backend::MatmulNumerics::exact, 1e-20f};
+  }
+};
+
+struct ForwardOptions {
+  int64_t max_chunk = 64;  // tokens per eval call; scratch and the raw ring are sized for it
+  ForwardNumerics numerics;
+};
+
+class Forward {
+ public:
+  static Result<std::unique_ptr<Forward>> create(backend::Backend& be, const modelspec::ModelConfig& cfg,
+                                                 const ModelWeights& weights, const ForwardOptions& opts);
+
+  // Runs tokens[0..n) at positions pos0 … pos0+n−1 (n ≤ max_chunk, pos0 = tokens already in `kv`).
+  // logits_out (host) receives [n][V] when all_logits, else [V] for the last token.
+  Status eval(KvState& kv, std::span<const int32_t> tokens, int64_t pos0, float* logits_out, bool all_logits);
+
+  Result<KvState> new_state() const;
+  int64_t max_chunk() const { return opts_.max_chunk; }
+  int64_t raw_cap() const;
+  const modelspec::ModelConfig& config() const { return cfg_; }
+  const std::vector<modelspec::LayerPlan>& plan() const { return plan_; }
+  const ForwardOptions& options() const { return opts_; }
+  uint64_t scratch_bytes() const;
+
+ private:
+  Forward(backend::Backend& be, const modelspec::ModelConfig& cfg, const ModelWeights& w, const ForwardOptions& o);
+  Status alloc_scratch();
+  void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n);
+  void hc_post_swap(int64_t n);
+  Status attention_layer(size_t l, KvState& kv, int64_t n, int64_t pos0);
+  Status compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool indexer);
+  void ffn_layer(size_t l, int64_t n);
+  void head(int64_t first, int64_t count, float* logits_host);
+  void mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n);
+
+  backend::Backend& be_;
+  modelspec::ModelConfig cfg_;
+  std::vector<modelspec::LayerPlan> plan_;
+  const ModelWeights& w_;
+  ForwardOptions opts_;
+  std::vector<double> freq_main_, freq_comp_;  // RoPE ω tables: ratio-0 layers, compressed layers
+
+  // Scratch, all sized for max_chunk tokens (C). Shapes per buffer:
+  backend::Buffer x_, x2_;        // [C][NHC][E] HC state (ping-pong)
+  backend::Buffer flat_;          // [C][NHC·E] RMSNorm(flat(X))
+  backend::Buffer mix_;           // [C][M] HC controls
+  backend::Buffer pre_, post_;    // [C][NHC]
+  backend::Buffer comb_;          // [C][NHC][NHC]
+  backend::Buffer y_, xn_;        // [C][E] collapse and its normed copy (sublayer input)
+  backend::Buffer qa_;            // [C][Q] q latent
+  backend::Buffer q_;             // [C][H][D] queries, then attention output
+  backend::Buffer kv_;            // [C][D]
+  backend::Buffer ckv_, cgate_;   // [C][2·D] compressor projections
+  backend::Buffer cpos_;          // [C] i32 positions of emitted rows
+  backend::Buffer iq_;            // [C][IH][ID] indexer queries
+  backend::Buffer iw_;            // [C][IH] indexer head weights
+  backend::Buffer idx_;           // [C][TK] i32 selected compressed rows
+  backend::Buffer icount_;        // [C] i32
+  backend::Buffer ccount_;        // [C] i32 visible compressed rows
+  backend::Buffer pos_;           // [C] i32 token positions
+  backend::Buffer tok_;           // [C] i32 token ids
+  backend::Buffer attn_;          // [C][H][D] attention output
+  backend::Buffer low_;           // [C][G·Ro]
+  backend::Buffer f_;             // [C][E] sublayer output
+  backend::Buffer rlogit_;        // [C][NE] router logits
+  backend::Buffer rids_;          // [C][K] i32
+  backend::Buffer rw_;            // [C][K]
+  backend::Buffer sg_, su_;       // [C][F] shared expert
+  backend::Buffer sout_;          // [C][E]
+  backend::Buffer hw_;            // [C][NHC] head weights
+  backend::Buffer logits_;        // [C][V]
+  std::vector<int32_t> host_i32_; // [C] staging for positions / counts
+};
+
+}  // namespace ds4::model

@@ -1,0 +1,65 @@
+// kv_state.h — one session's attention state (MODEL.md §10): per layer the raw KV ring, compressed
+// attention rows, indexer rows and both compressor frontiers, plus the token count.
+//
+// Owned by a runtime Session; the forward pass reads and appends. Memory is counted by category at
+// allocation (raw_kv, compressed_kv_r4/_rhc, indexer_kv, compressor_state). Compressed rows grow by
+// doubling (a reallocation happens at most log2(context) times, never per token).
+// Deliberately not here: tokens and logits (runtime), the math (forward.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ds4/memory.h"
+#include "ds4/status.h"
+#include "modelspec/config.h"
+#include "modelspec/layer_plan.h"
+
+namespace ds4::model {
+
+struct LayerKv {
+  uint32_t ratio = 0;
+  backend::Buffer raw;          // [raw_cap][D] f32 ring: position p at row p mod raw_cap
+  backend::Buffer comp;         // [comp_cap][D] compressed attention rows, row B = block B
+  backend::Buffer index_rows;   // [comp_cap][ID] indexer rows (ratio 4 only)
+  int64_t comp_cap = 0;         // rows allocated in comp (and index_rows)
+  int64_t n_comp = 0;           // rows written (= floor(T / ratio))
+  backend::Buffer comp_kv, comp_score;    // [slots][width] attention compressor frontier
+  backend::Buffer index_kv, index_score;  // [8][2·ID] indexer compressor frontier (ratio 4)
+  int64_t slots = 0, width = 0;           // attention frontier geometry
+};
+
+struct KvGeometry {
+  int64_t raw_cap = 0;     // ring rows = window + max chunk − 1 (a chunk never overwrites rows it reads)
+  int64_t head_dim = 0;    // D
+  int64_t index_dim = 0;   // ID
+};
+
+class KvState {
+ public:
+  static Result<KvState> create(backend::Backend& be, const modelspec::ModelConfig& cfg,
+                                const std::vector<modelspec::LayerPlan>& plan, int64_t raw_cap);
+  KvState() = default;
+  KvState(KvState&&) = default;
+  KvState& operator=(KvState&&) = default;
+
+  // Empty timeline: no rows, frontiers kv = 0 and score = −inf.
+  void reset();
+  // Makes room for `rows` compressed (and indexer) rows in layer l, preserving the existing ones.
+  Status reserve_comp(size_t l, int64_t rows);
+  // Releases compressed-row storage beyond what `rows` needs (rewind); keeps at least one block.
+  Status shrink_comp(size_t l, int64_t rows);
+
+  std::vector<LayerKv>& layers() { return layers_; }
+  const std::vector<LayerKv>& layers() const { return layers_; }
+  const KvGeometry& geometry() const { return geo_; }
+  MemBytes bytes() const;
+
+ private:
+  backend::Backend* be_ = nullptr;
+  KvGeometry geo_;
+  std::vector<LayerKv> layers_;
+};
+
+}  // namespace ds4::model

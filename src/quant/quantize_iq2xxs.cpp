@@ -131,11 +131,14 @@ GroupFit fit_group(const Iq2Index& ix, const float* t, const float* w, QuantEffo
   float max_t = 0;
   for (int i = 0; i < 32; ++i) max_t = std::fmax(max_t, t[i]);
   if (!(max_t > 1e-30f)) return fit;
-  // Candidates s = max_t / (43 * f): f < 1 lets the largest value clip at 43 to serve the rest better.
-  static constexpr float kBest[] = {0.62f, 0.68f, 0.74f, 0.8f, 0.85f, 0.9f, 0.95f, 1.0f, 1.05f, 1.1f, 1.2f};
-  static constexpr float kFast[] = {0.8f, 1.0f};
+  // Candidates s = max_t / (43 * f). f near 1 puts the largest value on the top level 43 (f < 1
+  // lets it clip there to serve the rest better); f near 25/43 and 8/43 put it on the lower levels,
+  // which is what flat groups (all values similar) need.
+  static constexpr float kBest[] = {0.19f, 0.45f, 0.52f, 0.58f, 0.64f, 0.7f, 0.76f, 0.82f,
+                                    0.88f, 0.94f, 1.0f, 1.06f, 1.14f};
+  static constexpr float kFast[] = {0.19f, 0.58f, 0.82f};
   const float* fs = effort == QuantEffort::fast ? kFast : kBest;
-  const int nf = effort == QuantEffort::fast ? 2 : static_cast<int>(std::size(kBest));
+  const int nf = effort == QuantEffort::fast ? static_cast<int>(std::size(kFast)) : static_cast<int>(std::size(kBest));
   float best_score = -1;  // (Σ w t b)^2 / Σ w b²: the error reduction of the LS-optimal scale
   for (int c = 0; c < nf; ++c) {
     const float s = max_t / (43.0f * fs[c]);

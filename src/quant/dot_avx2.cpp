@@ -1,0 +1,253 @@
+// dot_avx2.cpp — AVX2/FMA/F16C dot kernels of dot.h, selected at run time (never -march=native).
+//
+// Quantized kernels compute each block's integer sums exactly with SIMD and then apply the block's
+// float scales in exactly the reference order (dot_ref.cpp), so their results are bit-identical to
+// the reference. Float kernels use 4 FMA accumulators (result differs from the sequential reference
+// by float rounding only; bound in dot.h).
+#include "quant/dot.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant/half.h"
+#include "quant/iq2xxs_tables.h"
+
+#define DS4_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace ds4 {
+
+namespace {
+
+DS4_AVX2 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Σ of 32 int8 products w·x with x in [-127, 127]: |w| * (x * sign(w)) pairs via maddubs, then
+// widened to 8 int32 lanes.
+DS4_AVX2 inline __m256i dot_i8x32(__m256i w, __m256i x) {
+  const __m256i aw = _mm256_sign_epi8(w, w);
+  const __m256i sx = _mm256_sign_epi8(x, w);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+}
+
+// Horizontal sums of four 8-lane int32 vectors -> [Σa, Σb, Σc, Σd].
+DS4_AVX2 inline __m128i hsum4_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_hadd_epi32(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256i cd = _mm256_hadd_epi32(c, d);
+  const __m256i abcd = _mm256_hadd_epi32(ab, cd);  // a0123 b0123 c0123 d0123 | a4567 ...
+  return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
+DS4_AVX2 inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+DS4_AVX2 inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 8 bf16 -> 8 floats (bf16 is the high half of a float).
+DS4_AVX2 inline __m256 widen_bf16(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+}  // namespace
+
+DS4_AVX2 float dot_q8_0_avx2(const void* w, const void* act, int64_t n) {
+  const auto* row = static_cast<const uint8_t*>(w);
+  const auto* x = static_cast<const BlockQ8_0Act*>(act);
+  const int64_t nb = n / kQK8_0;
+  float acc = 0;
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    __m256i s[4];
+    float scale[4];
+    for (int k = 0; k < 4; ++k) {
+      const uint8_t* blk = row + (b + k) * 34;
+      s[k] = dot_i8x32(load256(blk + 2), load256(x[b + k].qs));
+      scale[k] = f16_to_f32(load_u16(blk)) * x[b + k].d;
+    }
+    alignas(16) int32_t isum[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(isum), hsum4_i32(s[0], s[1], s[2], s[3]));
+    for (int k = 0; k < 4; ++k) acc += scale[k] * static_cast<float>(isum[k]);  // reference order
+  }
+  for (; b < nb; ++b) {
+    const uint8_t* blk = row + b * 34;
+    const int32_t isum = hsum_i32(dot_i8x32(load256(blk + 2), load256(x[b].qs)));
+    acc += f16_to_f32(load_u16(blk)) * x[b].d * static_cast<float>(isum);
+  }
+  return acc;
+}
+
+DS4_AVX2 float dot_q2_K_avx2(const void* w, const void* act, int64_t n) {
+  const auto* row = static_cast<const uint8_t*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  float sumf = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* blk = row + b * 84;
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+    // mins: Σ_j bsums[j] * (scales[j] >> 4)
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(15)));
+    const __m256i bsums = load256(y[b].bsums);
+    const int summs = hsum_i32(_mm256_madd_epi16(mins16, bsums));
+    // scales as bytes in both 128-bit lanes, picked per sub-block pair with a shuffle.
+    const __m256i sc_both = _mm256_broadcastsi128_si256(_mm_and_si128(sc8, _mm_set1_epi8(15)));
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q2 = load256(blk + 16 + 32 * h);
+      for (int l = 0; l < 4; ++l) {
+        const int j0 = 8 * h + 2 * l;  // elements 128h+32l .. +15 -> sub-block j0, next 16 -> j0+1
+        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(q2, 2 * l), m3);
+        const __m256i p16 = _mm256_maddubs_epi16(q, load256(y[b].qs + 128 * h + 32 * l));
+        const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(0x8000 | (j0 + 1))),
+                                              _mm_set1_epi16(static_cast<int16_t>(0x8000 | j0)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_shuffle_epi8(sc_both, ctrl)));
+      }
+    }
+    const int isum = hsum_i32(acc);
+    const float dall = y[b].d * f16_to_f32(load_u16(blk + 80));
+    const float dmin = y[b].d * f16_to_f32(load_u16(blk + 82));
+    sumf += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  return sumf;
+}
+
+DS4_AVX2 float dot_q4_K_avx2(const void* w, const void* act, int64_t n) {
+  const auto* row = static_cast<const uint8_t*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i m4 = _mm256_set1_epi8(15);
+  float sumf = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* blk = row + b * 144;
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) q4k_scale_min(j, blk + 4, &sc[j], &m[j]);
+    // mins: Σ_j m_j * (bsums[2j] + bsums[2j+1]) — madd of bsums with each min repeated twice.
+    const __m256i mins16 = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4], m[4], m[5], m[5],
+                                             m[6], m[6], m[7], m[7]);
+    const int summs = hsum_i32(_mm256_madd_epi16(mins16, load256(y[b].bsums)));
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q4 = load256(blk + 16 + 32 * c);
+      const __m256i lo = _mm256_and_si256(q4, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+      const __m256i plo = _mm256_maddubs_epi16(lo, load256(y[b].qs + 64 * c));
+      const __m256i phi = _mm256_maddubs_epi16(hi, load256(y[b].qs + 64 * c + 32));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
+    }
+    const int isum = hsum_i32(acc);
+    const float dall = y[b].d * f16_to_f32(load_u16(blk));
+    const float dmin = y[b].d * f16_to_f32(load_u16(blk + 2));
+    sumf += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  return sumf;
+}
+
+DS4_AVX2 float dot_iq2_xxs_avx2(const void* w, const void* act, int64_t n) {
+  const auto* row = static_cast<const uint8_t*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(act);
+  // Byte e of the 32-byte group takes sign byte e/8 and tests bit e%8.
+  const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                                       3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i one = _mm256_set1_epi8(1);
+  float sumf = 0;
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const uint8_t* blk = row + b * 66;
+    __m256i acc = _mm256_setzero_si256();
+    for (int g = 0; g < 8; ++g) {
+      uint32_t aux[2];
+      std::memcpy(aux, blk + 2 + 8 * g, 8);
+      const __m256i grid = _mm256_setr_epi64x(
+          static_cast<int64_t>(kIq2xxsGrid[aux[0] & 0xff]), static_cast<int64_t>(kIq2xxsGrid[(aux[0] >> 8) & 0xff]),
+          static_cast<int64_t>(kIq2xxsGrid[(aux[0] >> 16) & 0xff]), static_cast<int64_t>(kIq2xxsGrid[aux[0] >> 24]));
+      const uint32_t signs = static_cast<uint32_t>(kKsignsIq2xs[aux[1] & 127]) |
+                             static_cast<uint32_t>(kKsignsIq2xs[(aux[1] >> 7) & 127]) << 8 |
+                             static_cast<uint32_t>(kKsignsIq2xs[(aux[1] >> 14) & 127]) << 16 |
+                             static_cast<uint32_t>(kKsignsIq2xs[(aux[1] >> 21) & 127]) << 24;
+      const __m256i sbytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(signs)), sel);
+      const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sbytes, bit), bit);  // 0xff where negative
+      const __m256i q8 = _mm256_sign_epi8(load256(y[b].qs + 32 * g), _mm256_or_si256(neg, one));
+      const __m256i p16 = _mm256_maddubs_epi16(grid, q8);
+      const int16_t ls = static_cast<int16_t>(2 * (aux[1] >> 28) + 1);
+      acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(ls)));
+    }
+    const float d = f16_to_f32(load_u16(blk)) * y[b].d;
+    sumf += d * static_cast<float>(hsum_i32(acc));
+  }
+  return 0.125f * sumf;
+}
+
+DS4_AVX2 float dot_f16_avx2(const void* w, const void* act, int64_t n) {
+  const auto* row = static_cast<const uint8_t*>(w);
+  const auto* x = static_cast<const float*>(act);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i h01 = load256(row + 2 * i), h23 = load256(row + 2 * i + 32);
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h01)), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h01, 1)), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h23)), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h23, 1)), _mm256_loadu_ps(x + i + 24), a3);
+  }
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))),
+                         _mm256_loadu_ps(x + i), a0);
+  float acc = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; ++i) acc += f16_to_f32(load_u16(row + 2 * i)) * x[i];
+  return acc;
+}
+
+DS4_AVX2 float dot_bf16_avx2(const void* w, const void* act, int64_t n) {
+  const auto* row = static_cast<const uint8_t*>(w);
+  const auto* x = static_cast<const float*>(act);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = load256(row + 2 * i);
+    a0 = _mm256_fmadd_ps(widen_bf16(_mm256_castsi256_si128(h)), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(widen_bf16(_mm256_extracti128_si256(h, 1)), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float acc = hsum_ps(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) acc += bf16_to_f32(load_u16(row + 2 * i)) * x[i];
+  return acc;
+}
+
+DS4_AVX2 float dot_f32_avx2(const void* w, const void* act, int64_t n) {
+  const auto* row = static_cast<const float*>(w);  // only read through unaligned loads / memcpy
+  const auto* x = static_cast<const float*>(act);
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
+  float acc = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; ++i) {
+    float v;
+    std::memcpy(&v, row + i, 4);
+    acc += v * x[i];
+  }
+  return acc;
+}
+
+}  // namespace ds4
+
+#endif  // x86

@@ -35,6 +35,10 @@ struct EngineOptions {
   Numerics numerics = Numerics::official;
   bool warm_weights = false;            // touch every weight page at load (ds4 --warm-weights)
   int cuda_device = 0;
+  int32_t max_chunk = 0;                // prefill tokens per forward step (scratch is sized for it); 0 = 64
+  // Shared-expert SwiGLU clamp (MODEL.md §8 step 6): on for ds4/official; HF revision B omits it,
+  // so golden comparisons against that revision turn it off.
+  bool shared_expert_clamp = true;
 };
 
 // Read-only facts about the loaded model, for logs, /v1/models and the planner.

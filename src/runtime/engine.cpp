@@ -1,0 +1,110 @@
+// engine.cpp — Engine::open: map the GGUF, read and validate the config, build the tokenizer, bind
+// the weights on the chosen backend and prepare the forward pass. Also memory reporting.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "backend/cpu/cpu_backend.h"
+#include "runtime/engine_impl.h"
+
+namespace ds4 {
+
+Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& opts) { return runtime::EngineImpl::open(opts); }
+
+}  // namespace ds4
+
+namespace ds4::runtime {
+
+Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
+  if (opts.model_path.empty()) return invalid_argument("engine: no model path given");
+  if (opts.max_context < 0) return invalid_argument("engine: max_context must be >= 0");
+  if (opts.max_chunk < 0) return invalid_argument("engine: max_chunk must be >= 0");
+  std::unique_ptr<EngineImpl> e(new EngineImpl());
+  e->opts_ = opts;
+  gguf::OpenOptions oo;
+  oo.populate = opts.warm_weights;
+  DS4_ASSIGN_OR_RETURN(e->file_, gguf::File::open(opts.model_path, oo));
+  DS4_ASSIGN_OR_RETURN(e->cfg_, modelspec::config_from_gguf(*e->file_));
+  auto tok = Tokenizer::from_gguf(*e->file_);
+  if (!tok.ok()) return tok.status().with_context("engine: tokenizer");
+  e->tokenizer_ = std::move(tok).value();
+  if (static_cast<uint32_t>(e->tokenizer_->vocab_size()) > e->cfg_.n_vocab)
+    return invalid_data("engine: tokenizer has " + std::to_string(e->tokenizer_->vocab_size()) +
+                        " tokens but the model's vocabulary is " + std::to_string(e->cfg_.n_vocab));
+
+  switch (opts.backend) {
+    case BackendKind::cpu: {
+      backend::cpu::CpuBackendOptions bo;
+      bo.n_threads = opts.n_threads;
+      e->backend_ = backend::cpu::make_cpu_backend(bo);
+      break;
+    }
+    case BackendKind::cuda:
+      return unsupported("engine: the CUDA backend is not built into this library yet");
+  }
+  const auto plan = modelspec::layer_plan(e->cfg_);
+  DS4_ASSIGN_OR_RETURN(e->weights_, model::bind_weights(*e->file_, e->cfg_, plan, *e->backend_));
+
+  model::ForwardOptions fo;
+  fo.max_chunk = opts.max_chunk > 0 ? opts.max_chunk : 64;
+  fo.numerics = opts.numerics == Numerics::reference ? model::ForwardNumerics::reference()
+                                                      : model::ForwardNumerics::official();
+  fo.numerics.shared_expert_clamp = opts.shared_expert_clamp;
+  DS4_ASSIGN_OR_RETURN(e->forward_, model::Forward::create(*e->backend_, e->cfg_, e->weights_, fo));
+
+  ModelInfo& in = e->info_;
+  in.name = e->cfg_.name;
+  in.architecture = e->cfg_.architecture;
+  in.path = opts.model_path;
+  in.n_layer = static_cast<int32_t>(e->cfg_.n_layer);
+  in.n_embd = static_cast<int32_t>(e->cfg_.n_embd);
+  in.n_vocab = static_cast<int32_t>(e->cfg_.n_vocab);
+  in.context_length = static_cast<int64_t>(e->cfg_.context_length);
+  in.max_context = opts.max_context > 0 ? opts.max_context
+                                        : (in.context_length > 0 ? in.context_length : int64_t{1} << 20);
+  in.file_bytes = e->file_->file_size();
+  in.weight_bytes = e->weights_.mapped_bytes;
+  in.quant_summary = e->weights_.quant_summary;
+  return std::unique_ptr<Engine>(std::move(e));
+}
+
+EngineImpl::~EngineImpl() = default;
+
+Result<std::unique_ptr<Session>> EngineImpl::new_session(const SessionOptions& opts) {
+  if (opts.max_context < 0) return invalid_argument("session: max_context must be >= 0");
+  const int64_t limit = opts.max_context > 0 ? std::min(opts.max_context, info_.max_context) : info_.max_context;
+  DS4_ASSIGN_OR_RETURN(model::KvState kv, forward_->new_state());
+  return std::unique_ptr<Session>(new SessionImpl(*this, std::move(kv), limit));
+}
+
+static uint64_t read_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+
+MemoryReport EngineImpl::memory_report() const {
+  MemoryReport r;
+  MemBytes counted = backend_->allocated();  // weights' float vectors, scratch, every session's KV
+  counted[MemCategory::weights] += weights_.mapped_bytes;
+  counted[MemCategory::other] += tokenizer_->memory_bytes();
+  for (const SessionImpl* s : sessions_) {
+    SessionMemory m = s->memory();
+    counted[MemCategory::other] += m.host[MemCategory::other];
+    r.sessions.push_back(m);
+  }
+  if (backend_->host_memory()) {
+    r.host = counted;
+  } else {
+    r.device = counted;
+  }
+  r.host_rss = read_rss_bytes();
+  r.host_mapped_weights = weights_.mapped_bytes;
+  return r;
+}
+
+}  // namespace ds4::runtime

@@ -1,0 +1,86 @@
+// engine_impl.h — the concrete Engine and Session behind include/ds4/engine.h (runtime-internal).
+//
+// EngineImpl owns, in destruction order: the live-session registry, the forward pass (scratch), the
+// bound weights, the backend (threads, buffers), the tokenizer and the mapped GGUF. Sessions hold a
+// reference to their engine, which must outlive them. One thread owns an engine and its sessions.
+// Deliberately not here: scheduling several sessions per step (the server's worker does that).
+#pragma once
+
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ds4/engine.h"
+#include "gguf/gguf.h"
+#include "model/forward.h"
+#include "model/kv_state.h"
+#include "model/weights.h"
+#include "modelspec/config.h"
+
+namespace ds4::runtime {
+
+class SessionImpl;
+
+class EngineImpl final : public Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> open(const EngineOptions& opts);
+  ~EngineImpl() override;
+
+  const ModelInfo& info() const override { return info_; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_; }
+  Result<std::unique_ptr<Session>> new_session(const SessionOptions& opts) override;
+  MemoryReport memory_report() const override;
+
+  model::Forward& forward() { return *forward_; }
+  backend::Backend* forward_backend() const { return backend_.get(); }
+  const modelspec::ModelConfig& config() const { return cfg_; }
+  void attach(SessionImpl* s) { sessions_.insert(s); }
+  void detach(SessionImpl* s) { sessions_.erase(s); }
+  uint64_t next_session_id() { return ++session_ids_; }
+
+ private:
+  EngineImpl() = default;
+
+  EngineOptions opts_;
+  ModelInfo info_;
+  modelspec::ModelConfig cfg_;
+  std::unique_ptr<gguf::File> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<backend::Backend> backend_;
+  model::ModelWeights weights_;
+  std::unique_ptr<model::Forward> forward_;
+  std::set<SessionImpl*> sessions_;
+  uint64_t session_ids_ = 0;
+};
+
+class SessionImpl final : public Session {
+ public:
+  SessionImpl(EngineImpl& engine, model::KvState kv, int64_t max_context);
+  ~SessionImpl() override;
+
+  Status eval(std::span<const TokenId> tokens, const EvalOptions& opts) override;
+  Status eval_all(std::span<const TokenId> tokens, std::vector<float>& all_logits, const EvalOptions& opts) override;
+  std::span<const float> logits() const override { return logits_; }
+  std::span<const TokenId> tokens() const override { return tokens_; }
+  int64_t max_context() const override { return max_context_; }
+  Status rewind(int64_t n_tokens) override;
+  Result<SessionSnapshot> snapshot() const override;
+  Status restore(const SessionSnapshot& snap) override;
+  SessionMemory memory() const override;
+
+ private:
+  // Runs tokens through the model chunk by chunk; all_logits (optional) receives [n][V].
+  Status run(std::span<const TokenId> tokens, const EvalOptions& opts, std::vector<float>* all_logits);
+  // Rebuilds the state of the first n tokens of tokens_ from an empty timeline.
+  Status replay(int64_t n);
+
+  EngineImpl& engine_;
+  model::KvState kv_;
+  int64_t max_context_ = 0;
+  uint64_t id_ = 0;
+  std::vector<TokenId> tokens_;
+  std::vector<float> logits_;  // [V] after the last token; empty at position 0
+};
+
+}  // namespace ds4::runtime

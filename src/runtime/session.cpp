@@ -1,0 +1,98 @@
+// session.cpp — one inference timeline: eval in chunks, rewind by replay, memory accounting.
+#include <algorithm>
+#include <string>
+
+#include "runtime/engine_impl.h"
+
+namespace ds4::runtime {
+
+SessionImpl::SessionImpl(EngineImpl& engine, model::KvState kv, int64_t max_context)
+    : engine_(engine), kv_(std::move(kv)), max_context_(max_context), id_(engine.next_session_id()) {
+  tokens_.reserve(static_cast<size_t>(std::min<int64_t>(max_context, 1 << 16)));
+  engine_.attach(this);
+}
+
+SessionImpl::~SessionImpl() { engine_.detach(this); }
+
+Status SessionImpl::run(std::span<const TokenId> tokens, const EvalOptions& opts, std::vector<float>* all) {
+  model::Forward& fw = engine_.forward();
+  const int64_t V = engine_.config().n_vocab;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t chunk = opts.chunk > 0 ? std::min<int64_t>(opts.chunk, fw.max_chunk()) : fw.max_chunk();
+  if (all) all->assign(static_cast<size_t>(n * V), 0.0f);
+  logits_.resize(static_cast<size_t>(V));
+  for (int64_t done = 0; done < n;) {
+    if (opts.should_cancel && opts.should_cancel(opts.cancel_user))
+      return cancelled("session: evaluation cancelled after " + std::to_string(done) + " of " + std::to_string(n) +
+                       " tokens");
+    const int64_t m = std::min(chunk, n - done);
+    const auto part = tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(m));
+    const int64_t pos0 = static_cast<int64_t>(tokens_.size());
+    Status st = all ? fw.eval(kv_, part, pos0, all->data() + done * V, true)
+                    : fw.eval(kv_, part, pos0, logits_.data(), false);
+    if (!st.ok()) {
+      // The chunk may have left partial rows behind: rebuild the state of the tokens kept so far.
+      Status rs = replay(pos0);
+      return rs.ok() ? st : st.with_context("session state rebuilt after failure: " + rs.to_string());
+    }
+    tokens_.insert(tokens_.end(), part.begin(), part.end());
+    if (all) std::copy(all->begin() + (done + m - 1) * V, all->begin() + (done + m) * V, logits_.begin());
+    done += m;
+  }
+  return Status::Ok();
+}
+
+static Status check_room(int64_t pos, size_t n, int64_t limit) {
+  if (pos + static_cast<int64_t>(n) > limit)
+    return invalid_argument("session: " + std::to_string(n) + " more tokens at position " + std::to_string(pos) +
+                            " exceed the context limit of " + std::to_string(limit));
+  return Status::Ok();
+}
+
+Status SessionImpl::eval(std::span<const TokenId> tokens, const EvalOptions& opts) {
+  DS4_RETURN_IF_ERROR(check_room(position(), tokens.size(), max_context_));
+  if (tokens.empty()) return Status::Ok();
+  return run(tokens, opts, nullptr);
+}
+
+Status SessionImpl::eval_all(std::span<const TokenId> tokens, std::vector<float>& all_logits,
+                             const EvalOptions& opts) {
+  DS4_RETURN_IF_ERROR(check_room(position(), tokens.size(), max_context_));
+  if (tokens.empty()) {
+    all_logits.clear();
+    return Status::Ok();
+  }
+  return run(tokens, opts, &all_logits);
+}
+
+Status SessionImpl::replay(int64_t n) {
+  // Compressor frontiers and the raw ring cannot be un-written, so the state after n tokens is
+  // rebuilt by evaluating them again from an empty timeline (same logits by construction).
+  std::vector<TokenId> keep(tokens_.begin(), tokens_.begin() + n);
+  tokens_.clear();
+  logits_.clear();
+  kv_.reset();
+  if (keep.empty()) return Status::Ok();
+  return run(keep, EvalOptions{}, nullptr);
+}
+
+Status SessionImpl::rewind(int64_t n_tokens) {
+  if (n_tokens < 0 || n_tokens > position())
+    return invalid_argument("session: cannot rewind to " + std::to_string(n_tokens) + " tokens (position " +
+                            std::to_string(position()) + ")");
+  if (n_tokens == position()) return Status::Ok();
+  DS4_RETURN_IF_ERROR(replay(n_tokens));
+  for (size_t l = 0; l < kv_.layers().size(); ++l) DS4_RETURN_IF_ERROR(kv_.shrink_comp(l, kv_.layers()[l].n_comp));
+  return Status::Ok();
+}
+
+SessionMemory SessionImpl::memory() const {
+  SessionMemory m;
+  m.session_id = id_;
+  m.tokens = position();
+  m.host = kv_.bytes();
+  m.host[MemCategory::other] += tokens_.capacity() * sizeof(TokenId) + logits_.capacity() * sizeof(float);
+  return m;
+}
+
+}  // namespace ds4::runtime

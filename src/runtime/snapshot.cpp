@@ -1,0 +1,196 @@
+// snapshot.cpp — Session::snapshot / restore: the complete state of a timeline as versioned bytes.
+//
+// Layout (little-endian):
+//   header: "DS4CSNAP" (8 bytes), u32 version = 1, u32 n_layer, u32 head_dim, u32 index_dim, u32 vocab,
+//           u32 window, u64 n_tokens T
+//   i32[T] tokens; f32[V] next-token logits (only when T > 0)
+//   per layer: u32 ratio; f32[min(T, window)][D] raw rows, oldest first;
+//     ratio ≠ 0: u64 n_comp (= floor(T/ratio)); f32[n_comp][D] rows; f32[slots][width] frontier kv, score;
+//     ratio = 4: f32[n_comp][ID] indexer rows; f32[slots][2·ID] indexer frontier kv, score.
+// restore() validates the whole payload against the model before touching the session.
+// Deliberately not here: ds4's own payload format (MODEL.md Appendix B) and the server's disk cache.
+#include <cstring>
+#include <string>
+
+#include "runtime/engine_impl.h"
+
+namespace ds4::runtime {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'S', '4', 'C', 'S', 'N', 'A', 'P'};
+constexpr uint32_t kVersion = 1;
+
+class Writer {
+ public:
+  explicit Writer(std::vector<uint8_t>& out) : out_(out) {}
+  template <typename T>
+  void put(T v) { raw(&v, sizeof(T)); }
+  void raw(const void* p, size_t n) {
+    const size_t off = out_.size();
+    out_.resize(off + n);
+    if (n) std::memcpy(out_.data() + off, p, n);
+  }
+  uint8_t* reserve(size_t n) {
+    const size_t off = out_.size();
+    out_.resize(off + n);
+    return out_.data() + off;
+  }
+
+ private:
+  std::vector<uint8_t>& out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& in) : in_(in) {}
+  template <typename T>
+  Status get(T& v, const char* what) {
+    const uint8_t* p;
+    DS4_RETURN_IF_ERROR(take(sizeof(T), &p, what));
+    std::memcpy(&v, p, sizeof(T));
+    return Status::Ok();
+  }
+  Status take(uint64_t n, const uint8_t** p, const char* what) {
+    if (n > in_.size() - pos_)
+      return invalid_data(std::string("snapshot: truncated at byte ") + std::to_string(pos_) + " reading " + what);
+    *p = in_.data() + pos_;
+    pos_ += n;
+    return Status::Ok();
+  }
+  bool at_end() const { return pos_ == in_.size(); }
+
+ private:
+  const std::vector<uint8_t>& in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<SessionSnapshot> SessionImpl::snapshot() const {
+  const auto& cfg = engine_.config();
+  backend::Backend& be = *engine_.forward_backend();
+  SessionSnapshot snap;
+  Writer w(snap.bytes);
+  const uint64_t T = tokens_.size();
+  const int64_t D = cfg.head_dim, ID = cfg.indexer_head_dim, V = cfg.n_vocab, W = cfg.sliding_window;
+  w.raw(kMagic, 8);
+  w.put(kVersion);
+  w.put(cfg.n_layer);
+  w.put(cfg.head_dim);
+  w.put(cfg.indexer_head_dim);
+  w.put(cfg.n_vocab);
+  w.put(cfg.sliding_window);
+  w.put(T);
+  w.raw(tokens_.data(), T * sizeof(TokenId));
+  if (T > 0) w.raw(logits_.data(), static_cast<size_t>(V) * 4);
+  const int64_t cap = kv_.geometry().raw_cap;
+  const int64_t n_raw = std::min<int64_t>(static_cast<int64_t>(T), W);
+  for (const model::LayerKv& k : kv_.layers()) {
+    w.put(k.ratio);
+    for (int64_t p = static_cast<int64_t>(T) - n_raw; p < static_cast<int64_t>(T); ++p)
+      be.download(w.reserve(D * 4), k.raw.f32() + (p % cap) * D, D * 4);
+    if (k.ratio == 0) continue;
+    w.put(static_cast<uint64_t>(k.n_comp));
+    be.download(w.reserve(k.n_comp * D * 4), k.comp.data(), k.n_comp * D * 4);
+    be.download(w.reserve(k.comp_kv.bytes()), k.comp_kv.data(), k.comp_kv.bytes());
+    be.download(w.reserve(k.comp_score.bytes()), k.comp_score.data(), k.comp_score.bytes());
+    if (k.ratio == 4) {
+      be.download(w.reserve(k.n_comp * ID * 4), k.index_rows.data(), k.n_comp * ID * 4);
+      be.download(w.reserve(k.index_kv.bytes()), k.index_kv.data(), k.index_kv.bytes());
+      be.download(w.reserve(k.index_score.bytes()), k.index_score.data(), k.index_score.bytes());
+    }
+  }
+  return snap;
+}
+
+Status SessionImpl::restore(const SessionSnapshot& snap) {
+  const auto& cfg = engine_.config();
+  backend::Backend& be = *engine_.forward_backend();
+  const int64_t D = cfg.head_dim, ID = cfg.indexer_head_dim, V = cfg.n_vocab, W = cfg.sliding_window;
+  Reader r(snap.bytes);
+  const uint8_t* p;
+  DS4_RETURN_IF_ERROR(r.take(8, &p, "magic"));
+  if (std::memcmp(p, kMagic, 8) != 0) return invalid_data("snapshot: not a ds4cpp session snapshot");
+  uint32_t version, n_layer, hd, idd, vocab, window;
+  uint64_t T;
+  DS4_RETURN_IF_ERROR(r.get(version, "version"));
+  if (version != kVersion) return invalid_data("snapshot: version " + std::to_string(version) + " is not supported");
+  DS4_RETURN_IF_ERROR(r.get(n_layer, "layer count"));
+  DS4_RETURN_IF_ERROR(r.get(hd, "head dim"));
+  DS4_RETURN_IF_ERROR(r.get(idd, "indexer dim"));
+  DS4_RETURN_IF_ERROR(r.get(vocab, "vocab"));
+  DS4_RETURN_IF_ERROR(r.get(window, "window"));
+  DS4_RETURN_IF_ERROR(r.get(T, "token count"));
+  if (n_layer != cfg.n_layer || hd != cfg.head_dim || idd != cfg.indexer_head_dim || vocab != cfg.n_vocab ||
+      window != cfg.sliding_window)
+    return invalid_data("snapshot: taken with a different model shape");
+  if (T > static_cast<uint64_t>(max_context_))
+    return invalid_data("snapshot: " + std::to_string(T) + " tokens exceed this session's context limit");
+
+  // Pass 1: validate every length and value range without touching the session.
+  const int64_t n_raw = std::min<int64_t>(static_cast<int64_t>(T), W);
+  struct LayerSpan { const uint8_t *raw, *comp, *ckv, *csc, *irows, *ikv, *isc; };
+  std::vector<LayerSpan> spans(n_layer);
+  const uint8_t* tok;
+  const uint8_t* lg = nullptr;
+  DS4_RETURN_IF_ERROR(r.take(T * 4, &tok, "tokens"));
+  for (uint64_t i = 0; i < T; ++i) {
+    int32_t id;
+    std::memcpy(&id, tok + 4 * i, 4);
+    if (id < 0 || id >= static_cast<int32_t>(V)) return invalid_data("snapshot: token id out of range");
+  }
+  if (T > 0) DS4_RETURN_IF_ERROR(r.take(V * 4, &lg, "logits"));
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    const model::LayerKv& k = kv_.layers()[l];
+    uint32_t ratio;
+    DS4_RETURN_IF_ERROR(r.get(ratio, "layer ratio"));
+    if (ratio != k.ratio) return invalid_data("snapshot: layer " + std::to_string(l) + " ratio mismatch");
+    DS4_RETURN_IF_ERROR(r.take(n_raw * D * 4, &spans[l].raw, "raw rows"));
+    if (ratio == 0) continue;
+    uint64_t n_comp;
+    DS4_RETURN_IF_ERROR(r.get(n_comp, "compressed row count"));
+    if (n_comp != T / ratio) return invalid_data("snapshot: layer " + std::to_string(l) + " row count mismatch");
+    DS4_RETURN_IF_ERROR(r.take(n_comp * D * 4, &spans[l].comp, "compressed rows"));
+    DS4_RETURN_IF_ERROR(r.take(k.comp_kv.bytes(), &spans[l].ckv, "compressor frontier"));
+    DS4_RETURN_IF_ERROR(r.take(k.comp_score.bytes(), &spans[l].csc, "compressor frontier"));
+    if (ratio == 4) {
+      DS4_RETURN_IF_ERROR(r.take(n_comp * ID * 4, &spans[l].irows, "indexer rows"));
+      DS4_RETURN_IF_ERROR(r.take(k.index_kv.bytes(), &spans[l].ikv, "indexer frontier"));
+      DS4_RETURN_IF_ERROR(r.take(k.index_score.bytes(), &spans[l].isc, "indexer frontier"));
+    }
+  }
+  if (!r.at_end()) return invalid_data("snapshot: trailing bytes");
+  for (uint32_t l = 0; l < n_layer; ++l) DS4_RETURN_IF_ERROR(kv_.reserve_comp(l, T / std::max(1u, kv_.layers()[l].ratio)));
+
+  // Pass 2: apply.
+  kv_.reset();
+  const int64_t cap = kv_.geometry().raw_cap;
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    model::LayerKv& k = kv_.layers()[l];
+    const LayerSpan& s = spans[l];
+    for (int64_t j = 0; j < n_raw; ++j) {
+      const int64_t pos = static_cast<int64_t>(T) - n_raw + j;
+      be.upload(k.raw.f32() + (pos % cap) * D, s.raw + j * D * 4, D * 4);
+    }
+    if (k.ratio == 0) continue;
+    k.n_comp = static_cast<int64_t>(T / k.ratio);
+    be.upload(k.comp.data(), s.comp, k.n_comp * D * 4);
+    be.upload(k.comp_kv.data(), s.ckv, k.comp_kv.bytes());
+    be.upload(k.comp_score.data(), s.csc, k.comp_score.bytes());
+    if (k.ratio == 4) {
+      be.upload(k.index_rows.data(), s.irows, k.n_comp * ID * 4);
+      be.upload(k.index_kv.data(), s.ikv, k.index_kv.bytes());
+      be.upload(k.index_score.data(), s.isc, k.index_score.bytes());
+    }
+  }
+  tokens_.resize(T);
+  if (T) std::memcpy(tokens_.data(), tok, T * 4);
+  logits_.clear();
+  if (T > 0) {
+    logits_.resize(static_cast<size_t>(V));
+    std::memcpy(logits_.data(), lg, V * 4);
+  }
+  return Status::Ok();
+}
+
+}  // namespace ds4::runtime

@@ -157,14 +157,21 @@ DS4_AVX2 float dot_q4_K_avx2(const void* w, const void* act, int64_t n) {
   return sumf;
 }
 
+// ksigns expanded to one byte per element: 0xff (-1) where negative, 0x01 (+1) otherwise, so
+// _mm256_sign_epi8 applies a chunk's signs to the activation in one instruction.
+constexpr auto kSignBytes = [] {
+  struct T {
+    uint64_t v[128];
+  } t{};
+  for (int s = 0; s < 128; ++s)
+    for (int i = 0; i < 8; ++i)
+      t.v[s] |= static_cast<uint64_t>(((kKsignsIq2xs[s] >> i) & 1) ? 0xff : 0x01) << (8 * i);
+  return t;
+}();
+
 DS4_AVX2 float dot_iq2_xxs_avx2(const void* w, const void* act, int64_t n) {
   const auto* row = static_cast<const uint8_t*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(act);
-  // Byte e of the 32-byte group takes sign byte e/8 and tests bit e%8.
-  const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
-                                       3, 3, 3, 3, 3);
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  const __m256i one = _mm256_set1_epi8(1);
   float sumf = 0;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const uint8_t* blk = row + b * 66;
@@ -175,14 +182,12 @@ DS4_AVX2 float dot_iq2_xxs_avx2(const void* w, const void* act, int64_t n) {
       const __m256i grid = _mm256_setr_epi64x(
           static_cast<int64_t>(kIq2xxsGrid[aux[0] & 0xff]), static_cast<int64_t>(kIq2xxsGrid[(aux[0] >> 8) & 0xff]),
           static_cast<int64_t>(kIq2xxsGrid[(aux[0] >> 16) & 0xff]), static_cast<int64_t>(kIq2xxsGrid[aux[0] >> 24]));
-      const uint32_t signs = static_cast<uint32_t>(kKsignsIq2xs[aux[1] & 127]) |
-                             static_cast<uint32_t>(kKsignsIq2xs[(aux[1] >> 7) & 127]) << 8 |
-                             static_cast<uint32_t>(kKsignsIq2xs[(aux[1] >> 14) & 127]) << 16 |
-                             static_cast<uint32_t>(kKsignsIq2xs[(aux[1] >> 21) & 127]) << 24;
-      const __m256i sbytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(signs)), sel);
-      const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(sbytes, bit), bit);  // 0xff where negative
-      const __m256i q8 = _mm256_sign_epi8(load256(y[b].qs + 32 * g), _mm256_or_si256(neg, one));
-      const __m256i p16 = _mm256_maddubs_epi16(grid, q8);
+      const __m256i sgn = _mm256_setr_epi64x(static_cast<int64_t>(kSignBytes.v[aux[1] & 127]),
+                                             static_cast<int64_t>(kSignBytes.v[(aux[1] >> 7) & 127]),
+                                             static_cast<int64_t>(kSignBytes.v[(aux[1] >> 14) & 127]),
+                                             static_cast<int64_t>(kSignBytes.v[(aux[1] >> 21) & 127]));
+      const __m256i q8 = _mm256_sign_epi8(load256(y[b].qs + 32 * g), sgn);
+      const __m256i p16 = _mm256_maddubs_epi16(grid, q8);  // grid bytes 8/25/43 are the unsigned side
       const int16_t ls = static_cast<int16_t>(2 * (aux[1] >> 28) + 1);
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(ls)));
     }

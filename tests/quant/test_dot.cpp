@@ -181,6 +181,52 @@ TEST_F(DotAvx2, FloatKernelsWithinSummationBound) {
   }
 }
 
+// Hand-computed: the IQ2_XXS block of test_dequant (group 0: signed grid bytes summing to
+// -43+6*8-8 = -3, 64, -25-25+6*8 = -2, -(8+25+8+8+25+43+43+43) = -203; total -144, ls = 3) against
+// a Q8_K activation of d = 1, qs = 1 on group 0: 0.125 * 1 * (2*3+1) * -144 = -126. A Q2_K block
+// with d = 1, dmin = 0.5, scale byte 0x21 on sub-block 0 and q = 3 on element 0, activation qs = 2
+// on sub-block 0: isum = 1 * 3*2 = 6, summs = bsums[0]*2 = 32*2 = 64 -> 6 - 0.5*64 = -26.
+TEST(Dot, HandComputedBlocks) {
+  BlockIQ2_XXS w{};
+  w.d = 0x3c00;
+  const uint32_t w0 = 1u | (0u << 8) | (2u << 16) | (255u << 24);
+  const uint32_t w1 = 1u | (0u << 7) | (3u << 14) | (127u << 21) | (3u << 28);
+  std::memcpy(&w.qs[0], &w0, 4);
+  std::memcpy(&w.qs[2], &w1, 4);
+  BlockQ8_K a{};
+  a.d = 1.0f;
+  for (int i = 0; i < 32; ++i) a.qs[i] = 1;
+  a.bsums[0] = a.bsums[1] = 16;
+  for (const DotKernels* k : {&dot_kernels(KernelLevel::scalar), &best_dot_kernels()})
+    EXPECT_EQ(k->iq2_xxs(&w, &a, 256), -126.0f);
+
+  BlockQ2_K q{};
+  q.d = 0x3c00;
+  q.dmin = 0x3800;
+  q.scales[0] = 0x21;
+  q.qs[0] = 3;
+  BlockQ8_K b{};
+  b.d = 1.0f;
+  for (int i = 0; i < 16; ++i) b.qs[i] = 2;
+  b.bsums[0] = 32;
+  for (const DotKernels* k : {&dot_kernels(KernelLevel::scalar), &best_dot_kernels()})
+    EXPECT_EQ(k->q2_K(&q, &b, 256), -26.0f);
+}
+
+TEST(Dot, ZeroWeightsOrActivationsGiveZero) {
+  const int64_t n = 1024;
+  const auto x = gaussian(n, 95);
+  const std::vector<float> zx(n, 0.0f);
+  for (GgmlType t : kQuantTypes) {
+    const auto w = encode(t, gaussian(n, 96));
+    const auto zw = encode(t, zx);
+    for (const DotKernels* k : {&dot_kernels(KernelLevel::scalar), &best_dot_kernels()}) {
+      EXPECT_EQ(k->for_type(t)(zw.data(), make_act(t, x).data(), n), 0.0f) << type_name(t);
+      EXPECT_EQ(k->for_type(t)(w.data(), make_act(t, zx).data(), n), 0.0f) << type_name(t);
+    }
+  }
+}
+
 TEST(Dot, KernelTables) {
   const DotKernels& s = dot_kernels(KernelLevel::scalar);
   EXPECT_EQ(s.level, KernelLevel::scalar);

@@ -44,13 +44,13 @@ void write_model_metadata(const ModelConfig& c, const MetadataOptions& opts, ggu
   w.add_bool(std::string(key::kExpertWeightsNorm), c.expert_weights_norm);
   {
     std::vector<Value> items;
-    for (float v : c.swiglu_clamp) items.push_back(Value{ValueType::f32, static_cast<double>(v)});
+    for (float v : c.swiglu_clamp) items.push_back(Value::of_f32(v));
     w.add_array(std::string(key::kSwigluClampExp), ValueType::f32, std::move(items));
   }
   {
     std::vector<Value> items;
-    for (uint32_t r : c.compress_ratios) items.push_back(Value{ValueType::i32, static_cast<int64_t>(r)});
-    if (opts.mtp_slot) items.push_back(Value{ValueType::i32, int64_t{0}});  // the MTP block is ratio 0
+    for (uint32_t r : c.compress_ratios) items.push_back(Value::of_i32(static_cast<int32_t>(r)));
+    if (opts.mtp_slot) items.push_back(Value::of_i32(0));  // the MTP block is ratio 0
     w.add_array(std::string(key::kCompressRatios), ValueType::i32, std::move(items));
   }
   f32(key::kRopeFreqBase, c.rope_freq_base);

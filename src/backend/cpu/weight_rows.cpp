@@ -5,6 +5,7 @@
 
 #include "quant/blocks.h"
 #include "quant/dequant.h"
+#include "quant/dot.h"
 #include "quant/half.h"
 #include "quant/quantize.h"
 
@@ -62,29 +63,10 @@ float weight_row_dot(const Weight& w, int64_t row, ActKind k, const float* x, co
                      MatmulNumerics numerics, float* scratch) {
   const uint8_t* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(row) * w.row_bytes;
   const int64_t n = w.cols;
-  if (k == ActKind::q8_0) {
-    // ds4: int32 dot per 32-block, float accumulation of d_w·d_x·dot.
-    const BlockQ8_0* wb = reinterpret_cast<const BlockQ8_0*>(src);
-    const BlockQ8_0Act* xb = reinterpret_cast<const BlockQ8_0Act*>(act);
-    float acc = 0;
-    for (int64_t b = 0; b < n / kQK8_0; ++b) {
-      int32_t dot = 0;
-      for (int j = 0; j < kQK8_0; ++j) dot += static_cast<int32_t>(wb[b].qs[j]) * xb[b].qs[j];
-      acc += f16_to_f32(wb[b].d) * xb[b].d * static_cast<float>(dot);
-    }
-    return acc;
-  }
-  if (k == ActKind::q8_k) {
-    // Weights decoded per row against the Q8_K-decoded activations, float accumulation per 256-block.
-    dequantize_weight_row(w, row, scratch);
-    const BlockQ8_K* xb = reinterpret_cast<const BlockQ8_K*>(act);
-    float acc = 0;
-    for (int64_t b = 0; b < n / kQK_K; ++b) {
-      float part = 0;
-      for (int j = 0; j < kQK_K; ++j) part += scratch[b * kQK_K + j] * static_cast<float>(xb[b].qs[j]);
-      acc += part * xb[b].d;
-    }
-    return acc;
+  if (k != ActKind::f32) {
+    // ds4's pairings (src/quant/dot.h): Q8_0 · Q8_0 activation blocks, k-quants/IQ · Q8_K; integer
+    // block sums, float accumulation of the scaled block sums.
+    return best_dot_kernels().for_type(w.type)(src, act, n);
   }
   // Float activations.
   if (w.type == GgmlType::F32) {
@@ -94,16 +76,8 @@ float weight_row_dot(const Weight& w, int64_t row, ActKind k, const float* x, co
     return static_cast<float>(acc);
   }
   if (w.type == GgmlType::F16 && numerics == MatmulNumerics::ds4) {
-    // ds4: float multiply-accumulate (8 independent lanes, then summed).
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      for (int l = 0; l < 8; ++l) lane[l] += f16_to_f32(h[i + l]) * x[i + l];
-    float acc = 0;
-    for (int l = 0; l < 8; ++l) acc += lane[l];
-    for (; i < n; ++i) acc += f16_to_f32(h[i]) * x[i];
-    return acc;
+    // ds4: float multiply-accumulate.
+    return best_dot_kernels().f16(src, x, n);
   }
   dequantize_weight_row(w, row, scratch);
   double acc = 0;

@@ -1,0 +1,432 @@
+// test_cpu_ops.cpp — CPU backend ops on small hand-computable cases (MODEL.md §6-8).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "quant/half.h"
+#include "quant/quantize.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+
+namespace {
+
+std::unique_ptr<Backend> make(int threads = 2) { return cpu::make_cpu_backend({threads}); }
+
+std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Weight f32_weight(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  Weight m;
+  m.type = GgmlType::F32;
+  m.data = w.data();
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = cols * 4;
+  return m;
+}
+
+}  // namespace
+
+TEST(CpuOps, MatmulF32F16Q8MatchDequantizedReference) {
+  auto be = make();
+  const int64_t rows = 40, cols = 96, n = 5;
+  auto w = randv(rows * cols, 1, 0.1f);
+  auto x = randv(n * cols, 2);
+  std::vector<double> ref(n * rows);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < rows; ++o) {
+      double acc = 0;
+      for (int64_t c = 0; c < cols; ++c) acc += double(w[o * cols + c]) * x[i * cols + c];
+      ref[i * rows + o] = acc;
+    }
+  std::vector<float> y(n * rows);
+  be->matmul({f32_weight(w, rows, cols), x.data(), cols, y.data(), rows, n, MatmulNumerics::exact});
+  for (size_t k = 0; k < y.size(); ++k) EXPECT_NEAR(y[k], ref[k], 1e-5);
+
+  // F16 weights: exact numerics equals the dequantized double dot; ds4 numerics close to it.
+  std::vector<uint16_t> h(rows * cols);
+  std::vector<float> wh(rows * cols);
+  for (size_t k = 0; k < h.size(); ++k) {
+    h[k] = f32_to_f16(w[k]);
+    wh[k] = f16_to_f32(h[k]);
+  }
+  Weight wf16{GgmlType::F16, h.data(), rows, cols, static_cast<uint64_t>(cols * 2)};
+  std::vector<float> yh(n * rows), yw(n * rows);
+  be->matmul({f32_weight(wh, rows, cols), x.data(), cols, yw.data(), rows, n, MatmulNumerics::exact});
+  be->matmul({wf16, x.data(), cols, yh.data(), rows, n, MatmulNumerics::exact});
+  for (size_t k = 0; k < yh.size(); ++k) EXPECT_EQ(yh[k], yw[k]);
+  be->matmul({wf16, x.data(), cols, yh.data(), rows, n, MatmulNumerics::ds4});
+  for (size_t k = 0; k < yh.size(); ++k) EXPECT_NEAR(yh[k], yw[k], 1e-4);
+
+  // Q8_0 weights with ds4 numerics (int8 activations): within the activation quantization error.
+  std::vector<uint8_t> q(rows * (cols / 32) * 34);
+  ASSERT_TRUE(quantize_rows(GgmlType::Q8_0, w.data(), q.data(), rows, cols).ok());
+  Weight wq{GgmlType::Q8_0, q.data(), rows, cols, static_cast<uint64_t>(cols / 32 * 34)};
+  std::vector<float> yq(n * rows), yqe(n * rows);
+  be->matmul({wq, x.data(), cols, yq.data(), rows, n, MatmulNumerics::ds4});
+  be->matmul({wq, x.data(), cols, yqe.data(), rows, n, MatmulNumerics::exact});
+  for (size_t k = 0; k < yq.size(); ++k) {
+    EXPECT_NEAR(yqe[k], ref[k], 0.02);
+    EXPECT_NEAR(yq[k], yqe[k], 0.03);
+  }
+}
+
+TEST(CpuOps, MatmulStridesAndRowSlice) {
+  auto be = make();
+  const int64_t rows = 6, cols = 4;
+  std::vector<float> w(rows * cols);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = float(k);
+  std::vector<float> x = {1, 0, 0, 0, 99, 0, 1, 0, 0, 99};  // two rows of stride 5
+  std::vector<float> y(2 * 3, -1);
+  be->matmul({f32_weight(w, rows, cols).row_slice(3, 3), x.data(), 5, y.data(), 3, 2, MatmulNumerics::exact});
+  // rows 3..5 of w, column 0 then column 1.
+  EXPECT_EQ(y[0], 12);
+  EXPECT_EQ(y[1], 16);
+  EXPECT_EQ(y[2], 20);
+  EXPECT_EQ(y[3], 13);
+  EXPECT_EQ(y[5], 21);
+}
+
+TEST(CpuOps, RopeTailAdjacentPairsAndInverse) {
+  auto be = make();
+  const int heads = 2, hd = 8, rot = 4;
+  auto x = randv(3 * heads * hd, 3);
+  auto orig = x;
+  const int32_t pos[3] = {0, 5, 1000};
+  const double freq[2] = {1.0, 0.01};
+  be->rope({x.data(), pos, 3, heads, hd, rot, freq, false});
+  for (int t = 0; t < 3; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const float* a = &orig[(t * heads + h) * hd];
+      const float* b = &x[(t * heads + h) * hd];
+      for (int d = 0; d < hd - rot; ++d) EXPECT_EQ(a[d], b[d]);  // nope dims untouched
+      for (int i = 0; i < rot / 2; ++i) {
+        const double th = pos[t] * freq[i];
+        const float x0 = a[hd - rot + 2 * i], x1 = a[hd - rot + 2 * i + 1];
+        EXPECT_NEAR(b[hd - rot + 2 * i], x0 * std::cos(th) - x1 * std::sin(th), 1e-5);
+        EXPECT_NEAR(b[hd - rot + 2 * i + 1], x0 * std::sin(th) + x1 * std::cos(th), 1e-5);
+      }
+    }
+  be->rope({x.data(), pos, 3, heads, hd, rot, freq, true});
+  for (size_t k = 0; k < x.size(); ++k) EXPECT_NEAR(x[k], orig[k], 1e-5);
+}
+
+TEST(CpuOps, HcPostUsesTransposedComb) {
+  auto be = make();
+  const int nhc = 4, dim = 3;
+  std::vector<float> x(nhc * dim), f = {1, 2, 3}, post = {0.5f, 1, 1.5f, 2}, comb(16), out(nhc * dim);
+  for (int s = 0; s < nhc; ++s)
+    for (int d = 0; d < dim; ++d) x[s * dim + d] = float(10 * s + d);
+  for (int j = 0; j < 16; ++j) comb[j] = 0.01f * (j + 1);
+  be->hc_post({x.data(), f.data(), post.data(), comb.data(), out.data(), 1, dim, nhc});
+  for (int k = 0; k < nhc; ++k)
+    for (int d = 0; d < dim; ++d) {
+      float ref = post[k] * f[d];
+      for (int j = 0; j < nhc; ++j) ref += comb[j * nhc + k] * x[j * dim + d];
+      EXPECT_NEAR(out[k * dim + d], ref, 1e-5);
+    }
+}
+
+TEST(CpuOps, AttentionWithSinksRawWindowAndCompressedRows) {
+  auto be = make();
+  const int H = 2, D = 4, window = 3;
+  const int64_t cap = 8;
+  auto raw = randv(cap * D, 4);
+  auto comp = randv(5 * D, 5);
+  auto q = randv(2 * H * D, 6);
+  const float sinks[2] = {0.3f, -1.0f};
+  const int32_t pos[2] = {1, 6};            // token 1 sees raw 0..1; token 6 sees raw 4..6
+  const int32_t count[2] = {0, 2};
+  const int32_t idx[2 * 2] = {0, 0, 1, 4};  // token 6 sees compressed rows 1 and 4
+  std::vector<float> out(2 * H * D);
+  AttentionArgs a;
+  a.q = q.data();
+  a.pos = pos;
+  a.n = 2;
+  a.heads = H;
+  a.head_dim = D;
+  a.scale = 0.5f;
+  a.sinks = sinks;
+  a.raw = raw.data();
+  a.raw_cap = cap;
+  a.window = window;
+  a.comp = comp.data();
+  a.comp_count = count;
+  a.comp_idx = idx;
+  a.comp_idx_stride = 2;
+  a.out = out.data();
+  be->attention(a);
+  for (int i = 0; i < 2; ++i)
+    for (int h = 0; h < H; ++h) {
+      std::vector<const float*> rows;
+      for (int p = std::max(0, pos[i] - window + 1); p <= pos[i]; ++p) rows.push_back(&raw[(p % cap) * D]);
+      for (int j = 0; j < count[i]; ++j) rows.push_back(&comp[idx[i * 2 + j] * D]);
+      std::vector<double> s;
+      double mx = sinks[h];
+      for (auto* r : rows) {
+        double dot = 0;
+        for (int d = 0; d < D; ++d) dot += double(q[(i * H + h) * D + d]) * r[d];
+        s.push_back(dot * 0.5);
+        mx = std::max(mx, s.back());
+      }
+      double den = std::exp(sinks[h] - mx);
+      for (double& v : s) den += (v = std::exp(v - mx));
+      for (int d = 0; d < D; ++d) {
+        double ref = 0;
+        for (size_t j = 0; j < rows.size(); ++j) ref += s[j] / den * rows[j][d];
+        EXPECT_NEAR(out[(i * H + h) * D + d], ref, 1e-5) << i << " " << h << " " << d;
+      }
+    }
+}
+
+// Pools a row of the r = 4 overlapping compressor by hand: softmax over the given (score, value) pairs.
+static float pool(const std::vector<std::pair<float, float>>& c) {
+  double mx = -1e300, den = 0, num = 0;
+  for (auto& p : c) mx = std::max(mx, double(p.first));
+  for (auto& p : c) {
+    den += std::exp(p.first - mx);
+    num += std::exp(p.first - mx) * p.second;
+  }
+  return float(num / den);
+}
+
+TEST(CpuOps, CompressorOverlapSeriesAndChunking) {
+  const int D = 3, r = 4, width = 2 * D, T = 12;
+  auto kv = randv(T * width, 7);
+  auto sc = randv(T * width, 8);
+  auto ape = randv(r * width, 9);
+  auto run = [&](const std::vector<int>& chunks, std::vector<float>& rows, std::vector<int32_t>& rpos) {
+    auto be = make();
+    std::vector<float> skv(2 * r * width, 0.0f), ssc(2 * r * width, -INFINITY);
+    rows.assign(T / r * D, 0);
+    rpos.assign(T / r, -1);
+    int t = 0, emitted_total = 0;
+    for (int c : chunks) {
+      int64_t emitted = 0;
+      CompressorArgs a;
+      a.kv = &kv[t * width];
+      a.score = &sc[t * width];
+      a.ape = ape.data();
+      a.n = c;
+      a.pos0 = t;
+      a.ratio = r;
+      a.out_dim = D;
+      a.overlap = true;
+      a.state_kv = skv.data();
+      a.state_score = ssc.data();
+      a.out = &rows[emitted_total * D];
+      a.out_pos = &rpos[emitted_total];
+      a.n_out = &emitted;
+      be->compressor(a);
+      emitted_total += int(emitted);
+      t += c;
+    }
+    EXPECT_EQ(emitted_total, T / r);
+  };
+  std::vector<float> rows, rows2;
+  std::vector<int32_t> rpos, rpos2;
+  run({T}, rows, rpos);
+  run({1, 2, 5, 3, 1}, rows2, rpos2);
+  EXPECT_EQ(rows, rows2);
+  EXPECT_EQ(rpos, rpos2);
+  for (int B = 0; B < T / r; ++B) {
+    EXPECT_EQ(rpos[B], r * B);
+    for (int d = 0; d < D; ++d) {
+      std::vector<std::pair<float, float>> c;
+      if (B > 0)  // previous block, series A (columns 0..D-1)
+        for (int i = 0; i < r; ++i) {
+          const int t = r * (B - 1) + i;
+          c.push_back({sc[t * width + d] + ape[i * width + d], kv[t * width + d]});
+        }
+      for (int i = 0; i < r; ++i) {  // current block, series B (columns D..2D-1)
+        const int t = r * B + i;
+        c.push_back({sc[t * width + D + d] + ape[i * width + D + d], kv[t * width + D + d]});
+      }
+      EXPECT_NEAR(rows[B * D + d], pool(c), 1e-5) << B << " " << d;
+    }
+  }
+}
+
+TEST(CpuOps, CompressorNonOverlapping) {
+  auto be = make();
+  const int D = 2, r = 3, T = 7;
+  auto kv = randv(T * D, 10);
+  auto sc = randv(T * D, 11);
+  auto ape = randv(r * D, 12);
+  std::vector<float> skv(r * D, 0), ssc(r * D, -INFINITY), rows(2 * D);
+  std::vector<int32_t> rpos(2);
+  int64_t emitted = 0;
+  CompressorArgs a;
+  a.kv = kv.data();
+  a.score = sc.data();
+  a.ape = ape.data();
+  a.n = T;
+  a.ratio = r;
+  a.out_dim = D;
+  a.state_kv = skv.data();
+  a.state_score = ssc.data();
+  a.out = rows.data();
+  a.out_pos = rpos.data();
+  a.n_out = &emitted;
+  be->compressor(a);
+  ASSERT_EQ(emitted, 2);
+  EXPECT_EQ(rpos[1], 3);
+  for (int B = 0; B < 2; ++B)
+    for (int d = 0; d < D; ++d) {
+      std::vector<std::pair<float, float>> c;
+      for (int i = 0; i < r; ++i) c.push_back({sc[(r * B + i) * D + d] + ape[i * D + d], kv[(r * B + i) * D + d]});
+      EXPECT_NEAR(rows[B * D + d], pool(c), 1e-5);
+    }
+}
+
+TEST(CpuOps, IndexerTopKTiesGoToLowerRow) {
+  auto be = make();
+  const int heads = 2, hd = 4, nr = 6, k = 3;
+  // Row scores: rows 1, 3, 4 tie at the top; row 5 is larger still; row 0 is all-negative (ReLU → 0).
+  std::vector<float> q = {1, 0, 0, 0, 0, 1, 0, 0};
+  std::vector<float> w = {1.0f, 0.5f};
+  std::vector<float> rows = {-1, 0, 0, 0,  2, 0, 0, 0,  1, 0, 0, 0,  2, 0, 0, 0,  0, 4, 0, 0,  5, 0, 0, 0};
+  const int32_t n_rows[2] = {nr, 2};
+  std::vector<int32_t> idx(2 * k, -1), count(2);
+  IndexerArgs a;
+  a.q = q.data();
+  a.w = w.data();
+  a.rows = rows.data();
+  a.n_rows = n_rows;
+  a.n = 1;
+  a.heads = heads;
+  a.head_dim = hd;
+  a.top_k = k;
+  a.idx = idx.data();
+  a.count = count.data();
+  be->indexer(a);
+  EXPECT_EQ(count[0], k);
+  EXPECT_EQ(std::vector<int32_t>(idx.begin(), idx.begin() + 3), (std::vector<int32_t>{1, 3, 5}));
+  // With no more rows than top_k, every visible row is selected without scoring.
+  a.n_rows = n_rows + 1;
+  be->indexer(a);
+  EXPECT_EQ(count[0], 2);
+  EXPECT_EQ(idx[0], 0);
+  EXPECT_EQ(idx[1], 1);
+}
+
+TEST(CpuOps, RouterBiasSelectsOnlyAndHashRouting) {
+  auto be = make();
+  const int NE = 5, K = 2;
+  std::vector<float> z = {0.1f, 2.0f, -1.0f, 1.5f, 0.0f};
+  std::vector<float> bias = {0, 0, 10.0f, 0, 0};  // forces expert 2 into the selection
+  std::vector<int32_t> ids(K);
+  std::vector<float> w(K);
+  RouterArgs a;
+  a.logits = z.data();
+  a.bias = bias.data();
+  a.n = 1;
+  a.n_expert = NE;
+  a.k = K;
+  a.scale = 1.5f;
+  a.denom_guard = 6.103515625e-5f;
+  a.ids = ids.data();
+  a.weights = w.data();
+  be->router(a);
+  EXPECT_EQ(ids[0], 2);
+  EXPECT_EQ(ids[1], 1);
+  auto p = [](float v) { return std::sqrt(std::log1p(std::exp(v))); };
+  EXPECT_NEAR(w[0], 1.5 * p(-1.0f) / (p(-1.0f) + p(2.0f)), 1e-6);  // unbiased scores
+  EXPECT_NEAR(w[1], 1.5 * p(2.0f) / (p(-1.0f) + p(2.0f)), 1e-6);
+  // Hash routing: ids come from tid2eid[token].
+  const int32_t table[3 * K] = {0, 1, 4, 3, 2, 0};
+  const int32_t token = 1;
+  a.hash = table;
+  a.vocab = 3;
+  a.tokens = &token;
+  be->router(a);
+  EXPECT_EQ(ids[0], 4);
+  EXPECT_EQ(ids[1], 3);
+  EXPECT_NEAR(w[0] + w[1], 1.5, 1e-6);
+}
+
+TEST(CpuOps, SwigluClampIsOneSidedOnGate) {
+  auto be = make();
+  const float g[4] = {20.0f, -20.0f, 0.5f, 0.5f};
+  const float u[4] = {1.0f, 1.0f, 30.0f, -30.0f};
+  float h[4];
+  be->swiglu({g, u, h, 4, 10.0f});
+  auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  EXPECT_NEAR(h[0], silu(10.0), 1e-5);        // gate clamped from above
+  EXPECT_NEAR(h[1], silu(-20.0), 1e-7);       // not from below
+  EXPECT_NEAR(h[2], silu(0.5) * 10.0, 1e-5);  // up clamped both ways
+  EXPECT_NEAR(h[3], silu(0.5) * -10.0, 1e-5);
+  be->swiglu({g, u, h, 4, 0.0f});             // no clamp
+  EXPECT_NEAR(h[0], silu(20.0), 1e-4);
+}
+
+TEST(CpuOps, MoeSumsWeightedExperts) {
+  auto be = make();
+  const int dim = 4, ff = 3, NE = 3, K = 2, n = 3;
+  auto gw = randv(NE * ff * dim, 20), uw = randv(NE * ff * dim, 21), dw = randv(NE * dim * ff, 22);
+  auto x = randv(n * dim, 23);
+  const int32_t ids[n * K] = {0, 2, 1, 0, 2, 1};
+  const float wts[n * K] = {0.7f, 0.8f, 1.0f, 0.5f, 0.2f, 1.3f};
+  auto ew = [](const std::vector<float>& v, int rows, int cols) {
+    ExpertWeights e;
+    e.first = f32_weight(v, rows, cols);
+    e.expert_bytes = uint64_t(rows) * cols * 4;
+    e.n_expert = 3;
+    return e;
+  };
+  std::vector<float> out(n * dim);
+  MoeArgs a;
+  a.gate = ew(gw, ff, dim);
+  a.up = ew(uw, ff, dim);
+  a.down = ew(dw, dim, ff);
+  a.x = x.data();
+  a.ids = ids;
+  a.weights = wts;
+  a.n = n;
+  a.k = K;
+  a.dim = dim;
+  a.ff = ff;
+  a.clamp = 1.0f;
+  a.numerics = MatmulNumerics::exact;
+  a.out = out.data();
+  be->moe(a);
+  for (int i = 0; i < n; ++i)
+    for (int d = 0; d < dim; ++d) {
+      double ref = 0;
+      for (int j = 0; j < K; ++j) {
+        const int e = ids[i * K + j];
+        for (int f = 0; f < ff; ++f) {
+          double g = 0, u = 0;
+          for (int c = 0; c < dim; ++c) {
+            g += gw[(e * ff + f) * dim + c] * x[i * dim + c];
+            u += uw[(e * ff + f) * dim + c] * x[i * dim + c];
+          }
+          g = std::min(g, 1.0);
+          u = std::clamp(u, -1.0, 1.0);
+          ref += wts[i * K + j] * dw[(e * dim + d) * ff + f] * (g / (1 + std::exp(-g)) * u);
+        }
+      }
+      EXPECT_NEAR(out[i * dim + d], ref, 1e-5);
+    }
+}
+
+TEST(CpuOps, AllocCountsBytesByCategory) {
+  auto be = make();
+  const uint64_t before = be->allocated()[MemCategory::raw_kv];
+  {
+    auto b = be->alloc(1000, MemCategory::raw_kv);
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(be->allocated()[MemCategory::raw_kv], before + 1000);
+    for (int i = 0; i < 250; ++i) EXPECT_EQ(b->f32()[i], 0.0f);
+  }
+  EXPECT_EQ(be->allocated()[MemCategory::raw_kv], before);
+}

@@ -1,6 +1,9 @@
 // dot.h — dot products of one weight row with activations, the way the CPU backend runs matmuls.
 //
-// Pairings follow ds4's CPU kernels (FORMATS.md §2.7) so our logits match ds4's numerics:
+// Pairings follow ds4's CPU kernels (FORMATS.md §2.7) so our logits match ds4's numerics. The
+// reference kernels and activation quantizers reproduce ds4's scalar C kernels bit for bit
+// (cross-checked against ds4.c compiled without -ffast-math; ds4's own x86 build uses -ffast-math
+// -march=native, so ds4 itself only agrees with them to float rounding):
 //   Q2_K, Q4_K, IQ2_XXS weights · Q8_K activations     (ds4_vec_dot_*_q8_K; Q4_K by the same scheme)
 //   Q8_0 weights            · Q8_0 activation blocks   (dot_q8_0_row: f32 activation scale)
 //   F16, BF16, F32 weights  · f32 activations          (dot_f16_row: plain sequential float sum)

@@ -1,5 +1,6 @@
 // dot_ref.cpp — scalar reference dot products of dot.h, written to reproduce the arithmetic of
-// ds4's x86 CPU kernels operation for operation (that is what "matches ds4" means here).
+// ds4's scalar CPU kernels operation for operation (that is what "matches ds4" means here): the
+// same integer block sums, then the same float operations in the same order.
 #include <cstring>
 
 #include "quant/dot.h"

@@ -41,14 +41,16 @@ float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L,
   for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(clamp_int(nearest_int(iscale * (x[i] - lo)), 0, nmax));
   float best = weighted_error(n, x, w, L, scale, offset, search.use_mad);
 
+  // Each candidate is taken relative to the best offset found so far (as quants.c does): the search
+  // refines (scale, offset) progressively rather than scanning around the initial min/max fit.
   for (int t = 0; t <= search.nstep && search.nstep > 0; ++t) {
-    iscale = (static_cast<float>(nmax) + search.rmin + search.rdelta * static_cast<float>(t)) / (hi - lo);
+    iscale = (search.rmin + search.rdelta * static_cast<float>(t) + static_cast<float>(nmax)) / (hi - offset);
     float sum_l = 0, sum_l2 = 0, sum_xl = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = clamp_int(nearest_int(iscale * (x[i] - lo)), 0, nmax);
+      const int l = clamp_int(nearest_int(iscale * (x[i] - offset)), 0, nmax);
       laux[i] = static_cast<uint8_t>(l);
       sum_l += w[i] * static_cast<float>(l);
-      sum_l2 += w[i] * static_cast<float>(l * l);
+      sum_l2 += w[i] * static_cast<float>(l) * static_cast<float>(l);
       sum_xl += w[i] * static_cast<float>(l) * x[i];
     }
     // Weighted least squares for (scale, offset) with these L.
@@ -110,7 +112,7 @@ float fit_positive_scale(int n, int nmax, const float* x, uint8_t* L, const floa
   float sum_lx = 0, sum_l2 = 0;
   for (int i = 0; i < n; ++i) {
     sum_lx += w[i] * x[i] * static_cast<float>(L[i]);
-    sum_l2 += w[i] * static_cast<float>(L[i] * L[i]);
+    sum_l2 += w[i] * static_cast<float>(L[i]) * static_cast<float>(L[i]);
   }
   for (int pass = 0; pass < 5; ++pass) {
     int changed = 0;
@@ -122,7 +124,7 @@ float fit_positive_scale(int n, int nmax, const float* x, uint8_t* L, const floa
       const int nl = clamp_int(nearest_int(x[i] * sl2 / slx), 0, nmax);
       if (nl == L[i]) continue;
       const float nlx = slx + w[i] * x[i] * static_cast<float>(nl);
-      const float nl2 = sl2 + w[i] * static_cast<float>(nl * nl);
+      const float nl2 = sl2 + w[i] * static_cast<float>(nl) * static_cast<float>(nl);
       if (nlx * nlx * sum_l2 > sum_lx * sum_lx * nl2) {
         L[i] = static_cast<uint8_t>(nl);
         sum_lx = nlx;

@@ -97,7 +97,12 @@ Result<std::vector<std::string_view>> raw_array(std::string_view object, std::st
                                                 size_t expected) {
   auto raw = json_text::member_raw(object, key);
   auto elems = raw ? json_text::array_elements(*raw) : std::nullopt;
-  if (!elems || elems->size() != expected) return bad_request("'" + std::string(key) + "'");
+  if (!elems || elems->size() != expected) {
+    std::string why = "malformed array '";
+    why.append(key);
+    why += '\'';
+    return bad_request(std::move(why));
+  }
   return std::move(*elems);
 }
 

@@ -313,7 +313,9 @@ struct DsmlParser::Impl {
   bool next_tag(Tag& tag) {
     if (!skip_ws()) return false;
     if (buf[0] != '<') {
-      fail("unexpected text in tool block: '" + buf.substr(0, 32) + "'");
+      // The offset (not the text, which depends on how much has arrived) keeps the message the
+      // same for every way of splitting the input.
+      fail("unexpected text in tool block at byte " + std::to_string(msg.raw_dsml.size()));
       return false;
     }
     std::string why;
@@ -566,6 +568,8 @@ struct DsmlParser::Impl {
     if (state != ParseState::error) state = ParseState::done;
     ParsedMessage result = msg;
     result.status = err;
+    // EOS after a closed tool block is not parsed (state done) but still counts as seen.
+    if (result.raw_text.find(kEos) != std::string::npos) result.saw_eos = true;
     std::string_view after = result.raw_text;
     if (opt.thinking) {
       const size_t close = after.find(kThinkClose);

@@ -175,6 +175,8 @@ class Writer {
  public:
   Writer();
   ~Writer();
+  Writer(Writer&&) noexcept;
+  Writer& operator=(Writer&&) noexcept;
   void add(std::string key, Value value);  // metadata, kept in insertion order
   void add_u32(std::string key, uint32_t v);
   void add_u64(std::string key, uint64_t v);

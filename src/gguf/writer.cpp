@@ -31,6 +31,8 @@ struct Writer::Impl {
 
 Writer::Writer() : impl_(std::make_unique<Impl>()) {}
 Writer::~Writer() = default;
+Writer::Writer(Writer&&) noexcept = default;
+Writer& Writer::operator=(Writer&&) noexcept = default;
 
 void Writer::add(std::string key, Value value) { impl_->metadata.push_back({std::move(key), std::move(value)}); }
 void Writer::add_u32(std::string key, uint32_t v) { add(std::move(key), Value::of_u32(v)); }

@@ -14,7 +14,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git ca-certificates
       libcpp-httplib-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libssl-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev
-      python3 curl nginx-light gnuplot-nox)
+      python3 curl nginx-light gnuplot-nox
+      manpages-zh manpages-ja manpages-it manpages-ru fortunes-zh fortunes-it hunspell-ko unicode-data)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -23,8 +23,8 @@ float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L,
                     const ScaleSearch& search) {
   float lo = x[0], hi = x[0], sum_w = 0, sum_x = 0;
   for (int i = 0; i < n; ++i) {
-    lo = std::fmin(lo, x[i]);
-    hi = std::fmax(hi, x[i]);
+    lo = min_f(lo, x[i]);
+    hi = max_f(hi, x[i]);
     sum_w += w[i];
     sum_x += w[i] * x[i];
   }
@@ -76,7 +76,7 @@ float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L,
 
 float fit_positive_scale(int n, int nmax, const float* x, uint8_t* L, const float* w) {
   float max = 0;
-  for (int i = 0; i < n; ++i) max = std::fmax(max, x[i]);
+  for (int i = 0; i < n; ++i) max = max_f(max, x[i]);
   if (max < 1e-30f) {
     std::memset(L, 0, static_cast<size_t>(n));
     return 0.0f;

@@ -5,17 +5,27 @@
 // state, so encoders stay pure and thread-safe.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
 namespace ds4::quant_detail {
 
-// Round half to even (lrintf under the default rounding mode). The argument is first clamped to
-// ±2^30 (NaN -> -2^30) so a degenerate ratio can never make the float->int conversion undefined.
+// Round half to even (as lrintf in the default rounding mode), branch-free and inlined: adding
+// 1.5*2^23 leaves the rounded integer in the low mantissa bits. The argument is first clamped to
+// ±(2^22 - 1), where the trick is exact (NaN -> the lower bound), so a degenerate ratio can never
+// produce an out-of-range conversion; every caller clamps the result to a small range anyway.
 inline int nearest_int(float v) {
-  v = std::fmin(std::fmax(v, -1073741824.0f), 1073741824.0f);
-  return static_cast<int>(std::nearbyint(v));
+  if (!(v > -4194303.0f)) v = -4194303.0f;
+  if (v > 4194303.0f) v = 4194303.0f;
+  const int32_t bits = std::bit_cast<int32_t>(v + 12582912.0f);
+  return (bits & 0x007fffff) - 0x00400000;
 }
+
+// min/max for finite floats: plain compares, inlined (std::fmin/fmax are library calls because of
+// their NaN rules; encoder inputs are checked finite before they get here).
+inline float min_f(float a, float b) { return b < a ? b : a; }
+inline float max_f(float a, float b) { return b > a ? b : a; }
 
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 

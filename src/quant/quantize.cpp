@@ -8,20 +8,31 @@
 #include <string>
 
 #include "quant/half.h"
+#include "quant/quant_math.h"
 
 namespace ds4 {
+
+using quant_detail::clamp_int;
+using quant_detail::max_f;
+using quant_detail::min_f;
+using quant_detail::nearest_int;
 
 void quantize_block_q8_0(const float* x, BlockQ8_0* y) {
   // quants.c: quants use the unrounded d = amax/127 and round half away from zero; the decoder
   // then uses f16(d). The clamp to the f16 range only matters for |x| > 8.3e6 (saturation).
   float amax = 0;
-  for (int i = 0; i < kQK8_0; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  const float d = std::fmin(amax / 127.0f, kF16Max);
+  for (int i = 0; i < kQK8_0; ++i) amax = max_f(amax, std::fabs(x[i]));
+  const float d = min_f(amax / 127.0f, kF16Max);
   const float id = d != 0 ? 1.0f / d : 0.0f;
   y->d = f32_to_f16(d);
   for (int i = 0; i < kQK8_0; ++i) {
-    const float v = std::fmin(std::fmax(std::round(x[i] * id), -127.0f), 127.0f);
-    y->qs[i] = static_cast<int8_t>(v);
+    // roundf (half away from zero): round to nearest even, then move ties away from zero.
+    const float v = x[i] * id;
+    int q = nearest_int(v);
+    const float frac = v - static_cast<float>(q);  // exact: |v| <= ~127
+    if (frac == 0.5f && v > 0) ++q;
+    if (frac == -0.5f && v < 0) --q;
+    y->qs[i] = static_cast<int8_t>(clamp_int(q, -127, 127));
   }
 }
 
@@ -45,8 +56,7 @@ void quantize_act_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
     }
     const float iscale = -127.0f / max;
     for (int j = 0; j < kQK_K; ++j) {
-      long v = std::lrint(iscale * x[j]);
-      out.qs[j] = static_cast<int8_t>(v > 127 ? 127 : (v < -128 ? -128 : v));
+      out.qs[j] = static_cast<int8_t>(clamp_int(nearest_int(iscale * x[j]), -128, 127));  // = lrintf + clamp
     }
     for (int k = 0; k < kQK_K / 16; ++k) {
       int sum = 0;
@@ -68,8 +78,7 @@ void quantize_act_q8_0(const float* x, BlockQ8_0Act* y, int64_t n) {
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[b].d = d;
     for (int i = 0; i < kQK8_0; ++i) {
-      long v = std::lrint(x[i] * id);
-      y[b].qs[i] = static_cast<int8_t>(v > 127 ? 127 : (v < -128 ? -128 : v));
+      y[b].qs[i] = static_cast<int8_t>(clamp_int(nearest_int(x[i] * id), -128, 127));  // = lrintf + clamp
     }
   }
 }

@@ -18,16 +18,18 @@ using quant_detail::clamp_int;
 using quant_detail::fit_positive_scale;
 using quant_detail::fit_scale_min;
 using quant_detail::kInputClamp;
+using quant_detail::max_f;
+using quant_detail::min_f;
 using quant_detail::nearest_int;
 using quant_detail::ScaleSearch;
 
 namespace {
 
 // f16 of a non-negative super-scale, saturating at the largest finite f16.
-uint16_t scale_to_f16(float v) { return f32_to_f16(std::fmin(v, kF16Max)); }
+uint16_t scale_to_f16(float v) { return f32_to_f16(min_f(v, kF16Max)); }
 
 void clamp_input(const float* x, float* out) {
-  for (int i = 0; i < kQK_K; ++i) out[i] = std::fmin(std::fmax(x[i], -kInputClamp), kInputClamp);
+  for (int i = 0; i < kQK_K; ++i) out[i] = min_f(max_f(x[i], -kInputClamp), kInputClamp);
 }
 
 // Per-sub-block (scale, min) as small integers against super-scales; fills ls/lm and the f16 bits.
@@ -40,8 +42,8 @@ SuperScales quantize_scales_max(int n_sub, int levels, const float* scales, cons
                                 uint8_t* lm) {
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < n_sub; ++j) {
-    max_scale = std::fmax(max_scale, scales[j]);
-    max_min = std::fmax(max_min, mins[j]);
+    max_scale = max_f(max_scale, scales[j]);
+    max_min = max_f(max_min, mins[j]);
   }
   SuperScales s;
   s.d = max_scale > 0 ? scale_to_f16(max_scale / static_cast<float>(levels)) : 0;

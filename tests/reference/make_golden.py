@@ -453,6 +453,9 @@ def main():
     with open(args.gguf, "rb") as f:
         log["gguf_sha256"] = hashlib.sha256(f.read()).hexdigest()
     g = Gguf(args.gguf)
+    # The tensor bytes alone: independent of metadata/tokenizer changes that do not touch weights.
+    log["gguf_data_offset"] = g.data
+    log["gguf_data_sha256"] = hashlib.sha256(g.buf[g.data:]).hexdigest()
     log["gguf_generator"] = {k: g.meta[k] for k in g.meta if k.startswith("ds4cpp.generator")}
     kw, ratios, hca = tiny_config_kwargs(g)
     cfg = make_config(DeepseekV4Config, kw, log)

@@ -3,6 +3,10 @@
 
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "quant/quantize.h"
 
 namespace ds4 {
@@ -61,11 +65,21 @@ Status quantize_activation(ActFormat f, const float* x, void* dst, int64_t n) {
 
 KernelLevel detect_kernel_level() {
 #if defined(DS4_QUANT_HAVE_AVX2)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return KernelLevel::avx2;
-#endif
+  // cpuid directly (clang's __builtin_cpu_supports has no "f16c"): leaf 1 ECX has FMA (12),
+  // OSXSAVE (27), AVX (28), F16C (29); leaf 7 EBX has AVX2 (5); XCR0 bits 1-2 say the OS saves
+  // the YMM registers.
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return KernelLevel::scalar;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!(fma && osxsave && avx && f16c)) return KernelLevel::scalar;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 6u) != 6u) return KernelLevel::scalar;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 5))) return KernelLevel::scalar;
+  return KernelLevel::avx2;
+#else
   return KernelLevel::scalar;
+#endif
 }
 
 DotFn DotKernels::for_type(GgmlType t) const {

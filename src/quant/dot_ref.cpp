@@ -37,15 +37,18 @@ float dot_q2_K_ref(const void* w, const void* act, int64_t n) {
     const BlockQ2_K x = load<BlockQ2_K>(w, b);
     int summs = 0;
     for (int j = 0; j < 16; ++j) summs += y[b].bsums[j] * (x.scales[j] >> 4);
+    // Sub-block j = 8h + 2l + half covers elements 128h + 32l + 16half + k (k < 16), whose quants
+    // are bit pair l of bytes qs[32h + 16half + k].
     int isum = 0;
-    for (int e = 0; e < kQK_K; e += 16) {  // one 16-value sub-block at a time
-      int sub = 0;
-      for (int i = e; i < e + 16; ++i) {
-        const int h = i / 128, r = i % 128;
-        sub += ((x.qs[32 * h + r % 32] >> (2 * (r / 32))) & 3) * y[b].qs[i];
-      }
-      isum += (x.scales[e / 16] & 15) * sub;
-    }
+    for (int h = 0; h < 2; ++h)
+      for (int l = 0; l < 4; ++l)
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t* q2 = x.qs + 32 * h + 16 * half;
+          const int8_t* q8 = y[b].qs + 128 * h + 32 * l + 16 * half;
+          int sub = 0;
+          for (int k = 0; k < 16; ++k) sub += ((q2[k] >> (2 * l)) & 3) * q8[k];
+          isum += (x.scales[8 * h + 2 * l + half] & 15) * sub;
+        }
     const float dall = y[b].d * f16_to_f32(x.d);
     const float dmin = y[b].d * f16_to_f32(x.dmin);
     sumf += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);

@@ -28,6 +28,7 @@ import gzip
 import os
 import random
 import sys
+import unicodedata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
@@ -89,12 +90,16 @@ class Corpus:
 
 
 def korean_lines(data, rng):
+    """The word list is stored as decomposed jamo (U+1100..); most lines are recomposed to syllables
+    (NFC, as Korean text usually is), every 8th line keeps the jamo."""
     words = [l.split("/")[0] for l in data.decode("utf-8", "replace").splitlines()[1:]]
-    words = [w for w in words if any("\uac00" <= c <= "\ud7a3" for c in w)]
+    words = [w for w in words if any("\u1100" <= c <= "\u11ff" or "\uac00" <= c <= "\ud7a3" for c in w)]
+    step = max(1, len(words) // 40000)
+    words = words[::step]
     out = []
-    for i in range(0, min(len(words), 60000), 12):
-        chunk = words[i:i + 12]
-        out.append(" ".join(chunk) + rng.choice([".", "?", "!", ",", "。", "", "…"]))
+    for k, i in enumerate(range(0, len(words), 12)):
+        line = " ".join(words[i:i + 12]) + rng.choice([".", "?", "!", ",", "。", "", "…"])
+        out.append(line if k % 8 == 0 else unicodedata.normalize("NFC", line))
     return ("\n".join(out) + "\n").encode("utf-8")
 
 

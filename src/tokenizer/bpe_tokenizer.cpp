@@ -36,6 +36,7 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
 
 struct BpeTokenizer::Scratch {
   std::vector<int32_t> syms;
+  MergeTable::Scratch merge;
   std::vector<CacheEntry> cache;  // size is a power of two, or empty (no caching)
 };
 
@@ -124,7 +125,7 @@ void BpeTokenizer::encode_piece(const uint8_t* b, const uint8_t* e, std::vector<
   s.syms.resize(len);
   for (size_t i = 0; i < len; ++i) s.syms[i] = byte_id_[b[i]];
   const size_t before = out.size();
-  merges_.apply(s.syms, out);
+  merges_.apply(s.syms, out, s.merge);
   if (slot) *slot = {h, b, uint32_t(len), uint32_t(before), uint32_t(out.size() - before)};
 }
 

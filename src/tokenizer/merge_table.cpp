@@ -2,14 +2,14 @@
 #include "tokenizer/merge_table.h"
 
 #include <algorithm>
-#include <queue>
 
 namespace ds4::tokenizer {
 
 namespace {
 constexpr uint32_t kNoRank = UINT32_MAX;
-// Pieces up to this many symbols use the quadratic scan (cheaper than a heap for short words).
-constexpr size_t kShortPiece = 48;
+// Pieces up to this many symbols use the quadratic scan (cheaper than a heap for short words;
+// CJK runs and long identifiers go to the heap).
+constexpr size_t kShortPiece = 24;
 }  // namespace
 
 void MergeTable::reserve(size_t n) {
@@ -44,13 +44,13 @@ void MergeTable::add(int32_t left, int32_t right, uint32_t rank, int32_t result)
   }
 }
 
-void MergeTable::apply(std::vector<int32_t>& syms, std::vector<int32_t>& out) const {
+void MergeTable::apply(std::vector<int32_t>& syms, std::vector<int32_t>& out, Scratch& scratch) const {
   if (syms.size() <= 1) {
     out.insert(out.end(), syms.begin(), syms.end());
   } else if (syms.size() <= kShortPiece) {
     apply_short(syms, out);
   } else {
-    apply_long(syms, out);
+    apply_long(syms, out, scratch);
   }
 }
 
@@ -90,42 +90,46 @@ void MergeTable::apply_short(std::vector<int32_t>& syms, std::vector<int32_t>& o
   out.insert(out.end(), syms.begin(), syms.begin() + ptrdiff_t(n));
 }
 
-void MergeTable::apply_long(std::vector<int32_t>& syms, std::vector<int32_t>& out) const {
+void MergeTable::apply_long(std::vector<int32_t>& syms, std::vector<int32_t>& out, Scratch& sc) const {
   // Symbols form a doubly linked list over their original positions; a merged symbol keeps the
-  // left position. Heap entries are validated lazily when popped.
-  const size_t n = syms.size();
-  std::vector<int32_t> prev(n), next(n);
-  for (size_t i = 0; i < n; ++i) {
-    prev[i] = int32_t(i) - 1;
-    next[i] = i + 1 < n ? int32_t(i + 1) : -1;
+  // left position, and a consumed one is marked by prev = -2. Heap entries are validated lazily
+  // when popped: (rank, pos) order = lowest rank first, leftmost on ties.
+  const int32_t n = int32_t(syms.size());
+  sc.prev.resize(size_t(n));
+  sc.next.resize(size_t(n));
+  for (int32_t i = 0; i < n; ++i) {
+    sc.prev[i] = i - 1;
+    sc.next[i] = i + 1 < n ? i + 1 : -1;
   }
-  struct Cand {
-    uint32_t rank;
-    int32_t pos;
-    int32_t left, right;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  using Cand = Scratch::Cand;
+  auto later = [](const Cand& a, const Cand& b) { return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos; };
+  sc.heap.clear();
   auto push = [&](int32_t i) {
-    if (i < 0 || next[i] < 0) return;
-    if (const Merge* m = find(syms[i], syms[next[i]])) heap.push({m->rank, i, syms[i], syms[next[i]]});
+    if (i < 0 || sc.next[i] < 0) return;
+    if (const Merge* m = find(syms[i], syms[sc.next[i]])) {
+      sc.heap.push_back({m->rank, i, syms[i], syms[sc.next[i]]});
+      std::push_heap(sc.heap.begin(), sc.heap.end(), later);
+    }
   };
-  for (size_t i = 0; i + 1 < n; ++i) push(int32_t(i));
-  std::vector<bool> dead(n, false);
-  while (!heap.empty()) {
-    const Cand c = heap.top();
-    heap.pop();
+  for (int32_t i = 0; i + 1 < n; ++i) {
+    if (const Merge* m = find(syms[i], syms[i + 1])) sc.heap.push_back({m->rank, i, syms[i], syms[i + 1]});
+  }
+  std::make_heap(sc.heap.begin(), sc.heap.end(), later);
+  while (!sc.heap.empty()) {
+    std::pop_heap(sc.heap.begin(), sc.heap.end(), later);
+    const Cand c = sc.heap.back();
+    sc.heap.pop_back();
     const int32_t i = c.pos;
-    if (dead[i] || syms[i] != c.left || next[i] < 0 || syms[next[i]] != c.right) continue;
-    const int32_t j = next[i];
+    if (sc.prev[i] == -2 || syms[i] != c.left || sc.next[i] < 0 || syms[sc.next[i]] != c.right) continue;
+    const int32_t j = sc.next[i];
     syms[i] = find(c.left, c.right)->result;
-    dead[j] = true;
-    next[i] = next[j];
-    if (next[j] >= 0) prev[next[j]] = i;
-    push(prev[i]);
+    sc.prev[j] = -2;
+    sc.next[i] = sc.next[j];
+    if (sc.next[j] >= 0) sc.prev[sc.next[j]] = i;
+    push(sc.prev[i]);
     push(i);
   }
-  for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(syms[i]);
+  for (int32_t i = 0; i >= 0; i = sc.next[i]) out.push_back(syms[i]);
 }
 
 }  // namespace ds4::tokenizer

@@ -40,9 +40,21 @@ class MergeTable {
   size_t size() const { return size_; }
   size_t memory_bytes() const { return slots_.capacity() * sizeof(Slot); }
 
+  // Working memory for long pieces, owned by the caller (one per encode call, reused across
+  // pieces so the merge loop allocates nothing in the steady state).
+  struct Scratch {
+    struct Cand {
+      uint32_t rank;
+      int32_t pos;
+      int32_t left, right;
+    };
+    std::vector<int32_t> prev, next;
+    std::vector<Cand> heap;
+  };
+
   // Runs BPE on `syms` (the piece's byte-symbol ids, modified in place as scratch) and appends the
   // resulting ids to out.
-  void apply(std::vector<int32_t>& syms, std::vector<int32_t>& out) const;
+  void apply(std::vector<int32_t>& syms, std::vector<int32_t>& out, Scratch& scratch) const;
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t(0);
@@ -59,7 +71,7 @@ class MergeTable {
   }
   void grow();
   void apply_short(std::vector<int32_t>& syms, std::vector<int32_t>& out) const;
-  void apply_long(std::vector<int32_t>& syms, std::vector<int32_t>& out) const;
+  void apply_long(std::vector<int32_t>& syms, std::vector<int32_t>& out, Scratch& scratch) const;
 
   std::vector<Slot> slots_;
   size_t mask_ = 0;

@@ -4,15 +4,10 @@
 #include <cstddef>
 
 namespace ds4::tokenizer {
-namespace {
+namespace unicode_detail {
 #include "tokenizer/unicode_tables.inc"
-}  // namespace
+}  // namespace unicode_detail
 
-uint8_t unicode_flags(uint32_t cp) {
-  if (cp >= 0x110000) return 0;
-  return kUcStage2[std::size_t(kUcStage1[cp >> 8]) * 256 + (cp & 255)];
-}
-
-const char* unicode_table_version() { return kUnicodeVersion; }
+const char* unicode_table_version() { return unicode_detail::kUnicodeVersion; }
 
 }  // namespace ds4::tokenizer

@@ -17,8 +17,18 @@ enum UcFlag : uint8_t {
   kUcWS = 32,  // \s     = White_Space (Oniguruma/PCRE semantics; includes U+0085, excludes U+FEFF)
 };
 
+namespace unicode_detail {
+// The generated two-stage table (unicode_tables.inc): stage1[cp >> 8] selects a 256-entry block.
+extern const uint16_t kUcStage1[0x110000 >> 8];
+extern const uint8_t kUcStage2[];
+}  // namespace unicode_detail
+
 // Flags of a scalar value (0 for unassigned, controls other than white space, surrogates, ...).
-uint8_t unicode_flags(uint32_t cp);
+// Inline: it runs once per character of every encoded text.
+inline uint8_t unicode_flags(uint32_t cp) {
+  if (cp >= 0x110000) return 0;
+  return unicode_detail::kUcStage2[uint32_t(unicode_detail::kUcStage1[cp >> 8]) * 256 + (cp & 255)];
+}
 
 // The Unicode version the table was generated from, e.g. "17.0".
 const char* unicode_table_version();

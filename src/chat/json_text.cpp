@@ -16,6 +16,7 @@ bool is_hex(char c) {
 }
 
 std::optional<size_t> scan(std::string_view t, size_t p, int depth);
+size_t utf8_len(std::string_view s, size_t i);
 
 std::optional<size_t> scan_string(std::string_view t, size_t p) {
   size_t i = p + 1;
@@ -23,6 +24,13 @@ std::optional<size_t> scan_string(std::string_view t, size_t p) {
     const unsigned char c = static_cast<unsigned char>(t[i]);
     if (c == '"') return i + 1 - p;
     if (c < 0x20) return std::nullopt;
+    if (c >= 0x80) {
+      // Strings must be valid UTF-8 (RFC 8259 §8.1; nlohmann rejects anything else).
+      const size_t n = utf8_len(t, i);
+      if (n == 0) return std::nullopt;
+      i += n;
+      continue;
+    }
     if (c == '\\') {
       if (i + 1 >= t.size()) return std::nullopt;
       const char e = t[i + 1];

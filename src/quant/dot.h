@@ -14,9 +14,9 @@
 // AVX2 kernels sum in a different order; |avx2 - ref| <= 2n·2^-24·Σ|w_i x_i| (error bound of two
 // differently-ordered float sums of n terms).
 //
-// Preconditions (not checked in the kernels, which are the hot loop): n is a multiple of the weight
-// block size, and activation quants lie in [-127, 127] — true for everything quantize_act_* makes
-// (the AVX2 sign trick cannot represent -(-128)). Use matvec() for a checked entry point.
+// Precondition (not checked in the kernels, which are the hot loop): n is a multiple of the weight
+// block size. Any weight bytes and any activation quants (-128 included) are handled exactly.
+// Use matvec() for a checked entry point.
 // Everything here is a pure function; the kernel tables are immutable constants.
 #pragma once
 

@@ -23,12 +23,15 @@ namespace {
 
 DS4_AVX2 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// Σ of 32 int8 products w·x with x in [-127, 127]: |w| * (x * sign(w)) pairs via maddubs, then
-// widened to 8 int32 lanes.
-DS4_AVX2 inline __m256i dot_i8x32(__m256i w, __m256i x) {
-  const __m256i aw = _mm256_sign_epi8(w, w);
-  const __m256i sx = _mm256_sign_epi8(x, w);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+// Σ of 32 int8 products w·x as 8 int32 lanes, exact for every pair of int8 values: both sides are
+// sign-extended to int16 (the maddubs |w|·sign(x,w) shortcut would be wrong for x = w = -128).
+DS4_AVX2 inline __m256i dot_i8x32(const void* w, const void* x) {
+  const auto* w8 = static_cast<const __m128i*>(w);
+  const auto* x8 = static_cast<const __m128i*>(x);
+  const __m256i lo = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(w8)), _mm256_cvtepi8_epi16(_mm_loadu_si128(x8)));
+  const __m256i hi =
+      _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(w8 + 1)), _mm256_cvtepi8_epi16(_mm_loadu_si128(x8 + 1)));
+  return _mm256_add_epi32(lo, hi);
 }
 
 // Horizontal sums of four 8-lane int32 vectors -> [Σa, Σb, Σc, Σd].
@@ -77,7 +80,7 @@ DS4_AVX2 float dot_q8_0_avx2(const void* w, const void* act, int64_t n) {
     float scale[4];
     for (int k = 0; k < 4; ++k) {
       const uint8_t* blk = row + (b + k) * 34;
-      s[k] = dot_i8x32(load256(blk + 2), load256(x[b + k].qs));
+      s[k] = dot_i8x32(blk + 2, x[b + k].qs);
       scale[k] = f16_to_f32(load_u16(blk)) * x[b + k].d;
     }
     alignas(16) int32_t isum[4];
@@ -86,7 +89,7 @@ DS4_AVX2 float dot_q8_0_avx2(const void* w, const void* act, int64_t n) {
   }
   for (; b < nb; ++b) {
     const uint8_t* blk = row + b * 34;
-    const int32_t isum = hsum_i32(dot_i8x32(load256(blk + 2), load256(x[b].qs)));
+    const int32_t isum = hsum_i32(dot_i8x32(blk + 2, x[b].qs));
     acc += f16_to_f32(load_u16(blk)) * x[b].d * static_cast<float>(isum);
   }
   return acc;
@@ -157,15 +160,14 @@ DS4_AVX2 float dot_q4_K_avx2(const void* w, const void* act, int64_t n) {
   return sumf;
 }
 
-// ksigns expanded to one byte per element: 0xff (-1) where negative, 0x01 (+1) otherwise, so
-// _mm256_sign_epi8 applies a chunk's signs to the activation in one instruction.
-constexpr auto kSignBytes = [] {
+// ksigns expanded to one byte per element: 0xff where the element is negative, 0x00 otherwise.
+constexpr auto kSignMask = [] {
   struct T {
     uint64_t v[128];
   } t{};
   for (int s = 0; s < 128; ++s)
     for (int i = 0; i < 8; ++i)
-      t.v[s] |= static_cast<uint64_t>(((kKsignsIq2xs[s] >> i) & 1) ? 0xff : 0x01) << (8 * i);
+      if ((kKsignsIq2xs[s] >> i) & 1) t.v[s] |= uint64_t{0xff} << (8 * i);
   return t;
 }();
 
@@ -182,12 +184,16 @@ DS4_AVX2 float dot_iq2_xxs_avx2(const void* w, const void* act, int64_t n) {
       const __m256i grid = _mm256_setr_epi64x(
           static_cast<int64_t>(kIq2xxsGrid[aux[0] & 0xff]), static_cast<int64_t>(kIq2xxsGrid[(aux[0] >> 8) & 0xff]),
           static_cast<int64_t>(kIq2xxsGrid[(aux[0] >> 16) & 0xff]), static_cast<int64_t>(kIq2xxsGrid[aux[0] >> 24]));
-      const __m256i sgn = _mm256_setr_epi64x(static_cast<int64_t>(kSignBytes.v[aux[1] & 127]),
-                                             static_cast<int64_t>(kSignBytes.v[(aux[1] >> 7) & 127]),
-                                             static_cast<int64_t>(kSignBytes.v[(aux[1] >> 14) & 127]),
-                                             static_cast<int64_t>(kSignBytes.v[(aux[1] >> 21) & 127]));
-      const __m256i q8 = _mm256_sign_epi8(load256(y[b].qs + 32 * g), sgn);
-      const __m256i p16 = _mm256_maddubs_epi16(grid, q8);  // grid bytes 8/25/43 are the unsigned side
+      const __m256i neg = _mm256_setr_epi64x(static_cast<int64_t>(kSignMask.v[aux[1] & 127]),
+                                             static_cast<int64_t>(kSignMask.v[(aux[1] >> 7) & 127]),
+                                             static_cast<int64_t>(kSignMask.v[(aux[1] >> 14) & 127]),
+                                             static_cast<int64_t>(kSignMask.v[(aux[1] >> 21) & 127]));
+      // The grid bytes (8/25/43) are the unsigned side of maddubs; the signs are applied by
+      // splitting them into the positive and the negative elements (|pair sums| <= 2*43*128, so
+      // the int16 difference is exact even for activation quants of -128).
+      const __m256i q8 = load256(y[b].qs + 32 * g);
+      const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(_mm256_andnot_si256(neg, grid), q8),
+                                           _mm256_maddubs_epi16(_mm256_and_si256(neg, grid), q8));
       const int16_t ls = static_cast<int16_t>(2 * (aux[1] >> 28) + 1);
       acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(ls)));
     }

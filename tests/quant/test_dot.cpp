@@ -164,6 +164,43 @@ TEST_F(DotAvx2, QuantizedKernelsAreBitIdenticalOnRandomBytes) {
   }
 }
 
+// Activation blocks over the full int8 range (-128 included, which quantize_act_* only produces
+// for degenerate inputs): the AVX2 kernels must still agree exactly.
+TEST_F(DotAvx2, QuantizedKernelsAreBitIdenticalForFullRangeActivations) {
+  std::mt19937 rng(65);
+  const int64_t n = 1024;
+  for (int iter = 0; iter < 20; ++iter) {
+    std::vector<BlockQ8_K> k(n / 256);
+    for (auto& b : k) {
+      b.d = 0.01f * static_cast<float>(iter + 1);
+      for (auto& q : b.qs) q = static_cast<int8_t>(iter % 2 ? -128 : static_cast<int>(rng() % 256) - 128);
+      for (int j = 0; j < 16; ++j) {
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += b.qs[16 * j + i];
+        b.bsums[j] = static_cast<int16_t>(sum);
+      }
+    }
+    std::vector<BlockQ8_0Act> a0(n / 32);
+    for (auto& b : a0) {
+      b.d = 0.5f;
+      for (auto& q : b.qs) q = static_cast<int8_t>(iter % 2 ? -128 : static_cast<int>(rng() % 256) - 128);
+    }
+    for (GgmlType t : kQuantTypes) {
+      std::vector<uint8_t> w(*type_bytes(t, n));
+      for (auto& v : w) v = static_cast<uint8_t>(iter % 2 ? 0x80 : rng());
+      const size_t bb = *type_bytes(t, t == GgmlType::Q8_0 ? 32 : 256);
+      for (size_t off = 0; off < w.size(); off += bb) {  // finite, moderate f16 scales
+        const size_t d_off = t == GgmlType::Q2_K ? 80 : 0;
+        for (int s = 0; s < (t == GgmlType::Q2_K || t == GgmlType::Q4_K ? 2 : 1); ++s) w[off + d_off + 2 * s + 1] &= 0x3f;
+      }
+      const void* act = t == GgmlType::Q8_0 ? static_cast<const void*>(a0.data()) : k.data();
+      const float r = ref_.for_type(t)(w.data(), act, n);
+      const float f = fast_.for_type(t)(w.data(), act, n);
+      ASSERT_TRUE(same_float(r, f)) << type_name(t) << " iter " << iter << " ref " << r << " avx2 " << f;
+    }
+  }
+}
+
 // Float kernels sum in another order: |fast - ref| <= 2 n 2^-24 Σ|w x|.
 TEST_F(DotAvx2, FloatKernelsWithinSummationBound) {
   for (GgmlType t : kFloatTypes) {

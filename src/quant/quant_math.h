@@ -33,6 +33,16 @@ inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi 
 // (f16 scales saturate at 65504), and small enough that weighted sums of squares cannot overflow.
 inline constexpr float kInputClamp = 1e9f;
 
+// True when importance weights exist and are not all zero for this block: an all-zero block of an
+// imatrix (a column never activated) carries no information, so encoders fall back to their
+// unweighted path rather than fitting nothing.
+inline bool has_importance(const float* imp, int n) {
+  if (imp == nullptr) return false;
+  for (int i = 0; i < n; ++i)
+    if (imp[i] > 0) return true;
+  return false;
+}
+
 struct ScaleSearch {
   float rmin;    // first candidate offset of the inverse scale: (nmax + rmin + rdelta*t) / (max - min)
   float rdelta;  // candidate step

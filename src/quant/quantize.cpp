@@ -116,6 +116,10 @@ Status quantize_row(GgmlType type, const float* src, void* dst, int64_t n, const
       return invalid_argument("quantize: non-finite value at index " + std::to_string(i) + " (" +
                               std::string(traits->name) + ")");
   const float* imp = opts.importance;
+  if (imp != nullptr)
+    for (int64_t i = 0; i < n; ++i)
+      if (!(imp[i] >= 0) || !std::isfinite(imp[i]))
+        return invalid_argument("quantize: importance must be finite and >= 0 (index " + std::to_string(i) + ")");
   auto* out = static_cast<uint8_t*>(dst);
   switch (type) {
     case GgmlType::F32:

@@ -31,7 +31,8 @@ enum class QuantEffort {
 
 struct QuantizeOptions {
   // [n_cols] per-column importance (an imatrix, or column_importance()); null = all columns equal.
-  // Used by Q2_K, Q4_K (weighted search) and IQ2_XXS; ignored by the other types.
+  // Finite and >= 0 (else invalid_argument). Used by Q2_K, Q4_K (weighted search) and IQ2_XXS;
+  // ignored by the other types. A block whose importances are all 0 is encoded unweighted.
   const float* importance = nullptr;
   QuantEffort effort = QuantEffort::best;
 };

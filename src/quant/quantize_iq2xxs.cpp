@@ -178,6 +178,7 @@ void quantize_block_iq2_xxs(const float* xin, BlockIQ2_XXS* y, const float* impo
   for (int i = 0; i < kQK_K; ++i) sigma2 += x[i] * x[i];
   sigma2 /= kQK_K;
 
+  if (!quant_detail::has_importance(importance, kQK_K)) importance = nullptr;
   float t[kQK_K], w[kQK_K];
   uint8_t sign_idx[32];
   GroupFit fits[8];

@@ -89,7 +89,7 @@ void quantize_block_q2_K(const float* xin, BlockQ2_K* y, const float* importance
   uint8_t ls[kN], lm[kN];
 
   const bool fast = effort == QuantEffort::fast;
-  const bool weighted = importance != nullptr && !fast;
+  const bool weighted = quant_detail::has_importance(importance, kQK_K) && !fast;
   float sigma2 = 0;
   for (int i = 0; i < kQK_K; ++i) sigma2 += x[i] * x[i];
   sigma2 /= kQK_K;
@@ -132,7 +132,7 @@ void quantize_block_q4_K(const float* xin, BlockQ4_K* y, const float* importance
   uint8_t ls[kN], lm[kN];
 
   const bool fast = effort == QuantEffort::fast;
-  const bool weighted = importance != nullptr && !fast;
+  const bool weighted = quant_detail::has_importance(importance, kQK_K) && !fast;
   float sum_x2 = 0;
   for (int i = 0; i < kQK_K; ++i) sum_x2 += x[i] * x[i];
   const float sigma2 = 2 * sum_x2 / kQK_K;

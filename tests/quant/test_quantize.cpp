@@ -148,6 +148,16 @@ TEST(Quantize, ImportanceReducesErrorWhereItMatters) {
   }
 }
 
+// An all-zero importance block (a column set never activated) must not zero the weights.
+TEST(Quantize, ZeroImportanceFallsBackToUnweighted) {
+  const auto x = gaussian(512, 13);
+  const std::vector<float> zeros(512, 0.0f);
+  QuantizeOptions o;
+  o.importance = zeros.data();
+  for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS})
+    EXPECT_EQ(encode(t, x, o), encode(t, x)) << type_name(t);
+}
+
 TEST(Quantize, AllZeroBlocksGiveZeroBytesOrZeroValues) {
   const std::vector<float> z(512, 0.0f);
   for (GgmlType t : kWeightTypes) {
@@ -211,6 +221,13 @@ TEST(Quantize, RejectsBadInput) {
   EXPECT_EQ(quantize_row(GgmlType::I32, x.data(), out.data(), 256).code(), StatusCode::unsupported);
   EXPECT_EQ(quantize_row(static_cast<GgmlType>(3), x.data(), out.data(), 256).code(), StatusCode::unsupported);
   EXPECT_EQ(quantize_rows(GgmlType::Q8_0, x.data(), out.data(), 2, 100).code(), StatusCode::invalid_argument);
+  std::vector<float> imp(256, 1.0f);
+  imp[3] = -1;
+  QuantizeOptions o;
+  o.importance = imp.data();
+  EXPECT_EQ(quantize_row(GgmlType::IQ2_XXS, x.data(), out.data(), 256, o).code(), StatusCode::invalid_argument);
+  imp[3] = NAN;
+  EXPECT_EQ(quantize_row(GgmlType::Q2_K, x.data(), out.data(), 256, o).code(), StatusCode::invalid_argument);
   x[200] = NAN;
   s = quantize_rows(GgmlType::Q8_0, x.data(), out.data(), 2, 128);
   EXPECT_NE(s.message().find("row 1"), std::string::npos) << s.message();
@@ -289,6 +306,17 @@ TEST(ActQuant, Q8_KFollowsDs4) {
   EXPECT_EQ(y[0].d, 0.0f);
   for (int i = 0; i < 256; ++i) ASSERT_EQ(y[0].qs[i], 0);
   for (int k = 0; k < 16; ++k) ASSERT_EQ(y[0].bsums[k], 0);
+}
+
+// quantize_row(Q8_K) is the same activation quantizer; decoding it is within half a step.
+TEST(ActQuant, Q8_KThroughTheRowApi) {
+  const auto x = gaussian(1024, 12);
+  const auto bytes = encode(GgmlType::Q8_K, x);
+  std::vector<BlockQ8_K> direct(4);
+  quantize_act_q8_K(x.data(), direct.data(), 1024);
+  ASSERT_EQ(std::memcmp(bytes.data(), direct.data(), bytes.size()), 0);
+  const auto y = decode(GgmlType::Q8_K, bytes, x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_LE(std::fabs(x[i] - y[i]), 0.5001f * std::fabs(direct[i / 256].d));
 }
 
 // quantize_q8_0_activation: d = amax/127 stays f32, q = lrint(x / d) (ties to even).

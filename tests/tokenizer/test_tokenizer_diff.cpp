@@ -16,6 +16,7 @@
 
 #include "full_vocab.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/pretokenizer_regex.h"
 #include "tokenizer/utf8.h"
 
 namespace ds4::tokenizer {
@@ -81,6 +82,31 @@ std::string describe_mismatch(const BpeTokenizer& tok, const std::vector<TokenId
   show("ours  ", ours);
   show("oracle", theirs);
   return os.str();
+}
+
+// The hand-written pre-tokenizer equals the official regexes run by PCRE2 on every document.
+TEST(TokenizerDiff, ScannerEqualsOfficialRegexesOnCorpus) {
+  const auto docs = read_corpus(DS4_TOKENIZER_CORPUS_DIR);
+  ASSERT_GT(docs.size(), 100u);
+  auto re = RegexPretokenizer::create();
+  ASSERT_TRUE(re.ok()) << re.status().to_string();
+  size_t bad = 0, n_pieces = 0;
+  for (const Doc& d : docs) {
+    const std::string text = utf8_sanitize(d.bytes);
+    auto ref = re->split(text);
+    ASSERT_TRUE(ref.ok()) << ref.status().to_string();
+    const auto ours = pretokenize_pieces(text);
+    n_pieces += ours.size();
+    if (ours != *ref && ++bad <= 5) {
+      size_t i = 0;
+      while (i < ours.size() && i < ref->size() && ours[i] == (*ref)[i]) ++i;
+      ADD_FAILURE() << d.name << ": piece " << i << " differs: ours '"
+                    << (i < ours.size() ? std::string(ours[i]) : "<end>") << "' regex '"
+                    << (i < ref->size() ? std::string((*ref)[i]) : "<end>") << "'";
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  std::printf("[regex] %zu documents, %zu pieces, mismatching documents: %zu\n", docs.size(), n_pieces, bad);
 }
 
 TEST(TokenizerDiff, IdenticalToJsOracleOnCorpus) {

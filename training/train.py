@@ -611,7 +611,7 @@ def main():
     log("versions", results["versions"])
 
     data = {}
-    for part in ("train", "eval"):
+    for part in (("eval",) if args.from_export else ("train", "eval")):
         for name in CORPORA:
             data[f"{part}_{name}"] = load_u32(os.path.join(args.data, f"{part}_{name}.u32"))
     with open(os.path.join(args.data, "refseqs.json")) as f:

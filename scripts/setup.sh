@@ -15,7 +15,8 @@ PKGS=(build-essential cmake ninja-build pkg-config git ca-certificates
       libgtest-dev libgmock-dev libbenchmark-dev
       clang libclang-rt-14-dev
       python3 curl nginx-light gnuplot-nox
-      manpages-zh manpages-ja manpages-it manpages-ru fortunes-zh fortunes-it hunspell-ko unicode-data)
+      manpages-zh manpages-ja manpages-it manpages-ru fortunes-zh fortunes-it hunspell-ko unicode-data
+      bible-kjv bible-kjv-text fortunes fortunes-min jargon-text)  # training/make_corpus.py corpus sources
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,6 +1,8 @@
 // generate.cpp — profiles and the streaming, multi-threaded write of a synthetic model.
 #include "generate.h"
 
+#include <algorithm>
+
 #include "gguf/gguf.h"
 #include "modelspec/profiles.h"
 #include "tokenizer/hf_import.h"
@@ -36,6 +38,16 @@ Result<Profile> make_profile(const std::string& name, const ProfileOptions& opts
                             "' (expected tiny, tiny-chat, tiny-quant, flash-q2 or flash-q4)");
   }
   if (opts.types) p.policy = *opts.types;
+  if (opts.layers != 0) {
+    const uint32_t hca = p.cfg.hca_ratio() ? p.cfg.hca_ratio() : 128;
+    const float clamp = p.cfg.swiglu_clamp.empty() ? 10.0f : p.cfg.swiglu_clamp[0];
+    p.cfg.n_layer = opts.layers;
+    p.cfg.compress_ratios.clear();
+    for (uint32_t l = 0; l < opts.layers; ++l) p.cfg.compress_ratios.push_back(modelspec::scheduled_ratio(l, hca));
+    p.cfg.swiglu_clamp.assign(opts.layers, clamp);
+    p.cfg.n_hash_layers = std::min(p.cfg.n_hash_layers, opts.layers);
+    p.layers_override = true;
+  }
   DS4_RETURN_IF_ERROR(modelspec::validate_config(p.cfg));
   return p;
 }
@@ -80,6 +92,7 @@ Status write_model(const Profile& p, const GenerateOptions& opts) {
   modelspec::write_model_metadata(p.cfg, p.meta, w);
   w.add_u64("ds4cpp.generator.seed", opts.seed);
   w.add_string("ds4cpp.generator.profile", p.name + " (" + modelspec::type_policy_name(p.policy) + ")");
+  if (p.layers_override) w.add_u32("ds4cpp.generator.layers", p.cfg.n_layer);
   tokenizer::write_tokenizer_metadata(td, w);
   return write_inventory(inv, p, opts, w, opts.out_path);
 }

@@ -31,11 +31,15 @@ struct Profile {
   QuantSource quant_source = QuantSource::quantize_floats;
   TokenizerSource tokenizer = TokenizerSource::small_vocab;
   modelspec::MetadataOptions meta;
+  bool layers_override = false;  // recorded as ds4cpp.generator.layers
 };
 
 struct ProfileOptions {
   bool f16 = false;                                // tiny/tiny-chat: F16 instead of F32 weights
   std::optional<modelspec::TypePolicy> types;      // override the profile's type policy
+  // Override the layer count, keeping the schedule pattern (0, 0, 4, HCA, 4, …) and every width:
+  // e.g. a 2-layer model with the full Flash shapes for loader/kernel work without 81 GiB.
+  uint32_t layers = 0;
 };
 
 Result<Profile> make_profile(const std::string& name, const ProfileOptions& opts);

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   app.add_option("--mtp-out", mtp_out, "also write the MTP block as a separate GGUF");
   app.add_option("--threads", threads, "threads producing tensor payloads")->capture_default_str();
   app.add_flag("--f16", f16, "tiny/tiny-chat: store weights as F16 instead of F32");
+  uint32_t layers = 0;
+  app.add_option("--layers", layers, "override the layer count (schedule pattern and widths kept)");
   app.add_option("--types", types, "override the type policy: q2 | q4 | f32 | f16");
   app.add_option("--tokenizer-json", tok_json, "DeepSeek tokenizer.json (tiny-chat, flash-*)")
       ->capture_default_str();
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
 
   ds4::gen::ProfileOptions po;
   po.f16 = f16;
+  po.layers = layers;
   if (!types.empty()) {
     po.types = ds4::modelspec::type_policy_from_name(types);
     if (!po.types) {

@@ -1,0 +1,68 @@
+// cli_common.h — pieces shared by the model-running subcommands (generate, run): engine flags and
+// turning them into EngineOptions. Header-only so each cmd_*.cpp stays self-contained.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ds4/engine.h"
+
+namespace ds4::cli {
+
+struct EngineFlags {
+  std::string model;
+  int threads = 0;
+  int64_t ctx = 32768;
+  int32_t chunk = 0;
+  std::string numerics = "official";
+  bool warm_weights = false;
+  bool no_shared_clamp = false;
+  bool cpu = false;
+};
+
+inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
+  app.add_option("-m,--model", f.model, "model GGUF file")->required();
+  app.add_option("-t,--threads", f.threads, "CPU threads (0 = all cores)");
+  app.add_option("-c,--ctx", f.ctx, "session context limit in tokens")->capture_default_str();
+  app.add_option("--chunk", f.chunk, "prefill tokens per forward step (0 = 64)");
+  app.add_option("--numerics", f.numerics,
+                 "official (FP8 KV, FP4 indexer, f16 cache: what ds4 computes) | reference (float32, no "
+                 "simulations: what HF transformers computes)")
+      ->capture_default_str();
+  app.add_flag("--warm-weights", f.warm_weights, "touch every weight page at load");
+  app.add_flag("--no-shared-clamp", f.no_shared_clamp, "do not clamp the shared expert's SwiGLU (HF revision B)");
+  app.add_flag("--cpu", f.cpu, "use the CPU backend (the only one built into this binary)");
+}
+
+inline bool engine_options(const EngineFlags& f, EngineOptions& o) {
+  o.model_path = f.model;
+  o.n_threads = f.threads;
+  o.max_context = f.ctx;
+  o.max_chunk = f.chunk;
+  o.warm_weights = f.warm_weights;
+  o.shared_expert_clamp = !f.no_shared_clamp;
+  o.backend = BackendKind::cpu;
+  if (f.numerics == "official") {
+    o.numerics = Numerics::official;
+  } else if (f.numerics == "reference") {
+    o.numerics = Numerics::reference;
+  } else {
+    std::fprintf(stderr, "ds4: --numerics must be 'official' or 'reference', got '%s'\n", f.numerics.c_str());
+    return false;
+  }
+  return true;
+}
+
+// ds4 spells the system flag "-sys"; CLI11 only knows one-letter short options, so map it.
+inline std::vector<std::string> normalize_args(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) out.push_back(std::string(argv[i]) == "-sys" ? "--system" : argv[i]);
+  std::reverse(out.begin(), out.end());  // CLI11's vector overload expects reversed order
+  return out;
+}
+
+}  // namespace ds4::cli

@@ -29,10 +29,8 @@ class Cursor {
 
   // Fails unless n more bytes exist; `what` names the field for the message.
   Status need(uint64_t n, std::string_view what) const {
-    if (n > remaining()) {
-      return data_error(pos_, "truncated: " + std::string(what) + " needs " + std::to_string(n) +
-                                  " bytes, " + std::to_string(remaining()) + " remain");
-    }
+    if (n > remaining()) [[unlikely]]
+      return truncated(n, what);
     return Status::Ok();
   }
 
@@ -49,16 +47,24 @@ class Cursor {
     uint64_t start = pos_;
     uint64_t len = 0;
     DS4_RETURN_IF_ERROR(read(&len, what));
-    if (len > remaining()) {
-      return data_error(start, std::string(what) + " length " + std::to_string(len) + " exceeds the " +
-                                   std::to_string(remaining()) + " bytes that remain in the file");
-    }
+    if (len > remaining()) [[unlikely]]
+      return string_too_long(start, len, what);
     *out = std::string_view(reinterpret_cast<const char*>(base_ + pos_), static_cast<size_t>(len));
     pos_ += len;
     return Status::Ok();
   }
 
  private:
+  // Error paths kept out of line so the hot reads stay small enough to inline.
+  [[gnu::noinline]] Status truncated(uint64_t n, std::string_view what) const {
+    return data_error(pos_, "truncated: " + std::string(what) + " needs " + std::to_string(n) + " bytes, " +
+                                std::to_string(remaining()) + " remain");
+  }
+  [[gnu::noinline]] Status string_too_long(uint64_t start, uint64_t len, std::string_view what) const {
+    return data_error(start, std::string(what) + " length " + std::to_string(len) + " exceeds the " +
+                                 std::to_string(remaining()) + " bytes that remain in the file");
+  }
+
   const uint8_t* base_;
   uint64_t size_;
   uint64_t pos_ = 0;

@@ -64,13 +64,15 @@ class MetadataParser {
   MetadataParser(Cursor& cur, uint64_t budget) : cur_(cur), budget_left_(budget), budget_(budget) {}
 
   Status charge(uint64_t bytes, uint64_t at) {
-    if (bytes > budget_left_) {
-      return out_of_memory("gguf: offset " + std::to_string(at) + ": metadata needs more than " +
-                           std::to_string(budget_) +
-                           " bytes of memory to materialize (OpenOptions::max_metadata_bytes)");
-    }
+    if (bytes > budget_left_) [[unlikely]]
+      return over_budget(at);
     budget_left_ -= bytes;
     return Status::Ok();
+  }
+
+  [[gnu::noinline]] Status over_budget(uint64_t at) const {
+    return out_of_memory("gguf: offset " + std::to_string(at) + ": metadata needs more than " +
+                         std::to_string(budget_) + " bytes of memory to materialize (OpenOptions::max_metadata_bytes)");
   }
 
   Status read_type(ValueType* out, std::string_view what, const std::string& key) {
@@ -119,7 +121,7 @@ class MetadataParser {
         std::string_view s;
         DS4_RETURN_IF_ERROR(cur_.read_string(&s, "string value"));
         DS4_RETURN_IF_ERROR(charge(string_heap_cost(s.size()), at));
-        out->v = std::string(s);
+        out->v.emplace<std::string>(s);
         return Status::Ok();
       }
       case ValueType::array: return read_array(depth + 1, key, out);
@@ -158,7 +160,19 @@ class MetadataParser {
     auto arr = std::make_shared<Array>();
     arr->elem_type = elem;
     arr->items.resize(static_cast<size_t>(count));
-    for (auto& item : arr->items) DS4_RETURN_IF_ERROR(read_value(elem, level, key, &item));
+    if (elem == ValueType::string) {
+      // Fast path for the tokenizer's vocab and merges (~130k strings each in the real files).
+      for (auto& item : arr->items) {
+        uint64_t s_at = cur_.pos();
+        std::string_view s;
+        DS4_RETURN_IF_ERROR(cur_.read_string(&s, "string value"));
+        DS4_RETURN_IF_ERROR(charge(string_heap_cost(s.size()), s_at));
+        item.type = ValueType::string;
+        item.v.emplace<std::string>(s);
+      }
+    } else {
+      for (auto& item : arr->items) DS4_RETURN_IF_ERROR(read_value(elem, level, key, &item));
+    }
     out->v = std::move(arr);
     return Status::Ok();
   }

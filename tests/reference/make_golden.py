@@ -21,7 +21,7 @@ Output files in OUTDIR (all little-endian, no headers; shapes in manifest.json):
     seq{i}.expert_margin.f32   float32 [L][S]      relative gap between the K-th and (K+1)-th
                                                    biased router score (inf on hash layers)
     seq{i}.experts.i32         int32 [L][S][K]     selected experts, ascending
-    seq0.hc_states.f32         float32 [N][P][NHC][E]  HC state after embedding/each layer, first P positions
+    seq0.hc_states.f32         float32 [N][P][NHC][E]  HC state entering each layer (entry 0 = embedding), first P positions
     manifest.json              versions, revision checks, config, sequences, files, statistics
 """
 import argparse

@@ -184,11 +184,14 @@ std::string Value::to_display(size_t max_items) const {
       out += std::to_string(a->items.size());
       out += "] [";
       size_t shown = std::min(a->items.size(), max_items);
-      for (size_t i = 0; i < shown; ++i) {
+      // Nested arrays multiply (max_items^depth), so the text is also capped in length.
+      constexpr size_t kMaxChars = 2048;
+      size_t i = 0;
+      for (; i < shown && out.size() < kMaxChars; ++i) {
         if (i) out += ", ";
         out += a->items[i].to_display(max_items);
       }
-      if (shown < a->items.size()) out += shown ? ", ..." : "...";
+      if (i < a->items.size()) out += i ? ", ..." : "...";
       out += ']';
       return out;
     }

@@ -86,6 +86,14 @@ TEST(GgufValue, Display) {
   EXPECT_NE(d.find("(1000 bytes)"), std::string::npos);
 }
 
+TEST(GgufValue, DisplayOfWideDeepArraysStaysShort) {
+  Value v = Value::of_array(ValueType::u64, std::vector<Value>(8, Value::of_u64(123456789)));
+  for (int d = 1; d < 8; ++d) v = Value::of_array(ValueType::array, std::vector<Value>(8, v));
+  std::string d = v.to_display(8);  // 8^8 leaves if printed in full
+  EXPECT_LT(d.size(), 40000u);
+  EXPECT_NE(d.find("..."), std::string::npos);
+}
+
 TEST(GgufValue, TypeNames) {
   EXPECT_STREQ(value_type_name(ValueType::boolean), "bool");
   EXPECT_STREQ(value_type_name(ValueType::f64), "f64");

@@ -6,8 +6,9 @@
 // tuple is in the grid it is taken, otherwise the best of its precomputed nearest grid neighbours
 // (two distance shells) under the weighted error. The candidate whose chunks give the best
 // least-squares fit wins. Unlike quants.c (which models the levels as 1/3/5) the error is measured
-// with the decoder's real magnitudes 8/25/43. Then d = max_g s_g / 3.875, a 4-bit ls per group, and
-// the chunks are re-picked against the quantized group scale the decoder will actually use.
+// with the decoder's real magnitudes 8/25/43. Then d = max_g s_g / 3.875, and per group the 4-bit ls
+// nearest to s_g or (best effort) one of its neighbours, whichever gives the lowest error once the
+// chunks are re-picked against the quantized group scale the decoder will actually use.
 //
 // The tuple -> grid / neighbour index is built once on first use (a function-local static, immutable
 // afterwards, initialised thread-safely by the language): ~50 KB, built in a few ms.
@@ -222,10 +223,31 @@ void quantize_block_iq2_xxs(const float* xin, BlockIQ2_XXS* y, const float* impo
     uint32_t w0 = 0, w1 = 0;
     int ls = 0;
     if (fits[g].scale > 0) {
-      ls = clamp_int(nearest_int(fits[g].scale / (d * 0.25f) - 0.5f), 0, 15);
-      // Re-pick the chunks against the group scale the decoder will really apply.
-      const float s = d * (0.5f + static_cast<float>(ls)) * 0.25f;
-      for (int k = 0; k < 4; ++k) fits[g].idx[k] = pick_grid(ix, t + 32 * g + 8 * k, w + 32 * g + 8 * k, s, 1.0f / s);
+      // The 4-bit group scale nearest to the fitted one and its two neighbours, each with the chunks
+      // re-picked against the scale the decoder will really apply; keep the lowest weighted error.
+      const int ls0 = clamp_int(nearest_int(fits[g].scale / (d * 0.25f) - 0.5f), 0, 15);
+      float best_err = INFINITY;
+      const int spread = effort == QuantEffort::best ? 1 : 0;  // fast: the nearest ls only
+      for (int cand = ls0 - spread; cand <= ls0 + spread; ++cand) {
+        if (cand < 0 || cand > 15) continue;
+        const float s = d * (0.5f + static_cast<float>(cand)) * 0.25f;
+        int idx[4];
+        float err = 0;
+        for (int k = 0; k < 4; ++k) {
+          const float* tc = t + 32 * g + 8 * k;
+          const float* wc = w + 32 * g + 8 * k;
+          idx[k] = pick_grid(ix, tc, wc, s, 1.0f / s);
+          for (int i = 0; i < 8; ++i) {
+            const float diff = s * ix.magnitude[idx[k]][i] - tc[i];
+            err += wc[i] * diff * diff;
+          }
+        }
+        if (err < best_err) {
+          best_err = err;
+          ls = cand;
+          std::copy(idx, idx + 4, fits[g].idx);
+        }
+      }
     }
     for (int k = 0; k < 4; ++k) {
       w0 |= static_cast<uint32_t>(fits[g].idx[k]) << (8 * k);

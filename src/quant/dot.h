@@ -6,13 +6,15 @@
 // -march=native, so ds4 itself only agrees with them to float rounding):
 //   Q2_K, Q4_K, IQ2_XXS weights · Q8_K activations     (ds4_vec_dot_*_q8_K; Q4_K by the same scheme)
 //   Q8_0 weights            · Q8_0 activation blocks   (dot_q8_0_row: f32 activation scale)
-//   F16, BF16, F32 weights  · f32 activations          (dot_f16_row: plain sequential float sum)
+//   F16, BF16 weights       · f32 activations          (dot_f16_row: plain sequential float sum)
+//   F32 weights             · f32 activations          (matvec_f32: sequential double sum)
 // Each pairing has a scalar reference (*_ref) and an AVX2 version (*_avx2, compiled with
 // target attributes and chosen at run time, so binaries still run on any x86-64). For the
 // quantized pairings the AVX2 result is bit-identical to the reference: integer block sums are
-// exact and the per-block float arithmetic is done in the same order. For the float pairings the
-// AVX2 kernels sum in a different order; |avx2 - ref| <= 2n·2^-24·Σ|w_i x_i| (error bound of two
-// differently-ordered float sums of n terms).
+// exact and the per-block float arithmetic is done in the same order. For F16/BF16 the AVX2
+// kernels sum in a different order; |avx2 - ref| <= 2n·2^-24·Σ|w_i x_i| (error bound of two
+// differently-ordered float sums of n terms). For F32 both sum in double (AVX2 in another order),
+// so they differ by at most about one float rounding of the result.
 //
 // Precondition (not checked in the kernels, which are the hot loop): n is a multiple of the weight
 // block size. Any weight bytes and any activation quants (-128 included) are handled exactly.

@@ -2,8 +2,8 @@
 //
 // Quantized kernels compute each block's integer sums exactly with SIMD and then apply the block's
 // float scales in exactly the reference order (dot_ref.cpp), so their results are bit-identical to
-// the reference. Float kernels use 4 FMA accumulators (result differs from the sequential reference
-// by float rounding only; bound in dot.h).
+// the reference. F16/BF16 kernels use float FMA accumulators, F32 double ones like its reference
+// (results differ from the sequential references by summation-order rounding only; bounds in dot.h).
 #include "quant/dot.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -239,24 +239,29 @@ DS4_AVX2 float dot_bf16_avx2(const void* w, const void* act, int64_t n) {
 }
 
 DS4_AVX2 float dot_f32_avx2(const void* w, const void* act, int64_t n) {
+  // Double accumulation like the reference (ds4's matvec_f32): float products are exact in double,
+  // so this differs from the sequential double sum only by double rounding before the final cast.
   const auto* row = static_cast<const float*>(w);  // only read through unaligned loads / memcpy
   const auto* x = static_cast<const float*>(act);
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
   int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = _mm256_loadu_ps(row + i), w1 = _mm256_loadu_ps(row + i + 8);
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    a0 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w0)), _mm256_cvtps_pd(_mm256_castps256_ps128(x0)), a0);
+    a1 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w0, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(x0, 1)), a1);
+    a2 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(w1)), _mm256_cvtps_pd(_mm256_castps256_ps128(x1)), a2);
+    a3 = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(w1, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(x1, 1)), a3);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
-  float acc = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  const __m256d s = _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3));
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+  double acc = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
   for (; i < n; ++i) {
     float v;
     std::memcpy(&v, row + i, 4);
-    acc += v * x[i];
+    acc += static_cast<double>(v) * x[i];
   }
-  return acc;
+  return static_cast<float>(acc);
 }
 
 }  // namespace ds4

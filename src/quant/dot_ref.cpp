@@ -136,13 +136,13 @@ float dot_bf16_ref(const void* w, const void* act, int64_t n) {
 float dot_f32_ref(const void* w, const void* act, int64_t n) {
   const auto* row = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const float*>(act);
-  float acc = 0;
+  double acc = 0;  // ds4's matvec_f32 accumulates F32 weights in double
   for (int64_t i = 0; i < n; ++i) {
     float v;
     std::memcpy(&v, row + 4 * i, 4);
-    acc += v * x[i];
+    acc += static_cast<double>(v) * x[i];
   }
-  return acc;
+  return static_cast<float>(acc);
 }
 
 }  // namespace ds4

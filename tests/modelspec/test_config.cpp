@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "gguf/gguf.h"
@@ -232,6 +233,45 @@ TEST(Config, FlashShapeCheckNamesTheKey) {
   s = check_flash_shape(c);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("swiglu_clamp_exp[7]"), std::string::npos) << s.message();
+}
+
+// Every key replaced by a wrong type, a zero, a huge value or an empty array: always a clean error
+// naming that key (or, for informational keys, acceptance) — never a crash.
+TEST(Config, EveryKeyMutatedGivesCleanErrors) {
+  Meta base(tiny_config());
+  std::vector<std::string> keys;
+  {
+    gguf::Writer w;
+    write_model_metadata(tiny_config(), MetadataOptions{}, w);
+    auto img = w.write_to_memory({});
+    ASSERT_TRUE(img.ok());
+    auto f = gguf::File::from_memory(*img);
+    ASSERT_TRUE(f.ok());
+    for (const auto& kv : (*f)->metadata()) keys.push_back(kv.key);
+  }
+  const std::vector<Value> bad_values = {
+      Value::of_string("x"), Value::of_u32(0), Value::of_u64(~0ull), Value::of_i64(-5), Value::of_f64(1e300),
+      Value::of_f32(-0.0f), Value::of_array(ValueType::u32, {}), Value::of_bool(true)};
+  const std::set<std::string> informational = {"general.architecture", "general.name", "general.license",
+                                               "general.quantization_version", "deepseek4.context_length",
+                                               "deepseek4.rope.scaling.type", "deepseek4.expert_gating_func",
+                                               "deepseek4.nextn_predict_layers"};
+  int rejected = 0;
+  for (const auto& k : keys) {
+    for (const auto& v : bad_values) {
+      Meta m(tiny_config());
+      m[k] = v;
+      auto r = m.read();
+      if (informational.count(k)) {
+        EXPECT_TRUE(r.ok()) << k << ": " << r.status().to_string();
+        continue;
+      }
+      if (r.ok()) continue;  // some mutations are valid values (e.g. u64 max for a clamp is not)
+      ++rejected;
+      EXPECT_NE(r.status().message().find(k), std::string::npos) << k << " -> " << r.status().message();
+    }
+  }
+  EXPECT_GT(rejected, 200);
 }
 
 TEST(Config, FourLayerVariantIsAccepted) {

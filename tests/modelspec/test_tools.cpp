@@ -90,6 +90,30 @@ TEST_F(Tools, ListFlashQ4EqualsPublishedTable) {
   EXPECT_EQ(sorted_rows(r.out), sorted_rows(slurp(kData + "/tensors_q4.tsv")));
 }
 
+// FORMATS.md §3.7: the real header and directory with zero tensor data, written as holes. ds4 itself
+// would accept it (Flash shape, exact types, special tokens), so loader paths can be tested at full size.
+TEST_F(Tools, FullShapeSparseFlashFile) {
+  const std::string f = path("flash-zeros.gguf");
+  CmdResult r = run(kGen + " --profile flash-q2 --zeros -o " + f);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto file = gguf::File::open(f);
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  auto inv = build_inventory(flash_config(), TypePolicy::q2);
+  ASSERT_TRUE(inv.ok());
+  EXPECT_EQ((*file)->file_size(), (*file)->data_offset() + inv->total_padded_bytes(32));
+  EXPECT_EQ((*file)->tensors().size(), 1328u);
+  auto rep = check_model_file(**file, TypeRule::ds4);
+  ASSERT_TRUE(rep.ok()) << rep.status().to_string();
+  EXPECT_TRUE(rep->ok()) << rep->status().to_string();
+  EXPECT_TRUE(rep->ds4_compatible) << rep->ds4_reason;
+  // Holes: far less disk than the 81 GiB logical size.
+  CmdResult du = run("du -k " + f);
+  EXPECT_LT(std::stoll(du.out), 64ll * 1024) << du.out;  // < 64 MiB allocated
+  CmdResult i = run(kInspect + " --ds4-strict --no-metadata --no-tensors " + f);
+  EXPECT_EQ(i.rc, 0) << i.out;
+  EXPECT_NE(i.out.find("ds4 (antirez) would accept this file"), std::string::npos) << i.out;
+}
+
 TEST_F(Tools, UnknownProfileIsAClearError) {
   CmdResult r = run(kGen + " --profile huge -o " + path("x.gguf"));
   EXPECT_NE(r.rc, 0);

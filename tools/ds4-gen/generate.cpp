@@ -80,6 +80,7 @@ Status write_inventory(const modelspec::Inventory& inv, const Profile& p, const 
   po.n_expert = p.cfg.n_expert;
   gguf::WriteOptions wo;
   wo.n_threads = opts.threads < 1 ? 1 : opts.threads;
+  if (opts.zeros) return w.write(path, gguf::PayloadFn{}, wo);  // all-zero blocks decode to 0.0: holes on disk
   return w.write(path, [&](size_t i, std::span<uint8_t> out) { return fill_payload(inv.tensors[i], po, out); }, wo);
 }
 

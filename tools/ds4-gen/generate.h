@@ -49,6 +49,9 @@ struct GenerateOptions {
   uint64_t seed = 1;
   int threads = 1;
   std::string tokenizer_json;  // HF tokenizer.json for TokenizerSource::deepseek_json
+  // Zero tensor data (FORMATS.md §3.7 "full-shape sparse file"): the real header and directory, no
+  // disk used for the payload. For loader/validator tests of the full shape, not for numerics.
+  bool zeros = false;
 };
 
 Status write_model(const Profile& p, const GenerateOptions& opts);

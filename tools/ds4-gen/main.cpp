@@ -4,6 +4,7 @@
 //   ds4-gen --profile tiny-chat --seed 1 -o models/ds4-tiny-chat.gguf
 //   ds4-gen --profile flash-q2 --threads 16 -o flash-q2.gguf
 //   ds4-gen --profile flash-q2 --list            # TSV like spec/data/tensors_q2.tsv, no data written
+//   ds4-gen --profile flash-q2 --zeros -o f.gguf # full-shape sparse file (zero tensors, no disk used)
 //
 // Same seed → same bytes on every machine (own PRNG and normal sampler, per-tensor streams).
 // Deliberately thin: profiles and writing live in generate.cpp, distributions in payload.cpp.
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
   app.add_option("--types", types, "override the type policy: q2 | q4 | f32 | f16");
   app.add_option("--tokenizer-json", tok_json, "DeepSeek tokenizer.json (tiny-chat, flash-*)")
       ->capture_default_str();
+  bool zeros = false;
+  app.add_flag("--zeros", zeros, "write all-zero tensor data (a sparse full-shape file; no numerics)");
   app.add_flag("--list", list, "print the tensor table (TSV) and exit");
   app.add_flag("--list-mtp", list_mtp, "print the MTP file's tensor table (TSV) and exit");
   CLI11_PARSE(app, argc, argv);
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
   go.seed = seed;
   go.threads = threads;
   go.tokenizer_json = tok_json;
+  go.zeros = zeros;
   if (!out.empty()) {
     go.out_path = out;
     if (auto st = ds4::gen::write_model(*profile, go); !st.ok()) {

@@ -1,6 +1,8 @@
 // map_openai.cpp — OpenAI /v1/chat/completions and /v1/completions request mapping (CHAT.md §5.2, §5.5).
 #include "server/map_request.h"
 
+#include "chat/api_map.h"
+
 #include <algorithm>
 
 namespace ds4::server {
@@ -219,18 +221,39 @@ Result<GenRequest> map_completions(const Json& body, const MapOptions& opts) {
   return out;
 }
 
-Result<GenRequest> map_request(ApiKind api, const Json& body, const MapOptions& opts) {
+Result<GenRequest> map_request(ApiKind api, const Json& body, const MapOptions& opts, std::string_view raw_body) {
+  Result<GenRequest> r = invalid_argument("unknown API");
   try {
     switch (api) {
-      case ApiKind::openai_chat: return map_chat_completions(body, opts);
-      case ApiKind::openai_completions: return map_completions(body, opts);
-      case ApiKind::anthropic_messages: return map_anthropic_messages(body, opts);
-      case ApiKind::openai_responses: return map_responses(body, opts);
+      case ApiKind::openai_chat: r = map_chat_completions(body, opts); break;
+      case ApiKind::openai_completions: r = map_completions(body, opts); break;
+      case ApiKind::anthropic_messages: r = map_anthropic_messages(body, opts); break;
+      case ApiKind::openai_responses: r = map_responses(body, opts); break;
     }
   } catch (const std::exception& e) {
     return invalid_argument(std::string("invalid request: ") + e.what());
   }
-  return invalid_argument("unknown API");
+  if (!r.ok() || raw_body.empty() || api == ApiKind::openai_completions) return r;
+  // Prefer the chat module's mapping for the conversation itself: it keeps the client's raw bytes
+  // (tool schema lines, tool-call arguments) so R-DS4 renders byte-identically to ds4-server. Our
+  // mapping above validated everything and holds what chat's does not model (tool forcing, which
+  // chat's Responses mapper refuses); where chat's refuses, ours stands.
+  chat::MapOptions co;
+  co.flavor = opts.flavor;
+  Result<chat::MappedRequest> m = invalid_argument("");
+  switch (api) {
+    case ApiKind::openai_chat: m = chat::map_chat_completions(raw_body, co); break;
+    case ApiKind::anthropic_messages: m = chat::map_anthropic_messages(raw_body, co); break;
+    case ApiKind::openai_responses: m = chat::map_responses(raw_body, co); break;
+    default: break;
+  }
+  if (m.ok()) {
+    const bool tools = !r->conversation.tools.empty();
+    r->conversation = std::move(m->conv);
+    if (!tools) r->conversation.tools.clear();
+    r->tools_enabled = !r->conversation.tools.empty();
+  }
+  return r;
 }
 
 }  // namespace ds4::server

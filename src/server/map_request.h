@@ -10,7 +10,10 @@
 
 namespace ds4::server {
 
-Result<GenRequest> map_request(ApiKind api, const Json& body, const MapOptions& opts);
+// `raw_body` (the request bytes `body` was parsed from) lets the conversation keep the client's raw
+// JSON bytes where ds4 renders them verbatim; empty: use the re-serialised values.
+Result<GenRequest> map_request(ApiKind api, const Json& body, const MapOptions& opts,
+                               std::string_view raw_body = {});
 
 Result<GenRequest> map_chat_completions(const Json& body, const MapOptions& opts);
 Result<GenRequest> map_completions(const Json& body, const MapOptions& opts);

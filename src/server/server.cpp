@@ -60,7 +60,7 @@ int find_request_socket(const httplib::Request& req) {
     } else {
       continue;
     }
-    if (pport == req.remote_port && lport == req.local_port && req.remote_addr == ip) {
+    if (pport == req.remote_port && (req.local_port <= 0 || lport == req.local_port) && req.remote_addr == ip) {
       found = static_cast<int>(fd);
       break;
     }

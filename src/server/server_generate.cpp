@@ -40,7 +40,7 @@ void Server::Impl::handle_generate(ApiKind api, const httplib::Request& req, htt
     send_error(api, api_error_from_status(body.status()), res, endpoint);
     return;
   }
-  auto gen = map_request(api, *body, opts.map);
+  auto gen = map_request(api, *body, opts.map, req.body);
   if (!gen.ok()) {
     send_error(api, api_error_from_status(gen.status()), res, endpoint);
     return;
@@ -80,17 +80,20 @@ void Server::Impl::handle_generate(ApiKind api, const httplib::Request& req, htt
 
   if (!job->req.stream) {
     const int fd = find_request_socket(req);
+    auto last_check = Clock::now();
     while (true) {
       auto ev = job->events.pop_for(kPollInterval);
-      if (!ev) {
+      // Check the socket on a clock, not only when idle: events arrive faster than the interval.
+      if (Clock::now() - last_check >= kPollInterval) {
+        last_check = Clock::now();
         if (peer_closed(fd)) {
           job->cancel = true;
           metrics.count_request(endpoint, 499);
           res.status = 499;
           return;
         }
-        continue;
       }
+      if (!ev) continue;
       fmt->on_event(*ev);
       if (ev->kind == GenEventKind::done) break;
     }
@@ -115,13 +118,17 @@ void Server::Impl::handle_generate(ApiKind api, const httplib::Request& req, htt
       "text/event-stream",
       [job, fmt, keepalive, fd = find_request_socket(req)](size_t, httplib::DataSink& sink) {
         auto last_write = Clock::now();
+        auto last_check = Clock::now();
         while (true) {
           auto ev = job->events.pop_for(kPollInterval);
-          if (!ev) {
+          if (Clock::now() - last_check >= kPollInterval) {
+            last_check = Clock::now();
             if (peer_closed(fd)) {
               job->cancel = true;
               return false;
             }
+          }
+          if (!ev) {
             if (Clock::now() - last_write >= keepalive) {
               static constexpr char kComment[] = ": keep-alive\n\n";
               if (!sink.write(kComment, sizeof kComment - 1)) {
@@ -158,7 +165,7 @@ void Server::Impl::handle_count_tokens(const httplib::Request& req, httplib::Res
     send_error(api, api_error_from_status(body.status()), res, "count_tokens");
     return;
   }
-  auto gen = map_request(api, *body, opts.map);
+  auto gen = map_request(api, *body, opts.map, req.body);
   if (!gen.ok()) {
     send_error(api, api_error_from_status(gen.status()), res, "count_tokens");
     return;

@@ -80,9 +80,12 @@ Status EngineWorker::submit(const std::shared_ptr<Job>& job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return unavailable("server shutting down");
-    if (queue_.size() >= opts_.max_queue) {
+    // Jobs whose clients already left do not hold a place in the queue.
+    const size_t waiting = static_cast<size_t>(
+        std::count_if(queue_.begin(), queue_.end(), [](const auto& j) { return !j->cancel.load(); }));
+    if (waiting >= opts_.max_queue) {
       metrics_.count_rejected_busy();
-      return unavailable("server busy: " + std::to_string(queue_.size()) + " requests already waiting");
+      return unavailable("server busy: " + std::to_string(waiting) + " requests already waiting; retry later");
     }
     queue_.push_back(job);
     metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));

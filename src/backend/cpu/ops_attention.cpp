@@ -14,8 +14,8 @@ void CpuBackend::attention(const AttentionArgs& a) {
   if (a.comp_count)
     for (int64_t i = 0; i < a.n; ++i) max_comp = std::max<int64_t>(max_comp, a.comp_count[i]);
   auto& scratch = thread_scratch(static_cast<size_t>(a.window + max_comp));
-  const int64_t parts = pool_.size();
   const int64_t total = a.n * a.heads;
+  const int64_t parts = pool_.parts_for(total, (a.window + max_comp) * D * 2);
   pool_.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* s = scratch[static_cast<size_t>(p)].data();  // [window + comp] scores, then weights
@@ -53,7 +53,7 @@ void CpuBackend::attention(const AttentionArgs& a) {
         }
       }
     }
-  });
+  }, ThreadPool::kMinWorkPerPart);
 }
 
 }  // namespace ds4::backend::cpu

@@ -51,7 +51,7 @@ void CpuBackend::compressor(const CompressorArgs& a) {
         });
         out[d] = acc / denom;
       }
-    }, 64);
+    }, 4 * a.ratio);
     a.out_pos[emitted] = static_cast<int32_t>(t + 1 - a.ratio);
     ++emitted;
     if (a.overlap) {  // the current block becomes the previous one

@@ -10,7 +10,7 @@ void CpuBackend::rms_norm(const RmsNormArgs& a) {
   // x, y: [rows][stride]; each row's first `dim` values are normalized.
   pool_.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) rms_norm_row(a.x + r * a.stride, a.w, a.y + r * a.stride, a.dim, a.eps);
-  }, 16);
+  }, a.dim);
 }
 
 void CpuBackend::rope(const RopeArgs& a) {
@@ -32,7 +32,7 @@ void CpuBackend::rope(const RopeArgs& a) {
         }
       }
     }
-  });
+  }, a.heads * a.n_rot * 4);
 }
 
 void CpuBackend::fp8_round(const Fp8RoundArgs& a) {
@@ -40,7 +40,7 @@ void CpuBackend::fp8_round(const Fp8RoundArgs& a) {
   pool_.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       for (int b = 0; b + 64 <= a.n_quant; b += 64) fp8_round_block(a.x + r * a.stride + b, 64);
-  });
+  }, a.n_quant * 8);
 }
 
 void CpuBackend::indexer_qat(const IndexerQatArgs& a) {
@@ -51,7 +51,7 @@ void CpuBackend::indexer_qat(const IndexerQatArgs& a) {
       hadamard_scaled(x, a.dim);
       for (int b = 0; b < a.dim; b += 32) fp4_round_block(x + b, 32);
     }
-  });
+  }, a.dim * 16);
 }
 
 void CpuBackend::f16_round(float* x, int64_t count) {

@@ -17,7 +17,7 @@ void CpuBackend::embed(const EmbedArgs& a) {
       dequantize_weight_row(a.table, a.tokens[t], out);
       for (int s = 1; s < a.nhc; ++s) std::memcpy(out + s * dim, out, dim * sizeof(float));
     }
-  });
+  }, a.nhc * dim);
 }
 
 void CpuBackend::hc_split(const HcSplitArgs& a) {
@@ -48,7 +48,7 @@ void CpuBackend::hc_collapse(const HcCollapseArgs& a) {
         y[d] = acc;
       }
     }
-  });
+  }, a.nhc * a.dim);
 }
 
 void CpuBackend::hc_post(const HcPostArgs& a) {
@@ -68,7 +68,7 @@ void CpuBackend::hc_post(const HcPostArgs& a) {
         }
       }
     }
-  });
+  }, a.nhc * a.nhc * a.dim);
 }
 
 }  // namespace ds4::backend::cpu

@@ -12,7 +12,7 @@ void CpuBackend::indexer(const IndexerArgs& a) {
   for (int64_t i = 0; i < a.n; ++i) max_rows = std::max<int64_t>(max_rows, a.n_rows[i]);
   // Scores and candidate ids share one float scratch row per thread (ids stored after the scores).
   auto& scratch = thread_scratch(static_cast<size_t>(2 * max_rows + 1));
-  const int64_t parts = pool_.size();
+  const int64_t parts = pool_.parts_for(a.n, max_rows * a.heads * a.head_dim);
   pool_.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* score = scratch[static_cast<size_t>(p)].data();
@@ -48,7 +48,7 @@ void CpuBackend::indexer(const IndexerArgs& a) {
         a.count[i] = a.top_k;
       }
     }
-  });
+  }, ThreadPool::kMinWorkPerPart);
 }
 
 }  // namespace ds4::backend::cpu

@@ -13,13 +13,13 @@ void CpuBackend::matmul(const MatmulArgs& a) {
     act = grow(act_quant_, act_bytes * static_cast<uint64_t>(a.n)).data();
     pool_.parallel_for(a.n, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) prepare_act_row(kind, a.x + i * a.x_stride, a.w.cols, act + i * act_bytes);
-    });
+    }, a.w.cols);
   }
   auto& scratch = thread_scratch(static_cast<size_t>(a.w.cols));
   const int64_t total = a.n * a.w.rows;
   // Work items are (token, output row) pairs; a contiguous range maps to one scratch row per part.
   std::vector<std::vector<float>>* per = &scratch;
-  int64_t parts = pool_.size();
+  const int64_t parts = pool_.parts_for(total, a.w.cols);
   pool_.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* tmp = (*per)[static_cast<size_t>(p)].data();
@@ -30,7 +30,7 @@ void CpuBackend::matmul(const MatmulArgs& a) {
                                                  act ? act + i * act_bytes : nullptr, a.numerics, tmp);
       }
     }
-  });
+  }, ThreadPool::kMinWorkPerPart);
 }
 
 }  // namespace ds4::backend::cpu

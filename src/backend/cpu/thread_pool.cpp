@@ -23,9 +23,14 @@ static void run_part(const std::function<void(int64_t, int64_t)>& fn, int64_t n,
   if (begin < end) fn(begin, end);
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
+int ThreadPool::parts_for(int64_t n, int64_t work_per_item) const {
+  const int64_t work = n * std::max<int64_t>(1, work_per_item);
+  return static_cast<int>(std::clamp<int64_t>(work / kMinWorkPerPart, 1, std::min<int64_t>(n_threads_, std::max<int64_t>(1, n))));
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t work_per_item) {
   if (n <= 0) return;
-  int parts = static_cast<int>(std::min<int64_t>(n_threads_, std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk))));
+  const int parts = parts_for(n, work_per_item);
   if (parts <= 1) {
     fn(0, n);
     return;

@@ -22,8 +22,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
-  // Runs fn(begin, end) over [0, n) in at most size() ranges of at least `min_chunk` items.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
+  // How many ranges n items of `work_per_item` multiply-adds are worth: waking a worker costs about as
+  // much as kMinWorkPerPart multiply-adds, so small ops (decode of a tiny model) stay on the caller.
+  static constexpr int64_t kMinWorkPerPart = 1 << 15;
+  int parts_for(int64_t n, int64_t work_per_item) const;
+  // Runs fn(begin, end) over [0, n) in parts_for(n, work_per_item) contiguous ranges.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t work_per_item = 1);
 
  private:
   void worker(int index);

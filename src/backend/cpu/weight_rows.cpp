@@ -70,9 +70,14 @@ float weight_row_dot(const Weight& w, int64_t row, ActKind k, const float* x, co
   }
   // Float activations.
   if (w.type == GgmlType::F32) {
+    // Double accumulation (ds4's F32 matvec) in 4 independent lanes so the loop is not latency-bound.
     const float* wr = reinterpret_cast<const float*>(src);
-    double acc = 0;
-    for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(wr[i]) * x[i];
+    double lane[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int l = 0; l < 4; ++l) lane[l] += static_cast<double>(wr[i + l]) * x[i + l];
+    double acc = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+    for (; i < n; ++i) acc += static_cast<double>(wr[i]) * x[i];
     return static_cast<float>(acc);
   }
   if (w.type == GgmlType::F16 && numerics == MatmulNumerics::ds4) {
@@ -80,8 +85,12 @@ float weight_row_dot(const Weight& w, int64_t row, ActKind k, const float* x, co
     return best_dot_kernels().f16(src, x, n);
   }
   dequantize_weight_row(w, row, scratch);
-  double acc = 0;
-  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(scratch[i]) * x[i];
+  double lane[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int l = 0; l < 4; ++l) lane[l] += static_cast<double>(scratch[i + l]) * x[i + l];
+  double acc = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  for (; i < n; ++i) acc += static_cast<double>(scratch[i]) * x[i];
   return static_cast<float>(acc);
 }
 

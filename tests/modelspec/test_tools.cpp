@@ -112,6 +112,10 @@ TEST_F(Tools, FullShapeSparseFlashFile) {
   CmdResult i = run(kInspect + " --ds4-strict --no-metadata --no-tensors " + f);
   EXPECT_EQ(i.rc, 0) << i.out;
   EXPECT_NE(i.out.find("ds4 (antirez) would accept this file"), std::string::npos) << i.out;
+  // Per-type totals of FORMATS.md §3.4 (also matched by a llama.cpp load log of the real file).
+  EXPECT_NE(i.out.find("Q8_0\t345 tensors\t6598885376 bytes"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("IQ2_XXS\t86 tensors\t47613739008 bytes"), std::string::npos) << i.out;
+  EXPECT_NE(i.out.find("all\t1328 tensors\t86714775900 bytes"), std::string::npos) << i.out;
 }
 
 TEST_F(Tools, UnknownProfileIsAClearError) {

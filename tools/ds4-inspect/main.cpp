@@ -7,6 +7,7 @@
 // Exit codes: 0 valid, 1 invalid model, 2 unreadable file or bad arguments.
 // Deliberately thin: every check lives in src/modelspec (model_file.h).
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -44,6 +45,24 @@ void print_tensors(const gguf::File& f) {
     std::printf("%s\t%s\t%u\t%s\t%llu\n", t.name.c_str(), tname.c_str(), t.type_id, dims.c_str(),
                 static_cast<unsigned long long>(t.n_bytes));
   }
+}
+
+// Count and bytes per type, like FORMATS.md §3.4's totals table.
+void print_type_totals(const gguf::File& f) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_type;
+  uint64_t total = 0;
+  for (const auto& t : f.tensors()) {
+    auto tr = type_traits(t.type_id);
+    auto& e = by_type[tr ? modelspec::type_upper_name(t.type) : "id " + std::to_string(t.type_id)];
+    e.first += 1;
+    e.second += t.n_bytes;
+    total += t.n_bytes;
+  }
+  std::printf("\n## totals\n");
+  for (const auto& [name, e] : by_type)
+    std::printf("%s\t%llu tensors\t%llu bytes\n", name.c_str(), static_cast<unsigned long long>(e.first),
+                static_cast<unsigned long long>(e.second));
+  std::printf("all\t%zu tensors\t%llu bytes\n", f.tensors().size(), static_cast<unsigned long long>(total));
 }
 
 void print_list(const char* title, const std::vector<std::string>& items) {
@@ -84,6 +103,7 @@ int main(int argc, char** argv) {
   print_header(f);
   if (!no_meta) print_metadata(f);
   if (!no_tensors) print_tensors(f);
+  print_type_totals(f);
   std::printf("\n## validation\n");
 
   const modelspec::TypeRule rule = strict ? modelspec::TypeRule::ds4 : modelspec::TypeRule::engine;

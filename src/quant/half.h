@@ -13,28 +13,21 @@
 namespace ds4 {
 
 constexpr float f16_to_f32(uint16_t h) {
+  // Move exponent+mantissa into f32 position and rebias (15 -> 127). Inf/NaN need the exponent
+  // forced to 255 (payload kept); subnormals are renormalised exactly by one float subtraction:
+  // (1 + mant/1024) * 2^-14 - 2^-14 = mant * 2^-24.
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;  // ±0
-    } else {
-      // Subnormal mant * 2^-24: shift the leading one up to the implicit position.
-      int e = 113;  // f32 biased exponent of 2^-14
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --e;
-      }
-      bits = sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf, or NaN keeping its payload
-  } else {
-    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  uint32_t bits = static_cast<uint32_t>(h & 0x7fffu) << 13;
+  const uint32_t exp = bits & 0x0f800000u;
+  bits += (127u - 15u) << 23;
+  if (exp == 0x0f800000u) {
+    bits += (128u - 16u) << 23;  // inf / NaN
+  } else if (exp == 0) {
+    bits += 1u << 23;  // subnormal or zero
+    const float f = std::bit_cast<float>(bits) - std::bit_cast<float>(113u << 23);
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | sign);
   }
-  return std::bit_cast<float>(bits);
+  return std::bit_cast<float>(bits | sign);
 }
 
 constexpr uint16_t f32_to_f16(float f) {

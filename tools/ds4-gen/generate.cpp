@@ -37,6 +37,10 @@ Result<Profile> make_profile(const std::string& name, const ProfileOptions& opts
     return invalid_argument("unknown profile '" + name +
                             "' (expected tiny, tiny-chat, tiny-quant, flash-q2 or flash-q4)");
   }
+  if (opts.f16 && p.tokenizer == TokenizerSource::deepseek_json && p.cfg.n_layer == 43)
+    return invalid_argument("--f16 applies to the tiny profiles; use --types f16 for " + name);
+  if (opts.f16 && name == "tiny-quant")
+    return invalid_argument("--f16 applies to tiny and tiny-chat; use --types f16 for tiny-quant");
   if (opts.types) p.policy = *opts.types;
   if (opts.layers != 0) {
     const uint32_t hca = p.cfg.hca_ratio() ? p.cfg.hca_ratio() : 128;

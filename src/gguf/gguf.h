@@ -10,7 +10,7 @@
 // Deliberately not here: model semantics (src/model), quant block math (src/quant).
 //
 // Decisions beyond FORMATS.md §1 (the reader is a little stricter than ds4 where ds4 would read
-// garbage; a file written by ds4's or ggml's writer is always accepted):
+// garbage; a file written by ds4's or ggml's writer with the types of types.h is accepted):
 //  * tensor types must be known to src/quant/types.h (else `unsupported`), and ne[0] must be a
 //    whole number of blocks (as ggml requires), so n_bytes = n_elements / block_elems * block_bytes;
 //  * tensors with non-zero size must not overlap (ds4 never checks; no writer produces it);
@@ -48,7 +48,10 @@ struct Array {
   ValueType elem_type = ValueType::u8;
   std::vector<Value> items;
 };
-// One metadata value. Arrays of scalars/strings are materialized (bounded by the file size).
+// One metadata value. Arrays of scalars/strings are materialized: at most one Value per file
+// byte (every count is checked against the bytes left) and at most OpenOptions::max_metadata_bytes.
+// Storage: u8..u64 hold uint64_t, i8..i64 int64_t, f32/f64 double (f32 widened exactly), boolean
+// bool, string std::string, array a non-null shared_ptr<Array>; the Value::of_* constructors obey it.
 struct Value {
   ValueType type = ValueType::u8;
   std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<Array>> v;
@@ -133,7 +136,7 @@ class File {
   const Value* find(std::string_view key) const;  // first match, like ds4
   const std::vector<TensorInfo>& tensors() const;  // in file (directory) order
   const TensorInfo* find_tensor(std::string_view name) const;  // O(1) average
-  Tensor tensor(const TensorInfo& info) const;
+  Tensor tensor(const TensorInfo& info) const;  // info must come from this File's tensors()
 
   // Typed getters with errors that name the key and what was expected.
   Result<uint64_t> get_u64(std::string_view key) const;

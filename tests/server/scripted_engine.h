@@ -1,0 +1,36 @@
+// scripted_engine.h — a test double of the public Engine/Session/Tokenizer interfaces whose "model"
+// always continues the current assistant turn with a fixed script. Lets server tests check what no
+// random tiny model produces: reasoning/content splits, DSML tool calls (streamed and parsed in
+// every API), exact-DSML replay, forced tool calls, stop sequences and UTF-8 split across tokens.
+//
+// Tokens: 0..255 are single bytes; 256.. are the special strings below (whole-string matches when
+// parse_special is set). Logits are one-hot on the script's next token; after the script, EOS.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ds4/engine.h"
+
+namespace ds4::testing {
+
+class ScriptedEngine : public Engine {
+ public:
+  explicit ScriptedEngine(std::string script, int64_t max_context = 4096);
+  void set_script(std::string script);
+
+  const ModelInfo& info() const override { return info_; }
+  const Tokenizer& tokenizer() const override { return *tok_; }
+  Result<std::unique_ptr<Session>> new_session(const SessionOptions& opts = {}) override;
+  MemoryReport memory_report() const override { return {}; }
+
+  const std::vector<TokenId>& script_tokens() const { return script_tokens_; }
+
+ private:
+  ModelInfo info_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::vector<TokenId> script_tokens_;
+};
+
+}  // namespace ds4::testing

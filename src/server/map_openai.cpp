@@ -241,11 +241,15 @@ Result<GenRequest> map_request(ApiKind api, const Json& body, const MapOptions& 
   chat::MapOptions co;
   co.flavor = opts.flavor;
   Result<chat::MappedRequest> m = invalid_argument("");
-  switch (api) {
-    case ApiKind::openai_chat: m = chat::map_chat_completions(raw_body, co); break;
-    case ApiKind::anthropic_messages: m = chat::map_anthropic_messages(raw_body, co); break;
-    case ApiKind::openai_responses: m = chat::map_responses(raw_body, co); break;
-    default: break;
+  try {
+    switch (api) {
+      case ApiKind::openai_chat: m = chat::map_chat_completions(raw_body, co); break;
+      case ApiKind::anthropic_messages: m = chat::map_anthropic_messages(raw_body, co); break;
+      case ApiKind::openai_responses: m = chat::map_responses(raw_body, co); break;
+      default: break;
+    }
+  } catch (const std::exception&) {
+    m = invalid_argument("");  // keep our own mapping
   }
   if (m.ok()) {
     const bool tools = !r->conversation.tools.empty();

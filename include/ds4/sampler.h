@@ -39,7 +39,8 @@ class Sampler {
  private:
   SamplerOptions opts_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, TokenId>> cand_;  // reused scratch: (logit or prob, id)
+  std::vector<std::pair<float, TokenId>> cand_;  // reused scratch: (logit, id)
+  std::vector<double> probs_;                    // reused scratch: probabilities of cand_
 };
 
 TokenId argmax(std::span<const float> logits);  // lowest id among equal maxima

@@ -47,24 +47,32 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n) {
 TokenId Sampler::sample(std::span<const float> logits) {
   if (logits.empty()) return 0;
   if (opts_.temperature <= 0.0f || opts_.top_k == 1) return argmax(logits);
+  const double T = opts_.temperature;
   cand_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {logits[i], static_cast<TokenId>(i)};
-  size_t n = cand_.size();
-  if (opts_.top_k > 0 && static_cast<size_t>(opts_.top_k) < n) {
-    n = static_cast<size_t>(opts_.top_k);
-    std::partial_sort(cand_.begin(), cand_.begin() + n, cand_.end(), better);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), better);
+  if (opts_.top_k > 0 && static_cast<size_t>(opts_.top_k) < cand_.size()) {  // top-k: O(V) selection
+    std::nth_element(cand_.begin(), cand_.begin() + opts_.top_k - 1, cand_.end(), better);
+    cand_.resize(static_cast<size_t>(opts_.top_k));
   }
-  cand_.resize(n);
-  // Softmax at the temperature, in double; cand_ is sorted best first.
-  const double mx = cand_[0].first;
-  std::vector<double> p(n);
-  double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += (p[i] = std::exp((cand_[i].first - mx) / opts_.temperature));
-  for (double& v : p) v /= sum;
+  // Softmax normalizer over the top-k set (at the temperature), in double.
+  float mx = -INFINITY;
+  for (const auto& c : cand_) mx = std::max(mx, c.first);
+  double z = 0;
+  for (const auto& c : cand_) z += std::exp((c.first - mx) / T);
+  // min-p keeps p >= min_p·p_max, i.e. logit >= max + T·ln(min_p): the head of the sorted order, so it
+  // is applied before sorting (a 129k vocabulary then sorts only a few survivors per token).
+  if (opts_.min_p > 0.0f) {
+    const double floor_logit = mx + T * std::log(static_cast<double>(opts_.min_p));
+    cand_.erase(std::remove_if(cand_.begin(), cand_.end(), [&](const auto& c) { return c.first < floor_logit; }),
+                cand_.end());
+  }
+  std::sort(cand_.begin(), cand_.end(), better);
+  const size_t n = cand_.size();
+  std::vector<double>& p = probs_;
+  p.resize(n);
+  for (size_t i = 0; i < n; ++i) p[i] = std::exp((cand_[i].first - mx) / T) / z;
   size_t keep = n;
-  if (opts_.top_p < 1.0f) {
+  if (opts_.top_p < 1.0f) {  // smallest head with mass >= top_p (of the whole top-k distribution)
     double acc = 0;
     for (size_t i = 0; i < n; ++i) {
       acc += p[i];
@@ -73,12 +81,6 @@ TokenId Sampler::sample(std::span<const float> logits) {
         break;
       }
     }
-  }
-  if (opts_.min_p > 0.0f) {
-    const double floor = opts_.min_p * p[0];
-    size_t k = 1;
-    while (k < keep && p[k] >= floor) ++k;
-    keep = k;
   }
   double mass = 0;
   for (size_t i = 0; i < keep; ++i) mass += p[i];

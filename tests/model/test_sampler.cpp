@@ -41,6 +41,16 @@ TEST(Sampler, TopKTopPMinPRestrictTheCandidates) {
     EXPECT_LE(topp.sample(l), 1);
     EXPECT_LE(minp.sample(l), 1);
   }
+  // top-p measures mass over the whole distribution even when min-p dropped its tail:
+  // {0.4, 0.3, 0.2 | 0.1 dropped by min-p 0.3}; top-p 0.75 needs 0.4 + 0.3 + 0.2, so token 2 stays.
+  Sampler both({1.0f, 0, 0.75f, 0.3f, 5});
+  int twos = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const TokenId x = both.sample(l);
+    EXPECT_LE(x, 2);
+    twos += x == 2;
+  }
+  EXPECT_NEAR(twos / 4000.0, 0.2 / 0.9, 0.03);
   // Low temperature concentrates on the best token.
   Sampler cold({0.01f, 0, 1.0f, 0.0f, 4});
   for (int i = 0; i < 100; ++i) EXPECT_EQ(cold.sample(l), 0);

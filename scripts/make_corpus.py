@@ -46,7 +46,8 @@ def read_bytes(path):
 def files(pattern_list):
     out = []
     for p in pattern_list:
-        out.extend(sorted(f for f in glob.glob(p, recursive=True) if os.path.isfile(f) and not os.path.islink(f)))
+        out.extend(sorted(f for f in glob.glob(p, recursive=True)
+                          if os.path.isfile(f) and not os.path.islink(f) and not f.endswith(".dat")))  # fortune indexes
     return out
 
 

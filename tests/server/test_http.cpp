@@ -421,5 +421,57 @@ TEST_F(HttpTest, NonStreamingDisconnectCancelsDuringGeneration) {
   EXPECT_NE(met->body.find("ds4_cancelled_total 1"), std::string::npos) << met->body;
 }
 
+TEST_F(HttpTest, RequestTimeoutEndsTheRequest) {
+  ServerOptions o = small_options();
+  o.worker.default_max_tokens = 100000;
+  o.request_timeout = std::chrono::seconds(1);
+  Running s(o);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = s.post("/v1/chat/completions", chat_body("x", 900).dump());
+  ASSERT_TRUE(r);
+  // Text was generated before the deadline: the answer is returned with what there is.
+  EXPECT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "error");
+  EXPECT_LT(j["usage"]["completion_tokens"].get<int64_t>(), 900);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+TEST_F(HttpTest, GracefulDrainFinishesInFlightAndRefusesNew) {
+  ServerOptions o = small_options();
+  o.drain_grace = std::chrono::seconds(30);
+  auto s = std::make_unique<Running>(o);
+  const int port = s->port();
+  std::string streamed;
+  std::thread client([&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    Json b = chat_body("drain", 40);
+    b["stream"] = true;
+    auto r = c.Post("/v1/chat/completions", b.dump(), "application/json");
+    if (r) streamed = r->body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // shutdown() blocks while draining; meanwhile new requests are refused and /health says so.
+  std::thread stopper([&] { s.reset(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  httplib::Client c2("127.0.0.1", port);
+  if (auto h = c2.Get("/health")) {
+    EXPECT_EQ(h->status, 503);
+    EXPECT_NE(h->body.find("draining"), std::string::npos);
+  }
+  if (auto r = c2.Post("/v1/chat/completions", chat_body("late", 2).dump(), "application/json")) {
+    EXPECT_EQ(r->status, 503);
+    EXPECT_NE(r->body.find("shutting down"), std::string::npos);
+  }
+  client.join();
+  stopper.join();
+  // The in-flight stream ran to its natural end.
+  std::string finish;
+  sse_concat(streamed, "content", nullptr, &finish);
+  EXPECT_EQ(finish, "length") << streamed.substr(0, 300);
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ds4::server

@@ -339,7 +339,8 @@ Status Forward::eval(KvState& kv, std::span<const int32_t> tokens, int64_t pos0,
 
   be_.embed({w_.token_embd, tok_.i32(), n, static_cast<int32_t>(cfg_.n_hc), x_.f32()});
   for (size_t l = 0; l < plan_.size(); ++l) {
-    DS4_RETURN_IF_ERROR(attention_layer(l, kv, n, pos0).with_context("layer " + std::to_string(l)));
+    Status st = attention_layer(l, kv, n, pos0);
+    if (!st.ok()) return st.with_context("layer " + std::to_string(l));
     ffn_layer(l, n);
   }
   if (all_logits) {

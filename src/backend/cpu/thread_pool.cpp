@@ -18,7 +18,7 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-static void run_part(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int parts, int index) {
+static void run_part(const RangeFn& fn, int64_t n, int parts, int index) {
   const int64_t begin = n * index / parts, end = n * (index + 1) / parts;
   if (begin < end) fn(begin, end);
 }
@@ -28,7 +28,7 @@ int ThreadPool::parts_for(int64_t n, int64_t work_per_item) const {
   return static_cast<int>(std::clamp<int64_t>(work / kMinWorkPerPart, 1, std::min<int64_t>(n_threads_, std::max<int64_t>(1, n))));
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t work_per_item) {
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t work_per_item) {
   if (n <= 0) return;
   const int parts = parts_for(n, work_per_item);
   if (parts <= 1) {
@@ -53,7 +53,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
+    const RangeFn* job;
     int64_t n;
     int parts;
     {

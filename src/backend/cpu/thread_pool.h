@@ -7,12 +7,27 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
+#include <type_traits>
 #include <thread>
 #include <vector>
 
 namespace ds4::backend::cpu {
+
+// A non-owning reference to a callable `void(int64_t begin, int64_t end)`. Unlike std::function it never
+// allocates, so ops can run parallel loops inside the token loop without touching the heap.
+class RangeFn {
+ public:
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(F&& f)  // NOLINT(implicit): built from lambdas at every call site
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(o))(b, e); }) {}
+  void operator()(int64_t b, int64_t e) const { call_(obj_, b, e); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, int64_t, int64_t);
+};
 
 class ThreadPool {
  public:
@@ -27,7 +42,7 @@ class ThreadPool {
   static constexpr int64_t kMinWorkPerPart = 1 << 15;
   int parts_for(int64_t n, int64_t work_per_item) const;
   // Runs fn(begin, end) over [0, n) in parts_for(n, work_per_item) contiguous ranges.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t work_per_item = 1);
+  void parallel_for(int64_t n, RangeFn fn, int64_t work_per_item = 1);
 
  private:
   void worker(int index);
@@ -36,7 +51,7 @@ class ThreadPool {
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  const RangeFn* job_ = nullptr;
   int64_t job_n_ = 0;
   int job_parts_ = 0;
   uint64_t generation_ = 0;

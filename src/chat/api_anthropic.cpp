@@ -48,7 +48,8 @@ Result<std::string> result_text(const json& v) {
 }
 
 // Appends the messages one Anthropic message becomes.
-Status map_message(const json& jm, std::string_view raw, Flavor flavor, std::vector<Message>& out) {
+Status map_message(const json& jm, std::string_view raw, Flavor flavor, std::vector<Message>& out,
+                   std::vector<std::pair<size_t, std::string>>& inline_ids) {
   if (!jm.is_object()) return bad_request("messages entries must be objects");
   Message m;
   const std::string role = jm.value("role", "user");
@@ -90,6 +91,7 @@ Status map_message(const json& jm, std::string_view raw, Flavor flavor, std::vec
       const std::string id = b.value("tool_use_id", "");
       if (flavor == Flavor::ds4) {
         m.content += "<tool_result>" + detail::ds4_escape_result(text) + "</tool_result>";
+        inline_ids.emplace_back(out.size(), id);  // m will be pushed at index out.size()
         if (m.tool_call_id.empty()) m.tool_call_id = id;
       } else {
         if (pending) {
@@ -147,8 +149,10 @@ Result<MappedRequest> map_anthropic_messages(std::string_view text, const MapOpt
   auto msgs = body.find("messages");
   if (msgs == body.end() || !msgs->is_array()) return invalid_argument("missing messages");
   DS4_ASSIGN_OR_RETURN(auto elems, detail::raw_array(text, "messages", msgs->size()));
+  std::vector<std::pair<size_t, std::string>> inline_ids;
   for (size_t k = 0; k < msgs->size(); ++k)
-    DS4_RETURN_IF_ERROR(map_message((*msgs)[k], elems[k], options.flavor, r.conv.messages));
+    DS4_RETURN_IF_ERROR(map_message((*msgs)[k], elems[k], options.flavor, r.conv.messages, inline_ids));
+  detail::collect_unmatched_results(r, inline_ids);
 
   auto choice = body.find("tool_choice");
   const bool none = choice != body.end() && choice->is_object() && choice->value("type", "") == "none";

@@ -3,6 +3,8 @@
 
 #include "chat/json_text.h"
 
+#include <set>
+
 namespace ds4::chat::detail {
 
 Status bad_request(std::string why) {
@@ -104,6 +106,22 @@ Result<std::vector<std::string_view>> raw_array(std::string_view object, std::st
     return bad_request(std::move(why));
   }
   return std::move(*elems);
+}
+
+void collect_unmatched_results(MappedRequest& r,
+                               const std::vector<std::pair<size_t, std::string>>& inline_ids) {
+  std::set<std::string> seen;
+  size_t next_inline = 0;
+  const auto& msgs = r.conv.messages;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    for (; next_inline < inline_ids.size() && inline_ids[next_inline].first == i; ++next_inline)
+      if (!seen.count(inline_ids[next_inline].second))
+        r.unmatched_tool_result_ids.push_back(inline_ids[next_inline].second);
+    if (msgs[i].role == Role::assistant)
+      for (const ToolCall& c : msgs[i].tool_calls) seen.insert(c.id);
+    if (msgs[i].role == Role::tool && !seen.count(msgs[i].tool_call_id))
+      r.unmatched_tool_result_ids.push_back(msgs[i].tool_call_id);
+  }
 }
 
 }  // namespace ds4::chat::detail

@@ -40,4 +40,11 @@ Result<std::vector<std::string_view>> raw_array(std::string_view object, std::st
 
 Status bad_request(std::string why);
 
+// Fills MappedRequest::unmatched_tool_result_ids: walks the messages in order, remembering call
+// ids of assistant messages; a tool message whose tool_call_id was not seen is unmatched.
+// `inline_ids` are ids of results already inlined into user text (Anthropic, ds4 flavor), as
+// (message index, id) pairs.
+void collect_unmatched_results(MappedRequest& r,
+                               const std::vector<std::pair<size_t, std::string>>& inline_ids);
+
 }  // namespace ds4::chat::detail

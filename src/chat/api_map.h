@@ -11,6 +11,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chat/chat.h"
 
@@ -29,6 +30,10 @@ struct MappedRequest {
   std::string model;                  // as sent ("" if absent)
   bool tools_dropped = false;         // tool_choice none removed the request's tools
   std::string prompt;                 // /v1/completions only: the prompt text
+  // Anthropic and Responses: ids referenced by tool results (tool_use_id / call_id) that no
+  // earlier call in the same request carries, in request order. ds4-server answers 400 for
+  // each unless the id belongs to the live session's last turn (a live continuation, §5.7).
+  std::vector<std::string> unmatched_tool_result_ids;
 };
 
 Result<MappedRequest> map_chat_completions(std::string_view body, const MapOptions& options = {});

@@ -248,6 +248,7 @@ Result<MappedRequest> map_responses(std::string_view text, const MapOptions& opt
     }
   }
   if (!none) r.conv.tools.insert(r.conv.tools.end(), extra_tools.begin(), extra_tools.end());
+  detail::collect_unmatched_results(r, {});
   return r;
 }
 

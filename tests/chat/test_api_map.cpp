@@ -157,5 +157,24 @@ TEST(ApiMap, ResponsesReasoningAndCalls) {
   EXPECT_EQ(r->conv.tools[1], R"({"name":"ns.g","description":"G","parameters":{"type":"object"}})");
 }
 
+TEST(ApiMap, UnmatchedToolResultIds) {
+  const std::string anthropic = R"({"messages":[
+      {"role":"assistant","content":[{"type":"tool_use","id":"toolu_a","name":"f","input":{}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_a","content":"1"},
+                                {"type":"tool_result","tool_use_id":"toolu_live","content":"2"}]}]})";
+  for (Flavor f : {Flavor::ds4, Flavor::official}) {
+    MapOptions o;
+    o.flavor = f;
+    auto r = map_anthropic_messages(anthropic, o);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->unmatched_tool_result_ids, std::vector<std::string>{"toolu_live"});
+  }
+  auto resp = map_responses(R"({"input":[{"type":"function_call_output","call_id":"call_live","output":"x"},
+      {"type":"function_call","call_id":"c2","name":"f","arguments":"{}"},
+      {"type":"function_call_output","call_id":"c2","output":"y"}]})");
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->unmatched_tool_result_ids, std::vector<std::string>{"call_live"});
+}
+
 }  // namespace
 }  // namespace ds4::chat

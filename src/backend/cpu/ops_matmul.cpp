@@ -17,17 +17,30 @@ void CpuBackend::matmul(const MatmulArgs& a) {
   }
   auto& scratch = thread_scratch(static_cast<size_t>(a.w.cols));
   const int64_t total = a.n * a.w.rows;
-  // Work items are (token, output row) pairs; a contiguous range maps to one scratch row per part.
-  std::vector<std::vector<float>>* per = &scratch;
+  const bool decode = needs_row_decode(a.w, kind, a.numerics);
+  const RowDot rd{&a.w, kind, a.numerics};
+  // Work items are (output row, token) pairs, row-major, so a weight row is read (and, when needed,
+  // decoded into the part's scratch row) once for all tokens of the batch.
   const int64_t parts = pool_.parts_for(total, a.w.cols);
   pool_.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      float* tmp = (*per)[static_cast<size_t>(p)].data();
+      float* tmp = scratch[static_cast<size_t>(p)].data();
+      int64_t cached = -1;
       const int64_t begin = total * p / parts, end = total * (p + 1) / parts;
       for (int64_t k = begin; k < end; ++k) {
-        const int64_t i = k / a.w.rows, o = k % a.w.rows;
-        a.y[i * a.y_stride + o] = weight_row_dot(a.w, o, kind, a.x + i * a.x_stride,
-                                                 act ? act + i * act_bytes : nullptr, a.numerics, tmp);
+        const int64_t o = k / a.n, i = k % a.n;
+        const float* x = a.x + i * a.x_stride;
+        float y;
+        if (decode) {
+          if (o != cached) {
+            dequantize_weight_row(a.w, o, tmp);
+            cached = o;
+          }
+          y = dot_f32_double(tmp, x, a.w.cols);
+        } else {
+          y = weight_row_dot(rd, o, x, act ? act + i * act_bytes : nullptr);
+        }
+        a.y[i * a.y_stride + o] = y;
       }
     }
   }, ThreadPool::kMinWorkPerPart);

@@ -59,39 +59,33 @@ void prepare_act_row(ActKind k, const float* x, int64_t cols, uint8_t* out) {
   if (k == ActKind::q8_k) quantize_act_q8_K(x, reinterpret_cast<BlockQ8_K*>(out), cols);
 }
 
-float weight_row_dot(const Weight& w, int64_t row, ActKind k, const float* x, const uint8_t* act,
-                     MatmulNumerics numerics, float* scratch) {
-  const uint8_t* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(row) * w.row_bytes;
-  const int64_t n = w.cols;
-  if (k != ActKind::f32) {
-    // ds4's pairings (src/quant/dot.h): Q8_0 · Q8_0 activation blocks, k-quants/IQ · Q8_K; integer
-    // block sums, float accumulation of the scaled block sums.
-    return best_dot_kernels().for_type(w.type)(src, act, n);
-  }
-  // Float activations.
-  if (w.type == GgmlType::F32) {
-    // Double accumulation (ds4's F32 matvec) in 4 independent lanes so the loop is not latency-bound.
-    const float* wr = reinterpret_cast<const float*>(src);
-    double lane[4] = {0, 0, 0, 0};
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4)
-      for (int l = 0; l < 4; ++l) lane[l] += static_cast<double>(wr[i + l]) * x[i + l];
-    double acc = (lane[0] + lane[1]) + (lane[2] + lane[3]);
-    for (; i < n; ++i) acc += static_cast<double>(wr[i]) * x[i];
-    return static_cast<float>(acc);
-  }
-  if (w.type == GgmlType::F16 && numerics == MatmulNumerics::ds4) {
-    // ds4: float multiply-accumulate.
-    return best_dot_kernels().f16(src, x, n);
-  }
-  dequantize_weight_row(w, row, scratch);
+bool needs_row_decode(const Weight& w, ActKind k, MatmulNumerics numerics) {
+  if (k != ActKind::f32 || w.type == GgmlType::F32) return false;
+  return !(w.type == GgmlType::F16 && numerics == MatmulNumerics::ds4);
+}
+
+float dot_f32_double(const float* w, const float* x, int64_t n) {
+  // Double accumulation (ds4's F32 matvec) in 4 independent lanes so the loop is not latency-bound.
   double lane[4] = {0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 4 <= n; i += 4)
-    for (int l = 0; l < 4; ++l) lane[l] += static_cast<double>(scratch[i + l]) * x[i + l];
+    for (int l = 0; l < 4; ++l) lane[l] += static_cast<double>(w[i + l]) * x[i + l];
   double acc = (lane[0] + lane[1]) + (lane[2] + lane[3]);
-  for (; i < n; ++i) acc += static_cast<double>(scratch[i]) * x[i];
+  for (; i < n; ++i) acc += static_cast<double>(w[i]) * x[i];
   return static_cast<float>(acc);
+}
+
+float weight_row_dot(const RowDot& d, int64_t row, const float* x, const uint8_t* act) {
+  const Weight& w = *d.w;
+  const uint8_t* src = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(row) * w.row_bytes;
+  if (d.kind != ActKind::f32) {
+    // ds4's pairings (src/quant/dot.h): Q8_0 · Q8_0 activation blocks, k-quants/IQ · Q8_K; integer
+    // block sums, float accumulation of the scaled block sums.
+    return best_dot_kernels().for_type(w.type)(src, act, w.cols);
+  }
+  if (w.type == GgmlType::F32) return dot_f32_double(reinterpret_cast<const float*>(src), x, w.cols);
+  // F16 with ds4 numerics: float multiply-accumulate (other types go through needs_row_decode).
+  return best_dot_kernels().f16(src, x, w.cols);
 }
 
 }  // namespace ds4::backend::cpu

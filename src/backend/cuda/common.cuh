@@ -1,0 +1,54 @@
+// common.cuh — small device helpers shared by the ops_*.cu files: 16-bit float decoding, warp and
+// block reductions, launch geometry. Header-only; every function is __device__ inline.
+// Deliberately not here: block formats (ops_matmul.cu holds the decoders and their tables).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds4::backend::cuda {
+
+inline constexpr int kWarp = 32;
+
+inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+__device__ inline float f16_dev(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ inline float bf16_dev(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
+template <typename T>
+__device__ inline T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
+template <typename T>
+__device__ inline T block_sum(T v) {
+  __shared__ T part[32];
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  v = warp_sum(v);
+  __syncthreads();  // `part` may still be read by a previous call
+  if (lane == 0) part[wid] = v;
+  __syncthreads();
+  T t = lane < nw ? part[lane] : T(0);
+  return warp_sum(t);
+}
+
+// ds4's float → int rounding (quant_math.h nearest_int): clamp to ±4194303 (NaN → low end), then
+// round half to even.
+__device__ inline int nearest_int_dev(float v) {
+  if (!(v > -4194303.0f)) v = -4194303.0f;
+  if (v > 4194303.0f) v = 4194303.0f;
+  return __float2int_rn(v);
+}
+
+__device__ inline int clamp_int_dev(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+}  // namespace ds4::backend::cuda

@@ -1,0 +1,181 @@
+// cuda_backend.cpp — CudaBackend construction, device memory, transfers and error reporting.
+// Kernels live in the ops_*.cu files; this file is plain C++ against the CUDA runtime API.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda {
+
+static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error for later callers
+    return 0;
+  }
+  return n;
+}
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opts) {
+  const int n = cuda_device_count();
+  if (n == 0) return unavailable("cuda backend: no CUDA device is available (no GPU or no driver)");
+  if (opts.device < 0 || opts.device >= n)
+    return invalid_argument("cuda backend: device " + std::to_string(opts.device) + " does not exist (" +
+                            std::to_string(n) + " visible)");
+  cudaError_t e = cudaSetDevice(opts.device);
+  if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaSetDevice: ") + cudaGetErrorString(e));
+  cudaStream_t s = nullptr;
+  e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaStreamCreate: ") + cudaGetErrorString(e));
+  e = upload_iq2xxs_tables();
+  if (e != cudaSuccess) {
+    cudaStreamDestroy(s);
+    return unavailable(std::string("cuda backend: IQ2_XXS tables: ") + cudaGetErrorString(e));
+  }
+  return std::unique_ptr<Backend>(new CudaBackend(opts.device, s));
+}
+
+WeightUploadStats weight_upload_stats(const Backend& be) {
+  if (auto* c = dynamic_cast<const CudaBackend*>(&be)) return c->upload_stats();
+  return {};
+}
+
+DeviceInfo device_info(const Backend& be) {
+  DeviceInfo info;
+  auto* c = dynamic_cast<const CudaBackend*>(&be);
+  if (!c) return info;
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, c->device()) == cudaSuccess) {
+    std::memcpy(info.name, p.name, std::min(sizeof(info.name) - 1, std::strlen(p.name)));
+    info.cc_major = p.major;
+    info.cc_minor = p.minor;
+  }
+  size_t fr = 0, tot = 0;
+  if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) {
+    info.free = fr;
+    info.total = tot;
+  }
+  return info;
+}
+
+CudaBackend::CudaBackend(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  for (void* p : weights_) cudaFree(p);
+  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_})
+    if (s->ptr) cudaFree(s->ptr);
+  cudaStreamDestroy(stream_);
+}
+
+bool CudaBackend::check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  if (first_error_.ok())
+    first_error_ = internal_error(std::string("cuda backend: ") + what + ": " + cudaGetErrorString(e));
+  return false;
+}
+
+void CudaBackend::fail(Status s) {
+  if (first_error_.ok()) first_error_ = std::move(s);
+}
+
+Status CudaBackend::sync() {
+  check(cudaStreamSynchronize(stream_), "stream synchronize");
+  return first_error_;
+}
+
+// A device allocation that failed: name the request and what the device has left.
+static Status oom(const char* what, uint64_t bytes, const char* cat) {
+  size_t fr = 0, tot = 0;
+  cudaMemGetInfo(&fr, &tot);
+  (void)cudaGetLastError();
+  return out_of_memory(std::string("cuda backend: cannot allocate ") + mib(bytes) + " for " + what + " (" + cat +
+                       "); the device has " + mib(fr) + " free of " + mib(tot));
+}
+
+Result<Buffer> CudaBackend::alloc(uint64_t bytes, MemCategory cat) {
+  if (bytes == 0) return Buffer(this, nullptr, 0, cat);
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) return oom("a buffer", bytes, mem_category_name(cat));
+  // The interface promises zero-filled memory; ordered on the stream before any op that uses it.
+  if (!check(cudaMemsetAsync(p, 0, bytes, stream_), "alloc memset")) {
+    cudaFree(p);
+    return first_error_;
+  }
+  counted_[cat] += bytes;
+  return Buffer(this, p, bytes, cat);
+}
+
+void CudaBackend::release(void* ptr, uint64_t bytes, MemCategory cat) {
+  // cudaFree waits for the device, so queued ops that still read the buffer finish first.
+  check(cudaFree(ptr), "free");
+  counted_[cat] -= bytes;
+}
+
+Result<const void*> CudaBackend::map_weight(const void* host, uint64_t bytes) {
+  // One device copy per tensor, straight from the mmap'd file (the driver stages pageable memory;
+  // no host copy of ours). Counted in upload_stats_, not in allocated(): the engine already counts
+  // mapped weight bytes once under `weights`.
+  const auto t0 = std::chrono::steady_clock::now();
+  if (bytes == 0) return static_cast<const void*>(nullptr);
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess)
+    return oom("a weight tensor", bytes, "weights").with_context(
+        "after " + mib(upload_stats_.bytes) + " of weights were uploaded; the model does not fit in device memory");
+  cudaError_t e = cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    return internal_error(std::string("cuda backend: weight upload: ") + cudaGetErrorString(e));
+  }
+  weights_.push_back(p);
+  upload_stats_.bytes += bytes;
+  upload_stats_.tensors += 1;
+  upload_stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<const void*>(p);
+}
+
+MemBytes CudaBackend::allocated() const {
+  MemBytes m = counted_;
+  m[MemCategory::scratch] += scratch_bytes_;
+  return m;
+}
+
+void CudaBackend::upload(void* dst, const void* src, uint64_t bytes) {
+  // From pageable host memory the copy is staged before this returns, so `src` may be reused at once.
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+}
+
+void CudaBackend::download(void* dst, const void* src, uint64_t bytes) {
+  if (!bytes) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+  check(cudaStreamSynchronize(stream_), "download synchronize");
+}
+
+void CudaBackend::copy(void* dst, const void* src, uint64_t bytes) {
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+}
+
+bool CudaBackend::ensure(DeviceScratch& s, uint64_t bytes, const char* what) {
+  if (s.bytes >= bytes) return true;
+  const uint64_t want = std::max<uint64_t>(bytes, s.bytes * 3 / 2);
+  if (s.ptr) {
+    check(cudaFree(s.ptr), "scratch free");
+    scratch_bytes_ -= s.bytes;
+    s = {};
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, want) != cudaSuccess) {
+    fail(oom(what, want, "scratch"));
+    return false;
+  }
+  s.ptr = p;
+  s.bytes = want;
+  scratch_bytes_ += want;
+  return true;
+}
+
+}  // namespace ds4::backend::cuda

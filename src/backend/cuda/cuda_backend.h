@@ -1,0 +1,45 @@
+// cuda_backend.h — the CUDA backend: every op of backend.h as CUDA kernels on one device.
+//
+// The backend object owns its stream, its device allocations (weights, buffers, scratch) and the
+// first error any op hit (ops are void in the interface; sync() reports it). Weights are copied to
+// device memory when bound (map_weight), so decode never reads over the bus.
+// Plain C++ header (no CUDA types): the runtime includes it when DS4_HAVE_CUDA is defined.
+// Deliberately not here: kernels (ops_*.cu), model structure (src/model).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace ds4::backend::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;  // CUDA device ordinal
+};
+
+// Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.
+Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opts = {});
+
+// Number of CUDA devices the runtime sees (0 without a driver or GPU).
+int cuda_device_count();
+
+// What map_weight has uploaded so far, for load logs and benchmarks.
+struct WeightUploadStats {
+  uint64_t bytes = 0;     // weight bytes now resident on the device
+  uint64_t tensors = 0;
+  double seconds = 0;     // wall time spent in map_weight (allocation + copy)
+  double gb_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+};
+// Stats of a backend made by make_cuda_backend (zeros for any other backend).
+WeightUploadStats weight_upload_stats(const Backend& be);
+
+// Device name and memory (total, free) for logs; empty name when unavailable.
+struct DeviceInfo {
+  char name[256] = {};
+  uint64_t total = 0, free = 0;
+  int cc_major = 0, cc_minor = 0;
+};
+DeviceInfo device_info(const Backend& be);
+
+}  // namespace ds4::backend::cuda

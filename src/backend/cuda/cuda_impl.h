@@ -1,0 +1,115 @@
+// cuda_impl.h — the CudaBackend class shared by the cuda/*.cu op files (not a public header).
+//
+// Each op family lives in its own file (ops_*.cu) as member functions of this class. Ops enqueue on
+// the backend's one stream and never synchronize, except where the interface hands a count back to
+// the host (compressor n_out is computed on the host; the indexer reads its row counts to size its
+// scratch). A failed launch or CUDA call is recorded once (the first error wins) and returned by sync().
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace ds4::backend::cuda {
+
+// One grow-only device scratch area (freed and reallocated larger when an op needs more).
+struct DeviceScratch {
+  void* ptr = nullptr;
+  uint64_t bytes = 0;
+};
+
+// A quantized-activation matvec over `n_vec` vectors (the matmul op and the routed experts).
+// Vector v reads activation row v / x_div and, when `ids` is set, expert ids[v] of the weights.
+struct GemvJob {
+  Weight w;                        // one matrix, or expert 0 of a 3-D tensor
+  uint64_t expert_bytes = 0;       // bytes between experts (ids != null)
+  const int32_t* ids = nullptr;    // [n_vec] expert of each vector (device), or null
+  int32_t n_expert = 0;
+  const float* x = nullptr;        // [rows][x_stride] float activations (device)
+  int64_t x_stride = 0;
+  int32_t x_div = 1;
+  float* y = nullptr;              // [n_vec][y_stride]
+  int64_t y_stride = 0;
+  int64_t n_vec = 0;
+  MatmulNumerics numerics = MatmulNumerics::ds4;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, cudaStream_t stream);
+  ~CudaBackend() override;
+
+  const char* name() const override { return "cuda"; }
+  bool host_memory() const override { return false; }
+
+  Result<Buffer> alloc(uint64_t bytes, MemCategory cat) override;
+  void release(void* ptr, uint64_t bytes, MemCategory cat) override;
+  Result<const void*> map_weight(const void* host, uint64_t bytes) override;
+  MemBytes allocated() const override;
+  void upload(void* dst, const void* src, uint64_t bytes) override;
+  void download(void* dst, const void* src, uint64_t bytes) override;
+  void copy(void* dst, const void* src, uint64_t bytes) override;
+  void fill_f32(float* dst, float value, int64_t count) override;  // ops_elementwise.cu
+  Status sync() override;
+
+  void matmul(const MatmulArgs& a) override;            // ops_matmul.cu
+  void rms_norm(const RmsNormArgs& a) override;         // ops_norm_rope.cu
+  void rope(const RopeArgs& a) override;                // ops_norm_rope.cu
+  void embed(const EmbedArgs& a) override;              // ops_matmul.cu (shares the block decoders)
+  void hc_split(const HcSplitArgs& a) override;         // ops_hc.cu
+  void hc_head(const HcHeadArgs& a) override;           // ops_hc.cu
+  void hc_collapse(const HcCollapseArgs& a) override;   // ops_hc.cu
+  void hc_post(const HcPostArgs& a) override;           // ops_hc.cu
+  void fp8_round(const Fp8RoundArgs& a) override;       // ops_qat.cu
+  void indexer_qat(const IndexerQatArgs& a) override;   // ops_qat.cu
+  void f16_round(float* x, int64_t count) override;     // ops_elementwise.cu
+  void add(float* y, const float* x, int64_t count) override;   // ops_elementwise.cu
+  void scale(float* y, float s, int64_t count) override;        // ops_elementwise.cu
+  void compressor(const CompressorArgs& a) override;    // ops_compressor.cu
+  void attention(const AttentionArgs& a) override;      // ops_attention.cu
+  void indexer(const IndexerArgs& a) override;          // ops_indexer.cu
+  void router(const RouterArgs& a) override;            // ops_moe.cu
+  void moe(const MoeArgs& a) override;                  // ops_moe.cu
+  void swiglu(const SwigluArgs& a) override;            // ops_elementwise.cu
+
+  // Matvec of GemvJob (ops_matmul.cu); quantizes activations into scratch when the numerics need it.
+  void gemv(const GemvJob& j, DeviceScratch& act_scratch);
+
+  // Records the first failure; returns true when `e` is cudaSuccess.
+  bool check(cudaError_t e, const char* what);
+  void fail(Status s);
+  bool failed() const { return !first_error_.ok(); }
+  // Checks the last launch (call right after <<<...>>>).
+  bool launched(const char* kernel) { return check(cudaGetLastError(), kernel); }
+  // Grows `s` to at least `bytes`; false (error recorded) on failure.
+  bool ensure(DeviceScratch& s, uint64_t bytes, const char* what);
+
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
+  const WeightUploadStats& upload_stats() const { return upload_stats_; }
+
+ private:
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  Status first_error_;
+  MemBytes counted_;                      // live alloc() bytes by category
+  uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
+  std::vector<void*> weights_;            // map_weight copies, freed with the backend
+  WeightUploadStats upload_stats_;
+  DeviceScratch act_;                     // [n][act row] quantized activations (matmul)
+  DeviceScratch moe_act_, moe_g_, moe_u_, moe_h_act_, moe_y_;  // routed-expert batches [n·k][*]
+  DeviceScratch idx_scores_;              // [n][max rows] indexer scores
+
+  friend struct ScratchAccess;
+};
+
+// Upload of the IQ2_XXS lookup tables to the __constant__ copies of ops_matmul.cu (once per backend).
+cudaError_t upload_iq2xxs_tables();
+
+}  // namespace ds4::backend::cuda

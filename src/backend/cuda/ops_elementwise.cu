@@ -1,0 +1,74 @@
+// ops_elementwise.cu — flat element-wise ops: fill, add, scale, f16 rounding, SwiGLU (MODEL.md §8 step 5).
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__global__ void fill_kernel(float* y, float v, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = v;
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void scale_kernel(float* y, float s, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] *= s;
+}
+
+// Round to nearest even through IEEE half; overflow → ±inf, inf/NaN unchanged (primitives round_f16).
+__global__ void f16_round_kernel(float* x, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __half2float(__float2half_rn(x[i]));
+}
+
+// h = silu(min(g, clamp)) · clamp(u, ±clamp) (clamp <= 0: none); the CPU's swiglu_one.
+__global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t n, float clamp) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float gv = g[i], uv = u[i];
+  if (clamp > 0) {
+    gv = fminf(gv, clamp);
+    uv = fminf(fmaxf(uv, -clamp), clamp);
+  }
+  h[i] = gv / (1.0f + expf(-gv)) * uv;
+}
+
+}  // namespace
+
+void CudaBackend::fill_f32(float* dst, float value, int64_t count) {
+  if (failed() || count <= 0) return;
+  fill_kernel<<<grid_for(count, 256), 256, 0, stream()>>>(dst, value, count);
+  launched("fill_f32");
+}
+
+void CudaBackend::add(float* y, const float* x, int64_t count) {
+  if (failed() || count <= 0) return;
+  add_kernel<<<grid_for(count, 256), 256, 0, stream()>>>(y, x, count);
+  launched("add");
+}
+
+void CudaBackend::scale(float* y, float s, int64_t count) {
+  if (failed() || count <= 0) return;
+  scale_kernel<<<grid_for(count, 256), 256, 0, stream()>>>(y, s, count);
+  launched("scale");
+}
+
+void CudaBackend::f16_round(float* x, int64_t count) {
+  if (failed() || count <= 0) return;
+  f16_round_kernel<<<grid_for(count, 256), 256, 0, stream()>>>(x, count);
+  launched("f16_round");
+}
+
+void CudaBackend::swiglu(const SwigluArgs& a) {
+  if (failed() || a.count <= 0) return;
+  swiglu_kernel<<<grid_for(a.count, 256), 256, 0, stream()>>>(a.g, a.u, a.h, a.count, a.clamp);
+  launched("swiglu");
+}
+
+}  // namespace ds4::backend::cuda

@@ -1,0 +1,344 @@
+// ops_matmul.cu — y = W·x for every weight type of the GGUFs, with ds4's or exact numerics
+// (backend.h MatmulNumerics, MODEL.md §12), the activation quantizers, and the embedding gather.
+//
+// ds4 numerics: Q8_0 rows · Q8_0 activation blocks (f32 scale), Q2_K/Q4_K/IQ2_XXS rows · Q8_K blocks,
+// F16 rows · floats with float accumulation, F32/BF16 rows · floats with double accumulation.
+// Activations are quantized bit-exactly like src/quant/quantize.cpp; integer block sums are exact,
+// so the only difference from the CPU op is the order of the per-block float sums (tests: ~1e-6 rel).
+// exact numerics: every row decoded to float like dequantize_row, double accumulation.
+// First version: one warp per (vector, output row), lanes striding over blocks. Fused multi-vector
+// GEMV/GEMM tiles for prefill are the next step (docs/PERF.md).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/quant_device.cuh"
+#include "quant/iq2xxs_tables.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__constant__ uint64_t c_iq2xxs_grid[256];
+__constant__ uint8_t c_iq2xxs_signs[128];
+
+constexpr int kGemvWarps = 4;  // output rows per 128-thread block
+
+// ---- activation quantizers (quantize.cpp quantize_act_q8_0 / quantize_act_q8_K) ----
+
+// One warp per 32-value block. x: [rows][x_stride]; out: [rows][cols/32] BlockQ8_0Act.
+__global__ void quantize_q8_0_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQK8_0;
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= rows * nb) return;
+  const int64_t r = blk / nb, b = blk % nb;
+  const float v = x[r * x_stride + b * kQK8_0 + lane];
+  const float amax = warp_max(fabsf(v));  // fmaxf skips NaN like the CPU's `ax > amax`
+  const float d = amax / 127.0f;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  uint8_t* o = out + blk * sizeof(BlockQ8_0Act);
+  if (lane == 0) *reinterpret_cast<float*>(o) = d;
+  o[4 + lane] = static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(v * id), -128, 127)));
+}
+
+// One warp per 256-value super-block; lane l holds values 8l … 8l+7. out: [rows][cols/256] BlockQ8_K.
+__global__ void quantize_q8_K_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQK_K;
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= rows * nb) return;
+  const int64_t r = blk / nb, b = blk % nb;
+  const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
+  float v[8];
+  // The largest |x| keeping its sign, first index on ties (strict >, NaN never wins), as ds4.
+  float best_ax = 0, best_v = 0;
+  int best_i = 1 << 30;
+  for (int i = 0; i < 8; ++i) {
+    v[i] = src[i];
+    const float ax = fabsf(v[i]);
+    if (ax > best_ax) {
+      best_ax = ax;
+      best_v = v[i];
+      best_i = 8 * lane + i;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float oax = __shfl_xor_sync(0xffffffffu, best_ax, o);
+    const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (oax > best_ax || (oax == best_ax && oi < best_i)) {
+      best_ax = oax;
+      best_v = ov;
+      best_i = oi;
+    }
+  }
+  uint8_t* blkp = out + blk * sizeof(BlockQ8_K);
+  int8_t* qs = reinterpret_cast<int8_t*>(blkp + 4);
+  int16_t* bsums = reinterpret_cast<int16_t*>(blkp + 260);
+  if (best_ax == 0) {
+    if (lane == 0) *reinterpret_cast<float*>(blkp) = 0;
+    for (int i = 0; i < 8; ++i) qs[8 * lane + i] = 0;
+    if (lane < 16) bsums[lane] = 0;
+    return;
+  }
+  const float iscale = -127.0f / best_v;
+  int s = 0;
+  for (int i = 0; i < 8; ++i) {
+    const int q = clamp_int_dev(nearest_int_dev(iscale * v[i]), -128, 127);
+    qs[8 * lane + i] = static_cast<int8_t>(q);
+    s += q;
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);  // bsums[k] covers lanes 2k and 2k+1
+  if (lane % 2 == 0) bsums[lane / 2] = static_cast<int16_t>(s);
+  if (lane == 0) *reinterpret_cast<float*>(blkp) = 1.0f / iscale;
+}
+
+// ---- matvec kernels: one warp per (vector v, output row o) ----
+
+struct GemvParams {
+  const uint8_t* w;        // expert 0 / the matrix
+  uint64_t row_bytes, expert_bytes;
+  const int32_t* ids;      // [n_vec] or null
+  int32_t n_expert;
+  int64_t rows, cols;
+  const float* x;          // float activations [*][x_stride]
+  int64_t x_stride;
+  const uint8_t* act;      // quantized activations [*][act_stride bytes]
+  uint64_t act_stride;
+  int32_t x_div;
+  float* y;                // [n_vec][y_stride]
+  int64_t y_stride, n_vec;
+};
+
+// Row o of the weight that vector v multiplies, or null when its expert id is out of range.
+__device__ inline const uint8_t* gemv_row(const GemvParams& p, int64_t v, int64_t o) {
+  const uint8_t* base = p.w;
+  if (p.ids) {
+    const int32_t e = p.ids[v];
+    if (e < 0 || e >= p.n_expert) return nullptr;
+    base += static_cast<uint64_t>(e) * p.expert_bytes;
+  }
+  return base + static_cast<uint64_t>(o) * p.row_bytes;
+}
+
+// Decoded rows · float activations, double accumulation (exact numerics; F32/BF16 under ds4).
+template <GgmlType T>
+__global__ void gemv_double_kernel(GemvParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
+  if (o >= p.rows) return;
+  for (int64_t v = blockIdx.y; v < p.n_vec; v += gridDim.y) {
+    const uint8_t* row = gemv_row(p, v, o);
+    float* y = p.y + v * p.y_stride + o;
+    if (!row) {
+      if (lane == 0) *y = NAN;
+      continue;
+    }
+    const float* x = p.x + (v / p.x_div) * p.x_stride;
+    double acc = 0;
+    for (int64_t e = lane; e < p.cols; e += kWarp)
+      acc += static_cast<double>(decode_elem<T>(row, e, c_iq2xxs_grid, c_iq2xxs_signs)) * static_cast<double>(x[e]);
+    acc = warp_sum(acc);
+    if (lane == 0) *y = static_cast<float>(acc);
+  }
+}
+
+// F16 rows · floats with float accumulation (ds4's dot_f16_row).
+__global__ void gemv_f16_kernel(GemvParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
+  if (o >= p.rows) return;
+  for (int64_t v = blockIdx.y; v < p.n_vec; v += gridDim.y) {
+    const uint8_t* row = gemv_row(p, v, o);
+    float* y = p.y + v * p.y_stride + o;
+    if (!row) {
+      if (lane == 0) *y = NAN;
+      continue;
+    }
+    const float* x = p.x + (v / p.x_div) * p.x_stride;
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
+    float acc = 0;
+    for (int64_t e = lane; e < p.cols; e += kWarp) acc += f16_dev(h[e]) * x[e];
+    acc = warp_sum(acc);
+    if (lane == 0) *y = acc;
+  }
+}
+
+// Quantized rows · quantized activation blocks; lanes stride over blocks.
+template <GgmlType T>
+__global__ void gemv_quant_kernel(GemvParams p) {
+  __shared__ uint64_t grid[256];
+  __shared__ uint8_t signs[128];
+  if constexpr (T == GgmlType::IQ2_XXS) {  // divergent table lookups are cheaper from shared memory
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) grid[i] = c_iq2xxs_grid[i];
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) signs[i] = c_iq2xxs_signs[i];
+    __syncthreads();
+  }
+  const int lane = threadIdx.x % kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
+  if (o >= p.rows) return;
+  constexpr int kBlockElems = T == GgmlType::Q8_0 ? kQK8_0 : kQK_K;
+  constexpr uint64_t kWBytes = T == GgmlType::Q8_0 ? sizeof(BlockQ8_0)
+                               : T == GgmlType::Q2_K ? sizeof(BlockQ2_K)
+                               : T == GgmlType::Q4_K ? sizeof(BlockQ4_K)
+                                                     : sizeof(BlockIQ2_XXS);
+  constexpr uint64_t kABytes = T == GgmlType::Q8_0 ? sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K);
+  const int64_t nb = p.cols / kBlockElems;
+  for (int64_t v = blockIdx.y; v < p.n_vec; v += gridDim.y) {
+    const uint8_t* row = gemv_row(p, v, o);
+    float* y = p.y + v * p.y_stride + o;
+    if (!row) {
+      if (lane == 0) *y = NAN;
+      continue;
+    }
+    const uint8_t* act = p.act + (v / p.x_div) * p.act_stride;
+    float acc = 0;
+    for (int64_t b = lane; b < nb; b += kWarp) {
+      const uint8_t* wb = row + b * kWBytes;
+      const uint8_t* xb = act + b * kABytes;
+      if constexpr (T == GgmlType::Q8_0) acc += dot_block_q8_0(wb, xb);
+      else if constexpr (T == GgmlType::Q2_K) acc += dot_block_q2_K(wb, xb);
+      else if constexpr (T == GgmlType::Q4_K) acc += dot_block_q4_K(wb, xb);
+      else acc += dot_block_iq2_xxs(wb, xb, grid, signs);
+    }
+    acc = warp_sum(acc);
+    if constexpr (T == GgmlType::IQ2_XXS) acc = 0.125f * acc;
+    if (lane == 0) *y = acc;
+  }
+}
+
+// out[t][s][d] = decoded row tokens[t] of the table, for every stream s (EmbedArgs).
+template <GgmlType T>
+__global__ void embed_kernel(const uint8_t* table, uint64_t row_bytes, int64_t dim, const int32_t* tokens, int64_t n,
+                             int32_t nhc, float* out) {
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= n * dim) return;
+  const int64_t t = k / dim, d = k % dim;
+  const float v = decode_elem<T>(table + static_cast<uint64_t>(tokens[t]) * row_bytes, d, c_iq2xxs_grid, c_iq2xxs_signs);
+  for (int s = 0; s < nhc; ++s) out[(t * nhc + s) * dim + d] = v;
+}
+
+bool quantized(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::IQ2_XXS;
+}
+
+int64_t block_elems(GgmlType t) {
+  if (t == GgmlType::Q8_0) return kQK8_0;
+  if (quantized(t)) return kQK_K;
+  return 1;
+}
+
+}  // namespace
+
+cudaError_t upload_iq2xxs_tables() {
+  cudaError_t e = cudaMemcpyToSymbol(c_iq2xxs_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
+  if (e != cudaSuccess) return e;
+  return cudaMemcpyToSymbol(c_iq2xxs_signs, kKsignsIq2xs, sizeof(kKsignsIq2xs));
+}
+
+void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
+  if (failed() || j.n_vec <= 0 || j.w.rows <= 0) return;
+  const GgmlType T = j.w.type;
+  if (j.w.cols % block_elems(T) != 0) {
+    fail(invalid_argument("cuda matmul: " + std::string(type_name(T)) + " row of " + std::to_string(j.w.cols) +
+                          " values is not a whole number of blocks"));
+    return;
+  }
+  GemvParams p{};
+  p.w = static_cast<const uint8_t*>(j.w.data);
+  p.row_bytes = j.w.row_bytes;
+  p.expert_bytes = j.expert_bytes;
+  p.ids = j.ids;
+  p.n_expert = j.n_expert;
+  p.rows = j.w.rows;
+  p.cols = j.w.cols;
+  p.x = j.x;
+  p.x_stride = j.x_stride;
+  p.x_div = j.x_div;
+  p.y = j.y;
+  p.y_stride = j.y_stride;
+  p.n_vec = j.n_vec;
+  const dim3 grid(grid_for(j.w.rows, kGemvWarps), static_cast<unsigned>(std::min<int64_t>(j.n_vec, 65535)));
+  const dim3 block(kGemvWarps * kWarp);
+  cudaStream_t s = stream();
+
+  const bool use_act = j.numerics == MatmulNumerics::ds4 && quantized(T);
+  if (use_act) {
+    const bool q80 = T == GgmlType::Q8_0;
+    const int64_t act_rows = (j.n_vec + j.x_div - 1) / j.x_div;
+    const int64_t nb = j.w.cols / (q80 ? kQK8_0 : kQK_K);
+    p.act_stride = static_cast<uint64_t>(nb) * (q80 ? sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K));
+    if (!ensure(act_scratch, p.act_stride * act_rows, "quantized activations")) return;
+    p.act = static_cast<const uint8_t*>(act_scratch.ptr);
+    const unsigned qgrid = grid_for(act_rows * nb * kWarp, 256);
+    if (q80)
+      quantize_q8_0_kernel<<<qgrid, 256, 0, s>>>(j.x, j.x_stride, act_rows, j.w.cols, static_cast<uint8_t*>(act_scratch.ptr));
+    else
+      quantize_q8_K_kernel<<<qgrid, 256, 0, s>>>(j.x, j.x_stride, act_rows, j.w.cols, static_cast<uint8_t*>(act_scratch.ptr));
+    if (!launched("quantize activations")) return;
+    switch (T) {
+      case GgmlType::Q8_0: gemv_quant_kernel<GgmlType::Q8_0><<<grid, block, 0, s>>>(p); break;
+      case GgmlType::Q2_K: gemv_quant_kernel<GgmlType::Q2_K><<<grid, block, 0, s>>>(p); break;
+      case GgmlType::Q4_K: gemv_quant_kernel<GgmlType::Q4_K><<<grid, block, 0, s>>>(p); break;
+      default: gemv_quant_kernel<GgmlType::IQ2_XXS><<<grid, block, 0, s>>>(p); break;
+    }
+    launched("gemv (quantized)");
+    return;
+  }
+  if (T == GgmlType::F16 && j.numerics == MatmulNumerics::ds4) {
+    gemv_f16_kernel<<<grid, block, 0, s>>>(p);
+    launched("gemv f16");
+    return;
+  }
+  switch (T) {
+    case GgmlType::F32: gemv_double_kernel<GgmlType::F32><<<grid, block, 0, s>>>(p); break;
+    case GgmlType::F16: gemv_double_kernel<GgmlType::F16><<<grid, block, 0, s>>>(p); break;
+    case GgmlType::BF16: gemv_double_kernel<GgmlType::BF16><<<grid, block, 0, s>>>(p); break;
+    case GgmlType::Q8_0: gemv_double_kernel<GgmlType::Q8_0><<<grid, block, 0, s>>>(p); break;
+    case GgmlType::Q2_K: gemv_double_kernel<GgmlType::Q2_K><<<grid, block, 0, s>>>(p); break;
+    case GgmlType::Q4_K: gemv_double_kernel<GgmlType::Q4_K><<<grid, block, 0, s>>>(p); break;
+    case GgmlType::IQ2_XXS: gemv_double_kernel<GgmlType::IQ2_XXS><<<grid, block, 0, s>>>(p); break;
+    default:
+      fail(unsupported("cuda matmul: weight type " + std::string(type_name(T)) + " is not a matmul type"));
+      return;
+  }
+  launched("gemv (float)");
+}
+
+void CudaBackend::matmul(const MatmulArgs& a) {
+  GemvJob j;
+  j.w = a.w;
+  j.x = a.x;
+  j.x_stride = a.x_stride;
+  j.y = a.y;
+  j.y_stride = a.y_stride;
+  j.n_vec = a.n;
+  j.numerics = a.numerics;
+  gemv(j, act_);
+}
+
+void CudaBackend::embed(const EmbedArgs& a) {
+  if (failed() || a.n <= 0) return;
+  const int64_t dim = a.table.cols;
+  const auto* t = static_cast<const uint8_t*>(a.table.data);
+  const unsigned g = grid_for(a.n * dim, 256);
+  cudaStream_t s = stream();
+  switch (a.table.type) {
+    case GgmlType::F32: embed_kernel<GgmlType::F32><<<g, 256, 0, s>>>(t, a.table.row_bytes, dim, a.tokens, a.n, a.nhc, a.out); break;
+    case GgmlType::F16: embed_kernel<GgmlType::F16><<<g, 256, 0, s>>>(t, a.table.row_bytes, dim, a.tokens, a.n, a.nhc, a.out); break;
+    case GgmlType::BF16: embed_kernel<GgmlType::BF16><<<g, 256, 0, s>>>(t, a.table.row_bytes, dim, a.tokens, a.n, a.nhc, a.out); break;
+    case GgmlType::Q8_0: embed_kernel<GgmlType::Q8_0><<<g, 256, 0, s>>>(t, a.table.row_bytes, dim, a.tokens, a.n, a.nhc, a.out); break;
+    case GgmlType::Q2_K: embed_kernel<GgmlType::Q2_K><<<g, 256, 0, s>>>(t, a.table.row_bytes, dim, a.tokens, a.n, a.nhc, a.out); break;
+    case GgmlType::Q4_K: embed_kernel<GgmlType::Q4_K><<<g, 256, 0, s>>>(t, a.table.row_bytes, dim, a.tokens, a.n, a.nhc, a.out); break;
+    case GgmlType::IQ2_XXS: embed_kernel<GgmlType::IQ2_XXS><<<g, 256, 0, s>>>(t, a.table.row_bytes, dim, a.tokens, a.n, a.nhc, a.out); break;
+    default:
+      fail(unsupported("cuda embed: table type " + std::string(type_name(a.table.type)) + " cannot be decoded"));
+      return;
+  }
+  launched("embed");
+}
+
+}  // namespace ds4::backend::cuda

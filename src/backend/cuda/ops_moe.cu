@@ -1,0 +1,144 @@
+// ops_moe.cu — MoE router (sqrt-softplus, hash or biased top-k) and routed experts (MODEL.md §8).
+//
+// Routed experts run as three expert-indexed matvecs (gemv with ids: each (token, slot) pair reads
+// its expert's rows on the device, no host round trip), the weighted SwiGLU in between, and a sum
+// over slots in slot order — the CPU op's arithmetic, so the result does not depend on batching.
+// First version: a pair re-reads its expert's rows; grouping pairs by expert (prefill) comes next.
+#include <string>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__device__ float softplus_dev(float z) {
+  if (z > 20.0f) return z;
+  if (z < -20.0f) return expf(z);
+  return log1pf(expf(z));
+}
+
+// One thread per token: the CPU's router loop (repeated selection, lower expert id on ties).
+__global__ void router_kernel(RouterArgs a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.n) return;
+  const float* z = a.logits + i * a.n_expert;
+  int32_t* ids = a.ids + i * a.k;
+  float* w = a.weights + i * a.k;
+  if (a.hash) {
+    const int32_t* row = a.hash + static_cast<int64_t>(a.tokens[i]) * a.k;
+    for (int j = 0; j < a.k; ++j) ids[j] = row[j];
+  } else {
+    for (int j = 0; j < a.k; ++j) {
+      int32_t best = -1;
+      float best_v = -INFINITY;
+      for (int32_t e = 0; e < a.n_expert; ++e) {
+        bool taken = false;
+        for (int q = 0; q < j; ++q) taken |= ids[q] == e;
+        if (taken) continue;
+        const float v = sqrtf(softplus_dev(z[e])) + (a.bias ? a.bias[e] : 0.0f);
+        if (best < 0 || v > best_v) {
+          best = e;
+          best_v = v;
+        }
+      }
+      ids[j] = best;
+    }
+  }
+  float sum = 0;
+  for (int j = 0; j < a.k; ++j) {
+    const int32_t e = ids[j];
+    w[j] = (e >= 0 && e < a.n_expert) ? sqrtf(softplus_dev(z[e])) : NAN;
+    sum += w[j];
+  }
+  const float denom = fmaxf(sum, a.denom_guard);
+  for (int j = 0; j < a.k; ++j) w[j] = a.scale * w[j] / denom;
+}
+
+// g[p][f] ← swiglu(g, u) · weights[p]  (ds4 scales before the down projection).
+__global__ void moe_swiglu_kernel(float* g, const float* u, const float* weights, int64_t pairs, int32_t ff, float clamp) {
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= pairs * ff) return;
+  float gv = g[q], uv = u[q];
+  if (clamp > 0) {
+    gv = fminf(gv, clamp);
+    uv = fminf(fmaxf(uv, -clamp), clamp);
+  }
+  g[q] = gv / (1.0f + expf(-gv)) * uv * weights[q / ff];
+}
+
+// out[i][d] = Σ_j y[i·k + j][d], j in order.
+__global__ void moe_sum_kernel(const float* y, float* out, int64_t n, int32_t k, int32_t dim) {
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= n * dim) return;
+  const int64_t i = q / dim, d = q % dim;
+  float acc = y[(i * k) * dim + d];
+  for (int j = 1; j < k; ++j) acc += y[(i * k + j) * dim + d];
+  out[q] = acc;
+}
+
+}  // namespace
+
+void CudaBackend::router(const RouterArgs& a) {
+  if (failed() || a.n <= 0) return;
+  if (a.k <= 0 || a.k > a.n_expert) {
+    fail(invalid_argument("cuda router: k " + std::to_string(a.k) + " must be in [1, n_expert]"));
+    return;
+  }
+  router_kernel<<<grid_for(a.n, 64), 64, 0, stream()>>>(a);
+  launched("router");
+}
+
+void CudaBackend::moe(const MoeArgs& a) {
+  if (failed() || a.n <= 0) return;
+  if (a.k <= 0 || a.dim <= 0 || a.ff <= 0) {
+    fail(invalid_argument("cuda moe: k, dim and ff must be positive"));
+    return;
+  }
+  const int64_t pairs = a.n * a.k;
+  if (!ensure(moe_g_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert gate rows") ||
+      !ensure(moe_u_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert up rows") ||
+      !ensure(moe_y_, static_cast<uint64_t>(pairs * a.dim) * 4, "expert outputs"))
+    return;
+  float* g = static_cast<float*>(moe_g_.ptr);  // [pairs][ff]
+  float* u = static_cast<float*>(moe_u_.ptr);  // [pairs][ff]
+  float* y = static_cast<float*>(moe_y_.ptr);  // [pairs][dim]
+
+  GemvJob j;
+  j.ids = a.ids;
+  j.n_expert = a.gate.n_expert;
+  j.n_vec = pairs;
+  j.numerics = a.numerics;
+  // gate/up: pair p reads token p / k.
+  j.x = a.x;
+  j.x_stride = a.dim;
+  j.x_div = a.k;
+  j.y_stride = a.ff;
+  j.w = a.gate.first;
+  j.expert_bytes = a.gate.expert_bytes;
+  j.y = g;
+  gemv(j, moe_act_);
+  j.w = a.up.first;
+  j.expert_bytes = a.up.expert_bytes;
+  j.y = u;
+  gemv(j, moe_act_);
+  if (failed()) return;
+  moe_swiglu_kernel<<<grid_for(pairs * a.ff, 256), 256, 0, stream()>>>(g, u, a.weights, pairs, a.ff, a.clamp);
+  if (!launched("moe swiglu")) return;
+  // down: pair p reads its own hidden row.
+  j.w = a.down.first;
+  j.expert_bytes = a.down.expert_bytes;
+  j.n_expert = a.down.n_expert;
+  j.x = g;
+  j.x_stride = a.ff;
+  j.x_div = 1;
+  j.y = y;
+  j.y_stride = a.dim;
+  gemv(j, moe_h_act_);
+  if (failed()) return;
+  moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.out, a.n, a.k, a.dim);
+  launched("moe sum");
+}
+
+}  // namespace ds4::backend::cuda

@@ -1,0 +1,121 @@
+// ops_qat.cu — quantization-aware simulations (MODEL.md §5.4, §5.5): FP8 E4M3 round trip of KV rows
+// in blocks of 64, and Hadamard + FP4 E2M1 round trip of indexer rows in blocks of 32. Each device
+// function is the CPU primitive (backend/cpu/primitives.cpp) in the same float operations.
+#include <string>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__device__ float pow2_ceil_dev(float v) {
+  int e;
+  const float f = frexpf(v, &e);
+  return f == 0.5f ? ldexpf(1.0f, e - 1) : ldexpf(1.0f, e);
+}
+
+__device__ float round_e4m3_dev(float x) {
+  const float a = fabsf(x);
+  if (a == 0.0f || isnan(a)) return x;
+  float q;
+  if (a < 0.015625f) {
+    q = rintf(a * 512.0f) / 512.0f;
+  } else {
+    int e;
+    frexpf(a, &e);
+    const float step = ldexpf(1.0f, e - 4);
+    q = rintf(a / step) * step;
+  }
+  q = fminf(q, 448.0f);
+  return x < 0 ? -q : q;
+}
+
+__device__ float round_e2m1_dev(float x) {
+  const float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float a = fminf(fabsf(x), 6.0f);
+  int best = 0;
+  float best_d = a;
+  for (int c = 1; c < 8; ++c) {
+    const float d = fabsf(a - kValues[c]);
+    if (d < best_d || (d == best_d && (c % 2 == 0))) {
+      best = c;
+      best_d = d;
+    }
+  }
+  return x < 0 ? -kValues[best] : kValues[best];
+}
+
+// One warp per 64-value block (two values per lane). x: [rows][stride], blocks in [0, n_quant).
+__global__ void fp8_round_kernel(float* x, int64_t rows, int64_t stride, int32_t n_quant) {
+  const int64_t nb = n_quant / 64;
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= rows * nb) return;
+  float* p = x + (blk / nb) * stride + (blk % nb) * 64;
+  const float v0 = p[lane], v1 = p[lane + 32];
+  const float amax = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
+  const float s = pow2_ceil_dev(fmaxf(amax, 1e-4f) / 448.0f);
+  p[lane] = s * round_e4m3_dev(fminf(fmaxf(v0 / s, -448.0f), 448.0f));
+  p[lane + 32] = s * round_e4m3_dev(fminf(fmaxf(v1 / s, -448.0f), 448.0f));
+}
+
+// One block of `dim` threads per row: scaled Walsh–Hadamard in shared memory, then FP4 blocks of 32
+// (each a warp). dim is a power of two, 32 … 1024.
+__global__ void indexer_qat_kernel(float* x, int32_t dim, float k) {
+  extern __shared__ float sh[];
+  float* row = x + static_cast<int64_t>(blockIdx.x) * dim;
+  const int i = threadIdx.x;
+  sh[i] = row[i];
+  __syncthreads();
+  for (int s = 1; s < dim; s *= 2) {
+    // The butterfly pair (b+j, b+s+j) is handled by the thread of the lower index.
+    float u = 0, v = 0;
+    const bool low = (i & s) == 0;
+    if (low) {
+      u = sh[i];
+      v = sh[i + s];
+    }
+    __syncthreads();
+    if (low) {
+      sh[i] = u + v;
+      sh[i + s] = u - v;
+    }
+    __syncthreads();
+  }
+  const float h = sh[i] * k;
+  const float amax = warp_max(fabsf(h));
+  const float sc = pow2_ceil_dev(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)) / 6.0f);
+  row[i] = sc * round_e2m1_dev(fminf(fmaxf(h / sc, -6.0f), 6.0f));
+}
+
+}  // namespace
+
+void CudaBackend::fp8_round(const Fp8RoundArgs& a) {
+  if (failed() || a.rows <= 0 || a.n_quant <= 0) return;
+  if (a.n_quant % 64 != 0) {
+    fail(invalid_argument("cuda fp8_round: n_quant " + std::to_string(a.n_quant) + " is not a multiple of 64"));
+    return;
+  }
+  const int64_t warps = a.rows * (a.n_quant / 64);
+  fp8_round_kernel<<<grid_for(warps * kWarp, 256), 256, 0, stream()>>>(a.x, a.rows, a.stride, a.n_quant);
+  launched("fp8_round");
+}
+
+void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
+  if (failed() || a.rows <= 0) return;
+  if (a.dim < 32 || a.dim > 1024 || (a.dim & (a.dim - 1)) != 0) {
+    fail(invalid_argument("cuda indexer_qat: dim " + std::to_string(a.dim) + " must be a power of two in [32, 1024]"));
+    return;
+  }
+  if (a.rows > 0x7fffffff) {
+    fail(invalid_argument("cuda indexer_qat: too many rows"));
+    return;
+  }
+  const float k = static_cast<float>(1.0 / sqrt(static_cast<double>(a.dim)));
+  indexer_qat_kernel<<<static_cast<unsigned>(a.rows), a.dim, a.dim * sizeof(float), stream()>>>(a.x, a.dim, k);
+  launched("indexer_qat");
+}
+
+}  // namespace ds4::backend::cuda

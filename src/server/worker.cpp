@@ -146,15 +146,22 @@ void EngineWorker::assign_jobs() {
       finish(*a, FinishReason::cancelled, cancelled("request cancelled while queued"));
       continue;
     }
-    // The idle slot whose live tokens share the longest prefix with this prompt.
+    // The idle slot that saves the most prefill without throwing away much of another conversation:
+    // reused tokens count fully, live tokens the rewind would discard count half against. With one
+    // session this is just "the" session; with several, an empty slot beats evicting a conversation
+    // that only shares the template's first tokens.
     Slot* best = nullptr;
-    int64_t best_lcp = -1;
+    int64_t best_lcp = 0;
+    double best_score = 0;
     for (auto& s : slots_) {
       if (s->busy) continue;
       const int64_t lcp = s->session ? common_prefix(s->session->tokens(), job->prompt) : 0;
-      if (lcp > best_lcp) {
-        best_lcp = lcp;
+      const int64_t lost = s->session ? s->session->position() - lcp : 0;
+      const double score = static_cast<double>(lcp) - 0.5 * static_cast<double>(lost);
+      if (!best || score > best_score) {
         best = s.get();
+        best_lcp = lcp;
+        best_score = score;
       }
     }
     a->slot = best;

@@ -264,6 +264,16 @@ test('aborting a stream cancels the generation on the server', async () => {
   assert.match(metrics, /ds4_cancelled_total [1-9]/);
 });
 
+test('DS4_LOCK_FILE: a second instance refuses to start (exit 2)', async () => {
+  const second = spawn(args.server, ['-m', args.model, '--port', String(await freePort())], {
+    env: { ...process.env, DS4_LOCK_FILE: join(dir, 'ds4.lock') }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  second.stderr.on('data', (d) => { err += d; });
+  const code = await new Promise((r) => second.on('exit', r));
+  assert.equal(code, 2);
+  assert.match(err, /another ds4 process is already running \(pid \d+\)/);
+});
+
 let failed = 0;
 try {
   await waitHealthy();

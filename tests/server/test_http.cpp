@@ -421,6 +421,38 @@ TEST_F(HttpTest, NonStreamingDisconnectCancelsDuringGeneration) {
   EXPECT_NE(met->body.find("ds4_cancelled_total 1"), std::string::npos) << met->body;
 }
 
+TEST_F(HttpTest, ParallelSessionsKeepTheirOwnPrefixes) {
+  ServerOptions o = small_options();
+  o.worker.n_sessions = 2;
+  Running s(o);
+  Json a1 = s.post_json("/v1/chat/completions", chat_body("The first conversation is about lakes", 4));
+  Json b1 = s.post_json("/v1/chat/completions", chat_body("A second, unrelated conversation: mountains", 4));
+  Json a2 = s.post_json("/v1/chat/completions", chat_body("The first conversation is about lakes", 4));
+  Json b2 = s.post_json("/v1/chat/completions", chat_body("A second, unrelated conversation: mountains", 4));
+  // With two sessions neither conversation evicts the other.
+  EXPECT_EQ(a2["usage"]["prompt_tokens_details"]["cached_tokens"], a2["usage"]["prompt_tokens"]);
+  EXPECT_EQ(b2["usage"]["prompt_tokens_details"]["cached_tokens"], b2["usage"]["prompt_tokens"]);
+  EXPECT_EQ(a1["choices"][0]["message"]["content"], a2["choices"][0]["message"]["content"]);
+  EXPECT_EQ(b1["choices"][0]["message"]["content"], b2["choices"][0]["message"]["content"]);
+  // Concurrent requests on two sessions both complete.
+  Json r1, r2;
+  std::thread t1([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    auto r = c.Post("/v1/chat/completions", chat_body("The first conversation is about lakes", 20).dump(), "application/json");
+    if (r) r1 = Json::parse(r->body, nullptr, false);
+  });
+  std::thread t2([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    auto r = c.Post("/v1/chat/completions", chat_body("A second, unrelated conversation: mountains", 20).dump(), "application/json");
+    if (r) r2 = Json::parse(r->body, nullptr, false);
+  });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(r1["usage"]["completion_tokens"], 20);
+  EXPECT_EQ(r2["usage"]["completion_tokens"], 20);
+  EXPECT_EQ(r1["usage"]["prompt_tokens_details"]["cached_tokens"], r1["usage"]["prompt_tokens"]);
+}
+
 TEST_F(HttpTest, RequestTimeoutEndsTheRequest) {
   ServerOptions o = small_options();
   o.worker.default_max_tokens = 100000;

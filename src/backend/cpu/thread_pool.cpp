@@ -2,6 +2,9 @@
 #include "backend/cpu/thread_pool.h"
 
 #include <algorithm>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace ds4::backend::cpu {
 
@@ -16,6 +19,12 @@ ThreadPool::~ThreadPool() {
   }
   start_cv_.notify_all();
   for (auto& t : threads_) t.join();
+}
+
+static inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
 }
 
 static void run_part(const RangeFn& fn, int64_t n, int parts, int index) {
@@ -45,8 +54,9 @@ void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t work_per_item) {
   }
   start_cv_.notify_all();
   run_part(fn, n, parts, 0);
+  for (int i = 0; i < kSpin && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
   job_ = nullptr;
 }
 
@@ -56,9 +66,11 @@ void ThreadPool::worker(int index) {
     const RangeFn* job;
     int64_t n;
     int parts;
+    for (int i = 0; i < kSpin && generation_.load(std::memory_order_acquire) == seen && !stop_.load(); ++i)
+      cpu_relax();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
       if (stop_) return;
       seen = generation_;
       job = job_;
@@ -67,8 +79,10 @@ void ThreadPool::worker(int index) {
     }
     if (index < parts) {
       run_part(*job, n, parts, index);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_one();
+      }
     }
   }
 }

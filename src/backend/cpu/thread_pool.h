@@ -5,6 +5,7 @@
 // inside fn. Deliberately not here: task queues, futures, work stealing.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -51,12 +52,15 @@ class ThreadPool {
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
-  const RangeFn* job_ = nullptr;
+  // Workers and the caller spin briefly before blocking: a decode step runs hundreds of small parallel
+  // regions, and a futex wake-up costs more than most of them.
+  static constexpr int kSpin = 4000;
+  const RangeFn* job_ = nullptr;  // guarded by mu_
   int64_t job_n_ = 0;
   int job_parts_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};  // written under mu_, polled while spinning
+  std::atomic<int> pending_{0};          // worker parts still running
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace ds4::backend::cpu

@@ -6,6 +6,9 @@
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
+#ifdef DS4_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "runtime/engine_impl.h"
 
 namespace ds4 {
@@ -40,8 +43,18 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
       e->backend_ = backend::cpu::make_cpu_backend(bo);
       break;
     }
-    case BackendKind::cuda:
-      return unsupported("engine: the CUDA backend is not built into this library yet");
+    case BackendKind::cuda: {
+#ifdef DS4_HAVE_CUDA
+      backend::cuda::CudaBackendOptions co;
+      co.device = opts.cuda_device;
+      auto be = backend::cuda::make_cuda_backend(co);
+      if (!be.ok()) return be.status().with_context("engine");
+      e->backend_ = std::move(be).value();
+      break;
+#else
+      return unsupported("engine: this build has no CUDA backend (configure with -DDS4_CUDA=ON)");
+#endif
+    }
   }
   const auto plan = modelspec::layer_plan(e->cfg_);
   DS4_ASSIGN_OR_RETURN(e->weights_, model::bind_weights(*e->file_, e->cfg_, plan, *e->backend_));

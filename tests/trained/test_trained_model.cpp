@@ -3,7 +3,9 @@
 //   * its tokenizer section is exactly what the C++ import of the npm tokenizer.json writes;
 //   * the golden logits file is well formed;
 //   * the engine (`ds4 run --tokens-file F --dump-logits OUT`, reference numerics) reproduces transformers'
-//     logits on the held-out reference sequences within max|Δ| ≤ 1e-4·max|logit|, and the same perplexity.
+//     logits on the held-out reference sequences within max|Δ| ≤ 1e-4·max|logit|, and the same perplexity,
+//     fed as one prefill, in chunks of 37 tokens and token by token (MODEL.md §14.5 step 3);
+//   * `ds4 generate` (greedy, reference numerics) continues two chat prompts with transformers' greedy text.
 // The engine part skips, naming what is missing, while `ds4 run` lacks those options.
 #include <gtest/gtest.h>
 
@@ -114,6 +116,9 @@ struct Cli {
   bool ok = false;
   std::string why;            // when !ok: what `ds4 run` lacks
   std::string numerics_args;  // flag(s) selecting reference numerics
+  // Ways of feeding the sequence (MODEL.md §14.5 step 3): one-shot prefill, chunks whose boundaries fall
+  // inside compressor blocks and the window, and token-by-token decode. name → extra flags.
+  std::vector<std::pair<std::string, std::string>> modes;
 };
 
 std::string slurp(const fs::path& p) {
@@ -149,39 +154,97 @@ Cli probe_cli(const fs::path& dir) {
     c.why = "`ds4 run` exposes no reference-numerics option (--numerics reference)";
     return c;
   }
+  c.modes.push_back({"prefill", ""});
+  if (h.find("--chunk") != std::string::npos) c.modes.push_back({"chunk37", "--chunk 37"});
+  if (h.find("--decode") != std::string::npos) c.modes.push_back({"decode", "--decode"});
   c.ok = true;
   return c;
 }
 
-struct EngineRun {
-  std::vector<float> logits;  // [T][V]
-  std::string error;
+// What one engine run gave, compared at once so that no 165 MB logit dump is kept per run.
+struct Comparison {
+  std::string error;              // the engine could not be run or its dump was unusable
+  std::vector<std::string> fails; // first mismatches (value, log-sum-exp, argmax), at most 12
+  size_t n_fails = 0;
+  double worst = 0;               // max |Δ| / (1e-4·max|logit|) over stored values, max|logit| and lse
+  int argmax_checked = 0;
+  double ppl = 0;                 // engine perplexity over the sequence
 };
 
-EngineRun run_engine(const Cli& cli, const RefSequence& s, const fs::path& dir) {
-  EngineRun out;
+Comparison compare(const RefFile& ref, const RefSequence& s, const std::vector<float>& logits) {
+  Comparison c;
+  const size_t V = s.vocab;
+  double nll = 0;
+  auto fail = [&](std::string what) {
+    if (c.fails.size() < 12) c.fails.push_back(std::move(what));
+    ++c.n_fails;
+  };
+  for (size_t t = 0; t < s.pos.size(); ++t) {
+    const RefPosition& p = s.pos[t];
+    const float* row = logits.data() + t * V;
+    const double tol = 1e-4 * p.max_abs;
+    auto check = [&](double got, double want, const std::string& what) {
+      const double d = std::fabs(got - want);
+      c.worst = std::max(c.worst, d / tol);
+      if (!(d <= tol))
+        fail("t=" + std::to_string(t) + " " + what + ": engine " + std::to_string(got) + ", transformers " +
+             std::to_string(want));
+    };
+    for (size_t k = 0; k < p.top_ids.size(); ++k)
+      check(row[p.top_ids[k]], p.top_vals[k], "logit of top id " + std::to_string(p.top_ids[k]));
+    for (size_t k = 0; k < ref.fixed_ids.size(); ++k)
+      check(row[ref.fixed_ids[k]], p.fixed_vals[k], "logit of id " + std::to_string(ref.fixed_ids[k]));
+    double mx = -1e300, mabs = 0, sum = 0;
+    size_t arg = 0;
+    for (size_t v = 0; v < V; ++v) {
+      if (row[v] > mx) mx = row[v], arg = v;
+      mabs = std::max(mabs, std::fabs(double(row[v])));
+    }
+    for (size_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+    const double lse = mx + std::log(sum);
+    check(mabs, p.max_abs, "max|logit|");
+    check(lse, p.lse, "log-sum-exp of the row");
+    // Argmax is compared only where the reference's margin is clear of the tolerance.
+    if (p.top_vals[0] - p.top_vals[1] > 2 * tol) {
+      ++c.argmax_checked;
+      if (arg != p.top_ids[0])
+        fail("t=" + std::to_string(t) + " argmax: engine " + std::to_string(arg) + ", transformers " +
+             std::to_string(p.top_ids[0]));
+    }
+    if (t + 1 < s.ids.size()) nll += lse - row[s.ids[t + 1]];
+  }
+  c.ppl = std::exp(nll / double(s.ids.size() - 1));
+  return c;
+}
+
+Comparison run_engine(const Cli& cli, const std::string& mode_flags, const RefFile& ref, const RefSequence& s,
+                      const fs::path& dir) {
+  Comparison out;
   const fs::path toks = dir / (s.name + ".tokens"), dump = dir / (s.name + ".logits"), log = dir / (s.name + ".log");
+  std::error_code ec;
+  fs::remove(dump, ec);  // a stale dump from another mode must not pass for this one
   {
     std::ofstream f(toks);
     for (int32_t id : s.ids) f << id << "\n";
   }
-  std::string cmd = std::string("\"") + kDs4 + "\" run -m \"" + kModel + "\" --tokens-file \"" + toks.string() +
-                    "\" --dump-logits \"" + dump.string() + "\" " + cli.numerics_args + " > \"" + log.string() +
-                    "\" 2>&1";
+  const std::string cmd = std::string("\"") + kDs4 + "\" run -m \"" + kModel + "\" --tokens-file \"" +
+                          toks.string() + "\" --dump-logits \"" + dump.string() + "\" " + cli.numerics_args + " " +
+                          mode_flags + " > \"" + log.string() + "\" 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     out.error = "engine failed: " + cmd + "\n" + slurp(log);
     return out;
   }
   const std::string raw = slurp(dump);
+  fs::remove(dump, ec);
   const size_t want = s.ids.size() * size_t(s.vocab) * sizeof(float);
   if (raw.size() != want) {
-    out.error = "dump " + dump.string() + " has " + std::to_string(raw.size()) + " bytes, expected " +
-                std::to_string(want) + " (float32 [tokens][vocab])";
+    out.error = "dump has " + std::to_string(raw.size()) + " bytes, expected " + std::to_string(want) +
+                " (float32 [tokens][vocab])";
     return out;
   }
-  out.logits.resize(s.ids.size() * size_t(s.vocab));
-  std::memcpy(out.logits.data(), raw.data(), want);
-  return out;
+  std::vector<float> logits(s.ids.size() * size_t(s.vocab));
+  std::memcpy(logits.data(), raw.data(), want);
+  return compare(ref, s, logits);
 }
 
 class TrainedEngine : public ::testing::Test {
@@ -192,89 +255,88 @@ class TrainedEngine : public ::testing::Test {
     cli_ = new Cli(probe_cli(*dir_));
     auto ref = read_reference_file(kRef);
     ref_ = new RefFile(ref.ok() ? std::move(*ref) : RefFile{});
-    runs_ = new std::map<std::string, EngineRun>;
+    runs_ = new std::vector<Run>;
+    // Every sequence as one prefill; the chunked and token-by-token paths on the first one (each engine run
+    // costs seconds on the CPU, and the paths differ in state handling, not in the sequence).
     if (cli_->ok)
-      for (const auto& s : ref_->seqs) (*runs_)[s.name] = run_engine(*cli_, s, *dir_);
+      for (const auto& s : ref_->seqs)
+        for (const auto& [mode, flags] : cli_->modes)
+          if (mode == "prefill" || &s == &ref_->seqs.front())
+            runs_->push_back({s.name + "/" + mode, &s, run_engine(*cli_, flags, *ref_, s, *dir_)});
   }
   static void TearDownTestSuite() {
     std::error_code ec;
     fs::remove_all(*dir_, ec);
     delete dir_;
     delete cli_;
-    delete ref_;
     delete runs_;
+    delete ref_;
   }
   void SetUp() override {
     if (!cli_->ok) GTEST_SKIP() << "engine comparison skipped: " << cli_->why;
     ASSERT_EQ(ref_->seqs.size(), 3u) << "reference file unreadable";
   }
+  struct Run {
+    std::string key;  // "sequence/mode"
+    const RefSequence* seq;
+    Comparison cmp;
+  };
   static fs::path* dir_;
   static Cli* cli_;
   static RefFile* ref_;
-  static std::map<std::string, EngineRun>* runs_;
+  static std::vector<Run>* runs_;
 };
 fs::path* TrainedEngine::dir_ = nullptr;
 Cli* TrainedEngine::cli_ = nullptr;
 RefFile* TrainedEngine::ref_ = nullptr;
-std::map<std::string, EngineRun>* TrainedEngine::runs_ = nullptr;
+std::vector<TrainedEngine::Run>* TrainedEngine::runs_ = nullptr;
 
-TEST_F(TrainedEngine, LogitsMatchTransformers) {
-  for (const auto& s : ref_->seqs) {
-    const EngineRun& r = (*runs_)[s.name];
-    ASSERT_TRUE(r.error.empty()) << r.error;
-    const size_t V = s.vocab;
-    double worst = 0;  // max |Δ| / (1e-4·max|logit|) over the sequence
-    int argmax_checked = 0;
-    for (size_t t = 0; t < s.pos.size(); ++t) {
-      const RefPosition& p = s.pos[t];
-      const float* row = r.logits.data() + t * V;
-      const double tol = 1e-4 * p.max_abs;
-      auto check = [&](uint32_t id, float want, const char* what) {
-        const double d = std::fabs(double(row[id]) - want);
-        worst = std::max(worst, d / tol);
-        EXPECT_LE(d, tol) << s.name << " t=" << t << " " << what << " id " << id << ": engine " << row[id]
-                          << ", transformers " << want;
-      };
-      for (size_t k = 0; k < p.top_ids.size(); ++k) check(p.top_ids[k], p.top_vals[k], "top");
-      for (size_t k = 0; k < ref_->fixed_ids.size(); ++k) check(ref_->fixed_ids[k], p.fixed_vals[k], "fixed");
-      double mx = -1e300, mabs = 0, sum = 0;
-      size_t arg = 0;
-      for (size_t v = 0; v < V; ++v) {
-        if (row[v] > mx) mx = row[v], arg = v;
-        mabs = std::max(mabs, std::fabs(double(row[v])));
-      }
-      for (size_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
-      const double lse = mx + std::log(sum);
-      EXPECT_NEAR(mabs, p.max_abs, tol) << s.name << " t=" << t;
-      EXPECT_NEAR(lse, p.lse, tol) << s.name << " t=" << t << ": log-sum-exp over the whole row";
-      // Argmax is compared only where the reference's margin is clear of the tolerance.
-      if (p.top_vals[0] - p.top_vals[1] > 2 * tol) {
-        EXPECT_EQ(arg, p.top_ids[0]) << s.name << " t=" << t;
-        ++argmax_checked;
-      }
-    }
-    std::printf("[ trained ] %s: %zu positions, worst |Δ| = %.3g of the tolerance, %d argmax checked\n",
-                s.name.c_str(), s.pos.size(), worst, argmax_checked);
+// One test for logits and perplexity: ctest runs each test in its own process, and the engine runs are the
+// expensive part.
+TEST_F(TrainedEngine, LogitsAndPerplexityMatchTransformers) {
+  for (const Run& r : *runs_) {
+    ASSERT_TRUE(r.cmp.error.empty()) << r.key << ": " << r.cmp.error;
+    const double want = r.seq->perplexity();
+    std::printf("[ trained ] %s: %zu positions, worst |Δ| = %.3g of the tolerance, %d argmax checked; "
+                "perplexity engine %.6f, transformers %.6f\n",
+                r.key.c_str(), r.seq->pos.size(), r.cmp.worst, r.cmp.argmax_checked, r.cmp.ppl, want);
+    std::string detail;
+    for (const auto& f : r.cmp.fails) detail += "\n  " + f;
+    EXPECT_EQ(r.cmp.n_fails, 0u) << r.key << ": " << r.cmp.n_fails << " values outside max|Δ| ≤ 1e-4·max|logit|"
+                                 << detail;
+    EXPECT_NEAR(r.cmp.ppl, want, 1e-4 * want) << r.key << ": perplexity";
   }
 }
 
-TEST_F(TrainedEngine, PerplexityMatchesTransformers) {
-  for (const auto& s : ref_->seqs) {
-    const EngineRun& r = (*runs_)[s.name];
-    ASSERT_TRUE(r.error.empty()) << r.error;
-    const size_t V = s.vocab;
-    double nll = 0;
-    for (size_t t = 0; t + 1 < s.ids.size(); ++t) {
-      const float* row = r.logits.data() + t * V;
-      double mx = -1e300, sum = 0;
-      for (size_t v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
-      for (size_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
-      nll += mx + std::log(sum) - row[s.ids[t + 1]];
+// Greedy chat continuations: `ds4 generate --temp 0` must print what transformers' greedy decoding of the same
+// rendered prompt (`BOS <｜User｜>prompt<｜Assistant｜></think>`) gave: tests/trained/greedy/NAME.{prompt,expected}
+// (40 tokens, training/results/train_results.json "greedy").
+TEST(TrainedGenerate, GreedyChatMatchesTransformers) {
+  const fs::path dir = fs::temp_directory_path() / ("ds4_trained_gen_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path help = dir / "help.txt";
+  const std::string hcmd = std::string("\"") + kDs4 + "\" generate --help > \"" + help.string() + "\" 2>&1";
+  const int hrc = std::system(hcmd.c_str());
+  const std::string h = slurp(help);
+  for (const char* need : {"--prompt-file", "--nothink", "--temp", "--system", "--numerics", "--quiet"})
+    if (hrc != 0 || h.find(need) == std::string::npos) {
+      fs::remove_all(dir);
+      GTEST_SKIP() << "`ds4 generate` lacks " << need;
     }
-    const double ppl = std::exp(nll / double(s.ids.size() - 1));
-    std::printf("[ trained ] %s: perplexity engine %.6f, transformers %.6f\n", s.name.c_str(), ppl, s.perplexity());
-    EXPECT_NEAR(ppl, s.perplexity(), 1e-4 * s.perplexity()) << s.name;
+  for (const char* name : {"chat_en", "chat_it"}) {
+    const fs::path prompt = fs::path(DS4_TRAINED_GREEDY_DIR) / (std::string(name) + ".prompt");
+    const std::string expected = slurp(fs::path(DS4_TRAINED_GREEDY_DIR) / (std::string(name) + ".expected"));
+    ASSERT_FALSE(expected.empty()) << name;
+    const fs::path out = dir / (std::string(name) + ".out"), err = dir / (std::string(name) + ".err");
+    const std::string cmd = std::string("\"") + kDs4 + "\" generate -m \"" + kModel + "\" --system \"\" --nothink --temp 0" +
+                            " -n 40 --quiet --numerics reference --prompt-file \"" + prompt.string() + "\" > \"" +
+                            out.string() + "\" 2> \"" + err.string() + "\"";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << slurp(err);
+    std::string got = slurp(out);
+    while (!got.empty() && got.back() == '\n') got.pop_back();
+    EXPECT_EQ(got, expected) << name;
   }
+  fs::remove_all(dir);
 }
 
 }  // namespace

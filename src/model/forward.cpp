@@ -123,7 +123,7 @@ Status Forward::compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool in
   const int64_t r = p.compress_ratio, E = cfg_.n_embd;
   const int64_t out_dim = indexer ? cfg_.indexer_head_dim : cfg_.head_dim;
   const int64_t width = indexer ? 2 * out_dim : p.compressor_width;
-  const bool overlap = r == 4;
+  const bool overlap = p.kind == modelspec::AttentionKind::csa;  // two-series pooling (CSA, ratio 4)
   const int64_t first = pos0 / r, after = (pos0 + n) / r;  // rows [first, after) are emitted now
   DS4_RETURN_IF_ERROR(kv.reserve_comp(l, after));
   mm(indexer ? w.idx_comp_kv : w.comp_kv, xn_.f32(), E, ckv_.f32(), width, n);

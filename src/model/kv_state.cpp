@@ -6,8 +6,8 @@
 
 namespace ds4::model {
 
-static MemCategory comp_category(uint32_t ratio) {
-  return ratio == 4 ? MemCategory::compressed_kv_r4 : MemCategory::compressed_kv_rhc;
+static MemCategory comp_category(bool csa) {
+  return csa ? MemCategory::compressed_kv_r4 : MemCategory::compressed_kv_rhc;
 }
 
 Result<KvState> KvState::create(backend::Backend& be, const modelspec::ModelConfig& cfg,
@@ -22,6 +22,7 @@ Result<KvState> KvState::create(backend::Backend& be, const modelspec::ModelConf
     LayerKv& k = s.layers_[l];
     const auto& p = plan[l];
     k.ratio = p.compress_ratio;
+    k.has_indexer = p.has_indexer;
     DS4_ASSIGN_OR_RETURN(k.raw, be.alloc(static_cast<uint64_t>(raw_cap * cfg.head_dim) * 4, MemCategory::raw_kv));
     if (p.has_compressor) {
       k.width = p.compressor_width;
@@ -66,7 +67,7 @@ Status KvState::reserve_comp(size_t l, int64_t rows) {
   LayerKv& k = layers_[l];
   if (k.ratio == 0 || rows <= k.comp_cap) return Status::Ok();
   const int64_t cap = std::max(rows, k.comp_cap * 2);
-  DS4_RETURN_IF_ERROR(resize_rows(*be_, k.comp, k.n_comp, cap, geo_.head_dim, comp_category(k.ratio)));
+  DS4_RETURN_IF_ERROR(resize_rows(*be_, k.comp, k.n_comp, cap, geo_.head_dim, comp_category(k.has_indexer)));
   if (!k.index_kv.empty())
     DS4_RETURN_IF_ERROR(resize_rows(*be_, k.index_rows, k.n_comp, cap, geo_.index_dim, MemCategory::indexer_kv));
   k.comp_cap = cap;
@@ -78,7 +79,7 @@ Status KvState::shrink_comp(size_t l, int64_t rows) {
   const int64_t cap = std::max<int64_t>(16, rows);
   if (k.ratio == 0 || cap * 2 > k.comp_cap) return Status::Ok();  // only release large surpluses
   const int64_t keep = std::min(k.n_comp, cap);
-  DS4_RETURN_IF_ERROR(resize_rows(*be_, k.comp, keep, cap, geo_.head_dim, comp_category(k.ratio)));
+  DS4_RETURN_IF_ERROR(resize_rows(*be_, k.comp, keep, cap, geo_.head_dim, comp_category(k.has_indexer)));
   if (!k.index_kv.empty())
     DS4_RETURN_IF_ERROR(resize_rows(*be_, k.index_rows, keep, cap, geo_.index_dim, MemCategory::indexer_kv));
   k.comp_cap = cap;

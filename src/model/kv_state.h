@@ -20,6 +20,7 @@ namespace ds4::model {
 
 struct LayerKv {
   uint32_t ratio = 0;
+  bool has_indexer = false;     // CSA layer: indexer rows and frontier exist
   backend::Buffer raw;          // [raw_cap][D] f32 ring: position p at row p mod raw_cap
   backend::Buffer comp;         // [comp_cap][D] compressed attention rows, row B = block B
   backend::Buffer index_rows;   // [comp_cap][ID] indexer rows (ratio 4 only)

@@ -6,7 +6,7 @@
 //   i32[T] tokens; f32[V] next-token logits (only when T > 0)
 //   per layer: u32 ratio; f32[min(T, window)][D] raw rows, oldest first;
 //     ratio ≠ 0: u64 n_comp (= floor(T/ratio)); f32[n_comp][D] rows; f32[slots][width] frontier kv, score;
-//     ratio = 4: f32[n_comp][ID] indexer rows; f32[slots][2·ID] indexer frontier kv, score.
+//     CSA (ratio 4): f32[n_comp][ID] indexer rows; f32[slots][2·ID] indexer frontier kv, score.
 // restore() validates the whole payload against the model before touching the session.
 // Deliberately not here: ds4's own payload format (MODEL.md Appendix B) and the server's disk cache.
 #include <cstring>
@@ -94,7 +94,7 @@ Result<SessionSnapshot> SessionImpl::snapshot() const {
     be.download(w.reserve(k.n_comp * D * 4), k.comp.data(), k.n_comp * D * 4);
     be.download(w.reserve(k.comp_kv.bytes()), k.comp_kv.data(), k.comp_kv.bytes());
     be.download(w.reserve(k.comp_score.bytes()), k.comp_score.data(), k.comp_score.bytes());
-    if (k.ratio == 4) {
+    if (k.has_indexer) {
       be.download(w.reserve(k.n_comp * ID * 4), k.index_rows.data(), k.n_comp * ID * 4);
       be.download(w.reserve(k.index_kv.bytes()), k.index_kv.data(), k.index_kv.bytes());
       be.download(w.reserve(k.index_score.bytes()), k.index_score.data(), k.index_score.bytes());
@@ -153,7 +153,7 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
     DS4_RETURN_IF_ERROR(r.take(n_comp * D * 4, &spans[l].comp, "compressed rows"));
     DS4_RETURN_IF_ERROR(r.take(k.comp_kv.bytes(), &spans[l].ckv, "compressor frontier"));
     DS4_RETURN_IF_ERROR(r.take(k.comp_score.bytes(), &spans[l].csc, "compressor frontier"));
-    if (ratio == 4) {
+    if (k.has_indexer) {
       DS4_RETURN_IF_ERROR(r.take(n_comp * ID * 4, &spans[l].irows, "indexer rows"));
       DS4_RETURN_IF_ERROR(r.take(k.index_kv.bytes(), &spans[l].ikv, "indexer frontier"));
       DS4_RETURN_IF_ERROR(r.take(k.index_score.bytes(), &spans[l].isc, "indexer frontier"));
@@ -177,7 +177,7 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
     be.upload(k.comp.data(), s.comp, k.n_comp * D * 4);
     be.upload(k.comp_kv.data(), s.ckv, k.comp_kv.bytes());
     be.upload(k.comp_score.data(), s.csc, k.comp_score.bytes());
-    if (k.ratio == 4) {
+    if (k.has_indexer) {
       be.upload(k.index_rows.data(), s.irows, k.n_comp * ID * 4);
       be.upload(k.index_kv.data(), s.ikv, k.index_kv.bytes());
       be.upload(k.index_score.data(), s.isc, k.index_score.bytes());

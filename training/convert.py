@@ -12,7 +12,8 @@ Metadata: the `deepseek4.*` keys in the order and value types of src/modelspec/m
 keys `ds4cpp.trained.*`, and the `tokenizer.ggml.*` section — copied record by record from a GGUF that the C++
 tokenizer import wrote (`--tokenizer-from`, e.g. `ds4-gen --profile tiny-chat` output), or rebuilt here from the
 npm tokenizer.json + the V4 added-token table with the same conventions as src/tokenizer/hf_import.cpp
-(tests/trained checks that both give identical bytes).
+(both give identical bytes, checked for the committed model; tests/trained compares the model's tokenizer
+tables with the C++ import on every run).
 
 Pure Python 3 (no numpy, no torch), so it runs on the CPU machine.
 Usage: training/convert.py --export DIR --results DIR/results.json [--tokenizer-from tiny-chat.gguf] -o OUT.gguf

@@ -14,6 +14,8 @@ arrives pre-tokenized from make_corpus.py). One invocation does, in order:
      F32 for vectors, I32 for tid2eid) and export as safetensors shards with the HF parameter names;
   4. with the rounded weights loaded back, in strict float32 (TF32 off): held-out perplexity per corpus,
      golden logits of the reference sequences (tests/trained format), greedy continuations of the prompts.
+`--from-export DIR` skips 1-3: it reloads an export and redoes stage 4, choosing reference sequences whose router
+and indexer decisions have clear margins (MODEL.md §14.6) — how tests/trained/reference_logits.bin was made.
 It deliberately does not write the GGUF (training/convert.py does, on the CPU machine, with the real tokenizer
 metadata) and does not simulate the engine's FP8/FP4 numerics (HF has none; the tests run the engine with them off).
 """

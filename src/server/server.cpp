@@ -150,7 +150,8 @@ void Server::Impl::routes() {
   http.set_read_timeout(opts.read_timeout.count(), 0);
   http.set_write_timeout(30, 0);
   http.set_keep_alive_max_count(1000);
-  http.set_keep_alive_timeout(30);
+  // httplib holds a pool thread per idle keep-alive connection: keep the idle window short.
+  http.set_keep_alive_timeout(5);
   http.set_tcp_nodelay(true);
   const int threads = opts.http_threads > 0
                           ? opts.http_threads

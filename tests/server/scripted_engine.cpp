@@ -75,6 +75,8 @@ class ScriptedSession : public Session {
       tokens_.push_back(t);
     }
     update_logits();
+    if (engine_.fail_after_count() >= 0 && generated_ >= engine_.fail_after_count())
+      return internal_error("scripted backend failure");
     return Status::Ok();
   }
   Status eval_all(std::span<const TokenId> tokens, std::vector<float>&, const EvalOptions& opts) override {
@@ -101,6 +103,7 @@ class ScriptedSession : public Session {
     size_t start = it == tokens_.rend() ? tokens_.size() : static_cast<size_t>(tokens_.rend() - it);
     if (start < tokens_.size() && (tokens_[start] == kThink || tokens_[start] == kThinkClose)) ++start;
     const size_t generated = tokens_.size() - std::min(start, tokens_.size());
+    generated_ = static_cast<int64_t>(generated);
     const auto& script = engine_.script_tokens();
     const TokenId next = generated < script.size() ? script[generated] : kEos;
     logits_[next] = 20.0f;
@@ -109,6 +112,7 @@ class ScriptedSession : public Session {
   int64_t max_ctx_;
   std::vector<TokenId> tokens_;
   std::vector<float> logits_;
+  int64_t generated_ = 0;
 };
 
 }  // namespace

@@ -19,6 +19,10 @@ class ScriptedEngine : public Engine {
  public:
   explicit ScriptedEngine(std::string script, int64_t max_context = 4096);
   void set_script(std::string script);
+  // eval fails (internal error) once this many generated tokens are in the session (0: the prompt
+  // prefill fails); -1: never.
+  void fail_after(int64_t n) { fail_after_ = n; }
+  int64_t fail_after_count() const { return fail_after_; }
 
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return *tok_; }
@@ -31,6 +35,7 @@ class ScriptedEngine : public Engine {
   ModelInfo info_;
   std::unique_ptr<Tokenizer> tok_;
   std::vector<TokenId> script_tokens_;
+  int64_t fail_after_ = -1;
 };
 
 }  // namespace ds4::testing

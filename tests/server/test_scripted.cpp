@@ -249,5 +249,30 @@ TEST_F(Scripted, StopSequencesAndSplitUtf8) {
   EXPECT_EQ(a["stop_sequence"], "ok.");
 }
 
+TEST_F(Scripted, EngineFailureMidStreamEndsWithAnErrorEvent) {
+  start("abcdefghijklmnopqrstuvwxyz");
+  engine_->fail_after(5);
+  Json body = user_chat("x", false);
+  Json partial = post("/v1/chat/completions", body);  // text was produced: 200, finish "error"
+  EXPECT_EQ(partial["choices"][0]["finish_reason"], "error");
+  EXPECT_EQ(partial["choices"][0]["message"]["content"], "abcde");
+  body["stream"] = true;
+  const std::string s = post_raw("/v1/chat/completions", body);
+  EXPECT_NE(s.find("data: {\"error\""), std::string::npos) << s;
+  EXPECT_NE(s.find("\"finish_reason\":\"error\""), std::string::npos);
+  EXPECT_NE(s.find("data: [DONE]"), std::string::npos);
+  const std::string a = post_raw("/v1/messages", {{"max_tokens", 100}, {"stream", true}, {"thinking", {{"type", "disabled"}}},
+                                                  {"messages", Json::array({{{"role", "user"}, {"content", "x"}}})}});
+  EXPECT_NE(a.find("event: error"), std::string::npos) << a;
+  EXPECT_NE(a.find("\"api_error\""), std::string::npos);
+  const std::string r = post_raw("/v1/responses", {{"input", "x"}, {"stream", true}, {"reasoning", {{"effort", "none"}}}});
+  EXPECT_NE(r.find("event: response.failed"), std::string::npos) << r;
+  // Failing before any text: a 500 in the API's shape.
+  engine_->fail_after(0);
+  Json err = post("/v1/chat/completions", user_chat("a new prompt", false), 500);
+  EXPECT_EQ(err["error"]["type"], "server_error");
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("scripted backend failure"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ds4::server

@@ -121,6 +121,8 @@ Result<EntryHeader> parse_header(std::span<const uint8_t> bytes, uint64_t file_s
   if (get32(p + 92) != 0) return invalid_data("kvstore: unknown header flags");
   const char* ev = reinterpret_cast<const char*>(p + 16);
   h.engine_version.assign(ev, strnlen(ev, kEngineVersionBytes));
+  for (size_t i = h.engine_version.size(); i < kEngineVersionBytes; ++i)
+    if (p[16 + i] != 0) return invalid_data("kvstore: engine version is not NUL padded");
   std::memcpy(h.model_fingerprint.data(), p + 48, 32);
   h.quant_family = get32(p + 80);
   const uint32_t reason = get32(p + 84);

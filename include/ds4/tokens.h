@@ -46,6 +46,11 @@ class Tokenizer {
   // Builds the tokenizer from the `tokenizer.ggml.*` metadata of a GGUF file.
   static Result<std::unique_ptr<Tokenizer>> from_gguf(const gguf::File& file);
 
+  // Any bytes are accepted and decode(encode(x)) == x. Invalid UTF-8 is not repaired: each byte
+  // that does not start a well-formed sequence is one pre-tokenizer character with no Unicode class
+  // and is encoded by its byte symbol. (HF/JS tokenizers only ever see repaired text; callers that
+  // need their exact ids repair first, e.g. U+FFFD replacement as JSON decoding already does.)
+  // Thread-safe: encode keeps all scratch state per call.
   virtual std::vector<TokenId> encode(std::string_view text, const EncodeOptions& opts = {}) const = 0;
   // Concatenated bytes of the tokens (special tokens rendered as their text). May end mid UTF-8
   // sequence; use StreamDecoder for incremental output.

@@ -32,10 +32,10 @@ struct Hit {
 };
 
 template <typename Markers>
-Hit find_first(std::string_view buf, const Markers& markers) {
+Hit find_first(std::string_view buf, const Markers& markers, size_t from = 0) {
   Hit best;
   for (std::string_view m : markers) {
-    const size_t p = buf.find(m);
+    const size_t p = buf.find(m, from);
     if (p < best.pos) best = {p, m};
   }
   return best;
@@ -194,6 +194,9 @@ struct DsmlParser::Impl {
   ParsedCall cur;
   size_t out_start = 0;
   std::vector<ParseEvent>* out = nullptr;
+  // param_json: bytes of buf already searched for a closer (minus a marker's length), so a
+  // large JSON value arriving token by token is scanned once, not once per token.
+  size_t json_scanned = 0;
 
   explicit Impl(ParserOptions o)
       : opt(o), state(o.thinking ? ParseState::reasoning : ParseState::content) {}
@@ -424,6 +427,7 @@ struct DsmlParser::Impl {
       sub = Sub::param_string;
     } else {
       sub = Sub::param_json;
+      json_scanned = 0;
     }
     return true;
   }
@@ -488,8 +492,12 @@ struct DsmlParser::Impl {
     const std::string_view b = buf;
     std::vector<std::string_view> markers(close_params().begin(), close_params().end());
     markers.push_back(kEos);
-    Hit hit = find_first(b, markers);
-    if (hit.pos == std::string_view::npos) return false;
+    Hit hit = find_first(b, markers, json_scanned);
+    if (hit.pos == std::string_view::npos) {
+      // A marker may straddle the end of what has arrived: rescan its length next time.
+      json_scanned = b.size() > kEos.size() ? b.size() - kEos.size() : 0;
+      return false;
+    }
     if (hit.marker == kEos) {
       fail("end of sequence inside a parameter value (unterminated tool call)");
       return false;

@@ -357,6 +357,30 @@ TEST(DsmlParser, RoundTripsRenderedCalls) {
   }
 }
 
+TEST(DsmlParser, LargeValuesStreamedInSmallPieces) {
+  // 300 KB of JSON and 300 KB of string, three bytes per feed: must stay linear.
+  std::string arr = "[";
+  for (int i = 0; i < 50000; ++i) arr += (i ? ",\"v" : "\"v") + std::to_string(i % 10) + "\"";
+  arr += "]";
+  const std::string big_string(300000, 'x');
+  const std::string text = "</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n"
+                           "<｜DSML｜parameter name=\"a\" string=\"false\">" + arr + "</｜DSML｜parameter>\n"
+                           "<｜DSML｜parameter name=\"s\" string=\"true\">" + big_string + "</｜DSML｜parameter>\n"
+                           "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  DsmlParser p{ParserOptions{}};
+  std::vector<ParseEvent> events;
+  for (size_t i = 0; i < text.size(); i += 3) {
+    p.feed(std::string_view(text).substr(i, 3), events);
+    events.clear();
+  }
+  ParsedMessage m = p.finish(events);
+  ASSERT_TRUE(m.status.ok()) << m.status.to_string();
+  ASSERT_EQ(m.calls.size(), 1u);
+  auto args = json::parse(m.calls[0].arguments);
+  EXPECT_EQ(args["a"].size(), 50000u);
+  EXPECT_EQ(args["s"].get<std::string>().size(), big_string.size());
+}
+
 TEST(DsmlParser, Ds4EscapedClosingTagRoundTrips) {
   std::vector<ToolCall> calls = {{"", "w", R"({"s": "a </｜DSML｜parameter> b", "j": {"t": "</｜DSML｜parameter>"}})"}};
   const std::string dsml = render_tool_calls(calls, Flavor::ds4);

@@ -23,8 +23,9 @@
 //   id 0 `<｜begin▁of▁sentence｜>` (BOS), 1 `<｜end▁of▁sentence｜>` (EOS, also padding), 2 `<｜▁pad▁｜>`;
 //   ids 3..258: the 256 single-byte symbols in byte order, in the byte-to-unicode alphabet
 //     (byte 0x20 -> "Ġ" is id 3+0x20), so any byte string is encodable;
-//   ids 259..(vocab_size-17): tokens made by merges (merges[k] produces token 259+k), learned
-//     deterministically by BPE training on a built-in mixed English/Italian/code sample;
+//   ids 259..(vocab_size-17): tokens made by merges, learned deterministically by BPE training on a
+//     built-in mixed English/Italian/code/JSON sample (for the default 512: 237 merges, merges[k]
+//     produces token 259+k; e.g. "ĠĠ", "Ġt", "Ġthe", " assistant" become single tokens);
 //   the last 16 ids: the added tokens the V4 chat encoding uses — `<｜User｜>`, `<｜Assistant｜>`,
 //     `<think>`, `</think>`, `｜DSML｜`, `<｜latest_reminder｜>`, `<｜action｜>`, `<｜query｜>`,
 //     `<｜authority｜>`, `<｜domain｜>`, `<｜title｜>`, `<｜read_url｜>`, `<｜fim▁hole｜>`,

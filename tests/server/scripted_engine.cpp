@@ -2,6 +2,7 @@
 #include "scripted_engine.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace ds4::testing {
 
@@ -72,6 +73,7 @@ class ScriptedSession : public Session {
     if (position() + static_cast<int64_t>(tokens.size()) > max_ctx_) return invalid_argument("context full");
     for (TokenId t : tokens) {
       if (opts.should_cancel && opts.should_cancel(opts.cancel_user)) return cancelled("cancelled");
+      if (engine_.token_delay().count() > 0) std::this_thread::sleep_for(engine_.token_delay());
       tokens_.push_back(t);
     }
     update_logits();

@@ -7,6 +7,7 @@
 // parse_special is set). Logits are one-hot on the script's next token; after the script, EOS.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ class ScriptedEngine : public Engine {
   // prefill fails); -1: never.
   void fail_after(int64_t n) { fail_after_ = n; }
   int64_t fail_after_count() const { return fail_after_; }
+  // Simulated compute time per evaluated token (cancellation is polled between tokens).
+  void set_token_delay(std::chrono::microseconds d) { delay_ = d; }
+  std::chrono::microseconds token_delay() const { return delay_; }
 
   const ModelInfo& info() const override { return info_; }
   const Tokenizer& tokenizer() const override { return *tok_; }
@@ -36,6 +40,7 @@ class ScriptedEngine : public Engine {
   std::unique_ptr<Tokenizer> tok_;
   std::vector<TokenId> script_tokens_;
   int64_t fail_after_ = -1;
+  std::chrono::microseconds delay_{0};
 };
 
 }  // namespace ds4::testing

@@ -26,9 +26,8 @@ const Json kTools = Json::parse(R"([{"type":"function","function":{"name":"get_w
 
 class Scripted : public ::testing::Test {
  protected:
-  void start(const std::string& script) {
+  void start(const std::string& script, ServerOptions o = {}) {
     engine_ = std::make_unique<testing::ScriptedEngine>(script);
-    ServerOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
     o.map.ctx = 4096;
@@ -272,6 +271,39 @@ TEST_F(Scripted, EngineFailureMidStreamEndsWithAnErrorEvent) {
   Json err = post("/v1/chat/completions", user_chat("a new prompt", false), 500);
   EXPECT_EQ(err["error"]["type"], "server_error");
   EXPECT_NE(err["error"]["message"].get<std::string>().find("scripted backend failure"), std::string::npos);
+}
+
+TEST_F(Scripted, KeepAliveDuringLongPrefillAndCancelInsideIt) {
+  ServerOptions o;
+  o.keepalive = std::chrono::milliseconds(100);
+  start("answer", o);
+  engine_->set_token_delay(std::chrono::milliseconds(2));
+  // ~600 prompt tokens at 2 ms: more than a second of prefill in one engine step.
+  Json body = user_chat(std::string(600, 'p'), false);
+  body["stream"] = true;
+  const std::string s = post_raw("/v1/chat/completions", body);
+  EXPECT_NE(s.find(": keep-alive\n\n"), std::string::npos);
+  EXPECT_NE(s.find("\"finish_reason\":\"stop\""), std::string::npos);
+
+  // A client that leaves during a long prefill frees the worker without waiting for the prefill.
+  Json body2 = user_chat(std::string(3000, 'q'), false);  // ~6 s of prefill if it ran to the end
+  {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(0, 300000);
+    EXPECT_FALSE(c.Post("/v1/chat/completions", body2.dump(), "application/json"));
+  }
+  // The disconnect is noticed within the server's 100 ms poll, inside the ~6 s prefill.
+  auto t0 = std::chrono::steady_clock::now();
+  bool cancelled = false;
+  while (!cancelled && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
+    auto met = client_->Get("/metrics");
+    cancelled = met && met->body.find("ds4_generations_total{finish_reason=\"cancelled\"} 1") != std::string::npos;
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(cancelled);
+  engine_->set_token_delay(std::chrono::microseconds(0));
+  Json after = post("/v1/chat/completions", user_chat("short", false));
+  EXPECT_EQ(after["choices"][0]["message"]["content"], "answer");
 }
 
 }  // namespace

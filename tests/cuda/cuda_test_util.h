@@ -1,0 +1,154 @@
+// cuda_test_util.h — shared helpers of the CUDA tests: a CPU/CUDA backend pair, device copies of
+// host vectors, NaN-poisoned outputs, random weights in every ggml type, and tolerance checks that
+// print one "PARITY" line per case (scripts/gpu_check.sh collects them into docs/PERF.md's table).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "quant/half.h"
+#include "quant/types.h"
+
+namespace ds4::test {
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto g = backend::cuda::make_cuda_backend();
+    if (!g.ok()) GTEST_SKIP() << "no CUDA device: " << g.status().to_string();
+    gpu_ = std::move(g).value();
+    cpu_ = backend::cpu::make_cpu_backend({0});
+    rng_.seed(static_cast<uint32_t>(::testing::UnitTest::GetInstance()->random_seed()) * 7919u + 17u);
+  }
+
+  // Device copy of `h`, alive until the test ends.
+  template <typename T>
+  T* dev(const std::vector<T>& h) {
+    auto b = gpu_->alloc(h.size() * sizeof(T) + 16, MemCategory::scratch);
+    EXPECT_TRUE(b.ok());
+    gpu_->upload(b->data(), h.data(), h.size() * sizeof(T));
+    T* p = static_cast<T*>(b->data());
+    bufs_.push_back(std::move(b).value());
+    return p;
+  }
+  // Device array of n floats filled with NaN (an op that skips an output shows up as NaN).
+  float* poisoned(size_t n) {
+    auto b = gpu_->alloc(n * sizeof(float) + 16, MemCategory::scratch);
+    EXPECT_TRUE(b.ok());
+    gpu_->fill_f32(b->f32(), NAN, static_cast<int64_t>(n));
+    float* p = b->f32();
+    bufs_.push_back(std::move(b).value());
+    return p;
+  }
+  int32_t* poisoned_i32(size_t n) { return reinterpret_cast<int32_t*>(poisoned(n)); }
+  template <typename T>
+  std::vector<T> host(const T* d, size_t n) {
+    std::vector<T> h(n);
+    gpu_->download(h.data(), d, n * sizeof(T));
+    return h;
+  }
+  // GPU copy of a CPU weight (bytes uploaded through map_weight, as the engine does).
+  backend::Weight gpu_weight(const backend::Weight& w, uint64_t total_bytes) {
+    auto p = gpu_->map_weight(w.data, total_bytes);
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    backend::Weight g = w;
+    g.data = *p;
+    return g;
+  }
+
+  std::vector<float> randn(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng_);
+    return v;
+  }
+  int32_t randint(int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng_); }
+
+  // Random rows of `type` (quantized types: random quants with sane random f16 scales, so every bit
+  // pattern of the quants is exercised without a slow encoder). Returns the bytes; fills `w`.
+  std::vector<uint8_t> random_weight(GgmlType type, int64_t rows, int64_t cols, backend::Weight* w, float scale = 0.05f) {
+    const uint64_t row_bytes = *type_bytes(type, static_cast<uint64_t>(cols));
+    std::vector<uint8_t> b(row_bytes * rows + 64);
+    if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) {
+      auto f = randn(static_cast<size_t>(rows * cols), scale);
+      for (size_t i = 0; i < f.size(); ++i) {
+        if (type == GgmlType::F32) std::memcpy(&b[4 * i], &f[i], 4);
+        uint16_t h = type == GgmlType::F16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+        if (type != GgmlType::F32) std::memcpy(&b[2 * i], &h, 2);
+      }
+    } else {
+      std::uniform_int_distribution<int> byte(0, 255);
+      std::uniform_real_distribution<float> sd(0.2f * scale, scale);
+      for (auto& x : b) x = static_cast<uint8_t>(byte(rng_));
+      const auto tr = *type_traits(static_cast<uint32_t>(type));
+      const uint64_t nblocks = row_bytes * rows / tr.block_bytes;
+      auto put = [&](uint64_t blk, int off, float v) {
+        const uint16_t h = f32_to_f16(v);
+        std::memcpy(&b[blk * tr.block_bytes + off], &h, 2);
+      };
+      for (uint64_t k = 0; k < nblocks; ++k) {
+        switch (type) {
+          case GgmlType::Q8_0: put(k, 0, sd(rng_) / 16); break;
+          case GgmlType::Q2_K: put(k, 80, sd(rng_) / 4); put(k, 82, sd(rng_) / 8); break;
+          case GgmlType::Q4_K: put(k, 0, sd(rng_) / 16); put(k, 2, sd(rng_) / 32); break;
+          default: put(k, 0, sd(rng_)); break;  // IQ2_XXS
+        }
+      }
+    }
+    w->type = type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = row_bytes;
+    return b;
+  }
+
+  std::unique_ptr<backend::Backend> cpu_, gpu_;
+  std::vector<backend::Buffer> bufs_;
+  std::mt19937 rng_;
+};
+
+struct CloseStats {
+  double max_abs = 0, max_ref = 0;
+  int64_t bad = 0, nan = 0;
+};
+
+// |got − want| ≤ abs_tol + rel_tol·max|want| everywhere (NaN in got where want is finite is a failure).
+inline CloseStats expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel_tol,
+                               double abs_tol, const std::string& what) {
+  CloseStats s;
+  for (float w : want) s.max_ref = std::max(s.max_ref, std::isfinite(w) ? std::fabs(static_cast<double>(w)) : 0.0);
+  const double tol = abs_tol + rel_tol * s.max_ref;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    if (std::isnan(want[i]) && std::isnan(got[i])) continue;
+    if (std::isnan(got[i]) != std::isnan(want[i])) {
+      ++s.nan;
+      continue;
+    }
+    if (std::isinf(want[i]) || std::isinf(got[i])) {
+      if (want[i] != got[i]) ++s.bad;
+      continue;
+    }
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    s.max_abs = std::max(s.max_abs, d);
+    if (d > tol) ++s.bad;
+  }
+  EXPECT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(s.nan, 0) << what << ": NaN mismatches";
+  EXPECT_EQ(s.bad, 0) << what << ": " << s.bad << " values off by more than " << tol << " (max |Δ| " << s.max_abs
+                      << ", max |ref| " << s.max_ref << ")";
+  std::printf("PARITY %-44s n=%-9zu max|d|=%.3g  max|d|/max|ref|=%.3g  tol=%.3g  %s\n", what.c_str(), want.size(),
+              s.max_abs, s.max_abs / std::max(1e-30, s.max_ref), tol, (s.bad || s.nan) ? "FAIL" : "ok");
+  return s;
+}
+
+}  // namespace ds4::test

@@ -41,10 +41,14 @@ struct BpeTokenizer::Scratch {
 };
 
 Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(const TokenizerData& data) {
+  return create(TokenizerData(data));
+}
+
+Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(TokenizerData&& data) {
   DS4_RETURN_IF_ERROR(validate_tokenizer_data(data));
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
   const size_t n = data.tokens.size();
-  t->texts_ = data.tokens;
+  t->texts_ = std::move(data.tokens);  // data.tokens is not used below
   t->bos_ = TokenId(data.bos_id);
   t->eos_ = TokenId(data.eos_id);
 

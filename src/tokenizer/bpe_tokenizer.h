@@ -28,6 +28,8 @@ namespace ds4::tokenizer {
 class BpeTokenizer final : public Tokenizer {
  public:
   static Result<std::unique_ptr<BpeTokenizer>> create(const TokenizerData& data);
+  // Same, taking over the token strings instead of copying them (the loading path).
+  static Result<std::unique_ptr<BpeTokenizer>> create(TokenizerData&& data);
 
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& opts = {}) const override;
   std::string decode(std::span<const TokenId> ids) const override;

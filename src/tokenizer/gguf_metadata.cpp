@@ -124,7 +124,7 @@ namespace ds4 {
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& file) {
   auto data = tokenizer::read_tokenizer_metadata(file);
   if (!data.ok()) return data.status().with_context("tokenizer");
-  auto tok = tokenizer::make_tokenizer(*data);
+  auto tok = tokenizer::make_tokenizer(std::move(data).value());
   if (!tok.ok()) return tok.status().with_context("tokenizer.ggml.*");
   return std::move(tok).value();
 }

@@ -212,4 +212,9 @@ Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerData& data) {
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
 
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(TokenizerData&& data) {
+  DS4_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> t, BpeTokenizer::create(std::move(data)));
+  return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
 }  // namespace ds4::tokenizer

@@ -116,5 +116,6 @@ std::string canonical_table_sha256(std::span<const std::string> table);
 
 // Builds the tokenizer (validates first). Tokenizer::from_gguf is read_tokenizer_metadata + this.
 Result<std::unique_ptr<Tokenizer>> make_tokenizer(const TokenizerData& data);
+Result<std::unique_ptr<Tokenizer>> make_tokenizer(TokenizerData&& data);  // moves the strings
 
 }  // namespace ds4::tokenizer

@@ -16,6 +16,15 @@ using namespace ds4::test;
 
 using CudaOps = CudaOpsTest;
 
+// Sets CompressorArgs::slots where backend.h has it (ring frontier), reporting the rows to allocate.
+template <typename Args>
+void set_slots(Args& a, int32_t ring_rows, int32_t* rows) {
+  if constexpr (requires { a.slots; }) {
+    a.slots = ring_rows;
+    *rows = ring_rows;
+  }
+}
+
 TEST_F(CudaOps, RmsNorm) {
   for (int64_t dim : {64, 256, 4096, 16384}) {
     const int64_t rows = 7, stride = dim + 4;
@@ -175,8 +184,11 @@ TEST_F(CudaOps, CompressorAcrossChunks) {
   };
   for (S s : {S{4, 512, true}, S{128, 512, false}, S{4, 128, true}, S{16, 256, false}}) {
     const int64_t width = s.overlap ? 2 * s.out_dim : s.out_dim;
-    const int32_t slots = (s.overlap ? 3 : 2) * s.ratio;  // a ring with rewind room
-    std::vector<float> ckv(slots * width, 0.0f), csc(slots * width, 0.0f);
+    // A ring with rewind room where backend.h has CompressorArgs::slots, else the fixed frontier.
+    CompressorArgs shape;
+    int32_t slots = (s.overlap ? 2 : 1) * s.ratio;
+    set_slots(shape, (s.overlap ? 3 : 2) * s.ratio, &slots);
+    std::vector<float> ckv(slots * width, 0.0f), csc(slots * width, -INFINITY);
     float* gkv = dev(ckv);
     float* gsc = dev(csc);
     auto ape = randn(static_cast<size_t>(s.ratio * width));
@@ -189,11 +201,33 @@ TEST_F(CudaOps, CompressorAcrossChunks) {
       std::vector<float> out(max_out * s.out_dim, 0.0f);
       std::vector<int32_t> opos(max_out, -1);
       int64_t n_out = -1, g_out = -1;
-      cpu_->compressor({kv.data(), sc.data(), ape.data(), n, pos0, s.ratio, s.out_dim, s.overlap, slots, ckv.data(), csc.data(),
-                        out.data(), opos.data(), &n_out});
+      CompressorArgs c = shape;
+      c.kv = kv.data();
+      c.score = sc.data();
+      c.ape = ape.data();
+      c.n = n;
+      c.pos0 = pos0;
+      c.ratio = s.ratio;
+      c.out_dim = s.out_dim;
+      c.overlap = s.overlap;
+      c.state_kv = ckv.data();
+      c.state_score = csc.data();
+      c.out = out.data();
+      c.out_pos = opos.data();
+      c.n_out = &n_out;
+      cpu_->compressor(c);
       float* gout = poisoned(out.size());
       int32_t* gpos = poisoned_i32(opos.size());
-      gpu_->compressor({dev(kv), dev(sc), gape, n, pos0, s.ratio, s.out_dim, s.overlap, slots, gkv, gsc, gout, gpos, &g_out});
+      CompressorArgs g = c;
+      g.kv = dev(kv);
+      g.score = dev(sc);
+      g.ape = gape;
+      g.state_kv = gkv;
+      g.state_score = gsc;
+      g.out = gout;
+      g.out_pos = gpos;
+      g.n_out = &g_out;
+      gpu_->compressor(g);
       ASSERT_TRUE(gpu_->sync().ok());
       const std::string what = "compressor r" + std::to_string(s.ratio) + " D" + std::to_string(s.out_dim) + " pos0 " +
                                std::to_string(pos0) + " n" + std::to_string(n);

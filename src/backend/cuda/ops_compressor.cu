@@ -12,8 +12,61 @@ namespace ds4::backend::cuda {
 
 namespace {
 
+// Ring frontier (backend.h with CompressorArgs::slots).
+// kv, score: [n][width]; ape: [ratio][width]; state: ring [slots][width] (token t in row t mod slots);
+// out: [*][out_dim].
+template <typename Args>
+__global__ void compressor_ring_kernel(Args a) {
+  const int64_t D = a.out_dim, r = a.ratio, slots = a.slots;
+  const int64_t width = a.overlap ? 2 * D : D;
+  int64_t emitted = 0;
+  for (int64_t i = 0; i < a.n; ++i) {
+    const int64_t t = a.pos0 + i;
+    const int64_t row = t % slots;
+    for (int64_t d = threadIdx.x; d < width; d += blockDim.x) {
+      a.state_kv[row * width + d] = a.kv[i * width + d];
+      a.state_score[row * width + d] = a.score[i * width + d] + a.ape[(t % r) * width + d];
+    }
+    if ((t + 1) % r != 0) continue;
+    __syncthreads();
+    // Block B is complete. Candidates per output dimension d, in the CPU's order: (overlap, B > 0) the
+    // previous block's series A (column d), then this block's series B (column D+d); (no overlap) this
+    // block's column d.
+    const int64_t B = (t + 1) / r - 1;
+    const int64_t cur = (B * r) % slots, prev = ((B - 1) * r % slots + slots) % slots;
+    const bool has_prev = a.overlap && B > 0;
+    const int64_t cur_col = a.overlap ? D : 0;
+    float* out = a.out + emitted * D;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float mx = -INFINITY;
+      if (has_prev)
+        for (int64_t s = 0; s < r; ++s) mx = fmaxf(mx, a.state_score[(prev + s) * width + d]);
+      for (int64_t s = 0; s < r; ++s) mx = fmaxf(mx, a.state_score[(cur + s) * width + cur_col + d]);
+      float denom = 0, acc = 0;
+      if (has_prev)
+        for (int64_t s = 0; s < r; ++s) {
+          const float e = expf(a.state_score[(prev + s) * width + d] - mx);
+          denom += e;
+          acc += e * a.state_kv[(prev + s) * width + d];
+        }
+      for (int64_t s = 0; s < r; ++s) {
+        const float e = expf(a.state_score[(cur + s) * width + cur_col + d] - mx);
+        denom += e;
+        acc += e * a.state_kv[(cur + s) * width + cur_col + d];
+      }
+      out[d] = acc / denom;
+    }
+    if (threadIdx.x == 0) a.out_pos[emitted] = static_cast<int32_t>(B * r);
+    ++emitted;
+    __syncthreads();  // the next token may overwrite a row pooled here
+  }
+}
+
+// Fixed frontier (backend.h without CompressorArgs::slots): `overlap ? 2·ratio : ratio` rows; with
+// overlap rows [0, ratio) hold the previous block and [ratio, 2·ratio) the current one, shifted down
+// after each pooled block; an empty slot has score −inf.
 // kv, score: [n][width]; ape: [ratio][width]; state: [slots][width]; out: [*][out_dim].
-__global__ void compressor_kernel(CompressorArgs a) {
+__global__ void compressor_shift_kernel(CompressorArgs a) {
   const int64_t D = a.out_dim;
   const int64_t width = a.overlap ? 2 * D : D;
   const int64_t cur = a.overlap ? a.ratio : 0;  // first slot of the current block
@@ -70,6 +123,23 @@ __global__ void compressor_kernel(CompressorArgs a) {
 
 }  // namespace
 
+// The frontier layout follows backend.h: a ring of `slots` rows when CompressorArgs has that field,
+// the fixed two-block layout otherwise (the interface is changing under the forward pass; both
+// compile, each matching the CPU op of the same header).
+template <typename Args>
+static bool launch_compressor(const Args& a, cudaStream_t s, std::string* why) {
+  if constexpr (requires { a.slots; }) {
+    if (a.slots < (a.overlap ? 2 : 1) * a.ratio || a.slots % a.ratio != 0) {
+      *why = "slots " + std::to_string(a.slots) + " is not a multiple of ratio holding the blocks pooling needs";
+      return false;
+    }
+    compressor_ring_kernel<<<1, 512, 0, s>>>(a);
+  } else {
+    compressor_shift_kernel<<<1, 512, 0, s>>>(a);
+  }
+  return true;
+}
+
 void CudaBackend::compressor(const CompressorArgs& a) {
   if (a.n_out) *a.n_out = 0;
   if (failed() || a.n <= 0) return;
@@ -79,7 +149,11 @@ void CudaBackend::compressor(const CompressorArgs& a) {
     return;
   }
   const int64_t emitted = (a.pos0 + a.n) / a.ratio - a.pos0 / a.ratio;
-  compressor_kernel<<<1, 512, 0, stream()>>>(a);
+  std::string why;
+  if (!launch_compressor(a, stream(), &why)) {
+    fail(invalid_argument("cuda compressor: " + why));
+    return;
+  }
   if (launched("compressor") && a.n_out) *a.n_out = emitted;
 }
 

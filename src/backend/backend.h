@@ -155,8 +155,10 @@ struct IndexerQatArgs {
 
 // One stateful step of a compressor (MODEL.md §7.4, §10.2) over `n` consecutive tokens: writes each
 // token's (kv, score + ape[t mod ratio]) into the frontier and, at every block boundary, pools one row.
-// Frontier layout (ds4): `slots = overlap ? 2·ratio : ratio` rows of `width = (overlap ? 2 : 1)·out_dim`;
-// with overlap, slots [0, ratio) hold the previous block, [ratio, 2·ratio) the current one.
+// Frontier layout: a ring of `slots` rows (a multiple of ratio, at least 2·ratio with overlap) of
+// `width = (overlap ? 2 : 1)·out_dim`; token t lives in row t mod slots, so block B occupies the
+// contiguous rows starting at (B·ratio) mod slots. Rows beyond what pooling needs let a session
+// rewind a few tokens without recomputing (the tokens' inputs are still there).
 struct CompressorArgs {
   const float* kv = nullptr;     // [n][width]  W_kv·x
   const float* score = nullptr;  // [n][width]  W_gate·x (ape added here)
@@ -165,8 +167,9 @@ struct CompressorArgs {
   int32_t pos0 = 0;              // position of the first token (tokens are pos0 … pos0+n−1)
   int32_t ratio = 0, out_dim = 0;
   bool overlap = false;          // ratio-4 two-series pooling
+  int32_t slots = 0;             // frontier ring rows
   float* state_kv = nullptr;     // [slots][width] session frontier, updated in place
-  float* state_score = nullptr;  // [slots][width]  (empty slot = −inf)
+  float* state_score = nullptr;  // [slots][width]
   float* out = nullptr;          // [max emitted][out_dim] pooled rows, in block order
   int32_t* out_pos = nullptr;    // [max emitted] RoPE position = first token of the block
   int64_t* n_out = nullptr;      // number of rows written

@@ -139,6 +139,7 @@ Status Forward::compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool in
   a.ratio = static_cast<int32_t>(r);
   a.out_dim = static_cast<int32_t>(out_dim);
   a.overlap = overlap;
+  a.slots = static_cast<int32_t>(k.slots);
   a.state_kv = indexer ? k.index_kv.f32() : k.comp_kv.f32();
   a.state_score = indexer ? k.index_score.f32() : k.comp_score.f32();
   a.out = rows;

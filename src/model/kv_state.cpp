@@ -25,8 +25,12 @@ Result<KvState> KvState::create(backend::Backend& be, const modelspec::ModelConf
     k.has_indexer = p.has_indexer;
     DS4_ASSIGN_OR_RETURN(k.raw, be.alloc(static_cast<uint64_t>(raw_cap * cfg.head_dim) * 4, MemCategory::raw_kv));
     if (p.has_compressor) {
+      // Frontier ring: the rows pooling needs (one block, two with overlap) plus room for every token
+      // a cheap rewind may drop (as many as the raw ring keeps beyond the window), rounded to blocks.
+      const int64_t r = p.compress_ratio;
+      const int64_t keep = r * (p.has_indexer ? 2 : 1) + (raw_cap - cfg.sliding_window + 1);
       k.width = p.compressor_width;
-      k.slots = p.has_indexer ? 2 * int64_t{p.compress_ratio} : p.compress_ratio;
+      k.slots = (keep + r - 1) / r * r;
       const uint64_t fb = static_cast<uint64_t>(k.slots * k.width) * 4;
       DS4_ASSIGN_OR_RETURN(k.comp_kv, be.alloc(fb, MemCategory::compressor_state));
       DS4_ASSIGN_OR_RETURN(k.comp_score, be.alloc(fb, MemCategory::compressor_state));

@@ -26,13 +26,15 @@ struct LayerKv {
   backend::Buffer index_rows;   // [comp_cap][ID] indexer rows (ratio 4 only)
   int64_t comp_cap = 0;         // rows allocated in comp (and index_rows)
   int64_t n_comp = 0;           // rows written (= floor(T / ratio))
-  backend::Buffer comp_kv, comp_score;    // [slots][width] attention compressor frontier
-  backend::Buffer index_kv, index_score;  // [8][2·ID] indexer compressor frontier (ratio 4)
-  int64_t slots = 0, width = 0;           // attention frontier geometry
+  backend::Buffer comp_kv, comp_score;    // [slots][width] attention compressor frontier ring
+  backend::Buffer index_kv, index_score;  // [slots][2·ID] indexer compressor frontier ring (CSA)
+  int64_t slots = 0, width = 0;           // frontier geometry: token t in row t mod slots
 };
 
 struct KvGeometry {
-  int64_t raw_cap = 0;     // ring rows = window + max chunk − 1 (a chunk never overwrites rows it reads)
+  // Ring rows = window + max chunk − 1: a chunk never overwrites rows it reads, and the last
+  // max_chunk − 1 tokens can be dropped without recomputing (Session::rewind's cheap path).
+  int64_t raw_cap = 0;
   int64_t head_dim = 0;    // D
   int64_t index_dim = 0;   // ID
 };

@@ -81,6 +81,19 @@ Status SessionImpl::rewind(int64_t n_tokens) {
     return invalid_argument("session: cannot rewind to " + std::to_string(n_tokens) + " tokens (position " +
                             std::to_string(position()) + ")");
   if (n_tokens == position()) return Status::Ok();
+  // Cheap path: the raw ring and the compressor frontier rings still hold the inputs of the last
+  // max_chunk − 1 tokens, so the state after m = n − 1 tokens is the current one with the compressed
+  // row counts cut back; evaluating token n − 1 again then gives the state and logits after n.
+  const int64_t m = n_tokens - 1;
+  if (m >= 0 && position() - m <= engine_.forward().max_chunk() - 1) {
+    const TokenId last = tokens_[static_cast<size_t>(m)];
+    tokens_.resize(static_cast<size_t>(m));
+    for (auto& k : kv_.layers())
+      if (k.ratio) k.n_comp = m / k.ratio;
+    Status st = run(std::span<const TokenId>(&last, 1), EvalOptions{}, nullptr);
+    if (st.ok()) return st;
+    tokens_.push_back(last);  // run() kept the first m tokens; rebuild all n from scratch below
+  }
   DS4_RETURN_IF_ERROR(replay(n_tokens));
   for (size_t l = 0; l < kv_.layers().size(); ++l) DS4_RETURN_IF_ERROR(kv_.shrink_comp(l, kv_.layers()[l].n_comp));
   return Status::Ok();

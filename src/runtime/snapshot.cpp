@@ -5,10 +5,13 @@
 //           u32 window, u64 n_tokens T
 //   i32[T] tokens; f32[V] next-token logits (only when T > 0)
 //   per layer: u32 ratio; f32[min(T, window)][D] raw rows, oldest first;
-//     ratio ≠ 0: u64 n_comp (= floor(T/ratio)); f32[n_comp][D] rows; f32[slots][width] frontier kv, score;
-//     CSA (ratio 4): f32[n_comp][ID] indexer rows; f32[slots][2·ID] indexer frontier kv, score.
+//     ratio ≠ 0: u64 n_comp (= floor(T/ratio)); f32[n_comp][D] rows; frontier kv then score of the
+//       tokens pooling still needs, oldest first: f32[nf][width] each, nf = T − start,
+//       start = max(0, ⌊T/r⌋·r − (CSA ? r : 0)) (independent of the engine's frontier ring size);
+//     CSA (ratio 4): f32[n_comp][ID] indexer rows; indexer frontier kv, score: f32[nf][2·ID] each.
 // restore() validates the whole payload against the model before touching the session.
 // Deliberately not here: ds4's own payload format (MODEL.md Appendix B) and the server's disk cache.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -64,6 +67,13 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// First token whose compressor inputs are still needed after T tokens (current block, plus the
+// previous one for the overlapping CSA compressor).
+int64_t frontier_start(const model::LayerKv& k, int64_t T) {
+  const int64_t r = k.ratio;
+  return std::max<int64_t>(0, T / r * r - (k.has_indexer ? r : 0));
+}
+
 }  // namespace
 
 Result<SessionSnapshot> SessionImpl::snapshot() const {
@@ -92,12 +102,17 @@ Result<SessionSnapshot> SessionImpl::snapshot() const {
     if (k.ratio == 0) continue;
     w.put(static_cast<uint64_t>(k.n_comp));
     be.download(w.reserve(k.n_comp * D * 4), k.comp.data(), k.n_comp * D * 4);
-    be.download(w.reserve(k.comp_kv.bytes()), k.comp_kv.data(), k.comp_kv.bytes());
-    be.download(w.reserve(k.comp_score.bytes()), k.comp_score.data(), k.comp_score.bytes());
+    const int64_t T64 = static_cast<int64_t>(T);
+    auto frontier = [&](const backend::Buffer& buf, int64_t width) {
+      for (int64_t p = frontier_start(k, T64); p < T64; ++p)
+        be.download(w.reserve(width * 4), buf.f32() + (p % k.slots) * width, width * 4);
+    };
+    frontier(k.comp_kv, k.width);
+    frontier(k.comp_score, k.width);
     if (k.has_indexer) {
       be.download(w.reserve(k.n_comp * ID * 4), k.index_rows.data(), k.n_comp * ID * 4);
-      be.download(w.reserve(k.index_kv.bytes()), k.index_kv.data(), k.index_kv.bytes());
-      be.download(w.reserve(k.index_score.bytes()), k.index_score.data(), k.index_score.bytes());
+      frontier(k.index_kv, 2 * ID);
+      frontier(k.index_score, 2 * ID);
     }
   }
   return snap;
@@ -151,12 +166,13 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
     DS4_RETURN_IF_ERROR(r.get(n_comp, "compressed row count"));
     if (n_comp != T / ratio) return invalid_data("snapshot: layer " + std::to_string(l) + " row count mismatch");
     DS4_RETURN_IF_ERROR(r.take(n_comp * D * 4, &spans[l].comp, "compressed rows"));
-    DS4_RETURN_IF_ERROR(r.take(k.comp_kv.bytes(), &spans[l].ckv, "compressor frontier"));
-    DS4_RETURN_IF_ERROR(r.take(k.comp_score.bytes(), &spans[l].csc, "compressor frontier"));
+    const uint64_t nf = T - static_cast<uint64_t>(frontier_start(k, static_cast<int64_t>(T)));
+    DS4_RETURN_IF_ERROR(r.take(nf * k.width * 4, &spans[l].ckv, "compressor frontier"));
+    DS4_RETURN_IF_ERROR(r.take(nf * k.width * 4, &spans[l].csc, "compressor frontier"));
     if (k.has_indexer) {
       DS4_RETURN_IF_ERROR(r.take(n_comp * ID * 4, &spans[l].irows, "indexer rows"));
-      DS4_RETURN_IF_ERROR(r.take(k.index_kv.bytes(), &spans[l].ikv, "indexer frontier"));
-      DS4_RETURN_IF_ERROR(r.take(k.index_score.bytes(), &spans[l].isc, "indexer frontier"));
+      DS4_RETURN_IF_ERROR(r.take(nf * 2 * ID * 4, &spans[l].ikv, "indexer frontier"));
+      DS4_RETURN_IF_ERROR(r.take(nf * 2 * ID * 4, &spans[l].isc, "indexer frontier"));
     }
   }
   if (!r.at_end()) return invalid_data("snapshot: trailing bytes");
@@ -175,12 +191,17 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
     if (k.ratio == 0) continue;
     k.n_comp = static_cast<int64_t>(T / k.ratio);
     be.upload(k.comp.data(), s.comp, k.n_comp * D * 4);
-    be.upload(k.comp_kv.data(), s.ckv, k.comp_kv.bytes());
-    be.upload(k.comp_score.data(), s.csc, k.comp_score.bytes());
+    const int64_t T64 = static_cast<int64_t>(T), start = frontier_start(k, T64);
+    auto frontier = [&](backend::Buffer& buf, const uint8_t* src, int64_t width) {
+      for (int64_t p = start; p < T64; ++p)
+        be.upload(buf.f32() + (p % k.slots) * width, src + (p - start) * width * 4, width * 4);
+    };
+    frontier(k.comp_kv, s.ckv, k.width);
+    frontier(k.comp_score, s.csc, k.width);
     if (k.has_indexer) {
       be.upload(k.index_rows.data(), s.irows, k.n_comp * ID * 4);
-      be.upload(k.index_kv.data(), s.ikv, k.index_kv.bytes());
-      be.upload(k.index_score.data(), s.isc, k.index_score.bytes());
+      frontier(k.index_kv, s.ikv, 2 * ID);
+      frontier(k.index_score, s.isc, 2 * ID);
     }
   }
   tokens_.resize(T);

@@ -118,6 +118,30 @@ TEST_P(TinySession, RewindReproducesTimeline) {
   EXPECT_FALSE((*s)->rewind(-1).ok());
 }
 
+TEST_P(TinySession, ShortRewindsAcrossBlockBoundariesRestoreExactState) {
+  // Rewinds of up to max_chunk − 1 tokens reuse the rings (raw window and compressor frontiers);
+  // longer ones replay. Either way the state must be exactly that of a fresh timeline: same logits,
+  // same canonical snapshot bytes, same continuation.
+  const auto one_shot = logits_chunked(*engine_, tokens_, {kLen});
+  auto s = engine_->new_session();
+  ASSERT_TRUE((*s)->eval(std::span<const TokenId>(tokens_).first(200)).ok());
+  for (int d : {1, 3, 4, 5, 16, 17, 63, 70}) {
+    const int n = 200 - d;
+    ASSERT_TRUE((*s)->rewind(n).ok()) << d;
+    auto l = (*s)->logits();
+    for (int v = 0; v < V_; ++v) ASSERT_EQ(l[v], one_shot[size_t(n - 1) * V_ + v]) << "rewind by " << d;
+    auto fresh = engine_->new_session();
+    ASSERT_TRUE((*fresh)->eval(std::span<const TokenId>(tokens_).first(n)).ok());
+    auto a = (*s)->snapshot();
+    auto b = (*fresh)->snapshot();
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->bytes, b->bytes) << "rewind by " << d;
+    ASSERT_TRUE((*s)->eval(std::span<const TokenId>(tokens_).subspan(n, d)).ok());
+    l = (*s)->logits();
+    for (int v = 0; v < V_; ++v) ASSERT_EQ(l[v], one_shot[size_t(199) * V_ + v]) << "continue after " << d;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Numerics, TinySession, ::testing::Values(Numerics::official, Numerics::reference),
                          [](const auto& info) { return std::string(name(info.param)); });
 
@@ -204,8 +228,10 @@ TEST(TinyModel, MemoryCountedByCategory) {
   EXPECT_GE(m.host[MemCategory::compressed_kv_r4], 2ull * (200 / 4) * 256 * 4);
   EXPECT_GE(m.host[MemCategory::compressed_kv_rhc], 2ull * (200 / 16) * 256 * 4);
   EXPECT_GE(m.host[MemCategory::indexer_kv], 2ull * (200 / 4) * 128 * 4);
-  // Frontiers: ratio-4 layers 2 × (8 × 512 + 8 × 256) floats × 2 (kv, score); ratio-16 layers 16 × 256 × 2.
-  EXPECT_EQ(m.host[MemCategory::compressor_state], (2ull * (8 * 512 + 8 * 256) * 2 + 2ull * 16 * 256 * 2) * 4);
+  // Frontier rings hold the pooled block(s) plus max_chunk (64) tokens, rounded up to whole blocks:
+  // ratio-4 layers 8 + 64 = 72 rows of 512 (attention) and 256 (indexer) floats; ratio-16 layers
+  // 16 + 64 = 80 rows of 256; kv and score each.
+  EXPECT_EQ(m.host[MemCategory::compressor_state], (2ull * 72 * (512 + 256) * 2 + 2ull * 80 * 256 * 2) * 4);
   const MemoryReport r = e->memory_report();
   ASSERT_EQ(r.sessions.size(), 1u);
   EXPECT_GT(r.host[MemCategory::weights], 1000000u);

@@ -204,9 +204,9 @@ TEST(CpuOps, CompressorOverlapSeriesAndChunking) {
   auto kv = randv(T * width, 7);
   auto sc = randv(T * width, 8);
   auto ape = randv(r * width, 9);
-  auto run = [&](const std::vector<int>& chunks, std::vector<float>& rows, std::vector<int32_t>& rpos) {
+  auto run = [&](const std::vector<int>& chunks, int slots, std::vector<float>& rows, std::vector<int32_t>& rpos) {
     auto be = make();
-    std::vector<float> skv(2 * r * width, 0.0f), ssc(2 * r * width, -INFINITY);
+    std::vector<float> skv(slots * width, 0.0f), ssc(slots * width, 7.0f);  // stale scores must not matter
     rows.assign(T / r * D, 0);
     rpos.assign(T / r, -1);
     int t = 0, emitted_total = 0;
@@ -221,6 +221,7 @@ TEST(CpuOps, CompressorOverlapSeriesAndChunking) {
       a.ratio = r;
       a.out_dim = D;
       a.overlap = true;
+      a.slots = slots;
       a.state_kv = skv.data();
       a.state_score = ssc.data();
       a.out = &rows[emitted_total * D];
@@ -234,10 +235,12 @@ TEST(CpuOps, CompressorOverlapSeriesAndChunking) {
   };
   std::vector<float> rows, rows2;
   std::vector<int32_t> rpos, rpos2;
-  run({T}, rows, rpos);
-  run({1, 2, 5, 3, 1}, rows2, rpos2);
+  run({T}, 2 * r, rows, rpos);
+  run({1, 2, 5, 3, 1}, 2 * r, rows2, rpos2);  // chunking does not matter
   EXPECT_EQ(rows, rows2);
   EXPECT_EQ(rpos, rpos2);
+  run({3, 9}, 5 * r, rows2, rpos2);  // nor does a longer frontier ring
+  EXPECT_EQ(rows, rows2);
   for (int B = 0; B < T / r; ++B) {
     EXPECT_EQ(rpos[B], r * B);
     for (int d = 0; d < D; ++d) {
@@ -272,6 +275,7 @@ TEST(CpuOps, CompressorNonOverlapping) {
   a.n = T;
   a.ratio = r;
   a.out_dim = D;
+  a.slots = r;
   a.state_kv = skv.data();
   a.state_score = ssc.data();
   a.out = rows.data();

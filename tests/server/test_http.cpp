@@ -391,8 +391,14 @@ TEST_F(HttpTest, QueueFullAnswers503AndDisconnectCancels) {
   second.join();
   stop_reading = true;  // the streaming client disconnects mid-generation
   first.join();
-  // Both were cancelled: the worker is free again well before 900 tokens could be generated.
+  // Both are cancelled once the server's socket polls (every 100 ms) notice; the worker is then free
+  // well before 900 tokens could have been generated.
   auto t0 = std::chrono::steady_clock::now();
+  for (bool seen = false; !seen && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10);) {
+    auto m = s.client().Get("/metrics");
+    seen = m && m->body.find("ds4_cancelled_total 2") != std::string::npos;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   Json after = s.post_json("/v1/chat/completions", chat_body("after", 2));
   EXPECT_EQ(after["usage"]["completion_tokens"], 2);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));

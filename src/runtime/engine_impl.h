@@ -81,6 +81,10 @@ class SessionImpl final : public Session {
   uint64_t id_ = 0;
   std::vector<TokenId> tokens_;
   std::vector<float> logits_;  // [V] after the last token; empty at position 0
+  // Earliest position the cheap rewind may return to: the rings hold valid rows only for what was
+  // evaluated in this session since position ring_floor_ (a restore() loads just the rows its
+  // snapshot needs, so rewinding below the restored position must replay).
+  int64_t ring_floor_ = 0;
 };
 
 }  // namespace ds4::runtime

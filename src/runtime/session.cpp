@@ -72,6 +72,7 @@ Status SessionImpl::replay(int64_t n) {
   tokens_.clear();
   logits_.clear();
   kv_.reset();
+  ring_floor_ = 0;
   if (keep.empty()) return Status::Ok();
   return run(keep, EvalOptions{}, nullptr);
 }
@@ -85,7 +86,7 @@ Status SessionImpl::rewind(int64_t n_tokens) {
   // max_chunk − 1 tokens, so the state after m = n − 1 tokens is the current one with the compressed
   // row counts cut back; evaluating token n − 1 again then gives the state and logits after n.
   const int64_t m = n_tokens - 1;
-  if (m >= 0 && position() - m <= engine_.forward().max_chunk() - 1) {
+  if (m >= ring_floor_ && position() - m <= engine_.forward().max_chunk() - 1) {
     const TokenId last = tokens_[static_cast<size_t>(m)];
     tokens_.resize(static_cast<size_t>(m));
     for (auto& k : kv_.layers())

@@ -206,6 +206,7 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
   }
   tokens_.resize(T);
   if (T) std::memcpy(tokens_.data(), tok, T * 4);
+  ring_floor_ = static_cast<int64_t>(T);
   logits_.clear();
   if (T > 0) {
     logits_.resize(static_cast<size_t>(V));

@@ -142,6 +142,27 @@ TEST_P(TinySession, ShortRewindsAcrossBlockBoundariesRestoreExactState) {
   }
 }
 
+TEST_P(TinySession, RewindAfterRestoreAboveAndBelowTheRestoredPosition) {
+  // A restored session holds only the ring rows its snapshot carries: rewinding below the restored
+  // position must still give exact results (replay), and above it may reuse the rings.
+  const auto one_shot = logits_chunked(*engine_, tokens_, {kLen});
+  auto a = engine_->new_session();
+  ASSERT_TRUE((*a)->eval(std::span<const TokenId>(tokens_).first(150)).ok());
+  auto snap = (*a)->snapshot();
+  ASSERT_TRUE(snap.ok());
+  for (int target : {145, 140, 170, 158}) {
+    auto b = engine_->new_session();
+    ASSERT_TRUE((*b)->restore(*snap).ok());
+    ASSERT_TRUE((*b)->eval(std::span<const TokenId>(tokens_).subspan(150, 30)).ok());
+    ASSERT_TRUE((*b)->rewind(target).ok());
+    auto l = (*b)->logits();
+    for (int v = 0; v < V_; ++v) ASSERT_EQ(l[v], one_shot[size_t(target - 1) * V_ + v]) << "rewind to " << target;
+    ASSERT_TRUE((*b)->eval(std::span<const TokenId>(tokens_).subspan(target, 200 - target)).ok());
+    l = (*b)->logits();
+    for (int v = 0; v < V_; ++v) ASSERT_EQ(l[v], one_shot[size_t(199) * V_ + v]) << "continue from " << target;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Numerics, TinySession, ::testing::Values(Numerics::official, Numerics::reference),
                          [](const auto& info) { return std::string(name(info.param)); });
 

@@ -57,7 +57,7 @@ class AnthropicFormatter : public Formatter {
         out += close_block();
         break;
       case GenEventKind::done:
-        if (ev.finish == FinishReason::error) {
+        if (ev.finish == FinishReason::error || ev.finish == FinishReason::cancelled) {
           out += sse_event("error", {{"type", "error"},
                                      {"error", {{"type", "api_error"}, {"message", ev.error.message()}}}});
           return out;

@@ -81,7 +81,8 @@ class ChatFormatter : public Formatter {
         return {};
       case GenEventKind::done: {
         std::string out;
-        if (ev.finish == FinishReason::error) out += sse_data(error_object(ev.error));
+        if (ev.finish == FinishReason::error || ev.finish == FinishReason::cancelled)
+          out += sse_data(error_object(ev.error));  // cancelled: only a draining server still has a reader
         Json c = chunk_json(Json::object());
         c["choices"][0]["finish_reason"] = openai_finish(ev.finish);
         out += sse_data(c);
@@ -154,7 +155,8 @@ class CompletionFormatter : public Formatter {
       }
       case GenEventKind::done: {
         std::string out;
-        if (ev.finish == FinishReason::error) out += sse_data(error_object(ev.error));
+        if (ev.finish == FinishReason::error || ev.finish == FinishReason::cancelled)
+          out += sse_data(error_object(ev.error));  // cancelled: only a draining server still has a reader
         out += sse_data(chunk_json("", nullptr, openai_finish(ev.finish)));
         if (req_.include_usage) {
           Json u = chunk_json("", nullptr, nullptr);

@@ -62,7 +62,7 @@ class ResponsesFormatter : public Formatter {
         }
         break;
       case GenEventKind::done: {
-        if (ev.finish == FinishReason::error) {
+        if (ev.finish == FinishReason::error || ev.finish == FinishReason::cancelled) {
           out += close_item();
           out += emit("error", {{"code", "server_error"}, {"message", ev.error.message()}, {"param", nullptr}});
           out += emit("response.failed", {{"response", response_json("failed")}});

@@ -1,0 +1,184 @@
+// main.cpp — ds4-bench: walks one session through increasing context frontiers and prints, per
+// frontier, the prefill rate of the new interval, the greedy decode rate at the frontier, and the
+// memory held (CSV). Same flags and defaults as antirez's ds4-bench (DS4_SERVER.md §1.3), plus
+// --numerics, --chunk, --plot and --memory (issue 7's seed experiment: memory while one session
+// grows, 10K..250K tokens in 10K steps by default). Uses only the public engine API.
+// Deliberately not here: the measurement loop (bench_loop.h), the frontier arithmetic (schedule.h).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "bench_loop.h"
+#include "chat/chat.h"
+#include "cli_common.h"
+#include "csv.h"
+#include "ds4/engine.h"
+#include "plot.h"
+#include "schedule.h"
+
+namespace {
+
+struct BenchFlags {
+  ds4::cli::EngineFlags engine;
+  std::string backend = "cpu";
+  bool cuda = false;
+  std::string prompt_file, chat_prompt_file;
+  std::string system = "You are a helpful assistant.";
+  ds4::bench::ScheduleOptions sched;
+  std::string csv_path, plot_path, plot_script = DS4_PLOT_SCRIPT, plot_title;
+  bool memory = false;
+  bool quality = false;
+};
+
+int fail(const std::string& msg, int code = 1) {
+  std::fprintf(stderr, "ds4-bench: %s\n", msg.c_str());
+  return code;
+}
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return static_cast<bool>(f) || f.eof();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ds4;
+  CLI::App app{"ds4-bench — prefill and decode speed, and memory, at increasing context frontiers.\n"
+               "One session is prefilled incrementally to each frontier; there its state is snapshotted in\n"
+               "RAM, --gen-tokens greedy tokens are decoded (EOS excluded), and the snapshot is restored.\n"
+               "CSV: frontier,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kv_bytes,snapshot_bytes,\n"
+               "rss_bytes,device_used_bytes,session_<category>...,process_<category>... (docs/BENCH.md).",
+               "ds4-bench"};
+  BenchFlags f;
+  auto* pf = app.add_option("--prompt-file", f.prompt_file, "raw text, tokenized and sliced at the frontiers");
+  auto* cf = app.add_option("--chat-prompt-file", f.chat_prompt_file,
+                            "text rendered as one no-thinking chat user message (with --system)");
+  pf->excludes(cf);
+  cf->excludes(pf);
+  auto* sys = app.add_option("--system", f.system, "system prompt for --chat-prompt-file (also -sys)")
+                  ->capture_default_str();
+  app.add_option("-m,--model", f.engine.model, "model GGUF file")->required();
+  app.add_option("--backend", f.backend, "cpu | cuda")->capture_default_str();
+  app.add_flag("--cpu", f.engine.cpu, "same as --backend cpu");
+  app.add_flag("--cuda", f.cuda, "same as --backend cuda");
+  app.add_option("-t,--threads", f.engine.threads, "CPU threads (0 = all cores)");
+  app.add_flag("--warm-weights", f.engine.warm_weights, "touch every weight page at load");
+  app.add_flag("--quality", f.quality, "accepted for ds4 compatibility (ds4cpp has one exact kernel path)");
+  auto* o_start = app.add_option("--ctx-start", f.sched.ctx_start, "first frontier")->capture_default_str();
+  auto* o_max = app.add_option("--ctx-max", f.sched.ctx_max, "last frontier")->capture_default_str();
+  app.add_option("--ctx-alloc", f.sched.ctx_alloc, "session context (default ctx-max + gen-tokens + 1)");
+  auto* o_incr = app.add_option("--step-incr", f.sched.step_incr, "linear frontier step")->capture_default_str();
+  app.add_option("--step-mul", f.sched.step_mul, "geometric frontier step (> 1 replaces --step-incr)")
+      ->capture_default_str();
+  auto* o_gen = app.add_option("-n,--gen-tokens,--tokens", f.sched.gen_tokens, "greedy decode tokens per frontier")
+                    ->capture_default_str();
+  app.add_option("--csv", f.csv_path, "write the CSV here (default: stdout)");
+  app.add_option("--numerics", f.engine.numerics, "official | reference")->capture_default_str();
+  app.add_option("--chunk", f.engine.chunk, "prefill tokens per forward step (0 = engine default)");
+  app.add_flag("--no-shared-clamp", f.engine.no_shared_clamp, "do not clamp the shared expert's SwiGLU");
+  app.add_option("--plot", f.plot_path, "also plot the CSV to FILE.png or FILE.svg (needs --csv and gnuplot)");
+  app.add_option("--plot-script", f.plot_script, "plot script")->capture_default_str();
+  app.add_option("--plot-title", f.plot_title, "plot title");
+  app.add_flag("--memory", f.memory,
+               "memory run: no snapshot or decode unless -n is given; frontiers default to 10000..250000 "
+               "step 10000 (the seed experiment)");
+  try {
+    app.parse(cli::normalize_args(argc, argv));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (f.prompt_file.empty() && f.chat_prompt_file.empty())
+    return fail("one of --prompt-file FILE or --chat-prompt-file FILE is required", 2);
+  if (sys->count() > 0 && f.chat_prompt_file.empty())
+    std::fprintf(stderr, "ds4-bench: --system only applies to --chat-prompt-file; ignored\n");
+  if (f.memory) {
+    if (o_start->count() == 0) f.sched.ctx_start = 10000;
+    if (o_max->count() == 0) f.sched.ctx_max = 250000;
+    if (o_incr->count() == 0) f.sched.step_incr = 10000;
+    if (o_gen->count() == 0) f.sched.gen_tokens = 0;
+  }
+  if (f.cuda) f.backend = "cuda";
+  if (f.engine.cpu) f.backend = "cpu";
+  if (f.cuda && f.engine.cpu) return fail("--cpu and --cuda both given", 2);
+  if (f.backend != "cpu" && f.backend != "cuda") return fail("--backend must be 'cpu' or 'cuda', got '" + f.backend + "'", 2);
+  if (!f.plot_path.empty() && f.csv_path.empty()) return fail("--plot needs --csv FILE (the plot reads the CSV)", 2);
+
+  auto fr = bench::frontiers(f.sched);
+  if (!fr.ok()) return fail(fr.status().message(), 2);
+  const std::vector<int64_t> frontiers = *fr;
+
+  std::string text;
+  const std::string& path = f.chat_prompt_file.empty() ? f.prompt_file : f.chat_prompt_file;
+  if (!read_file(path, text)) return fail("cannot read prompt file '" + path + "'");
+  if (text.empty()) return fail("prompt file '" + path + "' is empty");
+
+  EngineOptions eo;
+  if (!cli::engine_options(f.engine, eo)) return 2;
+  eo.backend = f.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu;
+  eo.max_context = bench::effective_ctx_alloc(f.sched);
+  auto engine = Engine::open(eo);
+  if (!engine.ok()) return fail(engine.status().to_string());
+  Engine& e = **engine;
+  const ModelInfo& info = e.info();
+  if (info.max_context > 0 && info.max_context < eo.max_context)
+    return fail("the model allows " + std::to_string(info.max_context) + " tokens of context, the run needs " +
+                std::to_string(eo.max_context) + " (last frontier + decode tokens)");
+
+  std::vector<TokenId> source;
+  if (f.chat_prompt_file.empty()) {
+    source = e.tokenizer().encode(text);
+  } else {
+    EncodeOptions enc;
+    enc.parse_special = true;
+    source = e.tokenizer().encode(chat::render_completion_prompt(f.system, text, chat::ThinkMode::none), enc);
+  }
+  if (source.empty()) return fail("prompt file '" + path + "' gives no tokens");
+  if (static_cast<int64_t>(source.size()) < frontiers.back())
+    std::fprintf(stderr, "ds4-bench: the prompt has %zu tokens, fewer than the last frontier %lld: repeating it\n",
+                 source.size(), static_cast<long long>(frontiers.back()));
+  const std::vector<TokenId> tokens = bench::repeat_tokens(source, frontiers.back());
+
+  std::FILE* out = stdout;
+  if (!f.csv_path.empty()) {
+    out = std::fopen(f.csv_path.c_str(), "w");
+    if (!out) return fail("cannot write --csv '" + f.csv_path + "'");
+  }
+  std::fprintf(stderr, "ds4-bench: %s (%s), backend %s, %zu frontiers %lld..%lld, %lld decode tokens each, ctx %lld\n",
+               info.name.c_str(), info.path.c_str(), f.backend.c_str(), frontiers.size(),
+               static_cast<long long>(frontiers.front()), static_cast<long long>(frontiers.back()),
+               static_cast<long long>(f.sched.gen_tokens), static_cast<long long>(eo.max_context));
+  std::fprintf(out, "%s\n", bench::csv_header().c_str());
+  std::fflush(out);
+
+  bench::LoopOptions lo;
+  lo.frontiers = frontiers;
+  lo.gen_tokens = f.sched.gen_tokens;
+  lo.chunk = f.engine.chunk;
+  Status st = bench::run_frontiers(e, tokens, lo, [&](const bench::FrontierRow& r) {
+    std::fprintf(out, "%s\n", bench::csv_line(r).c_str());
+    std::fflush(out);
+    std::fprintf(stderr, "ds4-bench: %7lld tokens  prefill %9.1f tok/s  decode %8.1f tok/s  kv %8.2f MiB  rss %8.1f MiB\n",
+                 static_cast<long long>(r.frontier), r.prefill_tps, r.gen_tps, r.kv_bytes / 1048576.0,
+                 r.rss_bytes / 1048576.0);
+  });
+  if (out != stdout && std::fclose(out) != 0) return fail("error writing --csv '" + f.csv_path + "'");
+  if (!st.ok()) return fail(st.to_string());
+
+  if (!f.plot_path.empty()) {
+    bench::PlotOptions po;
+    po.script = f.plot_script;
+    po.csv = f.csv_path;
+    po.out = f.plot_path;
+    po.memory = f.memory;
+    po.title = f.plot_title;
+    Status ps = bench::run_plot(po);
+    if (!ps.ok()) return fail(ps.to_string());
+  }
+  return 0;
+}

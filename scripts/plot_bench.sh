@@ -4,9 +4,9 @@
 #   scripts/plot_bench.sh [--memory] [--title TEXT] BENCH.csv OUT.png|OUT.svg
 #
 # Default: prefill and decode tok/s against the frontier (left axis) and the session's KV bytes
-# (right axis). --memory: the memory run (ds4-bench --memory): the session's bytes per category and
-# the process's scratch (left axis), RSS and device memory (right axis) against the tokens held. Columns are looked up by name in the CSV header, so
-# the plot follows ds4-bench's column set (tools/ds4-bench/csv.h).
+# (right axis). --memory: the memory run (ds4-bench --memory): the session's bytes per category (left
+# axis); RSS, device memory and the process's scratch (right axis), against the tokens held. Columns
+# are looked up by name in the CSV header, so the plot follows ds4-bench's column set (csv.h).
 set -euo pipefail
 
 mode=speed
@@ -49,7 +49,7 @@ q() { printf "'%s'" "${1//\'/\'\'}"; }
 common="set terminal $term
 set output $(q "$out")
 set datafile separator ','
-set key top left
+set key below
 set grid
 set title $(q "$title")
 set xlabel 'tokens held by the session (frontier)'
@@ -59,7 +59,7 @@ if [[ "$mode" == memory ]]; then
   gnuplot <<GP
 $common
 set ylabel 'session bytes by category (MiB)'
-set y2label 'process RSS / device used (MiB)'
+set y2label 'process RSS / device used / scratch (MiB)'
 set ytics nomirror
 set y2tics
 set yrange [0:*]
@@ -70,9 +70,9 @@ plot $(q "$csv") using 'frontier':(column('rss_bytes')/MiB) axes x1y2 with lines
      '' using 'frontier':(column('session_raw_kv')/MiB) with lines title 'raw_kv', \
      '' using 'frontier':(column('session_compressed_kv_r4')/MiB) with lines title 'compressed_kv_r4', \
      '' using 'frontier':(column('session_compressed_kv_rhc')/MiB) with lines title 'compressed_kv_rhc', \
-     '' using 'frontier':(column('session_indexer_kv')/MiB) with lines title 'indexer_kv', \
+     '' using 'frontier':(column('session_indexer_kv')/MiB) with lines dt 2 lw 2 title 'indexer_kv', \
      '' using 'frontier':(column('session_compressor_state')/MiB) with lines title 'compressor_state', \
-     '' using 'frontier':(column('process_scratch')/MiB) with lines title 'scratch (process)'
+     '' using 'frontier':(column('process_scratch')/MiB) axes x1y2 with lines title 'scratch (process), right axis'
 GP
 else
   gnuplot <<GP

@@ -229,6 +229,8 @@ TEST_F(BenchTool, ClearErrors) {
     std::string needle;
   };
   const std::string missing = path("does-not-exist.txt");
+  const std::string empty = path("empty.txt");
+  std::ofstream(empty).close();
   const std::vector<Case> cases = {
       {{"-m", DS4_TINY_CHAT, "--prompt-file", missing, "--ctx-start", "16", "--ctx-max", "32"}, "cannot read"},
       {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--ctx-start", "512", "--ctx-max", "256"}, "--ctx-max"},
@@ -240,6 +242,10 @@ TEST_F(BenchTool, ClearErrors) {
       {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--backend", "metal"}, "--backend"},
       {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--plot", path("x.png")}, "--csv"},
       {{"-m", path("no-model.gguf"), "--prompt-file", prompt_, "--ctx-start", "16", "--ctx-max", "32"}, "no-model.gguf"},
+      {{"-m", DS4_TINY_CHAT, "--prompt-file", empty, "--ctx-start", "16", "--ctx-max", "32"}, "is empty"},
+      // The tiny-chat model's context_length is 1,048,576 tokens.
+      {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--ctx-start", "1024", "--ctx-max", "2000000", "-n", "0"},
+       "model's context"},
   };
   for (const auto& k : cases) {
     std::string joined;

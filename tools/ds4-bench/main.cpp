@@ -126,9 +126,15 @@ int main(int argc, char** argv) {
   if (!engine.ok()) return fail(engine.status().to_string());
   Engine& e = **engine;
   const ModelInfo& info = e.info();
+  // The engine accepts a limit beyond the model's trained context; a benchmark there measures
+  // nothing the model supports, so refuse it.
+  const int64_t model_ctx = info.context_length > 0 ? info.context_length : info.max_context;
+  if (model_ctx > 0 && model_ctx < eo.max_context)
+    return fail("the model's context is " + std::to_string(model_ctx) + " tokens; the run needs " +
+                std::to_string(eo.max_context) + " (--ctx-alloc: last frontier + decode tokens + 1)");
   if (info.max_context > 0 && info.max_context < eo.max_context)
-    return fail("the model allows " + std::to_string(info.max_context) + " tokens of context, the run needs " +
-                std::to_string(eo.max_context) + " (last frontier + decode tokens)");
+    return fail("the engine allows " + std::to_string(info.max_context) + " tokens of context, the run needs " +
+                std::to_string(eo.max_context) + " (--ctx-alloc)");
 
   std::vector<TokenId> source;
   if (f.chat_prompt_file.empty()) {

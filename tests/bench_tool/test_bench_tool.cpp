@@ -83,7 +83,9 @@ bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") =
 // MODEL.md §10.3 for this model: rows actually held at N tokens, in bytes (f32 state).
 struct Formula {
   ds4::modelspec::ModelConfig cfg;
-  double raw(int64_t n) const { return double(cfg.n_layer) * std::min<int64_t>(n, cfg.sliding_window) * cfg.head_dim * 4; }
+  double raw(int64_t n) const {
+    return double(cfg.n_layer) * double(std::min<int64_t>(n, cfg.sliding_window)) * cfg.head_dim * 4;
+  }
   double rows(int64_t n, bool csa, int64_t dim) const {
     double b = 0;
     for (uint32_t r : cfg.compress_ratios)
@@ -164,7 +166,8 @@ TEST_F(BenchTool, LinearSweepCsvRatesKvAndPlot) {
   }
   // Growth 64 -> 256 tokens covers at least the rows the formula adds.
   const double grown = c.at(3, "kv_bytes") - c.at(0, "kv_bytes");
-  const double formula_growth = (fm.r4(256) + fm.indexer(256) + fm.rhc(256)) - (fm.r4(64) + fm.indexer(64) + fm.rhc(64));
+  const double formula_growth =
+      (fm.r4(256) + fm.indexer(256) + fm.rhc(256)) - (fm.r4(64) + fm.indexer(64) + fm.rhc(64));
   EXPECT_GT(formula_growth, 0.0);
   EXPECT_GE(grown + (fm.upper(fm.r4(64), 64, true, fm.cfg.head_dim) - fm.r4(64)) +
                 (fm.upper(fm.indexer(64), 64, true, fm.cfg.indexer_head_dim) - fm.indexer(64)) +
@@ -172,7 +175,9 @@ TEST_F(BenchTool, LinearSweepCsvRatesKvAndPlot) {
             formula_growth);
   // The snapshot holds every compressed row, so it grows at least by the rows added.
   EXPECT_GE(c.at(3, "snapshot_bytes") - c.at(0, "snapshot_bytes"), formula_growth);
-  if (plot) EXPECT_TRUE(file_starts_with(png, "\x89PNG")) << png;
+  if (plot) {
+    EXPECT_TRUE(file_starts_with(png, "\x89PNG")) << png;
+  }
 }
 
 TEST_F(BenchTool, GeometricSweep) {
@@ -219,7 +224,9 @@ TEST_F(BenchTool, MemoryModeNoDecodeAndSvgPlot) {
     EXPECT_GE(c.at(i, "session_indexer_kv"), fm.indexer(n));
     EXPECT_GE(c.at(i, "session_compressed_kv_rhc"), fm.rhc(n));
   }
-  if (plot) EXPECT_TRUE(file_starts_with(svg, "<?xml") || file_starts_with(svg, "<svg")) << svg;
+  if (plot) {
+    EXPECT_TRUE(file_starts_with(svg, "<?xml") || file_starts_with(svg, "<svg")) << svg;
+  }
 }
 
 // Bad flags and files: a message naming the problem and a non-zero exit, never a crash.
@@ -241,7 +248,8 @@ TEST_F(BenchTool, ClearErrors) {
       {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--step-mul", "0.5"}, "--step-mul"},
       {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--backend", "metal"}, "--backend"},
       {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--plot", path("x.png")}, "--csv"},
-      {{"-m", path("no-model.gguf"), "--prompt-file", prompt_, "--ctx-start", "16", "--ctx-max", "32"}, "no-model.gguf"},
+      {{"-m", path("no-model.gguf"), "--prompt-file", prompt_, "--ctx-start", "16", "--ctx-max", "32"},
+       "no-model.gguf"},
       {{"-m", DS4_TINY_CHAT, "--prompt-file", empty, "--ctx-start", "16", "--ctx-max", "32"}, "is empty"},
       // The tiny-chat model's context_length is 1,048,576 tokens.
       {{"-m", DS4_TINY_CHAT, "--prompt-file", prompt_, "--ctx-start", "1024", "--ctx-max", "2000000", "-n", "0"},

@@ -5,7 +5,9 @@
 // grows, 10K..250K tokens in 10K steps by default). Uses only the public engine API.
 // Deliberately not here: the measurement loop (bench_loop.h), the frontier arithmetic (schedule.h).
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -37,6 +39,8 @@ int fail(const std::string& msg, int code = 1) {
 }
 
 bool read_file(const std::string& path, std::string& out) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;  // a directory "opens" but reads nothing
   std::ifstream f(path, std::ios::binary);
   if (!f) return false;
   std::ostringstream ss;
@@ -106,8 +110,14 @@ int main(int argc, char** argv) {
   if (f.cuda) f.backend = "cuda";
   if (f.engine.cpu) f.backend = "cpu";
   if (f.cuda && f.engine.cpu) return fail("--cpu and --cuda both given", 2);
-  if (f.backend != "cpu" && f.backend != "cuda") return fail("--backend must be 'cpu' or 'cuda', got '" + f.backend + "'", 2);
-  if (!f.plot_path.empty() && f.csv_path.empty()) return fail("--plot needs --csv FILE (the plot reads the CSV)", 2);
+  if (f.backend != "cpu" && f.backend != "cuda")
+    return fail("--backend must be 'cpu' or 'cuda', got '" + f.backend + "'", 2);
+  if (!f.plot_path.empty()) {
+    if (f.csv_path.empty()) return fail("--plot needs --csv FILE (the plot reads the CSV)", 2);
+    const auto ext = std::filesystem::path(f.plot_path).extension();
+    if (ext != ".png" && ext != ".svg")
+      return fail("--plot: the output must end in .png or .svg, got '" + f.plot_path + "'", 2);
+  }
 
   auto fr = bench::frontiers(f.sched);
   if (!fr.ok()) return fail(fr.status().message(), 2);
@@ -120,6 +130,13 @@ int main(int argc, char** argv) {
 
   EngineOptions eo;
   if (!cli::engine_options(f.engine, eo)) return 2;
+  // Opened before the model loads, so a bad path fails at once.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> csv_file(nullptr, &std::fclose);
+  if (!f.csv_path.empty()) {
+    csv_file.reset(std::fopen(f.csv_path.c_str(), "w"));
+    if (!csv_file) return fail("cannot write --csv '" + f.csv_path + "'");
+  }
+  std::FILE* out = csv_file ? csv_file.get() : stdout;
   eo.backend = f.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu;
   eo.max_context = bench::effective_ctx_alloc(f.sched);
   auto engine = Engine::open(eo);
@@ -150,11 +167,6 @@ int main(int argc, char** argv) {
                  source.size(), static_cast<long long>(frontiers.back()));
   const std::vector<TokenId> tokens = bench::repeat_tokens(source, frontiers.back());
 
-  std::FILE* out = stdout;
-  if (!f.csv_path.empty()) {
-    out = std::fopen(f.csv_path.c_str(), "w");
-    if (!out) return fail("cannot write --csv '" + f.csv_path + "'");
-  }
   std::fprintf(stderr, "ds4-bench: %s (%s), backend %s, %zu frontiers %lld..%lld, %lld decode tokens each, ctx %lld\n",
                info.name.c_str(), info.path.c_str(), f.backend.c_str(), frontiers.size(),
                static_cast<long long>(frontiers.front()), static_cast<long long>(frontiers.back()),
@@ -169,11 +181,12 @@ int main(int argc, char** argv) {
   Status st = bench::run_frontiers(e, tokens, lo, [&](const bench::FrontierRow& r) {
     std::fprintf(out, "%s\n", bench::csv_line(r).c_str());
     std::fflush(out);
-    std::fprintf(stderr, "ds4-bench: %7lld tokens  prefill %9.1f tok/s  decode %8.1f tok/s  kv %8.2f MiB  rss %8.1f MiB\n",
+    std::fprintf(stderr,
+                 "ds4-bench: %7lld tokens  prefill %9.1f tok/s  decode %8.1f tok/s  kv %8.2f MiB  rss %8.1f MiB\n",
                  static_cast<long long>(r.frontier), r.prefill_tps, r.gen_tps, r.kv_bytes / 1048576.0,
                  r.rss_bytes / 1048576.0);
   });
-  if (out != stdout && std::fclose(out) != 0) return fail("error writing --csv '" + f.csv_path + "'");
+  if (csv_file && std::fclose(csv_file.release()) != 0) return fail("error writing --csv '" + f.csv_path + "'");
   if (!st.ok()) return fail(st.to_string());
 
   if (!f.plot_path.empty()) {

@@ -1,16 +1,15 @@
-// sampler.h — next-token selection from logits (temperature, top-k, top-p, min-p, seed) and
-// log-probabilities for the `logprobs` / `top_logprobs` API options.
-//
-// Pure and per-request: a Sampler owns its RNG, so two requests never share random state and a
-// fixed seed reproduces a generation. Does not know about the model or the APIs.
+// sampler.h — the server's view of sampling: the per-request parameters as the APIs give them and
+// the logprob records the APIs return. The sampling itself is the runtime's ds4::Sampler
+// (include/ds4/sampler.h); this file only adapts request parameters to it (an absent seed draws
+// one from std::random_device) and shapes log-probabilities for `logprobs` / `top_logprobs`.
 #pragma once
 
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <span>
 #include <vector>
 
+#include "ds4/sampler.h"
 #include "ds4/tokens.h"
 
 namespace ds4::server {
@@ -23,6 +22,9 @@ struct SamplingParams {
   std::optional<uint64_t> seed;  // none: seeded from std::random_device
 };
 
+// A runtime sampler for one generation; a request without a seed gets a fresh random one.
+ds4::Sampler make_sampler(const SamplingParams& params);
+
 struct TopLogprob {
   TokenId id = 0;
   float logprob = 0;
@@ -32,19 +34,6 @@ struct TokenLogprob {
   TokenId id = 0;
   float logprob = 0;               // log-softmax of the raw logits (temperature 1)
   std::vector<TopLogprob> top;     // most likely alternatives, best first
-};
-
-class Sampler {
- public:
-  explicit Sampler(const SamplingParams& params);
-  // logits: [n_vocab] next-token logits.
-  TokenId sample(std::span<const float> logits);
-  const SamplingParams& params() const { return params_; }
-
- private:
-  SamplingParams params_;
-  std::mt19937_64 rng_;
-  std::vector<std::pair<float, TokenId>> cand_;  // reused scratch (probability, id)
 };
 
 // Log-probability of `chosen` and the `top_n` best tokens under softmax(logits).

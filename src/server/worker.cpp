@@ -26,7 +26,7 @@ struct EngineWorker::Active {
   int64_t cached = 0;        // prompt tokens reused from the live session
   int64_t max_new = 0;
   int64_t generated = 0, reasoning_tokens = 0;
-  std::optional<Sampler> sampler;
+  std::optional<ds4::Sampler> sampler;
   std::optional<chat::DsmlParser> parser;  // chat APIs only
   std::optional<StopMatcher> stop;
   std::string utf8_pending;
@@ -200,7 +200,7 @@ void EngineWorker::assign_jobs() {
     a->cached = keep;
     const int64_t room = best->session->max_context() - static_cast<int64_t>(job->prompt.size());
     a->max_new = std::min<int64_t>(job->req.max_tokens.value_or(opts_.default_max_tokens), room);
-    a->sampler.emplace(job->req.sampling);
+    a->sampler.emplace(make_sampler(job->req.sampling));
     a->stop.emplace(job->req.stop);
     if (!job->req.raw_completion) {
       chat::ParserOptions po;

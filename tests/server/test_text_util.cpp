@@ -64,17 +64,17 @@ TEST(Sampler, GreedyAndFilters) {
   std::vector<float> logits = {0.0f, 5.0f, 4.9f, -3.0f};
   SamplingParams greedy;
   greedy.temperature = 0;
-  Sampler g(greedy);
+  ds4::Sampler g = make_sampler(greedy);
   EXPECT_EQ(g.sample(logits), 1);
   SamplingParams k1;
   k1.top_k = 1;
-  Sampler s1(k1);
+  ds4::Sampler s1 = make_sampler(k1);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(s1.sample(logits), 1);
   // min_p 0.5 keeps only tokens within half the best probability: ids 1 and 2.
   SamplingParams mp;
   mp.min_p = 0.5f;
   mp.seed = 7;
-  Sampler s2(mp);
+  ds4::Sampler s2 = make_sampler(mp);
   for (int i = 0; i < 200; ++i) {
     TokenId t = s2.sample(logits);
     EXPECT_TRUE(t == 1 || t == 2) << t;
@@ -83,7 +83,7 @@ TEST(Sampler, GreedyAndFilters) {
   SamplingParams tp;
   tp.top_p = 0.1f;
   tp.min_p = 0;
-  Sampler s3(tp);
+  ds4::Sampler s3 = make_sampler(tp);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(s3.sample(logits), 1);
 }
 
@@ -93,7 +93,7 @@ TEST(Sampler, SeedReproduces) {
   SamplingParams p;
   p.seed = 42;
   p.min_p = 0;
-  Sampler a(p), b(p);
+  ds4::Sampler a = make_sampler(p), b = make_sampler(p);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(logits), b.sample(logits));
 }
 

@@ -126,7 +126,8 @@ std::string normalised_tool(std::string_view raw_tool) {
 
 }  // namespace
 
-Result<MappedRequest> map_anthropic_messages(std::string_view text, const MapOptions& options) {
+namespace {
+Result<MappedRequest> map_anthropic_messages_unguarded(std::string_view text, const MapOptions& options) {
   DS4_ASSIGN_OR_RETURN(json body, detail::parse_body(text));
   MappedRequest r;
   if (auto it = body.find("model"); it != body.end() && it->is_string()) r.model = it->get<std::string>();
@@ -168,6 +169,11 @@ Result<MappedRequest> map_anthropic_messages(std::string_view text, const MapOpt
     }
   }
   return r;
+}
+}  // namespace
+
+Result<MappedRequest> map_anthropic_messages(std::string_view text, const MapOptions& options) {
+  return detail::guard_mapping([&] { return map_anthropic_messages_unguarded(text, options); });
 }
 
 }  // namespace ds4::chat

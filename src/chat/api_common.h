@@ -29,6 +29,18 @@ struct ThinkControl {
 // The request body as a JSON object, or invalid_argument("invalid JSON request").
 Result<json> parse_body(std::string_view body);
 
+// Runs a mapper body and turns a JSON type error that slipped past the explicit field checks
+// (e.g. a `null` where a string is required) into invalid_argument: the mappers are a library
+// boundary and must return errors, never throw.
+template <typename F>
+Result<MappedRequest> guard_mapping(F&& body) {
+  try {
+    return body();
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(std::string("invalid request: a field has the wrong type (") + e.what() + ")");
+  }
+}
+
 // OpenAI-style text: string; null -> ""; array -> concatenation of string items and the `text`
 // field of object items. Other types: invalid_argument.
 Result<std::string> flatten_text(const json& v);

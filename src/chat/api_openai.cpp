@@ -77,7 +77,8 @@ Result<Message> map_message(const json& jm, std::string_view raw) {
 
 }  // namespace
 
-Result<MappedRequest> map_chat_completions(std::string_view text, const MapOptions& options) {
+namespace {
+Result<MappedRequest> map_chat_completions_unguarded(std::string_view text, const MapOptions& options) {
   DS4_ASSIGN_OR_RETURN(json body, detail::parse_body(text));
   MappedRequest r;
   r.model = model_of(body);
@@ -111,8 +112,14 @@ Result<MappedRequest> map_chat_completions(std::string_view text, const MapOptio
   (void)options;  // chat/completions maps identically for both flavors
   return r;
 }
+}  // namespace
 
-Result<MappedRequest> map_completions(std::string_view text) {
+Result<MappedRequest> map_chat_completions(std::string_view text, const MapOptions& options) {
+  return detail::guard_mapping([&] { return map_chat_completions_unguarded(text, options); });
+}
+
+namespace {
+Result<MappedRequest> map_completions_unguarded(std::string_view text) {
   DS4_ASSIGN_OR_RETURN(json body, detail::parse_body(text));
   MappedRequest r;
   r.model = model_of(body);
@@ -136,6 +143,11 @@ Result<MappedRequest> map_completions(std::string_view text) {
     return bad_request("prompt must be a string or an array");
   }
   return r;
+}
+}  // namespace
+
+Result<MappedRequest> map_completions(std::string_view text) {
+  return detail::guard_mapping([&] { return map_completions_unguarded(text); });
 }
 
 }  // namespace ds4::chat

@@ -193,7 +193,8 @@ Status map_item(const json& item, std::string_view raw, Flavor flavor, Builder& 
 
 }  // namespace
 
-Result<MappedRequest> map_responses(std::string_view text, const MapOptions& options) {
+namespace {
+Result<MappedRequest> map_responses_unguarded(std::string_view text, const MapOptions& options) {
   DS4_ASSIGN_OR_RETURN(json body, detail::parse_body(text));
   MappedRequest r;
   if (auto it = body.find("model"); it != body.end() && it->is_string()) r.model = it->get<std::string>();
@@ -250,6 +251,11 @@ Result<MappedRequest> map_responses(std::string_view text, const MapOptions& opt
   if (!none) r.conv.tools.insert(r.conv.tools.end(), extra_tools.begin(), extra_tools.end());
   detail::collect_unmatched_results(r, {});
   return r;
+}
+}  // namespace
+
+Result<MappedRequest> map_responses(std::string_view text, const MapOptions& options) {
+  return detail::guard_mapping([&] { return map_responses_unguarded(text, options); });
 }
 
 }  // namespace ds4::chat

@@ -178,3 +178,31 @@ TEST(ApiMap, UnmatchedToolResultIds) {
 
 }  // namespace
 }  // namespace ds4::chat
+
+// Fields of the wrong JSON type that the explicit checks do not name (found by the server's request
+// fuzzer) must come back as invalid_argument, never as an exception across the library boundary.
+TEST(ApiMap, WrongTypedFieldsAreErrorsNotExceptions) {
+  const char* anthropic[] = {
+      R"({"messages":[{"role":null,"content":"x"}]})",
+      R"({"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":null,"content":"r"}]}]})",
+      R"({"messages":[{"role":"assistant","content":[{"type":"tool_use","id":null,"name":"f","input":{}}]}]})",
+  };
+  const char* responses[] = {
+      R"({"input":[{"type":"function_call","call_id":null,"name":"f","arguments":"{}"}]})",
+      R"({"input":[{"type":"message","role":null,"content":"x"}]})",
+  };
+  for (ds4::chat::Flavor flavor : {ds4::chat::Flavor::ds4, ds4::chat::Flavor::official}) {
+    ds4::chat::MapOptions o;
+    o.flavor = flavor;
+    for (const char* body : anthropic) {
+      auto r = ds4::chat::map_anthropic_messages(body, o);
+      EXPECT_FALSE(r.ok()) << body;
+      if (!r.ok()) EXPECT_EQ(r.status().code(), ds4::StatusCode::invalid_argument) << body;
+    }
+    for (const char* body : responses) {
+      auto r = ds4::chat::map_responses(body, o);
+      EXPECT_FALSE(r.ok()) << body;
+      if (!r.ok()) EXPECT_EQ(r.status().code(), ds4::StatusCode::invalid_argument) << body;
+    }
+  }
+}

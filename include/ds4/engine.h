@@ -21,6 +21,10 @@ namespace ds4 {
 
 enum class BackendKind { cpu, cuda };
 
+// Number of usable CUDA devices: 0 when this build has no CUDA backend, or there is no GPU or driver.
+// Tools use it to pick their default backend (CUDA when available, else CPU).
+int cuda_device_count();
+
 // How numerics are simulated. `official` = what the real model expects (FP8 round-trip of KV rows,
 // Hadamard+FP4 round-trip of indexer q/k, f16 rounding of cached RoPE dims: MODEL.md §5.4-5.6, §12).
 // `reference` = all simulations off, float32 throughout: matches Hugging Face transformers, which omits

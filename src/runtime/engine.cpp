@@ -15,6 +15,14 @@ namespace ds4 {
 
 Result<std::unique_ptr<Engine>> Engine::open(const EngineOptions& opts) { return runtime::EngineImpl::open(opts); }
 
+int cuda_device_count() {
+#ifdef DS4_HAVE_CUDA
+  return backend::cuda::cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
 }  // namespace ds4
 
 namespace ds4::runtime {

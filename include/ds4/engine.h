@@ -62,6 +62,14 @@ struct SessionOptions {
 };
 
 class Session;
+struct EvalOptions;
+
+// One session's share of a batched step (Engine::step): the tokens appended to it in this step
+// (one for a decoding session, a chunk for one that is prefilling).
+struct StepItem {
+  Session* session = nullptr;
+  std::span<const TokenId> tokens;
+};
 
 class Engine {
  public:
@@ -73,6 +81,15 @@ class Engine {
   virtual Result<std::unique_ptr<Session>> new_session(const SessionOptions& opts = {}) = 0;
   // Memory by category for the whole process (weights, scratch, every live session's KV).
   virtual MemoryReport memory_report() const = 0;
+
+  // Advances several distinct sessions of this engine in one step. Afterwards each session is exactly
+  // as if eval(item.tokens) had been called on it alone (same tokens, logits within the backend's
+  // reduction-order tolerance); a batched implementation reads each weight once for all tokens.
+  // The total token count must not exceed max_step_tokens(). Fails without advancing any session
+  // (a session that had advanced is rewound) if an item is invalid or the context limit is exceeded.
+  virtual Status step(std::span<const StepItem> items, const EvalOptions& opts) = 0;
+  // Most tokens (all sessions together) one step() may carry: the forward pass's scratch size.
+  virtual int64_t max_step_tokens() const = 0;
 };
 
 // Saved complete state of a session (tokens, logits, every KV/compressor/indexer row). Opaque bytes

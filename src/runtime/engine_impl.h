@@ -3,7 +3,7 @@
 // EngineImpl owns, in destruction order: the live-session registry, the forward pass (scratch), the
 // bound weights, the backend (threads, buffers), the tokenizer and the mapped GGUF. Sessions hold a
 // reference to their engine, which must outlive them. One thread owns an engine and its sessions.
-// Deliberately not here: scheduling several sessions per step (the server's worker does that).
+// Deliberately not here: deciding which sessions advance each step (the server's scheduler does that).
 #pragma once
 
 #include <memory>
@@ -31,6 +31,8 @@ class EngineImpl final : public Engine {
   const Tokenizer& tokenizer() const override { return *tokenizer_; }
   Result<std::unique_ptr<Session>> new_session(const SessionOptions& opts) override;
   MemoryReport memory_report() const override;
+  Status step(std::span<const StepItem> items, const EvalOptions& opts) override;
+  int64_t max_step_tokens() const override { return forward_->max_chunk(); }
 
   model::Forward& forward() { return *forward_; }
   backend::Backend* forward_backend() const { return backend_.get(); }

@@ -32,6 +32,12 @@ class ScriptedEngine : public Engine {
   const Tokenizer& tokenizer() const override { return *tok_; }
   Result<std::unique_ptr<Session>> new_session(const SessionOptions& opts = {}) override;
   MemoryReport memory_report() const override { return {}; }
+  // No batching in the double: the items advance one after another.
+  Status step(std::span<const StepItem> items, const EvalOptions& opts) override {
+    for (const StepItem& it : items) DS4_RETURN_IF_ERROR(it.session->eval(it.tokens, opts));
+    return Status::Ok();
+  }
+  int64_t max_step_tokens() const override { return 1 << 16; }
 
   const std::vector<TokenId>& script_tokens() const { return script_tokens_; }
 

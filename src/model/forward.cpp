@@ -80,6 +80,8 @@ Status Forward::alloc_scratch() {
   DS4_RETURN_IF_ERROR(f32(hw_, NHC));
   DS4_RETURN_IF_ERROR(f32(logits_, cfg_.n_vocab));
   host_i32_.resize(static_cast<size_t>(C));
+  host_tok_.resize(static_cast<size_t>(C));
+  off_.reserve(static_cast<size_t>(C));
   return Status::Ok();
 }
 
@@ -115,24 +117,35 @@ void Forward::hc_post_swap(int64_t n) {
   std::swap(x_, x2_);
 }
 
-// §7.4: both compressors of layer l over the chunk; appends the emitted rows to the session.
-Status Forward::compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool indexer) {
+// §7.4 projections of one compressor of layer l for all n columns of the step → ckv_, cgate_
+// ([n][width]); the stateful part runs per segment in compress().
+void Forward::compressor_proj(size_t l, int64_t n, bool indexer) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
-  LayerKv& k = kv.layers()[l];
-  const int64_t r = p.compress_ratio, E = cfg_.n_embd;
+  const int64_t width = indexer ? 2 * cfg_.indexer_head_dim : p.compressor_width;
+  mm(indexer ? w.idx_comp_kv : w.comp_kv, xn_.f32(), cfg_.n_embd, ckv_.f32(), width, n);
+  mm(indexer ? w.idx_comp_gate : w.comp_gate, xn_.f32(), cfg_.n_embd, cgate_.f32(), width, n);
+}
+
+// §7.4: one compressor of layer l over segment s (columns off … off+n−1 of ckv_/cgate_); appends the
+// emitted rows to the segment's session (room was reserved by prepare()).
+Status Forward::compress(size_t l, const Segment& s, int64_t off, bool indexer) {
+  const auto& p = plan_[l];
+  const LayerWeights& w = w_.layers[l];
+  LayerKv& k = s.kv->layers()[l];
+  const int64_t n = static_cast<int64_t>(s.tokens.size()), pos0 = s.pos0;
+  const int64_t r = p.compress_ratio;
   const int64_t out_dim = indexer ? cfg_.indexer_head_dim : cfg_.head_dim;
   const int64_t width = indexer ? 2 * out_dim : p.compressor_width;
   const bool overlap = p.kind == modelspec::AttentionKind::csa;  // two-series pooling (CSA, ratio 4)
   const int64_t first = pos0 / r, after = (pos0 + n) / r;  // rows [first, after) are emitted now
-  DS4_RETURN_IF_ERROR(kv.reserve_comp(l, after));
-  mm(indexer ? w.idx_comp_kv : w.comp_kv, xn_.f32(), E, ckv_.f32(), width, n);
-  mm(indexer ? w.idx_comp_gate : w.comp_gate, xn_.f32(), E, cgate_.f32(), width, n);
+  if (after > k.comp_cap) return internal_error("forward: compressed rows were not reserved");
   float* rows = (indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim;
+  int32_t* out_pos = cpos_.i32() + off;  // a segment emits at most ⌈n/r⌉ ≤ n rows
   int64_t emitted = 0;
   backend::CompressorArgs a;
-  a.kv = ckv_.f32();
-  a.score = cgate_.f32();
+  a.kv = ckv_.f32() + off * width;
+  a.score = cgate_.f32() + off * width;
   a.ape = indexer ? w.idx_comp_ape : w.comp_ape;
   a.n = n;
   a.pos0 = static_cast<int32_t>(pos0);
@@ -143,7 +156,7 @@ Status Forward::compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool in
   a.state_kv = indexer ? k.index_kv.f32() : k.comp_kv.f32();
   a.state_score = indexer ? k.index_score.f32() : k.comp_score.f32();
   a.out = rows;
-  a.out_pos = cpos_.i32();
+  a.out_pos = out_pos;
   a.n_out = &emitted;
   be_.compressor(a);
   if (emitted != after - first) return internal_error("forward: compressor emitted an unexpected row count");
@@ -151,7 +164,7 @@ Status Forward::compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool in
   // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation.
   be_.rms_norm({rows, rows, indexer ? w.idx_comp_norm : w.comp_norm, emitted, out_dim, out_dim,
                 static_cast<float>(cfg_.rms_eps)});
-  be_.rope({rows, cpos_.i32(), emitted, 1, static_cast<int32_t>(out_dim), static_cast<int32_t>(cfg_.n_rot),
+  be_.rope({rows, out_pos, emitted, 1, static_cast<int32_t>(out_dim), static_cast<int32_t>(cfg_.n_rot),
             freq_comp_.data(), false});
   const ForwardNumerics& nm = opts_.numerics;
   if (indexer) {
@@ -164,10 +177,12 @@ Status Forward::compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool in
   return Status::Ok();
 }
 
-Status Forward::attention_layer(size_t l, KvState& kv, int64_t n, int64_t pos0) {
+// One attention sublayer over all n columns of the step. Projections, norms and RoPE (per-column
+// positions in pos_) run once for every column; the raw ring, compressors, indexer and attention read
+// and append each segment's own session state.
+Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t n) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
-  LayerKv& k = kv.layers()[l];
   const ForwardNumerics& nm = opts_.numerics;
   const int64_t E = cfg_.n_embd, H = cfg_.n_head, D = cfg_.head_dim, Q = cfg_.q_lora_rank, HD = cfg_.q_dim();
   const int32_t R = static_cast<int32_t>(cfg_.n_rot);
@@ -183,30 +198,40 @@ Status Forward::attention_layer(size_t l, KvState& kv, int64_t n, int64_t pos0) 
   be_.rms_norm({q_.f32(), q_.f32(), nullptr, n * H, D, D, eps});
   be_.rope({q_.f32(), pos_.i32(), n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, false});
 
-  // §7.2 KV path, then the raw ring (§7.3): the whole chunk is written before attention reads it.
+  // §7.2 KV path, then each session's raw ring (§7.3): a segment is written before attention reads it.
   mm(w.kv, xn_.f32(), E, kv_.f32(), D, n);
   be_.rms_norm({kv_.f32(), kv_.f32(), w.kv_norm, n, D, D, eps});
   be_.rope({kv_.f32(), pos_.i32(), n, 1, static_cast<int32_t>(D), R, freq, false});
   if (nm.fp8_kv) be_.fp8_round({kv_.f32(), n, D, static_cast<int32_t>(cfg_.nope_dim())});
   if (nm.f16_cache) be_.f16_round(kv_.f32(), n * D);
-  const int64_t cap = kv.geometry().raw_cap;
-  for (int64_t i = 0; i < n; ++i)
-    be_.copy(k.raw.f32() + ((pos0 + i) % cap) * D, kv_.f32() + i * D, static_cast<uint64_t>(D) * 4);
+  for (size_t s = 0; s < segs.size(); ++s) {
+    LayerKv& k = segs[s].kv->layers()[l];
+    const int64_t cap = segs[s].kv->geometry().raw_cap, ns = static_cast<int64_t>(segs[s].tokens.size());
+    for (int64_t i = 0; i < ns; ++i)
+      be_.copy(k.raw.f32() + ((segs[s].pos0 + i) % cap) * D, kv_.f32() + (off_[s] + i) * D,
+               static_cast<uint64_t>(D) * 4);
+  }
 
-  // §7.4 compressors, §7.5 indexer.
-  const int32_t* comp_idx = nullptr;
-  const int32_t* comp_count = nullptr;
+  // §7.4 compressors (projections for all columns, frontier and pooling per session), §7.5 indexer.
+  bool any_select = false;
   if (p.has_compressor) {
-    DS4_RETURN_IF_ERROR(compress(l, kv, n, pos0, false));
-    if (p.has_indexer) DS4_RETURN_IF_ERROR(compress(l, kv, n, pos0, true));
+    compressor_proj(l, n, false);
+    for (size_t s = 0; s < segs.size(); ++s) DS4_RETURN_IF_ERROR(compress(l, segs[s], off_[s], false));
+    if (p.has_indexer) {
+      compressor_proj(l, n, true);
+      for (size_t s = 0; s < segs.size(); ++s) DS4_RETURN_IF_ERROR(compress(l, segs[s], off_[s], true));
+    }
+    // Compressed rows visible to each column: ⌊(t+1)/r⌋ of its own session.
     const int64_t r = p.compress_ratio;
-    bool any_select = false;
-    for (int64_t i = 0; i < n; ++i) {
-      host_i32_[i] = static_cast<int32_t>((pos0 + i + 1) / r);
-      any_select |= p.has_indexer && host_i32_[i] > static_cast<int32_t>(cfg_.indexer_top_k);
+    for (size_t s = 0; s < segs.size(); ++s) {
+      const int64_t ns = static_cast<int64_t>(segs[s].tokens.size());
+      for (int64_t i = 0; i < ns; ++i) {
+        const int32_t c = static_cast<int32_t>((segs[s].pos0 + i + 1) / r);
+        host_i32_[off_[s] + i] = c;
+        any_select |= p.has_indexer && c > static_cast<int32_t>(cfg_.indexer_top_k);
+      }
     }
     be_.upload(ccount_.data(), host_i32_.data(), static_cast<uint64_t>(n) * 4);
-    comp_count = ccount_.i32();
     if (any_select) {
       const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
       mm(w.idx_q_b, qa_.f32(), Q, iq_.f32(), IH * ID, n);
@@ -214,41 +239,53 @@ Status Forward::attention_layer(size_t l, KvState& kv, int64_t n, int64_t pos0) 
       if (nm.indexer_qat) be_.indexer_qat({iq_.f32(), n * IH, static_cast<int32_t>(ID)});
       mm(w.idx_proj, xn_.f32(), E, iw_.f32(), IH, n);
       be_.scale(iw_.f32(), static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH))), n * IH);
-      backend::IndexerArgs ia;
-      ia.q = iq_.f32();
-      ia.w = iw_.f32();
-      ia.rows = k.index_rows.f32();
-      ia.n_rows = ccount_.i32();
-      ia.n = n;
-      ia.heads = static_cast<int32_t>(IH);
-      ia.head_dim = static_cast<int32_t>(ID);
-      ia.top_k = static_cast<int32_t>(cfg_.indexer_top_k);
-      ia.idx = idx_.i32();
-      ia.count = icount_.i32();
-      be_.indexer(ia);
-      comp_idx = idx_.i32();
-      comp_count = icount_.i32();
     }
   }
 
-  // §7.6 attention with sinks.
-  backend::AttentionArgs aa;
-  aa.q = q_.f32();
-  aa.pos = pos_.i32();
-  aa.n = n;
-  aa.heads = static_cast<int32_t>(H);
-  aa.head_dim = static_cast<int32_t>(D);
-  aa.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  aa.sinks = w.sinks;
-  aa.raw = k.raw.f32();
-  aa.raw_cap = cap;
-  aa.window = static_cast<int32_t>(cfg_.sliding_window);
-  aa.comp = p.has_compressor ? k.comp.f32() : nullptr;
-  aa.comp_count = comp_count;
-  aa.comp_idx = comp_idx;
-  aa.comp_idx_stride = cfg_.indexer_top_k;
-  aa.out = attn_.f32();
-  be_.attention(aa);
+  // §7.6 attention with sinks, per session; the indexer selects for a segment when one of its
+  // columns sees more than top_k rows.
+  const int64_t TK = cfg_.indexer_top_k;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const Segment& sg = segs[s];
+    LayerKv& k = sg.kv->layers()[l];
+    const int64_t off = off_[s], ns = static_cast<int64_t>(sg.tokens.size());
+    const int32_t* comp_count = p.has_compressor ? ccount_.i32() + off : nullptr;
+    const int32_t* comp_idx = nullptr;
+    if (any_select && (sg.pos0 + ns) / p.compress_ratio > TK) {
+      const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
+      backend::IndexerArgs ia;
+      ia.q = iq_.f32() + off * IH * ID;
+      ia.w = iw_.f32() + off * IH;
+      ia.rows = k.index_rows.f32();
+      ia.n_rows = ccount_.i32() + off;
+      ia.n = ns;
+      ia.heads = static_cast<int32_t>(IH);
+      ia.head_dim = static_cast<int32_t>(ID);
+      ia.top_k = static_cast<int32_t>(TK);
+      ia.idx = idx_.i32() + off * TK;
+      ia.count = icount_.i32() + off;
+      be_.indexer(ia);
+      comp_idx = idx_.i32() + off * TK;
+      comp_count = icount_.i32() + off;
+    }
+    backend::AttentionArgs aa;
+    aa.q = q_.f32() + off * HD;
+    aa.pos = pos_.i32() + off;
+    aa.n = ns;
+    aa.heads = static_cast<int32_t>(H);
+    aa.head_dim = static_cast<int32_t>(D);
+    aa.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    aa.sinks = w.sinks;
+    aa.raw = k.raw.f32();
+    aa.raw_cap = sg.kv->geometry().raw_cap;
+    aa.window = static_cast<int32_t>(cfg_.sliding_window);
+    aa.comp = p.has_compressor ? k.comp.f32() : nullptr;
+    aa.comp_count = comp_count;
+    aa.comp_idx = comp_idx;
+    aa.comp_idx_stride = TK;
+    aa.out = attn_.f32() + off * HD;
+    be_.attention(aa);
+  }
 
   // §7.7 inverse RoPE at the query position, grouped output projection.
   be_.rope({attn_.f32(), pos_.i32(), n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, true});
@@ -307,11 +344,10 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   hc_post_swap(n);
 }
 
-// §6.3 output head for columns [first, first+count) of the chunk → logits (host).
-void Forward::head(int64_t first, int64_t count, float* logits_host) {
+// §6.3 output head for `count` HC states X [count][NHC][E] → logits_ [count][V] (device).
+void Forward::head(const float* X, int64_t count) {
   const int64_t E = cfg_.n_embd, NHC = cfg_.n_hc, HCD = cfg_.hc_dim(), V = cfg_.n_vocab;
   const float eps = static_cast<float>(cfg_.rms_eps);
-  const float* X = x_.f32() + first * HCD;
   be_.rms_norm({X, flat_.f32(), nullptr, count, HCD, HCD, eps});
   mm(w_.output_hc_fn, flat_.f32(), HCD, mix_.f32(), NHC, count);
   be_.hc_head({mix_.f32(), w_.output_hc_scale, w_.output_hc_base, count, static_cast<int32_t>(NHC),
@@ -319,36 +355,101 @@ void Forward::head(int64_t first, int64_t count, float* logits_host) {
   be_.hc_collapse({X, hw_.f32(), y_.f32(), count, E, static_cast<int32_t>(NHC)});
   be_.rms_norm({y_.f32(), xn_.f32(), w_.output_norm, count, E, E, eps});
   mm(w_.output, xn_.f32(), E, logits_.f32(), V, count);
-  be_.download(logits_host, logits_.data(), static_cast<uint64_t>(count * V) * 4);
+}
+
+// The head runs once for the columns that want logits (each segment's last column, or all of a segment's
+// columns with all_logits), gathered into x2_ (free after the last layer) unless they are contiguous.
+void Forward::logits_to_host(std::span<const Segment> segs) {
+  const int64_t HCD = cfg_.hc_dim(), V = cfg_.n_vocab;
+  auto rows_of = [](const Segment& s) { return s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1; };
+  int64_t count = 0;
+  for (const Segment& s : segs) count += rows_of(s);
+  const float* X = nullptr;
+  if (segs.size() == 1) {
+    X = x_.f32() + (static_cast<int64_t>(segs[0].tokens.size()) - count) * HCD;
+  } else {
+    int64_t j = 0;
+    for (size_t s = 0; s < segs.size(); ++s) {
+      const int64_t rows = rows_of(segs[s]);
+      const int64_t col = off_[s] + static_cast<int64_t>(segs[s].tokens.size()) - rows;
+      be_.copy(x2_.f32() + j * HCD, x_.f32() + col * HCD, static_cast<uint64_t>(rows * HCD) * 4);
+      j += rows;
+    }
+    X = x2_.f32();
+  }
+  head(X, count);
+  int64_t j = 0;
+  for (const Segment& s : segs) {
+    const int64_t rows = rows_of(s);
+    be_.download(s.logits_out, logits_.f32() + j * V, static_cast<uint64_t>(rows * V) * 4);
+    j += rows;
+  }
+}
+
+Status Forward::prepare(std::span<const Segment> segs) {
+  if (segs.empty()) return invalid_argument("forward: empty step");
+  int64_t total = 0;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const Segment& sg = segs[s];
+    const std::string where = segs.size() == 1 ? "forward: " : "forward: segment " + std::to_string(s) + ": ";
+    const int64_t n = static_cast<int64_t>(sg.tokens.size());
+    if (sg.kv == nullptr) return invalid_argument(where + "no session state");
+    if (n == 0) return invalid_argument(where + "empty chunk");
+    if (sg.pos0 < 0 || sg.pos0 + n > INT32_MAX) return invalid_argument(where + "position exceeds 2^31");
+    if (sg.kv->layers().size() != plan_.size() || sg.kv->geometry().raw_cap < cfg_.sliding_window + n - 1)
+      return invalid_argument(where + "session state does not fit this forward pass");
+    for (size_t q = 0; q < s; ++q)
+      if (segs[q].kv == sg.kv) return invalid_argument(where + "the same session state appears twice");
+    for (int64_t i = 0; i < n; ++i)
+      if (sg.tokens[i] < 0 || sg.tokens[i] >= static_cast<int32_t>(cfg_.n_vocab))
+        return invalid_argument(where + "token id " + std::to_string(sg.tokens[i]) + " at chunk index " +
+                                std::to_string(i) + " is outside the vocabulary [0, " +
+                                std::to_string(cfg_.n_vocab) + ")");
+    total += n;
+  }
+  if (total > opts_.max_chunk)
+    return invalid_argument("forward: chunk of " + std::to_string(total) + " tokens exceeds max_chunk " +
+                            std::to_string(opts_.max_chunk));
+  // Room for every row this step emits, before any state is written (growth may fail on memory).
+  for (const Segment& sg : segs)
+    for (size_t l = 0; l < plan_.size(); ++l)
+      if (plan_[l].has_compressor)
+        DS4_RETURN_IF_ERROR(
+            sg.kv->reserve_comp(l, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / plan_[l].compress_ratio));
+  return Status::Ok();
 }
 
 Status Forward::eval(KvState& kv, std::span<const int32_t> tokens, int64_t pos0, float* logits_out,
                      bool all_logits) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) return invalid_argument("forward: empty chunk");
-  if (n > opts_.max_chunk)
-    return invalid_argument("forward: chunk of " + std::to_string(n) + " tokens exceeds max_chunk " +
-                            std::to_string(opts_.max_chunk));
-  if (pos0 + n > INT32_MAX) return invalid_argument("forward: position exceeds 2^31");
-  for (int64_t i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= static_cast<int32_t>(cfg_.n_vocab))
-      return invalid_argument("forward: token id " + std::to_string(tokens[i]) + " at chunk index " +
-                              std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(cfg_.n_vocab) + ")");
-  be_.upload(tok_.data(), tokens.data(), static_cast<uint64_t>(n) * 4);
-  for (int64_t i = 0; i < n; ++i) host_i32_[i] = static_cast<int32_t>(pos0 + i);
+  const Segment s{&kv, tokens, pos0, logits_out, all_logits};
+  return eval_batch(std::span<const Segment>(&s, 1));
+}
+
+Status Forward::eval_batch(std::span<const Segment> segs) {
+  for (const Segment& sg : segs)
+    if (sg.logits_out == nullptr) return invalid_argument("forward: a segment has no logits destination");
+  DS4_RETURN_IF_ERROR(prepare(segs));
+  // Columns: segment s occupies [off_[s], off_[s] + n_s); ids and positions per column.
+  off_.clear();
+  int64_t n = 0;
+  for (const Segment& sg : segs) {
+    off_.push_back(n);
+    for (size_t i = 0; i < sg.tokens.size(); ++i) {
+      host_tok_[n] = sg.tokens[i];
+      host_i32_[n] = static_cast<int32_t>(sg.pos0 + static_cast<int64_t>(i));
+      ++n;
+    }
+  }
+  be_.upload(tok_.data(), host_tok_.data(), static_cast<uint64_t>(n) * 4);
   be_.upload(pos_.data(), host_i32_.data(), static_cast<uint64_t>(n) * 4);
 
   be_.embed({w_.token_embd, tok_.i32(), n, static_cast<int32_t>(cfg_.n_hc), x_.f32()});
   for (size_t l = 0; l < plan_.size(); ++l) {
-    Status st = attention_layer(l, kv, n, pos0);
+    Status st = attention_layer(l, segs, n);
     if (!st.ok()) return st.with_context("layer " + std::to_string(l));
     ffn_layer(l, n);
   }
-  if (all_logits) {
-    head(0, n, logits_out);
-  } else {
-    head(n - 1, 1, logits_out);
-  }
+  logits_to_host(segs);
   return be_.sync();
 }
 

@@ -1,8 +1,14 @@
 // forward.h — the DeepSeek V4 forward pass, written once against backend::Backend (MODEL.md §6-9).
 //
-// Forward::eval runs a chunk of n consecutive tokens of one session layer-major (every layer over all
-// n columns, then the next layer), appending to that session's KvState; it gives the same logits as
-// feeding the tokens one at a time (§9.2). Scratch is allocated once for `max_chunk` tokens.
+// Forward::eval_batch runs one step over several sessions: each Segment is a run of consecutive tokens
+// of one session (a prefill chunk or a decode token). The n columns of all segments are processed
+// layer-major together: every per-token op (embedding, HC, norms, each projection matmul, router, MoE,
+// shared expert, output head) runs once over all n columns, so a weight is read once per step and a
+// routed expert once for all columns routed to it; only the ops that read or append per-session state
+// (raw ring, compressors, indexer, attention) run once per segment on that segment's columns.
+// Forward::eval is the one-segment case. A chunk gives the same logits as feeding its tokens one at a
+// time (§9.2), and a segment gives the same logits whatever else shares its step (the CPU ops compute
+// columns independently, so bit-identical there). Scratch is allocated once for `max_chunk` columns.
 // Numerics selects between ds4/official simulations and the HF-compatible float32 reference.
 // Deliberately not here: tokens/logits bookkeeping, snapshots (runtime), MTP drafting.
 #pragma once
@@ -41,6 +47,15 @@ struct ForwardOptions {
   ForwardNumerics numerics;
 };
 
+// One session's share of a step: tokens at positions pos0 … pos0+n−1 appended to *kv.
+struct Segment {
+  KvState* kv = nullptr;
+  std::span<const int32_t> tokens;  // n ≥ 1
+  int64_t pos0 = 0;                 // tokens already in kv
+  float* logits_out = nullptr;      // host: [n][V] when all_logits, else [V] for the last token
+  bool all_logits = false;
+};
+
 class Forward {
  public:
   static Result<std::unique_ptr<Forward>> create(backend::Backend& be, const modelspec::ModelConfig& cfg,
@@ -49,6 +64,14 @@ class Forward {
   // Runs tokens[0..n) at positions pos0 … pos0+n−1 (n ≤ max_chunk, pos0 = tokens already in `kv`).
   // logits_out (host) receives [n][V] when all_logits, else [V] for the last token.
   Status eval(KvState& kv, std::span<const int32_t> tokens, int64_t pos0, float* logits_out, bool all_logits);
+
+  // Checks a step (segments non-empty, distinct states, Σn ≤ max_chunk, token ids, positions) and makes
+  // room for the compressed rows it will emit. Writes no session state, so an error here leaves every
+  // KvState as it was (reserved capacity may have grown).
+  Status prepare(std::span<const Segment> segs);
+  // Every segment needs logits_out. prepare(), then one forward pass over all segments. An error from prepare() changes no state; a
+  // later (backend) error may leave partial rows in any segment's KvState: the caller rebuilds them.
+  Status eval_batch(std::span<const Segment> segs);
 
   Result<KvState> new_state() const;
   int64_t max_chunk() const { return opts_.max_chunk; }
@@ -63,10 +86,12 @@ class Forward {
   Status alloc_scratch();
   void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n);
   void hc_post_swap(int64_t n);
-  Status attention_layer(size_t l, KvState& kv, int64_t n, int64_t pos0);
-  Status compress(size_t l, KvState& kv, int64_t n, int64_t pos0, bool indexer);
+  Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
+  Status compress(size_t l, const Segment& s, int64_t off, bool indexer);
+  void compressor_proj(size_t l, int64_t n, bool indexer);
   void ffn_layer(size_t l, int64_t n);
-  void head(int64_t first, int64_t count, float* logits_host);
+  void head(const float* X, int64_t count);
+  void logits_to_host(std::span<const Segment> segs);
   void mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n);
 
   backend::Backend& be_;
@@ -106,6 +131,8 @@ class Forward {
   backend::Buffer hw_;            // [C][NHC] head weights
   backend::Buffer logits_;        // [C][V]
   std::vector<int32_t> host_i32_; // [C] staging for positions / counts
+  std::vector<int32_t> host_tok_; // [C] staging for token ids
+  std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
 };
 
 }  // namespace ds4::model

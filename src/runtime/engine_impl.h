@@ -54,6 +54,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<model::Forward> forward_;
   std::set<SessionImpl*> sessions_;
   uint64_t session_ids_ = 0;
+  std::vector<model::Segment> step_segments_;  // step()'s segments, reused (capacity grows once)
 };
 
 class SessionImpl final : public Session {
@@ -77,6 +78,7 @@ class SessionImpl final : public Session {
   // Rebuilds the state of the first n tokens of tokens_ from an empty timeline.
   Status replay(int64_t n);
 
+  friend class EngineImpl;  // step() runs the forward pass over several sessions' state at once
   EngineImpl& engine_;
   model::KvState kv_;
   int64_t max_context_ = 0;

@@ -1,10 +1,11 @@
-// step.cpp — Engine::step: several sessions advanced in one call (the batching entry point).
+// step.cpp — Engine::step: several sessions advanced by ONE forward pass (Forward::eval_batch).
 //
-// Validates the whole batch first, so a bad item changes nothing. This version advances the
-// sessions one after another through Session::eval; the batched forward pass (one pass over all
-// items' tokens) replaces the loop without changing the contract.
+// Each item becomes a segment (its session's KvState, tokens, position); every weight is read once for
+// all the step's tokens. The whole batch is validated and the compressed rows it emits are reserved
+// before any state is written, so a bad item (or a failed allocation) changes no session; a failure
+// during the pass itself (a backend error) rebuilds the participating sessions to where they were.
+// Deliberately not here: choosing which sessions advance or by how many tokens (the scheduler).
 #include <string>
-#include <unordered_set>
 
 #include "runtime/engine_impl.h"
 
@@ -12,14 +13,14 @@ namespace ds4::runtime {
 
 Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts) {
   int64_t total = 0;
-  std::unordered_set<const Session*> seen;
   for (size_t i = 0; i < items.size(); ++i) {
     const StepItem& it = items[i];
     const std::string where = "step: item " + std::to_string(i) + ": ";
     if (it.session == nullptr) return invalid_argument(where + "no session");
     if (!sessions_.count(static_cast<SessionImpl*>(it.session)))
       return invalid_argument(where + "session does not belong to this engine");
-    if (!seen.insert(it.session).second) return invalid_argument(where + "session appears twice in one step");
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].session == it.session) return invalid_argument(where + "session appears twice in one step");
     if (it.tokens.empty()) return invalid_argument(where + "no tokens");
     if (it.session->position() + static_cast<int64_t>(it.tokens.size()) > it.session->max_context())
       return invalid_argument(where + std::to_string(it.tokens.size()) + " more tokens at position " +
@@ -27,18 +28,41 @@ Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts
                               std::to_string(it.session->max_context()));
     total += static_cast<int64_t>(it.tokens.size());
   }
+  if (items.empty()) return Status::Ok();
   if (total > max_step_tokens())
     return invalid_argument("step: " + std::to_string(total) + " tokens exceed the step limit of " +
                             std::to_string(max_step_tokens()));
+  if (opts.should_cancel && opts.should_cancel(opts.cancel_user))
+    return cancelled("step: cancelled before evaluation");
+
+  // Logits go straight into each session's buffer: the head writes them only after every layer ran,
+  // and a failed pass rebuilds the sessions (logits included) anyway.
+  step_segments_.clear();
+  for (const StepItem& it : items) {
+    auto* s = static_cast<SessionImpl*>(it.session);
+    step_segments_.push_back({&s->kv_, it.tokens, s->position(), nullptr, false});
+  }
+  Status st = forward_->prepare(step_segments_);
+  if (!st.ok()) return st.with_context("step");
+  const size_t V = static_cast<size_t>(cfg_.n_vocab);
   for (size_t i = 0; i < items.size(); ++i) {
-    const int64_t before = items[i].session->position();
-    Status st = items[i].session->eval(items[i].tokens, opts);
-    if (st.ok()) continue;
-    // Undo the sessions already advanced so the batch fails as a whole.
-    for (size_t j = 0; j < i; ++j)
-      (void)items[j].session->rewind(items[j].session->position() - static_cast<int64_t>(items[j].tokens.size()));
-    if (items[i].session->position() != before) (void)items[i].session->rewind(before);
-    return st.with_context("step: item " + std::to_string(i));
+    auto* s = static_cast<SessionImpl*>(items[i].session);
+    s->logits_.resize(V);
+    step_segments_[i].logits_out = s->logits_.data();
+  }
+  st = forward_->eval_batch(step_segments_);
+  if (!st.ok()) {
+    // Any participant may hold partial rows of this step: rebuild each from its own tokens.
+    for (const StepItem& it : items) {
+      auto* s = static_cast<SessionImpl*>(it.session);
+      Status rs = s->replay(s->position());
+      if (!rs.ok()) st = st.with_context("session state rebuilt after failure: " + rs.to_string());
+    }
+    return st.with_context("step");
+  }
+  for (const StepItem& it : items) {
+    auto* s = static_cast<SessionImpl*>(it.session);
+    s->tokens_.insert(s->tokens_.end(), it.tokens.begin(), it.tokens.end());
   }
   return Status::Ok();
 }

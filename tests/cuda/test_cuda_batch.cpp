@@ -1,0 +1,83 @@
+// test_cuda_batch.cpp — Engine::step on the CUDA backend: sessions of mixed lengths joining and leaving
+// mid-run, prefill chunks sharing steps with decode tokens (tests/model/batch_scenario.h), give every
+// session the logits of the same request run alone on the same backend, in both numerics.
+//
+// Tolerance: 1e-5·max|logit| with the same argmax wherever the solo top-2 gap is clear of it — the
+// bound the CUDA model tests use for chunked ≡ decode (the kernels compute each token the same way
+// whatever else shares its step). The solo runs are fed the batched run's greedy tokens, so a near-tie
+// cannot make the two runs walk different sequences. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "batch_scenario.h"
+#include "ds4/engine.h"
+#include "model_fixture.h"
+
+using namespace ds4;
+using namespace ds4::test;
+
+namespace {
+
+std::string model_path(const char* file, const char* compiled_default) {
+  if (const char* d = std::getenv("DS4_CUDA_TEST_DATA")) return std::string(d) + "/" + file;
+  return compiled_default;
+}
+
+void batched_equals_solo(const std::string& path, Numerics nm) {
+  if (backend::cuda::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
+  EngineOptions o;
+  o.model_path = path;
+  o.backend = BackendKind::cuda;
+  o.numerics = nm;
+  o.max_chunk = 64;
+  auto er = Engine::open(o);
+  ASSERT_TRUE(er.ok()) << er.status().to_string();
+  const std::unique_ptr<Engine> owned = std::move(er).value();
+  Engine& e = *owned;
+  const int V = e.info().n_vocab;
+  const auto reqs = mixed_requests(V);
+  bool ok = false;
+  const BatchRun b = run_batched(e, reqs, ok);
+  ASSERT_TRUE(ok);
+  const BatchRun s = run_solo(e, reqs, b.decoded);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_EQ(b.logits[i].size(), s.logits[i].size()) << "request " << i;
+    const Diff d = compare(b.logits[i], s.logits[i], V);
+    const double tol = 1e-5 * d.max_ref;
+    int argmax_bad = 0;
+    for (size_t t = 0; t < s.logits[i].size() / V; ++t) {
+      const float* y = &s.logits[i][t * V];
+      const float* x = &b.logits[i][t * V];
+      std::vector<float> top(y, y + V);
+      std::partial_sort(top.begin(), top.begin() + 2, top.end(), std::greater<float>());
+      if (top[0] - top[1] <= 2 * tol) continue;
+      argmax_bad += std::max_element(x, x + V) - x != std::max_element(y, y + V) - y;
+    }
+    std::printf("BATCH %s %s request %zu (prompt %zu, %d decoded): max|d| = %.3g*max|logit|\n",
+                std::filesystem::path(path).filename().c_str(), nm == Numerics::official ? "official" : "reference", i,
+                reqs[i].prompt.size(), reqs[i].n_decode, d.max_abs / std::max(1e-30, d.max_ref));
+    EXPECT_LE(d.max_abs, tol) << "request " << i;
+    EXPECT_EQ(argmax_bad, 0) << "request " << i;
+  }
+}
+
+}  // namespace
+
+TEST(CudaBatch, TinyMixedSessionsEqualSoloOfficial) {
+  batched_equals_solo(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official);
+}
+TEST(CudaBatch, TinyMixedSessionsEqualSoloReference) {
+  batched_equals_solo(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::reference);
+}
+TEST(CudaBatch, TinyQuantMixedSessionsEqualSoloOfficial) {
+  batched_equals_solo(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official);
+}

@@ -44,6 +44,7 @@ struct GenRequest {
   bool include_usage = false;    // OpenAI stream_options.include_usage
   int logprobs_top = -1;         // -1: no logprobs; >= 0: logprobs with that many alternatives
   bool reasoning_summary = false;  // Responses: emit reasoning items (reasoning.summary set)
+  bool ignore_eos = false;       // /v1/completions "ignore_eos" (vLLM's extension): generate max_tokens
   std::string prompt_param = "messages";  // field named in context-length errors
 };
 

@@ -195,6 +195,8 @@ Result<GenRequest> map_completions(const Json& body, const MapOptions& opts) {
   DS4_RETURN_IF_ERROR(read_sampling(body, out.api, out));
   DS4_RETURN_IF_ERROR(read_stop(body, "stop", out));
   DS4_RETURN_IF_ERROR(map_stream(body, out));
+  // Benchmarks (ds4-loadgen) need exactly max_tokens tokens whatever the model prefers.
+  DS4_RETURN_IF_ERROR(read_bool(body, "ignore_eos", out.ignore_eos, "ignore_eos"));
   if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null()) {
     if (lp->is_boolean()) {
       if (lp->get<bool>()) out.logprobs_top = 0;

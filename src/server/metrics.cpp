@@ -89,6 +89,10 @@ std::string Metrics::render(const MemoryReport& mem, bool engine_ready) const {
   out += "ds4_host_rss_bytes " + std::to_string(mem.host_rss) + "\n";
   line(out, "ds4_sessions", "gauge", "Live sessions (KV timelines)");
   out += "ds4_sessions " + std::to_string(mem.sessions.size()) + "\n";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out += render_batch_metrics(batch_);
+  }
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ds4/memory.h"
+#include "server/metrics_batch.h"
 
 namespace ds4::server {
 
@@ -37,6 +38,10 @@ class Metrics {
   void count_rejected_busy() { rejected_busy_++; }
   void count_cancelled() { cancelled_++; }
   void count_finish(const char* reason);
+  void set_batch(const BatchStats& b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch_ = b;
+  }
 
   // Prometheus text; `mem` is the engine's latest memory report (bytes by category).
   std::string render(const MemoryReport& mem, bool engine_ready) const;
@@ -50,6 +55,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // guarded by mu_
   std::map<std::string, uint64_t> finishes_;                  // guarded by mu_
+  BatchStats batch_;                                          // guarded by mu_
   std::atomic<int64_t> prompt_tokens_{0}, cached_tokens_{0}, prefill_tokens_{0}, completion_tokens_{0};
   std::atomic<int64_t> cache_hits_{0}, cache_misses_{0};
   std::atomic<double> prefill_seconds_{0}, decode_seconds_{0};

@@ -1,57 +1,52 @@
-// worker.cpp — see worker.h. One loop: take queued jobs into idle slots, then give every active job
-// one step. A step is a prefill chunk (polled for cancellation inside the engine too) or one decoded
-// token, so a disconnect or timeout stops a request within one step, also during prefill.
+// worker.cpp — see worker.h. The loop: admit queued jobs, then run ONE Engine::step that carries
+// every decoding job's next token and the prefill chunks the scheduler granted. Cancellation and
+// timeouts are checked per job between steps (a step is bounded by --max-batch-tokens, so a
+// disconnect stops a request within one step); inside a step only a hard stop (drain over) cancels.
 #include "server/worker.h"
 
 #include <algorithm>
-#include <optional>
 
-#include "server/sampler.h"
-#include "server/text_util.h"
+#include "server/worker_state.h"
 
 namespace ds4::server {
 
-using Clock = std::chrono::steady_clock;
+using Clock = WorkerClock;
 
-struct EngineWorker::Slot {
-  std::unique_ptr<Session> session;
-  bool busy = false;
-};
-
-struct EngineWorker::Active {
-  std::shared_ptr<Job> job;
-  Slot* slot = nullptr;
-  bool decoding = false;
-  size_t prefilled = 0;      // prompt tokens already in the session
-  int64_t cached = 0;        // prompt tokens reused from the live session
-  int64_t max_new = 0;
-  int64_t generated = 0, reasoning_tokens = 0;
-  std::optional<ds4::Sampler> sampler;
-  std::optional<chat::DsmlParser> parser;  // chat APIs only
-  std::optional<StopMatcher> stop;
-  std::string utf8_pending;
-  std::vector<std::string> call_ids;       // by call index
-  bool forced = false;                     // tool_choice opener injected
-  bool finished = false;
-  FinishReason pending_finish = FinishReason::stop;
-  std::string stop_sequence;
-  std::string generated_text;              // for --trace
-  Clock::time_point t_start, t_decode;
-};
-
-static int64_t common_prefix(std::span<const TokenId> a, std::span<const TokenId> b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return static_cast<int64_t>(i);
+namespace {
+kv::SchedOptions sched_options(const WorkerOptions& o, int64_t max_step) {
+  kv::SchedOptions s;
+  s.max_batch_tokens = o.max_batch_tokens > 0 ? std::min(o.max_batch_tokens, max_step) : max_step;
+  s.prefill_chunk = o.prefill_step > 0 ? o.prefill_step : 512;
+  return s;
 }
+
+kv::PrefixCacheOptions cache_options(const WorkerOptions& o) {
+  kv::PrefixCacheOptions c;
+  c.block_tokens = o.prefix_block_tokens > 0 ? o.prefix_block_tokens : 128;
+  c.max_bytes = o.prefix_cache_bytes;
+  return c;
+}
+
+bool hard_stop_only(void* user) { return static_cast<const std::atomic<bool>*>(user)->load(); }
+}  // namespace
 
 EngineWorker::EngineWorker(Engine& engine, const WorkerOptions& opts, SharedReplayStore& replay,
                            Metrics& metrics, std::FILE* trace)
-    : engine_(engine), opts_(opts), replay_(replay), metrics_(metrics), trace_(trace) {
-  if (opts_.n_sessions < 1) opts_.n_sessions = 1;
+    : engine_(engine),
+      opts_(opts),
+      replay_(replay),
+      metrics_(metrics),
+      trace_(trace),
+      scheduler_(sched_options(opts, std::max<int64_t>(engine.max_step_tokens(), 1))),
+      prefix_cache_(cache_options(opts)) {
+  if (opts_.n_sessions < 0) opts_.n_sessions = 1;
   if (opts_.prefill_step < 1) opts_.prefill_step = 512;
-  for (int i = 0; i < opts_.n_sessions; ++i) slots_.push_back(std::make_unique<Slot>());
+  max_batch_tokens_ = scheduler_.options().max_batch_tokens;
+  admission_.budget_bytes = opts_.kv_budget_bytes;
+  // Decoders must fit one step with room left for prefill: at most half the step's tokens.
+  const int cap = static_cast<int>(std::max<int64_t>(1, max_batch_tokens_ / 2));
+  max_sessions_ = opts_.n_sessions > 0 ? opts_.n_sessions : cap;  // refined by learn_kv_cost()
+  admission_.max_sessions = max_sessions_;
   mem_ = engine_.memory_report();
 }
 
@@ -104,7 +99,33 @@ MemoryReport EngineWorker::memory_snapshot() const {
   return mem_;
 }
 
+// The KV cost model for admission, measured on this engine (not a formula): the fixed bytes of an
+// empty session (raw ring, compressor frontiers) and the growth over a probe prompt (compressed and
+// indexer rows; the doubling growth of kv_state makes this slightly conservative). Only with a budget.
+void EngineWorker::learn_kv_cost() {
+  if (admission_.budget_bytes == 0) return;
+  auto s = engine_.new_session();
+  if (!s.ok()) return;
+  Session& probe = **s;
+  kv_cost_.fixed_bytes = kv_bytes(probe.memory());
+  const int64_t n = std::min<int64_t>(256, probe.max_context() - 1);
+  if (n > 0) {
+    std::vector<TokenId> toks(static_cast<size_t>(n), engine_.tokenizer().eos_id());
+    if (probe.eval(toks).ok()) {
+      const uint64_t after = kv_bytes(probe.memory());
+      kv_cost_.bytes_per_token =
+          after > kv_cost_.fixed_bytes ? static_cast<double>(after - kv_cost_.fixed_bytes) / static_cast<double>(n) : 0;
+    }
+  }
+  if (opts_.n_sessions == 0) {
+    const int64_t typical = std::min<int64_t>(engine_.info().max_context > 0 ? engine_.info().max_context : 8192, 8192);
+    max_sessions_ = kv::derive_max_sessions(admission_.budget_bytes, kv_cost_, typical, max_sessions_);
+    admission_.max_sessions = max_sessions_;
+  }
+}
+
 void EngineWorker::run() {
+  learn_kv_cost();
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -118,128 +139,15 @@ void EngineWorker::run() {
       }
     }
     assign_jobs();
-    for (auto& a : active_) {
-      if (hard_stop_) a->job->cancel = true;
-      if (!step(*a)) a->finished = true;
-    }
+    run_step();
+    const size_t before = active_.size();
     std::erase_if(active_, [](const std::unique_ptr<Active>& a) { return a->finished; });
+    if (active_.size() != before) publish_batch(kv::StepPlan{});  // running/idle gauges after finishes
     metrics_.set_active(static_cast<int64_t>(active_.size()));
   }
 }
 
-void EngineWorker::assign_jobs() {
-  while (true) {
-    std::shared_ptr<Job> job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) return;
-      const bool idle = std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return !s->busy; });
-      if (!idle && !queue_.front()->cancel) return;
-      job = queue_.front();
-      queue_.pop_front();
-      metrics_.set_queue_depth(static_cast<int64_t>(queue_.size()));
-    }
-    auto a = std::make_unique<Active>();
-    a->job = job;
-    a->t_start = Clock::now();
-    if (job->cancel) {
-      finish(*a, FinishReason::cancelled, cancelled("request cancelled while queued"));
-      continue;
-    }
-    // The idle slot that saves the most prefill without throwing away much of another conversation:
-    // reused tokens count fully, live tokens the rewind would discard count half against. With one
-    // session this is just "the" session; with several, an empty slot beats evicting a conversation
-    // that only shares the template's first tokens.
-    Slot* best = nullptr;
-    int64_t best_lcp = 0;
-    double best_score = 0;
-    for (auto& s : slots_) {
-      if (s->busy) continue;
-      const int64_t lcp = s->session ? common_prefix(s->session->tokens(), job->prompt) : 0;
-      const int64_t lost = s->session ? s->session->position() - lcp : 0;
-      const double score = static_cast<double>(lcp) - 0.5 * static_cast<double>(lost);
-      if (!best || score > best_score) {
-        best = s.get();
-        best_lcp = lcp;
-        best_score = score;
-      }
-    }
-    a->slot = best;
-    best->busy = true;
-    if (!best->session) {
-      auto s = engine_.new_session();
-      if (!s.ok()) {
-        best->busy = false;
-        a->slot = nullptr;
-        finish(*a, FinishReason::error, s.status());
-        continue;
-      }
-      best->session = std::move(s).value();
-    }
-    Session& session = *best->session;
-    const int64_t pos = session.position();
-    int64_t keep = std::max<int64_t>(best_lcp, 0);
-    if (keep < pos) {
-      Status st = session.rewind(keep);
-      if (!st.ok()) {  // cannot rewind here: start this slot over from an empty timeline
-        auto s = engine_.new_session();
-        if (!s.ok()) {
-          best->busy = false;
-          best->session.reset();
-          a->slot = nullptr;
-          finish(*a, FinishReason::error, s.status());
-          continue;
-        }
-        best->session = std::move(s).value();
-        keep = 0;
-      }
-    }
-    // Identical prompt already evaluated: logits are current. A prompt fully inside the live tokens
-    // was rewound to its end above, which restores exactly its logits.
-    a->prefilled = static_cast<size_t>(keep);
-    a->cached = keep;
-    const int64_t room = best->session->max_context() - static_cast<int64_t>(job->prompt.size());
-    a->max_new = std::min<int64_t>(job->req.max_tokens.value_or(opts_.default_max_tokens), room);
-    a->sampler.emplace(make_sampler(job->req.sampling));
-    a->stop.emplace(job->req.stop);
-    if (!job->req.raw_completion) {
-      chat::ParserOptions po;
-      po.flavor = opts_.flavor;
-      po.thinking = job->req.think != chat::ThinkMode::none;
-      po.tools_enabled = job->req.tools_enabled;
-      a->parser.emplace(po);
-    }
-    metrics_.add_prompt_tokens(static_cast<int64_t>(job->prompt.size()), a->cached);
-    GenEvent ev;
-    ev.kind = GenEventKind::started;
-    ev.prefill_done = keep;
-    ev.prefill_total = static_cast<int64_t>(job->prompt.size());
-    ev.usage.prompt_tokens = ev.prefill_total;
-    ev.usage.cached_tokens = keep;
-    job->events.push(std::move(ev));
-    if (trace_) {
-      std::fprintf(trace_, "=== request %llu (%s, model %s) prompt %zu tokens, live %lld, reused %lld, prefill %lld\n%s\n",
-                   static_cast<unsigned long long>(job->id), api_kind_name(job->req.api), job->req.model.c_str(),
-                   job->prompt.size(), static_cast<long long>(pos), static_cast<long long>(keep),
-                   static_cast<long long>(job->prompt.size() - keep), job->rendered.c_str());
-      std::fflush(trace_);
-    }
-    active_.push_back(std::move(a));
-  }
-}
-
-namespace {
-struct CancelCtx {
-  const Job* job;
-  const std::atomic<bool>* hard_stop;
-};
-bool should_cancel(void* user) {
-  auto* c = static_cast<CancelCtx*>(user);
-  return c->job->cancel.load() || c->hard_stop->load() || Clock::now() >= c->job->deadline;
-}
-}  // namespace
-
-bool EngineWorker::step(Active& a) {
+bool EngineWorker::check_alive(Active& a) {
   Job& job = *a.job;
   if (job.cancel || hard_stop_) {
     finish(a, FinishReason::cancelled, cancelled(hard_stop_ ? "server shutting down" : "client disconnected"));
@@ -249,266 +157,168 @@ bool EngineWorker::step(Active& a) {
     finish(a, FinishReason::error, unavailable("request timed out"));
     return false;
   }
-  Session& session = *a.slot->session;
-  CancelCtx cctx{&job, &hard_stop_};
-  EvalOptions eo;
-  eo.should_cancel = &should_cancel;
-  eo.cancel_user = &cctx;
-
-  if (!a.decoding) {
-    if (a.prefilled < job.prompt.size()) {
-      const size_t n = std::min<size_t>(opts_.prefill_step, job.prompt.size() - a.prefilled);
-      const auto t0 = Clock::now();
-      Status st = session.eval(std::span<const TokenId>(job.prompt).subspan(a.prefilled, n), eo);
-      if (!st.ok()) {
-        if (st.code() == StatusCode::cancelled) {
-          finish(a, job.cancel ? FinishReason::cancelled : FinishReason::error,
-                 job.cancel ? st : unavailable("request timed out or server shutting down during prefill"));
-        } else {
-          finish(a, FinishReason::error, st.with_context("prefill failed"));
-        }
-        return false;
-      }
-      metrics_.add_prefill(static_cast<int64_t>(n), std::chrono::duration<double>(Clock::now() - t0).count());
-      a.prefilled += n;
-      GenEvent ev;
-      ev.kind = GenEventKind::prefill;
-      ev.prefill_done = static_cast<int64_t>(a.prefilled);
-      ev.prefill_total = static_cast<int64_t>(job.prompt.size());
-      job.events.push(std::move(ev));
-      if (a.prefilled < job.prompt.size()) return true;
-    }
-    a.decoding = true;
-    a.t_decode = Clock::now();
-    if (a.max_new <= 0) {
-      finish(a, FinishReason::length);
-      return false;
-    }
-  }
-
-  const Tokenizer& tok = engine_.tokenizer();
-  // tool_choice required/named: once the answer phase begins, write the DSML opener ourselves.
-  if (job.req.tool_force.required && !a.forced && a.parser && a.parser->state() == chat::ParseState::content) {
-    a.forced = true;
-    std::string text = "\n\n<｜DSML｜tool_calls>\n";
-    if (!job.req.tool_force.name.empty()) text += "<｜DSML｜invoke name=\"" + job.req.tool_force.name + "\">\n";
-    EncodeOptions enc;
-    enc.parse_special = true;
-    std::vector<TokenId> ids = tok.encode(text, enc);
-    Status st = session.eval(ids, eo);
-    if (!st.ok()) {
-      finish(a, st.code() == StatusCode::cancelled ? FinishReason::cancelled : FinishReason::error, st);
-      return false;
-    }
-    a.generated += static_cast<int64_t>(ids.size());
-    a.generated_text += text;
-    std::vector<chat::ParseEvent> evs;
-    a.parser->feed(text, evs);
-    for (auto& e : evs) {
-      GenEvent ev;
-      if (e.kind == chat::ParseEventKind::call_begin) {
-        auto id = chat::new_tool_call_id(job.req.api == ApiKind::anthropic_messages ? chat::IdStyle::anthropic
-                                                                                     : chat::IdStyle::openai);
-        a.call_ids.resize(std::max(a.call_ids.size(), e.index + 1));
-        a.call_ids[e.index] = id.ok() ? *id : random_id("call_");
-        ev.kind = GenEventKind::call_begin;
-        ev.index = e.index;
-        ev.call.id = a.call_ids[e.index];
-        ev.call.name = e.text;
-        job.events.push(std::move(ev));
-      }
-    }
-    return true;
-  }
-
-  std::span<const float> logits = session.logits();
-  const TokenId t = a.sampler->sample(logits);
-  if (t == tok.eos_id()) {
-    finish(a, FinishReason::stop);
-    return false;
-  }
-  a.generated++;
-  if (a.parser && a.parser->state() == chat::ParseState::reasoning) a.reasoning_tokens++;
-  std::string bytes = tok.token_bytes(t);
-  a.generated_text += bytes;
-  if (job.req.logprobs_top >= 0) {
-    GenEvent ev;
-    ev.kind = GenEventKind::token;
-    ev.token.text = bytes;
-    ev.token.lp = token_logprob(logits, t, job.req.logprobs_top);
-    for (const auto& alt : ev.token.lp.top) ev.token.top_text.push_back(tok.token_bytes(alt.id));
-    job.events.push(std::move(ev));
-  }
-
-  a.utf8_pending += bytes;
-  const size_t ready = utf8_complete_prefix(a.utf8_pending);
-  std::string piece = a.utf8_pending.substr(0, ready);
-  a.utf8_pending.erase(0, ready);
-  bool done = false;
-  FinishReason reason = FinishReason::stop;
-  auto emit_content = [&](std::string text) {
-    std::string out = a.stop->push(text);
-    if (!out.empty()) {
-      GenEvent ev;
-      ev.kind = GenEventKind::content;
-      ev.text = std::move(out);
-      job.events.push(std::move(ev));
-    }
-    if (a.stop->hit()) {
-      done = true;
-      reason = FinishReason::stop;
-      a.stop_sequence = a.stop->matched();
-    }
-  };
-  if (!piece.empty()) {
-    if (!a.parser) {
-      emit_content(piece);
-    } else {
-      std::vector<chat::ParseEvent> evs;
-      a.parser->feed(piece, evs);
-      for (auto& e : evs) {
-        if (done) break;
-        GenEvent ev;
-        switch (e.kind) {
-          case chat::ParseEventKind::reasoning:
-            ev.kind = GenEventKind::reasoning;
-            ev.text = std::move(e.text);
-            job.events.push(std::move(ev));
-            break;
-          case chat::ParseEventKind::content:
-            emit_content(std::move(e.text));
-            break;
-          case chat::ParseEventKind::call_begin: {
-            emit_content(a.stop->flush());
-            auto id = chat::new_tool_call_id(job.req.api == ApiKind::anthropic_messages ? chat::IdStyle::anthropic
-                                                                                         : chat::IdStyle::openai);
-            a.call_ids.resize(std::max(a.call_ids.size(), e.index + 1));
-            a.call_ids[e.index] = id.ok() ? *id : random_id("call_");
-            ev.kind = GenEventKind::call_begin;
-            ev.index = e.index;
-            ev.call.id = a.call_ids[e.index];
-            ev.call.name = e.text;
-            job.events.push(std::move(ev));
-            break;
-          }
-          case chat::ParseEventKind::call_args:
-            ev.kind = GenEventKind::call_args;
-            ev.index = e.index;
-            ev.text = std::move(e.text);
-            job.events.push(std::move(ev));
-            break;
-          case chat::ParseEventKind::call_end:
-            ev.kind = GenEventKind::call_end;
-            ev.index = e.index;
-            ev.call = std::move(e.call);
-            if (e.index < a.call_ids.size()) ev.call.id = a.call_ids[e.index];
-            job.events.push(std::move(ev));
-            break;
-        }
-      }
-      // The tool block closed: ds4 stops right after </｜DSML｜tool_calls> without waiting for EOS.
-      if (!done && a.parser->state() == chat::ParseState::done) {
-        done = true;
-        reason = FinishReason::tool_calls;
-      }
-    }
-  }
-  if (done) {
-    finish(a, reason);
-    return false;
-  }
-  if (a.generated >= a.max_new) {
-    finish(a, FinishReason::length);
-    return false;
-  }
-  const TokenId one[1] = {t};
-  Status st = session.eval(one, eo);
-  if (!st.ok()) {
-    finish(a, st.code() == StatusCode::cancelled && job.cancel ? FinishReason::cancelled : FinishReason::error,
-           st.with_context("decode failed"));
-    return false;
-  }
   return true;
 }
 
-void EngineWorker::finish(Active& a, FinishReason reason, Status error) {
-  Job& job = *a.job;
-  auto push_content = [&](std::string text) {
-    if (text.empty()) return;
-    GenEvent ev;
-    ev.kind = GenEventKind::content;
-    ev.text = std::move(text);
-    job.events.push(std::move(ev));
-  };
-  if (reason != FinishReason::cancelled && reason != FinishReason::error && a.stop) {
-    // End of generation: release withheld text (an incomplete UTF-8 tail becomes U+FFFD).
-    std::string tail = std::exchange(a.utf8_pending, {});
-    if (!tail.empty()) tail = "\xEF\xBF\xBD";
-    bool stop_hit = a.stop->hit();
-    if (a.parser) {
-      std::vector<chat::ParseEvent> evs;
-      if (!tail.empty() && !stop_hit) a.parser->feed(tail, evs);
-      chat::ParsedMessage parsed = a.parser->finish(evs);
-      for (auto& e : evs) {
-        if (stop_hit) break;
-        GenEvent ev;
-        if (e.kind == chat::ParseEventKind::reasoning) {
-          ev.kind = GenEventKind::reasoning;
-          ev.text = std::move(e.text);
-          job.events.push(std::move(ev));
-        } else if (e.kind == chat::ParseEventKind::content) {
-          push_content(a.stop->push(e.text));
-          stop_hit = a.stop->hit();
-        } else if (e.kind == chat::ParseEventKind::call_end) {
-          ev.kind = GenEventKind::call_end;
-          ev.index = e.index;
-          ev.call = std::move(e.call);
-          if (e.index < a.call_ids.size()) ev.call.id = a.call_ids[e.index];
-          job.events.push(std::move(ev));
+void EngineWorker::run_step() {
+  // 1. Per job: drop the cancelled; decoders sample their next token (streamed now, evaluated in
+  //    this step). A decoder left out of the last step keeps its sampled token.
+  std::vector<Active*> jobs;
+  std::vector<kv::SchedJob> sched;
+  for (auto& up : active_) {
+    Active& a = *up;
+    if (a.finished) continue;
+    if (!check_alive(a)) continue;
+    if (a.decoding && a.feed.empty() && !next_feed(a)) continue;
+    kv::SchedJob sj;
+    sj.decoding = a.decoding;
+    if (a.decoding) {
+      sj.want = std::min<int64_t>(static_cast<int64_t>(a.feed.size()), 8);  // a forced opener goes in pieces
+    } else {
+      sj.want = static_cast<int64_t>(a.job->prompt.size() - a.prefilled);
+      for (int64_t c : a.checkpoints)
+        if (c > static_cast<int64_t>(a.prefilled)) {
+          sj.cap = c - static_cast<int64_t>(a.prefilled);
+          break;
         }
-      }
-      if (!parsed.calls.empty()) {
-        if (reason == FinishReason::stop && !stop_hit) reason = FinishReason::tool_calls;
-        if (opts_.exact_dsml_replay && !parsed.raw_dsml.empty()) {
-          std::vector<std::string> ids;
-          for (size_t i = 0; i < parsed.calls.size() && i < a.call_ids.size(); ++i) ids.push_back(a.call_ids[i]);
-          replay_.remember(ids, parsed.raw_dsml);
-        }
-      }
-    } else if (!tail.empty()) {
-      push_content(a.stop->push(tail));
     }
-    push_content(a.stop->flush());
-    if (a.stop->hit()) a.stop_sequence = a.stop->matched();
+    jobs.push_back(&a);
+    sched.push_back(sj);
   }
-  GenEvent done;
-  done.kind = GenEventKind::done;
-  done.finish = reason;
-  done.stop_sequence = a.stop_sequence;
-  done.usage.prompt_tokens = static_cast<int64_t>(job.prompt.size());
-  done.usage.cached_tokens = a.cached;
-  done.usage.completion_tokens = a.generated;
-  done.usage.reasoning_tokens = a.reasoning_tokens;
-  done.error = std::move(error);
-  if (a.decoding)
-    metrics_.add_decode(a.generated, std::chrono::duration<double>(Clock::now() - a.t_decode).count());
-  metrics_.count_finish(finish_reason_name(reason));
-  if (reason == FinishReason::cancelled) metrics_.count_cancelled();
+  const kv::StepPlan plan = scheduler_.plan(sched);
+  if (plan.grants.empty()) {
+    publish_batch(plan);
+    return;
+  }
+
+  // 2. One engine step over all granted sessions.
+  std::vector<StepItem> items;
+  std::vector<Active*> stepped;
+  for (const kv::SchedGrant& g : plan.grants) {
+    Active& a = *jobs[g.job];
+    StepItem it;
+    it.session = a.slot->session.get();
+    if (a.decoding) it.tokens = std::span<const TokenId>(a.feed).first(static_cast<size_t>(g.tokens));
+    else it.tokens = std::span<const TokenId>(a.job->prompt).subspan(a.prefilled, static_cast<size_t>(g.tokens));
+    items.push_back(it);
+    stepped.push_back(&a);
+  }
+  EvalOptions eo;
+  eo.should_cancel = &hard_stop_only;
+  eo.cancel_user = const_cast<std::atomic<bool>*>(&hard_stop_);
+  const auto t0 = Clock::now();
+  Status st = engine_.step(items, eo);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  ++steps_;
   if (trace_) {
-    std::fprintf(trace_, "=== request %llu finished: %s, %lld tokens%s%s\n%s\n",
-                 static_cast<unsigned long long>(job.id), finish_reason_name(reason),
-                 static_cast<long long>(a.generated), done.error.ok() ? "" : ", ",
-                 done.error.ok() ? "" : done.error.to_string().c_str(), a.generated_text.c_str());
+    std::string line = "=== step " + std::to_string(steps_) + ": " + std::to_string(plan.decode_jobs) + " decode, " +
+                       std::to_string(plan.prefill_jobs) + " prefill (" + std::to_string(plan.prefill_tokens) +
+                       " tokens);";
+    for (size_t i = 0; i < stepped.size(); ++i)
+      line += " " + std::to_string(stepped[i]->job->id) + (stepped[i]->decoding ? ":d" : ":p") +
+              std::to_string(items[i].tokens.size());
+    std::fprintf(trace_, "%s\n", line.c_str());
     std::fflush(trace_);
   }
-  job.events.push(std::move(done));
-  if (a.slot) a.slot->busy = false;
-  a.finished = true;
-  {
-    MemoryReport m = engine_.memory_report();
-    std::lock_guard<std::mutex> lock(mu_);
-    mem_ = std::move(m);
+  if (!st.ok()) {
+    if (hard_stop_ || st.code() == StatusCode::cancelled) {
+      for (Active* a : stepped) finish(*a, FinishReason::cancelled, cancelled("server shutting down"));
+      return;
+    }
+    // The batch failed as a whole and advanced nobody: find the job at fault by stepping each alone.
+    for (size_t i = 0; i < stepped.size(); ++i) {
+      Status one = engine_.step(std::span<const StepItem>(&items[i], 1), eo);
+      if (!one.ok()) {
+        finish(*stepped[i], FinishReason::error, one.with_context(stepped[i]->decoding ? "decode failed" : "prefill failed"));
+        continue;
+      }
+      after_step(*stepped[i], static_cast<int64_t>(items[i].tokens.size()));
+    }
+    publish_batch(plan);
+    return;
   }
+  if (plan.prefill_tokens > 0)
+    metrics_.add_prefill(plan.prefill_tokens,
+                         secs * static_cast<double>(plan.prefill_tokens) /
+                             static_cast<double>(plan.prefill_tokens + plan.decode_tokens));
+  for (size_t i = 0; i < stepped.size(); ++i) after_step(*stepped[i], static_cast<int64_t>(items[i].tokens.size()));
+  publish_batch(plan);
+}
+
+// A job's share of a step went through: advance its bookkeeping.
+void EngineWorker::after_step(Active& a, int64_t tokens) {
+  Job& job = *a.job;
+  if (a.decoding) {
+    a.feed.erase(a.feed.begin(), a.feed.begin() + tokens);
+    return;
+  }
+  a.prefilled += static_cast<size_t>(tokens);
+  save_checkpoint(a);
+  GenEvent ev;
+  ev.kind = GenEventKind::prefill;
+  ev.prefill_done = static_cast<int64_t>(a.prefilled);
+  ev.prefill_total = static_cast<int64_t>(job.prompt.size());
+  job.events.push(std::move(ev));
+  if (a.prefilled < job.prompt.size()) return;
+  a.decoding = true;
+  a.t_decode = Clock::now();
+  if (a.max_new <= 0) finish(a, FinishReason::length);
+}
+
+// At a checkpoint the session holds exactly the prompt's first n tokens: save that state.
+void EngineWorker::save_checkpoint(Active& a) {
+  const int64_t pos = static_cast<int64_t>(a.prefilled);
+  auto it = std::find(a.checkpoints.begin(), a.checkpoints.end(), pos);
+  if (it == a.checkpoints.end()) return;
+  a.checkpoints.erase(a.checkpoints.begin(), it + 1);
+  if (prefix_cache_.contains(a.job->prompt, pos)) return;
+  auto snap = a.slot->session->snapshot();
+  if (!snap.ok()) return;  // a failed save only costs a later miss
+  if (prefix_cache_.insert(a.job->prompt, pos, std::move(snap->bytes))) ++prefix_saves_;
+}
+
+void EngineWorker::publish_batch(const kv::StepPlan& plan) {
+  BatchStats& b = batch_;
+  if (!plan.grants.empty()) {
+    b.batch_sessions = static_cast<int64_t>(plan.grants.size());
+    b.batch_decode_tokens = plan.decode_tokens;
+    b.batch_prefill_tokens = plan.prefill_tokens;
+    b.batch_tokens = plan.decode_tokens + plan.prefill_tokens;
+    b.steps = steps_;
+    b.step_tokens += static_cast<uint64_t>(b.batch_tokens);
+    b.step_sessions += static_cast<uint64_t>(b.batch_sessions);
+  }
+  int64_t running = 0;
+  uint64_t reserved = 0;
+  for (const auto& a : active_)
+    if (!a->finished) {
+      ++running;
+      reserved += a->reserve_bytes;
+    }
+  uint64_t used = 0;
+  int64_t idle = 0;
+  for (const auto& s : slots_) {
+    if (s->session) used += kv_bytes(s->session->memory());
+    if (!s->busy) ++idle;
+  }
+  b.running = running;
+  b.idle_sessions = idle;
+  b.kv_reserved_bytes = reserved;
+  b.kv_used_bytes = used;
+  b.max_sessions = max_sessions_;
+  b.max_batch_tokens = max_batch_tokens_;
+  b.kv_budget_bytes = admission_.budget_bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    b.waiting = static_cast<int64_t>(queue_.size());
+  }
+  const kv::PrefixCacheStats ps = prefix_cache_.stats();
+  b.prefix_saves = prefix_saves_;
+  b.prefix_evictions = ps.evictions;
+  b.prefix_entries = ps.entries;
+  b.prefix_bytes = ps.bytes;
+  b.prefix_budget_bytes = opts_.prefix_cache_bytes;
+  metrics_.set_batch(b);
 }
 
 }  // namespace ds4::server

@@ -2,11 +2,14 @@
 // prefill and decode step (STYLE.md principle 7). HTTP threads submit Jobs (already rendered and
 // tokenized) and read GenEvents from the Job's channel; they never touch a Session.
 //
-// Structure for batching: the worker holds `n_sessions` slots, each with its own Session, and steps
-// every active job one unit at a time (a prefill chunk or one decode token) in a round-robin loop.
-// A new job goes to the idle slot whose live tokens share the longest prefix with its prompt; the
-// session is rewound to that common prefix and only the rest is prefilled (cached tokens in usage).
-// A batched backend can later replace the per-job steps with one step over all active slots.
+// Each loop iteration is ONE Engine::step over several sessions: every decoding job's next token plus
+// prefill chunks of jobs still reading their prompt, under a token budget (kv::Scheduler decides who
+// gets how many tokens; docs/SERVER.md "Scheduling"). Admission (kv::decide_admission) starts a queued
+// job when a session is free and its KV reservation fits the budget, evicting idle sessions first.
+// A new job reuses the cheapest of: an idle session sharing a prefix with its prompt (rewound), or a
+// state from the cross-session prefix cache (kv::PrefixCache, restored from a snapshot).
+// Files: worker.cpp (loop, step), worker_admit.cpp (admission, slot choice, prefix cache),
+// worker_token.cpp (sampling, streaming, stop conditions, finish), worker_state.h (private state).
 //
 // Deliberately not here: HTTP, JSON, API shapes (formatters turn GenEvents into each API's output).
 #pragma once
@@ -25,15 +28,22 @@
 #include "ds4/engine.h"
 #include "server/channel.h"
 #include "server/gen_request.h"
+#include "kv/admission.h"
+#include "kv/prefix_cache.h"
+#include "kv/scheduler.h"
 #include "server/metrics.h"
 
 namespace ds4::server {
 
 struct WorkerOptions {
   int64_t default_max_tokens = 393216;  // -n/--tokens: when the client gives no limit
-  int n_sessions = 1;                   // live KV timelines (ds4: exactly one)
+  int n_sessions = 1;                   // --max-sessions: live KV timelines (ds4: one); 0 = from the KV budget
   size_t max_queue = 16;                // waiting jobs beyond this -> unavailable (HTTP 503)
-  int32_t prefill_step = 512;           // tokens per prefill step between cancellation checks
+  int32_t prefill_step = 512;           // most prompt tokens one job prefills in one step
+  int64_t max_batch_tokens = 0;         // --max-batch-tokens: tokens per step; 0 = engine.max_step_tokens()
+  uint64_t kv_budget_bytes = 0;         // --kv-memory-mb: KV bytes all sessions may hold; 0 = no limit
+  uint64_t prefix_cache_bytes = 0;      // --prefix-cache-mb: cross-session prefix cache; 0 = off
+  int64_t prefix_block_tokens = 128;    // prefix cache granularity (kv/prefix_cache.h)
   chat::Flavor flavor = chat::Flavor::ds4;
   bool exact_dsml_replay = true;        // remember id -> sampled DSML for byte-exact replay
 };
@@ -98,9 +108,22 @@ class EngineWorker {
   struct Slot;
   struct Active;
   void run();
+  void learn_kv_cost();
+  // worker_admit.cpp
   void assign_jobs();
-  bool step(Active& a);  // false when the job finished
+  bool start_job(Active& a, Slot* slot, int64_t restore_tokens, const std::vector<uint8_t>* payload);
+  void free_slot(Slot* slot);
+  void count_wait(const Job& job);
+  // worker.cpp
+  void run_step();
+  bool check_alive(Active& a);  // false (and finished) when cancelled or timed out
+  void after_step(Active& a, int64_t tokens);
+  void save_checkpoint(Active& a);
+  void publish_batch(const kv::StepPlan& plan);
+  // worker_token.cpp
+  bool next_feed(Active& a);  // decoding: samples/streams the next token into a.feed; false when finished
   void finish(Active& a, FinishReason reason, Status error = {});
+  void refresh_memory();
 
   Engine& engine_;
   WorkerOptions opts_;
@@ -117,8 +140,18 @@ class EngineWorker {
   MemoryReport mem_;                        // guarded by mu_
 
   // Worker-thread-only state.
-  std::vector<std::unique_ptr<Slot>> slots_;
-  std::vector<std::unique_ptr<Active>> active_;
+  std::vector<std::unique_ptr<Slot>> slots_;      // live sessions, at most max_sessions_
+  std::vector<std::unique_ptr<Active>> active_;   // running jobs in admission order
+  kv::Scheduler scheduler_;
+  kv::PrefixCache prefix_cache_;
+  kv::AdmissionOptions admission_;
+  kv::KvCostModel kv_cost_;
+  int max_sessions_ = 1;
+  int64_t max_batch_tokens_ = 0;
+  uint64_t steps_ = 0;
+  uint64_t prefix_saves_ = 0;
+  uint64_t last_waiting_job_ = ~0ull;
+  BatchStats batch_;  // counters published to /metrics after each step
   std::thread thread_;
 };
 

@@ -23,8 +23,9 @@ TEST(Admission, EvictsLeastRecentlyUsedIdleSessionsFirst) {
   std::vector<IdleSession> idle = {{.slot = 0, .bytes = 300, .last_used = 5},
                                    {.slot = 1, .bytes = 300, .last_used = 1},
                                    {.slot = 2, .bytes = 300, .last_used = 9}};
-  // 200 reserved + 900 idle; a 400-byte job needs two idle sessions gone: slots 1 then 0.
-  AdmitDecision d = decide_admission(o, {.running = 1, .reserved_bytes = 200, .idle = idle, .need_bytes = 400});
+  // 200 reserved + 900 idle: a 200-byte job needs the oldest idle session gone (slot 1), a 500-byte
+  // job the two oldest (slots 1 then 0).
+  AdmitDecision d = decide_admission(o, {.running = 1, .reserved_bytes = 200, .idle = idle, .need_bytes = 200});
   ASSERT_EQ(d.verdict, AdmitVerdict::admit);
   EXPECT_EQ(d.evict, (std::vector<size_t>{1}));
   d = decide_admission(o, {.running = 1, .reserved_bytes = 200, .idle = idle, .need_bytes = 500});

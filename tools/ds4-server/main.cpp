@@ -57,7 +57,10 @@ struct Flags {
   bool accept_any_model = false;
   bool think = false, nothink = false, think_max = false;
   std::string chat_template = "ds4";
-  int parallel = 1;
+  int parallel = 0;              // --max-sessions (--parallel): 0 = derived from the KV budget
+  int64_t max_batch_tokens = 0;  // 0 = the engine's step size (64)
+  int64_t kv_memory_mb = 0;      // 0 = derived from free device/host memory at startup
+  int64_t prefix_cache_mb = 1024;
   int64_t queue_size = 16;
   int64_t request_timeout = 0;
   int64_t max_body_mb = 64;
@@ -68,6 +71,22 @@ struct Flags {
 
 double gib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
 double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+// Default KV budget when --kv-memory-mb is not given: on the GPU 90% of what is free after the
+// weights and scratch are resident (the rest is headroom for the driver and fragmentation); on the
+// CPU half of MemAvailable (the page cache keeps the mmap'd weights; the other half is theirs).
+uint64_t default_kv_budget(const ds4::MemoryReport& mem, bool cuda) {
+  if (cuda && mem.device_free > 0) return mem.device_free / 10 * 9;
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  uint64_t kb = 0;
+  if (f) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lu kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb > 0 ? kb * 1024 / 2 : uint64_t{4} << 30;
+}
 
 }  // namespace
 
@@ -116,7 +135,10 @@ int main(int argc, char** argv) {
   nothink_opt->excludes(max_opt);
   app.add_option("--chat-template", f.chat_template, "prompt rendering: ds4 (ds4-server bytes) or official (DeepSeek encoder)")
       ->check(CLI::IsMember({"ds4", "official"}))->capture_default_str();
-  app.add_option("--parallel", f.parallel, "live sessions (KV timelines) served in turn")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--max-sessions,--parallel", f.parallel, "live sessions (KV timelines) batched together; 0 = from the KV budget")->check(CLI::Range(0, 4096))->capture_default_str();
+  app.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens of all sessions in one engine step (decode tokens + prefill chunks); 0 = 64")->check(CLI::Range(int64_t{0}, int64_t{65536}))->capture_default_str();
+  app.add_option("--kv-memory-mb", f.kv_memory_mb, "KV cache budget of all sessions in MiB (admission); 0 = 90% of free GPU memory after loading, or half the host's available memory")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--prefix-cache-mb", f.prefix_cache_mb, "host memory for saved prompt prefixes shared across sessions; 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--queue-size", f.queue_size, "waiting requests before 503 + Retry-After")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();
   app.add_option("--request-timeout", f.request_timeout, "seconds before a request is ended (0 = none)")->check(CLI::NonNegativeNumber);
   app.add_option("--max-body-mb", f.max_body_mb, "largest accepted request body in MiB")->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
@@ -179,6 +201,7 @@ int main(int argc, char** argv) {
   eo.warm_weights = f.warm_weights;
   eo.cuda_device = f.cuda_device;
   eo.numerics = f.numerics == "reference" ? ds4::Numerics::reference : ds4::Numerics::official;
+  eo.max_chunk = static_cast<int32_t>(f.max_batch_tokens);  // one step's scratch holds the whole batch
   std::fprintf(stderr, "ds4-server: loading %s (backend %s)\n", f.model.c_str(),
                backend == ds4::BackendKind::cuda ? "cuda" : "cpu");
   auto engine = ds4::Engine::open(eo);
@@ -216,6 +239,13 @@ int main(int argc, char** argv) {
   so.map.flavor = f.chat_template == "official" ? ds4::chat::Flavor::official : ds4::chat::Flavor::ds4;
   so.worker.default_max_tokens = f.tokens;
   so.worker.n_sessions = f.parallel;
+  so.worker.max_batch_tokens = f.max_batch_tokens;
+  so.worker.prefix_cache_bytes = static_cast<uint64_t>(f.prefix_cache_mb) << 20;
+  so.worker.kv_budget_bytes = f.kv_memory_mb > 0 ? static_cast<uint64_t>(f.kv_memory_mb) << 20
+                                                 : default_kv_budget(mem, backend == ds4::BackendKind::cuda);
+  std::fprintf(stderr, "ds4-server: KV budget %.0f MiB%s, prefix cache %lld MiB, step %lld tokens\n",
+               mib(so.worker.kv_budget_bytes), f.kv_memory_mb > 0 ? "" : " (derived)",
+               static_cast<long long>(f.prefix_cache_mb), static_cast<long long>((*engine)->max_step_tokens()));
   so.worker.max_queue = static_cast<size_t>(f.queue_size);
   so.worker.flavor = so.map.flavor;
   so.worker.exact_dsml_replay = !f.no_exact_replay;
@@ -225,8 +255,8 @@ int main(int argc, char** argv) {
 
   ds4::server::Server server(**engine, so, trace);
   if (ds4::Status st = server.bind(); !st.ok()) return fail(st.message());
-  std::fprintf(stderr, "ds4-server: ctx %lld tokens, %d session(s), queue %lld, chat template %s%s%s\n",
-               static_cast<long long>(ctx), f.parallel, static_cast<long long>(f.queue_size), f.chat_template.c_str(),
+  std::fprintf(stderr, "ds4-server: ctx %lld tokens, %s session(s), queue %lld, chat template %s%s%s\n",
+               static_cast<long long>(ctx), f.parallel > 0 ? std::to_string(f.parallel).c_str() : "max (from the KV budget)", static_cast<long long>(f.queue_size), f.chat_template.c_str(),
                f.api_key.empty() ? "" : ", API key required", f.cors ? ", CORS on" : "");
   std::fprintf(stderr, "ds4-server: listening on http://%s:%d\n", so.host.c_str(), server.port());
 

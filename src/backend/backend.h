@@ -191,6 +191,11 @@ struct AttentionArgs {
   const int32_t* comp_idx = nullptr;   // [n][comp_idx_stride] row ids, or null: rows 0…count−1
   int64_t comp_idx_stride = 0;
   float* out = nullptr;            // [n][heads][head_dim]
+  // Several sessions in one call (a batched step): per-query ring and compressed-row bases, arrays of
+  // n pointers in backend memory; when set they replace `raw` / `comp` for query i (all rings share
+  // raw_cap). Null: every query reads `raw` / `comp`.
+  const float* const* raw_at = nullptr;   // [n]
+  const float* const* comp_at = nullptr;  // [n]
 };
 
 // Lightning-indexer selection (MODEL.md §7.5): per query, the top_k of its visible rows by
@@ -205,6 +210,7 @@ struct IndexerArgs {
   int32_t heads = 0, head_dim = 0, top_k = 0;
   int32_t* idx = nullptr;          // [n][top_k] selected row ids (ascending)
   int32_t* count = nullptr;        // [n] number selected = min(n_rows, top_k)
+  const float* const* rows_at = nullptr;  // [n] per-query indexer rows (backend memory), or null: `rows`
 };
 
 // MoE router (MODEL.md §8 steps 1-4): p = sqrt(softplus(z)); selection by hash table or top-k of p+bias;

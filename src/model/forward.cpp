@@ -81,6 +81,8 @@ Status Forward::alloc_scratch() {
   DS4_RETURN_IF_ERROR(f32(logits_, cfg_.n_vocab));
   host_i32_.resize(static_cast<size_t>(C));
   host_tok_.resize(static_cast<size_t>(C));
+  host_ptr_.resize(static_cast<size_t>(3 * C));
+  DS4_ASSIGN_OR_RETURN(ptrs_, be_.alloc(static_cast<uint64_t>(3 * C) * sizeof(const float*), MemCategory::scratch));
   off_.reserve(static_cast<size_t>(C));
   return Status::Ok();
 }
@@ -89,7 +91,7 @@ uint64_t Forward::scratch_bytes() const {
   uint64_t t = 0;
   for (const Buffer* b : {&x_, &x2_, &flat_, &mix_, &pre_, &post_, &comb_, &y_, &xn_, &qa_, &q_, &kv_, &ckv_,
                           &cgate_, &cpos_, &iq_, &iw_, &idx_, &icount_, &ccount_, &pos_, &tok_, &attn_, &low_, &f_,
-                          &rlogit_, &rids_, &rw_, &sg_, &su_, &sout_, &hw_, &logits_})
+                          &rlogit_, &rids_, &rw_, &sg_, &su_, &sout_, &hw_, &logits_, &ptrs_})
     t += b->bytes();
   return t;
 }
@@ -207,9 +209,11 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   for (size_t s = 0; s < segs.size(); ++s) {
     LayerKv& k = segs[s].kv->layers()[l];
     const int64_t cap = segs[s].kv->geometry().raw_cap, ns = static_cast<int64_t>(segs[s].tokens.size());
-    for (int64_t i = 0; i < ns; ++i)
-      be_.copy(k.raw.f32() + ((segs[s].pos0 + i) % cap) * D, kv_.f32() + (off_[s] + i) * D,
-               static_cast<uint64_t>(D) * 4);
+    for (int64_t i = 0; i < ns;) {  // consecutive positions are consecutive ring rows up to the wrap
+      const int64_t row = (segs[s].pos0 + i) % cap, run = std::min(ns - i, cap - row);
+      be_.copy(k.raw.f32() + row * D, kv_.f32() + (off_[s] + i) * D, static_cast<uint64_t>(run * D) * 4);
+      i += run;
+    }
   }
 
   // §7.4 compressors (projections for all columns, frontier and pooling per session), §7.5 indexer.
@@ -242,50 +246,68 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     }
   }
 
-  // §7.6 attention with sinks, per session; the indexer selects for a segment when one of its
-  // columns sees more than top_k rows.
-  const int64_t TK = cfg_.indexer_top_k;
-  for (size_t s = 0; s < segs.size(); ++s) {
-    const Segment& sg = segs[s];
-    LayerKv& k = sg.kv->layers()[l];
-    const int64_t off = off_[s], ns = static_cast<int64_t>(sg.tokens.size());
-    const int32_t* comp_count = p.has_compressor ? ccount_.i32() + off : nullptr;
-    const int32_t* comp_idx = nullptr;
-    if (any_select && (sg.pos0 + ns) / p.compress_ratio > TK) {
-      const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
-      backend::IndexerArgs ia;
-      ia.q = iq_.f32() + off * IH * ID;
-      ia.w = iw_.f32() + off * IH;
-      ia.rows = k.index_rows.f32();
-      ia.n_rows = ccount_.i32() + off;
-      ia.n = ns;
-      ia.heads = static_cast<int32_t>(IH);
-      ia.head_dim = static_cast<int32_t>(ID);
-      ia.top_k = static_cast<int32_t>(TK);
-      ia.idx = idx_.i32() + off * TK;
-      ia.count = icount_.i32() + off;
-      be_.indexer(ia);
-      comp_idx = idx_.i32() + off * TK;
-      comp_count = icount_.i32() + off;
+  // §7.5 selection and §7.6 attention with sinks, one call each for all columns. With several
+  // sessions each column reads its own session's ring, compressed rows and indexer rows through
+  // per-column pointer tables (scratch ptrs_: [3][n]). A column that sees ≤ top_k rows gets all of
+  // them from the indexer (ids 0…count−1), which attends exactly like no selection.
+  const LayerKv& k0 = segs[0].kv->layers()[l];
+  const float* const* raw_at = nullptr;
+  const float* const* comp_at = nullptr;
+  const float* const* rows_at = nullptr;
+  if (segs.size() > 1) {
+    for (size_t s = 0; s < segs.size(); ++s) {
+      const LayerKv& k = segs[s].kv->layers()[l];
+      for (int64_t c = off_[s]; c < off_[s] + static_cast<int64_t>(segs[s].tokens.size()); ++c) {
+        host_ptr_[c] = k.raw.f32();
+        host_ptr_[n + c] = k.comp.f32();
+        host_ptr_[2 * n + c] = k.index_rows.f32();
+      }
     }
-    backend::AttentionArgs aa;
-    aa.q = q_.f32() + off * HD;
-    aa.pos = pos_.i32() + off;
-    aa.n = ns;
-    aa.heads = static_cast<int32_t>(H);
-    aa.head_dim = static_cast<int32_t>(D);
-    aa.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    aa.sinks = w.sinks;
-    aa.raw = k.raw.f32();
-    aa.raw_cap = sg.kv->geometry().raw_cap;
-    aa.window = static_cast<int32_t>(cfg_.sliding_window);
-    aa.comp = p.has_compressor ? k.comp.f32() : nullptr;
-    aa.comp_count = comp_count;
-    aa.comp_idx = comp_idx;
-    aa.comp_idx_stride = TK;
-    aa.out = attn_.f32() + off * HD;
-    be_.attention(aa);
+    be_.upload(ptrs_.data(), host_ptr_.data(), static_cast<uint64_t>(3 * n) * sizeof(const float*));
+    raw_at = static_cast<const float* const*>(ptrs_.data());
+    comp_at = raw_at + n;
+    rows_at = raw_at + 2 * n;
   }
+  const int64_t TK = cfg_.indexer_top_k;
+  const int32_t* comp_count = p.has_compressor ? ccount_.i32() : nullptr;
+  const int32_t* comp_idx = nullptr;
+  if (any_select) {
+    const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
+    backend::IndexerArgs ia;
+    ia.q = iq_.f32();
+    ia.w = iw_.f32();
+    ia.rows = k0.index_rows.f32();
+    ia.rows_at = rows_at;
+    ia.n_rows = ccount_.i32();
+    ia.n = n;
+    ia.heads = static_cast<int32_t>(IH);
+    ia.head_dim = static_cast<int32_t>(ID);
+    ia.top_k = static_cast<int32_t>(TK);
+    ia.idx = idx_.i32();
+    ia.count = icount_.i32();
+    be_.indexer(ia);
+    comp_idx = idx_.i32();
+    comp_count = icount_.i32();
+  }
+  backend::AttentionArgs aa;
+  aa.q = q_.f32();
+  aa.pos = pos_.i32();
+  aa.n = n;
+  aa.heads = static_cast<int32_t>(H);
+  aa.head_dim = static_cast<int32_t>(D);
+  aa.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  aa.sinks = w.sinks;
+  aa.raw = k0.raw.f32();
+  aa.raw_cap = segs[0].kv->geometry().raw_cap;  // prepare() checked that all sessions share it
+  aa.window = static_cast<int32_t>(cfg_.sliding_window);
+  aa.comp = p.has_compressor ? k0.comp.f32() : nullptr;
+  aa.comp_count = comp_count;
+  aa.comp_idx = comp_idx;
+  aa.comp_idx_stride = TK;
+  aa.out = attn_.f32();
+  aa.raw_at = raw_at;
+  aa.comp_at = p.has_compressor ? comp_at : nullptr;
+  be_.attention(aa);
 
   // §7.7 inverse RoPE at the query position, grouped output projection.
   be_.rope({attn_.f32(), pos_.i32(), n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, true});
@@ -400,6 +422,8 @@ Status Forward::prepare(std::span<const Segment> segs) {
       return invalid_argument(where + "session state does not fit this forward pass");
     for (size_t q = 0; q < s; ++q)
       if (segs[q].kv == sg.kv) return invalid_argument(where + "the same session state appears twice");
+    if (sg.kv->geometry().raw_cap != segs[0].kv->geometry().raw_cap)
+      return invalid_argument(where + "session states of one step must share the raw ring size");
     for (int64_t i = 0; i < n; ++i)
       if (sg.tokens[i] < 0 || sg.tokens[i] >= static_cast<int32_t>(cfg_.n_vocab))
         return invalid_argument(where + "token id " + std::to_string(sg.tokens[i]) + " at chunk index " +

@@ -133,6 +133,8 @@ class Forward {
   std::vector<int32_t> host_i32_; // [C] staging for positions / counts
   std::vector<int32_t> host_tok_; // [C] staging for token ids
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
+  backend::Buffer ptrs_;          // [3][C] per-column raw ring / compressed rows / indexer rows bases
+  std::vector<const float*> host_ptr_;  // [3·C] staging for ptrs_
 };
 
 }  // namespace ds4::model

@@ -434,3 +434,92 @@ TEST(CpuOps, AllocCountsBytesByCategory) {
   }
   EXPECT_EQ(be->allocated()[MemCategory::raw_kv], before);
 }
+
+// A batched step: queries of three sessions in one call, each reading its own ring and compressed rows
+// through the per-query pointer tables, equal (bit for bit) one call per session.
+TEST(CpuOps, AttentionPerQuerySessionStateEqualsOneCallPerSession) {
+  auto be = make();
+  const int H = 3, D = 8, window = 4, S = 3;
+  const int64_t cap = 7;
+  std::vector<std::vector<float>> raw, comp;
+  for (int s = 0; s < S; ++s) {
+    raw.push_back(randv(cap * D, 10 + s));
+    comp.push_back(randv(6 * D, 20 + s));
+  }
+  // Session 0: two queries at 2, 3; session 1: one at 9 (ring wrapped); session 2: three at 4, 5, 6.
+  const std::vector<int> sess = {0, 0, 1, 2, 2, 2};
+  const std::vector<int32_t> pos = {2, 3, 9, 4, 5, 6};
+  const std::vector<int32_t> count = {0, 1, 3, 1, 1, 2};
+  const std::vector<int32_t> idx = {0, 0, 0, 0, 2, 5, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 3, 0};  // [6][3]
+  const int n = static_cast<int>(pos.size());
+  auto q = randv(n * H * D, 30);
+  const float sinks[3] = {0.1f, -0.5f, 1.0f};
+  std::vector<const float*> raw_at, comp_at;
+  for (int i = 0; i < n; ++i) {
+    raw_at.push_back(raw[sess[i]].data());
+    comp_at.push_back(comp[sess[i]].data());
+  }
+  for (bool selected : {false, true}) {
+    AttentionArgs a;
+    a.q = q.data();
+    a.pos = pos.data();
+    a.n = n;
+    a.heads = H;
+    a.head_dim = D;
+    a.scale = 0.35f;
+    a.sinks = sinks;
+    a.raw = raw[0].data();
+    a.raw_cap = cap;
+    a.window = window;
+    a.comp = comp[0].data();
+    a.comp_count = count.data();
+    a.comp_idx = selected ? idx.data() : nullptr;
+    a.comp_idx_stride = 3;
+    a.raw_at = raw_at.data();
+    a.comp_at = comp_at.data();
+    std::vector<float> batched(n * H * D, NAN), solo(n * H * D, NAN);
+    a.out = batched.data();
+    be->attention(a);
+    for (int i = 0; i < n;) {  // one call per session over its consecutive queries
+      int j = i;
+      while (j < n && sess[j] == sess[i]) ++j;
+      AttentionArgs b = a;
+      b.q = q.data() + i * H * D;
+      b.pos = pos.data() + i;
+      b.n = j - i;
+      b.raw = raw[sess[i]].data();
+      b.comp = comp[sess[i]].data();
+      b.comp_count = count.data() + i;
+      b.comp_idx = selected ? idx.data() + i * 3 : nullptr;
+      b.raw_at = nullptr;
+      b.comp_at = nullptr;
+      b.out = solo.data() + i * H * D;
+      be->attention(b);
+      i = j;
+    }
+    EXPECT_EQ(batched, solo) << (selected ? "with" : "without") << " selection";
+  }
+}
+
+TEST(CpuOps, IndexerPerQueryRowsEqualOneCallPerSession) {
+  auto be = make();
+  const int heads = 2, hd = 8, k = 3, n = 4;
+  const auto r0 = randv(9 * hd, 40), r1 = randv(5 * hd, 41);
+  const auto q = randv(n * heads * hd, 42), w = randv(n * heads, 43);
+  const std::vector<int32_t> n_rows = {9, 7, 5, 2};  // queries 0, 1 read r0; 2, 3 read r1
+  const std::vector<const float*> rows_at = {r0.data(), r0.data(), r1.data(), r1.data()};
+  std::vector<int32_t> idx(n * k, -1), cnt(n, -1), sidx(n * k, -1), scnt(n, -1);
+  IndexerArgs a{q.data(), w.data(), r0.data(), n_rows.data(), n, heads, hd, k, idx.data(), cnt.data()};
+  a.rows_at = rows_at.data();
+  be->indexer(a);
+  for (int s = 0; s < 2; ++s) {
+    IndexerArgs b{q.data() + 2 * s * heads * hd, w.data() + 2 * s * heads, s ? r1.data() : r0.data(),
+                  n_rows.data() + 2 * s, 2, heads, hd, k, sidx.data() + 2 * s * k, scnt.data() + 2 * s};
+    be->indexer(b);
+  }
+  EXPECT_EQ(cnt, scnt);
+  for (int i = 0; i < n; ++i)
+    EXPECT_EQ(std::vector<int32_t>(idx.begin() + i * k, idx.begin() + i * k + cnt[i]),
+              std::vector<int32_t>(sidx.begin() + i * k, sidx.begin() + i * k + scnt[i]))
+        << "query " << i;
+}

@@ -26,10 +26,12 @@ void CpuBackend::attention(const AttentionArgs& a) {
         const int64_t first = std::max<int64_t>(0, t - a.window + 1);
         const int64_t n_raw = t - first + 1;
         const int64_t n_comp = a.comp_count ? a.comp_count[i] : 0;
-        auto raw_row = [&](int64_t j) { return a.raw + ((first + j) % a.raw_cap) * D; };
+        const float* raw = a.raw_at ? a.raw_at[i] : a.raw;
+        const float* comp = a.comp_at ? a.comp_at[i] : a.comp;
+        auto raw_row = [&](int64_t j) { return raw + ((first + j) % a.raw_cap) * D; };
         auto comp_row = [&](int64_t j) {
           const int64_t id = a.comp_idx ? a.comp_idx[i * a.comp_idx_stride + j] : j;
-          return a.comp + id * D;
+          return comp + id * D;
         };
         float mx = a.sinks[h];
         for (int64_t j = 0; j < n_raw + n_comp; ++j) {

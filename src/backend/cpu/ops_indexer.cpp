@@ -27,8 +27,9 @@ void CpuBackend::indexer(const IndexerArgs& a) {
         }
         const float* q = a.q + i * a.heads * a.head_dim;
         const float* w = a.w + i * a.heads;
+        const float* rows = a.rows_at ? a.rows_at[i] : a.rows;
         for (int32_t c = 0; c < nr; ++c) {
-          const float* k = a.rows + static_cast<int64_t>(c) * a.head_dim;
+          const float* k = rows + static_cast<int64_t>(c) * a.head_dim;
           float sc = 0;
           for (int h = 0; h < a.heads; ++h) {
             const float* qh = q + h * a.head_dim;

@@ -34,14 +34,16 @@ __global__ void attention_kernel(AttentionArgs a) {
   const int64_t first = t - a.window + 1 > 0 ? t - a.window + 1 : 0;
   const int64_t n_raw = t - first + 1;
   const int64_t n_comp = a.comp_count ? a.comp_count[i] : 0;
+  const float* raw = a.raw_at ? a.raw_at[i] : a.raw;      // per-query session state (batched step)
+  const float* comp = a.comp_at ? a.comp_at[i] : a.comp;
   float m = -INFINITY, l = 0;
   for (int64_t j = wid; j < n_raw + n_comp; j += kAttnWarps) {
     const float* r;
     if (j < n_raw) {
-      r = a.raw + ((first + j) % a.raw_cap) * D;
+      r = raw + ((first + j) % a.raw_cap) * D;
     } else {
       const int64_t c = j - n_raw;
-      r = a.comp + (a.comp_idx ? static_cast<int64_t>(a.comp_idx[i * a.comp_idx_stride + c]) : c) * D;
+      r = comp + (a.comp_idx ? static_cast<int64_t>(a.comp_idx[i * a.comp_idx_stride + c]) : c) * D;
     }
     float rv[kMaxPerLane];
     float dot = 0;

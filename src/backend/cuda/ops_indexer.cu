@@ -28,7 +28,7 @@ __global__ void indexer_score_kernel(IndexerArgs a, float* scores, int64_t score
   __syncthreads();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= nr) return;
-  const float* k = a.rows + c * a.head_dim;
+  const float* k = (a.rows_at ? a.rows_at[i] : a.rows) + c * a.head_dim;  // per-query rows in a batched step
   float sc = 0;
   for (int h = 0; h < a.heads; ++h) {
     const float* qh = sh + h * a.head_dim;

@@ -1,0 +1,132 @@
+// test_cuda_batch_ops.cpp — the per-query session-state tables of the attention and indexer ops (a
+// batched step: queries of several sessions in one call, each reading its own ring, compressed rows and
+// indexer rows through AttentionArgs::raw_at/comp_at and IndexerArgs::rows_at) vs the CPU op with the
+// same tables. Tolerances as test_cuda_ops.cpp: attention 1e-5 of max|ref|, selection exact.
+#include <algorithm>
+
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+namespace {
+using CudaBatchOps = CudaOpsTest;
+}  // namespace
+
+TEST_F(CudaBatchOps, AttentionPerQuerySessionState) {
+  struct S {
+    int32_t heads, D, window, n_comp_rows, top_k;
+  };
+  for (S s : {S{4, 256, 16, 40, 16}, S{64, 512, 128, 700, 512}}) {
+    // Three sessions: two queries of a prefill chunk, one decode query (ring wrapped), three more.
+    const std::vector<int> sess = {0, 0, 1, 2, 2, 2};
+    const int64_t n = static_cast<int64_t>(sess.size());
+    const int64_t cap = s.window + 8;
+    const int32_t base = randint(0, 3000);
+    const std::vector<int32_t> pos = {base, base + 1, base + 2 * static_cast<int32_t>(cap) + 5, 7, 8, 9};
+    std::vector<std::vector<float>> raw, comp;
+    std::vector<const float*> raw_at, comp_at, graw_at, gcomp_at;
+    std::vector<const float*> graw, gcomp;
+    for (int k = 0; k < 3; ++k) {
+      raw.push_back(randn(static_cast<size_t>(cap * s.D)));
+      comp.push_back(randn(static_cast<size_t>(s.n_comp_rows * s.D)));
+      graw.push_back(dev(raw.back()));
+      gcomp.push_back(dev(comp.back()));
+    }
+    for (int k : sess) {
+      raw_at.push_back(raw[k].data());
+      comp_at.push_back(comp[k].data());
+      graw_at.push_back(graw[k]);
+      gcomp_at.push_back(gcomp[k]);
+    }
+    auto q = randn(static_cast<size_t>(n * s.heads * s.D), 0.2f);
+    auto sinks = randn(s.heads);
+    std::vector<int32_t> count(n), idx(n * s.top_k);
+    for (int64_t i = 0; i < n; ++i) {
+      count[i] = std::max(0, std::min(s.n_comp_rows, s.top_k) - static_cast<int32_t>(3 * i));
+      for (int32_t j = 0; j < count[i]; ++j) idx[i * s.top_k + j] = (j * 29 + static_cast<int32_t>(i)) % s.n_comp_rows;
+    }
+    for (bool selected : {false, true}) {
+      AttentionArgs a;
+      a.q = q.data();
+      a.pos = pos.data();
+      a.n = n;
+      a.heads = s.heads;
+      a.head_dim = s.D;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+      a.sinks = sinks.data();
+      a.raw = raw[0].data();
+      a.raw_cap = cap;
+      a.window = s.window;
+      a.comp = comp[0].data();
+      a.comp_count = count.data();
+      a.comp_idx = selected ? idx.data() : nullptr;
+      a.comp_idx_stride = s.top_k;
+      a.raw_at = raw_at.data();
+      a.comp_at = comp_at.data();
+      std::vector<float> want(q.size());
+      a.out = want.data();
+      cpu_->attention(a);
+      AttentionArgs g = a;
+      g.q = dev(q);
+      g.pos = dev(pos);
+      g.sinks = dev(sinks);
+      g.raw = graw[0];
+      g.comp = gcomp[0];
+      g.comp_count = dev(count);
+      g.comp_idx = selected ? dev(idx) : nullptr;
+      g.raw_at = dev(graw_at);
+      g.comp_at = dev(gcomp_at);
+      g.out = poisoned(want.size());
+      gpu_->attention(g);
+      ASSERT_TRUE(gpu_->sync().ok());
+      expect_close(host(g.out, want.size()), want, 1e-5, 1e-7,
+                   "attention per-query sessions H" + std::to_string(s.heads) + " D" + std::to_string(s.D) +
+                       (selected ? " selected" : ""));
+    }
+  }
+}
+
+TEST_F(CudaBatchOps, IndexerPerQueryRowsExact) {
+  const int32_t heads = 8, hd = 128, top_k = 16;
+  const std::vector<int32_t> rows_of = {60, 25, 90};  // rows held by each of three sessions
+  const std::vector<int> sess = {0, 0, 1, 2, 2};
+  const int64_t n = static_cast<int64_t>(sess.size());
+  std::vector<std::vector<float>> rows;
+  std::vector<const float*> gsess;
+  for (int32_t r : rows_of) {
+    rows.push_back(randn(static_cast<size_t>(r * hd)));
+    gsess.push_back(dev(rows.back()));
+  }
+  std::vector<const float*> rows_at, grows_at;
+  std::vector<int32_t> nr;
+  for (int64_t i = 0; i < n; ++i) {
+    rows_at.push_back(rows[sess[i]].data());
+    grows_at.push_back(gsess[sess[i]]);
+    nr.push_back(rows_of[sess[i]] - static_cast<int32_t>(i % 2));
+  }
+  nr[2] = top_k;  // the no-scoring path inside a scoring batch
+  auto q = randn(static_cast<size_t>(n * heads * hd));
+  auto w = randn(static_cast<size_t>(n * heads));
+  std::vector<int32_t> idx(n * top_k, -7), cnt(n, -7);
+  IndexerArgs a{q.data(), w.data(), rows[0].data(), nr.data(), n, heads, hd, top_k, idx.data(), cnt.data()};
+  a.rows_at = rows_at.data();
+  cpu_->indexer(a);
+  int32_t* gidx = poisoned_i32(idx.size());
+  int32_t* gcnt = poisoned_i32(cnt.size());
+  IndexerArgs g{dev(q), dev(w), gsess[0], dev(nr), n, heads, hd, top_k, gidx, gcnt};
+  g.rows_at = dev(grows_at);
+  gpu_->indexer(g);
+  ASSERT_TRUE(gpu_->sync().ok());
+  const auto hi = host(gidx, idx.size());
+  const auto hc = host(gcnt, cnt.size());
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(hc[i], cnt[i]) << "query " << i;
+    for (int32_t j = 0; j < cnt[i]; ++j) mismatches += hi[i * top_k + j] != idx[i * top_k + j];
+  }
+  EXPECT_EQ(mismatches, 0);
+  std::printf("PARITY %-44s n=%-9d selected ids differing: %lld  %s\n", "indexer per-query session rows",
+              top_k * static_cast<int>(n), static_cast<long long>(mismatches), mismatches ? "FAIL" : "ok");
+}

@@ -3,6 +3,7 @@
 
 #include "chat/json_text.h"
 
+#include <algorithm>
 #include <set>
 
 namespace ds4::chat::detail {
@@ -13,64 +14,55 @@ Status bad_request(std::string why) {
   return invalid_argument(std::move(message));
 }
 
+Status field_error(std::string_view where, std::string_view what) {
+  std::string message = "'";
+  message.append(where);
+  message += "' ";
+  message.append(what);
+  return invalid_argument(std::move(message));
+}
+
 Status ThinkControl::apply_thinking(const json& v) {
   if (v.is_null()) return Status::Ok();
   if (v.is_boolean()) {
-    explicit_control = true;
-    disabled = !v.get<bool>();
+    enabled = v.get<bool>();
     return Status::Ok();
   }
-  if (v.is_object()) {
-    auto type = v.find("type");
-    if (type == v.end() || !type->is_string()) return Status::Ok();
-    const std::string t = type->get<std::string>();
-    if (t == "disabled") {
-      explicit_control = true;
-      disabled = true;
-    } else if (t == "enabled" || t == "adaptive") {
-      explicit_control = true;
-      disabled = false;
-    }
-    return Status::Ok();
-  }
-  return bad_request("'thinking' must be a boolean or an object");
+  if (!v.is_object()) return invalid_argument("'thinking' must be an object like {\"type\":\"enabled\"} or a boolean");
+  auto type = v.find("type");
+  if (type == v.end() || !type->is_string()) return invalid_argument("'thinking.type' must be a string");
+  const std::string t = type->get<std::string>();
+  if (t == "enabled" || t == "adaptive") enabled = true;
+  else if (t == "disabled") enabled = false;
+  else return invalid_argument("'thinking.type' must be 'enabled', 'adaptive' or 'disabled' (got '" + t + "')");
+  return Status::Ok();
 }
 
 Status ThinkControl::apply_think(const json& v) {
   if (v.is_null()) return Status::Ok();
-  if (!v.is_boolean()) return bad_request("'think' must be a boolean");
-  explicit_control = true;
-  disabled = !v.get<bool>();
+  if (!v.is_boolean()) return invalid_argument("'think' must be a boolean");
+  enabled = v.get<bool>();
   return Status::Ok();
 }
 
-Status ThinkControl::apply_effort(const json& v) {
+Status ThinkControl::apply_effort(const json& v, std::string_view field) {
   if (v.is_null()) return Status::Ok();
-  if (!v.is_string()) return bad_request("reasoning effort must be a string");
+  if (!v.is_string()) return field_error(field, "must be a string");
   const std::string e = v.get<std::string>();
-  if (e == "none") {
-    explicit_control = true;
-    disabled = true;
-  } else if (e == "max") {
-    explicit_control = true;
-    max = true;
-  } else if (e == "xhigh" || e == "high" || e == "medium" || e == "low" || e == "minimal") {
-    explicit_control = true;
-    max = false;
-  } else {
-    return bad_request("unknown reasoning effort '" + e + "'");
-  }
+  if (e == "none") effort = ThinkMode::none;
+  else if (e == "max") effort = ThinkMode::max;
+  else if (e == "xhigh" || e == "high" || e == "medium" || e == "low" || e == "minimal") effort = ThinkMode::high;
+  else return field_error(field, "must be one of none, minimal, low, medium, high, xhigh, max (got '" + e + "')");
   return Status::Ok();
 }
 
-ThinkMode ThinkControl::resolve(std::string_view model) const {
-  bool off = disabled;
-  if (!explicit_control) {
-    if (model == "deepseek-chat") off = true;
-    if (model == "deepseek-reasoner") off = false;
-  }
-  if (off) return ThinkMode::none;
-  return max ? ThinkMode::max : ThinkMode::high;
+ThinkMode ThinkControl::resolve(std::string_view model, ThinkMode default_think) const {
+  if (enabled.has_value() && !*enabled) return ThinkMode::none;
+  if (effort.has_value()) return *effort;
+  if (enabled.has_value()) return default_think == ThinkMode::none ? ThinkMode::high : default_think;
+  if (model == "deepseek-chat") return ThinkMode::none;
+  if (model == "deepseek-reasoner") return ThinkMode::high;
+  return default_think;
 }
 
 Result<json> parse_body(std::string_view body) {
@@ -79,17 +71,33 @@ Result<json> parse_body(std::string_view body) {
   return v;
 }
 
-Result<std::string> flatten_text(const json& v) {
+std::string model_of(const json& body) {
+  auto it = body.find("model");
+  return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+Result<std::string> openai_text(const json& v, std::string_view what) {
   if (v.is_null()) return std::string();
   if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) return bad_request("content must be a string, null or an array");
+  if (!v.is_array()) return field_error(what, "must be a string or an array of content parts");
   std::string out;
-  for (const auto& item : v) {
-    if (item.is_string()) {
-      out += item.get<std::string>();
-    } else if (item.is_object()) {
-      auto t = item.find("text");
-      if (t != item.end() && t->is_string()) out += t->get<std::string>();
+  for (const auto& part : v) {
+    if (part.is_string()) {
+      out += part.get<std::string>();
+      continue;
+    }
+    if (!part.is_object()) return field_error(what, "parts must be objects");
+    std::string type = "text";
+    if (auto t = part.find("type"); t != part.end() && t->is_string()) type = t->get<std::string>();
+    if (type == "text" || type == "input_text" || type == "output_text") {
+      auto tx = part.find("text");
+      if (tx == part.end() || !tx->is_string()) return field_error(what, "text part needs a string 'text'");
+      out += tx->get<std::string>();
+    } else if (type == "refusal") {
+      if (auto tx = part.find("refusal"); tx != part.end() && tx->is_string()) out += tx->get<std::string>();
+    } else {
+      return invalid_argument("content part type '" + type + "' in '" + std::string(what) +
+                              "' is not supported (this model reads text only)");
     }
   }
   return out;
@@ -106,6 +114,46 @@ Result<std::vector<std::string_view>> raw_array(std::string_view object, std::st
     return bad_request(std::move(why));
   }
   return std::move(*elems);
+}
+
+Status read_openai_tool_choice(const json& body, std::string_view name_path, bool& none, MappedRequest& r) {
+  auto choice = body.find("tool_choice");
+  if (choice == body.end() || choice->is_null()) return Status::Ok();
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c == "none") none = true;
+    else if (c == "required") r.tool_force.required = true;
+    else if (c != "auto") return invalid_argument("'tool_choice' must be none, auto, required or a function object");
+    return Status::Ok();
+  }
+  if (!choice->is_object()) return invalid_argument("'tool_choice' must be a string or an object");
+  const json* holder = &*choice;
+  std::string_view key = name_path;
+  if (const size_t dot = name_path.find('.'); dot != std::string_view::npos) {
+    auto inner = choice->find(std::string(name_path.substr(0, dot)));
+    holder = inner != choice->end() && inner->is_object() ? &*inner : nullptr;
+    key = name_path.substr(dot + 1);
+  }
+  std::string name;
+  if (holder) DS4_RETURN_IF_ERROR(read_string(*holder, std::string(key).c_str(), name, "tool_choice." + std::string(name_path)));
+  if (name.empty()) return invalid_argument("'tool_choice' object needs " + std::string(name_path));
+  r.tool_force.required = true;
+  r.tool_force.name = std::move(name);
+  return Status::Ok();
+}
+
+Status finish_tool_choice(MappedRequest& r, bool none, const std::vector<std::string>& names,
+                          std::string_view noun) {
+  const std::string& forced = r.tool_force.name;
+  if (!forced.empty() && std::find(names.begin(), names.end(), forced) == names.end())
+    return invalid_argument("'tool_choice' names " + std::string(noun) + " '" + forced + "', which is not in 'tools'");
+  if (none) {
+    r.tools_dropped = !r.conv.tools.empty();
+    r.conv.tools.clear();
+  }
+  if (r.tool_force.required && r.conv.tools.empty())
+    return invalid_argument("'tool_choice' requires a tool call but no 'tools' were given");
+  return Status::Ok();
 }
 
 void collect_unmatched_results(MappedRequest& r,

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/api_map.h"
 #include "chat/chat.h"
 #include "ds4/status.h"
 #include "ds4/tokens.h"
@@ -18,13 +19,9 @@ namespace ds4::server {
 enum class ApiKind { openai_chat, openai_completions, anthropic_messages, openai_responses };
 const char* api_kind_name(ApiKind api);
 
-// How a tool call is forced (OpenAI tool_choice "required" / {"function":{"name"}}, Anthropic
-// {"type":"any"|"tool"}): when the answer (content) phase begins, the worker appends the DSML opener
-// (and, for a named tool, the invoke header) as if the model had generated it.
-struct ToolForce {
-  bool required = false;
-  std::string name;  // non-empty: this exact tool
-};
+// How a tool call is forced: when the answer (content) phase begins, the worker appends the DSML
+// opener (and, for a named tool, the invoke header) as if the model had generated it.
+using ToolForce = chat::ToolForce;
 
 // A request after API mapping: what to render and how to generate. The Conversation is rendered and
 // tokenized by the HTTP thread (render_request); the worker only sees tokens.

@@ -1,8 +1,6 @@
 // json_util.cpp — see json_util.h.
 #include "server/json_util.h"
 
-#include <cmath>
-
 #include "server/text_util.h"
 
 namespace ds4::server {
@@ -27,9 +25,6 @@ int max_nesting(std::string_view s) {
   return max_depth;
 }
 
-std::string field_name(const char* key, std::string_view what) {
-  return what.empty() ? std::string(key) : std::string(what);
-}
 }  // namespace
 
 Result<Json> parse_request_json(std::string_view body) {
@@ -45,49 +40,6 @@ Result<Json> parse_request_json(std::string_view body) {
 
 std::string dump_json(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-Status read_string(const Json& obj, const char* key, std::string& out, std::string_view what) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return Status::Ok();
-  if (!it->is_string()) return invalid_argument("'" + field_name(key, what) + "' must be a string");
-  out = it->get<std::string>();
-  return Status::Ok();
-}
-
-Status read_bool(const Json& obj, const char* key, bool& out, std::string_view what) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return Status::Ok();
-  if (!it->is_boolean()) return invalid_argument("'" + field_name(key, what) + "' must be a boolean");
-  out = it->get<bool>();
-  return Status::Ok();
-}
-
-Status read_number(const Json& obj, const char* key, std::optional<double>& out, std::string_view what) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return Status::Ok();
-  if (!it->is_number()) return invalid_argument("'" + field_name(key, what) + "' must be a number");
-  double v = it->get<double>();
-  if (!std::isfinite(v)) return invalid_argument("'" + field_name(key, what) + "' must be finite");
-  out = v;
-  return Status::Ok();
-}
-
-Status read_int(const Json& obj, const char* key, std::optional<int64_t>& out, std::string_view what) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return Status::Ok();
-  if (it->is_number_integer()) {
-    out = it->get<int64_t>();
-    return Status::Ok();
-  }
-  if (it->is_number_float()) {
-    double v = it->get<double>();
-    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e18) {
-      out = static_cast<int64_t>(v);
-      return Status::Ok();
-    }
-  }
-  return invalid_argument("'" + field_name(key, what) + "' must be an integer");
 }
 
 }  // namespace ds4::server

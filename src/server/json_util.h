@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/json_fields.h"
 #include "ds4/status.h"
 
 namespace ds4::server {
@@ -26,16 +27,13 @@ Result<Json> parse_request_json(std::string_view body);
 // values that came through parse_request_json).
 std::string dump_json(const Json& j);
 
-// Field readers. `what` names the field in messages ("messages[2].content"). Absent or null fields
+// Field readers (chat/json_fields.h, shared with chat's request mapper so both word a mistake the
+// same way). `what` names the field in messages ("messages[2].content"). Absent or null fields
 // leave `out` unchanged and return ok; a present field of the wrong type is an error.
-Status read_string(const Json& obj, const char* key, std::string& out, std::string_view what = {});
-Status read_bool(const Json& obj, const char* key, bool& out, std::string_view what = {});
-Status read_number(const Json& obj, const char* key, std::optional<double>& out, std::string_view what = {});
-Status read_int(const Json& obj, const char* key, std::optional<int64_t>& out, std::string_view what = {});
-
-inline bool has_value(const Json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it != obj.end() && !it->is_null();
-}
+using chat::has_value;
+using chat::read_bool;
+using chat::read_int;
+using chat::read_number;
+using chat::read_string;
 
 }  // namespace ds4::server

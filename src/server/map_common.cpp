@@ -28,117 +28,27 @@ const char* finish_reason_name(FinishReason r) {
 
 std::vector<ModelName> known_models(const MapOptions& opts) {
   std::vector<ModelName> out;
-  out.push_back({opts.model_id, std::nullopt});
-  out.push_back({"deepseek-v4-flash", std::nullopt});
-  out.push_back({"deepseek-chat", chat::ThinkMode::none});
-  out.push_back({"deepseek-reasoner", chat::ThinkMode::high});
-  for (const auto& a : opts.aliases) out.push_back({a, std::nullopt});
+  for (const char* id : {opts.model_id.c_str(), "deepseek-v4-flash", "deepseek-chat", "deepseek-reasoner"})
+    out.push_back({id});
+  for (const auto& a : opts.aliases) out.push_back({a});
   return out;
 }
 
-Result<std::optional<chat::ThinkMode>> parse_effort(const Json& v, std::string_view field) {
-  if (v.is_null()) return std::optional<chat::ThinkMode>{};
-  if (!v.is_string()) return invalid_argument("'" + std::string(field) + "' must be a string");
-  const std::string s = v.get<std::string>();
-  if (s == "max") return std::optional<chat::ThinkMode>{chat::ThinkMode::max};
-  if (s == "xhigh" || s == "high" || s == "medium" || s == "low" || s == "minimal")
-    return std::optional<chat::ThinkMode>{chat::ThinkMode::high};
-  if (s == "none") return std::optional<chat::ThinkMode>{chat::ThinkMode::none};
-  return invalid_argument("'" + std::string(field) + "' must be one of none, minimal, low, medium, high, xhigh, max (got '" +
-                          s + "')");
-}
-
-// `thinking`: {"type":"enabled"|"adaptive"|"disabled"} or a boolean.
-static Result<std::optional<bool>> parse_thinking_field(const Json& v) {
-  if (v.is_null()) return std::optional<bool>{};
-  if (v.is_boolean()) return std::optional<bool>{v.get<bool>()};
-  if (v.is_object()) {
-    auto it = v.find("type");
-    if (it == v.end() || !it->is_string()) return invalid_argument("'thinking.type' must be a string");
-    const std::string t = it->get<std::string>();
-    if (t == "enabled" || t == "adaptive") return std::optional<bool>{true};
-    if (t == "disabled") return std::optional<bool>{false};
-    return invalid_argument("'thinking.type' must be 'enabled', 'adaptive' or 'disabled' (got '" + t + "')");
-  }
-  return invalid_argument("'thinking' must be an object like {\"type\":\"enabled\"} or a boolean");
-}
-
-Status resolve_model_and_thinking(const Json& req, ApiKind api, const MapOptions& opts, GenRequest& out) {
+Status resolve_model(const Json& req, const MapOptions& opts, GenRequest& out) {
   std::string model;
   DS4_RETURN_IF_ERROR(read_string(req, "model", model));
-  std::optional<chat::ThinkMode> model_think;
   if (model.empty()) {
     out.model = opts.model_id;
-  } else {
-    bool found = false;
-    for (const auto& m : known_models(opts)) {
-      if (m.id == model) {
-        found = true;
-        model_think = m.think;
-        break;
-      }
-    }
-    if (!found && !opts.accept_any_model) {
-      std::string names;
-      for (const auto& m : known_models(opts)) names += (names.empty() ? "" : ", ") + m.id;
-      return not_found("model '" + model + "' does not exist; this server serves: " + names);
-    }
-    out.model = model;
-  }
-
-  std::optional<bool> enabled;
-  std::optional<chat::ThinkMode> effort;
-  if (auto it = req.find("thinking"); it != req.end()) {
-    auto r = parse_thinking_field(*it);
-    if (!r.ok()) return r.status();
-    enabled = *r;
-  }
-  if (api == ApiKind::openai_chat || api == ApiKind::openai_completions) {
-    if (auto it = req.find("think"); it != req.end() && !it->is_null()) {
-      if (!it->is_boolean()) return invalid_argument("'think' must be a boolean");
-      enabled = it->get<bool>();
-    }
-  }
-  auto take_effort = [&](const Json& v, std::string_view field) -> Status {
-    auto r = parse_effort(v, field);
-    if (!r.ok()) return r.status();
-    if (*r) effort = *r;
     return Status::Ok();
-  };
-  if (api != ApiKind::openai_responses) {
-    if (auto it = req.find("reasoning_effort"); it != req.end())
-      DS4_RETURN_IF_ERROR(take_effort(*it, "reasoning_effort"));
   }
-  if (api == ApiKind::anthropic_messages) {
-    if (auto oc = req.find("output_config"); oc != req.end() && oc->is_object()) {
-      if (auto it = oc->find("effort"); it != oc->end()) DS4_RETURN_IF_ERROR(take_effort(*it, "output_config.effort"));
-    }
+  const std::vector<ModelName> known = known_models(opts);
+  const bool found = std::any_of(known.begin(), known.end(), [&](const ModelName& m) { return m.id == model; });
+  if (!found && !opts.accept_any_model) {
+    std::string names;
+    for (const auto& m : known) names += (names.empty() ? "" : ", ") + m.id;
+    return not_found("model '" + model + "' does not exist; this server serves: " + names);
   }
-  if (api == ApiKind::openai_responses) {
-    if (auto rs = req.find("reasoning"); rs != req.end() && !rs->is_null()) {
-      if (!rs->is_object()) return invalid_argument("'reasoning' must be an object");
-      if (auto it = rs->find("effort"); it != rs->end()) DS4_RETURN_IF_ERROR(take_effort(*it, "reasoning.effort"));
-      if (auto it = rs->find("summary"); it != rs->end() && !it->is_null()) {
-        if (!it->is_string()) return invalid_argument("'reasoning.summary' must be a string");
-        const std::string s = it->get<std::string>();
-        if (s != "auto" && s != "concise" && s != "detailed" && s != "none")
-          return invalid_argument("'reasoning.summary' must be auto, concise, detailed or none");
-        out.reasoning_summary = s != "none";
-      }
-    }
-  }
-
-  chat::ThinkMode think = opts.default_think;
-  if (enabled.has_value() && !*enabled) {
-    think = chat::ThinkMode::none;
-  } else if (effort.has_value()) {
-    think = *effort;
-  } else if (enabled.has_value()) {
-    think = opts.default_think == chat::ThinkMode::none ? chat::ThinkMode::high : opts.default_think;
-  } else if (model_think.has_value()) {
-    think = *model_think;
-  }
-  out.think = chat::think_mode_for_context(think, opts.ctx);
+  out.model = model;
   return Status::Ok();
 }
 
@@ -241,10 +151,6 @@ Status reject_unsupported(const Json& req, ApiKind api) {
       return unsupported_field("'suffix'");
   }
   if (api == ApiKind::openai_responses) {
-    if (has_value(req, "previous_response_id"))
-      return invalid_argument("'previous_response_id' is not supported; replay the full input instead");
-    if (has_value(req, "conversation"))
-      return invalid_argument("'conversation' is not supported; replay the full input instead");
     if (auto t = req.find("text"); t != req.end() && t->is_object()) {
       if (auto f = t->find("format"); f != t->end() && !f->is_null()) {
         if (!f->is_object() || f->value("type", std::string()) != "text")

@@ -1,8 +1,9 @@
-// map_common.h — pieces of request mapping shared by the four APIs: server-level mapping options,
-// model names and aliases, thinking/effort resolution (CHAT.md §5.1), sampling fields, stop lists,
-// and rejection of fields we cannot honour (a clear 400 instead of silently different results).
+// map_common.h — the generation fields the server reads itself, shared by the four APIs: server-level
+// mapping options, model names and aliases, sampling fields, stop lists, and rejection of fields we
+// cannot honour (a clear 400 instead of silently different results).
 //
-// Pure functions of the JSON body and the options; no I/O, no engine.
+// Pure functions of the JSON body and the options; no I/O, no engine. Not here: anything that shapes
+// the prompt (messages, tools, tool_choice, thinking): chat's api_map.h is the one mapper for those.
 #pragma once
 
 #include <optional>
@@ -23,16 +24,16 @@ struct MapOptions {
   chat::Flavor flavor = chat::Flavor::ds4;   // --chat-template
 };
 
-// The model ids a server answers to, with what each implies for thinking.
+// The model ids a server answers to. What a name implies for thinking (deepseek-chat: off,
+// deepseek-reasoner: on) is the request mapper's business (chat/api_common.h ThinkControl).
 struct ModelName {
   std::string id;
-  std::optional<chat::ThinkMode> think;  // deepseek-chat: none; deepseek-reasoner: high
 };
 std::vector<ModelName> known_models(const MapOptions& opts);
 
-// Resolves `model` (may be empty => the default) and the thinking mode from the request's
-// explicit controls; fills out.model and out.think. not_found for an unknown model name.
-Status resolve_model_and_thinking(const Json& req, ApiKind api, const MapOptions& opts, GenRequest& out);
+// Checks `model` (may be absent => the default) against the served names and fills out.model.
+// not_found for an unknown model name unless accept_any_model.
+Status resolve_model(const Json& req, const MapOptions& opts, GenRequest& out);
 
 // temperature, top_p, top_k, min_p, seed (those the API has), max tokens fields.
 Status read_sampling(const Json& req, ApiKind api, GenRequest& out);
@@ -43,8 +44,5 @@ Status read_stop(const Json& req, const char* key, GenRequest& out);
 // Fields that would silently change results if ignored: n > 1, penalties, logit_bias,
 // response_format / text.format other than plain text, ... -> invalid_argument naming the field.
 Status reject_unsupported(const Json& req, ApiKind api);
-
-// Maps an effort name; nullopt for JSON null; invalid_argument for unknown names.
-Result<std::optional<chat::ThinkMode>> parse_effort(const Json& v, std::string_view field);
 
 }  // namespace ds4::server

@@ -34,13 +34,12 @@ TEST(ApiMap, ThinkingControls) {
 
 TEST(ApiMap, ChatCompletionsMessages) {
   const std::string body = R"({"messages":[
-    {"role":"system","content":[{"type":"text","text":"A"},"B",{"type":"image_url"}]},
+    {"role":"system","content":[{"type":"text","text":"A"},"B"]},
     {"content":null},
     {"role":"assistant","content":"c","reasoning_content":"r","tool_calls":[
        {"id":"1","function":{"name":"f","arguments":"{\"a\":1}"}},
        {"id":"2","function":{"name":"g","arguments":{"b" : [1, 2]}}},
-       {"id":"3","function":{"name":"nameless_args_missing"}},
-       {"id":"4","function":{"arguments":"{}"}}]},
+       {"id":"3","function":{"name":"args_missing"}}]},
     {"role":"function","content":"out","tool_call_id":"1"}],
     "tools":[{"type":"function","function":{ "name" : "f" }}],"tool_choice":"auto"})";
   auto r = map_chat_completions(body);
@@ -59,21 +58,44 @@ TEST(ApiMap, ChatCompletionsMessages) {
   ASSERT_EQ(r->conv.tools.size(), 1u);
   EXPECT_EQ(r->conv.tools[0], R"({ "name" : "f" })");
 
-  auto none = map_chat_completions(R"({"messages":[],"tools":[{"function":{}}],"tool_choice":"none"})");
+  auto none = map_chat_completions(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"function":{"name":"f"}}],"tool_choice":"none"})");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->conv.tools.empty());
   EXPECT_TRUE(none->tools_dropped);
 }
 
+// The server's rules, now the only mapper's: parts the model cannot read and calls without a
+// name are errors naming the field (dropping them would silently change the answer), while a
+// call without arguments is still dropped like ds4-server does.
+TEST(ApiMap, ChatCompletionsStrictFields) {
+  auto image = map_chat_completions(R"({"messages":[{"role":"user","content":[{"type":"text","text":"A"},{"type":"image_url","image_url":{"url":"x"}}]}]})");
+  ASSERT_FALSE(image.ok());
+  EXPECT_EQ(image.status().message(),
+            "content part type 'image_url' in 'messages[0].content' is not supported (this model reads text only)");
+  auto nameless = map_chat_completions(R"({"messages":[{"role":"assistant","tool_calls":[{"id":"4","function":{"arguments":"{}"}}]}]})");
+  ASSERT_FALSE(nameless.ok());
+  EXPECT_EQ(nameless.status().message(), "'messages[0].tool_calls[0].function.name' is required");
+  EXPECT_EQ(map_chat_completions(R"({"messages":[{"role":"user","content":"x","tool_call_id":5}]})").status().message(),
+            "'messages[0].tool_call_id' must be a string");
+  EXPECT_EQ(map_chat_completions(R"({"messages":[]})").status().message(),
+            "'messages' must contain at least one message");
+  auto forced = map_chat_completions(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})");
+  ASSERT_TRUE(forced.ok()) << forced.status().to_string();
+  EXPECT_TRUE(forced->tool_force.required);
+  EXPECT_EQ(forced->tool_force.name, "f");
+  EXPECT_EQ(map_chat_completions(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})").status().message(),
+            "'tool_choice' requires a tool call but no 'tools' were given");
+}
+
 TEST(ApiMap, Errors) {
   EXPECT_EQ(map_chat_completions("{").status().code(), StatusCode::invalid_argument);
   EXPECT_EQ(map_chat_completions("[]").status().code(), StatusCode::invalid_argument);
-  EXPECT_EQ(map_chat_completions("{}").status().message(), "missing messages");
+  EXPECT_EQ(map_chat_completions("{}").status().message(), "missing 'messages'");
   EXPECT_FALSE(map_chat_completions(R"({"messages":[{"role":"wizard"}]})").ok());
   EXPECT_FALSE(map_chat_completions(R"({"messages":[{"content":5}]})").ok());
-  EXPECT_EQ(map_completions("{}").status().message(), "missing prompt");
-  EXPECT_EQ(map_anthropic_messages("{}").status().message(), "missing messages");
-  EXPECT_EQ(map_responses("{}").status().message(), "missing input");
+  EXPECT_EQ(map_completions("{}").status().message(), "missing 'prompt'");
+  EXPECT_EQ(map_anthropic_messages("{}").status().message(), "missing 'messages'");
+  EXPECT_EQ(map_responses("{}").status().message(), "missing 'input'");
   EXPECT_FALSE(map_responses(R"({"input":"x","previous_response_id":"r1"})").ok());
   EXPECT_FALSE(map_responses(R"({"input":"x","tool_choice":"required"})").ok());
   EXPECT_FALSE(map_responses(R"({"input":[{"type":"message","role":"user","content":[{"type":"input_image"}]}]})").ok());
@@ -82,10 +104,13 @@ TEST(ApiMap, Errors) {
 }
 
 TEST(ApiMap, Completions) {
-  auto r = map_completions(R"({"prompt":["first","second"],"reasoning_effort":"max"})");
+  auto r = map_completions(R"({"prompt":["first"],"reasoning_effort":"max"})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->prompt, "first");
   EXPECT_EQ(r->think, ThinkMode::max);
+  // Answering only the first of a batch would look like success to the client.
+  EXPECT_FALSE(map_completions(R"({"prompt":["first","second"]})").ok());
+  EXPECT_FALSE(map_completions(R"({"prompt":""})").ok());
 }
 
 TEST(ApiMap, AnthropicSystemAndToolResultsPerFlavor) {
@@ -119,9 +144,49 @@ TEST(ApiMap, AnthropicSystemAndToolResultsPerFlavor) {
   EXPECT_EQ(om[4].content, "next");
   EXPECT_EQ(o->conv.tools[0], R"({"name":"f","description":"d","parameters":{"type":"object"}})");
 
-  auto none = map_anthropic_messages(R"({"messages":[],"tools":[{"name":"f"}],"tool_choice":{"type":"none"}})");
+  auto none = map_anthropic_messages(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"}],"tool_choice":{"type":"none"}})");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->conv.tools.empty());
+}
+
+// Where chat's old mapper and the server's own disagreed, the one mapper keeps the more correct
+// behaviour (the server's own mapper was removed).
+TEST(ApiMap, ResolvedDisagreements) {
+  // --nothink: the default applies only when the request says nothing; "thinking on" means high.
+  MapOptions nothink;
+  nothink.default_think = ThinkMode::none;
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(map_chat_completions("{" + user + "}", nothink)->think, ThinkMode::none);
+  EXPECT_EQ(map_chat_completions("{" + user + R"(,"thinking":{"type":"enabled"}})", nothink)->think, ThinkMode::high);
+  EXPECT_EQ(map_chat_completions("{" + user + R"(,"reasoning_effort":"max"})", nothink)->think, ThinkMode::max);
+  EXPECT_EQ(map_chat_completions("{" + user + R"(,"model":"deepseek-reasoner"})", nothink)->think, ThinkMode::high);
+  // An unknown thinking type is an error, not silently "default".
+  EXPECT_EQ(map_chat_completions("{" + user + R"(,"thinking":{"type":"sometimes"}})").status().message(),
+            "'thinking.type' must be 'enabled', 'adaptive' or 'disabled' (got 'sometimes')");
+  // Anthropic tool_result content: plain strings in the array are text (they were dropped).
+  auto a = map_anthropic_messages(R"({"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":["a",{"type":"text","text":"b"}]}]}]})");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->conv.messages[1].content, "<tool_result>ab</tool_result>");
+  // Blocks the model cannot read are errors (they were dropped).
+  EXPECT_EQ(map_anthropic_messages(R"({"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]})").status().message(),
+            "'messages[0].content[0]' content block type 'image' is not supported (this model reads text only)");
+  // Responses: forcing a tool keeps the raw schema bytes (the old fallback re-serialised them).
+  auto f = map_responses(R"({"input":"x","tools":[{"type":"function","name":"f", "parameters" : {}}],"tool_choice":{"type":"function","name":"f"}})");
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_TRUE(f->tool_force.required);
+  EXPECT_EQ(f->tool_force.name, "f");
+  EXPECT_EQ(f->conv.tools[0], R"({"type":"function","name":"f", "parameters" : {}})");
+  EXPECT_EQ(map_responses(R"({"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"name":"g"}})").status().message(),
+            "'tool_choice' names function 'g', which is not in 'tools'");
+  // Responses: refusal blocks are replayable text; tool_search tools are accepted; hosted tools are not.
+  auto rf = map_responses(R"({"input":[{"role":"assistant","content":[{"type":"refusal","refusal":"no"}]}],"tools":[{"type":"tool_search"}]})");
+  ASSERT_TRUE(rf.ok()) << rf.status().to_string();
+  EXPECT_EQ(rf->conv.messages[0].content, "no");
+  EXPECT_EQ(rf->conv.tools, std::vector<std::string>{R"({"name":"tool_search"})"});
+  EXPECT_FALSE(map_responses(R"({"input":"x","tools":[{"type":"web_search"}]})").ok());
+  EXPECT_EQ(map_responses(R"({"input":"x","previous_response_id":"r1"})").status().message(),
+            "'previous_response_id' is not supported; replay the full input instead");
 }
 
 TEST(ApiMap, ResponsesReasoningAndCalls) {

@@ -156,7 +156,10 @@ TEST(Mapping, ConversationShapes) {
   EXPECT_EQ(a->conversation.messages[0].role, chat::Role::system);
   EXPECT_EQ(a->conversation.messages[0].content, "Be brief.");
   // Responses: tool outputs must follow their call; reasoning attaches to the call's turn.
-  EXPECT_FALSE(map(ApiKind::openai_responses, R"({"input":[{"type":"function_call_output","call_id":"c1","output":"x"}]})").ok());
+  auto unknown2 = map(ApiKind::openai_responses, R"({"input":[{"role":"user","content":"x"},{"type":"function_call_output","call_id":"c1","output":"x"}]})");
+  ASSERT_FALSE(unknown2.ok());
+  EXPECT_EQ(unknown2.status().message(),
+            "'input[1]': unknown tool output call_id 'c1'; replay the full Responses history including the function_call");
   auto r = map(ApiKind::openai_responses,
                R"({"input":[{"role":"user","content":"ls"},{"type":"reasoning","summary":[{"type":"summary_text","text":"Run ls."}]},{"type":"function_call","call_id":"c1","name":"shell","arguments":"{\"cmd\":\"ls\"}"},{"type":"function_call_output","call_id":"c1","output":"a.c"}]})");
   ASSERT_TRUE(r.ok()) << r.status().to_string();

@@ -4,11 +4,12 @@
 // wall-clock second; `tok/cpu_s` = per second of process CPU time (all threads), which stays
 // meaningful when other work shares the cores.
 //
-// Usage: bench_batch_decode [--model FILE] [--threads T] [--numerics official|reference] [benchmark flags]
+// Usage: bench_batch_decode [--model FILE] [--threads T] [--numerics official|reference] [--prompt N]
+//                           [benchmark flags]
 //   FILE defaults to models/ds4-tiny-chat.gguf (the committed tiny model); CPU backend.
-// Each session is prefilled with a 64-token prompt of its own; every round appends one greedy token
-// to each session; after 192 rounds the sessions rewind to the prompt (outside the timed region), so
-// the context stays between 64 and 256 tokens.
+// Each session is prefilled with a prompt of its own (--prompt, default 64 tokens); every round appends
+// one greedy token to each session; after 192 rounds the sessions rewind to the prompt (outside the
+// timed region), so the context stays between N and N + 192 tokens.
 // Deliberately not here: scheduling or HTTP (bench for the server lives with it).
 #include <benchmark/benchmark.h>
 
@@ -30,6 +31,7 @@ struct Config {
   std::string model = DS4_DEFAULT_MODEL;
   int threads = 0;
   Numerics numerics = Numerics::official;
+  int prompt = 64;  // prompt tokens per session
 };
 
 Config& config() {
@@ -37,7 +39,6 @@ Config& config() {
   return c;
 }
 
-constexpr int kPrompt = 64;
 constexpr int kRounds = 192;
 
 Engine& engine() {
@@ -77,7 +78,7 @@ void decode(benchmark::State& state, bool batched) {
   std::vector<std::unique_ptr<Session>> s;
   for (int i = 0; i < n; ++i) {
     s.push_back(e.new_session().value());
-    std::vector<TokenId> prompt(kPrompt);
+    std::vector<TokenId> prompt(static_cast<size_t>(config().prompt));
     uint32_t x = 977u * static_cast<uint32_t>(i + 1);
     for (TokenId& t : prompt) t = static_cast<TokenId>((x = x * 1664525u + 1013904223u) >> 8) % V;
     if (!s.back()->eval(prompt).ok()) {
@@ -93,7 +94,7 @@ void decode(benchmark::State& state, bool batched) {
     if (round == kRounds) {
       state.PauseTiming();
       cpu += process_cpu_seconds() - cpu0;
-      for (auto& p : s) (void)p->rewind(kPrompt);
+      for (auto& p : s) (void)p->rewind(config().prompt);
       round = 0;
       cpu0 = process_cpu_seconds();
       state.ResumeTiming();
@@ -143,6 +144,8 @@ int main(int argc, char** argv) {
       config().model = v;
     } else if (const char* v = value("--threads")) {
       config().threads = std::atoi(v);
+    } else if (const char* v = value("--prompt")) {
+      config().prompt = std::max(1, std::atoi(v));
     } else if (const char* v = value("--numerics")) {
       if (std::strcmp(v, "official") == 0) config().numerics = Numerics::official;
       else if (std::strcmp(v, "reference") == 0) config().numerics = Numerics::reference;

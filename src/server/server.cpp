@@ -276,8 +276,27 @@ Server::~Server() {
   impl_->worker.stop(std::chrono::milliseconds(0));
 }
 
+namespace {
+Status bind_socket(Server::Impl& s);
+}  // namespace
+
 Status Server::bind() {
   Impl& s = *impl_;
+  // cpp-httplib (the system's shared library) listens with a backlog of 5: a burst of concurrent
+  // clients (agents, ds4-loadgen's N streams) overflows the accept queue and connections are reset.
+  // Remember the listening socket and raise its backlog after binding (listen() again updates it).
+  int listen_fd = -1;
+  s.http.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = static_cast<int>(sock);
+  });
+  Status st = bind_socket(s);
+  if (st.ok() && listen_fd >= 0) (void)::listen(listen_fd, 1024);
+  return st;
+}
+
+namespace {
+Status bind_socket(Server::Impl& s) {
   if (s.opts.port == 0) {
     const int p = s.http.bind_to_any_port(s.opts.host);
     if (p <= 0) return io_error("cannot bind " + s.opts.host + " (any port)");
@@ -290,6 +309,7 @@ Status Server::bind() {
   }
   return Status::Ok();
 }
+}  // namespace
 
 int Server::port() const { return impl_->bound_port; }
 

@@ -53,7 +53,11 @@ EngineWorker::EngineWorker(Engine& engine, const WorkerOptions& opts, SharedRepl
 EngineWorker::~EngineWorker() { stop(std::chrono::milliseconds(0)); }
 
 void EngineWorker::start() {
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  if (thread_.joinable()) return;
+  // Before the thread exists (the engine is still this thread's): the probe's prefill must not
+  // delay the first request.
+  learn_kv_cost();
+  thread_ = std::thread([this] { run(); });
 }
 
 void EngineWorker::stop(std::chrono::milliseconds grace) {
@@ -125,7 +129,6 @@ void EngineWorker::learn_kv_cost() {
 }
 
 void EngineWorker::run() {
-  learn_kv_cost();
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);

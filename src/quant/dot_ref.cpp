@@ -109,29 +109,25 @@ float dot_iq2_xxs_ref(const void* w, const void* act, int64_t n) {
   return 0.125f * sumf;
 }
 
-float dot_f16_ref(const void* w, const void* act, int64_t n) {
+namespace {
+// F16 and BF16 rows: widen each 16-bit weight with `to_f32`, accumulate in float in element order.
+template <float (*to_f32)(uint16_t)>
+float dot_half_ref(const void* w, const void* act, int64_t n) {
   const auto* row = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const float*>(act);
   float acc = 0;
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, row + 2 * i, 2);
-    acc += f16_to_f32(h) * x[i];
+    acc += to_f32(h) * x[i];
   }
   return acc;
 }
+}  // namespace
 
-float dot_bf16_ref(const void* w, const void* act, int64_t n) {
-  const auto* row = static_cast<const uint8_t*>(w);
-  const auto* x = static_cast<const float*>(act);
-  float acc = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * i, 2);
-    acc += bf16_to_f32(h) * x[i];
-  }
-  return acc;
-}
+float dot_f16_ref(const void* w, const void* act, int64_t n) { return dot_half_ref<f16_to_f32>(w, act, n); }
+
+float dot_bf16_ref(const void* w, const void* act, int64_t n) { return dot_half_ref<bf16_to_f32>(w, act, n); }
 
 float dot_f32_ref(const void* w, const void* act, int64_t n) {
   const auto* row = static_cast<const uint8_t*>(w);

@@ -78,43 +78,52 @@ void requantize(const float* x, int sub_len, int nmax, float d, float dmin, uint
   for (int i = 0; i < sub_len; ++i) q[i] = static_cast<uint8_t>(clamp_int(nearest_int((x[i] + M) / D), 0, nmax));
 }
 
+// The shared body of Q2_K and Q4_K: fits each sub-block of x[kQK_K] (sub_len elements, levels
+// 0..nmax, per-element weights w[kQK_K]) to a scale and a min, quantizes those to the super-block's
+// 4-/6-bit scales (ls, lm in 0..scale_levels) and re-quantizes every element against the stored
+// scales into L[kQK_K]. Only the weights and the search grid differ between the two formats.
+SuperScales fit_super_block(const float* x, const float* w, int sub_len, int nmax, int scale_levels, bool weighted,
+                            const ScaleSearch& search, uint8_t* L, uint8_t* ls, uint8_t* lm) {
+  constexpr int kMaxSub = 16;  // Q2_K: 16 sub-blocks of 16; Q4_K: 8 of 32
+  const int n_sub = kQK_K / sub_len;
+  float scales[kMaxSub], mins[kMaxSub], sub_weight[kMaxSub];
+  uint8_t laux[kQK_K / kMaxSub * 2];
+  for (int j = 0; j < n_sub; ++j) {
+    const float* ws = w + sub_len * j;
+    float sw = 0;
+    for (int i = 0; i < sub_len; ++i) sw += ws[i];
+    sub_weight[j] = sw;
+    scales[j] = fit_scale_min(sub_len, nmax, x + sub_len * j, ws, L + sub_len * j, &mins[j], laux, search);
+  }
+  const SuperScales s = weighted ? quantize_scales_weighted(n_sub, scale_levels, scales, mins, sub_weight, ls, lm)
+                                 : quantize_scales_max(n_sub, scale_levels, scales, mins, ls, lm);
+  const float d = f16_to_f32(s.d), dmin = f16_to_f32(s.dmin);
+  for (int j = 0; j < n_sub; ++j) requantize(x + sub_len * j, sub_len, nmax, d, dmin, ls[j], lm[j], L + sub_len * j);
+  return s;
+}
+
 }  // namespace
 
 void quantize_block_q2_K(const float* xin, BlockQ2_K* y, const float* importance, QuantEffort effort) {
   constexpr int kSub = 16, kN = kQK_K / kSub;
   float x[kQK_K];
   clamp_input(xin, x);
-  uint8_t L[kQK_K], laux[kSub];
-  float scales[kN], mins[kN], weight[kSub], sub_weight[kN];
-  uint8_t ls[kN], lm[kN];
+  uint8_t L[kQK_K], ls[kN], lm[kN];
+  float weight[kQK_K];
 
   const bool fast = effort == QuantEffort::fast;
   const bool weighted = quant_detail::has_importance(importance, kQK_K) && !fast;
   float sigma2 = 0;
   for (int i = 0; i < kQK_K; ++i) sigma2 += x[i] * x[i];
   sigma2 /= kQK_K;
-  for (int j = 0; j < kN; ++j) {
-    const float* xs = x + kSub * j;
-    float sw = 0;
-    for (int i = 0; i < kSub; ++i) {
-      weight[i] = weighted ? importance[kSub * j + i] * std::sqrt(sigma2 + xs[i] * xs[i]) : std::fabs(xs[i]);
-      sw += weight[i];
-    }
-    sub_weight[j] = sw;
-    const ScaleSearch search = fast ? ScaleSearch{0, 0, 0, false}
-                               : weighted ? ScaleSearch{-0.9f, 0.05f, 36, false}
-                                          : ScaleSearch{-0.5f, 0.1f, 15, true};
-    scales[j] = fit_scale_min(kSub, 3, xs, weight, L + kSub * j, &mins[j], laux, search);
-  }
-  const SuperScales s = weighted ? quantize_scales_weighted(kN, 15, scales, mins, sub_weight, ls, lm)
-                                 : quantize_scales_max(kN, 15, scales, mins, ls, lm);
+  for (int i = 0; i < kQK_K; ++i) weight[i] = weighted ? importance[i] * std::sqrt(sigma2 + x[i] * x[i]) : std::fabs(x[i]);
+  const ScaleSearch search = fast ? ScaleSearch{0, 0, 0, false}
+                             : weighted ? ScaleSearch{-0.9f, 0.05f, 36, false}
+                                        : ScaleSearch{-0.5f, 0.1f, 15, true};
+  const SuperScales s = fit_super_block(x, weight, kSub, 3, 15, weighted, search, L, ls, lm);
   y->d = s.d;
   y->dmin = s.dmin;
-  const float d = f16_to_f32(s.d), dmin = f16_to_f32(s.dmin);
-  for (int j = 0; j < kN; ++j) {
-    y->scales[j] = static_cast<uint8_t>(ls[j] | (lm[j] << 4));
-    requantize(x + kSub * j, kSub, 3, d, dmin, ls[j], lm[j], L + kSub * j);
-  }
+  for (int j = 0; j < kN; ++j) y->scales[j] = static_cast<uint8_t>(ls[j] | (lm[j] << 4));
   // Byte 32h+k carries elements 128h+k+32l in bit pair l.
   for (int h = 0; h < 2; ++h)
     for (int k = 0; k < 32; ++k) {
@@ -127,9 +136,8 @@ void quantize_block_q4_K(const float* xin, BlockQ4_K* y, const float* importance
   constexpr int kSub = 32, kN = kQK_K / kSub;
   float x[kQK_K];
   clamp_input(xin, x);
-  uint8_t L[kQK_K], laux[kSub];
-  float scales[kN], mins[kN], weight[kSub], sub_weight[kN];
-  uint8_t ls[kN], lm[kN];
+  uint8_t L[kQK_K], ls[kN], lm[kN];
+  float weight[kQK_K];
 
   const bool fast = effort == QuantEffort::fast;
   const bool weighted = quant_detail::has_importance(importance, kQK_K) && !fast;
@@ -141,24 +149,16 @@ void quantize_block_q4_K(const float* xin, BlockQ4_K* y, const float* importance
     float sub_x2 = 0;
     for (int i = 0; i < kSub; ++i) sub_x2 += xs[i] * xs[i];
     const float av_x = std::sqrt(sub_x2 / kSub);
-    float sw = 0;
-    for (int i = 0; i < kSub; ++i) {
-      weight[i] = weighted ? importance[kSub * j + i] * std::sqrt(sigma2 + xs[i] * xs[i]) : av_x + std::fabs(xs[i]);
-      sw += weight[i];
-    }
-    sub_weight[j] = sw;
-    const ScaleSearch search = fast ? ScaleSearch{0, 0, 0, false}
-                               : weighted ? ScaleSearch{-0.9f, 0.05f, 36, false}
-                                          : ScaleSearch{-1.0f, 0.1f, 20, false};
-    scales[j] = fit_scale_min(kSub, 15, xs, weight, L + kSub * j, &mins[j], laux, search);
+    for (int i = 0; i < kSub; ++i)
+      weight[kSub * j + i] = weighted ? importance[kSub * j + i] * std::sqrt(sigma2 + xs[i] * xs[i]) : av_x + std::fabs(xs[i]);
   }
-  const SuperScales s = weighted ? quantize_scales_weighted(kN, 63, scales, mins, sub_weight, ls, lm)
-                                 : quantize_scales_max(kN, 63, scales, mins, ls, lm);
+  const ScaleSearch search = fast ? ScaleSearch{0, 0, 0, false}
+                             : weighted ? ScaleSearch{-0.9f, 0.05f, 36, false}
+                                        : ScaleSearch{-1.0f, 0.1f, 20, false};
+  const SuperScales s = fit_super_block(x, weight, kSub, 15, 63, weighted, search, L, ls, lm);
   y->d = s.d;
   y->dmin = s.dmin;
   q4k_pack_scale_min(ls, lm, y->scales);
-  const float d = f16_to_f32(s.d), dmin = f16_to_f32(s.dmin);
-  for (int j = 0; j < kN; ++j) requantize(x + kSub * j, kSub, 15, d, dmin, ls[j], lm[j], L + kSub * j);
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l) y->qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
 }

@@ -65,9 +65,6 @@ Status Forward::alloc_scratch() {
   DS4_RETURN_IF_ERROR(f32(iw_, cfg_.indexer_heads));
   DS4_RETURN_IF_ERROR(f32(idx_, std::max<int64_t>(1, cfg_.indexer_top_k)));
   DS4_RETURN_IF_ERROR(f32(icount_, 1));
-  DS4_RETURN_IF_ERROR(f32(ccount_, 1));
-  DS4_RETURN_IF_ERROR(f32(pos_, 1));
-  DS4_RETURN_IF_ERROR(f32(tok_, 1));
   DS4_RETURN_IF_ERROR(f32(attn_, HD));
   DS4_RETURN_IF_ERROR(f32(low_, cfg_.out_low_dim()));
   DS4_RETURN_IF_ERROR(f32(f_, E));
@@ -79,10 +76,17 @@ Status Forward::alloc_scratch() {
   DS4_RETURN_IF_ERROR(f32(sout_, E));
   DS4_RETURN_IF_ERROR(f32(hw_, NHC));
   DS4_RETURN_IF_ERROR(f32(logits_, cfg_.n_vocab));
-  host_i32_.resize(static_cast<size_t>(C));
-  host_tok_.resize(static_cast<size_t>(C));
-  host_ptr_.resize(static_cast<size_t>(3 * C));
-  DS4_ASSIGN_OR_RETURN(ptrs_, be_.alloc(static_cast<uint64_t>(3 * C) * sizeof(const float*), MemCategory::scratch));
+  ratio_slot_.assign(plan_.size(), -1);
+  for (size_t l = 0; l < plan_.size(); ++l) {
+    if (!plan_[l].has_compressor) continue;
+    const int64_t r = plan_[l].compress_ratio;
+    auto it = std::find(ratios_.begin(), ratios_.end(), r);
+    ratio_slot_[l] = static_cast<int>(it - ratios_.begin());
+    if (it == ratios_.end()) ratios_.push_back(r);
+  }
+  const uint64_t in_bytes = step_input_bytes(C, true);
+  host_in_.resize(in_bytes);
+  DS4_ASSIGN_OR_RETURN(in_, be_.alloc(in_bytes, MemCategory::scratch));
   off_.reserve(static_cast<size_t>(C));
   return Status::Ok();
 }
@@ -90,8 +94,8 @@ Status Forward::alloc_scratch() {
 uint64_t Forward::scratch_bytes() const {
   uint64_t t = 0;
   for (const Buffer* b : {&x_, &x2_, &flat_, &mix_, &pre_, &post_, &comb_, &y_, &xn_, &qa_, &q_, &kv_, &ckv_,
-                          &cgate_, &cpos_, &iq_, &iw_, &idx_, &icount_, &ccount_, &pos_, &tok_, &attn_, &low_, &f_,
-                          &rlogit_, &rids_, &rw_, &sg_, &su_, &sout_, &hw_, &logits_, &ptrs_})
+                          &cgate_, &cpos_, &iq_, &iw_, &idx_, &icount_, &attn_, &low_, &f_,
+                          &rlogit_, &rids_, &rw_, &sg_, &su_, &sout_, &hw_, &logits_, &in_})
     t += b->bytes();
   return t;
 }
@@ -198,12 +202,12 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   be_.rms_norm({qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
   mm(w.q_b, qa_.f32(), Q, q_.f32(), HD, n);
   be_.rms_norm({q_.f32(), q_.f32(), nullptr, n * H, D, D, eps});
-  be_.rope({q_.f32(), pos_.i32(), n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, false});
+  be_.rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, false});
 
   // §7.2 KV path, then each session's raw ring (§7.3): a segment is written before attention reads it.
   mm(w.kv, xn_.f32(), E, kv_.f32(), D, n);
   be_.rms_norm({kv_.f32(), kv_.f32(), w.kv_norm, n, D, D, eps});
-  be_.rope({kv_.f32(), pos_.i32(), n, 1, static_cast<int32_t>(D), R, freq, false});
+  be_.rope({kv_.f32(), pos_, n, 1, static_cast<int32_t>(D), R, freq, false});
   if (nm.fp8_kv) be_.fp8_round({kv_.f32(), n, D, static_cast<int32_t>(cfg_.nope_dim())});
   if (nm.f16_cache) be_.f16_round(kv_.f32(), n * D);
   for (size_t s = 0; s < segs.size(); ++s) {
@@ -225,21 +229,15 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
       compressor_proj(l, n, true);
       for (size_t s = 0; s < segs.size(); ++s) DS4_RETURN_IF_ERROR(compress(l, segs[s], off_[s], true));
     }
-    // Compressed rows visible to each column: ⌊(t+1)/r⌋ of its own session.
-    const int64_t r = p.compress_ratio;
-    for (size_t s = 0; s < segs.size(); ++s) {
-      const int64_t ns = static_cast<int64_t>(segs[s].tokens.size());
-      for (int64_t i = 0; i < ns; ++i) {
-        const int32_t c = static_cast<int32_t>((segs[s].pos0 + i + 1) / r);
-        host_i32_[off_[s] + i] = c;
-        any_select |= p.has_indexer && c > static_cast<int32_t>(cfg_.indexer_top_k);
-      }
-    }
-    be_.upload(ccount_.data(), host_i32_.data(), static_cast<uint64_t>(n) * 4);
+    // Rows visible to each column (⌊(t+1)/r⌋ of its own session) were uploaded with the step inputs;
+    // the indexer selects when a column sees more than top_k of them.
+    for (const Segment& sg : segs)
+      any_select |= p.has_indexer && (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio >
+                                         static_cast<int64_t>(cfg_.indexer_top_k);
     if (any_select) {
       const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
       mm(w.idx_q_b, qa_.f32(), Q, iq_.f32(), IH * ID, n);
-      be_.rope({iq_.f32(), pos_.i32(), n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
+      be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
       if (nm.indexer_qat) be_.indexer_qat({iq_.f32(), n * IH, static_cast<int32_t>(ID)});
       mm(w.idx_proj, xn_.f32(), E, iw_.f32(), IH, n);
       be_.scale(iw_.f32(), static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH))), n * IH);
@@ -247,29 +245,16 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   }
 
   // §7.5 selection and §7.6 attention with sinks, one call each for all columns. With several
-  // sessions each column reads its own session's ring, compressed rows and indexer rows through
-  // per-column pointer tables (scratch ptrs_: [3][n]). A column that sees ≤ top_k rows gets all of
-  // them from the indexer (ids 0…count−1), which attends exactly like no selection.
+  // sessions each column reads its own session's ring, compressed rows and indexer rows through the
+  // per-column pointer tables uploaded with the step inputs. A column that sees ≤ top_k rows gets all
+  // of them from the indexer (ids 0…count−1), which attends exactly like no selection.
   const LayerKv& k0 = segs[0].kv->layers()[l];
-  const float* const* raw_at = nullptr;
-  const float* const* comp_at = nullptr;
-  const float* const* rows_at = nullptr;
-  if (segs.size() > 1) {
-    for (size_t s = 0; s < segs.size(); ++s) {
-      const LayerKv& k = segs[s].kv->layers()[l];
-      for (int64_t c = off_[s]; c < off_[s] + static_cast<int64_t>(segs[s].tokens.size()); ++c) {
-        host_ptr_[c] = k.raw.f32();
-        host_ptr_[n + c] = k.comp.f32();
-        host_ptr_[2 * n + c] = k.index_rows.f32();
-      }
-    }
-    be_.upload(ptrs_.data(), host_ptr_.data(), static_cast<uint64_t>(3 * n) * sizeof(const float*));
-    raw_at = static_cast<const float* const*>(ptrs_.data());
-    comp_at = raw_at + n;
-    rows_at = raw_at + 2 * n;
-  }
+  const float* const* raw_at = tables_ ? tables_ + l * 3 * n : nullptr;
+  const float* const* comp_at = tables_ ? raw_at + n : nullptr;
+  const float* const* rows_at = tables_ ? raw_at + 2 * n : nullptr;
+  const int32_t* ccount = p.has_compressor ? ccount_ + ratio_slot_[l] * n : nullptr;
   const int64_t TK = cfg_.indexer_top_k;
-  const int32_t* comp_count = p.has_compressor ? ccount_.i32() : nullptr;
+  const int32_t* comp_count = ccount;
   const int32_t* comp_idx = nullptr;
   if (any_select) {
     const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
@@ -278,7 +263,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     ia.w = iw_.f32();
     ia.rows = k0.index_rows.f32();
     ia.rows_at = rows_at;
-    ia.n_rows = ccount_.i32();
+    ia.n_rows = ccount;
     ia.n = n;
     ia.heads = static_cast<int32_t>(IH);
     ia.head_dim = static_cast<int32_t>(ID);
@@ -291,7 +276,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   }
   backend::AttentionArgs aa;
   aa.q = q_.f32();
-  aa.pos = pos_.i32();
+  aa.pos = pos_;
   aa.n = n;
   aa.heads = static_cast<int32_t>(H);
   aa.head_dim = static_cast<int32_t>(D);
@@ -310,7 +295,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   be_.attention(aa);
 
   // §7.7 inverse RoPE at the query position, grouped output projection.
-  be_.rope({attn_.f32(), pos_.i32(), n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, true});
+  be_.rope({attn_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, true});
   const int64_t G = cfg_.out_groups, Ro = cfg_.o_lora_rank, gin = cfg_.out_group_in();
   for (int64_t g = 0; g < G; ++g)
     mm(w.out_a.row_slice(g * Ro, Ro), attn_.f32() + g * gin, HD, low_.f32() + g * Ro, G * Ro, n);
@@ -332,7 +317,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   ra.bias = w.router_bias;
   ra.hash = p.hash_routing ? w.tid2eid : nullptr;
   ra.vocab = static_cast<int32_t>(cfg_.n_vocab);
-  ra.tokens = tok_.i32();
+  ra.tokens = tok_;
   ra.n = n;
   ra.n_expert = static_cast<int32_t>(NE);
   ra.k = static_cast<int32_t>(K);
@@ -408,6 +393,48 @@ void Forward::logits_to_host(std::span<const Segment> segs) {
   }
 }
 
+uint64_t Forward::step_input_bytes(int64_t n, bool tables) const {
+  const uint64_t ints = static_cast<uint64_t>(n) * (2 + ratios_.size()) * sizeof(int32_t);
+  const uint64_t padded = (ints + 7) / 8 * 8;
+  return padded + (tables ? static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*) : 0);
+}
+
+void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
+  const bool tables = segs.size() > 1;
+  auto* ints = reinterpret_cast<int32_t*>(host_in_.data());
+  int32_t* tok = ints;
+  int32_t* pos = ints + n;
+  int32_t* count = ints + 2 * n;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const Segment& sg = segs[s];
+    for (int64_t i = 0; i < static_cast<int64_t>(sg.tokens.size()); ++i) {
+      const int64_t c = off_[s] + i, t = sg.pos0 + i;
+      tok[c] = sg.tokens[static_cast<size_t>(i)];
+      pos[c] = static_cast<int32_t>(t);
+      for (size_t r = 0; r < ratios_.size(); ++r) count[r * n + c] = static_cast<int32_t>((t + 1) / ratios_[r]);
+    }
+  }
+  const uint64_t table_off = step_input_bytes(n, false);
+  if (tables) {
+    auto* t = reinterpret_cast<const float**>(host_in_.data() + table_off);
+    for (size_t l = 0; l < plan_.size(); ++l)
+      for (size_t s = 0; s < segs.size(); ++s) {
+        const LayerKv& k = segs[s].kv->layers()[l];
+        for (int64_t c = off_[s]; c < off_[s] + static_cast<int64_t>(segs[s].tokens.size()); ++c) {
+          t[(l * 3 + 0) * n + c] = k.raw.f32();
+          t[(l * 3 + 1) * n + c] = k.comp.f32();
+          t[(l * 3 + 2) * n + c] = k.index_rows.f32();
+        }
+      }
+  }
+  be_.upload(in_.data(), host_in_.data(), step_input_bytes(n, tables));
+  auto* dev = static_cast<uint8_t*>(in_.data());
+  tok_ = reinterpret_cast<const int32_t*>(dev);
+  pos_ = tok_ + n;
+  ccount_ = tok_ + 2 * n;
+  tables_ = tables ? reinterpret_cast<const float* const*>(dev + table_off) : nullptr;
+}
+
 Status Forward::prepare(std::span<const Segment> segs) {
   if (segs.empty()) return invalid_argument("forward: empty step");
   int64_t total = 0;
@@ -453,21 +480,16 @@ Status Forward::eval_batch(std::span<const Segment> segs) {
   for (const Segment& sg : segs)
     if (sg.logits_out == nullptr) return invalid_argument("forward: a segment has no logits destination");
   DS4_RETURN_IF_ERROR(prepare(segs));
-  // Columns: segment s occupies [off_[s], off_[s] + n_s); ids and positions per column.
+  // Columns: segment s occupies [off_[s], off_[s] + n_s).
   off_.clear();
   int64_t n = 0;
   for (const Segment& sg : segs) {
     off_.push_back(n);
-    for (size_t i = 0; i < sg.tokens.size(); ++i) {
-      host_tok_[n] = sg.tokens[i];
-      host_i32_[n] = static_cast<int32_t>(sg.pos0 + static_cast<int64_t>(i));
-      ++n;
-    }
+    n += static_cast<int64_t>(sg.tokens.size());
   }
-  be_.upload(tok_.data(), host_tok_.data(), static_cast<uint64_t>(n) * 4);
-  be_.upload(pos_.data(), host_i32_.data(), static_cast<uint64_t>(n) * 4);
+  upload_step_inputs(segs, n);
 
-  be_.embed({w_.token_embd, tok_.i32(), n, static_cast<int32_t>(cfg_.n_hc), x_.f32()});
+  be_.embed({w_.token_embd, tok_, n, static_cast<int32_t>(cfg_.n_hc), x_.f32()});
   for (size_t l = 0; l < plan_.size(); ++l) {
     Status st = attention_layer(l, segs, n);
     if (!st.ok()) return st.with_context("layer " + std::to_string(l));

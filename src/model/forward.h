@@ -84,6 +84,8 @@ class Forward {
  private:
   Forward(backend::Backend& be, const modelspec::ModelConfig& cfg, const ModelWeights& w, const ForwardOptions& o);
   Status alloc_scratch();
+  uint64_t step_input_bytes(int64_t n, bool tables) const;
+  void upload_step_inputs(std::span<const Segment> segs, int64_t n);
   void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n);
   void hc_post_swap(int64_t n);
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
@@ -117,9 +119,6 @@ class Forward {
   backend::Buffer iw_;            // [C][IH] indexer head weights
   backend::Buffer idx_;           // [C][TK] i32 selected compressed rows
   backend::Buffer icount_;        // [C] i32
-  backend::Buffer ccount_;        // [C] i32 visible compressed rows
-  backend::Buffer pos_;           // [C] i32 token positions
-  backend::Buffer tok_;           // [C] i32 token ids
   backend::Buffer attn_;          // [C][H][D] attention output
   backend::Buffer low_;           // [C][G·Ro]
   backend::Buffer f_;             // [C][E] sublayer output
@@ -130,11 +129,20 @@ class Forward {
   backend::Buffer sout_;          // [C][E]
   backend::Buffer hw_;            // [C][NHC] head weights
   backend::Buffer logits_;        // [C][V]
-  std::vector<int32_t> host_i32_; // [C] staging for positions / counts
-  std::vector<int32_t> host_tok_; // [C] staging for token ids
+  // Step inputs, written on the host and uploaded once per step (so the layers themselves need no
+  // host→device transfer; a CUDA graph can then cover them). For a step of n columns, packed:
+  //   tok [n] i32 | pos [n] i32 | ccount [NR][n] i32 (rows visible per column, one row per distinct
+  //   compression ratio) | pad to 8 | (several sessions only) tables [L][3][n] of raw ring /
+  //   compressed rows / indexer rows base pointers, the per-query session state of attention/indexer.
+  backend::Buffer in_;
+  std::vector<uint8_t> host_in_;
+  std::vector<int64_t> ratios_;     // distinct compression ratios (NR)
+  std::vector<int> ratio_slot_;     // [L] index into ratios_, −1 without compressor
+  const int32_t* tok_ = nullptr;    // views into in_ for the current step
+  const int32_t* pos_ = nullptr;
+  const int32_t* ccount_ = nullptr; // [NR][n]
+  const float* const* tables_ = nullptr;  // [L][3][n] or null (one session)
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
-  backend::Buffer ptrs_;          // [3][C] per-column raw ring / compressed rows / indexer rows bases
-  std::vector<const float*> host_ptr_;  // [3·C] staging for ptrs_
 };
 
 }  // namespace ds4::model

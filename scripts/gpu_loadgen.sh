@@ -8,6 +8,7 @@
 #   here:   scripts/gpu_loadgen.sh --pack BUILD_DIR PACK_DIR     (BUILD_DIR configured with -DDS4_CUDA=ON)
 #   there:  scripts/gpu_loadgen.sh PACK_DIR [OUT_DIR]
 #           env: LAYERS=4 SERIES="1 2 4 8 16 32 64" PROMPT=256 GEN=32 SEP_MAX=4 BATCH_TOKENS=512 CTX=4096
+#                SERIES_TIMEOUT=150 (seconds; what finished by then is kept)
 set -u
 if [ "${1:-}" = "--pack" ]; then
   B=${2:?build dir}; P=${3:?pack dir}
@@ -26,18 +27,18 @@ O=${2:-${OUT:-/tmp/gpu_loadgen}}; mkdir -p "$O"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
 LAYERS=${LAYERS:-4}; SERIES=${SERIES:-"1 2 4 8 16 32 64"}; PROMPT=${PROMPT:-256}; GEN=${GEN:-32}
-SEP_MAX=${SEP_MAX:-4}; BATCH_TOKENS=${BATCH_TOKENS:-512}; CTX=${CTX:-4096}
+SEP_MAX=${SEP_MAX:-4}; BATCH_TOKENS=${BATCH_TOKENS:-512}; CTX=${CTX:-4096}; SERIES_TIMEOUT=${SERIES_TIMEOUT:-150}
 echo "gpu_loadgen: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F' '%H:%M' UTC'), layers $LAYERS" | tee "$O/summary.txt"
 F=/dev/shm/flash-q2-l$LAYERS.gguf
 t0=$(date +%s)
 "$P/ds4-gen" --profile flash-q2 --layers "$LAYERS" --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
 echo "ds4-gen rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
-bash "$ROOT/scripts/loadgen_series.sh" --server "$P/ds4-server" --loadgen "$P/ds4-loadgen" --model "$F" --out /tmp/series \
+timeout "$SERIES_TIMEOUT" bash "$ROOT/scripts/loadgen_series.sh" --server "$P/ds4-server" --loadgen "$P/ds4-loadgen" --model "$F" --out /tmp/series \
   --series "$SERIES" --prompt "$PROMPT" --gen "$GEN" --separate-max "$SEP_MAX" \
   --server-args "--cuda --ctx $CTX --max-batch-tokens $BATCH_TOKENS --prefix-cache-mb 0" > "$O/series.log" 2>&1
 echo "series rc=$? after $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
 cp /tmp/series/series.csv "$O/" 2>/dev/null
-grep -h "" /tmp/series/metrics_one_n*.txt > "$O/metrics.txt" 2>/dev/null
-head -8 /tmp/series/server_one_n1.log >> "$O/summary.txt" 2>/dev/null
+for l in /tmp/series/server_one_n*.log; do echo "== $l"; head -6 "$l"; done > "$O/servers.txt" 2>/dev/null
+cat /tmp/series/loadgen_*.txt > "$O/loadgen.txt" 2>/dev/null
 rm -f "$F"
 cat "$O/series.csv" | tee -a "$O/summary.txt"

@@ -39,6 +39,9 @@ struct EngineOptions {
   Numerics numerics = Numerics::official;
   bool warm_weights = false;            // touch every weight page at load (ds4 --warm-weights)
   int cuda_device = 0;
+  // CUDA: prefill-sized matmuls and routed experts on int8 tensor cores (off: the matvec kernels for
+  // every batch size; same numerics up to the order of float block sums).
+  bool cuda_tensor_cores = true;
   int32_t max_chunk = 0;                // prefill tokens per forward step (scratch is sized for it); 0 = 64
   // Shared-expert SwiGLU clamp (MODEL.md §8 step 6): on for ds4/official; HF revision B omits it,
   // so golden comparisons against that revision turn it off.
@@ -55,6 +58,10 @@ struct ModelInfo {
   int64_t max_context = 0;     // effective per-session limit
   uint64_t file_bytes = 0, weight_bytes = 0;
   std::string quant_summary;   // e.g. "Q8_0 attn, IQ2_XXS/Q2_K experts"
+  // Weights copied to device memory at open (CUDA; 0 on the CPU, which maps the file): bytes and the
+  // wall time of the copy, for load logs ("uploaded N GB in S s").
+  uint64_t upload_bytes = 0;
+  double upload_seconds = 0;
 };
 
 struct SessionOptions {

@@ -55,9 +55,19 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
 #ifdef DS4_HAVE_CUDA
       backend::cuda::CudaBackendOptions co;
       co.device = opts.cuda_device;
+      co.tensor_cores = opts.cuda_tensor_cores;
       auto be = backend::cuda::make_cuda_backend(co);
       if (!be.ok()) return be.status().with_context("engine");
       e->backend_ = std::move(be).value();
+      {
+        // Weights live on the device: refuse at once, before minutes of copying, when they cannot fit.
+        const auto di = backend::cuda::device_info(*e->backend_);
+        const uint64_t need = e->file_->file_size();
+        if (di.total > 0 && need > di.free)
+          return out_of_memory("engine: the model's " + std::to_string(need >> 20) + " MiB of weights do not fit in " +
+                               std::string(di.name) + "'s " + std::to_string(di.free >> 20) + " MiB of free memory (" +
+                               std::to_string(di.total >> 20) + " MiB total); use a smaller quantization or the CPU backend");
+      }
       break;
 #else
       return unsupported("engine: this build has no CUDA backend (configure with -DDS4_CUDA=ON)");
@@ -66,6 +76,14 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
   }
   const auto plan = modelspec::layer_plan(e->cfg_);
   DS4_ASSIGN_OR_RETURN(e->weights_, model::bind_weights(*e->file_, e->cfg_, plan, *e->backend_));
+#ifdef DS4_HAVE_CUDA
+  if (opts.backend == BackendKind::cuda) {
+    DS4_RETURN_IF_ERROR(e->backend_->sync());  // the last weight copies land here (counted in the upload time)
+    const auto us = backend::cuda::weight_upload_stats(*e->backend_);
+    e->info_.upload_bytes = us.bytes;
+    e->info_.upload_seconds = us.seconds;
+  }
+#endif
 
   model::ForwardOptions fo;
   fo.max_chunk = opts.max_chunk > 0 ? opts.max_chunk : 64;

@@ -75,6 +75,23 @@ TEST_F(CudaMatmul, FlashShapes) {
     for (MatmulNumerics nm : {MatmulNumerics::ds4, MatmulNumerics::exact}) run(c.t, c.s, nm);
 }
 
+TEST_F(CudaMatmul, TensorCoreGemmPrefillBatches) {
+  // n ≥ kGemmMinVectors (8) under ds4 numerics runs the int8 tensor-core GEMM (ops_gemm.cu) for
+  // Q8_0, IQ2_XXS and Q2_K: same integer block sums and per-block float products as the CPU, only the
+  // order of the block sums differs, so the matvec's 2e-5 holds. Partial row tiles (200 of 128·2),
+  // partial vector tiles (77, 300 of 64·k), strided x/y, and the Flash prefill shapes.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS, GgmlType::Q2_K}) {
+    run(t, {200, 512, 8}, MatmulNumerics::ds4);
+    run(t, {200, 512, 77}, MatmulNumerics::ds4, 32, 3);
+    run(t, {64, 256, 300}, MatmulNumerics::ds4);
+  }
+  run(GgmlType::Q8_0, {1024, 4096, 130}, MatmulNumerics::ds4);   // q_a / kv
+  run(GgmlType::Q8_0, {32768, 1024, 96}, MatmulNumerics::ds4);   // q_b
+  run(GgmlType::Q8_0, {4096, 8192, 64}, MatmulNumerics::ds4);    // output b
+  run(GgmlType::IQ2_XXS, {2048, 4096, 70}, MatmulNumerics::ds4); // expert gate/up rows
+  run(GgmlType::Q2_K, {4096, 2048, 70}, MatmulNumerics::ds4);    // expert down rows
+}
+
 TEST_F(CudaMatmul, RowSliceOfAGroupedMatrix) {
   // The grouped output projection multiplies row slices (Weight::row_slice) with strided inputs.
   Weight w;
@@ -160,6 +177,54 @@ TEST_F(CudaMoe, RoutedExpertsSmall) {
     run(GgmlType::IQ2_XXS, GgmlType::Q2_K, 8, 512, 256, 3, 4, nm, 10.0f);
     run(GgmlType::Q8_0, GgmlType::Q8_0, 6, 256, 64, 2, 3, nm, 0.0f);
   }
+}
+
+TEST_F(CudaMoe, RoutedExpertsGroupedOnTensorCores) {
+  // ≥ kGroupMinPairs (64) pairs under ds4 numerics: pairs sorted by expert, grouped int8 GEMMs
+  // (several 64-pair tiles per expert, a partial last tile). exact numerics keep the matvec.
+  for (MatmulNumerics nm : {MatmulNumerics::ds4, MatmulNumerics::exact}) {
+    run(GgmlType::IQ2_XXS, GgmlType::Q2_K, 8, 512, 256, 3, 300, nm, 10.0f);
+    run(GgmlType::Q8_0, GgmlType::Q8_0, 6, 256, 256, 2, 100, nm, 0.0f);
+  }
+  run(GgmlType::IQ2_XXS, GgmlType::Q2_K, 16, 4096, 2048, 6, 40, MatmulNumerics::ds4, 10.0f);
+}
+
+TEST_F(CudaMoe, GroupedExpertsOutOfRangeIdGivesNaN) {
+  // A corrupt expert id must not crash or read outside the tensor: its token's output is NaN.
+  const int32_t ne = 4, dim = 256, ff = 256, k = 2, n = 64;
+  Weight g0, d0;
+  auto gb = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &g0);
+  auto db = random_weight(GgmlType::Q2_K, int64_t{ne} * dim, ff, &d0);
+  auto ex = [&](Weight w, const std::vector<uint8_t>& b, int64_t rows) {
+    ExpertWeights e;
+    e.first = gpu_weight(w, b.size());
+    e.first.rows = rows;
+    e.expert_bytes = rows * w.row_bytes;
+    e.n_expert = ne;
+    return e;
+  };
+  MoeArgs a;
+  a.gate = ex(g0, gb, ff);
+  a.up = a.gate;
+  a.down = ex(d0, db, dim);
+  std::vector<int32_t> ids(n * k);
+  for (int i = 0; i < n * k; ++i) ids[i] = i % ne;
+  ids[5 * k + 1] = ne + 3;  // token 5
+  std::vector<float> wts(ids.size(), 0.5f);
+  a.x = dev(randn(static_cast<size_t>(n * dim)));
+  a.ids = dev(ids);
+  a.weights = dev(wts);
+  a.n = n;
+  a.k = k;
+  a.dim = dim;
+  a.ff = ff;
+  a.out = poisoned(static_cast<size_t>(n * dim));
+  gpu_->moe(a);
+  ASSERT_TRUE(gpu_->sync().ok());
+  auto out = host(a.out, static_cast<size_t>(n * dim));
+  for (int64_t i = 0; i < n; ++i)
+    for (int d = 0; d < dim; ++d)
+      ASSERT_EQ(std::isnan(out[i * dim + d]), i == 5) << "token " << i << " dim " << d;
 }
 
 TEST_F(CudaMoe, RoutedExpertsFlashShape) {

@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
   if (!engine.ok()) return fail(engine.status().to_string());
   Engine& e = **engine;
   const ModelInfo& info = e.info();
+  if (info.upload_bytes > 0)
+    std::fprintf(stderr, "ds4-bench: weights uploaded to the device: %.2f GB in %.2f s (%.2f GB/s)\n",
+                 info.upload_bytes / 1e9, info.upload_seconds,
+                 info.upload_seconds > 0 ? info.upload_bytes / 1e9 / info.upload_seconds : 0.0);
   // The engine accepts a limit beyond the model's trained context; a benchmark there measures
   // nothing the model supports, so refuse it.
   const int64_t model_ctx = info.context_length > 0 ? info.context_length : info.max_context;

@@ -26,6 +26,7 @@ struct EngineFlags {
   bool cpu = false;
   bool cuda = false;
   int cuda_device = 0;
+  bool cuda_no_tensor_cores = false;
 };
 
 inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -42,6 +43,9 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_flag("--cpu", f.cpu, "use the CPU backend (the default)");
   app.add_flag("--cuda", f.cuda, "use the CUDA backend (needs a build with -DDS4_CUDA=ON and a GPU)");
   app.add_option("--cuda-device", f.cuda_device, "CUDA device index");
+  app.add_flag("--cuda-no-tensor-cores", f.cuda_no_tensor_cores,
+               "CUDA: run prefill matmuls and routed experts with the matvec kernels instead of the int8 "
+               "tensor-core GEMM (for comparisons; same numerics up to float summation order)");
 }
 
 // Reads a whole file as bytes; false when it cannot be opened.
@@ -67,6 +71,7 @@ inline bool engine_options(const EngineFlags& f, EngineOptions& o) {
   }
   o.backend = f.cuda ? BackendKind::cuda : BackendKind::cpu;
   o.cuda_device = f.cuda_device;
+  o.cuda_tensor_cores = !f.cuda_no_tensor_cores;
   if (f.numerics == "official") {
     o.numerics = Numerics::official;
   } else if (f.numerics == "reference") {

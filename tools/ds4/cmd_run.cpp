@@ -79,6 +79,10 @@ int ds4_cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "ds4 run: %s\n", engine.status().to_string().c_str());
     return 1;
   }
+  if (const ModelInfo& mi = (*engine)->info(); mi.upload_bytes > 0)
+    std::fprintf(stderr, "ds4 run: weights uploaded to the device: %.2f GB in %.2f s (%.2f GB/s)\n",
+                 mi.upload_bytes / 1e9, mi.upload_seconds,
+                 mi.upload_seconds > 0 ? mi.upload_bytes / 1e9 / mi.upload_seconds : 0.0);
   std::vector<TokenId> ids;
   if (!prompt.empty()) {
     EncodeOptions enc;

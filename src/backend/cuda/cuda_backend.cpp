@@ -32,11 +32,14 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaStreamCreate: ") + cudaGetErrorString(e));
   e = upload_iq2xxs_tables();
+  if (e == cudaSuccess) e = upload_gemm_tables();
   if (e != cudaSuccess) {
     cudaStreamDestroy(s);
     return unavailable(std::string("cuda backend: IQ2_XXS tables: ") + cudaGetErrorString(e));
   }
-  return std::unique_ptr<Backend>(new CudaBackend(opts.device, s));
+  auto be = std::unique_ptr<CudaBackend>(new CudaBackend(opts.device, s));
+  be->set_tensor_cores(opts.tensor_cores);
+  return std::unique_ptr<Backend>(std::move(be));
 }
 
 WeightUploadStats weight_upload_stats(const Backend& be) {
@@ -65,9 +68,10 @@ DeviceInfo device_info(const Backend& be) {
 CudaBackend::CudaBackend(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
 
 CudaBackend::~CudaBackend() {
+  (void)uploader_.release_staging();
   cudaStreamSynchronize(stream_);
   for (void* p : weights_) cudaFree(p);
-  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_})
+  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_})
     if (s->ptr) cudaFree(s->ptr);
   cudaStreamDestroy(stream_);
 }
@@ -84,6 +88,12 @@ void CudaBackend::fail(Status s) {
 }
 
 Status CudaBackend::sync() {
+  if (uploading_) {  // the last weight copies finish here; their wait belongs to the upload time
+    const auto t0 = std::chrono::steady_clock::now();
+    check(uploader_.release_staging(), "weight upload");
+    upload_stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    uploading_ = false;
+  }
   check(cudaStreamSynchronize(stream_), "stream synchronize");
   return first_error_;
 }
@@ -117,19 +127,22 @@ void CudaBackend::release(void* ptr, uint64_t bytes, MemCategory cat) {
 }
 
 Result<const void*> CudaBackend::map_weight(const void* host, uint64_t bytes) {
-  // One device copy per tensor, straight from the mmap'd file (the driver stages pageable memory;
-  // no host copy of ours). Counted in upload_stats_, not in allocated(): the engine already counts
-  // mapped weight bytes once under `weights`.
+  // One device allocation per tensor, filled from the mmap'd file through the pinned staging ring
+  // (weight_upload.h; no host copy of ours beyond the ring). Counted in upload_stats_, not in
+  // allocated(): the engine already counts mapped weight bytes once under `weights`.
   const auto t0 = std::chrono::steady_clock::now();
   if (bytes == 0) return static_cast<const void*>(nullptr);
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess)
     return oom("a weight tensor", bytes, "weights").with_context(
         "after " + mib(upload_stats_.bytes) + " of weights were uploaded; the model does not fit in device memory");
-  cudaError_t e = cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+  const char* what = "";
+  cudaError_t e = uploader_.enqueue(p, host, bytes, stream_, &what);
+  uploading_ = true;
   if (e != cudaSuccess) {
+    (void)uploader_.release_staging();
     cudaFree(p);
-    return internal_error(std::string("cuda backend: weight upload: ") + cudaGetErrorString(e));
+    return internal_error(std::string("cuda backend: weight upload: ") + what + ": " + cudaGetErrorString(e));
   }
   weights_.push_back(p);
   upload_stats_.bytes += bytes;

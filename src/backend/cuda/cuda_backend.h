@@ -15,7 +15,8 @@
 namespace ds4::backend::cuda {
 
 struct CudaBackendOptions {
-  int device = 0;  // CUDA device ordinal
+  int device = 0;            // CUDA device ordinal
+  bool tensor_cores = true;  // int8 tensor-core GEMM for prefill batches and grouped experts (ops_gemm.cu)
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

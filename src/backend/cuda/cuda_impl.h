@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/weight_upload.h"
 
 namespace ds4::backend::cuda {
 
@@ -23,6 +24,23 @@ struct DeviceScratch {
   void* ptr = nullptr;
   uint64_t bytes = 0;
 };
+
+// Vectors grouped by expert for the tensor-core GEMM (ops_gemm.cu group_by_expert; device arrays in
+// the backend's moe_groups_ scratch): `order` lists vector ids sorted by expert, `tiles` holds
+// [max_tiles][3] = (expert, first index into order, count ≤ 64), *n_tiles of them valid.
+struct ExpertGroups {
+  const int32_t* order = nullptr;
+  const int32_t* tiles = nullptr;
+  const int32_t* n_tiles = nullptr;
+  int32_t max_tiles = 0;
+};
+
+// From this many vectors a dense quantized matmul runs as a tensor-core GEMM (ops_gemm.cu) instead of
+// the matvec: below it the weights are read about once either way and the matvec has less overhead.
+inline constexpr int64_t kGemmMinVectors = 8;
+// Routed experts are grouped by expert (one GEMM tile per 64 pairs of an expert) from this many
+// (token, slot) pairs: with fewer, most experts see one pair and grouping only adds launches.
+inline constexpr int64_t kGroupMinPairs = 64;
 
 // A quantized-activation matvec over `n_vec` vectors (the matmul op and the routed experts).
 // Vector v reads activation row v / x_div and, when `ids` is set, expert ids[v] of the weights.
@@ -38,7 +56,12 @@ struct GemvJob {
   int64_t y_stride = 0;
   int64_t n_vec = 0;
   MatmulNumerics numerics = MatmulNumerics::ds4;
+  const ExpertGroups* groups = nullptr;  // with ids: run grouped by expert on tensor cores
 };
+
+// Whether the tensor-core GEMM handles `j` (ds4 numerics; Q8_0, IQ2_XXS or Q2_K; whole 256-value
+// stages; dense with n_vec ≥ kGemmMinVectors, or grouped by expert). The one dispatch point is gemv().
+bool gemm_supports(const GemvJob& j);
 
 class CudaBackend final : public Backend {
  public:
@@ -80,6 +103,10 @@ class CudaBackend final : public Backend {
 
   // Matvec of GemvJob (ops_matmul.cu); quantizes activations into scratch when the numerics need it.
   void gemv(const GemvJob& j, DeviceScratch& act_scratch);
+  // Tensor-core GEMM of a job gemm_supports() accepts, on activations gemv() has quantized (ops_gemm.cu).
+  void gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
+  // Sorts vector ids by ids[v] into moe_groups_ (no host sync); false (error recorded) on failure.
+  bool group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g);
 
   // Records the first failure; returns true when `e` is cudaSuccess.
   bool check(cudaError_t e, const char* what);
@@ -91,6 +118,8 @@ class CudaBackend final : public Backend {
   bool ensure(DeviceScratch& s, uint64_t bytes, const char* what);
 
   cudaStream_t stream() const { return stream_; }
+  void set_tensor_cores(bool on) { tensor_cores_ = on; }
+  bool tensor_cores() const { return tensor_cores_; }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -102,14 +131,20 @@ class CudaBackend final : public Backend {
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend
   WeightUploadStats upload_stats_;
+  WeightUploader uploader_;               // pinned ring + copy stream while weights are being bound
+  bool uploading_ = false;                // copies queued since the last sync()
+  bool tensor_cores_ = true;              // CudaBackendOptions::tensor_cores
   DeviceScratch act_;                     // [n][act row] quantized activations (matmul)
   DeviceScratch moe_act_, moe_g_, moe_u_, moe_h_act_, moe_y_;  // routed-expert batches [n·k][*]
   DeviceScratch idx_scores_;              // [n][max rows] indexer scores
+  DeviceScratch moe_groups_;              // routed-expert pairs grouped by expert (ExpertGroups)
 
   friend struct ScratchAccess;
 };
 
 // Upload of the IQ2_XXS lookup tables to the __constant__ copies of ops_matmul.cu (once per backend).
 cudaError_t upload_iq2xxs_tables();
+// The same tables for the GEMM's translation unit (ops_gemm.cu).
+cudaError_t upload_gemm_tables();
 
 }  // namespace ds4::backend::cuda

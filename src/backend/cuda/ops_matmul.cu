@@ -279,6 +279,10 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
     else
       quantize_q8_K_kernel<<<qgrid, 256, 0, s>>>(j.x, j.x_stride, act_rows, j.w.cols, static_cast<uint8_t*>(act_scratch.ptr));
     if (!launched("quantize activations")) return;
+    if (tensor_cores() && gemm_supports(j)) {  // prefill-sized batches and grouped experts: tensor cores (ops_gemm.cu)
+      gemm(j, p.act, p.act_stride);
+      return;
+    }
     switch (T) {
       case GgmlType::Q8_0: gemv_quant_kernel<GgmlType::Q8_0><<<grid, block, 0, s>>>(p); break;
       case GgmlType::Q2_K: gemv_quant_kernel<GgmlType::Q2_K><<<grid, block, 0, s>>>(p); break;

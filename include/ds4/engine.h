@@ -39,8 +39,8 @@ struct EngineOptions {
   Numerics numerics = Numerics::official;
   bool warm_weights = false;            // touch every weight page at load (ds4 --warm-weights)
   int cuda_device = 0;
-  // CUDA: prefill-sized matmuls and routed experts on int8 tensor cores (off: the matvec kernels for
-  // every batch size; same numerics up to the order of float block sums).
+  // CUDA: prefill-sized matmuls and routed experts on int8 tensor cores and chunk attention (off: the
+  // matvec and one-query attention kernels for every batch size; same numerics up to float sum order).
   bool cuda_tensor_cores = true;
   int32_t max_chunk = 0;                // prefill tokens per forward step (scratch is sized for it); 0 = 64
   // Shared-expert SwiGLU clamp (MODEL.md §8 step 6): on for ds4/official; HF revision B omits it,

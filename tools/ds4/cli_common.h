@@ -44,8 +44,9 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_flag("--cuda", f.cuda, "use the CUDA backend (needs a build with -DDS4_CUDA=ON and a GPU)");
   app.add_option("--cuda-device", f.cuda_device, "CUDA device index");
   app.add_flag("--cuda-no-tensor-cores", f.cuda_no_tensor_cores,
-               "CUDA: run prefill matmuls and routed experts with the matvec kernels instead of the int8 "
-               "tensor-core GEMM (for comparisons; same numerics up to float summation order)");
+               "CUDA: run prefill matmuls, routed experts and attention with the decode (matvec, one-query) "
+               "kernels instead of the int8 tensor-core GEMM and chunk attention (for comparisons; same "
+               "numerics up to float summation order)");
 }
 
 // Reads a whole file as bytes; false when it cannot be opened.

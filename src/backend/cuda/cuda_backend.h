@@ -16,7 +16,9 @@ namespace ds4::backend::cuda {
 
 struct CudaBackendOptions {
   int device = 0;            // CUDA device ordinal
-  bool tensor_cores = true;  // int8 tensor-core GEMM for prefill batches and grouped experts (ops_gemm.cu)
+  // Prefill kernels: int8 tensor-core GEMM for batches and grouped experts (ops_gemm.cu) and chunk
+  // attention (8 heads per block); off: the matvec and one-query attention for every batch size.
+  bool tensor_cores = true;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

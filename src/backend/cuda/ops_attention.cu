@@ -170,7 +170,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
     return;
   }
   const int pl = a.head_dim / kWarp;
-  if (a.n >= kGroupMinQueries && a.heads % kHeadsPerBlock == 0 && (pl == 2 || pl == 4 || pl == 8 || pl == 16)) {
+  if (tensor_cores() && a.n >= kGroupMinQueries && a.heads % kHeadsPerBlock == 0 && (pl == 2 || pl == 4 || pl == 8 || pl == 16)) {
     const size_t rows_bytes = static_cast<size_t>(kRowTile) * a.head_dim * sizeof(float);
     const unsigned blocks = static_cast<unsigned>(a.n * (a.heads / kHeadsPerBlock));
     const int threads = kHeadsPerBlock * kWarp;

@@ -1,0 +1,183 @@
+// cuda_prefill_bench.cpp — prefill-shaped op rates on the GPU machine (not a ctest): the int8
+// tensor-core GEMM on the Flash projection shapes, the routed experts grouped by expert for a 4K chunk
+// (256 experts, k 6), and chunk attention (8 heads per block), each against the matvec path (tensor
+// cores off) and the one-head-per-block attention. These rates are the "measured GEMM rate" of the prefill roofline in docs/PERF.md.
+// Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
+// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096]. Prints "PBENCH" lines.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "quant/half.h"
+#include "quant/types.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median_seconds(const std::function<void()>& body, const std::function<void()>& sync, int iters) {
+  body();
+  sync();
+  std::vector<double> t;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) body();
+    sync();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
+  }
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+// Random blocks with small scales (finite outputs); Q2_K keeps both of its scales in range.
+std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const uint64_t rb = *type_bytes(type, cols);
+  std::vector<uint8_t> b(rb * rows + 8);
+  uint64_t st = rng() | 1;  // xorshift64: gigabytes of expert blocks in well under a second
+  for (size_t i = 0; i + 8 <= b.size(); i += 8) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    std::memcpy(&b[i], &st, 8);
+  }
+  b.resize(rb * rows);
+  const auto tr = *type_traits(static_cast<uint32_t>(type));
+  const uint16_t h = f32_to_f16(0.001f);
+  for (uint64_t k = 0; k < b.size() / tr.block_bytes; ++k) {
+    if (type == GgmlType::Q2_K) {
+      std::memcpy(&b[k * tr.block_bytes + 80], &h, 2);
+      std::memcpy(&b[k * tr.block_bytes + 82], &h, 2);
+    } else {
+      std::memcpy(&b[k * tr.block_bytes], &h, 2);
+    }
+  }
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t N = argc > 1 ? std::atoll(argv[1]) : 4096;
+  std::mt19937 rng(1);
+  for (bool tc : {true, false}) {
+    cuda::CudaBackendOptions co;
+    co.tensor_cores = tc;
+    auto made = cuda::make_cuda_backend(co);
+    if (!made.ok()) {
+      std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
+      return 0;
+    }
+    auto be = std::move(made).value();
+    const char* path = tc ? "tensor-core" : "matvec";
+    auto sync = [&] { (void)be->sync(); };
+    auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
+      auto host = random_blocks(t, rows, cols, rng);
+      Weight w{t, nullptr, rows, cols, *type_bytes(t, cols)};
+      auto p = be->map_weight(host.data(), host.size());
+      w.data = p.ok() ? *p : nullptr;
+      return w;
+    };
+    auto fbuf = [&](int64_t n) { return std::move(be->alloc(static_cast<uint64_t>(n) * 4, MemCategory::scratch)).value(); };
+    std::vector<float> xh(static_cast<size_t>(N) * 8192);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : xh) v = nd(rng);
+    Buffer x = fbuf(N * 8192), y = fbuf(N * 32768);
+    be->upload(x.data(), xh.data(), xh.size() * 4);
+    // The matvec path re-reads the weights per token: time it on fewer tokens and scale.
+    const int64_t n = tc ? N : std::min<int64_t>(N, 256);
+
+    struct Mm {
+      const char* name;
+      GgmlType t;
+      int64_t rows, cols;
+    };
+    for (Mm m : {Mm{"q_a q8_0 1024x4096", GgmlType::Q8_0, 1024, 4096}, Mm{"q_b q8_0 32768x1024", GgmlType::Q8_0, 32768, 1024},
+                 Mm{"out_b q8_0 4096x8192", GgmlType::Q8_0, 4096, 8192}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
+                 Mm{"iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096}, Mm{"q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}}) {
+      Weight w = weight(m.t, m.rows, m.cols);
+      const double s = median_seconds([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, sync, 3);
+      std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, m.name, static_cast<long long>(n),
+                  s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
+    }
+    {  // Routed experts of a chunk: 256 Flash experts, k 6, ids spread like a router's.
+      const int NE = 256, E = 4096, F = 2048, K = 6;
+      const int64_t nt = tc ? N : std::min<int64_t>(N, 64);
+      Weight g = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E), u = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E);
+      Weight d = weight(GgmlType::Q2_K, int64_t{NE} * E, F);
+      std::vector<int32_t> ids(static_cast<size_t>(nt) * K);
+      for (int64_t i = 0; i < nt; ++i) {
+        std::vector<int32_t> perm(NE);
+        for (int e = 0; e < NE; ++e) perm[e] = e;
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int j = 0; j < K; ++j) ids[i * K + j] = perm[j];
+      }
+      std::vector<float> wts(ids.size(), 0.2f);
+      Buffer bid = fbuf(static_cast<int64_t>(ids.size())), bw = fbuf(static_cast<int64_t>(ids.size()));
+      be->upload(bid.data(), ids.data(), ids.size() * 4);
+      be->upload(bw.data(), wts.data(), wts.size() * 4);
+      auto ex = [](Weight w, int64_t rows, int ne) {
+        ExpertWeights e;
+        e.first = w;
+        e.first.rows = rows;
+        e.expert_bytes = w.row_bytes * rows;
+        e.n_expert = ne;
+        return e;
+      };
+      MoeArgs a;
+      a.gate = ex(g, F, NE);
+      a.up = ex(u, F, NE);
+      a.down = ex(d, E, NE);
+      a.x = x.f32();
+      a.ids = bid.i32();
+      a.weights = bw.f32();
+      a.n = nt;
+      a.k = K;
+      a.dim = E;
+      a.ff = F;
+      a.clamp = 10;
+      a.out = y.f32();
+      const double s = median_seconds([&] { be->moe(a); }, sync, 2);
+      std::printf("PBENCH %-11s moe iq2_xxs/q2_k 256 experts k6     n=%-5lld %9.3f ms  %7.1f TOP/s  %8.0f tok/s per layer\n",
+                  path, static_cast<long long>(nt), s * 1e3, 2.0 * 3 * E * F * K * nt / s / 1e12, nt / s);
+    }
+    {  // Attention of a chunk: H 64, D 512, window 128 + 512 selected compressed rows per query.
+      const int H = 64, D = 512;
+      // Without the prefill kernels: the one-head-per-block kernel, timed on 256 queries.
+      const int64_t nq = tc ? N : std::min<int64_t>(N, 256);
+      const int64_t cap = 128 + nq;
+      Buffer q = fbuf(nq * H * D), raw = fbuf(cap * D), comp = fbuf(4096 * D), out = fbuf(nq * H * D), sinks = fbuf(H);
+      Buffer pos = fbuf(nq), cnt = fbuf(nq);
+      std::vector<int32_t> ph(nq), ch(nq, 512);
+      for (int64_t i = 0; i < nq; ++i) ph[i] = static_cast<int32_t>(4096 + i);
+      be->upload(pos.data(), ph.data(), nq * 4);
+      be->upload(cnt.data(), ch.data(), nq * 4);
+      AttentionArgs a;
+      a.q = q.f32();
+      a.pos = pos.i32();
+      a.n = nq;
+      a.heads = H;
+      a.head_dim = D;
+      a.scale = 0.044f;
+      a.sinks = sinks.f32();
+      a.raw = raw.f32();
+      a.raw_cap = cap;
+      a.window = 128;
+      a.comp = comp.f32();
+      a.comp_count = cnt.i32();
+      a.out = out.f32();
+      const double s = median_seconds([&] { be->attention(a); }, sync, 3);
+      std::printf("PBENCH %-11s attention H64 D512 128+512 rows  n=%-5lld %9.3f ms  %8.0f queries/s\n", path,
+                  static_cast<long long>(nq), s * 1e3, nq / s);
+    }
+  }
+  return 0;
+}

@@ -77,10 +77,11 @@ TEST_F(CudaMatmul, FlashShapes) {
 
 TEST_F(CudaMatmul, TensorCoreGemmPrefillBatches) {
   // n ≥ kGemmMinVectors (8) under ds4 numerics runs the int8 tensor-core GEMM (ops_gemm.cu) for
-  // Q8_0, IQ2_XXS and Q2_K: same integer block sums and per-block float products as the CPU, only the
-  // order of the block sums differs, so the matvec's 2e-5 holds. Partial row tiles (200 of 128·2),
+  // Q8_0, IQ2_XXS and Q2_K: same integer block sums and per-block float products as the CPU, summed in
+  // the CPU's block order, so the results should be bit-identical; the matvec's 2e-5 is asserted. Partial row tiles (200 of 128·2),
   // partial vector tiles (77, 300 of 64·k), strided x/y, and the Flash prefill shapes.
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS, GgmlType::Q2_K}) {
+  // F16 (tiled CUDA-core GEMM) sums in the CPU's element order: the PARITY lines should read 0.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS, GgmlType::Q2_K, GgmlType::F16}) {
     run(t, {200, 512, 8}, MatmulNumerics::ds4);
     run(t, {200, 512, 77}, MatmulNumerics::ds4, 32, 3);
     run(t, {64, 256, 300}, MatmulNumerics::ds4);
@@ -90,6 +91,8 @@ TEST_F(CudaMatmul, TensorCoreGemmPrefillBatches) {
   run(GgmlType::Q8_0, {4096, 8192, 64}, MatmulNumerics::ds4);    // output b
   run(GgmlType::IQ2_XXS, {2048, 4096, 70}, MatmulNumerics::ds4); // expert gate/up rows
   run(GgmlType::Q2_K, {4096, 2048, 70}, MatmulNumerics::ds4);    // expert down rows
+  run(GgmlType::F16, {512, 4096, 100}, MatmulNumerics::ds4);     // compressor kv/gate
+  run(GgmlType::F16, {24, 16384, 40}, MatmulNumerics::ds4);      // HC projections (partial row tile)
 }
 
 TEST_F(CudaMatmul, RowSliceOfAGroupedMatrix) {

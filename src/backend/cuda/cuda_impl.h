@@ -59,8 +59,9 @@ struct GemvJob {
   const ExpertGroups* groups = nullptr;  // with ids: run grouped by expert on tensor cores
 };
 
-// Whether the tensor-core GEMM handles `j` (ds4 numerics; Q8_0, IQ2_XXS or Q2_K; whole 256-value
-// stages; dense with n_vec ≥ kGemmMinVectors, or grouped by expert). The one dispatch point is gemv().
+// Whether the prefill GEMM handles `j` (ds4 numerics; Q8_0, IQ2_XXS or Q2_K on tensor cores with whole
+// 256-value stages, dense with n_vec ≥ kGemmMinVectors or grouped by expert; F16 dense with n_vec ≥
+// kGemmMinVectors on the CUDA cores). The one dispatch point is gemv().
 bool gemm_supports(const GemvJob& j);
 
 class CudaBackend final : public Backend {

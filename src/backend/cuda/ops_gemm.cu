@@ -13,8 +13,10 @@
 // each 32×32 = 2 m16 × 4 n8 fragments. Dense (one matrix, n vectors) or grouped by expert (routed
 // experts: a tile list over vectors sorted by expert, built on the device by group_by_expert, so each
 // expert's rows are read once per 64 of its vectors instead of once per vector).
+// F16 weights (router, compressor, indexer, HC projections; ds4 sums f16·f32 products in float, in
+// element order) get a shared-memory tile GEMM on the CUDA cores with that exact order.
 // Deliberately not here: n < kGemmMinVectors (the matvec in ops_matmul.cu is faster for decode),
-// exact numerics and float weights (matvec), Q4_K (matvec).
+// exact numerics and F32/BF16 weights (matvec), Q4_K (matvec).
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -344,6 +346,53 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
       }
 }
 
+// ---- F16 weights · float activations (ds4's dot_f16_row: float products, float sum in element order) ----
+// No tensor cores (the activations stay f32); a shared-memory tile GEMM on the CUDA cores so each weight
+// row is read once per 64 vectors instead of once per vector. Every output sums k = 0, 1, … in order
+// with a separate multiply and add (--fmad=false): the CPU reference's arithmetic, bit for bit.
+constexpr int kFBM = 64, kFBN = 64, kFBK = 32;
+
+__global__ void __launch_bounds__(256) gemm_f16_kernel(GemmParams p, const float* x, int64_t x_stride) {
+  __shared__ float ws[kFBK][kFBM + 1];
+  __shared__ float xs[kFBK][kFBN + 1];
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kFBM, n0 = static_cast<int64_t>(blockIdx.y) * kFBN;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < p.cols; k0 += kFBK) {
+    for (int e = threadIdx.x; e < kFBM * kFBK; e += 256) {
+      const int r = e / kFBK, k = e % kFBK;
+      const bool ok = m0 + r < p.rows && k0 + k < p.cols;
+      ws[k][r] = ok ? f16v(ld16(p.w + static_cast<uint64_t>(m0 + r) * p.row_bytes + 2 * (k0 + k))) : 0.0f;
+    }
+    for (int e = threadIdx.x; e < kFBN * kFBK; e += 256) {
+      const int c = e / kFBK, k = e % kFBK;
+      const bool ok = n0 + c < p.n_vec && k0 + k < p.cols;
+      xs[k][c] = ok ? x[(n0 + c) * x_stride + k0 + k] : 0.0f;
+    }
+    __syncthreads();
+    const int kn = static_cast<int>(p.cols - k0 < kFBK ? p.cols - k0 : kFBK);
+    for (int k = 0; k < kn; ++k) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = ws[k][ty * 4 + i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = xs[k][tx * 4 + j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t o = m0 + ty * 4 + i, v = n0 + tx * 4 + j;
+      if (o < p.rows && v < p.n_vec) p.y[v * p.y_stride + o] = acc[i][j];
+    }
+}
+
 // ---- grouping vectors by expert (counting sort on the device) ----
 
 // cnt[e] = number of vectors with ids[v] == e (out-of-range ids are left out of every group).
@@ -391,6 +440,7 @@ cudaError_t upload_gemm_tables() {
 bool gemm_supports(const GemvJob& j) {
   const GgmlType T = j.w.type;
   if (j.numerics != MatmulNumerics::ds4) return false;
+  if (T == GgmlType::F16) return !j.ids && j.x_div == 1 && j.n_vec >= kGemmMinVectors;
   if (T != GgmlType::Q8_0 && T != GgmlType::IQ2_XXS && T != GgmlType::Q2_K) return false;
   if (j.w.cols % kBK != 0) return false;
   if (j.ids) return j.groups != nullptr;  // expert-indexed: only grouped
@@ -422,6 +472,23 @@ bool CudaBackend::group_by_expert(const int32_t* ids, int64_t n, int32_t n_exper
 
 void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride) {
   GemmParams p{};
+  if (j.w.type == GgmlType::F16) {
+    p.w = static_cast<const uint8_t*>(j.w.data);
+    p.row_bytes = j.w.row_bytes;
+    p.rows = j.w.rows;
+    p.cols = j.w.cols;
+    p.y = j.y;
+    p.y_stride = j.y_stride;
+    p.n_vec = j.n_vec;
+    const unsigned gy = grid_for(j.n_vec, kFBN);
+    if (gy > 65535) {
+      fail(invalid_argument("cuda gemm: " + std::to_string(j.n_vec) + " vectors exceed one launch"));
+      return;
+    }
+    gemm_f16_kernel<<<dim3(grid_for(j.w.rows, kFBM), gy), 256, 0, stream()>>>(p, j.x, j.x_stride);
+    launched("gemm f16 (tiled)");
+    return;
+  }
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;
   p.expert_bytes = j.expert_bytes;

@@ -293,6 +293,10 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
     return;
   }
   if (T == GgmlType::F16 && j.numerics == MatmulNumerics::ds4) {
+    if (tensor_cores() && gemm_supports(j)) {  // prefill batches: tiled F16 GEMM (ops_gemm.cu)
+      gemm(j, nullptr, 0);
+      return;
+    }
     gemv_f16_kernel<<<grid, block, 0, s>>>(p);
     launched("gemv f16");
     return;

@@ -80,7 +80,8 @@ TEST_F(CudaMatmul, TensorCoreGemmPrefillBatches) {
   // Q8_0, IQ2_XXS and Q2_K: same integer block sums and per-block float products as the CPU, summed in
   // the CPU's block order, so the results should be bit-identical; the matvec's 2e-5 is asserted. Partial row tiles (200 of 128·2),
   // partial vector tiles (77, 300 of 64·k), strided x/y, and the Flash prefill shapes.
-  // F16 (tiled CUDA-core GEMM) sums in the CPU's element order: the PARITY lines should read 0.
+  // Quantized types sum block terms in the CPU's order in both kernels (the PARITY lines should read 0);
+  // F16 runs the matvec's own order over 16 vectors per weight read.
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS, GgmlType::Q2_K, GgmlType::F16}) {
     run(t, {200, 512, 8}, MatmulNumerics::ds4);
     run(t, {200, 512, 77}, MatmulNumerics::ds4, 32, 3);
@@ -93,6 +94,31 @@ TEST_F(CudaMatmul, TensorCoreGemmPrefillBatches) {
   run(GgmlType::Q2_K, {4096, 2048, 70}, MatmulNumerics::ds4);    // expert down rows
   run(GgmlType::F16, {512, 4096, 100}, MatmulNumerics::ds4);     // compressor kv/gate
   run(GgmlType::F16, {24, 16384, 40}, MatmulNumerics::ds4);      // HC projections (partial row tile)
+}
+
+TEST_F(CudaMatmul, BatchInvariantAcrossKernels) {
+  // A vector's result must not depend on how many vectors share the call (Engine::step batches
+  // sessions): n = 1 (matvec) and n = 40 (GEMM / multi-vector F16) give the same bits.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::IQ2_XXS, GgmlType::Q2_K, GgmlType::F16}) {
+    const int64_t rows = 200, cols = 1024, n = 40;
+    Weight w;
+    auto bytes = random_weight(t, rows, cols, &w);
+    w.data = bytes.data();
+    Weight gw = gpu_weight(w, w.row_bytes * rows);
+    auto x = randn(static_cast<size_t>(n * cols));
+    float* gx = dev(x);
+    float* all = poisoned(static_cast<size_t>(n * rows));
+    gpu_->matmul({gw, gx, cols, all, rows, n, MatmulNumerics::ds4});
+    auto got_all = host(all, static_cast<size_t>(n * rows));
+    for (int64_t v : {int64_t{0}, int64_t{17}, int64_t{39}}) {
+      float* one = poisoned(static_cast<size_t>(rows));
+      gpu_->matmul({gw, gx + v * cols, cols, one, rows, 1, MatmulNumerics::ds4});
+      auto got_one = host(one, static_cast<size_t>(rows));
+      for (int64_t o = 0; o < rows; ++o)
+        ASSERT_EQ(got_one[o], got_all[v * rows + o]) << type_name(t) << " vector " << v << " row " << o;
+    }
+  }
+  ASSERT_TRUE(gpu_->sync().ok());
 }
 
 TEST_F(CudaMatmul, RowSliceOfAGroupedMatrix) {

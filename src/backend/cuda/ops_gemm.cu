@@ -13,8 +13,11 @@
 // each 32×32 = 2 m16 × 4 n8 fragments. Dense (one matrix, n vectors) or grouped by expert (routed
 // experts: a tile list over vectors sorted by expert, built on the device by group_by_expert, so each
 // expert's rows are read once per 64 of its vectors instead of once per vector).
-// F16 weights (router, compressor, indexer, HC projections; ds4 sums f16·f32 products in float, in
-// element order) get a shared-memory tile GEMM on the CUDA cores with that exact order.
+// Float order: the quantized GEMM sums its per-block terms in the CPU's block order, which the
+// quantized matvec also uses, so a token's result is the same for any batch size and bit-identical to
+// the CPU op. F16 weights (router, compressor, indexer, HC) run the F16 matvec's own order (lane-strided
+// elements + warp butterfly) over 16 vectors per weight read: batch-invariant, not CPU order (the
+// CPU's 4096-long sequential float sum has no parallel form).
 // Deliberately not here: n < kGemmMinVectors (the matvec in ops_matmul.cu is faster for decode),
 // exact numerics and F32/BF16 weights (matvec), Q4_K (matvec).
 #include <string>
@@ -346,51 +349,35 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
       }
 }
 
-// ---- F16 weights · float activations (ds4's dot_f16_row: float products, float sum in element order) ----
-// No tensor cores (the activations stay f32); a shared-memory tile GEMM on the CUDA cores so each weight
-// row is read once per 64 vectors instead of once per vector. Every output sums k = 0, 1, … in order
-// with a separate multiply and add (--fmad=false): the CPU reference's arithmetic, bit for bit.
-constexpr int kFBM = 64, kFBN = 64, kFBK = 32;
+// ---- F16 weights · float activations, several vectors per weight read ----
+// The F16 matvec's arithmetic exactly (ops_matmul.cu gemv_f16_kernel: lane l sums elements l, l+32, …
+// in order, then the xor-butterfly warp_sum), for kF16Vecs vectors per warp, so each weight row is
+// read once per 16 vectors instead of once per vector and a token's result does not depend on how
+// many vectors share the call (batch invariance; tests/cuda/test_cuda_batch.cpp).
+constexpr int kF16Vecs = 16;
+constexpr int kF16Warps = 4;  // output rows per block
 
-__global__ void __launch_bounds__(256) gemm_f16_kernel(GemmParams p, const float* x, int64_t x_stride) {
-  __shared__ float ws[kFBK][kFBM + 1];
-  __shared__ float xs[kFBK][kFBN + 1];
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kFBM, n0 = static_cast<int64_t>(blockIdx.y) * kFBN;
-  float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < p.cols; k0 += kFBK) {
-    for (int e = threadIdx.x; e < kFBM * kFBK; e += 256) {
-      const int r = e / kFBK, k = e % kFBK;
-      const bool ok = m0 + r < p.rows && k0 + k < p.cols;
-      ws[k][r] = ok ? f16v(ld16(p.w + static_cast<uint64_t>(m0 + r) * p.row_bytes + 2 * (k0 + k))) : 0.0f;
-    }
-    for (int e = threadIdx.x; e < kFBN * kFBK; e += 256) {
-      const int c = e / kFBK, k = e % kFBK;
-      const bool ok = n0 + c < p.n_vec && k0 + k < p.cols;
-      xs[k][c] = ok ? x[(n0 + c) * x_stride + k0 + k] : 0.0f;
-    }
-    __syncthreads();
-    const int kn = static_cast<int>(p.cols - k0 < kFBK ? p.cols - k0 : kFBK);
-    for (int k = 0; k < kn; ++k) {
-      float a[4], b[4];
+__global__ void __launch_bounds__(kF16Warps * 32) gemm_f16_kernel(GemmParams p, const float* x, int64_t x_stride) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kF16Warps + threadIdx.x / kWarp;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.y) * kF16Vecs;
+  if (o >= p.rows) return;
+  const int nv = static_cast<int>(p.n_vec - v0 < kF16Vecs ? p.n_vec - v0 : kF16Vecs);
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p.w + static_cast<uint64_t>(o) * p.row_bytes);
+  float acc[kF16Vecs];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = ws[k][ty * 4 + i];
+  for (int v = 0; v < kF16Vecs; ++v) acc[v] = 0;
+  for (int64_t e = lane; e < p.cols; e += kWarp) {
+    const float w = f16v(h[e]);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = xs[k][tx * 4 + j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
+    for (int v = 0; v < kF16Vecs; ++v)
+      if (v < nv) acc[v] += w * x[(v0 + v) * x_stride + e];
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t o = m0 + ty * 4 + i, v = n0 + tx * 4 + j;
-      if (o < p.rows && v < p.n_vec) p.y[v * p.y_stride + o] = acc[i][j];
-    }
+  for (int v = 0; v < kF16Vecs; ++v) {
+    const float r = warp_sum(acc[v]);
+    if (v < nv && lane == 0) p.y[(v0 + v) * p.y_stride + o] = r;
+  }
 }
 
 // ---- grouping vectors by expert (counting sort on the device) ----
@@ -480,13 +467,13 @@ void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride
     p.y = j.y;
     p.y_stride = j.y_stride;
     p.n_vec = j.n_vec;
-    const unsigned gy = grid_for(j.n_vec, kFBN);
+    const unsigned gy = grid_for(j.n_vec, kF16Vecs);
     if (gy > 65535) {
       fail(invalid_argument("cuda gemm: " + std::to_string(j.n_vec) + " vectors exceed one launch"));
       return;
     }
-    gemm_f16_kernel<<<dim3(grid_for(j.w.rows, kFBM), gy), 256, 0, stream()>>>(p, j.x, j.x_stride);
-    launched("gemm f16 (tiled)");
+    gemm_f16_kernel<<<dim3(grid_for(j.w.rows, kF16Warps), gy), kF16Warps * kWarp, 0, stream()>>>(p, j.x, j.x_stride);
+    launched("gemm f16 (16 vectors per weight read)");
     return;
   }
   p.w = static_cast<const uint8_t*>(j.w.data);

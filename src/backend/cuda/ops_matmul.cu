@@ -4,7 +4,7 @@
 // ds4 numerics: Q8_0 rows · Q8_0 activation blocks (f32 scale), Q2_K/Q4_K/IQ2_XXS rows · Q8_K blocks,
 // F16 rows · floats with float accumulation, F32/BF16 rows · floats with double accumulation.
 // Activations are quantized bit-exactly like src/quant/quantize.cpp; integer block sums are exact,
-// so the only difference from the CPU op is the order of the per-block float sums (tests: ~1e-6 rel).
+// and the per-block terms are summed in the CPU's block order: the result is the CPU op's, bit for bit.
 // exact numerics: every row decoded to float like dequantize_row, double accumulation.
 // First version: one warp per (vector, output row), lanes striding over blocks. Fused multi-vector
 // GEMV/GEMM tiles for prefill are the next step (docs/PERF.md).
@@ -195,16 +195,24 @@ __global__ void gemv_quant_kernel(GemvParams p) {
       continue;
     }
     const uint8_t* act = p.act + (v / p.x_div) * p.act_stride;
+    // Lanes compute 32 block terms at a time; every lane then adds them in block order, the CPU's
+    // sequential sum (dot_ref.cpp), so the result equals the CPU op and the tensor-core GEMM
+    // (ops_gemm.cu) bit for bit, whatever the batch size.
     float acc = 0;
-    for (int64_t b = lane; b < nb; b += kWarp) {
-      const uint8_t* wb = row + b * kWBytes;
-      const uint8_t* xb = act + b * kABytes;
-      if constexpr (T == GgmlType::Q8_0) acc += dot_block_q8_0(wb, xb);
-      else if constexpr (T == GgmlType::Q2_K) acc += dot_block_q2_K(wb, xb);
-      else if constexpr (T == GgmlType::Q4_K) acc += dot_block_q4_K(wb, xb);
-      else acc += dot_block_iq2_xxs(wb, xb, grid, signs);
+    for (int64_t b0 = 0; b0 < nb; b0 += kWarp) {
+      const int64_t b = b0 + lane;
+      float t = 0;
+      if (b < nb) {
+        const uint8_t* wb = row + b * kWBytes;
+        const uint8_t* xb = act + b * kABytes;
+        if constexpr (T == GgmlType::Q8_0) t = dot_block_q8_0(wb, xb);
+        else if constexpr (T == GgmlType::Q2_K) t = dot_block_q2_K(wb, xb);
+        else if constexpr (T == GgmlType::Q4_K) t = dot_block_q4_K(wb, xb);
+        else t = dot_block_iq2_xxs(wb, xb, grid, signs);
+      }
+      const int m = nb - b0 < kWarp ? static_cast<int>(nb - b0) : kWarp;
+      for (int l = 0; l < m; ++l) acc += __shfl_sync(0xffffffffu, t, l);
     }
-    acc = warp_sum(acc);
     if constexpr (T == GgmlType::IQ2_XXS) acc = 0.125f * acc;
     if (lane == 0) *y = acc;
   }

@@ -247,8 +247,8 @@ TEST_F(CudaOps, AttentionRawCompressedAndSelected) {
   struct S {
     int32_t heads, D, window, n_comp_rows, top_k;
   };
-  // n = 4: one block per (query, head); n = 40 (a prefill chunk, heads a multiple of 8): one block per
-  // (query, 8 heads) with rows staged in shared memory.
+  // Heads a multiple of 8: one block per (query, 8 heads) with rows staged in shared memory; 4 heads:
+  // one block per (query, head). n = 4 (decode-sized) and 40 (a prefill chunk).
   for (int64_t n : {int64_t{4}, int64_t{40}})
   for (S s : {S{64, 512, 128, 700, 512}, S{4, 256, 16, 40, 16}, S{64, 512, 128, 0, 0}, S{8, 64, 16, 90, 32}}) {
     const int64_t cap = s.window + n - 1;

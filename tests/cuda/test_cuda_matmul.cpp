@@ -224,6 +224,8 @@ TEST_F(CudaMoe, GroupedExpertsOutOfRangeIdGivesNaN) {
   Weight g0, d0;
   auto gb = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &g0);
   auto db = random_weight(GgmlType::Q2_K, int64_t{ne} * dim, ff, &d0);
+  g0.data = gb.data();
+  d0.data = db.data();
   auto ex = [&](Weight w, const std::vector<uint8_t>& b, int64_t rows) {
     ExpertWeights e;
     e.first = gpu_weight(w, b.size());

@@ -29,7 +29,11 @@ if [ "${1:-}" = "--pack" ]; then
   du -sh "$P"; exit 0
 fi
 P=$(cd "${1:?usage: gpu_reference.sh PACK_DIR [OUT_DIR]}" && pwd)
-O=${2:-${OUT:-/tmp/gpu_reference}}; mkdir -p "$O"
+# Logs go to a work folder; OUT_DIR receives summary.txt, the CSV and one logs.tgz (the GPU machine
+# returns at most 8 files), also when the script is stopped.
+DEST=${2:-${OUT:-/tmp/gpu_reference}}; O=/tmp/gpu_reference.work; rm -rf "$O"; mkdir -p "$O" "$DEST"
+finish() { cp "$O/summary.txt" "$O"/*.csv "$DEST/" 2>/dev/null; tar czf "$DEST/logs.tgz" -C "$O" . 2>/dev/null; }
+trap finish EXIT
 export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
 CHUNK=${CHUNK:-4096}; BENCH_CHUNK=${BENCH_CHUNK:-2048}
 F=/dev/shm/flash-q2-full.gguf

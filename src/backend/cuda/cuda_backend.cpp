@@ -132,6 +132,7 @@ Result<const void*> CudaBackend::map_weight(const void* host, uint64_t bytes) {
   // allocated(): the engine already counts mapped weight bytes once under `weights`.
   const auto t0 = std::chrono::steady_clock::now();
   if (bytes == 0) return static_cast<const void*>(nullptr);
+  if (!host) return invalid_argument("cuda backend: map_weight of " + mib(bytes) + " from a null host pointer");
   void* p = nullptr;
   if (cudaMalloc(&p, bytes) != cudaSuccess)
     return oom("a weight tensor", bytes, "weights").with_context(

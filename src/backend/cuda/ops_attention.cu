@@ -116,6 +116,8 @@ __global__ void attention_heads_kernel(AttentionArgs a) {
   const int64_t n_comp = a.comp_count ? a.comp_count[i] : 0;
   const int64_t total = n_raw + n_comp;
   const int64_t d4 = D / 4;
+  const float* raw = a.raw_at ? a.raw_at[i] : a.raw;  // per-query session state (batched step)
+  const float* comp = a.comp_at ? a.comp_at[i] : a.comp;
   float m = -INFINITY, l = 0;
   for (int64_t j0 = 0; j0 < total; j0 += kRowTile) {
     const int cnt = static_cast<int>(total - j0 < kRowTile ? total - j0 : kRowTile);
@@ -124,10 +126,10 @@ __global__ void attention_heads_kernel(AttentionArgs a) {
       const int64_t r = e / d4, c4 = e % d4, j = j0 + r;
       const float* src;
       if (j < n_raw) {
-        src = a.raw + ((first + j) % a.raw_cap) * D;
+        src = raw + ((first + j) % a.raw_cap) * D;
       } else {
         const int64_t c = j - n_raw;
-        src = a.comp + (a.comp_idx ? static_cast<int64_t>(a.comp_idx[i * a.comp_idx_stride + c]) : c) * D;
+        src = comp + (a.comp_idx ? static_cast<int64_t>(a.comp_idx[i * a.comp_idx_stride + c]) : c) * D;
       }
       reinterpret_cast<float4*>(rows)[r * d4 + c4] = reinterpret_cast<const float4*>(src)[c4];
     }

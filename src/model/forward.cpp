@@ -440,20 +440,24 @@ Status Forward::prepare(std::span<const Segment> segs) {
   int64_t total = 0;
   for (size_t s = 0; s < segs.size(); ++s) {
     const Segment& sg = segs[s];
-    const std::string where = segs.size() == 1 ? "forward: " : "forward: segment " + std::to_string(s) + ": ";
+    // Built only on failure: a valid step allocates nothing here.
+    auto bad = [&](const std::string& what) {
+      return invalid_argument((segs.size() == 1 ? std::string("forward: ")
+                                                : "forward: segment " + std::to_string(s) + ": ") + what);
+    };
     const int64_t n = static_cast<int64_t>(sg.tokens.size());
-    if (sg.kv == nullptr) return invalid_argument(where + "no session state");
-    if (n == 0) return invalid_argument(where + "empty chunk");
-    if (sg.pos0 < 0 || sg.pos0 + n > INT32_MAX) return invalid_argument(where + "position exceeds 2^31");
+    if (sg.kv == nullptr) return bad("no session state");
+    if (n == 0) return bad("empty chunk");
+    if (sg.pos0 < 0 || sg.pos0 + n > INT32_MAX) return bad("position exceeds 2^31");
     if (sg.kv->layers().size() != plan_.size() || sg.kv->geometry().raw_cap < cfg_.sliding_window + n - 1)
-      return invalid_argument(where + "session state does not fit this forward pass");
+      return bad("session state does not fit this forward pass");
     for (size_t q = 0; q < s; ++q)
-      if (segs[q].kv == sg.kv) return invalid_argument(where + "the same session state appears twice");
+      if (segs[q].kv == sg.kv) return bad("the same session state appears twice");
     if (sg.kv->geometry().raw_cap != segs[0].kv->geometry().raw_cap)
-      return invalid_argument(where + "session states of one step must share the raw ring size");
+      return bad("session states of one step must share the raw ring size");
     for (int64_t i = 0; i < n; ++i)
       if (sg.tokens[i] < 0 || sg.tokens[i] >= static_cast<int32_t>(cfg_.n_vocab))
-        return invalid_argument(where + "token id " + std::to_string(sg.tokens[i]) + " at chunk index " +
+        return bad("token id " + std::to_string(sg.tokens[i]) + " at chunk index " +
                                 std::to_string(i) + " is outside the vocabulary [0, " +
                                 std::to_string(cfg_.n_vocab) + ")");
     total += n;

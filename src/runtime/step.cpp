@@ -15,17 +15,17 @@ Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts
   int64_t total = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     const StepItem& it = items[i];
-    const std::string where = "step: item " + std::to_string(i) + ": ";
-    if (it.session == nullptr) return invalid_argument(where + "no session");
-    if (!sessions_.count(static_cast<SessionImpl*>(it.session)))
-      return invalid_argument(where + "session does not belong to this engine");
+    // Messages are built only on failure: a valid decode step allocates nothing here.
+    auto bad = [i](const std::string& what) { return invalid_argument("step: item " + std::to_string(i) + ": " + what); };
+    if (it.session == nullptr) return bad("no session");
+    if (!sessions_.count(static_cast<SessionImpl*>(it.session))) return bad("session does not belong to this engine");
     for (size_t j = 0; j < i; ++j)
-      if (items[j].session == it.session) return invalid_argument(where + "session appears twice in one step");
-    if (it.tokens.empty()) return invalid_argument(where + "no tokens");
+      if (items[j].session == it.session) return bad("session appears twice in one step");
+    if (it.tokens.empty()) return bad("no tokens");
     if (it.session->position() + static_cast<int64_t>(it.tokens.size()) > it.session->max_context())
-      return invalid_argument(where + std::to_string(it.tokens.size()) + " more tokens at position " +
-                              std::to_string(it.session->position()) + " exceed the context limit of " +
-                              std::to_string(it.session->max_context()));
+      return bad(std::to_string(it.tokens.size()) + " more tokens at position " +
+                 std::to_string(it.session->position()) + " exceed the context limit of " +
+                 std::to_string(it.session->max_context()));
     total += static_cast<int64_t>(it.tokens.size());
   }
   if (items.empty()) return Status::Ok();

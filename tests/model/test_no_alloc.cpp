@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <new>
+#include <vector>
 
 #include "model_fixture.h"
 
@@ -39,4 +41,30 @@ TEST(NoAlloc, DecodeTokenLoopDoesNotAllocate) {
     for (int i = 101; i < 125; ++i) ASSERT_TRUE((*s)->eval(std::span<const TokenId>(&t[i], 1)).ok());
     EXPECT_EQ(g_news.load() - before, 0u) << "heap allocations during 24 decode steps";
   }
+}
+
+TEST(NoAlloc, BatchedDecodeStepDoesNotAllocate) {
+  // Four sessions decoding together through Engine::step: the step's segments, per-column tables and
+  // validation reuse their storage once warm.
+  auto e = open_engine({DS4_TINY_GGUF, Numerics::official});
+  ASSERT_TRUE(e);
+  std::vector<std::unique_ptr<Session>> s;
+  std::vector<TokenId> next(4);
+  std::vector<StepItem> items(4);
+  for (int i = 0; i < 4; ++i) {
+    s.push_back(e->new_session().value());
+    ASSERT_TRUE(s.back()->eval(random_tokens(100 - 3 * i, 512, 30 + i)).ok());  // past the indexer threshold
+    items[i].session = s.back().get();
+  }
+  auto step = [&](int round) {
+    for (int i = 0; i < 4; ++i) {
+      next[i] = static_cast<TokenId>((round * 7 + i * 13) % 512);
+      items[i].tokens = std::span<const TokenId>(&next[i], 1);
+    }
+    return e->step(items, {});
+  };
+  ASSERT_TRUE(step(0).ok());
+  const uint64_t before = g_news.load();
+  for (int r = 1; r <= 20; ++r) ASSERT_TRUE(step(r).ok());
+  EXPECT_EQ(g_news.load() - before, 0u) << "heap allocations during 20 batched decode steps";
 }

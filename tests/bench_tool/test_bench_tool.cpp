@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/temp_dir.h"
 #include "bench_csv.h"
 #include "gguf/gguf.h"
 #include "modelspec/config.h"
@@ -31,9 +32,7 @@ class BenchTool : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(DS4_TINY_CHAT)) GTEST_SKIP() << "model missing: " << DS4_TINY_CHAT;
-    dir_ = fs::temp_directory_path() / ("ds4_bench_tool_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    dir_ = tmp_.path();
     prompt_ = (dir_ / "prompt.txt").string();
     std::ofstream p(prompt_);
     // About 90 tokens: shorter than every frontier below, so the tool must repeat it.
@@ -41,12 +40,9 @@ class BenchTool : public ::testing::Test {
          "and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. "
          "And God said, Let there be light: and there was light.\n";
   }
-  void TearDown() override {
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
   std::string path(const char* name) const { return (dir_ / name).string(); }
 
+  ds4::test_util::TempDir tmp_{"ds4_bench_tool"};  // removed after each test
   fs::path dir_;
   std::string prompt_;
 };

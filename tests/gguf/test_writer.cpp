@@ -120,7 +120,7 @@ TEST(GgufWriter, PayloadErrorStopsTheWriteAndNamesTheTensor) {
     EXPECT_NE(st.message().find("tensor 'blk.9.w' (index 9)"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("quantizer refused the rows"), std::string::npos);
     EXPECT_LT(calls.load(), 40);  // it stopped early
-    EXPECT_TRUE(dir.entries().empty()) << "left behind: " << dir.entries().front();
+    EXPECT_TRUE(dir.names().empty()) << "left behind: " << dir.names().front();
   }
 }
 
@@ -164,10 +164,10 @@ TEST(GgufWriter, ReplacesAtomically) {
   };
   ASSERT_FALSE(w.write(path, failing, {.n_threads = 2}).ok());
   EXPECT_EQ(read_all(path), (std::vector<uint8_t>{'o', 'l', 'd'}));  // old file untouched
-  EXPECT_EQ(dir.entries().size(), 1u);
+  EXPECT_EQ(dir.names().size(), 1u);
   ASSERT_TRUE(w.write(path, slow_fill, {.n_threads = 2}).ok());
   EXPECT_TRUE(File::open(path).ok());
-  EXPECT_EQ(dir.entries().size(), 1u);
+  EXPECT_EQ(dir.names().size(), 1u);
   struct stat st {};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_NE(st.st_mode & S_IRUSR, 0u);
@@ -199,7 +199,7 @@ TEST(GgufWriter, FileSizeLimitGivesIoErrorAndNoLeftovers) {
   EXPECT_EQ(st.code(), StatusCode::io_error);
   EXPECT_NE(st.message().find("File too large"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("at byte"), std::string::npos) << st.message();
-  EXPECT_TRUE(dir.entries().empty());
+  EXPECT_TRUE(dir.names().empty());
 }
 
 TEST(GgufWriter, EmptyPayloadWritesSparseZeros) {

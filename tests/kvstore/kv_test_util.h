@@ -12,40 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "../common/temp_dir.h"
 #include "kvstore/kvstore.h"
 
 namespace ds4::kvstore::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ds4_kvstore_test_XXXXXX").string();
-    char* p = mkdtemp(tmpl.data());
-    path_ = p ? tmpl : std::string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(path_, ec)) out.push_back(e.path().filename().string());
-    return out;
-  }
-  std::vector<std::string> names_with(const std::string& suffix) const {
-    std::vector<std::string> out;
-    for (auto& n : names())
-      if (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
-        out.push_back(n);
-    return out;
-  }
-
- private:
-  std::string path_;
+// ds4_kvstore_test_XXXXXX folders (tests/common/temp_dir.h).
+struct TempDir : ds4::test_util::TempDir {
+  TempDir() : ds4::test_util::TempDir("ds4_kvstore_test") {}
 };
 
 inline ModelIdentity identity(const std::string& model = "model-a", uint32_t quant = 2,

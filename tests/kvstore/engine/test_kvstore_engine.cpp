@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "../../common/temp_dir.h"
 #include "ds4/engine.h"
 #include "kvstore/kvstore.h"
 
@@ -22,20 +23,8 @@ std::string render(std::span<const TokenId> ids) {
   return s;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "ds4_kvstore_engine_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data()) ? tmpl : std::string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+struct TempDir : ds4::test_util::TempDir {
+  TempDir() : ds4::test_util::TempDir("ds4_kvstore_engine") {}
 };
 
 class KvStoreEngine : public ::testing::Test {

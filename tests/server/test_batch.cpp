@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -165,6 +166,10 @@ class BatchTest : public ::testing::Test {
     eo.model_path = DS4_SERVER_TINY_GGUF;
     eo.max_context = 1024;
     eo.n_threads = 2;
+    // The same checks on the GPU machine (scripts/gpu_loadgen.sh): DS4_TEST_BACKEND=cuda, and a model
+    // path that exists there.
+    if (const char* b = std::getenv("DS4_TEST_BACKEND"); b && std::string(b) == "cuda") eo.backend = BackendKind::cuda;
+    if (const char* m = std::getenv("DS4_SERVER_TEST_MODEL"); m && *m) eo.model_path = m;
     auto e = Engine::open(eo);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     shared_engine() = std::move(e).value();

@@ -159,6 +159,17 @@ struct IndexerQatArgs {
 // `width = (overlap ? 2 : 1)·out_dim`; token t lives in row t mod slots, so block B occupies the
 // contiguous rows starting at (B·ratio) mod slots. Rows beyond what pooling needs let a session
 // rewind a few tokens without recomputing (the tokens' inputs are still there).
+// One session's share of a batched compressor call (CompressorArgs::seg): its tokens are columns
+// col … col+n−1 of kv/score at positions pos0 … pos0+n−1; its own frontier ring and output rows.
+struct CompressorSegment {
+  int64_t col = 0, n = 0;
+  int32_t pos0 = 0;
+  float* state_kv = nullptr;     // [slots][width]
+  float* state_score = nullptr;  // [slots][width]
+  float* out = nullptr;          // [its emitted][out_dim]
+  int32_t* out_pos = nullptr;    // [its emitted]
+};
+
 struct CompressorArgs {
   const float* kv = nullptr;     // [n][width]  W_kv·x
   const float* score = nullptr;  // [n][width]  W_gate·x (ape added here)
@@ -173,6 +184,12 @@ struct CompressorArgs {
   float* out = nullptr;          // [max emitted][out_dim] pooled rows, in block order
   int32_t* out_pos = nullptr;    // [max emitted] RoPE position = first token of the block
   int64_t* n_out = nullptr;      // number of rows written
+  // Several sessions in one call (a batched step): when segments > 0, each entry of `seg` (backend
+  // memory) supplies pos0, n, the frontier and the outputs of one session (those fields above are
+  // ignored, and n_out is not written: each session emits ⌊(pos0+n)/r⌋ − ⌊pos0/r⌋ rows). All sessions
+  // share ratio, out_dim, overlap, slots and ape.
+  int32_t segments = 0;
+  const CompressorSegment* seg = nullptr;
 };
 
 // Attention with sinks over the raw window and compressed rows (MODEL.md §7.3, §7.6).

@@ -84,7 +84,7 @@ Status Forward::alloc_scratch() {
     ratio_slot_[l] = static_cast<int>(it - ratios_.begin());
     if (it == ratios_.end()) ratios_.push_back(r);
   }
-  const uint64_t in_bytes = step_input_bytes(C, true);
+  const uint64_t in_bytes = step_input_bytes(C, C);
   host_in_.resize(in_bytes);
   DS4_ASSIGN_OR_RETURN(in_, be_.alloc(in_bytes, MemCategory::scratch));
   off_.reserve(static_cast<size_t>(C));
@@ -133,53 +133,65 @@ void Forward::compressor_proj(size_t l, int64_t n, bool indexer) {
   mm(indexer ? w.idx_comp_gate : w.comp_gate, xn_.f32(), cfg_.n_embd, cgate_.f32(), width, n);
 }
 
-// §7.4: one compressor of layer l over segment s (columns off … off+n−1 of ckv_/cgate_); appends the
-// emitted rows to the segment's session (room was reserved by prepare()).
-Status Forward::compress(size_t l, const Segment& s, int64_t off, bool indexer) {
+// §7.4: one compressor of layer l over every segment (columns of ckv_/cgate_); appends the emitted
+// rows to each session (room was reserved by prepare()). One session: the plain call; several: one
+// call with the per-session table uploaded with the step inputs (each session's frontier is
+// sequential in its own positions, the sessions are independent).
+Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
-  LayerKv& k = s.kv->layers()[l];
-  const int64_t n = static_cast<int64_t>(s.tokens.size()), pos0 = s.pos0;
   const int64_t r = p.compress_ratio;
   const int64_t out_dim = indexer ? cfg_.indexer_head_dim : cfg_.head_dim;
-  const int64_t width = indexer ? 2 * out_dim : p.compressor_width;
-  const bool overlap = p.kind == modelspec::AttentionKind::csa;  // two-series pooling (CSA, ratio 4)
-  const int64_t first = pos0 / r, after = (pos0 + n) / r;  // rows [first, after) are emitted now
-  if (after > k.comp_cap) return internal_error("forward: compressed rows were not reserved");
-  float* rows = (indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim;
-  int32_t* out_pos = cpos_.i32() + off;  // a segment emits at most ⌈n/r⌉ ≤ n rows
-  int64_t emitted = 0;
   backend::CompressorArgs a;
-  a.kv = ckv_.f32() + off * width;
-  a.score = cgate_.f32() + off * width;
+  a.kv = ckv_.f32();
+  a.score = cgate_.f32();
   a.ape = indexer ? w.idx_comp_ape : w.comp_ape;
-  a.n = n;
-  a.pos0 = static_cast<int32_t>(pos0);
   a.ratio = static_cast<int32_t>(r);
   a.out_dim = static_cast<int32_t>(out_dim);
-  a.overlap = overlap;
-  a.slots = static_cast<int32_t>(k.slots);
-  a.state_kv = indexer ? k.index_kv.f32() : k.comp_kv.f32();
-  a.state_score = indexer ? k.index_score.f32() : k.comp_score.f32();
-  a.out = rows;
-  a.out_pos = out_pos;
-  a.n_out = &emitted;
-  be_.compressor(a);
-  if (emitted != after - first) return internal_error("forward: compressor emitted an unexpected row count");
-  if (emitted == 0) return Status::Ok();
-  // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation.
-  be_.rms_norm({rows, rows, indexer ? w.idx_comp_norm : w.comp_norm, emitted, out_dim, out_dim,
-                static_cast<float>(cfg_.rms_eps)});
-  be_.rope({rows, out_pos, emitted, 1, static_cast<int32_t>(out_dim), static_cast<int32_t>(cfg_.n_rot),
-            freq_comp_.data(), false});
-  const ForwardNumerics& nm = opts_.numerics;
-  if (indexer) {
-    if (nm.indexer_qat) be_.indexer_qat({rows, emitted, static_cast<int32_t>(out_dim)});
-  } else if (nm.fp8_kv) {
-    be_.fp8_round({rows, emitted, out_dim, static_cast<int32_t>(cfg_.nope_dim())});
+  a.overlap = p.kind == modelspec::AttentionKind::csa;  // two-series pooling (CSA, ratio 4)
+  a.slots = static_cast<int32_t>(segs[0].kv->layers()[l].slots);
+  int64_t emitted_one = 0;
+  if (segs.size() == 1) {
+    const Segment& sg = segs[0];
+    LayerKv& k = sg.kv->layers()[l];
+    a.n = static_cast<int64_t>(sg.tokens.size());
+    a.pos0 = static_cast<int32_t>(sg.pos0);
+    a.state_kv = indexer ? k.index_kv.f32() : k.comp_kv.f32();
+    a.state_score = indexer ? k.index_score.f32() : k.comp_score.f32();
+    a.out = (indexer ? k.index_rows.f32() : k.comp.f32()) + (sg.pos0 / r) * out_dim;
+    a.out_pos = cpos_.i32();
+    a.n_out = &emitted_one;
+  } else {
+    for (const Segment& sg : segs)
+      if (sg.kv->layers()[l].slots != a.slots) return internal_error("forward: sessions differ in frontier size");
+    a.segments = static_cast<int32_t>(segs.size());
+    a.seg = comp_seg_ + (l * 2 + (indexer ? 1 : 0)) * segs.size();
   }
-  if (nm.f16_cache) be_.f16_round(rows, emitted * out_dim);
-  if (!indexer) k.n_comp = after;
+  be_.compressor(a);
+  const ForwardNumerics& nm = opts_.numerics;
+  for (size_t s = 0; s < segs.size(); ++s) {
+    const Segment& sg = segs[s];
+    LayerKv& k = sg.kv->layers()[l];
+    const int64_t first = sg.pos0 / r, after = (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / r;
+    const int64_t emitted = after - first;  // rows [first, after) were emitted now
+    if (segs.size() == 1 && emitted_one != emitted)
+      return internal_error("forward: compressor emitted an unexpected row count");
+    if (emitted == 0) continue;
+    // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation.
+    float* rows = (indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim;
+    const int32_t* out_pos = cpos_.i32() + off_[s];  // a segment emits at most ⌈n/r⌉ ≤ n rows
+    be_.rms_norm({rows, rows, indexer ? w.idx_comp_norm : w.comp_norm, emitted, out_dim, out_dim,
+                  static_cast<float>(cfg_.rms_eps)});
+    be_.rope({rows, out_pos, emitted, 1, static_cast<int32_t>(out_dim), static_cast<int32_t>(cfg_.n_rot),
+              freq_comp_.data(), false});
+    if (indexer) {
+      if (nm.indexer_qat) be_.indexer_qat({rows, emitted, static_cast<int32_t>(out_dim)});
+    } else if (nm.fp8_kv) {
+      be_.fp8_round({rows, emitted, out_dim, static_cast<int32_t>(cfg_.nope_dim())});
+    }
+    if (nm.f16_cache) be_.f16_round(rows, emitted * out_dim);
+    if (!indexer) k.n_comp = after;
+  }
   return Status::Ok();
 }
 
@@ -224,10 +236,10 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   bool any_select = false;
   if (p.has_compressor) {
     compressor_proj(l, n, false);
-    for (size_t s = 0; s < segs.size(); ++s) DS4_RETURN_IF_ERROR(compress(l, segs[s], off_[s], false));
+    DS4_RETURN_IF_ERROR(compress(l, segs, false));
     if (p.has_indexer) {
       compressor_proj(l, n, true);
-      for (size_t s = 0; s < segs.size(); ++s) DS4_RETURN_IF_ERROR(compress(l, segs[s], off_[s], true));
+      DS4_RETURN_IF_ERROR(compress(l, segs, true));
     }
     // Rows visible to each column (⌊(t+1)/r⌋ of its own session) were uploaded with the step inputs;
     // the indexer selects when a column sees more than top_k of them.
@@ -393,10 +405,12 @@ void Forward::logits_to_host(std::span<const Segment> segs) {
   }
 }
 
-uint64_t Forward::step_input_bytes(int64_t n, bool tables) const {
+uint64_t Forward::step_input_bytes(int64_t n, int64_t segments) const {
   const uint64_t ints = static_cast<uint64_t>(n) * (2 + ratios_.size()) * sizeof(int32_t);
   const uint64_t padded = (ints + 7) / 8 * 8;
-  return padded + (tables ? static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*) : 0);
+  if (segments <= 1) return padded;
+  return padded + static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*) +
+         static_cast<uint64_t>(plan_.size() * 2 * segments) * sizeof(backend::CompressorSegment);
 }
 
 void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
@@ -414,8 +428,34 @@ void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
       for (size_t r = 0; r < ratios_.size(); ++r) count[r * n + c] = static_cast<int32_t>((t + 1) / ratios_[r]);
     }
   }
-  const uint64_t table_off = step_input_bytes(n, false);
+  const uint64_t table_off = step_input_bytes(n, 0);
+  const uint64_t seg_off = table_off + static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*);
+  const size_t S = segs.size();
+  auto* dev = static_cast<uint8_t*>(in_.data());
   if (tables) {
+    // Compressor segments [L][2][S] (attention compressor, indexer compressor).
+    auto* cs = reinterpret_cast<backend::CompressorSegment*>(host_in_.data() + seg_off);
+    for (size_t l = 0; l < plan_.size(); ++l) {
+      if (!plan_[l].has_compressor) continue;
+      const int64_t r = plan_[l].compress_ratio;
+      for (int ix = 0; ix < 2; ++ix)
+        for (size_t s = 0; s < S; ++s) {
+          LayerKv& k = segs[s].kv->layers()[l];
+          backend::CompressorSegment& e = cs[(l * 2 + ix) * S + s];
+          const bool idx = ix == 1;
+          e.col = off_[s];
+          e.n = static_cast<int64_t>(segs[s].tokens.size());
+          e.pos0 = static_cast<int32_t>(segs[s].pos0);
+          e.state_kv = idx ? k.index_kv.f32() : k.comp_kv.f32();
+          e.state_score = idx ? k.index_score.f32() : k.comp_score.f32();
+          const int64_t first = segs[s].pos0 / r;  // first row this step emits
+          if (idx)
+            e.out = k.index_rows.empty() ? nullptr : k.index_rows.f32() + first * cfg_.indexer_head_dim;
+          else
+            e.out = k.comp.f32() + first * cfg_.head_dim;
+          e.out_pos = cpos_.i32() + off_[s];
+        }
+    }
     auto* t = reinterpret_cast<const float**>(host_in_.data() + table_off);
     for (size_t l = 0; l < plan_.size(); ++l)
       for (size_t s = 0; s < segs.size(); ++s) {
@@ -427,8 +467,8 @@ void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
         }
       }
   }
-  be_.upload(in_.data(), host_in_.data(), step_input_bytes(n, tables));
-  auto* dev = static_cast<uint8_t*>(in_.data());
+  be_.upload(in_.data(), host_in_.data(), step_input_bytes(n, static_cast<int64_t>(S)));
+  comp_seg_ = tables ? reinterpret_cast<const backend::CompressorSegment*>(dev + seg_off) : nullptr;
   tok_ = reinterpret_cast<const int32_t*>(dev);
   pos_ = tok_ + n;
   ccount_ = tok_ + 2 * n;

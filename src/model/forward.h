@@ -84,12 +84,12 @@ class Forward {
  private:
   Forward(backend::Backend& be, const modelspec::ModelConfig& cfg, const ModelWeights& w, const ForwardOptions& o);
   Status alloc_scratch();
-  uint64_t step_input_bytes(int64_t n, bool tables) const;
+  uint64_t step_input_bytes(int64_t n, int64_t segments) const;
   void upload_step_inputs(std::span<const Segment> segs, int64_t n);
   void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n);
   void hc_post_swap(int64_t n);
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
-  Status compress(size_t l, const Segment& s, int64_t off, bool indexer);
+  Status compress(size_t l, std::span<const Segment> segs, bool indexer);
   void compressor_proj(size_t l, int64_t n, bool indexer);
   void ffn_layer(size_t l, int64_t n);
   void head(const float* X, int64_t count);
@@ -133,7 +133,8 @@ class Forward {
   // host→device transfer; a CUDA graph can then cover them). For a step of n columns, packed:
   //   tok [n] i32 | pos [n] i32 | ccount [NR][n] i32 (rows visible per column, one row per distinct
   //   compression ratio) | pad to 8 | (several sessions only) tables [L][3][n] of raw ring /
-  //   compressed rows / indexer rows base pointers, the per-query session state of attention/indexer.
+  //   compressed rows / indexer rows base pointers, the per-query session state of attention/indexer,
+  //   then [L][2][S] compressor segments (each session's frontier and output rows, both compressors).
   backend::Buffer in_;
   std::vector<uint8_t> host_in_;
   std::vector<int64_t> ratios_;     // distinct compression ratios (NR)
@@ -142,6 +143,7 @@ class Forward {
   const int32_t* pos_ = nullptr;
   const int32_t* ccount_ = nullptr; // [NR][n]
   const float* const* tables_ = nullptr;  // [L][3][n] or null (one session)
+  const backend::CompressorSegment* comp_seg_ = nullptr;  // [L][2][S] or null (one session)
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
 };
 

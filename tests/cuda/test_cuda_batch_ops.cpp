@@ -130,3 +130,69 @@ TEST_F(CudaBatchOps, IndexerPerQueryRowsExact) {
   std::printf("PARITY %-44s n=%-9d selected ids differing: %lld  %s\n", "indexer per-query session rows",
               top_k * static_cast<int>(n), static_cast<long long>(mismatches), mismatches ? "FAIL" : "ok");
 }
+
+// A batched step's compressor call (CompressorArgs::segments): three sessions with their own frontier
+// rings, positions and output rows in one launch, vs the CPU op with the same table. Pooling to 1e-5
+// relative (as test_cuda_ops.cpp), positions and the updated frontiers exactly.
+TEST_F(CudaBatchOps, CompressorSegments) {
+  struct S {
+    int32_t D, ratio;
+    bool overlap;
+  };
+  for (S s : {S{512, 4, true}, S{512, 128, false}, S{128, 4, true}}) {
+    const int64_t width = s.overlap ? 2 * s.D : s.D;
+    const int32_t slots = (s.overlap ? 2 : 1) * s.ratio + 64;
+    const int32_t slot_rows = ((slots + s.ratio - 1) / s.ratio) * s.ratio;
+    // Session 0 decodes the token closing a block, session 1 prefills 40 tokens, session 2 decodes mid-block.
+    const std::vector<int32_t> pos0 = {2 * s.ratio - 1, 5, s.ratio + 1}, n = {1, 40, 1};
+    int64_t cols = 0;
+    for (int32_t k : n) cols += k;
+    auto kv = randn(static_cast<size_t>(cols * width)), sc = randn(static_cast<size_t>(cols * width));
+    auto ape = randn(static_cast<size_t>(s.ratio * width));
+    std::vector<std::vector<float>> skv, ssc, out;
+    std::vector<std::vector<int32_t>> opos;
+    std::vector<CompressorSegment> cseg, gseg;
+    std::vector<float*> gout;
+    std::vector<int32_t*> gpos;
+    int64_t col = 0;
+    for (int k = 0; k < 3; ++k) {
+      skv.push_back(randn(static_cast<size_t>(slot_rows * width)));
+      ssc.push_back(randn(static_cast<size_t>(slot_rows * width)));
+      const int64_t rows = (pos0[k] + n[k]) / s.ratio - pos0[k] / s.ratio;
+      out.push_back(std::vector<float>(static_cast<size_t>(std::max<int64_t>(1, rows) * s.D), NAN));
+      opos.push_back(std::vector<int32_t>(static_cast<size_t>(std::max<int64_t>(1, rows)), -1));
+      cseg.push_back({col, n[k], pos0[k], skv[k].data(), ssc[k].data(), out[k].data(), opos[k].data()});
+      gout.push_back(poisoned(out[k].size()));
+      gpos.push_back(poisoned_i32(opos[k].size()));
+      gseg.push_back({col, n[k], pos0[k], dev(skv[k]), dev(ssc[k]), gout[k], gpos[k]});
+      col += n[k];
+    }
+    CompressorArgs a;
+    a.kv = kv.data();
+    a.score = sc.data();
+    a.ape = ape.data();
+    a.ratio = s.ratio;
+    a.out_dim = s.D;
+    a.overlap = s.overlap;
+    a.slots = slot_rows;
+    a.segments = 3;
+    a.seg = cseg.data();
+    cpu_->compressor(a);
+    CompressorArgs g = a;
+    g.kv = dev(kv);
+    g.score = dev(sc);
+    g.ape = dev(ape);
+    g.seg = dev(gseg);
+    gpu_->compressor(g);
+    ASSERT_TRUE(gpu_->sync().ok());
+    for (int k = 0; k < 3; ++k) {
+      const std::string what = "compressor segments D" + std::to_string(s.D) + " r" + std::to_string(s.ratio) +
+                               " session " + std::to_string(k);
+      expect_close(host(gout[k], out[k].size()), out[k], 1e-5, 1e-7, what);
+      const int64_t rows = (pos0[k] + n[k]) / s.ratio - pos0[k] / s.ratio;
+      const auto hp = host(gpos[k], opos[k].size());
+      for (int64_t j = 0; j < rows; ++j) EXPECT_EQ(hp[j], opos[k][j]) << what;
+      EXPECT_EQ(host(gseg[k].state_kv, skv[k].size()), skv[k]) << what;
+    }
+  }
+}

@@ -523,3 +523,67 @@ TEST(CpuOps, IndexerPerQueryRowsEqualOneCallPerSession) {
               std::vector<int32_t>(sidx.begin() + i * k, sidx.begin() + i * k + scnt[i]))
         << "query " << i;
 }
+
+// A batched step's compressor call: three sessions (their own frontier rings and output rows, at
+// different positions, one closing two blocks) in one call ≡ one call per session, bit for bit.
+TEST(CpuOps, CompressorSegmentsEqualOneCallPerSession) {
+  auto be = make();
+  const int D = 4, r = 4, width = 2 * D, slots = 3 * r;
+  const std::vector<int> pos0 = {7, 3, 11}, n = {1, 6, 2};  // columns 0 | 1…6 | 7…8
+  const int cols = 9;
+  auto kv = randv(cols * width, 50), sc = randv(cols * width, 51), ape = randv(r * width, 52);
+  std::vector<std::vector<float>> skv, ssc, skv2, ssc2;
+  for (int s = 0; s < 3; ++s) {
+    skv.push_back(randv(slots * width, 60 + s));
+    ssc.push_back(randv(slots * width, 70 + s));
+  }
+  skv2 = skv;
+  ssc2 = ssc;
+  std::vector<float> out(6 * D, NAN), out2(6 * D, NAN);
+  std::vector<int32_t> opos(cols, -1), opos2(cols, -1);
+  CompressorArgs a;
+  a.kv = kv.data();
+  a.score = sc.data();
+  a.ape = ape.data();
+  a.ratio = r;
+  a.out_dim = D;
+  a.overlap = true;
+  a.slots = slots;
+  std::vector<CompressorSegment> seg;
+  int col = 0;
+  for (int s = 0; s < 3; ++s) {
+    seg.push_back({col, n[s], pos0[s], skv[s].data(), ssc[s].data(), out.data() + 2 * s * D, opos.data() + col});
+    col += n[s];
+  }
+  a.segments = 3;
+  a.seg = seg.data();
+  be->compressor(a);
+  col = 0;
+  int64_t total = 0;
+  for (int s = 0; s < 3; ++s) {
+    CompressorArgs b = a;
+    b.segments = 0;
+    b.seg = nullptr;
+    b.kv = kv.data() + col * width;
+    b.score = sc.data() + col * width;
+    b.n = n[s];
+    b.pos0 = pos0[s];
+    b.state_kv = skv2[s].data();
+    b.state_score = ssc2[s].data();
+    b.out = out2.data() + 2 * s * D;
+    b.out_pos = opos2.data() + col;
+    int64_t emitted = 0;
+    b.n_out = &emitted;
+    be->compressor(b);
+    EXPECT_EQ(emitted, (pos0[s] + n[s]) / r - pos0[s] / r) << "session " << s;
+    total += emitted;
+    col += n[s];
+  }
+  EXPECT_EQ(total, 4);  // 7 closes block 1; 3…8 close blocks 0 and 1; 11…12 close block 2
+  EXPECT_EQ(skv, skv2);
+  EXPECT_EQ(ssc, ssc2);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!std::isnan(out2[i])) EXPECT_EQ(out[i], out2[i]) << i;
+    else EXPECT_TRUE(std::isnan(out[i])) << i;
+  EXPECT_EQ(opos, opos2);
+}

@@ -14,6 +14,26 @@ void CpuBackend::compressor(const CompressorArgs& a) {
   // kv, score: [n][width]; ape: [ratio][width]; state: ring [slots][width]; out: [*][out_dim].
   const int64_t D = a.out_dim, r = a.ratio, slots = a.slots;
   const int64_t width = a.overlap ? 2 * D : D;
+  if (a.segments > 0) {  // a batched step: each session's frontier is independent and sequential
+    for (int32_t s = 0; s < a.segments; ++s) {
+      const CompressorSegment& sg = a.seg[s];
+      CompressorArgs one = a;
+      one.segments = 0;
+      one.seg = nullptr;
+      one.kv = a.kv + sg.col * width;
+      one.score = a.score + sg.col * width;
+      one.n = sg.n;
+      one.pos0 = sg.pos0;
+      one.state_kv = sg.state_kv;
+      one.state_score = sg.state_score;
+      one.out = sg.out;
+      one.out_pos = sg.out_pos;
+      int64_t emitted = 0;
+      one.n_out = &emitted;
+      compressor(one);
+    }
+    return;
+  }
   int64_t emitted = 0;
   for (int64_t i = 0; i < a.n; ++i) {
     const int64_t t = a.pos0 + i;

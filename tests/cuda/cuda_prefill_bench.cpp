@@ -149,6 +149,34 @@ int main(int argc, char** argv) {
       std::printf("PBENCH %-11s moe iq2_xxs/q2_k 256 experts k6     n=%-5lld %9.3f ms  %7.1f TOP/s  %8.0f tok/s per layer\n",
                   path, static_cast<long long>(nt), s * 1e3, 2.0 * 3 * E * F * K * nt / s / 1e12, nt / s);
     }
+    {  // Indexer of a chunk at 4K context: 64 heads × 128, 1,024 visible compressed rows, top 512.
+      const int IH = 64, ID = 128, rows_n = 1024, K = 512;
+      const int64_t nq = tc ? std::min<int64_t>(N, 2048) : std::min<int64_t>(N, 256);
+      Buffer q = fbuf(nq * IH * ID), w = fbuf(nq * IH), rows = fbuf(int64_t{rows_n} * ID);
+      Buffer nr = fbuf(nq), idx = fbuf(nq * K), cnt = fbuf(nq);
+      std::vector<float> qh(static_cast<size_t>(nq) * IH * ID), rh(static_cast<size_t>(rows_n) * ID), wh(nq * IH, 0.1f);
+      for (auto& v : qh) v = nd(rng);
+      for (auto& v : rh) v = nd(rng);
+      std::vector<int32_t> nh(nq, rows_n);
+      be->upload(q.data(), qh.data(), qh.size() * 4);
+      be->upload(rows.data(), rh.data(), rh.size() * 4);
+      be->upload(w.data(), wh.data(), wh.size() * 4);
+      be->upload(nr.data(), nh.data(), nh.size() * 4);
+      IndexerArgs a;
+      a.q = q.f32();
+      a.w = w.f32();
+      a.rows = rows.f32();
+      a.n_rows = nr.i32();
+      a.n = nq;
+      a.heads = IH;
+      a.head_dim = ID;
+      a.top_k = K;
+      a.idx = idx.i32();
+      a.count = cnt.i32();
+      const double s = median_seconds([&] { be->indexer(a); }, sync, 3);
+      std::printf("PBENCH %-11s indexer 64x128 top512 of 1024 rows   n=%-5lld %9.3f ms  %8.0f queries/s\n", path,
+                  static_cast<long long>(nq), s * 1e3, nq / s);
+    }
     {  // Attention of a chunk: H 64, D 512, window 128 + 512 selected compressed rows per query.
       const int H = 64, D = 512;
       // Without the prefill kernels: the one-head-per-block kernel, timed on 256 queries.

@@ -12,6 +12,7 @@ timeout 120 $P/test_cuda_ops > $W/ops.log 2>&1; st "test_cuda_ops rc=$? $(grep -
 $P/ds4-gen --profile tiny --seed 1 -o /tmp/d/tiny-seed1.gguf >/dev/null 2>&1; $P/ds4-gen --profile tiny-quant --seed 1 --threads 2 -o /tmp/d/tiny-quant-seed1.gguf >/dev/null 2>&1; cp models/ds4-tiny-chat.gguf /tmp/d/
 DS4_CUDA_TEST_DATA=/tmp/d DS4_REFERENCE_DIR=$(pwd)/tests/reference timeout 120 $P/test_cuda_model > $W/model.log 2>&1; st "test_cuda_model rc=$?"
 grep -E '^\[  FAILED  \] [A-Z]|official cuda (prefill vs cpu|decode vs cuda prefill)|^BATCH .*official' $W/model.log | head -20
+timeout 60 $P/cuda_prefill_bench 4096 > $W/prefill_bench.log 2>&1; st "cuda_prefill_bench rc=$?"; grep PBENCH $W/prefill_bench.log
 zcat $P/data/tokenizer.json.gz > /tmp/tok.json
 $P/ds4-gen --profile flash-q2 --layers 4 --zeros --tokenizer-json /tmp/tok.json -o /dev/shm/f4.gguf > $W/gen4.log 2>&1; st "gen 4 layers rc=$?"
 for tc in "" "--cuda-no-tensor-cores"; do

@@ -62,6 +62,11 @@ struct ModelInfo {
   // wall time of the copy, for load logs ("uploaded N GB in S s").
   uint64_t upload_bytes = 0;
   double upload_seconds = 0;
+  // Identity of what a session snapshot depends on (metadata, tensor directory, sampled weights,
+  // numerics), hex: snapshots restore correctly only into an engine with the same value. The routed
+  // experts' quantization is left out and given as routed_expert_bits (2/4-bit files share it).
+  std::string kv_identity;
+  int routed_expert_bits = 0;
 };
 
 struct SessionOptions {
@@ -105,6 +110,11 @@ struct SessionSnapshot {
   std::vector<uint8_t> bytes;
 };
 
+// How a snapshot stores the KV rows. `f32`: every row as float32 (simple, what ds4-bench measures).
+// `compact`: each 64-value group in the narrowest form that holds its float32 values exactly (the
+// FP8/FP4-rounded rows of official numerics take ~1/4 of the bytes); restore is bit-exact either way.
+enum class SnapshotFormat { f32, compact };
+
 struct EvalOptions {
   int32_t chunk = 0;  // prefill chunk size; 0 = backend default. Any chunking gives the same logits.
   // Optional cancellation: polled between chunks/layers; return true to stop with StatusCode::cancelled
@@ -132,7 +142,8 @@ class Session {
   // Moves the timeline back to `n_tokens` (<= position()); state and logits become exactly those
   // after the first n_tokens tokens. Releases memory no longer needed.
   virtual Status rewind(int64_t n_tokens) = 0;
-  virtual Result<SessionSnapshot> snapshot() const = 0;
+  virtual Result<SessionSnapshot> snapshot(SnapshotFormat format = SnapshotFormat::f32) const = 0;
+  // Accepts either format.
   virtual Status restore(const SessionSnapshot& snap) = 0;
   virtual SessionMemory memory() const = 0;
 };

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 #include "runtime/engine_impl.h"
+#include "runtime/model_identity.h"
 
 namespace ds4 {
 
@@ -105,6 +106,9 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
   in.file_bytes = e->file_->file_size();
   in.weight_bytes = e->weights_.mapped_bytes;
   in.quant_summary = e->weights_.quant_summary;
+  const ModelIdentity id = model_identity(*e->file_, opts);
+  in.kv_identity = id.hex;
+  in.routed_expert_bits = id.routed_expert_bits;
   return std::unique_ptr<Engine>(std::move(e));
 }
 

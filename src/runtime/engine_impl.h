@@ -68,7 +68,7 @@ class SessionImpl final : public Session {
   std::span<const TokenId> tokens() const override { return tokens_; }
   int64_t max_context() const override { return max_context_; }
   Status rewind(int64_t n_tokens) override;
-  Result<SessionSnapshot> snapshot() const override;
+  Result<SessionSnapshot> snapshot(SnapshotFormat format = SnapshotFormat::f32) const override;
   Status restore(const SessionSnapshot& snap) override;
   SessionMemory memory() const override;
 

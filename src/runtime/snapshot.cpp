@@ -1,7 +1,7 @@
 // snapshot.cpp — Session::snapshot / restore: the complete state of a timeline as versioned bytes.
 //
 // Layout (little-endian):
-//   header: "DS4CSNAP" (8 bytes), u32 version = 1, u32 n_layer, u32 head_dim, u32 index_dim, u32 vocab,
+//   header: "DS4CSNAP" (8 bytes), u32 version (1 = f32 rows, 2 = compact rows), u32 n_layer, u32 head_dim, u32 index_dim, u32 vocab,
 //           u32 window, u64 n_tokens T
 //   i32[T] tokens; f32[V] next-token logits (only when T > 0)
 //   per layer: u32 ratio; f32[min(T, window)][D] raw rows, oldest first;
@@ -9,19 +9,23 @@
 //       tokens pooling still needs, oldest first: f32[nf][width] each, nf = T − start,
 //       start = max(0, ⌊T/r⌋·r − (CSA ? r : 0)) (independent of the engine's frontier ring size);
 //     CSA (ratio 4): f32[n_comp][ID] indexer rows; indexer frontier kv, score: f32[nf][2·ID] each.
-// restore() validates the whole payload against the model before touching the session.
+// Version 2 (SnapshotFormat::compact) is the same sequence, but every row array above (raw, compressed,
+// frontier, indexer) is written as u64 packed bytes + row_pack.h groups: the FP8/FP4/f16-rounded values
+// the model keeps take 1 byte, half a byte or 2 bytes each, losslessly (checked at encode time).
+// restore() accepts both and validates the whole payload against the model before touching the session.
 // Deliberately not here: ds4's own payload format (MODEL.md Appendix B) and the server's disk cache.
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "runtime/engine_impl.h"
+#include "runtime/row_pack.h"
 
 namespace ds4::runtime {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'S', '4', 'C', 'S', 'N', 'A', 'P'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersionF32 = 1, kVersionCompact = 2;
 
 class Writer {
  public:
@@ -62,9 +66,60 @@ class Reader {
   }
   bool at_end() const { return pos_ == in_.size(); }
 
+  // One row array of n_rows x width floats: in place for version 1, decoded into storage this
+  // reader owns for version 2 (the pointer stays valid while the reader lives).
+  Status rows(uint64_t n_rows, int64_t width, const uint8_t** p, const char* what) {
+    if (!compact_) return take(n_rows * width * 4, p, what);
+    uint64_t len;
+    DS4_RETURN_IF_ERROR(get(len, what));
+    const uint8_t* src;
+    DS4_RETURN_IF_ERROR(take(len, &src, what));
+    // Every group costs at least its tag byte: bounds what a short hostile section can make us allocate.
+    const uint64_t groups = n_rows * static_cast<uint64_t>((width + kPackGroup - 1) / kPackGroup);
+    if (len < groups) return invalid_data(std::string("snapshot: packed ") + what + " too short");
+    staging_.emplace_back(n_rows * width);
+    Status st = unpack_rows({src, len}, width, staging_.back());
+    if (!st.ok()) return st.with_context(std::string("snapshot: ") + what);
+    *p = reinterpret_cast<const uint8_t*>(staging_.back().data());
+    return Status::Ok();
+  }
+  void set_compact(bool c) { compact_ = c; }
+
  private:
   const std::vector<uint8_t>& in_;
   size_t pos_ = 0;
+  bool compact_ = false;
+  std::vector<std::vector<float>> staging_;
+};
+
+// One row array being written: version 1 downloads rows straight into the output, version 2 into
+// a staging buffer that is packed (u64 size + groups) when the array is complete.
+class RowSection {
+ public:
+  RowSection(Writer& w, std::vector<uint8_t>& out, bool compact, int64_t n_rows, int64_t width)
+      : w_(w), out_(out), compact_(compact), width_(width) {
+    if (compact_) staging_.resize(static_cast<size_t>(n_rows * width));
+    else dst_ = w_.reserve(static_cast<size_t>(n_rows * width * 4));
+  }
+  void* row(int64_t i) {
+    return compact_ ? static_cast<void*>(staging_.data() + i * width_) : static_cast<void*>(dst_ + i * width_ * 4);
+  }
+  void finish() {
+    if (!compact_) return;
+    const size_t at = out_.size();
+    w_.put(uint64_t{0});
+    pack_rows(staging_, width_, out_);
+    const uint64_t len = out_.size() - at - 8;
+    std::memcpy(out_.data() + at, &len, 8);
+  }
+
+ private:
+  Writer& w_;
+  std::vector<uint8_t>& out_;
+  bool compact_;
+  int64_t width_;
+  uint8_t* dst_ = nullptr;
+  std::vector<float> staging_;
 };
 
 // First token whose compressor inputs are still needed after T tokens (current block, plus the
@@ -76,15 +131,16 @@ int64_t frontier_start(const model::LayerKv& k, int64_t T) {
 
 }  // namespace
 
-Result<SessionSnapshot> SessionImpl::snapshot() const {
+Result<SessionSnapshot> SessionImpl::snapshot(SnapshotFormat format) const {
   const auto& cfg = engine_.config();
   backend::Backend& be = *engine_.forward_backend();
+  const bool compact = format == SnapshotFormat::compact;
   SessionSnapshot snap;
   Writer w(snap.bytes);
   const uint64_t T = tokens_.size();
   const int64_t D = cfg.head_dim, ID = cfg.indexer_head_dim, V = cfg.n_vocab, W = cfg.sliding_window;
   w.raw(kMagic, 8);
-  w.put(kVersion);
+  w.put(compact ? kVersionCompact : kVersionF32);
   w.put(cfg.n_layer);
   w.put(cfg.head_dim);
   w.put(cfg.indexer_head_dim);
@@ -97,20 +153,37 @@ Result<SessionSnapshot> SessionImpl::snapshot() const {
   const int64_t n_raw = std::min<int64_t>(static_cast<int64_t>(T), W);
   for (const model::LayerKv& k : kv_.layers()) {
     w.put(k.ratio);
-    for (int64_t p = static_cast<int64_t>(T) - n_raw; p < static_cast<int64_t>(T); ++p)
-      be.download(w.reserve(D * 4), k.raw.f32() + (p % cap) * D, D * 4);
+    {
+      RowSection raw(w, snap.bytes, compact, n_raw, D);
+      for (int64_t j = 0; j < n_raw; ++j) {
+        const int64_t p = static_cast<int64_t>(T) - n_raw + j;
+        be.download(raw.row(j), k.raw.f32() + (p % cap) * D, D * 4);
+      }
+      raw.finish();
+    }
     if (k.ratio == 0) continue;
     w.put(static_cast<uint64_t>(k.n_comp));
-    be.download(w.reserve(k.n_comp * D * 4), k.comp.data(), k.n_comp * D * 4);
+    {
+      RowSection comp(w, snap.bytes, compact, k.n_comp, D);
+      if (k.n_comp) be.download(comp.row(0), k.comp.data(), k.n_comp * D * 4);
+      comp.finish();
+    }
     const int64_t T64 = static_cast<int64_t>(T);
+    const int64_t start = frontier_start(k, T64);
     auto frontier = [&](const backend::Buffer& buf, int64_t width) {
-      for (int64_t p = frontier_start(k, T64); p < T64; ++p)
-        be.download(w.reserve(width * 4), buf.f32() + (p % k.slots) * width, width * 4);
+      RowSection f(w, snap.bytes, compact, T64 - start, width);
+      for (int64_t p = start; p < T64; ++p)
+        be.download(f.row(p - start), buf.f32() + (p % k.slots) * width, width * 4);
+      f.finish();
     };
     frontier(k.comp_kv, k.width);
     frontier(k.comp_score, k.width);
     if (k.has_indexer) {
-      be.download(w.reserve(k.n_comp * ID * 4), k.index_rows.data(), k.n_comp * ID * 4);
+      {
+        RowSection irows(w, snap.bytes, compact, k.n_comp, ID);
+        if (k.n_comp) be.download(irows.row(0), k.index_rows.data(), k.n_comp * ID * 4);
+        irows.finish();
+      }
       frontier(k.index_kv, 2 * ID);
       frontier(k.index_score, 2 * ID);
     }
@@ -129,7 +202,9 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
   uint32_t version, n_layer, hd, idd, vocab, window;
   uint64_t T;
   DS4_RETURN_IF_ERROR(r.get(version, "version"));
-  if (version != kVersion) return invalid_data("snapshot: version " + std::to_string(version) + " is not supported");
+  if (version != kVersionF32 && version != kVersionCompact)
+    return invalid_data("snapshot: version " + std::to_string(version) + " is not supported");
+  r.set_compact(version == kVersionCompact);
   DS4_RETURN_IF_ERROR(r.get(n_layer, "layer count"));
   DS4_RETURN_IF_ERROR(r.get(hd, "head dim"));
   DS4_RETURN_IF_ERROR(r.get(idd, "indexer dim"));
@@ -160,19 +235,19 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
     uint32_t ratio;
     DS4_RETURN_IF_ERROR(r.get(ratio, "layer ratio"));
     if (ratio != k.ratio) return invalid_data("snapshot: layer " + std::to_string(l) + " ratio mismatch");
-    DS4_RETURN_IF_ERROR(r.take(n_raw * D * 4, &spans[l].raw, "raw rows"));
+    DS4_RETURN_IF_ERROR(r.rows(n_raw, D, &spans[l].raw, "raw rows"));
     if (ratio == 0) continue;
     uint64_t n_comp;
     DS4_RETURN_IF_ERROR(r.get(n_comp, "compressed row count"));
     if (n_comp != T / ratio) return invalid_data("snapshot: layer " + std::to_string(l) + " row count mismatch");
-    DS4_RETURN_IF_ERROR(r.take(n_comp * D * 4, &spans[l].comp, "compressed rows"));
+    DS4_RETURN_IF_ERROR(r.rows(n_comp, D, &spans[l].comp, "compressed rows"));
     const uint64_t nf = T - static_cast<uint64_t>(frontier_start(k, static_cast<int64_t>(T)));
-    DS4_RETURN_IF_ERROR(r.take(nf * k.width * 4, &spans[l].ckv, "compressor frontier"));
-    DS4_RETURN_IF_ERROR(r.take(nf * k.width * 4, &spans[l].csc, "compressor frontier"));
+    DS4_RETURN_IF_ERROR(r.rows(nf, k.width, &spans[l].ckv, "compressor frontier"));
+    DS4_RETURN_IF_ERROR(r.rows(nf, k.width, &spans[l].csc, "compressor frontier"));
     if (k.has_indexer) {
-      DS4_RETURN_IF_ERROR(r.take(n_comp * ID * 4, &spans[l].irows, "indexer rows"));
-      DS4_RETURN_IF_ERROR(r.take(nf * 2 * ID * 4, &spans[l].ikv, "indexer frontier"));
-      DS4_RETURN_IF_ERROR(r.take(nf * 2 * ID * 4, &spans[l].isc, "indexer frontier"));
+      DS4_RETURN_IF_ERROR(r.rows(n_comp, ID, &spans[l].irows, "indexer rows"));
+      DS4_RETURN_IF_ERROR(r.rows(nf, 2 * ID, &spans[l].ikv, "indexer frontier"));
+      DS4_RETURN_IF_ERROR(r.rows(nf, 2 * ID, &spans[l].isc, "indexer frontier"));
     }
   }
   if (!r.at_end()) return invalid_data("snapshot: trailing bytes");

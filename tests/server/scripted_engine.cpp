@@ -93,7 +93,7 @@ class ScriptedSession : public Session {
     update_logits();
     return Status::Ok();
   }
-  Result<SessionSnapshot> snapshot() const override { return unsupported("scripted session has no snapshot"); }
+  Result<SessionSnapshot> snapshot(SnapshotFormat) const override { return unsupported("scripted session has no snapshot"); }
   Status restore(const SessionSnapshot&) override { return unsupported("scripted session has no snapshot"); }
   SessionMemory memory() const override { return {}; }
 

@@ -136,7 +136,13 @@ void EngineWorker::run() {
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       }
       if (stopping_ && Clock::now() >= drain_deadline_) hard_stop_ = true;
-      if (stopping_ && queue_.empty() && active_.empty()) break;
+      if (stopping_ && queue_.empty() && active_.empty()) {
+        lock.unlock();
+        if (opts_.disk_cache)  // ds4's `shutdown` save of every live timeline
+          for (auto& s : slots_)
+            if (s->session) opts_.disk_cache->at_shutdown(*s->session, s->disk);
+        break;
+      }
       if (hard_stop_) {
         for (auto& j : queue_) j->cancel = true;
       }
@@ -184,6 +190,12 @@ void EngineWorker::run_step() {
           sj.cap = c - static_cast<int64_t>(a.prefilled);
           break;
         }
+      if (opts_.disk_cache) {  // the chunk also stops at the next disk save point (cold anchor, continued)
+        const int64_t lim = opts_.disk_cache->prefill_limit(a.slot->disk, static_cast<int64_t>(a.prefilled),
+                                                             static_cast<int64_t>(a.job->prompt.size())) -
+                            static_cast<int64_t>(a.prefilled);
+        if (lim < sj.want && (sj.cap == 0 || lim < sj.cap)) sj.cap = lim;
+      }
     }
     jobs.push_back(&a);
     sched.push_back(sj);
@@ -253,10 +265,14 @@ void EngineWorker::after_step(Active& a, int64_t tokens) {
   Job& job = *a.job;
   if (a.decoding) {
     a.feed.erase(a.feed.begin(), a.feed.begin() + tokens);
+    if (opts_.disk_cache)  // continued saves (never inside a tool-call block)
+      opts_.disk_cache->after_eval(*a.slot->session, a.slot->disk,
+                                   a.parser && a.parser->state() == chat::ParseState::tool_block);
     return;
   }
   a.prefilled += static_cast<size_t>(tokens);
   save_checkpoint(a);
+  if (opts_.disk_cache) opts_.disk_cache->after_eval(*a.slot->session, a.slot->disk, false);  // cold / continued
   GenEvent ev;
   ev.kind = GenEventKind::prefill;
   ev.prefill_done = static_cast<int64_t>(a.prefilled);

@@ -27,6 +27,7 @@
 #include "chat/chat.h"
 #include "ds4/engine.h"
 #include "server/channel.h"
+#include "server/disk_cache.h"
 #include "server/gen_request.h"
 #include "kv/admission.h"
 #include "kv/prefix_cache.h"
@@ -46,6 +47,7 @@ struct WorkerOptions {
   int64_t prefix_block_tokens = 128;    // prefix cache granularity (kv/prefix_cache.h)
   chat::Flavor flavor = chat::Flavor::ds4;
   bool exact_dsml_replay = true;        // remember id -> sampled DSML for byte-exact replay
+  DiskCache* disk_cache = nullptr;      // --kv-disk-dir (not owned; used by the worker thread only)
 };
 
 // Thread-safe wrapper: the replay store is read by HTTP threads (attach before rendering) and

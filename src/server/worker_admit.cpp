@@ -35,6 +35,9 @@ void EngineWorker::count_wait(const Job& job) {
 }
 
 void EngineWorker::free_slot(Slot* slot) {
+  // An idle session evicted for memory: ds4's `evict` save of its timeline first.
+  if (opts_.disk_cache && slot->session && !slot->busy)
+    opts_.disk_cache->save_before_discard(*slot->session, slot->disk, 0);
   std::erase_if(slots_, [slot](const std::unique_ptr<Slot>& s) { return s.get() == slot; });
 }
 
@@ -172,8 +175,11 @@ bool EngineWorker::start_job(Active& a, Slot* slot, int64_t start_tokens, const 
   Job& job = *a.job;
   a.slot = slot;
   slot->busy = true;
+  DiskCache* disk = opts_.disk_cache;
+  bool disk_done = false;  // admit() already ran for this job
   auto fresh = [&]() -> Status {
     slot->session.reset();
+    slot->disk = {};
     auto s = engine_.new_session();
     if (!s.ok()) return s.status();
     slot->session = std::move(s).value();
@@ -184,6 +190,8 @@ bool EngineWorker::start_job(Active& a, Slot* slot, int64_t start_tokens, const 
   Status st;
   if (!slot->session) st = fresh();
   if (st.ok() && payload) {
+    if (disk) disk->save_before_discard(*slot->session, slot->disk, 0);
+    slot->disk = {};
     SessionSnapshot snap;
     snap.bytes = *payload;
     if (slot->session->restore(snap).ok() && slot->session->position() == start_tokens) {
@@ -195,7 +203,24 @@ bool EngineWorker::start_job(Active& a, Slot* slot, int64_t start_tokens, const 
     }
   } else if (st.ok() && slot->session->position() > 0) {
     keep = start_tokens;
-    if (keep < live && !slot->session->rewind(keep).ok()) {
+    if (disk) {
+      disk_done = true;
+      // Looks up a longer prefix on disk, saves the live tokens the rewind discards, rewinds, restores.
+      keep = disk->admit(*slot->session, slot->disk, job.prompt, keep);
+      if (slot->session->position() != keep) {
+        st = fresh();
+        keep = 0;
+      }
+    } else if (keep < live && !slot->session->rewind(keep).ok()) {
+      st = fresh();
+      keep = 0;
+    }
+  }
+  // A new or restored session: the disk may still hold a longer prefix (and cold saves get planned).
+  if (st.ok() && disk && !disk_done) {
+    const int64_t got = disk->admit(*slot->session, slot->disk, job.prompt, keep);
+    if (slot->session->position() == got) keep = got;
+    else {
       st = fresh();
       keep = 0;
     }

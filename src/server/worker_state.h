@@ -34,6 +34,7 @@ struct EngineWorker::Slot {
   std::unique_ptr<Session> session;
   bool busy = false;
   uint64_t last_used = 0;  // worker step counter at release (LRU for eviction)
+  DiskTimeline disk;       // disk KV cache bookkeeping of this timeline (disk_cache.h)
 };
 
 struct EngineWorker::Active {

@@ -21,6 +21,8 @@
 
 #include "ds4/engine.h"
 #include "instance_lock.h"
+#include "kvstore/save_policy.h"
+#include "server/disk_cache.h"
 #include "server/server.h"
 
 namespace {
@@ -49,6 +51,7 @@ struct Flags {
   int64_t kv_disk_space_mb = 4096;
   int64_t kv_min = 512, kv_cold_max = 30000, kv_interval = 10000, kv_trim = 32, kv_align = 2048;
   bool kv_reject_quant = false;
+  bool kv_f32 = false, kv_no_fsync = false;
   bool no_exact_replay = false;
   int64_t tool_memory_max_ids = 100000;
   // Additions.
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
   app.add_option("--port", f.port, "bind port")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_flag("--cors", f.cors, "send permissive CORS headers");
   app.add_option("--trace", f.trace, "append a human-readable session trace to FILE");
-  app.add_option("--kv-disk-dir", f.kv_disk_dir, "disk KV cache directory (accepted; disk cache not active yet)");
+  app.add_option("--kv-disk-dir", f.kv_disk_dir, "disk KV cache directory (shared safely by several servers)");
   app.add_option("--kv-disk-space-mb", f.kv_disk_space_mb, "disk KV cache budget in MiB")->capture_default_str();
   app.add_option("--kv-cache-min-tokens", f.kv_min, "disk KV: minimum checkpoint length");
   app.add_option("--kv-cache-cold-max-tokens", f.kv_cold_max, "disk KV: cold save limit");
@@ -123,6 +126,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-boundary-trim-tokens", f.kv_trim, "disk KV: tail trim before cold saves");
   app.add_option("--kv-cache-boundary-align-tokens", f.kv_align, "disk KV: save alignment");
   app.add_flag("--kv-cache-reject-different-quant", f.kv_reject_quant, "disk KV: refuse other quantizations");
+  app.add_flag("--kv-cache-f32-payload", f.kv_f32, "disk KV: store rows as f32 like ds4 (default: compact, lossless)");
+  app.add_flag("--kv-cache-no-fsync", f.kv_no_fsync, "disk KV: skip fsync on save (faster; a torn file is detected and dropped)");
   app.add_flag("--disable-exact-dsml-tool-replay", f.no_exact_replay, "render replayed tool calls canonically");
   app.add_option("--tool-memory-max-ids", f.tool_memory_max_ids, "exact-DSML replay map size")->capture_default_str();
   app.add_option("--api-key", f.api_key, "require this key (Authorization: Bearer KEY or x-api-key: KEY)");
@@ -168,7 +173,9 @@ int main(int argc, char** argv) {
   if (f.cuda || f.backend == "cuda") backend = ds4::BackendKind::cuda;
   if (!f.backend.empty() && f.backend != "cpu" && f.backend != "cuda") return fail("unknown backend '" + f.backend + "'");
   if (!f.mtp.empty()) std::fprintf(stderr, "ds4-server: warning: MTP drafting is not implemented; --mtp %s ignored (output is unchanged)\n", f.mtp.c_str());
-  if (!f.kv_disk_dir.empty()) std::fprintf(stderr, "ds4-server: warning: the disk KV cache is not active in this build; --kv-disk-dir accepted, nothing is written\n");
+  ds4::kvstore::SavePolicy kv_policy{f.kv_min, f.kv_cold_max, f.kv_interval, f.kv_trim, f.kv_align};
+  if (ds4::Status st = ds4::kvstore::validate(kv_policy); !st.ok()) return fail(st.message());
+  if (f.kv_disk_space_mb <= 0) return fail("--kv-disk-space-mb must be positive");
 
   // Signals are handled by one thread with sigwait; block them before any thread starts.
   sigset_t sigs;
@@ -252,6 +259,29 @@ int main(int argc, char** argv) {
   if (f.think_max && ctx < ds4::chat::kThinkMaxMinContext)
     std::fprintf(stderr, "ds4-server: warning: --think-max needs --ctx >= %lld; requests get effort high\n",
                  static_cast<long long>(ds4::chat::kThinkMaxMinContext));
+
+  // Disk KV cache: a directory that cannot be used is logged and the server runs without it (ds4).
+  std::unique_ptr<ds4::server::DiskCache> disk_cache;
+  if (!f.kv_disk_dir.empty()) {
+    ds4::server::DiskCacheOptions dco;
+    dco.dir = f.kv_disk_dir;
+    dco.space_mb = static_cast<uint64_t>(f.kv_disk_space_mb);
+    dco.policy = kv_policy;
+    dco.reject_different_quant = f.kv_reject_quant;
+    dco.compact = !f.kv_f32;
+    dco.fsync = !f.kv_no_fsync;
+    dco.log = [](const std::string& line) { std::fprintf(stderr, "ds4-server: %s\n", line.c_str()); };
+    auto dc = ds4::server::DiskCache::open(**engine, std::move(dco));
+    if (!dc.ok()) {
+      std::fprintf(stderr, "ds4-server: warning: disk KV cache disabled: %s\n", dc.status().to_string().c_str());
+    } else {
+      disk_cache = std::move(dc).value();
+      so.worker.disk_cache = disk_cache.get();
+      std::fprintf(stderr, "ds4-server: disk KV cache %s (%lld MiB, %s payloads, model identity %s, experts %d-bit)\n",
+                   f.kv_disk_dir.c_str(), static_cast<long long>(f.kv_disk_space_mb), f.kv_f32 ? "f32" : "compact",
+                   info.kv_identity.c_str(), info.routed_expert_bits);
+    }
+  }
 
   ds4::server::Server server(**engine, so, trace);
   if (ds4::Status st = server.bind(); !st.ok()) return fail(st.message());

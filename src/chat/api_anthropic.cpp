@@ -8,12 +8,11 @@
 
 namespace ds4::chat {
 
+using detail::at;
 using detail::field_error;
 using detail::json;
 
 namespace {
-
-std::string at(std::string_view base, size_t i) { return std::string(base) + "[" + std::to_string(i) + "]"; }
 
 Result<std::string> system_text(const json& v) {
   if (v.is_null()) return std::string();
@@ -205,14 +204,11 @@ Result<MappedRequest> map_anthropic_messages_unguarded(std::string_view text, co
       r.conv.messages.push_back(std::move(m));
     }
   }
-  auto msgs = body.find("messages");
-  if (msgs == body.end() || msgs->is_null()) return invalid_argument("missing 'messages'");
-  if (!msgs->is_array()) return invalid_argument("'messages' must be an array");
-  if (msgs->empty()) return invalid_argument("'messages' must contain at least one message");
-  DS4_ASSIGN_OR_RETURN(auto elems, detail::raw_array(text, "messages", msgs->size()));
+  DS4_ASSIGN_OR_RETURN(auto elems, detail::messages_array(body, text));
+  const json& msgs = body["messages"];
   std::vector<std::pair<size_t, std::string>> inline_ids;
-  for (size_t k = 0; k < msgs->size(); ++k)
-    DS4_RETURN_IF_ERROR(map_message((*msgs)[k], elems[k], at("messages", k), options.flavor, r.conv.messages, inline_ids));
+  for (size_t k = 0; k < msgs.size(); ++k)
+    DS4_RETURN_IF_ERROR(map_message(msgs[k], elems[k], at("messages", k), options.flavor, r.conv.messages, inline_ids));
   detail::collect_unmatched_results(r, inline_ids);
   DS4_RETURN_IF_ERROR(map_tools(body, text, options.flavor, r));
   return r;

@@ -116,6 +116,14 @@ Result<std::vector<std::string_view>> raw_array(std::string_view object, std::st
   return std::move(*elems);
 }
 
+Result<std::vector<std::string_view>> messages_array(const json& body, std::string_view text) {
+  auto msgs = body.find("messages");
+  if (msgs == body.end() || msgs->is_null()) return invalid_argument("missing 'messages'");
+  if (!msgs->is_array()) return invalid_argument("'messages' must be an array");
+  if (msgs->empty()) return invalid_argument("'messages' must contain at least one message");
+  return raw_array(text, "messages", msgs->size());
+}
+
 Status read_openai_tool_choice(const json& body, std::string_view name_path, bool& none, MappedRequest& r) {
   auto choice = body.find("tool_choice");
   if (choice == body.end() || choice->is_null()) return Status::Ok();

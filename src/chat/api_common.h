@@ -50,6 +50,9 @@ Result<MappedRequest> guard_mapping(F&& body) {
   }
 }
 
+// "base[i]": the path of an array element in error messages.
+inline std::string at(std::string_view base, size_t i) { return std::string(base) + "[" + std::to_string(i) + "]"; }
+
 // invalid_argument("'<where>' <what>"): the one shape of a field error.
 Status field_error(std::string_view where, std::string_view what);
 
@@ -65,6 +68,10 @@ Result<std::vector<std::string_view>> raw_array(std::string_view object, std::st
                                                 size_t expected);
 
 Status bad_request(std::string why);
+
+// The `messages` member of `body` (chat/completions, Anthropic): present, an array, not empty;
+// returns the raw bytes of its elements (from `text`, the body bytes).
+Result<std::vector<std::string_view>> messages_array(const json& body, std::string_view text);
 
 // OpenAI-style tool_choice (chat/completions and Responses): "none" (sets `none`), "auto",
 // "required", or an object naming one function at `name_path` ("function.name" for chat,

@@ -6,19 +6,23 @@
 
 namespace ds4::chat {
 
+using detail::at;
 using detail::field_error;
 using detail::json;
 
 namespace {
 
-std::string at(std::string_view base, size_t i) { return std::string(base) + "[" + std::to_string(i) + "]"; }
-
-Status apply_openai_thinking(const json& body, detail::ThinkControl& tc) {
+// Parses the body and fills r.model and r.think from `thinking`, `think` and `reasoning_effort`.
+Result<json> parse_with_thinking(std::string_view text, const MapOptions& options, MappedRequest& r) {
+  DS4_ASSIGN_OR_RETURN(json body, detail::parse_body(text));
+  r.model = detail::model_of(body);
+  detail::ThinkControl tc;
   if (auto it = body.find("thinking"); it != body.end()) DS4_RETURN_IF_ERROR(tc.apply_thinking(*it));
   if (auto it = body.find("think"); it != body.end()) DS4_RETURN_IF_ERROR(tc.apply_think(*it));
   if (auto it = body.find("reasoning_effort"); it != body.end())
     DS4_RETURN_IF_ERROR(tc.apply_effort(*it, "reasoning_effort"));
-  return Status::Ok();
+  r.think = tc.resolve(r.model, options.default_think);
+  return body;
 }
 
 // One OpenAI tool_calls[] entry; nullopt when it has no arguments (ds4 drops those calls).
@@ -106,20 +110,13 @@ Status map_tools(const json& body, std::string_view text, MappedRequest& r) {
 }
 
 Result<MappedRequest> map_chat_completions_unguarded(std::string_view text, const MapOptions& options) {
-  DS4_ASSIGN_OR_RETURN(json body, detail::parse_body(text));
   MappedRequest r;
-  r.model = detail::model_of(body);
-  detail::ThinkControl tc;
-  DS4_RETURN_IF_ERROR(apply_openai_thinking(body, tc));
-  r.think = tc.resolve(r.model, options.default_think);
+  DS4_ASSIGN_OR_RETURN(json body, parse_with_thinking(text, options, r));
 
-  auto msgs = body.find("messages");
-  if (msgs == body.end() || msgs->is_null()) return invalid_argument("missing 'messages'");
-  if (!msgs->is_array()) return invalid_argument("'messages' must be an array");
-  if (msgs->empty()) return invalid_argument("'messages' must contain at least one message");
-  DS4_ASSIGN_OR_RETURN(auto elems, detail::raw_array(text, "messages", msgs->size()));
-  for (size_t k = 0; k < msgs->size(); ++k) {
-    DS4_ASSIGN_OR_RETURN(Message m, map_message((*msgs)[k], elems[k], at("messages", k)));
+  DS4_ASSIGN_OR_RETURN(auto elems, detail::messages_array(body, text));
+  const json& msgs = body["messages"];
+  for (size_t k = 0; k < msgs.size(); ++k) {
+    DS4_ASSIGN_OR_RETURN(Message m, map_message(msgs[k], elems[k], at("messages", k)));
     r.conv.messages.push_back(std::move(m));
   }
   // chat/completions maps identically for both flavors: the function object is already the
@@ -129,12 +126,8 @@ Result<MappedRequest> map_chat_completions_unguarded(std::string_view text, cons
 }
 
 Result<MappedRequest> map_completions_unguarded(std::string_view text, const MapOptions& options) {
-  DS4_ASSIGN_OR_RETURN(json body, detail::parse_body(text));
   MappedRequest r;
-  r.model = detail::model_of(body);
-  detail::ThinkControl tc;
-  DS4_RETURN_IF_ERROR(apply_openai_thinking(body, tc));
-  r.think = tc.resolve(r.model, options.default_think);
+  DS4_ASSIGN_OR_RETURN(json body, parse_with_thinking(text, options, r));
   auto prompt = body.find("prompt");
   if (prompt == body.end() || prompt->is_null()) return invalid_argument("missing 'prompt'");
   if (prompt->is_string()) {

@@ -8,12 +8,11 @@
 
 namespace ds4::chat {
 
+using detail::at;
 using detail::field_error;
 using detail::json;
 
 namespace {
-
-std::string at(std::string_view base, size_t i) { return std::string(base) + "[" + std::to_string(i) + "]"; }
 
 bool is_text_block(const std::string& type) {
   return type == "input_text" || type == "output_text" || type == "text" ||

@@ -228,6 +228,8 @@ struct IndexerArgs {
   int32_t* idx = nullptr;          // [n][top_k] selected row ids (ascending)
   int32_t* count = nullptr;        // [n] number selected = min(n_rows, top_k)
   const float* const* rows_at = nullptr;  // [n] per-query indexer rows (backend memory), or null: `rows`
+  int64_t max_rows = 0;            // host: an upper bound of every n_rows[i] (0: unknown; a device
+                                   // backend then reads n_rows back, a synchronization)
 };
 
 // MoE router (MODEL.md §8 steps 1-4): p = sqrt(softplus(z)); selection by hash table or top-k of p+bias;

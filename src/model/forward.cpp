@@ -282,6 +282,8 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     ia.top_k = static_cast<int32_t>(TK);
     ia.idx = idx_.i32();
     ia.count = icount_.i32();
+    for (const Segment& sg : segs)  // a host bound of the uploaded counts: the indexer reads nothing back
+      ia.max_rows = std::max<int64_t>(ia.max_rows, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio);
     be_.indexer(ia);
     comp_idx = idx_.i32();
     comp_count = icount_.i32();

@@ -119,6 +119,29 @@ TEST_F(CudaMatmul, BatchInvariantAcrossKernels) {
     }
   }
   ASSERT_TRUE(gpu_->sync().ok());
+TEST_F(CudaMatmul, DecodeAndBatchPathsAtFlashShapes) {
+  // gemv_decode.cu takes n ≤ 4 (activation quantization fused, lanes split across blocks when a row
+  // has few of them, F16 rows with 16-byte loads, float matrices of ≤ 512 rows one block per row);
+  // n = 5 goes the general way. Both must match the CPU: every Flash decode matrix at n = 1, 2, 4
+  // (strided x and y, as the forward's grouped calls use), the same at n = 5, and a Q8_0 row too
+  // wide for the fused path's shared memory at n = 4 (falls back).
+  const struct {
+    GgmlType t;
+    int64_t rows, cols;
+  } cases[] = {
+      {GgmlType::Q8_0, 1024, 4096},   {GgmlType::Q8_0, 32768, 1024}, {GgmlType::Q8_0, 512, 4096},
+      {GgmlType::Q8_0, 4096, 8192},   {GgmlType::Q8_0, 2048, 4096},  {GgmlType::Q8_0, 4096, 2048},
+      {GgmlType::IQ2_XXS, 2048, 4096}, {GgmlType::Q2_K, 4096, 2048},  {GgmlType::Q4_K, 2048, 4096},
+      {GgmlType::Q2_K, 300, 1024},    {GgmlType::IQ2_XXS, 100, 512}, {GgmlType::Q4_K, 77, 256},
+      {GgmlType::F16, 1024, 4096},    {GgmlType::F16, 8192, 1024},   {GgmlType::F16, 256, 4096},
+      {GgmlType::F16, 64, 4096},      {GgmlType::F16, 24, 16384},    {GgmlType::F32, 24, 16384},
+      {GgmlType::F16, 4, 16384},      {GgmlType::BF16, 300, 4096},
+  };
+  for (const auto& c : cases)
+    for (int64_t n : {1, 2, 4, 5}) run(c.t, {c.rows, c.cols, n}, MatmulNumerics::ds4, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+  run(GgmlType::Q8_0, {64, 16384, 4}, MatmulNumerics::ds4);
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::IQ2_XXS})
+    run(t, {600, 4096, 1}, MatmulNumerics::exact);  // exact numerics never take the decode kernels
 }
 
 TEST_F(CudaMatmul, RowSliceOfAGroupedMatrix) {
@@ -264,6 +287,15 @@ TEST_F(CudaMoe, RoutedExpertsFlashShape) {
     run(GgmlType::IQ2_XXS, GgmlType::Q2_K, 16, 4096, 2048, 6, 1, nm, 10.0f);
     run(GgmlType::IQ2_XXS, GgmlType::Q2_K, 16, 4096, 2048, 6, 3, nm, 10.0f);
   }
+}
+
+TEST_F(CudaMoe, DecodeKernelsEveryQuantizedPairAndBatchPath) {
+  // gemv_decode.cu's routed-expert kernels take n ≤ 4 and k ≤ 8 under ds4: Flash shapes at n = 1, 2
+  // and 4, other quantized gate/down type pairs, k = 8, and n = 5 (the general path) for comparison.
+  for (int64_t n : {1, 2, 4, 5}) run(GgmlType::IQ2_XXS, GgmlType::Q2_K, 16, 4096, 2048, 6, n, MatmulNumerics::ds4, 10.0f);
+  run(GgmlType::Q4_K, GgmlType::Q8_0, 12, 1024, 512, 8, 2, MatmulNumerics::ds4, 10.0f);
+  run(GgmlType::Q8_0, GgmlType::Q4_K, 10, 512, 768, 3, 1, MatmulNumerics::ds4, 0.0f);
+  run(GgmlType::Q2_K, GgmlType::IQ2_XXS, 9, 2048, 256, 2, 3, MatmulNumerics::ds4, 7.0f);
 }
 
 TEST_F(CudaMatmul, BadShapeIsAnErrorFromSync) {

@@ -7,8 +7,10 @@
 // Tolerances:
 //  * reference numerics (float32, no FP8/FP4/f16 simulation): CUDA vs CPU ≤ 1e-4·max|logit| and the
 //    same argmax wherever the CPU's top-2 gap exceeds that (as the golden test);
-//  * official numerics: CUDA prefill ≡ chunked ≡ decode ≤ 1e-5·max|logit| (the kernels compute each
-//    token the same way whatever the batch). CUDA vs CPU is only loosely bounded there: FP8 (3-bit
+//  * official numerics: CUDA prefill, chunked and decode are loosely bounded against each other, as
+//    CUDA vs CPU: prefill-sized batches run the tensor-core GEMM (quantized block sums in the CPU's
+//    sequential order) and chunk attention, decode the matvec and one-query attention, whose float
+//    sums add in another order. CUDA vs CPU is only loosely bounded there: FP8 (3-bit
 //    mantissa) and FP4 (1-bit) round trips turn a last-bit difference upstream into a whole rounding
 //    step, and an FP4 step in the indexer can change which rows are selected. The MODEL lines print
 //    the first position where the two backends part by more than 1e-4·max|logit|.
@@ -114,8 +116,18 @@ class CudaModel : public ::testing::Test {
         expect_logits_close(logits_decode(*gpu, toks), want, V, 1e-4, tag + " cuda decode vs cpu");
       } else {
         expect_logits_close(pre, want, V, official_tol_rel, tag + " cuda prefill vs cpu (loose)", n_tokens / 10);
-        expect_logits_close(logits_chunked(*gpu, toks, {7, 13, 1, 30}), pre, V, 1e-5, tag + " cuda chunked 7/13/1/30 vs cuda prefill");
-        expect_logits_close(logits_decode(*gpu, toks), pre, V, 1e-5, tag + " cuda decode vs cuda prefill");
+        // Different kernels per batch size (GEMM vs matvec, chunk vs one-query attention): last-bit
+        // differences, amplified by the same FP8/FP4/Q8 steps as CUDA vs CPU.
+        const auto chunked = logits_chunked(*gpu, toks, {7, 13, 1, 30});
+        const auto decoded = logits_decode(*gpu, toks);
+        report_first_divergence(chunked, pre, V, tag + " cuda chunked vs cuda prefill");
+        report_first_divergence(decoded, pre, V, tag + " cuda decode vs cuda prefill");
+        expect_logits_close(chunked, pre, V, official_tol_rel, tag + " cuda chunked 7/13/1/30 vs cuda prefill (loose)", n_tokens / 10);
+        // Decode (n = 1) runs the decode kernels (gemv_decode.cu, attention_decode.cu), another float
+        // summation order again: bounded against the CPU like prefill, and against CUDA prefill by the
+        // sum of the two bounds (each is within official_tol_rel of the CPU).
+        expect_logits_close(decoded, want, V, official_tol_rel, tag + " cuda decode vs cpu (loose)", n_tokens / 10);
+        expect_logits_close(decoded, pre, V, 2 * official_tol_rel, tag + " cuda decode vs cuda prefill (loose)", n_tokens / 5);
       }
     }
   }

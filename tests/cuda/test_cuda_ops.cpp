@@ -251,9 +251,20 @@ TEST_F(CudaOps, AttentionRawCompressedAndSelected) {
   // one block per (query, head). n = 4 (decode-sized) and 40 (a prefill chunk).
   for (int64_t n : {int64_t{4}, int64_t{40}})
   for (S s : {S{64, 512, 128, 700, 512}, S{4, 256, 16, 40, 16}, S{64, 512, 128, 0, 0}, S{8, 64, 16, 90, 32}}) {
+  // n ≤ 4 takes the split-rows decode kernels (attention_decode.cu), n = 6 the general kernel; the
+  // decode cases include a query before the window is full (few rows: most splits empty).
+  struct C {
+    S s;
+    int64_t n;
+  };
+  for (C cs : {C{S{64, 512, 128, 700, 512}, 4}, C{S{4, 256, 16, 40, 16}, 4}, C{S{64, 512, 128, 0, 0}, 4},
+               C{S{64, 512, 128, 700, 512}, 1}, C{S{64, 512, 128, 700, 512}, 2}, C{S{64, 512, 128, 3, 512}, 1},
+               C{S{64, 512, 128, 700, 512}, 6}, C{S{64, 128, 64, 50, 64}, 1}}) {
+    const S s = cs.s;
+    const int64_t n = cs.n;
     const int64_t cap = s.window + n - 1;
     std::vector<int32_t> pos(n);
-    const int32_t base = randint(0, 5000);
+    const int32_t base = s.n_comp_rows == 3 ? 5 : randint(0, 5000);  // 3 comp rows: early in the context
     for (int64_t i = 0; i < n; ++i) pos[i] = base + static_cast<int32_t>(i);
     auto q = randn(static_cast<size_t>(n * s.heads * s.D), 0.2f);
     auto raw = randn(static_cast<size_t>(cap * s.D));
@@ -321,17 +332,21 @@ TEST_F(CudaOps, IndexerSelectionIsExactIncludingTies) {
     std::vector<int32_t> idx(n * s.top_k, -7), cnt(n, -7);
     IndexerArgs a{q.data(), w.data(), rows.data(), nr.data(), n, s.heads, s.head_dim, s.top_k, idx.data(), cnt.data()};
     cpu_->indexer(a);
-    int32_t* gidx = poisoned_i32(idx.size());
-    int32_t* gcnt = poisoned_i32(cnt.size());
-    IndexerArgs g{dev(q), dev(w), dev(rows), dev(nr), n, s.heads, s.head_dim, s.top_k, gidx, gcnt};
-    gpu_->indexer(g);
-    ASSERT_TRUE(gpu_->sync().ok());
-    auto hi = host(gidx, idx.size());
-    auto hc = host(gcnt, cnt.size());
+    // max_rows: 0 (the op reads the counts back), the exact bound, a loose bound (as the forward's).
     int64_t mismatches = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(hc[i], cnt[i]) << "query " << i;
-      for (int32_t j = 0; j < cnt[i]; ++j) mismatches += hi[i * s.top_k + j] != idx[i * s.top_k + j];
+    for (int64_t bound : {int64_t{0}, int64_t{s.rows}, int64_t{s.rows} + 77}) {
+      int32_t* gidx = poisoned_i32(idx.size());
+      int32_t* gcnt = poisoned_i32(cnt.size());
+      IndexerArgs g{dev(q), dev(w), dev(rows), dev(nr), n, s.heads, s.head_dim, s.top_k, gidx, gcnt};
+      g.max_rows = bound;
+      gpu_->indexer(g);
+      ASSERT_TRUE(gpu_->sync().ok());
+      auto hi = host(gidx, idx.size());
+      auto hc = host(gcnt, cnt.size());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(hc[i], cnt[i]) << "query " << i << " max_rows " << bound;
+        for (int32_t j = 0; j < cnt[i]; ++j) mismatches += hi[i * s.top_k + j] != idx[i * s.top_k + j];
+      }
     }
     EXPECT_EQ(mismatches, 0);
     std::printf("PARITY %-44s n=%-9d selected ids differing: %lld  %s\n",

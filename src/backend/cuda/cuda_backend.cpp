@@ -33,12 +33,14 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaStreamCreate: ") + cudaGetErrorString(e));
   e = upload_iq2xxs_tables();
   if (e == cudaSuccess) e = upload_gemm_tables();
+  if (e == cudaSuccess) e = upload_decode_tables();
   if (e != cudaSuccess) {
     cudaStreamDestroy(s);
     return unavailable(std::string("cuda backend: IQ2_XXS tables: ") + cudaGetErrorString(e));
   }
   auto be = std::unique_ptr<CudaBackend>(new CudaBackend(opts.device, s));
   be->set_tensor_cores(opts.tensor_cores);
+  be->set_decode_kernels(opts.decode_kernels);
   return std::unique_ptr<Backend>(std::move(be));
 }
 
@@ -65,13 +67,18 @@ DeviceInfo device_info(const Backend& be) {
   return info;
 }
 
+void* cuda_stream(const Backend& be) {
+  auto* c = dynamic_cast<const CudaBackend*>(&be);
+  return c ? static_cast<void*>(c->stream()) : nullptr;
+}
+
 CudaBackend::CudaBackend(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
 
 CudaBackend::~CudaBackend() {
   (void)uploader_.release_staging();
   cudaStreamSynchronize(stream_);
   for (void* p : weights_) cudaFree(p);
-  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_})
+  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_, &attn_part_})
     if (s->ptr) cudaFree(s->ptr);
   cudaStreamDestroy(stream_);
 }

@@ -19,6 +19,9 @@ struct CudaBackendOptions {
   // Prefill kernels: int8 tensor-core GEMM for batches and grouped experts (ops_gemm.cu) and chunk
   // attention (8 heads per block); off: the matvec and one-query attention for every batch size.
   bool tensor_cores = true;
+  // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
+  // kernels only — for before/after benchmarks and for cross-checking the two paths.
+  bool decode_kernels = true;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.
@@ -44,5 +47,9 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
 };
 DeviceInfo device_info(const Backend& be);
+
+// The backend's one CUDA stream (a cudaStream_t) as an opaque handle, so a benchmark can time or
+// capture (CUDA graph) the work its ops enqueue; null for any other backend.
+void* cuda_stream(const Backend& be);
 
 }  // namespace ds4::backend::cuda

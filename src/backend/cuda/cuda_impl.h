@@ -19,6 +19,11 @@
 
 namespace ds4::backend::cuda {
 
+// Batches of at most this many vectors take the decode kernels (gemv_decode.cu, attention split).
+inline constexpr int kDecodeMaxVec = 4;
+// Float matrices of at most this many rows take one block per row at decode.
+inline constexpr int64_t kFloatRowsMax = 512;
+
 // One grow-only device scratch area (freed and reallocated larger when an op needs more).
 struct DeviceScratch {
   void* ptr = nullptr;
@@ -103,11 +108,17 @@ class CudaBackend final : public Backend {
   void swiglu(const SwigluArgs& a) override;            // ops_elementwise.cu
 
   // Matvec of GemvJob (ops_matmul.cu); quantizes activations into scratch when the numerics need it.
+  // Few vectors go to the decode kernels below when they apply (the one place that picks a path).
   void gemv(const GemvJob& j, DeviceScratch& act_scratch);
   // Tensor-core GEMM of a job gemm_supports() accepts, on activations gemv() has quantized (ops_gemm.cu).
   void gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
   // Sorts vector ids by ids[v] into moe_groups_ (no host sync); false (error recorded) on failure.
   bool group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g);
+  // Decode paths (gemv_decode.cu): false when the job is not theirs (then nothing was launched).
+  bool gemv_decode(const GemvJob& j);       // quantized ds4 rows, n_vec ≤ kDecodeMaxVec, activation quantization fused
+  bool gemv_float_rows(const GemvJob& j);   // float rows, ≤ kFloatRowsMax rows: one block per row
+  bool moe_decode(const MoeArgs& a);        // routed experts, n ≤ kDecodeMaxVec, k ≤ 8, quantized ds4
+  bool attention_decode(const AttentionArgs& a);  // attention_decode.cu: split rows, n ≤ kDecodeMaxVec
 
   // Records the first failure; returns true when `e` is cudaSuccess.
   bool check(cudaError_t e, const char* what);
@@ -121,6 +132,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   void set_tensor_cores(bool on) { tensor_cores_ = on; }
   bool tensor_cores() const { return tensor_cores_; }
+  void set_decode_kernels(bool on) { decode_kernels_ = on; }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -128,6 +140,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   Status first_error_;
+  bool decode_kernels_ = true;            // CudaBackendOptions::decode_kernels
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend
@@ -139,6 +152,7 @@ class CudaBackend final : public Backend {
   DeviceScratch moe_act_, moe_g_, moe_u_, moe_h_act_, moe_y_;  // routed-expert batches [n·k][*]
   DeviceScratch idx_scores_;              // [n][max rows] indexer scores
   DeviceScratch moe_groups_;              // routed-expert pairs grouped by expert (ExpertGroups)
+  DeviceScratch attn_part_;               // [n·heads·splits][head_dim + 2] decode attention partials
 
   friend struct ScratchAccess;
 };
@@ -147,5 +161,7 @@ class CudaBackend final : public Backend {
 cudaError_t upload_iq2xxs_tables();
 // The same tables for the GEMM's translation unit (ops_gemm.cu).
 cudaError_t upload_gemm_tables();
+// The same tables for gemv_decode.cu's own __constant__ copies (a symbol belongs to one translation unit).
+cudaError_t upload_decode_tables();
 
 }  // namespace ds4::backend::cuda

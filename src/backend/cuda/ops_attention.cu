@@ -186,6 +186,7 @@ void CudaBackend::attention(const AttentionArgs& a) {
     launched("attention (8 heads per block)");
     return;
   }
+  if (decode_kernels_ && attention_decode(a)) return;  // few queries: split rows (attention_decode.cu)
   const size_t shmem = (kAttnWarps * a.head_dim + 2 * kAttnWarps) * sizeof(float);
   attention_kernel<<<static_cast<unsigned>(a.n * a.heads), kAttnWarps * kWarp, shmem, stream()>>>(a);
   launched("attention");

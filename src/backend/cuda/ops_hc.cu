@@ -12,11 +12,14 @@ constexpr int kMaxHc = 8;
 
 __device__ float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-// One thread per token: the CPU's hc_split_one (nhc ≤ kMaxHc).
+// One thread per token: the CPU's hc_split_one (nhc ≤ kMaxHc). NHC > 0 fixes nhc at compile time so
+// the loops unroll and C stays in registers (with a runtime nhc it lives in local memory and the 20
+// Sinkhorn iterations took ~60 µs per call — 86 calls per Flash token); NHC = 0: any nhc.
+template <int NHC>
 __global__ void hc_split_kernel(HcSplitArgs a) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= a.n) return;
-  const int nhc = a.nhc;
+  const int nhc = NHC > 0 ? NHC : a.nhc;
   const float* m = a.m + t * (2 + nhc) * nhc;
   float* pre = a.pre + t * nhc;
   float* post = a.post + t * nhc;
@@ -25,7 +28,7 @@ __global__ void hc_split_kernel(HcSplitArgs a) {
     post[s] = 2.0f * sigmoid_dev(m[nhc + s] * a.scale[1] + a.base[nhc + s]);
   }
   const int off = 2 * nhc;
-  float c[kMaxHc * kMaxHc];  // C[j][k] at j·nhc + k
+  float c[(NHC > 0 ? NHC : kMaxHc) * (NHC > 0 ? NHC : kMaxHc)];  // C[j][k] at j·nhc + k
   for (int j = 0; j < nhc; ++j) {
     float mx = -INFINITY;
     for (int k = 0; k < nhc; ++k) {
@@ -55,6 +58,45 @@ __global__ void hc_split_kernel(HcSplitArgs a) {
   }
   float* comb = a.comb + t * nhc * nhc;
   for (int q = 0; q < nhc * nhc; ++q) comb[q] = c[q];
+}
+
+// nhc = 4 (Flash), one warp per token, lane l < 16 holding C[j][k] with j = l / 4, k = l % 4: the
+// same float operations in the same order as hc_split_kernel (each row/column sum is gathered by
+// shuffles and added in index order), with the 16 divisions of every Sinkhorn step in parallel
+// instead of one after another in a single thread (the split was ~15 µs of serial divisions, 86
+// calls per Flash token). Lanes 16…31 mirror lanes 0…15 and write nothing.
+__global__ void hc_split4_kernel(HcSplitArgs a) {
+  constexpr int N = 4;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (t >= a.n) return;  // whole warps leave together
+  const int l = lane % 16, j = l / N, k = l % N;
+  const float* m = a.m + t * (2 + N) * N;
+  if (lane < N) {
+    a.pre[t * N + lane] = sigmoid_dev(m[lane] * a.scale[0] + a.base[lane]) + a.eps;
+    a.post[t * N + lane] = 2.0f * sigmoid_dev(m[N + lane] * a.scale[1] + a.base[N + lane]);
+  }
+  const int off = 2 * N;
+  // Value of C[r][k'] held by lane 4r + k' (same half of the warp).
+  auto at = [&](float v, int r, int kk) { return __shfl_sync(0xffffffffu, v, (lane & 16) | (r * N + kk)); };
+  float c = m[off + j * N + k] * a.scale[2] + a.base[off + j * N + k];
+  float mx = -INFINITY;
+  for (int kk = 0; kk < N; ++kk) mx = fmaxf(mx, at(c, j, kk));
+  c = expf(c - mx);
+  float sum = 0;
+  for (int kk = 0; kk < N; ++kk) sum += at(c, j, kk);
+  c = c / sum + a.eps;
+  for (int it = 0; it < (a.iters > 1 ? a.iters : 1); ++it) {
+    if (it > 0) {  // rows, then columns (the first iteration normalizes columns only)
+      float rs = 0;
+      for (int kk = 0; kk < N; ++kk) rs += at(c, j, kk);
+      c /= (rs + a.eps);
+    }
+    float cs = 0;
+    for (int r = 0; r < N; ++r) cs += at(c, r, k);
+    c /= (cs + a.eps);
+  }
+  if (lane < 16) a.comb[t * N * N + l] = c;
 }
 
 __global__ void hc_head_kernel(HcHeadArgs a) {
@@ -99,7 +141,10 @@ void CudaBackend::hc_split(const HcSplitArgs& a) {
     fail(invalid_argument("cuda hc_split: nhc must be in [1, 8]"));
     return;
   }
-  hc_split_kernel<<<grid_for(a.n, 64), 64, 0, stream()>>>(a);
+  if (a.nhc == 4)  // Flash: a warp per token
+    hc_split4_kernel<<<grid_for(a.n * kWarp, 128), 128, 0, stream()>>>(a);
+  else
+    hc_split_kernel<0><<<grid_for(a.n, 64), 64, 0, stream()>>>(a);
   launched("hc_split");
 }
 

@@ -4,7 +4,8 @@
 // then Σ_h w_h·max(0, dot) in head order; no contraction in this build), so the selection — a discrete
 // decision — is the CPU's, not merely close to it. Selection: per query, a bitwise search for the k-th
 // largest score key, then one ordered compaction pass, which also yields the ids in ascending order.
-// The op reads the per-query row counts back to size its scratch (one small synchronous copy).
+// Scratch is sized by IndexerArgs::max_rows (a host bound); only without it does the op read the
+// per-query row counts back (one small synchronous copy).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -16,26 +17,39 @@ namespace ds4::backend::cuda {
 
 namespace {
 
-// scores[i][c] for c < n_rows[i] (queries with n_rows ≤ top_k are skipped). Shared: q_i then w_i.
+// scores[i][c] for c < n_rows[i] (queries with n_rows ≤ top_k are skipped). One thread per (row,
+// head) computes that head's dot sequentially over head_dim; then one thread per row adds
+// w_h·max(0, dot_h) in head order — the CPU's float order, with heads in parallel (a thread per row
+// walking all heads·head_dim products serially was the decode step's slowest kernel).
+// Block: kIdxRows rows × heads threads (heads ≤ 64, blockDim = kIdxRows·heads). Shared: q_i with a
+// padded head stride (conflict-free when a warp's lanes are 32 heads of one row), w_i, the dots.
+constexpr int kIdxRows = 4;
 __global__ void indexer_score_kernel(IndexerArgs a, float* scores, int64_t score_stride) {
   extern __shared__ float sh[];
   const int64_t i = blockIdx.y;
   const int32_t nr = a.n_rows[i];
   if (nr <= a.top_k) return;
-  const int hd = a.heads * a.head_dim;
-  for (int k = threadIdx.x; k < hd; k += blockDim.x) sh[k] = a.q[i * hd + k];
-  for (int k = threadIdx.x; k < a.heads; k += blockDim.x) sh[hd + k] = a.w[i * a.heads + k];
+  const int qs = a.head_dim + 1;  // padded head stride
+  float* shq = sh;                          // [heads][qs]
+  float* shw = shq + a.heads * qs;          // [heads]
+  float* dots = shw + a.heads;              // [kIdxRows][heads]
+  for (int k = threadIdx.x; k < a.heads * a.head_dim; k += blockDim.x)
+    shq[(k / a.head_dim) * qs + k % a.head_dim] = a.q[i * a.heads * a.head_dim + k];
+  for (int k = threadIdx.x; k < a.heads; k += blockDim.x) shw[k] = a.w[i * a.heads + k];
   __syncthreads();
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= nr) return;
-  const float* k = (a.rows_at ? a.rows_at[i] : a.rows) + c * a.head_dim;  // per-query rows in a batched step
-  float sc = 0;
-  for (int h = 0; h < a.heads; ++h) {
-    const float* qh = sh + h * a.head_dim;
+  const int h = threadIdx.x % a.heads, rr = threadIdx.x / a.heads;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kIdxRows + rr;
+  if (c < nr) {
+    const float* k = (a.rows_at ? a.rows_at[i] : a.rows) + c * a.head_dim;  // per-query rows in a batched step
+    const float* qh = shq + h * qs;
     float dot = 0;
     for (int d = 0; d < a.head_dim; ++d) dot += qh[d] * k[d];
-    sc += sh[hd + h] * fmaxf(0.0f, dot);
+    dots[rr * a.heads + h] = dot;
   }
+  __syncthreads();
+  if (h != 0 || c >= nr) return;
+  float sc = 0;
+  for (int hh = 0; hh < a.heads; ++hh) sc += shw[hh] * fmaxf(0.0f, dots[rr * a.heads + hh]);
   scores[i * score_stride + c] = sc;
 }
 
@@ -173,16 +187,20 @@ void CudaBackend::indexer(const IndexerArgs& a) {
     fail(invalid_argument("cuda indexer: bad shape (n " + std::to_string(a.n) + ", top_k " + std::to_string(a.top_k) + ")"));
     return;
   }
-  std::vector<int32_t> counts(static_cast<size_t>(a.n));
-  download(counts.data(), a.n_rows, static_cast<uint64_t>(a.n) * 4);
-  if (failed()) return;
-  const int64_t max_rows = *std::max_element(counts.begin(), counts.end());
+  int64_t max_rows = a.max_rows;
+  if (max_rows <= 0) {  // no host bound given: read the counts back (a synchronous copy)
+    std::vector<int32_t> counts(static_cast<size_t>(a.n));
+    download(counts.data(), a.n_rows, static_cast<uint64_t>(a.n) * 4);
+    if (failed()) return;
+    max_rows = *std::max_element(counts.begin(), counts.end());
+  }
   float* scores = nullptr;
   if (max_rows > a.top_k) {
     if (!ensure(idx_scores_, static_cast<uint64_t>(a.n * max_rows) * 4, "indexer scores")) return;
     scores = static_cast<float*>(idx_scores_.ptr);
-    const size_t shmem = (static_cast<size_t>(a.heads) * a.head_dim + a.heads) * sizeof(float);
-    if (shmem > 48 * 1024) {
+    const size_t shmem =
+        (static_cast<size_t>(a.heads) * (a.head_dim + 1) + a.heads + static_cast<size_t>(kIdxRows) * a.heads) * sizeof(float);
+    if (shmem > 48 * 1024 || a.heads > 256) {
       fail(invalid_argument("cuda indexer: heads·head_dim too large for one block's shared memory"));
       return;
     }
@@ -192,9 +210,9 @@ void CudaBackend::indexer(const IndexerArgs& a) {
         indexer_score_tiled_kernel<128><<<grid, kIdxTileRows, shmem, stream()>>>(a, scores, max_rows);
       else
         indexer_score_tiled_kernel<64><<<grid, kIdxTileRows, shmem, stream()>>>(a, scores, max_rows);
-    } else {
-      const dim3 grid(grid_for(max_rows, 128), static_cast<unsigned>(a.n));
-      indexer_score_kernel<<<grid, 128, shmem, stream()>>>(a, scores, max_rows);
+    } else {  // decode: one thread per (row, head), kIdxRows rows per block (shmem covers both layouts)
+      const dim3 grid(grid_for(max_rows, kIdxRows), static_cast<unsigned>(a.n));
+      indexer_score_kernel<<<grid, kIdxRows * a.heads, shmem, stream()>>>(a, scores, max_rows);
     }
     if (!launched("indexer scores")) return;
   }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/quant_device.cuh"
@@ -35,13 +36,7 @@ __global__ void quantize_q8_0_kernel(const float* x, int64_t x_stride, int64_t r
   const int lane = threadIdx.x % kWarp;
   if (blk >= rows * nb) return;
   const int64_t r = blk / nb, b = blk % nb;
-  const float v = x[r * x_stride + b * kQK8_0 + lane];
-  const float amax = warp_max(fabsf(v));  // fmaxf skips NaN like the CPU's `ax > amax`
-  const float d = amax / 127.0f;
-  const float id = d != 0 ? 1.0f / d : 0.0f;
-  uint8_t* o = out + blk * sizeof(BlockQ8_0Act);
-  if (lane == 0) *reinterpret_cast<float*>(o) = d;
-  o[4 + lane] = static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(v * id), -128, 127)));
+  quantize_q8_0_warp(x[r * x_stride + b * kQK8_0 + lane], lane, out + blk * sizeof(BlockQ8_0Act));
 }
 
 // One warp per 256-value super-block; lane l holds values 8l … 8l+7. out: [rows][cols/256] BlockQ8_K.
@@ -53,47 +48,8 @@ __global__ void quantize_q8_K_kernel(const float* x, int64_t x_stride, int64_t r
   const int64_t r = blk / nb, b = blk % nb;
   const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
   float v[8];
-  // The largest |x| keeping its sign, first index on ties (strict >, NaN never wins), as ds4.
-  float best_ax = 0, best_v = 0;
-  int best_i = 1 << 30;
-  for (int i = 0; i < 8; ++i) {
-    v[i] = src[i];
-    const float ax = fabsf(v[i]);
-    if (ax > best_ax) {
-      best_ax = ax;
-      best_v = v[i];
-      best_i = 8 * lane + i;
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float oax = __shfl_xor_sync(0xffffffffu, best_ax, o);
-    const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-    if (oax > best_ax || (oax == best_ax && oi < best_i)) {
-      best_ax = oax;
-      best_v = ov;
-      best_i = oi;
-    }
-  }
-  uint8_t* blkp = out + blk * sizeof(BlockQ8_K);
-  int8_t* qs = reinterpret_cast<int8_t*>(blkp + 4);
-  int16_t* bsums = reinterpret_cast<int16_t*>(blkp + 260);
-  if (best_ax == 0) {
-    if (lane == 0) *reinterpret_cast<float*>(blkp) = 0;
-    for (int i = 0; i < 8; ++i) qs[8 * lane + i] = 0;
-    if (lane < 16) bsums[lane] = 0;
-    return;
-  }
-  const float iscale = -127.0f / best_v;
-  int s = 0;
-  for (int i = 0; i < 8; ++i) {
-    const int q = clamp_int_dev(nearest_int_dev(iscale * v[i]), -128, 127);
-    qs[8 * lane + i] = static_cast<int8_t>(q);
-    s += q;
-  }
-  s += __shfl_xor_sync(0xffffffffu, s, 1);  // bsums[k] covers lanes 2k and 2k+1
-  if (lane % 2 == 0) bsums[lane / 2] = static_cast<int16_t>(s);
-  if (lane == 0) *reinterpret_cast<float*>(blkp) = 1.0f / iscale;
+  for (int i = 0; i < 8; ++i) v[i] = src[i];
+  quantize_q8_K_warp(v, lane, out + blk * sizeof(BlockQ8_K));
 }
 
 // ---- matvec kernels: one warp per (vector v, output row o) ----
@@ -255,6 +211,7 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  if (decode_kernels_ && j.n_vec <= kDecodeMaxVec && (gemv_decode(j) || gemv_float_rows(j))) return;  // gemv_decode.cu
   GemvParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;

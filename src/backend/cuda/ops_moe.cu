@@ -58,6 +58,93 @@ __global__ void router_kernel(RouterArgs a) {
   for (int j = 0; j < a.k; ++j) w[j] = a.scale * w[j] / denom;
 }
 
+// One 256-thread block per token (n_expert ≤ kRouterMaxExperts): each thread scores its experts once,
+// then k block-wide argmax rounds pick the same ids as the CPU's loop — its first untaken expert wins
+// when its value is NaN (nothing compares greater), otherwise the largest non-NaN value, the lower id
+// on ties. The thread-per-token kernel above re-evaluated sqrt(softplus) k·n_expert times in one
+// thread (~320 µs per call at NE 256; one call per layer and token).
+constexpr int kRouterThreads = 256;
+constexpr int kRouterMaxExperts = 1024;
+
+__global__ void __launch_bounds__(kRouterThreads) router_block_kernel(RouterArgs a) {
+  __shared__ float val[kRouterMaxExperts];
+  __shared__ int32_t chosen[32];
+  __shared__ float red_v[kRouterThreads / kWarp];
+  __shared__ int red_i[kRouterThreads / kWarp];
+  const int64_t i = blockIdx.x;
+  const float* z = a.logits + i * a.n_expert;
+  int32_t* ids = a.ids + i * a.k;
+  float* w = a.weights + i * a.k;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  if (a.hash) {
+    if (threadIdx.x < a.k) chosen[threadIdx.x] = a.hash[static_cast<int64_t>(a.tokens[i]) * a.k + threadIdx.x];
+  } else {
+    for (int e = threadIdx.x; e < a.n_expert; e += blockDim.x)
+      val[e] = sqrtf(softplus_dev(z[e])) + (a.bias ? a.bias[e] : 0.0f);
+    __syncthreads();
+    for (int j = 0; j < a.k; ++j) {
+      // Best (value, id) of this thread's untaken experts: NaN never wins; lower id on ties.
+      float bv = 0;
+      int bi = -1, first = 0x7fffffff;
+      for (int e = threadIdx.x; e < a.n_expert; e += blockDim.x) {
+        bool taken = false;
+        for (int q = 0; q < j; ++q) taken |= chosen[q] == e;
+        if (taken) continue;
+        first = min(first, e);
+        const float v = val[e];
+        if (v != v) continue;
+        if (bi < 0 || v > bv) {
+          bv = v;
+          bi = e;
+        }
+      }
+      // Block argmax; the first untaken id overall, to apply the CPU's NaN rule.
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        const int of = __shfl_xor_sync(0xffffffffu, first, o);
+        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+          bv = ov;
+          bi = oi;
+        }
+        first = min(first, of);
+      }
+      __shared__ int red_f[kRouterThreads / kWarp];
+      if (lane == 0) {
+        red_v[wid] = bv;
+        red_i[wid] = bi;
+        red_f[wid] = first;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float v = 0;
+        int b = -1, f = 0x7fffffff;
+        for (int q = 0; q < kRouterThreads / kWarp; ++q) {
+          f = min(f, red_f[q]);
+          if (red_i[q] >= 0 && (b < 0 || red_v[q] > v || (red_v[q] == v && red_i[q] < b))) {
+            v = red_v[q];
+            b = red_i[q];
+          }
+        }
+        const bool first_nan = f != 0x7fffffff && val[f] != val[f];
+        chosen[j] = (first_nan || b < 0) ? (f != 0x7fffffff ? f : -1) : b;
+      }
+      __syncthreads();
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float sum = 0;
+  for (int j = 0; j < a.k; ++j) {
+    const int32_t e = chosen[j];
+    ids[j] = e;
+    w[j] = (e >= 0 && e < a.n_expert) ? sqrtf(softplus_dev(z[e])) : NAN;
+    sum += w[j];
+  }
+  const float denom = fmaxf(sum, a.denom_guard);
+  for (int j = 0; j < a.k; ++j) w[j] = a.scale * w[j] / denom;
+}
+
 // g[p][f] ← swiglu(g, u) · weights[p]  (ds4 scales before the down projection).
 __global__ void moe_swiglu_kernel(float* g, const float* u, const float* weights, int64_t pairs, int32_t ff, float clamp) {
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -94,7 +181,10 @@ void CudaBackend::router(const RouterArgs& a) {
     fail(invalid_argument("cuda router: k " + std::to_string(a.k) + " must be in [1, n_expert]"));
     return;
   }
-  router_kernel<<<grid_for(a.n, 64), 64, 0, stream()>>>(a);
+  if (a.n_expert <= kRouterMaxExperts && a.k <= 32 && a.n <= 0x7fffffff)
+    router_block_kernel<<<static_cast<unsigned>(a.n), kRouterThreads, 0, stream()>>>(a);
+  else
+    router_kernel<<<grid_for(a.n, 64), 64, 0, stream()>>>(a);
   launched("router");
 }
 
@@ -104,6 +194,7 @@ void CudaBackend::moe(const MoeArgs& a) {
     fail(invalid_argument("cuda moe: k, dim and ff must be positive"));
     return;
   }
+  if (decode_kernels_ && moe_decode(a)) return;  // few tokens: gemv_decode.cu's fused kernels
   const int64_t pairs = a.n * a.k;
   if (!ensure(moe_g_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert gate rows") ||
       !ensure(moe_u_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert up rows") ||

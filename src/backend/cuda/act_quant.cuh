@@ -1,0 +1,68 @@
+// act_quant.cuh — warp-wide activation quantizers (src/quant/quantize.cpp quantize_act_q8_0 and
+// quantize_act_q8_K, bit-exact), shared by the standalone quantize kernels (ops_matmul.cu) and the
+// decode GEMV / MoE kernels that quantize their activations into shared memory (gemv_decode.cu).
+// Deliberately not here: weight decoding and dot products (quant_device.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "quant/blocks.h"
+
+namespace ds4::backend::cuda {
+
+// One warp quantizes one 32-value block: lane l holds value l; `o` receives a BlockQ8_0Act
+// (f32 scale at 0, 32 int8 at 4; 4-byte aligned). Every lane of the warp must call it.
+__device__ inline void quantize_q8_0_warp(float v, int lane, uint8_t* o) {
+  const float amax = warp_max(fabsf(v));  // fmaxf skips NaN like the CPU's `ax > amax`
+  const float d = amax / 127.0f;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  if (lane == 0) *reinterpret_cast<float*>(o) = d;
+  o[4 + lane] = static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(v * id), -128, 127)));
+}
+
+// One warp quantizes one 256-value super-block: lane l holds values 8l … 8l+7 in v[]; `blkp`
+// receives a BlockQ8_K (f32 d at 0, qs[256] at 4, bsums[16] at 260; 4-byte aligned).
+__device__ inline void quantize_q8_K_warp(const float (&v)[8], int lane, uint8_t* blkp) {
+  // The largest |x| keeping its sign, first index on ties (strict >, NaN never wins), as ds4.
+  float best_ax = 0, best_v = 0;
+  int best_i = 1 << 30;
+  for (int i = 0; i < 8; ++i) {
+    const float ax = fabsf(v[i]);
+    if (ax > best_ax) {
+      best_ax = ax;
+      best_v = v[i];
+      best_i = 8 * lane + i;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float oax = __shfl_xor_sync(0xffffffffu, best_ax, o);
+    const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+    if (oax > best_ax || (oax == best_ax && oi < best_i)) {
+      best_ax = oax;
+      best_v = ov;
+      best_i = oi;
+    }
+  }
+  int8_t* qs = reinterpret_cast<int8_t*>(blkp + 4);
+  int16_t* bsums = reinterpret_cast<int16_t*>(blkp + 260);
+  if (best_ax == 0) {
+    if (lane == 0) *reinterpret_cast<float*>(blkp) = 0;
+    for (int i = 0; i < 8; ++i) qs[8 * lane + i] = 0;
+    if (lane < 16) bsums[lane] = 0;
+    return;
+  }
+  const float iscale = -127.0f / best_v;
+  int s = 0;
+  for (int i = 0; i < 8; ++i) {
+    const int q = clamp_int_dev(nearest_int_dev(iscale * v[i]), -128, 127);
+    qs[8 * lane + i] = static_cast<int8_t>(q);
+    s += q;
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);  // bsums[k] covers lanes 2k and 2k+1
+  if (lane % 2 == 0) bsums[lane / 2] = static_cast<int16_t>(s);
+  if (lane == 0) *reinterpret_cast<float*>(blkp) = 1.0f / iscale;
+}
+
+}  // namespace ds4::backend::cuda

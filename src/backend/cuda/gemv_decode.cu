@@ -1,0 +1,658 @@
+// gemv_decode.cu — the decode (few-vector) paths of the matmul and routed-expert ops: one launch per
+// matvec with the activation quantization fused in, several lanes per weight block when a row has
+// few blocks, and a three-kernel routed-expert step (gate+up+SwiGLU, hidden quantization, down with
+// the weighted slot sum).
+//
+// Why: at batch 1 a decode layer is dozens of small matvecs; a separate activation-quantization
+// launch per matvec and warps with idle lanes (a 4096-wide IQ2_XXS row is 16 blocks for 32 lanes)
+// make them latency- and launch-bound (docs/PERF.md). Each block here re-quantizes the (small)
+// activation rows into shared memory with the same warp quantizers as ops_matmul.cu (act_quant.cuh),
+// so the int8 blocks are bit-identical to the CPU's and only the order of the per-block float sums
+// differs (as in ops_matmul.cu). Integer partial sums of one block split across lanes are combined
+// exactly (integers) before the block's one float product, which is the CPU's expression.
+// Deliberately not here: many-vector (prefill) GEMMs, `exact` numerics, expert-indexed gemv for
+// large batches (ops_matmul.cu / ops_moe.cu keep those); the dispatch is CudaBackend::gemv / moe.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/quant_device.cuh"
+#include "quant/iq2xxs_tables.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__constant__ uint64_t c_grid[256];
+__constant__ uint8_t c_signs[128];
+
+constexpr int kWarps = 8;            // warps (output rows) per 256-thread block
+constexpr int kMaxSmemAct = 48 * 1024;  // quantized activations of one block (all vectors)
+constexpr int64_t kMaxGemvBlocks = 1024;  // ≈ 8 blocks per SM of an H200 (132 SMs)
+constexpr int64_t kFusedMaxCols = 4096;   // wider Q8_0 rows on a small grid: quantize in a launch of its own
+
+// Per weight type: block geometry and the integer part of the ds4 block dot product split into
+// PARTS pieces (any contiguous range of pieces can be summed separately; the integer sums add up
+// exactly), plus `finish`, the block's float expression from the full integer sums (dot_ref order).
+template <GgmlType T>
+struct QDot;
+
+template <>
+struct QDot<GgmlType::Q8_0> {
+  static constexpr int kElems = kQK8_0, kWBytes = sizeof(BlockQ8_0), kABytes = sizeof(BlockQ8_0Act), kParts = 8;
+  __device__ static void part(const uint8_t* wb, const uint8_t* ab, int p0, int p1, int& i0, int&, const uint64_t*,
+                              const uint8_t*) {
+    for (int m = p0; m < p1; ++m)
+      i0 = __dp4a(static_cast<int>(ld32_u16(wb + 2 + 4 * m)), static_cast<int>(ld32(ab + 4 + 4 * m)), i0);
+  }
+  __device__ static float finish(const uint8_t* wb, const uint8_t* ab, int i0, int) {
+    return f16_dev(ld16(wb)) * *reinterpret_cast<const float*>(ab) * static_cast<float>(i0);
+  }
+};
+
+template <>
+struct QDot<GgmlType::Q2_K> {
+  static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockQ2_K), kABytes = sizeof(BlockQ8_K), kParts = 16;
+  // Piece s = 8h + 2l + half (16-value sub-block) and its scale/min byte x[s].
+  __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& isum, int& summs,
+                              const uint64_t*, const uint8_t*) {
+    for (int s = p0; s < p1; ++s) {
+      summs += q8k_bsum(y, s) * (x[s] >> 4);
+      const int h = s / 8, l = (s % 8) / 2, half = s % 2;
+      const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
+      const uint8_t* q8 = q8k_qs(y) + 128 * h + 32 * l + 16 * half;
+      int sub = 0;
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+        sub = __dp4a(static_cast<int>((ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u), static_cast<int>(ld32(q8 + 4 * m)), sub);
+      isum += (x[s] & 15) * sub;
+    }
+  }
+  __device__ static float finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
+    const float dall = q8k_d(y) * f16_dev(ld16(x + 80));
+    const float dmin = q8k_d(y) * f16_dev(ld16(x + 82));
+    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+};
+
+template <>
+struct QDot<GgmlType::Q4_K> {
+  static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockQ4_K), kABytes = sizeof(BlockQ8_K), kParts = 8;
+  __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& isum, int& summs,
+                              const uint64_t*, const uint8_t*) {
+    for (int j = p0; j < p1; ++j) {
+      int sc, m;
+      q4k_scale_min_dev(j, x + 4, &sc, &m);
+      summs += m * (q8k_bsum(y, 2 * j) + q8k_bsum(y, 2 * j + 1));
+      const int c = j / 2, hi = j % 2;
+      int sub = 0;
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        sub = __dp4a(static_cast<int>((ld32(x + 16 + 32 * c + 4 * k) >> (4 * hi)) & 0x0f0f0f0fu),
+                     static_cast<int>(ld32(q8k_qs(y) + 64 * c + 32 * hi + 4 * k)), sub);
+      isum += sc * sub;
+    }
+  }
+  __device__ static float finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
+    const float dall = q8k_d(y) * f16_dev(ld16(x));
+    const float dmin = q8k_d(y) * f16_dev(ld16(x + 2));
+    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+};
+
+template <>
+struct QDot<GgmlType::IQ2_XXS> {
+  static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockIQ2_XXS), kABytes = sizeof(BlockQ8_K), kParts = 8;
+  __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& bsum, int&,
+                              const uint64_t* grid, const uint8_t* signs) {
+    for (int g = p0; g < p1; ++g) {
+      const uint32_t a0 = ld32_u16(x + 2 + 8 * g), a1 = ld32_u16(x + 6 + 8 * g);
+      const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
+      int sumi = 0;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
+        const uint32_t sg = signs[(a1 >> (7 * c)) & 127];
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          int v = static_cast<int>((gr >> (8 * i)) & 0xff);
+          if ((sg >> i) & 1) v = -v;
+          w[i / 4] |= (static_cast<uint32_t>(v) & 0xffu) << (8 * (i % 4));
+        }
+        const uint8_t* q8 = q8k_qs(y) + 32 * g + 8 * c;
+        sumi = __dp4a(static_cast<int>(w[0]), static_cast<int>(ld32(q8)), sumi);
+        sumi = __dp4a(static_cast<int>(w[1]), static_cast<int>(ld32(q8 + 4)), sumi);
+      }
+      bsum += sumi * ls;
+    }
+  }
+  // Without the row's final ·0.125 (applied once per row, as dot_iq2_xxs_ref does).
+  __device__ static float finish(const uint8_t* x, const uint8_t* y, int bsum, int) {
+    const float d = f16_dev(ld16(x)) * q8k_d(y);
+    return d * static_cast<float>(bsum);
+  }
+};
+
+// Lanes per weight block: enough that a warp's 32 lanes cover ~all blocks of `nb` in one pass.
+__host__ __device__ inline int lanes_per_block(int64_t nb) {
+  int lpb = 1;
+  while (lpb < 8 && nb * lpb * 2 <= kWarp) lpb *= 2;
+  return lpb;
+}
+
+// The ds4 dot product of `nb` weight blocks (row) with `nb` activation blocks (act), summed over the
+// warp: lane group b (of `lpb` lanes) handles block b, b + 32/lpb, …; every lane returns the sum.
+template <GgmlType T>
+__device__ inline float warp_row_dot(const uint8_t* row, const uint8_t* act, int64_t nb, int lpb, int lane,
+                                     const uint64_t* grid, const uint8_t* signs) {
+  using D = QDot<T>;
+  const int groups = kWarp / lpb, r = lane % lpb;
+  const int p0 = r * D::kParts / lpb, p1 = (r + 1) * D::kParts / lpb;
+  float acc = 0;
+#pragma unroll 4
+  for (int64_t b0 = 0; b0 < nb; b0 += groups) {  // uniform trip count: every lane reaches the shuffles
+    const int64_t b = b0 + lane / lpb;
+    int i0 = 0, i1 = 0;
+    const uint8_t* wb = row + b * D::kWBytes;
+    const uint8_t* ab = act + b * D::kABytes;
+    if (b < nb) D::part(wb, ab, p0, p1, i0, i1, grid, signs);
+    for (int o = 1; o < lpb; o <<= 1) {
+      i0 += __shfl_xor_sync(0xffffffffu, i0, o);
+      i1 += __shfl_xor_sync(0xffffffffu, i1, o);
+    }
+    if (b < nb && r == 0) acc += D::finish(wb, ab, i0, i1);
+  }
+  return warp_sum(acc);
+}
+
+// Quantizes rows x[v] (v < n_vec, `cols` values each) into `act` ([n_vec][act_row bytes]) with all
+// warps of the block; ends with a block barrier.
+template <GgmlType T>
+__device__ inline void quantize_rows_to_smem(const float* x, int64_t x_stride, int n_vec, int64_t cols, uint8_t* act,
+                                             uint64_t act_row) {
+  using D = QDot<T>;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  const int64_t nb = cols / D::kElems;
+  for (int64_t q = wid; q < n_vec * nb; q += nw) {
+    const int64_t v = q / nb, b = q % nb;
+    const float* src = x + v * x_stride + b * D::kElems;
+    uint8_t* o = act + v * act_row + b * D::kABytes;
+    if constexpr (T == GgmlType::Q8_0) {
+      quantize_q8_0_warp(src[lane], lane, o);
+    } else {
+      float vals[8];
+      for (int i = 0; i < 8; ++i) vals[i] = src[8 * lane + i];
+      quantize_q8_K_warp(vals, lane, o);
+    }
+  }
+  __syncthreads();
+}
+
+// Q8_0 rows: 8 lanes per 32-value block (4 values each), so a warp quantizes 4 blocks per step — the
+// per-block prologue of the fused kernel is 4× shorter than with quantize_q8_0_warp. Bit-identical
+// to it on every block with a number in it: the block's amax is a max (order-free, fmaxf drops NaN),
+// then the same d, 1/d and per-value rounding.
+__device__ inline void quantize_q8_0_rows_to_smem(const float* x, int64_t x_stride, int n_vec, int64_t cols,
+                                                  uint8_t* act, uint64_t act_row) {
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  const int sub = lane % 8;
+  const int64_t nb = cols / kQK8_0;
+  for (int64_t q0 = 4 * wid; q0 < n_vec * nb; q0 += 4 * nw) {
+    const int64_t q = q0 + lane / 8;
+    const bool live = q < n_vec * nb;
+    const int64_t v = live ? q / nb : 0, b = live ? q % nb : 0;
+    const float* src = x + v * x_stride + b * kQK8_0 + 4 * sub;
+    float vals[4];
+    float amax = 0;  // as the CPU's `ax > amax` from 0 (an all-NaN block gets d = 0)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      vals[i] = live ? src[i] : 0.0f;
+      amax = fmaxf(amax, fabsf(vals[i]));
+    }
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (!live) continue;
+    const float d = amax / 127.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    uint8_t* o = act + v * act_row + b * sizeof(BlockQ8_0Act);
+    if (sub == 0) *reinterpret_cast<float*>(o) = d;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o[4 + 4 * sub + i] = static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[i] * id), -128, 127)));
+  }
+  __syncthreads();
+}
+
+// One warp per 32-value block: x [rows][x_stride] → out [rows][cols/32] BlockQ8_0Act.
+__global__ void quantize_q8_0_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t nb = cols / kQK8_0;
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= rows * nb) return;
+  const int64_t r = blk / nb, b = blk % nb;
+  quantize_q8_0_warp(x[r * x_stride + b * kQK8_0 + lane], lane, out + blk * sizeof(BlockQ8_0Act));
+}
+
+template <GgmlType T>
+__device__ inline void load_tables(uint64_t* grid, uint8_t* signs) {
+  if constexpr (T == GgmlType::IQ2_XXS) {  // divergent table lookups are cheaper from shared memory
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) signs[i] = c_signs[i];
+  }
+}
+
+struct DecodeParams {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t rows, cols;
+  const float* x;
+  int64_t x_stride;
+  float* y;
+  int64_t y_stride;
+  int n_vec;
+  int lpb;
+  const uint8_t* act = nullptr;  // [n_vec][act row] quantized activations, or null (quantize in the kernel)
+};
+
+// y[v][o] = W[o]·x[v] for v < n_vec (≤ kDecodeMaxVec): one warp per output row, the weights read once
+// for all vectors. Shared memory: the n_vec quantized activation rows.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * kWarp) gemv_decode_kernel(DecodeParams p) {
+  extern __shared__ __align__(16) uint8_t act[];
+  __shared__ uint64_t grid[T == GgmlType::IQ2_XXS ? 256 : 1];
+  __shared__ uint8_t signs[T == GgmlType::IQ2_XXS ? 128 : 1];
+  using D = QDot<T>;
+  load_tables<T>(grid, signs);
+  const int64_t nb = p.cols / D::kElems;
+  const uint64_t act_row = static_cast<uint64_t>(nb) * D::kABytes;
+  const uint8_t* a = p.act;  // pre-quantized rows in global memory, or null: quantize here
+  if (!a) {
+    if constexpr (T == GgmlType::Q8_0) quantize_q8_0_rows_to_smem(p.x, p.x_stride, p.n_vec, p.cols, act, act_row);
+    else quantize_rows_to_smem<T>(p.x, p.x_stride, p.n_vec, p.cols, act, act_row);
+    a = act;
+  } else if constexpr (T == GgmlType::IQ2_XXS) {
+    __syncthreads();  // the tables
+  }
+  const int lane = threadIdx.x % kWarp;
+  // Rows grid-stride: the grid is capped (kMaxGemvBlocks) so each block's quantization prologue is
+  // shared by several rows per warp on tall matrices (the output head has 129,280 rows).
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarp; o < p.rows;
+       o += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const uint8_t* row = p.w + static_cast<uint64_t>(o) * p.row_bytes;
+    for (int v = 0; v < p.n_vec; ++v) {
+      float acc = warp_row_dot<T>(row, a + v * act_row, nb, p.lpb, lane, grid, signs);
+      if constexpr (T == GgmlType::IQ2_XXS) acc = 0.125f * acc;
+      if (lane == 0) p.y[v * p.y_stride + o] = acc;
+    }
+  }
+}
+
+// ---- routed experts, decode ----
+
+struct MoeDecodeParams {
+  const uint8_t *gate, *up, *down;      // expert 0 of each tensor
+  uint64_t gu_row_bytes, gu_expert_bytes, d_row_bytes, d_expert_bytes;
+  int32_t n_expert;
+  const float* x;                       // [n][dim]
+  const int32_t* ids;                   // [n][k]
+  const float* weights;                 // [n][k]
+  int32_t n, k, dim, ff;
+  float clamp;
+  float* h;                             // [n·k][ff] weighted SwiGLU rows
+  const uint8_t* h_act;                 // [n·k][ff/elems] quantized h
+  uint64_t h_act_row;
+  float* out;                           // [n][dim]
+  int lpb;
+};
+
+// h[p][f] = swiglu(gate_e[f]·x, up_e[f]·x) · weights[p] for pair p = (token, slot), e = ids[p]: one
+// warp per (p, f); the warp's lanes cover gate's blocks and then up's (2·nb virtual blocks).
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * kWarp) moe_gate_up_kernel(MoeDecodeParams p) {
+  extern __shared__ __align__(16) uint8_t act[];
+  __shared__ uint64_t grid[T == GgmlType::IQ2_XXS ? 256 : 1];
+  __shared__ uint8_t signs[T == GgmlType::IQ2_XXS ? 128 : 1];
+  using D = QDot<T>;
+  load_tables<T>(grid, signs);
+  const int64_t nb = p.dim / D::kElems;
+  const uint64_t act_row = static_cast<uint64_t>(nb) * D::kABytes;
+  quantize_rows_to_smem<T>(p.x, p.dim, p.n, p.dim, act, act_row);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t total = static_cast<int64_t>(p.n) * p.k * p.ff;
+  // (pair, f) rows grid-stride: the grid is capped so the table load and x quantization are shared.
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarp; q < total;
+       q += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const int64_t pair = q / p.ff, f = q % p.ff;
+    const int32_t e = p.ids[pair];
+    float* hp = p.h + pair * p.ff + f;
+    if (e < 0 || e >= p.n_expert) {
+      if (lane == 0) *hp = NAN;
+      continue;
+    }
+    const uint8_t* a = act + (pair / p.k) * act_row;
+    const uint64_t off = static_cast<uint64_t>(e) * p.gu_expert_bytes + static_cast<uint64_t>(f) * p.gu_row_bytes;
+    const uint8_t* grow = p.gate + off;
+    const uint8_t* urow = p.up + off;
+    // Virtual block vb < nb is gate block vb, else up block vb − nb.
+    const int groups = kWarp / p.lpb, r = lane % p.lpb;
+    const int p0 = r * D::kParts / p.lpb, p1 = (r + 1) * D::kParts / p.lpb;
+    float gacc = 0, uacc = 0;
+    for (int64_t b0 = 0; b0 < 2 * nb; b0 += groups) {
+      const int64_t vb = b0 + lane / p.lpb;
+      const bool is_up = vb >= nb;
+      const int64_t b = is_up ? vb - nb : vb;
+      const uint8_t* wb = (is_up ? urow : grow) + b * D::kWBytes;
+      const uint8_t* ab = a + b * D::kABytes;
+      int i0 = 0, i1 = 0;
+      if (vb < 2 * nb) D::part(wb, ab, p0, p1, i0, i1, grid, signs);
+      for (int o = 1; o < p.lpb; o <<= 1) {
+        i0 += __shfl_xor_sync(0xffffffffu, i0, o);
+        i1 += __shfl_xor_sync(0xffffffffu, i1, o);
+      }
+      if (vb < 2 * nb && r == 0) {
+        const float v = D::finish(wb, ab, i0, i1);
+        if (is_up) uacc += v;
+        else gacc += v;
+      }
+    }
+    float gv = warp_sum(gacc), uv = warp_sum(uacc);
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      gv = 0.125f * gv;
+      uv = 0.125f * uv;
+    }
+    if (lane != 0) continue;
+    if (p.clamp > 0) {  // moe_swiglu_kernel's expression, operation for operation
+      gv = fminf(gv, p.clamp);
+      uv = fminf(fmaxf(uv, -p.clamp), p.clamp);
+    }
+    *hp = gv / (1.0f + expf(-gv)) * uv * p.weights[pair];
+  }
+}
+
+// h rows → quantized blocks (one warp per block), as the standalone quantize kernels.
+template <GgmlType T>
+__global__ void moe_quantize_h_kernel(MoeDecodeParams p) {
+  using D = QDot<T>;
+  const int64_t nb = p.ff / D::kElems;
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= static_cast<int64_t>(p.n) * p.k * nb) return;
+  const int64_t r = blk / nb, b = blk % nb;
+  const float* src = p.h + r * p.ff + b * D::kElems;
+  uint8_t* o = const_cast<uint8_t*>(p.h_act) + r * p.h_act_row + b * D::kABytes;
+  if constexpr (T == GgmlType::Q8_0) {
+    quantize_q8_0_warp(src[lane], lane, o);
+  } else {
+    float vals[8];
+    for (int i = 0; i < 8; ++i) vals[i] = src[8 * lane + i];
+    quantize_q8_K_warp(vals, lane, o);
+  }
+}
+
+constexpr int kMaxSlots = 8;
+
+// out[i][d] = Σ_j down_e[d]·h[i·k+j], j in slot order (moe_sum_kernel's order): one warp per (i, d);
+// lanes cover k·nb virtual blocks, each slot's dot reduced separately.
+template <GgmlType T>
+__global__ void __launch_bounds__(kWarps * kWarp) moe_down_kernel(MoeDecodeParams p) {
+  __shared__ uint64_t grid[T == GgmlType::IQ2_XXS ? 256 : 1];
+  __shared__ uint8_t signs[T == GgmlType::IQ2_XXS ? 128 : 1];
+  using D = QDot<T>;
+  load_tables<T>(grid, signs);
+  if constexpr (T == GgmlType::IQ2_XXS) __syncthreads();
+  const int lane = threadIdx.x % kWarp;
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarp;
+  if (q >= static_cast<int64_t>(p.n) * p.dim) return;
+  const int64_t i = q / p.dim, d = q % p.dim;
+  const int64_t nb = p.ff / D::kElems;
+  const int groups = kWarp / p.lpb, r = lane % p.lpb;
+  const int p0 = r * D::kParts / p.lpb, p1 = (r + 1) * D::kParts / p.lpb;
+  float acc[kMaxSlots];
+  bool bad[kMaxSlots];
+#pragma unroll
+  for (int j = 0; j < kMaxSlots; ++j) {
+    acc[j] = 0;
+    bad[j] = false;
+  }
+  for (int64_t b0 = 0; b0 < p.k * nb; b0 += groups) {
+    const int64_t vb = b0 + lane / p.lpb;
+    const int j = static_cast<int>(vb / nb);
+    const int64_t b = vb % nb;
+    const bool live = vb < p.k * nb;
+    const int32_t e = live ? p.ids[i * p.k + j] : 0;
+    const bool ok = live && e >= 0 && e < p.n_expert;
+    const uint8_t* wb = p.down + static_cast<uint64_t>(ok ? e : 0) * p.d_expert_bytes +
+                        static_cast<uint64_t>(d) * p.d_row_bytes + b * D::kWBytes;
+    const uint8_t* ab = p.h_act + (i * p.k + (live ? j : 0)) * p.h_act_row + b * D::kABytes;
+    int i0 = 0, i1 = 0;
+    if (ok) D::part(wb, ab, p0, p1, i0, i1, grid, signs);
+    for (int o = 1; o < p.lpb; o <<= 1) {
+      i0 += __shfl_xor_sync(0xffffffffu, i0, o);
+      i1 += __shfl_xor_sync(0xffffffffu, i1, o);
+    }
+    if (live && r == 0) {
+      const float v = ok ? D::finish(wb, ab, i0, i1) : 0.0f;
+#pragma unroll
+      for (int jj = 0; jj < kMaxSlots; ++jj)
+        if (jj == j) {
+          acc[jj] += v;
+          bad[jj] |= !ok;
+        }
+    }
+  }
+  float total = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxSlots; ++j) {
+    if (j >= p.k) break;
+    float y = warp_sum(acc[j]);
+    if constexpr (T == GgmlType::IQ2_XXS) y = 0.125f * y;
+    if (__any_sync(0xffffffffu, bad[j])) y = NAN;  // the gemv path writes NaN rows for bad ids
+    total = j == 0 ? y : total + y;
+  }
+  if (lane == 0) p.out[i * p.dim + d] = total;
+}
+
+// Few-row float matrices (HC controls F32 [24][16384], router F16 [256][4096]): one 256-thread block
+// per (row, vector) instead of one warp, so a 16384-wide row is not one warp's serial loop. F32/BF16
+// (and every type under `exact`, decoded like dequantize_row) accumulate in double, F16 under ds4 in
+// float — the gemv kernels' numerics; only the summation order differs.
+template <GgmlType T, typename Acc>
+__global__ void gemv_float_rows_kernel(DecodeParams p) {
+  const int64_t o = blockIdx.x;
+  const int v = blockIdx.y;
+  const uint8_t* row = p.w + static_cast<uint64_t>(o) * p.row_bytes;
+  const float* x = p.x + v * p.x_stride;
+  Acc acc = 0;
+#pragma unroll 4
+  for (int64_t e = threadIdx.x; e < p.cols; e += blockDim.x)  // unrolled: several loads in flight per thread
+    acc += static_cast<Acc>(decode_elem<T>(row, e, c_grid, c_signs)) * static_cast<Acc>(x[e]);
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) p.y[v * p.y_stride + o] = static_cast<float>(acc);
+}
+
+// F16 rows · float vectors with float accumulation (ds4's dot_f16_row numerics), many rows: one warp
+// per row, each lane reading 16 bytes (8 halves) at a time and the matching 8 floats; the row is
+// read once for all n_vec vectors. Needs 16-byte aligned rows (checked by the dispatch).
+__global__ void __launch_bounds__(kWarps * kWarp) gemv_f16_wide_kernel(DecodeParams p) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarp;
+  if (o >= p.rows) return;
+  const uint4* row = reinterpret_cast<const uint4*>(p.w + static_cast<uint64_t>(o) * p.row_bytes);
+  const int64_t chunks = p.cols / 8;
+  float acc[kDecodeMaxVec] = {0, 0, 0, 0};
+  for (int64_t c = lane; c < chunks; c += kWarp) {
+    const uint4 u = row[c];
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+    float wv[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      wv[2 * k] = f16_dev(static_cast<uint16_t>(words[k] & 0xffffu));
+      wv[2 * k + 1] = f16_dev(static_cast<uint16_t>(words[k] >> 16));
+    }
+#pragma unroll
+    for (int v = 0; v < kDecodeMaxVec; ++v) {
+      if (v >= p.n_vec) break;
+      const float4* xv = reinterpret_cast<const float4*>(p.x + v * p.x_stride + 8 * c);
+      const float4 a = xv[0], b = xv[1];
+      acc[v] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z +
+                wv[7] * b.w;
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < kDecodeMaxVec; ++v) {
+    if (v >= p.n_vec) break;
+    const float t = warp_sum(acc[v]);
+    if (lane == 0) p.y[v * p.y_stride + o] = t;
+  }
+}
+
+bool decode_type(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::IQ2_XXS;
+}
+
+int elems_of(GgmlType t) { return t == GgmlType::Q8_0 ? kQK8_0 : kQK_K; }
+uint64_t act_bytes_of(GgmlType t) { return t == GgmlType::Q8_0 ? sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K); }
+
+}  // namespace
+
+cudaError_t upload_decode_tables() {
+  cudaError_t e = cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
+  if (e != cudaSuccess) return e;
+  return cudaMemcpyToSymbol(c_signs, kKsignsIq2xs, sizeof(kKsignsIq2xs));
+}
+
+bool CudaBackend::gemv_decode(const GemvJob& j) {
+  const GgmlType T = j.w.type;
+  if (j.numerics != MatmulNumerics::ds4 || !decode_type(T) || j.ids || j.x_div != 1 || j.n_vec > kDecodeMaxVec)
+    return false;
+  const int64_t nb = j.w.cols / elems_of(T);
+  const uint64_t smem = static_cast<uint64_t>(nb) * act_bytes_of(T) * static_cast<uint64_t>(j.n_vec);
+  if (smem > kMaxSmemAct || j.w.rows > int64_t{0x7fffffff} * kWarps) return false;
+  DecodeParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
+                 j.y, j.y_stride, static_cast<int>(j.n_vec), lanes_per_block(nb)};
+  const unsigned g = static_cast<unsigned>(std::min<int64_t>(grid_for(j.w.rows, kWarps), kMaxGemvBlocks));
+  cudaStream_t s = stream();
+  // Wide Q8_0 rows on few blocks (attn_output_b: 8192 columns, 512 blocks): every block would
+  // quantize 256 activation blocks for its 8 rows — measured slower than one quantize launch first.
+  uint64_t smem_launch = smem;
+  if (T == GgmlType::Q8_0 && j.w.cols > kFusedMaxCols && g < kMaxGemvBlocks) {
+    const uint64_t act_row = static_cast<uint64_t>(nb) * sizeof(BlockQ8_0Act);
+    if (!ensure(act_, act_row * j.n_vec, "quantized activations")) return true;
+    quantize_q8_0_kernel<<<grid_for(j.n_vec * nb * kWarp, 256), 256, 0, s>>>(j.x, j.x_stride, j.n_vec, j.w.cols,
+                                                                            static_cast<uint8_t*>(act_.ptr));
+    if (!launched("quantize activations (decode)")) return true;
+    p.act = static_cast<const uint8_t*>(act_.ptr);
+    smem_launch = 0;
+  }
+  switch (T) {
+    case GgmlType::Q8_0: gemv_decode_kernel<GgmlType::Q8_0><<<g, kWarps * kWarp, smem_launch, s>>>(p); break;
+    case GgmlType::Q2_K: gemv_decode_kernel<GgmlType::Q2_K><<<g, kWarps * kWarp, smem, s>>>(p); break;
+    case GgmlType::Q4_K: gemv_decode_kernel<GgmlType::Q4_K><<<g, kWarps * kWarp, smem, s>>>(p); break;
+    default: gemv_decode_kernel<GgmlType::IQ2_XXS><<<g, kWarps * kWarp, smem, s>>>(p); break;
+  }
+  launched("gemv (decode)");
+  return true;
+}
+
+bool CudaBackend::gemv_float_rows(const GemvJob& j) {
+  const GgmlType T = j.w.type;
+  const bool f16_float = T == GgmlType::F16 && j.numerics == MatmulNumerics::ds4;
+  const bool dbl = T == GgmlType::F32 || T == GgmlType::BF16 || (T == GgmlType::F16 && !f16_float);
+  if (!(f16_float || dbl) || j.ids || j.x_div != 1 || j.n_vec > kDecodeMaxVec) return false;
+  DecodeParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
+                 j.y, j.y_stride, static_cast<int>(j.n_vec), 1};
+  if (j.w.rows > kFloatRowsMax) {  // many rows: the 16-byte-load warp kernel (F16 under ds4 only)
+    const bool aligned = reinterpret_cast<uintptr_t>(j.w.data) % 16 == 0 && j.w.row_bytes % 16 == 0 &&
+                         j.w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0;
+    if (!f16_float || !aligned || j.w.rows > int64_t{0x7fffffff}) return false;
+    gemv_f16_wide_kernel<<<grid_for(j.w.rows, kWarps), kWarps * kWarp, 0, stream()>>>(p);
+    launched("gemv f16 (decode)");
+    return true;
+  }
+  const dim3 g(static_cast<unsigned>(j.w.rows), static_cast<unsigned>(j.n_vec));
+  cudaStream_t s = stream();
+  // Threads per row: ~16 values each (a 16384-wide HC row gets 1024 threads, a 4096-wide router row 256).
+  const unsigned th = static_cast<unsigned>(std::clamp<int64_t>((j.w.cols / 16 + 31) / 32 * 32, 64, 1024));
+  if (f16_float) gemv_float_rows_kernel<GgmlType::F16, float><<<g, th, 0, s>>>(p);
+  else if (T == GgmlType::F32) gemv_float_rows_kernel<GgmlType::F32, double><<<g, th, 0, s>>>(p);
+  else if (T == GgmlType::BF16) gemv_float_rows_kernel<GgmlType::BF16, double><<<g, th, 0, s>>>(p);
+  else gemv_float_rows_kernel<GgmlType::F16, double><<<g, th, 0, s>>>(p);
+  launched("gemv float rows (decode)");
+  return true;
+}
+
+bool CudaBackend::moe_decode(const MoeArgs& a) {
+  const GgmlType gt = a.gate.first.type, dt = a.down.first.type;
+  if (a.numerics != MatmulNumerics::ds4 || a.n > kDecodeMaxVec || a.k > kMaxSlots || !decode_type(gt) ||
+      a.up.first.type != gt || !decode_type(dt) || a.gate.n_expert != a.up.n_expert ||
+      a.gate.expert_bytes != a.up.expert_bytes || a.gate.first.row_bytes != a.up.first.row_bytes ||
+      a.dim % elems_of(gt) != 0 || a.ff % elems_of(dt) != 0)
+    return false;
+  const int64_t nb_gu = a.dim / elems_of(gt), nb_d = a.ff / elems_of(dt);
+  const uint64_t smem = static_cast<uint64_t>(nb_gu) * act_bytes_of(gt) * static_cast<uint64_t>(a.n);
+  if (smem > kMaxSmemAct) return false;
+  const int64_t pairs = a.n * a.k;
+  MoeDecodeParams p{};
+  p.h_act_row = static_cast<uint64_t>(nb_d) * act_bytes_of(dt);
+  if (!ensure(moe_g_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert hidden rows") ||
+      !ensure(moe_h_act_, p.h_act_row * pairs, "quantized expert hidden rows"))
+    return true;  // error recorded
+  p.gate = static_cast<const uint8_t*>(a.gate.first.data);
+  p.up = static_cast<const uint8_t*>(a.up.first.data);
+  p.down = static_cast<const uint8_t*>(a.down.first.data);
+  p.gu_row_bytes = a.gate.first.row_bytes;
+  p.gu_expert_bytes = a.gate.expert_bytes;
+  p.d_row_bytes = a.down.first.row_bytes;
+  p.d_expert_bytes = a.down.expert_bytes;
+  p.n_expert = std::min(a.gate.n_expert, a.down.n_expert);
+  p.x = a.x;
+  p.ids = a.ids;
+  p.weights = a.weights;
+  p.n = static_cast<int32_t>(a.n);
+  p.k = a.k;
+  p.dim = a.dim;
+  p.ff = a.ff;
+  p.clamp = a.clamp;
+  p.h = static_cast<float*>(moe_g_.ptr);
+  p.h_act = static_cast<const uint8_t*>(moe_h_act_.ptr);
+  p.out = a.out;
+  cudaStream_t s = stream();
+  const unsigned threads = kWarps * kWarp;
+
+  p.lpb = lanes_per_block(2 * nb_gu);
+  const unsigned g1 = static_cast<unsigned>(std::min<int64_t>(grid_for(pairs * a.ff, kWarps), kMaxGemvBlocks));
+  switch (gt) {
+    case GgmlType::Q8_0: moe_gate_up_kernel<GgmlType::Q8_0><<<g1, threads, smem, s>>>(p); break;
+    case GgmlType::Q2_K: moe_gate_up_kernel<GgmlType::Q2_K><<<g1, threads, smem, s>>>(p); break;
+    case GgmlType::Q4_K: moe_gate_up_kernel<GgmlType::Q4_K><<<g1, threads, smem, s>>>(p); break;
+    default: moe_gate_up_kernel<GgmlType::IQ2_XXS><<<g1, threads, smem, s>>>(p); break;
+  }
+  if (!launched("moe gate/up (decode)")) return true;
+  const unsigned g2 = grid_for(pairs * nb_d * kWarp, 256);
+  p.lpb = lanes_per_block(a.k * nb_d);
+  const unsigned g3 = grid_for(a.n * a.dim, kWarps);
+  switch (dt) {
+    case GgmlType::Q8_0:
+      moe_quantize_h_kernel<GgmlType::Q8_0><<<g2, 256, 0, s>>>(p);
+      moe_down_kernel<GgmlType::Q8_0><<<g3, threads, 0, s>>>(p);
+      break;
+    case GgmlType::Q2_K:
+      moe_quantize_h_kernel<GgmlType::Q2_K><<<g2, 256, 0, s>>>(p);
+      moe_down_kernel<GgmlType::Q2_K><<<g3, threads, 0, s>>>(p);
+      break;
+    case GgmlType::Q4_K:
+      moe_quantize_h_kernel<GgmlType::Q4_K><<<g2, 256, 0, s>>>(p);
+      moe_down_kernel<GgmlType::Q4_K><<<g3, threads, 0, s>>>(p);
+      break;
+    default:
+      moe_quantize_h_kernel<GgmlType::IQ2_XXS><<<g2, 256, 0, s>>>(p);
+      moe_down_kernel<GgmlType::IQ2_XXS><<<g3, threads, 0, s>>>(p);
+      break;
+  }
+  launched("moe down (decode)");
+  return true;
+}
+
+}  // namespace ds4::backend::cuda

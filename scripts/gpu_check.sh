@@ -10,7 +10,9 @@
 #   OUT_DIR (default $OUT, else /tmp/gpu_check) receives the full logs.
 # Order (METHOD.md): the card first (nvidia-smi, copy ceiling), correctness (op parity, model parity,
 # golden), then speed (op timings, then a few-layer flash-q2 file generated into /dev/shm).
-# Env: FLASH_LAYERS (default 2; 0 skips the flash-q2 run).
+# Env: FLASH_LAYERS (default 2; a list such as "2 6" generates and runs each; 0 skips the flash-q2 runs).
+# cuda_bench prints the per-stage decode breakdown (general kernels, then the decode kernels) and,
+# per flash-q2 file, load time, prefill of 2048 tokens and greedy decode at context 2K.
 set -u
 
 if [ "${1:-}" = "--pack" ]; then  # build machine: collect what the GPU machine needs into one folder
@@ -51,13 +53,15 @@ t2=$(date +%s)
 
 FLASH=""
 if [ "${FLASH_LAYERS:-2}" != 0 ] && [ -x "$BIN/ds4-gen" ]; then
-  FLASH=/dev/shm/flash-q2-l${FLASH_LAYERS:-2}.gguf
-  "$BIN/ds4-gen" --profile flash-q2 --layers "${FLASH_LAYERS:-2}" --zeros --tokenizer-json "$BIN/data/tokenizer.json" \
-    -o "$FLASH" > "$OUTD/gen.log" 2>&1 || FLASH=""
+  for L in ${FLASH_LAYERS:-2}; do  # several counts (e.g. "2 6"): per-layer cost = difference of the decode times
+    F=/dev/shm/flash-q2-l$L.gguf
+    "$BIN/ds4-gen" --profile flash-q2 --layers "$L" --zeros --tokenizer-json "$BIN/data/tokenizer.json" \
+      -o "$F" >> "$OUTD/gen.log" 2>&1 && FLASH="$FLASH $F"
+  done
 fi
 "$BIN/cuda_bench" $FLASH > "$OUTD/bench.log" 2>&1; bench_rc=$?
 t3=$(date +%s)
-[ -n "$FLASH" ] && rm -f "$FLASH"
+[ -n "$FLASH" ] && rm -f $FLASH
 
 {
   echo

@@ -1,0 +1,411 @@
+// cuda_bench_stages.cpp — per-stage time of one Flash decode token (batch 1, context 2K) on the CUDA
+// backend: the forward pass's op sequence of each stage (src/model/forward.cpp) at the real Flash
+// shapes and weight types (FORMATS.md tensors_q2.tsv), timed two ways:
+//   host  — N back-to-back stage calls from the host then one sync, median of 5 (what the engine's
+//           decode does today: per-op launch overhead included);
+//   graph — the same N calls captured into one CUDA graph on the backend's stream and replayed,
+//           timed with device events, median of 5 (kernel time plus the minimal gaps between them).
+// host − graph is the stage's launch overhead. Per-token totals weight the stages by Flash's layer
+// mix (2 layers without compressor, 21 CSA ratio-4 layers with indexer, 20 HCA ratio-128 layers) and
+// add the output head; each stage is also given as a fraction of its bandwidth roofline (weight
+// bytes / the measured copy ceiling). Weights are random bytes (every byte is read; no numerics).
+// Deliberately not here: correctness (tests/cuda), the engine's own bookkeeping (cuda_bench's model
+// runs measure the whole decode step).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "quant/half.h"
+#include "quant/types.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct StageTime {
+  double host_us = 0, graph_us = 0;
+};
+
+class StageBench {
+ public:
+  explicit StageBench(Backend& be) : be_(be), stream_(static_cast<cudaStream_t>(cuda::cuda_stream(be))), rng_(7) {}
+
+  Weight weight(GgmlType t, int64_t rows, int64_t cols) {
+    const uint64_t rb = *type_bytes(t, static_cast<uint64_t>(cols));
+    std::vector<uint8_t> b((rb * rows + 7) / 8 * 8);
+    for (size_t k = 0; k < b.size(); k += 8) {
+      const uint64_t r = rng_();
+      std::memcpy(&b[k], &r, 8);
+    }
+    b.resize(rb * rows);
+    const auto tr = *type_traits(static_cast<uint32_t>(t));
+    if (t == GgmlType::F16) {
+      const uint16_t h = f32_to_f16(0.01f);
+      for (size_t k = 0; k + 1 < b.size(); k += 2) std::memcpy(&b[k], &h, 2);
+    } else if (t != GgmlType::F32) {
+      const uint16_t h = f32_to_f16(0.001f);
+      const int off = t == GgmlType::Q2_K ? 80 : 0;
+      for (uint64_t k = 0; k < b.size() / tr.block_bytes; ++k) std::memcpy(&b[k * tr.block_bytes + off], &h, 2);
+    } else {
+      const float f = 0.01f;
+      for (size_t k = 0; k + 3 < b.size(); k += 4) std::memcpy(&b[k], &f, 4);
+    }
+    Weight w{t, nullptr, rows, cols, rb};
+    auto p = be_.map_weight(b.data(), b.size());
+    w.data = p.ok() ? *p : nullptr;
+    bytes_ += b.size();
+    return w;
+  }
+  float* buf(int64_t n, float fill = 0.01f) {
+    auto b = be_.alloc(static_cast<uint64_t>(n) * 4 + 64, MemCategory::scratch);
+    if (!b.ok()) return nullptr;
+    be_.fill_f32(b->f32(), fill, n);
+    float* p = b->f32();
+    bufs_.push_back(std::move(b).value());
+    return p;
+  }
+  int32_t* ibuf(const std::vector<int32_t>& v) {
+    auto b = be_.alloc(v.size() * 4 + 64, MemCategory::scratch);
+    if (!b.ok()) return nullptr;
+    be_.upload(b->data(), v.data(), v.size() * 4);
+    int32_t* p = b->i32();
+    bufs_.push_back(std::move(b).value());
+    return p;
+  }
+
+  StageTime time(const std::function<void()>& stage, int n_calls) {
+    StageTime t;
+    stage();  // warm-up: grows scratch before any capture
+    (void)be_.sync();
+    std::vector<double> h, g;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < n_calls; ++i) stage();
+      (void)be_.sync();
+      h.push_back(std::chrono::duration<double>(Clock::now() - t0).count() * 1e6 / n_calls);
+    }
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
+      for (int i = 0; i < n_calls; ++i) stage();
+      if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess &&
+          cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        cudaGraphLaunch(exec, stream_);  // warm-up
+        for (int rep = 0; rep < 5; ++rep) {
+          cudaEventRecord(e0, stream_);
+          cudaGraphLaunch(exec, stream_);
+          cudaEventRecord(e1, stream_);
+          cudaEventSynchronize(e1);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, e0, e1);
+          g.push_back(ms * 1e3 / n_calls);
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+      }
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    std::sort(h.begin(), h.end());
+    std::sort(g.begin(), g.end());
+    t.host_us = h[2];
+    t.graph_us = g.size() == 5 ? g[2] : NAN;
+    if (Status s = be_.sync(); !s.ok()) std::printf("BENCH stage error: %s\n", s.to_string().c_str());
+    return t;
+  }
+
+  uint64_t bytes() const { return bytes_; }
+  void reset_bytes() { bytes_ = 0; }
+
+ private:
+  Backend& be_;
+  cudaStream_t stream_;
+  std::mt19937_64 rng_;
+  std::vector<Buffer> bufs_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+void bench_decode_stages(Backend& be, double ceiling_gbs) {
+  StageBench sb(be);
+  const int64_t E = 4096, H = 64, D = 512, Q = 1024, HD = H * D, NHC = 4, HCD = NHC * E, M = 24, R = 64;
+  const int64_t G = 8, Ro = 1024, gin = HD / G, F = 2048, NE = 16, K = 6, IH = 64, ID = 128, TK = 512;
+  // Context ≈ 2K: 525 CSA rows (> top-k 512: the indexer scores and selects), 16 HCA rows; raw ring
+  // as the engine's with max_chunk 256. (pos+1) is not a multiple of 4: no compressed row is emitted.
+  const int64_t window = 128, pos = 2101, cap = window + 255;
+  std::vector<double> freq(R / 2);
+  for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
+
+  // Activations and state (one token).
+  float *x = sb.buf(HCD), *x2 = sb.buf(HCD), *flat = sb.buf(HCD), *mix = sb.buf(M), *pre = sb.buf(NHC),
+        *post = sb.buf(NHC), *comb = sb.buf(NHC * NHC), *y = sb.buf(E), *xn = sb.buf(E), *qa = sb.buf(Q),
+        *q = sb.buf(HD), *kv = sb.buf(D), *raw = sb.buf(cap * D), *attn = sb.buf(HD), *low = sb.buf(G * Ro),
+        *f = sb.buf(E), *rl = sb.buf(256), *rw = sb.buf(K), *sg = sb.buf(F), *su = sb.buf(F), *so = sb.buf(E),
+        *ckv = sb.buf(2 * D), *cg = sb.buf(2 * D), *comp = sb.buf(1024 * D), *iq = sb.buf(IH * ID), *iw = sb.buf(IH),
+        *irows = sb.buf(1024 * ID), *hw = sb.buf(NHC), *logits = sb.buf(129280), *sinks = sb.buf(H);
+  float *cst_kv = sb.buf(16 * 2 * D), *cst_sc = sb.buf(16 * 2 * D), *ist_kv = sb.buf(16 * 2 * ID),
+        *ist_sc = sb.buf(16 * 2 * ID), *hst_kv = sb.buf(256 * D), *hst_sc = sb.buf(256 * D), *cout = sb.buf(4 * D);
+  float *hc_scale = sb.buf(3, 0.5f), *hc_base = sb.buf(M), *norm_w = sb.buf(HCD, 1.0f), *ape = sb.buf(128 * 2 * D);
+  int32_t* pos_d = sb.ibuf({static_cast<int32_t>(pos)});
+  int32_t* tok_d = sb.ibuf({17});
+  int32_t* cpos = sb.ibuf({0, 0, 0, 0});
+  const int32_t csa_rows = static_cast<int32_t>((pos + 1) / 4), hca_rows = static_cast<int32_t>((pos + 1) / 128);
+  int32_t* csa_cnt = sb.ibuf({csa_rows});
+  int32_t* hca_cnt = sb.ibuf({hca_rows});
+  int32_t* sel_cnt = sb.ibuf({static_cast<int32_t>(TK)});
+  std::vector<int32_t> sel(TK);
+  for (int64_t i = 0; i < TK; ++i) sel[i] = static_cast<int32_t>(i * 2 + 1);
+  int32_t* sel_idx = sb.ibuf(sel);
+  int32_t* icount = sb.ibuf({0});
+  int32_t* rids = sb.ibuf({0, 3, 5, 7, 11, 13});
+  int32_t* hash = sb.ibuf(std::vector<int32_t>(1000 * K, 1));
+
+  struct Row {
+    const char* name;
+    StageTime t;
+    uint64_t bytes;
+    double per_token;  // how many times per token
+  };
+  std::vector<Row> rows;
+  auto run = [&](const char* name, double per_token, const std::function<void()>& build,
+                 const std::function<void()>& stage) {
+    sb.reset_bytes();
+    build();
+    const uint64_t b = sb.bytes();
+    rows.push_back({name, sb.time(stage, 20), b, per_token});
+  };
+  auto mm = [&](const Weight& w, const float* in, int64_t xs, float* out, int64_t ys) {
+    be.matmul({w, in, xs, out, ys, 1, MatmulNumerics::ds4});
+  };
+  auto hc_pre = [&](const Weight& fn) {
+    be.rms_norm({x, flat, nullptr, 1, HCD, HCD, 1e-6f});
+    mm(fn, flat, HCD, mix, M);
+    be.hc_split({mix, hc_scale, hc_base, 1, 4, 20, 1e-6f, pre, post, comb});
+    be.hc_collapse({x, pre, y, 1, E, 4});
+    be.rms_norm({y, xn, norm_w, 1, E, E, 1e-6f});
+  };
+
+  Weight hc_fn;
+  run("hc pre (attn + ffn)", 2.0 * 43, [&] { hc_fn = sb.weight(GgmlType::F16, M, HCD); }, [&] { hc_pre(hc_fn); });
+
+  Weight q_a, q_b, wkv;
+  run("attn q/kv projections", 43,
+      [&] {
+        q_a = sb.weight(GgmlType::Q8_0, Q, E);
+        q_b = sb.weight(GgmlType::Q8_0, HD, Q);
+        wkv = sb.weight(GgmlType::Q8_0, D, E);
+      },
+      [&] {
+        mm(q_a, xn, E, qa, Q);
+        be.rms_norm({qa, qa, norm_w, 1, Q, Q, 1e-6f});
+        mm(q_b, qa, Q, q, HD);
+        be.rms_norm({q, q, nullptr, H, D, D, 1e-6f});
+        be.rope({q, pos_d, 1, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(), false});
+        mm(wkv, xn, E, kv, D);
+        be.rms_norm({kv, kv, norm_w, 1, D, D, 1e-6f});
+        be.rope({kv, pos_d, 1, 1, static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(), false});
+        be.fp8_round({kv, 1, D, static_cast<int32_t>(D - R)});
+        be.copy(raw + (pos % cap) * D, kv, D * 4);
+      });
+
+  Weight out_a, out_b;
+  run("attn output projections + hc post", 43,
+      [&] {
+        out_a = sb.weight(GgmlType::Q8_0, G * Ro, gin);
+        out_b = sb.weight(GgmlType::Q8_0, E, G * Ro);
+      },
+      [&] {
+        be.rope({attn, pos_d, 1, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(), true});
+        for (int64_t g = 0; g < G; ++g) mm(out_a.row_slice(g * Ro, Ro), attn + g * gin, HD, low + g * Ro, G * Ro);
+        mm(out_b, low, G * Ro, f, E);
+        be.hc_post({x, f, post, comb, x2, 1, E, 4});
+      });
+
+  auto compressor = [&](const Weight& wk, const Weight& wg, int32_t ratio, int32_t out_dim, bool overlap, int32_t slots,
+                        float* st_kv, float* st_sc) {
+    const int64_t width = (overlap ? 2 : 1) * out_dim;
+    mm(wk, xn, E, ckv, width);
+    mm(wg, xn, E, cg, width);
+    int64_t emitted = 0;
+    CompressorArgs a;
+    a.kv = ckv;
+    a.score = cg;
+    a.ape = ape;
+    a.n = 1;
+    a.pos0 = static_cast<int32_t>(pos);
+    a.ratio = ratio;
+    a.out_dim = out_dim;
+    a.overlap = overlap;
+    a.slots = slots;
+    a.state_kv = st_kv;
+    a.state_score = st_sc;
+    a.out = cout;
+    a.out_pos = cpos;
+    a.n_out = &emitted;
+    be.compressor(a);
+  };
+  Weight c_kv, c_g, i_kv, i_g, i_qb, i_proj;
+  run("compressor + indexer (CSA layer)", 21,
+      [&] {
+        c_kv = sb.weight(GgmlType::F16, 2 * D, E);
+        c_g = sb.weight(GgmlType::F16, 2 * D, E);
+        i_kv = sb.weight(GgmlType::F16, 2 * ID, E);
+        i_g = sb.weight(GgmlType::F16, 2 * ID, E);
+        i_qb = sb.weight(GgmlType::F16, IH * ID, Q);
+        i_proj = sb.weight(GgmlType::F16, IH, E);
+      },
+      [&] {
+        compressor(c_kv, c_g, 4, static_cast<int32_t>(D), true, 16, cst_kv, cst_sc);
+        compressor(i_kv, i_g, 4, static_cast<int32_t>(ID), true, 16, ist_kv, ist_sc);
+        mm(i_qb, qa, Q, iq, IH * ID);
+        be.rope({iq, pos_d, 1, static_cast<int32_t>(IH), static_cast<int32_t>(ID), static_cast<int32_t>(R), freq.data(), false});
+        be.indexer_qat({iq, IH, static_cast<int32_t>(ID)});
+        mm(i_proj, xn, E, iw, IH);
+        be.scale(iw, 0.01f, IH);
+        IndexerArgs ia{iq, iw, irows, csa_cnt, 1, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
+                       static_cast<int32_t>(TK), sel_idx, icount};
+        ia.max_rows = csa_rows;
+        be.indexer(ia);
+      });
+  Weight h_kv, h_g;
+  run("compressor (HCA layer)", 20,
+      [&] {
+        h_kv = sb.weight(GgmlType::F16, D, E);
+        h_g = sb.weight(GgmlType::F16, D, E);
+      },
+      [&] { compressor(h_kv, h_g, 128, static_cast<int32_t>(D), false, 256, hst_kv, hst_sc); });
+
+  auto attention = [&](const int32_t* cnt, const int32_t* idx) {
+    AttentionArgs a;
+    a.q = q;
+    a.pos = pos_d;
+    a.n = 1;
+    a.heads = static_cast<int32_t>(H);
+    a.head_dim = static_cast<int32_t>(D);
+    a.scale = 0.044f;
+    a.sinks = sinks;
+    a.raw = raw;
+    a.raw_cap = cap;
+    a.window = static_cast<int32_t>(window);
+    a.comp = comp;
+    a.comp_count = cnt;
+    a.comp_idx = idx;
+    a.comp_idx_stride = TK;
+    a.out = attn;
+    be.attention(a);
+  };
+  run("attention core (CSA: 128 raw + 512 selected)", 21, [] {}, [&] { attention(sel_cnt, sel_idx); });
+  run("attention core (HCA: 128 raw + 16 compressed)", 20, [] {}, [&] { attention(hca_cnt, nullptr); });
+  run("attention core (no compressor: 128 raw)", 2, [] {}, [&] { attention(nullptr, nullptr); });
+
+  Weight router;
+  run("router", 43, [&] { router = sb.weight(GgmlType::F16, 256, E); },
+      [&] {
+        mm(router, xn, E, rl, 256);
+        RouterArgs ra;
+        ra.logits = rl;
+        ra.n = 1;
+        ra.n_expert = 256;
+        ra.k = static_cast<int32_t>(K);
+        ra.scale = 1.5f;
+        ra.denom_guard = 6.1035156e-05f;
+        ra.ids = reinterpret_cast<int32_t*>(sg);  // scratch: the experts below use fixed ids
+        ra.weights = rw;
+        be.router(ra);
+      });
+
+  MoeArgs ma;
+  run("routed experts (6 of 256)", 43,
+      [&] {
+        auto ex = [](Weight w, int64_t r, int64_t ne) {
+          ExpertWeights e;
+          e.first = w;
+          e.first.rows = r;
+          e.expert_bytes = w.row_bytes * r;
+          e.n_expert = static_cast<int32_t>(ne);
+          return e;
+        };
+        ma.gate = ex(sb.weight(GgmlType::IQ2_XXS, NE * F, E), F, NE);
+        ma.up = ex(sb.weight(GgmlType::IQ2_XXS, NE * F, E), F, NE);
+        ma.down = ex(sb.weight(GgmlType::Q2_K, NE * E, F), E, NE);
+        ma.x = xn;
+        ma.ids = rids;
+        ma.weights = rw;
+        ma.n = 1;
+        ma.k = static_cast<int32_t>(K);
+        ma.dim = static_cast<int32_t>(E);
+        ma.ff = static_cast<int32_t>(F);
+        ma.clamp = 10;
+        ma.out = f;
+      },
+      [&] { be.moe(ma); });
+  rows.back().bytes = rows.back().bytes * K / NE;  // bytes read: 6 of the 16 resident experts
+
+  Weight shg, shu, shd;
+  run("shared expert + hc post", 43,
+      [&] {
+        shg = sb.weight(GgmlType::Q8_0, F, E);
+        shu = sb.weight(GgmlType::Q8_0, F, E);
+        shd = sb.weight(GgmlType::Q8_0, E, F);
+      },
+      [&] {
+        mm(shg, xn, E, sg, F);
+        mm(shu, xn, E, su, F);
+        be.swiglu({sg, su, sg, F, 0});
+        mm(shd, sg, F, so, E);
+        be.add(f, so, E);
+        be.hc_post({x, f, post, comb, x2, 1, E, 4});
+      });
+
+  Weight ofn, out;
+  run("output head (excl. logits download)", 1,
+      [&] {
+        ofn = sb.weight(GgmlType::F16, NHC, HCD);
+        out = sb.weight(GgmlType::Q8_0, 129280, E);
+      },
+      [&] {
+        be.rms_norm({x, flat, nullptr, 1, HCD, HCD, 1e-6f});
+        mm(ofn, flat, HCD, mix, NHC);
+        be.hc_head({mix, hc_scale, hc_base, 1, 4, 1e-6f, hw});
+        be.hc_collapse({x, hw, y, 1, E, 4});
+        be.rms_norm({y, xn, norm_w, 1, E, E, 1e-6f});
+        mm(out, xn, E, logits, 129280);
+      });
+  (void)tok_d;
+  (void)hash;
+
+  double tok_host = 0, tok_graph = 0, tok_bytes = 0;
+  std::printf("BENCH stage %-46s %9s %9s %9s %10s %8s %8s\n", "(batch 1, ctx 2K, Flash shapes)", "host us", "graph us",
+              "MB", "x/token", "GB/s", "roofline");
+  for (const Row& r : rows) {
+    const double gbs = r.bytes / (r.t.graph_us * 1e-6) / 1e9;
+    std::printf("BENCH stage %-46s %9.2f %9.2f %9.2f %10.0f %8.0f %7.1f%%\n", r.name, r.t.host_us, r.t.graph_us,
+                r.bytes / 1e6, r.per_token, gbs, 100.0 * gbs / ceiling_gbs);
+    tok_host += r.t.host_us * r.per_token;
+    tok_graph += r.t.graph_us * r.per_token;
+    tok_bytes += r.bytes * r.per_token;
+  }
+  const double roof_us = tok_bytes / (ceiling_gbs * 1e9) * 1e6;
+  std::printf("BENCH stage per-token sum: host-launched %.0f us (%.1f tok/s), graph %.0f us (%.1f tok/s), "
+              "launch gaps %.0f us; %.2f GB read, roofline %.0f us (%.0f tok/s): graph at %.1f%% of it\n",
+              tok_host, 1e6 / tok_host, tok_graph, 1e6 / tok_graph, tok_host - tok_graph, tok_bytes / 1e9, roof_us,
+              1e6 / roof_us, 100.0 * roof_us / tok_graph);
+}

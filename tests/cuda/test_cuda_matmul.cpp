@@ -120,11 +120,12 @@ TEST_F(CudaMatmul, BatchInvariantAcrossKernels) {
   }
   ASSERT_TRUE(gpu_->sync().ok());
 TEST_F(CudaMatmul, DecodeAndBatchPathsAtFlashShapes) {
-  // gemv_decode.cu takes n ≤ 4 (activation quantization fused, lanes split across blocks when a row
-  // has few of them, F16 rows with 16-byte loads, float matrices of ≤ 512 rows one block per row);
-  // n = 5 goes the general way. Both must match the CPU: every Flash decode matrix at n = 1, 2, 4
-  // (strided x and y, as the forward's grouped calls use), the same at n = 5, and a Q8_0 row too
-  // wide for the fused path's shared memory at n = 4 (falls back).
+  // gemv_decode.cu takes quantized rows at n ≤ 4 (activation quantization fused; wide Q8_0 rows
+  // quantized by a launch of their own) and float rows at every n (F16 rows with 16-byte loads, ≤ 4
+  // vectors per launch; matrices of ≤ 512 rows one block per row); quantized n = 5 goes the general
+  // way. All must match the CPU: every Flash decode matrix at n = 1, 2, 4 (strided x and y, as the
+  // forward's grouped calls use) and n = 5, and a Q8_0 row too wide for the fused path's shared
+  // memory at n = 4 (falls back).
   const struct {
     GgmlType t;
     int64_t rows, cols;
@@ -219,7 +220,10 @@ class CudaMoe : public CudaOpsTest {
     // ds4: the down projection quantizes the SwiGLU rows (which differ from the CPU's in the last
     // bits) to Q8_K again, and one value landing on the other side of a rounding step moves a whole
     // output row by one quantization step of that value: measured 1.2e-4·max|y| at Flash shapes.
-    expect_close(host(g.out, want.size()), want, nm == MatmulNumerics::ds4 ? 5e-4 : 1e-6, 1e-7, what);
+    // At F 64 a row sums only 64 hidden values, so one flipped step is a larger share: measured
+    // 5.4e-4·max|y| (Q8_0/Q8_0, F 64); the bound scales as 1/(127·√F).
+    const double ds4_tol = ff < 512 ? 1e-3 : 5e-4;
+    expect_close(host(g.out, want.size()), want, nm == MatmulNumerics::ds4 ? ds4_tol : 1e-6, 1e-7, what);
   }
 };
 

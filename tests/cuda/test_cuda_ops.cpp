@@ -247,19 +247,28 @@ TEST_F(CudaOps, AttentionRawCompressedAndSelected) {
   struct S {
     int32_t heads, D, window, n_comp_rows, top_k;
   };
-  // Heads a multiple of 8: one block per (query, 8 heads) with rows staged in shared memory; 4 heads:
-  // one block per (query, head). n = 4 (decode-sized) and 40 (a prefill chunk).
-  for (int64_t n : {int64_t{4}, int64_t{40}})
-  for (S s : {S{64, 512, 128, 700, 512}, S{4, 256, 16, 40, 16}, S{64, 512, 128, 0, 0}, S{8, 64, 16, 90, 32}}) {
-  // n ≤ 4 takes the split-rows decode kernels (attention_decode.cu), n = 6 the general kernel; the
-  // decode cases include a query before the window is full (few rows: most splits empty).
+  // With tensor cores (the default) heads that are a multiple of 8 run one block per (query, 8 heads)
+  // with rows staged in shared memory, for every batch size; other head counts, and every case on a
+  // backend without tensor cores, run attention_decode.cu's split-rows kernels (16 queries per launch).
+  // Both are compared with the CPU: n = 4 and 40 (a prefill chunk) on every shape, and decode cases
+  // n = 1, 2 including a query before the window is full (few rows: most splits empty).
   struct C {
     S s;
     int64_t n;
   };
-  for (C cs : {C{S{64, 512, 128, 700, 512}, 4}, C{S{4, 256, 16, 40, 16}, 4}, C{S{64, 512, 128, 0, 0}, 4},
-               C{S{64, 512, 128, 700, 512}, 1}, C{S{64, 512, 128, 700, 512}, 2}, C{S{64, 512, 128, 3, 512}, 1},
-               C{S{64, 512, 128, 700, 512}, 6}, C{S{64, 128, 64, 50, 64}, 1}}) {
+  std::vector<C> cases;
+  for (int64_t n : {int64_t{4}, int64_t{40}})
+    for (S s : {S{64, 512, 128, 700, 512}, S{4, 256, 16, 40, 16}, S{64, 512, 128, 0, 0}, S{8, 64, 16, 90, 32}})
+      cases.push_back({s, n});
+  for (C c : {C{S{64, 512, 128, 700, 512}, 1}, C{S{64, 512, 128, 700, 512}, 2}, C{S{64, 512, 128, 3, 512}, 1},
+              C{S{64, 128, 64, 50, 64}, 1}})
+    cases.push_back(c);
+  backend::cuda::CudaBackendOptions no_tc;
+  no_tc.tensor_cores = false;
+  auto split_made = backend::cuda::make_cuda_backend(no_tc);
+  ASSERT_TRUE(split_made.ok());
+  Backend& split_be = **split_made;
+  for (C cs : cases) {
     const S s = cs.s;
     const int64_t n = cs.n;
     const int64_t cap = s.window + n - 1;
@@ -307,6 +316,13 @@ TEST_F(CudaOps, AttentionRawCompressedAndSelected) {
       g.out = poisoned(want.size());
       gpu_->attention(g);
       ASSERT_TRUE(gpu_->sync().ok());
+      AttentionArgs gs = g;
+      gs.out = poisoned(want.size());
+      split_be.attention(gs);
+      ASSERT_TRUE(split_be.sync().ok());
+      expect_close(host(gs.out, want.size()), want, 1e-5, 1e-7,
+                   "attention split H" + std::to_string(s.heads) + " D" + std::to_string(s.D) + " comp " +
+                       std::to_string(s.n_comp_rows) + (selected ? " selected" : "") + " n" + std::to_string(n));
       expect_close(host(g.out, want.size()), want, 1e-5, 1e-7,
                    "attention H" + std::to_string(s.heads) + " D" + std::to_string(s.D) + " comp " +
                        std::to_string(s.n_comp_rows) + (selected ? " selected" : "") + " n" + std::to_string(n));

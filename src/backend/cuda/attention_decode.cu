@@ -1,14 +1,18 @@
-// attention_decode.cu — the decode (few-query) path of the attention op (MODEL.md §7.6): split-K
-// ("flash decoding") over the candidate rows, then one merge per (query, head) with the sink.
+// attention_decode.cu — attention with sinks (MODEL.md §7.6) as split-K ("flash decoding") over the
+// candidate rows, then one merge per (query, head) with the sink; used for every batch size.
 //
-// Why: the general kernel (ops_attention.cu) runs one block per (query, head), so a decode step is
-// 64 blocks walking ~640 rows each one after another — ~200 µs per layer on the H200, latency-bound
-// while the rows (≈1.3 MB) could be read in a few µs. Here each (query, head) is split into kSplits
-// row ranges that run in parallel (1024 blocks at H 64), every range keeps an online softmax state
-// (m, l, acc[D]) in scratch, and the merge kernel combines them with the sink exactly like the general
-// kernel merges its warps. Results agree with the CPU's two-pass softmax to float rounding, as before.
-// Deliberately not here: multi-query tiles for prefill (ops_attention.cu); the row count per query is
-// read on the device (comp_count), so nothing is synchronized.
+// Why: the one-block-per-(query, head) kernel (ops_attention.cu) runs a decode step as 64 blocks
+// walking ~640 rows each one after another — ~217 µs per CSA layer on the H200, latency-bound while
+// the rows (≈1.3 MB) could be read in a few µs. Here each (query, head) is split into kSplits row
+// ranges that run in parallel (1024 blocks at H 64, ~31 µs measured), every range keeps an online
+// softmax state (m, l, acc[D]) in scratch, and the merge kernel combines them with the sink as the
+// general kernel merges its warps. Results agree with the CPU's two-pass softmax to float rounding.
+// Batches run kSliceQueries queries per launch pair with the same per-query arithmetic, so a query's
+// output does not depend on the batch around it (a decode step ≡ the same token in a batched step,
+// which official numerics would otherwise amplify).
+// Deliberately not here: query tiles sharing K/V loads for long prefill chunks; the row count per
+// query is read on the device (comp_count), so nothing is synchronized.
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -19,6 +23,7 @@ namespace ds4::backend::cuda {
 namespace {
 
 constexpr int kSplits = 16;
+constexpr int64_t kSliceQueries = 16;  // queries per launch pair (scratch: 16·heads·kSplits·(D+2) floats)
 constexpr int kWarpsPerSplit = 4;
 constexpr int kMaxPerLane = 16;  // head_dim ≤ 512
 
@@ -131,16 +136,31 @@ __global__ void attention_merge_kernel(AttentionArgs a, const float* part, const
 }  // namespace
 
 bool CudaBackend::attention_decode(const AttentionArgs& a) {
-  if (a.n > kDecodeMaxVec || a.heads > 65535) return false;
-  const uint64_t slots = static_cast<uint64_t>(a.n) * a.heads * kSplits;
+  if (a.heads > 65535) return false;
+  // Every batch size, kSliceQueries queries per launch pair (scratch stays bounded): a query's output
+  // is computed the same way whatever the batch, so a decode step equals the token in a batched step.
+  const int64_t slice = std::min<int64_t>(a.n, kSliceQueries);
+  const uint64_t slots = static_cast<uint64_t>(slice) * a.heads * kSplits;
   if (!ensure(attn_part_, slots * (a.head_dim + 2) * sizeof(float), "attention split partials")) return true;
   float* part = static_cast<float*>(attn_part_.ptr);
   float* ml = part + slots * a.head_dim;
-  const dim3 grid(kSplits, static_cast<unsigned>(a.heads), static_cast<unsigned>(a.n));
-  attention_split_kernel<<<grid, kWarpsPerSplit * kWarp, 0, stream()>>>(a, part, ml);
-  if (!launched("attention split (decode)")) return true;
-  attention_merge_kernel<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.n)), 128, 0, stream()>>>(a, part, ml);
-  launched("attention merge (decode)");
+  const int64_t hd = static_cast<int64_t>(a.heads) * a.head_dim;
+  for (int64_t i0 = 0; i0 < a.n; i0 += slice) {
+    AttentionArgs s = a;
+    s.n = std::min<int64_t>(slice, a.n - i0);
+    s.q = a.q + i0 * hd;
+    s.pos = a.pos + i0;
+    s.out = a.out + i0 * hd;
+    if (a.comp_count) s.comp_count = a.comp_count + i0;
+    if (a.comp_idx) s.comp_idx = a.comp_idx + i0 * a.comp_idx_stride;
+    if (a.raw_at) s.raw_at = a.raw_at + i0;
+    if (a.comp_at) s.comp_at = a.comp_at + i0;
+    const dim3 grid(kSplits, static_cast<unsigned>(a.heads), static_cast<unsigned>(s.n));
+    attention_split_kernel<<<grid, kWarpsPerSplit * kWarp, 0, stream()>>>(s, part, ml);
+    if (!launched("attention split")) return true;
+    attention_merge_kernel<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(s.n)), 128, 0, stream()>>>(s, part, ml);
+    if (!launched("attention merge")) return true;
+  }
   return true;
 }
 

@@ -31,6 +31,15 @@ __constant__ uint8_t c_signs[128];
 constexpr int kWarps = 8;            // warps (output rows) per 256-thread block
 constexpr int kMaxSmemAct = 48 * 1024;  // quantized activations of one block (all vectors)
 constexpr int64_t kMaxGemvBlocks = 1024;  // ≈ 8 blocks per SM of an H200 (132 SMs)
+// Lanes per weight block. The kernels can split one block's integer sums across 2-8 lanes (faster on
+// rows of few blocks), but then a row's float sum is grouped differently from ops_matmul.cu's
+// one-lane-per-block kernels, and a decode step (≤ 4 vectors, these kernels) would not be bit-identical
+// to the same token inside a larger batch — which official numerics amplify (FP8/Q8 steps) and the
+// batched-step tests require. With 1, every row sums its blocks exactly like gemv_quant_kernel (lane l:
+// blocks l, l+32, …, then warp_sum), and the routed-expert kernels like gemv + moe_sum for power-of-two
+// block counts (Flash: 16 gate/up blocks, 8 down blocks per expert). Flash's Q8_0 rows have ≥ 32
+// blocks, so this costs them nothing.
+constexpr int kLanesPerBlock = 1;
 constexpr int64_t kFusedMaxCols = 4096;   // wider Q8_0 rows on a small grid: quantize in a launch of its own
 
 // Per weight type: block geometry and the integer part of the ds4 block dot product split into
@@ -136,12 +145,6 @@ struct QDot<GgmlType::IQ2_XXS> {
   }
 };
 
-// Lanes per weight block: enough that a warp's 32 lanes cover ~all blocks of `nb` in one pass.
-__host__ __device__ inline int lanes_per_block(int64_t nb) {
-  int lpb = 1;
-  while (lpb < 8 && nb * lpb * 2 <= kWarp) lpb *= 2;
-  return lpb;
-}
 
 // The ds4 dot product of `nb` weight blocks (row) with `nb` activation blocks (act), summed over the
 // warp: lane group b (of `lpb` lanes) handles block b, b + 32/lpb, …; every lane returns the sum.
@@ -531,7 +534,7 @@ bool CudaBackend::gemv_decode(const GemvJob& j) {
   const uint64_t smem = static_cast<uint64_t>(nb) * act_bytes_of(T) * static_cast<uint64_t>(j.n_vec);
   if (smem > kMaxSmemAct || j.w.rows > int64_t{0x7fffffff} * kWarps) return false;
   DecodeParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
-                 j.y, j.y_stride, static_cast<int>(j.n_vec), lanes_per_block(nb)};
+                 j.y, j.y_stride, static_cast<int>(j.n_vec), kLanesPerBlock};
   const unsigned g = static_cast<unsigned>(std::min<int64_t>(grid_for(j.w.rows, kWarps), kMaxGemvBlocks));
   cudaStream_t s = stream();
   // Wide Q8_0 rows on few blocks (attn_output_b: 8192 columns, 512 blocks): every block would
@@ -560,15 +563,22 @@ bool CudaBackend::gemv_float_rows(const GemvJob& j) {
   const GgmlType T = j.w.type;
   const bool f16_float = T == GgmlType::F16 && j.numerics == MatmulNumerics::ds4;
   const bool dbl = T == GgmlType::F32 || T == GgmlType::BF16 || (T == GgmlType::F16 && !f16_float);
-  if (!(f16_float || dbl) || j.ids || j.x_div != 1 || j.n_vec > kDecodeMaxVec) return false;
+  // Any batch size (a vector's result must not depend on the batch around it: see kLanesPerBlock).
+  if (!(f16_float || dbl) || j.ids || j.x_div != 1 || j.n_vec > 65535) return false;
   DecodeParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
                  j.y, j.y_stride, static_cast<int>(j.n_vec), 1};
   if (j.w.rows > kFloatRowsMax) {  // many rows: the 16-byte-load warp kernel (F16 under ds4 only)
     const bool aligned = reinterpret_cast<uintptr_t>(j.w.data) % 16 == 0 && j.w.row_bytes % 16 == 0 &&
                          j.w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0;
     if (!f16_float || !aligned || j.w.rows > int64_t{0x7fffffff}) return false;
-    gemv_f16_wide_kernel<<<grid_for(j.w.rows, kWarps), kWarps * kWarp, 0, stream()>>>(p);
-    launched("gemv f16 (decode)");
+    for (int64_t v0 = 0; v0 < j.n_vec; v0 += kDecodeMaxVec) {  // ≤ 4 vectors per launch, each summed alone
+      DecodeParams q = p;
+      q.x = j.x + v0 * j.x_stride;
+      q.y = j.y + v0 * j.y_stride;
+      q.n_vec = static_cast<int>(std::min<int64_t>(kDecodeMaxVec, j.n_vec - v0));
+      gemv_f16_wide_kernel<<<grid_for(j.w.rows, kWarps), kWarps * kWarp, 0, stream()>>>(q);
+      if (!launched("gemv f16 (decode)")) return true;
+    }
     return true;
   }
   const dim3 g(static_cast<unsigned>(j.w.rows), static_cast<unsigned>(j.n_vec));
@@ -621,7 +631,7 @@ bool CudaBackend::moe_decode(const MoeArgs& a) {
   cudaStream_t s = stream();
   const unsigned threads = kWarps * kWarp;
 
-  p.lpb = lanes_per_block(2 * nb_gu);
+  p.lpb = kLanesPerBlock;
   const unsigned g1 = static_cast<unsigned>(std::min<int64_t>(grid_for(pairs * a.ff, kWarps), kMaxGemvBlocks));
   switch (gt) {
     case GgmlType::Q8_0: moe_gate_up_kernel<GgmlType::Q8_0><<<g1, threads, smem, s>>>(p); break;
@@ -631,7 +641,7 @@ bool CudaBackend::moe_decode(const MoeArgs& a) {
   }
   if (!launched("moe gate/up (decode)")) return true;
   const unsigned g2 = grid_for(pairs * nb_d * kWarp, 256);
-  p.lpb = lanes_per_block(a.k * nb_d);
+  p.lpb = kLanesPerBlock;
   const unsigned g3 = grid_for(a.n * a.dim, kWarps);
   switch (dt) {
     case GgmlType::Q8_0:

@@ -186,7 +186,9 @@ void CudaBackend::attention(const AttentionArgs& a) {
     launched("attention (8 heads per block)");
     return;
   }
-  if (decode_kernels_ && attention_decode(a)) return;  // few queries: split rows (attention_decode.cu)
+  // Without tensor cores, or heads not a multiple of 8: the split-rows kernels for every batch size
+  // (attention_decode.cu); a query's output is the same whatever the batch, as with the 8-head kernel.
+  if (decode_kernels_ && attention_decode(a)) return;
   const size_t shmem = (kAttnWarps * a.head_dim + 2 * kAttnWarps) * sizeof(float);
   attention_kernel<<<static_cast<unsigned>(a.n * a.heads), kAttnWarps * kWarp, shmem, stream()>>>(a);
   launched("attention");

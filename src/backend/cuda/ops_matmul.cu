@@ -211,7 +211,9 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
-  if (decode_kernels_ && j.n_vec <= kDecodeMaxVec && (gemv_decode(j) || gemv_float_rows(j))) return;  // gemv_decode.cu
+  // gemv_decode.cu: quantized rows of ≤ kDecodeMaxVec vectors (arithmetic identical to the kernels
+  // below); float rows at any batch size (their own summation order, the same for every batch).
+  if (decode_kernels_ && ((j.n_vec <= kDecodeMaxVec && gemv_decode(j)) || gemv_float_rows(j))) return;
   GemvParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;

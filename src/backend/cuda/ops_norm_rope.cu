@@ -55,9 +55,9 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
     fail(invalid_argument("cuda rms_norm: too many rows"));
     return;
   }
-  // Few rows (decode: one 16384-wide HC row, one 4096 row): more threads per row, so each thread's
-  // dependent load/add chain is short (the sum is in double; the order change does not show in float).
-  const int threads = a.rows < 64 && a.dim >= 8192 ? 1024 : 256;
+  // Wide rows (the 16384-wide HC state): 1024 threads, so each thread's dependent load/add chain is
+  // short (decode runs one row). By width only, so a row's sum order never depends on the batch.
+  const int threads = a.dim >= 8192 ? 1024 : 256;
   rms_norm_kernel<<<static_cast<unsigned>(a.rows), threads, 0, stream()>>>(a.x, a.y, a.w, a.dim, a.stride, a.eps);
   launched("rms_norm");
 }

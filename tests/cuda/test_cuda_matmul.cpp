@@ -119,13 +119,14 @@ TEST_F(CudaMatmul, BatchInvariantAcrossKernels) {
     }
   }
   ASSERT_TRUE(gpu_->sync().ok());
+}
+
 TEST_F(CudaMatmul, DecodeAndBatchPathsAtFlashShapes) {
   // gemv_decode.cu takes quantized rows at n ≤ 4 (activation quantization fused; wide Q8_0 rows
-  // quantized by a launch of their own) and float rows at every n (F16 rows with 16-byte loads, ≤ 4
-  // vectors per launch; matrices of ≤ 512 rows one block per row); quantized n = 5 goes the general
-  // way. All must match the CPU: every Flash decode matrix at n = 1, 2, 4 (strided x and y, as the
-  // forward's grouped calls use) and n = 5, and a Q8_0 row too wide for the fused path's shared
-  // memory at n = 4 (falls back).
+  // quantized by a launch of their own); n = 5 goes the matvec / GEMM way. All must match the CPU:
+  // every Flash decode matrix at n = 1, 2, 4 (strided x and y, as the forward's grouped calls use) and
+  // n = 5 (float matrices too: they take the matvec at every n), and a Q8_0 row too wide for the fused
+  // path's shared memory at n = 4 (falls back).
   const struct {
     GgmlType t;
     int64_t rows, cols;

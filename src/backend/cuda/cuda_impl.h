@@ -21,8 +21,6 @@ namespace ds4::backend::cuda {
 
 // Batches of at most this many vectors take the decode matvec / routed-expert kernels (gemv_decode.cu).
 inline constexpr int kDecodeMaxVec = 4;
-// Float matrices of at most this many rows take one block per row at decode.
-inline constexpr int64_t kFloatRowsMax = 512;
 
 // One grow-only device scratch area (freed and reallocated larger when an op needs more).
 struct DeviceScratch {
@@ -116,7 +114,6 @@ class CudaBackend final : public Backend {
   bool group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g);
   // Decode paths (gemv_decode.cu): false when the job is not theirs (then nothing was launched).
   bool gemv_decode(const GemvJob& j);       // quantized ds4 rows, n_vec ≤ kDecodeMaxVec, activation quantization fused
-  bool gemv_float_rows(const GemvJob& j);   // float rows, any batch: ≤ kFloatRowsMax rows one block per row, F16 wider
   bool moe_decode(const MoeArgs& a);        // routed experts, n ≤ kDecodeMaxVec, k ≤ 8, quantized ds4
   bool attention_decode(const AttentionArgs& a);  // attention_decode.cu: split rows, any batch
 

@@ -1,17 +1,16 @@
-// gemv_decode.cu — the decode (few-vector) paths of the matmul and routed-expert ops: one launch per
-// matvec with the activation quantization fused in, several lanes per weight block when a row has
-// few blocks, and a three-kernel routed-expert step (gate+up+SwiGLU, hidden quantization, down with
-// the weighted slot sum).
+// gemv_decode.cu — the decode (≤ kDecodeMaxVec vectors) paths of the quantized matmul and of the
+// routed experts: one launch per matvec with the activation quantization fused in (shared memory),
+// rows grid-stride under a capped grid, and a three-kernel routed-expert step (gate+up+SwiGLU,
+// hidden quantization, down with the slot sum).
 //
 // Why: at batch 1 a decode layer is dozens of small matvecs; a separate activation-quantization
-// launch per matvec and warps with idle lanes (a 4096-wide IQ2_XXS row is 16 blocks for 32 lanes)
-// make them latency- and launch-bound (docs/PERF.md). Each block here re-quantizes the (small)
-// activation rows into shared memory with the same warp quantizers as ops_matmul.cu (act_quant.cuh),
-// so the int8 blocks are bit-identical to the CPU's and only the order of the per-block float sums
-// differs (as in ops_matmul.cu). Integer partial sums of one block split across lanes are combined
-// exactly (integers) before the block's one float product, which is the CPU's expression.
-// Deliberately not here: many-vector (prefill) GEMMs, `exact` numerics, expert-indexed gemv for
-// large batches (ops_matmul.cu / ops_moe.cu keep those); the dispatch is CudaBackend::gemv / moe.
+// launch per matvec and one kernel per expert projection make them latency- and launch-bound
+// (docs/PERF.md). Each block quantizes the (small) activation rows into shared memory with the warp
+// quantizers of act_quant.cuh (bit-identical to ops_matmul.cu's), and every row adds its per-block
+// terms in the CPU's block order, exactly as gemv_quant_kernel and the tensor-core GEMM do: the result
+// equals the CPU op bit for bit and does not depend on the batch (src/backend/cuda/README.md).
+// Deliberately not here: many-vector GEMMs (ops_gemm.cu), float matmuls and `exact` numerics
+// (ops_matmul.cu); the dispatch is CudaBackend::gemv / moe.
 #include <algorithm>
 #include <string>
 
@@ -31,20 +30,11 @@ __constant__ uint8_t c_signs[128];
 constexpr int kWarps = 8;            // warps (output rows) per 256-thread block
 constexpr int kMaxSmemAct = 48 * 1024;  // quantized activations of one block (all vectors)
 constexpr int64_t kMaxGemvBlocks = 1024;  // ≈ 8 blocks per SM of an H200 (132 SMs)
-// Lanes per weight block. The kernels can split one block's integer sums across 2-8 lanes (faster on
-// rows of few blocks), but then a row's float sum is grouped differently from ops_matmul.cu's
-// one-lane-per-block kernels, and a decode step (≤ 4 vectors, these kernels) would not be bit-identical
-// to the same token inside a larger batch — which official numerics amplify (FP8/Q8 steps) and the
-// batched-step tests require. With 1, every row sums its blocks exactly like gemv_quant_kernel (lane l:
-// blocks l, l+32, …, then warp_sum), and the routed-expert kernels like gemv + moe_sum for power-of-two
-// block counts (Flash: 16 gate/up blocks, 8 down blocks per expert). Flash's Q8_0 rows have ≥ 32
-// blocks, so this costs them nothing.
-constexpr int kLanesPerBlock = 1;
 constexpr int64_t kFusedMaxCols = 4096;   // wider Q8_0 rows on a small grid: quantize in a launch of its own
 
-// Per weight type: block geometry and the integer part of the ds4 block dot product split into
-// PARTS pieces (any contiguous range of pieces can be summed separately; the integer sums add up
-// exactly), plus `finish`, the block's float expression from the full integer sums (dot_ref order).
+// Per weight type: block geometry, the integer part of the ds4 block dot product over pieces
+// [p0, p1) of the block (dot_ref.cpp's loops; integer sums, exact in any grouping), and `finish`, the
+// block's float expression from the integer sums (dot_ref order).
 template <GgmlType T>
 struct QDot;
 
@@ -146,29 +136,29 @@ struct QDot<GgmlType::IQ2_XXS> {
 };
 
 
-// The ds4 dot product of `nb` weight blocks (row) with `nb` activation blocks (act), summed over the
-// warp: lane group b (of `lpb` lanes) handles block b, b + 32/lpb, …; every lane returns the sum.
+// The ds4 dot product of `nb` weight blocks (row) with `nb` activation blocks (act): lane l computes
+// the term of block b0 + l, then every lane adds the 32 terms in block order — the CPU's sequential
+// sum (dot_ref.cpp), exactly as gemv_quant_kernel and the tensor-core GEMM do, so a row's result is
+// the same bit for bit whatever the batch size and path. Every lane returns the sum.
 template <GgmlType T>
-__device__ inline float warp_row_dot(const uint8_t* row, const uint8_t* act, int64_t nb, int lpb, int lane,
+__device__ inline float warp_row_dot(const uint8_t* row, const uint8_t* act, int64_t nb, int lane,
                                      const uint64_t* grid, const uint8_t* signs) {
   using D = QDot<T>;
-  const int groups = kWarp / lpb, r = lane % lpb;
-  const int p0 = r * D::kParts / lpb, p1 = (r + 1) * D::kParts / lpb;
   float acc = 0;
-#pragma unroll 4
-  for (int64_t b0 = 0; b0 < nb; b0 += groups) {  // uniform trip count: every lane reaches the shuffles
-    const int64_t b = b0 + lane / lpb;
-    int i0 = 0, i1 = 0;
-    const uint8_t* wb = row + b * D::kWBytes;
-    const uint8_t* ab = act + b * D::kABytes;
-    if (b < nb) D::part(wb, ab, p0, p1, i0, i1, grid, signs);
-    for (int o = 1; o < lpb; o <<= 1) {
-      i0 += __shfl_xor_sync(0xffffffffu, i0, o);
-      i1 += __shfl_xor_sync(0xffffffffu, i1, o);
+  for (int64_t b0 = 0; b0 < nb; b0 += kWarp) {  // uniform trip count: every lane reaches the shuffles
+    const int64_t b = b0 + lane;
+    float t = 0;
+    if (b < nb) {
+      const uint8_t* wb = row + b * D::kWBytes;
+      const uint8_t* ab = act + b * D::kABytes;
+      int i0 = 0, i1 = 0;
+      D::part(wb, ab, 0, D::kParts, i0, i1, grid, signs);
+      t = D::finish(wb, ab, i0, i1);
     }
-    if (b < nb && r == 0) acc += D::finish(wb, ab, i0, i1);
+    const int m = nb - b0 < kWarp ? static_cast<int>(nb - b0) : kWarp;
+    for (int l = 0; l < m; ++l) acc += __shfl_sync(0xffffffffu, t, l);
   }
-  return warp_sum(acc);
+  return acc;
 }
 
 // Quantizes rows x[v] (v < n_vec, `cols` values each) into `act` ([n_vec][act_row bytes]) with all
@@ -255,7 +245,6 @@ struct DecodeParams {
   float* y;
   int64_t y_stride;
   int n_vec;
-  int lpb;
   const uint8_t* act = nullptr;  // [n_vec][act row] quantized activations, or null (quantize in the kernel)
 };
 
@@ -285,7 +274,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_decode_kernel(DecodeParam
        o += static_cast<int64_t>(gridDim.x) * kWarps) {
     const uint8_t* row = p.w + static_cast<uint64_t>(o) * p.row_bytes;
     for (int v = 0; v < p.n_vec; ++v) {
-      float acc = warp_row_dot<T>(row, a + v * act_row, nb, p.lpb, lane, grid, signs);
+      float acc = warp_row_dot<T>(row, a + v * act_row, nb, lane, grid, signs);
       if constexpr (T == GgmlType::IQ2_XXS) acc = 0.125f * acc;
       if (lane == 0) p.y[v * p.y_stride + o] = acc;
     }
@@ -307,7 +296,6 @@ struct MoeDecodeParams {
   const uint8_t* h_act;                 // [n·k][ff/elems] quantized h
   uint64_t h_act_row;
   float* out;                           // [n][dim]
-  int lpb;
 };
 
 // h[p][f] = swiglu(gate_e[f]·x, up_e[f]·x) · weights[p] for pair p = (token, slot), e = ids[p]: one
@@ -338,29 +326,30 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_gate_up_kernel(MoeDecodePa
     const uint64_t off = static_cast<uint64_t>(e) * p.gu_expert_bytes + static_cast<uint64_t>(f) * p.gu_row_bytes;
     const uint8_t* grow = p.gate + off;
     const uint8_t* urow = p.up + off;
-    // Virtual block vb < nb is gate block vb, else up block vb − nb.
-    const int groups = kWarp / p.lpb, r = lane % p.lpb;
-    const int p0 = r * D::kParts / p.lpb, p1 = (r + 1) * D::kParts / p.lpb;
+    // Virtual block vb < nb is gate block vb, else up block vb − nb: lane l computes the term of
+    // vb = b0 + l, then the terms are added in vb order — each of gate and up in its block order,
+    // the CPU's sequential sum (as the matvec and the grouped GEMM).
     float gacc = 0, uacc = 0;
-    for (int64_t b0 = 0; b0 < 2 * nb; b0 += groups) {
-      const int64_t vb = b0 + lane / p.lpb;
-      const bool is_up = vb >= nb;
-      const int64_t b = is_up ? vb - nb : vb;
-      const uint8_t* wb = (is_up ? urow : grow) + b * D::kWBytes;
-      const uint8_t* ab = a + b * D::kABytes;
-      int i0 = 0, i1 = 0;
-      if (vb < 2 * nb) D::part(wb, ab, p0, p1, i0, i1, grid, signs);
-      for (int o = 1; o < p.lpb; o <<= 1) {
-        i0 += __shfl_xor_sync(0xffffffffu, i0, o);
-        i1 += __shfl_xor_sync(0xffffffffu, i1, o);
+    for (int64_t b0 = 0; b0 < 2 * nb; b0 += kWarp) {
+      const int64_t vb = b0 + lane;
+      float t = 0;
+      if (vb < 2 * nb) {
+        const bool is_up = vb >= nb;
+        const int64_t b = is_up ? vb - nb : vb;
+        const uint8_t* wb = (is_up ? urow : grow) + b * D::kWBytes;
+        const uint8_t* ab = a + b * D::kABytes;
+        int i0 = 0, i1 = 0;
+        D::part(wb, ab, 0, D::kParts, i0, i1, grid, signs);
+        t = D::finish(wb, ab, i0, i1);
       }
-      if (vb < 2 * nb && r == 0) {
-        const float v = D::finish(wb, ab, i0, i1);
-        if (is_up) uacc += v;
-        else gacc += v;
+      const int m = 2 * nb - b0 < kWarp ? static_cast<int>(2 * nb - b0) : kWarp;
+      for (int l = 0; l < m; ++l) {
+        const float v = __shfl_sync(0xffffffffu, t, l);
+        if (b0 + l < nb) gacc += v;
+        else uacc += v;
       }
     }
-    float gv = warp_sum(gacc), uv = warp_sum(uacc);
+    float gv = gacc, uv = uacc;
     if constexpr (T == GgmlType::IQ2_XXS) {
       gv = 0.125f * gv;
       uv = 0.125f * uv;
@@ -410,8 +399,9 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_down_kernel(MoeDecodeParam
   if (q >= static_cast<int64_t>(p.n) * p.dim) return;
   const int64_t i = q / p.dim, d = q % p.dim;
   const int64_t nb = p.ff / D::kElems;
-  const int groups = kWarp / p.lpb, r = lane % p.lpb;
-  const int p0 = r * D::kParts / p.lpb, p1 = (r + 1) * D::kParts / p.lpb;
+  // Lane l computes the term of virtual block vb = b0 + l (slot vb / nb, block vb % nb); the terms are
+  // added in vb order, so each slot's row sums its blocks in the CPU's order (as gemv), and the slots
+  // are then added in slot order (moe_sum_kernel's).
   float acc[kMaxSlots];
   bool bad[kMaxSlots];
 #pragma unroll
@@ -419,29 +409,32 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_down_kernel(MoeDecodeParam
     acc[j] = 0;
     bad[j] = false;
   }
-  for (int64_t b0 = 0; b0 < p.k * nb; b0 += groups) {
-    const int64_t vb = b0 + lane / p.lpb;
-    const int j = static_cast<int>(vb / nb);
-    const int64_t b = vb % nb;
+  for (int64_t b0 = 0; b0 < p.k * nb; b0 += kWarp) {
+    const int64_t vb = b0 + lane;
     const bool live = vb < p.k * nb;
+    const int j = live ? static_cast<int>(vb / nb) : 0;
+    const int64_t b = vb % nb;
     const int32_t e = live ? p.ids[i * p.k + j] : 0;
     const bool ok = live && e >= 0 && e < p.n_expert;
-    const uint8_t* wb = p.down + static_cast<uint64_t>(ok ? e : 0) * p.d_expert_bytes +
-                        static_cast<uint64_t>(d) * p.d_row_bytes + b * D::kWBytes;
-    const uint8_t* ab = p.h_act + (i * p.k + (live ? j : 0)) * p.h_act_row + b * D::kABytes;
-    int i0 = 0, i1 = 0;
-    if (ok) D::part(wb, ab, p0, p1, i0, i1, grid, signs);
-    for (int o = 1; o < p.lpb; o <<= 1) {
-      i0 += __shfl_xor_sync(0xffffffffu, i0, o);
-      i1 += __shfl_xor_sync(0xffffffffu, i1, o);
+    float t = 0;
+    if (ok) {
+      const uint8_t* wb = p.down + static_cast<uint64_t>(e) * p.d_expert_bytes + static_cast<uint64_t>(d) * p.d_row_bytes +
+                          b * D::kWBytes;
+      const uint8_t* ab = p.h_act + (i * p.k + j) * p.h_act_row + b * D::kABytes;
+      int i0 = 0, i1 = 0;
+      D::part(wb, ab, 0, D::kParts, i0, i1, grid, signs);
+      t = D::finish(wb, ab, i0, i1);
     }
-    if (live && r == 0) {
-      const float v = ok ? D::finish(wb, ab, i0, i1) : 0.0f;
+    const int m = p.k * nb - b0 < kWarp ? static_cast<int>(p.k * nb - b0) : kWarp;
+    for (int l = 0; l < m; ++l) {
+      const float v = __shfl_sync(0xffffffffu, t, l);
+      const int jl = static_cast<int>((b0 + l) / nb);
+      const bool okl = __shfl_sync(0xffffffffu, ok, l);
 #pragma unroll
       for (int jj = 0; jj < kMaxSlots; ++jj)
-        if (jj == j) {
+        if (jj == jl) {
           acc[jj] += v;
-          bad[jj] |= !ok;
+          bad[jj] |= !okl;
         }
     }
   }
@@ -449,66 +442,12 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_down_kernel(MoeDecodeParam
 #pragma unroll
   for (int j = 0; j < kMaxSlots; ++j) {
     if (j >= p.k) break;
-    float y = warp_sum(acc[j]);
+    float y = acc[j];
     if constexpr (T == GgmlType::IQ2_XXS) y = 0.125f * y;
-    if (__any_sync(0xffffffffu, bad[j])) y = NAN;  // the gemv path writes NaN rows for bad ids
+    if (bad[j]) y = NAN;  // the matvec path writes NaN rows for bad ids
     total = j == 0 ? y : total + y;
   }
   if (lane == 0) p.out[i * p.dim + d] = total;
-}
-
-// Few-row float matrices (HC controls F32 [24][16384], router F16 [256][4096]): one 256-thread block
-// per (row, vector) instead of one warp, so a 16384-wide row is not one warp's serial loop. F32/BF16
-// (and every type under `exact`, decoded like dequantize_row) accumulate in double, F16 under ds4 in
-// float — the gemv kernels' numerics; only the summation order differs.
-template <GgmlType T, typename Acc>
-__global__ void gemv_float_rows_kernel(DecodeParams p) {
-  const int64_t o = blockIdx.x;
-  const int v = blockIdx.y;
-  const uint8_t* row = p.w + static_cast<uint64_t>(o) * p.row_bytes;
-  const float* x = p.x + v * p.x_stride;
-  Acc acc = 0;
-#pragma unroll 4
-  for (int64_t e = threadIdx.x; e < p.cols; e += blockDim.x)  // unrolled: several loads in flight per thread
-    acc += static_cast<Acc>(decode_elem<T>(row, e, c_grid, c_signs)) * static_cast<Acc>(x[e]);
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) p.y[v * p.y_stride + o] = static_cast<float>(acc);
-}
-
-// F16 rows · float vectors with float accumulation (ds4's dot_f16_row numerics), many rows: one warp
-// per row, each lane reading 16 bytes (8 halves) at a time and the matching 8 floats; the row is
-// read once for all n_vec vectors. Needs 16-byte aligned rows (checked by the dispatch).
-__global__ void __launch_bounds__(kWarps * kWarp) gemv_f16_wide_kernel(DecodeParams p) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarp;
-  if (o >= p.rows) return;
-  const uint4* row = reinterpret_cast<const uint4*>(p.w + static_cast<uint64_t>(o) * p.row_bytes);
-  const int64_t chunks = p.cols / 8;
-  float acc[kDecodeMaxVec] = {0, 0, 0, 0};
-  for (int64_t c = lane; c < chunks; c += kWarp) {
-    const uint4 u = row[c];
-    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-    float wv[8];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      wv[2 * k] = f16_dev(static_cast<uint16_t>(words[k] & 0xffffu));
-      wv[2 * k + 1] = f16_dev(static_cast<uint16_t>(words[k] >> 16));
-    }
-#pragma unroll
-    for (int v = 0; v < kDecodeMaxVec; ++v) {
-      if (v >= p.n_vec) break;
-      const float4* xv = reinterpret_cast<const float4*>(p.x + v * p.x_stride + 8 * c);
-      const float4 a = xv[0], b = xv[1];
-      acc[v] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z +
-                wv[7] * b.w;
-    }
-  }
-#pragma unroll
-  for (int v = 0; v < kDecodeMaxVec; ++v) {
-    if (v >= p.n_vec) break;
-    const float t = warp_sum(acc[v]);
-    if (lane == 0) p.y[v * p.y_stride + o] = t;
-  }
 }
 
 bool decode_type(GgmlType t) {
@@ -534,7 +473,7 @@ bool CudaBackend::gemv_decode(const GemvJob& j) {
   const uint64_t smem = static_cast<uint64_t>(nb) * act_bytes_of(T) * static_cast<uint64_t>(j.n_vec);
   if (smem > kMaxSmemAct || j.w.rows > int64_t{0x7fffffff} * kWarps) return false;
   DecodeParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
-                 j.y, j.y_stride, static_cast<int>(j.n_vec), kLanesPerBlock};
+                 j.y, j.y_stride, static_cast<int>(j.n_vec)};
   const unsigned g = static_cast<unsigned>(std::min<int64_t>(grid_for(j.w.rows, kWarps), kMaxGemvBlocks));
   cudaStream_t s = stream();
   // Wide Q8_0 rows on few blocks (attn_output_b: 8192 columns, 512 blocks): every block would
@@ -556,40 +495,6 @@ bool CudaBackend::gemv_decode(const GemvJob& j) {
     default: gemv_decode_kernel<GgmlType::IQ2_XXS><<<g, kWarps * kWarp, smem, s>>>(p); break;
   }
   launched("gemv (decode)");
-  return true;
-}
-
-bool CudaBackend::gemv_float_rows(const GemvJob& j) {
-  const GgmlType T = j.w.type;
-  const bool f16_float = T == GgmlType::F16 && j.numerics == MatmulNumerics::ds4;
-  const bool dbl = T == GgmlType::F32 || T == GgmlType::BF16 || (T == GgmlType::F16 && !f16_float);
-  // Any batch size (a vector's result must not depend on the batch around it: see kLanesPerBlock).
-  if (!(f16_float || dbl) || j.ids || j.x_div != 1 || j.n_vec > 65535) return false;
-  DecodeParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
-                 j.y, j.y_stride, static_cast<int>(j.n_vec), 1};
-  if (j.w.rows > kFloatRowsMax) {  // many rows: the 16-byte-load warp kernel (F16 under ds4 only)
-    const bool aligned = reinterpret_cast<uintptr_t>(j.w.data) % 16 == 0 && j.w.row_bytes % 16 == 0 &&
-                         j.w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0;
-    if (!f16_float || !aligned || j.w.rows > int64_t{0x7fffffff}) return false;
-    for (int64_t v0 = 0; v0 < j.n_vec; v0 += kDecodeMaxVec) {  // ≤ 4 vectors per launch, each summed alone
-      DecodeParams q = p;
-      q.x = j.x + v0 * j.x_stride;
-      q.y = j.y + v0 * j.y_stride;
-      q.n_vec = static_cast<int>(std::min<int64_t>(kDecodeMaxVec, j.n_vec - v0));
-      gemv_f16_wide_kernel<<<grid_for(j.w.rows, kWarps), kWarps * kWarp, 0, stream()>>>(q);
-      if (!launched("gemv f16 (decode)")) return true;
-    }
-    return true;
-  }
-  const dim3 g(static_cast<unsigned>(j.w.rows), static_cast<unsigned>(j.n_vec));
-  cudaStream_t s = stream();
-  // Threads per row: ~16 values each (a 16384-wide HC row gets 1024 threads, a 4096-wide router row 256).
-  const unsigned th = static_cast<unsigned>(std::clamp<int64_t>((j.w.cols / 16 + 31) / 32 * 32, 64, 1024));
-  if (f16_float) gemv_float_rows_kernel<GgmlType::F16, float><<<g, th, 0, s>>>(p);
-  else if (T == GgmlType::F32) gemv_float_rows_kernel<GgmlType::F32, double><<<g, th, 0, s>>>(p);
-  else if (T == GgmlType::BF16) gemv_float_rows_kernel<GgmlType::BF16, double><<<g, th, 0, s>>>(p);
-  else gemv_float_rows_kernel<GgmlType::F16, double><<<g, th, 0, s>>>(p);
-  launched("gemv float rows (decode)");
   return true;
 }
 
@@ -631,7 +536,6 @@ bool CudaBackend::moe_decode(const MoeArgs& a) {
   cudaStream_t s = stream();
   const unsigned threads = kWarps * kWarp;
 
-  p.lpb = kLanesPerBlock;
   const unsigned g1 = static_cast<unsigned>(std::min<int64_t>(grid_for(pairs * a.ff, kWarps), kMaxGemvBlocks));
   switch (gt) {
     case GgmlType::Q8_0: moe_gate_up_kernel<GgmlType::Q8_0><<<g1, threads, smem, s>>>(p); break;
@@ -641,7 +545,6 @@ bool CudaBackend::moe_decode(const MoeArgs& a) {
   }
   if (!launched("moe gate/up (decode)")) return true;
   const unsigned g2 = grid_for(pairs * nb_d * kWarp, 256);
-  p.lpb = kLanesPerBlock;
   const unsigned g3 = grid_for(a.n * a.dim, kWarps);
   switch (dt) {
     case GgmlType::Q8_0:

@@ -95,6 +95,7 @@ __global__ void gemv_double_kernel(GemvParams p) {
     }
     const float* x = p.x + (v / p.x_div) * p.x_stride;
     double acc = 0;
+#pragma unroll 8  // loads of later elements in flight; the sum order is unchanged
     for (int64_t e = lane; e < p.cols; e += kWarp)
       acc += static_cast<double>(decode_elem<T>(row, e, c_iq2xxs_grid, c_iq2xxs_signs)) * static_cast<double>(x[e]);
     acc = warp_sum(acc);
@@ -117,6 +118,7 @@ __global__ void gemv_f16_kernel(GemvParams p) {
     const float* x = p.x + (v / p.x_div) * p.x_stride;
     const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
     float acc = 0;
+#pragma unroll 8  // loads of later elements in flight; the sum order (the lane order) is unchanged
     for (int64_t e = lane; e < p.cols; e += kWarp) acc += f16_dev(h[e]) * x[e];
     acc = warp_sum(acc);
     if (lane == 0) *y = acc;
@@ -211,9 +213,9 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
-  // gemv_decode.cu: quantized rows of ≤ kDecodeMaxVec vectors (arithmetic identical to the kernels
-  // below); float rows at any batch size (their own summation order, the same for every batch).
-  if (decode_kernels_ && ((j.n_vec <= kDecodeMaxVec && gemv_decode(j)) || gemv_float_rows(j))) return;
+  // gemv_decode.cu: quantized rows of ≤ kDecodeMaxVec vectors, activation quantization fused, the
+  // per-block terms added in the CPU's block order as in the kernels below (same bits at any batch).
+  if (decode_kernels_ && j.n_vec <= kDecodeMaxVec && gemv_decode(j)) return;
   GemvParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "ds4/memory.h"
 #include "ds4/status.h"
@@ -273,6 +274,41 @@ struct SwigluArgs {
 
 class Backend;
 
+// Address space reserved once for `reserved` bytes, of which the first `committed` bytes are backed by
+// memory and counted under `category`. Growing or shrinking never moves data(), so rows stay contiguous
+// and pointers handed to ops stay valid: session KV grows with the tokens it holds (in the backend's
+// block size) instead of being allocated for the whole context limit up front. Committed bytes beyond
+// those ever written read as zero on the CPU and are unspecified on CUDA.
+class Region {
+ public:
+  // Set by the owning backend only.
+  struct Parts {
+    void* base = nullptr;
+    uint64_t reserved = 0, committed = 0;
+    std::vector<uint64_t> handles;  // CUDA: one physical allocation per committed block
+  };
+  Region() = default;
+  Region(Backend* owner, MemCategory cat, Parts p) : owner_(owner), cat_(cat), p_(std::move(p)) {}
+  Region(Region&& o) noexcept { *this = std::move(o); }
+  Region& operator=(Region&& o) noexcept;
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+  ~Region();
+
+  void* data() const { return p_.base; }
+  float* f32() const { return static_cast<float*>(p_.base); }
+  uint64_t committed() const { return p_.committed; }
+  uint64_t reserved() const { return p_.reserved; }
+  MemCategory category() const { return cat_; }
+  bool empty() const { return owner_ == nullptr; }
+  Parts& parts() { return p_; }
+
+ private:
+  Backend* owner_ = nullptr;
+  MemCategory cat_ = MemCategory::other;
+  Parts p_;
+};
+
 // Move-only owner of one backend allocation; freed (and un-counted) on destruction.
 class Buffer {
  public:
@@ -310,7 +346,14 @@ class Backend {
   virtual void release(void* ptr, uint64_t bytes, MemCategory cat) = 0;  // called by ~Buffer
   // Makes host weight bytes (e.g. an mmap'd GGUF tensor) readable by ops; CPU returns `host` itself.
   virtual Result<const void*> map_weight(const void* host, uint64_t bytes) = 0;
-  virtual MemBytes allocated() const = 0;
+  virtual MemBytes allocated() const = 0;  // counted bytes by category (buffers, committed regions, scratch)
+  // Growable memory (Region above). reserve_region takes address space only (nothing is counted);
+  // resize_region sets committed = round_up(bytes, region_block_bytes()) (≤ reserved), keeping the
+  // contents of the bytes that stay; release_region is called by ~Region.
+  virtual uint64_t region_block_bytes() const = 0;
+  virtual Result<Region> reserve_region(uint64_t max_bytes, MemCategory cat) = 0;
+  virtual Status resize_region(Region& r, uint64_t bytes) = 0;
+  virtual void release_region(Region& r) = 0;
   virtual void upload(void* dst, const void* host_src, uint64_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, uint64_t bytes) = 0;
   virtual void copy(void* dst, const void* src, uint64_t bytes) = 0;
@@ -351,6 +394,19 @@ inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
 }
 inline Buffer::~Buffer() {
   if (owner_ && ptr_) owner_->release(ptr_, bytes_, cat_);
+}
+
+inline Region& Region::operator=(Region&& o) noexcept {
+  if (this != &o) {
+    if (owner_) owner_->release_region(*this);
+    owner_ = std::exchange(o.owner_, nullptr);
+    cat_ = o.cat_;
+    p_ = std::exchange(o.p_, Parts{});
+  }
+  return *this;
+}
+inline Region::~Region() {
+  if (owner_) owner_->release_region(*this);
 }
 
 }  // namespace ds4::backend

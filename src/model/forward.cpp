@@ -35,9 +35,11 @@ Result<std::unique_ptr<Forward>> Forward::create(backend::Backend& be, const mod
   return f;
 }
 
-int64_t Forward::raw_cap() const { return cfg_.sliding_window + opts_.max_chunk - 1; }
+int64_t Forward::raw_cap() const { return modelspec::raw_ring_rows(cfg_, opts_.max_chunk); }
 
-Result<KvState> Forward::new_state() const { return KvState::create(be_, cfg_, plan_, raw_cap()); }
+Result<KvState> Forward::new_state(int64_t max_context) const {
+  return KvState::create(be_, cfg_, plan_, modelspec::KvLayout{opts_.max_chunk, be_.region_block_bytes()}, max_context);
+}
 
 Status Forward::alloc_scratch() {
   const int64_t C = opts_.max_chunk;

@@ -73,7 +73,9 @@ class Forward {
   // later (backend) error may leave partial rows in any segment's KvState: the caller rebuilds them.
   Status eval_batch(std::span<const Segment> segs);
 
-  Result<KvState> new_state() const;
+  // An empty session state whose compressed rows may grow to max_context tokens (memory is committed
+  // as they arrive; see kv_state.h).
+  Result<KvState> new_state(int64_t max_context) const;
   int64_t max_chunk() const { return opts_.max_chunk; }
   int64_t raw_cap() const;
   const modelspec::ModelConfig& config() const { return cfg_; }

@@ -1,8 +1,7 @@
 // engine.cpp — Engine::open: map the GGUF, read and validate the config, build the tokenizer, bind
-// the weights on the chosen backend and prepare the forward pass. Also memory reporting.
+// the weights on the chosen backend and prepare the forward pass. Memory reporting: memory_report.cpp.
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
@@ -117,37 +116,8 @@ EngineImpl::~EngineImpl() = default;
 Result<std::unique_ptr<Session>> EngineImpl::new_session(const SessionOptions& opts) {
   if (opts.max_context < 0) return invalid_argument("session: max_context must be >= 0");
   const int64_t limit = opts.max_context > 0 ? std::min(opts.max_context, info_.max_context) : info_.max_context;
-  DS4_ASSIGN_OR_RETURN(model::KvState kv, forward_->new_state());
+  DS4_ASSIGN_OR_RETURN(model::KvState kv, forward_->new_state(limit));
   return std::unique_ptr<Session>(new SessionImpl(*this, std::move(kv), limit));
-}
-
-static uint64_t read_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-  }
-  return 0;
-}
-
-MemoryReport EngineImpl::memory_report() const {
-  MemoryReport r;
-  MemBytes counted = backend_->allocated();  // weights' float vectors, scratch, every session's KV
-  counted[MemCategory::weights] += weights_.mapped_bytes;
-  counted[MemCategory::other] += tokenizer_->memory_bytes();
-  for (const SessionImpl* s : sessions_) {
-    SessionMemory m = s->memory();
-    counted[MemCategory::other] += m.host[MemCategory::other];
-    r.sessions.push_back(m);
-  }
-  if (backend_->host_memory()) {
-    r.host = counted;
-  } else {
-    r.device = counted;
-  }
-  r.host_rss = read_rss_bytes();
-  r.host_mapped_weights = weights_.mapped_bytes;
-  return r;
 }
 
 }  // namespace ds4::runtime

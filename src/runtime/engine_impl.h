@@ -6,6 +6,7 @@
 // Deliberately not here: deciding which sessions advance each step (the server's scheduler does that).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <set>
 #include <vector>
@@ -55,6 +56,9 @@ class EngineImpl final : public Engine {
   std::set<SessionImpl*> sessions_;
   uint64_t session_ids_ = 0;
   std::vector<model::Segment> step_segments_;  // step()'s segments, reused (capacity grows once)
+  // memory_report's mincore of a large weight mapping costs ~10 ms per 10 GB: reused for 2 s.
+  mutable uint64_t resident_cache_ = 0;
+  mutable std::chrono::steady_clock::time_point resident_at_{};
 };
 
 class SessionImpl final : public Session {

@@ -1,4 +1,4 @@
-// session.cpp — one inference timeline: eval in chunks, rewind by replay, memory accounting.
+// session.cpp — one inference timeline: eval in chunks, rewind by replay (memory: memory_report.cpp).
 #include <algorithm>
 #include <string>
 
@@ -92,21 +92,11 @@ Status SessionImpl::rewind(int64_t n_tokens) {
     for (auto& k : kv_.layers())
       if (k.ratio) k.n_comp = m / k.ratio;
     Status st = run(std::span<const TokenId>(&last, 1), EvalOptions{}, nullptr);
-    if (st.ok()) return st;
+    if (st.ok()) return kv_.trim();  // give back the blocks of the dropped rows
     tokens_.push_back(last);  // run() kept the first m tokens; rebuild all n from scratch below
   }
   DS4_RETURN_IF_ERROR(replay(n_tokens));
-  for (size_t l = 0; l < kv_.layers().size(); ++l) DS4_RETURN_IF_ERROR(kv_.shrink_comp(l, kv_.layers()[l].n_comp));
-  return Status::Ok();
-}
-
-SessionMemory SessionImpl::memory() const {
-  SessionMemory m;
-  m.session_id = id_;
-  m.tokens = position();
-  m.host = kv_.bytes();
-  m.host[MemCategory::other] += tokens_.capacity() * sizeof(TokenId) + logits_.capacity() * sizeof(float);
-  return m;
+  return kv_.trim();
 }
 
 }  // namespace ds4::runtime

@@ -2,6 +2,7 @@
 // counters, base units: seconds and bytes).
 #include "server/metrics.h"
 
+#include "server/memory_view.h"
 #include "server/prom_text.h"
 
 namespace ds4::server {
@@ -52,16 +53,7 @@ std::string Metrics::render(const MemoryReport& mem, bool engine_ready) const {
               rejected_busy_.load());
   prom_metric(out, "ds4_cancelled_total", "counter", "Requests cancelled (client disconnect, timeout, shutdown)",
               cancelled_.load());
-  prom_header(out, "ds4_memory_bytes", "gauge", "Memory by category and place (host/device)");
-  for (int c = 0; c < kMemCategoryCount; ++c) {
-    const char* name = mem_category_name(static_cast<MemCategory>(c));
-    out += std::string("ds4_memory_bytes{place=\"host\",category=\"") + name + "\"} " +
-           std::to_string(mem.host.bytes[c]) + "\n";
-    out += std::string("ds4_memory_bytes{place=\"device\",category=\"") + name + "\"} " +
-           std::to_string(mem.device.bytes[c]) + "\n";
-  }
-  prom_metric(out, "ds4_host_rss_bytes", "gauge", "Resident set size of the server process", mem.host_rss);
-  prom_metric(out, "ds4_sessions", "gauge", "Live sessions (KV timelines)", mem.sessions.size());
+  append_memory_metrics(out, mem);  // memory_view.cpp: categories, reconciliation, sessions
   {
     std::lock_guard<std::mutex> lock(mu_);
     out += render_batch_metrics(batch_);

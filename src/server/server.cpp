@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "server/memory_view.h"
 #include "server/server_impl.h"
 
 namespace ds4::server {
@@ -218,6 +219,17 @@ void Server::Impl::routes() {
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.render(worker.memory_snapshot(), !draining.load()), "text/plain; version=0.0.4");
     metrics.count_request("metrics", 200);
+  });
+  http.Get("/v1/memory", [this](const httplib::Request&, httplib::Response& res) {
+    // The worker's latest snapshot (taken at startup and after every request): the HTTP threads never
+    // touch the engine.
+    const MemoryReport m = worker.memory_snapshot();
+    if (opts.log) {
+      std::fprintf(opts.log, "ds4-server: %s\n", memory_summary(m).c_str());
+      std::fflush(opts.log);
+    }
+    res.set_content(dump_json(memory_json(m)), "application/json");
+    metrics.count_request("memory", 200);
   });
   http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (req.has_header("anthropic-version")) {

@@ -30,6 +30,7 @@ struct ServerOptions {
   MapOptions map;
   WorkerOptions worker;
   size_t tool_memory_max_ids = 100000;
+  std::FILE* log = nullptr;              // server log (ds4-server: stderr): memory summary per GET /v1/memory
 };
 
 class Server {

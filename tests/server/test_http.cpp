@@ -518,3 +518,60 @@ TEST_F(HttpTest, GracefulDrainFinishesInFlightAndRefusesNew) {
 
 }  // namespace
 }  // namespace ds4::server
+
+// Issue 7: GET /v1/memory (JSON totals, reconciliation, per-session bytes and bytes per token), the
+// /metrics memory lines and the server-log summary written for each /v1/memory request.
+TEST_F(HttpTest, MemoryEndpointMetricsAndLog) {
+  char* log_buf = nullptr;
+  size_t log_len = 0;
+  std::FILE* log = open_memstream(&log_buf, &log_len);
+  ASSERT_TRUE(log);
+  ServerOptions o = small_options();
+  o.log = log;
+  {
+    Running s(o);
+    s.post_json("/v1/chat/completions", chat_body("Tell me about the lake of Como", 4));
+    auto r = s.client().Get("/v1/memory");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    const Json j = Json::parse(r->body);
+    EXPECT_GT(j["host"]["weights"].get<uint64_t>(), 0u);
+    EXPECT_GT(j["host"]["scratch"].get<uint64_t>(), 0u);
+    EXPECT_EQ(j["host"]["total"].get<uint64_t>(), [&] {
+      uint64_t t = 0;
+      for (const auto& [k, v] : j["host"].items())
+        if (k != "total") t += v.get<uint64_t>();
+      return t;
+    }());
+    EXPECT_GT(j["reconcile"]["host_rss"].get<uint64_t>(), 0u);
+    EXPECT_EQ(j["reconcile"]["host_unexplained"].get<int64_t>(),
+              static_cast<int64_t>(j["reconcile"]["host_rss"].get<uint64_t>()) -
+                  static_cast<int64_t>(j["reconcile"]["host_counted_resident"].get<uint64_t>()));
+    EXPECT_GT(j["kv_bytes_per_token"]["total"].get<double>(), 0.0);
+    ASSERT_GE(j["sessions"].size(), 1u);
+    uint64_t r4 = 0;
+    bool holding = false;
+    for (const auto& sess : j["sessions"]) {
+      r4 += sess["bytes"]["compressed_kv_r4"].get<uint64_t>();
+      if (sess["tokens"].get<int64_t>() > 0) {
+        holding = true;
+        EXPECT_GT(sess["bytes_per_token"]["raw_kv"].get<double>(), 0.0);
+        EXPECT_DOUBLE_EQ(sess["bytes_per_token"]["total"].get<double>(),
+                         static_cast<double>(sess["bytes"]["total"].get<uint64_t>()) / sess["tokens"].get<double>());
+      }
+    }
+    EXPECT_TRUE(holding);
+    EXPECT_EQ(r4, j["host"]["compressed_kv_r4"].get<uint64_t>());
+    auto met = s.client().Get("/metrics");
+    ASSERT_TRUE(met);
+    for (const char* line : {"ds4_memory_unexplained_bytes{place=\"host\"}", "ds4_weights_resident_bytes ",
+                             "ds4_kv_bytes_per_token{category=\"indexer_kv\"}", "ds4_session_tokens{session=",
+                             "ds4_session_memory_bytes{session="})
+      EXPECT_NE(met->body.find(line), std::string::npos) << line;
+  }
+  std::fclose(log);
+  const std::string text(log_buf, log_len);
+  std::free(log_buf);
+  EXPECT_NE(text.find("ds4-server: memory: weights"), std::string::npos) << text;
+  EXPECT_NE(text.find("B/token"), std::string::npos) << text;
+}

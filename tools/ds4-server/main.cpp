@@ -23,6 +23,7 @@
 #include "instance_lock.h"
 #include "kvstore/save_policy.h"
 #include "server/disk_cache.h"
+#include "server/memory_view.h"
 #include "server/server.h"
 
 namespace {
@@ -73,7 +74,6 @@ struct Flags {
 };
 
 double gib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
-double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
 // Default KV budget when --kv-memory-mb is not given: on the GPU 90% of what is free after the
 // weights and scratch are resident (the rest is headroom for the driver and fragmentation); on the
@@ -218,15 +218,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "ds4-server: model '%s' (%s), %d layers, vocab %d, %.2f GiB weights%s%s\n", info.name.c_str(),
                info.architecture.c_str(), info.n_layer, info.n_vocab, gib(info.weight_bytes),
                info.quant_summary.empty() ? "" : ", ", info.quant_summary.c_str());
-  const ds4::MemoryReport mem = (*engine)->memory_report();
-  std::fprintf(stderr, "ds4-server: memory:");
-  for (int c = 0; c < ds4::kMemCategoryCount; ++c) {
-    const uint64_t h = mem.host.bytes[c], d = mem.device.bytes[c];
-    if (h || d)
-      std::fprintf(stderr, " %s %.1f MiB%s", ds4::mem_category_name(static_cast<ds4::MemCategory>(c)), mib(h + d),
-                   d ? " (device)" : "");
-  }
-  std::fprintf(stderr, "; total host %.1f MiB, device %.1f MiB\n", mib(mem.host.total()), mib(mem.device.total()));
+  std::fprintf(stderr, "ds4-server: %s\n", ds4::server::memory_summary((*engine)->memory_report()).c_str());
 
   ds4::server::ServerOptions so;
   so.host = f.host == "localhost" ? "127.0.0.1" : f.host;
@@ -239,6 +231,7 @@ int main(int argc, char** argv) {
   so.drain_grace = std::chrono::seconds(f.drain_timeout);
   so.tool_memory_max_ids = static_cast<size_t>(std::max<int64_t>(f.tool_memory_max_ids, 1));
   so.map.ctx = ctx;
+  so.log = stderr;
   so.map.aliases = f.aliases;
   so.map.accept_any_model = f.accept_any_model;
   so.map.default_think = f.nothink ? ds4::chat::ThinkMode::none

@@ -25,6 +25,10 @@ class CpuBackend final : public Backend {
   void release(void* ptr, uint64_t bytes, MemCategory cat) override;
   Result<const void*> map_weight(const void* host, uint64_t bytes) override;
   MemBytes allocated() const override;
+  uint64_t region_block_bytes() const override;                         // cpu_region.cpp
+  Result<Region> reserve_region(uint64_t max_bytes, MemCategory cat) override;
+  Status resize_region(Region& r, uint64_t bytes) override;
+  void release_region(Region& r) override;
   void upload(void* dst, const void* src, uint64_t bytes) override;
   void download(void* dst, const void* src, uint64_t bytes) override;
   void copy(void* dst, const void* src, uint64_t bytes) override;

@@ -6,10 +6,12 @@
 // scratch). A failed launch or CUDA call is recorded once (the first error wins) and returned by sync().
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,18 @@ struct GemvJob {
 // kGemmMinVectors on the CUDA cores). The one dispatch point is gemv().
 bool gemm_supports(const GemvJob& j);
 
+// Driver virtual-memory entry points (cuda_region.cpp loads them; types only from cuda.h, no libcuda link).
+struct VmmApi {
+  decltype(&cuMemAddressReserve) reserve = nullptr;
+  decltype(&cuMemAddressFree) address_free = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
+  decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream);
@@ -79,6 +93,12 @@ class CudaBackend final : public Backend {
   void release(void* ptr, uint64_t bytes, MemCategory cat) override;
   Result<const void*> map_weight(const void* host, uint64_t bytes) override;
   MemBytes allocated() const override;
+  uint64_t region_block_bytes() const override;                         // cuda_region.cpp
+  Result<Region> reserve_region(uint64_t max_bytes, MemCategory cat) override;
+  Status resize_region(Region& r, uint64_t bytes) override;
+  void release_region(Region& r) override;
+  // True when regions use the driver's virtual memory management (else the copying fallback).
+  bool vmm_enabled();
   void upload(void* dst, const void* src, uint64_t bytes) override;
   void download(void* dst, const void* src, uint64_t bytes) override;
   void copy(void* dst, const void* src, uint64_t bytes) override;
@@ -150,6 +170,12 @@ class CudaBackend final : public Backend {
   DeviceScratch idx_scores_;              // [n][max rows] indexer scores
   DeviceScratch moe_groups_;              // routed-expert pairs grouped by expert (ExpertGroups)
   DeviceScratch attn_part_;               // [n·heads·splits][head_dim + 2] decode attention partials
+
+  // Growable regions (cuda_region.cpp): driver VMM entry points, loaded on first use.
+  void init_vmm();
+  bool vmm_checked_ = false;
+  std::unique_ptr<VmmApi> vmm_;
+  uint64_t block_bytes_ = uint64_t{2} << 20;  // modelspec::kCudaKvBlockBytes unless the device needs more
 
   friend struct ScratchAccess;
 };

@@ -53,7 +53,6 @@ void KvState::reset() {
     LayerKv& k = layers_[l];
     k.n_comp = 0;
     if (k.ratio == 0) continue;
-    (void)resize(l, 0);  // shrinking never fails
     be_->fill_f32(k.comp_kv.f32(), 0.0f, static_cast<int64_t>(k.comp_kv.bytes() / 4));
     be_->fill_f32(k.comp_score.f32(), -INFINITY, static_cast<int64_t>(k.comp_score.bytes() / 4));
     if (!k.index_kv.empty()) {

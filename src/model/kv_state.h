@@ -54,7 +54,8 @@ class KvState {
   KvState(KvState&&) = default;
   KvState& operator=(KvState&&) = default;
 
-  // Empty timeline: no rows (their memory released), frontiers kv = 0 and score = −inf.
+  // Empty timeline: no rows, frontiers kv = 0 and score = −inf. Committed blocks are kept (a replay or
+  // restore refills them at once); trim() gives back what the new timeline does not use.
   void reset();
   // Makes room for `rows` compressed (and indexer) rows in layer l, preserving the existing ones.
   Status reserve_comp(size_t l, int64_t rows);

@@ -70,7 +70,9 @@ std::array<double, kMemCategoryCount> kv_bytes_per_token(const ModelConfig& cfg,
 }
 
 uint64_t session_host_other_bytes(const ModelConfig& cfg, int64_t tokens) {
-  return static_cast<uint64_t>(tokens) * 4 + uint64_t{cfg.n_vocab} * 4;  // i32 ids + f32 logits [V]
+  if (tokens <= 0) return 0;
+  const uint64_t ids = round_up(static_cast<uint64_t>(tokens), kTokenIdBlock);
+  return ids * 4 + uint64_t{cfg.n_vocab} * 4;  // i32 ids + f32 logits [V]
 }
 
 uint64_t forward_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk) {
@@ -93,21 +95,21 @@ uint64_t forward_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk) {
   return per_token * static_cast<uint64_t>(max_chunk) * 4;
 }
 
-uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads) {
+uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads,
+                              uint64_t act_row_bytes) {
   const uint64_t C = static_cast<uint64_t>(max_chunk);
   // Per-thread float row: the widest matmul input (decoded weight row), attention scores over the window
   // plus visible compressed rows (all rows of a ratio-128 layer, top_k of a ratio-4 one), indexer
   // scores + candidate ids over every ratio-4 row.
-  uint64_t row = std::max<uint64_t>({cfg.hc_dim(), cfg.expert_ff, cfg.n_embd, cfg.q_dim(), cfg.out_group_in(),
-                                     cfg.out_low_dim(), cfg.q_lora_rank});
+  uint64_t row = std::max<uint64_t>({cfg.hc_dim(), cfg.expert_ff, cfg.n_embd, cfg.out_group_in(), cfg.out_low_dim(),
+                                     cfg.q_lora_rank, 2 * uint64_t{cfg.head_dim}});
   const uint64_t hca = cfg.hca_ratio() ? static_cast<uint64_t>(tokens) / cfg.hca_ratio() : 0;
   const uint64_t r4 = static_cast<uint64_t>(tokens) / 4;
   row = std::max<uint64_t>(row, cfg.sliding_window + std::max<uint64_t>(hca, std::min<uint64_t>(r4, cfg.indexer_top_k)));
   row = std::max<uint64_t>(row, 2 * r4 + 1);
   uint64_t b = row * 4 * static_cast<uint64_t>(std::max(1, threads));
-  // Quantized activation rows (≤ 1.07 B per value for Q8_0/Q8_K) of the widest input, C tokens.
-  const uint64_t widest = std::max<uint64_t>({cfg.hc_dim(), cfg.expert_ff, cfg.q_dim(), cfg.n_embd});
-  b += C * (widest / 256 * 292);
+  // Quantized activation rows of one matmul's C tokens.
+  b += C * act_row_bytes;
   // Gathered expert batches: [C·K][dim] in and out, [C·K][ff] gate and up, [C·K] i32 order.
   const uint64_t pairs = C * cfg.n_expert_used;
   b += pairs * (2 * uint64_t{cfg.n_embd} + 2 * uint64_t{cfg.expert_ff} + 1) * 4;

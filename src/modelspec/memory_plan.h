@@ -55,13 +55,19 @@ MemBytes session_kv_row_bytes(const ModelConfig& cfg, const std::vector<LayerPla
 // Growth per token by category as the context grows (rows per token × row bytes, f32): MODEL.md §10.3's
 // 13,760 B/token for the real model.
 std::array<double, kMemCategoryCount> kv_bytes_per_token(const ModelConfig& cfg, const std::vector<LayerPlan>& plan);
-// Host bytes a session keeps besides KV: its token ids and one row of logits.
+// Host bytes a session keeps besides KV: its token ids (capacity grown in steps of kTokenIdBlock ids) and,
+// once it holds a token, one row of logits.
+inline constexpr int64_t kTokenIdBlock = 65536;
 uint64_t session_host_other_bytes(const ModelConfig& cfg, int64_t tokens);
 // The forward pass's activation scratch for max_chunk tokens (Forward::alloc_scratch allocates exactly this).
 uint64_t forward_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk);
 // The backend's op scratch (per-thread attention/indexer score rows, quantized activations, gathered
 // expert batches) at its largest for a chunk of max_chunk tokens at context `tokens`, with `threads` CPU
-// threads. Ops grow it on first use, so a live run reaches this once it has run a full chunk that far.
-uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads);
+// threads; `act_row_bytes` is the largest quantized-activation row any weight matrix needs (0 when no
+// matrix is quantized: F32/F16 weights take float activations). Ops grow it on first use, so a live run
+// reaches this once it has run a full chunk that far (the activations of routed experts are bounded by
+// the chunk: an expert sees each token at most once).
+uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads,
+                              uint64_t act_row_bytes);
 
 }  // namespace ds4::modelspec

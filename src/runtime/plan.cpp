@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "ds4/plan.h"
 #include "gguf/gguf.h"
+#include "quant/blocks.h"
 #include "model/weights.h"
 #include "modelspec/config.h"
 #include "modelspec/layer_plan.h"
@@ -28,11 +29,10 @@ namespace {
 // CUDA op scratch at its need for a chunk of C tokens at context N: quantized activations of the widest
 // input (≤ 1.07 B/value for Q8_0/Q8_K), routed-expert gate/up/output rows and their quantized inputs,
 // indexer scores [C][N/4].
-uint64_t cuda_op_scratch_bytes(const modelspec::ModelConfig& cfg, int64_t C, int64_t N) {
-  const uint64_t widest = std::max<uint64_t>({cfg.hc_dim(), cfg.expert_ff, cfg.q_dim(), cfg.n_embd});
+uint64_t cuda_op_scratch_bytes(const modelspec::ModelConfig& cfg, int64_t C, int64_t N, uint64_t act_row) {
   const uint64_t c = static_cast<uint64_t>(C), pairs = c * cfg.n_expert_used;
-  uint64_t b = c * (widest / 256 * 292);
-  b += pairs * (uint64_t{cfg.expert_ff} / 256 * 292);
+  uint64_t b = c * act_row;
+  b += pairs * act_row;
   b += pairs * (2 * uint64_t{cfg.expert_ff} + cfg.n_embd) * 4;
   b += c * static_cast<uint64_t>(N / 4) * 4;
   return b;
@@ -42,7 +42,20 @@ struct Fixed {  // what does not depend on N or K
   modelspec::ModelConfig cfg;
   std::vector<modelspec::LayerPlan> plan;
   uint64_t mapped = 0, small = 0, tokenizer = 0;
+  uint64_t act_row = 0;  // largest quantized-activation row of any weight matrix (ds4 numerics)
 };
+
+// Bytes of one activation row quantized for a matmul against a weight row of `cols` values of type t:
+// Q8_0 weights take Q8_0 activations (36 B per 32), k-quants and IQ2_XXS take Q8_K (292 B per 256).
+uint64_t act_row_bytes(GgmlType t, uint64_t cols) {
+  switch (t) {
+    case GgmlType::Q8_0: return cols / kQK8_0 * sizeof(BlockQ8_0Act);
+    case GgmlType::Q2_K:
+    case GgmlType::Q4_K:
+    case GgmlType::IQ2_XXS: return cols / kQK_K * sizeof(BlockQ8_K);
+    default: return 0;
+  }
+}
 
 MemoryPlan compute(const Fixed& f, const PlanOptions& o, int64_t C, int threads, int64_t N, int64_t K) {
   MemoryPlan p;
@@ -54,8 +67,8 @@ MemoryPlan compute(const Fixed& f, const PlanOptions& o, int64_t C, int threads,
   for (int c = 0; c < kMemCategoryCount; ++c) be.bytes[c] = p.session.bytes[c] * static_cast<uint64_t>(K);
   be[MemCategory::weights] += f.small + (cuda ? f.mapped : 0);
   be[MemCategory::scratch] += modelspec::forward_scratch_bytes(f.cfg, C) +
-                              (cuda ? cuda_op_scratch_bytes(f.cfg, C, N)
-                                    : modelspec::cpu_op_scratch_bytes(f.cfg, C, N, threads));
+                              (cuda ? cuda_op_scratch_bytes(f.cfg, C, N, f.act_row)
+                                    : modelspec::cpu_op_scratch_bytes(f.cfg, C, N, threads, f.act_row));
   p.host[MemCategory::weights] += f.mapped;
   p.host[MemCategory::other] += f.tokenizer + other * static_cast<uint64_t>(K);
   p.session[MemCategory::other] += other;
@@ -90,6 +103,8 @@ Result<MemoryPlan> plan_memory(const PlanOptions& o) {
     f.mapped = w.mapped_bytes;
     f.small = w.small.bytes();
   }
+  for (const auto& t : file->tensors())
+    if (t.ne.size() >= 2) f.act_row = std::max(f.act_row, act_row_bytes(t.type, t.ne[0]));
   const int64_t model_ctx = f.cfg.context_length > 0 ? static_cast<int64_t>(f.cfg.context_length) : int64_t{1} << 20;
   const int64_t N = o.ctx > 0 ? o.ctx : model_ctx;
   if (N > model_ctx)

@@ -2,13 +2,13 @@
 #include <algorithm>
 #include <string>
 
+#include "modelspec/memory_plan.h"
 #include "runtime/engine_impl.h"
 
 namespace ds4::runtime {
 
 SessionImpl::SessionImpl(EngineImpl& engine, model::KvState kv, int64_t max_context)
     : engine_(engine), kv_(std::move(kv)), max_context_(max_context), id_(engine.next_session_id()) {
-  tokens_.reserve(static_cast<size_t>(std::min<int64_t>(max_context, 1 << 16)));
   engine_.attach(this);
 }
 
@@ -35,6 +35,9 @@ Status SessionImpl::run(std::span<const TokenId> tokens, const EvalOptions& opts
       Status rs = replay(pos0);
       return rs.ok() ? st : st.with_context("session state rebuilt after failure: " + rs.to_string());
     }
+    // Token ids grow in fixed steps (memory_plan's kTokenIdBlock), so the planner can count them exactly.
+    if (tokens_.size() + part.size() > tokens_.capacity())
+      tokens_.reserve(static_cast<size_t>(modelspec::round_up(tokens_.size() + part.size(), modelspec::kTokenIdBlock)));
     tokens_.insert(tokens_.end(), part.begin(), part.end());
     if (all) std::copy(all->begin() + (done + m - 1) * V, all->begin() + (done + m) * V, logits_.begin());
     done += m;
@@ -73,8 +76,8 @@ Status SessionImpl::replay(int64_t n) {
   logits_.clear();
   kv_.reset();
   ring_floor_ = 0;
-  if (keep.empty()) return Status::Ok();
-  return run(keep, EvalOptions{}, nullptr);
+  if (!keep.empty()) DS4_RETURN_IF_ERROR(run(keep, EvalOptions{}, nullptr));
+  return kv_.trim();  // blocks of rows the rebuilt timeline no longer holds go back
 }
 
 Status SessionImpl::rewind(int64_t n_tokens) {

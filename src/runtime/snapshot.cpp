@@ -287,7 +287,7 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
     logits_.resize(static_cast<size_t>(V));
     std::memcpy(logits_.data(), lg, V * 4);
   }
-  return Status::Ok();
+  return kv_.trim();  // a session that held more rows before gives the extra blocks back
 }
 
 }  // namespace ds4::runtime

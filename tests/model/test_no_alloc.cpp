@@ -1,5 +1,6 @@
 // test_no_alloc.cpp — the decode loop allocates nothing once warm: scratch is sized at engine creation,
-// op scratch only grows on the first larger op, and compressed rows grow by doubling (not per token).
+// op scratch only grows on the first larger op, and compressed rows grow by committing whole blocks of
+// reserved address space (mprotect, no heap allocation; kv_state.h).
 // Counts global operator new calls (this replacement only counts; it serves every test of the binary).
 #include <gtest/gtest.h>
 
@@ -34,7 +35,7 @@ TEST(NoAlloc, DecodeTokenLoopDoesNotAllocate) {
     ASSERT_TRUE(s.ok());
     const auto t = random_tokens(140, 512, 17);
     // Warm up past the indexer threshold (position 67) so every op has run at its largest size so far;
-    // 100 tokens leave 25 ratio-4 rows (capacity 32) and 6 ratio-16 rows (capacity 16).
+    // 100 tokens leave 25 ratio-4 rows and 6 ratio-16 rows, inside their first 64 KiB blocks.
     ASSERT_TRUE((*s)->eval(std::span<const TokenId>(t).first(100)).ok());
     ASSERT_TRUE((*s)->eval(std::span<const TokenId>(&t[100], 1)).ok());
     const uint64_t before = g_news.load();

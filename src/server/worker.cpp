@@ -103,22 +103,27 @@ MemoryReport EngineWorker::memory_snapshot() const {
   return mem_;
 }
 
-// The KV cost model for admission, measured on this engine (not a formula): the fixed bytes of an
-// empty session (raw ring, compressor frontiers) and the growth over a probe prompt (compressed and
-// indexer rows; the doubling growth of kv_state makes this slightly conservative). Only with a budget.
+// The KV cost model for admission, from this engine: the growth per token is the engine's own rate
+// (MemoryReport::kv_bytes_per_token, the formula the allocator commits by), and the fixed bytes are what a
+// probe session holds after a short prompt minus that growth: the raw ring, the compressor frontiers and
+// one partly filled commit block per growable region (the most block slack a session ever has), so the
+// model is exact in the rate and conservative by at most one block per region. Only with a budget.
 void EngineWorker::learn_kv_cost() {
   if (admission_.budget_bytes == 0) return;
   auto s = engine_.new_session();
   if (!s.ok()) return;
   Session& probe = **s;
+  double rate = 0;
+  for (double r : engine_.memory_report().kv_bytes_per_token) rate += r;
+  kv_cost_.bytes_per_token = rate;
   kv_cost_.fixed_bytes = kv_bytes(probe.memory());
   const int64_t n = std::min<int64_t>(256, probe.max_context() - 1);
   if (n > 0) {
     std::vector<TokenId> toks(static_cast<size_t>(n), engine_.tokenizer().eos_id());
     if (probe.eval(toks).ok()) {
-      const uint64_t after = kv_bytes(probe.memory());
-      kv_cost_.bytes_per_token =
-          after > kv_cost_.fixed_bytes ? static_cast<double>(after - kv_cost_.fixed_bytes) / static_cast<double>(n) : 0;
+      const double after = static_cast<double>(kv_bytes(probe.memory()));
+      kv_cost_.fixed_bytes = static_cast<uint64_t>(std::max(after - rate * static_cast<double>(n),
+                                                            static_cast<double>(kv_cost_.fixed_bytes)));
     }
   }
   if (opts_.n_sessions == 0) {

@@ -73,6 +73,7 @@ struct Flags {
   std::string numerics = "official";
 };
 
+double mib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 double gib(uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
 
 // Default KV budget when --kv-memory-mb is not given: on the GPU 90% of what is free after the
@@ -218,7 +219,8 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "ds4-server: model '%s' (%s), %d layers, vocab %d, %.2f GiB weights%s%s\n", info.name.c_str(),
                info.architecture.c_str(), info.n_layer, info.n_vocab, gib(info.weight_bytes),
                info.quant_summary.empty() ? "" : ", ", info.quant_summary.c_str());
-  std::fprintf(stderr, "ds4-server: %s\n", ds4::server::memory_summary((*engine)->memory_report()).c_str());
+  const ds4::MemoryReport mem = (*engine)->memory_report();
+  std::fprintf(stderr, "ds4-server: %s\n", ds4::server::memory_summary(mem).c_str());
 
   ds4::server::ServerOptions so;
   so.host = f.host == "localhost" ? "127.0.0.1" : f.host;

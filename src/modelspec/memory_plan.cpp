@@ -92,7 +92,9 @@ uint64_t forward_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk) {
                              + cfg.n_expert + 2 * uint64_t{cfg.n_expert_used}  // rlogit, rids, rw
                              + 2 * uint64_t{cfg.expert_ff} + E  // sg, su, sout
                              + NHC + cfg.n_vocab;               // hw, logits
-  return per_token * static_cast<uint64_t>(max_chunk) * 4;
+  // Plus the per-query state tables of a batched step: 3 device pointers per token (raw ring, compressed
+  // rows, indexer rows of the token's session).
+  return per_token * static_cast<uint64_t>(max_chunk) * 4 + 3 * static_cast<uint64_t>(max_chunk) * sizeof(const float*);
 }
 
 uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads,

@@ -59,37 +59,37 @@ Json memory_json(const MemoryReport& m) {
 }
 
 void append_memory_metrics(std::string& out, const MemoryReport& m) {
-  head(out, "ds4_memory_bytes", "Memory counted where allocated, by category and place (host/device)");
+  prom_header(out, "ds4_memory_bytes", "gauge", "Memory counted where allocated, by category and place (host/device)");
   for (int c = 0; c < kMemCategoryCount; ++c) {
     const char* name = mem_category_name(static_cast<MemCategory>(c));
     out += std::string("ds4_memory_bytes{place=\"host\",category=\"") + name + "\"} " + std::to_string(m.host.bytes[c]) + "\n";
     out += std::string("ds4_memory_bytes{place=\"device\",category=\"") + name + "\"} " +
            std::to_string(m.device.bytes[c]) + "\n";
   }
-  head(out, "ds4_host_rss_bytes", "Resident set size of the server process (VmRSS)");
+  prom_header(out, "ds4_host_rss_bytes", "gauge", "Resident set size of the server process (VmRSS)");
   out += "ds4_host_rss_bytes " + std::to_string(m.host_rss) + "\n";
-  head(out, "ds4_weights_mapped_bytes", "Bytes of the memory-mapped GGUF the weights are bound to");
+  prom_header(out, "ds4_weights_mapped_bytes", "gauge", "Bytes of the memory-mapped GGUF the weights are bound to");
   out += "ds4_weights_mapped_bytes " + std::to_string(m.host_mapped_weights) + "\n";
-  head(out, "ds4_weights_resident_bytes", "Of the mapped weights, bytes resident in RAM now (mincore)");
+  prom_header(out, "ds4_weights_resident_bytes", "gauge", "Of the mapped weights, bytes resident in RAM now (mincore)");
   out += "ds4_weights_resident_bytes " + std::to_string(m.host_weights_resident) + "\n";
-  head(out, "ds4_memory_unexplained_bytes",
+  prom_header(out, "ds4_memory_unexplained_bytes", "gauge",
        "What the OS (RSS) or the driver (used device memory) reports beyond the counted bytes; may be negative");
   out += "ds4_memory_unexplained_bytes{place=\"host\"} " + std::to_string(m.host_unexplained) + "\n";
   out += "ds4_memory_unexplained_bytes{place=\"device\"} " + std::to_string(m.device_unexplained) + "\n";
-  head(out, "ds4_device_memory_bytes", "Device memory as cudaMemGetInfo reports it (0 on the CPU backend)");
+  prom_header(out, "ds4_device_memory_bytes", "gauge", "Device memory as cudaMemGetInfo reports it (0 on the CPU backend)");
   out += "ds4_device_memory_bytes{kind=\"total\"} " + std::to_string(m.device_total) + "\n";
   out += "ds4_device_memory_bytes{kind=\"free\"} " + std::to_string(m.device_free) + "\n";
-  head(out, "ds4_kv_bytes_per_token", "Growth of one session's KV per token, by category");
+  prom_header(out, "ds4_kv_bytes_per_token", "gauge", "Growth of one session's KV per token, by category");
   for (MemCategory c : kKv) {
     out += std::string("ds4_kv_bytes_per_token{category=\"") + mem_category_name(c) + "\"} " +
            prom_number(m.kv_bytes_per_token[static_cast<size_t>(c)]) + "\n";
   }
-  head(out, "ds4_sessions", "Live sessions (KV timelines)");
+  prom_header(out, "ds4_sessions", "gauge", "Live sessions (KV timelines)");
   out += "ds4_sessions " + std::to_string(m.sessions.size()) + "\n";
-  head(out, "ds4_session_tokens", "Tokens held by each live session");
+  prom_header(out, "ds4_session_tokens", "gauge", "Tokens held by each live session");
   for (const SessionMemory& s : m.sessions)
     out += "ds4_session_tokens{session=\"" + std::to_string(s.session_id) + "\"} " + std::to_string(s.tokens) + "\n";
-  head(out, "ds4_session_memory_bytes", "Bytes held by each live session, by category");
+  prom_header(out, "ds4_session_memory_bytes", "gauge", "Bytes held by each live session, by category");
   for (const SessionMemory& s : m.sessions)
     for (int c = 0; c < kMemCategoryCount; ++c) {
       const uint64_t b = s.host.bytes[c] + s.device.bytes[c];

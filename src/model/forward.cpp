@@ -93,6 +93,21 @@ Status Forward::alloc_scratch() {
   return Status::Ok();
 }
 
+uint64_t Forward::planned_scratch_bytes(const modelspec::ModelConfig& cfg, int64_t max_chunk) {
+  const auto plan = modelspec::layer_plan(cfg);
+  std::vector<int64_t> ratios;
+  for (const auto& p : plan)
+    if (p.has_compressor && std::find(ratios.begin(), ratios.end(), int64_t{p.compress_ratio}) == ratios.end())
+      ratios.push_back(p.compress_ratio);
+  // step_input_bytes(C, C) for that count of distinct compression ratios and layers.
+  const uint64_t C = static_cast<uint64_t>(max_chunk);
+  const uint64_t ints = C * (2 + ratios.size()) * sizeof(int32_t);
+  uint64_t in = (ints + 7) / 8 * 8;
+  if (max_chunk > 1)
+    in += plan.size() * 3 * C * sizeof(const float*) + plan.size() * 2 * C * sizeof(backend::CompressorSegment);
+  return modelspec::forward_activation_bytes(cfg, max_chunk) + in;
+}
+
 uint64_t Forward::scratch_bytes() const {
   uint64_t t = 0;
   for (const Buffer* b : {&x_, &x2_, &flat_, &mix_, &pre_, &post_, &comb_, &y_, &xn_, &qa_, &q_, &kv_, &ckv_,

@@ -82,6 +82,10 @@ class Forward {
   const std::vector<modelspec::LayerPlan>& plan() const { return plan_; }
   const ForwardOptions& options() const { return opts_; }
   uint64_t scratch_bytes() const;
+  // What alloc_scratch() allocates for this config and max_chunk, computed without allocating (the memory
+  // planner's figure): modelspec::forward_activation_bytes plus the step-input tables. Keep in step with
+  // alloc_scratch; tests/memory checks it against a live engine's count.
+  static uint64_t planned_scratch_bytes(const modelspec::ModelConfig& cfg, int64_t max_chunk);
 
  private:
   Forward(backend::Backend& be, const modelspec::ModelConfig& cfg, const ModelWeights& w, const ForwardOptions& o);

@@ -75,8 +75,8 @@ uint64_t session_host_other_bytes(const ModelConfig& cfg, int64_t tokens) {
   return ids * 4 + uint64_t{cfg.n_vocab} * 4;  // i32 ids + f32 logits [V]
 }
 
-uint64_t forward_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk) {
-  // Per-token f32 widths of Forward's scratch buffers, in its order (forward.h lists the shapes).
+uint64_t forward_activation_bytes(const ModelConfig& cfg, int64_t max_chunk) {
+  // Per-token f32 widths of Forward's activation buffers, in its order (forward.h lists the shapes).
   const uint64_t E = cfg.n_embd, NHC = cfg.n_hc, HD = cfg.q_dim(), D = cfg.head_dim;
   const uint64_t cw = 2 * std::max<uint64_t>(D, cfg.indexer_head_dim);
   const uint64_t per_token = NHC * E * 3            // x, x2, flat
@@ -87,14 +87,12 @@ uint64_t forward_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk) {
                              + HD + D               // q, kv
                              + cw * 2 + 1           // ckv, cgate, cpos
                              + uint64_t{cfg.indexer_heads} * cfg.indexer_head_dim + cfg.indexer_heads  // iq, iw
-                             + std::max<uint64_t>(1, cfg.indexer_top_k) + 1 + 1 + 1 + 1  // idx, icount, ccount, pos, tok
+                             + std::max<uint64_t>(1, cfg.indexer_top_k) + 1  // idx, icount
                              + HD + cfg.out_low_dim() + E  // attn, low, f
                              + cfg.n_expert + 2 * uint64_t{cfg.n_expert_used}  // rlogit, rids, rw
                              + 2 * uint64_t{cfg.expert_ff} + E  // sg, su, sout
                              + NHC + cfg.n_vocab;               // hw, logits
-  // Plus the per-query state tables of a batched step: 3 device pointers per token (raw ring, compressed
-  // rows, indexer rows of the token's session).
-  return per_token * static_cast<uint64_t>(max_chunk) * 4 + 3 * static_cast<uint64_t>(max_chunk) * sizeof(const float*);
+  return per_token * static_cast<uint64_t>(max_chunk) * 4;
 }
 
 uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads,

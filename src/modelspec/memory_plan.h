@@ -3,7 +3,7 @@
 // block and scratch sizes).
 //
 // Used by the allocator (KvState commits exactly session_kv_bytes() for the rows it holds), by the
-// forward pass (its scratch is forward_scratch_bytes()) and by `ds4 plan` (before loading anything
+// forward pass (its activation buffers are forward_activation_bytes()) and by `ds4 plan` (before loading anything
 // heavy), so the planner and the live accounting agree by construction. Pure arithmetic on the config:
 // no backend, no file access.
 // Deliberately not here: measuring (the runtime's memory_report), what a device has free (the planner
@@ -59,8 +59,9 @@ std::array<double, kMemCategoryCount> kv_bytes_per_token(const ModelConfig& cfg,
 // once it holds a token, one row of logits.
 inline constexpr int64_t kTokenIdBlock = 65536;
 uint64_t session_host_other_bytes(const ModelConfig& cfg, int64_t tokens);
-// The forward pass's activation scratch for max_chunk tokens (Forward::alloc_scratch allocates exactly this).
-uint64_t forward_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk);
+// The forward pass's per-token activation buffers for max_chunk tokens (f32). Forward adds its step-input
+// tables (model::Forward::planned_scratch_bytes is the whole figure, and what alloc_scratch allocates).
+uint64_t forward_activation_bytes(const ModelConfig& cfg, int64_t max_chunk);
 // The backend's op scratch (per-thread attention/indexer score rows, quantized activations, gathered
 // expert batches) at its largest for a chunk of max_chunk tokens at context `tokens`, with `threads` CPU
 // threads; `act_row_bytes` is the largest quantized-activation row any weight matrix needs (0 when no

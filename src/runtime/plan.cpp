@@ -17,6 +17,7 @@
 #include "ds4/plan.h"
 #include "gguf/gguf.h"
 #include "quant/blocks.h"
+#include "model/forward.h"
 #include "model/weights.h"
 #include "modelspec/config.h"
 #include "modelspec/layer_plan.h"
@@ -66,7 +67,7 @@ MemoryPlan compute(const Fixed& f, const PlanOptions& o, int64_t C, int threads,
   MemBytes& be = cuda ? p.device : p.host;
   for (int c = 0; c < kMemCategoryCount; ++c) be.bytes[c] = p.session.bytes[c] * static_cast<uint64_t>(K);
   be[MemCategory::weights] += f.small + (cuda ? f.mapped : 0);
-  be[MemCategory::scratch] += modelspec::forward_scratch_bytes(f.cfg, C) +
+  be[MemCategory::scratch] += model::Forward::planned_scratch_bytes(f.cfg, C) +
                               (cuda ? cuda_op_scratch_bytes(f.cfg, C, N, f.act_row)
                                     : modelspec::cpu_op_scratch_bytes(f.cfg, C, N, threads, f.act_row));
   p.host[MemCategory::weights] += f.mapped;

@@ -10,6 +10,7 @@
 
 #include "ds4/engine.h"
 #include "gguf/gguf.h"
+#include "model/forward.h"
 #include "modelspec/config.h"
 #include "modelspec/layer_plan.h"
 #include "modelspec/memory_plan.h"
@@ -106,7 +107,7 @@ TEST(KvAccounting, ProcessTotalsAreTheSumOfSessions) {
   ASSERT_TRUE(e);
   const auto cfg = tiny_config();
   const MemoryReport r0 = e->memory_report();
-  EXPECT_EQ(r0.host[MemCategory::scratch], modelspec::forward_scratch_bytes(cfg, 64));
+  EXPECT_EQ(r0.host[MemCategory::scratch], model::Forward::planned_scratch_bytes(cfg, 64));
   EXPECT_EQ(r0.host[MemCategory::raw_kv], 0u);
   EXPECT_GT(r0.host_rss, 0u);
   EXPECT_GT(r0.host_mapped_weights, 0u);

@@ -73,6 +73,13 @@ class UlpNoiseBackend final : public Backend {
   void release(void* ptr, uint64_t, MemCategory) override { inner_.erase(ptr); }
   Result<const void*> map_weight(const void* host, uint64_t bytes) override { return in_.map_weight(host, bytes); }
   MemBytes allocated() const override { return in_.allocated(); }
+  // Regions (growable KV rows) belong to the inner backend: it owns, resizes and releases them.
+  uint64_t region_block_bytes() const override { return in_.region_block_bytes(); }
+  Result<Region> reserve_region(uint64_t max_bytes, MemCategory cat) override {
+    return in_.reserve_region(max_bytes, cat);
+  }
+  Status resize_region(Region& r, uint64_t bytes) override { return in_.resize_region(r, bytes); }
+  void release_region(Region& r) override { in_.release_region(r); }
   void upload(void* d, const void* s, uint64_t b) override { in_.upload(d, s, b); }
   void download(void* d, const void* s, uint64_t b) override { in_.download(d, s, b); }
   void copy(void* d, const void* s, uint64_t b) override { in_.copy(d, s, b); }
@@ -137,7 +144,7 @@ Result<std::vector<float>> run(const gguf::File& f, const modelspec::ModelConfig
   fo.max_chunk = static_cast<int64_t>(tokens.size());
   fo.numerics = nm;
   DS4_ASSIGN_OR_RETURN(auto fw, model::Forward::create(be, cfg, w, fo));
-  DS4_ASSIGN_OR_RETURN(model::KvState kv, fw->new_state());
+  DS4_ASSIGN_OR_RETURN(model::KvState kv, fw->new_state(static_cast<int64_t>(tokens.size())));
   std::vector<float> out(tokens.size() * cfg.n_vocab);
   DS4_RETURN_IF_ERROR(fw->eval(kv, tokens, 0, out.data(), true));
   return out;

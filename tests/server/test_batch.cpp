@@ -307,9 +307,13 @@ TEST_F(BatchTest, PrefixCacheHitsEqualColdRuns) {
 }
 
 TEST_F(BatchTest, KvBudgetRefusesWaitsAndEvicts) {
-  // The worker's cost model, measured the same way: an empty session, then 256 tokens.
-  uint64_t fixed = 0, grown = 0;
+  // The worker's cost model (EngineWorker::learn_kv_cost), computed the same way: the engine's exact
+  // growth per token, and as fixed bytes what a session holds after 256 tokens minus that growth (the
+  // raw ring, the frontiers and one partly filled commit block per growable region).
+  uint64_t fixed = 0;
+  double per_token = 0;
   {
+    for (double r : shared_engine()->memory_report().kv_bytes_per_token) per_token += r;
     auto sess = shared_engine()->new_session();
     ASSERT_TRUE(sess.ok());
     auto kv = [](const SessionMemory& m) {
@@ -319,12 +323,12 @@ TEST_F(BatchTest, KvBudgetRefusesWaitsAndEvicts) {
         b += m.host[c] + m.device[c];
       return b;
     };
-    fixed = kv((*sess)->memory());
+    const uint64_t empty = kv((*sess)->memory());
     std::vector<TokenId> t(256, shared_engine()->tokenizer().eos_id());
     ASSERT_TRUE((*sess)->eval(t).ok());
-    grown = kv((*sess)->memory());
+    fixed = static_cast<uint64_t>(
+        std::max(static_cast<double>(kv((*sess)->memory())) - per_token * 256.0, static_cast<double>(empty)));
   }
-  const double per_token = static_cast<double>(grown - fixed) / 256.0;
   const std::string p1 = words(60, 21), p2 = words(60, 22);
   Output solo1, solo2;
   {

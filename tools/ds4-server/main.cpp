@@ -280,8 +280,8 @@ int main(int argc, char** argv) {
 
   ds4::server::Server server(**engine, so, trace);
   if (ds4::Status st = server.bind(); !st.ok()) return fail(st.message());
-  std::fprintf(stderr, "ds4-server: ctx %lld tokens, %s session(s), queue %lld, chat template %s%s%s\n",
-               static_cast<long long>(ctx), f.parallel > 0 ? std::to_string(f.parallel).c_str() : "max (from the KV budget)", static_cast<long long>(f.queue_size), f.chat_template.c_str(),
+  std::fprintf(stderr, "ds4-server: ctx %lld tokens, sessions %s, queue %lld, chat template %s%s%s\n",
+               static_cast<long long>(ctx), f.parallel > 0 ? std::to_string(f.parallel).c_str() : "up to what the KV budget admits", static_cast<long long>(f.queue_size), f.chat_template.c_str(),
                f.api_key.empty() ? "" : ", API key required", f.cors ? ", CORS on" : "");
   std::fprintf(stderr, "ds4-server: listening on http://%s:%d\n", so.host.c_str(), server.port());
 

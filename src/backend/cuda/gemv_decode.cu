@@ -106,27 +106,7 @@ struct QDot<GgmlType::IQ2_XXS> {
   static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockIQ2_XXS), kABytes = sizeof(BlockQ8_K), kParts = 8;
   __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& bsum, int&,
                               const uint64_t* grid, const uint8_t* signs) {
-    for (int g = p0; g < p1; ++g) {
-      const uint32_t a0 = ld32_u16(x + 2 + 8 * g), a1 = ld32_u16(x + 6 + 8 * g);
-      const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
-      int sumi = 0;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
-        const uint32_t sg = signs[(a1 >> (7 * c)) & 127];
-        uint32_t w[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          int v = static_cast<int>((gr >> (8 * i)) & 0xff);
-          if ((sg >> i) & 1) v = -v;
-          w[i / 4] |= (static_cast<uint32_t>(v) & 0xffu) << (8 * (i % 4));
-        }
-        const uint8_t* q8 = q8k_qs(y) + 32 * g + 8 * c;
-        sumi = __dp4a(static_cast<int>(w[0]), static_cast<int>(ld32(q8)), sumi);
-        sumi = __dp4a(static_cast<int>(w[1]), static_cast<int>(ld32(q8 + 4)), sumi);
-      }
-      bsum += sumi * ls;
-    }
+    for (int g = p0; g < p1; ++g) bsum += iq2_xxs_group_isum(x, y, g, grid, signs);
   }
   // Without the row's final ·0.125 (applied once per row, as dot_iq2_xxs_ref does).
   __device__ static float finish(const uint8_t* x, const uint8_t* y, int bsum, int) {

@@ -127,32 +127,37 @@ __device__ inline float dot_block_q4_K(const uint8_t* x, const uint8_t* y) {
   return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
 }
 
+// Integer sum of 32-value group g (0..7) of an IQ2_XXS block against its Q8_K activations, times the
+// group's scale 2·s+1 (exact in int; the block's d and the row's ·0.125 are applied by the caller).
+__device__ inline int iq2_xxs_group_isum(const uint8_t* x, const uint8_t* y, int g, const uint64_t* grid,
+                                         const uint8_t* signs) {
+  const uint32_t a0 = ld32_u16(x + 2 + 8 * g), a1 = ld32_u16(x + 6 + 8 * g);
+  const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
+  int sumi = 0;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
+    const uint32_t sg = signs[(a1 >> (7 * c)) & 127];
+    uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      int v = static_cast<int>((gr >> (8 * i)) & 0xff);
+      if ((sg >> i) & 1) v = -v;
+      w[i / 4] |= (static_cast<uint32_t>(v) & 0xffu) << (8 * (i % 4));
+    }
+    const uint8_t* q8 = q8k_qs(y) + 32 * g + 8 * c;
+    sumi = __dp4a(static_cast<int>(w[0]), static_cast<int>(ld32(q8)), sumi);
+    sumi = __dp4a(static_cast<int>(w[1]), static_cast<int>(ld32(q8 + 4)), sumi);
+  }
+  return sumi * ls;
+}
+
 // Without the final ·0.125 (applied once per row, as dot_iq2_xxs_ref does).
 __device__ inline float dot_block_iq2_xxs(const uint8_t* x, const uint8_t* y, const uint64_t* grid,
                                           const uint8_t* signs) {
   const float d = f16_dev(ld16(x)) * q8k_d(y);
   int bsum = 0;
-  for (int g = 0; g < 8; ++g) {
-    const uint32_t a0 = ld32_u16(x + 2 + 8 * g), a1 = ld32_u16(x + 6 + 8 * g);
-    const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
-    int sumi = 0;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
-      const uint32_t sg = signs[(a1 >> (7 * c)) & 127];
-      uint32_t w[2] = {0, 0};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        int v = static_cast<int>((gr >> (8 * i)) & 0xff);
-        if ((sg >> i) & 1) v = -v;
-        w[i / 4] |= (static_cast<uint32_t>(v) & 0xffu) << (8 * (i % 4));
-      }
-      const uint8_t* q8 = q8k_qs(y) + 32 * g + 8 * c;
-      sumi = __dp4a(static_cast<int>(w[0]), static_cast<int>(ld32(q8)), sumi);
-      sumi = __dp4a(static_cast<int>(w[1]), static_cast<int>(ld32(q8 + 4)), sumi);
-    }
-    bsum += sumi * ls;
-  }
+  for (int g = 0; g < 8; ++g) bsum += iq2_xxs_group_isum(x, y, g, grid, signs);
   return d * static_cast<float>(bsum);
 }
 

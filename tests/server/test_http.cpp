@@ -354,19 +354,22 @@ TEST_F(HttpTest, BodyLimitAuthAndCors) {
 
 TEST_F(HttpTest, QueueFullAnswers503AndDisconnectCancels) {
   ServerOptions o = small_options();
+  o.map.ctx = 16384;
   o.worker.max_queue = 1;
   o.worker.default_max_tokens = 100000;
   Running s(o);
-  // A long streaming generation occupies the only session...
+  // A long streaming generation occupies the only session. It must still be running when its client
+  // disconnects (after the queued client's 1 s timeout): 16,000 tokens that ignore EOS take the tiny model
+  // many seconds, where 900 tokens could finish first on a fast machine and the cancel was not counted.
   std::atomic<bool> stop_reading{false};
   std::atomic<int> chunks{0};
   std::thread first([&] {
     httplib::Client c("127.0.0.1", s.port());
-    Json b = chat_body("long", 900);
-    b["stream"] = true;
+    Json b = {{"model", "deepseek-v4-flash"}, {"prompt", "long"}, {"max_tokens", 16000},
+              {"temperature", 0}, {"ignore_eos", true}, {"stream", true}};
     httplib::Request req;
     req.method = "POST";
-    req.path = "/v1/chat/completions";
+    req.path = "/v1/completions";
     req.body = b.dump();
     req.set_header("Content-Type", "application/json");
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
@@ -397,7 +400,7 @@ TEST_F(HttpTest, QueueFullAnswers503AndDisconnectCancels) {
   stop_reading = true;  // the streaming client disconnects mid-generation
   first.join();
   // Both are cancelled once the server's socket polls (every 100 ms) notice; the worker is then free
-  // well before 900 tokens could have been generated.
+  // well before 16,000 tokens could have been generated.
   auto t0 = std::chrono::steady_clock::now();
   for (bool seen = false; !seen && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10);) {
     auto m = s.client().Get("/metrics");
@@ -415,12 +418,15 @@ TEST_F(HttpTest, QueueFullAnswers503AndDisconnectCancels) {
 
 TEST_F(HttpTest, NonStreamingDisconnectCancelsDuringGeneration) {
   ServerOptions o = small_options();
+  o.map.ctx = 16384;
   o.worker.default_max_tokens = 100000;
   Running s(o);
   {
     httplib::Client c("127.0.0.1", s.port());
-    c.set_read_timeout(0, 500000);  // give up after 0.5 s
-    auto r = c.Post("/v1/chat/completions", chat_body("a long answer please", 900).dump(), "application/json");
+    c.set_read_timeout(0, 500000);  // give up after 0.5 s, long before 16,000 EOS-ignoring tokens are done
+    Json b = {{"model", "deepseek-v4-flash"}, {"prompt", "a long answer please"}, {"max_tokens", 16000},
+              {"temperature", 0}, {"ignore_eos", true}};
+    auto r = c.Post("/v1/completions", b.dump(), "application/json");
     EXPECT_FALSE(r);
   }
   auto t0 = std::chrono::steady_clock::now();

@@ -130,6 +130,30 @@ int main(int argc, char** argv) {
       std::printf("BENCH op matmul q8_0 4096x4096 n=%d  %8.2f us  %7.2f TFLOP/s\n", n, s * 1e6, 2.0 * 4096 * 4096 * n / s / 1e12);
     }
   }
+  {  // HC control matmul (F16 [24][16384], twice per layer) in the segment order (matmul_f16.cu) and in
+     // the previous lane order (CudaBackendOptions::f16_segments = false), decode and batched steps.
+    cuda::CudaBackendOptions lo;
+    lo.f16_segments = false;
+    auto lane = cuda::make_cuda_backend(lo);
+    const int64_t rows = 24, cols = 16384, nmax = 32;
+    for (Backend* b : {be.get(), lane.ok() ? lane->get() : nullptr}) {
+      if (!b) continue;
+      auto host = random_blocks(GgmlType::F16, rows, cols, rng);
+      Weight w{GgmlType::F16, nullptr, rows, cols, *type_bytes(GgmlType::F16, cols)};
+      auto p = b->map_weight(host.data(), host.size());
+      auto hx = b->alloc(nmax * cols * 4, MemCategory::scratch), hy = b->alloc(nmax * rows * 4, MemCategory::scratch);
+      if (!p.ok() || !hx.ok() || !hy.ok()) continue;
+      w.data = *p;
+      b->fill_f32(hx->f32(), 0.5f, nmax * cols);
+      for (int64_t n : {1, 8, 32}) {
+        const double s = median_seconds([&] { b->matmul({w, hx->f32(), cols, hy->f32(), rows, n}); },
+                                        [&] { (void)b->sync(); }, 50);
+        std::printf("BENCH op matmul hc f16 24x16384 %-11s n=%-2d %8.2f us  %7.0f GB/s of weights\n",
+                    b == be.get() ? "segments" : "lane-order", static_cast<int>(n), s * 1e6,
+                    static_cast<double>(host.size()) / s / 1e9);
+      }
+    }
+  }
   {  // Routed experts, decode: 6 of 16 resident Flash experts.
     const int NE = 16, E = 4096, F = 2048, K = 6;
     Weight g = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E), u = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E);

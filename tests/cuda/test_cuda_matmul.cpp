@@ -3,6 +3,8 @@
 // KV 512, F 2048). Tolerances (relative to max|y| of the case): F32/BF16 and every `exact` case sum in
 // double: 1e-6; F16 and quantized `ds4` cases sum floats per block in another order: 2e-5; routed
 // experts under `ds4` re-quantize their hidden rows: 5e-4 (see CudaMoe::run).
+#include <algorithm>
+
 #include "cuda_test_util.h"
 
 using namespace ds4;
@@ -144,6 +146,106 @@ TEST_F(CudaMatmul, DecodeAndBatchPathsAtFlashShapes) {
   run(GgmlType::Q8_0, {64, 16384, 4}, MatmulNumerics::ds4);
   for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::IQ2_XXS})
     run(t, {600, 4096, 1}, MatmulNumerics::exact);  // exact numerics never take the decode kernels
+}
+
+// The F16 matrices of the Flash GGUF (tensors_q2.tsv), rows × cols: HC controls, the head's HC,
+// router, CSA/HCA compressor kv/gate, indexer q_b, indexer projection, indexer compressor kv/gate.
+constexpr struct {
+  int64_t rows, cols;
+} kFlashF16[] = {{24, 16384}, {4, 16384}, {256, 4096}, {1024, 4096}, {512, 4096}, {8192, 1024}, {64, 4096}};
+
+TEST_F(CudaMatmul, F16SegmentOrderMatchesCpuAtFlashShapesEveryBatchSize) {
+  // matmul_f16.cu serves every batch size: n = 1, 2 (one row per block), 5, 8, 16 (one vector group)
+  // and 40 (three groups; 4 rows per block where rows ≥ 256), strided x and y past n = 1.
+  for (const auto& c : kFlashF16)
+    for (int64_t n : {1, 2, 5, 8, 16, 40})
+      run(GgmlType::F16, {c.rows, c.cols, n}, MatmulNumerics::ds4, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+  // Ragged shapes: K not a multiple of the 512-value segment or of the 8-value loads (element loads),
+  // one row, an odd activation stride.
+  run(GgmlType::F16, {37, 1000, 3}, MatmulNumerics::ds4);
+  run(GgmlType::F16, {5, 1533, 9}, MatmulNumerics::ds4, 5, 1);
+  run(GgmlType::F16, {1, 700, 1}, MatmulNumerics::ds4);
+  run(GgmlType::F16, {300, 500, 20}, MatmulNumerics::ds4);  // 4 rows per block, a single segment
+}
+
+TEST_F(CudaMatmul, F16RowOfATokenIsTheSameBitsInEveryBatch) {
+  // Engine::step batches sessions: a vector's F16 result must be identical whether it runs alone, in a
+  // batch of 5 (one row per block), 8, or 40 (4 rows per block, three vector groups) — every launch
+  // shape sums in the same segment order. Also across 16-byte and element loads (odd x stride).
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& c : kFlashF16) shapes.push_back({c.rows, c.cols});
+  shapes.push_back({300, 1000});
+  for (auto [rows, cols] : shapes) {
+    const int64_t n = 40;
+    Weight w;
+    auto bytes = random_weight(GgmlType::F16, rows, cols, &w);
+    w.data = bytes.data();
+    Weight gw = gpu_weight(w, w.row_bytes * rows);
+    auto x = randn(static_cast<size_t>(n * cols));
+    float* gx = dev(x);
+    auto batch = [&](int64_t first, int64_t count) {
+      float* y = poisoned(static_cast<size_t>(count * rows));
+      gpu_->matmul({gw, gx + first * cols, cols, y, rows, count, MatmulNumerics::ds4});
+      return host(y, static_cast<size_t>(count * rows));
+    };
+    const auto all = batch(0, n);
+    const auto five = batch(15, 5);   // vectors 15 … 19
+    const auto eight = batch(32, 8);  // vectors 32 … 39
+    // Vector 17 alone with an odd activation stride: element loads instead of 16-byte loads.
+    std::vector<float> x17(static_cast<size_t>(cols + 1));
+    std::copy(x.begin() + 17 * cols, x.begin() + 18 * cols, x17.begin() + 1);
+    float* odd = poisoned(static_cast<size_t>(rows));
+    gpu_->matmul({gw, dev(x17) + 1, cols + 1, odd, rows, 1, MatmulNumerics::ds4});
+    const auto got_odd = host(odd, static_cast<size_t>(rows));
+    for (int64_t v : {int64_t{0}, int64_t{17}, int64_t{39}}) {
+      const auto one = batch(v, 1);
+      for (int64_t o = 0; o < rows; ++o) {
+        const std::string at = std::to_string(rows) + "x" + std::to_string(cols) + " vector " + std::to_string(v) +
+                               " row " + std::to_string(o);
+        ASSERT_EQ(one[o], all[v * rows + o]) << "n=1 vs n=40, " << at;
+        if (v == 17) {
+          ASSERT_EQ(one[o], five[2 * rows + o]) << "n=1 vs n=5, " << at;
+          ASSERT_EQ(one[o], got_odd[o]) << "16-byte vs element loads, " << at;
+        }
+        if (v == 39) {
+          ASSERT_EQ(one[o], eight[7 * rows + o]) << "n=1 vs n=8, " << at;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(gpu_->sync().ok());
+}
+
+TEST_F(CudaMatmul, F16PreviousLaneOrderStaysSelectable) {
+  // CudaBackendOptions::f16_segments = false runs the previous kernels (before/after benchmarks):
+  // still within the CPU tolerance and still batch-invariant, in its own (different) order.
+  backend::cuda::CudaBackendOptions o;
+  o.f16_segments = false;
+  auto made = backend::cuda::make_cuda_backend(o);
+  ASSERT_TRUE(made.ok());
+  auto& old = *made;
+  const int64_t rows = 24, cols = 16384, n = 8;
+  Weight w;
+  auto bytes = random_weight(GgmlType::F16, rows, cols, &w);
+  w.data = bytes.data();
+  auto x = randn(static_cast<size_t>(n * cols));
+  std::vector<float> want(static_cast<size_t>(n * rows));
+  cpu_->matmul({w, x.data(), cols, want.data(), rows, n, MatmulNumerics::ds4});
+  Weight gw = w;
+  gw.data = *old->map_weight(w.data, bytes.size());
+  auto gx = old->alloc(x.size() * 4, MemCategory::scratch);
+  auto gy = old->alloc(want.size() * 4, MemCategory::scratch);
+  auto g1 = old->alloc(static_cast<uint64_t>(rows) * 4, MemCategory::scratch);
+  ASSERT_TRUE(gx.ok() && gy.ok() && g1.ok());
+  old->upload(gx->data(), x.data(), x.size() * 4);
+  old->matmul({gw, gx->f32(), cols, gy->f32(), rows, n, MatmulNumerics::ds4});
+  old->matmul({gw, gx->f32() + 3 * cols, cols, g1->f32(), rows, 1, MatmulNumerics::ds4});
+  std::vector<float> got(want.size()), one(static_cast<size_t>(rows));
+  old->download(got.data(), gy->data(), got.size() * 4);
+  old->download(one.data(), g1->data(), one.size() * 4);
+  ASSERT_TRUE(old->sync().ok());
+  expect_close(got, want, 2e-5, 1e-7, "matmul F16 lane order 24x16384 n8");
+  for (int64_t o = 0; o < rows; ++o) ASSERT_EQ(one[o], got[3 * rows + o]) << "row " << o;
 }
 
 TEST_F(CudaMatmul, RowSliceOfAGroupedMatrix) {

@@ -41,6 +41,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   auto be = std::unique_ptr<CudaBackend>(new CudaBackend(opts.device, s));
   be->set_tensor_cores(opts.tensor_cores);
   be->set_decode_kernels(opts.decode_kernels);
+  be->set_f16_segments(opts.f16_segments);
   return std::unique_ptr<Backend>(std::move(be));
 }
 

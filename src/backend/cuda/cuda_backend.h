@@ -22,6 +22,11 @@ struct CudaBackendOptions {
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
   bool decode_kernels = true;
+  // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
+  // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
+  // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits
+  // do not depend on its batch; the two orders differ from each other in the last bits.
+  bool f16_segments = true;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

@@ -130,6 +130,8 @@ class CudaBackend final : public Backend {
   void gemv(const GemvJob& j, DeviceScratch& act_scratch);
   // Tensor-core GEMM of a job gemm_supports() accepts, on activations gemv() has quantized (ops_gemm.cu).
   void gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
+  // F16 rows under ds4 numerics, every batch size, in README.md's segment order (matmul_f16.cu).
+  void gemv_f16(const GemvJob& j);
   // Sorts vector ids by ids[v] into moe_groups_ (no host sync); false (error recorded) on failure.
   bool group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g);
   // Decode paths (gemv_decode.cu): false when the job is not theirs (then nothing was launched).
@@ -150,6 +152,7 @@ class CudaBackend final : public Backend {
   void set_tensor_cores(bool on) { tensor_cores_ = on; }
   bool tensor_cores() const { return tensor_cores_; }
   void set_decode_kernels(bool on) { decode_kernels_ = on; }
+  void set_f16_segments(bool on) { f16_segments_ = on; }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -158,6 +161,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   Status first_error_;
   bool decode_kernels_ = true;            // CudaBackendOptions::decode_kernels
+  bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

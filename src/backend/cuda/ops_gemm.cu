@@ -350,6 +350,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
 }
 
 // ---- F16 weights · float activations, several vectors per weight read ----
+// Only with CudaBackendOptions::f16_segments = false (the default runs matmul_f16.cu's segment order).
 // The F16 matvec's arithmetic exactly (ops_matmul.cu gemv_f16_kernel: lane l sums elements l, l+32, …
 // in order, then the xor-butterfly warp_sum), for kF16Vecs vectors per warp, so each weight row is
 // read once per 16 vectors instead of once per vector and a token's result does not depend on how

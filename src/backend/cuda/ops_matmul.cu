@@ -103,7 +103,8 @@ __global__ void gemv_double_kernel(GemvParams p) {
   }
 }
 
-// F16 rows · floats with float accumulation (ds4's dot_f16_row).
+// F16 rows · floats with float accumulation (ds4's dot_f16_row), lane order: only with
+// CudaBackendOptions::f16_segments = false (the default runs matmul_f16.cu's segment order).
 __global__ void gemv_f16_kernel(GemvParams p) {
   const int lane = threadIdx.x % kWarp;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / kWarp;
@@ -262,6 +263,11 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
     return;
   }
   if (T == GgmlType::F16 && j.numerics == MatmulNumerics::ds4) {
+    if (f16_segments_) {  // the segment order (matmul_f16.cu), one kernel for every batch size
+      gemv_f16(j);
+      return;
+    }
+    // CudaBackendOptions::f16_segments = false: the previous lane order, matvec or 16-vector kernel.
     if (tensor_cores() && gemm_supports(j)) {  // prefill batches: tiled F16 GEMM (ops_gemm.cu)
       gemm(j, nullptr, 0);
       return;

@@ -1,0 +1,187 @@
+// matmul_f16.cu — F16 weights · float activations under ds4 numerics (router [256][4096], compressor and
+// indexer projections, HC controls [24][16384] and the head's [4][16384]) for every batch size, in the
+// segment order of README.md "F16 summation order": K is cut into 512-value segments, each summed by one
+// warp in a fixed lane order, and the segment sums are added in segment order. The order depends on
+// nothing but K, so one kernel serves n = 1 and n = 64 and a token's bits never depend on its batch.
+//
+// Launch shape (free to change: it never touches the order): a block owns R rows (1 or 4) and up to 16
+// vectors and walks the segments in rounds of one segment per warp; each warp loads its weights once
+// (16 values per lane per row) and reuses them for every vector of the block. With R = 4 each
+// activation load serves 4 rows. A 24 × 16384 HC matmul at n = 1 is 24 blocks of 32 warps: every
+// weight byte is in flight at once instead of 24 warps walking 16384 values each.
+// Deliberately not here: F32/BF16 and `exact` numerics (double-accumulating matvec, ops_matmul.cu),
+// the previous lane-order kernels (CudaBackendOptions::f16_segments = false keeps them selectable).
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+constexpr int kSeg = 512;        // values per segment: the summation contract, never a tuning knob
+constexpr int kSegHalf = 256;    // a lane's two 8-value chunks start at 8·lane and 256 + 8·lane
+constexpr int kBlockVecs = 16;   // vectors per block (grid y covers the rest)
+
+struct F16Params {
+  const uint8_t* w;            // matrix, or expert 0
+  uint64_t row_bytes, expert_bytes;
+  const int32_t* ids;          // [n_vec] expert per vector, or null (then one vector per block)
+  int32_t n_expert;
+  int64_t rows, cols;
+  const float* x;              // [*][x_stride]; vector v reads row v / x_div
+  int64_t x_stride;
+  int32_t x_div;
+  float* y;                    // [n_vec][y_stride]
+  int64_t y_stride, n_vec;
+  int32_t block_vecs;          // vectors per block (≤ kBlockVecs; 1 with ids)
+  bool wide_loads;             // 16-byte weight and activation loads are aligned (cols % 8 == 0, …)
+};
+
+// One lane's 8-value chunk of F16 weights at element e (zeros beyond cols).
+__device__ inline uint4 load_w8(const uint8_t* row, int64_t e, int64_t cols, bool wide) {
+  if (wide) return e < cols ? *reinterpret_cast<const uint4*>(row + 2 * e) : make_uint4(0, 0, 0, 0);
+  uint16_t h[8];
+  const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) h[j] = e + j < cols ? r[e + j] : 0;
+  return make_uint4(h[0] | (uint32_t{h[1]} << 16), h[2] | (uint32_t{h[3]} << 16), h[4] | (uint32_t{h[5]} << 16),
+                    h[6] | (uint32_t{h[7]} << 16));
+}
+
+// The matching 8 activations (zeros beyond cols, so padding never turns a product into NaN).
+__device__ inline void load_x8(const float* x, int64_t e, int64_t cols, bool wide, float4& a, float4& b) {
+  if (wide) {
+    if (e < cols) {
+      a = *reinterpret_cast<const float4*>(x + e);
+      b = *reinterpret_cast<const float4*>(x + e + 4);
+    } else {
+      a = b = make_float4(0, 0, 0, 0);
+    }
+    return;
+  }
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = e + j < cols ? x[e + j] : 0.0f;
+  a = make_float4(v[0], v[1], v[2], v[3]);
+  b = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// acc += w_j · x_j for j = 0 … 7 in order (one product rounded, then one add: --fmad=false).
+__device__ inline float dot8(float acc, uint4 w, float4 a, float4 b) {
+  const uint32_t q[4] = {w.x, w.y, w.z, w.w};
+  const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    acc += f16_dev(static_cast<uint16_t>(q[k] & 0xffffu)) * x[2 * k];
+    acc += f16_dev(static_cast<uint16_t>(q[k] >> 16)) * x[2 * k + 1];
+  }
+  return acc;
+}
+
+// R rows per block, up to kMaxWarps warps (one segment each per round).
+template <int R, int kMaxWarps>
+__global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Params p) {
+  __shared__ float part[kBlockVecs][R][kMaxWarps];  // segment sums of the current round
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.y) * p.block_vecs;
+  const int nv = static_cast<int>(std::min<int64_t>(p.block_vecs, p.n_vec - v0));
+  const uint8_t* base = p.w;
+  bool bad_expert = false;
+  if (p.ids) {  // block_vecs == 1: this block's one vector picks the expert
+    const int32_t e = p.ids[v0];
+    bad_expert = e < 0 || e >= p.n_expert;
+    base += static_cast<uint64_t>(bad_expert ? 0 : e) * p.expert_bytes;
+  }
+  const int64_t nseg = (p.cols + kSeg - 1) / kSeg;
+  // Thread t < nv·R keeps the running row sum of vector t / R, row o0 + t % R.
+  float total = 0.0f;
+  for (int64_t s0 = 0; s0 < nseg && !bad_expert; s0 += nw) {
+    const int64_t s = s0 + warp;
+    if (s < nseg) {
+      const int64_t e0 = s * kSeg + 8 * lane, e1 = e0 + kSegHalf;
+      uint4 w[R][2];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (o0 + r < p.rows) {
+          const uint8_t* row = base + static_cast<uint64_t>(o0 + r) * p.row_bytes;
+          w[r][0] = load_w8(row, e0, p.cols, p.wide_loads);
+          w[r][1] = load_w8(row, e1, p.cols, p.wide_loads);
+        } else {
+          w[r][0] = w[r][1] = make_uint4(0, 0, 0, 0);
+        }
+      }
+#pragma unroll 2
+      for (int v = 0; v < nv; ++v) {
+        const float* x = p.x + ((v0 + v) / p.x_div) * p.x_stride;
+        float4 xa, xb, xc, xd;
+        load_x8(x, e0, p.cols, p.wide_loads, xa, xb);
+        load_x8(x, e1, p.cols, p.wide_loads, xc, xd);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          // The contract: chunk 8·lane then chunk 256 + 8·lane, in element order, then the butterfly.
+          const float lane_sum = dot8(dot8(0.0f, w[r][0], xa, xb), w[r][1], xc, xd);
+          const float seg_sum = warp_sum(lane_sum);
+          if (lane == 0) part[v][r][warp] = seg_sum;
+        }
+      }
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < nv * R) {
+      const int v = threadIdx.x / R, r = threadIdx.x % R;
+      const int m = static_cast<int>(std::min<int64_t>(nw, nseg - s0));
+      for (int k = 0; k < m; ++k) total += part[v][r][k];  // segment order
+    }
+    __syncthreads();  // the next round overwrites `part`
+  }
+  if (static_cast<int>(threadIdx.x) < nv * R) {
+    const int v = threadIdx.x / R, r = threadIdx.x % R;
+    if (o0 + r < p.rows) p.y[(v0 + v) * p.y_stride + o0 + r] = bad_expert ? NAN : total;
+  }
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+void CudaBackend::gemv_f16(const GemvJob& j) {
+  F16Params p{};
+  p.w = static_cast<const uint8_t*>(j.w.data);
+  p.row_bytes = j.w.row_bytes;
+  p.expert_bytes = j.expert_bytes;
+  p.ids = j.ids;
+  p.n_expert = j.n_expert;
+  p.rows = j.w.rows;
+  p.cols = j.w.cols;
+  p.x = j.x;
+  p.x_stride = j.x_stride;
+  p.x_div = j.x_div;
+  p.y = j.y;
+  p.y_stride = j.y_stride;
+  p.n_vec = j.n_vec;
+  p.block_vecs = j.ids ? 1 : static_cast<int32_t>(std::min<int64_t>(j.n_vec, kBlockVecs));
+  p.wide_loads = j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) &&
+                 j.x_stride % 4 == 0 && (!j.ids || j.expert_bytes % 16 == 0);
+  const int64_t nseg = (j.w.cols + kSeg - 1) / kSeg;
+  const int64_t gy = (j.n_vec + p.block_vecs - 1) / p.block_vecs;
+  if (gy > 65535) {
+    fail(invalid_argument("cuda matmul f16: " + std::to_string(j.n_vec) + " vectors exceed one launch"));
+    return;
+  }
+  cudaStream_t s = stream();
+  // 4 rows per block when several vectors share the weights and there are rows enough to fill the
+  // device: each activation load then serves 4 rows (router, compressor, indexer at batch sizes > 1).
+  if (!j.ids && j.n_vec > 1 && j.w.rows >= 256) {
+    const int warps = static_cast<int>(std::clamp<int64_t>(nseg, 2, 8));  // ≥ 2: 64 threads sum 16 vectors × 4 rows
+    f16_segment_kernel<4, 8><<<dim3(grid_for(j.w.rows, 4), static_cast<unsigned>(gy)), warps * kWarp, 0, s>>>(p);
+  } else {
+    const int warps = static_cast<int>(std::clamp<int64_t>(nseg, 1, 32));  // cols 0: one idle warp writes zeros
+    f16_segment_kernel<1, 32><<<dim3(static_cast<unsigned>(j.w.rows), static_cast<unsigned>(gy)), warps * kWarp, 0, s>>>(p);
+  }
+  launched("matmul f16 (segment order)");
+}
+
+}  // namespace ds4::backend::cuda

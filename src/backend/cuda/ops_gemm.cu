@@ -15,9 +15,9 @@
 // expert's rows are read once per 64 of its vectors instead of once per vector).
 // Float order: the quantized GEMM sums its per-block terms in the CPU's block order, which the
 // quantized matvec also uses, so a token's result is the same for any batch size and bit-identical to
-// the CPU op. F16 weights (router, compressor, indexer, HC) run the F16 matvec's own order (lane-strided
-// elements + warp butterfly) over 16 vectors per weight read: batch-invariant, not CPU order (the
-// CPU's 4096-long sequential float sum has no parallel form).
+// the CPU op. F16 weights (router, compressor, indexer, HC) run matmul_f16.cu's segment order; the F16
+// kernel here is the previous lane order (lane-strided elements + warp butterfly, 16 vectors per weight
+// read), kept for CudaBackendOptions::f16_segments = false.
 // Deliberately not here: n < kGemmMinVectors (the matvec in ops_matmul.cu is faster for decode),
 // exact numerics and F32/BF16 weights (matvec), Q4_K (matvec).
 #include <string>

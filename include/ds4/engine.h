@@ -21,6 +21,14 @@ namespace ds4 {
 
 enum class BackendKind { cpu, cuda };
 
+// Prefill tokens per forward step when EngineOptions::max_chunk is 0. The CPU is compute-bound at any
+// chunk, so 64 keeps the per-session ring and compressor frontiers (sized by the chunk) small. On CUDA a
+// 64-token step leaves the tensor-core GEMMs and chunk attention mostly idle (43-layer flash-q2 on an
+// H200: ~310 tok/s prefill at 64 against ~1,090 at 2048); 512 gets most of that back for ~160 MiB more
+// per session (ring + frontiers, `ds4 plan --chunk`). The server's step budget (--max-batch-tokens)
+// is this same number, and with many decoding sessions a 64-token step left new prompts a few tokens each.
+constexpr int32_t default_max_chunk(BackendKind b) { return b == BackendKind::cuda ? 512 : 64; }
+
 // Number of usable CUDA devices: 0 when this build has no CUDA backend, or there is no GPU or driver.
 // Tools use it to pick their default backend (CUDA when available, else CPU).
 int cuda_device_count();
@@ -42,7 +50,7 @@ struct EngineOptions {
   // CUDA: prefill-sized matmuls and routed experts on int8 tensor cores and chunk attention (off: the
   // matvec and one-query attention kernels for every batch size; same numerics up to float sum order).
   bool cuda_tensor_cores = true;
-  int32_t max_chunk = 0;                // prefill tokens per forward step (scratch is sized for it); 0 = 64
+  int32_t max_chunk = 0;                // prefill tokens per forward step (scratch is sized for it); 0 = default_max_chunk(backend)
   // Shared-expert SwiGLU clamp (MODEL.md §8 step 6): on for ds4/official; HF revision B omits it,
   // so golden comparisons against that revision turn it off.
   bool shared_expert_clamp = true;

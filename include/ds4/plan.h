@@ -22,7 +22,7 @@ struct PlanOptions {
   BackendKind backend = BackendKind::cpu;
   int64_t ctx = 0;        // tokens held by each session (N); 0 = the model's context_length
   int64_t sessions = 1;   // K
-  int32_t max_chunk = 0;  // as EngineOptions::max_chunk (0 = 64)
+  int32_t max_chunk = 0;  // as EngineOptions::max_chunk (0 = default_max_chunk(backend))
   int n_threads = 0;      // CPU threads (op scratch is per thread); 0 = hardware concurrency
   int cuda_device = 0;
   // Memory to plan against; 0 = what the machine reports (host MemAvailable, or the device's free bytes).

@@ -86,7 +86,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
 #endif
 
   model::ForwardOptions fo;
-  fo.max_chunk = opts.max_chunk > 0 ? opts.max_chunk : 64;
+  fo.max_chunk = opts.max_chunk > 0 ? opts.max_chunk : default_max_chunk(opts.backend);
   fo.numerics = opts.numerics == Numerics::reference ? model::ForwardNumerics::reference()
                                                       : model::ForwardNumerics::official();
   fo.numerics.shared_expert_clamp = opts.shared_expert_clamp;

@@ -111,7 +111,7 @@ Result<MemoryPlan> plan_memory(const PlanOptions& o) {
   if (N > model_ctx)
     return invalid_argument("plan: --ctx " + std::to_string(N) + " exceeds the model's context length of " +
                             std::to_string(model_ctx));
-  const int64_t C = o.max_chunk > 0 ? o.max_chunk : 64;
+  const int64_t C = o.max_chunk > 0 ? o.max_chunk : default_max_chunk(o.backend);
   const int threads = o.n_threads > 0 ? o.n_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 
   MemoryPlan p = compute(f, o, C, threads, N, o.sessions);

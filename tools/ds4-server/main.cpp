@@ -62,7 +62,7 @@ struct Flags {
   bool think = false, nothink = false, think_max = false;
   std::string chat_template = "ds4";
   int parallel = 0;              // --max-sessions (--parallel): 0 = derived from the KV budget
-  int64_t max_batch_tokens = 0;  // 0 = the engine's step size (64)
+  int64_t max_batch_tokens = 0;  // 0 = the engine's step size (default_max_chunk: 512 CUDA, 64 CPU)
   int64_t kv_memory_mb = 0;      // 0 = derived from free device/host memory at startup
   int64_t prefix_cache_mb = 1024;
   int64_t queue_size = 16;
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   app.add_option("--chat-template", f.chat_template, "prompt rendering: ds4 (ds4-server bytes) or official (DeepSeek encoder)")
       ->check(CLI::IsMember({"ds4", "official"}))->capture_default_str();
   app.add_option("--max-sessions,--parallel", f.parallel, "live sessions (KV timelines) batched together; 0 = from the KV budget")->check(CLI::Range(0, 4096))->capture_default_str();
-  app.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens of all sessions in one engine step (decode tokens + prefill chunks); 0 = 64")->check(CLI::Range(int64_t{0}, int64_t{65536}))->capture_default_str();
+  app.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens of all sessions in one engine step (decode tokens + prefill chunks); 0 = 512 on CUDA, 64 on the CPU")->check(CLI::Range(int64_t{0}, int64_t{65536}))->capture_default_str();
   app.add_option("--kv-memory-mb", f.kv_memory_mb, "KV cache budget of all sessions in MiB (admission); 0 = 90% of free GPU memory after loading, or half the host's available memory")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--prefix-cache-mb", f.prefix_cache_mb, "host memory for saved prompt prefixes shared across sessions; 0 = off")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--queue-size", f.queue_size, "waiting requests before 503 + Retry-After")->check(CLI::Range(int64_t{1}, int64_t{100000}))->capture_default_str();

@@ -33,7 +33,7 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_option("-m,--model", f.model, "model GGUF file")->required();
   app.add_option("-t,--threads", f.threads, "CPU threads (0 = all cores)");
   app.add_option("-c,--ctx", f.ctx, "session context limit in tokens")->capture_default_str();
-  app.add_option("--chunk", f.chunk, "prefill tokens per forward step (0 = 64)");
+  app.add_option("--chunk", f.chunk, "prefill tokens per forward step (0 = 512 on CUDA, 64 on the CPU)");
   app.add_option("--numerics", f.numerics,
                  "official (FP8 KV, FP4 indexer, f16 cache: what ds4 computes) | reference (float32, no "
                  "simulations: what HF transformers computes)")

@@ -65,7 +65,7 @@ int ds4_cmd_plan(int argc, char** argv) {
   app.add_option("-c,--ctx", o.ctx, "tokens held by each session (0 = the model's context length)")->capture_default_str();
   app.add_option("--sessions", o.sessions, "number of sessions")->capture_default_str();
   app.add_option("--backend", backend, "cpu | cuda")->capture_default_str();
-  app.add_option("--chunk", o.max_chunk, "prefill tokens per forward step, as the engine's --chunk (0 = 64)");
+  app.add_option("--chunk", o.max_chunk, "prefill tokens per forward step, as the engine's --chunk (0 = 512 on CUDA, 64 on the CPU)");
   app.add_option("-t,--threads", o.n_threads, "CPU threads (per-thread op scratch; 0 = all cores)");
   app.add_option("--cuda-device", o.cuda_device, "CUDA device index");
   app.add_option("--memory", memory, "plan against this much memory instead of what is free here (e.g. 80G, 141G)");

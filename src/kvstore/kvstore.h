@@ -20,14 +20,17 @@
 // may vanish at any time (a vanished file is a miss, never an error).
 //
 // Threading: a Store is used by one thread at a time (the engine worker); several Store objects
-// (threads, processes) may use one directory concurrently.
+// (threads, processes) may use one directory concurrently. stats() and usage() may be called from
+// any thread (a /metrics scrape) while that thread works.
 // Deliberately not here: rendering, tokenizing, the snapshot format (payload bytes are opaque),
 // and when to save (save_policy.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -116,6 +119,33 @@ struct VerifyReport {
   std::vector<std::string> problems;   // "key: reason"
 };
 
+// Why lookup() passed over an entry file that matched the prompt (the entry is then a miss).
+enum class Rejection : uint32_t {
+  corrupt,        // header, length, padding or a section checksum wrong (truncated, bit-flipped, garbage): removed
+  model_version,  // header names another model fingerprint or engine version than its key's namespace
+  quant,          // another routed-expert quant family while reject_different_quant is set
+  unsupported,    // a newer format version or a codec this process lacks: skipped, never removed
+  ctx,            // written by a session with a larger context limit than the lookup allows
+  vocab,          // logit count differs from the model's vocabulary
+  mismatch,       // name, header and index disagree, or the text is not the prompt's prefix
+  unreadable,     // could not be opened or read (I/O error, permissions)
+};
+inline constexpr size_t kRejectionCount = 8;
+const char* rejection_name(Rejection r);
+
+// What this Store did to the directory since it was opened (other processes' work is not counted).
+struct StoreStats {
+  uint64_t files_written = 0, bytes_written = 0;    // entry files published by save()
+  uint64_t files_read = 0, bytes_read = 0;          // entry bodies read by lookup() (hits and rejected)
+  uint64_t evicted_entries = 0, evicted_bytes = 0;  // removed to stay under space_bytes (save, open, gc)
+  std::array<uint64_t, kRejectionCount> rejected{}; // by Rejection
+};
+
+// The directory now: bytes of all its regular files and the number of entries (.kv files).
+struct DirUsage {
+  uint64_t bytes = 0, entries = 0;
+};
+
 struct GcReport {
   uint64_t bytes_before = 0, bytes_after = 0;
   uint64_t evicted_entries = 0, removed_temp = 0, removed_orphans = 0, index_records_dropped = 0;
@@ -151,6 +181,10 @@ class Store {
   Result<uint64_t> clear();
   // Bytes of all regular files in the directory.
   Result<uint64_t> usage_bytes() const;
+  // Bytes and entries in the directory (one listing; a wiped directory is empty, not an error).
+  Result<DirUsage> usage() const;
+  // Counters of this Store's own saves, reads, evictions and rejections.
+  StoreStats stats() const;
 
  private:
   explicit Store(StoreOptions opts);
@@ -160,10 +194,18 @@ class Store {
   void log(const std::string& line) const;
   std::string path(const std::string& name) const { return opts_.dir + "/" + name; }
   Result<uint64_t> evict_to(uint64_t budget, const std::string& protect_key, GcReport* report);
+  void reject(Rejection why);
+  template <class F>
+  void count(F&& update) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    update(stats_);
+  }
 
   StoreOptions opts_;
   Digest salt_{};
   std::vector<const PayloadCodec*> codecs_;
+  mutable std::mutex stats_mu_;  // stats_ is read by other threads (metrics)
+  StoreStats stats_;
 };
 
 // The namespace digest of an identity (model fingerprint + engine version; not the quant family).

@@ -6,6 +6,7 @@
 // marker token ids the cold anchor needs.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -16,6 +17,7 @@ namespace ds4::kvstore {
 
 // Why a checkpoint was written (the header's save-reason byte; the numbers are ds4's).
 enum class SaveReason : uint32_t { unknown = 0, cold = 1, continued = 2, evict = 3, shutdown = 4 };
+inline constexpr size_t kSaveReasonCount = 5;
 const char* save_reason_name(SaveReason r);
 
 // The knobs, with ds4-server's defaults (its --help text).

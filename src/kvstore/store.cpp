@@ -90,6 +90,29 @@ Store::Store(StoreOptions opts) : opts_(std::move(opts)) {
 }
 Store::~Store() = default;
 
+const char* rejection_name(Rejection r) {
+  switch (r) {
+    case Rejection::corrupt: return "corrupt";
+    case Rejection::model_version: return "model_or_version";
+    case Rejection::quant: return "quant";
+    case Rejection::unsupported: return "unsupported";
+    case Rejection::ctx: return "ctx";
+    case Rejection::vocab: return "vocab";
+    case Rejection::mismatch: return "mismatch";
+    case Rejection::unreadable: return "unreadable";
+  }
+  return "unknown";
+}
+
+StoreStats Store::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Store::reject(Rejection why) {
+  count([why](StoreStats& s) { s.rejected[static_cast<size_t>(why)]++; });
+}
+
 Result<std::unique_ptr<Store>> Store::open(StoreOptions opts) {
   if (opts.dir.empty()) return invalid_argument("kvstore: --kv-disk-dir is empty");
   if (opts.model.engine_version.size() > kEngineVersionBytes)
@@ -223,6 +246,10 @@ Result<SaveResult> Store::save(const SaveRequest& req) {
   }
   if (!st.ok()) return st.with_context("kvstore: save " + res.key.substr(0, 12));
   res.written = true;
+  count([bytes](StoreStats& s) {
+    s.files_written++;
+    s.bytes_written += bytes;
+  });
 
   MetaRecord m = fresh;
   m.entry_bytes = bytes;
@@ -277,30 +304,38 @@ Result<std::optional<Hit>> Store::lookup(const LookupRequest& req) {
       if (!opened.ok()) {
         if (opened.status().code() == StatusCode::not_found) continue;  // evicted or wiped
         if (opened.status().code() == StatusCode::invalid_data) {
+          reject(Rejection::corrupt);
           log("kv cache: removing damaged " + hex.substr(0, 12) + ": " + opened.status().message());
           struct stat st;
           if (::stat(file.c_str(), &st) == 0) remove_if_same(file, static_cast<uint64_t>(st.st_ino));
         } else {
+          reject(Rejection::unreadable);
           log("kv cache: skipping " + hex.substr(0, 12) + ": " + opened.status().to_string());
         }
         continue;
       }
       const EntryHeader& eh = opened->header;
       std::string why;
+      Rejection kind = Rejection::mismatch;
       if (eh.key != key) {
         why = "header key differs from its name";
       } else if (eh.model_fingerprint != opts_.model.fingerprint || eh.engine_version != opts_.model.engine_version) {
         why = "written by another model or engine version";
+        kind = Rejection::model_version;
       } else if (eh.quant_family != opts_.model.quant_family && opts_.reject_different_quant) {
         why = "quant family " + std::to_string(eh.quant_family) + " != " + std::to_string(opts_.model.quant_family);
+        kind = Rejection::quant;
       } else if (eh.text_bytes != r.text_bytes || eh.n_tokens < req.min_tokens) {
         why = "size differs from the index";
       } else if (req.max_ctx && eh.ctx > req.max_ctx) {
         why = "written with ctx " + std::to_string(eh.ctx) + " > " + std::to_string(req.max_ctx);
+        kind = Rejection::ctx;
       } else if (req.n_logits && eh.n_logits != req.n_logits) {
         why = "logit count " + std::to_string(eh.n_logits) + " != " + std::to_string(req.n_logits);
+        kind = Rejection::vocab;
       }
       if (!why.empty()) {
+        reject(kind);
         log("kv cache: skipping " + hex.substr(0, 12) + ": " + why);
         continue;
       }
@@ -310,10 +345,16 @@ Result<std::optional<Hit>> Store::lookup(const LookupRequest& req) {
         auto lock = FlockGuard::lock(opened->fd.get(), false, false);
         entry = read_entry(*opened, codecs_, opts_.limits);
       }
+      count([&](StoreStats& s) {
+        s.files_read++;
+        s.bytes_read += opened->file_bytes;
+      });
       if (!entry.ok()) {
         if (entry.status().code() == StatusCode::unsupported) {
+          reject(Rejection::unsupported);
           log("kv cache: skipping " + hex.substr(0, 12) + ": " + entry.status().message());
         } else {
+          reject(Rejection::corrupt);
           log("kv cache: removing damaged " + hex.substr(0, 12) + ": " + entry.status().message());
           remove_if_same(file, opened->inode);
         }
@@ -321,6 +362,7 @@ Result<std::optional<Hit>> Store::lookup(const LookupRequest& req) {
       }
       // Final guard against a wrong answer: the cached text really is this prompt's prefix.
       if (entry->text.size() != r.text_bytes || std::memcmp(entry->text.data(), p.data(), r.text_bytes) != 0) {
+        reject(Rejection::mismatch);
         log("kv cache: skipping " + hex.substr(0, 12) + ": text is not a prefix of the prompt");
         continue;
       }

@@ -105,6 +105,10 @@ Result<uint64_t> Store::evict_to(uint64_t budget, const std::string& protect_key
         (void)remove_file(path(meta_name(c.key)));
         total -= std::min(total, c.bytes);
         ++evicted;
+        count([&](StoreStats& s) {
+          s.evicted_entries++;
+          s.evicted_bytes += c.bytes;
+        });
         log("kv cache: evicted " + c.key.substr(0, 12) + " (" + std::to_string(c.bytes) + " bytes)");
       }
     }
@@ -235,12 +239,20 @@ Result<uint64_t> Store::clear() {
 }
 
 Result<uint64_t> Store::usage_bytes() const {
+  DS4_ASSIGN_OR_RETURN(DirUsage u, usage());
+  return u.bytes;
+}
+
+Result<DirUsage> Store::usage() const {
   auto listing = list_dir(opts_.dir);
-  if (!listing.ok()) return listing.status().code() == StatusCode::not_found ? Result<uint64_t>(uint64_t{0})
-                                                                              : Result<uint64_t>(listing.status());
-  uint64_t total = 0;
-  for (const DirEntry& d : *listing) total += d.bytes;
-  return total;
+  if (!listing.ok()) return listing.status().code() == StatusCode::not_found ? Result<DirUsage>(DirUsage{})
+                                                                              : Result<DirUsage>(listing.status());
+  DirUsage u;
+  for (const DirEntry& d : *listing) {
+    u.bytes += d.bytes;
+    if (classify(d.name, nullptr) == FileKind::entry) ++u.entries;
+  }
+  return u;
 }
 
 }  // namespace ds4::kvstore

@@ -70,6 +70,16 @@ DiskCacheStats DiskCache::stats() const {
   return stats_;
 }
 
+DiskCacheReport DiskCache::report() const {
+  DiskCacheReport r;
+  r.cache = stats();
+  r.store = store_->stats();
+  if (auto u = store_->usage(); u.ok()) r.usage = *u;
+  r.limit_bytes = store_->options().space_bytes;
+  r.dir = store_->options().dir;
+  return r;
+}
+
 bool DiskCache::save(Session& s, DiskTimeline& t, kvstore::SaveReason why) {
   const auto t0 = Clock::now();
   const int64_t n = s.position();
@@ -79,6 +89,7 @@ bool DiskCache::save(Session& s, DiskTimeline& t, kvstore::SaveReason why) {
         " tokens) failed: " + st.to_string());
     std::lock_guard<std::mutex> lock(mu_);
     stats_.save_errors++;
+    stats_.save_seconds += seconds_since(t0);
     return false;
   };
   auto snap = s.snapshot(opts_.compact ? SnapshotFormat::compact : SnapshotFormat::f32);
@@ -98,15 +109,15 @@ bool DiskCache::save(Session& s, DiskTimeline& t, kvstore::SaveReason why) {
   if (!r->skipped.empty()) {
     log(std::string("save (") + kvstore::save_reason_name(why) + ", " + std::to_string(n) + " tokens) skipped: " +
         r->skipped);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.saves_too_large++;
+    stats_.save_seconds += secs;
     return false;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.saves++;
-    if (r->written) {
-      stats_.saved_bytes += r->file_bytes;
-      stats_.saved_tokens += static_cast<uint64_t>(n);
-    }
+    stats_.saves[static_cast<size_t>(why)]++;
+    if (r->written) stats_.saved_tokens += static_cast<uint64_t>(n);
     stats_.save_seconds += secs;
   }
   char line[256];
@@ -140,12 +151,12 @@ int64_t DiskCache::admit(Session& s, DiskTimeline& t, std::vector<TokenId>& prom
     lr.max_ctx = static_cast<uint64_t>(s.max_context());
     lr.n_logits = static_cast<uint64_t>(engine_.info().n_vocab);
     auto r = store_->lookup(lr);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.lookups++;
-    }
     if (!r.ok()) log("lookup failed: " + r.status().to_string());
     else if (*r) hit = std::move(**r);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.lookups++;
+    if (!hit) stats_.misses++;
+    stats_.lookup_seconds += seconds_since(t0);
   }
   const double lookup_secs = seconds_since(t0);
 
@@ -179,6 +190,8 @@ int64_t DiskCache::admit(Session& s, DiskTimeline& t, std::vector<TokenId>& prom
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.restore_errors++;
+        stats_.misses++;
+        stats_.restore_seconds += seconds_since(t1);
       }
       // A restore that failed validation left the session as it was; one that loaded a state we
       // then rejected is started over (the worker checks position() == the returned count).
@@ -200,12 +213,13 @@ int64_t DiskCache::admit(Session& s, DiskTimeline& t, std::vector<TokenId>& prom
       }
       keep = n_hit;
       t.saved = n_hit;
-      const double secs = lookup_secs + seconds_since(t1);
+      const double restore_secs = seconds_since(t1);
+      const double secs = lookup_secs + restore_secs;
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.hits++;
         stats_.restored_tokens += static_cast<uint64_t>(n_hit);
-        stats_.restore_seconds += secs;
+        stats_.restore_seconds += restore_secs;
       }
       char line[200];
       std::snprintf(line, sizeof line, "hit %s: restored %lld of %lld prompt tokens in %.3f s (hits %llu)%s",

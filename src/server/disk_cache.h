@@ -17,14 +17,17 @@
 // then the cached ids are kept and only the rest of the text is re-tokenized. Payloads are compact
 // session snapshots (SnapshotFormat::compact). Nothing here is fatal: a failed save or restore is
 // logged and the request is served by prefill.
-// Threading: used only by the worker thread. Several processes may share the directory (kvstore).
+// Threading: used only by the worker thread, except stats()/report() (the /metrics and /v1/memory
+// threads). Several processes may share the directory (kvstore).
 // Deliberately not here: the directory format, locking and eviction (src/kvstore), scheduling.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,10 +52,31 @@ struct DiskTimeline {
   int64_t cold_at = 0;  // > 0: a cold save is due when prefill reaches this length
 };
 
+// The cache's own events, counted where they happen (GET /metrics, GET /v1/memory). File-level
+// events (bytes written/read, evictions, rejected files) are the store's: kvstore::StoreStats.
 struct DiskCacheStats {
-  uint64_t lookups = 0, hits = 0, saves = 0, save_errors = 0, restore_errors = 0;
-  uint64_t saved_bytes = 0, saved_tokens = 0, restored_tokens = 0;
-  double save_seconds = 0, restore_seconds = 0;  // wall time in save()/lookup+restore
+  uint64_t lookups = 0;          // prompts looked up (long enough, and longer than the live reuse)
+  uint64_t hits = 0;             // lookups whose checkpoint was restored
+  uint64_t misses = 0;           // lookups without a usable checkpoint (none found, or its restore failed)
+  uint64_t restore_errors = 0;   // checkpoints read but refused by Session::restore or the id/logit check
+  uint64_t restored_tokens = 0;  // prompt tokens restored instead of prefilled
+  // By kvstore::SaveReason: checkpoints written, or whose text was already on disk.
+  std::array<uint64_t, kvstore::kSaveReasonCount> saves{};
+  uint64_t save_errors = 0;      // snapshot or write failed
+  uint64_t saves_too_large = 0;  // not written: one entry would exceed --kv-disk-space-mb
+  uint64_t saved_tokens = 0;     // tokens in checkpoints this process wrote
+  double save_seconds = 0;       // wall time of every save attempt (snapshot, encode, write, fsync, evict)
+  double lookup_seconds = 0;     // wall time of every lookup (index, read, checksums)
+  double restore_seconds = 0;    // wall time of Session::restore and its checks (hits and refused ones)
+};
+
+// Everything /metrics and /v1/memory show of the disk cache (disk_cache_view.h).
+struct DiskCacheReport {
+  DiskCacheStats cache;
+  kvstore::StoreStats store;
+  std::optional<kvstore::DirUsage> usage;  // the directory now; nullopt when it could not be listed
+  uint64_t limit_bytes = 0;                // --kv-disk-space-mb
+  std::string dir;                         // --kv-disk-dir
 };
 
 class DiskCache {
@@ -80,7 +104,11 @@ class DiskCache {
   // Server stopping: saves the live timeline (ds4's `shutdown`).
   void at_shutdown(Session& s, DiskTimeline& t);
 
+  // Thread-safe (the metrics thread reads them while the worker saves and restores).
   DiskCacheStats stats() const;
+  // stats() plus the store's counters and a fresh listing of the directory (other processes' files
+  // included): one readdir + stat per file, so it is done per scrape, not per event.
+  DiskCacheReport report() const;
   const DiskCacheOptions& options() const { return opts_; }
 
  private:

@@ -1,8 +1,9 @@
 // prom_text.h — writing the Prometheus text exposition format: a metric's "# HELP" / "# TYPE"
-// header, and a whole single-sample metric (header + "name value"). Shared by every /metrics
-// renderer so each metric costs one line of code.
-// Not here: which metrics exist (metrics.cpp, metrics_batch.cpp) or labelled samples (callers write
-// those after prom_header: the label sets differ per metric).
+// header, a whole single-sample metric (header + "name value"), and one sample with one label
+// (`name{label="value"} v`, written after its prom_header). Shared by every /metrics renderer so each
+// metric costs one line of code.
+// Not here: which metrics exist (metrics.cpp, metrics_batch.cpp, disk_cache_view.cpp), or samples
+// with several labels (callers write those after prom_header).
 #pragma once
 
 #include <concepts>
@@ -48,6 +49,24 @@ void prom_metric(std::string& out, std::string_view name, std::string_view type,
 inline void prom_metric(std::string& out, std::string_view name, std::string_view type, std::string_view help,
                         double value) {
   prom_metric(out, name, type, help, std::string_view(prom_number(value)));
+}
+
+inline void prom_sample(std::string& out, std::string_view name, std::string_view label,
+                        std::string_view label_value, std::string_view value) {
+  out += name;
+  out += '{';
+  out += label;
+  out += "=\"";
+  out += label_value;
+  out += "\"} ";
+  out += value;
+  out += '\n';
+}
+
+template <std::integral T>
+void prom_sample(std::string& out, std::string_view name, std::string_view label, std::string_view label_value,
+                 T value) {
+  prom_sample(out, name, label, label_value, std::string_view(std::to_string(value)));
 }
 
 }  // namespace ds4::server

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "server/disk_cache_view.h"
 #include "server/memory_view.h"
 #include "server/server_impl.h"
 
@@ -217,7 +218,9 @@ void Server::Impl::routes() {
     metrics.count_request("health", res.status);
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(worker.memory_snapshot(), !draining.load()), "text/plain; version=0.0.4");
+    std::string text = metrics.render(worker.memory_snapshot(), !draining.load());
+    if (opts.worker.disk_cache) append_disk_cache_metrics(text, opts.worker.disk_cache->report());
+    res.set_content(text, "text/plain; version=0.0.4");
     metrics.count_request("metrics", 200);
   });
   http.Get("/v1/memory", [this](const httplib::Request&, httplib::Response& res) {
@@ -228,7 +231,9 @@ void Server::Impl::routes() {
       std::fprintf(opts.log, "ds4-server: %s\n", memory_summary(m).c_str());
       std::fflush(opts.log);
     }
-    res.set_content(dump_json(memory_json(m)), "application/json");
+    Json j = memory_json(m);
+    if (opts.worker.disk_cache) j["disk_kv_cache"] = disk_cache_json(opts.worker.disk_cache->report());
+    res.set_content(dump_json(j), "application/json");
     metrics.count_request("memory", 200);
   });
   http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {

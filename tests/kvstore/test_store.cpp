@@ -1,6 +1,7 @@
 // test_store.cpp — one process: save/lookup/hit after restart, longest prefix, compatibility
 // (model, engine, quant flag, ctx, vocab), eviction under the budget, damaged files survived and
-// removed, wiping the directory mid-run, the codec hook, list/verify/gc/clear.
+// removed, wiping the directory mid-run, the codec hook, list/verify/gc/clear, and the StoreStats
+// counters (rejections by reason, files written/read, evictions) and usage() along the way.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <utime.h>
@@ -138,6 +139,14 @@ TEST(KvStore, MinTokensAndCtxAndVocabFilters) {
   h = s->lookup(r);
   ASSERT_TRUE(h.ok());
   EXPECT_FALSE(h->has_value());
+  // Counted by reason: the 64K entry once for ctx, both for vocab; the min-tokens filter works on
+  // index records and opens nothing. Only the two hits were read in full.
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.rejected[static_cast<size_t>(Rejection::ctx)], 1u);
+  EXPECT_EQ(st.rejected[static_cast<size_t>(Rejection::vocab)], 2u);
+  EXPECT_EQ(st.rejected[static_cast<size_t>(Rejection::corrupt)], 0u);
+  EXPECT_EQ(st.files_read, 2u);
+  EXPECT_EQ(st.files_written, 2u);
 }
 
 TEST(KvStore, OtherModelOrEngineIsIgnoredNotDeleted) {
@@ -173,6 +182,8 @@ TEST(KvStore, QuantVariantsSharedUnlessRejected) {
   strict.reject_different_quant = true;
   auto q4s = open_store(strict);
   EXPECT_FALSE(find(*q4s, text).has_value());
+  EXPECT_EQ(q4s->stats().rejected[static_cast<size_t>(Rejection::quant)], 1u);
+  EXPECT_EQ(q4->stats().rejected[static_cast<size_t>(Rejection::quant)], 0u);
   // The strict store replaces it with its own on save; then it hits.
   auto r = q4s->save(make_checkpoint(text).request());
   ASSERT_TRUE(r.ok());
@@ -216,6 +227,15 @@ TEST(KvStore, EvictionKeepsUsageUnderTheBudget) {
     EXPECT_TRUE(std::filesystem::exists(dir.path() + "/" + r->key + ".kv"));
   }
   EXPECT_LT(dir.names_with(".kv").size(), 20u);
+  // Every save and eviction counted; usage() sees what is left.
+  const StoreStats st = s->stats();
+  EXPECT_EQ(st.files_written, 20u);
+  EXPECT_EQ(st.evicted_entries, 20u - dir.names_with(".kv").size());
+  EXPECT_GT(st.evicted_bytes, st.evicted_entries * 32 * 1024);
+  auto u = s->usage();
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->entries, dir.names_with(".kv").size());
+  EXPECT_EQ(u->bytes, *s->usage_bytes());
   // Whatever survived is intact and findable.
   auto hit = find(*s, full);
   ASSERT_TRUE(hit.has_value());
@@ -307,6 +327,7 @@ TEST(KvStore, DamagedEntriesAreMissesAndRemoved) {
     o.log = [&](const std::string& l) { logs.push_back(l); };
     auto s2 = open_store(o);
     EXPECT_FALSE(find(*s2, text + "tail").has_value()) << d.name;
+    EXPECT_EQ(s2->stats().rejected[static_cast<size_t>(Rejection::corrupt)], 1u) << d.name;
     EXPECT_FALSE(std::filesystem::exists(file)) << d.name << ": damaged file not removed";
     bool logged = false;
     for (auto& l : logs) logged |= l.find("damaged") != std::string::npos;
@@ -353,6 +374,7 @@ TEST(KvStore, RenamedOrForeignFilesAreNotWrongAnswers) {
   std::filesystem::copy_file(dir.path() + "/" + kb + ".kv", dir.path() + "/" + ka + ".kv",
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_FALSE(find(*s, full).has_value());
+  EXPECT_EQ(s->stats().rejected[static_cast<size_t>(Rejection::mismatch)], 1u);
   // Unrelated files in the directory are left alone by everything, clear() included.
   write_file(dir.path() + "/README", {'h', 'i'});
   write_file(dir.path() + "/" + std::string(64, 'z') + ".kv", {'x'});

@@ -18,65 +18,26 @@
 #include <thread>
 #include <vector>
 
-#include "ds4/engine.h"
-#include "server/json_util.h"
-#include "server/server.h"
+#include "server_fixture.h"
 
 namespace ds4::server {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::unique_ptr<Engine>& shared_engine() {
-  static std::unique_ptr<Engine> engine;  // test-only: one model load for the whole suite
-  return engine;
-}
-
-// A server on an ephemeral port with a trace file the test reads back (step composition lines).
-class BatchServer {
+// The batching tests' server: no drain grace, short keep-alives, ctx 1024, and the step trace captured
+// (tests read its step composition lines).
+class BatchServer : public RunningServer {
  public:
-  explicit BatchServer(ServerOptions opts) {
-    opts.host = "127.0.0.1";
-    opts.port = 0;
-    opts.drain_grace = std::chrono::seconds(0);
-    opts.keepalive = std::chrono::milliseconds(200);
-    opts.map.ctx = 1024;
-    trace_ = std::tmpfile();
-    server_ = std::make_unique<Server>(*shared_engine(), opts, trace_);
-    Status st = server_->bind();
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    thread_ = std::thread([this] { (void)server_->run(); });
-    httplib::Client c("127.0.0.1", server_->port());
-    for (int i = 0; i < 200; ++i) {
-      if (auto r = c.Get("/health"); r && r->status == 200) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  ~BatchServer() {
-    server_->shutdown();
-    thread_.join();
-    std::fclose(trace_);
-  }
-  int port() const { return server_->port(); }
-  std::string trace() const {
-    std::fflush(trace_);
-    std::rewind(trace_);
-    std::string s;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, trace_)) > 0) s.append(buf, n);
-    return s;
-  }
-  std::string metrics() const {
-    httplib::Client c("127.0.0.1", port());
-    auto r = c.Get("/metrics");
-    return r ? r->body : std::string();
-  }
+  explicit BatchServer(ServerOptions opts) : RunningServer(batch_defaults(std::move(opts)), {.capture_trace = true, .disk_cache = {}}) {}
 
  private:
-  std::FILE* trace_ = nullptr;
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
+  static ServerOptions batch_defaults(ServerOptions o) {
+    o.drain_grace = std::chrono::seconds(0);
+    o.keepalive = std::chrono::milliseconds(200);
+    o.map.ctx = 1024;
+    return o;
+  }
 };
 
 struct Output {
@@ -161,7 +122,6 @@ std::vector<std::vector<std::string>> trace_steps(const std::string& trace) {
 class BatchTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (shared_engine()) return;
     EngineOptions eo;
     eo.model_path = DS4_SERVER_TINY_GGUF;
     eo.max_context = 1024;
@@ -170,9 +130,7 @@ class BatchTest : public ::testing::Test {
     // path that exists there.
     if (const char* b = std::getenv("DS4_TEST_BACKEND"); b && std::string(b) == "cuda") eo.backend = BackendKind::cuda;
     if (const char* m = std::getenv("DS4_SERVER_TEST_MODEL"); m && *m) eo.model_path = m;
-    auto e = Engine::open(eo);
-    ASSERT_TRUE(e.ok()) << e.status().to_string();
-    shared_engine() = std::move(e).value();
+    open_shared_engine(eo);
   }
 };
 

@@ -11,58 +11,12 @@
 #include <string>
 #include <thread>
 
-#include "ds4/engine.h"
-#include "server/json_util.h"
-#include "server/server.h"
+#include "server_fixture.h"
 
 namespace ds4::server {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::unique_ptr<Engine>& shared_engine() {
-  static std::unique_ptr<Engine> engine;  // test-only: one model load for the whole suite
-  return engine;
-}
-
-class Running {
- public:
-  explicit Running(ServerOptions opts) {
-    opts.host = "127.0.0.1";
-    opts.port = 0;
-    server_ = std::make_unique<Server>(*shared_engine(), opts);
-    Status st = server_->bind();
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    thread_ = std::thread([this] { (void)server_->run(); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(60, 0);
-    for (int i = 0; i < 100; ++i) {
-      if (auto r = client_->Get("/health"); r && r->status == 200) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  ~Running() {
-    server_->shutdown();
-    thread_.join();
-  }
-  httplib::Client& client() { return *client_; }
-  int port() const { return server_->port(); }
-  httplib::Result post(const std::string& path, const std::string& body, httplib::Headers h = {}) {
-    return client_->Post(path.c_str(), h, body, "application/json");
-  }
-  Json post_json(const std::string& path, const Json& body, int expect_status = 200) {
-    auto r = post(path, body.dump());
-    EXPECT_TRUE(r) << "no response";
-    if (!r) return Json();
-    EXPECT_EQ(r->status, expect_status) << r->body;
-    return Json::parse(r->body, nullptr, false);
-  }
-
- private:
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
-  std::unique_ptr<httplib::Client> client_;
-};
 
 ServerOptions small_options() {
   ServerOptions o;
@@ -76,14 +30,11 @@ ServerOptions small_options() {
 class HttpTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (shared_engine()) return;
     EngineOptions eo;
     eo.model_path = DS4_SERVER_TINY_GGUF;
     eo.max_context = 1024;
     eo.n_threads = 2;
-    auto e = Engine::open(eo);
-    ASSERT_TRUE(e.ok()) << e.status().to_string();
-    shared_engine() = std::move(e).value();
+    open_shared_engine(eo);
   }
 };
 
@@ -118,7 +69,7 @@ std::string sse_concat(const std::string& body, const std::string& field, Json* 
 }
 
 TEST_F(HttpTest, HealthModelsAndMetrics) {
-  Running s(small_options());
+  RunningServer s(small_options());
   auto h = s.client().Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
@@ -150,7 +101,7 @@ TEST_F(HttpTest, HealthModelsAndMetrics) {
 }
 
 TEST_F(HttpTest, ChatGreedyIsDeterministicAndReusesThePrefix) {
-  Running s(small_options());
+  RunningServer s(small_options());
   Json a = s.post_json("/v1/chat/completions", chat_body("Tell me about the lake of Como", 8));
   ASSERT_TRUE(a.contains("choices")) << a.dump();
   EXPECT_EQ(a["object"], "chat.completion");
@@ -175,7 +126,7 @@ TEST_F(HttpTest, ChatGreedyIsDeterministicAndReusesThePrefix) {
 }
 
 TEST_F(HttpTest, StreamingEqualsNonStreaming) {
-  Running s(small_options());
+  RunningServer s(small_options());
   Json body = chat_body("Quel ramo del lago di Como", 10);
   Json full = s.post_json("/v1/chat/completions", body);
   body["stream"] = true;
@@ -193,7 +144,7 @@ TEST_F(HttpTest, StreamingEqualsNonStreaming) {
 }
 
 TEST_F(HttpTest, ThinkingGoesToReasoningContent) {
-  Running s(small_options());
+  RunningServer s(small_options());
   Json body = chat_body("Hi", 6);
   body.erase("thinking");  // default: thinking on, so everything generated here is reasoning
   Json r = s.post_json("/v1/chat/completions", body);
@@ -204,7 +155,7 @@ TEST_F(HttpTest, ThinkingGoesToReasoningContent) {
 }
 
 TEST_F(HttpTest, StopSequenceCutsTheAnswer) {
-  Running s(small_options());
+  RunningServer s(small_options());
   Json full = s.post_json("/v1/chat/completions", chat_body("Once upon a time", 12));
   const std::string text = full["choices"][0]["message"]["content"];
   ASSERT_GT(text.size(), 6u);
@@ -218,7 +169,7 @@ TEST_F(HttpTest, StopSequenceCutsTheAnswer) {
 }
 
 TEST_F(HttpTest, LogprobsAndCompletions) {
-  Running s(small_options());
+  RunningServer s(small_options());
   Json body = chat_body("Hello", 4);
   body["logprobs"] = true;
   body["top_logprobs"] = 3;
@@ -239,7 +190,7 @@ TEST_F(HttpTest, LogprobsAndCompletions) {
 }
 
 TEST_F(HttpTest, AnthropicAndResponsesShapes) {
-  Running s(small_options());
+  RunningServer s(small_options());
   Json m = s.post_json("/v1/messages", {{"model", "deepseek-v4-flash"}, {"max_tokens", 5},
                                         {"thinking", {{"type", "disabled"}}},
                                         {"messages", Json::array({{{"role", "user"}, {"content", "Hi"}}})}});
@@ -266,7 +217,7 @@ TEST_F(HttpTest, AnthropicAndResponsesShapes) {
 }
 
 TEST_F(HttpTest, ErrorsUseEachApisShape) {
-  Running s(small_options());
+  RunningServer s(small_options());
   auto bad = s.post("/v1/chat/completions", "{not json");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
@@ -321,7 +272,7 @@ TEST_F(HttpTest, BodyLimitAuthAndCors) {
   o.api_key = "sk-test-123";
   o.cors = true;
   o.max_body_bytes = 4096;
-  Running s(o);
+  RunningServer s(o);
   auto no = s.post("/v1/chat/completions", chat_body("x", 2).dump());
   ASSERT_TRUE(no);
   EXPECT_EQ(no->status, 401);
@@ -357,7 +308,7 @@ TEST_F(HttpTest, QueueFullAnswers503AndDisconnectCancels) {
   o.map.ctx = 16384;
   o.worker.max_queue = 1;
   o.worker.default_max_tokens = 100000;
-  Running s(o);
+  RunningServer s(o);
   // A long streaming generation occupies the only session. It must still be running when its client
   // disconnects (after the queued client's 1 s timeout): 16,000 tokens that ignore EOS take the tiny model
   // many seconds, where 900 tokens could finish first on a fast machine and the cancel was not counted.
@@ -420,7 +371,7 @@ TEST_F(HttpTest, NonStreamingDisconnectCancelsDuringGeneration) {
   ServerOptions o = small_options();
   o.map.ctx = 16384;
   o.worker.default_max_tokens = 100000;
-  Running s(o);
+  RunningServer s(o);
   {
     httplib::Client c("127.0.0.1", s.port());
     c.set_read_timeout(0, 500000);  // give up after 0.5 s, long before 16,000 EOS-ignoring tokens are done
@@ -441,7 +392,7 @@ TEST_F(HttpTest, NonStreamingDisconnectCancelsDuringGeneration) {
 TEST_F(HttpTest, ParallelSessionsKeepTheirOwnPrefixes) {
   ServerOptions o = small_options();
   o.worker.n_sessions = 2;
-  Running s(o);
+  RunningServer s(o);
   Json a1 = s.post_json("/v1/chat/completions", chat_body("The first conversation is about lakes", 4));
   Json b1 = s.post_json("/v1/chat/completions", chat_body("A second, unrelated conversation: mountains", 4));
   Json a2 = s.post_json("/v1/chat/completions", chat_body("The first conversation is about lakes", 4));
@@ -474,7 +425,7 @@ TEST_F(HttpTest, RequestTimeoutEndsTheRequest) {
   ServerOptions o = small_options();
   o.worker.default_max_tokens = 100000;
   o.request_timeout = std::chrono::seconds(1);
-  Running s(o);
+  RunningServer s(o);
   auto t0 = std::chrono::steady_clock::now();
   auto r = s.post("/v1/chat/completions", chat_body("x", 900).dump());
   ASSERT_TRUE(r);
@@ -489,7 +440,7 @@ TEST_F(HttpTest, RequestTimeoutEndsTheRequest) {
 TEST_F(HttpTest, GracefulDrainFinishesInFlightAndRefusesNew) {
   ServerOptions o = small_options();
   o.drain_grace = std::chrono::seconds(30);
-  auto s = std::make_unique<Running>(o);
+  auto s = std::make_unique<RunningServer>(o);
   const int port = s->port();
   std::string streamed;
   std::thread client([&] {
@@ -532,7 +483,7 @@ TEST_F(HttpTest, MemoryEndpointMetricsAndLog) {
   ServerOptions o = small_options();
   o.log = log;
   {
-    Running s(o);
+    RunningServer s(o);
     s.post_json("/v1/chat/completions", chat_body("Tell me about the lake of Como", 4));
     // The worker refreshes its snapshot right after it ends a request, which may be just after the
     // client has read the answer: poll briefly until the session shows.

@@ -8,8 +8,7 @@
 #include <thread>
 
 #include "scripted_engine.h"
-#include "server/json_util.h"
-#include "server/server.h"
+#include "server_fixture.h"
 
 namespace ds4::server {
 namespace {
@@ -28,25 +27,14 @@ class Scripted : public ::testing::Test {
  protected:
   void start(const std::string& script, ServerOptions o = {}) {
     engine_ = std::make_unique<testing::ScriptedEngine>(script);
-    o.host = "127.0.0.1";
-    o.port = 0;
     o.map.ctx = 4096;
     o.worker.default_max_tokens = 400;
     o.drain_grace = std::chrono::seconds(0);
-    server_ = std::make_unique<Server>(*engine_, o);
-    ASSERT_TRUE(server_->bind().ok());
-    thread_ = std::thread([this] { (void)server_->run(); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(30, 0);
+    server_ = std::make_unique<RunningServer>(*engine_, o);
   }
-  void TearDown() override {
-    if (server_) {
-      server_->shutdown();
-      thread_.join();
-    }
-  }
+  void TearDown() override { server_.reset(); }
   std::string post_raw(const std::string& path, const Json& body, int expect = 200) {
-    auto r = client_->Post(path.c_str(), body.dump(), "application/json");
+    auto r = server_->post(path, body.dump());
     EXPECT_TRUE(r);
     if (!r) return {};
     EXPECT_EQ(r->status, expect) << r->body;
@@ -71,9 +59,7 @@ class Scripted : public ::testing::Test {
   }
 
   std::unique_ptr<testing::ScriptedEngine> engine_;
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
-  std::unique_ptr<httplib::Client> client_;
+  std::unique_ptr<RunningServer> server_;
 };
 
 Json user_chat(const std::string& text, bool thinking) {
@@ -296,7 +282,7 @@ TEST_F(Scripted, KeepAliveDuringLongPrefillAndCancelInsideIt) {
   auto t0 = std::chrono::steady_clock::now();
   bool cancelled = false;
   while (!cancelled && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
-    auto met = client_->Get("/metrics");
+    auto met = server_->client().Get("/metrics");
     cancelled = met && met->body.find("ds4_generations_total{finish_reason=\"cancelled\"} 1") != std::string::npos;
     if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

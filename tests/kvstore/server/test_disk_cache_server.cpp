@@ -1,6 +1,10 @@
-// test_disk_cache_server.cpp — the disk KV cache in the real server on the tiny-chat model:
+// test_disk_cache_server.cpp — the disk KV cache in the real server on the tiny-chat model (in-process
+// servers through tests/server/server_fixture.h):
 //   * a hit after a restart (new server, new cache object, same directory) answers with exactly the
 //     tokens and logprobs of a server without any cache, and reports the restored prompt tokens;
+//   * /metrics and /v1/memory count what happened: a cold request's lookup, miss and save (files and
+//     bytes equal to the directory's), the shutdown save, a restart's hit and restored tokens, a
+//     corrupted file rejected; evictions under the budget;
 //   * damaged entries (flipped payload byte, truncation, garbage) are logged, removed and survived;
 //   * usage stays under --kv-disk-space-mb while entries are evicted;
 //   * two real ds4-server processes on one directory under concurrent loopback load: every answer
@@ -13,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -25,11 +30,9 @@
 #include <thread>
 #include <fcntl.h>
 
-#include "ds4/engine.h"
+#include "../../common/temp_dir.h"
+#include "../../server/server_fixture.h"
 #include "kvstore/kvstore.h"
-#include "server/disk_cache.h"
-#include "server/json_util.h"
-#include "server/server.h"
 
 extern char** environ;
 
@@ -39,38 +42,22 @@ namespace {
 using Json = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ds4_diskkv_server_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data()) ? tmpl : std::string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::vector<fs::path> entries() const {
-    std::vector<fs::path> out;
-    for (const auto& e : fs::directory_iterator(path_))
-      if (e.path().extension() == ".kv") out.push_back(e.path());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  uint64_t usage() const {
-    uint64_t n = 0;
-    for (const auto& e : fs::directory_iterator(path_))
-      if (e.is_regular_file()) n += e.file_size();
-    return n;
-  }
+using test_util::TempDir;
 
- private:
-  std::string path_;
-};
+// The entry files (.kv) of a cache directory, sorted.
+std::vector<fs::path> kv_entries(const TempDir& dir) {
+  std::vector<fs::path> out;
+  for (const auto& name : dir.names_with(".kv")) out.push_back(dir.file(name));
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
-std::unique_ptr<Engine>& shared_engine() {
-  static std::unique_ptr<Engine> engine;  // test-only: one model load for the whole suite
-  return engine;
+// Bytes of all regular files in a cache directory.
+uint64_t dir_usage(const TempDir& dir) {
+  uint64_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    if (e.is_regular_file()) n += e.file_size();
+  return n;
 }
 
 // A long shared head (the "agent system prompt") plus a short question: the cold save lands on
@@ -124,63 +111,47 @@ DiskCacheOptions cache_options(const std::string& dir, std::vector<std::string>*
   return o;
 }
 
-// One in-process server; with `dco` it has its own DiskCache (a "process" of its own).
-class Running {
- public:
-  explicit Running(const DiskCacheOptions* dco) {
-    ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.map.ctx = 2048;
-    o.worker.default_max_tokens = 16;
-    o.drain_grace = std::chrono::seconds(5);
-    if (dco) {
-      auto dc = DiskCache::open(*shared_engine(), *dco);
-      EXPECT_TRUE(dc.ok()) << dc.status().to_string();
-      if (dc.ok()) cache_ = std::move(dc).value();
-      o.worker.disk_cache = cache_.get();
-    }
-    server_ = std::make_unique<Server>(*shared_engine(), o);
-    Status st = server_->bind();
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    thread_ = std::thread([this] { (void)server_->run(); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(120, 0);
-  }
-  ~Running() { stop(); }
-  void stop() {  // like SIGTERM: drain, then the worker's shutdown save
-    if (!server_) return;
-    server_->shutdown();
-    thread_.join();
-    server_.reset();
-  }
-  Answer ask(const Json& body) {
-    auto r = client_->Post("/v1/chat/completions", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    if (!r) return {};
-    EXPECT_EQ(r->status, 200) << r->body;
-    return parse_answer(r->body);
-  }
-  DiskCache* cache() { return cache_.get(); }
+// The options of every in-process server here; with_cache() gives one its own DiskCache (a "process"
+// of its own) on RunningServer (tests/server/server_fixture.h).
+ServerOptions server_options() {
+  ServerOptions o;
+  o.map.ctx = 2048;
+  o.worker.default_max_tokens = 16;
+  o.drain_grace = std::chrono::seconds(5);
+  return o;
+}
 
- private:
-  std::unique_ptr<DiskCache> cache_;
-  std::unique_ptr<Server> server_;
-  std::thread thread_;
-  std::unique_ptr<httplib::Client> client_;
-};
+ServerExtras with_cache(const DiskCacheOptions& dco) {
+  ServerExtras x;
+  auto dc = DiskCache::open(*shared_engine(), dco);
+  EXPECT_TRUE(dc.ok()) << dc.status().to_string();
+  if (dc.ok()) x.disk_cache = std::move(dc).value();
+  return x;
+}
+
+// The value of one sample line of /metrics text (`sample` is the name with its labels); -1 when absent.
+double metric(const std::string& text, const std::string& sample) {
+  const std::string at = "\n" + sample + " ";
+  const size_t p = text.find(at);
+  return p == std::string::npos ? -1 : std::strtod(text.c_str() + p + at.size(), nullptr);
+}
+
+Answer ask_chat(RunningServer& s, const Json& body) {
+  auto r = s.post("/v1/chat/completions", body.dump());
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, 200) << r->body;
+  return parse_answer(r->body);
+}
 
 class DiskCacheServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (shared_engine()) return;
     EngineOptions eo;
     eo.model_path = DS4_SERVER_TINY_GGUF;
     eo.max_context = 2048;
     eo.n_threads = 2;
-    auto e = Engine::open(eo);
-    ASSERT_TRUE(e.ok()) << e.status().to_string();
-    shared_engine() = std::move(e).value();
+    open_shared_engine(eo);
   }
   bool logged(const std::string& needle) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -203,39 +174,135 @@ TEST_F(DiskCacheServer, HitAfterRestartGivesTheColdAnswerAndLogprobs) {
   const Json q1 = chat_body(system_prompt(1), "What is rule 3?");
   Answer cold;
   {
-    Running plain(nullptr);
-    cold = plain.ask(q1);
+    RunningServer plain(server_options());
+    cold = ask_chat(plain, q1);
   }
   ASSERT_FALSE(cold.logprobs.is_null());
   ASSERT_EQ(cold.cached, 0);
   const auto opts = cache_options(dir.path(), &log_, &mu_);
   {
-    Running a(&opts);
-    Answer first = a.ask(q1);  // cold: prefill stops at the anchor, saves, continues
+    RunningServer a(server_options(), with_cache(opts));
+    Answer first = ask_chat(a, q1);  // cold: prefill stops at the anchor, saves, continues
     EXPECT_EQ(first.message, cold.message);
     EXPECT_EQ(first.logprobs, cold.logprobs);
     EXPECT_TRUE(logged("saved cold checkpoint")) << all_log();
   }  // shutdown save of the live timeline
   EXPECT_TRUE(logged("saved shutdown checkpoint")) << all_log();
-  ASSERT_GE(dir.entries().size(), 2u);
+  ASSERT_GE(kv_entries(dir).size(), 2u);
 
-  Running b(&opts);  // "restarted": fresh sessions, a new store on the same directory
-  Answer again = b.ask(q1);
+  RunningServer b(server_options(), with_cache(opts));  // "restarted": fresh sessions, a new store, same dir
+  Answer again = ask_chat(b, q1);
   EXPECT_GT(again.cached, 64) << all_log();
   EXPECT_EQ(again.prompt_tokens, cold.prompt_tokens);
   EXPECT_EQ(again.message, cold.message);
   EXPECT_EQ(again.logprobs, cold.logprobs);  // identical logits at every generated position
   // Another question on the same head restores the head too and answers as a cold server would.
   const Json q2 = chat_body(system_prompt(1), "And rule 12?");
-  Running plain(nullptr);
-  Answer cold2 = plain.ask(q2);
-  Running c(&opts);
-  Answer hit2 = c.ask(q2);
+  RunningServer plain(server_options());
+  Answer cold2 = ask_chat(plain, q2);
+  RunningServer c(server_options(), with_cache(opts));
+  Answer hit2 = ask_chat(c, q2);
   EXPECT_GT(hit2.cached, 64);
   EXPECT_EQ(hit2.message, cold2.message);
   EXPECT_EQ(hit2.logprobs, cold2.logprobs);
-  ASSERT_NE(c.cache(), nullptr);
-  EXPECT_EQ(c.cache()->stats().hits, 1u);
+  ASSERT_NE(c.disk_cache(), nullptr);
+  EXPECT_EQ(c.disk_cache()->stats().hits, 1u);
+}
+
+// /metrics and /v1/memory count the disk cache's events where they happen: a cold request's save,
+// the shutdown save, a restart's hit (bytes read, tokens restored = the answer's cached tokens), and
+// a corrupted file rejected by the next server.
+TEST_F(DiskCacheServer, MetricsCountSavesHitsAndRejectedFiles) {
+  TempDir dir;
+  const auto opts = cache_options(dir.path(), &log_, &mu_);
+  const Json q = chat_body(system_prompt(4), "What is rule 8?");
+  {
+    RunningServer a(server_options(), with_cache(opts));
+    // Before any request: nothing counted, the budget shown.
+    std::string m = a.metrics();
+    EXPECT_EQ(metric(m, "ds4_kv_disk_lookups_total"), 0) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_saves_total{reason=\"cold\"}"), 0) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_limit_bytes"), 64 << 20) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_entries"), 0) << m;
+    const Answer cold = ask_chat(a, q);
+    EXPECT_EQ(cold.cached, 0);
+    m = a.metrics();
+    EXPECT_EQ(metric(m, "ds4_kv_disk_lookups_total"), 1) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_misses_total"), 1) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_hits_total"), 0) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_saves_total{reason=\"cold\"}"), 1) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_saves_total{reason=\"shutdown\"}"), 0) << m;
+    // The cold checkpoint and any continued one the prefill passed: each a new file on disk.
+    const auto written_files = static_cast<uint64_t>(metric(m, "ds4_kv_disk_saves_total{reason=\"cold\"}") +
+                                                     metric(m, "ds4_kv_disk_saves_total{reason=\"continued\"}"));
+    EXPECT_EQ(metric(m, "ds4_kv_disk_written_files_total"), written_files) << m;
+    EXPECT_EQ(kv_entries(dir).size(), written_files);
+    EXPECT_EQ(metric(m, "ds4_kv_disk_entries"), written_files) << m;
+    uint64_t kv_bytes = 0;
+    for (const auto& f : kv_entries(dir)) kv_bytes += fs::file_size(f);
+    const double written = metric(m, "ds4_kv_disk_write_bytes_total");
+    EXPECT_EQ(written, static_cast<double>(kv_bytes)) << m;  // the entries, not their sidecars or index
+    EXPECT_GT(metric(m, "ds4_kv_disk_saved_tokens_total"), 64) << m;
+    EXPECT_GT(metric(m, "ds4_kv_disk_save_seconds_total"), 0) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_usage_bytes"), static_cast<double>(dir_usage(dir))) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_rejected_total{reason=\"corrupt\"}"), 0) << m;
+    // The same numbers in GET /v1/memory.
+    const Json mem = Json::parse(a.get_body("/v1/memory"), nullptr, false);
+    ASSERT_TRUE(mem.contains("disk_kv_cache")) << mem.dump();
+    const Json& d = mem["disk_kv_cache"];
+    EXPECT_EQ(d["dir"], dir.path());
+    EXPECT_EQ(d["saves"]["cold"], 1);
+    EXPECT_EQ(d["lookups"], 1);
+    EXPECT_EQ(d["entries"], written_files);
+    EXPECT_EQ(d["write_bytes"].get<double>(), written);
+    EXPECT_EQ(d["limit_bytes"], uint64_t{64} << 20);
+    a.stop();  // the shutdown save of the live timeline, counted by the cache that outlives the server
+    const DiskCacheReport r = a.disk_cache()->report();
+    EXPECT_EQ(r.cache.saves[static_cast<size_t>(kvstore::SaveReason::shutdown)], 1u);
+    EXPECT_EQ(r.store.files_written, written_files + 1);
+    ASSERT_TRUE(r.usage);
+    EXPECT_EQ(r.usage->entries, written_files + 1);
+  }
+  {
+    RunningServer b(server_options(), with_cache(opts));  // restarted
+    const Answer hit = ask_chat(b, q);
+    EXPECT_GT(hit.cached, 64) << all_log();
+    const std::string m = b.metrics();
+    EXPECT_EQ(metric(m, "ds4_kv_disk_lookups_total"), 1) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_hits_total"), 1) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_misses_total"), 0) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_restored_tokens_total"), static_cast<double>(hit.cached)) << m;
+    EXPECT_EQ(metric(m, "ds4_kv_disk_read_files_total"), 1) << m;
+    EXPECT_GT(metric(m, "ds4_kv_disk_read_bytes_total"), static_cast<double>(hit.cached) * 4) << m;
+    EXPECT_GT(metric(m, "ds4_kv_disk_lookup_seconds_total"), 0) << m;
+    EXPECT_GT(metric(m, "ds4_kv_disk_restore_seconds_total"), 0) << m;
+  }
+  // Corrupt one payload byte of every entry: the next server's lookup rejects (and removes) each one
+  // it reads, i.e. every checkpoint that is a prefix of the prompt, and finds nothing.
+  const auto files = kv_entries(dir);
+  ASSERT_GE(files.size(), 2u);
+  for (const auto& f : files) {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    const auto at = static_cast<std::streamoff>(fs::file_size(f) - 100);
+    char c;
+    io.seekg(at);
+    io.read(&c, 1);
+    c ^= 0x40;
+    io.seekp(at);
+    io.write(&c, 1);
+  }
+  RunningServer c(server_options(), with_cache(opts));
+  const Answer again = ask_chat(c, q);
+  EXPECT_EQ(again.cached, 0) << all_log();
+  const std::string m = c.metrics();
+  const double rejected = metric(m, "ds4_kv_disk_rejected_total{reason=\"corrupt\"}");
+  EXPECT_GE(rejected, 1) << m;
+  EXPECT_EQ(metric(m, "ds4_kv_disk_read_files_total"), rejected) << m;
+  EXPECT_EQ(metric(m, "ds4_kv_disk_rejected_total{reason=\"model_or_version\"}"), 0) << m;
+  EXPECT_EQ(metric(m, "ds4_kv_disk_hits_total"), 0) << m;
+  EXPECT_EQ(metric(m, "ds4_kv_disk_misses_total"), 1) << m;
+  EXPECT_TRUE(logged("removing damaged")) << all_log();
+  EXPECT_EQ(metric(m, "ds4_kv_disk_saves_total{reason=\"cold\"}"), 1) << m;  // saved again
 }
 
 TEST_F(DiskCacheServer, DamagedEntriesAreLoggedRemovedAndSurvived) {
@@ -244,10 +311,10 @@ TEST_F(DiskCacheServer, DamagedEntriesAreLoggedRemovedAndSurvived) {
   const Json q = chat_body(system_prompt(2), "What is rule 5?");
   Answer cold;
   {
-    Running a(&opts);
-    cold = a.ask(q);
+    RunningServer a(server_options(), with_cache(opts));
+    cold = ask_chat(a, q);
   }
-  auto files = dir.entries();
+  auto files = kv_entries(dir);
   ASSERT_FALSE(files.empty());
   // Damage every entry a different way: flipped payload byte, truncation, garbage.
   for (size_t i = 0; i < files.size(); ++i) {
@@ -266,8 +333,8 @@ TEST_F(DiskCacheServer, DamagedEntriesAreLoggedRemovedAndSurvived) {
       std::ofstream(files[i], std::ios::binary | std::ios::trunc) << std::string(4096, 'x');
     }
   }
-  Running b(&opts);
-  Answer a = b.ask(q);
+  RunningServer b(server_options(), with_cache(opts));
+  Answer a = ask_chat(b, q);
   EXPECT_EQ(a.cached, 0) << all_log();  // nothing damaged was restored
   EXPECT_EQ(a.message, cold.message);
   EXPECT_EQ(a.logprobs, cold.logprobs);
@@ -285,28 +352,33 @@ TEST_F(DiskCacheServer, DamagedEntriesAreLoggedRemovedAndSurvived) {
   }
   // The checkpoint saved again by that cold request is used by the next server.
   b.stop();
-  Running c(&opts);
-  Answer hit = c.ask(q);
+  RunningServer c(server_options(), with_cache(opts));
+  Answer hit = ask_chat(c, q);
   EXPECT_GT(hit.cached, 0) << all_log();
   EXPECT_EQ(hit.message, cold.message);
   EXPECT_EQ(hit.logprobs, cold.logprobs);
   // The directory wiped while the server runs: a miss, then it saves again.
   fs::remove_all(dir.path());
-  Answer after = c.ask(chat_body(system_prompt(3), "Rule 1?"));
+  Answer after = ask_chat(c, chat_body(system_prompt(3), "Rule 1?"));
   EXPECT_LT(after.cached, 64);  // at most the template's first tokens, live
-  EXPECT_FALSE(dir.entries().empty());
+  EXPECT_FALSE(kv_entries(dir).empty());
 }
 
 TEST_F(DiskCacheServer, EvictionKeepsUsageUnderTheBudget) {
   TempDir dir;
   auto opts = cache_options(dir.path(), &log_, &mu_);
   opts.space_mb = 3;  // a few tiny-chat checkpoints (the f32 logits alone are 0.5 MB each)
-  Running a(&opts);
+  RunningServer a(server_options(), with_cache(opts));
   for (int v = 0; v < 3; ++v) {
-    a.ask(chat_body(system_prompt(10 + v), "Rule 2?"));
-    EXPECT_LE(dir.usage(), uint64_t{3} << 20) << "after prompt " << v;
+    ask_chat(a, chat_body(system_prompt(10 + v), "Rule 2?"));
+    EXPECT_LE(dir_usage(dir), uint64_t{3} << 20) << "after prompt " << v;
   }
   EXPECT_TRUE(logged("evicted")) << all_log();
+  const std::string m = a.metrics();
+  EXPECT_GT(metric(m, "ds4_kv_disk_evictions_total"), 0) << m;
+  EXPECT_GT(metric(m, "ds4_kv_disk_evicted_bytes_total"), 0) << m;
+  EXPECT_EQ(metric(m, "ds4_kv_disk_limit_bytes"), 3 << 20) << m;
+  EXPECT_LE(metric(m, "ds4_kv_disk_usage_bytes"), 3 << 20) << m;
 }
 
 // ---- two ds4-server processes ----
@@ -452,13 +524,13 @@ TEST_F(DiskCacheServer, TwoServerProcessesShareOneDirectoryUnderLoad) {
   ASSERT_TRUE(rep.ok());
   EXPECT_GT(rep->entries, 0u);
   EXPECT_EQ(rep->bad, 0u) << (rep->problems.empty() ? "" : rep->problems[0]);
-  EXPECT_LE(dir.usage(), uint64_t{static_cast<uint64_t>(budget_mb)} << 20);
+  EXPECT_LE(dir_usage(dir), uint64_t{static_cast<uint64_t>(budget_mb)} << 20);
   EXPECT_NE(logs.find("evicted"), std::string::npos) << logs;
   // And a third server on what they left answers the same (restored or, if evicted, prefilled).
   const auto opts = cache_options(cache, &log_, &mu_);
-  Running c(&opts);
+  RunningServer c(server_options(), with_cache(opts));
   for (int p = 0; p < 8; p += 3) {
-    Answer a = c.ask(prompts[p]);
+    Answer a = ask_chat(c, prompts[p]);
     EXPECT_EQ(a.message, answers[p][0]) << p;
     EXPECT_EQ(a.logprobs, answers[p][1]) << p;
   }

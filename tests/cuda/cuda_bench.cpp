@@ -45,7 +45,10 @@ double median_seconds(const std::function<void()>& body, const std::function<voi
 std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   const uint64_t rb = *type_bytes(type, cols);
   std::vector<uint8_t> b(rb * rows);
-  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  for (size_t i = 0; i + 4 <= b.size(); i += 4) {  // 4 bytes a draw: the output head and 256 experts are GBs
+    const uint32_t r = rng();
+    std::memcpy(&b[i], &r, 4);
+  }
   const auto tr = *type_traits(static_cast<uint32_t>(type));
   const uint16_t h = f32_to_f16(0.001f);
   const int off = type == GgmlType::Q2_K ? 80 : 0;
@@ -56,6 +59,105 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
+
+// Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
+// routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64, on `be` and on a
+// backend with the decode/skinny kernels off (the tensor-core GEMM / grouped GEMM path) for comparison.
+void bench_skinny(Backend& be, std::mt19937& rng) {
+  cuda::CudaBackendOptions go;
+  go.decode_kernels = false;
+  auto general = cuda::make_cuda_backend(go);
+  struct Side {
+    Backend* b;
+    const char* tag;
+  };
+  std::vector<Side> sides = {{&be, "skinny "}};
+  if (general.ok()) sides.push_back({general->get(), "general"});
+  auto buf = [](Backend& b, uint64_t bytes) {
+    auto r = b.alloc(bytes, MemCategory::scratch);
+    if (!r.ok()) {
+      std::printf("BENCH error: %s\n", r.status().to_string().c_str());
+      std::exit(1);
+    }
+    return std::move(r).value();
+  };
+  auto bind = [](Backend& b, GgmlType t, const std::vector<uint8_t>& host, int64_t rows, int64_t cols) {
+    Weight w{t, nullptr, rows, cols, *type_bytes(t, cols)};
+    auto p = b.map_weight(host.data(), host.size());
+    w.data = p.ok() ? *p : nullptr;
+    return w;
+  };
+  struct Mm {
+    const char* name;
+    GgmlType t;
+    int64_t rows, cols;
+  };
+  for (Mm m : {Mm{"q_a q8_0 1024x4096", GgmlType::Q8_0, 1024, 4096}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
+               Mm{"shared_down q8_0 4096x2048", GgmlType::Q8_0, 4096, 2048},
+               Mm{"head q8_0 129280x4096", GgmlType::Q8_0, 129280, 4096}}) {
+    const auto host = random_blocks(m.t, m.rows, m.cols, rng);
+    for (const Side& sd : sides) {
+      Weight w = bind(*sd.b, m.t, host, m.rows, m.cols);
+      Buffer x = buf(*sd.b, 64ull * m.cols * 4), y = buf(*sd.b, 64ull * m.rows * 4);
+      for (int n : {8, 32, 64}) {
+        const double s = median_seconds([&] { sd.b->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); },
+                                        [&] { (void)sd.b->sync(); }, 10);
+        const double bytes = static_cast<double>(w.row_bytes) * m.rows;
+        std::printf("BENCH op %s matmul %-28s n=%-2d %8.2f us  %7.0f GB/s of weights\n", sd.tag, m.name, n, s * 1e6,
+                    bytes / s / 1e9);
+      }
+    }
+  }
+  const int NE = 256, E = 4096, F = 2048, K = 6;
+  const auto gh = random_blocks(GgmlType::IQ2_XXS, int64_t{NE} * F, E, rng);
+  const auto uh = random_blocks(GgmlType::IQ2_XXS, int64_t{NE} * F, E, rng);
+  const auto dh = random_blocks(GgmlType::Q2_K, int64_t{NE} * E, F, rng);
+  std::vector<int32_t> ids(64 * K);
+  for (int i = 0; i < 64; ++i)  // distinct experts per token, as the router gives
+    for (int j = 0; j < K; ++j) {
+      int32_t e;
+      do e = static_cast<int32_t>(rng() % NE);
+      while (std::find(ids.begin() + i * K, ids.begin() + i * K + j, e) != ids.begin() + i * K + j);
+      ids[i * K + j] = e;
+    }
+  std::vector<float> wts(ids.size(), 0.2f);
+  for (const Side& sd : sides) {
+    auto ex = [&](GgmlType t, const std::vector<uint8_t>& h, int64_t rows, int64_t cols) {
+      ExpertWeights e;
+      e.first = bind(*sd.b, t, h, int64_t{NE} * rows, cols);
+      e.first.rows = rows;
+      e.expert_bytes = e.first.row_bytes * rows;
+      e.n_expert = NE;
+      return e;
+    };
+    MoeArgs a;
+    a.gate = ex(GgmlType::IQ2_XXS, gh, F, E);
+    a.up = ex(GgmlType::IQ2_XXS, uh, F, E);
+    a.down = ex(GgmlType::Q2_K, dh, E, F);
+    Buffer x = buf(*sd.b, 64ull * E * 4), out = buf(*sd.b, 64ull * E * 4), bid = buf(*sd.b, ids.size() * 4),
+           bw = buf(*sd.b, wts.size() * 4);
+    sd.b->upload(bid.data(), ids.data(), ids.size() * 4);
+    sd.b->upload(bw.data(), wts.data(), wts.size() * 4);
+    a.x = x.f32();
+    a.ids = bid.i32();
+    a.weights = bw.f32();
+    a.k = K;
+    a.dim = E;
+    a.ff = F;
+    a.clamp = 10;
+    a.out = out.f32();
+    for (int n : {8, 32, 64}) {
+      a.n = n;
+      std::vector<int32_t> used(ids.begin(), ids.begin() + n * K);
+      std::sort(used.begin(), used.end());
+      const auto distinct = std::unique(used.begin(), used.end()) - used.begin();
+      const double s = median_seconds([&] { sd.b->moe(a); }, [&] { (void)sd.b->sync(); }, 10);
+      const double bytes = distinct * (2.0 * a.gate.expert_bytes + a.down.expert_bytes);
+      std::printf("BENCH op %s moe iq2_xxs/q2_k 256 experts k6 n=%-2d (%3ld experts) %8.2f us  %7.0f GB/s of weights\n",
+                  sd.tag, n, static_cast<long>(distinct), s * 1e6, bytes / s / 1e9);
+    }
+  }
+}
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a crash keeps every finished line in the log
@@ -188,6 +290,8 @@ int main(int argc, char** argv) {
     const double bytes = K * (2.0 * g.row_bytes * F + d.row_bytes * E);
     std::printf("BENCH op moe iq2_xxs/q2_k E4096 F2048 k6 n=1  %8.2f us  %7.0f GB/s of weights\n", s * 1e6, bytes / s / 1e9);
   }
+  bench_skinny(*be, rng);
+
   {  // Attention, decode: H 64, D 512, window 128 + 512 selected compressed rows.
     const int H = 64, D = 512;
     Buffer q = fbuf(H * D), raw = fbuf(256 * D), comp = fbuf(4096 * D), out = fbuf(H * D), sinks = fbuf(H);

@@ -34,6 +34,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   e = upload_iq2xxs_tables();
   if (e == cudaSuccess) e = upload_gemm_tables();
   if (e == cudaSuccess) e = upload_decode_tables();
+  if (e == cudaSuccess) e = upload_skinny_tables();
   if (e != cudaSuccess) {
     cudaStreamDestroy(s);
     return unavailable(std::string("cuda backend: IQ2_XXS tables: ") + cudaGetErrorString(e));

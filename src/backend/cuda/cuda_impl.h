@@ -23,6 +23,10 @@ namespace ds4::backend::cuda {
 
 // Batches of at most this many vectors take the decode matvec / routed-expert kernels (gemv_decode.cu).
 inline constexpr int kDecodeMaxVec = 4;
+// Batches of at most this many vectors (and more than the decode kernels take) run the skinny matmul /
+// routed-expert kernels of gemv_skinny.cu instead of the tensor-core GEMM or the per-vector matvec:
+// decode steps of many sessions. 0 turns them off (the previous paths, for before/after comparisons).
+inline constexpr int64_t kSkinnyMaxVec = 64;
 
 // One grow-only device scratch area (freed and reallocated larger when an op needs more).
 struct DeviceScratch {
@@ -138,6 +142,15 @@ class CudaBackend final : public Backend {
   bool gemv_decode(const GemvJob& j);       // quantized ds4 rows, n_vec ≤ kDecodeMaxVec, activation quantization fused
   bool moe_decode(const MoeArgs& a);        // routed experts, n ≤ kDecodeMaxVec, k ≤ 8, quantized ds4
   bool attention_decode(const AttentionArgs& a);  // attention_decode.cu: split rows, any batch
+  // Skinny paths (gemv_skinny.cu), n ≤ kSkinnyMaxVec: false when the job is not theirs (nothing launched).
+  // gemv_skinny: a dense quantized ds4 job on activations already quantized (act: [rows][act_stride]).
+  bool gemv_skinny(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
+  // moe_skinny: routed experts grouped by expert on the device; writes y [n·k][dim] (one row per
+  // (token, slot) pair with a valid id) for moe()'s slot sum.
+  bool moe_skinny(const MoeArgs& a, float* h, float* y);
+  // Quantizes rows x [rows][x_stride] of `cols` values into `out` as the activation blocks of weight
+  // type t (Q8_0 act or Q8_K); returns the row stride in bytes, 0 on failure (error recorded).
+  uint64_t quantize_act(GgmlType t, const float* x, int64_t x_stride, int64_t rows, int64_t cols, DeviceScratch& out);
 
   // Records the first failure; returns true when `e` is cudaSuccess.
   bool check(cudaError_t e, const char* what);
@@ -190,5 +203,7 @@ cudaError_t upload_iq2xxs_tables();
 cudaError_t upload_gemm_tables();
 // The same tables for gemv_decode.cu's own __constant__ copies (a symbol belongs to one translation unit).
 cudaError_t upload_decode_tables();
+// And for gemv_skinny.cu's.
+cudaError_t upload_skinny_tables();
 
 }  // namespace ds4::backend::cuda

@@ -17,7 +17,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/qdot.cuh"
 #include "quant/iq2xxs_tables.h"
 
 namespace ds4::backend::cuda {
@@ -31,90 +31,6 @@ constexpr int kWarps = 8;            // warps (output rows) per 256-thread block
 constexpr int kMaxSmemAct = 48 * 1024;  // quantized activations of one block (all vectors)
 constexpr int64_t kMaxGemvBlocks = 1024;  // ≈ 8 blocks per SM of an H200 (132 SMs)
 constexpr int64_t kFusedMaxCols = 4096;   // wider Q8_0 rows on a small grid: quantize in a launch of its own
-
-// Per weight type: block geometry, the integer part of the ds4 block dot product over pieces
-// [p0, p1) of the block (dot_ref.cpp's loops; integer sums, exact in any grouping), and `finish`, the
-// block's float expression from the integer sums (dot_ref order).
-template <GgmlType T>
-struct QDot;
-
-template <>
-struct QDot<GgmlType::Q8_0> {
-  static constexpr int kElems = kQK8_0, kWBytes = sizeof(BlockQ8_0), kABytes = sizeof(BlockQ8_0Act), kParts = 8;
-  __device__ static void part(const uint8_t* wb, const uint8_t* ab, int p0, int p1, int& i0, int&, const uint64_t*,
-                              const uint8_t*) {
-    for (int m = p0; m < p1; ++m)
-      i0 = __dp4a(static_cast<int>(ld32_u16(wb + 2 + 4 * m)), static_cast<int>(ld32(ab + 4 + 4 * m)), i0);
-  }
-  __device__ static float finish(const uint8_t* wb, const uint8_t* ab, int i0, int) {
-    return f16_dev(ld16(wb)) * *reinterpret_cast<const float*>(ab) * static_cast<float>(i0);
-  }
-};
-
-template <>
-struct QDot<GgmlType::Q2_K> {
-  static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockQ2_K), kABytes = sizeof(BlockQ8_K), kParts = 16;
-  // Piece s = 8h + 2l + half (16-value sub-block) and its scale/min byte x[s].
-  __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& isum, int& summs,
-                              const uint64_t*, const uint8_t*) {
-    for (int s = p0; s < p1; ++s) {
-      summs += q8k_bsum(y, s) * (x[s] >> 4);
-      const int h = s / 8, l = (s % 8) / 2, half = s % 2;
-      const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
-      const uint8_t* q8 = q8k_qs(y) + 128 * h + 32 * l + 16 * half;
-      int sub = 0;
-#pragma unroll
-      for (int m = 0; m < 4; ++m)
-        sub = __dp4a(static_cast<int>((ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u), static_cast<int>(ld32(q8 + 4 * m)), sub);
-      isum += (x[s] & 15) * sub;
-    }
-  }
-  __device__ static float finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
-    const float dall = q8k_d(y) * f16_dev(ld16(x + 80));
-    const float dmin = q8k_d(y) * f16_dev(ld16(x + 82));
-    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
-  }
-};
-
-template <>
-struct QDot<GgmlType::Q4_K> {
-  static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockQ4_K), kABytes = sizeof(BlockQ8_K), kParts = 8;
-  __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& isum, int& summs,
-                              const uint64_t*, const uint8_t*) {
-    for (int j = p0; j < p1; ++j) {
-      int sc, m;
-      q4k_scale_min_dev(j, x + 4, &sc, &m);
-      summs += m * (q8k_bsum(y, 2 * j) + q8k_bsum(y, 2 * j + 1));
-      const int c = j / 2, hi = j % 2;
-      int sub = 0;
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        sub = __dp4a(static_cast<int>((ld32(x + 16 + 32 * c + 4 * k) >> (4 * hi)) & 0x0f0f0f0fu),
-                     static_cast<int>(ld32(q8k_qs(y) + 64 * c + 32 * hi + 4 * k)), sub);
-      isum += sc * sub;
-    }
-  }
-  __device__ static float finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
-    const float dall = q8k_d(y) * f16_dev(ld16(x));
-    const float dmin = q8k_d(y) * f16_dev(ld16(x + 2));
-    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
-  }
-};
-
-template <>
-struct QDot<GgmlType::IQ2_XXS> {
-  static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockIQ2_XXS), kABytes = sizeof(BlockQ8_K), kParts = 8;
-  __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& bsum, int&,
-                              const uint64_t* grid, const uint8_t* signs) {
-    for (int g = p0; g < p1; ++g) bsum += iq2_xxs_group_isum(x, y, g, grid, signs);
-  }
-  // Without the row's final ·0.125 (applied once per row, as dot_iq2_xxs_ref does).
-  __device__ static float finish(const uint8_t* x, const uint8_t* y, int bsum, int) {
-    const float d = f16_dev(ld16(x)) * q8k_d(y);
-    return d * static_cast<float>(bsum);
-  }
-};
-
 
 // The ds4 dot product of `nb` weight blocks (row) with `nb` activation blocks (act): lane l computes
 // the term of block b0 + l, then every lane adds the 32 terms in block order — the CPU's sequential
@@ -208,14 +124,6 @@ __global__ void quantize_q8_0_kernel(const float* x, int64_t x_stride, int64_t r
   quantize_q8_0_warp(x[r * x_stride + b * kQK8_0 + lane], lane, out + blk * sizeof(BlockQ8_0Act));
 }
 
-template <GgmlType T>
-__device__ inline void load_tables(uint64_t* grid, uint8_t* signs) {
-  if constexpr (T == GgmlType::IQ2_XXS) {  // divergent table lookups are cheaper from shared memory
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) grid[i] = c_grid[i];
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) signs[i] = c_signs[i];
-  }
-}
-
 struct DecodeParams {
   const uint8_t* w;
   uint64_t row_bytes;
@@ -236,7 +144,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_decode_kernel(DecodeParam
   __shared__ uint64_t grid[T == GgmlType::IQ2_XXS ? 256 : 1];
   __shared__ uint8_t signs[T == GgmlType::IQ2_XXS ? 128 : 1];
   using D = QDot<T>;
-  load_tables<T>(grid, signs);
+  load_tables<T>(c_grid, c_signs, grid, signs);
   const int64_t nb = p.cols / D::kElems;
   const uint64_t act_row = static_cast<uint64_t>(nb) * D::kABytes;
   const uint8_t* a = p.act;  // pre-quantized rows in global memory, or null: quantize here
@@ -286,7 +194,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_gate_up_kernel(MoeDecodePa
   __shared__ uint64_t grid[T == GgmlType::IQ2_XXS ? 256 : 1];
   __shared__ uint8_t signs[T == GgmlType::IQ2_XXS ? 128 : 1];
   using D = QDot<T>;
-  load_tables<T>(grid, signs);
+  load_tables<T>(c_grid, c_signs, grid, signs);
   const int64_t nb = p.dim / D::kElems;
   const uint64_t act_row = static_cast<uint64_t>(nb) * D::kABytes;
   quantize_rows_to_smem<T>(p.x, p.dim, p.n, p.dim, act, act_row);
@@ -372,7 +280,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_down_kernel(MoeDecodeParam
   __shared__ uint64_t grid[T == GgmlType::IQ2_XXS ? 256 : 1];
   __shared__ uint8_t signs[T == GgmlType::IQ2_XXS ? 128 : 1];
   using D = QDot<T>;
-  load_tables<T>(grid, signs);
+  load_tables<T>(c_grid, c_signs, grid, signs);
   if constexpr (T == GgmlType::IQ2_XXS) __syncthreads();
   const int lane = threadIdx.x % kWarp;
   const int64_t q = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarp;

@@ -206,6 +206,20 @@ cudaError_t upload_iq2xxs_tables() {
   return cudaMemcpyToSymbol(c_iq2xxs_signs, kKsignsIq2xs, sizeof(kKsignsIq2xs));
 }
 
+uint64_t CudaBackend::quantize_act(GgmlType t, const float* x, int64_t x_stride, int64_t rows, int64_t cols,
+                                   DeviceScratch& out) {
+  const bool q80 = t == GgmlType::Q8_0;
+  const int64_t nb = cols / (q80 ? kQK8_0 : kQK_K);
+  const uint64_t stride = static_cast<uint64_t>(nb) * (q80 ? sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K));
+  if (!ensure(out, stride * rows, "quantized activations")) return 0;
+  const unsigned qgrid = grid_for(rows * nb * kWarp, 256);
+  if (q80)
+    quantize_q8_0_kernel<<<qgrid, 256, 0, stream()>>>(x, x_stride, rows, cols, static_cast<uint8_t*>(out.ptr));
+  else
+    quantize_q8_K_kernel<<<qgrid, 256, 0, stream()>>>(x, x_stride, rows, cols, static_cast<uint8_t*>(out.ptr));
+  return launched("quantize activations") ? stride : 0;
+}
+
 void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
   if (failed() || j.n_vec <= 0 || j.w.rows <= 0) return;
   const GgmlType T = j.w.type;
@@ -237,18 +251,13 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
 
   const bool use_act = j.numerics == MatmulNumerics::ds4 && quantized(T);
   if (use_act) {
-    const bool q80 = T == GgmlType::Q8_0;
     const int64_t act_rows = (j.n_vec + j.x_div - 1) / j.x_div;
-    const int64_t nb = j.w.cols / (q80 ? kQK8_0 : kQK_K);
-    p.act_stride = static_cast<uint64_t>(nb) * (q80 ? sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K));
-    if (!ensure(act_scratch, p.act_stride * act_rows, "quantized activations")) return;
+    p.act_stride = quantize_act(T, j.x, j.x_stride, act_rows, j.w.cols, act_scratch);
+    if (p.act_stride == 0) return;
     p.act = static_cast<const uint8_t*>(act_scratch.ptr);
-    const unsigned qgrid = grid_for(act_rows * nb * kWarp, 256);
-    if (q80)
-      quantize_q8_0_kernel<<<qgrid, 256, 0, s>>>(j.x, j.x_stride, act_rows, j.w.cols, static_cast<uint8_t*>(act_scratch.ptr));
-    else
-      quantize_q8_K_kernel<<<qgrid, 256, 0, s>>>(j.x, j.x_stride, act_rows, j.w.cols, static_cast<uint8_t*>(act_scratch.ptr));
-    if (!launched("quantize activations")) return;
+    // gemv_skinny.cu: 5..kSkinnyMaxVec dense vectors, each weight row read once for all of them, the
+    // block terms added in the CPU's block order (same bits as every other path).
+    if (decode_kernels_ && !j.ids && j.n_vec <= kSkinnyMaxVec && gemv_skinny(j, p.act, p.act_stride)) return;
     if (tensor_cores() && gemm_supports(j)) {  // prefill-sized batches and grouped experts: tensor cores (ops_gemm.cu)
       gemm(j, p.act, p.act_stride);
       return;

@@ -203,6 +203,14 @@ void CudaBackend::moe(const MoeArgs& a) {
   float* g = static_cast<float*>(moe_g_.ptr);  // [pairs][ff]
   float* u = static_cast<float*>(moe_u_.ptr);  // [pairs][ff]
   float* y = static_cast<float*>(moe_y_.ptr);  // [pairs][dim]
+  // Decode batches of several sessions: gemv_skinny.cu groups the pairs by expert on the device and
+  // reads each expert's rows once for all its pairs; the slot sum below is shared with the other paths.
+  if (decode_kernels_ && moe_skinny(a, g, y)) {
+    if (failed()) return;
+    moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
+    launched("moe sum");
+    return;
+  }
 
   GemvJob j;
   ExpertGroups groups;

@@ -61,8 +61,9 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
-// routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64, on `be` and on a
-// backend with the decode/skinny kernels off (the tensor-core GEMM / grouped GEMM path) for comparison.
+// routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64, on `be` ("default":
+// the dispatch of CudaBackend::gemv / moe) and on a backend with the decode/skinny kernels off
+// ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison.
 void bench_skinny(Backend& be, std::mt19937& rng) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
@@ -71,7 +72,7 @@ void bench_skinny(Backend& be, std::mt19937& rng) {
     Backend* b;
     const char* tag;
   };
-  std::vector<Side> sides = {{&be, "skinny "}};
+  std::vector<Side> sides = {{&be, "default"}};
   if (general.ok()) sides.push_back({general->get(), "general"});
   auto buf = [](Backend& b, uint64_t bytes) {
     auto r = b.alloc(bytes, MemCategory::scratch);

@@ -138,7 +138,7 @@ TEST_F(CudaMatmul, BatchInvariantAcrossKernels) {
     }
     // The contract says 0 for quantized types (F16 sums in another order): printed, the tolerance
     // tests assert closeness.
-    std::printf("PARITY batch-invariance %s cols %lld: %lld of %lld values differ from the CPU bits\n",
+    std::printf("BITS batch-invariance %s cols %lld: %lld of %lld values differ from the CPU bits\n",
                 std::string(type_name(t)).c_str(), static_cast<long long>(cols), static_cast<long long>(cpu_diff),
                 static_cast<long long>(3 * rows));
   }
@@ -146,10 +146,11 @@ TEST_F(CudaMatmul, BatchInvariantAcrossKernels) {
 }
 
 TEST_F(CudaMatmul, SkinnyPathsAtFlashShapes) {
-  // gemv_skinny.cu takes 5..64 vectors of quantized ds4 rows (decode steps of several sessions).
-  // Every Flash quantized matrix at n = 5, 8, 16 (strided x and y), n = 33 (two vector tiles, the
-  // second of one) and 64 (rows capped at 512 to keep the CPU reference short: the column widths, which
-  // set the block order, are Flash's), odd shapes, and the vector-count edges 4 → decode, 65 → GEMM.
+  // gemv_skinny.cu takes 5..64 vectors of quantized ds4 rows (decode steps of several sessions) up to
+  // kSkinnyMaxMacs of work (larger products: the GEMM; Q4_K: always skinny). Every Flash quantized
+  // matrix at n = 5, 8, 16 (strided x and y), n = 33 (two vector tiles, the second of one) and 64 (rows
+  // capped at 512 to keep the CPU reference short: the column widths, which set the block order, are
+  // Flash's), odd shapes, and the vector-count edges 4 → decode, 65 → GEMM.
   const struct {
     GgmlType t;
     int64_t rows, cols;
@@ -394,10 +395,11 @@ TEST_F(CudaMoe, RoutedExpertsGroupedOnTensorCores) {
 }
 
 TEST_F(CudaMoe, SkinnyExpertsEveryBatchSize) {
-  // gemv_skinny.cu takes 5..64 tokens under ds4 (pairs grouped by expert on the device, each expert's
-  // rows read once for its pairs): Flash shapes at n = 5, 8, 16, 33, 64; an expert with more than 32
-  // pairs (two vector tiles: 8 experts, 64 tokens × 6 slots); every quantized gate/down type pair;
-  // k = 8 and k = 1.
+  // gemv_skinny.cu takes 5..64 tokens under ds4 where the grouped GEMM does not (< 64 pairs, or a
+  // Q4_K tensor): pairs grouped by expert on the device, each expert's rows read once for its pairs.
+  // Flash shapes at n = 5, 8 (skinny) and 16, 33, 64 (grouped GEMM); an expert with more than 32 pairs
+  // (two vector tiles: 8 experts, 64 tokens × 6 slots, Q4_K down); every quantized gate/down type
+  // pair; k = 8 and k = 1.
   for (int64_t n : {5, 8, 16, 33, 64})
     run(GgmlType::IQ2_XXS, GgmlType::Q2_K, 16, 4096, 2048, 6, n, MatmulNumerics::ds4, 10.0f);
   run(GgmlType::Q8_0, GgmlType::Q4_K, 8, 512, 256, 6, 64, MatmulNumerics::ds4, 0.0f);

@@ -27,6 +27,11 @@ inline constexpr int kDecodeMaxVec = 4;
 // routed-expert kernels of gemv_skinny.cu instead of the tensor-core GEMM or the per-vector matvec:
 // decode steps of many sessions. 0 turns them off (the previous paths, for before/after comparisons).
 inline constexpr int64_t kSkinnyMaxVec = 64;
+// From kGemmMinVectors vectors on, a dense matmul that the tensor-core GEMM supports stays on the skinny
+// kernel only while n·rows·cols is at most this: the skinny kernel's time grows with n (H200, issue 8:
+// q_a 1024×4096 17/43/80 µs at n = 8/32/64), the GEMM's is flat (~100 µs on ≤ 16 row tiles, 53 µs on
+// 32, 630–700 µs for the 129,280-row head, where the skinny kernel took 699/2236/4451 µs).
+inline constexpr int64_t kSkinnyMaxMacs = int64_t{1} << 28;
 
 // One grow-only device scratch area (freed and reallocated larger when an op needs more).
 struct DeviceScratch {

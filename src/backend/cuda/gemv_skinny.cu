@@ -52,7 +52,27 @@ __device__ inline float vecset_dot(const uint8_t* row, int64_t nb, int c, const 
   for (int64_t b0 = 0; b0 < nb; b0 += kWarp) {
     const int G = nb - b0 < kWarp ? static_cast<int>(nb - b0) : kWarp;
     const int total = G * c;
-    for (int t0 = 0; t0 < total; t0 += kWarp) {
+    bool done = false;
+    if constexpr (T == GgmlType::Q8_0) {
+      if (G == kWarp) {  // lane = block for every vector: its 32 weight bytes stay in registers
+        const uint8_t* wb = row + (b0 + lane) * D::kWBytes;
+        int wq[8];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) wq[m] = static_cast<int>(ld32_u16(wb + 2 + 4 * m));
+        const float wd = f16_dev(ld16(wb));
+        for (int v = 0; v < c; ++v) {
+          const auto av = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, my, v));
+          const uint8_t* ab = av + (b0 + lane) * D::kABytes;
+          int i0 = 0;
+#pragma unroll
+          for (int m = 0; m < 8; ++m) i0 = __dp4a(wq[m], static_cast<int>(ld32(ab + 4 + 4 * m)), i0);
+          // QDot<Q8_0>::finish's expression: (weight scale · activation scale) · integer sum.
+          terms[v * kTermStride + lane] = wd * *reinterpret_cast<const float*>(ab) * static_cast<float>(i0);
+        }
+        done = true;
+      }
+    }
+    for (int t0 = 0; !done && t0 < total; t0 += kWarp) {
       const int t = t0 + lane;
       const int v = t < total ? t / G : 0, bl = t - v * G;
       const auto av = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, my, v));
@@ -211,6 +231,10 @@ cudaError_t upload_skinny_tables() {
 bool CudaBackend::gemv_skinny(const GemvJob& j, const uint8_t* act, uint64_t act_stride) {
   const GgmlType T = j.w.type;
   if (j.numerics != MatmulNumerics::ds4 || !skinny_type(T) || j.ids || j.n_vec > kSkinnyMaxVec) return false;
+  // Large products go to the tensor-core GEMM where it applies (kSkinnyMaxMacs: measured crossover).
+  if (j.n_vec >= kGemmMinVectors && j.n_vec * j.w.rows * j.w.cols > kSkinnyMaxMacs && tensor_cores() &&
+      gemm_supports(j))
+    return false;
   SkinnyParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;

@@ -203,14 +203,6 @@ void CudaBackend::moe(const MoeArgs& a) {
   float* g = static_cast<float*>(moe_g_.ptr);  // [pairs][ff]
   float* u = static_cast<float*>(moe_u_.ptr);  // [pairs][ff]
   float* y = static_cast<float*>(moe_y_.ptr);  // [pairs][dim]
-  // Decode batches of several sessions: gemv_skinny.cu groups the pairs by expert on the device and
-  // reads each expert's rows once for all its pairs; the slot sum below is shared with the other paths.
-  if (decode_kernels_ && moe_skinny(a, g, y)) {
-    if (failed()) return;
-    moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
-    launched("moe sum");
-    return;
-  }
 
   GemvJob j;
   ExpertGroups groups;
@@ -223,6 +215,17 @@ void CudaBackend::moe(const MoeArgs& a) {
   j.w = a.down.first;
   grouped = grouped && gemm_supports(j);
   j.groups = nullptr;
+  // Where the grouped GEMM does not run (fewer than kGroupMinPairs pairs, or types it lacks),
+  // gemv_skinny.cu groups the pairs by expert on the device and reads each expert's rows once for all
+  // its pairs instead of once per pair; the slot sum below is shared with the other paths. (Measured
+  // on the H200 at 256 experts: as fast as the per-pair matvec at 8 tokens, slower than the grouped
+  // GEMM at 32 and 64 — docs/PERF.md.)
+  if (!grouped && decode_kernels_ && moe_skinny(a, g, y)) {
+    if (failed()) return;
+    moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
+    launched("moe sum");
+    return;
+  }
   if (grouped) {
     if (!group_by_expert(a.ids, pairs, a.gate.n_expert, &groups)) return;
     j.groups = &groups;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# gpu_session.sh — one device call that re-checks and re-measures everything the CUDA issues report:
+# gpu_check.sh (op + model parity, batched ≡ solo, per-stage decode breakdown, 2-layer flash-q2 file),
+# gpu_batch_probe.sh (engine-only batched decode, N = 1..32, 4-layer file), ds4-bench on the full 43-layer
+# flash-q2 file (prefill and greedy decode at 2K…32K frontiers, chunk 2048) and gpu_loadgen.sh (the
+# serving series through ds4-server on a flash-q2 file of LOAD_LAYERS layers). Builds nothing.
+#
+#   here:   scripts/gpu_session.sh --pack BUILD_DIR PACK_TARBALL   (BUILD_DIR configured with -DDS4_CUDA=ON)
+#   there:  scripts/gpu_session.sh PACK_TARBALL [OUT_DIR]
+#           env: LOAD_LAYERS=43 SERIES="1 8 32" PROMPT=1024 GEN=128 SERIES_TIMEOUT=240
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ "${1:-}" = "--pack" ]; then
+  B=${2:?build dir}; T=${3:?pack tarball}
+  W=$(mktemp -d)
+  bash "$HERE/gpu_check.sh" --pack "$B" "$W/check" > /dev/null
+  bash "$HERE/gpu_batch_probe.sh" --pack "$B" "$W/probe" > /dev/null
+  bash "$HERE/gpu_loadgen.sh" --pack "$B" "$W/load" > /dev/null
+  rm -f "$W/load/test_server_batch"  # the server-level CUDA check is test_server_batch's own run (90 s)
+  cp "$B/tools/ds4-bench/ds4-bench" "$W/probe/" && strip "$W/probe/ds4-bench"
+  cp "$HERE/../../shared/data/promessi_sposi.txt" "$W/probe/data/prompt.txt"
+  strip "$W"/check/test_cuda_ops "$W"/check/test_cuda_model "$W"/check/cuda_bench "$W"/check/ds4-gen 2>/dev/null
+  mkdir -p "$(dirname "$T")"
+  (cd "$W" && tar cf - check probe load | xz -9 -T2 > "$T")
+  rm -rf "$W"; ls -la "$T"; exit 0
+fi
+T=$(cd "$(dirname "${1:?usage: gpu_session.sh PACK_TARBALL [OUT_DIR]}")" && pwd)/$(basename "$1")
+O=${2:-${OUT:-/tmp/gpu_session}}; mkdir -p "$O"
+P=/tmp/gpu_session_pack; rm -rf "$P"; mkdir -p "$P" && tar xJf "$T" -C "$P"
+t0=$(date +%s)
+FLASH_LAYERS=2 bash "$HERE/gpu_check.sh" "$P/check" "$O/check" > "$O/check.txt" 2>&1
+echo "gpu_check rc=$? in $(( $(date +%s) - t0 )) s"
+LAYERS=4 PROMPT=512 NCU_N="" bash "$HERE/gpu_batch_probe.sh" "$P/probe" "$O/probe" > "$O/probe.txt" 2>&1
+echo "gpu_batch_probe rc=$? at $(( $(date +%s) - t0 )) s"
+rm -f /dev/shm/flash-q2-l4.gguf
+F=/dev/shm/flash-q2-l43.gguf
+"$P/probe/ds4-gen" --profile flash-q2 --zeros --tokenizer-json "$P/probe/data/tokenizer.json" -o "$F" > /dev/null 2>&1
+mkdir -p "$O/bench43"
+LD_LIBRARY_PATH="$P/probe/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/probe/ds4-bench" -m "$F" --cuda --chunk 2048 \
+  --prompt-file "$P/probe/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
+  --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
+echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"
+rm -f "$F"
+LAYERS=${LOAD_LAYERS:-43} SERIES=${SERIES:-"1 8 32"} PROMPT=${PROMPT:-1024} GEN=${GEN:-128} SEP_MAX=0 BATCH_TOKENS=512 \
+  CTX=8192 SERIES_TIMEOUT=${SERIES_TIMEOUT:-240} bash "$HERE/gpu_loadgen.sh" "$P/load" "$O/load" > "$O/load.txt" 2>&1
+echo "gpu_loadgen rc=$? at $(( $(date +%s) - t0 )) s"
+grep -E '^\| (op|model)|cases|PARITY.*FAIL|per-token sum|BENCH model' "$O/check/summary.txt" | head -20
+grep -E '^BM_' "$O/probe/summary.txt"
+cat "$O/bench43/bench_flash_q2_l43.csv"
+tail -8 "$O/load/summary.txt"

@@ -214,6 +214,8 @@ struct AttentionArgs {
   // raw_cap). Null: every query reads `raw` / `comp`.
   const float* const* raw_at = nullptr;   // [n]
   const float* const* comp_at = nullptr;  // [n]
+  int64_t max_comp = 0;            // host: an upper bound of every comp_count[i] (0: unknown); a device
+                                   // backend sizes per-call scratch by it, nothing is read back
 };
 
 // Lightning-indexer selection (MODEL.md §7.5): per query, the top_k of its visible rows by

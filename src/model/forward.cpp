@@ -285,6 +285,10 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   const int64_t TK = cfg_.indexer_top_k;
   const int32_t* comp_count = ccount;
   const int32_t* comp_idx = nullptr;
+  int64_t comp_bound = 0;  // a host bound of the uploaded counts ((t + 1) / ratio): nothing is read back
+  if (p.has_compressor)
+    for (const Segment& sg : segs)
+      comp_bound = std::max<int64_t>(comp_bound, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio);
   if (any_select) {
     const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
     backend::IndexerArgs ia;
@@ -299,8 +303,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     ia.top_k = static_cast<int32_t>(TK);
     ia.idx = idx_.i32();
     ia.count = icount_.i32();
-    for (const Segment& sg : segs)  // a host bound of the uploaded counts: the indexer reads nothing back
-      ia.max_rows = std::max<int64_t>(ia.max_rows, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio);
+    ia.max_rows = comp_bound;
     be_.indexer(ia);
     comp_idx = idx_.i32();
     comp_count = icount_.i32();
@@ -323,6 +326,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   aa.out = attn_.f32();
   aa.raw_at = raw_at;
   aa.comp_at = p.has_compressor ? comp_at : nullptr;
+  aa.max_comp = comp_bound;
   be_.attention(aa);
 
   // §7.7 inverse RoPE at the query position, grouped output projection.

@@ -293,29 +293,51 @@ int main(int argc, char** argv) {
   }
   bench_skinny(*be, rng);
 
-  {  // Attention, decode: H 64, D 512, window 128 + 512 selected compressed rows.
-    const int H = 64, D = 512;
-    Buffer q = fbuf(H * D), raw = fbuf(256 * D), comp = fbuf(4096 * D), out = fbuf(H * D), sinks = fbuf(H);
-    Buffer pos = fbuf(1), cnt = fbuf(1);
-    const int32_t p = 1000, c = 512;
-    be->upload(pos.data(), &p, 4);
-    be->upload(cnt.data(), &c, 4);
-    AttentionArgs a;
-    a.q = q.f32();
-    a.pos = pos.i32();
-    a.n = 1;
-    a.heads = H;
-    a.head_dim = D;
-    a.scale = 0.044f;
-    a.sinks = sinks.f32();
-    a.raw = raw.f32();
-    a.raw_cap = 256;
-    a.window = 128;
-    a.comp = comp.f32();
-    a.comp_count = cnt.i32();
-    a.out = out.f32();
-    const double s = median_seconds([&] { be->attention(a); }, sync, 50);
-    std::printf("BENCH op attention H64 D512 window128 + 512 comp n=1  %8.2f us\n", s * 1e6);
+  {  // Attention: H 64, D 512, window 128 + 512 compressed rows per query (a CSA layer's 640 rows), in
+     // the segment order (default: split shape for few queries, chunk shape above) and in the previous
+     // order (CudaBackendOptions::attention_segments = false: one online softmax over all rows per head).
+    const int H = 64, D = 512, nmax = 64;
+    cuda::CudaBackendOptions po;
+    po.attention_segments = false;
+    auto prev = cuda::make_cuda_backend(po);
+    double t[2][4] = {};
+    const int ns[4] = {1, 4, 16, 64};
+    for (int b = 0; b < 2; ++b) {
+      Backend* ab = b == 0 ? be.get() : (prev.ok() ? prev->get() : nullptr);
+      if (!ab) continue;
+      auto ab_buf = [&](int64_t floats) { return ab->alloc(static_cast<uint64_t>(floats) * 4, MemCategory::scratch); };
+      auto q = ab_buf(nmax * H * D), raw = ab_buf(256 * D), comp = ab_buf(4096 * D), out = ab_buf(nmax * H * D);
+      auto sinks = ab_buf(H), pos = ab_buf(nmax), cnt = ab_buf(nmax);
+      if (!q.ok() || !raw.ok() || !comp.ok() || !out.ok() || !sinks.ok() || !pos.ok() || !cnt.ok()) continue;
+      std::vector<int32_t> hp(nmax), hc(nmax, 512);
+      for (int i = 0; i < nmax; ++i) hp[i] = 1000 + i;
+      ab->upload(pos->data(), hp.data(), nmax * 4);
+      ab->upload(cnt->data(), hc.data(), nmax * 4);
+      ab->fill_f32(q->f32(), 0.01f, int64_t{nmax} * H * D);
+      ab->fill_f32(raw->f32(), 0.5f, int64_t{256} * D);
+      ab->fill_f32(comp->f32(), 0.25f, int64_t{4096} * D);
+      AttentionArgs a;
+      a.q = q->f32();
+      a.pos = pos->i32();
+      a.heads = H;
+      a.head_dim = D;
+      a.scale = 0.044f;
+      a.sinks = sinks->f32();
+      a.raw = raw->f32();
+      a.raw_cap = 256;
+      a.window = 128;
+      a.comp = comp->f32();
+      a.comp_count = cnt->i32();
+      a.max_comp = 512;
+      a.out = out->f32();
+      for (int k = 0; k < 4; ++k) {
+        a.n = ns[k];
+        t[b][k] = median_seconds([&] { ab->attention(a); }, [&] { (void)ab->sync(); }, 50);
+      }
+    }
+    for (int k = 0; k < 4; ++k)
+      std::printf("BENCH op attention H64 D512 window128 + 512 comp n=%-2d  segments %8.2f us  previous %8.2f us\n", ns[k],
+                  t[0][k] * 1e6, t[1][k] * 1e6);
   }
 
   for (int i = 1; i < argc; ++i) {  // Whole models through the public API.

@@ -293,7 +293,9 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
       },
       [&] { compressor(h_kv, h_g, 128, static_cast<int32_t>(D), false, 256, hst_kv, hst_sc); });
 
-  auto attention = [&](const int32_t* cnt, const int32_t* idx) {
+  // max_comp: the host bound the forward pass gives ((pos + 1) / ratio), which lets a decode step take
+  // the split shape of the segment order (attention_segments.cu).
+  auto attention = [&](const int32_t* cnt, const int32_t* idx, int64_t max_comp) {
     AttentionArgs a;
     a.q = q;
     a.pos = pos_d;
@@ -310,11 +312,12 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
     a.comp_idx = idx;
     a.comp_idx_stride = TK;
     a.out = attn;
+    a.max_comp = max_comp;
     be.attention(a);
   };
-  run("attention core (CSA: 128 raw + 512 selected)", 21, [] {}, [&] { attention(sel_cnt, sel_idx); });
-  run("attention core (HCA: 128 raw + 16 compressed)", 20, [] {}, [&] { attention(hca_cnt, nullptr); });
-  run("attention core (no compressor: 128 raw)", 2, [] {}, [&] { attention(nullptr, nullptr); });
+  run("attention core (CSA: 128 raw + 512 selected)", 21, [] {}, [&] { attention(sel_cnt, sel_idx, csa_rows); });
+  run("attention core (HCA: 128 raw + 16 compressed)", 20, [] {}, [&] { attention(hca_cnt, nullptr, hca_rows); });
+  run("attention core (no compressor: 128 raw)", 2, [] {}, [&] { attention(nullptr, nullptr, 0); });
 
   Weight router;
   run("router", 43, [&] { router = sb.weight(GgmlType::F16, 256, E); },

@@ -43,6 +43,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_tensor_cores(opts.tensor_cores);
   be->set_decode_kernels(opts.decode_kernels);
   be->set_f16_segments(opts.f16_segments);
+  be->set_attention_segments(opts.attention_segments, opts.attention_split_max_blocks);
   return std::unique_ptr<Backend>(std::move(be));
 }
 
@@ -80,7 +81,7 @@ CudaBackend::~CudaBackend() {
   (void)uploader_.release_staging();
   cudaStreamSynchronize(stream_);
   for (void* p : weights_) cudaFree(p);
-  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_, &attn_part_})
+  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_, &attn_part_, &attn_seg_})
     if (s->ptr) cudaFree(s->ptr);
   cudaStreamDestroy(stream_);
 }

@@ -27,6 +27,14 @@ struct CudaBackendOptions {
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits
   // do not depend on its batch; the two orders differ from each other in the last bits.
   bool f16_segments = true;
+  // Attention (with tensor_cores) in the segment order of src/backend/cuda/README.md, for every batch
+  // size (attention_segments.cu). false: the previous kernel (one online softmax over all rows per
+  // head, 8 heads per block; heads not a multiple of 8 take attention_decode.cu) — for before/after
+  // benchmarks, or to switch back. The two orders differ from each other in the last bits.
+  bool attention_segments = true;
+  // Segment order: calls of n queries with n·(heads / heads per block) ≤ this run the split shape (one
+  // block per segment, then a merge), larger ones the chunk shape. Same bits either way; 0 = chunk only.
+  int attention_split_max_blocks = 128;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

@@ -156,6 +156,9 @@ class CudaBackend final : public Backend {
   // Quantizes rows x [rows][x_stride] of `cols` values into `out` as the activation blocks of weight
   // type t (Q8_0 act or Q8_K); returns the row stride in bytes, 0 on failure (error recorded).
   uint64_t quantize_act(GgmlType t, const float* x, int64_t x_stride, int64_t rows, int64_t cols, DeviceScratch& out);
+  // attention_segments.cu: README.md's segment order, split or chunk shape by batch size; false when
+  // head_dim is not 64, 128, 256 or 512 (then nothing was launched).
+  bool attention_segments(const AttentionArgs& a);
 
   // Records the first failure; returns true when `e` is cudaSuccess.
   bool check(cudaError_t e, const char* what);
@@ -171,6 +174,10 @@ class CudaBackend final : public Backend {
   bool tensor_cores() const { return tensor_cores_; }
   void set_decode_kernels(bool on) { decode_kernels_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
+  void set_attention_segments(bool on, int split_max_blocks) {
+    attention_segments_ = on;
+    attn_split_max_blocks_ = split_max_blocks;
+  }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -180,6 +187,9 @@ class CudaBackend final : public Backend {
   Status first_error_;
   bool decode_kernels_ = true;            // CudaBackendOptions::decode_kernels
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
+  bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
+  int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
+  bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend
@@ -192,6 +202,7 @@ class CudaBackend final : public Backend {
   DeviceScratch idx_scores_;              // [n][max rows] indexer scores
   DeviceScratch moe_groups_;              // routed-expert pairs grouped by expert (ExpertGroups)
   DeviceScratch attn_part_;               // [n·heads·splits][head_dim + 2] decode attention partials
+  DeviceScratch attn_seg_;                // [n·heads·segments][head_dim + 2] attention segment states
 
   // Growable regions (cuda_region.cpp): driver VMM entry points, loaded on first use.
   void init_vmm();

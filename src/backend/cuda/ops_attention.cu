@@ -10,6 +10,10 @@
 // 4096·64·~640 rows·2 KB ≈ 340 GB of L2 reads in the one-head-per-block kernel, 8× less here).
 // Each warp runs one online softmax over all rows, then adds the sink: the same arithmetic for every
 // batch size (decode included), so a token's output does not depend on what shares its call.
+// CudaBackend::attention is the one dispatch point: with tensor cores the segment order runs
+// (attention_segments.cu, README.md "Attention summation order"); the kernels in this file are the
+// previous order, kept for CudaBackendOptions::attention_segments = false and head_dim the segment
+// kernels do not take.
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -171,6 +175,8 @@ void CudaBackend::attention(const AttentionArgs& a) {
     fail(invalid_argument("cuda attention: bad batch or raw ring size"));
     return;
   }
+  // The segment order: every batch size, split (few queries) or chunk shape, the same bits either way.
+  if (attention_segments_ && tensor_cores() && attention_segments(a)) return;
   const int pl = a.head_dim / kWarp;
   if (tensor_cores() && a.heads % kHeadsPerBlock == 0 && (pl == 2 || pl == 4 || pl == 8 || pl == 16)) {
     const size_t rows_bytes = static_cast<size_t>(kRowTile) * a.head_dim * sizeof(float);

@@ -1,0 +1,236 @@
+// test_cuda_attention.cpp — attention in the segment order (attention_segments.cu, README.md "Attention
+// summation order") vs the CPU op, and bit-identity of a query's output across the split and chunk
+// launch shapes and across batch sizes (the numerics contract: a token's output does not depend on what
+// shares its call). Shapes: Flash CSA (128 raw + 512 selected of 700), HCA (128 raw + 16), raw only,
+// short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
+// 8 heads per block). Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
+// segments vs the CPU's two passes). Skips without a GPU.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+namespace {
+
+class CudaAttention : public CudaOpsTest {
+ protected:
+  // A backend with other attention options (made once per test).
+  Backend& backend_with(int split_max_blocks, bool segments = true) {
+    cuda::CudaBackendOptions o;
+    o.attention_segments = segments;
+    o.attention_split_max_blocks = split_max_blocks;
+    auto made = cuda::make_cuda_backend(o);
+    EXPECT_TRUE(made.ok());
+    extra_.push_back(std::move(made).value());
+    return *extra_.back();
+  }
+  std::vector<std::unique_ptr<Backend>> extra_;
+};
+
+struct Shape {
+  const char* name;
+  int32_t heads, D, window;
+  int32_t comp_rows;  // compressed rows held (0: no compressor)
+  int32_t top_k;      // > 0: queries attend to selected rows (comp_idx), else to rows 0 … count−1
+  int32_t pos0;       // first query's position (small: the window is not full yet)
+  int32_t count0;     // first query's compressed rows; query i sees max(0, count0 − step·i)
+  int32_t step;
+};
+
+// One case's host inputs, in the layout of AttentionArgs.
+struct Inputs {
+  int64_t n = 0, cap = 0;
+  std::vector<int32_t> pos, count, idx;
+  std::vector<float> q, raw, comp, sinks;
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatches) {
+  const Shape shapes[] = {
+      {"flash csa", 64, 512, 128, 700, 512, 5000, 512, 3},  // 640 rows = 20 whole segments, ring wrapped
+      {"flash hca", 64, 512, 128, 16, 0, 2101, 16, 1},      // 144 rows: 4.5 segments
+      {"flash raw", 64, 512, 128, 0, 0, 3000, 0, 0},        // no compressor: 128 rows
+      {"flash short", 64, 512, 128, 3, 512, 9, 3, 1},       // 10 raw + ≤ 3 selected: fewer rows than a segment
+      {"flash short hca", 64, 512, 128, 5, 0, 40, 5, 2},    // 41 raw + ≤ 5: rows not a multiple of 32
+      {"tiny h4", 4, 256, 16, 40, 16, 700, 16, 1},          // 4 heads per block
+      {"tiny h6", 6, 128, 64, 90, 0, 300, 90, 7},           // 2 heads per block; some queries see 0 rows
+      {"tiny h8", 8, 64, 16, 90, 32, 1200, 32, 5},
+  };
+  Backend& chunk_be = backend_with(0);              // chunk shape only
+  Backend& split_be = backend_with(INT_MAX);        // split shape whenever a bound is known
+  Backend& prev_be = backend_with(128, false);      // the previous kernel (CudaBackendOptions switch)
+  for (const Shape& s : shapes) {
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{40}}) {
+      Inputs in;
+      in.n = n;
+      in.cap = s.window + n - 1;
+      for (int64_t i = 0; i < n; ++i) in.pos.push_back(s.pos0 + static_cast<int32_t>(i));
+      in.q = randn(static_cast<size_t>(n * s.heads * s.D), 0.2f);
+      in.raw = randn(static_cast<size_t>(in.cap * s.D));
+      in.comp = randn(static_cast<size_t>(std::max(1, s.comp_rows) * s.D));
+      in.sinks = randn(s.heads);
+      const int32_t stride = std::max(1, s.top_k);
+      in.count.resize(n);
+      in.idx.assign(static_cast<size_t>(n * stride), 0);
+      for (int64_t i = 0; i < n; ++i) {
+        in.count[i] = std::max(0, s.count0 - s.step * static_cast<int32_t>(i));
+        for (int32_t j = 0; j < in.count[i] && s.top_k > 0; ++j)
+          in.idx[i * stride + j] = (j * 37 + static_cast<int32_t>(i)) % s.comp_rows;
+      }
+      const std::string what = std::string("attention segments ") + s.name + " n" + std::to_string(n);
+
+      AttentionArgs a;
+      a.pos = in.pos.data();
+      a.n = n;
+      a.heads = s.heads;
+      a.head_dim = s.D;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+      a.raw_cap = in.cap;
+      a.window = s.window;
+      a.comp_idx_stride = stride;
+      a.max_comp = s.comp_rows;
+      a.q = in.q.data();
+      a.sinks = in.sinks.data();
+      a.raw = in.raw.data();
+      a.comp = s.comp_rows ? in.comp.data() : nullptr;
+      a.comp_count = s.comp_rows ? in.count.data() : nullptr;
+      a.comp_idx = s.top_k > 0 ? in.idx.data() : nullptr;
+      std::vector<float> want(in.q.size());
+      a.out = want.data();
+      cpu_->attention(a);
+
+      // Device inputs: uploaded through gpu_; every backend of the process shares the device memory.
+      AttentionArgs g = a;
+      g.q = dev(in.q);
+      g.pos = dev(in.pos);
+      g.sinks = dev(in.sinks);
+      g.raw = dev(in.raw);
+      g.comp = s.comp_rows ? dev(in.comp) : nullptr;
+      g.comp_count = s.comp_rows ? dev(in.count) : nullptr;
+      g.comp_idx = s.top_k > 0 ? dev(in.idx) : nullptr;
+      auto run = [&](Backend& be, const AttentionArgs& args) {
+        AttentionArgs r = args;
+        r.out = poisoned(want.size());
+        EXPECT_TRUE(gpu_->sync().ok());  // the NaN fill runs on gpu_'s stream; `be` may have its own
+        be.attention(r);
+        EXPECT_TRUE(be.sync().ok()) << what;
+        return host(r.out, want.size());
+      };
+      const auto got = run(*gpu_, g);
+      expect_close(got, want, 1e-5, 1e-7, what);
+      EXPECT_TRUE(same_bits(run(chunk_be, g), got)) << what << ": chunk shape differs from the default";
+      EXPECT_TRUE(same_bits(run(split_be, g), got)) << what << ": split shape differs from the default";
+      AttentionArgs unbounded = g;  // no host bound without selection: the chunk shape
+      unbounded.max_comp = 0;
+      EXPECT_TRUE(same_bits(run(split_be, unbounded), got)) << what << ": without max_comp";
+      if (s.comp_rows > 0) {
+        AttentionArgs low = g;  // a bound below the real counts: the merge computes the segments past it
+        low.max_comp = 1;
+        EXPECT_TRUE(same_bits(run(split_be, low), got)) << what << ": max_comp below the counts";
+      }
+      expect_close(run(prev_be, g), want, 1e-5, 1e-7, what + " (previous kernel)");
+
+      // Across batch sizes: query i alone (a decode step, split shape) has the bits of row i of the call.
+      if (n > 1) {
+        const int64_t hd = static_cast<int64_t>(s.heads) * s.D;
+        for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+          AttentionArgs one = g;
+          one.n = 1;
+          one.q = g.q + i * hd;
+          one.pos = g.pos + i;
+          if (g.comp_count) one.comp_count = g.comp_count + i;
+          if (g.comp_idx) one.comp_idx = g.comp_idx + i * stride;
+          const auto solo = run(*gpu_, one);
+          const std::vector<float> row(got.begin() + i * hd, got.begin() + (i + 1) * hd);
+          EXPECT_TRUE(same_bits(solo, row)) << what << ": query " << i << " alone differs from its row in the batch";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
+  // A batched step: queries of three sessions, each reading its own ring and compressed rows through
+  // raw_at/comp_at (one session wrapped its ring), with and without selection.
+  const int32_t heads = 64, D = 512, window = 128, comp_rows = 600, top_k = 512;
+  const std::vector<int> sess = {0, 0, 1, 2, 2, 2};
+  const int64_t n = static_cast<int64_t>(sess.size());
+  const int64_t cap = window + 8;
+  const std::vector<int32_t> pos = {2400, 2401, 2 * static_cast<int32_t>(cap) + 5, 7, 8, 2399};
+  std::vector<std::vector<float>> raw, comp;
+  std::vector<const float*> raw_at, comp_at, graw_at, gcomp_at, graw, gcomp;
+  for (int k = 0; k < 3; ++k) {
+    raw.push_back(randn(static_cast<size_t>(cap * D)));
+    comp.push_back(randn(static_cast<size_t>(comp_rows * D)));
+    graw.push_back(dev(raw.back()));
+    gcomp.push_back(dev(comp.back()));
+  }
+  for (int k : sess) {
+    raw_at.push_back(raw[k].data());
+    comp_at.push_back(comp[k].data());
+    graw_at.push_back(graw[k]);
+    gcomp_at.push_back(gcomp[k]);
+  }
+  auto q = randn(static_cast<size_t>(n * heads * D), 0.2f);
+  auto sinks = randn(heads);
+  std::vector<int32_t> count(n), idx(n * top_k);
+  for (int64_t i = 0; i < n; ++i) {
+    count[i] = std::max(0, std::min(pos[i] / 4, top_k) - static_cast<int32_t>(5 * i));
+    for (int32_t j = 0; j < count[i]; ++j) idx[i * top_k + j] = (j * 29 + static_cast<int32_t>(i)) % comp_rows;
+  }
+  Backend& chunk_be = backend_with(0);
+  for (bool selected : {false, true}) {
+    AttentionArgs a;
+    a.q = q.data();
+    a.pos = pos.data();
+    a.n = n;
+    a.heads = heads;
+    a.head_dim = D;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    a.sinks = sinks.data();
+    a.raw = raw[0].data();
+    a.raw_cap = cap;
+    a.window = window;
+    a.comp = comp[0].data();
+    a.comp_count = count.data();
+    a.comp_idx = selected ? idx.data() : nullptr;
+    a.comp_idx_stride = top_k;
+    a.max_comp = top_k;
+    a.raw_at = raw_at.data();
+    a.comp_at = comp_at.data();
+    std::vector<float> want(q.size());
+    a.out = want.data();
+    cpu_->attention(a);
+    AttentionArgs g = a;
+    g.q = dev(q);
+    g.pos = dev(pos);
+    g.sinks = dev(sinks);
+    g.raw = graw[0];
+    g.comp = gcomp[0];
+    g.comp_count = dev(count);
+    g.comp_idx = selected ? dev(idx) : nullptr;
+    g.raw_at = dev(graw_at);
+    g.comp_at = dev(gcomp_at);
+    g.out = poisoned(want.size());
+    gpu_->attention(g);  // n·8 = 48 blocks: the split shape
+    ASSERT_TRUE(gpu_->sync().ok());
+    const auto got = host(g.out, want.size());
+    const std::string what = std::string("attention segments per-query sessions") + (selected ? " selected" : "");
+    expect_close(got, want, 1e-5, 1e-7, what);
+    g.out = poisoned(want.size());
+    ASSERT_TRUE(gpu_->sync().ok());  // the NaN fill runs on gpu_'s stream
+    chunk_be.attention(g);
+    ASSERT_TRUE(chunk_be.sync().ok());
+    EXPECT_TRUE(same_bits(host(g.out, want.size()), got)) << what << ": chunk shape differs from the split shape";
+  }
+}

@@ -30,7 +30,7 @@ constexpr int kSeg = 32;               // rows per segment: the summation contra
 constexpr int kMaxHeadsPerBlock = 8;   // W: heads sharing a block's staged rows (launch shape only)
 constexpr int kScoreBatch = 8;         // rows whose dot products are in flight together (ILP only)
 constexpr int kMergeBatch = 4;         // stored states loaded ahead of their merges (ILP only)
-constexpr int kStageBatch = 4;         // float4 loads in flight per thread while staging (ILP only)
+constexpr int kStageBatch = 8;         // float4 loads in flight per thread while staging (ILP only)
 // Largest split scratch (segment states of one call); a bigger call runs the chunk shape (same bits).
 constexpr uint64_t kSplitScratchMax = uint64_t{64} << 20;
 

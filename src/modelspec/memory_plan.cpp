@@ -95,6 +95,14 @@ uint64_t forward_activation_bytes(const ModelConfig& cfg, int64_t max_chunk) {
   return per_token * static_cast<uint64_t>(max_chunk) * 4;
 }
 
+// Candidate rows of one query at context `tokens`: the window plus all rows of a ratio-128 layer or the
+// top_k of a ratio-4 one.
+static uint64_t attention_rows(const ModelConfig& cfg, int64_t tokens) {
+  const uint64_t hca = cfg.hca_ratio() ? static_cast<uint64_t>(tokens) / cfg.hca_ratio() : 0;
+  const uint64_t r4 = static_cast<uint64_t>(tokens) / 4;
+  return cfg.sliding_window + std::max<uint64_t>(hca, std::min<uint64_t>(r4, cfg.indexer_top_k));
+}
+
 uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads,
                               uint64_t act_row_bytes) {
   const uint64_t C = static_cast<uint64_t>(max_chunk);
@@ -103,9 +111,8 @@ uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t
   // scores + candidate ids over every ratio-4 row.
   uint64_t row = std::max<uint64_t>({cfg.hc_dim(), cfg.expert_ff, cfg.n_embd, cfg.out_group_in(), cfg.out_low_dim(),
                                      cfg.q_lora_rank, 2 * uint64_t{cfg.head_dim}});
-  const uint64_t hca = cfg.hca_ratio() ? static_cast<uint64_t>(tokens) / cfg.hca_ratio() : 0;
   const uint64_t r4 = static_cast<uint64_t>(tokens) / 4;
-  row = std::max<uint64_t>(row, cfg.sliding_window + std::max<uint64_t>(hca, std::min<uint64_t>(r4, cfg.indexer_top_k)));
+  row = std::max<uint64_t>(row, attention_rows(cfg, tokens));
   row = std::max<uint64_t>(row, 2 * r4 + 1);
   uint64_t b = row * 4 * static_cast<uint64_t>(std::max(1, threads));
   // Quantized activation rows of one matmul's C tokens.
@@ -114,6 +121,19 @@ uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t
   const uint64_t pairs = C * cfg.n_expert_used;
   b += pairs * (2 * uint64_t{cfg.n_embd} + 2 * uint64_t{cfg.expert_ff} + 1) * 4;
   return b;
+}
+
+uint64_t cuda_attention_split_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens) {
+  const int64_t heads = cfg.n_head, D = cfg.head_dim;
+  if (heads <= 0 || (D != 64 && D != 128 && D != 256 && D != 512)) return 0;
+  int64_t per_block = 8;
+  while (heads % per_block != 0) per_block /= 2;
+  const int64_t segs = (static_cast<int64_t>(attention_rows(cfg, tokens)) + kCudaAttnSegmentRows - 1) / kCudaAttnSegmentRows;
+  if (segs < 2) return 0;
+  const uint64_t per_query = static_cast<uint64_t>(heads * segs * (D + 2)) * sizeof(float);
+  const int64_t n = std::min<int64_t>({max_chunk, kCudaAttnSplitMaxBlocks / (heads / per_block),
+                                       static_cast<int64_t>(kCudaAttnSplitScratchMax / per_query)});
+  return n > 0 ? static_cast<uint64_t>(n) * per_query : 0;
 }
 
 }  // namespace ds4::modelspec

@@ -71,4 +71,14 @@ uint64_t forward_activation_bytes(const ModelConfig& cfg, int64_t max_chunk);
 uint64_t cpu_op_scratch_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens, int threads,
                               uint64_t act_row_bytes);
 
+// CUDA attention in the segment order (src/backend/cuda/attention_segments.cu, which static_asserts
+// these): a call of few queries (n · heads/(heads per block ≤ 8) ≤ kCudaAttnSplitMaxBlocks, the default
+// of CudaBackendOptions::attention_split_max_blocks) keeps one state of head_dim + 2 floats per (query,
+// head, kCudaAttnSegmentRows-row segment) in scratch, at most kCudaAttnSplitScratchMax bytes per call.
+inline constexpr int64_t kCudaAttnSegmentRows = 32;
+inline constexpr int64_t kCudaAttnSplitMaxBlocks = 128;
+inline constexpr uint64_t kCudaAttnSplitScratchMax = uint64_t{64} << 20;
+// The largest such scratch for steps of ≤ max_chunk queries at context `tokens` (0 when no call splits).
+uint64_t cuda_attention_split_bytes(const ModelConfig& cfg, int64_t max_chunk, int64_t tokens);
+
 }  // namespace ds4::modelspec

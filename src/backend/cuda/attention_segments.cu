@@ -21,6 +21,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "modelspec/memory_plan.h"
 
 namespace ds4::backend::cuda {
 
@@ -33,6 +34,9 @@ constexpr int kMergeBatch = 4;         // stored states loaded ahead of their me
 constexpr int kStageBatch = 8;         // float4 loads in flight per thread while staging (ILP only)
 // Largest split scratch (segment states of one call); a bigger call runs the chunk shape (same bits).
 constexpr uint64_t kSplitScratchMax = uint64_t{64} << 20;
+// The memory plan (modelspec::cuda_attention_split_bytes) sizes this scratch from the same figures.
+static_assert(kSeg == modelspec::kCudaAttnSegmentRows && kSplitScratchMax == modelspec::kCudaAttnSplitScratchMax &&
+              kMaxHeadsPerBlock == 8 && CudaBackendOptions{}.attention_split_max_blocks == modelspec::kCudaAttnSplitMaxBlocks);
 
 // Segment states in scratch. Slot (i, h, k) = (i·heads + h)·n_stored + k holds segment k of query i,
 // head h: acc [D] floats at acc + slot·D, (m, l) at ml + 2·slot.

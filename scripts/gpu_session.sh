@@ -17,11 +17,11 @@ if [ "${1:-}" = "--pack" ]; then
   bash "$HERE/gpu_batch_probe.sh" --pack "$B" "$W/probe" > /dev/null
   bash "$HERE/gpu_loadgen.sh" --pack "$B" "$W/load" > /dev/null
   rm -f "$W/load/test_server_batch"  # the server-level CUDA check is test_server_batch's own run (90 s)
-  cp "$B/tools/ds4-bench/ds4-bench" "$W/probe/" && strip "$W/probe/ds4-bench"
-  cp "$HERE/../../shared/data/promessi_sposi.txt" "$W/probe/data/prompt.txt"
+  bash "$HERE/gpu_bench.sh" --pack "$B" "$W/bench" > /dev/null  # ds4-bench, ds4-gen, their libs, prompt
+  strip "$W/bench/ds4-bench" "$W/bench/ds4-gen"
   strip "$W"/check/test_cuda_ops "$W"/check/test_cuda_model "$W"/check/cuda_bench "$W"/check/ds4-gen 2>/dev/null
   mkdir -p "$(dirname "$T")"
-  (cd "$W" && tar cf - check probe load | xz -9 -T2 > "$T")
+  (cd "$W" && tar cf - check probe bench load | xz -9 -T2 > "$T")
   rm -rf "$W"; ls -la "$T"; exit 0
 fi
 T=$(cd "$(dirname "${1:?usage: gpu_session.sh PACK_TARBALL [OUT_DIR]}")" && pwd)/$(basename "$1")
@@ -34,10 +34,10 @@ LAYERS=4 PROMPT=512 NCU_N="" bash "$HERE/gpu_batch_probe.sh" "$P/probe" "$O/prob
 echo "gpu_batch_probe rc=$? at $(( $(date +%s) - t0 )) s"
 rm -f /dev/shm/flash-q2-l4.gguf
 F=/dev/shm/flash-q2-l43.gguf
-"$P/probe/ds4-gen" --profile flash-q2 --zeros --tokenizer-json "$P/probe/data/tokenizer.json" -o "$F" > /dev/null 2>&1
+"$P/bench/ds4-gen" --profile flash-q2 --zeros --tokenizer-json "$P/bench/data/tokenizer.json" -o "$F" > /dev/null 2>&1
 mkdir -p "$O/bench43"
-LD_LIBRARY_PATH="$P/probe/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/probe/ds4-bench" -m "$F" --cuda --chunk 2048 \
-  --prompt-file "$P/probe/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
+LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-bench" -m "$F" --cuda --chunk 2048 \
+  --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
   --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
 echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"
 rm -f "$F"

@@ -38,6 +38,14 @@ class HttpTest : public ::testing::Test {
   }
 };
 
+// A /v1/completions body that keeps generating for many seconds on the tiny model (16,000 tokens that
+// ignore EOS; needs ctx 16384): disconnect tests need the generation to be still running when the
+// client goes, which 900 tokens were not always on a fast machine.
+Json endless_completion_body(const std::string& prompt) {
+  return {{"model", "deepseek-v4-flash"}, {"prompt", prompt}, {"max_tokens", 16000}, {"temperature", 0},
+          {"ignore_eos", true}};
+}
+
 Json chat_body(const std::string& text, int max_tokens = 8) {
   return {{"model", "deepseek-v4-flash"},
           {"messages", Json::array({{{"role", "user"}, {"content", text}}})},
@@ -309,15 +317,14 @@ TEST_F(HttpTest, QueueFullAnswers503AndDisconnectCancels) {
   o.worker.max_queue = 1;
   o.worker.default_max_tokens = 100000;
   RunningServer s(o);
-  // A long streaming generation occupies the only session. It must still be running when its client
-  // disconnects (after the queued client's 1 s timeout): 16,000 tokens that ignore EOS take the tiny model
-  // many seconds, where 900 tokens could finish first on a fast machine and the cancel was not counted.
+  // A long streaming generation occupies the only session; it must still be running when its client
+  // disconnects, after the queued client's 1 s timeout (endless_completion_body).
   std::atomic<bool> stop_reading{false};
   std::atomic<int> chunks{0};
   std::thread first([&] {
     httplib::Client c("127.0.0.1", s.port());
-    Json b = {{"model", "deepseek-v4-flash"}, {"prompt", "long"}, {"max_tokens", 16000},
-              {"temperature", 0}, {"ignore_eos", true}, {"stream", true}};
+    Json b = endless_completion_body("long");
+    b["stream"] = true;
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
@@ -375,9 +382,7 @@ TEST_F(HttpTest, NonStreamingDisconnectCancelsDuringGeneration) {
   {
     httplib::Client c("127.0.0.1", s.port());
     c.set_read_timeout(0, 500000);  // give up after 0.5 s, long before 16,000 EOS-ignoring tokens are done
-    Json b = {{"model", "deepseek-v4-flash"}, {"prompt", "a long answer please"}, {"max_tokens", 16000},
-              {"temperature", 0}, {"ignore_eos", true}};
-    auto r = c.Post("/v1/completions", b.dump(), "application/json");
+    auto r = c.Post("/v1/completions", endless_completion_body("a long answer please").dump(), "application/json");
     EXPECT_FALSE(r);
   }
   auto t0 = std::chrono::steady_clock::now();

@@ -24,8 +24,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
 LAYERS=${LAYERS:-4}; PROMPT=${PROMPT:-512}; NCU_N=${NCU_N:-"1 8"}
 echo "gpu_batch_probe: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F' '%H:%M' UTC'), layers $LAYERS" | tee "$O/summary.txt"
-F=/dev/shm/flash-q2-l$LAYERS.gguf
-[ -e "$F" ] || "$P/ds4-gen" --profile flash-q2 --layers "$LAYERS" --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
+. "$ROOT/scripts/gpu_pack_common.sh"
+F=$(flash_gen "$P/ds4-gen" "$LAYERS" "$P/data/tokenizer.json" 2> "$O/gen.log")
+echo "model $F (ROUTING=${ROUTING:-distinct})" | tee -a "$O/summary.txt"
 "$P/bench_batch_decode" --backend cuda --model "$F" --prompt "$PROMPT" --benchmark_min_time=1 \
   --benchmark_filter='/(1|2|4|8|16|32)/' > "$O/engine.log" 2>&1
 echo "engine bench rc=$?" | tee -a "$O/summary.txt"

@@ -23,8 +23,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
 LAYERS=${LAYERS:-4}; CTX_MAX=${CTX_MAX:-8192}; GEN=${GEN:-64}
 echo "gpu_bench: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F' '%H:%M' UTC')" | tee "$O/summary.txt"
-F=/dev/shm/flash-q2-l$LAYERS.gguf
-"$P/ds4-gen" --profile flash-q2 --layers "$LAYERS" --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
+. "$ROOT/scripts/gpu_pack_common.sh"
+F=$(flash_gen "$P/ds4-gen" "$LAYERS" "$P/data/tokenizer.json" 2> "$O/gen.log")
+echo "model $F (ROUTING=${ROUTING:-distinct})" | tee -a "$O/summary.txt"
 "$P/ds4-bench" -m "$F" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 --ctx-max "$CTX_MAX" --step-incr 2048 \
   -n "$GEN" --csv "$O/flash_q2_l$LAYERS.csv" > "$O/flash.log" 2>&1; echo "flash-q2 $LAYERS layers rc=$?" | tee -a "$O/summary.txt"
 "$P/ds4-bench" -m "$ROOT/models/ds4-tiny-chat.gguf" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 \

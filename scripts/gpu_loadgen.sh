@@ -35,9 +35,9 @@ if [ -x "$P/test_server_batch" ]; then
   (cd "$ROOT" && DS4_TEST_BACKEND=cuda DS4_SERVER_TEST_MODEL="$ROOT/models/ds4-tiny-chat.gguf" timeout 90 "$P/test_server_batch") > "$O/test_cuda.log" 2>&1
   echo "test_server_batch on CUDA rc=$? ($(grep -c '^\[       OK' "$O/test_cuda.log") ok) in $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
 fi
-F=/dev/shm/flash-q2-l$LAYERS.gguf
-"$P/ds4-gen" --profile flash-q2 --layers "$LAYERS" --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
-echo "ds4-gen rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$O/summary.txt"
+. "$ROOT/scripts/gpu_pack_common.sh"
+F=$(flash_gen "$P/ds4-gen" "$LAYERS" "$P/data/tokenizer.json" 2> "$O/gen.log")
+echo "ds4-gen rc=$? in $(( $(date +%s) - t0 )) s: $F (ROUTING=${ROUTING:-distinct})" | tee -a "$O/summary.txt"
 timeout "$SERIES_TIMEOUT" bash "$ROOT/scripts/loadgen_series.sh" --server "$P/ds4-server" --loadgen "$P/ds4-loadgen" --model "$F" --out /tmp/series \
   --series "$SERIES" --prompt "$PROMPT" --gen "$GEN" --separate-max "$SEP_MAX" \
   --server-args "--cuda --ctx $CTX --max-batch-tokens $BATCH_TOKENS --prefix-cache-mb 0" > "$O/series.log" 2>&1

@@ -8,6 +8,7 @@
 #   here:   scripts/gpu_session.sh --pack BUILD_DIR PACK_TARBALL   (BUILD_DIR configured with -DDS4_CUDA=ON)
 #   there:  scripts/gpu_session.sh PACK_TARBALL [OUT_DIR]
 #           env: LOAD_LAYERS=43 SERIES="1 8 32" PROMPT=1024 GEN=128 SERIES_TIMEOUT=240
+#                ROUTING=distinct|tied (gpu_pack_common.sh flash_gen: the benchmark files' routing)
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -32,18 +33,20 @@ FLASH_LAYERS=2 bash "$HERE/gpu_check.sh" "$P/check" "$O/check" > "$O/check.txt" 
 echo "gpu_check rc=$? in $(( $(date +%s) - t0 )) s"
 LAYERS=4 PROMPT=512 NCU_N="" bash "$HERE/gpu_batch_probe.sh" "$P/probe" "$O/probe" > "$O/probe.txt" 2>&1
 echo "gpu_batch_probe rc=$? at $(( $(date +%s) - t0 )) s"
-rm -f /dev/shm/flash-q2-l4.gguf
-F=/dev/shm/flash-q2-l43.gguf
-"$P/bench/ds4-gen" --profile flash-q2 --zeros --tokenizer-json "$P/bench/data/tokenizer.json" -o "$F" > /dev/null 2>&1
+rm -f /dev/shm/flash-q2-l4-*.gguf
+. "$HERE/gpu_pack_common.sh"
+F=$(flash_gen "$P/bench/ds4-gen" 43 "$P/bench/data/tokenizer.json" 2> /dev/null)
+echo "43-layer file $F (ROUTING=${ROUTING:-distinct}) at $(( $(date +%s) - t0 )) s"
 mkdir -p "$O/bench43"
 LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-bench" -m "$F" --cuda --chunk 2048 \
   --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
   --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
 echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"
-rm -f "$F"
+[ "${LOAD_LAYERS:-43}" = 43 ] || rm -f "$F"  # else gpu_loadgen's flash_gen reuses it
 LAYERS=${LOAD_LAYERS:-43} SERIES=${SERIES:-"1 8 32"} PROMPT=${PROMPT:-1024} GEN=${GEN:-128} SEP_MAX=0 BATCH_TOKENS=512 \
   CTX=8192 SERIES_TIMEOUT=${SERIES_TIMEOUT:-240} bash "$HERE/gpu_loadgen.sh" "$P/load" "$O/load" > "$O/load.txt" 2>&1
 echo "gpu_loadgen rc=$? at $(( $(date +%s) - t0 )) s"
+rm -f /dev/shm/flash-q2-l*-*.gguf
 grep -E '^\| (op|model)|cases|PARITY.*FAIL|per-token sum|BENCH model' "$O/check/summary.txt" | head -20
 grep -E '^BM_' "$O/probe/summary.txt"
 cat "$O/bench43/bench_flash_q2_l43.csv"

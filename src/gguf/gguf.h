@@ -172,6 +172,10 @@ struct WriteOptions {
   // metadata already holds that key (it must then be a UINT32 of the same value).
   uint64_t alignment = 32;
   int n_threads = 1;  // threads producing payloads concurrently (written in order)
+  // Tensors for which this returns true are written as all zeros without calling the payload: holes
+  // in a file (no disk), as an empty PayloadFn does for every tensor. Lets a sparse full-shape file
+  // carry a few real tensors (ds4-gen --zeros-except).
+  std::function<bool(size_t index)> hole = nullptr;
 };
 
 class Writer {

@@ -127,6 +127,8 @@ struct Job {
   const std::vector<TensorSpec>& tensors;
   const detail::Layout& layout;
   const PayloadFn& payload;
+  const std::function<bool(size_t)>& hole;
+  bool is_hole(size_t i) const { return hole && hole(i); }
 };
 
 // Fills `buf` with tensor i's payload: zeroed first, so every thread count yields the same bytes
@@ -134,6 +136,10 @@ struct Job {
 // worker thread must never let one escape.
 Status produce(const Job& job, size_t i, std::vector<uint8_t>& buf) {
   const std::string ctx = "gguf writer: tensor '" + job.tensors[i].name + "' (index " + std::to_string(i) + ")";
+  if (job.is_hole(i)) {  // written by write_one as a skip: no buffer, no callback
+    buf.clear();
+    return Status::Ok();
+  }
   try {
     buf.assign(static_cast<size_t>(job.layout.sizes[i]), 0);
     Status st = job.payload(i, std::span<uint8_t>(buf.data(), buf.size()));
@@ -148,6 +154,7 @@ Status produce(const Job& job, size_t i, std::vector<uint8_t>& buf) {
 }
 
 Status write_one(const Job& job, size_t i, const std::vector<uint8_t>& buf, Sink& sink) {
+  if (job.is_hole(i)) return sink.skip(detail::align_up(job.layout.sizes[i], job.layout.alignment));
   DS4_RETURN_IF_ERROR(sink.write(buf.data(), buf.size()));
   return sink.zeros(detail::align_up(job.layout.sizes[i], job.layout.alignment) - job.layout.sizes[i]);
 }
@@ -265,7 +272,7 @@ Status Writer::write(const std::string& path, const PayloadFn& payload, const Wr
   int fd = -1;
   DS4_RETURN_IF_ERROR(create_temp(path, &tmp, &fd));
   FileSink sink(fd, path);
-  Job job{impl_->tensors, layout, payload};
+  Job job{impl_->tensors, layout, payload, opts.hole};
   Status st = emit(job, opts, sink);
   if (st.ok()) st = sink.finish(layout.total_size);
   if (::close(fd) != 0 && st.ok()) st = sink.fail("close", errno);
@@ -296,7 +303,7 @@ Result<std::vector<uint8_t>> Writer::write_to_memory(const PayloadFn& payload, c
     return out_of_memory("gguf writer: cannot hold a " + std::to_string(layout.total_size) + "-byte image in memory");
   }
   MemorySink sink(&out);
-  Job job{impl_->tensors, layout, payload};
+  Job job{impl_->tensors, layout, payload, opts.hole};
   try {
     DS4_RETURN_IF_ERROR(emit(job, opts, sink));
   } catch (const std::bad_alloc&) {

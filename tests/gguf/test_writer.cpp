@@ -1,5 +1,5 @@
 // test_writer.cpp — the streaming writer: thread-count determinism, bounded payloads in flight,
-// error propagation, atomic replace (temp file + rename), I/O errors, sparse all-zero output.
+// error propagation, atomic replace (temp file + rename), I/O errors, sparse all-zero output, hole tensors.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -227,6 +227,38 @@ TEST(GgufWriter, EmptyPayloadWritesSparseZeros) {
   auto mem = w.write_to_memory(nullptr);
   ASSERT_TRUE(mem.ok());
   EXPECT_EQ(read_all(path), *mem);
+}
+
+// WriteOptions::hole: the named tensors become zeros without a payload call (holes in a file), the
+// others keep their payload, and every thread count gives the same bytes as an all-payload write with
+// those tensors zeroed.
+TEST(GgufWriter, HoleTensorsAreZeroAndSkipThePayload) {
+  Writer w = many_tensors();
+  auto hole = [](size_t i) { return i % 4 != 1; };  // tensor 17 (the large one) included
+  std::mutex mu;
+  std::vector<size_t> called;
+  PayloadFn fill = [&](size_t i, std::span<uint8_t> out) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      called.push_back(i);
+    }
+    return slow_fill(i, out);
+  };
+  PayloadFn zeroed = [&](size_t i, std::span<uint8_t> out) { return hole(i) ? Status::Ok() : slow_fill(i, out); };
+  auto expect = w.write_to_memory(zeroed, {.alignment = 32, .n_threads = 1});
+  ASSERT_TRUE(expect.ok());
+  for (int threads : {1, 3}) {
+    called.clear();
+    auto img = w.write_to_memory(fill, {.alignment = 32, .n_threads = threads, .hole = hole});
+    ASSERT_TRUE(img.ok()) << img.status().to_string();
+    EXPECT_EQ(*img, *expect) << threads << " threads";
+    for (size_t i : called) EXPECT_FALSE(hole(i)) << "payload called for hole tensor " << i;
+    EXPECT_EQ(called.size(), 10u);
+  }
+  TempDir dir;
+  const std::string path = dir.file("holes.gguf");
+  ASSERT_TRUE(w.write(path, fill, {.alignment = 32, .n_threads = 2, .hole = hole}).ok());
+  EXPECT_EQ(read_all(path), *expect);
 }
 
 TEST(GgufWriter, NoTensorsStillPadsToTheAlignment) {

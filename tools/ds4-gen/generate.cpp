@@ -84,7 +84,14 @@ Status write_inventory(const modelspec::Inventory& inv, const Profile& p, const 
   po.n_expert = p.cfg.n_expert;
   gguf::WriteOptions wo;
   wo.n_threads = opts.threads < 1 ? 1 : opts.threads;
-  if (opts.zeros) return w.write(path, gguf::PayloadFn{}, wo);  // all-zero blocks decode to 0.0: holes on disk
+  if (opts.zeros && opts.zeros_except.empty()) return w.write(path, gguf::PayloadFn{}, wo);  // holes on disk
+  if (opts.zeros) {  // all-zero blocks decode to 0.0: holes, except the named tensors
+    wo.hole = [&](size_t i) {
+      const std::string& name = inv.tensors[i].name;
+      return std::none_of(opts.zeros_except.begin(), opts.zeros_except.end(),
+                          [&](const std::string& pat) { return name.find(pat) != std::string::npos; });
+    };
+  }
   return w.write(path, [&](size_t i, std::span<uint8_t> out) { return fill_payload(inv.tensors[i], po, out); }, wo);
 }
 
@@ -98,6 +105,14 @@ Status write_model(const Profile& p, const GenerateOptions& opts) {
   w.add_u64("ds4cpp.generator.seed", opts.seed);
   w.add_string("ds4cpp.generator.profile", p.name + " (" + modelspec::type_policy_name(p.policy) + ")");
   if (p.layers_override) w.add_u32("ds4cpp.generator.layers", p.cfg.n_layer);
+  if (opts.zeros) {
+    std::string except;
+    for (const auto& pat : opts.zeros_except) {
+      if (!except.empty()) except += ',';
+      except += pat;
+    }
+    w.add_string("ds4cpp.generator.payload", except.empty() ? "zeros" : "zeros except " + except);
+  }
   tokenizer::write_tokenizer_metadata(td, w);
   return write_inventory(inv, p, opts, w, opts.out_path);
 }

@@ -52,6 +52,11 @@ struct GenerateOptions {
   // Zero tensor data (FORMATS.md §3.7 "full-shape sparse file"): the real header and directory, no
   // disk used for the payload. For loader/validator tests of the full shape, not for numerics.
   bool zeros = false;
+  // With `zeros`: tensors whose name contains one of these substrings get their random payload, all
+  // others stay holes. E.g. {"token_embd", "norm", "hc_", "ffn_gate_inp", "exp_probs_b"} gives
+  // token-dependent hidden states and so distinct routed experts per token (an all-zero file makes
+  // every router score tie) while the file still takes ~1 GB of disk instead of ~86 GB.
+  std::vector<std::string> zeros_except;
 };
 
 Status write_model(const Profile& p, const GenerateOptions& opts);

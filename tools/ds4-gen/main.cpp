@@ -5,6 +5,8 @@
 //   ds4-gen --profile flash-q2 --threads 16 -o flash-q2.gguf
 //   ds4-gen --profile flash-q2 --list            # TSV like spec/data/tensors_q2.tsv, no data written
 //   ds4-gen --profile flash-q2 --zeros -o f.gguf # full-shape sparse file (zero tensors, no disk used)
+//   ds4-gen --profile flash-q2 --zeros --zeros-except token_embd,norm,hc_,ffn_gate_inp,exp_probs_b -o f.gguf
+//                                                # sparse, but tokens route to distinct experts
 //
 // Same seed → same bytes on every machine (own PRNG and normal sampler, per-tensor streams).
 // Deliberately thin: profiles and writing live in generate.cpp, distributions in payload.cpp.
@@ -41,6 +43,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool zeros = false;
   app.add_flag("--zeros", zeros, "write all-zero tensor data (a sparse full-shape file; no numerics)");
+  std::vector<std::string> zeros_except;
+  app.add_option("--zeros-except", zeros_except,
+                 "with --zeros: tensors whose name contains one of these (comma-separated) keep their random "
+                 "payload, e.g. token_embd,norm,hc_,ffn_gate_inp,exp_probs_b for token-dependent routing")
+      ->delimiter(',');
   app.add_flag("--list", list, "print the tensor table (TSV) and exit");
   app.add_flag("--list-mtp", list_mtp, "print the MTP file's tensor table (TSV) and exit");
   CLI11_PARSE(app, argc, argv);
@@ -80,6 +87,11 @@ int main(int argc, char** argv) {
   go.threads = threads;
   go.tokenizer_json = tok_json;
   go.zeros = zeros;
+  go.zeros_except = zeros_except;
+  if (!zeros_except.empty() && !zeros) {
+    std::fprintf(stderr, "ds4-gen: --zeros-except needs --zeros\n");
+    return 2;
+  }
   if (!out.empty()) {
     go.out_path = out;
     if (auto st = ds4::gen::write_model(*profile, go); !st.ok()) {

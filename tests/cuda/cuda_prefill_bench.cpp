@@ -1,7 +1,9 @@
 // cuda_prefill_bench.cpp — prefill-shaped op rates on the GPU machine (not a ctest): the int8
-// tensor-core GEMM on the Flash projection shapes, the routed experts grouped by expert for a 4K chunk
-// (256 experts, k 6), and chunk attention (8 heads per block), each against the matvec path (tensor
-// cores off) and the one-head-per-block attention. These rates are the "measured GEMM rate" of the prefill roofline in docs/PERF.md.
+// tensor-core GEMM on the Flash projection shapes, the routed experts grouped by expert for a 4K and a
+// 2K chunk (256 experts, k 6), and chunk attention (8 heads per block), each against the matvec path
+// (tensor cores off) and the one-head-per-block attention; the GEMM and expert lines also with the
+// previous GEMM kernel ("tc-previous", gemm_pipelined = false). These rates are the "measured GEMM
+// rate" of the prefill roofline in docs/PERF.md.
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
 // stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096]. Prints "PBENCH" lines.
 #include <algorithm>
@@ -68,16 +70,20 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 int main(int argc, char** argv) {
   const int64_t N = argc > 1 ? std::atoll(argv[1]) : 4096;
   std::mt19937 rng(1);
-  for (bool tc : {true, false}) {
+  // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
+  // GEMM and grouped-expert lines only), the matvec (tensor cores off).
+  for (int mode : {0, 1, 2}) {
+    const bool tc = mode != 2;
     cuda::CudaBackendOptions co;
     co.tensor_cores = tc;
+    co.gemm_pipelined = mode == 0;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
       return 0;
     }
     auto be = std::move(made).value();
-    const char* path = tc ? "tensor-core" : "matvec";
+    const char* path = mode == 0 ? "tensor-core" : mode == 1 ? "tc-previous" : "matvec";
     auto sync = [&] { (void)be->sync(); };
     auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
       auto host = random_blocks(t, rows, cols, rng);
@@ -108,11 +114,14 @@ int main(int argc, char** argv) {
       std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, m.name, static_cast<long long>(n),
                   s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
     }
-    {  // Routed experts of a chunk: 256 Flash experts, k 6, ids spread like a router's.
-      const int NE = 256, E = 4096, F = 2048, K = 6;
-      const int64_t nt = tc ? N : std::min<int64_t>(N, 64);
-      Weight g = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E), u = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E);
-      Weight d = weight(GgmlType::Q2_K, int64_t{NE} * E, F);
+    // Routed experts of a chunk: 256 Flash experts, k 6, ids spread like a router's; N tokens and a
+    // 2048-token chunk (~48 pairs per expert: one partial 64-pair tile each).
+    const int NE = 256, E = 4096, F = 2048, K = 6;
+    Weight g = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E), u = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E);
+    Weight d = weight(GgmlType::Q2_K, int64_t{NE} * E, F);
+    for (int64_t chunk : {N, std::min<int64_t>(N, 2048)}) {
+      if (!tc && chunk != N) break;
+      const int64_t nt = tc ? chunk : std::min<int64_t>(N, 64);
       std::vector<int32_t> ids(static_cast<size_t>(nt) * K);
       for (int64_t i = 0; i < nt; ++i) {
         std::vector<int32_t> perm(NE);
@@ -148,7 +157,9 @@ int main(int argc, char** argv) {
       const double s = median_seconds([&] { be->moe(a); }, sync, 2);
       std::printf("PBENCH %-11s moe iq2_xxs/q2_k 256 experts k6     n=%-5lld %9.3f ms  %7.1f TOP/s  %8.0f tok/s per layer\n",
                   path, static_cast<long long>(nt), s * 1e3, 2.0 * 3 * E * F * K * nt / s / 1e12, nt / s);
+      if (chunk == N && N <= 2048) break;
     }
+    if (mode == 1) continue;  // indexer and attention do not use the GEMM
     {  // Indexer of a chunk at 4K context: 64 heads × 128, 1,024 visible compressed rows, top 512.
       const int IH = 64, ID = 128, rows_n = 1024, K = 512;
       const int64_t nq = tc ? std::min<int64_t>(N, 2048) : std::min<int64_t>(N, 256);

@@ -19,6 +19,9 @@ struct CudaBackendOptions {
   // Prefill kernels: int8 tensor-core GEMM for batches and grouped experts (ops_gemm.cu) and chunk
   // attention (8 heads per block); off: the matvec and one-query attention for every batch size.
   bool tensor_cores = true;
+  // The tensor-core GEMM's pipelined kernel (ops_gemm.cu gemm2_kernel: cp.async double buffer, 128-vector
+  // tiles, ldmatrix). false: the previous gemm_kernel — for before/after benchmarks. Same bits either way.
+  bool gemm_pipelined = true;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
   bool decode_kernels = true;

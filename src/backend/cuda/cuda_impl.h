@@ -174,6 +174,7 @@ class CudaBackend final : public Backend {
   bool tensor_cores() const { return tensor_cores_; }
   void set_decode_kernels(bool on) { decode_kernels_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
+  void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_attention_segments(bool on, int split_max_blocks) {
     attention_segments_ = on;
     attn_split_max_blocks_ = split_max_blocks;
@@ -187,6 +188,8 @@ class CudaBackend final : public Backend {
   Status first_error_;
   bool decode_kernels_ = true;            // CudaBackendOptions::decode_kernels
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
+  bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
+  int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

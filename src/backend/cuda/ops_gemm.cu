@@ -85,67 +85,77 @@ __device__ inline void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_
 // |v| < 2^22: exact int→float with an add and a subtract (the I2F unit is slow on sm_90).
 __device__ inline float small_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.0f; }
 
+// One weight block's share of a stage: the 32 values of sub-block sb (0 … 7) of tile row r, decoded to
+// int8 into a[r][32·sb …] (pitch kLd), with the block's scales into ad / aux (layout of Smem). `blk` is
+// the Q8_0 block of sb, or the IQ2_XXS / Q2_K super-block of the stage (global or shared memory);
+// !valid (a row past the matrix) writes zeros. Shared by both GEMM kernels.
+template <GgmlType T>
+__device__ inline void decode_a(const uint8_t* blk, int r, int sb, bool valid, int8_t* a, float* ad, uint8_t* aux,
+                                const uint64_t* grid, const uint8_t* signs) {
+  uint32_t* dst = reinterpret_cast<uint32_t*>(a + r * kLd + 32 * sb);
+  if constexpr (T == GgmlType::Q8_0) {
+    if (!valid) {
+      for (int q = 0; q < 8; ++q) dst[q] = 0;
+      ad[r * 8 + sb] = 0;
+      return;
+    }
+    ad[r * 8 + sb] = f16v(ld16(blk));
+#pragma unroll
+    for (int q = 0; q < 8; ++q) dst[q] = ld32_u16(blk + 2 + 4 * q);
+  } else if constexpr (T == GgmlType::IQ2_XXS) {
+    if (!valid) {
+      for (int q = 0; q < 8; ++q) dst[q] = 0;
+      aux[r * 8 + sb] = 0;
+      if (sb == 0) ad[r] = 0;
+      return;
+    }
+    if (sb == 0) ad[r] = f16v(ld16(blk));
+    const uint32_t a0 = ld32_u16(blk + 2 + 8 * sb), a1 = ld32_u16(blk + 6 + 8 * sb);
+    aux[r * 8 + sb] = static_cast<uint8_t>(2 * (a1 >> 28) + 1);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
+      const uint32_t sg = signs[(a1 >> (7 * c)) & 127];
+      const uint32_t mlo = byte_mask4(sg & 15), mhi = byte_mask4(sg >> 4);
+      // Grid bytes are 8, 25 or 43: (g ^ 0xFF) − 0xFF = −g per byte, no borrow across bytes.
+      dst[2 * c] = __vsub4(static_cast<uint32_t>(gr) ^ mlo, mlo);
+      dst[2 * c + 1] = __vsub4(static_cast<uint32_t>(gr >> 32) ^ mhi, mhi);
+    }
+  } else {  // Q2_K: element 32·sb + k sits in byte 16 + 32h + k, bits 2l, with sb = 4h + l
+    if (!valid) {
+      for (int q = 0; q < 8; ++q) dst[q] = 0;
+      aux[r * 16 + 2 * sb] = 0;
+      aux[r * 16 + 2 * sb + 1] = 0;
+      if (sb == 0) ad[r] = ad[kBM + r] = 0;
+      return;
+    }
+    if (sb == 0) {
+      ad[r] = f16v(ld16(blk + 80));
+      ad[kBM + r] = f16v(ld16(blk + 82));
+    }
+    const int h = sb / 4, l = sb % 4;
+    const uint32_t sc0 = blk[2 * sb] & 15, sc1 = blk[2 * sb + 1] & 15;
+    aux[r * 16 + 2 * sb] = blk[2 * sb] >> 4;
+    aux[r * 16 + 2 * sb + 1] = blk[2 * sb + 1] >> 4;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const uint32_t v = (ld32(blk + 16 + 32 * h + 4 * q) >> (2 * l)) & 0x03030303u;
+      dst[q] = v * (q < 4 ? sc0 : sc1);  // bytes q·scale ≤ 45: no carry between bytes
+    }
+  }
+}
+
 // Weight tile of stage kb (values 256·kb …) into smem: rows m0 … m0+127 of `wbase`.
 template <GgmlType T>
 __device__ inline void load_a(Smem& s, const GemmParams& p, const uint8_t* wbase, int64_t m0, int64_t kb) {
   for (int j = threadIdx.x; j < kBM * 8; j += kThreads) {
     const int r = j / 8, sb = j % 8;  // row, 32-value sub-block of the stage
-    uint32_t* dst = reinterpret_cast<uint32_t*>(s.a + r * kLd + 32 * sb);
     const bool valid = m0 + r < p.rows;
-    const uint8_t* row = wbase + static_cast<uint64_t>(m0 + r) * p.row_bytes;
-    if constexpr (T == GgmlType::Q8_0) {
-      if (!valid) {
-        for (int q = 0; q < 8; ++q) dst[q] = 0;
-        s.ad[r * 8 + sb] = 0;
-        continue;
-      }
-      const uint8_t* blk = row + (kb * 8 + sb) * sizeof(BlockQ8_0);
-      s.ad[r * 8 + sb] = f16v(ld16(blk));
-#pragma unroll
-      for (int q = 0; q < 8; ++q) dst[q] = ld32_u16(blk + 2 + 4 * q);
-    } else if constexpr (T == GgmlType::IQ2_XXS) {
-      if (!valid) {
-        for (int q = 0; q < 8; ++q) dst[q] = 0;
-        s.aux[r * 8 + sb] = 0;
-        if (sb == 0) s.ad[r] = 0;
-        continue;
-      }
-      const uint8_t* blk = row + kb * sizeof(BlockIQ2_XXS);
-      if (sb == 0) s.ad[r] = f16v(ld16(blk));
-      const uint32_t a0 = ld32_u16(blk + 2 + 8 * sb), a1 = ld32_u16(blk + 6 + 8 * sb);
-      s.aux[r * 8 + sb] = static_cast<uint8_t>(2 * (a1 >> 28) + 1);
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const uint64_t gr = s.grid[(a0 >> (8 * c)) & 0xff];
-        const uint32_t sg = s.signs[(a1 >> (7 * c)) & 127];
-        const uint32_t mlo = byte_mask4(sg & 15), mhi = byte_mask4(sg >> 4);
-        // Grid bytes are 8, 25 or 43: (g ^ 0xFF) − 0xFF = −g per byte, no borrow across bytes.
-        dst[2 * c] = __vsub4(static_cast<uint32_t>(gr) ^ mlo, mlo);
-        dst[2 * c + 1] = __vsub4(static_cast<uint32_t>(gr >> 32) ^ mhi, mhi);
-      }
-    } else {  // Q2_K: element 32·sb + k sits in byte 16 + 32h + k, bits 2l, with sb = 4h + l
-      if (!valid) {
-        for (int q = 0; q < 8; ++q) dst[q] = 0;
-        s.aux[r * 16 + 2 * sb] = 0;
-        s.aux[r * 16 + 2 * sb + 1] = 0;
-        if (sb == 0) s.ad[r] = s.ad[kBM + r] = 0;
-        continue;
-      }
-      const uint8_t* blk = row + kb * sizeof(BlockQ2_K);
-      if (sb == 0) {
-        s.ad[r] = f16v(ld16(blk + 80));
-        s.ad[kBM + r] = f16v(ld16(blk + 82));
-      }
-      const int h = sb / 4, l = sb % 4;
-      const uint32_t sc0 = blk[2 * sb] & 15, sc1 = blk[2 * sb + 1] & 15;
-      s.aux[r * 16 + 2 * sb] = blk[2 * sb] >> 4;
-      s.aux[r * 16 + 2 * sb + 1] = blk[2 * sb + 1] >> 4;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        const uint32_t v = (ld32(blk + 16 + 32 * h + 4 * q) >> (2 * l)) & 0x03030303u;
-        dst[q] = v * (q < 4 ? sc0 : sc1);  // bytes q·scale ≤ 45: no carry between bytes
-      }
-    }
+    const uint8_t* row = wbase + static_cast<uint64_t>(valid ? m0 + r : 0) * p.row_bytes;
+    const uint8_t* blk = T == GgmlType::Q8_0 ? row + (kb * 8 + sb) * sizeof(BlockQ8_0)
+                         : T == GgmlType::IQ2_XXS ? row + kb * sizeof(BlockIQ2_XXS)
+                                                  : row + kb * sizeof(BlockQ2_K);
+    decode_a<T>(blk, r, sb, valid, s.a, s.ad, s.aux, s.grid, s.signs);
   }
 }
 
@@ -349,6 +359,314 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
       }
 }
 
+// ---- pipelined GEMM (CudaBackendOptions::gemm_pipelined, the default) ----
+// The same integer block sums and the same float expressions in the same order as gemm_kernel (so the
+// same bits, bit-identical to the CPU op), arranged for the tensor cores' sake:
+//  - the raw bytes of stage kb + 1 (weights and activations, as stored) are copied by cp.async into the
+//    second of two raw buffers while stage kb is decoded and multiplied, so global latency is hidden;
+//  - dense batches take BN = 128 vectors per block (a weight tile is decoded once per 128 vectors and
+//    each warp issues 16 MMAs per 32 values of K); the grouped experts keep BN = 64 (plan_tiles' tiles);
+//  - the MMA reads the activations straight from the copied blocks (row pitch 304 B = 76 words: the 8
+//    vectors of a fragment land on 8 distinct 4-bank groups), weights are decoded to int8 once per stage
+//    (decode_a, the code of gemm_kernel) and loaded with ldmatrix (pitch kLd: conflict-free);
+//  - Q8_0: the MMA accumulator starts at 0x4B400000, so its result read as a float is already
+//    12582912 + isum (small_i2f without its integer add: the float epilogue is this kernel's limit).
+// Needs the copy sources aligned (gemm2_aligned); otherwise gemm() runs gemm_kernel.
+
+// Raw stages are copied as the 16-byte chunks of a window that starts at the data's address rounded down
+// to 16 bytes (the data lands `shift` = address & 15 bytes into its row of the buffer; a chunk reads
+// nothing past the data's end, and at most 15 bytes before its start, inside the same tensor or buffer).
+// Weights per row and stage: 8 Q8_0 blocks (272 B, shift even: 18 chunks), one IQ2_XXS super-block
+// (66 B: 5 chunks) or one Q2_K super-block (84 B, shift a multiple of 4: 6 chunks). Activations per
+// vector: 8 Q8_0 act blocks (288 B, shift 0) or one Q8_K block (292 B, shift a multiple of 4), 19 chunks.
+constexpr int kRawB = 304;  // activation row pitch of a raw stage (76 words: conflict-free fragment reads)
+
+template <GgmlType T>
+constexpr int stage_w_bytes() {
+  return T == GgmlType::Q8_0 ? 8 * sizeof(BlockQ8_0) : T == GgmlType::IQ2_XXS ? sizeof(BlockIQ2_XXS) : sizeof(BlockQ2_K);
+}
+template <GgmlType T>
+constexpr int stage_x_bytes() {
+  return T == GgmlType::Q8_0 ? 8 * sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K);
+}
+template <GgmlType T>
+constexpr int raw_a_pitch() {  // bytes + largest shift, in whole chunks
+  return (stage_w_bytes<T>() + (T == GgmlType::Q2_K ? 12 : 14) + 15) / 16 * 16;
+}
+
+template <GgmlType T, int BN>
+struct Smem2 {
+  alignas(16) uint8_t raw_a[2][kBM * raw_a_pitch<T>()];
+  alignas(16) uint8_t raw_b[2][BN * kRawB];
+  alignas(16) int8_t a[kBM * kLd];  // decoded weights, as Smem::a
+  float ad[kBM * 8];                // as Smem::ad
+  alignas(8) float bd[8 * BN];      // Q8_0: d_x per [32-block][vector]; K-quants: [vector]
+  uint8_t aux[kBM * 16];            // as Smem::aux
+  int8_t blo[BN * 16];              // as Smem::blo / bhi
+  int8_t bhi[BN * 16];
+  uint64_t grid[256];
+  uint8_t signs[128];
+};
+
+__device__ inline unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+// 16 bytes into dst, the first n (1 … 16) read from src, the rest zero.
+__device__ inline void cp_async16(void* dst, const void* src, int n) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Chunk k of the window of bytes [at, at + len) into dst (a raw buffer row, 16-byte aligned).
+__device__ inline void copy_chunk(uint8_t* dst, const uint8_t* at, int len, int k) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(at), lo = (a & ~uintptr_t{15}) + 16 * k;
+  const int64_t left = static_cast<int64_t>(a + len) - static_cast<int64_t>(lo);
+  if (left > 0) cp_async16(dst + 16 * k, reinterpret_cast<const uint8_t*>(lo), left < 16 ? static_cast<int>(left) : 16);
+}
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// d = a·b + (c, c, c, c).
+__device__ inline void mma_s8_from(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], int c) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c), "r"(c), "r"(c), "r"(c));
+}
+
+// Row r's weight bytes of stage kb.
+template <GgmlType T>
+__device__ inline const uint8_t* stage_w(const GemmParams& p, const uint8_t* wbase, int64_t row, int64_t kb) {
+  return wbase + static_cast<uint64_t>(row) * p.row_bytes + kb * stage_w_bytes<T>();
+}
+
+// Issues the cp.async copies of stage kb's raw bytes into raw buffer `slot` (rows past the matrix and
+// vectors without an activation row are skipped: their tile entries are never stored).
+template <GgmlType T, int BN>
+__device__ inline void copy_stage(Smem2<T, BN>& s, int slot, const GemmParams& p, const uint8_t* wbase, int64_t m0,
+                                  const int64_t* arow, int64_t kb) {
+  constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, CB = kRawB / 16;
+  uint8_t* ra = s.raw_a[slot];
+  for (int j = threadIdx.x; j < kBM * CA; j += kThreads) {
+    const int r = j / CA, k = j % CA;
+    if (m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, wbase, m0 + r, kb), stage_w_bytes<T>(), k);
+  }
+  uint8_t* rb = s.raw_b[slot];
+  for (int j = threadIdx.x; j < BN * CB; j += kThreads) {
+    const int c = j / CB, k = j % CB;
+    if (arow[c] >= 0)
+      copy_chunk(rb + c * kRawB, p.act + static_cast<uint64_t>(arow[c]) * p.act_stride + kb * stage_x_bytes<T>(),
+                 stage_x_bytes<T>(), k);
+  }
+}
+
+// Decodes raw buffer `slot` (stage kb): weights to int8 with their scales (decode_a, the code of
+// gemm_kernel), activation scales (and the Q2_K bsums split as load_b does); the activation values stay
+// where they are, `bsh` bytes into each vector's row.
+template <GgmlType T, int BN>
+__device__ inline void decode_stage(Smem2<T, BN>& s, int slot, const GemmParams& p, const uint8_t* wbase, int64_t m0,
+                                    const int64_t* arow, int64_t kb, int bsh) {
+  constexpr int PA = raw_a_pitch<T>();
+  for (int j = threadIdx.x; j < kBM * 8; j += kThreads) {
+    const int r = j / 8, sb = j % 8;
+    const bool valid = m0 + r < p.rows;
+    const uint8_t* blk = s.raw_a[slot] + r * PA;
+    if (valid) blk += reinterpret_cast<uintptr_t>(stage_w<T>(p, wbase, m0 + r, kb)) & 15;
+    if constexpr (T == GgmlType::Q8_0) blk += sizeof(BlockQ8_0) * sb;
+    decode_a<T>(blk, r, sb, valid, s.a, s.ad, s.aux, s.grid, s.signs);
+  }
+  const uint8_t* rb = s.raw_b[slot] + bsh;
+  if constexpr (T == GgmlType::Q8_0) {
+    for (int j = threadIdx.x; j < BN * 8; j += kThreads) {
+      const int c = j % BN, sb = j / BN;
+      s.bd[sb * BN + c] = arow[c] < 0 ? 0.0f : *reinterpret_cast<const float*>(rb + c * kRawB + 36 * sb);
+    }
+  } else {
+    for (int c = threadIdx.x; c < BN; c += kThreads)
+      s.bd[c] = arow[c] < 0 ? 0.0f : *reinterpret_cast<const float*>(rb + c * kRawB);
+    if constexpr (T == GgmlType::Q2_K) {
+      for (int j = threadIdx.x; j < BN * 16; j += kThreads) {
+        const int c = j / 16, k = j % 16;
+        const int v = arow[c] < 0 ? 0 : *reinterpret_cast<const int16_t*>(rb + c * kRawB + 260 + 2 * k);
+        s.blo[j] = static_cast<int8_t>(v & 63);
+        s.bhi[j] = static_cast<int8_t>(v >> 6);  // arithmetic shift: v = 64·hi + lo
+      }
+    }
+  }
+}
+
+template <GgmlType T, int BN>
+__global__ void __launch_bounds__(kThreads, 1) gemm2_kernel(GemmParams p) {
+  static_assert(BN == 64 || BN == 128, "warps are 4 (rows) × 2 (vectors), each BN/2 vectors wide");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem2<T, BN>& s = *reinterpret_cast<Smem2<T, BN>*>(smem_raw);
+  __shared__ int64_t arow[BN], orow[BN];
+
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  const uint8_t* wbase = p.w;
+  if (p.tiles) {
+    if (static_cast<int>(blockIdx.y) >= *p.n_tiles) return;
+    const int32_t* tl = p.tiles + 3 * blockIdx.y;
+    wbase += static_cast<uint64_t>(tl[0]) * p.expert_bytes;
+    for (int c = threadIdx.x; c < BN; c += kThreads) {
+      const int64_t v = c < tl[2] ? p.order[tl[1] + c] : -1;
+      arow[c] = v < 0 ? -1 : v / p.x_div;
+      orow[c] = v;
+    }
+  } else {
+    for (int c = threadIdx.x; c < BN; c += kThreads) {
+      const int64_t v = static_cast<int64_t>(blockIdx.y) * BN + c;
+      arow[c] = v < p.n_vec ? v / p.x_div : -1;
+      orow[c] = v < p.n_vec ? v : -1;
+    }
+  }
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += kThreads) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += kThreads) s.signs[i] = c_signs[i];
+  }
+  __syncthreads();
+
+  constexpr int NJ = BN / 16;  // n8 fragments per warp
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int wm = (warp % 4) * 32, wn = (warp / 4) * (BN / 2);
+  float acc[2][NJ][4] = {};
+  int ic[2][NJ][4];  // integer sums of the current super-block (K-quants)
+
+  const int64_t nkb = p.cols / kBK;
+  copy_stage<T, BN>(s, 0, p, wbase, m0, arow, 0);
+  cp_async_commit();
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    cp_async_wait_all();
+    __syncthreads();  // stage kb landed for every thread; stage kb − 1's tiles are no longer read
+    if (kb + 1 < nkb) copy_stage<T, BN>(s, static_cast<int>((kb + 1) & 1), p, wbase, m0, arow, kb + 1);
+    cp_async_commit();
+    // Every activation row starts on 16 bytes (gemm2_fits): one shift for the whole stage.
+    const int bsh = static_cast<int>((reinterpret_cast<uintptr_t>(p.act) + kb * stage_x_bytes<T>()) & 15);
+    decode_stage<T, BN>(s, static_cast<int>(kb & 1), p, wbase, m0, arow, kb, bsh);
+    __syncthreads();
+    const uint8_t* rb = s.raw_b[kb & 1] + bsh;
+    if constexpr (T != GgmlType::Q8_0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) ic[i][j][q] = 0;
+    }
+#pragma unroll 2
+    for (int sb = 0; sb < 8; ++sb) {
+      uint32_t af[2][4], bf[NJ][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], s.a + (wm + 16 * i + (lane & 15)) * kLd + 32 * sb + 16 * (lane >> 4));
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        // Q8_0 act block sb: d at 36·sb, values from 36·sb + 4; Q8_K: values from 4 + 32·sb.
+        const uint8_t* b = rb + (wn + 8 * j + g) * kRawB + 4 * t + (T == GgmlType::Q8_0 ? 36 * sb + 4 : 4 + 32 * sb);
+        bf[j][0] = ld32(b);
+        bf[j][1] = ld32(b + 16);
+      }
+      if constexpr (T == GgmlType::Q8_0) {
+        float da[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) da[i][h] = s.ad[(wm + 16 * i + g + 8 * h) * 8 + sb];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const float2 db = *reinterpret_cast<const float2*>(s.bd + sb * BN + wn + 8 * j + 2 * t);
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            int c[4];
+            mma_s8_from(c, af[i], bf[j], 0x4B400000);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              // |isum| ≤ 2^19: c as a float is 12582912 + isum exactly; (d_w·d_x)·isum as dot_ref.
+              const float isum = __int_as_float(c[q]) - 12582912.0f;
+              acc[i][j][q] += (da[i][q >> 1] * ((q & 1) ? db.y : db.x)) * isum;
+            }
+          }
+        }
+      } else if constexpr (T == GgmlType::IQ2_XXS) {
+        int ls[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) ls[i][h] = s.aux[(wm + 16 * i + g + 8 * h) * 8 + sb];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) {
+            int c[4];
+            mma_s8_from(c, af[i], bf[j], 0);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ic[i][j][q] += ls[i][q >> 1] * c[q];
+          }
+      } else {  // Q2_K: scales folded into the int8 weights, one integer sum per super-block
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j) mma_s8(ic[i][j], af[i], bf[j]);
+      }
+    }
+    if constexpr (T == GgmlType::IQ2_XXS) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+            const int col = wn + 8 * j + 2 * t + (q & 1);
+            acc[i][j][q] += (s.ad[row] * s.bd[col]) * static_cast<float>(ic[i][j][q]);
+          }
+    } else if constexpr (T == GgmlType::Q2_K) {
+      // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo, as gemm_kernel.
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const uint8_t* mb = s.aux + (wm + 16 * i + g) * 16 + 4 * t;
+        const uint32_t am[4] = {ld32(mb), ld32(mb + 8 * 16), 0u, 0u};
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int col0 = wn + 8 * j + g;
+          const uint32_t blo[2] = {*reinterpret_cast<const uint32_t*>(s.blo + col0 * 16 + 4 * t), 0u};
+          const uint32_t bhi[2] = {*reinterpret_cast<const uint32_t*>(s.bhi + col0 * 16 + 4 * t), 0u};
+          int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+          mma_s8(lo, am, blo);
+          mma_s8(hi, am, bhi);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+            const int col = wn + 8 * j + 2 * t + (q & 1);
+            const int summs = 64 * hi[q] + lo[q];
+            const float dall = s.bd[col] * s.ad[row];
+            const float dmin = s.bd[col] * s.ad[kBM + row];
+            acc[i][j][q] += dall * static_cast<float>(ic[i][j][q]) - dmin * static_cast<float>(summs);
+          }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+        const int col = wn + 8 * j + 2 * t + (q & 1);
+        const int64_t o = orow[col];
+        if (o < 0 || m0 + row >= p.rows) continue;
+        float v = acc[i][j][q];
+        if constexpr (T == GgmlType::IQ2_XXS) v = 0.125f * v;  // once per row, as dot_iq2_xxs_ref
+        p.y[o * p.y_stride + m0 + row] = v;
+      }
+}
+
 // ---- F16 weights · float activations, several vectors per weight read ----
 // Only with CudaBackendOptions::f16_segments = false (the default runs matmul_f16.cu's segment order).
 // The F16 matvec's arithmetic exactly (ops_matmul.cu gemv_f16_kernel: lane l sums elements l, l+32, …
@@ -415,6 +733,25 @@ __global__ void scatter_experts_kernel(const int32_t* ids, int64_t n, int32_t n_
   if (v >= n) return;
   const int32_t e = ids[v];
   if (e >= 0 && e < n_expert) order[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(v);
+}
+
+// Whether gemm2_kernel runs `j`: its windows read at most 15 bytes before a row, so the weights and the
+// activations start on 16 bytes; activation rows too (one shift per stage for all vectors: Q8_0 act rows
+// always, Q8_K rows when cols is a multiple of 1024, as every Flash width); and its shared memory fits
+// the device (Q8_0 × 128 vectors ~200 KiB: sm_90; smaller parts run gemm_kernel).
+bool gemm2_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin) {
+  if (static_cast<size_t>(smem_optin) < sizeof(Smem2<GgmlType::Q8_0, 128>) + 2 * 128 * sizeof(int64_t)) return false;
+  const auto w = reinterpret_cast<uintptr_t>(j.w.data), a = reinterpret_cast<uintptr_t>(act);
+  return w % 16 == 0 && a % 16 == 0 && act_stride % 16 == 0;
+}
+
+template <GgmlType T, int BN>
+void launch_gemm2(CudaBackend& be, const GemmParams& p, unsigned gy) {
+  const size_t smem = sizeof(Smem2<T, BN>);
+  if (!be.check(cudaFuncSetAttribute(gemm2_kernel<T, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm smem"))
+    return;
+  gemm2_kernel<T, BN><<<dim3(grid_for(p.rows, kBM), gy), kThreads, smem, be.stream()>>>(p);
+  be.launched("gemm (int8 tensor cores, pipelined)");
 }
 
 }  // namespace
@@ -499,9 +836,30 @@ void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride
     fail(invalid_argument("cuda gemm: " + std::to_string(j.n_vec) + " vectors exceed one launch"));
     return;
   }
+  cudaStream_t s = stream();
+  if (gemm_smem_optin_ < 0) {
+    int v = 0;
+    gemm_smem_optin_ = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device()) == cudaSuccess ? v : 0;
+  }
+  if (gemm_pipelined_ && gemm2_fits(j, act, act_stride, gemm_smem_optin_)) {
+    // Grouped tiles hold ≤ kBN vectors; dense batches of more than 96 take 128-vector tiles.
+    const bool wide = !j.groups && j.n_vec > 96;
+    if (!j.groups) gy = grid_for(j.n_vec, wide ? 128 : kBN);
+    switch (j.w.type) {
+      case GgmlType::Q8_0:
+        wide ? launch_gemm2<GgmlType::Q8_0, 128>(*this, p, gy) : launch_gemm2<GgmlType::Q8_0, kBN>(*this, p, gy);
+        break;
+      case GgmlType::IQ2_XXS:
+        wide ? launch_gemm2<GgmlType::IQ2_XXS, 128>(*this, p, gy) : launch_gemm2<GgmlType::IQ2_XXS, kBN>(*this, p, gy);
+        break;
+      default:
+        wide ? launch_gemm2<GgmlType::Q2_K, 128>(*this, p, gy) : launch_gemm2<GgmlType::Q2_K, kBN>(*this, p, gy);
+        break;
+    }
+    return;
+  }
   const dim3 grid(grid_for(j.w.rows, kBM), gy);
   const size_t smem = sizeof(Smem);
-  cudaStream_t s = stream();
   switch (j.w.type) {
     case GgmlType::Q8_0:
       check(cudaFuncSetAttribute(gemm_kernel<GgmlType::Q8_0>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm smem");

@@ -1,0 +1,195 @@
+// test_cuda_gemm.cpp — the int8 tensor-core prefill GEMM (ops_gemm.cu) bit for bit: the pipelined kernel
+// (gemm2_kernel; 64-vector tiles up to 96 vectors and for grouped experts, 128-vector tiles above) equals
+// the CPU op, the previous kernel (CudaBackendOptions::gemm_pipelined = false) and, for one token, the
+// decode kernel at n = 1; routed experts grouped by expert with uneven expert counts (one expert with four
+// tiles, experts with none) equal the previous kernel and stay within the CPU tolerance.
+// Not here: tolerance tests of every path (test_cuda_matmul.cpp), speed (cuda_prefill_bench).
+#include <cstring>
+
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+namespace {
+
+struct Case {
+  GgmlType t;
+  int64_t rows, cols, n;
+};
+
+// Values of a and b whose bits differ (NaN counts as different).
+int64_t bit_diffs(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return d;
+}
+
+}  // namespace
+
+class CudaGemm : public CudaOpsTest {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    if (IsSkipped()) return;
+    cuda::CudaBackendOptions o;
+    o.gemm_pipelined = false;
+    auto made = cuda::make_cuda_backend(o);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    old_ = std::move(made).value();
+  }
+
+  // y [n][w.rows] = w · x on backend `be`, from its own copies of the weight and of x [n][w.cols].
+  std::vector<float> matmul_on(Backend& be, const Weight& w, uint64_t bytes, const float* x, int64_t n) {
+    Weight gw = w;
+    auto p = be.map_weight(w.data, bytes);
+    EXPECT_TRUE(p.ok());
+    gw.data = *p;
+    auto gx = be.alloc(static_cast<uint64_t>(n * w.cols) * 4, MemCategory::scratch);
+    auto gy = be.alloc(static_cast<uint64_t>(n * w.rows) * 4, MemCategory::scratch);
+    EXPECT_TRUE(gx.ok() && gy.ok());
+    std::vector<float> y(static_cast<size_t>(n * w.rows));
+    be.upload(gx->data(), x, static_cast<uint64_t>(n * w.cols) * 4);
+    be.fill_f32(gy->f32(), NAN, n * w.rows);
+    be.matmul({gw, gx->f32(), w.cols, gy->f32(), w.rows, n, MatmulNumerics::ds4});
+    be.download(y.data(), gy->data(), y.size() * 4);
+    EXPECT_TRUE(be.sync().ok());
+    return y;
+  }
+
+  std::unique_ptr<Backend> old_;
+};
+
+TEST_F(CudaGemm, PipelinedKernelIsBitIdenticalToCpuAndPreviousKernel) {
+  // Partial row tiles (200, 300, 136 rows of 128), partial vector tiles (65 → 64-vector tiles, 1 left;
+  // 130 → 128-vector tiles, 2 left), n = 4096, and the Flash column widths (which set the block order)
+  // with rows capped to keep the CPU reference short. K-quants at 1024 columns: the Q8_K rows and the
+  // IQ2_XXS rows sit at every 4-byte shift of their 16-byte copy windows; Q2_K at 512 columns: Q8_K
+  // rows off 16 bytes, the previous kernel (gemm2_fits).
+  const Case cases[] = {
+      {GgmlType::Q8_0, 200, 512, 65},       {GgmlType::Q8_0, 200, 512, 130},     {GgmlType::Q8_0, 136, 1024, 4096},
+      {GgmlType::Q8_0, 256, 4096, 300},     {GgmlType::Q8_0, 300, 1024, 200},    {GgmlType::Q8_0, 130, 8192, 150},
+      {GgmlType::IQ2_XXS, 200, 1024, 65},   {GgmlType::IQ2_XXS, 200, 1024, 130}, {GgmlType::IQ2_XXS, 136, 1024, 4096},
+      {GgmlType::IQ2_XXS, 200, 4096, 130},  {GgmlType::Q2_K, 200, 1024, 65},     {GgmlType::Q2_K, 200, 1024, 130},
+      {GgmlType::Q2_K, 136, 1024, 4096},    {GgmlType::Q2_K, 200, 2048, 130},    {GgmlType::Q2_K, 100, 512, 70},
+  };
+  for (const Case& c : cases) {
+    Weight w;
+    auto bytes = random_weight(c.t, c.rows, c.cols, &w);
+    w.data = bytes.data();
+    const auto x = randn(static_cast<size_t>(c.n * c.cols));
+    std::vector<float> want(static_cast<size_t>(c.n * c.rows));
+    cpu_->matmul({w, x.data(), c.cols, want.data(), c.rows, c.n, MatmulNumerics::ds4});
+    const auto got = matmul_on(*gpu_, w, bytes.size(), x.data(), c.n);
+    const auto prev = matmul_on(*old_, w, bytes.size(), x.data(), c.n);
+    const std::string what = std::string("gemm ") + std::string(type_name(c.t)) + " " + std::to_string(c.rows) + "x" +
+                             std::to_string(c.cols) + " n" + std::to_string(c.n);
+    expect_close(got, want, 2e-5, 1e-7, what);
+    EXPECT_EQ(bit_diffs(got, want), 0) << what << ": pipelined kernel vs CPU";
+    EXPECT_EQ(bit_diffs(got, prev), 0) << what << ": pipelined vs previous kernel";
+  }
+}
+
+TEST_F(CudaGemm, TokenRowAtNOneEqualsItsRowInTheGemm) {
+  // The decode kernel (n = 1) and the GEMM at n = 65 (64-vector tiles) and n = 130 (128-vector tiles)
+  // give a token the same bits (Engine::step batches sessions and prefill chunks together).
+  const Case cases[] = {{GgmlType::Q8_0, 200, 4096, 0}, {GgmlType::IQ2_XXS, 200, 4096, 0}, {GgmlType::Q2_K, 200, 2048, 0}};
+  for (const Case& c : cases) {
+    Weight w;
+    auto bytes = random_weight(c.t, c.rows, c.cols, &w);
+    w.data = bytes.data();
+    const auto x = randn(static_cast<size_t>(130 * c.cols));
+    const auto n65 = matmul_on(*gpu_, w, bytes.size(), x.data(), 65);
+    const auto n130 = matmul_on(*gpu_, w, bytes.size(), x.data(), 130);
+    for (int64_t v : {int64_t{0}, int64_t{64}, int64_t{129}}) {
+      const auto one = matmul_on(*gpu_, w, bytes.size(), x.data() + v * c.cols, 1);
+      for (int64_t o = 0; o < c.rows; ++o) {
+        ASSERT_EQ(one[o], n130[v * c.rows + o]) << type_name(c.t) << " vector " << v << " row " << o << " (n 130)";
+        if (v < 65) {
+          ASSERT_EQ(one[o], n65[v * c.rows + o]) << type_name(c.t) << " vector " << v << " row " << o << " (n 65)";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaGemm, GroupedExpertsWithUnevenCountsMatchPreviousKernel) {
+  // 200 tokens × 6 slots over 20 experts: slot 0 is always expert 0 (200 pairs: four 64-pair tiles,
+  // the last of 8), slots 1 … 5 spread over experts 1 … 15 by token, experts 16 … 19 get no pair.
+  const int32_t ne = 20, dim = 1024, ff = 1024, k = 6;
+  const int64_t n = 200;
+  Weight g0, u0, d0;
+  auto gb = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &g0);
+  auto ub = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &u0);
+  auto db = random_weight(GgmlType::Q2_K, int64_t{ne} * dim, ff, &d0);
+  g0.data = gb.data();
+  u0.data = ub.data();
+  d0.data = db.data();
+  std::vector<int32_t> ids(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n; ++i) {
+    ids[i * k] = 0;
+    for (int j = 1; j < k; ++j) ids[i * k + j] = static_cast<int32_t>(1 + (i % 3 + 3 * (j - 1)) % 15);
+  }
+  std::vector<float> wts(ids.size());
+  for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
+  const auto x = randn(static_cast<size_t>(n * dim));
+  auto experts = [](Weight w, const void* data, int64_t rows) {
+    ExpertWeights e;
+    e.first = w;
+    e.first.data = const_cast<void*>(data);
+    e.first.rows = rows;
+    e.expert_bytes = rows * w.row_bytes;
+    e.n_expert = ne;
+    return e;
+  };
+  MoeArgs a;
+  a.gate = experts(g0, gb.data(), ff);
+  a.up = experts(u0, ub.data(), ff);
+  a.down = experts(d0, db.data(), dim);
+  a.n = n;
+  a.k = k;
+  a.dim = dim;
+  a.ff = ff;
+  a.clamp = 10.0f;
+  std::vector<float> want(static_cast<size_t>(n * dim));
+  {
+    MoeArgs c = a;
+    c.x = x.data();
+    c.ids = ids.data();
+    c.weights = wts.data();
+    c.out = want.data();
+    cpu_->moe(c);
+  }
+  auto run_on = [&](Backend& be) {
+    MoeArgs g = a;
+    auto map = [&](ExpertWeights& e, const std::vector<uint8_t>& b) {
+      auto p = be.map_weight(b.data(), b.size());
+      EXPECT_TRUE(p.ok());
+      e.first.data = *p;
+    };
+    map(g.gate, gb);
+    map(g.up, ub);
+    map(g.down, db);
+    auto bx = be.alloc(x.size() * 4, MemCategory::scratch), bi = be.alloc(ids.size() * 4, MemCategory::scratch);
+    auto bw = be.alloc(wts.size() * 4, MemCategory::scratch), bo = be.alloc(want.size() * 4, MemCategory::scratch);
+    EXPECT_TRUE(bx.ok() && bi.ok() && bw.ok() && bo.ok());
+    be.upload(bx->data(), x.data(), x.size() * 4);
+    be.upload(bi->data(), ids.data(), ids.size() * 4);
+    be.upload(bw->data(), wts.data(), wts.size() * 4);
+    g.x = bx->f32();
+    g.ids = bi->i32();
+    g.weights = bw->f32();
+    g.out = bo->f32();
+    be.moe(g);
+    std::vector<float> out(want.size());
+    be.download(out.data(), bo->data(), out.size() * 4);
+    EXPECT_TRUE(be.sync().ok());
+    return out;
+  };
+  const auto got = run_on(*gpu_);
+  const auto prev = run_on(*old_);
+  // The CPU bound of test_cuda_matmul.cpp's CudaMoe (hidden rows re-quantized to Q8_K).
+  expect_close(got, want, 5e-4, 1e-7, "moe grouped iq2_xxs/q2_k uneven experts n200");
+  EXPECT_EQ(bit_diffs(got, prev), 0) << "grouped experts: pipelined vs previous kernel";
+}

@@ -6,13 +6,22 @@
 // IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x over a super-block; Q2_K: Σ (scale·q)·q_x and Σ min·bsum) is formed
 // exactly (int32 MMA accumulators; weights decoded to int8 in shared memory: IQ2_XXS grid values ≤ 43
 // with signs, Q2_K q·scale ≤ 45), then scaled by the same float products in the same order as
-// src/quant/dot_ref.cpp (Q8_0: (d_w·d_x)·isum; K-quants: (d_x·d_w)·isum − (d_x·dmin_w)·summs). Only the
-// order of the per-block float sums differs from the CPU, as in the matvec (tests: ~1e-6 rel).
+// src/quant/dot_ref.cpp (Q8_0: (d_w·d_x)·isum; K-quants: (d_x·d_w)·isum − (d_x·dmin_w)·summs), added
+// per output in the CPU's block order (below), so the result equals the CPU op bit for bit.
 //
-// Tile: 128 weight rows × 64 vectors × 256 values of K per stage; 8 warps as 4 (rows) × 2 (vectors),
-// each 32×32 = 2 m16 × 4 n8 fragments. Dense (one matrix, n vectors) or grouped by expert (routed
-// experts: a tile list over vectors sorted by expert, built on the device by group_by_expert, so each
-// expert's rows are read once per 64 of its vectors instead of once per vector).
+// Two kernels, same bits (tests/cuda/test_cuda_gemm.cpp):
+//  - gemm2_kernel (default; CudaBackendOptions::gemm_pipelined): raw weight and activation bytes of the
+//    next 256-value stage copied by cp.async while this one is decoded and multiplied; dense batches of
+//    more than 96 vectors in 128 × 128 tiles (16 warps of 32 × 32), grouped experts and smaller batches
+//    in 128 × 64 tiles (8 warps, two blocks per SM for the K-quants); ldmatrix weight fragments,
+//    activations read where they were copied. Needs 16-byte aligned weights and activation rows
+//    (gemm2_fits); anything else runs
+//  - gemm_kernel (gemm_pipelined = false, and the fallback): 128 weight rows × 64 vectors × 256 values
+//    per stage, loaded and decoded by all threads, then multiplied; 8 warps as 4 (rows) × 2 (vectors),
+//    each 32×32 = 2 m16 × 4 n8 fragments.
+// Both run dense (one matrix, n vectors) or grouped by expert (routed experts: a tile list over vectors
+// sorted by expert, built on the device by group_by_expert, so each expert's rows are read once per 64
+// of its vectors instead of once per vector).
 // Float order: the quantized GEMM sums its per-block terms in the CPU's block order, which the
 // quantized matvec also uses, so a token's result is the same for any batch size and bit-identical to
 // the CPU op. F16 weights (router, compressor, indexer, HC) run matmul_f16.cu's segment order; the F16
@@ -72,8 +81,8 @@ __device__ inline uint32_t ld32_u16(const uint8_t* p) {
   return static_cast<uint32_t>(ld16(p)) | (static_cast<uint32_t>(ld16(p + 2)) << 16);
 }
 
-// Bytes i of the result are 0xFF where bit i of the 4-bit `bits` is set.
-__device__ inline uint32_t byte_mask4(uint32_t bits) { return ((bits * 0x00204081u) & 0x01010101u) * 0xFFu; }
+// Byte i of the result is 1 where bit i of the 4-bit `bits` is set (the shifted copies do not overlap).
+__device__ inline uint32_t byte_bits4(uint32_t bits) { return (bits * 0x00204081u) & 0x01010101u; }
 
 __device__ inline void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
@@ -92,19 +101,21 @@ __device__ inline float small_i2f(int v) { return __int_as_float(v + 0x4B400000)
 template <GgmlType T>
 __device__ inline void decode_a(const uint8_t* blk, int r, int sb, bool valid, int8_t* a, float* ad, uint8_t* aux,
                                 const uint64_t* grid, const uint8_t* signs) {
-  uint32_t* dst = reinterpret_cast<uint32_t*>(a + r * kLd + 32 * sb);
+  // Two 16-byte stores per block (a quarter warp's 8 stores then hit 8 rows or 4 rows × 2 halves).
+  uint4* dst = reinterpret_cast<uint4*>(a + r * kLd + 32 * sb);
+  uint32_t w[8];
   if constexpr (T == GgmlType::Q8_0) {
     if (!valid) {
-      for (int q = 0; q < 8; ++q) dst[q] = 0;
+      dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
       ad[r * 8 + sb] = 0;
       return;
     }
     ad[r * 8 + sb] = f16v(ld16(blk));
 #pragma unroll
-    for (int q = 0; q < 8; ++q) dst[q] = ld32_u16(blk + 2 + 4 * q);
+    for (int q = 0; q < 8; ++q) w[q] = ld32_u16(blk + 2 + 4 * q);
   } else if constexpr (T == GgmlType::IQ2_XXS) {
     if (!valid) {
-      for (int q = 0; q < 8; ++q) dst[q] = 0;
+      dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
       aux[r * 8 + sb] = 0;
       if (sb == 0) ad[r] = 0;
       return;
@@ -116,14 +127,14 @@ __device__ inline void decode_a(const uint8_t* blk, int r, int sb, bool valid, i
     for (int c = 0; c < 4; ++c) {
       const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
       const uint32_t sg = signs[(a1 >> (7 * c)) & 127];
-      const uint32_t mlo = byte_mask4(sg & 15), mhi = byte_mask4(sg >> 4);
-      // Grid bytes are 8, 25 or 43: (g ^ 0xFF) − 0xFF = −g per byte, no borrow across bytes.
-      dst[2 * c] = __vsub4(static_cast<uint32_t>(gr) ^ mlo, mlo);
-      dst[2 * c + 1] = __vsub4(static_cast<uint32_t>(gr >> 32) ^ mhi, mhi);
+      const uint32_t slo = byte_bits4(sg & 15), shi = byte_bits4(sg >> 4);
+      // Grid bytes are 8, 25 or 43: (g ^ 0xFF) + 1 = 256 − g ≤ 248 is −g in the byte, no carry out.
+      w[2 * c] = (static_cast<uint32_t>(gr) ^ (slo * 0xFFu)) + slo;
+      w[2 * c + 1] = (static_cast<uint32_t>(gr >> 32) ^ (shi * 0xFFu)) + shi;
     }
   } else {  // Q2_K: element 32·sb + k sits in byte 16 + 32h + k, bits 2l, with sb = 4h + l
     if (!valid) {
-      for (int q = 0; q < 8; ++q) dst[q] = 0;
+      dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
       aux[r * 16 + 2 * sb] = 0;
       aux[r * 16 + 2 * sb + 1] = 0;
       if (sb == 0) ad[r] = ad[kBM + r] = 0;
@@ -140,9 +151,11 @@ __device__ inline void decode_a(const uint8_t* blk, int r, int sb, bool valid, i
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       const uint32_t v = (ld32(blk + 16 + 32 * h + 4 * q) >> (2 * l)) & 0x03030303u;
-      dst[q] = v * (q < 4 ? sc0 : sc1);  // bytes q·scale ≤ 45: no carry between bytes
+      w[q] = v * (q < 4 ? sc0 : sc1);  // bytes q·scale ≤ 45: no carry between bytes
     }
   }
+  dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
 // Weight tile of stage kb (values 256·kb …) into smem: rows m0 … m0+127 of `wbase`.
@@ -364,14 +377,19 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
 // same bits, bit-identical to the CPU op), arranged for the tensor cores' sake:
 //  - the raw bytes of stage kb + 1 (weights and activations, as stored) are copied by cp.async into the
 //    second of two raw buffers while stage kb is decoded and multiplied, so global latency is hidden;
-//  - dense batches take BN = 128 vectors per block (a weight tile is decoded once per 128 vectors and
-//    each warp issues 16 MMAs per 32 values of K); the grouped experts keep BN = 64 (plan_tiles' tiles);
+//  - dense batches take BN = 128 vectors per block (a weight tile is decoded once per 128 vectors) with
+//    16 warps of 32 × 32 outputs (4 per scheduler: the decode, copy and MMA phases hide each other's
+//    latency better than 8 warps of 32 × 64 did: with decode_a's 16-byte stores, +6–14 % Q8_0 and
+//    +17 % Q2_K on the H200); the
+//    grouped experts keep BN = 64 (plan_tiles' tiles), 8 warps, ≤ 128 registers so that two K-quant
+//    blocks share an SM (one block per SM measured −17 % on the grouped experts);
 //  - the MMA reads the activations straight from the copied blocks (row pitch 304 B = 76 words: the 8
 //    vectors of a fragment land on 8 distinct 4-bank groups), weights are decoded to int8 once per stage
 //    (decode_a, the code of gemm_kernel) and loaded with ldmatrix (pitch kLd: conflict-free);
 //  - Q8_0: the MMA accumulator starts at 0x4B400000, so its result read as a float is already
-//    12582912 + isum (small_i2f without its integer add: the float epilogue is this kernel's limit).
-// Needs the copy sources aligned (gemm2_aligned); otherwise gemm() runs gemm_kernel.
+//    12582912 + isum (small_i2f without its integer add: 4 FP32 operations per output and 32-value block
+//    remain — fsub, d_w·d_x, ·isum, += — the bound of this epilogue at ~0.5 POP/s on the H200).
+// Needs the copy sources aligned (gemm2_fits); otherwise gemm() runs gemm_kernel.
 
 // Raw stages are copied as the 16-byte chunks of a window that starts at the data's address rounded down
 // to 16 bytes (the data lands `shift` = address & 15 bytes into its row of the buffer; a chunk reads
@@ -380,6 +398,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
 // (66 B: 5 chunks) or one Q2_K super-block (84 B, shift a multiple of 4: 6 chunks). Activations per
 // vector: 8 Q8_0 act blocks (288 B, shift 0) or one Q8_K block (292 B, shift a multiple of 4), 19 chunks.
 constexpr int kRawB = 304;  // activation row pitch of a raw stage (76 words: conflict-free fragment reads)
+// Threads of a BN-vector block: 4 (rows) × BN/32 (vectors) warps of 32 × 32 outputs. BN = 128: 16 warps,
+// one block per SM (shared memory); BN = 64: 8 warps, two blocks per SM where the shared memory allows.
+template <int BN>
+constexpr int kThreads2 = 4 * BN;
 
 template <GgmlType T>
 constexpr int stage_w_bytes() {
@@ -450,12 +472,12 @@ __device__ inline void copy_stage(Smem2<T, BN>& s, int slot, const GemmParams& p
                                   const int64_t* arow, int64_t kb) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, CB = kRawB / 16;
   uint8_t* ra = s.raw_a[slot];
-  for (int j = threadIdx.x; j < kBM * CA; j += kThreads) {
+  for (int j = threadIdx.x; j < kBM * CA; j += kThreads2<BN>) {
     const int r = j / CA, k = j % CA;
     if (m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, wbase, m0 + r, kb), stage_w_bytes<T>(), k);
   }
   uint8_t* rb = s.raw_b[slot];
-  for (int j = threadIdx.x; j < BN * CB; j += kThreads) {
+  for (int j = threadIdx.x; j < BN * CB; j += kThreads2<BN>) {
     const int c = j / CB, k = j % CB;
     if (arow[c] >= 0)
       copy_chunk(rb + c * kRawB, p.act + static_cast<uint64_t>(arow[c]) * p.act_stride + kb * stage_x_bytes<T>(),
@@ -470,7 +492,7 @@ template <GgmlType T, int BN>
 __device__ inline void decode_stage(Smem2<T, BN>& s, int slot, const GemmParams& p, const uint8_t* wbase, int64_t m0,
                                     const int64_t* arow, int64_t kb, int bsh) {
   constexpr int PA = raw_a_pitch<T>();
-  for (int j = threadIdx.x; j < kBM * 8; j += kThreads) {
+  for (int j = threadIdx.x; j < kBM * 8; j += kThreads2<BN>) {
     const int r = j / 8, sb = j % 8;
     const bool valid = m0 + r < p.rows;
     const uint8_t* blk = s.raw_a[slot] + r * PA;
@@ -480,15 +502,15 @@ __device__ inline void decode_stage(Smem2<T, BN>& s, int slot, const GemmParams&
   }
   const uint8_t* rb = s.raw_b[slot] + bsh;
   if constexpr (T == GgmlType::Q8_0) {
-    for (int j = threadIdx.x; j < BN * 8; j += kThreads) {
+    for (int j = threadIdx.x; j < BN * 8; j += kThreads2<BN>) {
       const int c = j % BN, sb = j / BN;
       s.bd[sb * BN + c] = arow[c] < 0 ? 0.0f : *reinterpret_cast<const float*>(rb + c * kRawB + 36 * sb);
     }
   } else {
-    for (int c = threadIdx.x; c < BN; c += kThreads)
+    for (int c = threadIdx.x; c < BN; c += kThreads2<BN>)
       s.bd[c] = arow[c] < 0 ? 0.0f : *reinterpret_cast<const float*>(rb + c * kRawB);
     if constexpr (T == GgmlType::Q2_K) {
-      for (int j = threadIdx.x; j < BN * 16; j += kThreads) {
+      for (int j = threadIdx.x; j < BN * 16; j += kThreads2<BN>) {
         const int c = j / 16, k = j % 16;
         const int v = arow[c] < 0 ? 0 : *reinterpret_cast<const int16_t*>(rb + c * kRawB + 260 + 2 * k);
         s.blo[j] = static_cast<int8_t>(v & 63);
@@ -499,8 +521,8 @@ __device__ inline void decode_stage(Smem2<T, BN>& s, int slot, const GemmParams&
 }
 
 template <GgmlType T, int BN>
-__global__ void __launch_bounds__(kThreads, 1) gemm2_kernel(GemmParams p) {
-  static_assert(BN == 64 || BN == 128, "warps are 4 (rows) × 2 (vectors), each BN/2 vectors wide");
+__global__ void __launch_bounds__(kThreads2<BN>, BN == 64 ? 2 : 1) gemm2_kernel(GemmParams p) {
+  static_assert(BN == 64 || BN == 128, "warps are 4 (rows) × BN/32 (vectors), each 32 × 32");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem2<T, BN>& s = *reinterpret_cast<Smem2<T, BN>*>(smem_raw);
   __shared__ int64_t arow[BN], orow[BN];
@@ -511,28 +533,28 @@ __global__ void __launch_bounds__(kThreads, 1) gemm2_kernel(GemmParams p) {
     if (static_cast<int>(blockIdx.y) >= *p.n_tiles) return;
     const int32_t* tl = p.tiles + 3 * blockIdx.y;
     wbase += static_cast<uint64_t>(tl[0]) * p.expert_bytes;
-    for (int c = threadIdx.x; c < BN; c += kThreads) {
+    for (int c = threadIdx.x; c < BN; c += kThreads2<BN>) {
       const int64_t v = c < tl[2] ? p.order[tl[1] + c] : -1;
       arow[c] = v < 0 ? -1 : v / p.x_div;
       orow[c] = v;
     }
   } else {
-    for (int c = threadIdx.x; c < BN; c += kThreads) {
+    for (int c = threadIdx.x; c < BN; c += kThreads2<BN>) {
       const int64_t v = static_cast<int64_t>(blockIdx.y) * BN + c;
       arow[c] = v < p.n_vec ? v / p.x_div : -1;
       orow[c] = v < p.n_vec ? v : -1;
     }
   }
   if constexpr (T == GgmlType::IQ2_XXS) {
-    for (int i = threadIdx.x; i < 256; i += kThreads) s.grid[i] = c_grid[i];
-    for (int i = threadIdx.x; i < 128; i += kThreads) s.signs[i] = c_signs[i];
+    for (int i = threadIdx.x; i < 256; i += kThreads2<BN>) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += kThreads2<BN>) s.signs[i] = c_signs[i];
   }
   __syncthreads();
 
-  constexpr int NJ = BN / 16;  // n8 fragments per warp
+  constexpr int NJ = 4;  // n8 fragments per warp
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
-  const int wm = (warp % 4) * 32, wn = (warp / 4) * (BN / 2);
+  const int wm = (warp % 4) * 32, wn = (warp / 4) * 32;
   float acc[2][NJ][4] = {};
   int ic[2][NJ][4];  // integer sums of the current super-block (K-quants)
 
@@ -750,7 +772,7 @@ void launch_gemm2(CudaBackend& be, const GemmParams& p, unsigned gy) {
   const size_t smem = sizeof(Smem2<T, BN>);
   if (!be.check(cudaFuncSetAttribute(gemm2_kernel<T, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm smem"))
     return;
-  gemm2_kernel<T, BN><<<dim3(grid_for(p.rows, kBM), gy), kThreads, smem, be.stream()>>>(p);
+  gemm2_kernel<T, BN><<<dim3(grid_for(p.rows, kBM), gy), kThreads2<BN>, smem, be.stream()>>>(p);
   be.launched("gemm (int8 tensor cores, pipelined)");
 }
 

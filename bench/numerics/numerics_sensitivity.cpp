@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/by_pieces.h"
 #include "backend/cpu/cpu_backend.h"
 #include "gguf/gguf.h"
 #include "model/forward.h"
@@ -108,6 +109,9 @@ class UlpNoiseBackend final : public Backend {
   void hc_head(const HcHeadArgs& a) override { in_.hc_head(a); }
   void hc_collapse(const HcCollapseArgs& a) override { in_.hc_collapse(a); }
   void hc_post(const HcPostArgs& a) override { in_.hc_post(a); }
+  // The fused ops run as their pieces on this wrapper, so the target piece still gets its noise.
+  void hc_pre(const HcPreArgs& a) override { hc_pre_by_pieces(*this, a); }
+  void norm_rope(const NormRopeArgs& a) override { norm_rope_by_pieces(*this, a); }
   void fp8_round(const Fp8RoundArgs& a) override { in_.fp8_round(a); }
   void indexer_qat(const IndexerQatArgs& a) override { in_.indexer_qat(a); }
   void f16_round(float* x, int64_t n) override { in_.f16_round(x, n); }

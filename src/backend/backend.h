@@ -121,6 +121,8 @@ struct HcCollapseArgs {
 };
 
 // X'[i][k] = post[i][k]·f[i] + Σ_j C[i][j][k]·X[i][j]  (MODEL.md §6.2 "Post"). out must not alias x.
+// With f_add, f[i] + f_add[i] (one float add, as `add` would leave it in f) takes the place of f[i]:
+// the FFN's routed + shared expert sum fused into the post (f itself is not written).
 struct HcPostArgs {
   const float* x = nullptr;     // [n][nhc][dim]
   const float* f = nullptr;     // [n][dim]
@@ -129,6 +131,50 @@ struct HcPostArgs {
   float* out = nullptr;         // [n][nhc][dim]
   int64_t n = 0, dim = 0;
   int32_t nhc = 4;
+  const float* f_add = nullptr; // [n][dim] or null
+};
+
+// HC "Pre" of a sublayer (MODEL.md §6.2) as one op, the pieces in this order: flat = RMSNorm(X)
+// (unweighted, over nhc·dim), mix = fn·flat (a matmul under `numerics`), split + Sinkhorn → pre, post,
+// comb, y = Σ_s pre[s]·X[s] (collapse), xn = RMSNorm_norm_w(y). A fused backend gives the same bits as
+// its own pieces; flat and y are scratch it may leave unwritten.
+struct HcPreArgs {
+  const float* x = nullptr;       // [n][nhc][dim] HC state
+  Weight fn;                      // [(2+nhc)·nhc][nhc·dim] control weights (F16 in the GGUF)
+  const float* scale = nullptr;   // [3]
+  const float* base = nullptr;    // [(2+nhc)·nhc]
+  const float* norm_w = nullptr;  // [dim] sublayer norm
+  int64_t n = 0, dim = 0;
+  int32_t nhc = 4, iters = 20;
+  float hc_eps = 1e-6f, rms_eps = 1e-6f;
+  MatmulNumerics numerics = MatmulNumerics::ds4;
+  float* flat = nullptr;          // [n][nhc·dim] scratch
+  float* mix = nullptr;           // [n][(2+nhc)·nhc]
+  float* pre = nullptr;           // [n][nhc]
+  float* post = nullptr;          // [n][nhc]
+  float* comb = nullptr;          // [n][nhc][nhc]
+  float* y = nullptr;             // [n][dim] scratch
+  float* xn = nullptr;            // [n][dim] sublayer input
+};
+
+// Per row of x [n][heads][head_dim] (token t, head h), in this order: RMSNorm over head_dim (⊙ w when
+// set), tail RoPE at pos[t] (RopeArgs), FP8 round trip of the first fp8_quant dims (0: none), IEEE
+// half rounding (f16), then, with a ring, a copy of token t's heads·head_dim values to ring row
+// pos[t] mod ring_cap of ring_at[t] (or of `ring` when ring_at is null). The q/kv path of an attention
+// layer and a compressor's emitted rows, one launch instead of up to five.
+struct NormRopeArgs {
+  float* x = nullptr;              // [n][heads][head_dim], in place
+  const int32_t* pos = nullptr;    // [n]
+  int64_t n = 0;
+  int32_t heads = 1, head_dim = 0, n_rot = 0;
+  const float* w = nullptr;        // [head_dim] or null (unweighted)
+  float eps = 1e-6f;
+  const double* freq = nullptr;    // [n_rot/2] (host memory, as RopeArgs::freq)
+  int32_t fp8_quant = 0;           // multiple of 64, ≤ head_dim − n_rot
+  bool f16 = false;
+  float* ring = nullptr;           // [ring_cap][heads·head_dim] or null: no copy
+  float* const* ring_at = nullptr; // [n] per-token ring bases (backend memory), or null: `ring`
+  int64_t ring_cap = 0;
 };
 
 // Rows of the embedding table broadcast to all HC streams (MODEL.md §6.1).
@@ -371,6 +417,8 @@ class Backend {
   virtual void hc_head(const HcHeadArgs& a) = 0;
   virtual void hc_collapse(const HcCollapseArgs& a) = 0;
   virtual void hc_post(const HcPostArgs& a) = 0;
+  virtual void hc_pre(const HcPreArgs& a) = 0;        // fused: see HcPreArgs
+  virtual void norm_rope(const NormRopeArgs& a) = 0;  // fused: see NormRopeArgs
   virtual void fp8_round(const Fp8RoundArgs& a) = 0;
   virtual void indexer_qat(const IndexerQatArgs& a) = 0;
   virtual void f16_round(float* x, int64_t count) = 0;  // round each value through IEEE half

@@ -121,22 +121,38 @@ void Forward::mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t 
   be_.matmul(MatmulArgs{w, x, xs, y, ys, n, opts_.numerics.matmul});
 }
 
-// §6.2 "Pre": controls from RMSNorm(flat(X)), Sinkhorn split, collapse, then the sublayer norm → xn_.
+// §6.2 "Pre": controls from RMSNorm(flat(X)), Sinkhorn split, collapse, then the sublayer norm → xn_
+// (one fused backend op; flat_ and y_ are its scratch).
 void Forward::hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n) {
-  const int64_t E = cfg_.n_embd, NHC = cfg_.n_hc, HCD = cfg_.hc_dim(), M = cfg_.hc_mix();
-  const float rms_eps = static_cast<float>(cfg_.rms_eps);
-  be_.rms_norm({x_.f32(), flat_.f32(), nullptr, n, HCD, HCD, rms_eps});
-  mm(fn, flat_.f32(), HCD, mix_.f32(), M, n);
-  be_.hc_split({mix_.f32(), scale, base, n, static_cast<int32_t>(NHC), static_cast<int32_t>(cfg_.sinkhorn_iters),
-                static_cast<float>(cfg_.hc_eps), pre_.f32(), post_.f32(), comb_.f32()});
-  be_.hc_collapse({x_.f32(), pre_.f32(), y_.f32(), n, E, static_cast<int32_t>(NHC)});
-  be_.rms_norm({y_.f32(), xn_.f32(), norm_w, n, E, E, rms_eps});
+  backend::HcPreArgs a;
+  a.x = x_.f32();
+  a.fn = fn;
+  a.scale = scale;
+  a.base = base;
+  a.norm_w = norm_w;
+  a.n = n;
+  a.dim = cfg_.n_embd;
+  a.nhc = static_cast<int32_t>(cfg_.n_hc);
+  a.iters = static_cast<int32_t>(cfg_.sinkhorn_iters);
+  a.hc_eps = static_cast<float>(cfg_.hc_eps);
+  a.rms_eps = static_cast<float>(cfg_.rms_eps);
+  a.numerics = opts_.numerics.matmul;
+  a.flat = flat_.f32();
+  a.mix = mix_.f32();
+  a.pre = pre_.f32();
+  a.post = post_.f32();
+  a.comb = comb_.f32();
+  a.y = y_.f32();
+  a.xn = xn_.f32();
+  be_.hc_pre(a);
 }
 
-// §6.2 "Post": X' = post ⊗ f + Cᵀ·X, into x2_, then swap so x_ holds the new state.
-void Forward::hc_post_swap(int64_t n) {
-  be_.hc_post({x_.f32(), f_.f32(), post_.f32(), comb_.f32(), x2_.f32(), n, cfg_.n_embd,
-               static_cast<int32_t>(cfg_.n_hc)});
+// §6.2 "Post": X' = post ⊗ (f + f_add) + Cᵀ·X, into x2_, then swap so x_ holds the new state.
+void Forward::hc_post_swap(int64_t n, const float* f_add) {
+  backend::HcPostArgs a{x_.f32(), f_.f32(), post_.f32(), comb_.f32(), x2_.f32(), n, cfg_.n_embd,
+                        static_cast<int32_t>(cfg_.n_hc)};
+  a.f_add = f_add;
+  be_.hc_post(a);
   std::swap(x_, x2_);
 }
 
@@ -194,19 +210,22 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) 
     if (segs.size() == 1 && emitted_one != emitted)
       return internal_error("forward: compressor emitted an unexpected row count");
     if (emitted == 0) continue;
-    // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation.
+    // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation
+    // (FP8 and half rounding inside the fused op; the indexer's FP4 comes before its half rounding).
     float* rows = (indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim;
     const int32_t* out_pos = cpos_.i32() + off_[s];  // a segment emits at most ⌈n/r⌉ ≤ n rows
-    be_.rms_norm({rows, rows, indexer ? w.idx_comp_norm : w.comp_norm, emitted, out_dim, out_dim,
-                  static_cast<float>(cfg_.rms_eps)});
-    be_.rope({rows, out_pos, emitted, 1, static_cast<int32_t>(out_dim), static_cast<int32_t>(cfg_.n_rot),
-              freq_comp_.data(), false});
+    backend::NormRopeArgs nr{rows, out_pos, emitted, 1, static_cast<int32_t>(out_dim),
+                             static_cast<int32_t>(cfg_.n_rot), indexer ? w.idx_comp_norm : w.comp_norm,
+                             static_cast<float>(cfg_.rms_eps), freq_comp_.data()};
+    if (!indexer) {
+      nr.fp8_quant = nm.fp8_kv ? static_cast<int32_t>(cfg_.nope_dim()) : 0;
+      nr.f16 = nm.f16_cache;
+    }
+    be_.norm_rope(nr);
     if (indexer) {
       if (nm.indexer_qat) be_.indexer_qat({rows, emitted, static_cast<int32_t>(out_dim)});
-    } else if (nm.fp8_kv) {
-      be_.fp8_round({rows, emitted, out_dim, static_cast<int32_t>(cfg_.nope_dim())});
+      if (nm.f16_cache) be_.f16_round(rows, emitted * out_dim);
     }
-    if (nm.f16_cache) be_.f16_round(rows, emitted * out_dim);
     if (!indexer) k.n_comp = after;
   }
   return Status::Ok();
@@ -230,24 +249,21 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   mm(w.q_a, xn_.f32(), E, qa_.f32(), Q, n);
   be_.rms_norm({qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
   mm(w.q_b, qa_.f32(), Q, q_.f32(), HD, n);
-  be_.rms_norm({q_.f32(), q_.f32(), nullptr, n * H, D, D, eps});
-  be_.rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, false});
+  be_.norm_rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, nullptr, eps, freq});
 
-  // §7.2 KV path, then each session's raw ring (§7.3): a segment is written before attention reads it.
+  // §7.2 KV path, then each session's raw ring (§7.3): each column's row goes to ring row pos mod
+  // raw_cap of its own session (the per-column ring table with several sessions) before attention
+  // reads it — norm, RoPE, FP8/half rounding and the ring write in one op.
   mm(w.kv, xn_.f32(), E, kv_.f32(), D, n);
-  be_.rms_norm({kv_.f32(), kv_.f32(), w.kv_norm, n, D, D, eps});
-  be_.rope({kv_.f32(), pos_, n, 1, static_cast<int32_t>(D), R, freq, false});
-  if (nm.fp8_kv) be_.fp8_round({kv_.f32(), n, D, static_cast<int32_t>(cfg_.nope_dim())});
-  if (nm.f16_cache) be_.f16_round(kv_.f32(), n * D);
-  for (size_t s = 0; s < segs.size(); ++s) {
-    LayerKv& k = segs[s].kv->layers()[l];
-    const int64_t cap = segs[s].kv->geometry().raw_cap, ns = static_cast<int64_t>(segs[s].tokens.size());
-    for (int64_t i = 0; i < ns;) {  // consecutive positions are consecutive ring rows up to the wrap
-      const int64_t row = (segs[s].pos0 + i) % cap, run = std::min(ns - i, cap - row);
-      be_.copy(k.raw.f32() + row * D, kv_.f32() + (off_[s] + i) * D, static_cast<uint64_t>(run * D) * 4);
-      i += run;
-    }
-  }
+  backend::NormRopeArgs kr{kv_.f32(), pos_, n, 1, static_cast<int32_t>(D), R, w.kv_norm, eps, freq};
+  kr.fp8_quant = nm.fp8_kv ? static_cast<int32_t>(cfg_.nope_dim()) : 0;
+  kr.f16 = nm.f16_cache;
+  kr.ring_cap = segs[0].kv->geometry().raw_cap;  // prepare() checked that all sessions share it
+  if (tables_)  // the step's raw_at entries (written only by the op; the table type is shared with attention)
+    kr.ring_at = const_cast<float* const*>(tables_ + l * 3 * n);
+  else
+    kr.ring = segs[0].kv->layers()[l].raw.f32();
+  be_.norm_rope(kr);
 
   // §7.4 compressors (projections for all columns, frontier and pooling per session), §7.5 indexer.
   bool any_select = false;
@@ -382,8 +398,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   mm(w.sh_up, xn_.f32(), E, su_.f32(), F, n);
   be_.swiglu({sg_.f32(), su_.f32(), sg_.f32(), n * F, opts_.numerics.shared_expert_clamp ? p.swiglu_clamp : 0.0f});
   mm(w.sh_down, sg_.f32(), F, sout_.f32(), E, n);
-  be_.add(f_.f32(), sout_.f32(), n * E);
-  hc_post_swap(n);
+  hc_post_swap(n, sout_.f32());  // routed + shared expert outputs added inside the post
 }
 
 // §6.3 output head for `count` HC states X [count][NHC][E] → logits_ [count][V] (device).

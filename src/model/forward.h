@@ -93,7 +93,7 @@ class Forward {
   uint64_t step_input_bytes(int64_t n, int64_t segments) const;
   void upload_step_inputs(std::span<const Segment> segs, int64_t n);
   void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n);
-  void hc_post_swap(int64_t n);
+  void hc_post_swap(int64_t n, const float* f_add = nullptr);
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
   Status compress(size_t l, std::span<const Segment> segs, bool indexer);
   void compressor_proj(size_t l, int64_t n, bool indexer);

@@ -5,7 +5,10 @@
 //           decode does today: per-op launch overhead included);
 //   graph — the same N calls captured into one CUDA graph on the backend's stream and replayed,
 //           timed with device events, median of 5 (kernel time plus the minimal gaps between them).
-// host − graph is the stage's launch overhead. Per-token totals weight the stages by Flash's layer
+// host − graph is the stage's launch overhead; `launches` is the graph's kernel + copy nodes per stage
+// call (what the engine launches for that stage today). Stages run the forward pass's fused ops (HC pre,
+// q/kv norm + RoPE + FP8 + ring write, HC post with the expert sum); the "(pieces)" rows run the single
+// ops those replace, for before/after, and count nowhere in the per-token sums. Per-token totals weight the stages by Flash's layer
 // mix (2 layers without compressor, 21 CSA ratio-4 layers with indexer, 20 HCA ratio-128 layers) and
 // add the output head; each stage is also given as a fraction of its bandwidth roofline (weight
 // bytes / the measured copy ceiling). Weights are random bytes (every byte is read; no numerics).
@@ -37,7 +40,23 @@ using Clock = std::chrono::steady_clock;
 
 struct StageTime {
   double host_us = 0, graph_us = 0;
+  double launches = 0;  // kernel and memcpy/memset nodes of the captured graph per stage call
 };
+
+// Kernel, copy and fill nodes of a captured graph (each one a launch when the host enqueues the stage).
+double graph_launches(cudaGraph_t g) {
+  size_t count = 0;
+  if (cudaGraphGetNodes(g, nullptr, &count) != cudaSuccess) return NAN;
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0 && cudaGraphGetNodes(g, nodes.data(), &count) != cudaSuccess) return NAN;
+  double n = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t;
+    if (cudaGraphNodeGetType(node, &t) != cudaSuccess) continue;
+    n += t == cudaGraphNodeTypeKernel || t == cudaGraphNodeTypeMemcpy || t == cudaGraphNodeTypeMemset;
+  }
+  return n;
+}
 
 class StageBench {
  public:
@@ -101,8 +120,8 @@ class StageBench {
     cudaGraphExec_t exec = nullptr;
     if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
       for (int i = 0; i < n_calls; ++i) stage();
-      if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess &&
-          cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+      if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess) t.launches = graph_launches(graph) / n_calls;
+      if (graph && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
         cudaEvent_t e0, e1;
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
@@ -195,16 +214,36 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
   auto mm = [&](const Weight& w, const float* in, int64_t xs, float* out, int64_t ys) {
     be.matmul({w, in, xs, out, ys, 1, MatmulNumerics::ds4});
   };
-  auto hc_pre = [&](const Weight& fn) {
+  auto hc_pre_pieces = [&](const Weight& fn) {
     be.rms_norm({x, flat, nullptr, 1, HCD, HCD, 1e-6f});
     mm(fn, flat, HCD, mix, M);
     be.hc_split({mix, hc_scale, hc_base, 1, 4, 20, 1e-6f, pre, post, comb});
     be.hc_collapse({x, pre, y, 1, E, 4});
     be.rms_norm({y, xn, norm_w, 1, E, E, 1e-6f});
   };
+  auto hc_pre = [&](const Weight& fn) {
+    HcPreArgs a;
+    a.x = x;
+    a.fn = fn;
+    a.scale = hc_scale;
+    a.base = hc_base;
+    a.norm_w = norm_w;
+    a.n = 1;
+    a.dim = E;
+    a.nhc = 4;
+    a.flat = flat;
+    a.mix = mix;
+    a.pre = pre;
+    a.post = post;
+    a.comb = comb;
+    a.y = y;
+    a.xn = xn;
+    be.hc_pre(a);
+  };
 
   Weight hc_fn;
   run("hc pre (attn + ffn)", 2.0 * 43, [&] { hc_fn = sb.weight(GgmlType::F16, M, HCD); }, [&] { hc_pre(hc_fn); });
+  run("hc pre (pieces)", 0, [] {}, [&] { hc_pre_pieces(hc_fn); });
 
   Weight q_a, q_b, wkv;
   run("attn q/kv projections", 43,
@@ -217,13 +256,27 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         mm(q_a, xn, E, qa, Q);
         be.rms_norm({qa, qa, norm_w, 1, Q, Q, 1e-6f});
         mm(q_b, qa, Q, q, HD);
+        be.norm_rope({q, pos_d, 1, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), nullptr,
+                      1e-6f, freq.data()});
+        mm(wkv, xn, E, kv, D);
+        be.norm_rope({kv, pos_d, 1, 1, static_cast<int32_t>(D), static_cast<int32_t>(R), norm_w, 1e-6f, freq.data(),
+                      static_cast<int32_t>(D - R), false, raw, nullptr, cap});
+      });
+  run("q/kv norm + rope + fp8 + ring (pieces)", 0, [] {},
+      [&] {
         be.rms_norm({q, q, nullptr, H, D, D, 1e-6f});
         be.rope({q, pos_d, 1, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(), false});
-        mm(wkv, xn, E, kv, D);
         be.rms_norm({kv, kv, norm_w, 1, D, D, 1e-6f});
         be.rope({kv, pos_d, 1, 1, static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(), false});
         be.fp8_round({kv, 1, D, static_cast<int32_t>(D - R)});
         be.copy(raw + (pos % cap) * D, kv, D * 4);
+      });
+  run("q/kv norm + rope + fp8 + ring (fused)", 0, [] {},
+      [&] {
+        be.norm_rope({q, pos_d, 1, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), nullptr,
+                      1e-6f, freq.data()});
+        be.norm_rope({kv, pos_d, 1, 1, static_cast<int32_t>(D), static_cast<int32_t>(R), norm_w, 1e-6f, freq.data(),
+                      static_cast<int32_t>(D - R), false, raw, nullptr, cap});
       });
 
   Weight out_a, out_b;
@@ -374,8 +427,9 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         mm(shu, xn, E, su, F);
         be.swiglu({sg, su, sg, F, 0});
         mm(shd, sg, F, so, E);
-        be.add(f, so, E);
-        be.hc_post({x, f, post, comb, x2, 1, E, 4});
+        HcPostArgs hp{x, f, post, comb, x2, 1, E, 4};
+        hp.f_add = so;  // the expert sum inside the post (the forward pass's FFN)
+        be.hc_post(hp);
       });
 
   Weight ofn, out;
@@ -395,17 +449,19 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
   (void)tok_d;
   (void)hash;
 
-  double tok_host = 0, tok_graph = 0, tok_bytes = 0;
-  std::printf("BENCH stage %-46s %9s %9s %9s %10s %8s %8s\n", "(batch 1, ctx 2K, Flash shapes)", "host us", "graph us",
-              "MB", "x/token", "GB/s", "roofline");
+  double tok_host = 0, tok_graph = 0, tok_bytes = 0, tok_launches = 0;
+  std::printf("BENCH stage %-46s %9s %9s %9s %10s %8s %8s %9s\n", "(batch 1, ctx 2K, Flash shapes)", "host us",
+              "graph us", "MB", "x/token", "GB/s", "roofline", "launches");
   for (const Row& r : rows) {
     const double gbs = r.bytes / (r.t.graph_us * 1e-6) / 1e9;
-    std::printf("BENCH stage %-46s %9.2f %9.2f %9.2f %10.0f %8.0f %7.1f%%\n", r.name, r.t.host_us, r.t.graph_us,
-                r.bytes / 1e6, r.per_token, gbs, 100.0 * gbs / ceiling_gbs);
+    std::printf("BENCH stage %-46s %9.2f %9.2f %9.2f %10.0f %8.0f %7.1f%% %9.0f\n", r.name, r.t.host_us, r.t.graph_us,
+                r.bytes / 1e6, r.per_token, gbs, 100.0 * gbs / ceiling_gbs, r.t.launches);
     tok_host += r.t.host_us * r.per_token;
     tok_graph += r.t.graph_us * r.per_token;
     tok_bytes += r.bytes * r.per_token;
+    tok_launches += r.t.launches * r.per_token;
   }
+  std::printf("BENCH stage launches per token (stage sum, logits download excluded): %.0f\n", tok_launches);
   const double roof_us = tok_bytes / (ceiling_gbs * 1e9) * 1e6;
   std::printf("BENCH stage per-token sum: host-launched %.0f us (%.1f tok/s), graph %.0f us (%.1f tok/s), "
               "launch gaps %.0f us; %.2f GB read, roofline %.0f us (%.0f tok/s): graph at %.1f%% of it\n",

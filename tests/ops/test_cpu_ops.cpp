@@ -136,6 +136,52 @@ TEST(CpuOps, HcPostUsesTransposedComb) {
     }
 }
 
+TEST(CpuOps, HcPostAddsTheResidualSumFirst) {
+  // f_add: post·(f + f_add) with the sum rounded once, as add() then hc_post() leave it; f unchanged.
+  auto be = make();
+  const int64_t n = 2, dim = 5;
+  const int32_t nhc = 2;
+  auto x = randv(n * nhc * dim, 1), f = randv(n * dim, 2), fa = randv(n * dim, 3), post = randv(n * nhc, 4),
+       comb = randv(n * nhc * nhc, 5);
+  std::vector<float> got(x.size()), want(x.size()), sum = f;
+  HcPostArgs a{x.data(), f.data(), post.data(), comb.data(), got.data(), n, dim, nhc};
+  a.f_add = fa.data();
+  be->hc_post(a);
+  be->add(sum.data(), fa.data(), n * dim);
+  be->hc_post({x.data(), sum.data(), post.data(), comb.data(), want.data(), n, dim, nhc});
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(f, randv(n * dim, 2));
+}
+
+TEST(CpuOps, NormRopeWritesEachTokenToItsRingRow) {
+  // Two tokens of two sessions (ring_at), positions that wrap the 3-row ring: token t's normalized,
+  // rotated row lands at row pos mod 3 of its own ring, and nowhere else.
+  auto be = make();
+  const int64_t n = 2, D = 4, cap = 3;
+  std::vector<float> x = {1, 2, 3, 4, -1, 0.5f, 2, 0};
+  std::vector<int32_t> pos = {4, 9};  // rows 1 and 0
+  std::vector<double> freq = {0.5};
+  std::vector<float> ring_a(cap * D, 7.0f), ring_b(cap * D, 7.0f);
+  std::vector<float*> at = {ring_a.data(), ring_b.data()};
+  std::vector<float> want = x;
+  be->rms_norm({want.data(), want.data(), nullptr, n, D, D, 1e-6f});
+  be->rope({want.data(), pos.data(), n, 1, D, 2, freq.data(), false});
+  be->f16_round(want.data(), n * D);
+  NormRopeArgs a{x.data(), pos.data(), n, 1, D, 2, nullptr, 1e-6f, freq.data()};
+  a.f16 = true;
+  a.ring_at = at.data();
+  a.ring_cap = cap;
+  be->norm_rope(a);
+  EXPECT_EQ(x, want);
+  for (int64_t d = 0; d < D; ++d) {
+    EXPECT_EQ(ring_a[1 * D + d], want[d]);
+    EXPECT_EQ(ring_b[0 * D + d], want[D + d]);
+    EXPECT_EQ(ring_a[0 * D + d], 7.0f);
+    EXPECT_EQ(ring_a[2 * D + d], 7.0f);
+    EXPECT_EQ(ring_b[1 * D + d], 7.0f);
+  }
+}
+
 TEST(CpuOps, AttentionWithSinksRawWindowAndCompressedRows) {
   auto be = make();
   const int H = 2, D = 4, window = 3;

@@ -43,6 +43,8 @@ class CpuBackend final : public Backend {
   void hc_head(const HcHeadArgs& a) override;           // ops_hc.cpp
   void hc_collapse(const HcCollapseArgs& a) override;   // ops_hc.cpp
   void hc_post(const HcPostArgs& a) override;           // ops_hc.cpp
+  void hc_pre(const HcPreArgs& a) override;             // ops_hc.cpp (by_pieces.h)
+  void norm_rope(const NormRopeArgs& a) override;       // ops_elementwise.cpp (by_pieces.h)
   void fp8_round(const Fp8RoundArgs& a) override;       // ops_elementwise.cpp
   void indexer_qat(const IndexerQatArgs& a) override;   // ops_elementwise.cpp
   void f16_round(float* x, int64_t count) override;     // ops_elementwise.cpp

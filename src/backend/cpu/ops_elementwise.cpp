@@ -1,6 +1,7 @@
 // ops_elementwise.cpp — row-wise ops: RMSNorm, tail RoPE, FP8/FP4 round trips, f16 rounding.
 #include <cmath>
 
+#include "backend/by_pieces.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/primitives.h"
 
@@ -57,5 +58,7 @@ void CpuBackend::indexer_qat(const IndexerQatArgs& a) {
 void CpuBackend::f16_round(float* x, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] = round_f16(x[i]);
 }
+
+void CpuBackend::norm_rope(const NormRopeArgs& a) { norm_rope_by_pieces(*this, a); }
 
 }  // namespace ds4::backend::cpu

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/by_pieces.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/primitives.h"
 #include "backend/cpu/weight_rows.h"
@@ -52,17 +53,19 @@ void CpuBackend::hc_collapse(const HcCollapseArgs& a) {
 }
 
 void CpuBackend::hc_post(const HcPostArgs& a) {
-  // out[t][k][d] = post[t][k]·f[t][d] + Σ_j C[t][j][k]·x[t][j][d]  (Cᵀ·X: j is the source stream)
+  // out[t][k][d] = post[t][k]·f[t][d] + Σ_j C[t][j][k]·x[t][j][d]  (Cᵀ·X: j is the source stream);
+  // f[t][d] + f_add[t][d] in place of f[t][d] when f_add is set.
   pool_.parallel_for(a.n, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* x = a.x + t * a.nhc * a.dim;
       const float* f = a.f + t * a.dim;
+      const float* fa = a.f_add ? a.f_add + t * a.dim : nullptr;
       const float* c = a.comb + t * a.nhc * a.nhc;
       for (int k = 0; k < a.nhc; ++k) {
         float* out = a.out + (t * a.nhc + k) * a.dim;
         const float p = a.post[t * a.nhc + k];
         for (int64_t d = 0; d < a.dim; ++d) {
-          float acc = p * f[d];
+          float acc = p * (fa ? f[d] + fa[d] : f[d]);
           for (int j = 0; j < a.nhc; ++j) acc += c[j * a.nhc + k] * x[j * a.dim + d];
           out[d] = acc;
         }
@@ -70,5 +73,7 @@ void CpuBackend::hc_post(const HcPostArgs& a) {
     }
   }, a.nhc * a.nhc * a.dim);
 }
+
+void CpuBackend::hc_pre(const HcPreArgs& a) { hc_pre_by_pieces(*this, a); }
 
 }  // namespace ds4::backend::cpu

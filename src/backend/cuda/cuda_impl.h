@@ -122,6 +122,8 @@ class CudaBackend final : public Backend {
   void hc_head(const HcHeadArgs& a) override;           // ops_hc.cu
   void hc_collapse(const HcCollapseArgs& a) override;   // ops_hc.cu
   void hc_post(const HcPostArgs& a) override;           // ops_hc.cu
+  void hc_pre(const HcPreArgs& a) override;             // ops_hc.cu (fused: two kernels)
+  void norm_rope(const NormRopeArgs& a) override;       // ops_norm_rope.cu (fused: one kernel)
   void fp8_round(const Fp8RoundArgs& a) override;       // ops_qat.cu
   void indexer_qat(const IndexerQatArgs& a) override;   // ops_qat.cu
   void f16_round(float* x, int64_t count) override;     // ops_elementwise.cu

@@ -16,13 +16,12 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/f16_segment.cuh"
 
 namespace ds4::backend::cuda {
 
 namespace {
 
-constexpr int kSeg = 512;        // values per segment: the summation contract, never a tuning knob
-constexpr int kSegHalf = 256;    // a lane's two 8-value chunks start at 8·lane and 256 + 8·lane
 constexpr int kBlockVecs = 16;   // vectors per block (grid y covers the rest)
 
 struct F16Params {
@@ -40,47 +39,6 @@ struct F16Params {
   bool wide_loads;             // 16-byte weight and activation loads are aligned (cols % 8 == 0, …)
 };
 
-// One lane's 8-value chunk of F16 weights at element e (zeros beyond cols).
-__device__ inline uint4 load_w8(const uint8_t* row, int64_t e, int64_t cols, bool wide) {
-  if (wide) return e < cols ? *reinterpret_cast<const uint4*>(row + 2 * e) : make_uint4(0, 0, 0, 0);
-  uint16_t h[8];
-  const uint16_t* r = reinterpret_cast<const uint16_t*>(row);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) h[j] = e + j < cols ? r[e + j] : 0;
-  return make_uint4(h[0] | (uint32_t{h[1]} << 16), h[2] | (uint32_t{h[3]} << 16), h[4] | (uint32_t{h[5]} << 16),
-                    h[6] | (uint32_t{h[7]} << 16));
-}
-
-// The matching 8 activations (zeros beyond cols, so padding never turns a product into NaN).
-__device__ inline void load_x8(const float* x, int64_t e, int64_t cols, bool wide, float4& a, float4& b) {
-  if (wide) {
-    if (e < cols) {
-      a = *reinterpret_cast<const float4*>(x + e);
-      b = *reinterpret_cast<const float4*>(x + e + 4);
-    } else {
-      a = b = make_float4(0, 0, 0, 0);
-    }
-    return;
-  }
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = e + j < cols ? x[e + j] : 0.0f;
-  a = make_float4(v[0], v[1], v[2], v[3]);
-  b = make_float4(v[4], v[5], v[6], v[7]);
-}
-
-// acc += w_j · x_j for j = 0 … 7 in order (one product rounded, then one add: --fmad=false).
-__device__ inline float dot8(float acc, uint4 w, float4 a, float4 b) {
-  const uint32_t q[4] = {w.x, w.y, w.z, w.w};
-  const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    acc += f16_dev(static_cast<uint16_t>(q[k] & 0xffffu)) * x[2 * k];
-    acc += f16_dev(static_cast<uint16_t>(q[k] >> 16)) * x[2 * k + 1];
-  }
-  return acc;
-}
-
 // R rows per block, up to kMaxWarps warps (one segment each per round).
 template <int R, int kMaxWarps>
 __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Params p) {
@@ -96,13 +54,13 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Param
     bad_expert = e < 0 || e >= p.n_expert;
     base += static_cast<uint64_t>(bad_expert ? 0 : e) * p.expert_bytes;
   }
-  const int64_t nseg = (p.cols + kSeg - 1) / kSeg;
+  const int64_t nseg = (p.cols + kF16Seg - 1) / kF16Seg;
   // Thread t < nv·R keeps the running row sum of vector t / R, row o0 + t % R.
   float total = 0.0f;
   for (int64_t s0 = 0; s0 < nseg && !bad_expert; s0 += nw) {
     const int64_t s = s0 + warp;
     if (s < nseg) {
-      const int64_t e0 = s * kSeg + 8 * lane, e1 = e0 + kSegHalf;
+      const int64_t e0 = s * kF16Seg + 8 * lane, e1 = e0 + kF16SegHalf;
       uint4 w[R][2];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -143,8 +101,6 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Param
   }
 }
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 }  // namespace
 
 void CudaBackend::gemv_f16(const GemvJob& j) {
@@ -165,7 +121,7 @@ void CudaBackend::gemv_f16(const GemvJob& j) {
   p.block_vecs = j.ids ? 1 : static_cast<int32_t>(std::min<int64_t>(j.n_vec, kBlockVecs));
   p.wide_loads = j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) &&
                  j.x_stride % 4 == 0 && (!j.ids || j.expert_bytes % 16 == 0);
-  const int64_t nseg = (j.w.cols + kSeg - 1) / kSeg;
+  const int64_t nseg = (j.w.cols + kF16Seg - 1) / kF16Seg;
   const int64_t gy = (j.n_vec + p.block_vecs - 1) / p.block_vecs;
   if (gy > 65535) {
     fail(invalid_argument("cuda matmul f16: " + std::to_string(j.n_vec) + " vectors exceed one launch"));

@@ -1,14 +1,22 @@
-// ops_hc.cu — hyper-connection ops (MODEL.md §6): split + Sinkhorn, output-head weights, collapse, post.
-// Same per-element float operations and order as backend/cpu/ops_hc.cpp (collapse and post are
-// bit-identical to the CPU; split/head differ only by the device expf).
+// ops_hc.cu — hyper-connection ops (MODEL.md §6): split + Sinkhorn, output-head weights, collapse, post,
+// and the fused HC pre (HcPreArgs) in two kernels: norm + F16 controls (README.md's segment order), then
+// split + collapse + sublayer norm, one block per token. Same per-element float operations and order as
+// backend/cpu/ops_hc.cpp (collapse and post are bit-identical to the CPU; split/head differ only by the
+// device expf); the fused kernels run the single ops' device code, so they give the pieces' bits.
+#include <string>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/f16_segment.cuh"
+#include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
 
 namespace {
 
 constexpr int kMaxHc = 8;
+// Up to this many tokens the fused HC pre runs its one norm + controls kernel (decode batches).
+constexpr int64_t kHcPreFusedMaxTokens = 64;
 
 __device__ float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
 
@@ -16,9 +24,7 @@ __device__ float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
 // the loops unroll and C stays in registers (with a runtime nhc it lives in local memory and the 20
 // Sinkhorn iterations took ~60 µs per call — 86 calls per Flash token); NHC = 0: any nhc.
 template <int NHC>
-__global__ void hc_split_kernel(HcSplitArgs a) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= a.n) return;
+__device__ void hc_split_token(const HcSplitArgs& a, int64_t t) {
   const int nhc = NHC > 0 ? NHC : a.nhc;
   const float* m = a.m + t * (2 + nhc) * nhc;
   float* pre = a.pre + t * nhc;
@@ -60,16 +66,19 @@ __global__ void hc_split_kernel(HcSplitArgs a) {
   for (int q = 0; q < nhc * nhc; ++q) comb[q] = c[q];
 }
 
+template <int NHC>
+__global__ void hc_split_kernel(HcSplitArgs a) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < a.n) hc_split_token<NHC>(a, t);
+}
+
 // nhc = 4 (Flash), one warp per token, lane l < 16 holding C[j][k] with j = l / 4, k = l % 4: the
 // same float operations in the same order as hc_split_kernel (each row/column sum is gathered by
 // shuffles and added in index order), with the 16 divisions of every Sinkhorn step in parallel
 // instead of one after another in a single thread (the split was ~15 µs of serial divisions, 86
-// calls per Flash token). Lanes 16…31 mirror lanes 0…15 and write nothing.
-__global__ void hc_split4_kernel(HcSplitArgs a) {
+// calls per Flash token). Lanes 16…31 mirror lanes 0…15 and write nothing. Called by a whole warp.
+__device__ void hc_split4_token(const HcSplitArgs& a, int64_t t, int lane) {
   constexpr int N = 4;
-  const int lane = threadIdx.x % kWarp;
-  const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (t >= a.n) return;  // whole warps leave together
   const int l = lane % 16, j = l / N, k = l % N;
   const float* m = a.m + t * (2 + N) * N;
   if (lane < N) {
@@ -97,6 +106,11 @@ __global__ void hc_split4_kernel(HcSplitArgs a) {
     c /= (cs + a.eps);
   }
   if (lane < 16) a.comb[t * N * N + l] = c;
+}
+
+__global__ void hc_split4_kernel(HcSplitArgs a) {
+  const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (t < a.n) hc_split4_token(a, t, threadIdx.x % kWarp);  // whole warps leave together
 }
 
 __global__ void hc_head_kernel(HcHeadArgs a) {
@@ -128,12 +142,126 @@ __global__ void hc_post_kernel(HcPostArgs a) {
   const int64_t t = q / (a.dim * a.nhc);
   const float* x = a.x + t * a.nhc * a.dim;
   const float* c = a.comb + t * a.nhc * a.nhc;
-  float acc = a.post[t * a.nhc + k] * a.f[t * a.dim + d];
+  const float f = a.f_add ? a.f[t * a.dim + d] + a.f_add[t * a.dim + d] : a.f[t * a.dim + d];
+  float acc = a.post[t * a.nhc + k] * f;
   for (int j = 0; j < a.nhc; ++j) acc += c[j * a.nhc + k] * x[j * a.dim + d];
   a.out[q] = acc;
 }
 
+// ---- fused HC pre ----
+
+// Block (o, t): mix[t][o] = fn[o] · (x[t] · scale_t), scale_t the RMSNorm scale of the HC state row
+// (nhc·dim values) as rms_norm computes it with the same thread count, the products summed in the F16
+// segment order (matmul_f16.cu's f16_segment_kernel, one vector): the bits of rms_norm then matmul.
+struct HcMixParams {
+  const float* x;      // [n][cols]
+  const uint8_t* w;    // [rows][row_bytes] F16
+  uint64_t row_bytes;
+  int64_t rows, cols;
+  float eps;
+  bool wide_loads;
+  float* mix;          // [n][rows]
+};
+
+__global__ void __launch_bounds__(1024) hc_pre_mix_kernel(HcMixParams p) {
+  __shared__ float part[32];  // segment sums of the current round, one per warp
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  const int64_t o = blockIdx.x, t = blockIdx.y;
+  const float* xr = p.x + t * p.cols;
+  const float sc = rms_scale_row(xr, p.cols, p.eps);
+  const uint8_t* row = p.w + static_cast<uint64_t>(o) * p.row_bytes;
+  const int64_t nseg = (p.cols + kF16Seg - 1) / kF16Seg;
+  float total = 0.0f;
+  for (int64_t s0 = 0; s0 < nseg; s0 += nw) {
+    const int64_t s = s0 + warp;
+    if (s < nseg) {
+      const int64_t e0 = s * kF16Seg + 8 * lane, e1 = e0 + kF16SegHalf;
+      const uint4 w0 = load_w8(row, e0, p.cols, p.wide_loads), w1 = load_w8(row, e1, p.cols, p.wide_loads);
+      float4 v[4];
+      load_x8(xr, e0, p.cols, p.wide_loads, v[0], v[1]);
+      load_x8(xr, e1, p.cols, p.wide_loads, v[2], v[3]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // flat = x · scale, as rms_norm writes it (padding stays 0)
+        v[k].x *= sc;
+        v[k].y *= sc;
+        v[k].z *= sc;
+        v[k].w *= sc;
+      }
+      const float seg_sum = warp_sum(dot8(dot8(0.0f, w0, v[0], v[1]), w1, v[2], v[3]));
+      if (lane == 0) part[warp] = seg_sum;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int m = static_cast<int>(nseg - s0 < nw ? nseg - s0 : nw);
+      for (int k = 0; k < m; ++k) total += part[k];  // segment order
+    }
+    __syncthreads();  // the next round overwrites `part`
+  }
+  if (threadIdx.x == 0) p.mix[t * p.rows + o] = total;
+}
+
+// One block of rms_norm_threads(dim) threads per token: split + Sinkhorn (a warp for nhc = 4, else one
+// thread), then y = Σ_s pre[s]·X[s] (hc_collapse_kernel's order) and xn = RMSNorm_w(y) (rms_norm_kernel's).
+__global__ void hc_pre_split_kernel(HcSplitArgs s, const float* x, const float* norm_w, float* y, float* xn,
+                                    int64_t dim, float eps) {
+  const int64_t t = blockIdx.x;
+  if (s.nhc == 4) {
+    if (threadIdx.x < kWarp) hc_split4_token(s, t, threadIdx.x);
+  } else if (threadIdx.x == 0) {
+    hc_split_token<0>(s, t);
+  }
+  __syncthreads();  // pre (global) is visible to the whole block from here
+  const float* w = s.pre + t * s.nhc;
+  const float* xt = x + t * s.nhc * dim;
+  float* yt = y + t * dim;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    float acc = 0;
+    for (int k = 0; k < s.nhc; ++k) acc += w[k] * xt[k * dim + d];
+    yt[d] = acc;
+  }
+  // Each thread reads back only the y values it wrote (same stride), so no barrier is needed here.
+  const float sc = rms_scale_row(yt, dim, eps);
+  float* xnt = xn + t * dim;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) xnt[d] = norm_w ? yt[d] * sc * norm_w[d] : yt[d] * sc;
+}
+
 }  // namespace
+
+void CudaBackend::hc_pre(const HcPreArgs& a) {
+  if (failed() || a.n <= 0) return;
+  if (a.nhc < 1 || a.nhc > kMaxHc) {
+    fail(invalid_argument("cuda hc_pre: nhc must be in [1, 8]"));
+    return;
+  }
+  const int64_t hcd = int64_t{a.nhc} * a.dim, mix = int64_t{2 + a.nhc} * a.nhc;
+  if (a.fn.rows != mix || a.fn.cols != hcd) {
+    fail(invalid_argument("cuda hc_pre: fn is " + std::to_string(a.fn.rows) + " x " + std::to_string(a.fn.cols) +
+                          ", expected " + std::to_string(mix) + " x " + std::to_string(hcd)));
+    return;
+  }
+  if (a.n > 0x7fffffff) {
+    fail(invalid_argument("cuda hc_pre: too many tokens"));
+    return;
+  }
+  // Decode batches: norm and F16 controls in one kernel (each block re-reads its token's state row from
+  // L2 for the norm). Larger batches (prefill) and other weight types or numerics: rms_norm then matmul,
+  // whose F16 kernel shares weight loads across 16 vectors — the same bits either way.
+  if (a.fn.type == GgmlType::F16 && a.numerics == MatmulNumerics::ds4 && f16_segments_ &&
+      a.n <= kHcPreFusedMaxTokens) {
+    HcMixParams p{a.x, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes, mix, hcd, a.rms_eps, false, a.mix};
+    p.wide_loads = hcd % 8 == 0 && a.fn.row_bytes % 16 == 0 && aligned16(a.fn.data) && aligned16(a.x);
+    hc_pre_mix_kernel<<<dim3(static_cast<unsigned>(mix), static_cast<unsigned>(a.n)), rms_norm_threads(hcd), 0,
+                        stream()>>>(p);
+    if (!launched("hc_pre controls")) return;
+  } else {
+    rms_norm({a.x, a.flat, nullptr, a.n, hcd, hcd, a.rms_eps});
+    matmul({a.fn, a.flat, hcd, a.mix, mix, a.n, a.numerics});
+  }
+  const HcSplitArgs s{a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb};
+  hc_pre_split_kernel<<<static_cast<unsigned>(a.n), rms_norm_threads(a.dim), 0, stream()>>>(s, a.x, a.norm_w, a.y,
+                                                                                           a.xn, a.dim, a.rms_eps);
+  launched("hc_pre split + collapse + norm");
+}
 
 void CudaBackend::hc_split(const HcSplitArgs& a) {
   if (failed() || a.n <= 0) return;

@@ -5,32 +5,11 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
 
 namespace {
-
-__device__ float pow2_ceil_dev(float v) {
-  int e;
-  const float f = frexpf(v, &e);
-  return f == 0.5f ? ldexpf(1.0f, e - 1) : ldexpf(1.0f, e);
-}
-
-__device__ float round_e4m3_dev(float x) {
-  const float a = fabsf(x);
-  if (a == 0.0f || isnan(a)) return x;
-  float q;
-  if (a < 0.015625f) {
-    q = rintf(a * 512.0f) / 512.0f;
-  } else {
-    int e;
-    frexpf(a, &e);
-    const float step = ldexpf(1.0f, e - 4);
-    q = rintf(a / step) * step;
-  }
-  q = fminf(q, 448.0f);
-  return x < 0 ? -q : q;
-}
 
 __device__ float round_e2m1_dev(float x) {
   const float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -53,12 +32,7 @@ __global__ void fp8_round_kernel(float* x, int64_t rows, int64_t stride, int32_t
   const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (blk >= rows * nb) return;
-  float* p = x + (blk / nb) * stride + (blk % nb) * 64;
-  const float v0 = p[lane], v1 = p[lane + 32];
-  const float amax = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
-  const float s = pow2_ceil_dev(fmaxf(amax, 1e-4f) / 448.0f);
-  p[lane] = s * round_e4m3_dev(fminf(fmaxf(v0 / s, -448.0f), 448.0f));
-  p[lane + 32] = s * round_e4m3_dev(fminf(fmaxf(v1 / s, -448.0f), 448.0f));
+  fp8_block_warp(x + (blk / nb) * stride + (blk % nb) * 64, lane);
 }
 
 // One block of `dim` threads per row: scaled Walsh–Hadamard in shared memory, then FP4 blocks of 32

@@ -1,0 +1,35 @@
+// by_pieces.h — the fused backend ops (HcPreArgs, NormRopeArgs in backend.h) written as the calls of
+// their pieces, in the order backend.h states. The CPU backend runs them this way (it stays the
+// readable reference), and so can any backend that wraps another one (bench/numerics).
+// Deliberately not here: any fused kernel; norm_rope_by_pieces reads pos/ring_at on the host, so it
+// serves host-memory backends only.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace ds4::backend {
+
+inline void hc_pre_by_pieces(Backend& be, const HcPreArgs& a) {
+  const int64_t hcd = int64_t{a.nhc} * a.dim, mix = int64_t{2 + a.nhc} * a.nhc;
+  be.rms_norm({a.x, a.flat, nullptr, a.n, hcd, hcd, a.rms_eps});
+  be.matmul({a.fn, a.flat, hcd, a.mix, mix, a.n, a.numerics});
+  be.hc_split({a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb});
+  be.hc_collapse({a.x, a.pre, a.y, a.n, a.dim, a.nhc});
+  be.rms_norm({a.y, a.xn, a.norm_w, a.n, a.dim, a.dim, a.rms_eps});
+}
+
+// pos and ring_at must be host-readable (be.host_memory()).
+inline void norm_rope_by_pieces(Backend& be, const NormRopeArgs& a) {
+  const int64_t rows = a.n * a.heads, width = int64_t{a.heads} * a.head_dim;
+  be.rms_norm({a.x, a.x, a.w, rows, a.head_dim, a.head_dim, a.eps});
+  be.rope({a.x, a.pos, a.n, a.heads, a.head_dim, a.n_rot, a.freq, false});
+  if (a.fp8_quant > 0) be.fp8_round({a.x, rows, a.head_dim, a.fp8_quant});
+  if (a.f16) be.f16_round(a.x, rows * a.head_dim);
+  if (a.ring == nullptr && a.ring_at == nullptr) return;
+  for (int64_t t = 0; t < a.n; ++t) {
+    float* base = a.ring_at ? a.ring_at[t] : a.ring;
+    be.copy(base + (a.pos[t] % a.ring_cap) * width, a.x + t * width, static_cast<uint64_t>(width) * 4);
+  }
+}
+
+}  // namespace ds4::backend

@@ -1,0 +1,79 @@
+// rows_device.cuh — the per-row device pieces that both the single ops and the fused ones run, so a
+// fused kernel gives the single ops' bits: the RMSNorm scale of a row (sum of squares in double, as
+// the CPU's rms_norm_row) and its thread count, the tail RoPE rotation (angle in double), and the FP8
+// E4M3 round trip of a 64-value block (MODEL.md §5.4). Header-only, __device__ inline.
+// Deliberately not here: launches (ops_norm_rope.cu, ops_qat.cu, ops_hc.cu own their kernels).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+
+namespace ds4::backend::cuda {
+
+inline constexpr int kMaxRopePairs = 64;  // n_rot ≤ 128 (Flash: 64)
+
+// The layer's inverse frequencies travel by value: RopeArgs::freq is host memory.
+struct RopeFreqs {
+  double w[kMaxRopePairs];
+};
+
+// Threads of a block that normalizes one row of `dim` values. By width only, so a row's sum order never
+// depends on the batch; wide rows (the 16384-wide HC state) get 1024 so each thread's dependent
+// load/add chain stays short. Every kernel that takes a row's RMSNorm scale uses this count.
+inline int rms_norm_threads(int64_t dim) { return dim >= 8192 ? 1024 : 256; }
+
+// 1/sqrt(mean(x²) + eps) of row xr: thread i sums xr[i], xr[i + blockDim.x], … in double, then
+// block_sum. Every thread of the block must call it (it synchronizes); all get the scale.
+__device__ inline float rms_scale_row(const float* xr, int64_t dim, float eps) {
+  double ss = 0;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  ss = block_sum(ss);
+  return 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+}
+
+// Rotates the adjacent pair v[0], v[1] by pos·w (−pos·w when inverse), the angle reduced in double.
+__device__ inline void rope_rotate(float* v, int32_t pos, double w, bool inverse) {
+  const double theta = fmod(static_cast<double>(pos) * w, 2.0 * M_PI);
+  const float c = static_cast<float>(cos(theta));
+  const float s = static_cast<float>(inverse ? -sin(theta) : sin(theta));
+  const float x0 = v[0], x1 = v[1];
+  v[0] = x0 * c - x1 * s;
+  v[1] = x0 * s + x1 * c;
+}
+
+__device__ inline float pow2_ceil_dev(float v) {
+  int e;
+  const float f = frexpf(v, &e);
+  return f == 0.5f ? ldexpf(1.0f, e - 1) : ldexpf(1.0f, e);
+}
+
+__device__ inline float round_e4m3_dev(float x) {
+  const float a = fabsf(x);
+  if (a == 0.0f || isnan(a)) return x;
+  float q;
+  if (a < 0.015625f) {
+    q = rintf(a * 512.0f) / 512.0f;
+  } else {
+    int e;
+    frexpf(a, &e);
+    const float step = ldexpf(1.0f, e - 4);
+    q = rintf(a / step) * step;
+  }
+  q = fminf(q, 448.0f);
+  return x < 0 ? -q : q;
+}
+
+// FP8 E4M3 round trip of the 64 values at p by one whole warp (two values per lane): the CPU's
+// fp8_round_block — power-of-two scale from the block's absmax, each value rounded at that scale.
+__device__ inline void fp8_block_warp(float* p, int lane) {
+  const float v0 = p[lane], v1 = p[lane + 32];
+  const float amax = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
+  const float s = pow2_ceil_dev(fmaxf(amax, 1e-4f) / 448.0f);
+  p[lane] = s * round_e4m3_dev(fminf(fmaxf(v0 / s, -448.0f), 448.0f));
+  p[lane + 32] = s * round_e4m3_dev(fminf(fmaxf(v1 / s, -448.0f), 448.0f));
+}
+
+}  // namespace ds4::backend::cuda

@@ -1,0 +1,226 @@
+// test_cuda_fused.cpp — the fused decode ops (backend.h HcPreArgs, NormRopeArgs, HcPostArgs::f_add) on
+// CUDA: bit for bit equal to the CUDA pieces they replace (the single ops, run in backend.h's order),
+// and close to the CPU reference op (which runs the CPU pieces), at the Flash shapes and tiny/odd ones,
+// n = 1, 2, 8, 40 (and 80 for the HC pre's unfused prefill path).
+// Tolerances vs the CPU: the HC controls are an F16 matmul (2e-5·max|mix|, README.md's segment order vs
+// the CPU's sequential sum), and split/collapse/norm follow them (1e-3 of max|ref|: Sinkhorn's expf and
+// divisions on controls that differ in the last bits); norm + RoPE to 1e-6 as their single-op tests
+// (without the FP8/half rounding, whose steps a last-bit difference can flip — those are checked
+// bit for bit against the CUDA pieces, and the pieces against the CPU in test_cuda_ops.cpp).
+#include <cstring>
+
+#include "backend/by_pieces.h"
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+using CudaFused = CudaOpsTest;
+
+namespace {
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = got.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], 4) != 0 && ++bad == 1) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " values differ from the pieces, first at " << first << " ("
+                     << (first < got.size() ? got[first] : 0) << " vs " << (first < got.size() ? want[first] : 0) << ")";
+  std::printf("PARITY %-44s n=%-9zu fused == pieces bit for bit: %s\n", what.c_str(), got.size(), bad ? "FAIL" : "ok");
+}
+
+}  // namespace
+
+TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
+  struct S {
+    int32_t nhc;
+    int64_t dim;
+  };
+  // Flash (4 × 4096: 1024-thread norm of the 16384-wide state), tiny (4 × 64), odd (3 × 52: 156 columns,
+  // not a multiple of 8, so the narrow loads and a partial segment).
+  for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}})
+    for (int64_t n : {1, 2, 8, 40, 80}) {
+      if (n == 80 && s.dim != 4096) continue;
+      const int64_t hcd = s.nhc * s.dim, mix = (2 + s.nhc) * s.nhc;
+      const std::string tag = "hc_pre " + std::to_string(s.nhc) + "x" + std::to_string(s.dim) + " n" + std::to_string(n);
+      Weight fn;
+      auto fn_bytes = random_weight(GgmlType::F16, mix, hcd, &fn, 0.01f);
+      fn.data = fn_bytes.data();
+      auto x = randn(static_cast<size_t>(n * hcd));
+      auto scale = randn(3, 0.5f);
+      auto base = randn(static_cast<size_t>(mix), 0.5f);
+      auto norm_w = randn(static_cast<size_t>(s.dim));
+      HcPreArgs c;
+      c.fn = fn;
+      c.n = n;
+      c.dim = s.dim;
+      c.nhc = s.nhc;
+      std::vector<float> flat(n * hcd), m(n * mix), pre(n * s.nhc), post(n * s.nhc), comb(n * s.nhc * s.nhc),
+          y(n * s.dim), xn(n * s.dim);
+      HcPreArgs a = c;
+      a.x = x.data();
+      a.scale = scale.data();
+      a.base = base.data();
+      a.norm_w = norm_w.data();
+      a.flat = flat.data();
+      a.mix = m.data();
+      a.pre = pre.data();
+      a.post = post.data();
+      a.comb = comb.data();
+      a.y = y.data();
+      a.xn = xn.data();
+      cpu_->hc_pre(a);
+
+      HcPreArgs g = c;
+      g.fn = gpu_weight(fn, fn_bytes.size());
+      g.x = dev(x);
+      g.scale = dev(scale);
+      g.base = dev(base);
+      g.norm_w = dev(norm_w);
+      HcPreArgs gp = g;  // the pieces, on their own outputs
+      for (HcPreArgs* o : {&g, &gp}) {
+        o->flat = poisoned(flat.size());
+        o->mix = poisoned(m.size());
+        o->pre = poisoned(pre.size());
+        o->post = poisoned(post.size());
+        o->comb = poisoned(comb.size());
+        o->y = poisoned(y.size());
+        o->xn = poisoned(xn.size());
+      }
+      gpu_->hc_pre(g);
+      hc_pre_by_pieces(*gpu_, gp);
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      expect_same_bits(host(g.mix, m.size()), host(gp.mix, m.size()), tag + " mix");
+      expect_same_bits(host(g.pre, pre.size()), host(gp.pre, pre.size()), tag + " pre");
+      expect_same_bits(host(g.post, post.size()), host(gp.post, post.size()), tag + " post");
+      expect_same_bits(host(g.comb, comb.size()), host(gp.comb, comb.size()), tag + " comb");
+      expect_same_bits(host(g.xn, xn.size()), host(gp.xn, xn.size()), tag + " xn");
+      expect_close(host(g.mix, m.size()), m, 2e-5, 0, tag + " mix vs cpu");
+      expect_close(host(g.pre, pre.size()), pre, 1e-3, 1e-6, tag + " pre vs cpu");
+      expect_close(host(g.post, post.size()), post, 1e-3, 1e-6, tag + " post vs cpu");
+      expect_close(host(g.comb, comb.size()), comb, 1e-3, 1e-6, tag + " comb vs cpu");
+      expect_close(host(g.xn, xn.size()), xn, 1e-3, 0, tag + " xn vs cpu");
+    }
+}
+
+TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
+  struct S {
+    const char* name;
+    int32_t heads, head_dim, n_rot, fp8;
+    bool weighted, f16, ring;
+  };
+  // Flash q (64 heads, unweighted), Flash kv (FP8 448 dims, half rounding, raw ring), Flash indexer
+  // compressor rows (D 128), tiny kv (2 heads of 64, 16 RoPE dims, ring).
+  for (S s : {S{"q H64 D512", 64, 512, 64, 0, false, false, false}, S{"kv D512 fp8 f16 ring", 1, 512, 64, 448, true, true, true},
+              S{"idx D128", 1, 128, 64, 0, true, false, false}, S{"tiny H2 D64 ring", 2, 64, 16, 0, true, true, true}})
+    for (int64_t n : {1, 2, 8, 40}) {
+      const std::string tag = std::string("norm_rope ") + s.name + " n" + std::to_string(n);
+      const int64_t width = int64_t{s.heads} * s.head_dim, cap = 37;  // cap < 40: positions wrap
+      auto x = randn(static_cast<size_t>(n * width), 2.0f);
+      auto w = randn(static_cast<size_t>(s.head_dim));
+      std::vector<int32_t> pos(n);
+      for (int64_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(t == 0 ? 5 : randint(0, 1 << 20));
+      std::vector<double> freq(s.n_rot / 2);
+      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * i / s.n_rot);
+
+      // CPU reference without the rounding steps (see the header), rings on the host.
+      std::vector<float> want = x, ring0(cap * width, 0.0f), ring1(cap * width, 0.0f);
+      std::vector<float*> host_at(n);
+      for (int64_t t = 0; t < n; ++t) host_at[t] = t % 2 ? ring1.data() : ring0.data();
+      NormRopeArgs c{want.data(), pos.data(), n, s.heads, s.head_dim, s.n_rot, s.weighted ? w.data() : nullptr, 1e-6f,
+                     freq.data()};
+      if (s.ring) {
+        c.ring_at = host_at.data();
+        c.ring_cap = cap;
+      }
+      cpu_->norm_rope(c);
+
+      // CUDA: fused and pieces, with and without the rounding steps.
+      for (bool rounding : {false, true}) {
+        const int32_t* gpos = dev(pos);
+        const float* gw = s.weighted ? dev(w) : nullptr;
+        float *gx = dev(x), *px = dev(x);
+        std::vector<float> zeros(cap * width, 0.0f);
+        float *r0 = dev(zeros), *r1 = dev(zeros), *p0 = dev(zeros), *p1 = dev(zeros);
+        std::vector<float*> at(n);
+        for (int64_t t = 0; t < n; ++t) at[t] = t % 2 ? r1 : r0;
+        NormRopeArgs g{gx, gpos, n, s.heads, s.head_dim, s.n_rot, gw, 1e-6f, freq.data()};
+        if (rounding) {
+          g.fp8_quant = s.fp8;
+          g.f16 = s.f16;
+        }
+        if (s.ring) {
+          g.ring_at = dev(at);
+          g.ring_cap = cap;
+        }
+        gpu_->norm_rope(g);
+        const int64_t rows = n * s.heads;
+        gpu_->rms_norm({px, px, gw, rows, s.head_dim, s.head_dim, 1e-6f});
+        gpu_->rope({px, gpos, n, s.heads, s.head_dim, s.n_rot, freq.data(), false});
+        if (g.fp8_quant > 0) gpu_->fp8_round({px, rows, s.head_dim, g.fp8_quant});
+        if (g.f16) gpu_->f16_round(px, rows * s.head_dim);
+        if (s.ring)
+          for (int64_t t = 0; t < n; ++t)
+            gpu_->copy((t % 2 ? p1 : p0) + (pos[t] % cap) * width, px + t * width, static_cast<uint64_t>(width) * 4);
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;
+        const std::string rt = tag + (rounding ? " rounded" : "");
+        expect_same_bits(host(gx, x.size()), host(px, x.size()), rt + " rows");
+        if (s.ring) {
+          expect_same_bits(host(r0, zeros.size()), host(p0, zeros.size()), rt + " ring 0");
+          expect_same_bits(host(r1, zeros.size()), host(p1, zeros.size()), rt + " ring 1");
+        }
+        if (!rounding) {
+          expect_close(host(gx, x.size()), want, 1e-6, 1e-6, tag + " vs cpu");
+          if (s.ring) {
+            expect_close(host(r0, zeros.size()), ring0, 1e-6, 1e-6, tag + " ring 0 vs cpu");
+            expect_close(host(r1, zeros.size()), ring1, 1e-6, 1e-6, tag + " ring 1 vs cpu");
+          }
+        }
+      }
+    }
+}
+
+TEST_F(CudaFused, NormRopeOneRingAndBadArguments) {
+  // One ring for every token (a single session's step) and rejected arguments.
+  const int64_t n = 3, D = 128, cap = 8;
+  auto x = randn(static_cast<size_t>(n * D));
+  std::vector<int32_t> pos = {6, 7, 8};  // rows 6, 7, 0
+  std::vector<double> freq(32, 0.01);
+  std::vector<float> want = x, ring(cap * D, 0.0f);
+  cpu_->norm_rope({want.data(), pos.data(), n, 1, D, 64, nullptr, 1e-6f, freq.data(), 0, false, ring.data(), nullptr, cap});
+  std::vector<float> zeros(cap * D, 0.0f);
+  float *gx = dev(x), *gring = dev(zeros);
+  gpu_->norm_rope({gx, dev(pos), n, 1, D, 64, nullptr, 1e-6f, freq.data(), 0, false, gring, nullptr, cap});
+  ASSERT_TRUE(gpu_->sync().ok());
+  expect_close(host(gring, zeros.size()), ring, 1e-6, 1e-6, "norm_rope one ring");
+  gpu_->norm_rope({gx, dev(pos), n, 1, D, 64, nullptr, 1e-6f, freq.data(), 32, false, nullptr, nullptr, 0});
+  EXPECT_FALSE(gpu_->sync().ok()) << "fp8_quant 32 is not a multiple of 64";
+}
+
+TEST_F(CudaFused, HcPostWithResidualAddEqualsAddThenPost) {
+  const int32_t nhc = 4;
+  for (int64_t dim : {4096, 64})
+    for (int64_t n : {1, 2, 8, 40}) {
+      const std::string tag = "hc_post + add E" + std::to_string(dim) + " n" + std::to_string(n);
+      auto x = randn(static_cast<size_t>(n * nhc * dim));
+      auto f = randn(static_cast<size_t>(n * dim));
+      auto fa = randn(static_cast<size_t>(n * dim));
+      auto post = randn(static_cast<size_t>(n * nhc));
+      auto comb = randn(static_cast<size_t>(n * nhc * nhc));
+      std::vector<float> want(x.size());
+      HcPostArgs c{x.data(), f.data(), post.data(), comb.data(), want.data(), n, dim, nhc};
+      c.f_add = fa.data();
+      cpu_->hc_post(c);
+      float *gx = dev(x), *gf = dev(f), *gfa = dev(fa), *gpost = dev(post), *gcomb = dev(comb);
+      float *out = poisoned(x.size()), *ref = poisoned(x.size());
+      HcPostArgs g{gx, gf, gpost, gcomb, out, n, dim, nhc};
+      g.f_add = gfa;
+      gpu_->hc_post(g);
+      gpu_->add(gf, gfa, n * dim);  // the pieces: f += f_add, then the plain post
+      gpu_->hc_post({gx, gf, gpost, gcomb, ref, n, dim, nhc});
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      expect_same_bits(host(out, x.size()), host(ref, x.size()), tag);
+      expect_close(host(out, x.size()), want, 0, 0, tag + " vs cpu");
+    }
+}

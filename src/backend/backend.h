@@ -160,8 +160,10 @@ struct HcPreArgs {
 // Per row of x [n][heads][head_dim] (token t, head h), in this order: RMSNorm over head_dim (⊙ w when
 // set), tail RoPE at pos[t] (RopeArgs), FP8 round trip of the first fp8_quant dims (0: none), IEEE
 // half rounding (f16), then, with a ring, a copy of token t's heads·head_dim values to ring row
-// pos[t] mod ring_cap of ring_at[t] (or of `ring` when ring_at is null). The q/kv path of an attention
-// layer and a compressor's emitted rows, one launch instead of up to five.
+// pos[t] mod ring_cap of ring_at[t] (or of `ring` when ring_at is null). Tokens that share a ring must
+// land on distinct rows (a session's consecutive positions, at most ring_cap of them: the forward pass's
+// raw rings); which one wins a shared row is unspecified. The q/kv path of an attention layer and a
+// compressor's emitted rows, one launch instead of up to six.
 struct NormRopeArgs {
   float* x = nullptr;              // [n][heads][head_dim], in place
   const int32_t* pos = nullptr;    // [n]

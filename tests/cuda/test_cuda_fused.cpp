@@ -116,11 +116,14 @@ TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
               S{"idx D128", 1, 128, 64, 0, true, false, false}, S{"tiny H2 D64 ring", 2, 64, 16, 0, true, true, true}})
     for (int64_t n : {1, 2, 8, 40}) {
       const std::string tag = std::string("norm_rope ") + s.name + " n" + std::to_string(n);
-      const int64_t width = int64_t{s.heads} * s.head_dim, cap = 37;  // cap < 40: positions wrap
+      const int64_t width = int64_t{s.heads} * s.head_dim, cap = 37;  // rings wrap at the random starts
       auto x = randn(static_cast<size_t>(n * width), 2.0f);
       auto w = randn(static_cast<size_t>(s.head_dim));
+      // Two sessions, as a batched step has them: token t belongs to session t % 2, whose positions are
+      // consecutive from a random start (so no two tokens of one ring share a row: ≤ 20 per 37-row ring).
+      const int32_t start[2] = {randint(0, 1 << 20), 5};
       std::vector<int32_t> pos(n);
-      for (int64_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(t == 0 ? 5 : randint(0, 1 << 20));
+      for (int64_t t = 0; t < n; ++t) pos[t] = start[t % 2] + static_cast<int32_t>(t / 2);
       std::vector<double> freq(s.n_rot / 2);
       for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * i / s.n_rot);
 

@@ -1,7 +1,8 @@
 // test_cuda_fused.cpp — the fused decode ops (backend.h HcPreArgs, NormRopeArgs, HcPostArgs::f_add) on
 // CUDA: bit for bit equal to the CUDA pieces they replace (the single ops, run in backend.h's order),
 // and close to the CPU reference op (which runs the CPU pieces), at the Flash shapes and tiny/odd ones,
-// n = 1, 2, 8, 40 (and 80 for the HC pre's unfused prefill path).
+// n = 1, 2, 8, 40 (the HC pre's one norm + controls kernel
+// runs up to 8 tokens, its norm + matmul path from 40; 80 too).
 // Tolerances vs the CPU: the HC controls are an F16 matmul (2e-5·max|mix|, README.md's segment order vs
 // the CPU's sequential sum), and split/collapse/norm follow them (1e-3 of max|ref|: Sinkhorn's expf and
 // divisions on controls that differ in the last bits); norm + RoPE to 1e-6 as their single-op tests

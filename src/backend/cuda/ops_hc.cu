@@ -15,8 +15,11 @@ namespace ds4::backend::cuda {
 namespace {
 
 constexpr int kMaxHc = 8;
-// Up to this many tokens the fused HC pre runs its one norm + controls kernel (decode batches).
-constexpr int64_t kHcPreFusedMaxTokens = 64;
+// Up to this many tokens the fused HC pre runs its one norm + controls kernel: 24 × 8 blocks of 1024
+// threads are one wave on an H200 (132 SMs × 2). Beyond, every block re-reading its token's 64 KiB state
+// row costs more waves than the separate norm + 16-vector F16 kernel (same bits either way; the H200 run
+// checked both paths bit for bit at n = 1 … 80, not their speed beyond n = 1).
+constexpr int64_t kHcPreFusedMaxTokens = 8;
 
 __device__ float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
 

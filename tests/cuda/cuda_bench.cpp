@@ -61,9 +61,11 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
-// routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64, on `be` ("default":
-// the dispatch of CudaBackend::gemv / moe) and on a backend with the decode/skinny kernels off
-// ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison.
+// routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
+// on `be` ("default": the dispatch of CudaBackend::gemv / moe), for the experts on a backend with
+// expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off ("general":
+// the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
+// the distinct experts the batch reads (7.07 MB each).
 void bench_skinny(Backend& be, std::mt19937& rng) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
@@ -122,7 +124,15 @@ void bench_skinny(Backend& be, std::mt19937& rng) {
       ids[i * K + j] = e;
     }
   std::vector<float> wts(ids.size(), 0.2f);
-  for (const Side& sd : sides) {
+  // Routed experts also on the previous kernels (expert_tiles = false: gemv_decode.cu up to 4 tokens,
+  // gemv_skinny.cu below 64 pairs, the grouped GEMM above) for before/after figures.
+  cuda::CudaBackendOptions po;
+  po.expert_tiles = false;
+  auto previous = cuda::make_cuda_backend(po);
+  std::vector<Side> moe_sides = {{&be, "default"}};
+  if (previous.ok()) moe_sides.push_back({previous->get(), "previous"});
+  if (general.ok()) moe_sides.push_back({general->get(), "general"});
+  for (const Side& sd : moe_sides) {
     auto ex = [&](GgmlType t, const std::vector<uint8_t>& h, int64_t rows, int64_t cols) {
       ExpertWeights e;
       e.first = bind(*sd.b, t, h, int64_t{NE} * rows, cols);
@@ -147,14 +157,14 @@ void bench_skinny(Backend& be, std::mt19937& rng) {
     a.ff = F;
     a.clamp = 10;
     a.out = out.f32();
-    for (int n : {8, 32, 64}) {
+    for (int n : {1, 8, 32, 64}) {
       a.n = n;
       std::vector<int32_t> used(ids.begin(), ids.begin() + n * K);
       std::sort(used.begin(), used.end());
       const auto distinct = std::unique(used.begin(), used.end()) - used.begin();
       const double s = median_seconds([&] { sd.b->moe(a); }, [&] { (void)sd.b->sync(); }, 10);
       const double bytes = distinct * (2.0 * a.gate.expert_bytes + a.down.expert_bytes);
-      std::printf("BENCH op %s moe iq2_xxs/q2_k 256 experts k6 n=%-2d (%3ld experts) %8.2f us  %7.0f GB/s of weights\n",
+      std::printf("BENCH op %-8s moe iq2_xxs/q2_k 256 experts k6 n=%-2d (%3ld experts) %8.2f us  %7.0f GB/s of weights\n",
                   sd.tag, n, static_cast<long>(distinct), s * 1e6, bytes / s / 1e9);
     }
   }

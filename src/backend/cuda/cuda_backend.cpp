@@ -35,13 +35,15 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (e == cudaSuccess) e = upload_gemm_tables();
   if (e == cudaSuccess) e = upload_decode_tables();
   if (e == cudaSuccess) e = upload_skinny_tables();
+  if (e == cudaSuccess) e = init_tile_kernels();
   if (e != cudaSuccess) {
     cudaStreamDestroy(s);
-    return unavailable(std::string("cuda backend: IQ2_XXS tables: ") + cudaGetErrorString(e));
+    return unavailable(std::string("cuda backend: kernel tables and limits: ") + cudaGetErrorString(e));
   }
   auto be = std::unique_ptr<CudaBackend>(new CudaBackend(opts.device, s));
   be->set_tensor_cores(opts.tensor_cores);
   be->set_decode_kernels(opts.decode_kernels);
+  be->set_expert_tiles(opts.expert_tiles);
   be->set_f16_segments(opts.f16_segments);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_attention_segments(opts.attention_segments, opts.attention_split_max_blocks);

@@ -25,6 +25,11 @@ struct CudaBackendOptions {
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
   bool decode_kernels = true;
+  // Routed experts of 1..64 tokens (with decode_kernels) as expert tiles (moe_tiles.cu: pairs grouped
+  // by expert on the device, each expert's rows read once for all its pairs). false: the previous
+  // kernels (gemv_decode.cu up to 4 tokens, gemv_skinny.cu below 64 pairs, the grouped tensor-core GEMM
+  // above) — for before/after benchmarks. Same bits either way.
+  bool expert_tiles = true;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

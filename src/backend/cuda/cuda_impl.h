@@ -33,6 +33,12 @@ inline constexpr int64_t kSkinnyMaxVec = 64;
 // 32, 630–700 µs for the 129,280-row head, where the skinny kernel took 699/2236/4451 µs).
 inline constexpr int64_t kSkinnyMaxMacs = int64_t{1} << 28;
 
+// Routed experts of at most this many tokens run as expert tiles (moe_tiles.cu: each (expert, row
+// tile) read once for all its pairs), with CudaBackendOptions::expert_tiles; larger batches (prefill)
+// keep the grouped tensor-core GEMM. H200, 256 Flash experts, random routing (docs/PERF.md): the
+// grouped GEMM took 2.5 ms at 32 tokens and 3.6 ms at 64, near 10 % of the copy bandwidth.
+inline constexpr int64_t kTileMaxTokens = 64;
+
 // One grow-only device scratch area (freed and reallocated larger when an op needs more).
 struct DeviceScratch {
   void* ptr = nullptr;
@@ -155,6 +161,9 @@ class CudaBackend final : public Backend {
   // moe_skinny: routed experts grouped by expert on the device; writes y [n·k][dim] (one row per
   // (token, slot) pair with a valid id) for moe()'s slot sum.
   bool moe_skinny(const MoeArgs& a, float* h, float* y);
+  // moe_tiles (moe_tiles.cu): routed experts of n ≤ kTileMaxTokens tokens, pairs grouped by expert on
+  // the device, each (expert, row tile) read once; writes h [n·k][ff] and y [n·k][dim] like moe_skinny.
+  bool moe_tiles(const MoeArgs& a, float* h, float* y);
   // Quantizes rows x [rows][x_stride] of `cols` values into `out` as the activation blocks of weight
   // type t (Q8_0 act or Q8_K); returns the row stride in bytes, 0 on failure (error recorded).
   uint64_t quantize_act(GgmlType t, const float* x, int64_t x_stride, int64_t rows, int64_t cols, DeviceScratch& out);
@@ -175,6 +184,7 @@ class CudaBackend final : public Backend {
   void set_tensor_cores(bool on) { tensor_cores_ = on; }
   bool tensor_cores() const { return tensor_cores_; }
   void set_decode_kernels(bool on) { decode_kernels_ = on; }
+  void set_expert_tiles(bool on) { expert_tiles_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_attention_segments(bool on, int split_max_blocks) {
@@ -189,6 +199,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   Status first_error_;
   bool decode_kernels_ = true;            // CudaBackendOptions::decode_kernels
+  bool expert_tiles_ = true;              // CudaBackendOptions::expert_tiles
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
@@ -226,5 +237,7 @@ cudaError_t upload_gemm_tables();
 cudaError_t upload_decode_tables();
 // And for gemv_skinny.cu's.
 cudaError_t upload_skinny_tables();
+// And for moe_tiles.cu's, with its tile kernels' shared-memory limit (set once: not during a capture).
+cudaError_t init_tile_kernels();
 
 }  // namespace ds4::backend::cuda

@@ -21,6 +21,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/moe_group.cuh"
 #include "backend/cuda/qdot.cuh"
 #include "quant/iq2xxs_tables.h"
 
@@ -34,7 +35,6 @@ __constant__ uint8_t c_signs[128];
 constexpr int kWarps = 8;                  // warps (work items at a time) per 256-thread block
 constexpr int kTermStride = kWarp + 1;     // terms[v][b] row pitch: lane v's reads are conflict-free
 constexpr int64_t kMaxBlocks = 2048;       // grid cap; items are grid-stride (≈ 15 blocks per SM)
-constexpr int kMaxGroupExperts = 1024;     // group_pairs_kernel: one thread per expert
 
 enum class Mode { dense, gate_up, down };
 
@@ -157,49 +157,11 @@ __global__ void __launch_bounds__(kWarps * kWarp) skinny_kernel(SkinnyParams p) 
   }
 }
 
-// Groups the pairs p < n_pairs by expert ids[p] (ids outside [0, n_expert) are left out): order lists
-// pair ids expert by expert, groups[g] = (expert, first, count) for the *n_groups non-empty experts
-// in expert order. One block, one thread per expert: shared-memory counts, block-wide inclusive scans
-// (Hillis–Steele) of the counts and of the non-empty flags, then a scatter. The order inside a group
-// is not deterministic and need not be: each pair's sums are its own.
+// One block of kMaxGroupExperts threads: the pairs grouped by expert (moe_group.cuh).
 __global__ void __launch_bounds__(kMaxGroupExperts) group_pairs_kernel(const int32_t* ids, int32_t n_pairs,
                                                                        int32_t n_expert, int32_t* order,
                                                                        int32_t* groups, int32_t* n_groups) {
-  __shared__ int32_t cnt[kMaxGroupExperts], scan_n[kMaxGroupExperts], scan_g[kMaxGroupExperts];
-  const int e = threadIdx.x;
-  cnt[e] = 0;
-  __syncthreads();
-  for (int32_t p = e; p < n_pairs; p += blockDim.x) {
-    const int32_t id = ids[p];
-    if (id >= 0 && id < n_expert) atomicAdd(&cnt[id], 1);
-  }
-  __syncthreads();
-  const int32_t mine = cnt[e];
-  int32_t sn = mine, sg = mine > 0;
-  scan_n[e] = sn;
-  scan_g[e] = sg;
-  __syncthreads();
-  for (int d = 1; d < static_cast<int>(blockDim.x); d <<= 1) {
-    const int32_t an = e >= d ? scan_n[e - d] : 0, ag = e >= d ? scan_g[e - d] : 0;
-    __syncthreads();
-    sn += an;
-    sg += ag;
-    scan_n[e] = sn;
-    scan_g[e] = sg;
-    __syncthreads();
-  }
-  if (mine > 0) {
-    groups[3 * (sg - 1)] = e;
-    groups[3 * (sg - 1) + 1] = sn - mine;
-    groups[3 * (sg - 1) + 2] = mine;
-  }
-  if (e == static_cast<int>(blockDim.x) - 1) *n_groups = sg;
-  cnt[e] = sn - mine;  // now the next free slot of expert e
-  __syncthreads();
-  for (int32_t p = e; p < n_pairs; p += blockDim.x) {
-    const int32_t id = ids[p];
-    if (id >= 0 && id < n_expert) order[atomicAdd(&cnt[id], 1)] = p;
-  }
+  group_pairs_block(ids, n_pairs, n_expert, order, groups, n_groups);
 }
 
 bool skinny_type(GgmlType t) {

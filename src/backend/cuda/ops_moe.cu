@@ -194,8 +194,22 @@ void CudaBackend::moe(const MoeArgs& a) {
     fail(invalid_argument("cuda moe: k, dim and ff must be positive"));
     return;
   }
-  if (decode_kernels_ && moe_decode(a)) return;  // few tokens: gemv_decode.cu's fused kernels
   const int64_t pairs = a.n * a.k;
+  auto sum_slots = [&](const float* y) {
+    moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
+    launched("moe sum");
+  };
+  // Decode steps of 1..kTileMaxTokens tokens: expert tiles (moe_tiles.cu), each expert's rows read once.
+  if (decode_kernels_ && expert_tiles_ && a.n <= kTileMaxTokens) {
+    if (!ensure(moe_g_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert hidden rows") ||
+        !ensure(moe_y_, static_cast<uint64_t>(pairs * a.dim) * 4, "expert outputs"))
+      return;
+    if (moe_tiles(a, static_cast<float*>(moe_g_.ptr), static_cast<float*>(moe_y_.ptr))) {
+      if (!failed()) sum_slots(static_cast<const float*>(moe_y_.ptr));
+      return;
+    }
+  }
+  if (decode_kernels_ && moe_decode(a)) return;  // few tokens: gemv_decode.cu's fused kernels
   if (!ensure(moe_g_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert gate rows") ||
       !ensure(moe_u_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert up rows") ||
       !ensure(moe_y_, static_cast<uint64_t>(pairs * a.dim) * 4, "expert outputs"))
@@ -221,9 +235,7 @@ void CudaBackend::moe(const MoeArgs& a) {
   // on the H200 at 256 experts: as fast as the per-pair matvec at 8 tokens, slower than the grouped
   // GEMM at 32 and 64 — docs/PERF.md.)
   if (!grouped && decode_kernels_ && moe_skinny(a, g, y)) {
-    if (failed()) return;
-    moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
-    launched("moe sum");
+    if (!failed()) sum_slots(y);
     return;
   }
   if (grouped) {
@@ -260,9 +272,7 @@ void CudaBackend::moe(const MoeArgs& a) {
   j.y = y;
   j.y_stride = a.dim;
   gemv(j, moe_h_act_);
-  if (failed()) return;
-  moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
-  launched("moe sum");
+  if (!failed()) sum_slots(y);
 }
 
 }  // namespace ds4::backend::cuda

@@ -1,0 +1,512 @@
+// moe_tiles.cu — routed experts for decode steps of 1..kTileMaxTokens tokens (one session or a batch
+// of sessions) near memory bandwidth: every (expert, row tile) is read from device memory once, with
+// coalesced 16-byte copies into shared memory, and computed for all (token, slot) pairs routed to it.
+//
+// Launches: (1) prologue — block 0 groups the pairs by expert (moe_group.cuh, no host sync), the
+// other blocks quantize x (Q8_K / Q8_0 act, bit-exact with the CPU); (2) gate+up+SwiGLU tiles;
+// (3) the hidden rows quantized once per pair; (4) down tiles; moe() then
+// adds the slots in slot order (its moe_sum_kernel).
+//
+// Tile kernels: work item = (group g = one expert and its pairs, tile of R output rows), grid-stride
+// over a grid of about SMs × blocks per SM; the next item's weight rows are copied (cp.async,
+// double-buffered) while the current one is computed, so each SM keeps a tile (≈ 22–34 KB) in flight.
+// Per item and chunk of ≤ P pairs: thread per (row, weight block) computes the block's term for each
+// pair — the integer part exact (weights decoded once into registers, then one dp4a run per pair), the
+// block's float `finish` as dot_ref.cpp — into shared memory terms[pair][row][block]; then one thread
+// per (row, pair) adds its terms from 0.0f in block order (the CPU's sequential sum, as every other
+// quantized kernel here) and applies ·0.125 (IQ2_XXS), the SwiGLU and the routing weight exactly as
+// moe_swiglu_kernel. A token's output is therefore the same bits on every path and at every batch
+// size (src/backend/cuda/README.md numerics contract).
+// Deliberately not here: prefill-sized batches (ops_gemm.cu's grouped GEMM), `exact` numerics and
+// float weights (ops_matmul.cu), the slot sum and the dispatch (ops_moe.cu CudaBackend::moe).
+#include <algorithm>
+
+#include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/moe_group.cuh"
+#include "backend/cuda/qdot.cuh"
+#include "quant/iq2xxs_tables.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__constant__ uint64_t c_grid[256];
+__constant__ uint8_t c_signs[128];
+
+constexpr int kThreads = 256;
+// gate/up: 16 rows of gate and 16 of up per item (2 × 16 × 1060 B = 33 KB at Flash shapes), 16 pairs
+// per chunk (16 × 16 chains = kThreads), 2 blocks per SM; down: 32 rows (21 KB), 8 pairs per chunk.
+constexpr int kGuRows = 16;
+constexpr int kDnRows = 32;
+constexpr uint64_t kMaxTileSmem = 200 * 1024;  // dynamic shared memory of one tile block
+
+// Quantized activations (x and the hidden rows) in a padded layout: block b of row r at
+// kActLead + r·row_stride + b·pitch, pitch 304 (BlockQ8_K, 292 B) or 48 (BlockQ8_0Act, 36 B), so every
+// block's quants (offset 4) are 16-byte aligned and a pair's values load as uint4. Inside a block the
+// layout is the CPU's (d at 0, qs at 4, Q8_K bsums at 260), which QDot reads.
+constexpr uint64_t kActLead = 12;
+constexpr uint64_t kQ8KPitch = 304, kQ80Pitch = 48;
+
+// Asynchronous global → shared copies (sm_80+): the copy of the next tile overlaps the computation of
+// the current one without holding registers. 4-byte pieces, so each row can land at an odd word pitch
+// (a warp's 128 bytes per instruction are still one coalesced request).
+__device__ inline void cp_async4(void* dst, const void* src) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ---- block terms of one weight block for c ≤ P pairs (sact[p]: pair p's activation row) ----
+
+// IQ2_XXS: each 32-value group is decoded once into 8 signed int8×4 words, then dotted with every
+// pair's Q8_K values. Signs: smask[i] has byte j = 0xff where sign bit j of kKsignsIq2xs[i] is set;
+// (g ^ m) + (m & 1) negates the masked bytes without carries because every grid magnitude is 8, 25 or
+// 43 (never 0). Integer sums are exact, so this equals iq2_xxs_group_isum's; the float finish is
+// QDot's.
+template <int P>
+__device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact,
+                                 const uint64_t* grid, const uint64_t* smask, float* out, int out_stride) {
+  int isum[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) isum[p] = 0;
+  for (int g = 0; g < 8; ++g) {
+    const uint32_t a0 = ld32_u16(wb + 2 + 8 * g), a1 = ld32_u16(wb + 6 + 8 * g);
+    const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
+    uint32_t w[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t gr = grid[(a0 >> (8 * k)) & 0xff], sm = smask[(a1 >> (7 * k)) & 127];
+      const uint32_t mlo = static_cast<uint32_t>(sm), mhi = static_cast<uint32_t>(sm >> 32);
+      w[2 * k] = (static_cast<uint32_t>(gr) ^ mlo) + (mlo & 0x01010101u);
+      w[2 * k + 1] = (static_cast<uint32_t>(gr >> 32) ^ mhi) + (mhi & 0x01010101u);
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (p < c) {
+        const uint4* q8 = reinterpret_cast<const uint4*>(sact[p] + boff + 4 + 32 * g);  // 16-byte aligned
+        const uint4 v0 = q8[0], v1 = q8[1];
+        int s = __dp4a(static_cast<int>(w[0]), static_cast<int>(v0.x), 0);
+        s = __dp4a(static_cast<int>(w[1]), static_cast<int>(v0.y), s);
+        s = __dp4a(static_cast<int>(w[2]), static_cast<int>(v0.z), s);
+        s = __dp4a(static_cast<int>(w[3]), static_cast<int>(v0.w), s);
+        s = __dp4a(static_cast<int>(w[4]), static_cast<int>(v1.x), s);
+        s = __dp4a(static_cast<int>(w[5]), static_cast<int>(v1.y), s);
+        s = __dp4a(static_cast<int>(w[6]), static_cast<int>(v1.z), s);
+        s = __dp4a(static_cast<int>(w[7]), static_cast<int>(v1.w), s);
+        isum[p] += s * ls;
+      }
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (p < c) out[p * out_stride] = QDot<GgmlType::IQ2_XXS>::finish(wb, sact[p] + boff, isum[p], 0);
+}
+
+// Q2_K: each 16-value piece's 2-bit quants are unpacked once (q2k_piece's words), then dotted with
+// every pair's Q8_K values; the min terms use the pair's bsums. Same integers as q2k_piece, same
+// q2k_finish.
+template <int P>
+__device__ inline void q2k_terms(const uint8_t* x, uint64_t boff, int c, const uint8_t* const* sact, float* out,
+                                 int out_stride) {
+  int isum[P], summs[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) isum[p] = summs[p] = 0;
+  for (int s = 0; s < 16; ++s) {
+    const int h = s / 8, l = (s % 8) / 2, half = s % 2;
+    const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
+    uint32_t w[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) w[m] = (ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u;
+    const int sc = x[s] & 15, mn = x[s] >> 4;
+    const int qoff = 4 + 128 * h + 32 * l + 16 * half;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (p < c) {
+        const uint8_t* y = sact[p] + boff;
+        const uint4 v = *reinterpret_cast<const uint4*>(y + qoff);  // 16-byte aligned
+        int sub = __dp4a(static_cast<int>(w[0]), static_cast<int>(v.x), 0);
+        sub = __dp4a(static_cast<int>(w[1]), static_cast<int>(v.y), sub);
+        sub = __dp4a(static_cast<int>(w[2]), static_cast<int>(v.z), sub);
+        sub = __dp4a(static_cast<int>(w[3]), static_cast<int>(v.w), sub);
+        isum[p] += sc * sub;
+        summs[p] += q8k_bsum(y, s) * mn;
+      }
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (p < c) out[p * out_stride] = q2k_finish(x, sact[p] + boff, isum[p], summs[p]);
+}
+
+// Other types (Q8_0, Q4_K): QDot per pair.
+template <GgmlType T, int P>
+__device__ inline void generic_terms(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact, float* out,
+                                     int out_stride) {
+  using D = QDot<T>;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if (p < c) {
+      const uint8_t* ab = sact[p] + boff;
+      int i0 = 0, i1 = 0;
+      D::part(wb, ab, 0, D::kParts, i0, i1, nullptr, nullptr);
+      out[p * out_stride] = D::finish(wb, ab, i0, i1);
+    }
+  }
+}
+
+struct TileParams {
+  const uint8_t* w;          // expert 0 (gate in gate_up mode)
+  const uint8_t* w2;         // gate_up: up's expert 0
+  uint64_t row_bytes, expert_bytes;
+  uint32_t pitch;            // bytes between rows of a weight tile in shared memory (an odd number of words)
+  int32_t nb;                // weight blocks per row
+  int32_t n_tiles;           // output rows per expert / R
+  const uint8_t* act;        // padded quantized activation rows (kActLead, act_stride, act_pitch)
+  uint64_t act_stride, act_pitch;
+  int32_t x_div;             // pair p reads activation row p / x_div
+  const int32_t* order;      // pair ids grouped by expert (moe_group.cuh)
+  const int32_t* groups;     // [n_groups][3] (expert, first, count)
+  const int32_t* n_groups;   // device
+  float* y;                  // [pairs][y_stride]
+  int64_t y_stride;
+  const float* weights;      // gate_up: [pairs] routing weights
+  float clamp;               // gate_up: SwiGLU clamp (0: none)
+};
+
+template <bool kGateUp>
+constexpr int rows_of() {
+  return kGateUp ? kGuRows : kDnRows;
+}
+
+// Shared-memory row pitch of a weight tile: rows of whole 4-byte words land at an odd number of words,
+// so the R lanes reading the same block of R consecutive rows hit R different banks; other rows
+// (IQ2_XXS or Q8_0 with an odd block count: 2-byte aligned) keep the device layout (pitch = row bytes,
+// the tile copied as one run of words).
+uint32_t tile_pitch(uint64_t row_bytes) {
+  if (row_bytes % 4 != 0) return static_cast<uint32_t>(row_bytes);
+  return static_cast<uint32_t>(4 * ((row_bytes / 4) | 1));
+}
+
+// Dynamic shared memory: two weight tiles (R rows of each matrix at `pitch`), then terms [P][R][V + 1]
+// floats (V = blocks per row, both matrices in gate_up mode; the +1 pitch spreads the (row, pair)
+// chains over the banks).
+template <bool kGateUp>
+uint64_t tile_smem(uint64_t row_bytes, int nb) {
+  constexpr int R = rows_of<kGateUp>(), P = kThreads / R;
+  const uint64_t tile = (kGateUp ? 2 : 1) * R * static_cast<uint64_t>(tile_pitch(row_bytes));
+  const int V = kGateUp ? 2 * nb : nb;
+  return 2 * tile + static_cast<uint64_t>(P) * R * (V + 1) * sizeof(float);
+}
+
+template <GgmlType T, bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
+  constexpr int R = rows_of<kGateUp>(), P = kThreads / R;
+  constexpr bool kIq2 = T == GgmlType::IQ2_XXS;
+  using D = QDot<T>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ uint64_t grid[kIq2 ? 256 : 1];
+  __shared__ uint64_t smask[kIq2 ? 128 : 1];
+  __shared__ const uint8_t* sact[P];
+  __shared__ int32_t spair[P];
+  const int tid = threadIdx.x, lane = tid % kWarp, wid = tid / kWarp;
+  if constexpr (kIq2) {  // visible after the first barrier below
+    for (int i = tid; i < 256; i += kThreads) grid[i] = c_grid[i];
+    for (int i = tid; i < 128; i += kThreads) {
+      const uint32_t s = c_signs[i];
+      uint64_t m = 0;
+      for (int b = 0; b < 8; ++b)
+        if ((s >> b) & 1) m |= uint64_t{0xff} << (8 * b);
+      smask[i] = m;
+    }
+  }
+  const int nb = p.nb, V = kGateUp ? 2 * nb : nb, TS = V + 1;
+  const uint32_t mat = R * p.pitch;  // one matrix's rows in a tile
+  const uint32_t tile = (kGateUp ? 2 : 1) * mat;
+  const uint32_t row_words = static_cast<uint32_t>(p.row_bytes / 4);
+  float* terms = reinterpret_cast<float*>(smem + 2 * tile);
+  const int64_t items = static_cast<int64_t>(*p.n_groups) * p.n_tiles;
+  // Copies item's R rows of each matrix (contiguous in the expert) to dst, row r at r·pitch: warp w
+  // takes rows w, w + 8, …, its lanes 128 consecutive bytes per instruction (or, pitch = row bytes,
+  // the whole run of R rows word by word).
+  auto issue = [&](int64_t item, uint8_t* dst) {
+    const int64_t g = item / p.n_tiles, t = item % p.n_tiles;
+    const uint64_t off = static_cast<uint64_t>(p.groups[3 * g]) * p.expert_bytes +
+                         static_cast<uint64_t>(t) * R * p.row_bytes;
+    for (int m = 0; m < (kGateUp ? 2 : 1); ++m) {
+      const uint8_t* src = (m == 0 ? p.w : p.w2) + off;
+      uint8_t* d = dst + m * mat;
+      if (p.pitch == p.row_bytes) {
+        for (uint32_t j = tid; j < mat / 4; j += kThreads) cp_async4(d + 4 * j, src + 4 * j);
+      } else {
+        for (int r = wid; r < R; r += kThreads / kWarp)
+          for (uint32_t j = lane; j < row_words; j += kWarp) cp_async4(d + r * p.pitch + 4 * j, src + r * p.row_bytes + 4 * j);
+      }
+    }
+  };
+  int64_t item = blockIdx.x;
+  int buf = 0;
+  if (item < items) issue(item, smem);
+  cp_async_commit();
+  for (; item < items; item += gridDim.x) {
+    const int64_t next = item + gridDim.x;
+    if (next < items) issue(next, smem + (buf ^ 1) * tile);
+    cp_async_commit();
+    cp_async_wait<1>();  // this item's tile has landed (the next one may still be in flight)
+    __syncthreads();
+    const uint8_t* wt = smem + buf * tile;
+    const int64_t g = item / p.n_tiles;
+    const int64_t row0 = (item % p.n_tiles) * R;
+    const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
+    for (int32_t s0 = 0; s0 < count; s0 += P) {
+      const int c = count - s0 < P ? count - s0 : P;
+      if (tid < c) {
+        const int32_t pr = p.order[first + s0 + tid];
+        spair[tid] = pr;
+        sact[tid] = p.act + kActLead + static_cast<uint64_t>(pr / p.x_div) * p.act_stride;
+      }
+      __syncthreads();
+      // Block terms: thread per (row r, virtual block vb), consecutive threads on consecutive rows of
+      // one block (so a warp's activation loads are one or two broadcast addresses); vb < nb is gate's
+      // block vb (or down's), vb ≥ nb up's block vb − nb. Pair q's term lands at terms[(q·R + r)·TS + vb].
+      for (int u = tid; u < R * V; u += kThreads) {
+        const int r = u % R, vb = u / R;
+        const bool up = kGateUp && vb >= nb;
+        const int b = up ? vb - nb : vb;
+        const uint8_t* wb = wt + (up ? mat : 0) + r * p.pitch + b * D::kWBytes;
+        float* out = terms + r * TS + vb;
+        const uint64_t boff = static_cast<uint64_t>(b) * p.act_pitch;
+        if constexpr (kIq2) iq2_terms<P>(wb, boff, c, sact, grid, smask, out, R * TS);
+        else if constexpr (T == GgmlType::Q2_K) q2k_terms<P>(wb, boff, c, sact, out, R * TS);
+        else generic_terms<T, P>(wb, boff, c, sact, out, R * TS);
+      }
+      __syncthreads();
+      // Chains: thread per (pair q, row r) adds its terms from 0.0f in block order (consecutive
+      // threads take consecutive rows: terms reads on distinct banks, coalesced output writes).
+      const int q = tid / R, r = tid % R;
+      if (q < c) {
+        const float* tr = terms + (q * R + r) * TS;
+        const int32_t pair = spair[q];
+        float acc = 0;
+        for (int b = 0; b < nb; ++b) acc += tr[b];
+        if constexpr (kIq2) acc = 0.125f * acc;  // once per row, as dot_iq2_xxs_ref
+        if constexpr (kGateUp) {
+          float uv = 0;
+          for (int b = 0; b < nb; ++b) uv += tr[nb + b];
+          if constexpr (kIq2) uv = 0.125f * uv;
+          float gv = acc;
+          if (p.clamp > 0) {  // moe_swiglu_kernel's expression, operation for operation
+            gv = fminf(gv, p.clamp);
+            uv = fminf(fmaxf(uv, -p.clamp), p.clamp);
+          }
+          acc = gv / (1.0f + expf(-gv)) * uv * p.weights[pair];
+        }
+        p.y[static_cast<int64_t>(pair) * p.y_stride + row0 + r] = acc;
+      }
+      __syncthreads();  // spair, sact and terms are rewritten by the next chunk
+    }
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+}
+
+// One warp quantizes activation block `blk` of x [rows][cols] (row stride x_stride) into the padded
+// layout (Q8_K, or Q8_0 act when kQ80), bit-exact with quantize_act's kernels.
+template <bool kQ80>
+__device__ inline void quantize_padded(const float* x, int64_t x_stride, int64_t rows, int64_t cols, uint8_t* act,
+                                       int64_t blk, int lane) {
+  constexpr int kElems = kQ80 ? kQK8_0 : kQK_K;
+  constexpr uint64_t kPitch = kQ80 ? kQ80Pitch : kQ8KPitch;
+  const int64_t nb = cols / kElems;
+  if (blk >= rows * nb) return;  // whole warps: blk is the same for every lane
+  const int64_t r = blk / nb, b = blk % nb;
+  uint8_t* o = act + kActLead + (r * nb + b) * kPitch;
+  if constexpr (kQ80) {
+    quantize_q8_0_warp(x[r * x_stride + b * kQK8_0 + lane], lane, o);
+  } else {
+    const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
+    float v[8];
+    for (int i = 0; i < 8; ++i) v[i] = src[i];
+    quantize_q8_K_warp(v, lane, o);
+  }
+}
+
+// Block 0 (kMaxGroupExperts threads): pairs grouped by expert. Blocks ≥ 1: x [n][dim] quantized.
+struct PrologueParams {
+  const int32_t* ids;
+  int32_t n_pairs, n_expert;
+  int32_t *order, *groups, *n_groups;
+  const float* x;
+  int64_t n, dim;
+  uint8_t* act;
+};
+
+template <bool kQ80>
+__global__ void __launch_bounds__(kMaxGroupExperts) moe_prologue_kernel(PrologueParams q) {
+  if (blockIdx.x == 0) {
+    group_pairs_block(q.ids, q.n_pairs, q.n_expert, q.order, q.groups, q.n_groups);
+    return;
+  }
+  const int64_t blk = static_cast<int64_t>(blockIdx.x - 1) * (kMaxGroupExperts / kWarp) + threadIdx.x / kWarp;
+  quantize_padded<kQ80>(q.x, q.dim, q.n, q.dim, q.act, blk, threadIdx.x % kWarp);
+}
+
+// The hidden rows h [pairs][ff] quantized once per pair, one warp per block.
+template <bool kQ80>
+__global__ void moe_quantize_hidden_kernel(const float* h, int64_t pairs, int64_t ff, uint8_t* act) {
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  quantize_padded<kQ80>(h, ff, pairs, ff, act, blk, threadIdx.x % kWarp);
+}
+
+bool tile_type(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::IQ2_XXS;
+}
+int elems_of(GgmlType t) { return t == GgmlType::Q8_0 ? kQK8_0 : kQK_K; }
+uint64_t act_pitch_of(GgmlType t) { return t == GgmlType::Q8_0 ? kQ80Pitch : kQ8KPitch; }
+
+// Whether one projection can run as tiles of R rows: whole tiles of whole 4-byte words (the copies),
+// 4-byte aligned rows for the types read in 32-bit words (Q2_K, Q4_K).
+bool tiles_fit(const ExpertWeights& w, int64_t rows, int R) {
+  const GgmlType t = w.first.type;
+  return rows % R == 0 && rows / R <= 0x7fffffff && reinterpret_cast<uintptr_t>(w.first.data) % 4 == 0 &&
+         (R * w.first.row_bytes) % 4 == 0 && w.expert_bytes % 4 == 0 &&
+         (w.first.row_bytes % 4 == 0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q8_0);
+}
+
+template <GgmlType T, bool kGateUp>
+bool launch_tiles(CudaBackend& be, const TileParams& p, int64_t items_bound, cudaStream_t s) {
+  const uint64_t smem = tile_smem<kGateUp>(p.row_bytes, p.nb);  // ≤ kMaxTileSmem, the limit init_tile_kernels set
+  auto kernel = moe_tile_kernel<T, kGateUp>;
+  int per_sm = 0, sms = 0;
+  if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem), "moe tiles: occupancy") ||
+      !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "moe tiles: SM count"))
+    return false;
+  // Items are grid-stride over at most one wave of blocks; the grid divides the (host-bound) item
+  // count evenly, so no block takes one item more than the others.
+  const int64_t cap = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sms);
+  const int64_t per_block = (items_bound + cap - 1) / cap;
+  const int64_t blocks = std::max<int64_t>(1, (items_bound + per_block - 1) / per_block);
+  moe_tile_kernel<T, kGateUp><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(p);
+  return be.launched(kGateUp ? "moe gate/up tiles" : "moe down tiles");
+}
+
+template <bool kGateUp>
+bool launch_tiles_of(CudaBackend& be, GgmlType t, const TileParams& p, int64_t items_bound, cudaStream_t s) {
+  switch (t) {
+    case GgmlType::Q8_0: return launch_tiles<GgmlType::Q8_0, kGateUp>(be, p, items_bound, s);
+    case GgmlType::Q2_K: return launch_tiles<GgmlType::Q2_K, kGateUp>(be, p, items_bound, s);
+    case GgmlType::Q4_K: return launch_tiles<GgmlType::Q4_K, kGateUp>(be, p, items_bound, s);
+    default: return launch_tiles<GgmlType::IQ2_XXS, kGateUp>(be, p, items_bound, s);
+  }
+}
+
+template <GgmlType T>
+cudaError_t allow_tile_smem() {
+  cudaError_t e = cudaFuncSetAttribute(moe_tile_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxTileSmem));
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(moe_tile_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(kMaxTileSmem));
+}
+
+}  // namespace
+
+cudaError_t init_tile_kernels() {
+  cudaError_t e = cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_signs, kKsignsIq2xs, sizeof(kKsignsIq2xs));
+  if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q8_0>();
+  if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q2_K>();
+  if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q4_K>();
+  if (e == cudaSuccess) e = allow_tile_smem<GgmlType::IQ2_XXS>();
+  return e;
+}
+
+bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
+  const GgmlType gt = a.gate.first.type, dt = a.down.first.type;
+  if (a.numerics != MatmulNumerics::ds4 || a.n > kTileMaxTokens || !tile_type(gt) || a.up.first.type != gt ||
+      !tile_type(dt) || a.gate.n_expert != a.up.n_expert || a.gate.n_expert != a.down.n_expert ||
+      a.gate.n_expert > kMaxGroupExperts || a.gate.expert_bytes != a.up.expert_bytes ||
+      a.gate.first.row_bytes != a.up.first.row_bytes || a.dim % elems_of(gt) != 0 || a.ff % elems_of(dt) != 0 ||
+      !tiles_fit(a.gate, a.ff, kGuRows) || !tiles_fit(a.up, a.ff, kGuRows) || !tiles_fit(a.down, a.dim, kDnRows))
+    return false;
+  const int nb_gu = static_cast<int>(a.dim / elems_of(gt)), nb_d = static_cast<int>(a.ff / elems_of(dt));
+  if (tile_smem<true>(a.gate.first.row_bytes, nb_gu) > kMaxTileSmem ||
+      tile_smem<false>(a.down.first.row_bytes, nb_d) > kMaxTileSmem)
+    return false;
+  const int64_t pairs = a.n * a.k;
+  const int32_t n_expert = a.gate.n_expert;
+  const int32_t max_groups = static_cast<int32_t>(std::min<int64_t>(pairs, n_expert));
+  const uint64_t words = static_cast<uint64_t>(pairs) + 3ull * max_groups + 1;
+  const uint64_t x_stride = nb_gu * act_pitch_of(gt), h_stride = nb_d * act_pitch_of(dt);
+  if (!ensure(moe_groups_, words * sizeof(int32_t), "expert groups") ||
+      !ensure(moe_act_, kActLead + x_stride * a.n, "quantized expert inputs") ||
+      !ensure(moe_h_act_, kActLead + h_stride * pairs, "quantized expert hidden rows"))
+    return true;  // error recorded
+  auto* order = static_cast<int32_t*>(moe_groups_.ptr);
+  int32_t* groups = order + pairs;
+  int32_t* n_groups = groups + 3 * max_groups;
+  auto* x_act = static_cast<uint8_t*>(moe_act_.ptr);
+  auto* h_act = static_cast<uint8_t*>(moe_h_act_.ptr);
+  cudaStream_t s = stream();
+
+  PrologueParams q{a.ids, static_cast<int32_t>(pairs), n_expert, order, groups, n_groups, a.x, a.n, a.dim, x_act};
+  const unsigned pro_blocks = 1 + grid_for(a.n * nb_gu, kMaxGroupExperts / kWarp);
+  if (gt == GgmlType::Q8_0) moe_prologue_kernel<true><<<pro_blocks, kMaxGroupExperts, 0, s>>>(q);
+  else moe_prologue_kernel<false><<<pro_blocks, kMaxGroupExperts, 0, s>>>(q);
+  if (!launched("moe prologue (group pairs, quantize x)")) return true;
+
+  // gate/up + SwiGLU: pair p reads token p / k; h [pairs][ff].
+  TileParams p{};
+  p.w = static_cast<const uint8_t*>(a.gate.first.data);
+  p.w2 = static_cast<const uint8_t*>(a.up.first.data);
+  p.row_bytes = a.gate.first.row_bytes;
+  p.expert_bytes = a.gate.expert_bytes;
+  p.pitch = tile_pitch(p.row_bytes);
+  p.nb = nb_gu;
+  p.n_tiles = static_cast<int32_t>(a.ff / kGuRows);
+  p.act = x_act;
+  p.act_stride = x_stride;
+  p.act_pitch = act_pitch_of(gt);
+  p.x_div = a.k;
+  p.order = order;
+  p.groups = groups;
+  p.n_groups = n_groups;
+  p.y = h;
+  p.y_stride = a.ff;
+  p.weights = a.weights;
+  p.clamp = a.clamp;
+  if (!launch_tiles_of<true>(*this, gt, p, int64_t{max_groups} * p.n_tiles, s)) return true;
+
+  // The hidden rows quantized once per pair. Rows of pairs with a bad id hold whatever h had: they are
+  // quantized but belong to no group (the slot sum gives those tokens NaN).
+  const unsigned hq = grid_for(pairs * nb_d * kWarp, 256);
+  if (dt == GgmlType::Q8_0) moe_quantize_hidden_kernel<true><<<hq, 256, 0, s>>>(h, pairs, a.ff, h_act);
+  else moe_quantize_hidden_kernel<false><<<hq, 256, 0, s>>>(h, pairs, a.ff, h_act);
+  if (!launched("moe quantize hidden rows")) return true;
+
+  // down: pair p reads its own hidden row; y [pairs][dim].
+  p.w = static_cast<const uint8_t*>(a.down.first.data);
+  p.w2 = nullptr;
+  p.row_bytes = a.down.first.row_bytes;
+  p.expert_bytes = a.down.expert_bytes;
+  p.pitch = tile_pitch(p.row_bytes);
+  p.nb = nb_d;
+  p.n_tiles = static_cast<int32_t>(a.dim / kDnRows);
+  p.act = h_act;
+  p.act_stride = h_stride;
+  p.act_pitch = act_pitch_of(dt);
+  p.x_div = 1;
+  p.y = y;
+  p.y_stride = a.dim;
+  p.weights = nullptr;
+  p.clamp = 0;
+  launch_tiles_of<false>(*this, dt, p, int64_t{max_groups} * p.n_tiles, s);
+  return true;
+}
+
+}  // namespace ds4::backend::cuda

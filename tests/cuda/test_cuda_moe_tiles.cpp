@@ -83,13 +83,14 @@ class CudaMoeTiles : public CudaOpsTest {
   std::vector<float> run_gpu(int b, const std::vector<float>& x, const std::vector<int32_t>& ids,
                              const std::vector<float>& wts, int64_t n, int32_t k) {
     Backend& be = b == 0 ? *gpu_ : *prev_;
+    std::vector<Buffer>& keep = b == 0 ? bufs_ : prev_bufs_;  // freed before their backend
     MoeArgs g = b == 0 ? gpu_args_ : prev_args_;
     auto put = [&](const void* h, uint64_t bytes) {
       auto buf = be.alloc(bytes + 16, MemCategory::scratch);
       EXPECT_TRUE(buf.ok());
       be.upload(buf->data(), h, bytes);
       void* p = buf->data();
-      bufs_.push_back(std::move(buf).value());
+      keep.push_back(std::move(buf).value());
       return p;
     };
     auto out = be.alloc(static_cast<uint64_t>(n * kDim) * 4, MemCategory::scratch);
@@ -108,7 +109,7 @@ class CudaMoeTiles : public CudaOpsTest {
     EXPECT_TRUE(be.sync().ok());
     std::vector<float> h(static_cast<size_t>(n * kDim));
     be.download(h.data(), out->data(), h.size() * 4);
-    bufs_.push_back(std::move(out).value());
+    keep.push_back(std::move(out).value());
     return h;
   }
 
@@ -148,6 +149,7 @@ class CudaMoeTiles : public CudaOpsTest {
   }
 
   std::unique_ptr<Backend> prev_;
+  std::vector<Buffer> prev_bufs_;  // prev_'s buffers: declared after it, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
   MoeArgs cpu_args_, gpu_args_, prev_args_;

@@ -4,6 +4,7 @@
 // Method (METHOD.md): warm-up first, then the median of 5 repetitions of N back-to-back calls,
 // timed from the host around a stream sync (so per-call times include launch overhead, as decode does).
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
+//        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,7 +67,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages
 // expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off ("general":
 // the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
 // the distinct experts the batch reads (7.07 MB each).
-void bench_skinny(Backend& be, std::mt19937& rng) {
+void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
   auto general = cuda::make_cuda_backend(go);
@@ -98,6 +99,7 @@ void bench_skinny(Backend& be, std::mt19937& rng) {
   for (Mm m : {Mm{"q_a q8_0 1024x4096", GgmlType::Q8_0, 1024, 4096}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
                Mm{"shared_down q8_0 4096x2048", GgmlType::Q8_0, 4096, 2048},
                Mm{"head q8_0 129280x4096", GgmlType::Q8_0, 129280, 4096}}) {
+    if (experts_only) break;
     const auto host = random_blocks(m.t, m.rows, m.cols, rng);
     for (const Side& sd : sides) {
       Weight w = bind(*sd.b, m.t, host, m.rows, m.cols);
@@ -182,6 +184,10 @@ int main(int argc, char** argv) {
   std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
   auto sync = [&] { (void)be->sync(); };
   std::mt19937 rng(1);
+  if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
+    bench_skinny(*be, rng, true);
+    return 0;
+  }
 
   double ceiling = 4256;  // GB/s, replaced by the measurement below
   {  // Ceiling: device-to-device copy, bytes read + written.
@@ -301,7 +307,7 @@ int main(int argc, char** argv) {
     const double bytes = K * (2.0 * g.row_bytes * F + d.row_bytes * E);
     std::printf("BENCH op moe iq2_xxs/q2_k E4096 F2048 k6 n=1  %8.2f us  %7.0f GB/s of weights\n", s * 1e6, bytes / s / 1e9);
   }
-  bench_skinny(*be, rng);
+  bench_skinny(*be, rng, false);
 
   {  // Attention: H 64, D 512, window 128 + 512 compressed rows per query (a CSA layer's 640 rows), in
      // the segment order (default: split shape for few queries, chunk shape above) and in the previous

@@ -33,7 +33,6 @@ namespace ds4::backend::cuda {
 namespace {
 
 __constant__ uint64_t c_grid[256];
-__constant__ uint8_t c_signs[128];
 
 constexpr int kThreads = 256;
 // gate/up: 16 rows of gate and 16 of up per item (2 × 16 × 1060 B = 33 KB at Flash shapes), 16 pairs
@@ -64,14 +63,24 @@ __device__ inline void cp_async_wait() {
 
 // ---- block terms of one weight block for c ≤ P pairs (sact[p]: pair p's activation row) ----
 
+// Sign bytes of one IQ2_XXS chunk as two words of 0/1 bytes (byte j = bit j): the 7 stored bits plus
+// their parity as bit 7 (kKsignsIq2xs[i] = i | parity(i) << 7), each nibble spread to the low bits of
+// four bytes by one multiply (shifts 0, 7, 14, 21: the copies never overlap). Integer work instead of a
+// second table lookup: the shared-memory lookups bound these kernels (docs/PERF.md).
+__device__ inline void iq2_sign_bits(uint32_t idx7, uint32_t& lo, uint32_t& hi) {
+  const uint32_t s = idx7 | ((__popc(idx7) & 1u) << 7);
+  lo = ((s & 15u) * 0x00204081u) & 0x01010101u;
+  hi = ((s >> 4) * 0x00204081u) & 0x01010101u;
+}
+
 // IQ2_XXS: each 32-value group is decoded once into 8 signed int8×4 words, then dotted with every
-// pair's Q8_K values. Signs: smask[i] has byte j = 0xff where sign bit j of kKsignsIq2xs[i] is set;
-// (g ^ m) + (m & 1) negates the masked bytes without carries because every grid magnitude is 8, 25 or
-// 43 (never 0). Integer sums are exact, so this equals iq2_xxs_group_isum's; the float finish is
-// QDot's.
+// pair's Q8_K values. With b the sign bits as 0/1 bytes and m = 255·b, (g ^ m) + b negates the
+// marked bytes without carries because every grid magnitude is 8, 25 or 43 (never 0); checked against
+// the tables for every (grid, sign) pair. Integer sums are exact, so this equals iq2_xxs_group_isum's;
+// the float finish is QDot's.
 template <int P>
 __device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact,
-                                 const uint64_t* grid, const uint64_t* smask, float* out, int out_stride) {
+                                 const uint64_t* grid, float* out, int out_stride) {
   int isum[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) isum[p] = 0;
@@ -81,10 +90,11 @@ __device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const 
     uint32_t w[8];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint64_t gr = grid[(a0 >> (8 * k)) & 0xff], sm = smask[(a1 >> (7 * k)) & 127];
-      const uint32_t mlo = static_cast<uint32_t>(sm), mhi = static_cast<uint32_t>(sm >> 32);
-      w[2 * k] = (static_cast<uint32_t>(gr) ^ mlo) + (mlo & 0x01010101u);
-      w[2 * k + 1] = (static_cast<uint32_t>(gr >> 32) ^ mhi) + (mhi & 0x01010101u);
+      const uint64_t gr = grid[(a0 >> (8 * k)) & 0xff];
+      uint32_t blo, bhi;
+      iq2_sign_bits((a1 >> (7 * k)) & 127, blo, bhi);
+      w[2 * k] = (static_cast<uint32_t>(gr) ^ (blo * 255u)) + blo;
+      w[2 * k + 1] = (static_cast<uint32_t>(gr >> 32) ^ (bhi * 255u)) + bhi;
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
@@ -211,19 +221,11 @@ __global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
   using D = QDot<T>;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ uint64_t grid[kIq2 ? 256 : 1];
-  __shared__ uint64_t smask[kIq2 ? 128 : 1];
   __shared__ const uint8_t* sact[P];
   __shared__ int32_t spair[P];
   const int tid = threadIdx.x, lane = tid % kWarp, wid = tid / kWarp;
   if constexpr (kIq2) {  // visible after the first barrier below
     for (int i = tid; i < 256; i += kThreads) grid[i] = c_grid[i];
-    for (int i = tid; i < 128; i += kThreads) {
-      const uint32_t s = c_signs[i];
-      uint64_t m = 0;
-      for (int b = 0; b < 8; ++b)
-        if ((s >> b) & 1) m |= uint64_t{0xff} << (8 * b);
-      smask[i] = m;
-    }
   }
   const int nb = p.nb, V = kGateUp ? 2 * nb : nb, TS = V + 1;
   const uint32_t mat = R * p.pitch;  // one matrix's rows in a tile
@@ -281,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
         const uint8_t* wb = wt + (up ? mat : 0) + r * p.pitch + b * D::kWBytes;
         float* out = terms + r * TS + vb;
         const uint64_t boff = static_cast<uint64_t>(b) * p.act_pitch;
-        if constexpr (kIq2) iq2_terms<P>(wb, boff, c, sact, grid, smask, out, R * TS);
+        if constexpr (kIq2) iq2_terms<P>(wb, boff, c, sact, grid, out, R * TS);
         else if constexpr (T == GgmlType::Q2_K) q2k_terms<P>(wb, boff, c, sact, out, R * TS);
         else generic_terms<T, P>(wb, boff, c, sact, out, R * TS);
       }
@@ -418,7 +420,6 @@ cudaError_t allow_tile_smem() {
 
 cudaError_t init_tile_kernels() {
   cudaError_t e = cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
-  if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_signs, kKsignsIq2xs, sizeof(kKsignsIq2xs));
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q8_0>();
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q2_K>();
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q4_K>();

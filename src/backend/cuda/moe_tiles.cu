@@ -66,7 +66,7 @@ __device__ inline void cp_async_wait() {
 // Sign bytes of one IQ2_XXS chunk as two words of 0/1 bytes (byte j = bit j): the 7 stored bits plus
 // their parity as bit 7 (kKsignsIq2xs[i] = i | parity(i) << 7), each nibble spread to the low bits of
 // four bytes by one multiply (shifts 0, 7, 14, 21: the copies never overlap). Integer work instead of a
-// second table lookup: the shared-memory lookups bound these kernels (docs/PERF.md).
+// second table lookup: the tile kernels are instruction- and lookup-bound (docs/PERF.md).
 __device__ inline void iq2_sign_bits(uint32_t idx7, uint32_t& lo, uint32_t& hi) {
   const uint32_t s = idx7 | ((__popc(idx7) & 1u) << 7);
   lo = ((s & 15u) * 0x00204081u) & 0x01010101u;

@@ -5,7 +5,8 @@
 // previous GEMM kernel ("tc-previous", gemm_pipelined = false). These rates are the "measured GEMM
 // rate" of the prefill roofline in docs/PERF.md.
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
-// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096]. Prints "PBENCH" lines.
+// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages]. Prints "PBENCH" lines; with
+// "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,8 +68,14 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 
 }  // namespace
 
+void bench_prefill_stages(int64_t N);  // cuda_prefill_stages.cpp: "PSTAGE" lines
+
 int main(int argc, char** argv) {
   const int64_t N = argc > 1 ? std::atoll(argv[1]) : 4096;
+  if (argc > 2 && std::strcmp(argv[2], "stages") == 0) {  // only the non-GEMM stage lines (chunk of N queries)
+    bench_prefill_stages(N);
+    return 0;
+  }
   std::mt19937 rng(1);
   // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
   // GEMM and grouped-expert lines only), the matvec (tensor cores off).

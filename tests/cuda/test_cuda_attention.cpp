@@ -3,7 +3,8 @@
 // launch shapes and across batch sizes (the numerics contract: a token's output does not depend on what
 // shares its call). Shapes: Flash CSA (128 raw + 512 selected of 700), HCA (128 raw + 16), raw only,
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
-// 8 heads per block). Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
+// 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
+// context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
 #include <climits>
@@ -20,10 +21,11 @@ namespace {
 class CudaAttention : public CudaOpsTest {
  protected:
   // A backend with other attention options (made once per test).
-  Backend& backend_with(int split_max_blocks, bool segments = true) {
+  Backend& backend_with(int split_max_blocks, bool segments = true, int heads_per_warp = 2) {
     cuda::CudaBackendOptions o;
     o.attention_segments = segments;
     o.attention_split_max_blocks = split_max_blocks;
+    o.attention_heads_per_warp = heads_per_warp;
     auto made = cuda::make_cuda_backend(o);
     EXPECT_TRUE(made.ok());
     extra_.push_back(std::move(made).value());
@@ -69,6 +71,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
   Backend& chunk_be = backend_with(0);              // chunk shape only
   Backend& split_be = backend_with(INT_MAX);        // split shape whenever a bound is known
   Backend& prev_be = backend_with(128, false);      // the previous kernel (CudaBackendOptions switch)
+  Backend& onehead_be = backend_with(0, true, 1);   // chunk shape, one head per warp (no MQA kernel)
   for (const Shape& s : shapes) {
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{40}}) {
       Inputs in;
@@ -129,6 +132,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
       const auto got = run(*gpu_, g);
       expect_close(got, want, 1e-5, 1e-7, what);
       EXPECT_TRUE(same_bits(run(chunk_be, g), got)) << what << ": chunk shape differs from the default";
+      EXPECT_TRUE(same_bits(run(onehead_be, g), got)) << what << ": one-head chunk kernel differs from the default";
       EXPECT_TRUE(same_bits(run(split_be, g), got)) << what << ": split shape differs from the default";
       AttentionArgs unbounded = g;  // no host bound without selection: the chunk shape
       unbounded.max_comp = 0;
@@ -233,5 +237,88 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
     chunk_be.attention(g);
     ASSERT_TRUE(chunk_be.sync().ok());
     EXPECT_TRUE(same_bits(host(g.out, want.size()), got)) << what << ": chunk shape differs from the split shape";
+  }
+}
+
+TEST_F(CudaAttention, FlashChunkAndDecodeShapesAt2KAnd32K) {
+  // CSA: 128 raw + 512 selected of ctx/4 compressed rows (at 2K every row, at 32K 512 of 8,192 spread);
+  // HCA: 128 raw + (pos + 1)/128 rows. n = 1 (decode: split shape), 40 and 2,048 (a prefill chunk: the
+  // MQA chunk kernel). CPU parity on sampled queries (the CPU op over a whole chunk would take minutes
+  // here); the whole call bit for bit against the one-head chunk kernel (and the split shape up to 40
+  // queries); sampled queries alone (decode) bit for bit against their rows.
+  const int32_t H = 64, D = 512, W = 128, TK = 512;
+  const int64_t nmax = 2048, hd = int64_t{H} * D, cap = W + nmax;
+  Backend& onehead_be = backend_with(0, true, 1);
+  Backend& split_be = backend_with(INT_MAX);
+  const auto q = randn(static_cast<size_t>(nmax * hd), 0.2f);
+  const auto sinks = randn(H);
+  const auto raw = randn(static_cast<size_t>(cap * D));
+  const auto comp = randn(static_cast<size_t>(8192 * D));
+  const float *gq = dev(q), *gsinks = dev(sinks), *graw = dev(raw), *gcomp = dev(comp);
+  for (int64_t ctx : {int64_t{2048}, int64_t{32768}}) {
+    for (bool csa : {true, false}) {
+      for (int64_t n : {int64_t{1}, int64_t{40}, nmax}) {
+        const std::string what = std::string("attention flash ") + (csa ? "CSA" : "HCA") + " ctx" + std::to_string(ctx) +
+                                 " n" + std::to_string(n);
+        const int64_t comp_rows = ctx / 4, spread = std::max<int64_t>(1, comp_rows / TK);
+        std::vector<int32_t> pos(n), count(n), idx(n * TK);
+        for (int64_t i = 0; i < n; ++i) {
+          pos[i] = static_cast<int32_t>(ctx + i);
+          count[i] = csa ? TK : (pos[i] + 1) / 128;
+          for (int64_t j = 0; j < TK; ++j)
+            idx[i * TK + j] = static_cast<int32_t>(comp_rows <= TK ? j : j * spread + (i * 7 + j * 13) % spread);
+        }
+        AttentionArgs g;
+        g.q = gq;
+        g.pos = dev(pos);
+        g.n = n;
+        g.heads = H;
+        g.head_dim = D;
+        g.scale = 1.0f / std::sqrt(static_cast<float>(D));
+        g.sinks = gsinks;
+        g.raw = graw;
+        g.raw_cap = cap;
+        g.window = W;
+        g.comp = gcomp;
+        g.comp_count = dev(count);
+        g.comp_idx = csa ? dev(idx) : nullptr;
+        g.comp_idx_stride = TK;
+        g.max_comp = csa ? TK : (ctx + n) / 128;
+        auto run = [&](Backend& be, const AttentionArgs& args) {
+          AttentionArgs r = args;
+          r.out = poisoned(static_cast<size_t>(r.n * hd));
+          EXPECT_TRUE(gpu_->sync().ok());
+          be.attention(r);
+          EXPECT_TRUE(be.sync().ok()) << what;
+          return host(r.out, static_cast<size_t>(r.n * hd));
+        };
+        const auto got = run(*gpu_, g);
+        EXPECT_TRUE(same_bits(run(onehead_be, g), got)) << what << ": MQA chunk kernel differs from the one-head kernel";
+        if (n <= 40) EXPECT_TRUE(same_bits(run(split_be, g), got)) << what << ": split shape differs";
+        for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+          AttentionArgs a = g;  // query i alone, on the CPU and (as a decode step) on the GPU
+          a.n = 1;
+          a.q = q.data() + i * hd;
+          a.pos = pos.data() + i;
+          a.sinks = sinks.data();
+          a.raw = raw.data();
+          a.comp = comp.data();
+          a.comp_count = count.data() + i;
+          a.comp_idx = csa ? idx.data() + i * TK : nullptr;
+          std::vector<float> want(static_cast<size_t>(hd));
+          a.out = want.data();
+          cpu_->attention(a);
+          const std::vector<float> row(got.begin() + i * hd, got.begin() + (i + 1) * hd);
+          expect_close(row, want, 1e-5, 1e-7, what + " q" + std::to_string(i));
+          AttentionArgs one = g;
+          one.n = 1;
+          one.q = g.q + i * hd;
+          one.pos = g.pos + i;
+          one.comp_count = g.comp_count + i;
+          if (csa) one.comp_idx = g.comp_idx + i * TK;
+          EXPECT_TRUE(same_bits(run(*gpu_, one), row)) << what << ": query " << i << " alone differs from its row";
+        }
+      }
+    }
   }
 }

@@ -193,8 +193,17 @@ TEST_F(CudaOps, CompressorAcrossChunks) {
     float* gsc = dev(csc);
     auto ape = randn(static_cast<size_t>(s.ratio * width));
     float* gape = dev(ape);
+    // The one-block walk (compressor_parallel = false) on its own copy of the frontier: chunks of ≥ 64
+    // tokens pool in parallel by default and must give the walk's bits.
+    cuda::CudaBackendOptions wo;
+    wo.compressor_parallel = false;
+    auto walk_made = cuda::make_cuda_backend(wo);
+    ASSERT_TRUE(walk_made.ok());
+    auto walk = std::move(walk_made).value();
+    float* wkv = dev(ckv);
+    float* wsc = dev(csc);
     int32_t pos0 = 0;
-    for (int64_t n : {5, 131, 1, 3, 64}) {
+    for (int64_t n : {5, 131, 1, 3, 64, 600}) {
       auto kv = randn(static_cast<size_t>(n * width));
       auto sc = randn(static_cast<size_t>(n * width), 2.0f);
       const int64_t max_out = n / s.ratio + 1;
@@ -238,6 +247,21 @@ TEST_F(CudaOps, CompressorAcrossChunks) {
       for (int64_t k = 0; k < n_out; ++k) EXPECT_EQ(gp[k], opos[k]) << what;
       expect_close(host(gkv, ckv.size()), ckv, 0, 0, what + " state kv");
       expect_close(host(gsc, csc.size()), csc, 0, 0, what + " state score");
+      CompressorArgs w = g;
+      w.state_kv = wkv;
+      w.state_score = wsc;
+      w.out = poisoned(out.size() + 1);
+      w.out_pos = poisoned_i32(opos.size());
+      int64_t w_out = -1;
+      w.n_out = &w_out;
+      walk->compressor(w);
+      ASSERT_TRUE(walk->sync().ok());
+      EXPECT_EQ(w_out, g_out) << what;
+      const auto got_rows = host(gout, out.size()), walk_rows = host(w.out, out.size());
+      EXPECT_EQ(std::memcmp(got_rows.data(), walk_rows.data(), out.size() * 4), 0) << what << ": rows differ from the walk";
+      EXPECT_EQ(host(w.out_pos, static_cast<size_t>(n_out)), gp) << what;
+      EXPECT_EQ(host(wsc, csc.size()), host(gsc, csc.size())) << what << ": ring differs from the walk's";
+      EXPECT_EQ(host(wkv, ckv.size()), host(gkv, ckv.size())) << what << ": ring differs from the walk's";
       pos0 += static_cast<int32_t>(n);
     }
   }
@@ -334,7 +358,8 @@ TEST_F(CudaOps, IndexerSelectionIsExactIncludingTies) {
   struct S {
     int32_t heads, head_dim, top_k, rows;
   };
-  for (S s : {S{64, 128, 512, 2048}, S{8, 128, 16, 40}, S{64, 128, 512, 400}}) {
+  // 13,000 rows: more keys than the radix select holds in shared memory (it reads the scores instead).
+  for (S s : {S{64, 128, 512, 2048}, S{8, 128, 16, 40}, S{64, 128, 512, 400}, S{64, 128, 512, 13000}}) {
     const int64_t n = 5;
     auto q = randn(static_cast<size_t>(n * s.heads * s.head_dim));
     auto w = randn(static_cast<size_t>(n * s.heads));
@@ -369,6 +394,59 @@ TEST_F(CudaOps, IndexerSelectionIsExactIncludingTies) {
                 ("indexer IH" + std::to_string(s.heads) + " top" + std::to_string(s.top_k) + " rows " +
                  std::to_string(s.rows)).c_str(),
                 s.top_k * static_cast<int>(n), static_cast<long long>(mismatches), mismatches ? "FAIL" : "ok");
+  }
+}
+
+TEST_F(CudaOps, IndexerFlashShapesAt2KAnd32KExact) {
+  // Flash: 64 heads × 128, top 512; query i of a call at context ctx sees (ctx + i + 1)/4 rows (2K: 512 … 1,024,
+  // 32K: 8,192 …), with duplicated rows for ties. n = 1, 40, 2,048 (a prefill chunk). Every id of the call
+  // against the previous kernels (CudaBackendOptions::indexer_v2 = false: bitwise select, one-head score
+  // loop), and sampled queries against the CPU op (a whole chunk would take minutes on the CPU here).
+  const int32_t IH = 64, ID = 128, TK = 512;
+  cuda::CudaBackendOptions o;
+  o.indexer_v2 = false;
+  auto made = cuda::make_cuda_backend(o);
+  ASSERT_TRUE(made.ok());
+  auto v1 = std::move(made).value();
+  for (int64_t ctx : {int64_t{2048}, int64_t{32768}}) {
+    for (int64_t n : {int64_t{1}, int64_t{40}, int64_t{2048}}) {
+      const int32_t total = static_cast<int32_t>((ctx + n) / 4);
+      auto q = randn(static_cast<size_t>(n * IH * ID));
+      auto w = randn(static_cast<size_t>(n * IH), 0.1f);
+      auto rows = randn(static_cast<size_t>(int64_t{total} * ID));
+      for (int32_t c = total - total / 8; c < total; ++c)  // ties: copies of earlier rows
+        std::copy_n(rows.begin() + int64_t{c % 97} * ID, ID, rows.begin() + int64_t{c} * ID);
+      std::vector<int32_t> nr(n);
+      for (int64_t i = 0; i < n; ++i) nr[i] = static_cast<int32_t>((ctx + i + 1) / 4);
+      IndexerArgs g{dev(q), dev(w), dev(rows), dev(nr), n, IH, ID, TK, poisoned_i32(n * TK), poisoned_i32(n)};
+      g.max_rows = total;
+      IndexerArgs g1 = g;
+      g1.idx = poisoned_i32(n * TK);
+      g1.count = poisoned_i32(n);
+      gpu_->indexer(g);
+      ASSERT_TRUE(gpu_->sync().ok());
+      v1->indexer(g1);
+      ASSERT_TRUE(v1->sync().ok());
+      const auto idx = host(g.idx, n * TK), cnt = host(g.count, n);
+      const auto idx1 = host(g1.idx, n * TK), cnt1 = host(g1.count, n);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(cnt[i], cnt1[i]) << "query " << i;
+        for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * TK + j] != idx1[i * TK + j];
+      }
+      for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+        std::vector<int32_t> want(TK, -7), wcnt(1, -7);
+        IndexerArgs a{q.data() + i * IH * ID, w.data() + i * IH, rows.data(), nr.data() + i, 1, IH, ID, TK,
+                      want.data(), wcnt.data()};
+        cpu_->indexer(a);
+        ASSERT_EQ(cnt[i], wcnt[0]) << "query " << i;
+        for (int32_t j = 0; j < wcnt[0]; ++j) differ += idx[i * TK + j] != want[j];
+      }
+      EXPECT_EQ(differ, 0) << "ctx " << ctx << " n " << n;
+      std::printf("PARITY %-44s n=%-9lld selected ids differing: %lld  %s\n",
+                  ("indexer flash ctx" + std::to_string(ctx) + " n" + std::to_string(n)).c_str(),
+                  static_cast<long long>(n * TK), static_cast<long long>(differ), differ ? "FAIL" : "ok");
+    }
   }
 }
 

@@ -76,9 +76,12 @@ __device__ inline const float* candidate_row(const QueryRows& q, int64_t raw_cap
 __device__ inline int64_t segments_of(const QueryRows& q) { return q.total > 0 ? (q.total + kSeg - 1) / kSeg : 0; }
 
 // Row step of the online softmax for score s: (m, l) advance; the accumulator takes acc·corr + p·row.
+// corr = 1 without expf when the maximum holds (m − m' = ±0, and expf(±0) = 1 exactly): the same value,
+// one exponential fewer on most rows.
 __device__ inline void online_step(float& m, float& l, float s, float& corr, float& p) {
   const float m_new = fmaxf(m, s);
-  corr = expf(m - m_new);
+  const float d = m - m_new;
+  corr = d == 0.0f ? 1.0f : expf(d);
   p = expf(s - m_new);
   l = l * corr + p;
   m = m_new;
@@ -276,6 +279,105 @@ __global__ void attention_split_kernel(AttentionArgs a, SegStates st) {
   }
 }
 
+// Chunk shape for many queries of one KV head (MQA), head_dim 512: block = (query i, kMqaWarps·G
+// heads), warp w holds G heads. Each staged row is read from shared memory once per warp into
+// registers and used for the G heads' scores and accumulators (attention_chunk_kernel reads it twice
+// per head: shared-memory bandwidth, not arithmetic, bounded it), and each segment is staged once per
+// 16 heads instead of 8. Per (query, head) the float operations are segment_state's, merge_step's and
+// sink_step's in the same order, so the bits equal the other shapes'; the running accumulators live
+// in shared memory ([kMqaWarps·G][D] after the staged rows) to leave registers for the G heads.
+// acc·corr is skipped when corr = 1 (x·1 = x exactly: same bits, a third fewer multiplies per row).
+constexpr int kMqaWarps = 8;
+constexpr int kMqaPl = 16;  // head_dim 512 only (the Flash shape); other head_dims take the chunk kernel
+template <int G>
+__global__ void __launch_bounds__(kMqaWarps * kWarp, 2) attention_mqa_kernel(AttentionArgs a) {
+  constexpr int PL = kMqaPl;
+  constexpr int D = PL * kWarp;
+  constexpr int HB = kMqaWarps * G;  // heads per block
+  extern __shared__ float4 stage4[];
+  __shared__ const float* ptrs[kSeg];
+  const int groups = a.heads / HB;
+  const int64_t i = blockIdx.x / groups;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * HB + wid * G;  // this warp's first head
+  const QueryRows qrows = query_rows(a, i);
+  const int64_t n_seg = segments_of(qrows);
+  float* rows = reinterpret_cast<float*>(stage4);
+  float* run = rows + kSeg * D + wid * G * D;  // this warp's running accumulators [G][D]
+  float q[G][PL], M[G], L[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const float* qp = a.q + (i * a.heads + h0 + g) * D;
+#pragma unroll
+    for (int k = 0; k < PL; ++k) {
+      q[g][k] = qp[lane + kWarp * k];
+      run[g * D + lane + kWarp * k] = 0.0f;
+    }
+    M[g] = -INFINITY;
+    L[g] = 0.0f;
+  }
+  for (int64_t seg = 0; seg < n_seg; ++seg) {  // n_seg is the same for every warp of the block
+    const int64_t j0 = seg * kSeg;
+    const int cnt = static_cast<int>(qrows.total - j0 < kSeg ? qrows.total - j0 : kSeg);
+    __syncthreads();  // every warp is done with the previous segment's rows and pointers
+    stage_segment<PL>(rows, ptrs, qrows, a.raw_cap, j0, cnt);
+    float m[G], l[G], acc[G][PL];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
+#pragma unroll
+      for (int k = 0; k < PL; ++k) acc[g][k] = 0.0f;
+    }
+    for (int r = 0; r < cnt; ++r) {  // segment_state's row steps, one row at a time (warp-uniform)
+      float rv[PL], s[G];
+#pragma unroll
+      for (int k = 0; k < PL; ++k) rv[k] = rows[r * D + lane + kWarp * k];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < PL; ++k) dot += q[g][k] * rv[k];
+        s[g] = dot;
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) s[g] = warp_sum(s[g]) * a.scale;
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float corr, p;
+        online_step(m[g], l[g], s[g], corr, p);
+        if (corr == 1.0f) {
+#pragma unroll
+          for (int k = 0; k < PL; ++k) acc[g][k] = acc[g][k] + p * rv[k];
+        } else {
+#pragma unroll
+          for (int k = 0; k < PL; ++k) acc[g][k] = acc[g][k] * corr + p * rv[k];
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float fa, fb;
+      merge_step(M[g], L[g], m[g], l[g], fa, fb);
+#pragma unroll
+      for (int k = 0; k < PL; ++k) {
+        float& x = run[g * D + lane + kWarp * k];
+        x = merged(x, fa, acc[g][k], fb);
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float f, denom;
+    sink_step(a.sinks[h0 + g], M[g], L[g], f, denom);
+    float* o = a.out + (i * a.heads + h0 + g) * D;
+#pragma unroll
+    for (int k = 0; k < PL; ++k) o[lane + kWarp * k] = run[g * D + lane + kWarp * k] * f / denom;
+  }
+}
+constexpr int kMqaHeads = 2;  // G of the launch: heads per warp (registers: 2 × (q, acc) + one row)
+constexpr size_t kMqaSmem = (static_cast<size_t>(kSeg) + kMqaWarps * kMqaHeads) * kMqaPl * kWarp * sizeof(float);
+
 // smem_ready: the 64 KiB limit is set (only D = 512 needs it; once per backend, not per call).
 template <int PL>
 void launch_segments(CudaBackend& be, const AttentionArgs& a, int W, int64_t split_segs, SegStates st, bool& smem_ready) {
@@ -302,6 +404,17 @@ void launch_segments(CudaBackend& be, const AttentionArgs& a, int W, int64_t spl
   be.launched("attention segments (chunk)");
 }
 
+// The MQA chunk shape (head_dim 512, heads a multiple of kMqaWarps·kMqaHeads); smem_ready as above.
+void launch_mqa(CudaBackend& be, const AttentionArgs& a, bool& smem_ready) {
+  if (!smem_ready) {
+    smem_ready = be.check(cudaFuncSetAttribute(attention_mqa_kernel<kMqaHeads>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(kMqaSmem)), "attention mqa smem");
+  }
+  const int64_t groups = a.heads / (kMqaWarps * kMqaHeads);
+  attention_mqa_kernel<kMqaHeads><<<static_cast<unsigned>(a.n * groups), kMqaWarps * kWarp, kMqaSmem, be.stream()>>>(a);
+  be.launched("attention segments (mqa chunk)");
+}
+
 }  // namespace
 
 bool CudaBackend::attention_segments(const AttentionArgs& a) {
@@ -324,6 +437,10 @@ bool CudaBackend::attention_segments(const AttentionArgs& a) {
       const uint64_t bytes = static_cast<uint64_t>(a.n) * a.heads * segs * (a.head_dim + 2) * sizeof(float);
       if (segs >= 2 && bytes <= kSplitScratchMax) split_segs = segs;
     }
+  }
+  if (split_segs == 0 && attn_heads_per_warp_ == kMqaHeads && pl == kMqaPl && a.heads % (kMqaWarps * kMqaHeads) == 0) {
+    launch_mqa(*this, a, attn_mqa_smem_);
+    return true;
   }
   SegStates st;
   if (split_segs > 0) {

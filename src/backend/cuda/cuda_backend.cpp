@@ -46,7 +46,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_expert_tiles(opts.expert_tiles);
   be->set_f16_segments(opts.f16_segments);
   be->set_gemm_pipelined(opts.gemm_pipelined);
-  be->set_attention_segments(opts.attention_segments, opts.attention_split_max_blocks);
+  be->set_attention_segments(opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
+  be->set_indexer_v2(opts.indexer_v2);
+  be->set_compressor_parallel(opts.compressor_parallel);
   return std::unique_ptr<Backend>(std::move(be));
 }
 

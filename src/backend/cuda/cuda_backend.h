@@ -43,6 +43,17 @@ struct CudaBackendOptions {
   // Segment order: calls of n queries with n·(heads / heads per block) ≤ this run the split shape (one
   // block per segment, then a merge), larger ones the chunk shape. Same bits either way; 0 = chunk only.
   int attention_split_max_blocks = 128;
+  // Segment order, chunk shape, head_dim 512: heads per warp (2: attention_mqa_kernel, each staged row
+  // read once per warp for two heads, 16 heads per block; 1: the chunk kernel, one head per warp, 8 per
+  // block). Same bits either way — for before/after benchmarks.
+  int attention_heads_per_warp = 2;
+  // Indexer: scores of 4 heads interleaved per row and the top-k by a radix select over keys held in
+  // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection
+  // either way (the CPU's float order per score; the top-k is a function of the scores).
+  bool indexer_v2 = true;
+  // Compressor of a prefill chunk (one session, ≥ 64 tokens): the blocks pooled in parallel
+  // (ops_compressor.cu). false: one thread block walks the tokens, as decode does. Same values.
+  bool compressor_parallel = true;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

@@ -187,10 +187,13 @@ class CudaBackend final : public Backend {
   void set_expert_tiles(bool on) { expert_tiles_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
-  void set_attention_segments(bool on, int split_max_blocks) {
+  void set_attention_segments(bool on, int split_max_blocks, int heads_per_warp) {
     attention_segments_ = on;
     attn_split_max_blocks_ = split_max_blocks;
+    attn_heads_per_warp_ = heads_per_warp;
   }
+  void set_indexer_v2(bool on) { indexer_v2_ = on; }
+  void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -206,6 +209,10 @@ class CudaBackend final : public Backend {
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set
+  int attn_heads_per_warp_ = 2;           // CudaBackendOptions::attention_heads_per_warp
+  bool attn_mqa_smem_ = false;            // the MQA chunk kernel's 96 KiB shared-memory limit is set
+  bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
+  bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

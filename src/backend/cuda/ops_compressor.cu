@@ -1,8 +1,10 @@
 // ops_compressor.cu — the KV compressor frontier update and softmax pooling (MODEL.md §7.4, §10.2).
 //
 // Tokens are sequential (a token may close a block the next one starts), so one thread block walks
-// the chunk and its threads split the row width. The count of emitted rows depends only on the
+// the chunk and its threads split the row width — for decode and batched steps; a prefill chunk of one
+// session pools its blocks in parallel (compressor_pool_chunk_kernel, the same values). The count of emitted rows depends only on the
 // positions, so the host computes it (CompressorArgs::n_out is host memory) without waiting.
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -82,6 +84,64 @@ __global__ void compressor_ring_segments_kernel(Args a) {
   one.out = sg.out;
   one.out_pos = sg.out_pos;
   compressor_ring_body(one);
+}
+
+// Prefill chunks of one session (n ≥ kPoolChunkMin, CudaBackendOptions::compressor_parallel): the rows
+// compressor_ring_body pools, one thread per (emitted block, output dimension) instead of one block
+// walking the tokens (2,048 sequential steps per call). Block B's candidates are its r tokens and
+// (overlap) block B−1's; a token of this chunk is read from kv and score + ape (the expression the walk
+// stores in the ring), an earlier one from the ring, which still holds it: a ring row is overwritten
+// only by a token ≥ `slots` later, and slots ≥ 2r (overlap) or r rows reach past every block that
+// reads it. Per output the same candidates in the same order, so the same bits as the walk.
+// Then compressor_ring_store_kernel leaves the ring as the walk does: the chunk's last `slots` tokens.
+constexpr int64_t kPoolChunkMin = 64;
+
+__device__ inline float chunk_score(const CompressorArgs& a, int64_t t, int64_t col, int64_t width) {
+  return t >= a.pos0 ? a.score[(t - a.pos0) * width + col] + a.ape[(t % a.ratio) * width + col]
+                     : a.state_score[(t % a.slots) * width + col];
+}
+__device__ inline float chunk_kv(const CompressorArgs& a, int64_t t, int64_t col, int64_t width) {
+  return t >= a.pos0 ? a.kv[(t - a.pos0) * width + col] : a.state_kv[(t % a.slots) * width + col];
+}
+
+// grid (⌈out_dim / blockDim⌉, emitted): blockIdx.y = emitted row e, block B = pos0/r + e.
+__global__ void compressor_pool_chunk_kernel(CompressorArgs a) {
+  const int64_t D = a.out_dim, r = a.ratio;
+  const int64_t width = a.overlap ? 2 * D : D;
+  const int64_t e = blockIdx.y;
+  const int64_t B = a.pos0 / r + e;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (blockIdx.x == 0 && threadIdx.x == 0) a.out_pos[e] = static_cast<int32_t>(B * r);
+  if (d >= D) return;
+  const bool has_prev = a.overlap && B > 0;
+  const int64_t cur_col = a.overlap ? D : 0, tp = (B - 1) * r, tc = B * r;
+  float mx = -INFINITY;
+  if (has_prev)
+    for (int64_t s = 0; s < r; ++s) mx = fmaxf(mx, chunk_score(a, tp + s, d, width));
+  for (int64_t s = 0; s < r; ++s) mx = fmaxf(mx, chunk_score(a, tc + s, cur_col + d, width));
+  float denom = 0, acc = 0;
+  if (has_prev)
+    for (int64_t s = 0; s < r; ++s) {
+      const float ex = expf(chunk_score(a, tp + s, d, width) - mx);
+      denom += ex;
+      acc += ex * chunk_kv(a, tp + s, d, width);
+    }
+  for (int64_t s = 0; s < r; ++s) {
+    const float ex = expf(chunk_score(a, tc + s, cur_col + d, width) - mx);
+    denom += ex;
+    acc += ex * chunk_kv(a, tc + s, cur_col + d, width);
+  }
+  a.out[e * D + d] = acc / denom;
+}
+
+// grid (⌈width / blockDim⌉, tokens): token t = first + blockIdx.y into ring row t mod slots.
+__global__ void compressor_ring_store_kernel(CompressorArgs a, int64_t first) {
+  const int64_t width = a.overlap ? 2 * static_cast<int64_t>(a.out_dim) : a.out_dim;
+  const int64_t t = first + blockIdx.y, i = t - a.pos0, row = t % a.slots;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (d >= width) return;
+  a.state_kv[row * width + d] = a.kv[i * width + d];
+  a.state_score[row * width + d] = a.score[i * width + d] + a.ape[(t % a.ratio) * width + d];
 }
 
 // Fixed frontier (backend.h without CompressorArgs::slots): `overlap ? 2·ratio : ratio` rows; with
@@ -192,6 +252,21 @@ void CudaBackend::compressor(const CompressorArgs& a) {
     return;
   }
   const int64_t emitted = (a.pos0 + a.n) / a.ratio - a.pos0 / a.ratio;
+  const bool ring_ok = a.slots >= (a.overlap ? 2 : 1) * a.ratio && a.slots % a.ratio == 0;  // else launch_compressor says why
+  if (compressor_parallel_ && ring_ok && a.n >= kPoolChunkMin && emitted <= 65535) {
+    const int64_t width = a.overlap ? 2 * static_cast<int64_t>(a.out_dim) : a.out_dim;
+    constexpr int kThreads = 128;
+    if (emitted > 0) {
+      const dim3 grid(grid_for(a.out_dim, kThreads), static_cast<unsigned>(emitted));
+      compressor_pool_chunk_kernel<<<grid, kThreads, 0, stream()>>>(a);
+      if (!launched("compressor pool (chunk)")) return;
+    }
+    const int64_t first = std::max<int64_t>(a.pos0, a.pos0 + a.n - a.slots);
+    const dim3 sgrid(grid_for(width, kThreads), static_cast<unsigned>(a.pos0 + a.n - first));
+    compressor_ring_store_kernel<<<sgrid, kThreads, 0, stream()>>>(a, first);
+    if (launched("compressor ring store (chunk)") && a.n_out) *a.n_out = emitted;
+    return;
+  }
   std::string why;
   if (!launch_compressor(a, stream(), &why)) {
     fail(invalid_argument("cuda compressor: " + why));

@@ -4,6 +4,8 @@
 // then Σ_h w_h·max(0, dot) in head order; no contraction in this build), so the selection — a discrete
 // decision — is the CPU's, not merely close to it. Selection: per query, a bitwise search for the k-th
 // largest score key, then one ordered compaction pass, which also yields the ids in ascending order.
+// CudaBackendOptions::indexer_v2 (default) takes the radix select and the 4-head score loop below;
+// false keeps the previous kernels for before/after runs (the same ids either way).
 // Scratch is sized by IndexerArgs::max_rows (a host bound); only without it does the op read the
 // per-query row counts back (one small synchronous copy).
 #include <algorithm>
@@ -62,7 +64,9 @@ __global__ void indexer_score_kernel(IndexerArgs a, float* scores, int64_t score
 constexpr int kIdxTileRows = 128;
 constexpr int kIdxTileQueries = 16;
 
-template <int HD>
+// kHeads4 (CudaBackendOptions::indexer_v2): four heads' dot products in flight together (four
+// independent chains; each is still the sequential dot over d), then added to the sum in head order.
+template <int HD, bool kHeads4>
 __global__ void __launch_bounds__(kIdxTileRows) indexer_score_tiled_kernel(IndexerArgs a, float* scores,
                                                                           int64_t score_stride) {
   extern __shared__ float sh[];  // q_i [heads][HD], then w_i [heads]
@@ -100,7 +104,25 @@ __global__ void __launch_bounds__(kIdxTileRows) indexer_score_tiled_kernel(Index
       }
     }
     float sc = 0;
-    for (int h = 0; h < a.heads; ++h) {
+    int h0 = 0;
+    if constexpr (kHeads4) {
+      for (; h0 + 4 <= a.heads; h0 += 4) {
+        const float* qh = sh + h0 * HD;
+        float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+#pragma unroll
+        for (int d = 0; d < HD; ++d) {
+          d0 += qh[d] * kr[d];
+          d1 += qh[HD + d] * kr[d];
+          d2 += qh[2 * HD + d] * kr[d];
+          d3 += qh[3 * HD + d] * kr[d];
+        }
+        sc += sh[hd + h0] * fmaxf(0.0f, d0);
+        sc += sh[hd + h0 + 1] * fmaxf(0.0f, d1);
+        sc += sh[hd + h0 + 2] * fmaxf(0.0f, d2);
+        sc += sh[hd + h0 + 3] * fmaxf(0.0f, d3);
+      }
+    }
+    for (int h = h0; h < a.heads; ++h) {
       const float* qh = sh + h * HD;
       float dot = 0;
 #pragma unroll
@@ -134,6 +156,26 @@ __device__ int block_prefix(bool flag, int* total) {
   return off + __popc(b & ((1u << lane) - 1u));
 }
 
+// Whole block: writes, in ascending id order, the rows c < nr with key > T and the first need_eq rows
+// with key = T (ties: the lowest ids) — the selection once T, the top_k-th largest key, is known.
+template <typename KeyAt>
+__device__ void compact_selected(KeyAt key_at, int nr, uint32_t T, int need_eq, int32_t* out) {
+  int written = 0, eq_seen = 0;
+  for (int base = 0; base < nr; base += blockDim.x) {
+    const int c = base + static_cast<int>(threadIdx.x);
+    const uint32_t key = c < nr ? key_at(c) : 0u;
+    const bool eq = c < nr && key == T;
+    int eq_total;
+    const int eq_rank = eq_seen + block_prefix(eq, &eq_total);
+    const bool sel = c < nr && (key > T || (eq && eq_rank < need_eq));
+    int sel_total;
+    const int pos = written + block_prefix(sel, &sel_total);
+    if (sel) out[pos] = c;
+    written += sel_total;
+    eq_seen += eq_total;
+  }
+}
+
 // One block per query: idx[i][0..count) ascending, count = min(n_rows, top_k).
 __global__ void indexer_select_kernel(IndexerArgs a, const float* scores, int64_t score_stride) {
   const int64_t i = blockIdx.x;
@@ -162,21 +204,85 @@ __global__ void indexer_select_kernel(IndexerArgs a, const float* scores, int64_
     greater += __syncthreads_count(c < nr && score_key(s[c]) > T);
   }
   const int need_eq = a.top_k - greater;  // ties at T: the lowest ids
-  int written = 0, eq_seen = 0;
-  for (int base = 0; base < nr; base += blockDim.x) {
-    const int c = base + threadIdx.x;
-    const uint32_t key = c < nr ? score_key(s[c]) : 0u;
-    const bool eq = c < nr && key == T;
-    int eq_total;
-    const int eq_rank = eq_seen + block_prefix(eq, &eq_total);
-    const bool sel = c < nr && (key > T || (eq && eq_rank < need_eq));
-    int sel_total;
-    const int pos = written + block_prefix(sel, &sel_total);
-    if (sel) out[pos] = c;
-    written += sel_total;
-    eq_seen += eq_total;
-  }
+  compact_selected([&](int c) { return score_key(s[c]); }, nr, T, need_eq, out);
   if (threadIdx.x == 0) a.count[i] = a.top_k;
+}
+
+// Radix select (CudaBackendOptions::indexer_v2): the same selection as indexer_select_kernel — T is the
+// top_k-th largest key, the rows with key > T and the lowest-id rows with key = T, ids ascending — found
+// with 4 passes of 8-bit digits (a histogram of the keys that match the digits fixed so far) instead of
+// 32 block-wide counts, over keys held in shared memory when they fit (kSelectSmemKeys: 32K context's 8,192 rows do), else read from
+// the scores each pass. One block per query; the 32K decode step selects 512 of 8,192 rows per CSA layer.
+constexpr int kSelectThreads = 1024;
+constexpr int kSelectSmemKeys = 12288;  // 48 KiB of keys (no opt-in); more rows: keys from global memory
+
+__global__ void __launch_bounds__(kSelectThreads) indexer_radix_select_kernel(IndexerArgs a, const float* scores,
+                                                                             int64_t score_stride, int smem_keys) {
+  extern __shared__ uint32_t skeys[];
+  __shared__ int hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_want;
+  const int64_t i = blockIdx.x;
+  const int32_t nr = a.n_rows[i];
+  int32_t* out = a.idx + i * a.top_k;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
+  if (nr <= a.top_k) {  // every row is visible; no scoring (as ds4)
+    for (int c = tid; c < nr; c += blockDim.x) out[c] = c;
+    if (tid == 0) a.count[i] = nr < 0 ? 0 : nr;
+    return;
+  }
+  const float* s = scores + i * score_stride;
+  const bool keys_in_smem = nr <= smem_keys;  // the block's dynamic shared memory holds smem_keys keys
+  if (keys_in_smem)
+    for (int c = tid; c < nr; c += blockDim.x) skeys[c] = score_key(s[c]);
+  auto key_at = [&](int c) { return keys_in_smem ? skeys[c] : score_key(s[c]); };
+  uint32_t prefix = 0;  // the digits of T fixed so far (bits above `shift + 8`)
+  int want = a.top_k;   // rank of T among the keys that match `prefix`
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();  // also: keys staged (first pass), s_prefix/s_want read (later passes)
+    const uint32_t hi_mask = shift == 24 ? 0u : ~0u << (shift + 8);
+    for (int base = 0; base < nr; base += blockDim.x) {  // uniform trip count: whole warps shuffle
+      const int c = base + tid;
+      const uint32_t key = c < nr ? key_at(c) : 0u;
+      const bool match = c < nr && (key & hi_mask) == prefix;
+      const int digit = match ? static_cast<int>((key >> shift) & 255u) : 256;
+      const unsigned peers = __match_any_sync(0xffffffffu, digit);  // one atomic per digit per warp
+      if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+    }
+    __syncthreads();
+    if (tid < kWarp) {  // warp 0: lane l owns digits 8l … 8l+7; find the digit holding rank `want`
+      int own = 0;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) own += hist[8 * lane + b];
+      int above = 0;  // keys whose digit is in a lane above this one
+      for (int l2 = 0; l2 < kWarp; ++l2) {  // uniform trip count (every lane shuffles)
+        const int v = __shfl_sync(0xffffffffu, own, l2);
+        if (l2 > lane) above += v;
+      }
+      const bool holds = above < want && above + own >= want;
+      const unsigned who = __ballot_sync(0xffffffffu, holds);
+      if (lane == __ffs(who) - 1) {
+        int rank = want - above;
+        int b = 7;
+        for (; b > 0; --b) {
+          const int cb = hist[8 * lane + b];
+          if (cb >= rank) break;
+          rank -= cb;
+        }
+        s_prefix = prefix | (static_cast<uint32_t>(8 * lane + b) << shift);
+        s_want = rank;
+      }
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    want = s_want;
+  }
+  // prefix = T; want = how many rows with key = T are taken (the lowest ids).
+  const uint32_t T = prefix;
+  const int need_eq = want;
+  compact_selected(key_at, nr, T, need_eq, out);
+  if (tid == 0) a.count[i] = a.top_k;
 }
 
 }  // namespace
@@ -206,17 +312,22 @@ void CudaBackend::indexer(const IndexerArgs& a) {
     }
     if (tensor_cores() && a.n >= 2 && (a.head_dim == 128 || a.head_dim == 64)) {
       const dim3 grid(grid_for(max_rows, kIdxTileRows), grid_for(a.n, kIdxTileQueries));
-      if (a.head_dim == 128)
-        indexer_score_tiled_kernel<128><<<grid, kIdxTileRows, shmem, stream()>>>(a, scores, max_rows);
-      else
-        indexer_score_tiled_kernel<64><<<grid, kIdxTileRows, shmem, stream()>>>(a, scores, max_rows);
+      auto tiled = a.head_dim == 128 ? (indexer_v2_ ? indexer_score_tiled_kernel<128, true> : indexer_score_tiled_kernel<128, false>)
+                                     : (indexer_v2_ ? indexer_score_tiled_kernel<64, true> : indexer_score_tiled_kernel<64, false>);
+      tiled<<<grid, kIdxTileRows, shmem, stream()>>>(a, scores, max_rows);
     } else {  // decode: one thread per (row, head), kIdxRows rows per block (shmem covers both layouts)
       const dim3 grid(grid_for(max_rows, kIdxRows), static_cast<unsigned>(a.n));
       indexer_score_kernel<<<grid, kIdxRows * a.heads, shmem, stream()>>>(a, scores, max_rows);
     }
     if (!launched("indexer scores")) return;
   }
-  indexer_select_kernel<<<static_cast<unsigned>(a.n), 512, 0, stream()>>>(a, scores, max_rows);
+  if (indexer_v2_) {
+    const int smem_keys = max_rows <= kSelectSmemKeys ? static_cast<int>(max_rows) : 0;
+    indexer_radix_select_kernel<<<static_cast<unsigned>(a.n), kSelectThreads, static_cast<size_t>(smem_keys) * 4,
+                                  stream()>>>(a, scores, max_rows, smem_keys);
+  } else {
+    indexer_select_kernel<<<static_cast<unsigned>(a.n), 512, 0, stream()>>>(a, scores, max_rows);
+  }
   launched("indexer select");
 }
 

@@ -24,14 +24,14 @@ if [ "${1:-}" = "--pack" ]; then
 fi
 P=$(cd "${1:?usage: gpu_prefill_profile.sh PACK_DIR [OUT_DIR]}" && pwd)
 O=${2:-${OUT:-/tmp/gpu_prefill_profile}}; mkdir -p "$O"
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}  # the repository (models/, tests/reference)
 export LD_LIBRARY_PATH="$P/lib:${LD_LIBRARY_PATH:-}"
 t0=$(date +%s)
 st() { echo "[+$(( $(date +%s) - t0 )) s] $*" | tee -a "$O/summary.txt"; }
 echo "gpu_prefill_profile: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(date -u +%F' '%H:%M' UTC')" | tee "$O/summary.txt"
 if [ "${TESTS:-1}" != 0 ]; then
   timeout 120 "$P/test_cuda_ops" --gtest_color=no \
-    --gtest_filter="${OPS_FILTER:-CudaAttention.*:CudaOps.Indexer*:CudaOps.Attention*:CudaBatchOps.*}" > "$O/ops.log" 2>&1
+    --gtest_filter="${OPS_FILTER:-CudaAttention.*:CudaOps.Indexer*:CudaOps.Attention*:CudaOps.Compressor*:CudaBatchOps.*}" > "$O/ops.log" 2>&1
   st "test_cuda_ops rc=$? $(grep -c '^PARITY.* ok$' "$O/ops.log") parity ok, $(grep -c '^PARITY.*FAIL' "$O/ops.log") failed"
   grep -E '^\[  (PASSED|FAILED)|Failure|^\[  FAILED  \] [A-Z]' "$O/ops.log" | head -n 20 | tee -a "$O/summary.txt"
   D=/tmp/gpu_prefill_data; mkdir -p "$D"
@@ -43,17 +43,17 @@ if [ "${TESTS:-1}" != 0 ]; then
   st "test_cuda_model rc=$?"
   grep -E '^\[  (PASSED|FAILED)|^\[  FAILED  \] [A-Z]' "$O/model.log" | tee -a "$O/summary.txt"
 fi
-timeout 120 "$P/cuda_prefill_bench" 2048 stages > "$O/stages.log" 2>&1; st "cuda_prefill_bench 2048 stages rc=$?"
+timeout 60 "$P/cuda_prefill_bench" 2048 stages > "$O/stages.log" 2>&1; st "cuda_prefill_bench 2048 stages rc=$?"
 grep PSTAGE "$O/stages.log" | tee -a "$O/summary.txt"
 F=/dev/shm/flash-q2-l4.gguf
 "$P/ds4-gen" --profile flash-q2 --layers 4 --zeros --tokenizer-json "$P/data/tokenizer.json" -o "$F" > "$O/gen.log" 2>&1
 st "ds4-gen 4 layers rc=$?"
-timeout 100 "$P/ds4-bench" -m "$F" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 \
+timeout 60 "$P/ds4-bench" -m "$F" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 \
   -n 32 --chunk 2048 --csv "$O/flash_q2_l4.csv" > "$O/bench.log" 2>&1; st "ds4-bench 4 layers 2K..32K rc=$?"
 cut -d, -f1-4 "$O/flash_q2_l4.csv" | tee -a "$O/summary.txt"
 if [ "${NCU:-1}" != 0 ]; then
   NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  timeout 150 "$NCUB" --clock-control none --metrics gpu__time_duration.sum --csv "$P/ds4-bench" -m "$F" --cuda \
+  timeout 60 "$NCUB" --clock-control none --metrics gpu__time_duration.sum --print-units base --csv "$P/ds4-bench" -m "$F" --cuda \
     --prompt-file "$P/data/prompt.txt" --ctx-start 4096 --ctx-max 4096 -n 2 --chunk 2048 > "$O/ncu.csv" 2> "$O/ncu.err"
   st "ncu prefill 4096 rc=$? ($(grep -c gpu__time_duration "$O/ncu.csv") kernel launches)"
 fi

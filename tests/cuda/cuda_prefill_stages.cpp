@@ -6,8 +6,9 @@
 //   indexer    64 heads × 128, scores over ctx/4 rows, top 512 (2K decode: 525 rows as cuda_bench_stages;
 //              a 2K..4K chunk: 1,024);
 //   compressor CSA kv (ratio 4, overlap, 512) and indexer kv (ratio 4, overlap, 128), HCA (ratio 128, 512).
-// Variants: "now" (defaults), "1-head" (attention_heads_per_warp = 1, indexer_v2 = false: the kernels
-// before this change), "previous" (attention_segments = false: one online softmax over all rows).
+// Variants: "now" (defaults), "before" (attention_heads_per_warp = 1, indexer_v2 = false,
+// compressor_parallel = false: the kernels before the MQA attention / radix select / parallel pooling),
+// "previous" (attention only, attention_segments = false: one online softmax over all rows).
 // Timing as cuda_prefill_bench.cpp (median of 5 repetitions after a warm-up, around a stream sync).
 // Prints "PSTAGE" lines. Deliberately not here: the GEMMs (cuda_prefill_bench.cpp), correctness (tests).
 #include <algorithm>
@@ -51,9 +52,10 @@ void bench_prefill_stages(int64_t N) {
   };
   std::vector<Variant> vars(3);
   vars[0].name = "now";
-  vars[1].name = "1-head";
+  vars[1].name = "before";
   vars[1].o.attention_heads_per_warp = 1;
   vars[1].o.indexer_v2 = false;
+  vars[1].o.compressor_parallel = false;
   vars[2].name = "previous";
   vars[2].o.attention_segments = false;
   std::vector<std::unique_ptr<Backend>> bes;
@@ -185,8 +187,13 @@ void bench_prefill_stages(int64_t N) {
       a.out = cout;
       a.out_pos = cpos;
       a.n_out = &emitted;
-      const double ms = median_ms(be, [&] { be.compressor(a); }, 3);
-      std::printf("PSTAGE compressor %-18s n=%-5lld  now %9.1f us\n", c.name, static_cast<long long>(nq), ms * 1e3);
+      std::printf("PSTAGE compressor %-18s n=%-5lld", c.name, static_cast<long long>(nq));
+      for (size_t v = 0; v < 2; ++v) {
+        Backend& b = *bes[v];
+        const double ms = median_ms(b, [&] { b.compressor(a); }, 3);
+        std::printf("  %s %9.1f us", vars[v].name, ms * 1e3);
+      }
+      std::printf("\n");
     }
   }
 }

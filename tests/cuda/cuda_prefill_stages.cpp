@@ -5,9 +5,12 @@
 //              row; 32K: 512 of 8,192, spread); HCA: 128 raw + ctx/128 compressed rows (16 or 256);
 //   indexer    64 heads × 128, scores over ctx/4 rows, top 512 (2K decode: 525 rows as cuda_bench_stages;
 //              a 2K..4K chunk: 1,024);
-//   compressor CSA kv (ratio 4, overlap, 512) and indexer kv (ratio 4, overlap, 128), HCA (ratio 128, 512).
+//   compressor CSA kv (ratio 4, overlap, 512) and indexer kv (ratio 4, overlap, 128), HCA (ratio 128, 512);
+//   F16 matmuls of a chunk (ds4 numerics): HC controls 24×16384, router 256×4096, CSA compressor kv
+//   1024×4096, indexer q 8192×1024.
 // Variants: "now" (defaults), "before" (attention_heads_per_warp = 1, indexer_v2 = false,
-// compressor_parallel = false: the kernels before the MQA attention / radix select / parallel pooling),
+// compressor_parallel = false, f16_tiles = false: the kernels before the MQA attention / radix select /
+// parallel pooling / F16 tiles),
 // "previous" (attention only, attention_segments = false: one online softmax over all rows).
 // Timing as cuda_prefill_bench.cpp (median of 5 repetitions after a warm-up, around a stream sync).
 // Prints "PSTAGE" lines. Deliberately not here: the GEMMs (cuda_prefill_bench.cpp), correctness (tests).
@@ -56,6 +59,7 @@ void bench_prefill_stages(int64_t N) {
   vars[1].o.attention_heads_per_warp = 1;
   vars[1].o.indexer_v2 = false;
   vars[1].o.compressor_parallel = false;
+  vars[1].o.f16_tiles = false;
   vars[2].name = "previous";
   vars[2].o.attention_segments = false;
   std::vector<std::unique_ptr<Backend>> bes;
@@ -153,6 +157,31 @@ void bench_prefill_stages(int64_t N) {
         }
         std::printf("\n");
       }
+    }
+  }
+  {  // F16 matmuls of a chunk (weights: small random values; the bits do not matter for speed)
+    struct F16 {
+      const char* name;
+      int64_t rows, cols;
+    };
+    float* x = frand(nq * 16384, 1.0f);
+    float* y = fbuf(nq * 8192);
+    for (F16 f : {F16{"HC 24x16384", 24, 16384}, F16{"router 256x4096", 256, 4096}, F16{"CSA kv 1024x4096", 1024, 4096},
+                  F16{"indexer q 8192x1024", 8192, 1024}}) {
+      std::vector<uint16_t> wh(static_cast<size_t>(f.rows * f.cols));
+      for (auto& h : wh) h = static_cast<uint16_t>(0x2000 + (rng() & 0x0fff));  // small positive halves
+      keep.push_back(std::move(be.alloc(wh.size() * 2, MemCategory::scratch)).value());
+      be.upload(keep.back().data(), wh.data(), wh.size() * 2);
+      Weight w{GgmlType::F16, keep.back().data(), f.rows, f.cols, static_cast<uint64_t>(f.cols) * 2};
+      std::printf("PSTAGE f16 %-20s n=%-5lld", f.name, static_cast<long long>(nq));
+      double ms_now = 0;
+      for (size_t v = 0; v < 2; ++v) {
+        Backend& b = *bes[v];
+        const double ms = median_ms(b, [&] { b.matmul({w, x, f.cols, y, f.rows, nq, MatmulNumerics::ds4}); }, 3);
+        if (v == 0) ms_now = ms;
+        std::printf("  %s %9.1f us", vars[v].name, ms * 1e3);
+      }
+      std::printf("  (now %.2f TMAC/s)\n", static_cast<double>(f.rows) * f.cols * nq / (ms_now * 1e-3) / 1e12);
     }
   }
   {  // compressors of a chunk (CSA kv, indexer kv, HCA kv) at context 2K

@@ -201,9 +201,9 @@ constexpr struct {
 
 TEST_F(CudaMatmul, F16SegmentOrderMatchesCpuAtFlashShapesEveryBatchSize) {
   // matmul_f16.cu serves every batch size: n = 1, 2 (one row per block), 5, 8, 16 (one vector group)
-  // and 40 (three groups; 4 rows per block where rows ≥ 256), strided x and y past n = 1.
+  // and 40 (three groups; 4 rows per block where rows ≥ 256), 64 (prefill tiles), strided x and y past n = 1.
   for (const auto& c : kFlashF16)
-    for (int64_t n : {1, 2, 5, 8, 16, 40})
+    for (int64_t n : {1, 2, 5, 8, 16, 40, 64})
       run(GgmlType::F16, {c.rows, c.cols, n}, MatmulNumerics::ds4, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
   // Ragged shapes: K not a multiple of the 512-value segment or of the 8-value loads (element loads),
   // one row, an odd activation stride.
@@ -215,13 +215,13 @@ TEST_F(CudaMatmul, F16SegmentOrderMatchesCpuAtFlashShapesEveryBatchSize) {
 
 TEST_F(CudaMatmul, F16RowOfATokenIsTheSameBitsInEveryBatch) {
   // Engine::step batches sessions: a vector's F16 result must be identical whether it runs alone, in a
-  // batch of 5 (one row per block), 8, or 40 (4 rows per block, three vector groups) — every launch
+  // batch of 5 (one row per block), 8 (4 rows per block), or 96 (prefill tiles) — every launch
   // shape sums in the same segment order. Also across 16-byte and element loads (odd x stride).
   std::vector<std::pair<int64_t, int64_t>> shapes;
   for (const auto& c : kFlashF16) shapes.push_back({c.rows, c.cols});
   shapes.push_back({300, 1000});
   for (auto [rows, cols] : shapes) {
-    const int64_t n = 40;
+    const int64_t n = 96;  // the prefill tile kernel (≥ 64 vectors)
     Weight w;
     auto bytes = random_weight(GgmlType::F16, rows, cols, &w);
     w.data = bytes.data();

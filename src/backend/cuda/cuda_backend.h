@@ -54,6 +54,10 @@ struct CudaBackendOptions {
   // Compressor of a prefill chunk (one session, ≥ 64 tokens): the blocks pooled in parallel
   // (ops_compressor.cu). false: one thread block walks the tokens, as decode does. Same values.
   bool compressor_parallel = true;
+  // F16 matmuls of ≥ 64 vectors (prefill: HC controls, router, compressor and indexer projections) in
+  // the segment order with weights converted once per segment and 16 segment sums reduced together
+  // (matmul_f16.cu f16_tile_kernel). false: f16_segment_kernel for every batch size. Same bits.
+  bool f16_tiles = true;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

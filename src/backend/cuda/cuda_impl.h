@@ -194,6 +194,7 @@ class CudaBackend final : public Backend {
   }
   void set_indexer_v2(bool on) { indexer_v2_ = on; }
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
+  void set_f16_tiles(bool on) { f16_tiles_ = on; }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -213,6 +214,7 @@ class CudaBackend final : public Backend {
   bool attn_mqa_smem_ = false;            // the MQA chunk kernel's 96 KiB shared-memory limit is set
   bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
+  bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

@@ -9,6 +9,8 @@
 // (16 values per lane per row) and reuses them for every vector of the block. With R = 4 each
 // activation load serves 4 rows. A 24 × 16384 HC matmul at n = 1 is 24 blocks of 32 warps: every
 // weight byte is in flight at once instead of 24 warps walking 16384 values each.
+// Prefill chunks take f16_tile_kernel: the same order with the weights converted once per segment and
+// 16 segment sums reduced together (its comment says why the bits are warp_sum's).
 // Deliberately not here: F32/BF16 and `exact` numerics (double-accumulating matvec, ops_matmul.cu),
 // the previous lane-order kernels (CudaBackendOptions::f16_segments = false keeps them selectable).
 #include <algorithm>
@@ -101,6 +103,107 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Param
   }
 }
 
+// Prefill (≥ kTileMinVecs vectors, 16-byte loads, no expert ids; CudaBackendOptions::f16_tiles): the
+// same launch shape as f16_segment_kernel<4, 8> and the same sums, with less work per product. A warp
+// converts its 4 rows' weights of the segment to float once (not once per vector), and reduces the 16
+// lane sums of 4 rows × 4 vectors together (reduce_scatter16) instead of one warp_sum each: the
+// additions are warp_sum's butterfly tree (offsets 16, 8, 4, 2, 1, each lane adding its partner's
+// value), only each lane carries the items it ends with, so every segment sum has warp_sum's bits.
+constexpr int64_t kTileMinVecs = 64;
+constexpr int kTileVecs = 4;  // vectors per reduction (× 4 rows = 16 items)
+
+// One step of the reduce-scatter: lanes with bit `o` set keep items [H, 2H) (moved to [0, H)), the
+// others [0, H); each sends the half it drops to lane ^ o and adds what it receives.
+template <int H>
+__device__ inline void reduce_scatter_step(float (&v)[16], int lane, int o) {
+  const bool hi = (lane & o) != 0;
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const float send = hi ? v[i] : v[H + i];
+    const float keep = hi ? v[H + i] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+  }
+}
+// Lane l ends with the whole-warp sum of item (l >> 1) & 15 (lanes l and l ^ 1 hold the same item).
+__device__ inline float reduce_scatter16(float (&v)[16], int lane) {
+  reduce_scatter_step<8>(v, lane, 16);
+  reduce_scatter_step<4>(v, lane, 8);
+  reduce_scatter_step<2>(v, lane, 4);
+  reduce_scatter_step<1>(v, lane, 2);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+
+__global__ void __launch_bounds__(8 * kWarp) f16_tile_kernel(F16Params p) {
+  constexpr int R = 4, kMaxWarps = 8;
+  __shared__ float part[kBlockVecs][R][kMaxWarps];  // segment sums of the current round
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t v0 = static_cast<int64_t>(blockIdx.y) * p.block_vecs;
+  const int nv = static_cast<int>(std::min<int64_t>(p.block_vecs, p.n_vec - v0));
+  const int64_t nseg = (p.cols + kF16Seg - 1) / kF16Seg;
+  float total = 0.0f;
+  for (int64_t s0 = 0; s0 < nseg; s0 += nw) {
+    const int64_t s = s0 + warp;
+    if (s < nseg) {
+      const int64_t e0 = s * kF16Seg + 8 * lane, e1 = e0 + kF16SegHalf;
+      float wf[R][16];  // f16_dev of the lane's 16 weights per row: chunk e0, then chunk e1
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        uint4 w[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        if (o0 + r < p.rows) {
+          const uint8_t* row = p.w + static_cast<uint64_t>(o0 + r) * p.row_bytes;
+          w[0] = load_w8(row, e0, p.cols, true);
+          w[1] = load_w8(row, e1, p.cols, true);
+        }
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const uint32_t q[4] = {w[c].x, w[c].y, w[c].z, w[c].w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            wf[r][8 * c + 2 * k] = f16_dev(static_cast<uint16_t>(q[k] & 0xffffu));
+            wf[r][8 * c + 2 * k + 1] = f16_dev(static_cast<uint16_t>(q[k] >> 16));
+          }
+        }
+      }
+      for (int vb = 0; vb < nv; vb += kTileVecs) {  // nv is the same for the whole block
+        float sums[16];  // item r·4 + vi: this lane's sum of row r, vector vb + vi (dot8's order)
+#pragma unroll
+        for (int vi = 0; vi < kTileVecs; ++vi) {
+          float4 xa = make_float4(0, 0, 0, 0), xb = xa, xc = xa, xd = xa;  // past nv: zeros, never stored
+          if (vb + vi < nv) {
+            const float* x = p.x + ((v0 + vb + vi) / p.x_div) * p.x_stride;
+            load_x8(x, e0, p.cols, true, xa, xb);
+            load_x8(x, e1, p.cols, true, xc, xd);
+          }
+          const float xv[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w,
+                                xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) acc += wf[r][j] * xv[j];
+            sums[r * kTileVecs + vi] = acc;
+          }
+        }
+        const float seg_sum = reduce_scatter16(sums, lane);
+        const int item = (lane >> 1) & 15, r = item / kTileVecs, v = vb + item % kTileVecs;
+        if ((lane & 1) == 0 && v < nv) part[v][r][warp] = seg_sum;
+      }
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < nv * R) {
+      const int v = threadIdx.x / R, r = threadIdx.x % R;
+      const int m = static_cast<int>(std::min<int64_t>(nw, nseg - s0));
+      for (int k = 0; k < m; ++k) total += part[v][r][k];  // segment order
+    }
+    __syncthreads();  // the next round overwrites `part`
+  }
+  if (static_cast<int>(threadIdx.x) < nv * R) {
+    const int v = threadIdx.x / R, r = threadIdx.x % R;
+    if (o0 + r < p.rows) p.y[(v0 + v) * p.y_stride + o0 + r] = total;
+  }
+}
+
 }  // namespace
 
 void CudaBackend::gemv_f16(const GemvJob& j) {
@@ -128,6 +231,12 @@ void CudaBackend::gemv_f16(const GemvJob& j) {
     return;
   }
   cudaStream_t s = stream();
+  if (f16_tiles_ && !j.ids && p.wide_loads && j.n_vec >= kTileMinVecs) {  // prefill chunks (HC controls included)
+    const int warps = static_cast<int>(std::clamp<int64_t>(nseg, 2, 8));
+    f16_tile_kernel<<<dim3(grid_for(j.w.rows, 4), static_cast<unsigned>(gy)), warps * kWarp, 0, s>>>(p);
+    launched("matmul f16 (segment order, tiles)");
+    return;
+  }
   // 4 rows per block when several vectors share the weights and there are rows enough to fill the
   // device: each activation load then serves 4 rows (router, compressor, indexer at batch sizes > 1).
   if (!j.ids && j.n_vec > 1 && j.w.rows >= 256) {

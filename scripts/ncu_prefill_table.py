@@ -13,6 +13,7 @@ Deliberately not here: running ncu (gpu_prefill_profile.sh), decode steps (the c
 """
 import collections
 import csv
+import re
 import sys
 
 
@@ -26,8 +27,8 @@ def stage(name, grid):
     if 'f16_' in name:
         return 'F16 matmul: HC controls 24x16384' if grid.startswith('(24,') or grid.startswith('(6,') else \
             'F16 matmul: router, compressor/indexer projections'
-    if any(k in name for k in ('gemm_kernel<16>', 'gemm_kernel<10>', 'gemm2_kernel<16>', 'gemm2_kernel<10>', 'moe',
-                               'experts', 'plan_tiles', 'q8_K')):
+    # grouped expert GEMMs: the IQ2_XXS (16) and Q2_K (10) instantiations of either GEMM kernel
+    if re.search(r'gemm2?_kernel<(16|10)\b', name) or any(k in name for k in ('moe', 'experts', 'plan_tiles', 'q8_K')):
         return 'routed experts (grouped int8 GEMM + glue)'
     if 'gemm' in name or 'quantize_q8_0' in name or 'swiglu' in name:
         return 'int8 GEMM: attention projections, shared expert (+ act quant)'

@@ -41,6 +41,20 @@ struct F16Params {
   bool wide_loads;             // 16-byte weight and activation loads are aligned (cols % 8 == 0, …)
 };
 
+// End of a round of segments (whole block): thread t < nv·R adds the round's segment sums of (vector
+// t / R, row t % R) to its running total, in segment order, once every warp has written `part`.
+template <int R, int kMaxWarps>
+__device__ inline void add_round(const float (&part)[kBlockVecs][R][kMaxWarps], int nv, int nw, int64_t nseg,
+                                 int64_t s0, float& total) {
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < nv * R) {
+    const int v = threadIdx.x / R, r = threadIdx.x % R;
+    const int m = static_cast<int>(std::min<int64_t>(nw, nseg - s0));
+    for (int k = 0; k < m; ++k) total += part[v][r][k];  // segment order
+  }
+  __syncthreads();  // the next round overwrites `part`
+}
+
 // R rows per block, up to kMaxWarps warps (one segment each per round).
 template <int R, int kMaxWarps>
 __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Params p) {
@@ -89,13 +103,7 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Param
         }
       }
     }
-    __syncthreads();
-    if (static_cast<int>(threadIdx.x) < nv * R) {
-      const int v = threadIdx.x / R, r = threadIdx.x % R;
-      const int m = static_cast<int>(std::min<int64_t>(nw, nseg - s0));
-      for (int k = 0; k < m; ++k) total += part[v][r][k];  // segment order
-    }
-    __syncthreads();  // the next round overwrites `part`
+    add_round<R, kMaxWarps>(part, nv, nw, nseg, s0, total);
   }
   if (static_cast<int>(threadIdx.x) < nv * R) {
     const int v = threadIdx.x / R, r = threadIdx.x % R;
@@ -190,13 +198,7 @@ __global__ void __launch_bounds__(8 * kWarp) f16_tile_kernel(F16Params p) {
         if ((lane & 1) == 0 && v < nv) part[v][r][warp] = seg_sum;
       }
     }
-    __syncthreads();
-    if (static_cast<int>(threadIdx.x) < nv * R) {
-      const int v = threadIdx.x / R, r = threadIdx.x % R;
-      const int m = static_cast<int>(std::min<int64_t>(nw, nseg - s0));
-      for (int k = 0; k < m; ++k) total += part[v][r][k];  // segment order
-    }
-    __syncthreads();  // the next round overwrites `part`
+    add_round<R, kMaxWarps>(part, nv, nw, nseg, s0, total);
   }
   if (static_cast<int>(threadIdx.x) < nv * R) {
     const int v = threadIdx.x / R, r = threadIdx.x % R;

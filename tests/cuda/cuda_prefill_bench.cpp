@@ -8,7 +8,6 @@
 // stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,29 +16,16 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "bench_median.h"
 #include "backend/cuda/cuda_backend.h"
 #include "quant/half.h"
 #include "quant/types.h"
 
 using namespace ds4;
 using namespace ds4::backend;
-using Clock = std::chrono::steady_clock;
+using ds4::test::median_seconds;
 
 namespace {
-
-double median_seconds(const std::function<void()>& body, const std::function<void()>& sync, int iters) {
-  body();
-  sync();
-  std::vector<double> t;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) body();
-    sync();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
 
 // Random blocks with small scales (finite outputs); Q2_K keeps both of its scales in range.
 std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {

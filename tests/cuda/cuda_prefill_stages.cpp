@@ -12,10 +12,9 @@
 // compressor_parallel = false, f16_tiles = false: the kernels before the MQA attention / radix select /
 // parallel pooling / F16 tiles),
 // "previous" (attention only, attention_segments = false: one online softmax over all rows).
-// Timing as cuda_prefill_bench.cpp (median of 5 repetitions after a warm-up, around a stream sync).
+// Timing: bench_median.h (median of 5 repetitions after a warm-up, around the backend's sync).
 // Prints "PSTAGE" lines. Deliberately not here: the GEMMs (cuda_prefill_bench.cpp), correctness (tests).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -24,26 +23,16 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "bench_median.h"
 
 using namespace ds4;
 using namespace ds4::backend;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
+// Milliseconds per call (bench_median.h's rule, synced on `be`).
 double median_ms(Backend& be, const std::function<void()>& body, int iters) {
-  body();
-  (void)be.sync();
-  std::vector<double> t;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) body();
-    (void)be.sync();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / iters);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
+  return 1e3 * ds4::test::median_seconds(body, [&] { (void)be.sync(); }, iters);
 }
 
 }  // namespace

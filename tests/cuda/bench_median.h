@@ -1,5 +1,5 @@
-// bench_median.h — the timing rule of the prefill benchmarks (cuda_prefill_bench.cpp and its stage lines,
-// cuda_prefill_stages.cpp; METHOD.md): one warm-up call, then the median of 5 repetitions of `iters`
+// bench_median.h — the host-timed rule of the CUDA benchmarks (cuda_bench.cpp's op lines, cuda_prefill_bench.cpp
+// and its stage lines in cuda_prefill_stages.cpp; METHOD.md): one warm-up call, then the median of 5 repetitions of `iters`
 // back-to-back calls, each timed on the host around the backend's sync. Not for decode-step timing
 // (cuda_bench_stages.cpp replays CUDA graphs with device events).
 #pragma once

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "bench_median.h"
 #include "ds4/engine.h"
 #include "quant/half.h"
 #include "quant/types.h"
@@ -27,21 +28,9 @@ using namespace ds4;
 using namespace ds4::backend;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using ds4::test::median_seconds;  // bench_median.h
 
-double median_seconds(const std::function<void()>& body, const std::function<void()>& sync, int iters) {
-  body();
-  sync();
-  std::vector<double> t;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) body();
-    sync();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
+namespace {
 
 std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   const uint64_t rb = *type_bytes(type, cols);

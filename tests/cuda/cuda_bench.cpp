@@ -49,6 +49,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
+void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
@@ -189,13 +190,24 @@ int main(int argc, char** argv) {
       std::printf("BENCH ceiling d2d-copy %.0f GB/s (read+write of 2 GiB in %.3f ms)\n", ceiling, s * 1e3);
     }
   }
-  {  // Per-stage decode breakdown, general kernels first (the first version), then the decode kernels.
+  {  // Dense Q8_0 matmuls on gemv_mma.cu against the previous kernels; per-stage decode breakdown: general
+     // kernels (the first version), gemv_mma.cu on every shape it takes, then the default dispatch.
+    cuda::CudaBackendOptions ao, po;
+    ao.gemv_mma = cuda::GemvMma::always;
+    po.gemv_mma = cuda::GemvMma::off;
+    auto mma = cuda::make_cuda_backend(ao);
+    auto prev = cuda::make_cuda_backend(po);
+    if (mma.ok()) bench_gemv_ops(**mma, prev.ok() ? prev->get() : nullptr, ceiling);
     cuda::CudaBackendOptions go;
     go.decode_kernels = false;
     auto general = cuda::make_cuda_backend(go);
     if (general.ok()) {
       std::printf("BENCH stage --- general kernels (decode_kernels = false) ---\n");
       bench_decode_stages(**general, ceiling);
+    }
+    if (mma.ok()) {
+      std::printf("BENCH stage --- every supported Q8_0 matvec on gemv_mma.cu (gemv_mma = always) ---\n");
+      bench_decode_stages(**mma, ceiling);
     }
     std::printf("BENCH stage --- decode kernels ---\n");
     bench_decode_stages(*be, ceiling);

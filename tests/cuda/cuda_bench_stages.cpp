@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -467,4 +468,44 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
               "launch gaps %.0f us; %.2f GB read, roofline %.0f us (%.0f tok/s): graph at %.1f%% of it\n",
               tok_host, 1e6 / tok_host, tok_graph, 1e6 / tok_graph, tok_host - tok_graph, tok_bytes / 1e9, roof_us,
               1e6 / roof_us, 100.0 * roof_us / tok_graph);
+}
+
+// Dense Q8_0 matmuls of the Flash decode at n = 1, 8, 32, 64 vectors (issues 5 and 8): graph µs per call
+// (activation quantization included, as the forward pass calls it) and GB/s of weights, on `be` (a
+// backend with CudaBackendOptions::gemv_mma = always) and on `prev` (gemv_mma = off: the previous
+// decode / skinny / GEMM kernels), for the before/after table of docs/PERF.md.
+void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs) {
+  struct Mm {
+    const char* name;
+    int64_t rows, cols;
+  };
+  const Mm shapes[] = {{"q_a 1024x4096", 1024, 4096},       {"q_b 32768x1024", 32768, 1024},
+                       {"kv 512x4096", 512, 4096},          {"out_a group 1024x4096", 1024, 4096},
+                       {"out_b 4096x8192", 4096, 8192},     {"shared gate/up 2048x4096", 2048, 4096},
+                       {"shared down 4096x2048", 4096, 2048}, {"head 129280x4096", 129280, 4096}};
+  StageBench now(be);
+  std::unique_ptr<StageBench> before = prev ? std::make_unique<StageBench>(*prev) : nullptr;
+  const int64_t n_max = 64;
+  float* x_now = now.buf(n_max * 8192);
+  float* y_now = now.buf(n_max * 129280);
+  float* x_prev = before ? before->buf(n_max * 8192) : nullptr;
+  float* y_prev = before ? before->buf(n_max * 129280) : nullptr;
+  for (const Mm& m : shapes) {
+    const Weight w = now.weight(GgmlType::Q8_0, m.rows, m.cols);
+    const Weight pw = before ? before->weight(GgmlType::Q8_0, m.rows, m.cols) : Weight{};
+    const double bytes = static_cast<double>(w.row_bytes) * m.rows;
+    for (int64_t n : {1, 8, 32, 64}) {
+      const StageTime t = now.time([&] { be.matmul({w, x_now, m.cols, y_now, m.rows, n, MatmulNumerics::ds4}); }, 20);
+      const double gbs = bytes / (t.graph_us * 1e-6) / 1e9;
+      std::printf("BENCH op gemv q8_0 %-26s n=%-2lld mma %8.2f us %6.0f GB/s %5.1f%%", m.name, static_cast<long long>(n),
+                  t.graph_us, gbs, 100.0 * gbs / ceiling_gbs);
+      if (before) {
+        const StageTime p = before->time(
+            [&] { prev->matmul({pw, x_prev, m.cols, y_prev, m.rows, n, MatmulNumerics::ds4}); }, 20);
+        std::printf("  previous %8.2f us %6.0f GB/s  (%.2fx)", p.graph_us, bytes / (p.graph_us * 1e-6) / 1e9,
+                    p.graph_us / t.graph_us);
+      }
+      std::printf("\n");
+    }
+  }
 }

@@ -50,6 +50,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_indexer_v2(opts.indexer_v2);
   be->set_compressor_parallel(opts.compressor_parallel);
   be->set_f16_tiles(opts.f16_tiles);
+  be->set_gemv_mma(opts.gemv_mma);
   return std::unique_ptr<Backend>(std::move(be));
 }
 

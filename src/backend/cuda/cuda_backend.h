@@ -14,6 +14,9 @@
 
 namespace ds4::backend::cuda {
 
+// Where CudaBackendOptions::gemv_mma sends dense Q8_0 matmuls of 1..64 vectors.
+enum class GemvMma { off, wins, always };
+
 struct CudaBackendOptions {
   int device = 0;            // CUDA device ordinal
   // Prefill kernels: int8 tensor-core GEMM for batches and grouped experts (ops_gemm.cu) and chunk
@@ -35,6 +38,12 @@ struct CudaBackendOptions {
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits
   // do not depend on its batch; the two orders differ from each other in the last bits.
   bool f16_segments = true;
+  // Dense Q8_0 matmuls of 1..64 vectors (ds4 numerics) on gemv_mma.cu: 8-row warp tiles streamed through
+  // a cp.async ring, block sums on int8 tensor cores, block terms added in the CPU's order (same bits as
+  // every other path). wins: only where the H200 measured it faster than the previous kernels
+  // (gemv_mma_wins in gemv_mma.cu); always: every shape it supports (tests, benchmarks); off: the
+  // previous decode / skinny / GEMM kernels (before/after runs). Only with decode_kernels.
+  GemvMma gemv_mma = GemvMma::wins;
   // Attention (with tensor_cores) in the segment order of src/backend/cuda/README.md, for every batch
   // size (attention_segments.cu). false: the previous kernel (one online softmax over all rows per
   // head, 8 heads per block; heads not a multiple of 8 take attention_decode.cu) — for before/after

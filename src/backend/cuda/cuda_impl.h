@@ -38,6 +38,9 @@ inline constexpr int64_t kSkinnyMaxMacs = int64_t{1} << 28;
 // keep the grouped tensor-core GEMM. H200, 256 Flash experts, random routing (docs/PERF.md): the
 // grouped GEMM took 2.5 ms at 32 tokens and 3.6 ms at 64, near 10 % of the copy bandwidth.
 inline constexpr int64_t kTileMaxTokens = 64;
+// Dense Q8_0 matmuls of 1..kMmaMaxVec vectors run on gemv_mma.cu (int8 MMA block sums, cp.async weight
+// ring, CPU block order) when gemv_mma_supports() says the shape fits.
+inline constexpr int64_t kMmaMaxVec = 64;
 
 // One grow-only device scratch area (freed and reallocated larger when an op needs more).
 struct DeviceScratch {
@@ -83,6 +86,12 @@ struct GemvJob {
 // 256-value stages, dense with n_vec ≥ kGemmMinVectors or grouped by expert; F16 dense with n_vec ≥
 // kGemmMinVectors on the CUDA cores). The one dispatch point is gemv().
 bool gemm_supports(const GemvJob& j);
+// Whether gemv_mma.cu handles `j`: Q8_0 under ds4 numerics, dense (no ids, x_div 1), 1 ≤ n_vec ≤
+// kMmaMaxVec, a whole number of 8-block (272-byte) chunks per row, 16-byte aligned rows.
+bool gemv_mma_supports(const GemvJob& j);
+// Whether a supported job is one where gemv_mma.cu measured faster than the previous kernels
+// (CudaBackendOptions::gemv_mma = wins).
+bool gemv_mma_wins(const GemvJob& j);
 
 // Driver virtual-memory entry points (cuda_region.cpp loads them; types only from cuda.h, no libcuda link).
 struct VmmApi {
@@ -158,6 +167,9 @@ class CudaBackend final : public Backend {
   // Skinny paths (gemv_skinny.cu), n ≤ kSkinnyMaxVec: false when the job is not theirs (nothing launched).
   // gemv_skinny: a dense quantized ds4 job on activations already quantized (act: [rows][act_stride]).
   bool gemv_skinny(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
+  // gemv_mma.cu: a job gemv_mma_supports() accepts, on activations already quantized (Q8_0 act rows
+  // [n_vec][act_stride]); false (nothing launched) otherwise.
+  bool gemv_mma(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
   // moe_skinny: routed experts grouped by expert on the device; writes y [n·k][dim] (one row per
   // (token, slot) pair with a valid id) for moe()'s slot sum.
   bool moe_skinny(const MoeArgs& a, float* h, float* y);
@@ -187,6 +199,7 @@ class CudaBackend final : public Backend {
   void set_expert_tiles(bool on) { expert_tiles_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
+  void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_attention_segments(bool on, int split_max_blocks, int heads_per_warp) {
     attention_segments_ = on;
     attn_split_max_blocks_ = split_max_blocks;
@@ -207,6 +220,9 @@ class CudaBackend final : public Backend {
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
+  GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma
+  int sm_count_ = 0;                      // multiprocessors (read on first use)
+  int mma_per_sm_[4] = {};                // gemv_mma.cu: resident blocks per SM of each instantiation
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

@@ -33,6 +33,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/mma_s8.cuh"
 #include "quant/blocks.h"
 #include "quant/iq2xxs_tables.h"
 
@@ -83,16 +84,6 @@ __device__ inline uint32_t ld32_u16(const uint8_t* p) {
 
 // Byte i of the result is 1 where bit i of the 4-bit `bits` is set (the shifted copies do not overlap).
 __device__ inline uint32_t byte_bits4(uint32_t bits) { return (bits * 0x00204081u) & 0x01010101u; }
-
-__device__ inline void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// |v| < 2^22: exact int→float with an add and a subtract (the I2F unit is slow on sm_90).
-__device__ inline float small_i2f(int v) { return __int_as_float(v + 0x4B400000) - 12582912.0f; }
 
 // One weight block's share of a stage: the 32 values of sub-block sb (0 … 7) of tile row r, decoded to
 // int8 into a[r][32·sb …] (pitch kLd), with the block's scales into ad / aux (layout of Smem). `blk` is
@@ -435,7 +426,6 @@ __device__ inline unsigned smem_addr(const void* p) { return static_cast<unsigne
 __device__ inline void cp_async16(void* dst, const void* src, int n) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n) : "memory");
 }
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // Chunk k of the window of bytes [at, at + len) into dst (a raw buffer row, 16-byte aligned).

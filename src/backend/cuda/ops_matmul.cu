@@ -228,9 +228,13 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  // gemv_mma.cu: dense Q8_0 rows of 1..kMmaMaxVec vectors (int8 MMA block sums, the block terms added
+  // in the CPU's block order: same bits as every path below), where it measured faster.
+  const bool mma = decode_kernels_ && gemv_mma_ != GemvMma::off && gemv_mma_supports(j) &&
+                   (gemv_mma_ == GemvMma::always || gemv_mma_wins(j));
   // gemv_decode.cu: quantized rows of ≤ kDecodeMaxVec vectors, activation quantization fused, the
   // per-block terms added in the CPU's block order as in the kernels below (same bits at any batch).
-  if (decode_kernels_ && j.n_vec <= kDecodeMaxVec && gemv_decode(j)) return;
+  if (!mma && decode_kernels_ && j.n_vec <= kDecodeMaxVec && gemv_decode(j)) return;
   GemvParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;
@@ -255,6 +259,7 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
     p.act_stride = quantize_act(T, j.x, j.x_stride, act_rows, j.w.cols, act_scratch);
     if (p.act_stride == 0) return;
     p.act = static_cast<const uint8_t*>(act_scratch.ptr);
+    if (mma && gemv_mma(j, p.act, p.act_stride)) return;
     // gemv_skinny.cu: 5..kSkinnyMaxVec dense vectors, each weight row read once for all of them, the
     // block terms added in the CPU's block order (same bits as every other path).
     if (decode_kernels_ && !j.ids && j.n_vec <= kSkinnyMaxVec && gemv_skinny(j, p.act, p.act_stride)) return;

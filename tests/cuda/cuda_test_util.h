@@ -66,6 +66,30 @@ class CudaOpsTest : public ::testing::Test {
     return g;
   }
 
+  // A random `type` matrix on the device with n random activation rows (host and device copies), for
+  // tests that multiply it by slices of the vectors (matmul_slice).
+  struct DeviceMatmul {
+    backend::Weight w, gw;       // host view (into `bytes`) and device copy
+    std::vector<uint8_t> bytes;
+    std::vector<float> x;        // [n][cols]
+    float* gx = nullptr;
+  };
+  DeviceMatmul device_matmul(GgmlType type, int64_t rows, int64_t cols, int64_t n) {
+    DeviceMatmul m;
+    m.bytes = random_weight(type, rows, cols, &m.w);
+    m.w.data = m.bytes.data();
+    m.gw = gpu_weight(m.w, m.w.row_bytes * rows);
+    m.x = randn(static_cast<size_t>(n * cols));
+    m.gx = dev(m.x);
+    return m;
+  }
+  // W·x for vectors first … first + count − 1 on gpu_ (ds4 numerics), copied back: [count][rows].
+  std::vector<float> matmul_slice(const DeviceMatmul& m, int64_t first, int64_t count) {
+    float* y = poisoned(static_cast<size_t>(count * m.w.rows));
+    gpu_->matmul({m.gw, m.gx + first * m.w.cols, m.w.cols, y, m.w.rows, count, backend::MatmulNumerics::ds4});
+    return host(y, static_cast<size_t>(count * m.w.rows));
+  }
+
   std::vector<float> randn(size_t n, float scale = 1.0f) {
     std::normal_distribution<float> d(0.0f, scale);
     std::vector<float> v(n);

@@ -111,21 +111,12 @@ TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKer
   auto& old = *made;
   for (int64_t cols : {int64_t{4096}, int64_t{8192}, int64_t{1024}}) {
     const int64_t rows = 1001, n_max = 64;
-    Weight w;
-    auto bytes = random_weight(GgmlType::Q8_0, rows, cols, &w);
-    w.data = bytes.data();
-    Weight gw = gpu_weight(w, w.row_bytes * rows);
-    auto x = randn(static_cast<size_t>(n_max * cols));
-    float* gx = dev(x);
-    auto call = [&](int64_t first, int64_t n) {
-      float* y = poisoned(static_cast<size_t>(n * rows));
-      gpu_->matmul({gw, gx + first * cols, cols, y, rows, n, MatmulNumerics::ds4});
-      return host(y, static_cast<size_t>(n * rows));
-    };
-    const auto all64 = call(0, 64), all40 = call(0, 40);
+    const auto m = device_matmul(GgmlType::Q8_0, rows, cols, n_max);
+    const auto& x = m.x;
+    const auto all64 = matmul_slice(m, 0, 64), all40 = matmul_slice(m, 0, 40);
     // The previous kernels on their own backend: decode (n = 1) and skinny / GEMM (n = 40).
-    Weight ow = w;
-    ow.data = *old->map_weight(w.data, bytes.size());
+    Weight ow = m.w;
+    ow.data = *old->map_weight(m.w.data, m.bytes.size());
     auto ox = old->alloc(x.size() * 4, MemCategory::scratch);
     auto oy = old->alloc(static_cast<uint64_t>(40 * rows) * 4, MemCategory::scratch);
     ASSERT_TRUE(ox.ok() && oy.ok());
@@ -135,7 +126,7 @@ TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKer
     old->download(old40.data(), oy->data(), old40.size() * 4);
     ASSERT_TRUE(old->sync().ok());
     for (int64_t v : {int64_t{0}, int64_t{17}, int64_t{39}}) {
-      const auto one = call(v, 1);
+      const auto one = matmul_slice(m, v, 1);
       old->matmul({ow, ox->f32() + v * cols, cols, oy->f32(), rows, 1, MatmulNumerics::ds4});
       std::vector<float> old1(static_cast<size_t>(rows));
       old->download(old1.data(), oy->data(), old1.size() * 4);

@@ -222,25 +222,16 @@ TEST_F(CudaMatmul, F16RowOfATokenIsTheSameBitsInEveryBatch) {
   shapes.push_back({300, 1000});
   for (auto [rows, cols] : shapes) {
     const int64_t n = 96;  // the prefill tile kernel (≥ 64 vectors)
-    Weight w;
-    auto bytes = random_weight(GgmlType::F16, rows, cols, &w);
-    w.data = bytes.data();
-    Weight gw = gpu_weight(w, w.row_bytes * rows);
-    auto x = randn(static_cast<size_t>(n * cols));
-    float* gx = dev(x);
-    auto batch = [&](int64_t first, int64_t count) {
-      float* y = poisoned(static_cast<size_t>(count * rows));
-      gpu_->matmul({gw, gx + first * cols, cols, y, rows, count, MatmulNumerics::ds4});
-      return host(y, static_cast<size_t>(count * rows));
-    };
+    const auto m = device_matmul(GgmlType::F16, rows, cols, n);
+    auto batch = [&](int64_t first, int64_t count) { return matmul_slice(m, first, count); };
     const auto all = batch(0, n);
     const auto five = batch(15, 5);   // vectors 15 … 19
     const auto eight = batch(32, 8);  // vectors 32 … 39
     // Vector 17 alone with an odd activation stride: element loads instead of 16-byte loads.
     std::vector<float> x17(static_cast<size_t>(cols + 1));
-    std::copy(x.begin() + 17 * cols, x.begin() + 18 * cols, x17.begin() + 1);
+    std::copy(m.x.begin() + 17 * cols, m.x.begin() + 18 * cols, x17.begin() + 1);
     float* odd = poisoned(static_cast<size_t>(rows));
-    gpu_->matmul({gw, dev(x17) + 1, cols + 1, odd, rows, 1, MatmulNumerics::ds4});
+    gpu_->matmul({m.gw, dev(x17) + 1, cols + 1, odd, rows, 1, MatmulNumerics::ds4});
     const auto got_odd = host(odd, static_cast<size_t>(rows));
     for (int64_t v : {int64_t{0}, int64_t{17}, int64_t{39}}) {
       const auto one = batch(v, 1);

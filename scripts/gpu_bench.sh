@@ -5,7 +5,7 @@
 # and on the trained tiny-chat model. Builds nothing; plot the CSVs afterwards with scripts/plot_bench.sh.
 #
 #   here:   scripts/gpu_bench.sh --pack BUILD_DIR PACK_DIR     (BUILD_DIR configured with -DDS4_CUDA=ON)
-#   there:  scripts/gpu_bench.sh PACK_DIR [OUT_DIR]            (env LAYERS=4, CTX_MAX=8192, GEN=64)
+#   there:  scripts/gpu_bench.sh PACK_DIR [OUT_DIR]            (env LAYERS=4, CTX_MAX=8192, GEN=64, BENCH_FLAGS="--cuda-graphs")
 set -u
 if [ "${1:-}" = "--pack" ]; then
   . "$(dirname "$0")/gpu_pack_common.sh"
@@ -26,7 +26,7 @@ echo "gpu_bench: commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null), $(
 . "$ROOT/scripts/gpu_pack_common.sh"
 F=$(flash_gen "$P/ds4-gen" "$LAYERS" "$P/data/tokenizer.json" 2> "$O/gen.log")
 echo "model $F (ROUTING=${ROUTING:-distinct})" | tee -a "$O/summary.txt"
-"$P/ds4-bench" -m "$F" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 --ctx-max "$CTX_MAX" --step-incr 2048 \
+"$P/ds4-bench" -m "$F" --cuda ${BENCH_FLAGS:-} --prompt-file "$P/data/prompt.txt" --ctx-start 2048 --ctx-max "$CTX_MAX" --step-incr 2048 \
   -n "$GEN" --csv "$O/flash_q2_l$LAYERS.csv" > "$O/flash.log" 2>&1; echo "flash-q2 $LAYERS layers rc=$?" | tee -a "$O/summary.txt"
 "$P/ds4-bench" -m "$ROOT/models/ds4-tiny-chat.gguf" --cuda --prompt-file "$P/data/prompt.txt" --ctx-start 2048 \
   --ctx-max "$CTX_MAX" --step-incr 2048 -n "$GEN" --csv "$O/tiny_chat_cuda.csv" > "$O/tiny.log" 2>&1; echo "tiny-chat rc=$?" | tee -a "$O/summary.txt"

@@ -38,7 +38,7 @@ rm -f /dev/shm/flash-q2-l4-*.gguf
 F=$(flash_gen "$P/bench/ds4-gen" 43 "$P/bench/data/tokenizer.json" 2> /dev/null)
 echo "43-layer file $F (ROUTING=${ROUTING:-distinct}) at $(( $(date +%s) - t0 )) s"
 mkdir -p "$O/bench43"
-LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-bench" -m "$F" --cuda --chunk 2048 \
+LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-bench" -m "$F" --cuda ${BENCH_FLAGS:-} --chunk 2048 \
   --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
   --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
 echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"

@@ -54,6 +54,10 @@ struct EngineOptions {
   // Shared-expert SwiGLU clamp (MODEL.md §8 step 6): on for ds4/official; HF revision B omits it,
   // so golden comparisons against that revision turn it off.
   bool shared_expert_clamp = true;
+  // Decode steps replayed as CUDA graphs (model::ForwardOptions::graphs): a step that emits no
+  // compressed row is recorded once per shape and replayed, ~1,800 host launches per token becoming one.
+  // Same bits as off. On the CPU backend only the step inputs' layout changes (tests use that).
+  bool cuda_graphs = false;
 };
 
 // Read-only facts about the loaded model, for logs, /v1/models and the planner.

@@ -410,6 +410,27 @@ class Backend {
   virtual void fill_f32(float* dst, float value, int64_t count) = 0;
   virtual Status sync() = 0;  // waits for queued work; reports asynchronous failures
 
+  // ---- step graphs (optional; CUDA graphs on the CUDA backend) ----
+  // A caller brackets a run of ops whose every argument (sizes, pointers, host bounds) is determined by
+  // `key` — per-step values travel through device memory the ops read (step inputs uploaded before
+  // graph_begin), never by value — so the recorded work can be replayed for any later run with that key:
+  //   switch (be.graph_begin(key)) { replayed: skip the ops; recording / eager: enqueue them, then
+  //   if (!be.graph_end()) enqueue them again (the recording was discarded before anything ran) }
+  // No transfers from or to host memory, syncs or host reads of device data between the two calls.
+  // Errors of a recorded run are reported by sync(), as for eager ops. The default records nothing.
+  enum class GraphMode { eager, recording, replayed };
+  virtual GraphMode graph_begin(std::span<const int64_t> key) {
+    (void)key;
+    return GraphMode::eager;
+  }
+  // After graph_begin returned recording or eager: ends the recording, then instantiates, caches and
+  // launches the graph. True when the ops ran or were launched; false when the recording was discarded
+  // (something in it cannot be recorded, e.g. scratch had to grow): then nothing of it ran.
+  virtual bool graph_end() { return true; }
+  // After graph_begin returned recording or eager, when the caller stopped enqueueing half-way (an
+  // error): a recording is discarded unlaunched (its key is not recorded again); eager ops already ran.
+  virtual void graph_cancel() {}
+
   // ---- ops (all take a batch of n tokens) ----
   virtual void matmul(const MatmulArgs& a) = 0;
   virtual void rms_norm(const RmsNormArgs& a) = 0;

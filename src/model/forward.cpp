@@ -86,7 +86,7 @@ Status Forward::alloc_scratch() {
     ratio_slot_[l] = static_cast<int>(it - ratios_.begin());
     if (it == ratios_.end()) ratios_.push_back(r);
   }
-  const uint64_t in_bytes = step_input_bytes(C, C);
+  const uint64_t in_bytes = step_input_bytes(C, C > 1 ? C : 0);  // tables need room only past one column
   host_in_.resize(in_bytes);
   DS4_ASSIGN_OR_RETURN(in_, be_.alloc(in_bytes, MemCategory::scratch));
   off_.reserve(static_cast<size_t>(C));
@@ -99,7 +99,7 @@ uint64_t Forward::planned_scratch_bytes(const modelspec::ModelConfig& cfg, int64
   for (const auto& p : plan)
     if (p.has_compressor && std::find(ratios.begin(), ratios.end(), int64_t{p.compress_ratio}) == ratios.end())
       ratios.push_back(p.compress_ratio);
-  // step_input_bytes(C, C) for that count of distinct compression ratios and layers.
+  // step_input_bytes(C, C > 1 ? C : 0) for that count of distinct compression ratios and layers.
   const uint64_t C = static_cast<uint64_t>(max_chunk);
   const uint64_t ints = C * (2 + ratios.size()) * sizeof(int32_t);
   uint64_t in = (ints + 7) / 8 * 8;
@@ -184,7 +184,8 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) 
   a.overlap = p.kind == modelspec::AttentionKind::csa;  // two-series pooling (CSA, ratio 4)
   a.slots = static_cast<int32_t>(segs[0].kv->layers()[l].slots);
   int64_t emitted_one = 0;
-  if (segs.size() == 1) {
+  const bool plain = !use_tables(segs.size());  // one session, its frontier and rows by value
+  if (plain) {
     const Segment& sg = segs[0];
     LayerKv& k = sg.kv->layers()[l];
     a.n = static_cast<int64_t>(sg.tokens.size());
@@ -207,7 +208,7 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) 
     LayerKv& k = sg.kv->layers()[l];
     const int64_t first = sg.pos0 / r, after = (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / r;
     const int64_t emitted = after - first;  // rows [first, after) were emitted now
-    if (segs.size() == 1 && emitted_one != emitted)
+    if (plain && emitted_one != emitted)
       return internal_error("forward: compressor emitted an unexpected row count");
     if (emitted == 0) continue;
     // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation
@@ -302,9 +303,11 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   const int32_t* comp_count = ccount;
   const int32_t* comp_idx = nullptr;
   int64_t comp_bound = 0;  // a host bound of the uploaded counts ((t + 1) / ratio): nothing is read back
-  if (p.has_compressor)
+  if (p.has_compressor) {
     for (const Segment& sg : segs)
       comp_bound = std::max<int64_t>(comp_bound, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio);
+    comp_bound = row_bound(comp_bound);  // bucketed with graphs: the bound is part of the step's key
+  }
   if (any_select) {
     const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
     backend::IndexerArgs ia;
@@ -415,9 +418,10 @@ void Forward::head(const float* X, int64_t count) {
 }
 
 // The head runs once for the columns that want logits (each segment's last column, or all of a segment's
-// columns with all_logits), gathered into x2_ (free after the last layer) unless they are contiguous.
-void Forward::logits_to_host(std::span<const Segment> segs) {
-  const int64_t HCD = cfg_.hc_dim(), V = cfg_.n_vocab;
+// columns with all_logits), gathered into x2_ (free after the last layer) unless they are contiguous;
+// logits_download then copies each segment's rows of logits_ to its host destination.
+void Forward::logits_head(std::span<const Segment> segs) {
+  const int64_t HCD = cfg_.hc_dim();
   auto rows_of = [](const Segment& s) { return s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1; };
   int64_t count = 0;
   for (const Segment& s : segs) count += rows_of(s);
@@ -435,6 +439,11 @@ void Forward::logits_to_host(std::span<const Segment> segs) {
     X = x2_.f32();
   }
   head(X, count);
+}
+
+void Forward::logits_download(std::span<const Segment> segs) {
+  const int64_t V = cfg_.n_vocab;
+  auto rows_of = [](const Segment& s) { return s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1; };
   int64_t j = 0;
   for (const Segment& s : segs) {
     const int64_t rows = rows_of(s);
@@ -443,16 +452,17 @@ void Forward::logits_to_host(std::span<const Segment> segs) {
   }
 }
 
+// segments = 0: no tables (one session, state by value); otherwise tables for that many sessions.
 uint64_t Forward::step_input_bytes(int64_t n, int64_t segments) const {
   const uint64_t ints = static_cast<uint64_t>(n) * (2 + ratios_.size()) * sizeof(int32_t);
   const uint64_t padded = (ints + 7) / 8 * 8;
-  if (segments <= 1) return padded;
+  if (segments <= 0) return padded;
   return padded + static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*) +
          static_cast<uint64_t>(plan_.size() * 2 * segments) * sizeof(backend::CompressorSegment);
 }
 
 void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
-  const bool tables = segs.size() > 1;
+  const bool tables = use_tables(segs.size());
   auto* ints = reinterpret_cast<int32_t*>(host_in_.data());
   int32_t* tok = ints;
   int32_t* pos = ints + n;
@@ -505,7 +515,7 @@ void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
         }
       }
   }
-  be_.upload(in_.data(), host_in_.data(), step_input_bytes(n, static_cast<int64_t>(S)));
+  be_.upload(in_.data(), host_in_.data(), step_input_bytes(n, tables ? static_cast<int64_t>(S) : 0));
   comp_seg_ = tables ? reinterpret_cast<const backend::CompressorSegment*>(dev + seg_off) : nullptr;
   tok_ = reinterpret_cast<const int32_t*>(dev);
   pos_ = tok_ + n;
@@ -570,15 +580,20 @@ Status Forward::eval_batch(std::span<const Segment> segs) {
     n += static_cast<int64_t>(sg.tokens.size());
   }
   upload_step_inputs(segs, n);
+  DS4_RETURN_IF_ERROR(graph_step_key(segs, n) ? run_step_graphed(segs, n) : run_step(segs, n));
+  logits_download(segs);
+  return be_.sync();
+}
 
+Status Forward::run_step(std::span<const Segment> segs, int64_t n) {
   be_.embed({w_.token_embd, tok_, n, static_cast<int32_t>(cfg_.n_hc), x_.f32()});
   for (size_t l = 0; l < plan_.size(); ++l) {
     Status st = attention_layer(l, segs, n);
     if (!st.ok()) return st.with_context("layer " + std::to_string(l));
     ffn_layer(l, n);
   }
-  logits_to_host(segs);
-  return be_.sync();
+  logits_head(segs);
+  return Status::Ok();
 }
 
 }  // namespace ds4::model

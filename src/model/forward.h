@@ -45,7 +45,16 @@ struct ForwardNumerics {
 struct ForwardOptions {
   int64_t max_chunk = 64;  // tokens per eval call; scratch and the raw ring are sized for it
   ForwardNumerics numerics;
+  // Steps that emit no compressed row run as recorded backend graphs (Backend::graph_begin; CUDA
+  // graphs), keyed by forward_graph.cpp's step key. Every step then reads its session state through
+  // the per-column device tables (as several sessions do) and the attention / indexer host bounds are
+  // rounded up to kGraphRowBucket rows. Same bits as off. Needs max_chunk > 1 (the tables' room).
+  bool graphs = false;
 };
+
+// Host bounds of compressed rows (AttentionArgs::max_comp, IndexerArgs::max_rows) are rounded up to a
+// multiple of this with ForwardOptions::graphs, so one recorded step serves this many rows of growth.
+inline constexpr int64_t kGraphRowBucket = 128;
 
 // One session's share of a step: tokens at positions pos0 … pos0+n−1 appended to *kv.
 struct Segment {
@@ -99,7 +108,13 @@ class Forward {
   void compressor_proj(size_t l, int64_t n, bool indexer);
   void ffn_layer(size_t l, int64_t n);
   void head(const float* X, int64_t count);
-  void logits_to_host(std::span<const Segment> segs);
+  void logits_head(std::span<const Segment> segs);
+  void logits_download(std::span<const Segment> segs);
+  Status run_step(std::span<const Segment> segs, int64_t n);            // embed, layers, head (no transfers)
+  bool graph_step_key(std::span<const Segment> segs, int64_t n);        // forward_graph.cpp
+  Status run_step_graphed(std::span<const Segment> segs, int64_t n);    // forward_graph.cpp
+  bool use_tables(size_t segments) const { return segments > 1 || (opts_.graphs && opts_.max_chunk > 1); }
+  int64_t row_bound(int64_t rows) const;                                // forward_graph.cpp
   void mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n);
 
   backend::Backend& be_;
@@ -151,6 +166,7 @@ class Forward {
   const float* const* tables_ = nullptr;  // [L][3][n] or null (one session)
   const backend::CompressorSegment* comp_seg_ = nullptr;  // [L][2][S] or null (one session)
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
+  std::vector<int64_t> graph_key_;  // the step's graph key (forward_graph.cpp; capacity kept across steps)
 };
 
 }  // namespace ds4::model

@@ -90,6 +90,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
   fo.numerics = opts.numerics == Numerics::reference ? model::ForwardNumerics::reference()
                                                       : model::ForwardNumerics::official();
   fo.numerics.shared_expert_clamp = opts.shared_expert_clamp;
+  fo.graphs = opts.cuda_graphs;
   DS4_ASSIGN_OR_RETURN(e->forward_, model::Forward::create(*e->backend_, e->cfg_, e->weights_, fo));
 
   ModelInfo& in = e->info_;

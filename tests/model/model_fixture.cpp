@@ -16,6 +16,7 @@ std::unique_ptr<Engine> open_engine(const EngineSpec& spec) {
   o.max_chunk = spec.max_chunk;
   o.n_threads = 2;
   o.shared_expert_clamp = spec.shared_expert_clamp;
+  o.cuda_graphs = spec.cuda_graphs;
   auto e = Engine::open(o);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return nullptr;

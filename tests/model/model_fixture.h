@@ -16,6 +16,7 @@ struct EngineSpec {
   Numerics numerics = Numerics::official;
   int32_t max_chunk = 0;
   bool shared_expert_clamp = true;
+  bool cuda_graphs = false;  // EngineOptions::cuda_graphs
 };
 
 std::unique_ptr<Engine> open_engine(const EngineSpec& spec);

@@ -148,3 +148,35 @@ TEST(BatchForward, SessionsAtTheStepLimitRunInOnePass) {
   items.push_back({nullptr, std::span<const TokenId>(&extra, 1)});
   EXPECT_FALSE(e->step(items, {}).ok());
 }
+
+// ForwardOptions::graphs (EngineOptions::cuda_graphs) on the CPU: the backend records nothing, but the
+// forward pass runs the graph-mode step — one session's state through the per-column device tables and
+// the compressor segment table, compressed-row host bounds rounded up to kGraphRowBucket — which must
+// give the default path's bits: decode across the ratio-4 / ratio-16 emissions and the indexer's top-k
+// threshold, chunked prefill, and the mixed batched workload.
+TEST(BatchForward, GraphModeStepEqualsDefaultBitForBit) {
+  for (Numerics nm : {Numerics::official, Numerics::reference}) {
+    auto plain = open_engine({DS4_TINY_GGUF, nm, 64});
+    auto graphs = open_engine({DS4_TINY_GGUF, nm, 64, true, true});
+    ASSERT_TRUE(plain && graphs);
+    const int V = plain->info().n_vocab;
+    const auto t = random_tokens(150, V, 21);
+    const auto want = logits_decode(*plain, t);
+    const auto got = logits_decode(*graphs, t);
+    ASSERT_EQ(want.size(), got.size());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "decode";
+    const auto wc = logits_chunked(*plain, t, {7, 13, 1, 30});
+    const auto gc = logits_chunked(*graphs, t, {7, 13, 1, 30});
+    EXPECT_EQ(std::memcmp(wc.data(), gc.data(), wc.size() * sizeof(float)), 0) << "chunked";
+    const auto reqs = mixed_requests(V);
+    bool ok_a = false, ok_b = false;
+    const BatchRun a = run_batched(*plain, reqs, ok_a);
+    const BatchRun b = run_batched(*graphs, reqs, ok_b);
+    ASSERT_TRUE(ok_a && ok_b);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_EQ(a.logits[i].size(), b.logits[i].size()) << "request " << i;
+      EXPECT_EQ(std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * sizeof(float)), 0)
+          << "request " << i;
+    }
+  }
+}

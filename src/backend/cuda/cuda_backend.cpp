@@ -51,6 +51,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_compressor_parallel(opts.compressor_parallel);
   be->set_f16_tiles(opts.f16_tiles);
   be->set_gemv_mma(opts.gemv_mma);
+  be->set_max_graphs(opts.max_graphs);
   return std::unique_ptr<Backend>(std::move(be));
 }
 
@@ -87,6 +88,7 @@ CudaBackend::CudaBackend(int device, cudaStream_t stream) : device_(device), str
 CudaBackend::~CudaBackend() {
   (void)uploader_.release_staging();
   cudaStreamSynchronize(stream_);
+  for (StepGraph& g : graphs_) drop_graph(g);
   for (void* p : weights_) cudaFree(p);
   for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_, &attn_part_, &attn_seg_})
     if (s->ptr) cudaFree(s->ptr);
@@ -95,12 +97,21 @@ CudaBackend::~CudaBackend() {
 
 bool CudaBackend::check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return true;
+  if (recording_) {  // nothing ran yet: the caller reruns the ops eagerly (step_graphs.cpp)
+    if (capture_error_.ok())
+      capture_error_ = internal_error(std::string("cuda backend: ") + what + " while recording: " + cudaGetErrorString(e));
+    return false;
+  }
   if (first_error_.ok())
     first_error_ = internal_error(std::string("cuda backend: ") + what + ": " + cudaGetErrorString(e));
   return false;
 }
 
 void CudaBackend::fail(Status s) {
+  if (recording_) {
+    if (capture_error_.ok()) capture_error_ = std::move(s);
+    return;
+  }
   if (first_error_.ok()) first_error_ = std::move(s);
 }
 
@@ -192,6 +203,11 @@ void CudaBackend::copy(void* dst, const void* src, uint64_t bytes) {
 
 bool CudaBackend::ensure(DeviceScratch& s, uint64_t bytes, const char* what) {
   if (s.bytes >= bytes) return true;
+  if (recording_) {  // freeing scratch a recorded graph points at is not allowed; rerun eagerly
+    fail(internal_error(std::string("cuda backend: ") + what + " scratch would grow while recording a graph"));
+    return false;
+  }
+  ++scratch_gen_;  // graphs recorded before point at the old area
   const uint64_t want = std::max<uint64_t>(bytes, s.bytes * 3 / 2);
   if (s.ptr) {
     check(cudaFree(s.ptr), "scratch free");

@@ -67,6 +67,9 @@ struct CudaBackendOptions {
   // the segment order with weights converted once per segment and 16 segment sums reduced together
   // (matmul_f16.cu f16_tile_kernel). false: f16_segment_kernel for every batch size. Same bits.
   bool f16_tiles = true;
+  // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
+  // steps are kept (least recently used evicted); 0 = never record, every step is host-launched.
+  int max_graphs = 8;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.
@@ -92,6 +95,12 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
 };
 DeviceInfo device_info(const Backend& be);
+
+// Step graphs recorded and replayed by a backend made by make_cuda_backend (zeros for any other).
+struct GraphStats {
+  uint64_t recorded = 0, replayed = 0;
+};
+GraphStats graph_stats(const Backend& be);
 
 // The backend's one CUDA stream (a cudaStream_t) as an opaque handle, so a benchmark can time or
 // capture (CUDA graph) the work its ops enqueue; null for any other backend.

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,16 @@ struct VmmApi {
   decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
 };
 
+// One recorded step (step_graphs.cpp): the key it was recorded for, the instantiated graph (null until
+// recorded), the scratch generation it points into, and its use stamp for eviction.
+struct StepGraph {
+  std::vector<int64_t> key;
+  cudaGraphExec_t exec = nullptr;
+  uint64_t scratch_gen = 0;
+  uint64_t last_use = 0;
+  bool unrecordable = false;  // a recording failed once: this key always runs eagerly
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, cudaStream_t stream);
@@ -128,6 +139,14 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, uint64_t bytes) override;
   void fill_f32(float* dst, float value, int64_t count) override;  // ops_elementwise.cu
   Status sync() override;
+  GraphMode graph_begin(std::span<const int64_t> key) override;  // step_graphs.cpp
+  bool graph_end() override;                                      // step_graphs.cpp
+  void graph_cancel() override;                                   // step_graphs.cpp
+  // Steps kept as graphs (CudaBackendOptions::max_graphs; 0: graph_begin always answers eager).
+  void set_max_graphs(int n) { max_graphs_ = n < 0 ? 0 : n; }
+  // Graphs recorded / replayed since the backend was made (benchmarks and tests).
+  uint64_t graphs_recorded() const { return graphs_recorded_; }
+  uint64_t graphs_replayed() const { return graphs_replayed_; }
 
   void matmul(const MatmulArgs& a) override;            // ops_matmul.cu
   void rms_norm(const RmsNormArgs& a) override;         // ops_norm_rope.cu
@@ -244,6 +263,18 @@ class CudaBackend final : public Backend {
   DeviceScratch moe_groups_;              // routed-expert pairs grouped by expert (ExpertGroups)
   DeviceScratch attn_part_;               // [n·heads·splits][head_dim + 2] decode attention partials
   DeviceScratch attn_seg_;                // [n·heads·segments][head_dim + 2] attention segment states
+
+  // Step graphs (step_graphs.cpp). While recording, errors go to capture_error_ (the recording is then
+  // discarded and the caller runs the ops eagerly, which reports them for real) and scratch may not grow
+  // (a graph must not point at memory freed later; growth bumps scratch_gen_, retiring older graphs).
+  void drop_graph(StepGraph& g);
+  int max_graphs_ = 0;                    // CudaBackendOptions::max_graphs
+  std::vector<StepGraph> graphs_;
+  StepGraph* recording_ = nullptr;        // the entry being recorded, between graph_begin and graph_end
+  Status capture_error_;
+  uint64_t scratch_gen_ = 0;              // bumped whenever ensure() reallocates a scratch area
+  uint64_t graph_clock_ = 0;
+  uint64_t graphs_recorded_ = 0, graphs_replayed_ = 0;
 
   // Growable regions (cuda_region.cpp): driver VMM entry points, loaded on first use.
   void init_vmm();

@@ -1,0 +1,106 @@
+// step_graphs.cpp — CudaBackend::graph_begin / graph_end (backend.h "step graphs"): a small cache of
+// recorded steps keyed by what fixes every kernel argument of the step, replayed as one CUDA graph launch
+// instead of ~1,800 host launches per token.
+//
+// Policy per key: the first run is eager (it sizes every scratch area and does the one-time setup —
+// shared-memory limits, device attributes — outside any recording); the second is recorded (stream
+// capture, thread-local mode), instantiated and launched; later runs replay it. A recording that fails
+// for any reason (an error, a scratch area that would have to grow, the driver refusing a call inside
+// capture) is discarded before anything ran — graph_end returns false and the caller enqueues the ops
+// eagerly — and its key is marked unrecordable. Scratch growth after a recording bumps scratch_gen_:
+// graphs of an older generation point at freed memory and are re-recorded on next use. At most
+// max_graphs_ keys are kept; the least recently used is evicted.
+// Deliberately not here: deciding what goes into a key or which steps are recordable (the forward pass
+// knows which of its arguments vary per step), and device memory accounting of graphs (the runtime
+// does not report what an instantiated graph holds; kernel-only graphs hold no allocations of ours).
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda {
+
+void CudaBackend::drop_graph(StepGraph& g) {
+  if (g.exec) cudaGraphExecDestroy(g.exec);
+  g.exec = nullptr;
+}
+
+Backend::GraphMode CudaBackend::graph_begin(std::span<const int64_t> key) {
+  if (max_graphs_ <= 0 || failed() || recording_ || key.empty()) return GraphMode::eager;
+  ++graph_clock_;
+  auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const StepGraph& g) {
+    return g.key.size() == key.size() && std::equal(key.begin(), key.end(), g.key.begin());
+  });
+  if (it == graphs_.end()) {  // first sight: run eagerly (sizes scratch), remember the key
+    if (static_cast<int>(graphs_.size()) >= max_graphs_) {
+      auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                  [](const StepGraph& a, const StepGraph& b) { return a.last_use < b.last_use; });
+      drop_graph(*lru);
+      graphs_.erase(lru);
+    }
+    StepGraph g;
+    g.key.assign(key.begin(), key.end());
+    g.last_use = graph_clock_;
+    graphs_.push_back(std::move(g));
+    return GraphMode::eager;
+  }
+  StepGraph& g = *it;
+  g.last_use = graph_clock_;
+  if (g.unrecordable) return GraphMode::eager;
+  if (g.exec && g.scratch_gen != scratch_gen_) drop_graph(g);  // points at scratch freed since
+  if (g.exec) {
+    check(cudaGraphLaunch(g.exec, stream_), "graph launch");
+    ++graphs_replayed_;
+    return GraphMode::replayed;
+  }
+  if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    g.unrecordable = true;
+    return GraphMode::eager;
+  }
+  recording_ = &g;
+  capture_error_ = Status::Ok();
+  return GraphMode::recording;
+}
+
+bool CudaBackend::graph_end() {
+  if (!recording_) return true;  // the ops ran eagerly
+  StepGraph& g = *recording_;
+  recording_ = nullptr;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  bool ok = e == cudaSuccess && graph != nullptr && capture_error_.ok();
+  if (ok) ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  if (graph) cudaGraphDestroy(graph);
+  if (!ok) {
+    (void)cudaGetLastError();  // a capture error is not sticky; the eager rerun reports real ones
+    if (exec) cudaGraphExecDestroy(exec);
+    capture_error_ = Status::Ok();
+    g.unrecordable = true;
+    return false;
+  }
+  g.exec = exec;
+  g.scratch_gen = scratch_gen_;
+  ++graphs_recorded_;
+  check(cudaGraphLaunch(g.exec, stream_), "graph launch");
+  return true;
+}
+
+void CudaBackend::graph_cancel() {
+  if (!recording_) return;
+  StepGraph& g = *recording_;
+  recording_ = nullptr;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess) (void)cudaGetLastError();
+  if (graph) cudaGraphDestroy(graph);
+  capture_error_ = Status::Ok();
+  g.unrecordable = true;
+}
+
+GraphStats graph_stats(const Backend& be) {
+  if (auto* c = dynamic_cast<const CudaBackend*>(&be)) return {c->graphs_recorded(), c->graphs_replayed()};
+  return {};
+}
+
+}  // namespace ds4::backend::cuda

@@ -167,8 +167,8 @@ void Forward::compressor_proj(size_t l, int64_t n, bool indexer) {
 }
 
 // §7.4: one compressor of layer l over every segment (columns of ckv_/cgate_); appends the emitted
-// rows to each session (room was reserved by prepare()). One session: the plain call; several: one
-// call with the per-session table uploaded with the step inputs (each session's frontier is
+// rows to each session (room was reserved by prepare()). One session: the plain call; several (or a
+// step recorded as a graph, tables_step_): one call with the per-session table uploaded with the step inputs (each session's frontier is
 // sequential in its own positions, the sessions are independent).
 Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) {
   const auto& p = plan_[l];
@@ -184,7 +184,7 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) 
   a.overlap = p.kind == modelspec::AttentionKind::csa;  // two-series pooling (CSA, ratio 4)
   a.slots = static_cast<int32_t>(segs[0].kv->layers()[l].slots);
   int64_t emitted_one = 0;
-  const bool plain = !use_tables(segs.size());  // one session, its frontier and rows by value
+  const bool plain = !tables_step_;  // one session, its frontier and rows by value
   if (plain) {
     const Segment& sg = segs[0];
     LayerKv& k = sg.kv->layers()[l];
@@ -462,7 +462,7 @@ uint64_t Forward::step_input_bytes(int64_t n, int64_t segments) const {
 }
 
 void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
-  const bool tables = use_tables(segs.size());
+  const bool tables = tables_step_;
   auto* ints = reinterpret_cast<int32_t*>(host_in_.data());
   int32_t* tok = ints;
   int32_t* pos = ints + n;
@@ -579,8 +579,11 @@ Status Forward::eval_batch(std::span<const Segment> segs) {
     off_.push_back(n);
     n += static_cast<int64_t>(sg.tokens.size());
   }
+  const bool graphed = graph_recordable(segs);
+  tables_step_ = segs.size() > 1 || graphed;
   upload_step_inputs(segs, n);
-  DS4_RETURN_IF_ERROR(graph_step_key(segs, n) ? run_step_graphed(segs, n) : run_step(segs, n));
+  if (graphed) graph_step_key(segs, n);
+  DS4_RETURN_IF_ERROR(graphed ? run_step_graphed(segs, n) : run_step(segs, n));
   logits_download(segs);
   return be_.sync();
 }

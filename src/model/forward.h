@@ -46,9 +46,9 @@ struct ForwardOptions {
   int64_t max_chunk = 64;  // tokens per eval call; scratch and the raw ring are sized for it
   ForwardNumerics numerics;
   // Steps that emit no compressed row run as recorded backend graphs (Backend::graph_begin; CUDA
-  // graphs), keyed by forward_graph.cpp's step key. Every step then reads its session state through
-  // the per-column device tables (as several sessions do) and the attention / indexer host bounds are
-  // rounded up to kGraphRowBucket rows. Same bits as off. Needs max_chunk > 1 (the tables' room).
+  // graphs), keyed by forward_graph.cpp's step key. Such a step reads its session state through the
+  // per-column device tables (as several sessions do), and every step rounds the attention / indexer
+  // host bounds up to kGraphRowBucket rows. Same bits as off. Needs max_chunk > 1 (the tables' room).
   bool graphs = false;
 };
 
@@ -111,9 +111,9 @@ class Forward {
   void logits_head(std::span<const Segment> segs);
   void logits_download(std::span<const Segment> segs);
   Status run_step(std::span<const Segment> segs, int64_t n);            // embed, layers, head (no transfers)
-  bool graph_step_key(std::span<const Segment> segs, int64_t n);        // forward_graph.cpp
+  bool graph_recordable(std::span<const Segment> segs) const;          // forward_graph.cpp
+  void graph_step_key(std::span<const Segment> segs, int64_t n);        // forward_graph.cpp
   Status run_step_graphed(std::span<const Segment> segs, int64_t n);    // forward_graph.cpp
-  bool use_tables(size_t segments) const { return segments > 1 || (opts_.graphs && opts_.max_chunk > 1); }
   int64_t row_bound(int64_t rows) const;                                // forward_graph.cpp
   void mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n);
 
@@ -167,6 +167,8 @@ class Forward {
   const backend::CompressorSegment* comp_seg_ = nullptr;  // [L][2][S] or null (one session)
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
   std::vector<int64_t> graph_key_;  // the step's graph key (forward_graph.cpp; capacity kept across steps)
+  bool tables_step_ = false;        // this step passes session state through the device tables (several
+                                    // sessions, or a recordable step with graphs); else one session by value
 };
 
 }  // namespace ds4::model

@@ -6,8 +6,9 @@
 // norm/RoPE/rounding ops on host-chosen row pointers and advances the host's row count; for one token
 // per session that is 3 steps in 4 at ratio 4 and 127 in 128 at ratio 128). Everything else a recorded
 // step reads per step comes from the step inputs uploaded before recording: token ids, positions, rows
-// visible per column, and — always with graphs, even for one session — the per-column raw / compressed /
-// indexer row tables and the compressor segment table (each session's pos0, frontier and output rows).
+// visible per column, and — for a recordable step even of one session — the per-column raw / compressed
+// / indexer row tables and the compressor segment table (each session's pos0, frontier and output rows).
+// Other steps (prefill chunks, emitting steps) keep the one-session by-value path and its kernels.
 // So the key is only the step's shape: columns per segment and which want logits, the host bounds of
 // compressed rows rounded up to kGraphRowBucket (they pick the attention split shape, the indexer grid
 // and scratch sizes; the kernels bound every query by its own device count, so the same bits), whether
@@ -26,13 +27,17 @@ int64_t Forward::row_bound(int64_t rows) const {
   return std::max<int64_t>(kGraphRowBucket, (rows + kGraphRowBucket - 1) / kGraphRowBucket * kGraphRowBucket);
 }
 
-bool Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
-  if (!opts_.graphs || !use_tables(segs.size())) return false;
+bool Forward::graph_recordable(std::span<const Segment> segs) const {
+  if (!opts_.graphs || opts_.max_chunk < 2) return false;  // the tables need room for two columns
   for (const Segment& sg : segs) {
     const int64_t after = sg.pos0 + static_cast<int64_t>(sg.tokens.size());
     for (int64_t r : ratios_)
       if (after / r != sg.pos0 / r) return false;  // emits a compressed row this step
   }
+  return true;
+}
+
+void Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
   std::vector<int64_t>& k = graph_key_;
   k.clear();
   k.push_back(n);
@@ -51,7 +56,6 @@ bool Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
   }
   for (size_t l = 0; l < plan_.size(); ++l)
     if (plan_[l].has_compressor) k.push_back(segs[0].kv->layers()[l].slots);
-  return true;
 }
 
 Status Forward::run_step_graphed(std::span<const Segment> segs, int64_t n) {

@@ -66,6 +66,12 @@ struct MatmulArgs {
   int64_t y_stride = 0;
   int64_t n = 0;
   MatmulNumerics numerics = MatmulNumerics::ds4;
+  // Grouped (block-diagonal) form, MODEL.md §7.7's output projection (8 groups of o_lora_rank rows, each
+  // over its own w.cols inputs): with group_rows > 0, output row o of token i reads the w.cols values at
+  // x + i·x_stride + (o / group_rows)·group_x_stride. The same numbers as one call per row slice
+  // (Weight::row_slice) with its own x offset; one call lets a backend read every group in one pass.
+  int64_t group_rows = 0;
+  int64_t group_x_stride = 0;
 };
 
 // y = x / sqrt(mean(x²) + eps) (⊙ w when w != nullptr), per row; x and y may alias.

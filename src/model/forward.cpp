@@ -351,8 +351,10 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   // §7.7 inverse RoPE at the query position, grouped output projection.
   be_.rope({attn_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, true});
   const int64_t G = cfg_.out_groups, Ro = cfg_.o_lora_rank, gin = cfg_.out_group_in();
-  for (int64_t g = 0; g < G; ++g)
-    mm(w.out_a.row_slice(g * Ro, Ro), attn_.f32() + g * gin, HD, low_.f32() + g * Ro, G * Ro, n);
+  MatmulArgs oa{w.out_a, attn_.f32(), HD, low_.f32(), G * Ro, n, opts_.numerics.matmul};
+  oa.group_rows = Ro;  // group g: rows [g·Ro, (g+1)·Ro) over attn_[g·gin, (g+1)·gin) — one call for all groups
+  oa.group_x_stride = gin;
+  be_.matmul(oa);
   mm(w.out_b, low_.f32(), G * Ro, f_.f32(), E, n);
   hc_post_swap(n);
   return Status::Ok();

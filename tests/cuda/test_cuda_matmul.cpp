@@ -303,6 +303,53 @@ TEST_F(CudaMatmul, RowSliceOfAGroupedMatrix) {
   expect_close(host(gy, want.size()), want, 2e-5, 1e-7, "matmul q8_0 grouped row slices");
 }
 
+TEST_F(CudaMatmul, GroupedMatmulEqualsItsRowSlicesBitForBit) {
+  // MatmulArgs::group_rows (the output projection's 8 groups in one call): the same bits as one call per
+  // row slice on the GPU, close to the CPU's grouped call; the decode batch sizes take the one-launch
+  // path, n = 5 and 9 the per-slice fallback. Flash shape: 8 groups × 1024 rows over 4096 inputs each.
+  const struct {
+    GgmlType t;
+    int64_t G, Ro, gin;
+  } cases[] = {{GgmlType::Q8_0, 8, 1024, 4096}, {GgmlType::Q8_0, 3, 40, 512}, {GgmlType::Q2_K, 2, 24, 512},
+               {GgmlType::IQ2_XXS, 4, 16, 256}};
+  for (const auto& c : cases)
+    for (int64_t n : {1, 2, 4, 5, 9}) {
+      Weight w;
+      auto bytes = random_weight(c.t, c.G * c.Ro, c.gin, &w);
+      w.data = bytes.data();
+      Weight gw = gpu_weight(w, bytes.size());
+      const int64_t xs = c.G * c.gin + 32, ys = c.G * c.Ro + 8;  // padded rows
+      auto x = randn(static_cast<size_t>(n * xs));
+      std::vector<float> want(static_cast<size_t>(n * ys), 0.0f);
+      MatmulArgs ca{w, x.data(), xs, want.data(), ys, n, MatmulNumerics::ds4};
+      ca.group_rows = c.Ro;
+      ca.group_x_stride = c.gin;
+      cpu_->matmul(ca);
+      float* gx = dev(x);
+      float* one = poisoned(want.size());
+      float* sliced = poisoned(want.size());
+      MatmulArgs ga{gw, gx, xs, one, ys, n, MatmulNumerics::ds4};
+      ga.group_rows = c.Ro;
+      ga.group_x_stride = c.gin;
+      gpu_->matmul(ga);
+      for (int64_t g = 0; g < c.G; ++g)
+        gpu_->matmul({gw.row_slice(g * c.Ro, c.Ro), gx + g * c.gin, xs, sliced + g * c.Ro, ys, n});
+      ASSERT_TRUE(gpu_->sync().ok());
+      auto got = host(one, want.size()), ref = host(sliced, want.size());
+      std::vector<float> g2, r2, w2;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t o = 0; o < c.G * c.Ro; ++o) {
+          g2.push_back(got[i * ys + o]);
+          r2.push_back(ref[i * ys + o]);
+          w2.push_back(want[i * ys + o]);
+        }
+      const std::string what = "grouped " + std::string(type_name(c.t)) + " " + std::to_string(c.G) + "x" +
+                               std::to_string(c.Ro) + "x" + std::to_string(c.gin) + " n" + std::to_string(n);
+      EXPECT_EQ(std::memcmp(g2.data(), r2.data(), g2.size() * sizeof(float)), 0) << what << ": not the row slices' bits";
+      expect_close(g2, w2, 2e-5, 1e-7, what);
+    }
+}
+
 class CudaMoe : public CudaOpsTest {
  protected:
   void check_bad_id(int64_t n);

@@ -96,6 +96,33 @@ TEST(CpuOps, MatmulStridesAndRowSlice) {
   EXPECT_EQ(y[5], 21);
 }
 
+TEST(CpuOps, GroupedMatmulReadsEachGroupsOwnInputs) {
+  // MatmulArgs::group_rows: rows [2g, 2g+2) of w read x[g·3 … g·3+2] (3 groups of 2 rows, 2 inputs
+  // each, groups 3 apart in a row of stride 10); the last group may be short (5 rows → 2, 2, 1).
+  auto be = make();
+  const int64_t rows = 5, cols = 2;
+  std::vector<float> w(rows * cols);
+  for (size_t k = 0; k < w.size(); ++k) w[k] = float(k + 1);  // row o = (2o+1, 2o+2)
+  std::vector<float> x(2 * 10, 0.0f);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t g = 0; g < 3; ++g) {
+      x[i * 10 + g * 3] = float(10 * i + g + 1);
+      x[i * 10 + g * 3 + 1] = 1.0f;
+    }
+  std::vector<float> y(2 * 6, -1.0f);
+  MatmulArgs a{f32_weight(w, rows, cols), x.data(), 10, y.data(), 6, 2, MatmulNumerics::exact};
+  a.group_rows = 2;
+  a.group_x_stride = 3;
+  be->matmul(a);
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t o = 0; o < rows; ++o) {
+      const float xin = float(10 * i + o / 2 + 1);
+      EXPECT_EQ(y[i * 6 + o], float(2 * o + 1) * xin + float(2 * o + 2)) << "token " << i << " row " << o;
+    }
+    EXPECT_EQ(y[i * 6 + 5], -1.0f);  // past w.rows: untouched
+  }
+}
+
 TEST(CpuOps, RopeTailAdjacentPairsAndInverse) {
   auto be = make();
   const int heads = 2, hd = 8, rot = 4;

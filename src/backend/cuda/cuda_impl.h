@@ -81,6 +81,7 @@ struct GemvJob {
   int64_t n_vec = 0;
   MatmulNumerics numerics = MatmulNumerics::ds4;
   const ExpertGroups* groups = nullptr;  // with ids: run grouped by expert on tensor cores
+  int64_t group_rows = 0, group_x_stride = 0;  // grouped matmul (MatmulArgs::group_rows), dense only
 };
 
 // Whether the prefill GEMM handles `j` (ds4 numerics; Q8_0, IQ2_XXS or Q2_K on tensor cores with whole
@@ -181,6 +182,7 @@ class CudaBackend final : public Backend {
   bool group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g);
   // Decode paths (gemv_decode.cu): false when the job is not theirs (then nothing was launched).
   bool gemv_decode(const GemvJob& j);       // quantized ds4 rows, n_vec ≤ kDecodeMaxVec, activation quantization fused
+  bool gemv_decode_grouped(const GemvJob& j);  // the same for a grouped job (group_rows > 0) in one launch
   bool moe_decode(const MoeArgs& a);        // routed experts, n ≤ kDecodeMaxVec, k ≤ 8, quantized ds4
   bool attention_decode(const AttentionArgs& a);  // attention_decode.cu: split rows, any batch
   // Skinny paths (gemv_skinny.cu), n ≤ kSkinnyMaxVec: false when the job is not theirs (nothing launched).

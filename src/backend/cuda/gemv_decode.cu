@@ -134,6 +134,11 @@ struct DecodeParams {
   int64_t y_stride;
   int n_vec;
   const uint8_t* act = nullptr;  // [n_vec][act row] quantized activations, or null (quantize in the kernel)
+  // With act: bytes between vectors' quantized rows (0: one row's nb blocks). Grouped matmul
+  // (MatmulArgs::group_rows > 0): output row o reads the blocks at act + (o / group_rows)·act_group.
+  uint64_t act_vec = 0;
+  int64_t group_rows = 0;
+  uint64_t act_group = 0;
 };
 
 // y[v][o] = W[o]·x[v] for v < n_vec (≤ kDecodeMaxVec): one warp per output row, the weights read once
@@ -156,13 +161,15 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_decode_kernel(DecodeParam
     __syncthreads();  // the tables
   }
   const int lane = threadIdx.x % kWarp;
+  const uint64_t vstride = p.act && p.act_vec ? p.act_vec : act_row;
   // Rows grid-stride: the grid is capped (kMaxGemvBlocks) so each block's quantization prologue is
   // shared by several rows per warp on tall matrices (the output head has 129,280 rows).
   for (int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / kWarp; o < p.rows;
        o += static_cast<int64_t>(gridDim.x) * kWarps) {
     const uint8_t* row = p.w + static_cast<uint64_t>(o) * p.row_bytes;
+    const uint8_t* ag = p.group_rows > 0 ? a + static_cast<uint64_t>(o / p.group_rows) * p.act_group : a;
     for (int v = 0; v < p.n_vec; ++v) {
-      float acc = warp_row_dot<T>(row, a + v * act_row, nb, lane, grid, signs);
+      float acc = warp_row_dot<T>(row, ag + v * vstride, nb, lane, grid, signs);
       if constexpr (T == GgmlType::IQ2_XXS) acc = 0.125f * acc;
       if (lane == 0) p.y[v * p.y_stride + o] = acc;
     }
@@ -383,6 +390,36 @@ bool CudaBackend::gemv_decode(const GemvJob& j) {
     default: gemv_decode_kernel<GgmlType::IQ2_XXS><<<g, kWarps * kWarp, smem, s>>>(p); break;
   }
   launched("gemv (decode)");
+  return true;
+}
+
+bool CudaBackend::gemv_decode_grouped(const GemvJob& j) {
+  const GgmlType T = j.w.type;
+  if (j.numerics != MatmulNumerics::ds4 || !decode_type(T) || j.ids || j.x_div != 1 || j.n_vec > kDecodeMaxVec ||
+      j.group_rows <= 0 || j.w.rows % j.group_rows != 0 || j.group_x_stride != j.w.cols ||
+      j.w.rows > int64_t{0x7fffffff} * kWarps)
+    return false;
+  // The groups' inputs are contiguous in each vector (the attention output, [n][groups · cols]): one
+  // quantization of all of them — the same blocks each group's own call quantizes — then one launch.
+  const int64_t groups = j.w.rows / j.group_rows;
+  if (groups * j.w.cols > j.x_stride) return false;
+  const uint64_t stride = quantize_act(T, j.x, j.x_stride, j.n_vec, groups * j.w.cols, act_);
+  if (stride == 0) return true;  // the failure is recorded
+  DecodeParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
+                 j.y, j.y_stride, static_cast<int>(j.n_vec)};
+  p.act = static_cast<const uint8_t*>(act_.ptr);
+  p.act_vec = stride;
+  p.group_rows = j.group_rows;
+  p.act_group = static_cast<uint64_t>(j.w.cols / elems_of(T)) * act_bytes_of(T);
+  const unsigned g = static_cast<unsigned>(std::min<int64_t>(grid_for(j.w.rows, kWarps), kMaxGemvBlocks));
+  cudaStream_t s = stream();
+  switch (T) {
+    case GgmlType::Q8_0: gemv_decode_kernel<GgmlType::Q8_0><<<g, kWarps * kWarp, 0, s>>>(p); break;
+    case GgmlType::Q2_K: gemv_decode_kernel<GgmlType::Q2_K><<<g, kWarps * kWarp, 0, s>>>(p); break;
+    case GgmlType::Q4_K: gemv_decode_kernel<GgmlType::Q4_K><<<g, kWarps * kWarp, 0, s>>>(p); break;
+    default: gemv_decode_kernel<GgmlType::IQ2_XXS><<<g, kWarps * kWarp, 0, s>>>(p); break;
+  }
+  launched("gemv (decode, grouped)");
   return true;
 }
 

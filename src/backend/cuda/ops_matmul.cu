@@ -228,6 +228,18 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  if (j.group_rows > 0) {  // grouped matmul: one decode launch for every group, else one job per row slice
+    if (decode_kernels_ && gemv_mma_ != GemvMma::always && gemv_decode_grouped(j)) return;
+    for (int64_t r0 = 0, g = 0; r0 < j.w.rows; r0 += j.group_rows, ++g) {
+      GemvJob s = j;
+      s.group_rows = 0;
+      s.w = j.w.row_slice(r0, std::min(j.group_rows, j.w.rows - r0));
+      s.x = j.x + g * j.group_x_stride;
+      s.y = j.y + r0;
+      gemv(s, act_scratch);
+    }
+    return;
+  }
   // gemv_mma.cu: dense Q8_0 rows of 1..kMmaMaxVec vectors (int8 MMA block sums, the block terms added
   // in the CPU's block order: same bits as every path below), where it measured faster.
   const bool mma = decode_kernels_ && gemv_mma_ != GemvMma::off && gemv_mma_supports(j) &&
@@ -314,6 +326,8 @@ void CudaBackend::matmul(const MatmulArgs& a) {
   j.y_stride = a.y_stride;
   j.n_vec = a.n;
   j.numerics = a.numerics;
+  j.group_rows = a.group_rows;
+  j.group_x_stride = a.group_x_stride;
   gemv(j, act_);
 }
 

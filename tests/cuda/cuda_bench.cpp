@@ -54,8 +54,9 @@ void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs);  // cuda_be
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
 // on `be` ("default": the dispatch of CudaBackend::gemv / moe), for the experts on a backend with
-// expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off ("general":
-// the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
+// expert_tiles_lean = false ("tiles1": the first tile kernels, before/after figures of the lean ones)
+// and one with expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off
+// ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
 // the distinct experts the batch reads (7.07 MB each).
 void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only) {
   cuda::CudaBackendOptions go;
@@ -121,7 +122,11 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only) {
   cuda::CudaBackendOptions po;
   po.expert_tiles = false;
   auto previous = cuda::make_cuda_backend(po);
+  cuda::CudaBackendOptions fo;
+  fo.expert_tiles_lean = false;
+  auto first_tiles = cuda::make_cuda_backend(fo);
   std::vector<Side> moe_sides = {{&be, "default"}};
+  if (first_tiles.ok()) moe_sides.push_back({first_tiles->get(), "tiles1"});
   if (previous.ok()) moe_sides.push_back({previous->get(), "previous"});
   if (general.ok()) moe_sides.push_back({general->get(), "general"});
   for (const Side& sd : moe_sides) {

@@ -1,8 +1,9 @@
 // test_cuda_moe_tiles.cpp — the expert-tile routed experts (moe_tiles.cu, 1..64 tokens) at the Flash
 // shapes (E 4096, F 2048, IQ2_XXS gate/up, Q2_K down) against the CPU moe op, against the previous
 // kernels (CudaBackendOptions::expert_tiles = false: gemv_decode.cu up to 4 tokens, gemv_skinny.cu below
-// 64 pairs, the grouped tensor-core GEMM above) bit for bit, and one token's output at n = 1, 40 and 64
-// bit for bit. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// 64 pairs, the grouped tensor-core GEMM above) and against the first tile kernels
+// (CudaBackendOptions::expert_tiles_lean = false) bit for bit, and one token's output at n = 1, 40 and
+// 64 bit for bit on both tile kernels. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).
@@ -29,15 +30,20 @@ class CudaMoeTiles : public CudaOpsTest {
     auto p = cuda::make_cuda_backend(o);
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     prev_ = std::move(p).value();
+    cuda::CudaBackendOptions fo;
+    fo.expert_tiles_lean = false;
+    auto f = cuda::make_cuda_backend(fo);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    first_ = std::move(f).value();
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
     db_ = random_weight(GgmlType::Q2_K, int64_t{kNE} * kDim, kFf, &d0_);
     cpu_args_.gate = experts(g0_, gb_.data(), kFf);
     cpu_args_.up = experts(u0_, ub_.data(), kFf);
     cpu_args_.down = experts(d0_, db_.data(), kDim);
-    for (int b = 0; b < 2; ++b) {
-      Backend& be = b == 0 ? *gpu_ : *prev_;
-      MoeArgs& g = b == 0 ? gpu_args_ : prev_args_;
+    for (int b = 0; b < kSides; ++b) {
+      Backend& be = side(b);
+      MoeArgs& g = side_args_[b];
       auto up = [&](ExpertWeights e, const std::vector<uint8_t>& bytes) {
         auto d = be.map_weight(bytes.data(), bytes.size());
         EXPECT_TRUE(d.ok());
@@ -56,6 +62,10 @@ class CudaMoeTiles : public CudaOpsTest {
     std::nth_element(gv.begin(), gv.begin() + kFf * 8 / 10, gv.end());
     clamp_ = gv[kFf * 8 / 10];
   }
+
+  // Side 0: the default backend (lean expert tiles), 1: the previous kernels, 2: the first tile kernels.
+  static constexpr int kSides = 3;
+  Backend& side(int b) { return b == 0 ? *gpu_ : b == 1 ? *prev_ : *first_; }
 
   static ExpertWeights experts(Weight w, void* data, int64_t rows) {
     ExpertWeights e;
@@ -79,12 +89,12 @@ class CudaMoeTiles : public CudaOpsTest {
     return ids;
   }
 
-  // out [n][dim] of the CUDA backend `b` (0: expert tiles, 1: previous kernels).
+  // out [n][dim] of side `b` (0: lean expert tiles, 1: previous kernels, 2: first tile kernels).
   std::vector<float> run_gpu(int b, const std::vector<float>& x, const std::vector<int32_t>& ids,
                              const std::vector<float>& wts, int64_t n, int32_t k) {
-    Backend& be = b == 0 ? *gpu_ : *prev_;
-    std::vector<Buffer>& keep = b == 0 ? bufs_ : prev_bufs_;  // freed before their backend
-    MoeArgs g = b == 0 ? gpu_args_ : prev_args_;
+    Backend& be = side(b);
+    std::vector<Buffer>& keep = b == 0 ? bufs_ : side_bufs_[b];  // freed before their backend
+    MoeArgs g = side_args_[b];
     auto put = [&](const void* h, uint64_t bytes) {
       auto buf = be.alloc(bytes + 16, MemCategory::scratch);
       EXPECT_TRUE(buf.ok());
@@ -130,7 +140,8 @@ class CudaMoeTiles : public CudaOpsTest {
     return out;
   }
 
-  // Expert tiles vs the CPU (tolerance) and vs the previous kernels (bit for bit).
+  // Lean expert tiles vs the CPU (tolerance and bits), vs the previous kernels and the first tile
+  // kernels (bit for bit); the first tile kernels vs the CPU's bits too.
   void check(int64_t n, int32_t k, bool same) {
     const auto x = randn(static_cast<size_t>(n * kDim));
     const auto ids = routing(n, k, same);
@@ -138,6 +149,7 @@ class CudaMoeTiles : public CudaOpsTest {
     for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
     const auto tiles = run_gpu(0, x, ids, wts, n, k);
     const auto prev = run_gpu(1, x, ids, wts, n, k);
+    const auto first = run_gpu(2, x, ids, wts, n, k);
     const auto want = run_cpu(x, ids, wts, n, k);
     const std::string what = std::string("moe tiles flash k") + std::to_string(k) + " n" + std::to_string(n) +
                              (same ? " same experts" : " random");
@@ -147,13 +159,18 @@ class CudaMoeTiles : public CudaOpsTest {
     EXPECT_TRUE(same_bits) << what << ": expert tiles and the previous kernels differ";
     std::printf("PARITY %-44s n=%-9zu tiles == previous kernels bit for bit: %s\n", what.c_str(), tiles.size(),
                 same_bits ? "ok" : "FAIL");
+    EXPECT_EQ(std::memcmp(first.data(), want.data(), first.size() * 4), 0) << what << ": first tiles not the CPU's bits";
+    const bool same_first = std::memcmp(tiles.data(), first.data(), tiles.size() * 4) == 0;
+    EXPECT_TRUE(same_first) << what << ": lean and first tile kernels differ";
+    std::printf("PARITY %-44s n=%-9zu lean tiles == first tile kernels bit for bit: %s\n", what.c_str(), tiles.size(),
+                same_first ? "ok" : "FAIL");
   }
 
-  std::unique_ptr<Backend> prev_;
-  std::vector<Buffer> prev_bufs_;  // prev_'s buffers: declared after it, so destroyed first
+  std::unique_ptr<Backend> prev_, first_;
+  std::vector<Buffer> side_bufs_[kSides];  // prev_'s and first_'s buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
-  MoeArgs cpu_args_, gpu_args_, prev_args_;
+  MoeArgs cpu_args_, side_args_[kSides];
   float clamp_ = 0;
 };
 
@@ -177,19 +194,22 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   const auto ids0 = routing(1, k, false);
   std::vector<float> w0(k);
   for (auto& v : w0) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
-  std::vector<std::vector<float>> got;
-  for (auto [n, at] : {std::pair<int64_t, int64_t>{1, 0}, {40, 17}, {64, 63}}) {
-    auto x = randn(static_cast<size_t>(n * kDim));
-    auto ids = routing(n, k, false);
-    std::vector<float> wts(ids.size(), 0.5f);
-    std::copy(x0.begin(), x0.end(), x.begin() + at * kDim);
-    std::copy(ids0.begin(), ids0.end(), ids.begin() + at * k);
-    std::copy(w0.begin(), w0.end(), wts.begin() + at * k);
-    const auto out = run_gpu(0, x, ids, wts, n, k);
-    got.emplace_back(out.begin() + at * kDim, out.begin() + (at + 1) * kDim);
+  std::vector<std::vector<float>> got;  // lean tiles at n = 1, 40, 64, then the first tile kernels
+  for (int b : {0, 2}) {
+    for (auto [n, at] : {std::pair<int64_t, int64_t>{1, 0}, {40, 17}, {64, 63}}) {
+      auto x = randn(static_cast<size_t>(n * kDim));
+      auto ids = routing(n, k, false);
+      std::vector<float> wts(ids.size(), 0.5f);
+      std::copy(x0.begin(), x0.end(), x.begin() + at * kDim);
+      std::copy(ids0.begin(), ids0.end(), ids.begin() + at * k);
+      std::copy(w0.begin(), w0.end(), wts.begin() + at * k);
+      const auto out = run_gpu(b, x, ids, wts, n, k);
+      got.emplace_back(out.begin() + at * kDim, out.begin() + (at + 1) * kDim);
+    }
   }
   EXPECT_EQ(got[0], got[1]) << "n = 1 vs n = 40";
   EXPECT_EQ(got[0], got[2]) << "n = 1 vs n = 64";
+  for (int i = 3; i < 6; ++i) EXPECT_EQ(got[0], got[i]) << "lean vs first tile kernels, case " << i - 3;
   const auto want = run_cpu(x0, ids0, w0, 1, k);
   expect_close(got[0], want, 5e-4, 1e-7, "moe tiles flash one token n1");
 }
@@ -202,9 +222,12 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    const auto out = run_gpu(0, x, ids, wts, n, 6);
-    for (int64_t i = 0; i < n; ++i)
-      for (int d = 0; d < kDim; ++d) ASSERT_EQ(std::isnan(out[i * kDim + d]), i == bad) << "token " << i << " dim " << d;
+    for (int b : {0, 2}) {
+      const auto out = run_gpu(b, x, ids, wts, n, 6);
+      for (int64_t i = 0; i < n; ++i)
+        for (int d = 0; d < kDim; ++d)
+          ASSERT_EQ(std::isnan(out[i * kDim + d]), i == bad) << "side " << b << " token " << i << " dim " << d;
+    }
   }
 }
 

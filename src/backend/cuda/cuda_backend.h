@@ -33,6 +33,11 @@ struct CudaBackendOptions {
   // kernels (gemv_decode.cu up to 4 tokens, gemv_skinny.cu below 64 pairs, the grouped tensor-core GEMM
   // above) — for before/after benchmarks. Same bits either way.
   bool expert_tiles = true;
+  // The expert tiles' lean kernels (moe_tiles.cu: the pair loop specialised on each chunk's pair count
+  // 1/2/4/8/16, the IQ2_XXS grid replicated against bank conflicts, Q2_K quants read once per block).
+  // false: the first tile kernels (one pair loop of the largest chunk, absent pairs guarded) — to switch
+  // back if a GPU run finds a problem, and for before/after benchmarks. Same bits either way.
+  bool expert_tiles_lean = true;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

@@ -218,6 +218,7 @@ class CudaBackend final : public Backend {
   bool tensor_cores() const { return tensor_cores_; }
   void set_decode_kernels(bool on) { decode_kernels_ = on; }
   void set_expert_tiles(bool on) { expert_tiles_ = on; }
+  void set_expert_tiles_lean(bool on) { expert_tiles_lean_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
@@ -238,6 +239,7 @@ class CudaBackend final : public Backend {
   Status first_error_;
   bool decode_kernels_ = true;            // CudaBackendOptions::decode_kernels
   bool expert_tiles_ = true;              // CudaBackendOptions::expert_tiles
+  bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()

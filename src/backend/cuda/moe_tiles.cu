@@ -17,9 +17,15 @@
 // quantized kernel here) and applies ·0.125 (IQ2_XXS), the SwiGLU and the routing weight exactly as
 // moe_swiglu_kernel. A token's output is therefore the same bits on every path and at every batch
 // size (src/backend/cuda/README.md numerics contract).
+// Lean and first tile kernels (CudaBackendOptions::expert_tiles_lean, default lean): the same work and
+// bits; the lean ones run each chunk's pair loop at the smallest P of 1, 2, 4, 8, 16 that holds it (a
+// one-pair expert — most of them below 40 tokens — carries no guards for 15 absent pairs), read the
+// IQ2_XXS grid from 4 interleaved copies and each Q2_K quant/scale word once; the first ones stay
+// selectable to switch back if a GPU run finds a problem, and for before/after benchmarks.
 // Deliberately not here: prefill-sized batches (ops_gemm.cu's grouped GEMM), `exact` numerics and
 // float weights (ops_matmul.cu), the slot sum and the dispatch (ops_moe.cu CudaBackend::moe).
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
@@ -40,6 +46,11 @@ constexpr int kThreads = 256;
 constexpr int kGuRows = 16;
 constexpr int kDnRows = 32;
 constexpr uint64_t kMaxTileSmem = 200 * 1024;  // dynamic shared memory of one tile block
+// Lean kernels: copies of the IQ2_XXS grid in shared memory, entry e's copy c at e·kGridCopies + c and
+// lane l reading copy l % kGridCopies, so a half-warp's 16 random 8-byte lookups spread over 4 groups
+// of 4 lanes on disjoint banks instead of colliding on 16 bank pairs. 4 copies (8 KB): two gate/up
+// blocks per SM still fit (2 × (101.6 KB dynamic + 8 KB + 1 KB reserved) at Flash shapes).
+constexpr int kGridCopies = 4;
 
 // Quantized activations (x and the hidden rows) in a padded layout: block b of row r at
 // kActLead + r·row_stride + b·pitch, pitch 304 (BlockQ8_K, 292 B) or 48 (BlockQ8_0Act, 36 B), so every
@@ -63,6 +74,15 @@ __device__ inline void cp_async_wait() {
 
 // ---- block terms of one weight block for c ≤ P pairs (sact[p]: pair p's activation row) ----
 
+// Whether pair p of a chunk of c pairs is present. The lean kernels run a chunk of c pairs at P = the
+// smallest of 1, 2, 4, 8, 16 that holds it (moe_tile_kernel's dispatch), so c > P / 2 and pairs
+// p ≤ P / 2 need no guard (p is a constant once the loops are unrolled: the test folds away). The
+// first kernels run every chunk at the largest P: each absent pair's loads and dp4a run predicated off.
+template <int P, bool kLean>
+__device__ inline bool present(int p, int c) {
+  return (kLean && p <= P / 2) || p < c;
+}
+
 // Sign bytes of one IQ2_XXS chunk as two words of 0/1 bytes (byte j = bit j): the 7 stored bits plus
 // their parity as bit 7 (kKsignsIq2xs[i] = i | parity(i) << 7), each nibble spread to the low bits of
 // four bytes by one multiply (shifts 0, 7, 14, 21: the copies never overlap). Integer work instead of a
@@ -78,9 +98,11 @@ __device__ inline void iq2_sign_bits(uint32_t idx7, uint32_t& lo, uint32_t& hi) 
 // marked bytes without carries because every grid magnitude is 8, 25 or 43 (never 0); checked against
 // the tables for every (grid, sign) pair. Integer sums are exact, so this equals iq2_xxs_group_isum's;
 // the float finish is QDot's.
-template <int P>
+// grid: this lane's copy of the table, entry e at grid[e · G] (G = kGridCopies in the lean kernels).
+template <int P, bool kLean>
 __device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact,
                                  const uint64_t* grid, float* out, int out_stride) {
+  constexpr int G = kLean ? kGridCopies : 1;
   int isum[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) isum[p] = 0;
@@ -90,7 +112,7 @@ __device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const 
     uint32_t w[8];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint64_t gr = grid[(a0 >> (8 * k)) & 0xff];
+      const uint64_t gr = grid[((a0 >> (8 * k)) & 0xff) * G];
       uint32_t blo, bhi;
       iq2_sign_bits((a1 >> (7 * k)) & 127, blo, bhi);
       w[2 * k] = (static_cast<uint32_t>(gr) ^ (blo * 255u)) + blo;
@@ -98,7 +120,7 @@ __device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const 
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
-      if (p < c) {
+      if (present<P, kLean>(p, c)) {
         const uint4* q8 = reinterpret_cast<const uint4*>(sact[p] + boff + 4 + 32 * g);  // 16-byte aligned
         const uint4 v0 = q8[0], v1 = q8[1];
         int s = __dp4a(static_cast<int>(w[0]), static_cast<int>(v0.x), 0);
@@ -115,53 +137,85 @@ __device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const 
   }
 #pragma unroll
   for (int p = 0; p < P; ++p)
-    if (p < c) out[p * out_stride] = QDot<GgmlType::IQ2_XXS>::finish(wb, sact[p] + boff, isum[p], 0);
+    if (present<P, kLean>(p, c)) out[p * out_stride] = QDot<GgmlType::IQ2_XXS>::finish(wb, sact[p] + boff, isum[p], 0);
+}
+
+// One Q2_K sub-block s (16 values, 2-bit words w, scale sc, min mn) dotted with every pair's Q8_K
+// values at qoff; the min term uses the pair's bsum of s.
+template <int P, bool kLean>
+__device__ inline void q2k_sub(const uint32_t (&w)[4], int s, int sc, int mn, int qoff, uint64_t boff, int c,
+                               const uint8_t* const* sact, int (&isum)[P], int (&summs)[P]) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if (present<P, kLean>(p, c)) {
+      const uint8_t* y = sact[p] + boff;
+      const uint4 v = *reinterpret_cast<const uint4*>(y + qoff);  // 16-byte aligned
+      int sub = __dp4a(static_cast<int>(w[0]), static_cast<int>(v.x), 0);
+      sub = __dp4a(static_cast<int>(w[1]), static_cast<int>(v.y), sub);
+      sub = __dp4a(static_cast<int>(w[2]), static_cast<int>(v.z), sub);
+      sub = __dp4a(static_cast<int>(w[3]), static_cast<int>(v.w), sub);
+      isum[p] += sc * sub;
+      summs[p] += q8k_bsum(y, s) * mn;
+    }
+  }
 }
 
 // Q2_K: each 16-value piece's 2-bit quants are unpacked once (q2k_piece's words), then dotted with
-// every pair's Q8_K values; the min terms use the pair's bsums. Same integers as q2k_piece, same
-// q2k_finish.
-template <int P>
+// every pair's Q8_K values; the min terms use the pair's bsums. Same integers as q2k_piece (integer
+// sums: their order does not matter), same q2k_finish. The lean kernels read each of the block's 16
+// quant words and 4 scale words once (the first ones: 64 quant words, 16 scale bytes).
+template <int P, bool kLean>
 __device__ inline void q2k_terms(const uint8_t* x, uint64_t boff, int c, const uint8_t* const* sact, float* out,
                                  int out_stride) {
   int isum[P], summs[P];
 #pragma unroll
   for (int p = 0; p < P; ++p) isum[p] = summs[p] = 0;
-  for (int s = 0; s < 16; ++s) {
-    const int h = s / 8, l = (s % 8) / 2, half = s % 2;
-    const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
-    uint32_t w[4];
+  if constexpr (kLean) {
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {  // not unrolled (nor half, l): unrolled, the P = 8 code spills (ptxas -v)
+      const uint32_t scw0 = ld32(x + 8 * h), scw1 = ld32(x + 8 * h + 4);  // scale bytes 8h … 8h + 7
+#pragma unroll 1
+      for (int half = 0; half < 2; ++half) {
+        // Quant bytes 16 + 32h + 16·half …: word m holds piece (l, half)'s values 4m … 4m + 3 at bits
+        // 2l of each byte, l = 0 … 3 (the layout q2k_piece reads).
+        uint32_t qw[4];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) w[m] = (ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u;
-    const int sc = x[s] & 15, mn = x[s] >> 4;
-    const int qoff = 4 + 128 * h + 32 * l + 16 * half;
+        for (int m = 0; m < 4; ++m) qw[m] = ld32(x + 16 + 32 * h + 16 * half + 4 * m);
+#pragma unroll 1
+        for (int l = 0; l < 4; ++l) {
+          const int s = 8 * h + 2 * l + half;
+          const uint32_t sb = ((l < 2 ? scw0 : scw1) >> (8 * ((2 * l + half) % 4))) & 0xffu;  // byte x[s]
+          uint32_t w[4];
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      if (p < c) {
-        const uint8_t* y = sact[p] + boff;
-        const uint4 v = *reinterpret_cast<const uint4*>(y + qoff);  // 16-byte aligned
-        int sub = __dp4a(static_cast<int>(w[0]), static_cast<int>(v.x), 0);
-        sub = __dp4a(static_cast<int>(w[1]), static_cast<int>(v.y), sub);
-        sub = __dp4a(static_cast<int>(w[2]), static_cast<int>(v.z), sub);
-        sub = __dp4a(static_cast<int>(w[3]), static_cast<int>(v.w), sub);
-        isum[p] += sc * sub;
-        summs[p] += q8k_bsum(y, s) * mn;
+          for (int m = 0; m < 4; ++m) w[m] = (qw[m] >> (2 * l)) & 0x03030303u;
+          q2k_sub<P, kLean>(w, s, static_cast<int>(sb & 15), static_cast<int>(sb >> 4),
+                            4 + 128 * h + 32 * l + 16 * half, boff, c, sact, isum, summs);
+        }
       }
+    }
+  } else {
+    for (int s = 0; s < 16; ++s) {
+      const int h = s / 8, l = (s % 8) / 2, half = s % 2;
+      const uint8_t* q2 = x + 16 + 32 * h + 16 * half;
+      uint32_t w[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) w[m] = (ld32(q2 + 4 * m) >> (2 * l)) & 0x03030303u;
+      q2k_sub<P, kLean>(w, s, x[s] & 15, x[s] >> 4, 4 + 128 * h + 32 * l + 16 * half, boff, c, sact, isum, summs);
     }
   }
 #pragma unroll
   for (int p = 0; p < P; ++p)
-    if (p < c) out[p * out_stride] = q2k_finish(x, sact[p] + boff, isum[p], summs[p]);
+    if (present<P, kLean>(p, c)) out[p * out_stride] = q2k_finish(x, sact[p] + boff, isum[p], summs[p]);
 }
 
 // Other types (Q8_0, Q4_K): QDot per pair.
-template <GgmlType T, int P>
+template <GgmlType T, int P, bool kLean>
 __device__ inline void generic_terms(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact, float* out,
                                      int out_stride) {
   using D = QDot<T>;
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    if (p < c) {
+    if (present<P, kLean>(p, c)) {
       const uint8_t* ab = sact[p] + boff;
       int i0 = 0, i1 = 0;
       D::part(wb, ab, 0, D::kParts, i0, i1, nullptr, nullptr);
@@ -214,19 +268,23 @@ uint64_t tile_smem(uint64_t row_bytes, int nb) {
   return 2 * tile + static_cast<uint64_t>(P) * R * (V + 1) * sizeof(float);
 }
 
-template <GgmlType T, bool kGateUp>
+// kLean: the lean kernels (CudaBackendOptions::expert_tiles_lean); false: the first tile kernels.
+template <GgmlType T, bool kGateUp, bool kLean>
 __global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
   constexpr int R = rows_of<kGateUp>(), P = kThreads / R;
+  static_assert(P == 8 || P == 16, "the lean dispatch below covers chunks of up to 8 or 16 pairs");
   constexpr bool kIq2 = T == GgmlType::IQ2_XXS;
+  constexpr int kCopies = kLean ? kGridCopies : 1;
   using D = QDot<T>;
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ uint64_t grid[kIq2 ? 256 : 1];
+  __shared__ uint64_t grid[kIq2 ? 256 * kCopies : 1];
   __shared__ const uint8_t* sact[P];
   __shared__ int32_t spair[P];
   const int tid = threadIdx.x, lane = tid % kWarp, wid = tid / kWarp;
-  if constexpr (kIq2) {  // visible after the first barrier below
-    for (int i = tid; i < 256; i += kThreads) grid[i] = c_grid[i];
+  if constexpr (kIq2) {  // visible after the first barrier below; entry e's copy c at e·kCopies + c
+    for (int i = tid; i < 256 * kCopies; i += kThreads) grid[i] = c_grid[i / kCopies];
   }
+  const uint64_t* lane_grid = grid + lane % kCopies;
   const int nb = p.nb, V = kGateUp ? 2 * nb : nb, TS = V + 1;
   const uint32_t mat = R * p.pitch;  // one matrix's rows in a tile
   const uint32_t tile = (kGateUp ? 2 : 1) * mat;
@@ -276,16 +334,29 @@ __global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
       // Block terms: thread per (row r, virtual block vb), consecutive threads on consecutive rows of
       // one block (so a warp's activation loads are one or two broadcast addresses); vb < nb is gate's
       // block vb (or down's), vb ≥ nb up's block vb − nb. Pair q's term lands at terms[(q·R + r)·TS + vb].
-      for (int u = tid; u < R * V; u += kThreads) {
-        const int r = u % R, vb = u / R;
-        const bool up = kGateUp && vb >= nb;
-        const int b = up ? vb - nb : vb;
-        const uint8_t* wb = wt + (up ? mat : 0) + r * p.pitch + b * D::kWBytes;
-        float* out = terms + r * TS + vb;
-        const uint64_t boff = static_cast<uint64_t>(b) * p.act_pitch;
-        if constexpr (kIq2) iq2_terms<P>(wb, boff, c, sact, grid, out, R * TS);
-        else if constexpr (T == GgmlType::Q2_K) q2k_terms<P>(wb, boff, c, sact, out, R * TS);
-        else generic_terms<T, P>(wb, boff, c, sact, out, R * TS);
+      // Q (a std::integral_constant): the pair loop's length for this chunk.
+      auto block_terms = [&](auto q_pairs) {
+        constexpr int Q = decltype(q_pairs)::value;
+        for (int u = tid; u < R * V; u += kThreads) {
+          const int r = u % R, vb = u / R;
+          const bool up = kGateUp && vb >= nb;
+          const int b = up ? vb - nb : vb;
+          const uint8_t* wb = wt + (up ? mat : 0) + r * p.pitch + b * D::kWBytes;
+          float* out = terms + r * TS + vb;
+          const uint64_t boff = static_cast<uint64_t>(b) * p.act_pitch;
+          if constexpr (kIq2) iq2_terms<Q, kLean>(wb, boff, c, sact, lane_grid, out, R * TS);
+          else if constexpr (T == GgmlType::Q2_K) q2k_terms<Q, kLean>(wb, boff, c, sact, out, R * TS);
+          else generic_terms<T, Q, kLean>(wb, boff, c, sact, out, R * TS);
+        }
+      };
+      if constexpr (kLean) {  // c is the same in the whole block: no divergence
+        if (c == 1) block_terms(std::integral_constant<int, 1>{});
+        else if (c == 2) block_terms(std::integral_constant<int, 2>{});
+        else if (c <= 4) block_terms(std::integral_constant<int, 4>{});
+        else if (P == 8 || c <= 8) block_terms(std::integral_constant<int, 8>{});
+        else block_terms(std::integral_constant<int, P>{});
+      } else {
+        block_terms(std::integral_constant<int, P>{});
       }
       __syncthreads();
       // Chains: thread per (pair q, row r) adds its terms from 0.0f in block order (consecutive
@@ -380,10 +451,10 @@ bool tiles_fit(const ExpertWeights& w, int64_t rows, int R) {
          (w.first.row_bytes % 4 == 0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q8_0);
 }
 
-template <GgmlType T, bool kGateUp>
+template <GgmlType T, bool kGateUp, bool kLean>
 bool launch_tiles(CudaBackend& be, const TileParams& p, int64_t items_bound, cudaStream_t s) {
   const uint64_t smem = tile_smem<kGateUp>(p.row_bytes, p.nb);  // ≤ kMaxTileSmem, the limit init_tile_kernels set
-  auto kernel = moe_tile_kernel<T, kGateUp>;
+  auto kernel = moe_tile_kernel<T, kGateUp, kLean>;
   int per_sm = 0, sms = 0;
   if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem), "moe tiles: occupancy") ||
       !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "moe tiles: SM count"))
@@ -393,27 +464,34 @@ bool launch_tiles(CudaBackend& be, const TileParams& p, int64_t items_bound, cud
   const int64_t cap = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sms);
   const int64_t per_block = (items_bound + cap - 1) / cap;
   const int64_t blocks = std::max<int64_t>(1, (items_bound + per_block - 1) / per_block);
-  moe_tile_kernel<T, kGateUp><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(p);
+  moe_tile_kernel<T, kGateUp, kLean><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(p);
   return be.launched(kGateUp ? "moe gate/up tiles" : "moe down tiles");
 }
 
-template <bool kGateUp>
+template <bool kGateUp, bool kLean>
 bool launch_tiles_of(CudaBackend& be, GgmlType t, const TileParams& p, int64_t items_bound, cudaStream_t s) {
   switch (t) {
-    case GgmlType::Q8_0: return launch_tiles<GgmlType::Q8_0, kGateUp>(be, p, items_bound, s);
-    case GgmlType::Q2_K: return launch_tiles<GgmlType::Q2_K, kGateUp>(be, p, items_bound, s);
-    case GgmlType::Q4_K: return launch_tiles<GgmlType::Q4_K, kGateUp>(be, p, items_bound, s);
-    default: return launch_tiles<GgmlType::IQ2_XXS, kGateUp>(be, p, items_bound, s);
+    case GgmlType::Q8_0: return launch_tiles<GgmlType::Q8_0, kGateUp, kLean>(be, p, items_bound, s);
+    case GgmlType::Q2_K: return launch_tiles<GgmlType::Q2_K, kGateUp, kLean>(be, p, items_bound, s);
+    case GgmlType::Q4_K: return launch_tiles<GgmlType::Q4_K, kGateUp, kLean>(be, p, items_bound, s);
+    default: return launch_tiles<GgmlType::IQ2_XXS, kGateUp, kLean>(be, p, items_bound, s);
   }
+}
+
+template <bool kGateUp>
+bool launch_tiles_of(CudaBackend& be, bool lean, GgmlType t, const TileParams& p, int64_t items_bound, cudaStream_t s) {
+  return lean ? launch_tiles_of<kGateUp, true>(be, t, p, items_bound, s)
+              : launch_tiles_of<kGateUp, false>(be, t, p, items_bound, s);
 }
 
 template <GgmlType T>
 cudaError_t allow_tile_smem() {
-  cudaError_t e = cudaFuncSetAttribute(moe_tile_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxTileSmem));
-  if (e != cudaSuccess) return e;
-  return cudaFuncSetAttribute(moe_tile_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(kMaxTileSmem));
+  cudaError_t e = cudaSuccess;
+  for (auto kernel : {moe_tile_kernel<T, true, true>, moe_tile_kernel<T, false, true>, moe_tile_kernel<T, true, false>,
+                      moe_tile_kernel<T, false, false>})
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxTileSmem));
+  return e;
 }
 
 }  // namespace
@@ -481,7 +559,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.ff;
   p.weights = a.weights;
   p.clamp = a.clamp;
-  if (!launch_tiles_of<true>(*this, gt, p, int64_t{max_groups} * p.n_tiles, s)) return true;
+  if (!launch_tiles_of<true>(*this, expert_tiles_lean_, gt, p, int64_t{max_groups} * p.n_tiles, s)) return true;
 
   // The hidden rows quantized once per pair. Rows of pairs with a bad id hold whatever h had: they are
   // quantized but belong to no group (the slot sum gives those tokens NaN).
@@ -506,7 +584,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.dim;
   p.weights = nullptr;
   p.clamp = 0;
-  launch_tiles_of<false>(*this, dt, p, int64_t{max_groups} * p.n_tiles, s);
+  launch_tiles_of<false>(*this, expert_tiles_lean_, dt, p, int64_t{max_groups} * p.n_tiles, s);
   return true;
 }
 

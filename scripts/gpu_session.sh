@@ -9,6 +9,7 @@
 #   there:  scripts/gpu_session.sh PACK_TARBALL [OUT_DIR]
 #           env: LOAD_LAYERS=43 SERIES="1 8 32" PROMPT=1024 GEN=128 SERIES_TIMEOUT=240
 #                ROUTING=distinct|tied (gpu_pack_common.sh flash_gen: the benchmark files' routing)
+#                GRAPHS_CTX_MAX=8192: a second ds4-bench walk with --cuda-graphs up to that frontier
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -42,6 +43,12 @@ LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-be
   --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
   --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
 echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"
+if [ -n "${GRAPHS_CTX_MAX:-}" ]; then  # the same walk with decode steps replayed as CUDA graphs, to GRAPHS_CTX_MAX
+  LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 90 "$P/bench/ds4-bench" -m "$F" --cuda --cuda-graphs --chunk 2048 \
+    --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max "$GRAPHS_CTX_MAX" --step-mul 2 --gen-tokens 32 \
+    --csv "$O/bench43/bench_flash_q2_l43_graphs.csv" > "$O/bench43/bench_graphs.log" 2>&1
+  echo "ds4-bench 43 layers --cuda-graphs rc=$? at $(( $(date +%s) - t0 )) s"
+fi
 [ "${LOAD_LAYERS:-43}" = 43 ] || rm -f "$F"  # else gpu_loadgen's flash_gen reuses it
 LAYERS=${LOAD_LAYERS:-43} SERIES=${SERIES:-"1 8 32"} PROMPT=${PROMPT:-1024} GEN=${GEN:-128} SEP_MAX=0 BATCH_TOKENS=512 \
   CTX=8192 SERIES_TIMEOUT=${SERIES_TIMEOUT:-240} bash "$HERE/gpu_loadgen.sh" "$P/load" "$O/load" > "$O/load.txt" 2>&1
@@ -50,4 +57,5 @@ rm -f /dev/shm/flash-q2-l*-*.gguf
 grep -E '^\| (op|model)|cases|PARITY.*FAIL|per-token sum|BENCH model' "$O/check/summary.txt" | head -20
 grep -E '^BM_' "$O/probe/summary.txt"
 cat "$O/bench43/bench_flash_q2_l43.csv"
+[ -f "$O/bench43/bench_flash_q2_l43_graphs.csv" ] && cat "$O/bench43/bench_flash_q2_l43_graphs.csv"
 tail -8 "$O/load/summary.txt"

@@ -288,7 +288,10 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
       },
       [&] {
         be.rope({attn, pos_d, 1, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(), true});
-        for (int64_t g = 0; g < G; ++g) mm(out_a.row_slice(g * Ro, Ro), attn + g * gin, HD, low + g * Ro, G * Ro);
+        MatmulArgs oa{out_a, attn, HD, low, G * Ro, 1, MatmulNumerics::ds4};
+        oa.group_rows = Ro;  // the forward pass's one grouped call for the 8 groups
+        oa.group_x_stride = gin;
+        be.matmul(oa);
         mm(out_b, low, G * Ro, f, E);
         be.hc_post({x, f, post, comb, x2, 1, E, 4});
       });

@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-shared-clamp", f.engine.no_shared_clamp, "do not clamp the shared expert's SwiGLU");
   app.add_flag("--cuda-no-tensor-cores", f.engine.cuda_no_tensor_cores,
                "CUDA: decode kernels (matvec, one-query attention) for every batch size, to compare prefill paths");
-  app.add_flag("--cuda-graphs", f.engine.cuda_graphs,
-               "CUDA: replay decode steps as CUDA graphs (steps that emit no compressed row; same bits)");
+  app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.engine.cuda_graphs,
+               "CUDA: replay decode steps as CUDA graphs (steps that emit no compressed row; same bits; default on)");
   app.add_option("--plot", f.plot_path, "also plot the CSV to FILE.png or FILE.svg (needs --csv and gnuplot)");
   app.add_option("--plot-script", f.plot_script, "plot script")->capture_default_str();
   app.add_option("--plot-title", f.plot_title, "plot title");

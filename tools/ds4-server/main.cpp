@@ -44,6 +44,7 @@ struct Flags {
   bool metal = false, cuda = false, cpu = false;
   std::string backend;
   int cuda_device = 0;
+  bool cuda_graphs = true;
   std::string host = "127.0.0.1";
   int port = 8000;
   bool cors = false;
@@ -115,6 +116,8 @@ int main(int argc, char** argv) {
   app.add_flag("--cpu", f.cpu, "CPU backend");
   app.add_option("--backend", f.backend, "backend by name: cpu, cuda");
   app.add_option("--cuda-device", f.cuda_device, "CUDA device index");
+  app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.cuda_graphs,
+               "CUDA: replay decode steps that emit no compressed row as CUDA graphs (default on; same bits)");
   app.add_option("--host", f.host, "bind address")->capture_default_str();
   app.add_option("--port", f.port, "bind port")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_flag("--cors", f.cors, "send permissive CORS headers");
@@ -208,6 +211,7 @@ int main(int argc, char** argv) {
   eo.max_context = f.ctx;
   eo.warm_weights = f.warm_weights;
   eo.cuda_device = f.cuda_device;
+  eo.cuda_graphs = f.cuda_graphs;
   eo.numerics = f.numerics == "reference" ? ds4::Numerics::reference : ds4::Numerics::official;
   eo.max_chunk = static_cast<int32_t>(f.max_batch_tokens);  // one step's scratch holds the whole batch
   std::fprintf(stderr, "ds4-server: loading %s (backend %s)\n", f.model.c_str(),

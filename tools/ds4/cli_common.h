@@ -27,7 +27,7 @@ struct EngineFlags {
   bool cuda = false;
   int cuda_device = 0;
   bool cuda_no_tensor_cores = false;
-  bool cuda_graphs = false;
+  bool cuda_graphs = true;
 };
 
 inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -48,9 +48,9 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "CUDA: run prefill matmuls, routed experts and attention with the decode (matvec, one-query) "
                "kernels instead of the int8 tensor-core GEMM and chunk attention (for comparisons; same "
                "numerics up to float summation order)");
-  app.add_flag("--cuda-graphs", f.cuda_graphs,
-               "CUDA: replay decode steps that emit no compressed row as CUDA graphs (same bits; fewer host "
-               "launches)");
+  app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.cuda_graphs,
+               "CUDA: replay decode steps that emit no compressed row as CUDA graphs (default on; same bits; "
+               "fewer host launches)");
 }
 
 // Reads a whole file as bytes; false when it cannot be opened.

@@ -10,7 +10,8 @@
 #   OUT_DIR (default $OUT, else /tmp/gpu_check) receives the full logs.
 # Order (METHOD.md): the card first (nvidia-smi, copy ceiling), correctness (op parity, model parity,
 # golden), then speed (op timings, then a few-layer flash-q2 file generated into /dev/shm).
-# Env: FLASH_LAYERS (default 2; a list such as "2 6" generates and runs each; 0 skips the flash-q2 runs).
+# Env: OPS_FILTER (a gtest filter: run only those op tests, e.g. a re-check after a small change),
+# FLASH_LAYERS (default 2; a list such as "2 6" generates and runs each; 0 skips the flash-q2 runs).
 # cuda_bench prints the per-stage decode breakdown (general kernels, then the decode kernels) and,
 # per flash-q2 file, load time, prefill of 2048 tokens and greedy decode at context 2K.
 set -u
@@ -44,7 +45,7 @@ GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,nohea
 echo "gpu_check: commit $COMMIT, GPU: ${GPU:-none}, date $(date -u +%F' '%H:%M' UTC')" | tee "$OUTD/summary.txt"
 
 t0=$(date +%s)
-"$BIN/test_cuda_ops" --gtest_color=no > "$OUTD/ops.log" 2>&1; ops_rc=$?
+"$BIN/test_cuda_ops" --gtest_color=no ${OPS_FILTER:+--gtest_filter="$OPS_FILTER"} > "$OUTD/ops.log" 2>&1; ops_rc=$?
 t1=$(date +%s)
 "$BIN/test_cuda_model" --gtest_color=no > "$OUTD/model.log" 2>&1; model_rc=$?
 t2=$(date +%s)

@@ -9,7 +9,8 @@
 #   there:  scripts/gpu_session.sh PACK_TARBALL [OUT_DIR]
 #           env: LOAD_LAYERS=43 SERIES="1 8 32" PROMPT=1024 GEN=128 SERIES_TIMEOUT=240
 #                ROUTING=distinct|tied (gpu_pack_common.sh flash_gen: the benchmark files' routing)
-#                GRAPHS_CTX_MAX=8192: a second ds4-bench walk with --cuda-graphs up to that frontier
+#                GRAPHS_CTX_MAX=8192: a second ds4-bench walk with BENCH_FLAGS2 (default --no-cuda-graphs) to there
+#                OPS_FILTER (gpu_check.sh), SKIP_PROBE=1: a shorter re-check
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -32,8 +33,10 @@ P=/tmp/gpu_session_pack; rm -rf "$P"; mkdir -p "$P" && tar xJf "$T" -C "$P"
 t0=$(date +%s)
 FLASH_LAYERS=2 bash "$HERE/gpu_check.sh" "$P/check" "$O/check" > "$O/check.txt" 2>&1
 echo "gpu_check rc=$? in $(( $(date +%s) - t0 )) s"
-LAYERS=4 PROMPT=512 NCU_N="" bash "$HERE/gpu_batch_probe.sh" "$P/probe" "$O/probe" > "$O/probe.txt" 2>&1
-echo "gpu_batch_probe rc=$? at $(( $(date +%s) - t0 )) s"
+if [ -z "${SKIP_PROBE:-}" ]; then
+  LAYERS=4 PROMPT=512 NCU_N="" bash "$HERE/gpu_batch_probe.sh" "$P/probe" "$O/probe" > "$O/probe.txt" 2>&1
+  echo "gpu_batch_probe rc=$? at $(( $(date +%s) - t0 )) s"
+fi
 rm -f /dev/shm/flash-q2-l4-*.gguf
 . "$HERE/gpu_pack_common.sh"
 F=$(flash_gen "$P/bench/ds4-gen" 43 "$P/bench/data/tokenizer.json" 2> /dev/null)
@@ -43,11 +46,11 @@ LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-be
   --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
   --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
 echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"
-if [ -n "${GRAPHS_CTX_MAX:-}" ]; then  # the same walk with decode steps replayed as CUDA graphs, to GRAPHS_CTX_MAX
-  LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 90 "$P/bench/ds4-bench" -m "$F" --cuda --cuda-graphs --chunk 2048 \
+if [ -n "${GRAPHS_CTX_MAX:-}" ]; then  # the same walk with BENCH_FLAGS2 (graphs off by default), to GRAPHS_CTX_MAX
+  LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 90 "$P/bench/ds4-bench" -m "$F" --cuda ${BENCH_FLAGS2:---no-cuda-graphs} --chunk 2048 \
     --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max "$GRAPHS_CTX_MAX" --step-mul 2 --gen-tokens 32 \
-    --csv "$O/bench43/bench_flash_q2_l43_graphs.csv" > "$O/bench43/bench_graphs.log" 2>&1
-  echo "ds4-bench 43 layers --cuda-graphs rc=$? at $(( $(date +%s) - t0 )) s"
+    --csv "$O/bench43/bench_flash_q2_l43_b.csv" > "$O/bench43/bench_b.log" 2>&1
+  echo "ds4-bench 43 layers ${BENCH_FLAGS2:---no-cuda-graphs} rc=$? at $(( $(date +%s) - t0 )) s"
 fi
 [ "${LOAD_LAYERS:-43}" = 43 ] || rm -f "$F"  # else gpu_loadgen's flash_gen reuses it
 LAYERS=${LOAD_LAYERS:-43} SERIES=${SERIES:-"1 8 32"} PROMPT=${PROMPT:-1024} GEN=${GEN:-128} SEP_MAX=0 BATCH_TOKENS=512 \
@@ -55,7 +58,7 @@ LAYERS=${LOAD_LAYERS:-43} SERIES=${SERIES:-"1 8 32"} PROMPT=${PROMPT:-1024} GEN=
 echo "gpu_loadgen rc=$? at $(( $(date +%s) - t0 )) s"
 rm -f /dev/shm/flash-q2-l*-*.gguf
 grep -E '^\| (op|model)|cases|PARITY.*FAIL|per-token sum|BENCH model' "$O/check/summary.txt" | head -20
-grep -E '^BM_' "$O/probe/summary.txt"
+[ -f "$O/probe/summary.txt" ] && grep -E '^BM_' "$O/probe/summary.txt"
 cat "$O/bench43/bench_flash_q2_l43.csv"
-[ -f "$O/bench43/bench_flash_q2_l43_graphs.csv" ] && cat "$O/bench43/bench_flash_q2_l43_graphs.csv"
+[ -f "$O/bench43/bench_flash_q2_l43_b.csv" ] && cat "$O/bench43/bench_flash_q2_l43_b.csv"
 tail -8 "$O/load/summary.txt"

@@ -176,6 +176,17 @@ __global__ void __launch_bounds__(kWarps * kWarp) gemv_decode_kernel(DecodeParam
   }
 }
 
+// One gemv_decode_kernel launch for weight type T (a decode_type); `smem` holds the fused activation
+// rows, 0 when p.act is pre-quantized.
+void launch_gemv_decode(GgmlType T, unsigned g, uint64_t smem, cudaStream_t s, const DecodeParams& p) {
+  switch (T) {
+    case GgmlType::Q8_0: gemv_decode_kernel<GgmlType::Q8_0><<<g, kWarps * kWarp, smem, s>>>(p); break;
+    case GgmlType::Q2_K: gemv_decode_kernel<GgmlType::Q2_K><<<g, kWarps * kWarp, smem, s>>>(p); break;
+    case GgmlType::Q4_K: gemv_decode_kernel<GgmlType::Q4_K><<<g, kWarps * kWarp, smem, s>>>(p); break;
+    default: gemv_decode_kernel<GgmlType::IQ2_XXS><<<g, kWarps * kWarp, smem, s>>>(p); break;
+  }
+}
+
 // ---- routed experts, decode ----
 
 struct MoeDecodeParams {
@@ -383,12 +394,7 @@ bool CudaBackend::gemv_decode(const GemvJob& j) {
     p.act = static_cast<const uint8_t*>(act_.ptr);
     smem_launch = 0;
   }
-  switch (T) {
-    case GgmlType::Q8_0: gemv_decode_kernel<GgmlType::Q8_0><<<g, kWarps * kWarp, smem_launch, s>>>(p); break;
-    case GgmlType::Q2_K: gemv_decode_kernel<GgmlType::Q2_K><<<g, kWarps * kWarp, smem, s>>>(p); break;
-    case GgmlType::Q4_K: gemv_decode_kernel<GgmlType::Q4_K><<<g, kWarps * kWarp, smem, s>>>(p); break;
-    default: gemv_decode_kernel<GgmlType::IQ2_XXS><<<g, kWarps * kWarp, smem, s>>>(p); break;
-  }
+  launch_gemv_decode(T, g, smem_launch, s, p);  // smem_launch == smem except for the pre-quantized Q8_0 rows
   launched("gemv (decode)");
   return true;
 }
@@ -413,12 +419,7 @@ bool CudaBackend::gemv_decode_grouped(const GemvJob& j) {
   p.act_group = static_cast<uint64_t>(j.w.cols / elems_of(T)) * act_bytes_of(T);
   const unsigned g = static_cast<unsigned>(std::min<int64_t>(grid_for(j.w.rows, kWarps), kMaxGemvBlocks));
   cudaStream_t s = stream();
-  switch (T) {
-    case GgmlType::Q8_0: gemv_decode_kernel<GgmlType::Q8_0><<<g, kWarps * kWarp, 0, s>>>(p); break;
-    case GgmlType::Q2_K: gemv_decode_kernel<GgmlType::Q2_K><<<g, kWarps * kWarp, 0, s>>>(p); break;
-    case GgmlType::Q4_K: gemv_decode_kernel<GgmlType::Q4_K><<<g, kWarps * kWarp, 0, s>>>(p); break;
-    default: gemv_decode_kernel<GgmlType::IQ2_XXS><<<g, kWarps * kWarp, 0, s>>>(p); break;
-  }
+  launch_gemv_decode(T, g, 0, s, p);  // activations pre-quantized in global memory
   launched("gemv (decode, grouped)");
   return true;
 }

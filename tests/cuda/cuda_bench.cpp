@@ -5,6 +5,7 @@
 // timed from the host around a stream sync (so per-call times include launch overhead, as decode does).
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
 //        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
+//        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,6 +50,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
+void bench_hc_router(Backend& be, Backend& prev);            // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
@@ -183,6 +185,13 @@ int main(int argc, char** argv) {
     bench_skinny(*be, rng, true);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--hc") == 0) {  // HC pre, router, HC post: new vs previous kernels
+    cuda::CudaBackendOptions po;
+    po.hc_router_v2 = false;
+    auto prev = cuda::make_cuda_backend(po);
+    if (prev.ok()) bench_hc_router(*be, **prev);
+    return 0;
+  }
 
   double ceiling = 4256;  // GB/s, replaced by the measurement below
   {  // Ceiling: device-to-device copy, bytes read + written.
@@ -216,6 +225,9 @@ int main(int argc, char** argv) {
     }
     std::printf("BENCH stage --- decode kernels ---\n");
     bench_decode_stages(*be, ceiling);
+    cuda::CudaBackendOptions ho;  // HC pre / router / HC post: spread kernels vs the previous ones
+    ho.hc_router_v2 = false;
+    if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev);
   }
 
   auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {

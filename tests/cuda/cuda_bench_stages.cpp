@@ -512,3 +512,102 @@ void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs) {
     }
   }
 }
+
+// The latency-bound per-token ops at decode batch sizes n = 1, 2, 8, 32 (issues 5 and 8): HC pre (Flash
+// 4 × 4096, F16 controls 24 × 16384), the router (top-k alone, and with its F16 256 × 4096 matmul as
+// the forward pass calls them) and HC post with the expert sum, on `be` (default options: the spread
+// kernels) and on `prev` (CudaBackendOptions::hc_router_v2 = false: the previous kernels). Graph µs
+// per call, as the stage lines.
+void bench_hc_router(Backend& be, Backend& prev) {
+  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NE = 256, K = 6, NMAX = 32;
+  struct Side {
+    Backend* be;
+    std::unique_ptr<StageBench> sb;
+    Weight fn, router;
+    float *x, *x2, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *logits, *rw, *f, *fa;
+    int32_t* ids;
+  };
+  Side sides[2];
+  for (int i = 0; i < 2; ++i) {
+    Side& s = sides[i];
+    s.be = i == 0 ? &be : &prev;
+    s.sb = std::make_unique<StageBench>(*s.be);
+    StageBench& b = *s.sb;
+    s.fn = b.weight(GgmlType::F16, M, HCD);
+    s.router = b.weight(GgmlType::F16, NE, E);
+    s.x = b.buf(NMAX * HCD);
+    s.x2 = b.buf(NMAX * HCD);
+    s.flat = b.buf(NMAX * HCD);
+    s.mix = b.buf(NMAX * M);
+    s.pre = b.buf(NMAX * NHC);
+    s.post = b.buf(NMAX * NHC);
+    s.comb = b.buf(NMAX * NHC * NHC);
+    s.y = b.buf(NMAX * E);
+    s.xn = b.buf(NMAX * E);
+    s.scale = b.buf(3, 0.5f);
+    s.base = b.buf(M);
+    s.norm_w = b.buf(E, 1.0f);
+    s.logits = b.buf(NMAX * NE);
+    s.rw = b.buf(NMAX * K);
+    s.f = b.buf(NMAX * E);
+    s.fa = b.buf(NMAX * E);
+    s.ids = reinterpret_cast<int32_t*>(b.buf(NMAX * K));
+  }
+  auto hc_pre = [](Side& s, int64_t n) {
+    HcPreArgs a;
+    a.x = s.x;
+    a.fn = s.fn;
+    a.scale = s.scale;
+    a.base = s.base;
+    a.norm_w = s.norm_w;
+    a.n = n;
+    a.dim = E;
+    a.nhc = NHC;
+    a.flat = s.flat;
+    a.mix = s.mix;
+    a.pre = s.pre;
+    a.post = s.post;
+    a.comb = s.comb;
+    a.y = s.y;
+    a.xn = s.xn;
+    s.be->hc_pre(a);
+  };
+  auto topk = [](Side& s, int64_t n) {
+    RouterArgs ra;
+    ra.logits = s.logits;
+    ra.n = n;
+    ra.n_expert = NE;
+    ra.k = K;
+    ra.scale = 1.5f;
+    ra.denom_guard = 6.1035156e-05f;
+    ra.ids = s.ids;
+    ra.weights = s.rw;
+    s.be->router(ra);
+  };
+  auto router = [&](Side& s, int64_t n) {
+    s.be->matmul({s.router, s.xn, E, s.logits, NE, n, MatmulNumerics::ds4});
+    topk(s, n);
+  };
+  auto hc_post = [](Side& s, int64_t n) {
+    HcPostArgs hp{s.x, s.f, s.post, s.comb, s.x2, n, E, NHC};
+    hp.f_add = s.fa;
+    s.be->hc_post(hp);
+  };
+  struct Op {
+    const char* name;
+    std::function<void(Side&, int64_t)> run;
+  };
+  const Op ops[] = {{"hc pre (4 x 4096, F16 24x16384)", hc_pre},
+                    {"router top-6 of 256", topk},
+                    {"router F16 256x4096 + top-6", router},
+                    {"hc post + expert sum", hc_post}};
+  for (const Op& op : ops)
+    for (int64_t n : {1, 2, 8, 32}) {
+      const StageTime now = sides[0].sb->time([&] { op.run(sides[0], n); }, 20);
+      const StageTime before = sides[1].sb->time([&] { op.run(sides[1], n); }, 20);
+      std::printf("BENCH hc %-34s n=%-2lld graph %7.2f us (%2.0f launches), previous %7.2f us (%2.0f launches)  %.2fx;"
+                  "  host %7.2f / %7.2f us\n",
+                  op.name, static_cast<long long>(n), now.graph_us, now.launches, before.graph_us, before.launches,
+                  before.graph_us / now.graph_us, now.host_us, before.host_us);
+    }
+}

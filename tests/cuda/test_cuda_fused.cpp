@@ -1,16 +1,22 @@
 // test_cuda_fused.cpp — the fused decode ops (backend.h HcPreArgs, NormRopeArgs, HcPostArgs::f_add) on
 // CUDA: bit for bit equal to the CUDA pieces they replace (the single ops, run in backend.h's order),
-// and close to the CPU reference op (which runs the CPU pieces), at the Flash shapes and tiny/odd ones,
-// n = 1, 2, 8, 40 (the HC pre's one norm + controls kernel
-// runs up to 8 tokens, its norm + matmul path from 40; 80 too).
+// and close to the CPU reference op (which runs the CPU pieces), at the Flash shapes and tiny/odd ones;
+// also the router's warp-per-token top-k against the CPU and the previous kernel (exact ids),
+// n = 1, 2, 8, 40 (HC pre: n = 1, 2, 5, 8, 32 take the spread kernels — n = 1 with each block's own norm
+// scale —, 40 and 80 the norm + matmul path; each case also bit for bit against the previous kernels,
+// CudaBackendOptions::hc_router_v2 = false: one norm + controls kernel up to 8 tokens).
 // Tolerances vs the CPU: the HC controls are an F16 matmul (2e-5·max|mix|, README.md's segment order vs
 // the CPU's sequential sum), and split/collapse/norm follow them (1e-3 of max|ref|: Sinkhorn's expf and
 // divisions on controls that differ in the last bits); norm + RoPE to 1e-6 as their single-op tests
 // (without the FP8/half rounding, whose steps a last-bit difference can flip — those are checked
 // bit for bit against the CUDA pieces, and the pieces against the CPU in test_cuda_ops.cpp).
+#include <cmath>
 #include <cstring>
+#include <tuple>
+#include <utility>
 
 #include "backend/by_pieces.h"
+#include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 
 using namespace ds4;
@@ -40,9 +46,14 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
   };
   // Flash (4 × 4096: 1024-thread norm of the 16384-wide state), tiny (4 × 64), odd (3 × 52: 156 columns,
   // not a multiple of 8, so the narrow loads and a partial segment).
+  cuda::CudaBackendOptions po;
+  po.hc_router_v2 = false;
+  auto made = cuda::make_cuda_backend(po);
+  ASSERT_TRUE(made.ok());
+  Backend& prev = **made;  // the previous kernels, on this test's device buffers
   for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}})
-    for (int64_t n : {1, 2, 8, 40, 80}) {
-      if (n == 80 && s.dim != 4096) continue;
+    for (int64_t n : {1, 2, 5, 8, 32, 40, 80}) {
+      if ((n == 80 || n == 5) && s.dim != 4096) continue;
       const int64_t hcd = s.nhc * s.dim, mix = (2 + s.nhc) * s.nhc;
       const std::string tag = "hc_pre " + std::to_string(s.nhc) + "x" + std::to_string(s.dim) + " n" + std::to_string(n);
       Weight fn;
@@ -79,8 +90,8 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       g.scale = dev(scale);
       g.base = dev(base);
       g.norm_w = dev(norm_w);
-      HcPreArgs gp = g;  // the pieces, on their own outputs
-      for (HcPreArgs* o : {&g, &gp}) {
+      HcPreArgs gp = g, gv = g;  // the pieces and the previous kernels, on their own outputs
+      for (HcPreArgs* o : {&g, &gp, &gv}) {
         o->flat = poisoned(flat.size());
         o->mix = poisoned(m.size());
         o->pre = poisoned(pre.size());
@@ -92,6 +103,13 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       gpu_->hc_pre(g);
       hc_pre_by_pieces(*gpu_, gp);
       ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      prev.hc_pre(gv);
+      ASSERT_TRUE(prev.sync().ok()) << tag;
+      for (auto [got, want, len, what] :
+           {std::tuple{g.mix, gv.mix, m.size(), "mix"}, std::tuple{g.pre, gv.pre, pre.size(), "pre"},
+            std::tuple{g.post, gv.post, post.size(), "post"}, std::tuple{g.comb, gv.comb, comb.size(), "comb"},
+            std::tuple{g.y, gv.y, y.size(), "y"}, std::tuple{g.xn, gv.xn, xn.size(), "xn"}})
+        expect_same_bits(host(got, len), host(want, len), tag + " " + what + " vs previous kernels");
       expect_same_bits(host(g.mix, m.size()), host(gp.mix, m.size()), tag + " mix");
       expect_same_bits(host(g.pre, pre.size()), host(gp.pre, pre.size()), tag + " pre");
       expect_same_bits(host(g.post, post.size()), host(gp.post, post.size()), tag + " post");
@@ -227,4 +245,78 @@ TEST_F(CudaFused, HcPostWithResidualAddEqualsAddThenPost) {
       expect_same_bits(host(out, x.size()), host(ref, x.size()), tag);
       expect_close(host(out, x.size()), want, 0, 0, tag + " vs cpu");
     }
+}
+
+TEST_F(CudaFused, RouterWarpKernelEqualsPreviousAndCpu) {
+  // The router's warp-per-token top-k (default) against the CPU op (ids exactly, weights to the device
+  // expf/log1pf) and the previous block-per-token kernel (CudaBackendOptions::hc_router_v2 = false: ids
+  // and weights bit for bit), at Flash's 256 experts / top-6 and a 64-expert / top-4 shape. Modes: biased
+  // top-k, plain top-k, hash routing, ties (logits on a coarse grid, no bias: equal scores, the lower id
+  // wins), NaN logits (on expert 0 of even tokens: the CPU's loop keeps its first untaken expert when that
+  // value is NaN; elsewhere NaN never wins).
+  cuda::CudaBackendOptions po;
+  po.hc_router_v2 = false;
+  auto made = cuda::make_cuda_backend(po);
+  ASSERT_TRUE(made.ok());
+  Backend& prev = **made;
+  const int32_t vocab = 1000;
+  const char* const modes[] = {"biased", "plain", "hash", "ties", "nan"};
+  for (auto [NE, K] : {std::pair{256, 6}, std::pair{64, 4}})
+    for (int64_t n : {1, 2, 5, 8, 32})
+      for (int mode = 0; mode < 5; ++mode) {
+        const std::string tag = "router NE" + std::to_string(NE) + " k" + std::to_string(K) + " n" +
+                                std::to_string(n) + " " + modes[mode];
+        auto z = randn(static_cast<size_t>(n * NE), 3.0f);
+        if (mode == 3)
+          for (float& v : z) v = std::round(v * 2.0f) / 2.0f;  // many equal logits
+        if (mode == 4)
+          for (int64_t t = 0; t < n; ++t) {
+            if (t % 2 == 0) z[t * NE] = NAN;
+            z[t * NE + randint(1, NE - 1)] = NAN;
+          }
+        auto bias = randn(static_cast<size_t>(NE), 0.1f);
+        std::vector<int32_t> hash(static_cast<size_t>(vocab * K)), tok(n);
+        for (int32_t v = 0; v < vocab; ++v)
+          for (int j = 0; j < K; ++j) hash[v * K + j] = (v * 13 + j * 41) % NE;
+        for (auto& t : tok) t = randint(0, vocab - 1);
+        RouterArgs a;
+        a.bias = mode == 0 || mode == 4 ? bias.data() : nullptr;
+        a.hash = mode == 2 ? hash.data() : nullptr;
+        a.vocab = vocab;
+        a.n = n;
+        a.n_expert = NE;
+        a.k = K;
+        a.scale = 1.5f;
+        a.denom_guard = 1.0f / 16384;
+        std::vector<int32_t> ids(n * K);
+        std::vector<float> wts(n * K);
+        a.logits = z.data();
+        a.tokens = tok.data();
+        a.ids = ids.data();
+        a.weights = wts.data();
+        cpu_->router(a);
+        RouterArgs g = a;
+        g.logits = dev(z);
+        g.bias = a.bias ? dev(bias) : nullptr;
+        g.hash = a.hash ? dev(hash) : nullptr;
+        g.tokens = dev(tok);
+        g.ids = poisoned_i32(ids.size());
+        g.weights = poisoned(wts.size());
+        RouterArgs gv = g;
+        gv.ids = poisoned_i32(ids.size());
+        gv.weights = poisoned(wts.size());
+        gpu_->router(g);
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;
+        prev.router(gv);
+        ASSERT_TRUE(prev.sync().ok()) << tag;
+        const auto got_ids = host(g.ids, ids.size());
+        EXPECT_EQ(got_ids, ids) << tag << " ids vs cpu";
+        EXPECT_EQ(got_ids, host(gv.ids, ids.size())) << tag << " ids vs previous kernel";
+        std::printf("PARITY %-44s n=%-9zu ids == cpu and previous: %s\n", tag.c_str(), ids.size(),
+                    got_ids == ids && got_ids == host(gv.ids, ids.size()) ? "ok" : "FAIL");
+        expect_same_bits(host(g.weights, wts.size()), host(gv.weights, wts.size()), tag + " weights vs previous");
+        // With a NaN score the CPU's std::max(sum, guard) keeps the NaN where the device's fmaxf takes the
+        // guard (both kernels): the weights are compared with the CPU only without NaNs.
+        if (mode != 4) expect_close(host(g.weights, wts.size()), wts, 1e-6, 1e-7, tag + " weights vs cpu");
+      }
 }

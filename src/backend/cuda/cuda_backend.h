@@ -72,6 +72,10 @@ struct CudaBackendOptions {
   // the segment order with weights converted once per segment and 16 segment sums reduced together
   // (matmul_f16.cu f16_tile_kernel). false: f16_segment_kernel for every batch size. Same bits.
   bool f16_tiles = true;
+  // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
+  // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
+  // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.
+  bool hc_router_v2 = true;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted); 0 = never record, every step is host-launched.
   int max_graphs = 8;

@@ -200,6 +200,9 @@ class CudaBackend final : public Backend {
   // Quantizes rows x [rows][x_stride] of `cols` values into `out` as the activation blocks of weight
   // type t (Q8_0 act or Q8_K); returns the row stride in bytes, 0 on failure (error recorded).
   uint64_t quantize_act(GgmlType t, const float* x, int64_t x_stride, int64_t rows, int64_t cols, DeviceScratch& out);
+  // ops_hc.cu: HC pre of n ≤ 32 tokens spread over the device (hc_router_v2); false when the shape is
+  // not one it takes (then nothing was launched).
+  bool hc_pre_spread(const HcPreArgs& a);
   // attention_segments.cu: README.md's segment order, split or chunk shape by batch size; false when
   // head_dim is not 64, 128, 256 or 512 (then nothing was launched).
   bool attention_segments(const AttentionArgs& a);
@@ -220,6 +223,7 @@ class CudaBackend final : public Backend {
   void set_expert_tiles(bool on) { expert_tiles_ = on; }
   void set_expert_tiles_lean(bool on) { expert_tiles_lean_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
+  void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_attention_segments(bool on, int split_max_blocks, int heads_per_warp) {
@@ -241,6 +245,7 @@ class CudaBackend final : public Backend {
   bool expert_tiles_ = true;              // CudaBackendOptions::expert_tiles
   bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
+  bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
   GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma

@@ -1,6 +1,7 @@
 // f16_segment.cuh — the pieces of README.md's F16 summation order that every kernel summing F16 rows
 // under ds4 numerics shares (matmul_f16.cu, the fused HC pre of ops_hc.cu): the segment size, one
-// lane's 8-value weight and activation chunks, and the in-order 8-product accumulation.
+// lane's 8-value weight and activation chunks, the in-order 8-product accumulation, and the
+// reduce-scatter that gives 16 segment sums with warp_sum's bits in 16 shuffles instead of 80.
 // Deliberately not here: launch shapes (each kernel picks its own; the order does not depend on them).
 #pragma once
 
@@ -54,6 +55,30 @@ __device__ inline float dot8(float acc, uint4 w, float4 a, float4 b) {
     acc += f16_dev(static_cast<uint16_t>(q[k] >> 16)) * x[2 * k + 1];
   }
   return acc;
+}
+
+// 16 sums of one warp at once (items of several rows × vectors): the additions are warp_sum's butterfly
+// tree (offsets 16, 8, 4, 2, 1, each lane adding its partner's value), only each lane carries the items
+// it ends with, so every item's sum has warp_sum's bits.
+// One step of the reduce-scatter: lanes with bit `o` set keep items [H, 2H) (moved to [0, H)), the
+// others [0, H); each sends the half it drops to lane ^ o and adds what it receives.
+template <int H>
+__device__ inline void reduce_scatter_step(float (&v)[16], int lane, int o) {
+  const bool hi = (lane & o) != 0;
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const float send = hi ? v[i] : v[H + i];
+    const float keep = hi ? v[H + i] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+  }
+}
+// Lane l ends with the whole-warp sum of item (l >> 1) & 15 (lanes l and l ^ 1 hold the same item).
+__device__ inline float reduce_scatter16(float (&v)[16], int lane) {
+  reduce_scatter_step<8>(v, lane, 16);
+  reduce_scatter_step<4>(v, lane, 8);
+  reduce_scatter_step<2>(v, lane, 4);
+  reduce_scatter_step<1>(v, lane, 2);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
 }
 
 }  // namespace ds4::backend::cuda

@@ -10,7 +10,7 @@
 // activation load serves 4 rows. A 24 × 16384 HC matmul at n = 1 is 24 blocks of 32 warps: every
 // weight byte is in flight at once instead of 24 warps walking 16384 values each.
 // Prefill chunks take f16_tile_kernel: the same order with the weights converted once per segment and
-// 16 segment sums reduced together (its comment says why the bits are warp_sum's).
+// 16 segment sums reduced together (reduce_scatter16 in f16_segment.cuh: warp_sum's bits).
 // Deliberately not here: F32/BF16 and `exact` numerics (double-accumulating matvec, ops_matmul.cu),
 // the previous lane-order kernels (CudaBackendOptions::f16_segments = false keeps them selectable).
 #include <algorithm>
@@ -119,27 +119,6 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Param
 // value), only each lane carries the items it ends with, so every segment sum has warp_sum's bits.
 constexpr int64_t kTileMinVecs = 64;
 constexpr int kTileVecs = 4;  // vectors per reduction (× 4 rows = 16 items)
-
-// One step of the reduce-scatter: lanes with bit `o` set keep items [H, 2H) (moved to [0, H)), the
-// others [0, H); each sends the half it drops to lane ^ o and adds what it receives.
-template <int H>
-__device__ inline void reduce_scatter_step(float (&v)[16], int lane, int o) {
-  const bool hi = (lane & o) != 0;
-#pragma unroll
-  for (int i = 0; i < H; ++i) {
-    const float send = hi ? v[i] : v[H + i];
-    const float keep = hi ? v[H + i] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-  }
-}
-// Lane l ends with the whole-warp sum of item (l >> 1) & 15 (lanes l and l ^ 1 hold the same item).
-__device__ inline float reduce_scatter16(float (&v)[16], int lane) {
-  reduce_scatter_step<8>(v, lane, 16);
-  reduce_scatter_step<4>(v, lane, 8);
-  reduce_scatter_step<2>(v, lane, 4);
-  reduce_scatter_step<1>(v, lane, 2);
-  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
-}
 
 __global__ void __launch_bounds__(8 * kWarp) f16_tile_kernel(F16Params p) {
   constexpr int R = 4, kMaxWarps = 8;

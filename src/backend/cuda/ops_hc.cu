@@ -1,5 +1,7 @@
 // ops_hc.cu — hyper-connection ops (MODEL.md §6): split + Sinkhorn, output-head weights, collapse, post,
-// and the fused HC pre (HcPreArgs) in two kernels: norm + F16 controls (README.md's segment order), then
+// and the fused HC pre (HcPreArgs): for decode batches (n ≤ 32, CudaBackendOptions::hc_router_v2) the
+// control segments spread over parallel blocks, then mix + Sinkhorn beside collapse + sublayer norm;
+// otherwise (and with hc_router_v2 = false) norm + F16 controls (README.md's segment order), then
 // split + collapse + sublayer norm, one block per token. Same per-element float operations and order as
 // backend/cpu/ops_hc.cpp (collapse and post are bit-identical to the CPU; split/head differ only by the
 // device expf); the fused kernels run the single ops' device code, so they give the pieces' bits.
@@ -26,10 +28,10 @@ __device__ float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
 // One thread per token: the CPU's hc_split_one (nhc ≤ kMaxHc). NHC > 0 fixes nhc at compile time so
 // the loops unroll and C stays in registers (with a runtime nhc it lives in local memory and the 20
 // Sinkhorn iterations took ~60 µs per call — 86 calls per Flash token); NHC = 0: any nhc.
+// m: token t's mix row [(2 + nhc)·nhc] (a.m's row t, or a copy of it in shared memory).
 template <int NHC>
-__device__ void hc_split_token(const HcSplitArgs& a, int64_t t) {
+__device__ void hc_split_token(const HcSplitArgs& a, int64_t t, const float* m) {
   const int nhc = NHC > 0 ? NHC : a.nhc;
-  const float* m = a.m + t * (2 + nhc) * nhc;
   float* pre = a.pre + t * nhc;
   float* post = a.post + t * nhc;
   for (int s = 0; s < nhc; ++s) {
@@ -72,18 +74,18 @@ __device__ void hc_split_token(const HcSplitArgs& a, int64_t t) {
 template <int NHC>
 __global__ void hc_split_kernel(HcSplitArgs a) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t < a.n) hc_split_token<NHC>(a, t);
+  if (t < a.n) hc_split_token<NHC>(a, t, a.m + t * (2 + a.nhc) * a.nhc);
 }
 
 // nhc = 4 (Flash), one warp per token, lane l < 16 holding C[j][k] with j = l / 4, k = l % 4: the
 // same float operations in the same order as hc_split_kernel (each row/column sum is gathered by
 // shuffles and added in index order), with the 16 divisions of every Sinkhorn step in parallel
 // instead of one after another in a single thread (the split was ~15 µs of serial divisions, 86
-// calls per Flash token). Lanes 16…31 mirror lanes 0…15 and write nothing. Called by a whole warp.
-__device__ void hc_split4_token(const HcSplitArgs& a, int64_t t, int lane) {
+// calls per Flash token). Lanes 16…31 mirror lanes 0…15 and write nothing. Called by a whole warp;
+// m is token t's mix row [24] (a.m's row t, or a copy of it in shared memory).
+__device__ void hc_split4_token(const HcSplitArgs& a, int64_t t, int lane, const float* m) {
   constexpr int N = 4;
   const int l = lane % 16, j = l / N, k = l % N;
-  const float* m = a.m + t * (2 + N) * N;
   if (lane < N) {
     a.pre[t * N + lane] = sigmoid_dev(m[lane] * a.scale[0] + a.base[lane]) + a.eps;
     a.post[t * N + lane] = 2.0f * sigmoid_dev(m[N + lane] * a.scale[1] + a.base[N + lane]);
@@ -113,7 +115,7 @@ __device__ void hc_split4_token(const HcSplitArgs& a, int64_t t, int lane) {
 
 __global__ void hc_split4_kernel(HcSplitArgs a) {
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (t < a.n) hc_split4_token(a, t, threadIdx.x % kWarp);  // whole warps leave together
+  if (t < a.n) hc_split4_token(a, t, threadIdx.x % kWarp, a.m + t * 24);  // whole warps leave together
 }
 
 __global__ void hc_head_kernel(HcHeadArgs a) {
@@ -209,9 +211,9 @@ __global__ void hc_pre_split_kernel(HcSplitArgs s, const float* x, const float* 
                                     int64_t dim, float eps) {
   const int64_t t = blockIdx.x;
   if (s.nhc == 4) {
-    if (threadIdx.x < kWarp) hc_split4_token(s, t, threadIdx.x);
+    if (threadIdx.x < kWarp) hc_split4_token(s, t, threadIdx.x, s.m + t * 24);
   } else if (threadIdx.x == 0) {
-    hc_split_token<0>(s, t);
+    hc_split_token<0>(s, t, s.m + t * (2 + s.nhc) * s.nhc);
   }
   __syncthreads();  // pre (global) is visible to the whole block from here
   const float* w = s.pre + t * s.nhc;
@@ -228,7 +230,219 @@ __global__ void hc_pre_split_kernel(HcSplitArgs s, const float* x, const float* 
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) xnt[d] = norm_w ? yt[d] * sc * norm_w[d] : yt[d] * sc;
 }
 
+// ---- spread HC pre (CudaBackendOptions::hc_router_v2, n ≤ kHcSpreadMaxTokens) ----
+// The kernels above run the 24 control rows as 24 blocks that each re-derive the norm and then walk
+// their row's 32 segments, and the split + collapse + norm as one 256-thread block per token whose
+// loads go out one stride at a time; at n = 1 both are latency chains on a few SMs (~19 µs). Here:
+//   (scale)    n ≥ 2: one block per token writes the state row's RMSNorm scale (rms_scale_row);
+//   (segments) block (4 rows, 8 segments, 4 tokens): each warp holds its segment of 4 rows in
+//              registers and sums it for 4 tokens — the lane sums of README.md's order, the 16
+//              (row, token) sums by reduce_scatter16 (warp_sum's bits) — into part[t][row][segment];
+//              at n = 1 each block takes the scale itself (rms_scale_row_as: the 1024-thread bits);
+//   (finish)   two blocks per token: block 0's first warp adds the segment sums in segment order
+//              and runs the split (Sinkhorn); block 1 adds them too, writes mix, takes pre (the
+//              split's own expression) and does the collapse and the sublayer norm with every load in
+//              flight — so Sinkhorn's ~2 µs of dependent divisions overlap the collapse.
+// Each value is the same float expression in the same order as the kernels above: the same bits.
+constexpr int64_t kHcSpreadMaxTokens = 32;
+constexpr int kHcSegRows = 4, kHcSegWarps = 8, kHcSegTokens = 4;  // rows × tokens = reduce_scatter16's 16 items
+static_assert(kHcSegRows * kHcSegTokens == 16, "one reduce_scatter16 per segment");
+
+__global__ void __launch_bounds__(1024) hc_scale_kernel(const float* x, int64_t cols, float eps, float* sc) {
+  const float s = rms_scale_row(x + static_cast<int64_t>(blockIdx.x) * cols, cols, eps);
+  if (threadIdx.x == 0) sc[blockIdx.x] = s;
+}
+
+struct HcSegParams {
+  const float* x;      // [n][cols] HC state rows
+  const uint8_t* w;    // [rows][row_bytes] F16 controls
+  uint64_t row_bytes;
+  int64_t rows, cols, n, nseg;
+  float eps;
+  int norm_threads;    // rms_norm_threads(cols)
+  bool wide_loads;
+  const float* sc;     // [n] scales, or null: n == 1 and each block takes the scale itself
+  float* part;         // [n][rows][nseg] segment sums
+};
+
+__global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams p) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kHcSegRows;
+  const int64_t s = static_cast<int64_t>(blockIdx.y) * kHcSegWarps + warp;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kHcSegTokens;
+  const int nt = static_cast<int>(p.n - t0 < kHcSegTokens ? p.n - t0 : kHcSegTokens);
+  const bool active = s < p.nseg;  // whole warps
+  const int64_t e0 = s * kF16Seg + 8 * lane, e1 = e0 + kF16SegHalf;
+  // Every load of the block goes out before the first result is needed.
+  uint4 w[kHcSegRows][2];
+#pragma unroll
+  for (int r = 0; r < kHcSegRows; ++r) {
+    w[r][0] = w[r][1] = make_uint4(0, 0, 0, 0);
+    if (active && o0 + r < p.rows) {
+      const uint8_t* row = p.w + static_cast<uint64_t>(o0 + r) * p.row_bytes;
+      w[r][0] = load_w8(row, e0, p.cols, p.wide_loads);
+      w[r][1] = load_w8(row, e1, p.cols, p.wide_loads);
+    }
+  }
+  float4 v[kHcSegTokens][4];
+#pragma unroll
+  for (int ti = 0; ti < kHcSegTokens; ++ti) {
+    v[ti][0] = v[ti][1] = v[ti][2] = v[ti][3] = make_float4(0, 0, 0, 0);
+    if (active && ti < nt) {
+      const float* xr = p.x + (t0 + ti) * p.cols;
+      load_x8(xr, e0, p.cols, p.wide_loads, v[ti][0], v[ti][1]);
+      load_x8(xr, e1, p.cols, p.wide_loads, v[ti][2], v[ti][3]);
+    }
+  }
+  float sc[kHcSegTokens];
+  if (p.sc) {
+#pragma unroll
+    for (int ti = 0; ti < kHcSegTokens; ++ti) sc[ti] = ti < nt ? p.sc[t0 + ti] : 0.0f;
+  } else {  // n == 1 (uniform): the block takes the scale itself, with the norm's 1024-thread bits
+    sc[0] = rms_scale_row_as<4>(p.x, p.cols, p.eps, p.norm_threads);
+#pragma unroll
+    for (int ti = 1; ti < kHcSegTokens; ++ti) sc[ti] = 0.0f;
+  }
+  if (!active) return;  // no barrier below
+  float sums[16];  // item r·4 + ti: this lane's sum of row o0 + r, token t0 + ti (the contract's order)
+#pragma unroll
+  for (int ti = 0; ti < kHcSegTokens; ++ti) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // flat = x · scale, as rms_norm writes it (padding stays 0)
+      v[ti][k].x *= sc[ti];
+      v[ti][k].y *= sc[ti];
+      v[ti][k].z *= sc[ti];
+      v[ti][k].w *= sc[ti];
+    }
+#pragma unroll
+    for (int r = 0; r < kHcSegRows; ++r)
+      sums[r * kHcSegTokens + ti] = dot8(dot8(0.0f, w[r][0], v[ti][0], v[ti][1]), w[r][1], v[ti][2], v[ti][3]);
+  }
+  const float seg_sum = reduce_scatter16(sums, lane);
+  const int item = (lane >> 1) & 15, r = item / kHcSegTokens, ti = item % kHcSegTokens;
+  if ((lane & 1) == 0 && ti < nt && o0 + r < p.rows) p.part[((t0 + ti) * p.rows + o0 + r) * p.nseg + s] = seg_sum;
+}
+
+// Grid (2, n). mix[t][o] = (…(0 + part[t][o][0]) + …) + part[t][o][nseg − 1], as the kernels above add
+// their rounds, from a copy of token t's segment sums in shared memory (one load per thread, not a
+// chain of nseg global loads). Block (0, t): the split of token t (a warp for nhc = 4, else one thread).
+// Block (1, t): mix, then y = Σ_s pre[s]·X[s] (hc_collapse_kernel's order) and xn = RMSNorm_w(y)
+// (rms_norm_kernel's bits through rms_scale_row_as). Dynamic shared memory: rows·nseg + dim floats.
+__global__ void __launch_bounds__(1024) hc_finish_kernel(HcSplitArgs s, const float* part, int64_t nseg, float* mix,
+                                                         const float* x, const float* norm_w, float* y, float* xn,
+                                                         int64_t dim, float eps, int norm_threads, bool vec4) {
+  extern __shared__ float sh[];  // [rows·nseg] segment sums, then [dim] y
+  __shared__ float ms[(2 + kMaxHc) * kMaxHc];
+  __shared__ float ws[kMaxHc];
+  const int64_t t = blockIdx.y;
+  const int nhc = s.nhc, rows = (2 + nhc) * nhc;
+  const int64_t np = rows * nseg;
+  float* ps = sh;
+  float* ys = sh + ((np + 3) & ~int64_t{3});  // 16-byte aligned for the float4 path
+  for (int64_t q = threadIdx.x; q < np; q += blockDim.x) ps[q] = part[t * np + q];
+  __syncthreads();
+  const int sum_threads = blockIdx.x == 0 ? kWarp : static_cast<int>(blockDim.x);
+  for (int o = threadIdx.x; o < rows && static_cast<int>(threadIdx.x) < sum_threads; o += sum_threads) {
+    float total = 0.0f;
+#pragma unroll 8
+    for (int64_t q = 0; q < nseg; ++q) total += ps[o * nseg + q];  // segment order
+    ms[o] = total;
+    if (blockIdx.x == 1) mix[t * rows + o] = total;  // the op's mix output
+  }
+  if (blockIdx.x == 0) {
+    if (threadIdx.x >= kWarp) return;
+    __syncwarp();
+    if (nhc == 4)
+      hc_split4_token(s, t, threadIdx.x, ms);
+    else if (threadIdx.x == 0)
+      hc_split_token<0>(s, t, ms);
+    return;
+  }
+  __syncthreads();
+  if (threadIdx.x < nhc)  // hc_split_token's / hc_split4_token's pre expression
+    ws[threadIdx.x] = sigmoid_dev(ms[threadIdx.x] * s.scale[0] + s.base[threadIdx.x]) + s.eps;
+  __syncthreads();
+  const float* xt = x + t * nhc * dim;
+  float* yt = y + t * dim;
+  if (vec4) {  // dim % 4 == 0, 16-byte aligned rows
+    for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
+      float4 xv[kMaxHc];  // constant indices (unrolled, guarded): registers, all nhc loads in flight
+#pragma unroll
+      for (int k = 0; k < kMaxHc; ++k)
+        if (k < nhc) xv[k] = *reinterpret_cast<const float4*>(xt + k * dim + d);
+      float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int k = 0; k < kMaxHc; ++k) {
+        if (k >= nhc) break;
+        acc.x += ws[k] * xv[k].x;
+        acc.y += ws[k] * xv[k].y;
+        acc.z += ws[k] * xv[k].z;
+        acc.w += ws[k] * xv[k].w;
+      }
+      *reinterpret_cast<float4*>(ys + d) = acc;
+      *reinterpret_cast<float4*>(yt + d) = acc;
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+      float acc = 0;
+      for (int k = 0; k < nhc; ++k) acc += ws[k] * xt[k * dim + d];
+      ys[d] = acc;
+      yt[d] = acc;
+    }
+  }
+  __syncthreads();  // ys complete
+  const float sc = rms_scale_row_as<1>(ys, dim, eps, norm_threads);
+  float* xnt = xn + t * dim;
+  if (vec4) {
+    for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
+      const float4 yv = *reinterpret_cast<const float4*>(ys + d);
+      float4 o = make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
+      if (norm_w) {
+        const float4 nw = *reinterpret_cast<const float4*>(norm_w + d);
+        o = make_float4(yv.x * sc * nw.x, yv.y * sc * nw.y, yv.z * sc * nw.z, yv.w * sc * nw.w);
+      }
+      *reinterpret_cast<float4*>(xnt + d) = o;
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) xnt[d] = norm_w ? ys[d] * sc * norm_w[d] : ys[d] * sc;
+  }
+}
+
 }  // namespace
+
+// The spread HC pre above; false when the shape is not one it takes (nothing launched then).
+bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
+  const int64_t hcd = int64_t{a.nhc} * a.dim, rows = int64_t{2 + a.nhc} * a.nhc;
+  const int64_t nseg = (hcd + kF16Seg - 1) / kF16Seg;
+  // part [n][rows][nseg] and the scales [n] live in the op's flat scratch ([n][hcd]); one token's part and
+  // y in the finish kernel's shared memory (default 48 KiB limit).
+  const uint64_t finish_smem = static_cast<uint64_t>((rows * nseg + 3) / 4 * 4 + a.dim) * 4;
+  if (a.n > kHcSpreadMaxTokens || a.flat == nullptr || rows * nseg + 1 > hcd || finish_smem > 44 * 1024 ||
+      a.fn.type != GgmlType::F16 || a.numerics != MatmulNumerics::ds4 || !f16_segments_)
+    return false;
+  const int norm_threads = rms_norm_threads(hcd);  // 256 or 1024: ≤ 4 chains per thread of hc_seg_kernel
+  float* part = a.flat;
+  float* sc = a.flat + a.n * rows * nseg;
+  HcSegParams p{a.x, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes, rows, hcd, a.n, nseg, a.rms_eps,
+                norm_threads, false, nullptr, part};
+  p.wide_loads = hcd % 8 == 0 && a.fn.row_bytes % 16 == 0 && aligned16(a.fn.data) && aligned16(a.x);
+  if (a.n > 1) {
+    hc_scale_kernel<<<static_cast<unsigned>(a.n), norm_threads, 0, stream()>>>(a.x, hcd, a.rms_eps, sc);
+    if (!launched("hc_pre scale")) return true;
+    p.sc = sc;
+  }
+  const dim3 grid(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
+  hc_seg_kernel<<<grid, kHcSegWarps * kWarp, 0, stream()>>>(p);
+  if (!launched("hc_pre control segments")) return true;
+  const HcSplitArgs s{a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb};
+  const bool vec4 = a.dim % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.xn) &&
+                    (a.norm_w == nullptr || aligned16(a.norm_w));
+  const int threads = a.dim >= 4096 ? 1024 : 256;  // ≥ rms_norm_threads(dim) below 8192; 1024 above
+  hc_finish_kernel<<<dim3(2, static_cast<unsigned>(a.n)), threads, finish_smem, stream()>>>(
+      s, part, nseg, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps, rms_norm_threads(a.dim), vec4);
+  launched("hc_pre mix + split + collapse + norm");
+  return true;
+}
 
 void CudaBackend::hc_pre(const HcPreArgs& a) {
   if (failed() || a.n <= 0) return;
@@ -246,6 +460,7 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
     fail(invalid_argument("cuda hc_pre: too many tokens"));
     return;
   }
+  if (hc_router_v2_ && hc_pre_spread(a)) return;  // decode batches (n ≤ 32): the spread kernels
   // Decode batches: norm and F16 controls in one kernel (each block re-reads its token's state row from
   // L2 for the norm). Larger batches (prefill) and other weight types or numerics: rms_norm then matmul,
   // whose F16 kernel shares weight loads across 16 vectors — the same bits either way.

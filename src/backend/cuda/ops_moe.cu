@@ -1,4 +1,5 @@
-// ops_moe.cu — MoE router (sqrt-softplus, hash or biased top-k) and routed experts (MODEL.md §8).
+// ops_moe.cu — MoE router (sqrt-softplus, hash or biased top-k: a warp per token, or the previous
+// block per token) and routed experts (MODEL.md §8).
 //
 // Routed experts run as three expert-indexed matvecs (gemv with ids: each (token, slot) pair reads
 // its expert's rows on the device, no host round trip), the weighted SwiGLU in between, and a sum
@@ -145,6 +146,78 @@ __global__ void __launch_bounds__(kRouterThreads) router_block_kernel(RouterArgs
   for (int j = 0; j < a.k; ++j) w[j] = a.scale * w[j] / denom;
 }
 
+// One warp per token (n_expert ≤ kRouterWarpExperts, k ≤ 32; CudaBackendOptions::hc_router_v2): lane l
+// scores experts l, l + 32, … once into registers and keeps a bit per expert it has given away; each of
+// the k rounds is a warp butterfly over (best value, its id, first untaken id, that id's value) — no
+// block barriers and no serial thread-0 loop per round (the block kernel above pays two barriers and
+// an 8-way scan per round). The same decisions as the CPU's loop: the first untaken expert wins when
+// its value is NaN (nothing compares greater), otherwise the largest non-NaN value, the lower id on
+// ties; scores and weights are router_block_kernel's expressions, so its bits.
+constexpr int kRouterWarpItems = 8;  // experts per lane
+constexpr int kRouterWarpExperts = kRouterWarpItems * kWarp;
+constexpr int kRouterWarpsPerBlock = 4;
+
+__global__ void __launch_bounds__(kRouterWarpsPerBlock * kWarp) router_warp_kernel(RouterArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRouterWarpsPerBlock + threadIdx.x / kWarp;
+  if (i >= a.n) return;  // whole warps
+  const float* z = a.logits + i * a.n_expert;
+  int32_t mine = -1;  // lane j < k: the expert of slot j
+  if (a.hash) {
+    if (lane < a.k) mine = a.hash[static_cast<int64_t>(a.tokens[i]) * a.k + lane];
+  } else {
+    float val[kRouterWarpItems];
+#pragma unroll
+    for (int q = 0; q < kRouterWarpItems; ++q) {
+      const int e = lane + q * kWarp;
+      val[q] = e < a.n_expert ? sqrtf(softplus_dev(z[e])) + (a.bias ? a.bias[e] : 0.0f) : 0.0f;
+    }
+    uint32_t taken = 0;  // bit q: expert lane + 32q chosen in an earlier round
+    for (int j = 0; j < a.k; ++j) {
+      float bv = 0, fv = 0;
+      int bi = -1, f = 0x7fffffff;
+#pragma unroll
+      for (int q = kRouterWarpItems - 1; q >= 0; --q) {  // descending, so the lowest untaken id is last
+        const int e = lane + q * kWarp;
+        if (e >= a.n_expert || (taken >> q & 1u)) continue;
+        f = e;
+        fv = val[q];
+        if (val[q] != val[q]) continue;  // NaN never wins
+        if (bi < 0 || val[q] >= bv) {    // ≥ while descending: the lower id on ties
+          bv = val[q];
+          bi = e;
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o), ofv = __shfl_xor_sync(0xffffffffu, fv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o), of = __shfl_xor_sync(0xffffffffu, f, o);
+        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+          bv = ov;
+          bi = oi;
+        }
+        if (of < f) {
+          f = of;
+          fv = ofv;
+        }
+      }
+      const bool first_nan = f != 0x7fffffff && fv != fv;
+      const int32_t pick = (first_nan || bi < 0) ? (f != 0x7fffffff ? f : -1) : bi;
+      if (lane == j) mine = pick;
+      if (pick >= 0 && pick % kWarp == lane) taken |= 1u << (pick / kWarp);
+    }
+  }
+  // Weights: slot j's sqrt(softplus) on lane j, summed in slot order by every lane.
+  const bool slot = lane < a.k;
+  const float wj = slot ? (mine >= 0 && mine < a.n_expert ? sqrtf(softplus_dev(z[mine])) : NAN) : 0.0f;
+  float sum = 0;
+  for (int j = 0; j < a.k; ++j) sum += __shfl_sync(0xffffffffu, wj, j);
+  const float denom = fmaxf(sum, a.denom_guard);
+  if (slot) {
+    a.ids[i * a.k + lane] = mine;
+    a.weights[i * a.k + lane] = a.scale * wj / denom;
+  }
+}
+
 // g[p][f] ← swiglu(g, u) · weights[p]  (ds4 scales before the down projection).
 __global__ void moe_swiglu_kernel(float* g, const float* u, const float* weights, int64_t pairs, int32_t ff, float clamp) {
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -181,7 +254,9 @@ void CudaBackend::router(const RouterArgs& a) {
     fail(invalid_argument("cuda router: k " + std::to_string(a.k) + " must be in [1, n_expert]"));
     return;
   }
-  if (a.n_expert <= kRouterMaxExperts && a.k <= 32 && a.n <= 0x7fffffff)
+  if (hc_router_v2_ && a.n_expert <= kRouterWarpExperts && a.k <= kWarp)
+    router_warp_kernel<<<grid_for(a.n, kRouterWarpsPerBlock), kRouterWarpsPerBlock * kWarp, 0, stream()>>>(a);
+  else if (a.n_expert <= kRouterMaxExperts && a.k <= 32 && a.n <= 0x7fffffff)
     router_block_kernel<<<static_cast<unsigned>(a.n), kRouterThreads, 0, stream()>>>(a);
   else
     router_kernel<<<grid_for(a.n, 64), 64, 0, stream()>>>(a);

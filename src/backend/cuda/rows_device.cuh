@@ -34,6 +34,45 @@ __device__ inline float rms_scale_row(const float* xr, int64_t dim, float eps) {
   return 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(dim)) + eps);
 }
 
+// rms_scale_row's bits as a block of `threads` threads would compute them (thread i sums xr[i],
+// xr[i + threads], … in double; block_sum's tree over threads / 32 warp sums), computed by a block of
+// any other size: blockDim.x ≥ threads (the threads past `threads` add nothing), or threads =
+// q·blockDim.x with q ≤ kMaxPer (each thread carries q of the emulated threads' chains, its loads all
+// in flight). `threads` is a multiple of 32, at most 1024. For kernels whose launch shape is not the
+// norm's: ops_hc.cu's spread HC pre (a 256-thread block taking the 1024-thread scale of the 16384-wide
+// state; the 256-thread scale of a 4096 row in a 1024-thread block). Every thread must call it.
+template <int kMaxPer>
+__device__ inline float rms_scale_row_as(const float* xr, int64_t dim, float eps, int threads) {
+  __shared__ double part[32];
+  const int lane = threadIdx.x % kWarp;
+  const int bd = static_cast<int>(blockDim.x), per = threads > bd ? threads / bd : 1;
+  double ss[kMaxPer];
+#pragma unroll
+  for (int q = 0; q < kMaxPer; ++q) ss[q] = 0;
+#pragma unroll 4
+  for (int64_t b = 0; b < dim; b += threads) {  // each chain in rms_scale_row's order (b ascending)
+#pragma unroll
+    for (int q = 0; q < kMaxPer; ++q) {
+      const int v = static_cast<int>(threadIdx.x) + q * bd;  // the emulated thread
+      const int64_t i = b + v;
+      if (q < per && v < threads && i < dim) ss[q] += static_cast<double>(xr[i]) * xr[i];
+    }
+  }
+  __syncthreads();  // `part` may still be read by a previous call
+#pragma unroll
+  for (int q = 0; q < kMaxPer; ++q) {
+    if (q < per) {  // uniform across the block
+      const double s = warp_sum(ss[q]);
+      const int vw = (static_cast<int>(threadIdx.x) + q * bd) / kWarp;  // the emulated warp
+      if (lane == 0 && vw < threads / kWarp) part[vw] = s;
+    }
+  }
+  __syncthreads();
+  double t = lane < threads / kWarp ? part[lane] : 0.0;
+  t = warp_sum(t);
+  return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(dim)) + eps);
+}
+
 // Rotates the adjacent pair v[0], v[1] by pos·w (−pos·w when inverse), the angle reduced in double.
 __device__ inline void rope_rotate(float* v, int32_t pos, double w, bool inverse) {
   const double theta = fmod(static_cast<double>(pos) * w, 2.0 * M_PI);

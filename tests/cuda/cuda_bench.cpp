@@ -327,26 +327,32 @@ int main(int argc, char** argv) {
   }
   bench_skinny(*be, rng, false);
 
-  {  // Attention: H 64, D 512, window 128 + 512 compressed rows per query (a CSA layer's 640 rows), in
-     // the segment order (default: split shape for few queries, chunk shape above) and in the previous
-     // order (CudaBackendOptions::attention_segments = false: one online softmax over all rows per head).
+  {  // Attention: H 64, D 512, window 128 + 512 compressed rows per query (a CSA layer's 640 rows) or
+     // + 16 (an HCA layer at 2K: 144 rows), per decode step of n sessions, in the MMA order (default,
+     // attention_mma.cu: split shape for few queries, chunk shape above), the scalar segment order
+     // (attention_mma = false) and the previous order (attention_segments = false as well: one online
+     // softmax over all rows per head).
     const int H = 64, D = 512, nmax = 64;
-    cuda::CudaBackendOptions po;
+    cuda::CudaBackendOptions so, po;
+    so.attention_mma = false;
+    po.attention_mma = false;
     po.attention_segments = false;
+    auto scalar = cuda::make_cuda_backend(so);
     auto prev = cuda::make_cuda_backend(po);
-    double t[2][4] = {};
-    const int ns[4] = {1, 4, 16, 64};
-    for (int b = 0; b < 2; ++b) {
-      Backend* ab = b == 0 ? be.get() : (prev.ok() ? prev->get() : nullptr);
+    constexpr int kNs = 5;
+    double t[2][3][kNs] = {};
+    const int ns[kNs] = {1, 4, 16, 32, 64};
+    for (int b = 0; b < 3; ++b) {
+      auto& other = b == 1 ? scalar : prev;
+      Backend* ab = b == 0 ? be.get() : (other.ok() ? other->get() : nullptr);
       if (!ab) continue;
       auto ab_buf = [&](int64_t floats) { return ab->alloc(static_cast<uint64_t>(floats) * 4, MemCategory::scratch); };
       auto q = ab_buf(nmax * H * D), raw = ab_buf(256 * D), comp = ab_buf(4096 * D), out = ab_buf(nmax * H * D);
       auto sinks = ab_buf(H), pos = ab_buf(nmax), cnt = ab_buf(nmax);
       if (!q.ok() || !raw.ok() || !comp.ok() || !out.ok() || !sinks.ok() || !pos.ok() || !cnt.ok()) continue;
-      std::vector<int32_t> hp(nmax), hc(nmax, 512);
+      std::vector<int32_t> hp(nmax);
       for (int i = 0; i < nmax; ++i) hp[i] = 1000 + i;
       ab->upload(pos->data(), hp.data(), nmax * 4);
-      ab->upload(cnt->data(), hc.data(), nmax * 4);
       ab->fill_f32(q->f32(), 0.01f, int64_t{nmax} * H * D);
       ab->fill_f32(raw->f32(), 0.5f, int64_t{256} * D);
       ab->fill_f32(comp->f32(), 0.25f, int64_t{4096} * D);
@@ -361,17 +367,22 @@ int main(int argc, char** argv) {
       a.raw_cap = 256;
       a.window = 128;
       a.comp = comp->f32();
-      a.comp_count = cnt->i32();
-      a.max_comp = 512;
       a.out = out->f32();
-      for (int k = 0; k < 4; ++k) {
-        a.n = ns[k];
-        t[b][k] = median_seconds([&] { ab->attention(a); }, [&] { (void)ab->sync(); }, 50);
+      for (int c = 0; c < 2; ++c) {  // c = 0: CSA (512 compressed rows), 1: HCA (16)
+        const std::vector<int32_t> hcount(nmax, c == 0 ? 512 : 16);
+        ab->upload(cnt->data(), hcount.data(), nmax * 4);
+        a.comp_count = cnt->i32();
+        a.max_comp = c == 0 ? 512 : 16;
+        for (int k = 0; k < kNs; ++k) {
+          a.n = ns[k];
+          t[c][b][k] = median_seconds([&] { ab->attention(a); }, [&] { (void)ab->sync(); }, 50);
+        }
       }
     }
-    for (int k = 0; k < 4; ++k)
-      std::printf("BENCH op attention H64 D512 window128 + 512 comp n=%-2d  segments %8.2f us  previous %8.2f us\n", ns[k],
-                  t[0][k] * 1e6, t[1][k] * 1e6);
+    for (int c = 0; c < 2; ++c)
+      for (int k = 0; k < kNs; ++k)
+        std::printf("BENCH op attention %s H64 D512 window128 + %3d comp n=%-2d  mma %8.2f us  segments %8.2f us  previous %8.2f us\n",
+                    c == 0 ? "CSA" : "HCA", c == 0 ? 512 : 16, ns[k], t[c][0][k] * 1e6, t[c][1][k] * 1e6, t[c][2][k] * 1e6);
   }
 
   // Whole models through the public API, decode host-launched and then replayed as CUDA graphs

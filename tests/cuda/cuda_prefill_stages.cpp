@@ -8,10 +8,11 @@
 //   compressor CSA kv (ratio 4, overlap, 512) and indexer kv (ratio 4, overlap, 128), HCA (ratio 128, 512);
 //   F16 matmuls of a chunk (ds4 numerics): HC controls 24×16384, router 256×4096, CSA compressor kv
 //   1024×4096, indexer q 8192×1024.
-// Variants: "now" (defaults), "before" (attention_heads_per_warp = 1, indexer_v2 = false,
-// compressor_parallel = false, f16_tiles = false: the kernels before the MQA attention / radix select /
-// parallel pooling / F16 tiles),
-// "previous" (attention only, attention_segments = false: one online softmax over all rows).
+// Variants: "now" (defaults: attention on tensor cores, attention_mma.cu), "before" (attention_mma = false,
+// attention_heads_per_warp = 1, indexer_v2 = false, compressor_parallel = false, f16_tiles = false: the
+// kernels before the MQA attention / radix select / parallel pooling / F16 tiles),
+// "previous" (attention only, attention_segments = false: one online softmax over all rows), "scalar"
+// (attention only, attention_mma = false: the scalar segment order's MQA kernel, what "now" replaced).
 // Timing: bench_median.h (median of 5 repetitions after a warm-up, around the backend's sync).
 // Prints "PSTAGE" lines. Deliberately not here: the GEMMs (cuda_prefill_bench.cpp), correctness (tests).
 #include <algorithm>
@@ -42,15 +43,19 @@ void bench_prefill_stages(int64_t N) {
     const char* name;
     cuda::CudaBackendOptions o;
   };
-  std::vector<Variant> vars(3);
+  std::vector<Variant> vars(4);
   vars[0].name = "now";
   vars[1].name = "before";
+  vars[1].o.attention_mma = false;
   vars[1].o.attention_heads_per_warp = 1;
   vars[1].o.indexer_v2 = false;
   vars[1].o.compressor_parallel = false;
   vars[1].o.f16_tiles = false;
   vars[2].name = "previous";
+  vars[2].o.attention_mma = false;
   vars[2].o.attention_segments = false;
+  vars[3].name = "scalar";
+  vars[3].o.attention_mma = false;
   std::vector<std::unique_ptr<Backend>> bes;
   for (auto& v : vars) {
     auto made = cuda::make_cuda_backend(v.o);

@@ -1,7 +1,10 @@
-// test_cuda_attention.cpp — attention in the segment order (attention_segments.cu, README.md "Attention
-// summation order") vs the CPU op, and bit-identity of a query's output across the split and chunk
-// launch shapes and across batch sizes (the numerics contract: a token's output does not depend on what
-// shares its call). Shapes: Flash CSA (128 raw + 512 selected of 700), HCA (128 raw + 16), raw only,
+// test_cuda_attention.cpp — attention in both orders of README.md "Attention summation order": the MMA
+// order on tensor cores (attention_mma.cu, the default) and the scalar segment order
+// (attention_segments.cu, CudaBackendOptions::attention_mma = false), each vs the CPU op, and each
+// bit-identical across its split and chunk launch shapes and across batch sizes (the numerics contract:
+// a token's output does not depend on what shares its call). Rows are random floats (the MMA order's
+// three-product path: rows not exact in TF32) and, where marked, rounded through f16 as the KV cache
+// stores them (exact in TF32: two products). Shapes: Flash CSA (128 raw + 512 selected of 700), HCA (128 raw + 16), raw only,
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
@@ -11,6 +14,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "quant/half.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -21,8 +25,9 @@ namespace {
 class CudaAttention : public CudaOpsTest {
  protected:
   // A backend with other attention options (made once per test).
-  Backend& backend_with(int split_max_blocks, bool segments = true, int heads_per_warp = 2) {
+  Backend& backend_with(int split_max_blocks, bool segments = true, int heads_per_warp = 2, bool mma = true) {
     cuda::CudaBackendOptions o;
+    o.attention_mma = mma;
     o.attention_segments = segments;
     o.attention_split_max_blocks = split_max_blocks;
     o.attention_heads_per_warp = heads_per_warp;
@@ -55,6 +60,22 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// x rounded through IEEE half, as the KV cache stores rows (MODEL.md §5.6).
+std::vector<float> f16_rounded(std::vector<float> x) {
+  for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+  return x;
+}
+
+// The backends of one order: its default dispatch, chunk shape only, split shape whenever a bound is
+// known, and (scalar order) the one-head chunk kernel instead of the MQA one.
+struct Order {
+  const char* name;
+  Backend* def;
+  Backend* chunk;
+  Backend* split;
+  Backend* onehead;
+};
+
 }  // namespace
 
 TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatches) {
@@ -68,10 +89,11 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
       {"tiny h6", 6, 128, 64, 90, 0, 300, 90, 7},           // 2 heads per block; some queries see 0 rows
       {"tiny h8", 8, 64, 16, 90, 32, 1200, 32, 5},
   };
-  Backend& chunk_be = backend_with(0);              // chunk shape only
-  Backend& split_be = backend_with(INT_MAX);        // split shape whenever a bound is known
-  Backend& prev_be = backend_with(128, false);      // the previous kernel (CudaBackendOptions switch)
-  Backend& onehead_be = backend_with(0, true, 1);   // chunk shape, one head per warp (no MQA kernel)
+  const Order orders[] = {
+      {"mma", gpu_.get(), &backend_with(0), &backend_with(INT_MAX), &backend_with(0)},
+      {"segments", &backend_with(128, true, 2, false), &backend_with(0, true, 2, false),
+       &backend_with(INT_MAX, true, 2, false), &backend_with(0, true, 1, false)}};
+  Backend& prev_be = backend_with(128, false, 2, false);  // the previous kernel (CudaBackendOptions switch)
   for (const Shape& s : shapes) {
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{40}}) {
       Inputs in;
@@ -81,6 +103,11 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
       in.q = randn(static_cast<size_t>(n * s.heads * s.D), 0.2f);
       in.raw = randn(static_cast<size_t>(in.cap * s.D));
       in.comp = randn(static_cast<size_t>(std::max(1, s.comp_rows) * s.D));
+      const bool f16_rows = n == 2 || n == 40;  // the cache's rows (exact in TF32); n = 1, 4: any floats
+      if (f16_rows) {
+        in.raw = f16_rounded(in.raw);
+        in.comp = f16_rounded(in.comp);
+      }
       in.sinks = randn(s.heads);
       const int32_t stride = std::max(1, s.top_k);
       in.count.resize(n);
@@ -90,7 +117,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
         for (int32_t j = 0; j < in.count[i] && s.top_k > 0; ++j)
           in.idx[i * stride + j] = (j * 37 + static_cast<int32_t>(i)) % s.comp_rows;
       }
-      const std::string what = std::string("attention segments ") + s.name + " n" + std::to_string(n);
+      const std::string where = std::string(s.name) + " n" + std::to_string(n) + (f16_rows ? " f16 rows" : "");
 
       AttentionArgs a;
       a.pos = in.pos.data();
@@ -121,43 +148,46 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
       g.comp = s.comp_rows ? dev(in.comp) : nullptr;
       g.comp_count = s.comp_rows ? dev(in.count) : nullptr;
       g.comp_idx = s.top_k > 0 ? dev(in.idx) : nullptr;
-      auto run = [&](Backend& be, const AttentionArgs& args) {
-        AttentionArgs r = args;
-        r.out = poisoned(want.size());
-        EXPECT_TRUE(gpu_->sync().ok());  // the NaN fill runs on gpu_'s stream; `be` may have its own
-        be.attention(r);
-        EXPECT_TRUE(be.sync().ok()) << what;
-        return host(r.out, want.size());
-      };
-      const auto got = run(*gpu_, g);
-      expect_close(got, want, 1e-5, 1e-7, what);
-      EXPECT_TRUE(same_bits(run(chunk_be, g), got)) << what << ": chunk shape differs from the default";
-      EXPECT_TRUE(same_bits(run(onehead_be, g), got)) << what << ": one-head chunk kernel differs from the default";
-      EXPECT_TRUE(same_bits(run(split_be, g), got)) << what << ": split shape differs from the default";
-      AttentionArgs unbounded = g;  // no host bound without selection: the chunk shape
-      unbounded.max_comp = 0;
-      EXPECT_TRUE(same_bits(run(split_be, unbounded), got)) << what << ": without max_comp";
-      if (s.comp_rows > 0) {
-        AttentionArgs low = g;  // a bound below the real counts: the merge computes the segments past it
-        low.max_comp = 1;
-        EXPECT_TRUE(same_bits(run(split_be, low), got)) << what << ": max_comp below the counts";
-      }
-      expect_close(run(prev_be, g), want, 1e-5, 1e-7, what + " (previous kernel)");
+      for (const Order& ord : orders) {
+        const std::string what = std::string("attention ") + ord.name + " " + where;
+        auto run = [&](Backend& be, const AttentionArgs& args) {
+          AttentionArgs r = args;
+          r.out = poisoned(want.size());
+          EXPECT_TRUE(gpu_->sync().ok());  // the NaN fill runs on gpu_'s stream; `be` may have its own
+          be.attention(r);
+          EXPECT_TRUE(be.sync().ok()) << what;
+          return host(r.out, want.size());
+        };
+        const auto got = run(*ord.def, g);
+        expect_close(got, want, 1e-5, 1e-7, what);
+        EXPECT_TRUE(same_bits(run(*ord.chunk, g), got)) << what << ": chunk shape differs from the default";
+        EXPECT_TRUE(same_bits(run(*ord.onehead, g), got)) << what << ": one-head chunk kernel differs from the default";
+        EXPECT_TRUE(same_bits(run(*ord.split, g), got)) << what << ": split shape differs from the default";
+        AttentionArgs unbounded = g;  // no host bound without selection: the chunk shape
+        unbounded.max_comp = 0;
+        EXPECT_TRUE(same_bits(run(*ord.split, unbounded), got)) << what << ": without max_comp";
+        if (s.comp_rows > 0) {
+          AttentionArgs low = g;  // a bound below the real counts: the merge computes the segments past it
+          low.max_comp = 1;
+          EXPECT_TRUE(same_bits(run(*ord.split, low), got)) << what << ": max_comp below the counts";
+        }
+        if (&ord == &orders[0]) expect_close(run(prev_be, g), want, 1e-5, 1e-7, what + " (previous kernel)");
 
-      // Across batch sizes: query i alone (a decode step, split shape) has the bits of row i of the call.
-      if (n > 1) {
-        const int64_t hd = static_cast<int64_t>(s.heads) * s.D;
-        for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
-          AttentionArgs one = g;
-          one.n = 1;
-          one.q = g.q + i * hd;
-          one.pos = g.pos + i;
-          if (g.comp_count) one.comp_count = g.comp_count + i;
-          if (g.comp_idx) one.comp_idx = g.comp_idx + i * stride;
-          const auto solo_all = run(*gpu_, one);  // sized for the whole call; only query 0 is written
-          const std::vector<float> solo(solo_all.begin(), solo_all.begin() + hd);
-          const std::vector<float> row(got.begin() + i * hd, got.begin() + (i + 1) * hd);
-          EXPECT_TRUE(same_bits(solo, row)) << what << ": query " << i << " alone differs from its row in the batch";
+        // Across batch sizes: query i alone (a decode step, split shape) has the bits of row i of the call.
+        if (n > 1) {
+          const int64_t hd = static_cast<int64_t>(s.heads) * s.D;
+          for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+            AttentionArgs one = g;
+            one.n = 1;
+            one.q = g.q + i * hd;
+            one.pos = g.pos + i;
+            if (g.comp_count) one.comp_count = g.comp_count + i;
+            if (g.comp_idx) one.comp_idx = g.comp_idx + i * stride;
+            const auto solo_all = run(*ord.def, one);  // sized for the whole call; only query 0 is written
+            const std::vector<float> solo(solo_all.begin(), solo_all.begin() + hd);
+            const std::vector<float> row(got.begin() + i * hd, got.begin() + (i + 1) * hd);
+            EXPECT_TRUE(same_bits(solo, row)) << what << ": query " << i << " alone differs from its row in the batch";
+          }
         }
       }
     }
@@ -193,7 +223,9 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
     count[i] = std::max(0, std::min(pos[i] / 4, top_k) - static_cast<int32_t>(5 * i));
     for (int32_t j = 0; j < count[i]; ++j) idx[i * top_k + j] = (j * 29 + static_cast<int32_t>(i)) % comp_rows;
   }
-  Backend& chunk_be = backend_with(0);
+  const std::pair<Backend*, Backend*> pairs[] = {{gpu_.get(), &backend_with(0)},  // MMA: split vs chunk
+                                                 {&backend_with(128, true, 2, false), &backend_with(0, true, 2, false)}};
+  for (const auto& [split_be, chunk_be] : pairs)
   for (bool selected : {false, true}) {
     AttentionArgs a;
     a.q = q.data();
@@ -227,15 +259,16 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
     g.raw_at = dev(graw_at);
     g.comp_at = dev(gcomp_at);
     g.out = poisoned(want.size());
-    gpu_->attention(g);  // n·8 = 48 blocks: the split shape
-    ASSERT_TRUE(gpu_->sync().ok());
+    split_be->attention(g);  // n·8 = 48 blocks: the split shape
+    ASSERT_TRUE(split_be->sync().ok());
     const auto got = host(g.out, want.size());
-    const std::string what = std::string("attention segments per-query sessions") + (selected ? " selected" : "");
+    const std::string what = std::string("attention ") + (split_be == gpu_.get() ? "mma" : "segments") +
+                             " per-query sessions" + (selected ? " selected" : "");
     expect_close(got, want, 1e-5, 1e-7, what);
     g.out = poisoned(want.size());
     ASSERT_TRUE(gpu_->sync().ok());  // the NaN fill runs on gpu_'s stream
-    chunk_be.attention(g);
-    ASSERT_TRUE(chunk_be.sync().ok());
+    chunk_be->attention(g);
+    ASSERT_TRUE(chunk_be->sync().ok());
     EXPECT_TRUE(same_bits(host(g.out, want.size()), got)) << what << ": chunk shape differs from the split shape";
   }
 }
@@ -248,18 +281,22 @@ TEST_F(CudaAttention, FlashChunkAndDecodeShapesAt2KAnd32K) {
   // queries); sampled queries alone (decode) bit for bit against their rows.
   const int32_t H = 64, D = 512, W = 128, TK = 512;
   const int64_t nmax = 2048, hd = int64_t{H} * D, cap = W + nmax;
-  Backend& onehead_be = backend_with(0, true, 1);
-  Backend& split_be = backend_with(INT_MAX);
+  // Each order: its default, then the other chunk kernel (MMA: chunk shape only; scalar: the one-head
+  // kernel instead of the MQA one) and its split shape.
+  const Order orders[] = {{"mma", gpu_.get(), &backend_with(0), &backend_with(INT_MAX), nullptr},
+                          {"segments", &backend_with(128, true, 2, false), &backend_with(0, true, 1, false),
+                           &backend_with(INT_MAX, true, 2, false), nullptr}};
   const auto q = randn(static_cast<size_t>(nmax * hd), 0.2f);
   const auto sinks = randn(H);
-  const auto raw = randn(static_cast<size_t>(cap * D));
-  const auto comp = randn(static_cast<size_t>(8192 * D));
+  const auto raw = f16_rounded(randn(static_cast<size_t>(cap * D)));  // rows as the KV cache holds them
+  const auto comp = f16_rounded(randn(static_cast<size_t>(8192 * D)));
   const float *gq = dev(q), *gsinks = dev(sinks), *graw = dev(raw), *gcomp = dev(comp);
   for (int64_t ctx : {int64_t{2048}, int64_t{32768}}) {
     for (bool csa : {true, false}) {
       for (int64_t n : {int64_t{1}, int64_t{40}, nmax}) {
-        const std::string what = std::string("attention flash ") + (csa ? "CSA" : "HCA") + " ctx" + std::to_string(ctx) +
-                                 " n" + std::to_string(n);
+      for (const Order& ord : orders) {
+        const std::string what = std::string("attention ") + ord.name + " flash " + (csa ? "CSA" : "HCA") + " ctx" +
+                                 std::to_string(ctx) + " n" + std::to_string(n);
         const int64_t comp_rows = ctx / 4, spread = std::max<int64_t>(1, comp_rows / TK);
         std::vector<int32_t> pos(n), count(n), idx(n * TK);
         for (int64_t i = 0; i < n; ++i) {
@@ -292,9 +329,9 @@ TEST_F(CudaAttention, FlashChunkAndDecodeShapesAt2KAnd32K) {
           EXPECT_TRUE(be.sync().ok()) << what;
           return host(r.out, static_cast<size_t>(r.n * hd));
         };
-        const auto got = run(*gpu_, g);
-        EXPECT_TRUE(same_bits(run(onehead_be, g), got)) << what << ": MQA chunk kernel differs from the one-head kernel";
-        if (n <= 40) EXPECT_TRUE(same_bits(run(split_be, g), got)) << what << ": split shape differs";
+        const auto got = run(*ord.def, g);
+        EXPECT_TRUE(same_bits(run(*ord.chunk, g), got)) << what << ": the other chunk kernel differs";
+        if (n <= 40) EXPECT_TRUE(same_bits(run(*ord.split, g), got)) << what << ": split shape differs";
         for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
           AttentionArgs a = g;  // query i alone, on the CPU and (as a decode step) on the GPU
           a.n = 1;
@@ -316,9 +353,10 @@ TEST_F(CudaAttention, FlashChunkAndDecodeShapesAt2KAnd32K) {
           one.pos = g.pos + i;
           one.comp_count = g.comp_count + i;
           if (csa) one.comp_idx = g.comp_idx + i * TK;
-          EXPECT_TRUE(same_bits(run(*gpu_, one), row)) << what << ": query " << i << " alone differs from its row";
+          EXPECT_TRUE(same_bits(run(*ord.def, one), row)) << what << ": query " << i << " alone differs from its row";
         }
       }
     }
+  }
   }
 }

@@ -271,8 +271,8 @@ TEST_F(CudaOps, AttentionRawCompressedAndSelected) {
   struct S {
     int32_t heads, D, window, n_comp_rows, top_k;
   };
-  // With tensor cores (the default) every shape runs the segment order (attention_segments.cu; more
-  // cases, and bit-identity across its launch shapes, in test_cuda_attention.cpp); every case on a
+  // With tensor cores (the default) every shape runs the MMA order (attention_mma.cu; more cases, the
+  // scalar segment order, and bit-identity across launch shapes, in test_cuda_attention.cpp); every case on a
   // backend without tensor cores runs attention_decode.cu's split-rows kernels (16 queries per launch).
   // Both are compared with the CPU: n = 4 and 40 (a prefill chunk) on every shape, and decode cases
   // n = 1, 2 including a query before the window is full (few rows: most splits empty).

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "modelspec/memory_plan.h"
@@ -27,7 +28,7 @@ namespace ds4::backend::cuda {
 
 namespace {
 
-constexpr int kSeg = 32;               // rows per segment: the summation contract, never a tuning knob
+constexpr int kSeg = kAttnSeg;         // rows per segment (attention_rows.cuh): the summation contract
 constexpr int kMaxHeadsPerBlock = 8;   // W: heads sharing a block's staged rows (launch shape only)
 constexpr int kScoreBatch = 8;         // rows whose dot products are in flight together (ILP only)
 constexpr int kMergeBatch = 4;         // stored states loaded ahead of their merges (ILP only)
@@ -37,43 +38,6 @@ constexpr uint64_t kSplitScratchMax = uint64_t{64} << 20;
 // The memory plan (modelspec::cuda_attention_split_bytes) sizes this scratch from the same figures.
 static_assert(kSeg == modelspec::kCudaAttnSegmentRows && kSplitScratchMax == modelspec::kCudaAttnSplitScratchMax &&
               kMaxHeadsPerBlock == 8 && CudaBackendOptions{}.attention_split_max_blocks == modelspec::kCudaAttnSplitMaxBlocks);
-
-// Segment states in scratch. Slot (i, h, k) = (i·heads + h)·n_stored + k holds segment k of query i,
-// head h: acc [D] floats at acc + slot·D, (m, l) at ml + 2·slot.
-struct SegStates {
-  float* acc = nullptr;
-  float* ml = nullptr;
-  int32_t n_stored = 0;   // segments per (query, head) in scratch
-};
-
-// Query i's candidate rows: j < n_raw is raw position first + j (ring row (first + j) mod raw_cap),
-// then compressed row comp_idx[i][j − n_raw] (or j − n_raw without selection).
-struct QueryRows {
-  const float* raw;
-  const float* comp;
-  const int32_t* idx;
-  int64_t first, n_raw, total;
-};
-
-__device__ inline QueryRows query_rows(const AttentionArgs& a, int64_t i) {
-  QueryRows r;
-  const int64_t t = a.pos[i];
-  r.first = t - a.window + 1 > 0 ? t - a.window + 1 : 0;
-  r.n_raw = t - r.first + 1;
-  r.total = r.n_raw + (a.comp_count ? a.comp_count[i] : 0);
-  r.raw = a.raw_at ? a.raw_at[i] : a.raw;  // per-query session state (batched step)
-  r.comp = a.comp_at ? a.comp_at[i] : a.comp;
-  r.idx = a.comp_idx ? a.comp_idx + i * a.comp_idx_stride : nullptr;
-  return r;
-}
-
-__device__ inline const float* candidate_row(const QueryRows& q, int64_t raw_cap, int64_t D, int64_t j) {
-  if (j < q.n_raw) return q.raw + ((q.first + j) % raw_cap) * D;
-  const int64_t c = j - q.n_raw;
-  return q.comp + (q.idx ? static_cast<int64_t>(q.idx[c]) : c) * D;
-}
-
-__device__ inline int64_t segments_of(const QueryRows& q) { return q.total > 0 ? (q.total + kSeg - 1) / kSeg : 0; }
 
 // Row step of the online softmax for score s: (m, l) advance; the accumulator takes acc·corr + p·row.
 // corr = 1 without expf when the maximum holds (m − m' = ±0, and expf(±0) = 1 exactly): the same value,
@@ -85,25 +49,6 @@ __device__ inline void online_step(float& m, float& l, float s, float& corr, flo
   p = expf(s - m_new);
   l = l * corr + p;
   m = m_new;
-}
-
-// Merge of a segment state (m_s, l_s, acc_s) into the running state (M, L, Acc): (M, L) advance; the
-// accumulator takes merged(Acc, fa, acc_s, fb). An empty side (m = −inf) weighs 0, so merging into the
-// initial state (−inf, 0, 0) copies the segment exactly.
-__device__ inline void merge_step(float& M, float& L, float m_s, float l_s, float& fa, float& fb) {
-  const float m_new = fmaxf(M, m_s);
-  fa = M == -INFINITY ? 0.0f : expf(M - m_new);
-  fb = m_s == -INFINITY ? 0.0f : expf(m_s - m_new);
-  L = L * fa + l_s * fb;
-  M = m_new;
-}
-__device__ inline float merged(float acc, float fa, float acc_s, float fb) { return acc * fa + acc_s * fb; }
-
-// The sink, last: out = Acc·f / denom.
-__device__ inline void sink_step(float sink, float M, float L, float& f, float& denom) {
-  const float mx = fmaxf(sink, M);
-  f = M == -INFINITY ? 0.0f : expf(M - mx);
-  denom = expf(sink - mx) + L * f;
 }
 
 // One warp: the state of one head over a segment's rows 0 … cnt−1 (cnt ≤ kSeg, warp-uniform), in row
@@ -422,22 +367,7 @@ bool CudaBackend::attention_segments(const AttentionArgs& a) {
   if (pl != 2 && pl != 4 && pl != 8 && pl != 16) return false;
   int W = kMaxHeadsPerBlock;  // heads per block: the largest power of two ≤ 8 dividing heads
   while (a.heads % W != 0) W /= 2;
-  const int64_t groups = a.heads / W;
-  // Split when the chunk shape would leave the GPU idle (few queries) and scratch can hold every
-  // segment under the host's bound of rows per query: window raw rows + compressed rows, bounded by
-  // the selection width (comp_idx) and/or AttentionArgs::max_comp. Unknown bound: chunk shape.
-  int64_t split_segs = 0;
-  if (a.n * groups <= attn_split_max_blocks_ && groups <= 65535 && a.n <= 65535) {
-    int64_t comp_bound = -1;  // -1: unknown
-    if (!a.comp_count) comp_bound = 0;
-    if (a.comp_count && a.comp_idx) comp_bound = a.comp_idx_stride;
-    if (a.comp_count && a.max_comp > 0) comp_bound = comp_bound < 0 ? a.max_comp : std::min(comp_bound, a.max_comp);
-    if (comp_bound >= 0) {
-      const int64_t segs = (std::max<int64_t>(a.window, 0) + comp_bound + kSeg - 1) / kSeg;
-      const uint64_t bytes = static_cast<uint64_t>(a.n) * a.heads * segs * (a.head_dim + 2) * sizeof(float);
-      if (segs >= 2 && bytes <= kSplitScratchMax) split_segs = segs;
-    }
-  }
+  const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, kSplitScratchMax);
   if (split_segs == 0 && attn_heads_per_warp_ == kMqaHeads && pl == kMqaPl && a.heads % (kMqaWarps * kMqaHeads) == 0) {
     launch_mqa(*this, a, attn_mqa_smem_);
     return true;

@@ -48,7 +48,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_f16_segments(opts.f16_segments);
   be->set_hc_router_v2(opts.hc_router_v2);
   be->set_gemm_pipelined(opts.gemm_pipelined);
-  be->set_attention_segments(opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
+  be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_compressor_parallel(opts.compressor_parallel);
   be->set_f16_tiles(opts.f16_tiles);

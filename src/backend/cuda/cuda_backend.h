@@ -49,8 +49,13 @@ struct CudaBackendOptions {
   // (gemv_mma_wins in gemv_mma.cu); always: every shape it supports (tests, benchmarks); off: the
   // previous decode / skinny / GEMM kernels (before/after runs). Only with decode_kernels.
   GemvMma gemv_mma = GemvMma::wins;
-  // Attention (with tensor_cores) in the segment order of src/backend/cuda/README.md, for every batch
-  // size (attention_segments.cu). false: the previous kernel (one online softmax over all rows per
+  // Attention (with tensor_cores) on TF32 tensor cores in the MMA order of src/backend/cuda/README.md,
+  // for every batch size and launch shape (attention_mma.cu; head_dim 64, 128, 256 or 512). false: the
+  // scalar orders below (attention_segments) — for before/after benchmarks, or to switch back. The
+  // orders differ from each other in the last bits; each alone is batch-invariant.
+  bool attention_mma = true;
+  // Without attention_mma: attention in the scalar segment order of src/backend/cuda/README.md, for
+  // every batch size (attention_segments.cu). false: the previous kernel (one online softmax over all rows per
   // head, 8 heads per block; heads not a multiple of 8 take attention_decode.cu) — for before/after
   // benchmarks, or to switch back. The two orders differ from each other in the last bits.
   bool attention_segments = true;

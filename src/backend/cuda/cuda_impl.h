@@ -206,6 +206,9 @@ class CudaBackend final : public Backend {
   // attention_segments.cu: README.md's segment order, split or chunk shape by batch size; false when
   // head_dim is not 64, 128, 256 or 512 (then nothing was launched).
   bool attention_segments(const AttentionArgs& a);
+  // attention_mma.cu: README.md's MMA order on TF32 tensor cores, split or chunk shape by batch size;
+  // false when head_dim is not 64, 128, 256 or 512 (then nothing was launched).
+  bool attention_mma(const AttentionArgs& a);
 
   // Records the first failure; returns true when `e` is cudaSuccess.
   bool check(cudaError_t e, const char* what);
@@ -226,7 +229,8 @@ class CudaBackend final : public Backend {
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
-  void set_attention_segments(bool on, int split_max_blocks, int heads_per_warp) {
+  void set_attention_segments(bool mma, bool on, int split_max_blocks, int heads_per_warp) {
+    attention_mma_ = mma;
     attention_segments_ = on;
     attn_split_max_blocks_ = split_max_blocks;
     attn_heads_per_warp_ = heads_per_warp;
@@ -251,6 +255,8 @@ class CudaBackend final : public Backend {
   GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma
   int sm_count_ = 0;                      // multiprocessors (read on first use)
   int mma_per_sm_[4] = {};                // gemv_mma.cu: resident blocks per SM of each instantiation
+  bool attention_mma_ = true;             // CudaBackendOptions::attention_mma
+  uint32_t attn_mma_smem_ = 0;            // attention_mma.cu: bit per head_dim whose shared-memory limits are set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

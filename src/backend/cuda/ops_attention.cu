@@ -175,7 +175,9 @@ void CudaBackend::attention(const AttentionArgs& a) {
     fail(invalid_argument("cuda attention: bad batch or raw ring size"));
     return;
   }
-  // The segment order: every batch size, split (few queries) or chunk shape, the same bits either way.
+  // The MMA order (tensor cores), else the scalar segment order: every batch size, split (few queries)
+  // or chunk shape, the same bits either way.
+  if (attention_mma_ && tensor_cores() && attention_mma(a)) return;
   if (attention_segments_ && tensor_cores() && attention_segments(a)) return;
   const int pl = a.head_dim / kWarp;
   if (tensor_cores() && a.heads % kHeadsPerBlock == 0 && (pl == 2 || pl == 4 || pl == 8 || pl == 16)) {

@@ -1,0 +1,409 @@
+// attention_mma.cu — attention with per-head sinks (MODEL.md §7.6) on TF32 tensor cores, in the MMA order
+// of README.md "Attention summation order (tensor cores)", for every batch size and launch shape.
+// V4 attention is MQA: one KV row serves every query head, so a segment of a query is a
+// [16 heads × D] · [D × 32 rows] score product and a [16 heads × 32 rows] · [32 rows × D] value product —
+// tensor-core shaped even for one decode token. A block owns one query and 16 heads (the MMA's M) and
+// 8 warps; warp w owns the dims [w·D/8, (w+1)·D/8) of both products (its q fragments stay in registers).
+// q, p and rows are f32; each is split x = hi + lo into TF32 parts (hi = x rounded to 11 significant bits,
+// lo = the rest rounded likewise, ~22 bits), and a row's lo part is multiplied only where it is non-zero
+// (rows rounded through f16 or FP8 by the KV cache are exact in TF32, so their lo part is zero).
+// Launch shapes, the same bits (every (query, head, segment) runs the same MMAs on the same operands):
+//  * chunk (prefill, batches): block = (query, 16 heads) walks the query's 32-row segments, staging the
+//    next segment's rows with cp.async while it computes the current one, and merges each segment's state
+//    into its running state in registers;
+//  * split (few queries): block = (segment, 16 heads, query) stores the segment's state in scratch; the
+//    chunk kernel then runs as the merge (reads the stored states, computes any past the host's bound).
+// Deliberately not here: the scalar segment order (attention_segments.cu) and the previous kernels
+// (ops_attention.cu, attention_decode.cu), kept behind CudaBackendOptions::attention_mma = false.
+#include <algorithm>
+
+#include "backend/cuda/attention_rows.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/mma_s8.cuh"
+#include "modelspec/memory_plan.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+constexpr int kHeads = 16;  // heads per block = the MMA's M: lane 4g + t holds heads g and g + 8
+constexpr int kWarps = 8;   // warp w owns dims [w·DW, (w+1)·DW), DW = head_dim / 8
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kPad = 4;     // row pitch D + 4 floats: both products' fragment loads hit 32 distinct banks
+constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
+static_assert(kAttnSeg == 32 && kAttnSeg == modelspec::kCudaAttnSegmentRows,
+              "the score tile is 4 n-tiles of 8 rows and the value product 4 k-steps of 8 rows");
+
+// TF32 part of x: x rounded to 11 significant bits (half away from zero), as f32 bits whose low 13
+// mantissa bits are zero — the MMA reads exactly this value.
+__device__ inline uint32_t tf32_bits(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+
+// x = hi + lo: hi its TF32 part, lo the TF32 part of the exact remainder x − hi.
+__device__ inline void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = tf32_bits(x);
+  lo = tf32_bits(x - __uint_as_float(hi));
+}
+
+// c += a · b for one m16n8k8 tile, tf32 · tf32 → f32 (PTX fragment layout: a rows g, g + 8 × columns
+// t, t + 4; b rows t, t + 4 × column g; c rows g, g + 8 × columns 2t, 2t + 1).
+__device__ inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a·b + (a·b_lo where b's 8 × 8 block is not exact in TF32): b = (b0, b1) as loaded; the hi part
+// first, then a_lo·b_hi, then a_hi·b_lo, all into the same accumulator.
+__device__ inline void mma_split(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4], float b0,
+                                 float b1) {
+  const uint32_t h0 = tf32_bits(b0), h1 = tf32_bits(b1);
+  const float r0 = b0 - __uint_as_float(h0), r1 = b1 - __uint_as_float(h1);
+  mma_tf32(c, a_hi, h0, h1);
+  mma_tf32(c, a_lo, h0, h1);
+  if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(c, a_hi, tf32_bits(r0), tf32_bits(r1));
+}
+
+// One warp's query fragments: heads (g, g + 8) × its dims, KK k-steps of 8, split into TF32 hi/lo.
+template <int KK>
+struct QFrag {
+  uint32_t hi[KK][4], lo[KK][4];
+};
+
+// Query i's fragments for heads hs[0] (rows g) and hs[1] (rows g + 8; zero where !ok) over dims d0 …
+// d0 + 8·KK − 1: k-step kk holds dims d0 + 8kk + t (columns t) and + 4 (columns t + 4).
+template <int KK>
+__device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, const int (&hs)[2], const bool (&ok)[2],
+                              int d0, int t) {
+  const int64_t D = a.head_dim;
+  const float* qa = a.q + (i * a.heads + hs[0]) * D + d0;
+  const float* qb = a.q + (i * a.heads + hs[1]) * D + d0;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    const float x[4] = {ok[0] ? qa[8 * kk + t] : 0.0f, ok[1] ? qb[8 * kk + t] : 0.0f, ok[0] ? qa[8 * kk + t + 4] : 0.0f,
+                        ok[1] ? qb[8 * kk + t + 4] : 0.0f};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split_tf32(x[e], qf.hi[kk][e], qf.lo[kk][e]);
+  }
+}
+
+// Issues the copies of segment seg's rows into buf ([kAttnSeg][D + kPad] floats) — warp w copies rows
+// w, w + 8, … — and zero-fills rows past the query's candidates (their scores are masked, but the value
+// product reads them: 0·0, never 0·NaN). first_mod = first mod raw_cap.
+template <int D>
+__device__ inline void stage_rows(float* buf, const QueryRows& q, int64_t raw_cap, int64_t first_mod, int64_t seg,
+                                  int wid, int lane) {
+  constexpr int P = D + kPad;
+  constexpr int C4 = D / 4;  // 16-byte copies per row
+  for (int r = wid; r < kAttnSeg; r += kWarps) {
+    const int64_t j = seg * kAttnSeg + r;
+    float* dst = buf + r * P;
+    if (j < q.total) {
+      const float* src;
+      if (j < q.n_raw) {
+        int64_t rr = first_mod + j;
+        if (rr >= raw_cap) rr %= raw_cap;
+        src = q.raw + rr * D;
+      } else {
+        const int64_t c = j - q.n_raw;
+        src = q.comp + (q.idx ? static_cast<int64_t>(q.idx[c]) : c) * D;
+      }
+      for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
+    } else {
+      for (int c4 = lane; c4 < C4; c4 += kWarp) reinterpret_cast<float4*>(dst)[c4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+}
+
+// The state (m, l, acc) of heads (g, g + 8) over one staged segment of cnt ≥ 1 rows (rows [kAttnSeg][P],
+// padded rows zero), for this warp's dims of acc. Whole block (one __syncthreads inside); red: the
+// [kWarps][16][32] partial scores.
+// 1. Warp w's partial score tile [16 heads × 32 rows] over its dims: n-tile nt = rows 8nt … 8nt + 7;
+//    per n-tile two accumulators from 0: A takes q_hi·k for k-steps kk = 0 … KK−1 in order, B takes
+//    q_lo·k then (where k is not exact in TF32) q_hi·k_lo, per k-step in order; partial = A + B.
+// 2. Score = ((partial_0 + partial_1) + …) + partial_7, times scale; rows ≥ cnt get −inf.
+// 3. m = max of the head's 32 scores; p = expf(s − m); l = Σ p: per lane its 8 values (n-tile order, then
+//    column 2t, 2t + 1) from 0, then the quad's xor butterfly (offsets 1, 2).
+// 4. acc over this warp's dims: per n-tile of 8 dims one accumulator from 0, k-steps j = 0 … 3 in order
+//    (k-step j holds row 8j + 2t at column t and row 8j + 2t + 1 at t + 4, which is where the score tile's
+//    accumulator left them), each p_hi·v, p_lo·v, then p_hi·v_lo where v is not exact.
+template <int DW>
+__device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
+                                   int wid, int lane, float (&m)[2], float (&l)[2], float (&acc)[DW / 8][4]) {
+  constexpr int P = DW * kWarps + kPad, KK = DW / 8;
+  const int g = lane >> 2, t = lane & 3;
+  const float* base = rows + wid * DW;
+  float sa[4][4], sb[4][4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) sa[nt][c] = sb[nt][c] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
+      const float k0 = kr[0], k1 = kr[4];
+      const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
+      const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
+      mma_tf32(sa[nt], qf.hi[kk], h0, h1);
+      mma_tf32(sb[nt], qf.lo[kk], h0, h1);
+      if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[nt], qf.hi[kk], tf32_bits(r0), tf32_bits(r1));
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) red[(wid * 16 + nt * 4 + c) * kWarp + lane] = sa[nt][c] + sb[nt][c];
+  __syncthreads();
+  float s[4][4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      float v = red[(nt * 4 + c) * kWarp + lane];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) v = v + red[(w * 16 + nt * 4 + c) * kWarp + lane];
+      s[nt][c] = 8 * nt + 2 * t + (c & 1) < cnt ? v * scale : -INFINITY;
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // r = 0: head g (columns c = 0, 1); r = 1: head g + 8 (c = 2, 3)
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      s[nt][2 * r] = expf(s[nt][2 * r] - mx);  // s now holds p
+      s[nt][2 * r + 1] = expf(s[nt][2 * r + 1] - mx);
+      sum = sum + s[nt][2 * r];
+      sum = sum + s[nt][2 * r + 1];
+    }
+    sum = sum + __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum = sum + __shfl_xor_sync(0xffffffffu, sum, 2);
+    m[r] = mx;
+    l[r] = sum;
+  }
+#pragma unroll
+  for (int nt = 0; nt < KK; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t ph[4], pl[4];  // A fragment of k-step j: (g, t) = c0, (g + 8, t) = c2, (g, t + 4) = c1, (g + 8, t + 4) = c3
+    split_tf32(s[j][0], ph[0], pl[0]);
+    split_tf32(s[j][2], ph[1], pl[1]);
+    split_tf32(s[j][1], ph[2], pl[2]);
+    split_tf32(s[j][3], ph[3], pl[3]);
+    const float* vr = base + (8 * j + 2 * t) * P + g;
+#pragma unroll
+    for (int nt = 0; nt < KK; ++nt) mma_split(acc[nt], ph, pl, vr[8 * nt], vr[P + 8 * nt]);
+  }
+}
+
+// Block = (query i, 16 heads), 8 warps. kStored = false (chunk shape): computes every segment from rows
+// staged in shared memory (two buffers: the next segment's copies fly while the current one is
+// computed) and merges each into the running state in registers. kStored = true (the merge after the
+// split kernel): segments 0 … n_stored−1 are read from scratch, any past the host's bound computed here.
+// Then the sink, and out. Dynamic shared memory: [2][kAttnSeg][D + kPad] rows, then [kWarps][16][32].
+template <int DW, bool kStored>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(AttentionArgs a, SegStates st) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8;
+  extern __shared__ float4 smem4[];
+  float* bufs = reinterpret_cast<float*>(smem4);
+  float* red = bufs + 2 * kAttnSeg * P;
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  const int64_t i = blockIdx.x / groups;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const int hs[2] = {h0 + g, h0 + g + 8};
+  const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
+  const QueryRows qr = query_rows(a, i);
+  const int64_t n_seg = segments_of(qr);
+  const int d0 = wid * DW;
+
+  float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, run[KK][4];
+#pragma unroll
+  for (int nt = 0; nt < KK; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) run[nt][c] = 0.0f;
+
+  // Stored states, in segment order; kMergeBatch states loaded before their merges (latency: a decode
+  // step's merge reads ~20 states per block).
+  const int64_t n_read = !kStored ? 0 : n_seg < st.n_stored ? n_seg : st.n_stored;
+  for (int64_t k0 = 0; k0 < n_read; k0 += kMergeBatch) {
+    float ms[kMergeBatch][2], ls[kMergeBatch][2];
+    float2 v[kMergeBatch][KK][2];
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const bool load = ok[r] && k0 + b < n_read;
+        const int64_t slot = (i * a.heads + hs[r]) * st.n_stored + k0 + b;
+        ms[b][r] = load ? st.ml[2 * slot] : -INFINITY;
+        ls[b][r] = load ? st.ml[2 * slot + 1] : 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < KK; ++nt)
+          v[b][nt][r] = load ? *reinterpret_cast<const float2*>(st.acc + slot * D + d0 + 8 * nt + 2 * t) : make_float2(0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b) {
+      if (k0 + b >= n_read) break;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float fa, fb;
+        merge_step(M[r], L[r], ms[b][r], ls[b][r], fa, fb);
+#pragma unroll
+        for (int nt = 0; nt < KK; ++nt) {
+          run[nt][2 * r] = merged(run[nt][2 * r], fa, v[b][nt][r].x, fb);
+          run[nt][2 * r + 1] = merged(run[nt][2 * r + 1], fa, v[b][nt][r].y, fb);
+        }
+      }
+    }
+  }
+
+  if (n_read < n_seg) {  // block-uniform
+    QFrag<KK> qf;
+    load_q(qf, a, i, hs, ok, d0, t);
+    const int64_t first_mod = qr.first % a.raw_cap;
+    stage_rows<D>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane);
+    cp_async_commit();
+    for (int64_t seg = n_read; seg < n_seg; ++seg) {
+      float* cur = bufs + ((seg - n_read) & 1) * kAttnSeg * P;
+      if (seg + 1 < n_seg) stage_rows<D>(bufs + ((seg + 1 - n_read) & 1) * kAttnSeg * P, qr, a.raw_cap, first_mod, seg + 1, wid, lane);
+      cp_async_commit();
+      cp_async_wait<1>();  // this thread's copies of segment seg have landed
+      __syncthreads();     // everyone's have
+      const int64_t left = qr.total - seg * kAttnSeg;
+      const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
+      float m[2], l[2], acc[KK][4];
+      segment_mma<DW>(cur, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+      float fa[2], fb[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) merge_step(M[r], L[r], m[r], l[r], fa[r], fb[r]);
+#pragma unroll
+      for (int nt = 0; nt < KK; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) run[nt][c] = merged(run[nt][c], fa[c >> 1], acc[nt][c], fb[c >> 1]);
+      __syncthreads();  // cur and red are free for the next segment's copies and scores
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!ok[r]) continue;
+    float f, denom;
+    sink_step(a.sinks[hs[r]], M[r], L[r], f, denom);
+    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
+#pragma unroll
+    for (int nt = 0; nt < KK; ++nt)
+      *reinterpret_cast<float2*>(o + 8 * nt + 2 * t) = make_float2(run[nt][2 * r] * f / denom, run[nt][2 * r + 1] * f / denom);
+  }
+}
+
+// Split kernel: block = (segment k, 16 heads, query i), 8 warps; stores segment k's state of each head
+// (segments past the query's rows have nothing to store). Dynamic shared memory: [kAttnSeg][D + kPad]
+// rows, then [kWarps][16][32].
+template <int DW>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_split_kernel(AttentionArgs a, SegStates st) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8;
+  extern __shared__ float4 smem4[];
+  float* rows = reinterpret_cast<float*>(smem4);
+  float* red = rows + kAttnSeg * P;
+  const int64_t seg = blockIdx.x;
+  const int h0 = static_cast<int>(blockIdx.y) * kHeads;
+  const int64_t i = blockIdx.z;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const int hs[2] = {h0 + g, h0 + g + 8};
+  const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
+  const QueryRows qr = query_rows(a, i);
+  if (seg >= segments_of(qr)) return;  // the whole block leaves together
+  stage_rows<D>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane);
+  cp_async_commit();
+  const int d0 = wid * DW;
+  QFrag<KK> qf;  // loaded while the copies fly
+  load_q(qf, a, i, hs, ok, d0, t);
+  cp_async_wait<0>();
+  __syncthreads();
+  const int64_t left = qr.total - seg * kAttnSeg;
+  const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
+  float m[2], l[2], acc[KK][4];
+  segment_mma<DW>(rows, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!ok[r]) continue;
+    const int64_t slot = (i * a.heads + hs[r]) * st.n_stored + seg;
+#pragma unroll
+    for (int nt = 0; nt < KK; ++nt)
+      *reinterpret_cast<float2*>(st.acc + slot * D + d0 + 8 * nt + 2 * t) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
+    if (wid == 0 && t == 0) {
+      st.ml[2 * slot] = m[r];
+      st.ml[2 * slot + 1] = l[r];
+    }
+  }
+}
+
+template <int DW>
+size_t chunk_smem() { return (2 * static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
+template <int DW>
+size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
+
+// smem_ready: bit per DW variant, set once the kernels' dynamic shared-memory limits are raised.
+template <int DW>
+void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready) {
+  const uint32_t bit = 1u << (DW / 8);
+  if (!(smem_ready & bit)) {
+    const bool set =
+        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(chunk_smem<DW>())), "attention mma chunk smem") &&
+        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(chunk_smem<DW>())), "attention mma merge smem") &&
+        be.check(cudaFuncSetAttribute(attention_mma_split_kernel<DW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(split_smem<DW>())), "attention mma split smem");
+    if (!set) return;
+    smem_ready |= bit;
+  }
+  const unsigned groups = static_cast<unsigned>((a.heads + kHeads - 1) / kHeads);
+  cudaStream_t s = be.stream();
+  if (split_segs > 0) {
+    const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
+    attention_mma_split_kernel<DW><<<grid, kThreads, split_smem<DW>(), s>>>(a, st);
+    if (!be.launched("attention mma (split)")) return;
+    attention_mma_chunk_kernel<DW, true><<<static_cast<unsigned>(a.n * groups), kThreads, chunk_smem<DW>(), s>>>(a, st);
+    be.launched("attention mma (merge)");
+    return;
+  }
+  attention_mma_chunk_kernel<DW, false><<<static_cast<unsigned>(a.n * groups), kThreads, chunk_smem<DW>(), s>>>(a, st);
+  be.launched("attention mma (chunk)");
+}
+
+}  // namespace
+
+bool CudaBackend::attention_mma(const AttentionArgs& a) {
+  const int dw = a.head_dim / kWarps;
+  if (a.head_dim % (8 * kWarps) != 0 || (dw != 8 && dw != 16 && dw != 32 && dw != 64)) return false;
+  if ((a.heads + kHeads - 1) / kHeads > 65535) return false;
+  const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
+  SegStates st;
+  if (split_segs > 0) {
+    const uint64_t slots = static_cast<uint64_t>(a.n) * a.heads * split_segs;
+    if (!ensure(attn_seg_, slots * (a.head_dim + 2) * sizeof(float), "attention segment states")) return true;
+    st.acc = static_cast<float*>(attn_seg_.ptr);
+    st.ml = st.acc + slots * a.head_dim;
+    st.n_stored = static_cast<int32_t>(split_segs);
+  }
+  switch (dw) {
+    case 8: launch_mma<8>(*this, a, split_segs, st, attn_mma_smem_); break;
+    case 16: launch_mma<16>(*this, a, split_segs, st, attn_mma_smem_); break;
+    case 32: launch_mma<32>(*this, a, split_segs, st, attn_mma_smem_); break;
+    default: launch_mma<64>(*this, a, split_segs, st, attn_mma_smem_); break;
+  }
+  return true;
+}
+
+}  // namespace ds4::backend::cuda

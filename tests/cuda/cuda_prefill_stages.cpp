@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "bench_median.h"
+#include "quant/half.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -92,8 +93,17 @@ void bench_prefill_stages(int64_t N) {
   float* out = fbuf(nq * H * D);
   float* sinks = frand(H, 1.0f);
   const int64_t cap = W + nq;
-  float* raw = frand(cap * D, 1.0f);
-  float* comp = frand(int64_t{8192} * D, 1.0f);
+  // KV rows rounded through f16, as the cache holds them (MODEL.md §5.6): the MMA order multiplies such
+  // rows with two TF32 products per block, arbitrary floats with three.
+  auto frand_f16 = [&](int64_t n) {
+    std::vector<float> h(static_cast<size_t>(n));
+    for (auto& v : h) v = f16_to_f32(f32_to_f16(nd(rng)));
+    float* d = fbuf(n);
+    be.upload(d, h.data(), h.size() * 4);
+    return d;
+  };
+  float* raw = frand_f16(cap * D);
+  float* comp = frand_f16(int64_t{8192} * D);
 
   for (int64_t ctx : {int64_t{2048}, int64_t{32768}}) {
     const char* cn = ctx == 2048 ? "2K" : "32K";

@@ -331,7 +331,9 @@ TEST_F(CudaAttention, FlashChunkAndDecodeShapesAt2KAnd32K) {
         };
         const auto got = run(*ord.def, g);
         EXPECT_TRUE(same_bits(run(*ord.chunk, g), got)) << what << ": the other chunk kernel differs";
-        if (n <= 40) EXPECT_TRUE(same_bits(run(*ord.split, g), got)) << what << ": split shape differs";
+        if (n <= 40) {
+          EXPECT_TRUE(same_bits(run(*ord.split, g), got)) << what << ": split shape differs";
+        }
         for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
           AttentionArgs a = g;  // query i alone, on the CPU and (as a decode step) on the GPU
           a.n = 1;

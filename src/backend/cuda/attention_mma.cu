@@ -390,13 +390,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   if ((a.heads + kHeads - 1) / kHeads > 65535) return false;
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
-  if (split_segs > 0) {
-    const uint64_t slots = static_cast<uint64_t>(a.n) * a.heads * split_segs;
-    if (!ensure(attn_seg_, slots * (a.head_dim + 2) * sizeof(float), "attention segment states")) return true;
-    st.acc = static_cast<float*>(attn_seg_.ptr);
-    st.ml = st.acc + slots * a.head_dim;
-    st.n_stored = static_cast<int32_t>(split_segs);
-  }
+  if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
   switch (dw) {
     case 8: launch_mma<8>(*this, a, split_segs, st, attn_mma_smem_); break;
     case 16: launch_mma<16>(*this, a, split_segs, st, attn_mma_smem_); break;

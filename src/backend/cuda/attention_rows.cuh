@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_impl.h"
 
 namespace ds4::backend::cuda {
 
@@ -91,6 +92,18 @@ inline int64_t attention_split_segments(const AttentionArgs& a, int64_t max_bloc
   const int64_t segs = ((a.window > 0 ? a.window : 0) + comp_bound + kAttnSeg - 1) / kAttnSeg;
   const uint64_t bytes = static_cast<uint64_t>(a.n) * a.heads * segs * (a.head_dim + 2) * sizeof(float);
   return segs >= 2 && bytes <= scratch_max ? segs : 0;
+}
+
+// Host: points st at `scratch` grown for a split launch of segs > 0 segments per (query, head) (st stays
+// empty for segs = 0, the chunk shape); false when the scratch could not grow (error recorded in be).
+inline bool split_states(CudaBackend& be, DeviceScratch& scratch, const AttentionArgs& a, int64_t segs, SegStates& st) {
+  if (segs <= 0) return true;
+  const uint64_t slots = static_cast<uint64_t>(a.n) * a.heads * segs;
+  if (!be.ensure(scratch, slots * (a.head_dim + 2) * sizeof(float), "attention segment states")) return false;
+  st.acc = static_cast<float*>(scratch.ptr);
+  st.ml = st.acc + slots * a.head_dim;
+  st.n_stored = static_cast<int32_t>(segs);
+  return true;
 }
 
 }  // namespace ds4::backend::cuda

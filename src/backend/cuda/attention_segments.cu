@@ -373,13 +373,7 @@ bool CudaBackend::attention_segments(const AttentionArgs& a) {
     return true;
   }
   SegStates st;
-  if (split_segs > 0) {
-    const uint64_t slots = static_cast<uint64_t>(a.n) * a.heads * split_segs;
-    if (!ensure(attn_seg_, slots * (a.head_dim + 2) * sizeof(float), "attention segment states")) return true;
-    st.acc = static_cast<float*>(attn_seg_.ptr);
-    st.ml = st.acc + slots * a.head_dim;
-    st.n_stored = static_cast<int32_t>(split_segs);
-  }
+  if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
   switch (pl) {
     case 2: launch_segments<2>(*this, a, W, split_segs, st, attn_seg_smem_); break;
     case 4: launch_segments<4>(*this, a, W, split_segs, st, attn_seg_smem_); break;

@@ -59,8 +59,9 @@ struct CudaBackendOptions {
   // head, 8 heads per block; heads not a multiple of 8 take attention_decode.cu) — for before/after
   // benchmarks, or to switch back. The two orders differ from each other in the last bits.
   bool attention_segments = true;
-  // Segment order: calls of n queries with n·(heads / heads per block) ≤ this run the split shape (one
-  // block per segment, then a merge), larger ones the chunk shape. Same bits either way; 0 = chunk only.
+  // Both orders (MMA and scalar segments): calls of n queries with n·(heads / heads per block ≤ 8) ≤ this
+  // run the split shape (one block per segment, then a merge), larger ones the chunk shape. Same bits
+  // either way; 0 = chunk only.
   int attention_split_max_blocks = 128;
   // Segment order, chunk shape, head_dim 512: heads per warp (2: attention_mqa_kernel, each staged row
   // read once per warp for two heads, 16 heads per block; 1: the chunk kernel, one head per warp, 8 per

@@ -51,7 +51,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_hc_router(Backend& be, Backend& prev);            // cuda_bench_stages.cpp
-void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
+void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
@@ -204,27 +204,41 @@ int main(int argc, char** argv) {
       std::printf("BENCH ceiling d2d-copy %.0f GB/s (read+write of 2 GiB in %.3f ms)\n", ceiling, s * 1e3);
     }
   }
-  {  // Dense Q8_0 matmuls on gemv_mma.cu against the previous kernels; per-stage decode breakdown: general
-     // kernels (the first version), gemv_mma.cu on every shape it takes, then the default dispatch.
-    cuda::CudaBackendOptions ao, po;
+  const bool gemv_only = argc > 1 && std::strcmp(argv[1], "--gemv") == 0;
+  {  // Dense Q8_0 matmuls on gemv_dense.cu and gemv_mma.cu against the previous kernels; per-stage decode
+     // breakdown: general kernels (the first version), gemv_mma.cu on every shape it takes, then the
+     // default dispatch. --gemv: only these op lines and the default stage table.
+    cuda::CudaBackendOptions dno, ao, po;
+    dno.gemv_dense = cuda::GemvMma::always;
     ao.gemv_mma = cuda::GemvMma::always;
+    ao.gemv_dense = cuda::GemvMma::off;
     po.gemv_mma = cuda::GemvMma::off;
+    po.gemv_dense = cuda::GemvMma::off;
+    auto dense = cuda::make_cuda_backend(dno);
     auto mma = cuda::make_cuda_backend(ao);
     auto prev = cuda::make_cuda_backend(po);
-    if (mma.ok()) bench_gemv_ops(**mma, prev.ok() ? prev->get() : nullptr, ceiling);
-    cuda::CudaBackendOptions go;
-    go.decode_kernels = false;
-    auto general = cuda::make_cuda_backend(go);
-    if (general.ok()) {
-      std::printf("BENCH stage --- general kernels (decode_kernels = false) ---\n");
-      bench_decode_stages(**general, ceiling);
+    if (dense.ok())
+      bench_gemv_ops(**dense, mma.ok() ? mma->get() : nullptr, prev.ok() ? prev->get() : nullptr, ceiling);
+    if (!gemv_only) {
+      cuda::CudaBackendOptions go;
+      go.decode_kernels = false;
+      auto general = cuda::make_cuda_backend(go);
+      if (general.ok()) {
+        std::printf("BENCH stage --- general kernels (decode_kernels = false) ---\n");
+        bench_decode_stages(**general, ceiling);
+      }
+      if (mma.ok()) {
+        std::printf("BENCH stage --- every supported Q8_0 matvec on gemv_mma.cu (gemv_mma = always) ---\n");
+        bench_decode_stages(**mma, ceiling);
+      }
     }
-    if (mma.ok()) {
-      std::printf("BENCH stage --- every supported Q8_0 matvec on gemv_mma.cu (gemv_mma = always) ---\n");
-      bench_decode_stages(**mma, ceiling);
+    if (prev.ok()) {
+      std::printf("BENCH stage --- decode kernels, gemv_dense = gemv_mma = off (previous) ---\n");
+      bench_decode_stages(**prev, ceiling);
     }
     std::printf("BENCH stage --- decode kernels ---\n");
     bench_decode_stages(*be, ceiling);
+    if (gemv_only) return 0;
     cuda::CudaBackendOptions ho;  // HC pre / router / HC post: spread kernels vs the previous ones
     ho.hc_router_v2 = false;
     if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev);

@@ -473,11 +473,12 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
               1e6 / roof_us, 100.0 * roof_us / tok_graph);
 }
 
-// Dense Q8_0 matmuls of the Flash decode at n = 1, 8, 32, 64 vectors (issues 5 and 8): graph µs per call
-// (activation quantization included, as the forward pass calls it) and GB/s of weights, on `be` (a
-// backend with CudaBackendOptions::gemv_mma = always) and on `prev` (gemv_mma = off: the previous
-// decode / skinny / GEMM kernels), for the before/after table of docs/PERF.md.
-void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs) {
+// Dense Q8_0 matmuls of the Flash decode at n = 1, 2, 4, 8, 16, 32, 64 vectors (issues 5 and 8): graph µs
+// per call (activation quantization included, as the forward pass calls it) and GB/s of weights on
+// `dense` (CudaBackendOptions::gemv_dense = always: gemv_dense.cu up to 16 vectors), `mma` (gemv_mma =
+// always, gemv_dense = off) and `prev` (both off: the previous decode / skinny / GEMM kernels), for the
+// before/after table of docs/PERF.md.
+void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs) {
   struct Mm {
     const char* name;
     int64_t rows, cols;
@@ -486,31 +487,49 @@ void bench_gemv_ops(Backend& be, Backend* prev, double ceiling_gbs) {
                        {"kv 512x4096", 512, 4096},          {"out_a group 1024x4096", 1024, 4096},
                        {"out_b 4096x8192", 4096, 8192},     {"shared gate/up 2048x4096", 2048, 4096},
                        {"shared down 4096x2048", 4096, 2048}, {"head 129280x4096", 129280, 4096}};
-  StageBench now(be);
-  std::unique_ptr<StageBench> before = prev ? std::make_unique<StageBench>(*prev) : nullptr;
+  struct Side {
+    Backend* be;
+    std::unique_ptr<StageBench> sb;
+    float *x = nullptr, *y = nullptr;
+  };
   const int64_t n_max = 64;
-  float* x_now = now.buf(n_max * 8192);
-  float* y_now = now.buf(n_max * 129280);
-  float* x_prev = before ? before->buf(n_max * 8192) : nullptr;
-  float* y_prev = before ? before->buf(n_max * 129280) : nullptr;
-  for (const Mm& m : shapes) {
-    const Weight w = now.weight(GgmlType::Q8_0, m.rows, m.cols);
-    const Weight pw = before ? before->weight(GgmlType::Q8_0, m.rows, m.cols) : Weight{};
-    const double bytes = static_cast<double>(w.row_bytes) * m.rows;
-    for (int64_t n : {1, 8, 32, 64}) {
-      const StageTime t = now.time([&] { be.matmul({w, x_now, m.cols, y_now, m.rows, n, MatmulNumerics::ds4}); }, 20);
-      const double gbs = bytes / (t.graph_us * 1e-6) / 1e9;
-      std::printf("BENCH op gemv q8_0 %-26s n=%-2lld mma %8.2f us %6.0f GB/s %5.1f%%", m.name, static_cast<long long>(n),
-                  t.graph_us, gbs, 100.0 * gbs / ceiling_gbs);
-      if (before) {
-        const StageTime p = before->time(
-            [&] { prev->matmul({pw, x_prev, m.cols, y_prev, m.rows, n, MatmulNumerics::ds4}); }, 20);
-        std::printf("  previous %8.2f us %6.0f GB/s  (%.2fx)", p.graph_us, bytes / (p.graph_us * 1e-6) / 1e9,
-                    p.graph_us / t.graph_us);
+  Side sides[3] = {{&dense, nullptr}, {mma, nullptr}, {prev, nullptr}};
+  for (Side& sd : sides)
+    if (sd.be) {
+      sd.sb = std::make_unique<StageBench>(*sd.be);
+      sd.x = sd.sb->buf(n_max * 8 * 4096);
+      sd.y = sd.sb->buf(n_max * 129280);
+    }
+  // One weight per (side, shape), made when the shape comes up (the head is 562 MB on each side).
+  auto run = [&](Side& sd, const Weight& w, int64_t n, int64_t group_rows) {
+    const int64_t cols = w.cols, rows = w.rows;
+    return sd.sb->time([&] {
+      sd.be->matmul({w, sd.x, group_rows > 0 ? 8 * cols : cols, sd.y, rows, n, MatmulNumerics::ds4, group_rows, cols});
+    }, 20);
+  };
+  auto report = [&](const char* name, int64_t rows, int64_t cols, int64_t group_rows) {
+    Weight w[3];
+    for (int i = 0; i < 3; ++i)
+      if (sides[i].be) w[i] = sides[i].sb->weight(GgmlType::Q8_0, rows, cols);
+    const double bytes = static_cast<double>(w[0].row_bytes) * rows;
+    for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) {
+      std::printf("BENCH op gemv q8_0 %-26s n=%-2lld", name, static_cast<long long>(n));
+      double t_dense = 0, t_prev = 0;
+      const char* label[3] = {"dense", "mma", "previous"};
+      for (int i = 0; i < 3; ++i) {
+        if (!sides[i].be || (i == 0 && n > 16)) continue;
+        const double us = run(sides[i], w[i], n, group_rows).graph_us;
+        const double gbs = bytes / (us * 1e-6) / 1e9;
+        std::printf("  %s %8.2f us %5.0f GB/s %5.1f%%", label[i], us, gbs, 100.0 * gbs / ceiling_gbs);
+        if (i == 0) t_dense = us;
+        if (i == 2) t_prev = us;
       }
+      if (t_dense > 0 && t_prev > 0) std::printf("  (previous/dense %.2fx)", t_prev / t_dense);
       std::printf("\n");
     }
-  }
+  };
+  for (const Mm& m : shapes) report(m.name, m.rows, m.cols, 0);
+  report("out_a grouped 8x1024x4096", 8 * 1024, 4096, 1024);  // the forward pass's one grouped call
 }
 
 // The latency-bound per-token ops at decode batch sizes n = 1, 2, 8, 32 (issues 5 and 8): HC pre (Flash

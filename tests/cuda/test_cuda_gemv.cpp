@@ -1,9 +1,12 @@
-// test_cuda_gemv.cpp — the dense Q8_0 matmul of 1..64 vectors (gemv_mma.cu, forced on every shape it
-// takes: CudaBackendOptions::gemv_mma = always) against the CPU op, bit for bit: every Flash Q8_0
-// matrix (q_a, q_b, kv, out_a group, out_b, shared gate/up and down, output head) at n = 1, 2, 4, 5, 8,
-// 16, 33, 64, row counts that leave a partial 8-row tile, strided x and y; a row's bits the same at
-// n = 1, 40 and 64 and on the previous kernels (gemv_mma = off); shapes the kernel does not take (a
-// row that is not whole 8-block chunks) still right.
+// test_cuda_gemv.cpp — the dense Q8_0 matmul kernels against the CPU op, bit for bit:
+// - gemv_mma.cu (1..64 vectors, forced on every shape it takes: gemv_mma = always, gemv_dense = off):
+//   every Flash Q8_0 matrix (q_a, q_b, kv, out_a group, out_b, shared gate/up and down, output head) at
+//   n = 1, 2, 4, 5, 8, 16, 33, 64, row counts that leave a partial 8-row tile, strided x and y; a row's
+//   bits the same at n = 1, 40 and 64 and on the previous kernels; shapes it does not take still right.
+// - gemv_dense.cu (1..16 vectors, forced: gemv_dense = always): the same Flash matrices at n = 1, 2, 3,
+//   4, 5, 8, 16 (fused and pre-quantized activations), the grouped out_a (8 × 1024 rows) in one call,
+//   partial tiles, odd shapes and shapes it does not take (falling back to the other kernels); a row's
+//   bits the same at every n and on the previous decode / skinny kernels (gemv_dense = gemv_mma = off).
 // Deliberately not here: other weight types and routed experts (test_cuda_matmul.cpp).
 #include <algorithm>
 #include <cstring>
@@ -25,29 +28,33 @@ int64_t bit_diffs(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-class CudaGemvMma : public CudaOpsTest {
+// The CPU op vs a CUDA backend made with options(), bit for bit.
+class CudaGemvKernel : public CudaOpsTest {
  protected:
+  virtual backend::cuda::CudaBackendOptions options() const = 0;
   void SetUp() override {
     CudaOpsTest::SetUp();
     if (IsSkipped()) return;
-    backend::cuda::CudaBackendOptions o;
-    o.gemv_mma = backend::cuda::GemvMma::always;  // the default takes it only where it measured faster
-    auto g = backend::cuda::make_cuda_backend(o);
+    auto g = backend::cuda::make_cuda_backend(options());
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     gpu_ = std::move(g).value();  // before any buffer of the fixture is allocated
   }
 
-  // y = W·x on the CPU and the default CUDA backend; asserts the written part is the CPU's bits.
-  void check(int64_t rows, int64_t cols, int64_t n, int64_t x_pad = 0, int64_t y_pad = 0) {
+  // y = W·x on the CPU and on gpu_; asserts the written part is the CPU's bits. group_rows > 0: the
+  // grouped form (rows / group_rows groups, group g over x values g·group_x_stride …, as the out_a call).
+  void check(int64_t rows, int64_t cols, int64_t n, int64_t x_pad = 0, int64_t y_pad = 0, int64_t group_rows = 0,
+             int64_t group_x_stride = 0) {
     Weight w;
     auto bytes = random_weight(GgmlType::Q8_0, rows, cols, &w);
     w.data = bytes.data();
-    const int64_t xs = cols + x_pad, ys = rows + y_pad;
+    const int64_t groups = group_rows > 0 ? rows / group_rows : 1;
+    const int64_t xs = (groups - 1) * group_x_stride + cols + x_pad, ys = rows + y_pad;
     auto x = randn(static_cast<size_t>(n * xs));
     std::vector<float> want(static_cast<size_t>(n * ys), 0.0f);
-    cpu_->matmul({w, x.data(), xs, want.data(), ys, n, MatmulNumerics::ds4});
+    cpu_->matmul({w, x.data(), xs, want.data(), ys, n, MatmulNumerics::ds4, group_rows, group_x_stride});
     float* gy = poisoned(want.size());
-    gpu_->matmul({gpu_weight(w, w.row_bytes * rows), dev(x), xs, gy, ys, n, MatmulNumerics::ds4});
+    gpu_->matmul({gpu_weight(w, w.row_bytes * rows), dev(x), xs, gy, ys, n, MatmulNumerics::ds4, group_rows,
+                  group_x_stride});
     ASSERT_TRUE(gpu_->sync().ok());
     const auto got = host(gy, want.size());
     std::vector<float> g2, w2;
@@ -56,25 +63,39 @@ class CudaGemvMma : public CudaOpsTest {
         g2.push_back(got[i * ys + o]);
         w2.push_back(want[i * ys + o]);
       }
-    const std::string what = "gemv q8_0 " + std::to_string(rows) + "x" + std::to_string(cols) + " n" + std::to_string(n);
+    const std::string what = "gemv q8_0 " + std::to_string(rows) + "x" + std::to_string(cols) + " n" + std::to_string(n) +
+                             (group_rows > 0 ? " groups of " + std::to_string(group_rows) : "");
     expect_close(g2, w2, 0, 0, what);  // the PARITY line; the contract is bit identity
     EXPECT_EQ(bit_diffs(g2, w2), 0) << what << ": values differ from the CPU bits";
   }
 };
 
+// Flash's dense Q8_0 matrices (rows × cols).
+struct FlashShape {
+  int64_t rows, cols;
+};
+constexpr FlashShape kFlashQ8[] = {
+    {1024, 4096},    // q_a, and each of the 8 out_a groups
+    {32768, 1024},   // q_b
+    {512, 4096},     // kv
+    {4096, 8192},    // out_b
+    {2048, 4096},    // shared expert gate / up
+    {4096, 2048},    // shared expert down
+    {129280, 4096},  // output head
+};
+
+class CudaGemvMma : public CudaGemvKernel {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o;
+    o.gemv_mma = backend::cuda::GemvMma::always;  // the default takes it only where it measured faster
+    o.gemv_dense = backend::cuda::GemvMma::off;   // ahead of gemv_mma in the dispatch
+    return o;
+  }
+};
+
 TEST_F(CudaGemvMma, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
-  const struct {
-    int64_t rows, cols;
-  } flash[] = {
-      {1024, 4096},   // q_a, and each of the 8 out_a groups
-      {32768, 1024},  // q_b
-      {512, 4096},    // kv
-      {4096, 8192},   // out_b
-      {2048, 4096},   // shared expert gate / up
-      {4096, 2048},   // shared expert down
-      {129280, 4096}, // output head
-  };
-  for (const auto& c : flash)
+  for (const auto& c : kFlashQ8)
     for (int64_t n : {1, 2, 4, 5, 8, 16, 33, 64}) {
       // The CPU reference is the cost: every row at n = 1 (the head's first 20,000: still many tiles
       // per warp), 1,000 rows up to n = 8, then 250 (partial 8-row tiles; the column count, which sets
@@ -106,6 +127,7 @@ TEST_F(CudaGemvMma, ShapesOutsideTheKernelStillMatchTheCpu) {
 TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKernels) {
   backend::cuda::CudaBackendOptions o;
   o.gemv_mma = backend::cuda::GemvMma::off;
+  o.gemv_dense = backend::cuda::GemvMma::off;
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -139,6 +161,98 @@ TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKer
         ASSERT_EQ(std::memcmp(&one[o], &old40[v * rows + o], 4), 0) << "n=1 vs the previous n=40 kernel, " << at;
       }
     }
+  }
+  ASSERT_TRUE(gpu_->sync().ok());
+}
+
+class CudaGemvDense : public CudaGemvKernel {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o;
+    o.gemv_dense = backend::cuda::GemvMma::always;  // every shape it supports, n ≤ 16
+    return o;
+  }
+};
+
+TEST_F(CudaGemvDense, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
+  for (const auto& c : kFlashQ8)
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 16}) {
+      // Every row at n = 1 (the head's first 20,000: many tiles per block), then 1,000 rows (partial
+      // tiles). n·cols > 8,192 takes the pre-quantized activations (4096 columns from n = 3, out_b from
+      // 2), the rest the fused quantization; out_b at 16 vectors does not fit and falls back.
+      const int64_t rows = std::min<int64_t>(c.rows, n == 1 ? 20000 : 1000);
+      check(rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+    }
+}
+
+TEST_F(CudaGemvDense, GroupedOutputProjectionInOneCall) {
+  // out_a: 8 groups of 1024 rows, group g over values 4096·g … (fused at n ≤ 2, pre-quantized above),
+  // and groups whose inputs are not contiguous (group_x_stride > cols: fused, or the other kernels).
+  for (int64_t n : {1, 2, 4, 5, 8, 16}) {
+    check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
+    check(4 * 96, 1024, n, 0, 0, 96, 1024 + 64);
+  }
+  // Group rows that no power-of-two tile divides except 1 (tile of one row); 5 vectors of groups that
+  // are not contiguous (the pre-quantized form cannot take them: the other kernels do).
+  check(3 * 37, 512, 3, 0, 0, 37, 512);
+  check(2 * 64, 4096, 5, 0, 0, 64, 4096 + 64);
+}
+
+TEST_F(CudaGemvDense, OddRowCountsAndSmallShapes) {
+  // Row counts that leave a partial tile (1, 5, 13, 1001), one 8-block chunk (256 columns), wide rows of
+  // one per tile (24,576 columns: 26 KB a row).
+  for (int64_t n : {1, 2, 3, 4, 7, 9, 16}) {
+    check(1, 256, n);
+    check(5, 768, n, 4, 1);
+    check(13, 4096, n);
+    check(1001, 1280, n, 0, 5);
+  }
+  check(3, 24576, 1);
+}
+
+TEST_F(CudaGemvDense, ShapesOutsideTheKernelStillMatchTheCpu) {
+  // 96 and 4128 columns (3 and 129 blocks: not whole 8-block chunks) and 17 vectors take the other kernels.
+  for (int64_t n : {1, 4, 16, 17}) {
+    check(40, 96, n);
+    check(300, 4128, n);
+  }
+  check(64, 4096, 17);
+}
+
+TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKernels) {
+  backend::cuda::CudaBackendOptions o;
+  o.gemv_mma = backend::cuda::GemvMma::off;
+  o.gemv_dense = backend::cuda::GemvMma::off;
+  auto made = backend::cuda::make_cuda_backend(o);
+  ASSERT_TRUE(made.ok());
+  auto& old = *made;
+  for (int64_t cols : {int64_t{4096}, int64_t{8192}, int64_t{1024}}) {
+    const int64_t rows = 777, n_max = 16;
+    const auto m = device_matmul(GgmlType::Q8_0, rows, cols, n_max);
+    std::vector<std::vector<float>> at_n;  // vectors 0 … n − 1 at n = 1 … 16
+    for (int64_t n = 1; n <= n_max; ++n) at_n.push_back(matmul_slice(m, 0, n));
+    Weight ow = m.w;
+    ow.data = *old->map_weight(m.w.data, m.bytes.size());
+    auto ox = old->alloc(m.x.size() * 4, MemCategory::scratch);
+    auto oy = old->alloc(static_cast<uint64_t>(n_max * rows) * 4, MemCategory::scratch);
+    ASSERT_TRUE(ox.ok() && oy.ok());
+    old->upload(ox->data(), m.x.data(), m.x.size() * 4);
+    for (int64_t n : {int64_t{1}, int64_t{4}, int64_t{16}}) {  // the previous decode (≤ 4) and skinny kernels
+      old->matmul({ow, ox->f32(), cols, oy->f32(), rows, n, MatmulNumerics::ds4});
+      std::vector<float> prev(static_cast<size_t>(n * rows));
+      old->download(prev.data(), oy->data(), prev.size() * 4);
+      ASSERT_TRUE(old->sync().ok());
+      for (int64_t v = 0; v < n; ++v)
+        for (int64_t o2 = 0; o2 < rows; ++o2) {
+          const std::string at = "cols " + std::to_string(cols) + " vector " + std::to_string(v) + " row " + std::to_string(o2);
+          ASSERT_EQ(std::memcmp(&at_n[n - 1][v * rows + o2], &prev[v * rows + o2], 4), 0) << "n=" << n << " vs previous, " << at;
+        }
+    }
+    for (int64_t n = 2; n <= n_max; ++n)
+      for (int64_t v = 0; v < n; ++v)
+        for (int64_t o2 = 0; o2 < rows; ++o2)
+          ASSERT_EQ(std::memcmp(&at_n[n - 1][v * rows + o2], &at_n[v][v * rows + o2], 4), 0)
+              << "cols " << cols << " vector " << v << " row " << o2 << ": n=" << n << " vs n=" << v + 1;
   }
   ASSERT_TRUE(gpu_->sync().ok());
 }

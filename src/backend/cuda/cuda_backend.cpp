@@ -53,6 +53,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_compressor_parallel(opts.compressor_parallel);
   be->set_f16_tiles(opts.f16_tiles);
   be->set_gemv_mma(opts.gemv_mma);
+  be->set_gemv_dense(opts.gemv_dense);
   be->set_max_graphs(opts.max_graphs);
   return std::unique_ptr<Backend>(std::move(be));
 }

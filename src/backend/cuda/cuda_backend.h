@@ -14,7 +14,8 @@
 
 namespace ds4::backend::cuda {
 
-// Where CudaBackendOptions::gemv_mma sends dense Q8_0 matmuls of 1..64 vectors.
+// Where CudaBackendOptions::gemv_mma / gemv_dense send dense Q8_0 matmuls: off (never), wins (where the
+// H200 measured that kernel faster), always (every shape it supports: tests, benchmarks).
 enum class GemvMma { off, wins, always };
 
 struct CudaBackendOptions {
@@ -49,6 +50,12 @@ struct CudaBackendOptions {
   // (gemv_mma_wins in gemv_mma.cu); always: every shape it supports (tests, benchmarks); off: the
   // previous decode / skinny / GEMM kernels (before/after runs). Only with decode_kernels.
   GemvMma gemv_mma = GemvMma::wins;
+  // Dense Q8_0 matmuls of 1..16 vectors (ds4 numerics, grouped ones too) on gemv_dense.cu: whole-row
+  // tiles copied with 16-byte cp.async through a 3-stage ring, block terms to shared memory, one FADD
+  // chain per (row, vector) in the CPU's block order (same bits as every other path). wins: where it
+  // measured faster (gemv_dense_wins); always: every shape it supports; off: the previous decode / mma /
+  // skinny kernels (before/after runs, fallback). Only with decode_kernels; ahead of gemv_mma.
+  GemvMma gemv_dense = GemvMma::wins;
   // Attention (with tensor_cores) on TF32 tensor cores in the MMA order of src/backend/cuda/README.md,
   // for every batch size and launch shape (attention_mma.cu; head_dim 64, 128, 256 or 512). false: the
   // scalar orders below (attention_segments) — for before/after benchmarks, or to switch back. The

@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,10 @@ inline constexpr int64_t kTileMaxTokens = 64;
 // Dense Q8_0 matmuls of 1..kMmaMaxVec vectors run on gemv_mma.cu (int8 MMA block sums, cp.async weight
 // ring, CPU block order) when gemv_mma_supports() says the shape fits.
 inline constexpr int64_t kMmaMaxVec = 64;
+// Dense Q8_0 matmuls of 1..kDenseMaxVec vectors run on gemv_dense.cu (whole-row tiles through a cp.async
+// ring, block terms to shared memory, one FADD chain per (row, vector)) when gemv_dense_supports() says
+// the shape fits and CudaBackendOptions::gemv_dense picks it.
+inline constexpr int64_t kDenseMaxVec = 16;
 
 // One grow-only device scratch area (freed and reallocated larger when an op needs more).
 struct DeviceScratch {
@@ -94,6 +99,12 @@ bool gemv_mma_supports(const GemvJob& j);
 // Whether a supported job is one where gemv_mma.cu measured faster than the previous kernels
 // (CudaBackendOptions::gemv_mma = wins).
 bool gemv_mma_wins(const GemvJob& j);
+// Whether gemv_dense.cu handles `j`: Q8_0 under ds4 numerics, dense (no ids, x_div 1; grouped allowed),
+// 1 ≤ n_vec ≤ kDenseMaxVec, whole 8-block chunks per row, 16-byte aligned rows, its tiles within 160 KB
+// of shared memory.
+bool gemv_dense_supports(const GemvJob& j);
+// Whether a supported job is one where gemv_dense.cu measured faster (CudaBackendOptions::gemv_dense = wins).
+bool gemv_dense_wins(const GemvJob& j);
 
 // Driver virtual-memory entry points (cuda_region.cpp loads them; types only from cuda.h, no libcuda link).
 struct VmmApi {
@@ -191,6 +202,9 @@ class CudaBackend final : public Backend {
   // gemv_mma.cu: a job gemv_mma_supports() accepts, on activations already quantized (Q8_0 act rows
   // [n_vec][act_stride]); false (nothing launched) otherwise.
   bool gemv_mma(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
+  // gemv_dense.cu: a job gemv_dense_supports() accepts (activations quantized in the kernel, or into
+  // act_scratch first when n·cols is large); false (nothing launched) otherwise.
+  bool gemv_dense(const GemvJob& j, DeviceScratch& act_scratch);
   // moe_skinny: routed experts grouped by expert on the device; writes y [n·k][dim] (one row per
   // (token, slot) pair with a valid id) for moe()'s slot sum.
   bool moe_skinny(const MoeArgs& a, float* h, float* y);
@@ -229,6 +243,7 @@ class CudaBackend final : public Backend {
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
+  void set_gemv_dense(GemvMma m) { gemv_dense_ = m; }
   void set_attention_segments(bool mma, bool on, int split_max_blocks, int heads_per_warp) {
     attention_mma_ = mma;
     attention_segments_ = on;
@@ -257,6 +272,15 @@ class CudaBackend final : public Backend {
   int mma_per_sm_[4] = {};                // gemv_mma.cu: resident blocks per SM of each instantiation
   bool attention_mma_ = true;             // CudaBackendOptions::attention_mma
   uint32_t attn_mma_smem_ = 0;            // attention_mma.cu: bit per head_dim whose shared-memory limits are set
+  GemvMma gemv_dense_ = GemvMma::wins;    // CudaBackendOptions::gemv_dense
+  int dense_smem_optin_ = -1;             // gemv_dense.cu: the device's opt-in shared memory per block
+  bool dense_smem_set_[5] = {};           // gemv_dense.cu: each instantiation's shared-memory limit is set
+  struct DenseOccupancy {                 // gemv_dense.cu: resident blocks per SM by (instantiation, smem)
+    uint64_t smem = 0;
+    int index = 0, per_sm = 0;
+  };
+  std::array<DenseOccupancy, 16> dense_occ_{};
+  uint32_t dense_occ_next_ = 0;
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

@@ -80,40 +80,6 @@ __device__ inline void quantize_rows_to_smem(const float* x, int64_t x_stride, i
   __syncthreads();
 }
 
-// Q8_0 rows: 8 lanes per 32-value block (4 values each), so a warp quantizes 4 blocks per step — the
-// per-block prologue of the fused kernel is 4× shorter than with quantize_q8_0_warp. Bit-identical
-// to it on every block with a number in it: the block's amax is a max (order-free, fmaxf drops NaN),
-// then the same d, 1/d and per-value rounding.
-__device__ inline void quantize_q8_0_rows_to_smem(const float* x, int64_t x_stride, int n_vec, int64_t cols,
-                                                  uint8_t* act, uint64_t act_row) {
-  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
-  const int sub = lane % 8;
-  const int64_t nb = cols / kQK8_0;
-  for (int64_t q0 = 4 * wid; q0 < n_vec * nb; q0 += 4 * nw) {
-    const int64_t q = q0 + lane / 8;
-    const bool live = q < n_vec * nb;
-    const int64_t v = live ? q / nb : 0, b = live ? q % nb : 0;
-    const float* src = x + v * x_stride + b * kQK8_0 + 4 * sub;
-    float vals[4];
-    float amax = 0;  // as the CPU's `ax > amax` from 0 (an all-NaN block gets d = 0)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      vals[i] = live ? src[i] : 0.0f;
-      amax = fmaxf(amax, fabsf(vals[i]));
-    }
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (!live) continue;
-    const float d = amax / 127.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    uint8_t* o = act + v * act_row + b * sizeof(BlockQ8_0Act);
-    if (sub == 0) *reinterpret_cast<float*>(o) = d;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      o[4 + 4 * sub + i] = static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[i] * id), -128, 127)));
-  }
-  __syncthreads();
-}
-
 // One warp per 32-value block: x [rows][x_stride] → out [rows][cols/32] BlockQ8_0Act.
 __global__ void quantize_q8_0_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols, uint8_t* out) {
   const int64_t nb = cols / kQK8_0;

@@ -232,10 +232,13 @@ bool gemv_mma_supports(const GemvJob& j) {
 // the kernel loses to the fused decode kernel at 1..4 vectors (q_a 18.4 vs 6.5 µs), to the skinny
 // kernel on the 512–2048-row matrices and on q_b, and to the tensor-core GEMM on the head above 8
 // vectors; it wins on the 4096-row matrices (out_b 4096×8192: 1.37× / 2.17× / 1.08× at n = 8 / 32 / 64;
-// shared down 4096×2048: 1.21× / 1.64× / 1.00×) and on the head at n = 8 (381 vs 631 µs).
+// shared down 4096×2048: 1.21× / 1.64× / 1.00×) and on the head at n = 8 (381 vs 631 µs); the run of 03:15
+// (gemv_dense.cu's first) measured the head at n = 16 too: 525 vs 637 µs.
+// With gemv_dense.cu ahead in the dispatch (it takes 1..8 vectors on the other shapes), out_b takes this
+// kernel from 5 vectors: flat here (33.3 / 36.7 µs at 4 / 8) against the skinny kernel's 51 at 8.
 bool gemv_mma_wins(const GemvJob& j) {
-  if (j.n_vec < 8 || j.w.rows < 4096 || j.w.cols < 2048) return false;
-  return j.n_vec <= 8 || j.w.rows <= 4096;  // taller (the head): the GEMM from 9 vectors on
+  if (j.n_vec < 5 || j.w.rows < 4096 || j.w.cols < 2048) return false;
+  return j.n_vec <= 16 || j.w.rows <= 4096;  // taller (the head): the GEMM from 17 vectors on
 }
 
 bool CudaBackend::gemv_mma(const GemvJob& j, const uint8_t* act, uint64_t act_stride) {

@@ -228,6 +228,11 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  // gemv_dense.cu: dense Q8_0 rows of 1..kDenseMaxVec vectors (grouped ones in one launch), block terms
+  // added in the CPU's block order (same bits as every path below), where it measured faster.
+  if (decode_kernels_ && gemv_dense_ != GemvMma::off && gemv_dense_supports(j) &&
+      (gemv_dense_ == GemvMma::always || gemv_dense_wins(j)) && gemv_dense(j, act_scratch))
+    return;
   if (j.group_rows > 0) {  // grouped matmul: one decode launch for every group, else one job per row slice
     if (decode_kernels_ && gemv_mma_ != GemvMma::always && gemv_decode_grouped(j)) return;
     for (int64_t r0 = 0, g = 0; r0 < j.w.rows; r0 += j.group_rows, ++g) {

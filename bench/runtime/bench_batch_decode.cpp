@@ -5,7 +5,7 @@
 // meaningful when other work shares the cores.
 //
 // Usage: bench_batch_decode [--model FILE] [--backend cpu|cuda] [--threads T] [--numerics official|reference]
-//                           [--prompt N] [benchmark flags]
+//                           [--prompt N] [--no-cuda-graphs] [benchmark flags]
 //   FILE defaults to models/ds4-tiny-chat.gguf (the committed tiny model); the CPU backend by default.
 // Each session is prefilled with a prompt of its own (--prompt, default 64 tokens); every round appends
 // one greedy token to each session; after 192 rounds the sessions rewind to the prompt (outside the
@@ -33,6 +33,7 @@ struct Config {
   Numerics numerics = Numerics::official;
   int prompt = 64;  // prompt tokens per session
   BackendKind backend = BackendKind::cpu;
+  bool cuda_graphs = true;  // EngineOptions::cuda_graphs (--no-cuda-graphs: every step host-launched)
 };
 
 Config& config() {
@@ -49,6 +50,7 @@ Engine& engine() {
     o.n_threads = config().threads;
     o.numerics = config().numerics;
     o.backend = config().backend;
+    o.cuda_graphs = config().cuda_graphs;
     auto r = Engine::open(o);
     if (!r.ok()) {
       std::fprintf(stderr, "bench_batch_decode: %s\n", r.status().to_string().c_str());
@@ -162,6 +164,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_batch_decode: --numerics must be official or reference\n");
         return 2;
       }
+    } else if (a == "--no-cuda-graphs") {
+      config().cuda_graphs = false;
     } else {
       rest.push_back(argv[i]);
     }

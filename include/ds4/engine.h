@@ -54,8 +54,9 @@ struct EngineOptions {
   // Shared-expert SwiGLU clamp (MODEL.md §8 step 6): on for ds4/official; HF revision B omits it,
   // so golden comparisons against that revision turn it off.
   bool shared_expert_clamp = true;
-  // Decode steps replayed as CUDA graphs (model::ForwardOptions::graphs): a step that emits no
-  // compressed row is recorded once per shape and replayed, ~1,800 host launches per token becoming one.
+  // Decode steps replayed as CUDA graphs (model::ForwardOptions::graphs): every decode step (one
+  // session's token or a batched step, emitting compressed rows or not) is recorded once per shape and
+  // replayed, ~1,800 host launches per token becoming one.
   // Same bits as off. On the CPU backend only the step inputs' layout changes (tests use that).
   // On by default: on the H200 graphs on ≡ off bit for bit (test_cuda_model CudaGraphs.*, CudaBatch.*) and
   // 43-layer decode is ~4 % faster (docs/PERF.md); tools turn it off with --no-cuda-graphs.

@@ -183,6 +183,11 @@ struct NormRopeArgs {
   float* ring = nullptr;           // [ring_cap][heads·head_dim] or null: no copy
   float* const* ring_at = nullptr; // [n] per-token ring bases (backend memory), or null: `ring`
   int64_t ring_cap = 0;
+  // Rows addressed and counted on the device (a recorded step's emitted compressed rows): token t's
+  // [heads][head_dim] rows start at x_at[t] instead of x + t·heads·head_dim, and tokens t ≥ *count are
+  // left alone (n is then only a bound). Both backend memory; null: x and all n tokens.
+  float* const* x_at = nullptr;    // [n]
+  const int32_t* count = nullptr;  // [1], ≤ n
 };
 
 // Rows of the embedding table broadcast to all HC streams (MODEL.md §6.1).
@@ -206,6 +211,10 @@ struct IndexerQatArgs {
   float* x = nullptr;  // [rows][dim]
   int64_t rows = 0;
   int32_t dim = 0;     // power of two, multiple of 32
+  bool f16 = false;    // then round each result through IEEE half (the cached rows' §5.6 rounding)
+  // As NormRopeArgs::x_at / count: row r at x_at[r], rows r ≥ *count left alone (backend memory).
+  float* const* x_at = nullptr;    // [rows]
+  const int32_t* count = nullptr;  // [1], ≤ rows
 };
 
 // One stateful step of a compressor (MODEL.md §7.4, §10.2) over `n` consecutive tokens: writes each

@@ -5,6 +5,8 @@
 // serves host-memory backends only.
 #pragma once
 
+#include <algorithm>
+
 #include "backend/backend.h"
 
 namespace ds4::backend {
@@ -18,8 +20,22 @@ inline void hc_pre_by_pieces(Backend& be, const HcPreArgs& a) {
   be.rms_norm({a.y, a.xn, a.norm_w, a.n, a.dim, a.dim, a.rms_eps});
 }
 
-// pos and ring_at must be host-readable (be.host_memory()).
+// pos, ring_at, x_at and count must be host-readable (be.host_memory()).
 inline void norm_rope_by_pieces(Backend& be, const NormRopeArgs& a) {
+  if (a.x_at || a.count) {  // rows addressed or counted per token: one token at a time
+    const int64_t n = a.count ? std::min<int64_t>(a.n, *a.count) : a.n;
+    for (int64_t t = 0; t < n; ++t) {
+      NormRopeArgs one = a;
+      one.x = a.x_at ? a.x_at[t] : a.x + t * int64_t{a.heads} * a.head_dim;
+      one.pos = a.pos + t;
+      one.n = 1;
+      one.ring_at = a.ring_at ? a.ring_at + t : nullptr;
+      one.x_at = nullptr;
+      one.count = nullptr;
+      norm_rope_by_pieces(be, one);
+    }
+    return;
+  }
   const int64_t rows = a.n * a.heads, width = int64_t{a.heads} * a.head_dim;
   be.rms_norm({a.x, a.x, a.w, rows, a.head_dim, a.head_dim, a.eps});
   be.rope({a.x, a.pos, a.n, a.heads, a.head_dim, a.n_rot, a.freq, false});

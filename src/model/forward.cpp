@@ -100,11 +100,11 @@ uint64_t Forward::planned_scratch_bytes(const modelspec::ModelConfig& cfg, int64
     if (p.has_compressor && std::find(ratios.begin(), ratios.end(), int64_t{p.compress_ratio}) == ratios.end())
       ratios.push_back(p.compress_ratio);
   // step_input_bytes(C, C > 1 ? C : 0) for that count of distinct compression ratios and layers.
-  const uint64_t C = static_cast<uint64_t>(max_chunk);
-  const uint64_t ints = C * (2 + ratios.size()) * sizeof(int32_t);
+  const uint64_t C = static_cast<uint64_t>(max_chunk), NR = ratios.size();
+  const uint64_t ints = (C * (2 + 2 * NR) + NR) * sizeof(int32_t);
   uint64_t in = (ints + 7) / 8 * 8;
   if (max_chunk > 1)
-    in += plan.size() * 3 * C * sizeof(const float*) + plan.size() * 2 * C * sizeof(backend::CompressorSegment);
+    in += plan.size() * 5 * C * sizeof(const float*) + plan.size() * 2 * C * sizeof(backend::CompressorSegment);
   return modelspec::forward_activation_bytes(cfg, max_chunk) + in;
 }
 
@@ -168,9 +168,9 @@ void Forward::compressor_proj(size_t l, int64_t n, bool indexer) {
 
 // §7.4: one compressor of layer l over every segment (columns of ckv_/cgate_); appends the emitted
 // rows to each session (room was reserved by prepare()). One session: the plain call; several (or a
-// step recorded as a graph, tables_step_): one call with the per-session table uploaded with the step inputs (each session's frontier is
-// sequential in its own positions, the sessions are independent).
-Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) {
+// step recorded as a graph, tables_step_): one call with the per-session table uploaded with the step
+// inputs (each session's frontier is sequential in its own positions, the sessions are independent).
+Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, bool indexer) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
   const int64_t r = p.compress_ratio;
@@ -203,6 +203,33 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) 
   }
   be_.compressor(a);
   const ForwardNumerics& nm = opts_.numerics;
+  // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation (FP8
+  // and half rounding inside the fused op; the indexer's FP4 comes before its half rounding, so there
+  // the half rounding rides on the FP4 op when it runs). One session: the rows emitted now, by value.
+  // A tables step: every row emitted now by any session, addressed and counted on the device (erows_,
+  // ecount_), launched whenever one is — so a recorded step serves whichever sessions emit.
+  auto finish = [&](float* rows, float* const* rows_at, const int32_t* pos, int64_t count, const int32_t* dcount) {
+    backend::NormRopeArgs nr{rows, pos, count, 1, static_cast<int32_t>(out_dim),
+                             static_cast<int32_t>(cfg_.n_rot), indexer ? w.idx_comp_norm : w.comp_norm,
+                             static_cast<float>(cfg_.rms_eps), freq_comp_.data()};
+    nr.x_at = rows_at;
+    nr.count = dcount;
+    if (!indexer) nr.fp8_quant = nm.fp8_kv ? static_cast<int32_t>(cfg_.nope_dim()) : 0;
+    nr.f16 = nm.f16_cache && !(indexer && nm.indexer_qat);
+    be_.norm_rope(nr);
+    if (indexer && nm.indexer_qat) {
+      backend::IndexerQatArgs qa{rows, count, static_cast<int32_t>(out_dim), nm.f16_cache};
+      qa.x_at = rows_at;
+      qa.count = dcount;
+      be_.indexer_qat(qa);
+    }
+  };
+  if (!plain) {
+    const int slot = ratio_slot_[l];
+    if (emit_bound_[static_cast<size_t>(slot)] > 0)
+      finish(nullptr, erows_ + (l * 2 + (indexer ? 1 : 0)) * n, epos_ + slot * n,
+             emit_bound_[static_cast<size_t>(slot)], ecount_ + slot);
+  }
   for (size_t s = 0; s < segs.size(); ++s) {
     const Segment& sg = segs[s];
     LayerKv& k = sg.kv->layers()[l];
@@ -211,22 +238,9 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, bool indexer) 
     if (plain && emitted_one != emitted)
       return internal_error("forward: compressor emitted an unexpected row count");
     if (emitted == 0) continue;
-    // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation
-    // (FP8 and half rounding inside the fused op; the indexer's FP4 comes before its half rounding).
-    float* rows = (indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim;
-    const int32_t* out_pos = cpos_.i32() + off_[s];  // a segment emits at most ⌈n/r⌉ ≤ n rows
-    backend::NormRopeArgs nr{rows, out_pos, emitted, 1, static_cast<int32_t>(out_dim),
-                             static_cast<int32_t>(cfg_.n_rot), indexer ? w.idx_comp_norm : w.comp_norm,
-                             static_cast<float>(cfg_.rms_eps), freq_comp_.data()};
-    if (!indexer) {
-      nr.fp8_quant = nm.fp8_kv ? static_cast<int32_t>(cfg_.nope_dim()) : 0;
-      nr.f16 = nm.f16_cache;
-    }
-    be_.norm_rope(nr);
-    if (indexer) {
-      if (nm.indexer_qat) be_.indexer_qat({rows, emitted, static_cast<int32_t>(out_dim)});
-      if (nm.f16_cache) be_.f16_round(rows, emitted * out_dim);
-    }
+    // The compressor wrote the rows' positions to cpos_ (one session: from column 0).
+    if (plain)
+      finish((indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim, nullptr, cpos_.i32(), emitted, nullptr);
     if (!indexer) k.n_comp = after;
   }
   return Status::Ok();
@@ -270,10 +284,10 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   bool any_select = false;
   if (p.has_compressor) {
     compressor_proj(l, n, false);
-    DS4_RETURN_IF_ERROR(compress(l, segs, false));
+    DS4_RETURN_IF_ERROR(compress(l, segs, n, false));
     if (p.has_indexer) {
       compressor_proj(l, n, true);
-      DS4_RETURN_IF_ERROR(compress(l, segs, true));
+      DS4_RETURN_IF_ERROR(compress(l, segs, n, true));
     }
     // Rows visible to each column (⌊(t+1)/r⌋ of its own session) were uploaded with the step inputs;
     // the indexer selects when a column sees more than top_k of them.
@@ -456,10 +470,11 @@ void Forward::logits_download(std::span<const Segment> segs) {
 
 // segments = 0: no tables (one session, state by value); otherwise tables for that many sessions.
 uint64_t Forward::step_input_bytes(int64_t n, int64_t segments) const {
-  const uint64_t ints = static_cast<uint64_t>(n) * (2 + ratios_.size()) * sizeof(int32_t);
+  const uint64_t NR = ratios_.size();
+  const uint64_t ints = (static_cast<uint64_t>(n) * (2 + 2 * NR) + NR) * sizeof(int32_t);
   const uint64_t padded = (ints + 7) / 8 * 8;
   if (segments <= 0) return padded;
-  return padded + static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*) +
+  return padded + static_cast<uint64_t>(plan_.size() * 5 * n) * sizeof(const float*) +
          static_cast<uint64_t>(plan_.size() * 2 * segments) * sizeof(backend::CompressorSegment);
 }
 
@@ -469,6 +484,9 @@ void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
   int32_t* tok = ints;
   int32_t* pos = ints + n;
   int32_t* count = ints + 2 * n;
+  const int64_t NR = static_cast<int64_t>(ratios_.size());
+  int32_t* epos = count + NR * n;
+  int32_t* ecount = epos + NR * n;
   for (size_t s = 0; s < segs.size(); ++s) {
     const Segment& sg = segs[s];
     for (int64_t i = 0; i < static_cast<int64_t>(sg.tokens.size()); ++i) {
@@ -478,8 +496,19 @@ void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
       for (size_t r = 0; r < ratios_.size(); ++r) count[r * n + c] = static_cast<int32_t>((t + 1) / ratios_[r]);
     }
   }
+  // Rows [⌊pos0/r⌋, ⌊(pos0+n_s)/r⌋) of each segment are emitted now, in segment order (≤ n per ratio).
+  emit_bound_.assign(ratios_.size(), 0);
+  for (int64_t r = 0; r < NR; ++r) {
+    int32_t e = 0;
+    for (const Segment& sg : segs)
+      for (int64_t j = sg.pos0 / ratios_[r]; j < (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / ratios_[r]; ++j)
+        epos[r * n + e++] = static_cast<int32_t>(j * ratios_[r]);  // RoPE at the block's first token
+    ecount[r] = e;
+    emit_bound_[r] = e > 0 ? n : 0;
+  }
   const uint64_t table_off = step_input_bytes(n, 0);
-  const uint64_t seg_off = table_off + static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*);
+  const uint64_t erows_off = table_off + static_cast<uint64_t>(plan_.size() * 3 * n) * sizeof(const float*);
+  const uint64_t seg_off = erows_off + static_cast<uint64_t>(plan_.size() * 2 * n) * sizeof(const float*);
   const size_t S = segs.size();
   auto* dev = static_cast<uint8_t*>(in_.data());
   if (tables) {
@@ -516,13 +545,30 @@ void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
           t[(l * 3 + 2) * n + c] = k.index_rows.f32();
         }
       }
+    // Emitted rows' addresses [L][2][n], in epos's order (prepare() reserved them, so they stay put).
+    auto* er = reinterpret_cast<float**>(host_in_.data() + erows_off);
+    for (size_t l = 0; l < plan_.size(); ++l) {
+      if (!plan_[l].has_compressor) continue;
+      const int64_t r = plan_[l].compress_ratio;
+      int64_t e = 0;
+      for (const Segment& sg : segs) {
+        LayerKv& k = sg.kv->layers()[l];
+        for (int64_t j = sg.pos0 / r; j < (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / r; ++j, ++e) {
+          er[(l * 2 + 0) * n + e] = k.comp.f32() + j * cfg_.head_dim;
+          er[(l * 2 + 1) * n + e] = k.index_rows.empty() ? nullptr : k.index_rows.f32() + j * cfg_.indexer_head_dim;
+        }
+      }
+    }
   }
   be_.upload(in_.data(), host_in_.data(), step_input_bytes(n, tables ? static_cast<int64_t>(S) : 0));
   comp_seg_ = tables ? reinterpret_cast<const backend::CompressorSegment*>(dev + seg_off) : nullptr;
   tok_ = reinterpret_cast<const int32_t*>(dev);
   pos_ = tok_ + n;
   ccount_ = tok_ + 2 * n;
+  epos_ = ccount_ + NR * n;
+  ecount_ = epos_ + NR * n;
   tables_ = tables ? reinterpret_cast<const float* const*>(dev + table_off) : nullptr;
+  erows_ = tables ? reinterpret_cast<float* const*>(dev + erows_off) : nullptr;
 }
 
 Status Forward::prepare(std::span<const Segment> segs) {

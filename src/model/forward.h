@@ -45,15 +45,18 @@ struct ForwardNumerics {
 struct ForwardOptions {
   int64_t max_chunk = 64;  // tokens per eval call; scratch and the raw ring are sized for it
   ForwardNumerics numerics;
-  // Steps that emit no compressed row run as recorded backend graphs (Backend::graph_begin; CUDA
-  // graphs), keyed by forward_graph.cpp's step key. Such a step reads its session state through the
-  // per-column device tables (as several sessions do), and every step rounds the attention / indexer
-  // host bounds up to kGraphRowBucket rows. Same bits as off. Needs max_chunk > 1 (the tables' room).
+  // Decode steps (one token per session, or any step of several sessions) run as recorded backend
+  // graphs (Backend::graph_begin; CUDA graphs), keyed by forward_graph.cpp's step key, emitting steps
+  // included. Such a step reads its session state, and the rows it emits, through the per-column device
+  // tables (as several sessions do), and every step rounds the attention / indexer host bounds up to a
+  // bucket (Forward::row_bound). Same bits as off. Needs max_chunk > 1 (the tables' room).
   bool graphs = false;
 };
 
-// Host bounds of compressed rows (AttentionArgs::max_comp, IndexerArgs::max_rows) are rounded up to a
-// multiple of this with ForwardOptions::graphs, so one recorded step serves this many rows of growth.
+// With ForwardOptions::graphs, host bounds of compressed rows (AttentionArgs::max_comp,
+// IndexerArgs::max_rows) are rounded up to the smallest of these: a multiple of this up to 1,024 rows,
+// then quarter steps of the power of two below (≤ 4 buckets per doubling, ≤ 25 % over), so one
+// recorded step serves a growing context for many steps and a 32K context needs a few dozen buckets.
 inline constexpr int64_t kGraphRowBucket = 128;
 
 // One session's share of a step: tokens at positions pos0 … pos0+n−1 appended to *kv.
@@ -104,7 +107,7 @@ class Forward {
   void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n);
   void hc_post_swap(int64_t n, const float* f_add = nullptr);
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
-  Status compress(size_t l, std::span<const Segment> segs, bool indexer);
+  Status compress(size_t l, std::span<const Segment> segs, int64_t n, bool indexer);
   void compressor_proj(size_t l, int64_t n, bool indexer);
   void ffn_layer(size_t l, int64_t n);
   void head(const float* X, int64_t count);
@@ -153,8 +156,9 @@ class Forward {
   // Step inputs, written on the host and uploaded once per step (so the layers themselves need no
   // host→device transfer; a CUDA graph can then cover them). For a step of n columns, packed:
   //   tok [n] i32 | pos [n] i32 | ccount [NR][n] i32 (rows visible per column, one row per distinct
-  //   compression ratio) | pad to 8 | (several sessions only) tables [L][3][n] of raw ring /
-  //   compressed rows / indexer rows base pointers, the per-query session state of attention/indexer,
+  //   compression ratio) | epos [NR][n] i32 | ecount [NR] i32 (rows emitted) | pad to 8 | (tables
+  //   steps only) tables [L][3][n] of raw ring / compressed rows / indexer rows base pointers, the
+  //   per-query session state of attention/indexer, then erows [L][2][n] (emitted rows' addresses),
   //   then [L][2][S] compressor segments (each session's frontier and output rows, both compressors).
   backend::Buffer in_;
   std::vector<uint8_t> host_in_;
@@ -164,6 +168,13 @@ class Forward {
   const int32_t* pos_ = nullptr;
   const int32_t* ccount_ = nullptr; // [NR][n]
   const float* const* tables_ = nullptr;  // [L][3][n] or null (one session)
+  // Rows emitted this step, for the ops that finish them (tables steps only; upload_step_inputs): per
+  // ratio the count and each row's RoPE position (its block's first token), per layer and compressor
+  // (attention, indexer) each row's address; entries in segment order, at most n per ratio.
+  const int32_t* ecount_ = nullptr;       // [NR]
+  const int32_t* epos_ = nullptr;         // [NR][n]
+  float* const* erows_ = nullptr;         // [L][2][n] or null
+  std::vector<int64_t> emit_bound_;       // [NR] host: 0 when no row of that ratio is emitted, else n
   const backend::CompressorSegment* comp_seg_ = nullptr;  // [L][2][S] or null (one session)
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
   std::vector<int64_t> graph_key_;  // the step's graph key (forward_graph.cpp; capacity kept across steps)

@@ -2,20 +2,20 @@
 // Backend::graph_begin): which steps may be recorded, the key that fixes every argument their ops take
 // by value, and the record / replay bracket around Forward::run_step.
 //
-// A step is recordable when no segment emits a compressed row (emission launches the emitted rows'
-// norm/RoPE/rounding ops on host-chosen row pointers and advances the host's row count; for one token
-// per session that is 3 steps in 4 at ratio 4 and 127 in 128 at ratio 128). Everything else a recorded
-// step reads per step comes from the step inputs uploaded before recording: token ids, positions, rows
-// visible per column, and — for a recordable step even of one session — the per-column raw / compressed
-// / indexer row tables and the compressor segment table (each session's pos0, frontier and output rows).
-// Other steps (prefill chunks, emitting steps) keep the one-session by-value path and its kernels.
-// So the key is only the step's shape: columns per segment and which want logits, the host bounds of
-// compressed rows rounded up to kGraphRowBucket (they pick the attention split shape, the indexer grid
-// and scratch sizes; the kernels bound every query by its own device count, so the same bits), whether
-// the indexer selects, the raw ring and frontier sizes, and which ping-pong buffer holds the HC state.
-// Session identity is not part of it: no session pointer is read by value when the tables are on.
-// Deliberately not here: the graph cache itself (the backend's), emission on the device (a recordable
-// emitting step would need the emitted rows' ops to take their rows and count from the device).
+// Recorded: every step of one decode token, and every step of several sessions (mixed prefill chunks
+// and decode tokens included). Such a step passes session state through the step inputs uploaded
+// before recording: token ids, positions, rows visible per column, the per-column raw / compressed /
+// indexer row tables, the compressor segment table (each session's pos0, frontier and output rows), and
+// the rows emitted this step (count, RoPE positions, addresses), which the ops finishing emitted rows
+// read on the device and skip past the count. So the key is only the step's shape: columns per segment
+// and which want logits, the host bounds of compressed rows rounded up by row_bound (they pick the
+// attention split shape, the indexer grid and scratch sizes; the kernels bound every query by its own
+// device count, so the same bits), whether the indexer selects, whether each ratio emits any row (the
+// finishing ops are launched only then, over all n columns), the raw ring and frontier sizes, and which
+// ping-pong buffer holds the HC state. Session identity and KV buffer addresses are not part of it: no
+// session pointer is read by value when the tables are on (KV growth moves nothing a graph holds).
+// One session's prefill chunk keeps the one-session by-value path and its kernels.
+// Deliberately not here: the graph cache itself (the backend's).
 #include <algorithm>
 
 #include "model/forward.h"
@@ -24,17 +24,17 @@ namespace ds4::model {
 
 int64_t Forward::row_bound(int64_t rows) const {
   if (!opts_.graphs) return rows;
-  return std::max<int64_t>(kGraphRowBucket, (rows + kGraphRowBucket - 1) / kGraphRowBucket * kGraphRowBucket);
+  int64_t p = kGraphRowBucket;  // the power of two ≤ rows (at least the first bucket)
+  while (p <= rows / 2) p *= 2;
+  const int64_t step = std::max<int64_t>(kGraphRowBucket, p / 4);
+  return std::max<int64_t>(kGraphRowBucket, (rows + step - 1) / step * step);
 }
 
 bool Forward::graph_recordable(std::span<const Segment> segs) const {
   if (!opts_.graphs || opts_.max_chunk < 2) return false;  // the tables need room for two columns
-  for (const Segment& sg : segs) {
-    const int64_t after = sg.pos0 + static_cast<int64_t>(sg.tokens.size());
-    for (int64_t r : ratios_)
-      if (after / r != sg.pos0 / r) return false;  // emits a compressed row this step
-  }
-  return true;
+  // One session's prefill chunk keeps the by-value path (its parallel compressor; a chunk is GEMM-bound,
+  // launch gaps matter little); decode tokens and every step of several sessions are recorded.
+  return segs.size() > 1 || segs[0].tokens.size() == 1;
 }
 
 void Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
@@ -48,11 +48,13 @@ void Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
   }
   k.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(x_.data())));
   k.push_back(segs[0].kv->geometry().raw_cap);
-  for (int64_t r : ratios_) {
+  for (size_t r = 0; r < ratios_.size(); ++r) {
     int64_t rows = 0;
-    for (const Segment& sg : segs) rows = std::max<int64_t>(rows, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / r);
+    for (const Segment& sg : segs)
+      rows = std::max<int64_t>(rows, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / ratios_[r]);
     k.push_back(row_bound(rows));
     k.push_back(rows > static_cast<int64_t>(cfg_.indexer_top_k) ? 1 : 0);  // any_select of this ratio's indexer layers
+    k.push_back(emit_bound_[r]);  // whether the emitted rows' ops are launched (upload_step_inputs)
   }
   for (size_t l = 0; l < plan_.size(); ++l)
     if (plan_[l].has_compressor) k.push_back(segs[0].kv->layers()[l].slots);

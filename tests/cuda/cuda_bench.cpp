@@ -6,6 +6,7 @@
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
 //        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
 //        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
+//        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -169,30 +170,10 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only) {
   }
 }
 
-int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a crash keeps every finished line in the log
-  auto made = cuda::make_cuda_backend();
-  if (!made.ok()) {
-    std::printf("BENCH skipped: %s\n", made.status().to_string().c_str());
-    return 0;
-  }
-  auto be = std::move(made).value();
-  const auto info = cuda::device_info(*be);
-  std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
+// The op benchmarks: copy ceiling, dense matmuls and the per-stage decode table, HC controls, routed
+// experts, attention.
+void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng) {
   auto sync = [&] { (void)be->sync(); };
-  std::mt19937 rng(1);
-  if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
-    bench_skinny(*be, rng, true);
-    return 0;
-  }
-  if (argc > 1 && std::strcmp(argv[1], "--hc") == 0) {  // HC pre, router, HC post: new vs previous kernels
-    cuda::CudaBackendOptions po;
-    po.hc_router_v2 = false;
-    auto prev = cuda::make_cuda_backend(po);
-    if (prev.ok()) bench_hc_router(*be, **prev);
-    return 0;
-  }
-
   double ceiling = 4256;  // GB/s, replaced by the measurement below
   {  // Ceiling: device-to-device copy, bytes read + written.
     const uint64_t bytes = uint64_t{2} << 30;
@@ -398,11 +379,40 @@ int main(int argc, char** argv) {
         std::printf("BENCH op attention %s H64 D512 window128 + %3d comp n=%-2d  mma %8.2f us  segments %8.2f us  previous %8.2f us\n",
                     c == 0 ? "CSA" : "HCA", c == 0 ? 512 : 16, ns[k], t[c][0][k] * 1e6, t[c][1][k] * 1e6, t[c][2][k] * 1e6);
   }
+}
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a crash keeps every finished line in the log
+  auto made = cuda::make_cuda_backend();
+  if (!made.ok()) {
+    std::printf("BENCH skipped: %s\n", made.status().to_string().c_str());
+    return 0;
+  }
+  auto be = std::move(made).value();
+  const auto info = cuda::device_info(*be);
+  std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
+  std::mt19937 rng(1);
+  if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
+    bench_skinny(*be, rng, true);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hc") == 0) {  // HC pre, router, HC post: new vs previous kernels
+    cuda::CudaBackendOptions po;
+    po.hc_router_v2 = false;
+    auto prev = cuda::make_cuda_backend(po);
+    if (prev.ok()) bench_hc_router(*be, **prev);
+    return 0;
+  }
+
+  // --models-only: just the whole-model lines (graphs off / on) for the files that follow.
+  const bool models_only = argc > 1 && std::strcmp(argv[1], "--models-only") == 0;
+  const int first = models_only ? 2 : 1;
+  if (!models_only) bench_ops(be, rng);
 
   // Whole models through the public API, decode host-launched and then replayed as CUDA graphs
-  // (EngineOptions::cuda_graphs: the steps that emit no compressed row, 3 in 4 at ratio 4).
-  for (int run = 0; run < 2 * (argc - 1); ++run) {
-    const int i = 1 + run / 2;
+  // (EngineOptions::cuda_graphs: every decode step, the ones emitting compressed rows included).
+  for (int run = 0; run < 2 * (argc - first); ++run) {
+    const int i = first + run / 2;
     const bool graphs = run % 2 == 1;
     EngineOptions o;
     o.model_path = argv[i];

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "batch_scenario.h"
+#include "engine_graph_stats.h"
 #include "ds4/engine.h"
 #include "model_fixture.h"
 
@@ -32,8 +33,10 @@ std::string model_path(const char* file, const char* compiled_default) {
   return compiled_default;
 }
 
-// Graphs on (EngineOptions::cuda_graphs) vs off: the same batched workload gives the same bits.
-void graphs_batched_equal(const std::string& path, Numerics nm) {
+// Graphs on (EngineOptions::cuda_graphs) vs off: the same batched workload (mixed_requests, or
+// steady_requests when `steady`) gives the same bits, and the graphs-on run replayed at least
+// `min_replayed` steps.
+void graphs_batched_equal(const std::string& path, Numerics nm, bool steady, uint64_t min_replayed) {
   if (backend::cuda::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
   std::vector<BatchRun> runs;
@@ -48,8 +51,17 @@ void graphs_batched_equal(const std::string& path, Numerics nm) {
     ASSERT_TRUE(er.ok()) << er.status().to_string();
     const std::unique_ptr<Engine> e = std::move(er).value();
     bool ok = false;
-    runs.push_back(run_batched(*e, mixed_requests(e->info().n_vocab), ok));
+    const int V = e->info().n_vocab;
+    runs.push_back(run_batched(*e, steady ? steady_requests(V) : mixed_requests(V), ok));
     ASSERT_TRUE(ok);
+    if (!graphs) continue;
+    const auto st = engine_graph_stats(*e);
+    std::printf("BATCH %-36s graphs: %llu recorded, %llu replayed over %d steps (%llu kept, %llu KiB)\n",
+                (std::filesystem::path(path).filename().string() + (steady ? " steady" : " mixed")).c_str(),
+                static_cast<unsigned long long>(st.recorded), static_cast<unsigned long long>(st.replayed),
+                runs.back().steps, static_cast<unsigned long long>(st.kept),
+                static_cast<unsigned long long>(st.device_bytes >> 10));
+    EXPECT_GE(st.replayed, min_replayed);
   }
   ASSERT_EQ(runs[0].logits.size(), runs[1].logits.size());
   for (size_t i = 0; i < runs[0].logits.size(); ++i) {
@@ -111,8 +123,17 @@ TEST(CudaBatch, TinyQuantMixedSessionsEqualSoloOfficial) {
   batched_equals_solo(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official);
 }
 TEST(CudaBatch, TinyMixedSessionsGraphsEqualHostLaunched) {
-  graphs_batched_equal(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official);
+  graphs_batched_equal(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official, false, 0);
 }
 TEST(CudaBatch, TinyQuantMixedSessionsGraphsEqualHostLaunched) {
-  graphs_batched_equal(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official);
+  graphs_batched_equal(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official, false, 0);
+}
+// Four sessions decoding together (steady_requests): after the prefill steps nearly every step has a
+// session emitting a ratio-4 row; with a few step shapes (emission pattern, indexer selecting) each run
+// eagerly once and recorded on its 2nd use, most of the ~60 batched decode steps must replay.
+TEST(CudaBatch, TinySteadySessionsGraphsReplayEmittingSteps) {
+  graphs_batched_equal(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official, true, 30);
+}
+TEST(CudaBatch, TinyQuantSteadySessionsGraphsReplayEmittingSteps) {
+  graphs_batched_equal(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::reference, true, 30);
 }

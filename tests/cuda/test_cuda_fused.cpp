@@ -10,6 +10,7 @@
 // divisions on controls that differ in the last bits); norm + RoPE to 1e-6 as their single-op tests
 // (without the FP8/half rounding, whose steps a last-bit difference can flip — those are checked
 // bit for bit against the CUDA pieces, and the pieces against the CPU in test_cuda_ops.cpp).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -218,6 +219,57 @@ TEST_F(CudaFused, NormRopeOneRingAndBadArguments) {
   expect_close(host(gring, zeros.size()), ring, 1e-6, 1e-6, "norm_rope one ring");
   gpu_->norm_rope({gx, dev(pos), n, 1, D, 64, nullptr, 1e-6f, freq.data(), 32, false, nullptr, nullptr, 0});
   EXPECT_FALSE(gpu_->sync().ok()) << "fp8_quant 32 is not a multiple of 64";
+}
+
+// The ops finishing a recorded step's emitted rows (forward.cpp compress()): norm_rope and indexer_qat
+// on rows taken by address (x_at) with a device count over an n-row bound — bit for bit the plain
+// calls on the same rows laid out contiguously, rows past the count and between the addressed rows
+// untouched; count 0 touches nothing. Flash shapes: compressed rows D512 (FP8 448, half) and indexer
+// rows D128 (half rounding on the FP4 op).
+TEST_F(CudaFused, EmittedRowsByAddressAndDeviceCount) {
+  const int64_t n = 6;
+  for (int32_t D : {512, 128})
+    for (int32_t count : {0, 2, 6}) {
+      const std::string tag = "emitted rows D" + std::to_string(D) + " count " + std::to_string(count);
+      const auto src = randn(static_cast<size_t>(3 * n * D), 2.0f);  // row t at 3t + 2
+      const auto w = randn(static_cast<size_t>(D));
+      std::vector<int32_t> pos(n);
+      for (int64_t t = 0; t < n; ++t) pos[t] = randint(0, 1 << 20) * 4;
+      std::vector<double> freq(32);
+      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / 64);
+      std::vector<float> contiguous(static_cast<size_t>(n * D));
+      for (int64_t t = 0; t < n; ++t) std::copy_n(src.begin() + (3 * t + 2) * D, D, contiguous.begin() + t * D);
+      float *gs = dev(src), *gc = dev(contiguous);
+      std::vector<float*> at(n);
+      for (int64_t t = 0; t < n; ++t) at[t] = gs + (3 * t + 2) * D;
+      const int32_t* gpos = dev(pos);
+      const float* gw = dev(w);
+      NormRopeArgs a{nullptr, gpos, n, 1, D, 64, gw, 1e-6f, freq.data()};
+      a.fp8_quant = D == 512 ? 448 : 0;
+      a.f16 = D == 512;
+      a.x_at = dev(at);
+      a.count = dev(std::vector<int32_t>{count});
+      gpu_->norm_rope(a);
+      NormRopeArgs p = a;
+      p.x = gc;
+      p.n = count;
+      p.x_at = nullptr;
+      p.count = nullptr;
+      gpu_->norm_rope(p);
+      if (D == 128) {
+        IndexerQatArgs q{nullptr, n, D, true};
+        q.x_at = a.x_at;
+        q.count = a.count;
+        gpu_->indexer_qat(q);
+        gpu_->indexer_qat({gc, count, D});
+        gpu_->f16_round(gc, count * D);
+      }
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      const auto got = host(gs, src.size()), plain = host(gc, contiguous.size());
+      std::vector<float> want = src;
+      for (int64_t t = 0; t < count; ++t) std::copy_n(plain.begin() + t * D, D, want.begin() + (3 * t + 2) * D);
+      expect_same_bits(got, want, tag);
+    }
 }
 
 TEST_F(CudaFused, HcPostWithResidualAddEqualsAddThenPost) {

@@ -31,6 +31,13 @@ std::vector<BatchRequest> mixed_requests(int vocab) {
   return r;
 }
 
+std::vector<BatchRequest> steady_requests(int vocab) {
+  std::vector<BatchRequest> r;
+  uint32_t seed = 700;
+  for (int len : {9, 22, 35, 50}) r.push_back({0, random_tokens(len, vocab, ++seed), 60, {64}});
+  return r;
+}
+
 namespace {
 TokenId argmax(std::span<const float> l) {
   return static_cast<TokenId>(std::max_element(l.begin(), l.end()) - l.begin());

@@ -32,6 +32,10 @@ struct BatchRun {
 // Mixed lengths that cross the tiny models' sliding window (16), the ratio-4 and ratio-16 row
 // boundaries and the indexer's top-k threshold (more than 16 ratio-4 rows from position 68 on).
 std::vector<BatchRequest> mixed_requests(int vocab);
+// Steady serving: four sessions with prompts of different lengths decode together for 60 steps, so
+// nearly every step has some session emitting a ratio-4 row (and now and then a ratio-16 one), with
+// the indexer's threshold crossed on the way — the steps a recorded batched graph must serve.
+std::vector<BatchRequest> steady_requests(int vocab);
 
 // Drives the requests through Engine::step; `ok` is false (with a gtest failure) if a step fails.
 BatchRun run_batched(Engine& e, const std::vector<BatchRequest>& reqs, bool& ok);

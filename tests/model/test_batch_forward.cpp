@@ -151,9 +151,10 @@ TEST(BatchForward, SessionsAtTheStepLimitRunInOnePass) {
 
 // ForwardOptions::graphs (EngineOptions::cuda_graphs) on the CPU: the backend records nothing, but the
 // forward pass runs the graph-mode step — one session's state through the per-column device tables and
-// the compressor segment table, compressed-row host bounds rounded up to kGraphRowBucket — which must
-// give the default path's bits: decode across the ratio-4 / ratio-16 emissions and the indexer's top-k
-// threshold, chunked prefill, and the mixed batched workload.
+// the compressor segment table, emitted rows finished by address with a device count, compressed-row
+// host bounds rounded up by Forward::row_bound — which must give the default path's bits: decode across
+// the ratio-4 / ratio-16 emissions and the indexer's top-k threshold, chunked prefill, and the mixed and
+// steady batched workloads.
 TEST(BatchForward, GraphModeStepEqualsDefaultBitForBit) {
   for (Numerics nm : {Numerics::official, Numerics::reference}) {
     auto plain = open_engine({DS4_TINY_GGUF, nm, 64});
@@ -168,15 +169,16 @@ TEST(BatchForward, GraphModeStepEqualsDefaultBitForBit) {
     const auto wc = logits_chunked(*plain, t, {7, 13, 1, 30});
     const auto gc = logits_chunked(*graphs, t, {7, 13, 1, 30});
     EXPECT_EQ(std::memcmp(wc.data(), gc.data(), wc.size() * sizeof(float)), 0) << "chunked";
-    const auto reqs = mixed_requests(V);
-    bool ok_a = false, ok_b = false;
-    const BatchRun a = run_batched(*plain, reqs, ok_a);
-    const BatchRun b = run_batched(*graphs, reqs, ok_b);
-    ASSERT_TRUE(ok_a && ok_b);
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      ASSERT_EQ(a.logits[i].size(), b.logits[i].size()) << "request " << i;
-      EXPECT_EQ(std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * sizeof(float)), 0)
-          << "request " << i;
+    for (const auto& reqs : {mixed_requests(V), steady_requests(V)}) {
+      bool ok_a = false, ok_b = false;
+      const BatchRun a = run_batched(*plain, reqs, ok_a);
+      const BatchRun b = run_batched(*graphs, reqs, ok_b);
+      ASSERT_TRUE(ok_a && ok_b);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        ASSERT_EQ(a.logits[i].size(), b.logits[i].size()) << "request " << i;
+        EXPECT_EQ(std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * sizeof(float)), 0)
+            << "request " << i;
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // test_cpu_ops.cpp — CPU backend ops on small hand-computable cases (MODEL.md §6-8).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -206,6 +207,55 @@ TEST(CpuOps, NormRopeWritesEachTokenToItsRingRow) {
     EXPECT_EQ(ring_a[0 * D + d], 7.0f);
     EXPECT_EQ(ring_a[2 * D + d], 7.0f);
     EXPECT_EQ(ring_b[1 * D + d], 7.0f);
+  }
+}
+
+// The ops finishing a recorded step's emitted rows (NormRopeArgs / IndexerQatArgs x_at and count):
+// rows taken by address, only the first *count of the n-row bound, each with the bits of the plain call
+// on the same rows; rows past the count and count 0 leave memory alone.
+TEST(CpuOps, RowsByAddressAndCountEqualPlainCalls) {
+  auto be = make();
+  const int64_t n = 4, D = 64;
+  std::vector<double> freq(8);
+  for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / 16);
+  for (int32_t count : {0, 1, 3}) {
+    // Rows scattered over a buffer of 3n rows (row t at 3t + 1); positions per row.
+    const auto src = randv(static_cast<size_t>(3 * n * D), 40 + count);
+    const auto w = randv(D, 50);
+    std::vector<int32_t> pos = {8, 12, 4000, 16};
+    std::vector<float> scattered = src, qat = src, plain(src.begin(), src.begin() + n * D);
+    std::vector<float*> at(n), qat_at(n);
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(src.begin() + (3 * t + 1) * D, D, plain.begin() + t * D);
+      at[t] = scattered.data() + (3 * t + 1) * D;
+      qat_at[t] = qat.data() + (3 * t + 1) * D;
+    }
+    std::vector<float> want = plain, want_qat = plain;
+    NormRopeArgs p{want.data(), pos.data(), count, 1, D, 16, w.data(), 1e-6f, freq.data()};
+    p.fp8_quant = 0;
+    p.f16 = true;
+    be->norm_rope(p);
+    be->indexer_qat({want_qat.data(), count, D});
+    be->f16_round(want_qat.data(), count * D);
+    NormRopeArgs a{nullptr, pos.data(), n, 1, D, 16, w.data(), 1e-6f, freq.data()};
+    a.f16 = true;
+    a.x_at = at.data();
+    a.count = &count;
+    be->norm_rope(a);
+    IndexerQatArgs q{nullptr, n, D, true};
+    q.x_at = qat_at.data();
+    q.count = &count;
+    be->indexer_qat(q);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t at_row = static_cast<size_t>((3 * t + 1) * D + d);
+        EXPECT_EQ(scattered[at_row], t < count ? want[t * D + d] : src[at_row]) << "norm_rope count " << count << " row " << t;
+        EXPECT_EQ(qat[at_row], t < count ? want_qat[t * D + d] : src[at_row]) << "indexer_qat count " << count << " row " << t;
+      }
+    for (int64_t r = 0; r < 3 * n; ++r) {
+      if (r % 3 == 1) continue;
+      for (int64_t d = 0; d < D; ++d) EXPECT_EQ(scattered[r * D + d], src[r * D + d]) << "row between, " << r;
+    }
   }
 }
 

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-no-tensor-cores", f.engine.cuda_no_tensor_cores,
                "CUDA: decode kernels (matvec, one-query attention) for every batch size, to compare prefill paths");
   app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.engine.cuda_graphs,
-               "CUDA: replay decode steps as CUDA graphs (steps that emit no compressed row; same bits; default on)");
+               "CUDA: replay decode steps (batched ones too) as CUDA graphs (same bits; default on)");
   app.add_option("--plot", f.plot_path, "also plot the CSV to FILE.png or FILE.svg (needs --csv and gnuplot)");
   app.add_option("--plot-script", f.plot_script, "plot script")->capture_default_str();
   app.add_option("--plot-title", f.plot_title, "plot title");

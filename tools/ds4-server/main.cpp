@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", f.backend, "backend by name: cpu, cuda");
   app.add_option("--cuda-device", f.cuda_device, "CUDA device index");
   app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.cuda_graphs,
-               "CUDA: replay decode steps that emit no compressed row as CUDA graphs (default on; same bits)");
+               "CUDA: replay decode steps (batched ones too) as CUDA graphs (default on; same bits)");
   app.add_option("--host", f.host, "bind address")->capture_default_str();
   app.add_option("--port", f.port, "bind port")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_flag("--cors", f.cors, "send permissive CORS headers");

@@ -49,7 +49,7 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "kernels instead of the int8 tensor-core GEMM and chunk attention (for comparisons; same "
                "numerics up to float summation order)");
   app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.cuda_graphs,
-               "CUDA: replay decode steps that emit no compressed row as CUDA graphs (default on; same bits; "
+               "CUDA: replay decode steps (batched ones too) as CUDA graphs (default on; same bits; "
                "fewer host launches)");
 }
 

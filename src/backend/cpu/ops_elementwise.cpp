@@ -1,4 +1,5 @@
 // ops_elementwise.cpp — row-wise ops: RMSNorm, tail RoPE, FP8/FP4 round trips, f16 rounding.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/by_pieces.h"
@@ -45,12 +46,16 @@ void CpuBackend::fp8_round(const Fp8RoundArgs& a) {
 }
 
 void CpuBackend::indexer_qat(const IndexerQatArgs& a) {
-  // x: [rows][dim]; Hadamard over the whole row, then FP4 blocks of 32.
-  pool_.parallel_for(a.rows, [&](int64_t r0, int64_t r1) {
+  // x: [rows][dim] (or rows at x_at, the first *count of them); Hadamard over the whole row, then FP4
+  // blocks of 32, then (f16) half rounding.
+  const int64_t rows = a.count ? std::min<int64_t>(a.rows, *a.count) : a.rows;
+  pool_.parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      float* x = a.x + r * a.dim;
+      float* x = a.x_at ? a.x_at[r] : a.x + r * a.dim;
       hadamard_scaled(x, a.dim);
       for (int b = 0; b < a.dim; b += 32) fp4_round_block(x + b, 32);
+      if (a.f16)
+        for (int i = 0; i < a.dim; ++i) x[i] = round_f16(x[i]);
     }
   }, a.dim * 16);
 }

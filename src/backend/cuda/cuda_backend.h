@@ -90,8 +90,10 @@ struct CudaBackendOptions {
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.
   bool hc_router_v2 = true;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
-  // steps are kept (least recently used evicted); 0 = never record, every step is host-launched.
-  int max_graphs = 8;
+  // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
+  // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and
+  // 128), a batch of N sessions 2–4 per N and row bucket.
+  int max_graphs = 16;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.
@@ -121,6 +123,8 @@ DeviceInfo device_info(const Backend& be);
 // Step graphs recorded and replayed by a backend made by make_cuda_backend (zeros for any other).
 struct GraphStats {
   uint64_t recorded = 0, replayed = 0;
+  uint64_t kept = 0;          // recorded graphs held now
+  uint64_t device_bytes = 0;  // device memory their instantiations took (free memory before − after)
 };
 GraphStats graph_stats(const Backend& be);
 

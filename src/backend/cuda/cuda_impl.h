@@ -11,6 +11,7 @@
 
 #include <array>
 #include <chrono>
+#include <list>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -125,6 +126,7 @@ struct StepGraph {
   cudaGraphExec_t exec = nullptr;
   uint64_t scratch_gen = 0;
   uint64_t last_use = 0;
+  uint64_t device_bytes = 0;  // free device memory the instantiation took (step_graphs.cpp)
   bool unrecordable = false;  // a recording failed once: this key always runs eagerly
 };
 
@@ -159,6 +161,13 @@ class CudaBackend final : public Backend {
   // Graphs recorded / replayed since the backend was made (benchmarks and tests).
   uint64_t graphs_recorded() const { return graphs_recorded_; }
   uint64_t graphs_replayed() const { return graphs_replayed_; }
+  // Recorded graphs held now, and the device memory their instantiations took (measured).
+  uint64_t graphs_kept() const {
+    uint64_t k = 0;
+    for (const StepGraph& g : graphs_) k += g.exec ? 1 : 0;
+    return k;
+  }
+  uint64_t graph_device_bytes() const { return graph_bytes_; }
 
   void matmul(const MatmulArgs& a) override;            // ops_matmul.cu
   void rms_norm(const RmsNormArgs& a) override;         // ops_norm_rope.cu
@@ -307,8 +316,10 @@ class CudaBackend final : public Backend {
   // discarded and the caller runs the ops eagerly, which reports them for real) and scratch may not grow
   // (a graph must not point at memory freed later; growth bumps scratch_gen_, retiring older graphs).
   void drop_graph(StepGraph& g);
+  void evict_graph_lru(bool recorded, const StepGraph* keep);
   int max_graphs_ = 0;                    // CudaBackendOptions::max_graphs
-  std::vector<StepGraph> graphs_;
+  std::list<StepGraph> graphs_;           // recorded graphs and keys seen once (a list: stable references)
+  uint64_t graph_bytes_ = 0;              // Σ StepGraph::device_bytes of the recorded graphs
   StepGraph* recording_ = nullptr;        // the entry being recorded, between graph_begin and graph_end
   Status capture_error_;
   uint64_t scratch_gen_ = 0;              // bumped whenever ensure() reallocates a scratch area

@@ -35,9 +35,11 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int32_t hea
 
 // One block of rms_norm_threads(head_dim) threads per row (token t = row / heads, head h), in place in
 // global memory with a barrier between the steps (each step reads values other threads wrote).
+// Rows at x_at with a device count (NormRopeArgs): the whole block leaves before any barrier.
 __global__ void norm_rope_kernel(NormRopeArgs a, RopeFreqs f) {
   const int64_t row = blockIdx.x, t = row / a.heads, D = a.head_dim;
-  float* xr = a.x + row * D;
+  if (a.count && t >= *a.count) return;
+  float* xr = a.x_at ? a.x_at[t] + (row % a.heads) * D : a.x + row * D;
   const float scale = rms_scale_row(xr, D, a.eps);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) xr[i] = a.w ? xr[i] * scale * a.w[i] : xr[i] * scale;
   __syncthreads();

@@ -36,10 +36,13 @@ __global__ void fp8_round_kernel(float* x, int64_t rows, int64_t stride, int32_t
 }
 
 // One block of `dim` threads per row: scaled Walsh–Hadamard in shared memory, then FP4 blocks of 32
-// (each a warp). dim is a power of two, 32 … 1024.
-__global__ void indexer_qat_kernel(float* x, int32_t dim, float k) {
+// (each a warp), then half rounding with f16. dim is a power of two, 32 … 1024. Rows at x_at with a
+// device count (IndexerQatArgs): the whole block leaves before any barrier.
+__global__ void indexer_qat_kernel(IndexerQatArgs a, float k) {
   extern __shared__ float sh[];
-  float* row = x + static_cast<int64_t>(blockIdx.x) * dim;
+  if (a.count && blockIdx.x >= *a.count) return;
+  const int32_t dim = a.dim;
+  float* row = a.x_at ? a.x_at[blockIdx.x] : a.x + static_cast<int64_t>(blockIdx.x) * dim;
   const int i = threadIdx.x;
   sh[i] = row[i];
   __syncthreads();
@@ -61,7 +64,8 @@ __global__ void indexer_qat_kernel(float* x, int32_t dim, float k) {
   const float h = sh[i] * k;
   const float amax = warp_max(fabsf(h));
   const float sc = pow2_ceil_dev(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)) / 6.0f);
-  row[i] = sc * round_e2m1_dev(fminf(fmaxf(h / sc, -6.0f), 6.0f));
+  const float v = sc * round_e2m1_dev(fminf(fmaxf(h / sc, -6.0f), 6.0f));
+  row[i] = a.f16 ? __half2float(__float2half_rn(v)) : v;
 }
 
 }  // namespace
@@ -88,7 +92,7 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
     return;
   }
   const float k = static_cast<float>(1.0 / sqrt(static_cast<double>(a.dim)));
-  indexer_qat_kernel<<<static_cast<unsigned>(a.rows), a.dim, a.dim * sizeof(float), stream()>>>(a.x, a.dim, k);
+  indexer_qat_kernel<<<static_cast<unsigned>(a.rows), a.dim, a.dim * sizeof(float), stream()>>>(a, k);
   launched("indexer_qat");
 }
 

@@ -9,10 +9,13 @@
 // capture) is discarded before anything ran — graph_end returns false and the caller enqueues the ops
 // eagerly — and its key is marked unrecordable. Scratch growth after a recording bumps scratch_gen_:
 // graphs of an older generation point at freed memory and are re-recorded on next use. At most
-// max_graphs_ keys are kept; the least recently used is evicted.
+// max_graphs_ recorded graphs and max_graphs_ keys seen once are kept, each set evicting its least
+// recently used: a burst of one-off keys (a batched step with a prefill chunk of an odd size) forgets
+// other one-off keys, never a recorded graph that steady decoding replays.
+// What an instantiated graph holds on the device is measured as the drop of free device memory across
+// cudaGraphInstantiate (kernel-only graphs hold no allocations of ours; the driver's own is what shows).
 // Deliberately not here: deciding what goes into a key or which steps are recordable (the forward pass
-// knows which of its arguments vary per step), and device memory accounting of graphs (the runtime
-// does not report what an instantiated graph holds; kernel-only graphs hold no allocations of ours).
+// knows which of its arguments vary per step).
 #include <algorithm>
 #include <string>
 
@@ -23,6 +26,23 @@ namespace ds4::backend::cuda {
 void CudaBackend::drop_graph(StepGraph& g) {
   if (g.exec) cudaGraphExecDestroy(g.exec);
   g.exec = nullptr;
+  graph_bytes_ -= g.device_bytes;
+  g.device_bytes = 0;
+}
+
+// Evicts the least recently used entry with (recorded) or without a graph when that set is full; never
+// `keep` (graphs_ is a list, so references to the other entries stay valid).
+void CudaBackend::evict_graph_lru(bool recorded, const StepGraph* keep) {
+  int64_t in_set = 0;
+  auto lru = graphs_.end();
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if ((it->exec != nullptr) != recorded || &*it == keep) continue;
+    ++in_set;
+    if (lru == graphs_.end() || it->last_use < lru->last_use) lru = it;
+  }
+  if (in_set < max_graphs_ || lru == graphs_.end()) return;
+  drop_graph(*lru);
+  graphs_.erase(lru);
 }
 
 Backend::GraphMode CudaBackend::graph_begin(std::span<const int64_t> key) {
@@ -32,12 +52,7 @@ Backend::GraphMode CudaBackend::graph_begin(std::span<const int64_t> key) {
     return g.key.size() == key.size() && std::equal(key.begin(), key.end(), g.key.begin());
   });
   if (it == graphs_.end()) {  // first sight: run eagerly (sizes scratch), remember the key
-    if (static_cast<int>(graphs_.size()) >= max_graphs_) {
-      auto lru = std::min_element(graphs_.begin(), graphs_.end(),
-                                  [](const StepGraph& a, const StepGraph& b) { return a.last_use < b.last_use; });
-      drop_graph(*lru);
-      graphs_.erase(lru);
-    }
+    evict_graph_lru(false, nullptr);
     StepGraph g;
     g.key.assign(key.begin(), key.end());
     g.last_use = graph_clock_;
@@ -53,6 +68,7 @@ Backend::GraphMode CudaBackend::graph_begin(std::span<const int64_t> key) {
     ++graphs_replayed_;
     return GraphMode::replayed;
   }
+  evict_graph_lru(true, &g);  // room among the recorded graphs for this one
   if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
     (void)cudaGetLastError();
     g.unrecordable = true;
@@ -71,7 +87,12 @@ bool CudaBackend::graph_end() {
   const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
   cudaGraphExec_t exec = nullptr;
   bool ok = e == cudaSuccess && graph != nullptr && capture_error_.ok();
+  size_t free_before = 0, free_after = 0, total = 0;
+  const bool measured = ok && cudaMemGetInfo(&free_before, &total) == cudaSuccess;
   if (ok) ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  if (ok && measured && cudaMemGetInfo(&free_after, &total) == cudaSuccess && free_after < free_before)
+    g.device_bytes = free_before - free_after;
+  (void)cudaGetLastError();
   if (graph) cudaGraphDestroy(graph);
   if (!ok) {
     (void)cudaGetLastError();  // a capture error is not sticky; the eager rerun reports real ones
@@ -82,6 +103,7 @@ bool CudaBackend::graph_end() {
   }
   g.exec = exec;
   g.scratch_gen = scratch_gen_;
+  graph_bytes_ += g.device_bytes;
   ++graphs_recorded_;
   check(cudaGraphLaunch(g.exec, stream_), "graph launch");
   return true;
@@ -99,8 +121,12 @@ void CudaBackend::graph_cancel() {
 }
 
 GraphStats graph_stats(const Backend& be) {
-  if (auto* c = dynamic_cast<const CudaBackend*>(&be)) return {c->graphs_recorded(), c->graphs_replayed()};
-  return {};
+  auto* c = dynamic_cast<const CudaBackend*>(&be);
+  if (!c) return {};
+  GraphStats st{c->graphs_recorded(), c->graphs_replayed()};
+  st.kept = c->graphs_kept();
+  st.device_bytes = c->graph_device_bytes();
+  return st;
 }
 
 }  // namespace ds4::backend::cuda

@@ -88,11 +88,11 @@ bool CudaBackend::graph_end() {
   cudaGraphExec_t exec = nullptr;
   bool ok = e == cudaSuccess && graph != nullptr && capture_error_.ok();
   size_t free_before = 0, free_after = 0, total = 0;
-  const bool measured = ok && cudaMemGetInfo(&free_before, &total) == cudaSuccess;
+  bool measured = ok && cudaMemGetInfo(&free_before, &total) == cudaSuccess;
   if (ok) ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
-  if (ok && measured && cudaMemGetInfo(&free_after, &total) == cudaSuccess && free_after < free_before)
-    g.device_bytes = free_before - free_after;
-  (void)cudaGetLastError();
+  if (ok && measured) measured = cudaMemGetInfo(&free_after, &total) == cudaSuccess;
+  if (ok && !measured) (void)cudaGetLastError();  // a failed query is no error of the step's
+  if (ok && measured && free_after < free_before) g.device_bytes = free_before - free_after;
   if (graph) cudaGraphDestroy(graph);
   if (!ok) {
     (void)cudaGetLastError();  // a capture error is not sticky; the eager rerun reports real ones

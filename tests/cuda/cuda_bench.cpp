@@ -51,7 +51,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
-void bench_hc_router(Backend& be, Backend& prev);            // cuda_bench_stages.cpp
+void bench_hc_router(Backend& be, Backend& prev, Backend* plain);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
@@ -222,7 +222,7 @@ void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng) {
     if (gemv_only) return 0;
     cuda::CudaBackendOptions ho;  // HC pre / router / HC post: spread kernels vs the previous ones
     ho.hc_router_v2 = false;
-    if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev);
+    if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev, nullptr);
   }
 
   auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
@@ -400,7 +400,10 @@ int main(int argc, char** argv) {
     cuda::CudaBackendOptions po;
     po.hc_router_v2 = false;
     auto prev = cuda::make_cuda_backend(po);
-    if (prev.ok()) bench_hc_router(*be, **prev);
+    cuda::CudaBackendOptions no;
+    no.hc_pdl = false;
+    auto plain = cuda::make_cuda_backend(no);
+    if (prev.ok()) bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr);
     return 0;
   }
 

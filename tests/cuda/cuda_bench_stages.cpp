@@ -535,9 +535,9 @@ void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_
 // The latency-bound per-token ops at decode batch sizes n = 1, 2, 8, 32 (issues 5 and 8): HC pre (Flash
 // 4 × 4096, F16 controls 24 × 16384), the router (top-k alone, and with its F16 256 × 4096 matmul as
 // the forward pass calls them) and HC post with the expert sum, on `be` (default options: the spread
-// kernels) and on `prev` (CudaBackendOptions::hc_router_v2 = false: the previous kernels). Graph µs
-// per call, as the stage lines.
-void bench_hc_router(Backend& be, Backend& prev) {
+// kernels) and on `prev` (CudaBackendOptions::hc_router_v2 = false: the previous kernels), HC pre also on
+// `plain` when given (hc_pdl = false). Graph µs per call, as the stage lines.
+void bench_hc_router(Backend& be, Backend& prev, Backend* plain) {
   const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NE = 256, K = 6, NMAX = 32;
   struct Side {
     Backend* be;
@@ -546,10 +546,10 @@ void bench_hc_router(Backend& be, Backend& prev) {
     float *x, *x2, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *logits, *rw, *f, *fa;
     int32_t* ids;
   };
-  Side sides[2];
-  for (int i = 0; i < 2; ++i) {
+  Side sides[3];
+  for (int i = 0; i < (plain ? 3 : 2); ++i) {
     Side& s = sides[i];
-    s.be = i == 0 ? &be : &prev;
+    s.be = i == 0 ? &be : i == 1 ? &prev : plain;
     s.sb = std::make_unique<StageBench>(*s.be);
     StageBench& b = *s.sb;
     s.fn = b.weight(GgmlType::F16, M, HCD);
@@ -628,5 +628,10 @@ void bench_hc_router(Backend& be, Backend& prev) {
                   "  host %7.2f / %7.2f us\n",
                   op.name, static_cast<long long>(n), now.graph_us, now.launches, before.graph_us, before.launches,
                   before.graph_us / now.graph_us, now.host_us, before.host_us);
+      if (plain && &op == &ops[0]) {  // HC pre without programmatic dependent launches (hc_pdl = false)
+        const StageTime np = sides[2].sb->time([&] { op.run(sides[2], n); }, 20);
+        std::printf("BENCH hc %-34s n=%-2lld graph %7.2f us without PDL (hc_pdl = false)\n", op.name,
+                    static_cast<long long>(n), np.graph_us);
+      }
     }
 }

@@ -10,9 +10,12 @@
 // divisions on controls that differ in the last bits); norm + RoPE to 1e-6 as their single-op tests
 // (without the FP8/half rounding, whose steps a last-bit difference can flip — those are checked
 // bit for bit against the CUDA pieces, and the pieces against the CPU in test_cuda_ops.cpp).
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <tuple>
 #include <utility>
 
@@ -52,6 +55,11 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
   auto made = cuda::make_cuda_backend(po);
   ASSERT_TRUE(made.ok());
   Backend& prev = **made;  // the previous kernels, on this test's device buffers
+  cuda::CudaBackendOptions no;
+  no.hc_pdl = false;
+  auto made_no = cuda::make_cuda_backend(no);
+  ASSERT_TRUE(made_no.ok());
+  Backend& plain = **made_no;  // the spread kernels in plain stream order (no programmatic dependent launch)
   for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}})
     for (int64_t n : {1, 2, 5, 8, 32, 40, 80}) {
       if ((n == 80 || n == 5) && s.dim != 4096) continue;
@@ -91,8 +99,8 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       g.scale = dev(scale);
       g.base = dev(base);
       g.norm_w = dev(norm_w);
-      HcPreArgs gp = g, gv = g;  // the pieces and the previous kernels, on their own outputs
-      for (HcPreArgs* o : {&g, &gp, &gv}) {
+      HcPreArgs gp = g, gv = g, gn = g;  // the pieces, the previous kernels, no PDL: on their own outputs
+      for (HcPreArgs* o : {&g, &gp, &gv, &gn}) {
         o->flat = poisoned(flat.size());
         o->mix = poisoned(m.size());
         o->pre = poisoned(pre.size());
@@ -106,11 +114,17 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       ASSERT_TRUE(gpu_->sync().ok()) << tag;
       prev.hc_pre(gv);
       ASSERT_TRUE(prev.sync().ok()) << tag;
+      plain.hc_pre(gn);
+      ASSERT_TRUE(plain.sync().ok()) << tag;
       for (auto [got, want, len, what] :
            {std::tuple{g.mix, gv.mix, m.size(), "mix"}, std::tuple{g.pre, gv.pre, pre.size(), "pre"},
             std::tuple{g.post, gv.post, post.size(), "post"}, std::tuple{g.comb, gv.comb, comb.size(), "comb"},
             std::tuple{g.y, gv.y, y.size(), "y"}, std::tuple{g.xn, gv.xn, xn.size(), "xn"}})
         expect_same_bits(host(got, len), host(want, len), tag + " " + what + " vs previous kernels");
+      for (auto [got, want, len, what] :
+           {std::tuple{g.mix, gn.mix, m.size(), "mix"}, std::tuple{g.comb, gn.comb, comb.size(), "comb"},
+            std::tuple{g.xn, gn.xn, xn.size(), "xn"}})
+        expect_same_bits(host(got, len), host(want, len), tag + " " + what + " vs no PDL");
       expect_same_bits(host(g.mix, m.size()), host(gp.mix, m.size()), tag + " mix");
       expect_same_bits(host(g.pre, pre.size()), host(gp.pre, pre.size()), tag + " pre");
       expect_same_bits(host(g.post, post.size()), host(gp.post, post.size()), tag + " post");
@@ -371,4 +385,78 @@ TEST_F(CudaFused, RouterWarpKernelEqualsPreviousAndCpu) {
         // guard (both kernels): the weights are compared with the CPU only without NaNs.
         if (mode != 4) expect_close(host(g.weights, wts.size()), wts, 1e-6, 1e-7, tag + " weights vs cpu");
       }
+}
+
+TEST_F(CudaFused, HcPostThenPreRecordedInAGraphEqualsEager) {
+  // The forward pass's sequence HC post → next HC pre, recorded as a CUDA graph on the backend's stream
+  // and replayed (as decode steps are): with hc_pdl the HC pre kernels are programmatic dependents of the
+  // kernel before them (its segment kernel starts during HC post and waits inside), so the graph holds
+  // programmatic edges. Same bits as the eager run, at n = 1 (2 kernels) and n = 8 (scale kernel first).
+  const int32_t nhc = 4;
+  const int64_t dim = 4096, hcd = nhc * dim, mix = (2 + nhc) * nhc;
+  cudaStream_t st = static_cast<cudaStream_t>(cuda::cuda_stream(*gpu_));
+  ASSERT_NE(st, nullptr);
+  for (int64_t n : {1, 8}) {
+    const std::string tag = "hc_post -> hc_pre graph n" + std::to_string(n);
+    Weight fn;
+    auto fn_bytes = random_weight(GgmlType::F16, mix, hcd, &fn, 0.01f);
+    fn.data = fn_bytes.data();
+    HcPostArgs hp;
+    hp.x = dev(randn(static_cast<size_t>(n * hcd)));
+    hp.f = dev(randn(static_cast<size_t>(n * dim)));
+    hp.f_add = dev(randn(static_cast<size_t>(n * dim)));
+    hp.post = dev(randn(static_cast<size_t>(n * nhc)));
+    hp.comb = dev(randn(static_cast<size_t>(n * nhc * nhc), 0.5f));
+    hp.out = poisoned(static_cast<size_t>(n * hcd));
+    hp.n = n;
+    hp.dim = dim;
+    hp.nhc = nhc;
+    HcPreArgs a;
+    a.x = hp.out;
+    a.fn = gpu_weight(fn, fn_bytes.size());
+    a.scale = dev(randn(3, 0.5f));
+    a.base = dev(randn(static_cast<size_t>(mix), 0.5f));
+    a.norm_w = dev(randn(static_cast<size_t>(dim)));
+    a.n = n;
+    a.dim = dim;
+    a.nhc = nhc;
+    a.flat = poisoned(static_cast<size_t>(n * hcd));
+    a.mix = poisoned(static_cast<size_t>(n * mix));
+    a.pre = poisoned(static_cast<size_t>(n * nhc));
+    a.post = poisoned(static_cast<size_t>(n * nhc));
+    a.comb = poisoned(static_cast<size_t>(n * nhc * nhc));
+    a.y = poisoned(static_cast<size_t>(n * dim));
+    a.xn = poisoned(static_cast<size_t>(n * dim));
+    struct Out {
+      float* p;
+      size_t len;
+      const char* what;
+    };
+    const Out outs[] = {{hp.out, static_cast<size_t>(n * hcd), "state"}, {a.mix, static_cast<size_t>(n * mix), "mix"},
+                        {a.pre, static_cast<size_t>(n * nhc), "pre"},    {a.post, static_cast<size_t>(n * nhc), "post"},
+                        {a.comb, static_cast<size_t>(n * nhc * nhc), "comb"}, {a.y, static_cast<size_t>(n * dim), "y"},
+                        {a.xn, static_cast<size_t>(n * dim), "xn"}};
+    gpu_->hc_post(hp);
+    gpu_->hc_pre(a);
+    ASSERT_TRUE(gpu_->sync().ok()) << tag;
+    std::vector<std::vector<float>> want;
+    for (const Out& o : outs) want.push_back(host(o.p, o.len));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed), cudaSuccess) << tag;
+    gpu_->hc_post(hp);
+    gpu_->hc_pre(a);
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << tag;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess) << tag;
+    for (int replay = 0; replay < 3; ++replay) {
+      for (const Out& o : outs) gpu_->fill_f32(o.p, NAN, static_cast<int64_t>(o.len));
+      ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess) << tag;
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      for (size_t k = 0; k < std::size(outs); ++k)
+        expect_same_bits(host(outs[k].p, outs[k].len), want[k],
+                         tag + " replay " + std::to_string(replay) + " " + outs[k].what);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
 }

@@ -41,6 +41,21 @@ __device__ inline T block_sum(T v) {
   return warp_sum(t);
 }
 
+// Programmatic dependent launch (sm_90 griddepcontrol; nothing below sm_90). A kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start while the kernel before it still runs:
+// it must call grid_dependency_wait() before reading that kernel's outputs (or writing what it reads);
+// the kernel before it lets it start early by calling grid_launch_dependents() (in every block).
+__device__ inline void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ds4's float → int rounding (quant_math.h nearest_int): clamp to ±4194303 (NaN → low end), then
 // round half to even.
 __device__ inline int nearest_int_dev(float v) {

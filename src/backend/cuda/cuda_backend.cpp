@@ -47,6 +47,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_expert_tiles_lean(opts.expert_tiles_lean);
   be->set_f16_segments(opts.f16_segments);
   be->set_hc_router_v2(opts.hc_router_v2);
+  be->set_hc_pdl(opts.hc_pdl);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
   be->set_indexer_v2(opts.indexer_v2);

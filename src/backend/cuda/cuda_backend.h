@@ -89,6 +89,11 @@ struct CudaBackendOptions {
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.
   bool hc_router_v2 = true;
+  // With hc_router_v2 on sm_90: the spread HC pre's kernels launched as programmatic dependents (common.cuh
+  // griddepcontrol) — each starts while the kernel before it finishes, loads what does not depend on it
+  // (control weights; X, norm and split weights), then waits; HC post lets the next kernel start early.
+  // false: plain stream order. Same bits.
+  bool hc_pdl = true;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

@@ -250,6 +250,7 @@ class CudaBackend final : public Backend {
   void set_expert_tiles_lean(bool on) { expert_tiles_lean_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
+  void set_hc_pdl(bool on) { hc_pdl_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_gemv_dense(GemvMma m) { gemv_dense_ = m; }
@@ -274,6 +275,8 @@ class CudaBackend final : public Backend {
   bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
+  bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl
+  int cc_major_ = 0;                      // compute capability (read on first use by hc_pre_spread)
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
   GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma

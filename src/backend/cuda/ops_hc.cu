@@ -139,7 +139,10 @@ __global__ void hc_collapse_kernel(HcCollapseArgs a) {
 }
 
 // out[t][k][d] = post[t][k]·f[t][d] + Σ_j C[t][j][k]·x[t][j][d], j in order.
+// Lets a programmatic dependent (the next sublayer's spread HC pre) start and prefetch its weights; it
+// still waits for this kernel's end before reading the state.
 __global__ void hc_post_kernel(HcPostArgs a) {
+  grid_launch_dependents();
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (q >= a.n * a.nhc * a.dim) return;
   const int64_t d = q % a.dim;
@@ -248,8 +251,13 @@ constexpr int64_t kHcSpreadMaxTokens = 32;
 constexpr int kHcSegRows = 4, kHcSegWarps = 8, kHcSegTokens = 4;  // rows × tokens = reduce_scatter16's 16 items
 static_assert(kHcSegRows * kHcSegTokens == 16, "one reduce_scatter16 per segment");
 
-__global__ void __launch_bounds__(1024) hc_scale_kernel(const float* x, int64_t cols, float eps, float* sc) {
-  const float s = rms_scale_row(x + static_cast<int64_t>(blockIdx.x) * cols, cols, eps);
+// v4: a block of norm_threads / 4 threads with one round of float4 loads (rms_scale_row_v4), else a block
+// of norm_threads (rms_scale_row itself). Same bits either way.
+__global__ void __launch_bounds__(1024) hc_scale_kernel(const float* x, int64_t cols, float eps, float* sc,
+                                                        int norm_threads, bool v4) {
+  grid_launch_dependents();  // the segment kernel may start and load its weights meanwhile
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * cols;
+  const float s = v4 ? rms_scale_row_v4(xr, cols, eps, norm_threads) : rms_scale_row(xr, cols, eps);
   if (threadIdx.x == 0) sc[blockIdx.x] = s;
 }
 
@@ -261,16 +269,19 @@ struct HcSegParams {
   float eps;
   int norm_threads;    // rms_norm_threads(cols)
   bool wide_loads;
+  bool norm_v4;        // norm_threads = 4 · 256, cols % 4 == 0, x 16-byte aligned: rms_scale_row_v4
   const float* sc;     // [n] scales, or null: n == 1 and each block takes the scale itself
   float* part;         // [n][rows][nseg] segment sums
 };
 
+// kSelfNorm (n == 1, p.sc null): the block takes the token's norm scale itself.
+template <bool kSelfNorm>
 __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams p) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kHcSegRows;
   const int64_t s = static_cast<int64_t>(blockIdx.y) * kHcSegWarps + warp;
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kHcSegTokens;
-  const int nt = static_cast<int>(p.n - t0 < kHcSegTokens ? p.n - t0 : kHcSegTokens);
+  const int nt = kSelfNorm ? 1 : static_cast<int>(p.n - t0 < kHcSegTokens ? p.n - t0 : kHcSegTokens);
   const bool active = s < p.nseg;  // whole warps
   const int64_t e0 = s * kF16Seg + 8 * lane, e1 = e0 + kF16SegHalf;
   // Every load of the block goes out before the first result is needed.
@@ -284,6 +295,11 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
       w[r][1] = load_w8(row, e1, p.cols, p.wide_loads);
     }
   }
+  // Launched as a programmatic dependent (hc_pdl): the weights above are loaded while the kernel before
+  // this one finishes; the state rows below are its output. The finish kernel may start from here (it
+  // then finds X complete: this block has waited for the kernel that wrote it).
+  grid_dependency_wait();
+  grid_launch_dependents();
   float4 v[kHcSegTokens][4];
 #pragma unroll
   for (int ti = 0; ti < kHcSegTokens; ++ti) {
@@ -295,11 +311,12 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
     }
   }
   float sc[kHcSegTokens];
-  if (p.sc) {
+  if (!kSelfNorm) {
 #pragma unroll
     for (int ti = 0; ti < kHcSegTokens; ++ti) sc[ti] = ti < nt ? p.sc[t0 + ti] : 0.0f;
-  } else {  // n == 1 (uniform): the block takes the scale itself, with the norm's 1024-thread bits
-    sc[0] = rms_scale_row_as<4>(p.x, p.cols, p.eps, p.norm_threads);
+  } else {  // the block takes the scale itself, with the norm's bits (norm_v4 is uniform)
+    sc[0] = p.norm_v4 ? rms_scale_row_v4(p.x, p.cols, p.eps, p.norm_threads)
+                      : rms_scale_row_as<4>(p.x, p.cols, p.eps, p.norm_threads);
 #pragma unroll
     for (int ti = 1; ti < kHcSegTokens; ++ti) sc[ti] = 0.0f;
   }
@@ -323,22 +340,57 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
   if ((lane & 1) == 0 && ti < nt && o0 + r < p.rows) p.part[((t0 + ti) * p.rows + o0 + r) * p.nseg + s] = seg_sum;
 }
 
+// Four values of y = Σ_s w[s]·X[s] (hc_collapse_kernel's order, from 0): xv[s] holds X[s]'s four.
+__device__ inline float4 collapse4(const float* w, const float4 (&xv)[kMaxHc], int nhc) {
+  float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+  for (int k = 0; k < kMaxHc; ++k) {
+    if (k >= nhc) break;
+    acc.x += w[k] * xv[k].x;
+    acc.y += w[k] * xv[k].y;
+    acc.z += w[k] * xv[k].z;
+    acc.w += w[k] * xv[k].w;
+  }
+  return acc;
+}
+
 // Grid (2, n). mix[t][o] = (…(0 + part[t][o][0]) + …) + part[t][o][nseg − 1], as the kernels above add
-// their rounds, from a copy of token t's segment sums in shared memory (one load per thread, not a
-// chain of nseg global loads). Block (0, t): the split of token t (a warp for nhc = 4, else one thread).
-// Block (1, t): mix, then y = Σ_s pre[s]·X[s] (hc_collapse_kernel's order) and xn = RMSNorm_w(y)
-// (rms_norm_kernel's bits through rms_scale_row_as). Dynamic shared memory: rows·nseg + dim floats.
+// their rounds, from a copy of token t's segment sums in shared memory. Block (0, t): the split of token
+// t (a warp for nhc = 4, else one thread) on copies of scale and base in shared memory. Block (1, t): mix,
+// then y = Σ_s pre[s]·X[s] (hc_collapse_kernel's order) and xn = RMSNorm_w(y) (rms_norm_kernel's bits
+// through rms_scale_row_as). Every global load that does not depend on another goes out in the first
+// round (segment sums, scale, base, and where each thread owns one float4 of y, its X and norm_w
+// values): each dependent round trip costs ~0.7 µs here. Dynamic shared memory: rows·nseg (rounded up to
+// 4) + dim floats.
 __global__ void __launch_bounds__(1024) hc_finish_kernel(HcSplitArgs s, const float* part, int64_t nseg, float* mix,
                                                          const float* x, const float* norm_w, float* y, float* xn,
                                                          int64_t dim, float eps, int norm_threads, bool vec4) {
   extern __shared__ float sh[];  // [rows·nseg] segment sums, then [dim] y
   __shared__ float ms[(2 + kMaxHc) * kMaxHc];
+  __shared__ float sb[3 + (2 + kMaxHc) * kMaxHc];  // scale[3], then base[rows]
   __shared__ float ws[kMaxHc];
   const int64_t t = blockIdx.y;
   const int nhc = s.nhc, rows = (2 + nhc) * nhc;
   const int64_t np = rows * nseg;
   float* ps = sh;
   float* ys = sh + ((np + 3) & ~int64_t{3});  // 16-byte aligned for the float4 path
+  const float* xt = x + t * nhc * dim;
+  // Block 1, each thread one float4 of y: its X values and norm weights, loaded up front.
+  const bool one4 = blockIdx.x == 1 && vec4 && dim <= 4 * static_cast<int64_t>(blockDim.x);
+  const int64_t d1 = 4 * static_cast<int64_t>(threadIdx.x);
+  float4 xv[kMaxHc], nw = make_float4(1, 1, 1, 1);
+  // Before the wait (hc_pdl: the segment kernel may still run): only what it does not write — X (complete:
+  // every segment block waited for its writer before letting this kernel start; read at L2, .cg), the
+  // norm, scale and base weights.
+  if (one4 && d1 < dim) {
+#pragma unroll
+    for (int k = 0; k < kMaxHc; ++k)
+      if (k < nhc) xv[k] = __ldcg(reinterpret_cast<const float4*>(xt + k * dim + d1));
+    if (norm_w) nw = __ldcg(reinterpret_cast<const float4*>(norm_w + d1));
+  }
+  if (threadIdx.x < 3) sb[threadIdx.x] = s.scale[threadIdx.x];
+  if (threadIdx.x < rows) sb[3 + threadIdx.x] = s.base[threadIdx.x];
+  grid_dependency_wait();  // the segment sums are the segment kernel's output
   for (int64_t q = threadIdx.x; q < np; q += blockDim.x) ps[q] = part[t * np + q];
   __syncthreads();
   const int sum_threads = blockIdx.x == 0 ? kWarp : static_cast<int>(blockDim.x);
@@ -352,33 +404,33 @@ __global__ void __launch_bounds__(1024) hc_finish_kernel(HcSplitArgs s, const fl
   if (blockIdx.x == 0) {
     if (threadIdx.x >= kWarp) return;
     __syncwarp();
+    HcSplitArgs sl = s;  // the same values, read from shared memory
+    sl.scale = sb;
+    sl.base = sb + 3;
     if (nhc == 4)
-      hc_split4_token(s, t, threadIdx.x, ms);
+      hc_split4_token(sl, t, threadIdx.x, ms);
     else if (threadIdx.x == 0)
-      hc_split_token<0>(s, t, ms);
+      hc_split_token<0>(sl, t, ms);
     return;
   }
   __syncthreads();
   if (threadIdx.x < nhc)  // hc_split_token's / hc_split4_token's pre expression
-    ws[threadIdx.x] = sigmoid_dev(ms[threadIdx.x] * s.scale[0] + s.base[threadIdx.x]) + s.eps;
+    ws[threadIdx.x] = sigmoid_dev(ms[threadIdx.x] * sb[0] + sb[3 + threadIdx.x]) + s.eps;
   __syncthreads();
-  const float* xt = x + t * nhc * dim;
   float* yt = y + t * dim;
-  if (vec4) {  // dim % 4 == 0, 16-byte aligned rows
+  if (one4) {
+    if (d1 < dim) {
+      const float4 acc = collapse4(ws, xv, nhc);
+      *reinterpret_cast<float4*>(ys + d1) = acc;
+      *reinterpret_cast<float4*>(yt + d1) = acc;
+    }
+  } else if (vec4) {  // dim % 4 == 0, 16-byte aligned rows
     for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
-      float4 xv[kMaxHc];  // constant indices (unrolled, guarded): registers, all nhc loads in flight
+      float4 xk[kMaxHc];  // constant indices (unrolled, guarded): registers, all nhc loads in flight
 #pragma unroll
       for (int k = 0; k < kMaxHc; ++k)
-        if (k < nhc) xv[k] = *reinterpret_cast<const float4*>(xt + k * dim + d);
-      float4 acc = make_float4(0, 0, 0, 0);
-#pragma unroll
-      for (int k = 0; k < kMaxHc; ++k) {
-        if (k >= nhc) break;
-        acc.x += ws[k] * xv[k].x;
-        acc.y += ws[k] * xv[k].y;
-        acc.z += ws[k] * xv[k].z;
-        acc.w += ws[k] * xv[k].w;
-      }
+        if (k < nhc) xk[k] = *reinterpret_cast<const float4*>(xt + k * dim + d);
+      const float4 acc = collapse4(ws, xk, nhc);
       *reinterpret_cast<float4*>(ys + d) = acc;
       *reinterpret_cast<float4*>(yt + d) = acc;
     }
@@ -393,19 +445,44 @@ __global__ void __launch_bounds__(1024) hc_finish_kernel(HcSplitArgs s, const fl
   __syncthreads();  // ys complete
   const float sc = rms_scale_row_as<1>(ys, dim, eps, norm_threads);
   float* xnt = xn + t * dim;
-  if (vec4) {
+  if (one4) {
+    if (d1 < dim) {
+      const float4 yv = *reinterpret_cast<const float4*>(ys + d1);
+      *reinterpret_cast<float4*>(xnt + d1) =
+          norm_w ? make_float4(yv.x * sc * nw.x, yv.y * sc * nw.y, yv.z * sc * nw.z, yv.w * sc * nw.w)
+                 : make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
+    }
+  } else if (vec4) {
     for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
       const float4 yv = *reinterpret_cast<const float4*>(ys + d);
       float4 o = make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
       if (norm_w) {
-        const float4 nw = *reinterpret_cast<const float4*>(norm_w + d);
-        o = make_float4(yv.x * sc * nw.x, yv.y * sc * nw.y, yv.z * sc * nw.z, yv.w * sc * nw.w);
+        const float4 w4 = *reinterpret_cast<const float4*>(norm_w + d);
+        o = make_float4(yv.x * sc * w4.x, yv.y * sc * w4.y, yv.z * sc * w4.z, yv.w * sc * w4.w);
       }
       *reinterpret_cast<float4*>(xnt + d) = o;
     }
   } else {
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) xnt[d] = norm_w ? ys[d] * sc * norm_w[d] : ys[d] * sc;
   }
+}
+
+// Launches `k` on `st`; with pdl as a programmatic dependent of the kernel before it (it may start before
+// that one ends: it calls grid_dependency_wait() before touching that kernel's outputs).
+template <typename... P, typename... A>
+cudaError_t launch_dependent(bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void (*k)(P...),
+                             A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, k, args...);
 }
 
 }  // namespace
@@ -424,23 +501,37 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   float* part = a.flat;
   float* sc = a.flat + a.n * rows * nseg;
   HcSegParams p{a.x, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes, rows, hcd, a.n, nseg, a.rms_eps,
-                norm_threads, false, nullptr, part};
+                norm_threads, false, false, nullptr, part};
   p.wide_loads = hcd % 8 == 0 && a.fn.row_bytes % 16 == 0 && aligned16(a.fn.data) && aligned16(a.x);
+  // One round of float4 loads for the scale where the 1024-thread order maps onto 256 threads.
+  p.norm_v4 = norm_threads == 4 * kHcSegWarps * kWarp && hcd % 4 == 0 && aligned16(a.x);
+  // Programmatic dependent launches (hc_pdl, sm_90): the segment and finish kernels start early and wait
+  // inside (griddepcontrol) for the outputs of the kernel before them.
+  if (cc_major_ == 0 && !check(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_),
+                               "device attribute"))
+    return true;
+  const bool pdl = hc_pdl_ && cc_major_ >= 9;
+  const dim3 grid(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
   if (a.n > 1) {
-    hc_scale_kernel<<<static_cast<unsigned>(a.n), norm_threads, 0, stream()>>>(a.x, hcd, a.rms_eps, sc);
+    hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, stream()>>>(
+        a.x, hcd, a.rms_eps, sc, norm_threads, p.norm_v4);
     if (!launched("hc_pre scale")) return true;
     p.sc = sc;
+    if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(), hc_seg_kernel<false>, p),
+               "hc_pre control segments"))
+      return true;
+  } else if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(), hc_seg_kernel<true>, p),
+                    "hc_pre control segments")) {
+    return true;
   }
-  const dim3 grid(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
-  hc_seg_kernel<<<grid, kHcSegWarps * kWarp, 0, stream()>>>(p);
-  if (!launched("hc_pre control segments")) return true;
   const HcSplitArgs s{a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb};
   const bool vec4 = a.dim % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.xn) &&
                     (a.norm_w == nullptr || aligned16(a.norm_w));
   const int threads = a.dim >= 4096 ? 1024 : 256;  // ≥ rms_norm_threads(dim) below 8192; 1024 above
-  hc_finish_kernel<<<dim3(2, static_cast<unsigned>(a.n)), threads, finish_smem, stream()>>>(
-      s, part, nseg, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps, rms_norm_threads(a.dim), vec4);
-  launched("hc_pre mix + split + collapse + norm");
+  check(launch_dependent(pdl, dim3(2, static_cast<unsigned>(a.n)), threads, finish_smem, stream(), hc_finish_kernel, s,
+                         static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps,
+                         rms_norm_threads(a.dim), vec4),
+        "hc_pre mix + split + collapse + norm");
   return true;
 }
 

@@ -73,6 +73,48 @@ __device__ inline float rms_scale_row_as(const float* xr, int64_t dim, float eps
   return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(dim)) + eps);
 }
 
+// rms_scale_row_as's bits for threads = 4·blockDim.x with every load of a thread in one round (dim a
+// multiple of 4, xr 16-byte aligned): thread j carries the chains of the emulated threads 4j … 4j + 3
+// and reads x[4j + threads·k … + 3] as one float4 (16 of them in flight for the 16384-wide HC state
+// instead of 4 rounds of 4). block_sum's tree over the emulated threads: an emulated warp is 8 real
+// lanes, its butterfly offsets 16, 8, 4 are the real lanes ^ 4, 2, 1 and offsets 2, 1 are within a
+// thread's 4 chains (each addition own + partner, as warp_sum's).
+__device__ inline float rms_scale_row_v4(const float* xr, int64_t dim, float eps, int threads) {
+  __shared__ double part[32];
+  constexpr int kRound = 16;  // float4 loads in flight per thread
+  const int lane = threadIdx.x % kWarp;
+  const int64_t j4 = 4 * static_cast<int64_t>(threadIdx.x);
+  double s[4] = {0, 0, 0, 0};
+  for (int64_t b0 = 0; b0 < dim; b0 += kRound * int64_t{threads}) {
+    float4 v[kRound];
+#pragma unroll
+    for (int k = 0; k < kRound; ++k) {
+      const int64_t i = b0 + k * int64_t{threads} + j4;
+      v[k] = i < dim ? *reinterpret_cast<const float4*>(xr + i) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int k = 0; k < kRound; ++k) {  // each chain in order; past dim nothing is added
+      if (b0 + k * int64_t{threads} + j4 >= dim) continue;
+      s[0] += static_cast<double>(v[k].x) * v[k].x;
+      s[1] += static_cast<double>(v[k].y) * v[k].y;
+      s[2] += static_cast<double>(v[k].z) * v[k].z;
+      s[3] += static_cast<double>(v[k].w) * v[k].w;
+    }
+  }
+#pragma unroll
+  for (int m = 4; m >= 1; m >>= 1)  // emulated offsets 16, 8, 4
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s[c] += __shfl_xor_sync(0xffffffffu, s[c], m);
+  // Offset 2 gives chain c the sum s[c] + s[c ^ 2], offset 1 then (s[0] + s[2]) + (s[1] + s[3]) on chain 0.
+  const double w0 = (s[0] + s[2]) + (s[1] + s[3]);
+  __syncthreads();  // `part` may still be read by a previous call
+  if (lane % 8 == 0) part[threadIdx.x / 8] = w0;  // emulated warp j / 8
+  __syncthreads();
+  double t = lane < threads / kWarp ? part[lane] : 0.0;
+  t = warp_sum(t);
+  return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(dim)) + eps);
+}
+
 // Rotates the adjacent pair v[0], v[1] by pos·w (−pos·w when inverse), the angle reduced in double.
 __device__ inline void rope_rotate(float* v, int32_t pos, double w, bool inverse) {
   const double theta = fmod(static_cast<double>(pos) * w, 2.0 * M_PI);

@@ -172,7 +172,8 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only) {
 
 // The op benchmarks: copy ceiling, dense matmuls and the per-stage decode table, HC controls, routed
 // experts, attention.
-void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng) {
+// gemv_only (--gemv): only the dense matmul op lines and the stage tables.
+void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng, bool gemv_only) {
   auto sync = [&] { (void)be->sync(); };
   double ceiling = 4256;  // GB/s, replaced by the measurement below
   {  // Ceiling: device-to-device copy, bytes read + written.
@@ -185,7 +186,6 @@ void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng) {
       std::printf("BENCH ceiling d2d-copy %.0f GB/s (read+write of 2 GiB in %.3f ms)\n", ceiling, s * 1e3);
     }
   }
-  const bool gemv_only = argc > 1 && std::strcmp(argv[1], "--gemv") == 0;
   {  // Dense Q8_0 matmuls on gemv_dense.cu and gemv_mma.cu against the previous kernels; per-stage decode
      // breakdown: general kernels (the first version), gemv_mma.cu on every shape it takes, then the
      // default dispatch. --gemv: only these op lines and the default stage table.
@@ -219,7 +219,7 @@ void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng) {
     }
     std::printf("BENCH stage --- decode kernels ---\n");
     bench_decode_stages(*be, ceiling);
-    if (gemv_only) return 0;
+    if (gemv_only) return;
     cuda::CudaBackendOptions ho;  // HC pre / router / HC post: spread kernels vs the previous ones
     ho.hc_router_v2 = false;
     if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev, nullptr);
@@ -410,7 +410,9 @@ int main(int argc, char** argv) {
   // --models-only: just the whole-model lines (graphs off / on) for the files that follow.
   const bool models_only = argc > 1 && std::strcmp(argv[1], "--models-only") == 0;
   const int first = models_only ? 2 : 1;
-  if (!models_only) bench_ops(be, rng);
+  const bool gemv_only = argc > 1 && std::strcmp(argv[1], "--gemv") == 0;
+  if (!models_only) bench_ops(be, rng, gemv_only);
+  if (gemv_only) return 0;
 
   // Whole models through the public API, decode host-launched and then replayed as CUDA graphs
   // (EngineOptions::cuda_graphs: every decode step, the ones emitting compressed rows included).

@@ -12,14 +12,18 @@ namespace ds4 {
 
 // Sign byte mask of a chunk's 7-bit sign index: byte j is 0xFF where element j is negative, else 0x00.
 // The stored 7 bits are elements 0…6; element 7's sign is their parity (kKsignsIq2xs[i] = i | parity << 7).
+// A few integer operations (the CUDA kernels build their shared tables with it): the parity by xor
+// folding; each nibble spread to bit 0 of four bytes by one multiply (copies at bits n, n + 7, n + 14,
+// n + 21 of a 4-bit n never overlap, so no carries), then each 0/1 byte times 255.
 constexpr uint64_t iq2xxs_sign_mask(uint32_t idx7) {
-  uint32_t parity = 0;
-  for (int j = 0; j < 7; ++j) parity ^= (idx7 >> j) & 1u;
-  const uint32_t bits = (idx7 & 127u) | (parity << 7);
-  uint64_t m = 0;
-  for (int j = 0; j < 8; ++j)
-    if ((bits >> j) & 1u) m |= uint64_t{0xff} << (8 * j);
-  return m;
+  const uint32_t x = idx7 & 127u;
+  uint32_t parity = x ^ (x >> 4);
+  parity ^= parity >> 2;
+  parity ^= parity >> 1;
+  const uint32_t bits = x | ((parity & 1u) << 7);
+  const uint64_t lo = ((bits & 15u) * 0x00204081u) & 0x01010101u;
+  const uint64_t hi = ((bits >> 4) * 0x00204081u) & 0x01010101u;
+  return (lo | (hi << 32)) * 0xffu;
 }
 
 // Four grid magnitudes g (bytes, each 8, 25 or 43: kIq2xxsGrid) with the signs of mask word m applied:

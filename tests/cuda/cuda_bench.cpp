@@ -5,6 +5,7 @@
 // timed from the host around a stream sync (so per-call times include launch overhead, as decode does).
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
 //        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
+//        cuda_bench --experts tiles       the same, only the fast (default) and lean tile kernels.
 //        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 #include <cuda_runtime.h>
@@ -56,12 +57,13 @@ void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
-// on `be` ("default": the dispatch of CudaBackend::gemv / moe), for the experts on a backend with
-// expert_tiles_lean = false ("tiles1": the first tile kernels, before/after figures of the lean ones)
+// on `be` ("default": the dispatch of CudaBackend::gemv / moe; the fast expert tiles), for the experts on
+// a backend with expert_tiles_fast = false ("lean": the lean tile kernels, before/after figures of the fast
+// ones), one with expert_tiles_lean = false ("tiles1": the first tile kernels)
 // and one with expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off
 // ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
 // the distinct experts the batch reads (7.07 MB each).
-void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only) {
+void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_only = false) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
   auto general = cuda::make_cuda_backend(go);
@@ -128,10 +130,14 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only) {
   cuda::CudaBackendOptions fo;
   fo.expert_tiles_lean = false;
   auto first_tiles = cuda::make_cuda_backend(fo);
+  cuda::CudaBackendOptions lo;
+  lo.expert_tiles_fast = false;
+  auto lean_tiles = cuda::make_cuda_backend(lo);
   std::vector<Side> moe_sides = {{&be, "default"}};
-  if (first_tiles.ok()) moe_sides.push_back({first_tiles->get(), "tiles1"});
-  if (previous.ok()) moe_sides.push_back({previous->get(), "previous"});
-  if (general.ok()) moe_sides.push_back({general->get(), "general"});
+  if (lean_tiles.ok()) moe_sides.push_back({lean_tiles->get(), "lean"});
+  if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
+  if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});
+  if (general.ok() && !tiles_only) moe_sides.push_back({general->get(), "general"});
   for (const Side& sd : moe_sides) {
     auto ex = [&](GgmlType t, const std::vector<uint8_t>& h, int64_t rows, int64_t cols) {
       ExpertWeights e;
@@ -393,7 +399,7 @@ int main(int argc, char** argv) {
   std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
   std::mt19937 rng(1);
   if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
-    bench_skinny(*be, rng, true);
+    bench_skinny(*be, rng, true, argc > 2 && std::strcmp(argv[2], "tiles") == 0);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc") == 0) {  // HC pre, router, HC post: new vs previous kernels

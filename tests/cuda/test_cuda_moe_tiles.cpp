@@ -2,8 +2,9 @@
 // shapes (E 4096, F 2048, IQ2_XXS gate/up, Q2_K down) against the CPU moe op, against the previous
 // kernels (CudaBackendOptions::expert_tiles = false: gemv_decode.cu up to 4 tokens, gemv_skinny.cu below
 // 64 pairs, the grouped tensor-core GEMM above) and against the first tile kernels
-// (CudaBackendOptions::expert_tiles_lean = false) bit for bit, and one token's output at n = 1, 40 and
-// 64 bit for bit on both tile kernels. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// (CudaBackendOptions::expert_tiles_lean = false) and the lean tile kernels (expert_tiles_fast = false)
+// bit for bit, and one token's output at n = 1, 40 and 64 bit for bit on the fast, lean and first tile
+// kernels. The default backend runs the fast tile kernels. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).
@@ -35,6 +36,11 @@ class CudaMoeTiles : public CudaOpsTest {
     auto f = cuda::make_cuda_backend(fo);
     ASSERT_TRUE(f.ok()) << f.status().to_string();
     first_ = std::move(f).value();
+    cuda::CudaBackendOptions lo;
+    lo.expert_tiles_fast = false;
+    auto l = cuda::make_cuda_backend(lo);
+    ASSERT_TRUE(l.ok()) << l.status().to_string();
+    lean_ = std::move(l).value();
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
     db_ = random_weight(GgmlType::Q2_K, int64_t{kNE} * kDim, kFf, &d0_);
@@ -63,9 +69,10 @@ class CudaMoeTiles : public CudaOpsTest {
     clamp_ = gv[kFf * 8 / 10];
   }
 
-  // Side 0: the default backend (lean expert tiles), 1: the previous kernels, 2: the first tile kernels.
-  static constexpr int kSides = 3;
-  Backend& side(int b) { return b == 0 ? *gpu_ : b == 1 ? *prev_ : *first_; }
+  // Side 0: the default backend (fast expert tiles), 1: the previous kernels, 2: the first tile kernels,
+  // 3: the lean tile kernels.
+  static constexpr int kSides = 4;
+  Backend& side(int b) { return b == 0 ? *gpu_ : b == 1 ? *prev_ : b == 2 ? *first_ : *lean_; }
 
   static ExpertWeights experts(Weight w, void* data, int64_t rows) {
     ExpertWeights e;
@@ -89,7 +96,7 @@ class CudaMoeTiles : public CudaOpsTest {
     return ids;
   }
 
-  // out [n][dim] of side `b` (0: lean expert tiles, 1: previous kernels, 2: first tile kernels).
+  // out [n][dim] of side `b` (0: fast expert tiles, 1: previous kernels, 2: first tile kernels, 3: lean).
   std::vector<float> run_gpu(int b, const std::vector<float>& x, const std::vector<int32_t>& ids,
                              const std::vector<float>& wts, int64_t n, int32_t k) {
     Backend& be = side(b);
@@ -140,8 +147,8 @@ class CudaMoeTiles : public CudaOpsTest {
     return out;
   }
 
-  // Lean expert tiles vs the CPU (tolerance and bits), vs the previous kernels and the first tile
-  // kernels (bit for bit); the first tile kernels vs the CPU's bits too.
+  // Fast expert tiles vs the CPU (tolerance and bits), vs the previous kernels, the first and the lean
+  // tile kernels (bit for bit); the first and lean tile kernels vs the CPU's bits too.
   void check(int64_t n, int32_t k, bool same) {
     const auto x = randn(static_cast<size_t>(n * kDim));
     const auto ids = routing(n, k, same);
@@ -150,6 +157,7 @@ class CudaMoeTiles : public CudaOpsTest {
     const auto tiles = run_gpu(0, x, ids, wts, n, k);
     const auto prev = run_gpu(1, x, ids, wts, n, k);
     const auto first = run_gpu(2, x, ids, wts, n, k);
+    const auto lean = run_gpu(3, x, ids, wts, n, k);
     const auto want = run_cpu(x, ids, wts, n, k);
     const std::string what = std::string("moe tiles flash k") + std::to_string(k) + " n" + std::to_string(n) +
                              (same ? " same experts" : " random");
@@ -161,13 +169,18 @@ class CudaMoeTiles : public CudaOpsTest {
                 same_bits ? "ok" : "FAIL");
     EXPECT_EQ(std::memcmp(first.data(), want.data(), first.size() * 4), 0) << what << ": first tiles not the CPU's bits";
     const bool same_first = std::memcmp(tiles.data(), first.data(), tiles.size() * 4) == 0;
-    EXPECT_TRUE(same_first) << what << ": lean and first tile kernels differ";
-    std::printf("PARITY %-44s n=%-9zu lean tiles == first tile kernels bit for bit: %s\n", what.c_str(), tiles.size(),
+    EXPECT_TRUE(same_first) << what << ": fast and first tile kernels differ";
+    std::printf("PARITY %-44s n=%-9zu fast tiles == first tile kernels bit for bit: %s\n", what.c_str(), tiles.size(),
                 same_first ? "ok" : "FAIL");
+    EXPECT_EQ(std::memcmp(lean.data(), want.data(), lean.size() * 4), 0) << what << ": lean tiles not the CPU's bits";
+    const bool same_lean = std::memcmp(tiles.data(), lean.data(), tiles.size() * 4) == 0;
+    EXPECT_TRUE(same_lean) << what << ": fast and lean tile kernels differ";
+    std::printf("PARITY %-44s n=%-9zu fast tiles == lean tile kernels bit for bit: %s\n", what.c_str(), tiles.size(),
+                same_lean ? "ok" : "FAIL");
   }
 
-  std::unique_ptr<Backend> prev_, first_;
-  std::vector<Buffer> side_bufs_[kSides];  // prev_'s and first_'s buffers: declared after them, so destroyed first
+  std::unique_ptr<Backend> prev_, first_, lean_;
+  std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
   MoeArgs cpu_args_, side_args_[kSides];
@@ -194,8 +207,8 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   const auto ids0 = routing(1, k, false);
   std::vector<float> w0(k);
   for (auto& v : w0) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
-  std::vector<std::vector<float>> got;  // lean tiles at n = 1, 40, 64, then the first tile kernels
-  for (int b : {0, 2}) {
+  std::vector<std::vector<float>> got;  // fast tiles at n = 1, 40, 64, then the first, then the lean tile kernels
+  for (int b : {0, 2, 3}) {
     for (auto [n, at] : {std::pair<int64_t, int64_t>{1, 0}, {40, 17}, {64, 63}}) {
       auto x = randn(static_cast<size_t>(n * kDim));
       auto ids = routing(n, k, false);
@@ -209,7 +222,7 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   }
   EXPECT_EQ(got[0], got[1]) << "n = 1 vs n = 40";
   EXPECT_EQ(got[0], got[2]) << "n = 1 vs n = 64";
-  for (int i = 3; i < 6; ++i) EXPECT_EQ(got[0], got[i]) << "lean vs first tile kernels, case " << i - 3;
+  for (int i = 3; i < 9; ++i) EXPECT_EQ(got[0], got[i]) << "fast vs " << (i < 6 ? "first" : "lean") << " tile kernels, case " << i % 3;
   const auto want = run_cpu(x0, ids0, w0, 1, k);
   expect_close(got[0], want, 5e-4, 1e-7, "moe tiles flash one token n1");
 }
@@ -222,7 +235,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2}) {
+    for (int b : {0, 2, 3}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)

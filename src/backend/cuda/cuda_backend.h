@@ -39,6 +39,11 @@ struct CudaBackendOptions {
   // false: the first tile kernels (one pair loop of the largest chunk, absent pairs guarded) — to switch
   // back if a GPU run finds a problem, and for before/after benchmarks. Same bits either way.
   bool expert_tiles_lean = true;
+  // The expert tiles' fast kernels (with expert_tiles_lean; moe_tiles.cu): IQ2_XXS chunks decoded from
+  // conflict-free shared-memory grid and sign-mask tables, 4 weights per 3 integer operations, a warp per
+  // block; Q2_K quants masked in place (dp4a on unsigned bytes) and min terms by dp2a. false: the lean
+  // kernels — to switch back, and for before/after benchmarks. Same bits either way.
+  bool expert_tiles_fast = true;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

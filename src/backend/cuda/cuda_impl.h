@@ -248,6 +248,7 @@ class CudaBackend final : public Backend {
   void set_decode_kernels(bool on) { decode_kernels_ = on; }
   void set_expert_tiles(bool on) { expert_tiles_ = on; }
   void set_expert_tiles_lean(bool on) { expert_tiles_lean_ = on; }
+  void set_expert_tiles_fast(bool on) { expert_tiles_fast_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
@@ -273,6 +274,7 @@ class CudaBackend final : public Backend {
   bool decode_kernels_ = true;            // CudaBackendOptions::decode_kernels
   bool expert_tiles_ = true;              // CudaBackendOptions::expert_tiles
   bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
+  bool expert_tiles_fast_ = true;         // CudaBackendOptions::expert_tiles_fast
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl

@@ -22,6 +22,12 @@
 // one-pair expert — most of them below 40 tokens — carries no guards for 15 absent pairs), read the
 // IQ2_XXS grid from 4 interleaved copies and each Q2_K quant/scale word once; the first ones stay
 // selectable to switch back if a GPU run finds a problem, and for before/after benchmarks.
+// Fast tile kernels (CudaBackendOptions::expert_tiles_fast, default; with lean): the same work and bits
+// at fewer instructions per weight — IQ2_XXS: a warp per block (gate and up rows of one block), the
+// quant words by aligned loads and funnel shifts, per 8-value chunk one 64-bit grid and one 64-bit sign
+// mask load from 16-copy conflict-free shared tables and 3 integer operations per 4 weights
+// (quant/iq2xxs_words.h), one 512-thread block per SM sharing the 48 KB of tables; Q2_K: quants masked
+// in place for unsigned-byte dp4a, min terms by dp2a; at most 8 (IQ2_XXS) / 4 (Q2_K) pairs a pass.
 // Deliberately not here: prefill-sized batches (ops_gemm.cu's grouped GEMM), `exact` numerics and
 // float weights (ops_matmul.cu), the slot sum and the dispatch (ops_moe.cu CudaBackend::moe).
 #include <algorithm>
@@ -33,6 +39,7 @@
 #include "backend/cuda/moe_group.cuh"
 #include "backend/cuda/qdot.cuh"
 #include "quant/iq2xxs_tables.h"
+#include "quant/iq2xxs_words.h"
 
 namespace ds4::backend::cuda {
 
@@ -40,7 +47,7 @@ namespace {
 
 __constant__ uint64_t c_grid[256];
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // threads of a tile block (the fast IQ2_XXS kernels: threads_of)
 // gate/up: 16 rows of gate and 16 of up per item (2 × 16 × 1060 B = 33 KB at Flash shapes), 16 pairs
 // per chunk (16 × 16 chains = kThreads), 2 blocks per SM; down: 32 rows (21 KB), 8 pairs per chunk.
 constexpr int kGuRows = 16;
@@ -208,6 +215,164 @@ __device__ inline void q2k_terms(const uint8_t* x, uint64_t boff, int c, const u
     if (present<P, kLean>(p, c)) out[p * out_stride] = q2k_finish(x, sact[p] + boff, isum[p], summs[p]);
 }
 
+// ---- fast kernels (CudaBackendOptions::expert_tiles_fast): ~2 instructions per weight ----
+//
+// IQ2_XXS tables of the fast kernels, at the start of dynamic shared memory: kFastCopies copies of the
+// grid (256 × u64) and of the sign byte masks (128 × u64, iq2xxs_sign_mask), entry e's copy c at
+// 8·(kFastCopies·e + c) bytes, lane l reading copy l % 16. A warp's 64-bit loads are served a half-warp
+// per wavefront; the half-warp's 16 lanes read 16 different copies, i.e. banks 2c and 2c + 1 whatever
+// entries they pick: every lookup is conflict-free (2 wavefronts a warp, the minimum for 8 bytes a lane).
+constexpr int kFastCopies = 16;
+constexpr uint64_t kFastTableBytes = (256 + 128) * kFastCopies * sizeof(uint64_t);  // 48 KB
+
+// dp4a with unsigned weight bytes (0 … 255) and signed activation bytes.
+__device__ inline int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// IQ2_XXS block at wb (2-byte aligned in shared memory), fast decode. Per 32-value group: the two 32-bit
+// words (grid indices, sign indices + scale) from three aligned 32-bit loads and two funnel shifts (the
+// group is 2 or 0 bytes off a word boundary: wb + 2 is the quants' start); per 8-value chunk one 64-bit
+// grid load and one 64-bit sign-mask load (conflict-free tables above), the signs applied 4 bytes at a
+// time by iq2xxs_signed_word (3 integer operations, no per-byte work; the no-carry proof is there), then
+// per pair 2 dp4a. The integer sums are iq2_xxs_group_isum's (exact), the float finish is QDot's.
+// gl / sl: this lane's copy of the grid / sign table as bytes (entry e's 8 bytes at e · 128).
+template <int P, bool kLean>
+__device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact,
+                                      const uint8_t* gl, const uint8_t* sl, float* out, int out_stride) {
+  const uint8_t* q = wb + 2;
+  const int mis = static_cast<int>(reinterpret_cast<uintptr_t>(q) & 3);  // 0 or 2
+  const uint32_t* qw = reinterpret_cast<const uint32_t*>(q - mis);       // 17 words cover the 64 quant bytes
+  const uint32_t sh = 8u * static_cast<uint32_t>(mis);
+  int isum[P];
+  const uint8_t* ap[P];  // pair p's quants of this block
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    isum[p] = 0;
+    ap[p] = present<P, kLean>(p, c) ? sact[p] + boff + 4 : nullptr;
+  }
+  uint32_t w_lo = qw[0];
+  // Unrolled for one pair (immediate offsets, no loop); not for more: the loads hoisted across
+  // groups then spill (ptxas -v).
+#pragma unroll(P == 1 ? 8 : 1)
+  for (int g = 0; g < 8; ++g) {
+    // The last group's w_hi reaches ≤ 4 bytes past the block (the next block, the row pitch's padding or
+    // tile_smem's 16 spare bytes) and is used only for its first 2 bytes when sh = 16.
+    const uint32_t w_mid = qw[2 * g + 1], w_hi = qw[2 * g + 2];
+    const uint32_t a0 = __funnelshift_r(w_lo, w_mid, sh);
+    const uint32_t a1 = __funnelshift_r(w_mid, w_hi, sh);
+    w_lo = w_hi;
+    const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
+    uint32_t w[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      // Byte offsets of entry e in this lane's copy: e · 128 (kFastCopies entries of 8 bytes apart).
+      const uint32_t go = __byte_perm(a0, 0, 0x4440 + k) << 7;
+      const uint32_t so = (k == 0 ? a1 << 7 : a1 >> (7 * k - 7)) & (127u << 7);
+      const uint64_t gr = *reinterpret_cast<const uint64_t*>(gl + go);
+      const uint64_t sm = *reinterpret_cast<const uint64_t*>(sl + so);
+      w[2 * k] = iq2xxs_signed_word(static_cast<uint32_t>(gr), static_cast<uint32_t>(sm));
+      w[2 * k + 1] = iq2xxs_signed_word(static_cast<uint32_t>(gr >> 32), static_cast<uint32_t>(sm >> 32));
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (present<P, kLean>(p, c)) {
+        const uint4* q8 = reinterpret_cast<const uint4*>(ap[p] + 32 * g);  // 16-byte aligned
+        const uint4 v0 = q8[0], v1 = q8[1];
+        int s = __dp4a(static_cast<int>(w[0]), static_cast<int>(v0.x), 0);
+        s = __dp4a(static_cast<int>(w[1]), static_cast<int>(v0.y), s);
+        s = __dp4a(static_cast<int>(w[2]), static_cast<int>(v0.z), s);
+        s = __dp4a(static_cast<int>(w[3]), static_cast<int>(v0.w), s);
+        s = __dp4a(static_cast<int>(w[4]), static_cast<int>(v1.x), s);
+        s = __dp4a(static_cast<int>(w[5]), static_cast<int>(v1.y), s);
+        s = __dp4a(static_cast<int>(w[6]), static_cast<int>(v1.z), s);
+        s = __dp4a(static_cast<int>(w[7]), static_cast<int>(v1.w), s);
+        isum[p] += s * ls;
+      }
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (present<P, kLean>(p, c)) out[p * out_stride] = QDot<GgmlType::IQ2_XXS>::finish(wb, sact[p] + boff, isum[p], 0);
+}
+
+// Q2_K block at x (4-byte aligned in shared memory), fast decode. The 16 quant words are read once and
+// masked in place: for shift l (values at bits 2l of each byte) w = qw & (0x03030303 << 2l) holds 4^l·q
+// in unsigned bytes (≤ 192), dotted with the signed Q8_K bytes by dp4a.u32.s32 — one operation a word
+// instead of a shift and a mask. Sub-block s = 8h + 2l + half adds (scale s)·4^l·sub_s to acc_l, and
+// acc_l >> 2l is exactly Σ (scale s)·sub_s (a multiple of 4^l; |acc_l| < 2^25), so isum is
+// q2k_piece's. The min terms Σ_s bsum_s·min_s go two sub-blocks per dp2a (int16 bsums × the min
+// nibbles as bytes). Integer sums, exact in any grouping; the float finish is q2k_finish.
+template <int P, bool kLean>
+__device__ inline void q2k_terms_fast(const uint8_t* x, uint64_t boff, int c, const uint8_t* const* sact, float* out,
+                                      int out_stride) {
+  const uint32_t* xw = reinterpret_cast<const uint32_t*>(x);
+  uint32_t sc[4], mn[4], qw[16];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = xw[i];  // scale/min bytes 4i … 4i + 3
+    sc[i] = s & 0x0f0f0f0fu;
+    mn[i] = (s >> 4) & 0x0f0f0f0fu;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) qw[i] = xw[4 + i];  // quant bytes 16 + 4i …
+  int isum[P], summs[P];
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    isum[p] = summs[p] = 0;
+    if (present<P, kLean>(p, c)) {
+      const uint4* bs = reinterpret_cast<const uint4*>(sact[p] + boff + 260);  // bsums, 16-byte aligned
+      const uint4 b0 = bs[0], b1 = bs[1];
+      int m = __dp2a_lo(static_cast<int>(b0.x), static_cast<int>(mn[0]), 0);
+      m = __dp2a_hi(static_cast<int>(b0.y), static_cast<int>(mn[0]), m);
+      m = __dp2a_lo(static_cast<int>(b0.z), static_cast<int>(mn[1]), m);
+      m = __dp2a_hi(static_cast<int>(b0.w), static_cast<int>(mn[1]), m);
+      m = __dp2a_lo(static_cast<int>(b1.x), static_cast<int>(mn[2]), m);
+      m = __dp2a_hi(static_cast<int>(b1.y), static_cast<int>(mn[2]), m);
+      m = __dp2a_lo(static_cast<int>(b1.z), static_cast<int>(mn[3]), m);
+      m = __dp2a_hi(static_cast<int>(b1.w), static_cast<int>(mn[3]), m);
+      summs[p] = m;
+    }
+  }
+#pragma unroll(P == 1 ? 4 : 1)
+  for (int l = 0; l < 4; ++l) {  // unrolled above 1 pair, it spills (ptxas -v); l moves a mask, a byte select, a shift
+    const uint32_t mask = 0x03030303u << (2 * l);
+    int acc[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) acc[p] = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        // Scale of sub-block s = 8h + 2l + half: byte s % 4 = 2(l % 2) + half of word s / 4 = 2h + l / 2.
+        const uint32_t scw = (l & 2) ? sc[2 * h + 1] : sc[2 * h];
+        const int scale = static_cast<int>(__byte_perm(scw, 0, 0x4440 + 2 * (l & 1) + half));
+        uint32_t w[4];
+#pragma unroll
+        for (int m = 0; m < 4; ++m) w[m] = qw[8 * h + 4 * half + m] & mask;
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          if (present<P, kLean>(p, c)) {
+            const uint4 v = *reinterpret_cast<const uint4*>(sact[p] + boff + 4 + 128 * h + 32 * l + 16 * half);
+            int sub = dp4a_us(w[0], v.x, 0);
+            sub = dp4a_us(w[1], v.y, sub);
+            sub = dp4a_us(w[2], v.z, sub);
+            sub = dp4a_us(w[3], v.w, sub);
+            acc[p] += scale * sub;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) isum[p] += acc[p] >> (2 * l);
+  }
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (present<P, kLean>(p, c)) out[p * out_stride] = q2k_finish(x, sact[p] + boff, isum[p], summs[p]);
+}
+
 // Other types (Q8_0, Q4_K): QDot per pair.
 template <GgmlType T, int P, bool kLean>
 __device__ inline void generic_terms(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact, float* out,
@@ -257,42 +422,63 @@ uint32_t tile_pitch(uint64_t row_bytes) {
   return static_cast<uint32_t>(4 * ((row_bytes / 4) | 1));
 }
 
-// Dynamic shared memory: two weight tiles (R rows of each matrix at `pitch`), then terms [P][R][V + 1]
-// floats (V = blocks per row, both matrices in gate_up mode; the +1 pitch spreads the (row, pair)
-// chains over the banks).
-template <bool kGateUp>
-uint64_t tile_smem(uint64_t row_bytes, int nb) {
-  constexpr int R = rows_of<kGateUp>(), P = kThreads / R;
-  const uint64_t tile = (kGateUp ? 2 : 1) * R * static_cast<uint64_t>(tile_pitch(row_bytes));
-  const int V = kGateUp ? 2 * nb : nb;
-  return 2 * tile + static_cast<uint64_t>(P) * R * (V + 1) * sizeof(float);
+// Tile kernel variants: the first ones (CudaBackendOptions::expert_tiles_lean = false), the lean ones
+// (expert_tiles_fast = false) and the fast ones (default).
+constexpr int kFirst = 0, kLeanVar = 1, kFast = 2;
+
+// The fast IQ2_XXS kernels hold 48 KB of tables per block (kFastTableBytes): one block of 512 threads per
+// SM shares them (16 warps, as two 256-thread blocks gave); every other kernel runs 256 threads, 2 per SM.
+template <GgmlType T, int kVar>
+constexpr bool fast_iq2() {
+  return kVar == kFast && T == GgmlType::IQ2_XXS;
+}
+template <GgmlType T, int kVar>
+constexpr int threads_of() {
+  return fast_iq2<T, kVar>() ? 2 * kThreads : kThreads;
 }
 
-// kLean: the lean kernels (CudaBackendOptions::expert_tiles_lean); false: the first tile kernels.
-template <GgmlType T, bool kGateUp, bool kLean>
-__global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
+// Dynamic shared memory: (fast IQ2_XXS: the tables), two weight tiles (R rows of each matrix at `pitch`),
+// then terms [P][R][V + 1] floats (V = blocks per row, both matrices in gate_up mode; the +1 pitch
+// spreads the (row, pair) chains over the banks), 16 spare bytes (iq2_terms_fast's last word).
+// fast_tables: the kernel is a fast IQ2_XXS one (fast_iq2).
+uint64_t tile_smem(bool gate_up, bool fast_tables, uint64_t row_bytes, int nb) {
+  const int R = gate_up ? rows_of<true>() : rows_of<false>(), P = kThreads / R;
+  const uint64_t tile = (gate_up ? 2 : 1) * R * static_cast<uint64_t>(tile_pitch(row_bytes));
+  const int V = gate_up ? 2 * nb : nb;
+  return (fast_tables ? kFastTableBytes : 0) + 2 * tile + static_cast<uint64_t>(P) * R * (V + 1) * sizeof(float) + 16;
+}
+
+// kVar: kFirst, kLeanVar or kFast (above). P pairs per chunk (P × R = 256 chains) in every variant.
+template <GgmlType T, bool kGateUp, int kVar>
+__global__ void __launch_bounds__(threads_of<T, kVar>(), fast_iq2<T, kVar>() ? 1 : 2) moe_tile_kernel(TileParams p) {
   constexpr int R = rows_of<kGateUp>(), P = kThreads / R;
   static_assert(P == 8 || P == 16, "the lean dispatch below covers chunks of up to 8 or 16 pairs");
   constexpr bool kIq2 = T == GgmlType::IQ2_XXS;
-  constexpr int kCopies = kLean ? kGridCopies : 1;
+  constexpr bool kLean = kVar != kFirst;
+  constexpr bool kFastIq2 = fast_iq2<T, kVar>();
+  constexpr int kBlockThreads = threads_of<T, kVar>();
+  constexpr int kCopies = kVar == kLeanVar ? kGridCopies : 1;
   using D = QDot<T>;
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ uint64_t grid[kIq2 ? 256 * kCopies : 1];
+  __shared__ uint64_t grid[kIq2 && !kFastIq2 ? 256 * kCopies : 1];
   __shared__ const uint8_t* sact[P];
   __shared__ int32_t spair[P];
   const int tid = threadIdx.x, lane = tid % kWarp, wid = tid / kWarp;
-  if constexpr (kIq2) {  // visible after the first barrier below; entry e's copy c at e·kCopies + c
-    for (int i = tid; i < 256 * kCopies; i += kThreads) grid[i] = c_grid[i / kCopies];
-  }
+  uint8_t* const tiles = smem + (kFastIq2 ? kFastTableBytes : 0);
+  uint64_t* const fgrid = reinterpret_cast<uint64_t*>(smem);  // fast IQ2_XXS tables (kFastCopies each)
+  uint64_t* const fsign = fgrid + 256 * kFastCopies;
   const uint64_t* lane_grid = grid + lane % kCopies;
+  // fast: a half-warp's lanes on 16 copies
+  [[maybe_unused]] const uint8_t* lane_fgrid = reinterpret_cast<const uint8_t*>(fgrid + lane % kFastCopies);
+  [[maybe_unused]] const uint8_t* lane_fsign = reinterpret_cast<const uint8_t*>(fsign + lane % kFastCopies);
   const int nb = p.nb, V = kGateUp ? 2 * nb : nb, TS = V + 1;
   const uint32_t mat = R * p.pitch;  // one matrix's rows in a tile
   const uint32_t tile = (kGateUp ? 2 : 1) * mat;
   const uint32_t row_words = static_cast<uint32_t>(p.row_bytes / 4);
-  float* terms = reinterpret_cast<float*>(smem + 2 * tile);
+  float* terms = reinterpret_cast<float*>(tiles + 2 * tile);
   const int64_t items = static_cast<int64_t>(*p.n_groups) * p.n_tiles;
   // Copies item's R rows of each matrix (contiguous in the expert) to dst, row r at r·pitch: warp w
-  // takes rows w, w + 8, …, its lanes 128 consecutive bytes per instruction (or, pitch = row bytes,
+  // takes rows w, w + warps, …, its lanes 128 consecutive bytes per instruction (or, pitch = row bytes,
   // the whole run of R rows word by word).
   auto issue = [&](int64_t item, uint8_t* dst) {
     const int64_t g = item / p.n_tiles, t = item % p.n_tiles;
@@ -302,24 +488,34 @@ __global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
       const uint8_t* src = (m == 0 ? p.w : p.w2) + off;
       uint8_t* d = dst + m * mat;
       if (p.pitch == p.row_bytes) {
-        for (uint32_t j = tid; j < mat / 4; j += kThreads) cp_async4(d + 4 * j, src + 4 * j);
+        for (uint32_t j = tid; j < mat / 4; j += kBlockThreads) cp_async4(d + 4 * j, src + 4 * j);
       } else {
-        for (int r = wid; r < R; r += kThreads / kWarp)
-          for (uint32_t j = lane; j < row_words; j += kWarp) cp_async4(d + r * p.pitch + 4 * j, src + r * p.row_bytes + 4 * j);
+        for (int r = wid; r < R; r += kBlockThreads / kWarp) {
+          const uint8_t* sr = src + r * p.row_bytes + 4 * lane;  // pointers stepped, not recomputed per word
+          uint8_t* dr = d + r * p.pitch + 4 * lane;
+          for (uint32_t j = lane; j < row_words; j += kWarp, sr += 4 * kWarp, dr += 4 * kWarp) cp_async4(dr, sr);
+        }
       }
     }
   };
   int64_t item = blockIdx.x;
   int buf = 0;
-  if (item < items) issue(item, smem);
+  if (item < items) issue(item, tiles);
   cp_async_commit();
+  // The IQ2_XXS tables, while the first tile is in flight; visible after the first barrier below.
+  if constexpr (kFastIq2) {
+    for (int i = tid; i < 256 * kFastCopies; i += kBlockThreads) fgrid[i] = c_grid[i / kFastCopies];
+    for (int i = tid; i < 128 * kFastCopies; i += kBlockThreads) fsign[i] = iq2xxs_sign_mask(i / kFastCopies);
+  } else if constexpr (kIq2) {  // entry e's copy c at e·kCopies + c
+    for (int i = tid; i < 256 * kCopies; i += kBlockThreads) grid[i] = c_grid[i / kCopies];
+  }
   for (; item < items; item += gridDim.x) {
     const int64_t next = item + gridDim.x;
-    if (next < items) issue(next, smem + (buf ^ 1) * tile);
+    if (next < items) issue(next, tiles + (buf ^ 1) * tile);
     cp_async_commit();
     cp_async_wait<1>();  // this item's tile has landed (the next one may still be in flight)
     __syncthreads();
-    const uint8_t* wt = smem + buf * tile;
+    const uint8_t* wt = tiles + buf * tile;
     const int64_t g = item / p.n_tiles;
     const int64_t row0 = (item % p.n_tiles) * R;
     const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
@@ -334,29 +530,58 @@ __global__ void __launch_bounds__(kThreads, 2) moe_tile_kernel(TileParams p) {
       // Block terms: thread per (row r, virtual block vb), consecutive threads on consecutive rows of
       // one block (so a warp's activation loads are one or two broadcast addresses); vb < nb is gate's
       // block vb (or down's), vb ≥ nb up's block vb − nb. Pair q's term lands at terms[(q·R + r)·TS + vb].
-      // Q (a std::integral_constant): the pair loop's length for this chunk.
-      auto block_terms = [&](auto q_pairs) {
+      // Q (a std::integral_constant): the pair loop's length; pairs q0 … q0 + cs − 1 of the chunk.
+      // The fast IQ2_XXS kernels map a warp to one block b instead: lanes 0–15 gate rows 0–15 and lanes
+      // 16–31 up rows 0–15 (gate_up), or lanes = down rows 0–31 — one activation address per warp, and
+      // every lane the same 2-byte offset into its block (rows at pitch ≡ 0 mod 4 at Flash shapes).
+      auto block_terms = [&](auto q_pairs, int q0, int cs) {
         constexpr int Q = decltype(q_pairs)::value;
-        for (int u = tid; u < R * V; u += kThreads) {
-          const int r = u % R, vb = u / R;
-          const bool up = kGateUp && vb >= nb;
-          const int b = up ? vb - nb : vb;
-          const uint8_t* wb = wt + (up ? mat : 0) + r * p.pitch + b * D::kWBytes;
-          float* out = terms + r * TS + vb;
-          const uint64_t boff = static_cast<uint64_t>(b) * p.act_pitch;
-          if constexpr (kIq2) iq2_terms<Q, kLean>(wb, boff, c, sact, lane_grid, out, R * TS);
-          else if constexpr (T == GgmlType::Q2_K) q2k_terms<Q, kLean>(wb, boff, c, sact, out, R * TS);
-          else generic_terms<T, Q, kLean>(wb, boff, c, sact, out, R * TS);
+        const uint8_t* const* sa = sact + q0;
+        float* const tq = terms + q0 * R * TS;
+        if constexpr (kFastIq2) {
+          static_assert(kGateUp ? R == kWarp / 2 : R == kWarp, "a warp covers one block of every row");
+          for (int u = tid; u < kWarp * nb; u += kBlockThreads) {
+            const int b = u / kWarp, l = u % kWarp;
+            const bool up = kGateUp && l >= R;
+            const int r = l % R;
+            const uint8_t* wb = wt + (up ? mat : 0) + r * p.pitch + b * D::kWBytes;
+            iq2_terms_fast<Q, kLean>(wb, static_cast<uint64_t>(b) * p.act_pitch, cs, sa, lane_fgrid, lane_fsign,
+                                     tq + r * TS + (up ? nb + b : b), R * TS);
+          }
+        } else {
+          for (int u = tid; u < R * V; u += kBlockThreads) {
+            const int r = u % R, vb = u / R;
+            const bool up = kGateUp && vb >= nb;
+            const int b = up ? vb - nb : vb;
+            const uint8_t* wb = wt + (up ? mat : 0) + r * p.pitch + b * D::kWBytes;
+            float* out = tq + r * TS + vb;
+            const uint64_t boff = static_cast<uint64_t>(b) * p.act_pitch;
+            if constexpr (kIq2) iq2_terms<Q, kLean>(wb, boff, cs, sa, lane_grid, out, R * TS);
+            else if constexpr (T == GgmlType::Q2_K && kVar == kFast) q2k_terms_fast<Q, kLean>(wb, boff, cs, sa, out, R * TS);
+            else if constexpr (T == GgmlType::Q2_K) q2k_terms<Q, kLean>(wb, boff, cs, sa, out, R * TS);
+            else generic_terms<T, Q, kLean>(wb, boff, cs, sa, out, R * TS);
+          }
         }
       };
-      if constexpr (kLean) {  // c is the same in the whole block: no divergence
-        if (c == 1) block_terms(std::integral_constant<int, 1>{});
-        else if (c == 2) block_terms(std::integral_constant<int, 2>{});
-        else if (c <= 4) block_terms(std::integral_constant<int, 4>{});
-        else if (P == 8 || c <= 8) block_terms(std::integral_constant<int, 8>{});
-        else block_terms(std::integral_constant<int, P>{});
+      if constexpr (kVar == kFast) {  // c is the same in the whole block: no divergence
+        // At most kMaxQ pairs a pass (more spill at 128 registers, ptxas -v: IQ2_XXS 16, Q2_K 8), the
+        // block decoded again for a further pass; each pass at the smallest Q of 1, 2, 4, 8 that holds it.
+        constexpr int kMaxQ = T == GgmlType::Q2_K ? 4 : 8;
+        for (int q0 = 0; q0 < c; q0 += kMaxQ) {
+          const int cs = c - q0 < kMaxQ ? c - q0 : kMaxQ;
+          if (cs == 1) block_terms(std::integral_constant<int, 1>{}, q0, cs);
+          else if (cs == 2) block_terms(std::integral_constant<int, 2>{}, q0, cs);
+          else if (cs <= 4 || kMaxQ == 4) block_terms(std::integral_constant<int, 4>{}, q0, cs);
+          else block_terms(std::integral_constant<int, kMaxQ>{}, q0, cs);
+        }
+      } else if constexpr (kLean) {
+        if (c == 1) block_terms(std::integral_constant<int, 1>{}, 0, c);
+        else if (c == 2) block_terms(std::integral_constant<int, 2>{}, 0, c);
+        else if (c <= 4) block_terms(std::integral_constant<int, 4>{}, 0, c);
+        else if (P == 8 || c <= 8) block_terms(std::integral_constant<int, 8>{}, 0, c);
+        else block_terms(std::integral_constant<int, P>{}, 0, c);
       } else {
-        block_terms(std::integral_constant<int, P>{});
+        block_terms(std::integral_constant<int, P>{}, 0, c);
       }
       __syncthreads();
       // Chains: thread per (pair q, row r) adds its terms from 0.0f in block order (consecutive
@@ -451,12 +676,14 @@ bool tiles_fit(const ExpertWeights& w, int64_t rows, int R) {
          (w.first.row_bytes % 4 == 0 || t == GgmlType::IQ2_XXS || t == GgmlType::Q8_0);
 }
 
-template <GgmlType T, bool kGateUp, bool kLean>
+template <GgmlType T, bool kGateUp, int kVar>
 bool launch_tiles(CudaBackend& be, const TileParams& p, int64_t items_bound, cudaStream_t s) {
-  const uint64_t smem = tile_smem<kGateUp>(p.row_bytes, p.nb);  // ≤ kMaxTileSmem, the limit init_tile_kernels set
-  auto kernel = moe_tile_kernel<T, kGateUp, kLean>;
+  // ≤ kMaxTileSmem (moe_tiles checks), the limit init_tile_kernels set
+  const uint64_t smem = tile_smem(kGateUp, fast_iq2<T, kVar>(), p.row_bytes, p.nb);
+  constexpr int threads = threads_of<T, kVar>();
+  auto kernel = moe_tile_kernel<T, kGateUp, kVar>;
   int per_sm = 0, sms = 0;
-  if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem), "moe tiles: occupancy") ||
+  if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "moe tiles: occupancy") ||
       !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "moe tiles: SM count"))
     return false;
   // Items are grid-stride over at most one wave of blocks; the grid divides the (host-bound) item
@@ -464,31 +691,35 @@ bool launch_tiles(CudaBackend& be, const TileParams& p, int64_t items_bound, cud
   const int64_t cap = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sms);
   const int64_t per_block = (items_bound + cap - 1) / cap;
   const int64_t blocks = std::max<int64_t>(1, (items_bound + per_block - 1) / per_block);
-  moe_tile_kernel<T, kGateUp, kLean><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(p);
+  moe_tile_kernel<T, kGateUp, kVar><<<static_cast<unsigned>(blocks), threads, smem, s>>>(p);
   return be.launched(kGateUp ? "moe gate/up tiles" : "moe down tiles");
 }
 
-template <bool kGateUp, bool kLean>
+template <bool kGateUp, int kVar>
 bool launch_tiles_of(CudaBackend& be, GgmlType t, const TileParams& p, int64_t items_bound, cudaStream_t s) {
   switch (t) {
-    case GgmlType::Q8_0: return launch_tiles<GgmlType::Q8_0, kGateUp, kLean>(be, p, items_bound, s);
-    case GgmlType::Q2_K: return launch_tiles<GgmlType::Q2_K, kGateUp, kLean>(be, p, items_bound, s);
-    case GgmlType::Q4_K: return launch_tiles<GgmlType::Q4_K, kGateUp, kLean>(be, p, items_bound, s);
-    default: return launch_tiles<GgmlType::IQ2_XXS, kGateUp, kLean>(be, p, items_bound, s);
+    case GgmlType::Q8_0: return launch_tiles<GgmlType::Q8_0, kGateUp, kVar>(be, p, items_bound, s);
+    case GgmlType::Q2_K: return launch_tiles<GgmlType::Q2_K, kGateUp, kVar>(be, p, items_bound, s);
+    case GgmlType::Q4_K: return launch_tiles<GgmlType::Q4_K, kGateUp, kVar>(be, p, items_bound, s);
+    default: return launch_tiles<GgmlType::IQ2_XXS, kGateUp, kVar>(be, p, items_bound, s);
   }
 }
 
 template <bool kGateUp>
-bool launch_tiles_of(CudaBackend& be, bool lean, GgmlType t, const TileParams& p, int64_t items_bound, cudaStream_t s) {
-  return lean ? launch_tiles_of<kGateUp, true>(be, t, p, items_bound, s)
-              : launch_tiles_of<kGateUp, false>(be, t, p, items_bound, s);
+bool launch_tiles_of(CudaBackend& be, int var, GgmlType t, const TileParams& p, int64_t items_bound, cudaStream_t s) {
+  switch (var) {
+    case kFirst: return launch_tiles_of<kGateUp, kFirst>(be, t, p, items_bound, s);
+    case kLeanVar: return launch_tiles_of<kGateUp, kLeanVar>(be, t, p, items_bound, s);
+    default: return launch_tiles_of<kGateUp, kFast>(be, t, p, items_bound, s);
+  }
 }
 
 template <GgmlType T>
 cudaError_t allow_tile_smem() {
   cudaError_t e = cudaSuccess;
-  for (auto kernel : {moe_tile_kernel<T, true, true>, moe_tile_kernel<T, false, true>, moe_tile_kernel<T, true, false>,
-                      moe_tile_kernel<T, false, false>})
+  for (auto kernel : {moe_tile_kernel<T, true, kFast>, moe_tile_kernel<T, false, kFast>,
+                      moe_tile_kernel<T, true, kLeanVar>, moe_tile_kernel<T, false, kLeanVar>,
+                      moe_tile_kernel<T, true, kFirst>, moe_tile_kernel<T, false, kFirst>})
     if (e == cudaSuccess)
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxTileSmem));
   return e;
@@ -514,8 +745,9 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
       !tiles_fit(a.gate, a.ff, kGuRows) || !tiles_fit(a.up, a.ff, kGuRows) || !tiles_fit(a.down, a.dim, kDnRows))
     return false;
   const int nb_gu = static_cast<int>(a.dim / elems_of(gt)), nb_d = static_cast<int>(a.ff / elems_of(dt));
-  if (tile_smem<true>(a.gate.first.row_bytes, nb_gu) > kMaxTileSmem ||
-      tile_smem<false>(a.down.first.row_bytes, nb_d) > kMaxTileSmem)
+  const int var = !expert_tiles_lean_ ? kFirst : expert_tiles_fast_ ? kFast : kLeanVar;
+  if (tile_smem(true, var == kFast && gt == GgmlType::IQ2_XXS, a.gate.first.row_bytes, nb_gu) > kMaxTileSmem ||
+      tile_smem(false, var == kFast && dt == GgmlType::IQ2_XXS, a.down.first.row_bytes, nb_d) > kMaxTileSmem)
     return false;
   const int64_t pairs = a.n * a.k;
   const int32_t n_expert = a.gate.n_expert;
@@ -559,7 +791,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.ff;
   p.weights = a.weights;
   p.clamp = a.clamp;
-  if (!launch_tiles_of<true>(*this, expert_tiles_lean_, gt, p, int64_t{max_groups} * p.n_tiles, s)) return true;
+  if (!launch_tiles_of<true>(*this, var, gt, p, int64_t{max_groups} * p.n_tiles, s)) return true;
 
   // The hidden rows quantized once per pair. Rows of pairs with a bad id hold whatever h had: they are
   // quantized but belong to no group (the slot sum gives those tokens NaN).
@@ -584,7 +816,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.dim;
   p.weights = nullptr;
   p.clamp = 0;
-  launch_tiles_of<false>(*this, expert_tiles_lean_, dt, p, int64_t{max_groups} * p.n_tiles, s);
+  launch_tiles_of<false>(*this, var, dt, p, int64_t{max_groups} * p.n_tiles, s);
   return true;
 }
 

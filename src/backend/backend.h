@@ -448,6 +448,12 @@ class Backend {
 
   // ---- ops (all take a batch of n tokens) ----
   virtual void matmul(const MatmulArgs& a) = 0;
+  // Independent matmuls in one call (no job reads another's output): the same numbers as one matmul()
+  // per job. A backend may run them in one pass (CUDA: a CSA layer's F16 compressor and indexer
+  // projections in one launch); the default calls matmul() for each.
+  virtual void matmul_many(std::span<const MatmulArgs> jobs) {
+    for (const MatmulArgs& j : jobs) matmul(j);
+  }
   virtual void rms_norm(const RmsNormArgs& a) = 0;
   virtual void rope(const RopeArgs& a) = 0;
   virtual void embed(const EmbedArgs& a) = 0;

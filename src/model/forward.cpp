@@ -60,8 +60,8 @@ Status Forward::alloc_scratch() {
   DS4_RETURN_IF_ERROR(f32(qa_, cfg_.q_lora_rank));
   DS4_RETURN_IF_ERROR(f32(q_, HD));
   DS4_RETURN_IF_ERROR(f32(kv_, D));
-  DS4_RETURN_IF_ERROR(f32(ckv_, 2 * std::max<int64_t>(D, cfg_.indexer_head_dim)));
-  DS4_RETURN_IF_ERROR(f32(cgate_, 2 * std::max<int64_t>(D, cfg_.indexer_head_dim)));
+  DS4_RETURN_IF_ERROR(f32(ckv_, 2 * (D + cfg_.indexer_head_dim)));  // attention compressor, then the indexer's
+  DS4_RETURN_IF_ERROR(f32(cgate_, 2 * (D + cfg_.indexer_head_dim)));
   DS4_RETURN_IF_ERROR(f32(cpos_, 1));
   DS4_RETURN_IF_ERROR(f32(iq_, int64_t{cfg_.indexer_heads} * cfg_.indexer_head_dim));
   DS4_RETURN_IF_ERROR(f32(iw_, cfg_.indexer_heads));
@@ -156,14 +156,37 @@ void Forward::hc_post_swap(int64_t n, const float* f_add) {
   std::swap(x_, x2_);
 }
 
-// §7.4 projections of one compressor of layer l for all n columns of the step → ckv_, cgate_
-// ([n][width]); the stateful part runs per segment in compress().
-void Forward::compressor_proj(size_t l, int64_t n, bool indexer) {
+// Where one compressor's projections of the step live in ckv_ / cgate_ ([n][width] each): the attention
+// compressor's at the start, the indexer compressor's after max_chunk rows of 2·head_dim.
+float* Forward::comp_in(const Buffer& b, bool indexer) const {
+  return b.f32() + (indexer ? opts_.max_chunk * 2 * cfg_.head_dim : 0);
+}
+
+// §7.4 projections of layer l's compressors for all n columns of the step → comp_in(ckv_/cgate_, …), and
+// with `select` the indexer's query and head weights (§7.5) → iq_, iw_: independent matmuls, one
+// backend call (CUDA runs a CSA layer's six F16 projections in one launch). The stateful part runs per
+// segment in compress().
+void Forward::compressor_proj(size_t l, int64_t n, bool select) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
-  const int64_t width = indexer ? 2 * cfg_.indexer_head_dim : p.compressor_width;
-  mm(indexer ? w.idx_comp_kv : w.comp_kv, xn_.f32(), cfg_.n_embd, ckv_.f32(), width, n);
-  mm(indexer ? w.idx_comp_gate : w.comp_gate, xn_.f32(), cfg_.n_embd, cgate_.f32(), width, n);
+  const int64_t E = cfg_.n_embd;
+  MatmulArgs jobs[6];
+  size_t k = 0;
+  auto add = [&](const Weight& wt, const float* x, int64_t xs, float* y, int64_t ys) {
+    jobs[k++] = MatmulArgs{wt, x, xs, y, ys, n, opts_.numerics.matmul};
+  };
+  add(w.comp_kv, xn_.f32(), E, comp_in(ckv_, false), p.compressor_width);
+  add(w.comp_gate, xn_.f32(), E, comp_in(cgate_, false), p.compressor_width);
+  if (p.has_indexer) {
+    const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
+    add(w.idx_comp_kv, xn_.f32(), E, comp_in(ckv_, true), 2 * ID);
+    add(w.idx_comp_gate, xn_.f32(), E, comp_in(cgate_, true), 2 * ID);
+    if (select) {
+      add(w.idx_q_b, qa_.f32(), cfg_.q_lora_rank, iq_.f32(), IH * ID);
+      add(w.idx_proj, xn_.f32(), E, iw_.f32(), IH);
+    }
+  }
+  be_.matmul_many({jobs, k});
 }
 
 // §7.4: one compressor of layer l over every segment (columns of ckv_/cgate_); appends the emitted
@@ -176,8 +199,8 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, boo
   const int64_t r = p.compress_ratio;
   const int64_t out_dim = indexer ? cfg_.indexer_head_dim : cfg_.head_dim;
   backend::CompressorArgs a;
-  a.kv = ckv_.f32();
-  a.score = cgate_.f32();
+  a.kv = comp_in(ckv_, indexer);
+  a.score = comp_in(cgate_, indexer);
   a.ape = indexer ? w.idx_comp_ape : w.comp_ape;
   a.ratio = static_cast<int32_t>(r);
   a.out_dim = static_cast<int32_t>(out_dim);
@@ -283,23 +306,18 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   // §7.4 compressors (projections for all columns, frontier and pooling per session), §7.5 indexer.
   bool any_select = false;
   if (p.has_compressor) {
-    compressor_proj(l, n, false);
-    DS4_RETURN_IF_ERROR(compress(l, segs, n, false));
-    if (p.has_indexer) {
-      compressor_proj(l, n, true);
-      DS4_RETURN_IF_ERROR(compress(l, segs, n, true));
-    }
     // Rows visible to each column (⌊(t+1)/r⌋ of its own session) were uploaded with the step inputs;
     // the indexer selects when a column sees more than top_k of them.
     for (const Segment& sg : segs)
       any_select |= p.has_indexer && (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio >
                                          static_cast<int64_t>(cfg_.indexer_top_k);
+    compressor_proj(l, n, any_select);  // both compressors' projections, and the indexer's q and weights
+    DS4_RETURN_IF_ERROR(compress(l, segs, n, false));
+    if (p.has_indexer) DS4_RETURN_IF_ERROR(compress(l, segs, n, true));
     if (any_select) {
       const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
-      mm(w.idx_q_b, qa_.f32(), Q, iq_.f32(), IH * ID, n);
       be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
       if (nm.indexer_qat) be_.indexer_qat({iq_.f32(), n * IH, static_cast<int32_t>(ID)});
-      mm(w.idx_proj, xn_.f32(), E, iw_.f32(), IH, n);
       be_.scale(iw_.f32(), static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH))), n * IH);
     }
   }

@@ -108,7 +108,8 @@ class Forward {
   void hc_post_swap(int64_t n, const float* f_add = nullptr);
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
   Status compress(size_t l, std::span<const Segment> segs, int64_t n, bool indexer);
-  void compressor_proj(size_t l, int64_t n, bool indexer);
+  void compressor_proj(size_t l, int64_t n, bool select);
+  float* comp_in(const backend::Buffer& b, bool indexer) const;
   void ffn_layer(size_t l, int64_t n);
   void head(const float* X, int64_t count);
   void logits_head(std::span<const Segment> segs);
@@ -137,7 +138,7 @@ class Forward {
   backend::Buffer qa_;            // [C][Q] q latent
   backend::Buffer q_;             // [C][H][D] queries, then attention output
   backend::Buffer kv_;            // [C][D]
-  backend::Buffer ckv_, cgate_;   // [C][2·D] compressor projections
+  backend::Buffer ckv_, cgate_;   // [C][2·D] attention compressor, then [C][2·ID] indexer compressor projections
   backend::Buffer cpos_;          // [C] i32 positions of emitted rows
   backend::Buffer iq_;            // [C][IH][ID] indexer queries
   backend::Buffer iw_;            // [C][IH] indexer head weights

@@ -78,7 +78,7 @@ uint64_t session_host_other_bytes(const ModelConfig& cfg, int64_t tokens) {
 uint64_t forward_activation_bytes(const ModelConfig& cfg, int64_t max_chunk) {
   // Per-token f32 widths of Forward's activation buffers, in its order (forward.h lists the shapes).
   const uint64_t E = cfg.n_embd, NHC = cfg.n_hc, HD = cfg.q_dim(), D = cfg.head_dim;
-  const uint64_t cw = 2 * std::max<uint64_t>(D, cfg.indexer_head_dim);
+  const uint64_t cw = 2 * (D + cfg.indexer_head_dim);  // both compressors' projections (one matmul_many)
   const uint64_t per_token = NHC * E * 3            // x, x2, flat
                              + cfg.hc_mix()         // mix
                              + NHC * 2 + NHC * NHC  // pre, post, comb

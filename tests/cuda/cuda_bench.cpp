@@ -8,6 +8,7 @@
 //        cuda_bench --experts tiles       the same, only the fast (default) and lean tile kernels.
 //        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
+//        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,6 +55,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_hc_router(Backend& be, Backend& prev, Backend* plain);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
+void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
@@ -410,6 +412,14 @@ int main(int argc, char** argv) {
     no.hc_pdl = false;
     auto plain = cuda::make_cuda_backend(no);
     if (prev.ok()) bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--csa") == 0) {  // the CSA layer's compressor + indexer lines only
+    cuda::CudaBackendOptions po;
+    po.indexer_decode = false;
+    po.f16_many = false;
+    auto prev = cuda::make_cuda_backend(po);
+    if (prev.ok()) bench_csa_stages(*be, **prev);
     return 0;
   }
 

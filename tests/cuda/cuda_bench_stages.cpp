@@ -179,7 +179,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         *post = sb.buf(NHC), *comb = sb.buf(NHC * NHC), *y = sb.buf(E), *xn = sb.buf(E), *qa = sb.buf(Q),
         *q = sb.buf(HD), *kv = sb.buf(D), *raw = sb.buf(cap * D), *attn = sb.buf(HD), *low = sb.buf(G * Ro),
         *f = sb.buf(E), *rl = sb.buf(256), *rw = sb.buf(K), *sg = sb.buf(F), *su = sb.buf(F), *so = sb.buf(E),
-        *ckv = sb.buf(2 * D), *cg = sb.buf(2 * D), *comp = sb.buf(1024 * D), *iq = sb.buf(IH * ID), *iw = sb.buf(IH),
+        *ckv = sb.buf(2 * D), *cg = sb.buf(2 * D), *ickv = sb.buf(2 * ID), *icg = sb.buf(2 * ID), *comp = sb.buf(1024 * D), *iq = sb.buf(IH * ID), *iw = sb.buf(IH),
         *irows = sb.buf(1024 * ID), *hw = sb.buf(NHC), *logits = sb.buf(129280), *sinks = sb.buf(H);
   float *cst_kv = sb.buf(16 * 2 * D), *cst_sc = sb.buf(16 * 2 * D), *ist_kv = sb.buf(16 * 2 * ID),
         *ist_sc = sb.buf(16 * 2 * ID), *hst_kv = sb.buf(256 * D), *hst_sc = sb.buf(256 * D), *cout = sb.buf(4 * D);
@@ -296,15 +296,14 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         be.hc_post({x, f, post, comb, x2, 1, E, 4});
       });
 
-  auto compressor = [&](const Weight& wk, const Weight& wg, int32_t ratio, int32_t out_dim, bool overlap, int32_t slots,
+  // The forward pass's order: every projection of the layer in one matmul_many (ckv/cg: the attention
+  // compressor's, ickv/icg: the indexer compressor's), then each compressor's frontier and pooling.
+  auto compressor = [&](const float* kv, const float* score, int32_t ratio, int32_t out_dim, bool overlap, int32_t slots,
                         float* st_kv, float* st_sc) {
-    const int64_t width = (overlap ? 2 : 1) * out_dim;
-    mm(wk, xn, E, ckv, width);
-    mm(wg, xn, E, cg, width);
     int64_t emitted = 0;
     CompressorArgs a;
-    a.kv = ckv;
-    a.score = cg;
+    a.kv = kv;
+    a.score = score;
     a.ape = ape;
     a.n = 1;
     a.pos0 = static_cast<int32_t>(pos);
@@ -330,12 +329,17 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         i_proj = sb.weight(GgmlType::F16, IH, E);
       },
       [&] {
-        compressor(c_kv, c_g, 4, static_cast<int32_t>(D), true, 16, cst_kv, cst_sc);
-        compressor(i_kv, i_g, 4, static_cast<int32_t>(ID), true, 16, ist_kv, ist_sc);
-        mm(i_qb, qa, Q, iq, IH * ID);
+        auto job = [&](const Weight& w, const float* in, int64_t xs, float* out, int64_t ys) {
+          return MatmulArgs{w, in, xs, out, ys, 1, MatmulNumerics::ds4};
+        };
+        const MatmulArgs jobs[6] = {job(c_kv, xn, E, ckv, 2 * D),   job(c_g, xn, E, cg, 2 * D),
+                                    job(i_kv, xn, E, ickv, 2 * ID), job(i_g, xn, E, icg, 2 * ID),
+                                    job(i_qb, qa, Q, iq, IH * ID),  job(i_proj, xn, E, iw, IH)};
+        be.matmul_many(jobs);
+        compressor(ckv, cg, 4, static_cast<int32_t>(D), true, 16, cst_kv, cst_sc);
+        compressor(ickv, icg, 4, static_cast<int32_t>(ID), true, 16, ist_kv, ist_sc);
         be.rope({iq, pos_d, 1, static_cast<int32_t>(IH), static_cast<int32_t>(ID), static_cast<int32_t>(R), freq.data(), false});
         be.indexer_qat({iq, IH, static_cast<int32_t>(ID)});
-        mm(i_proj, xn, E, iw, IH);
         be.scale(iw, 0.01f, IH);
         IndexerArgs ia{iq, iw, irows, csa_cnt, 1, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
                        static_cast<int32_t>(TK), sel_idx, icount};
@@ -348,7 +352,11 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         h_kv = sb.weight(GgmlType::F16, D, E);
         h_g = sb.weight(GgmlType::F16, D, E);
       },
-      [&] { compressor(h_kv, h_g, 128, static_cast<int32_t>(D), false, 256, hst_kv, hst_sc); });
+      [&] {
+        const MatmulArgs jobs[2] = {{h_kv, xn, E, ckv, D, 1, MatmulNumerics::ds4}, {h_g, xn, E, cg, D, 1, MatmulNumerics::ds4}};
+        be.matmul_many(jobs);
+        compressor(ckv, cg, 128, static_cast<int32_t>(D), false, 256, hst_kv, hst_sc);
+      });
 
   // max_comp: the host bound the forward pass gives ((pos + 1) / ratio), which lets a decode step take
   // the split shape of the segment order (attention_segments.cu).
@@ -634,4 +642,161 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain) {
                     static_cast<long long>(n), np.graph_us);
       }
     }
+}
+
+// The decode chain of a CSA layer (issues 5 and 8): the forward pass's compressor + indexer ops of one
+// CSA layer for n = 1, 8, 32 sessions at contexts 2K (2,101: 525 rows, > top-k so the indexer selects),
+// 8K and 32K, each session at its own position (ctx − 4·i; batched compressors through the segment
+// table, the indexer through per-query row counts), no row emitted ((pos+1) mod 4 ≠ 0). Graph µs per call
+// on `now` (the default kernels) and `prev` (CudaBackendOptions::indexer_decode = false, f16_many = false:
+// the previous indexer score kernels, one launch per projection), plus the indexer op alone and the HCA
+// compressor stage, for PERF.md.
+void bench_csa_stages(Backend& now, Backend& prev) {
+  const int64_t E = 4096, D = 512, Q = 1024, R = 64, IH = 64, ID = 128, TK = 512, NMAX = 32, SLOTS = 16;
+  std::vector<double> freq(R / 2);
+  for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
+  struct Side {
+    Backend* be = nullptr;
+    std::unique_ptr<StageBench> sb;
+    Weight c_kv, c_g, i_kv, i_g, i_qb, i_proj, h_kv, h_g;
+    float *xn = nullptr, *qa = nullptr, *ckv = nullptr, *cg = nullptr, *ickv = nullptr, *icg = nullptr, *iq = nullptr,
+          *iw = nullptr, *irows = nullptr, *ape = nullptr, *cout = nullptr;
+    std::vector<float*> st;  // per session: CSA kv, score, indexer kv, score, HCA kv, score
+    int32_t *idx = nullptr, *icount = nullptr, *cpos = nullptr;
+  };
+  Side sides[2];
+  sides[0].be = &now;
+  sides[1].be = &prev;
+  for (Side& s : sides) {
+    s.sb = std::make_unique<StageBench>(*s.be);
+    StageBench& sb = *s.sb;
+    s.c_kv = sb.weight(GgmlType::F16, 2 * D, E);
+    s.c_g = sb.weight(GgmlType::F16, 2 * D, E);
+    s.i_kv = sb.weight(GgmlType::F16, 2 * ID, E);
+    s.i_g = sb.weight(GgmlType::F16, 2 * ID, E);
+    s.i_qb = sb.weight(GgmlType::F16, IH * ID, Q);
+    s.i_proj = sb.weight(GgmlType::F16, IH, E);
+    s.h_kv = sb.weight(GgmlType::F16, D, E);
+    s.h_g = sb.weight(GgmlType::F16, D, E);
+    s.xn = sb.buf(NMAX * E);
+    s.qa = sb.buf(NMAX * Q);
+    s.ckv = sb.buf(NMAX * 2 * D);
+    s.cg = sb.buf(NMAX * 2 * D);
+    s.ickv = sb.buf(NMAX * 2 * ID);
+    s.icg = sb.buf(NMAX * 2 * ID);
+    s.iq = sb.buf(NMAX * IH * ID);
+    s.iw = sb.buf(NMAX * IH);
+    s.irows = sb.buf(8192 * ID + 1024 * ID);
+    s.ape = sb.buf(128 * 2 * D);
+    s.cout = sb.buf(NMAX * 4 * D);
+    for (int64_t i = 0; i < NMAX; ++i)
+      for (int64_t width : {2 * D, 2 * D, 2 * ID, 2 * ID, D, D}) s.st.push_back(sb.buf(256 * width));
+    s.idx = sb.ibuf(std::vector<int32_t>(NMAX * TK, 0));
+    s.icount = sb.ibuf(std::vector<int32_t>(NMAX, 0));
+    s.cpos = sb.ibuf(std::vector<int32_t>(NMAX * 4, 0));
+  }
+  std::printf("BENCH csa %-52s %10s %10s %8s\n", "(graph us per call; previous = indexer_decode false)", "now",
+              "previous", "x");
+  for (int64_t ctx : {int64_t{2101}, int64_t{8229}, int64_t{32766}}) {
+    for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{32}}) {
+      std::vector<int32_t> pos(n), nrows(n);
+      for (int64_t i = 0; i < n; ++i) {
+        pos[i] = static_cast<int32_t>(ctx - 4 * i);  // (pos+1) mod 4 stays ≠ 0: no emission
+        nrows[i] = (pos[i] + 1) / 4;
+      }
+      const int64_t bound = *std::max_element(nrows.begin(), nrows.end());
+      double t_stage[2], t_idx[2], t_hca[2];
+      for (int side = 0; side < 2; ++side) {
+        Side& s = sides[side];
+        Backend& be = *s.be;
+        StageBench& sb = *s.sb;
+        int32_t* pos_d = sb.ibuf(pos);
+        int32_t* nr_d = sb.ibuf(nrows);
+        // Segment tables (device memory): session i is column i at pos[i], its own frontier per compressor.
+        std::vector<CompressorSegment> segs[3];
+        for (int c = 0; c < 3; ++c)
+          for (int64_t i = 0; i < n; ++i) {
+            CompressorSegment e;
+            e.col = i;
+            e.n = 1;
+            e.pos0 = pos[i];
+            e.state_kv = s.st[i * 6 + 2 * c];
+            e.state_score = s.st[i * 6 + 2 * c + 1];
+            e.out = s.cout + i * 4 * D;
+            e.out_pos = s.cpos + i * 4;
+            segs[c].push_back(e);
+          }
+        CompressorSegment* seg_d[3];
+        for (int c = 0; c < 3; ++c) {
+          std::vector<int32_t> raw(segs[c].size() * sizeof(CompressorSegment) / 4);
+          std::memcpy(raw.data(), segs[c].data(), segs[c].size() * sizeof(CompressorSegment));
+          seg_d[c] = reinterpret_cast<CompressorSegment*>(sb.ibuf(raw));
+        }
+        auto mm = [&](const Weight& w, const float* in, int64_t xs, float* out, int64_t ys) {
+          return MatmulArgs{w, in, xs, out, ys, n, MatmulNumerics::ds4};
+        };
+        int64_t emitted = 0;
+        auto compressor = [&](const float* kv, const float* score, int32_t ratio, int32_t out_dim, bool overlap,
+                              int32_t slots, int c) {
+          CompressorArgs a;
+          a.kv = kv;
+          a.score = score;
+          a.ape = s.ape;
+          a.ratio = ratio;
+          a.out_dim = out_dim;
+          a.overlap = overlap;
+          a.slots = slots;
+          if (n == 1) {  // the forward pass's plain call for one session
+            a.n = 1;
+            a.pos0 = pos[0];
+            a.state_kv = segs[c][0].state_kv;
+            a.state_score = segs[c][0].state_score;
+            a.out = s.cout;
+            a.out_pos = s.cpos;
+            a.n_out = &emitted;
+          } else {
+            a.segments = static_cast<int32_t>(n);
+            a.seg = seg_d[c];
+          }
+          be.compressor(a);
+        };
+        auto indexer = [&] {
+          IndexerArgs ia{s.iq, s.iw, s.irows, nr_d, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
+                         static_cast<int32_t>(TK), s.idx, s.icount};
+          ia.max_rows = bound;
+          be.indexer(ia);
+        };
+        // The forward pass's order: every projection in one matmul_many, the two compressors, the
+        // indexer's query RoPE + FP4 and weight scale, the indexer.
+        const MatmulArgs jobs[6] = {mm(s.c_kv, s.xn, E, s.ckv, 2 * D),   mm(s.c_g, s.xn, E, s.cg, 2 * D),
+                                    mm(s.i_kv, s.xn, E, s.ickv, 2 * ID), mm(s.i_g, s.xn, E, s.icg, 2 * ID),
+                                    mm(s.i_qb, s.qa, Q, s.iq, IH * ID),  mm(s.i_proj, s.xn, E, s.iw, IH)};
+        const MatmulArgs hjobs[2] = {mm(s.h_kv, s.xn, E, s.ckv, D), mm(s.h_g, s.xn, E, s.cg, D)};
+        t_stage[side] = sb.time([&] {
+                            be.matmul_many(jobs);
+                            compressor(s.ckv, s.cg, 4, static_cast<int32_t>(D), true, SLOTS, 0);
+                            compressor(s.ickv, s.icg, 4, static_cast<int32_t>(ID), true, SLOTS, 1);
+                            be.rope({s.iq, pos_d, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
+                                     static_cast<int32_t>(R), freq.data(), false});
+                            be.indexer_qat({s.iq, n * IH, static_cast<int32_t>(ID)});
+                            be.scale(s.iw, 0.01f, n * IH);
+                            indexer();
+                          }, 20).graph_us;
+        t_idx[side] = sb.time(indexer, 20).graph_us;
+        t_hca[side] = sb.time([&] {
+                          be.matmul_many(hjobs);
+                          compressor(s.ckv, s.cg, 128, static_cast<int32_t>(D), false, 256, 2);
+                        }, 20).graph_us;
+      }
+      auto line = [&](const char* what, const double (&t)[2]) {
+        char name[96];
+        std::snprintf(name, sizeof(name), "%s ctx=%lld n=%lld rows=%lld", what, static_cast<long long>(ctx + 1),
+                      static_cast<long long>(n), static_cast<long long>(bound));
+        std::printf("BENCH csa %-52s %10.2f %10.2f %7.2fx\n", name, t[0], t[1], t[1] / t[0]);
+      };
+      line("compressor + indexer (CSA layer)", t_stage);
+      line("indexer op", t_idx);
+      line("compressor (HCA layer)", t_hca);
+    }
+  }
 }

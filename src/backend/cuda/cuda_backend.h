@@ -83,6 +83,14 @@ struct CudaBackendOptions {
   // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection
   // either way (the CPU's float order per score; the top-k is a function of the scores).
   bool indexer_v2 = true;
+  // Indexer scores of decode and batched decode steps (≤ 32 queries, 16/32/64 heads of 64 or 128): one
+  // launch over rows × heads sized to fill the device, q held in registers, four rows' chains in flight
+  // (ops_indexer.cu indexer_score_decode_kernel). false: the kernels above (indexer_v2 picks among them).
+  // Same scores (the CPU's float order), so the same selection.
+  bool indexer_decode = true;
+  // Backend::matmul_many of F16 jobs (ds4 numerics, ≤ 32 vectors, rows ≤ 4,096 values): every job in one
+  // launch (matmul_f16_many.cu; a CSA layer's six decode projections). false: one matmul() per job. Same bits.
+  bool f16_many = true;
   // Compressor of a prefill chunk (one session, ≥ 64 tokens): the blocks pooled in parallel
   // (ops_compressor.cu). false: one thread block walks the tokens, as decode does. Same values.
   bool compressor_parallel = true;

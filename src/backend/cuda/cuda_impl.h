@@ -170,6 +170,7 @@ class CudaBackend final : public Backend {
   uint64_t graph_device_bytes() const { return graph_bytes_; }
 
   void matmul(const MatmulArgs& a) override;            // ops_matmul.cu
+  void matmul_many(std::span<const MatmulArgs> jobs) override;  // matmul_f16_many.cu (F16 jobs in one launch)
   void rms_norm(const RmsNormArgs& a) override;         // ops_norm_rope.cu
   void rope(const RopeArgs& a) override;                // ops_norm_rope.cu
   void embed(const EmbedArgs& a) override;              // ops_matmul.cu (shares the block decoders)
@@ -262,6 +263,8 @@ class CudaBackend final : public Backend {
     attn_heads_per_warp_ = heads_per_warp;
   }
   void set_indexer_v2(bool on) { indexer_v2_ = on; }
+  void set_indexer_decode(bool on) { indexer_decode_ = on; }
+  void set_f16_many(bool on) { f16_many_ = on; }
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
   int device() const { return device_; }
@@ -301,6 +304,8 @@ class CudaBackend final : public Backend {
   int attn_heads_per_warp_ = 2;           // CudaBackendOptions::attention_heads_per_warp
   bool attn_mqa_smem_ = false;            // the MQA chunk kernel's 96 KiB shared-memory limit is set
   bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
+  bool indexer_decode_ = true;            // CudaBackendOptions::indexer_decode
+  bool f16_many_ = true;                  // CudaBackendOptions::f16_many
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
   MemBytes counted_;                      // live alloc() bytes by category

@@ -5,7 +5,9 @@
 // decision — is the CPU's, not merely close to it. Selection: per query, a bitwise search for the k-th
 // largest score key, then one ordered compaction pass, which also yields the ids in ascending order.
 // CudaBackendOptions::indexer_v2 (default) takes the radix select and the 4-head score loop below;
-// false keeps the previous kernels for before/after runs (the same ids either way).
+// false keeps the previous kernels for before/after runs (the same ids either way). Decode and batched
+// decode steps (≤ 32 queries) score in indexer_score_decode_kernel (CudaBackendOptions::indexer_decode):
+// one launch of ~one block per multiprocessor over all queries' rows, q held in registers.
 // Scratch is sized by IndexerArgs::max_rows (a host bound); only without it does the op read the
 // per-query row counts back (one small synchronous copy).
 #include <algorithm>
@@ -62,6 +64,24 @@ __global__ void indexer_score_kernel(IndexerArgs a, float* scores, int64_t score
 // (One thread per (query, row) re-read its 512-byte row from L1/L2 for each of the 64 heads, lanes
 // 512 bytes apart: the indexer dominated a 4K prefill.)
 constexpr int kIdxTileRows = 128;
+
+// HD consecutive floats into registers (16-byte loads when src is 16-byte aligned).
+template <int HD>
+__device__ inline void load_regs(float (&dst)[HD], const float* src) {
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+#pragma unroll
+    for (int d4 = 0; d4 < HD / 4; ++d4) {
+      const float4 v = reinterpret_cast<const float4*>(src)[d4];
+      dst[4 * d4] = v.x;
+      dst[4 * d4 + 1] = v.y;
+      dst[4 * d4 + 2] = v.z;
+      dst[4 * d4 + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int d = 0; d < HD; ++d) dst[d] = src[d];
+  }
+}
 constexpr int kIdxTileQueries = 16;
 
 // kHeads4 (CudaBackendOptions::indexer_v2): four heads' dot products in flight together (four
@@ -88,20 +108,7 @@ __global__ void __launch_bounds__(kIdxTileRows) indexer_score_tiled_kernel(Index
     const float* rows = a.rows_at ? a.rows_at[i] : a.rows;  // per-query rows in a batched step
     if (rows != base) {
       base = rows;
-      if ((reinterpret_cast<uintptr_t>(rows) & 15) == 0) {
-        const float4* src = reinterpret_cast<const float4*>(rows + c * HD);
-#pragma unroll
-        for (int d4 = 0; d4 < HD / 4; ++d4) {
-          const float4 v = src[d4];
-          kr[4 * d4] = v.x;
-          kr[4 * d4 + 1] = v.y;
-          kr[4 * d4 + 2] = v.z;
-          kr[4 * d4 + 3] = v.w;
-        }
-      } else {
-#pragma unroll
-        for (int d = 0; d < HD; ++d) kr[d] = rows[c * HD + d];
-      }
+      load_regs<HD>(kr, rows + c * HD);
     }
     float sc = 0;
     int h0 = 0;
@@ -130,6 +137,89 @@ __global__ void __launch_bounds__(kIdxTileRows) indexer_score_tiled_kernel(Index
       sc += sh[hd + h] * fmaxf(0.0f, dot);
     }
     scores[i * score_stride + c] = sc;
+  }
+}
+
+// Decode and batched decode steps (n ≤ kIdxDecodeMaxQueries, CudaBackendOptions::indexer_decode): the
+// same scores, spread so that one query's rows × heads fill the whole GPU. Block (row tile of rb rows,
+// query i), kIdxDecThreads threads = heads × slots: thread (head h, slot s) holds q_i[h] in registers
+// (HD floats, loaded once per block instead of the 32 KB q staged per 4 rows above) and computes the
+// dots of head h for rows 4·(s + slots·it) … +3 — four independent sequential chains over d (each the
+// CPU's `dot += q[d]·k[d]` from 0), the row values read as float4 broadcasts from the tile staged in
+// shared memory. The dots then go to shared memory (over the tile, once it has been read) and one thread
+// per row adds w_h·max(0, dot_h) in head order: the CPU's float order, so the same scores and the same
+// selection as indexer_score_kernel.
+// rb is a multiple of 4·slots and ≤ kIdxDecMaxRows, so a thread's dots fit 16 registers (4 × 4 rows).
+constexpr int kIdxDecodeMaxQueries = 32;
+constexpr int kIdxDecThreads = 256;
+constexpr int kIdxDecMaxRows = 64;
+
+// Heads the decode kernel takes: slots = 256 / heads threads per head, ≤ 16 (4 rows each) per pass.
+__host__ __device__ constexpr bool indexer_decode_heads(int heads) {
+  return heads >= 16 && heads <= 64 && kIdxDecThreads % heads == 0;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kIdxDecThreads) indexer_score_decode_kernel(IndexerArgs a, float* scores,
+                                                                             int64_t score_stride, int rb) {
+  extern __shared__ float sh[];  // [rb][HD] row tile, later [rb][heads + 1] dots; then w_i [heads]
+  const int64_t i = blockIdx.y;
+  const int32_t nr = a.n_rows[i];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
+  if (nr <= a.top_k || r0 >= nr) return;  // the same for the whole block
+  const int H = a.heads, tid = static_cast<int>(threadIdx.x);
+  const int nrows = static_cast<int>(min(static_cast<int64_t>(rb), nr - r0));
+  const int tile = rb * max(HD, H + 1);
+  float* shw = sh + tile;
+  const float* src = (a.rows_at ? a.rows_at[i] : a.rows) + r0 * HD;  // per-query rows in a batched step
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    for (int k = tid; k < nrows * HD / 4; k += blockDim.x)
+      reinterpret_cast<float4*>(sh)[k] = reinterpret_cast<const float4*>(src)[k];
+  } else {
+    for (int k = tid; k < nrows * HD; k += blockDim.x) sh[k] = src[k];
+  }
+  for (int k = tid; k < H; k += blockDim.x) shw[k] = a.w[i * H + k];
+  const int h = tid % H, slot = tid / H, slots = kIdxDecThreads / H;
+  float q[HD];
+  load_regs<HD>(q, a.q + (i * H + h) * HD);
+  __syncthreads();
+  float dv[4][4];
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int rbase = 4 * (slot + slots * it);
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+    if (rbase < nrows) {  // rows past nrows in this group of 4 read stale shared values, never stored
+      const float4* k0 = reinterpret_cast<const float4*>(sh + rbase * HD);
+#pragma unroll
+      for (int d4 = 0; d4 < HD / 4; ++d4) {
+        const float4 a0 = k0[d4], a1 = k0[HD / 4 + d4], a2 = k0[HD / 2 + d4], a3 = k0[3 * HD / 4 + d4];
+        const float q0 = q[4 * d4], q1 = q[4 * d4 + 1], q2 = q[4 * d4 + 2], q3 = q[4 * d4 + 3];
+        d0 += q0 * a0.x; d1 += q0 * a1.x; d2 += q0 * a2.x; d3 += q0 * a3.x;
+        d0 += q1 * a0.y; d1 += q1 * a1.y; d2 += q1 * a2.y; d3 += q1 * a3.y;
+        d0 += q2 * a0.z; d1 += q2 * a1.z; d2 += q2 * a2.z; d3 += q2 * a3.z;
+        d0 += q3 * a0.w; d1 += q3 * a1.w; d2 += q3 * a2.w; d3 += q3 * a3.w;
+      }
+    }
+    dv[it][0] = d0;
+    dv[it][1] = d1;
+    dv[it][2] = d2;
+    dv[it][3] = d3;
+  }
+  __syncthreads();  // every thread has read the tile: the dots go over it
+  float* dots = sh;  // [rb][H + 1]: a warp's 32 heads of one row are consecutive words
+#pragma unroll
+  for (int it = 0; it < 4; ++it)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int row = 4 * (slot + slots * it) + j;
+      if (row < nrows) dots[row * (H + 1) + h] = dv[it][j];
+    }
+  __syncthreads();
+  for (int row = tid; row < nrows; row += blockDim.x) {
+    const float* dr = dots + row * (H + 1);
+    float sc = 0;
+    for (int hh = 0; hh < H; ++hh) sc += shw[hh] * fmaxf(0.0f, dr[hh]);
+    scores[i * score_stride + r0 + row] = sc;
   }
 }
 
@@ -310,7 +400,21 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       fail(invalid_argument("cuda indexer: heads·head_dim too large for one block's shared memory"));
       return;
     }
-    if (tensor_cores() && a.n >= 2 && (a.head_dim == 128 || a.head_dim == 64)) {
+    const bool dec_shape = (a.head_dim == 128 || a.head_dim == 64) && indexer_decode_heads(a.heads);
+    if (indexer_decode_ && dec_shape && a.n <= kIdxDecodeMaxQueries) {
+      if (sm_count_ == 0 && !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device()),
+                                   "indexer: multiprocessor count"))
+        return;
+      // Rows per block: about one block per multiprocessor over all queries' rows, in whole passes of
+      // 4·slots rows (a thread's 4 chains), at most kIdxDecMaxRows (the dots' 16 registers).
+      const int unit = 4 * (kIdxDecThreads / a.heads);
+      const int64_t want = (max_rows * a.n + sm_count_ - 1) / std::max(sm_count_, 1);
+      const int rb = static_cast<int>(std::clamp<int64_t>((want + unit - 1) / unit * unit, unit, kIdxDecMaxRows));
+      const size_t dshm = (static_cast<size_t>(rb) * std::max(a.head_dim, a.heads + 1) + a.heads) * sizeof(float);
+      const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
+      auto dec = a.head_dim == 128 ? indexer_score_decode_kernel<128> : indexer_score_decode_kernel<64>;
+      dec<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb);
+    } else if (tensor_cores() && a.n >= 2 && (a.head_dim == 128 || a.head_dim == 64)) {
       const dim3 grid(grid_for(max_rows, kIdxTileRows), grid_for(a.n, kIdxTileQueries));
       auto tiled = a.head_dim == 128 ? (indexer_v2_ ? indexer_score_tiled_kernel<128, true> : indexer_score_tiled_kernel<128, false>)
                                      : (indexer_v2_ ? indexer_score_tiled_kernel<64, true> : indexer_score_tiled_kernel<64, false>);

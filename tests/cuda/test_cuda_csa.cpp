@@ -1,0 +1,180 @@
+// test_cuda_csa.cpp — the decode chain of a CSA layer on CUDA: the indexer of decode and batched decode
+// steps (ops_indexer.cu indexer_score_decode_kernel, CudaBackendOptions::indexer_decode) against the
+// previous kernels (indexer_decode = false) and the CPU op, selected ids equal, at the Flash shapes
+// (64 heads × 128, top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K and 32K; sessions at
+// different positions (per-query row counts and, batched, per-query rows through rows_at), queries that
+// see ≤ top_k rows mixed in, and duplicated rows for exact score ties (the lower id wins).
+// Deliberately not here: the prefill-sized indexer calls (test_cuda_ops.cpp) and the compressor.
+#include <algorithm>
+
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+using CudaCsa = CudaOpsTest;
+
+TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
+  const int32_t IH = 64, ID = 128, TK = 512;
+  cuda::CudaBackendOptions o;
+  o.indexer_decode = false;
+  auto made = cuda::make_cuda_backend(o);
+  ASSERT_TRUE(made.ok());
+  auto prev = std::move(made).value();
+  for (int64_t ctx : {int64_t{2048 + 100}, int64_t{8192}, int64_t{32768}}) {
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{32}}) {
+      for (bool per_query : {false, true}) {
+        if (per_query && n == 1) continue;
+        // Query i at position ctx − 37·i (sessions at different positions); with n ≥ 5 one query sees
+        // ≤ top_k rows (a session below 2K in the same batched step).
+        std::vector<int32_t> nr(n);
+        for (int64_t i = 0; i < n; ++i) nr[i] = static_cast<int32_t>((ctx - 37 * i + 1) / 4);
+        if (n >= 5) nr[3] = TK - 9;
+        const int32_t bound = *std::max_element(nr.begin(), nr.end());
+        const int64_t sessions = per_query ? n : 1;
+        std::vector<std::vector<float>> rows(sessions);
+        for (auto& r : rows) {
+          r = randn(static_cast<size_t>(int64_t{bound} * ID));
+          for (int32_t c = bound - bound / 8; c < bound; ++c)  // ties: copies of earlier rows
+            std::copy_n(r.begin() + int64_t{c % 97} * ID, ID, r.begin() + int64_t{c} * ID);
+        }
+        auto q = randn(static_cast<size_t>(n * IH * ID));
+        auto w = randn(static_cast<size_t>(n * IH), 0.1f);
+
+        // Default backend (the decode kernel).
+        std::vector<const float*> at(n);
+        std::vector<float*> grows(sessions);
+        for (int64_t s = 0; s < sessions; ++s) grows[s] = dev(rows[s]);
+        for (int64_t i = 0; i < n; ++i) at[i] = grows[per_query ? i : 0];
+        IndexerArgs g{dev(q), dev(w), grows[0], dev(nr), n, IH, ID, TK, poisoned_i32(n * TK), poisoned_i32(n)};
+        if (per_query) g.rows_at = dev(at);
+        g.max_rows = bound;
+        // The previous kernels read the same device inputs (one process, one device) into their own outputs.
+        IndexerArgs p = g;
+        p.idx = poisoned_i32(n * TK);
+        p.count = poisoned_i32(n);
+        gpu_->indexer(g);
+        ASSERT_TRUE(gpu_->sync().ok());
+        prev->indexer(p);
+        ASSERT_TRUE(prev->sync().ok());
+        const auto idx = host(g.idx, n * TK), cnt = host(g.count, n);
+        const auto pidx = host(p.idx, n * TK), pcnt = host(p.count, n);
+
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(cnt[i], pcnt[i]) << "query " << i;
+          ASSERT_EQ(cnt[i], std::min(nr[i], TK)) << "query " << i;
+          for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * TK + j] != pidx[i * TK + j];
+        }
+        // The CPU op for the first, a middle and the last query (every query at 32K would be slow here).
+        for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
+          std::vector<int32_t> want(TK, -7), wcnt(1, -7);
+          IndexerArgs a{q.data() + i * IH * ID, w.data() + i * IH, rows[per_query ? i : 0].data(), nr.data() + i, 1,
+                        IH, ID, TK, want.data(), wcnt.data()};
+          cpu_->indexer(a);
+          ASSERT_EQ(cnt[i], wcnt[0]) << "query " << i;
+          for (int32_t j = 0; j < wcnt[0]; ++j) differ += idx[i * TK + j] != want[j];
+        }
+        EXPECT_EQ(differ, 0) << "ctx " << ctx << " n " << n << (per_query ? " per-query rows" : "");
+        std::printf("PARITY %-44s n=%-9lld selected ids differing: %lld  %s\n",
+                    ("indexer decode ctx" + std::to_string(ctx) + " n" + std::to_string(n) +
+                     (per_query ? " rows_at" : "")).c_str(),
+                    static_cast<long long>(n * TK), static_cast<long long>(differ), differ ? "FAIL" : "ok");
+      }
+    }
+  }
+}
+
+// Shapes the decode kernel does not take (heads 8, head_dim 32) and 16 heads of 64 (which it does) against
+// the CPU: the dispatch falls back without a launch error, and the selection is the CPU's either way.
+TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
+  struct S {
+    int32_t heads, head_dim, top_k, rows;
+  };
+  for (S s : {S{8, 32, 16, 300}, S{16, 64, 32, 700}, S{32, 128, 64, 1000}}) {
+    for (int64_t n : {int64_t{1}, int64_t{3}}) {
+      std::vector<int32_t> nr(n);
+      for (int64_t i = 0; i < n; ++i) nr[i] = s.rows - static_cast<int32_t>(5 * i);
+      auto q = randn(static_cast<size_t>(n * s.heads * s.head_dim));
+      auto w = randn(static_cast<size_t>(n * s.heads), 0.1f);
+      auto rows = randn(static_cast<size_t>(int64_t{s.rows} * s.head_dim));
+      std::vector<int32_t> want(n * s.top_k, -7), wcnt(n, -7);
+      cpu_->indexer({q.data(), w.data(), rows.data(), nr.data(), n, s.heads, s.head_dim, s.top_k, want.data(), wcnt.data()});
+      IndexerArgs g{dev(q), dev(w), dev(rows), dev(nr), n, s.heads, s.head_dim, s.top_k, poisoned_i32(n * s.top_k),
+                    poisoned_i32(n)};
+      g.max_rows = s.rows;
+      gpu_->indexer(g);
+      ASSERT_TRUE(gpu_->sync().ok());
+      const auto idx = host(g.idx, n * s.top_k), cnt = host(g.count, n);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(cnt[i], wcnt[i]);
+        for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * s.top_k + j] != want[i * s.top_k + j];
+      }
+      EXPECT_EQ(differ, 0) << "heads " << s.heads << " head_dim " << s.head_dim << " n " << n;
+    }
+  }
+}
+
+// Backend::matmul_many on CUDA (matmul_f16_many.cu: a CSA layer's six F16 projections in one launch) ≡ one
+// matmul() per job bit for bit, at n = 1, 2, 5, 8, 32 (one launch) and 33 (one matmul per job), with
+// a Q8_0 job in the call (also one matmul per job), and within the F16 tolerance of the CPU op.
+TEST_F(CudaCsa, MatmulManyEqualsOneMatmulPerJobBitForBit) {
+  struct Shape {
+    GgmlType type;
+    int64_t rows, cols;
+  };
+  // compressor kv, gate; indexer compressor kv, gate; indexer q_b (over q_a's 1024); indexer weights;
+  // a ragged one (rows not a multiple of 4, one partial segment).
+  const Shape shapes[] = {{GgmlType::F16, 1024, 4096}, {GgmlType::F16, 1024, 4096}, {GgmlType::F16, 256, 4096},
+                          {GgmlType::F16, 256, 4096},  {GgmlType::F16, 8192, 1024}, {GgmlType::F16, 64, 4096},
+                          {GgmlType::F16, 13, 1000}};
+  const int64_t n_max = 33;
+  std::vector<DeviceMatmul> mats;
+  for (const Shape& s : shapes) mats.push_back(device_matmul(s.type, s.rows, s.cols, n_max));
+  for (bool with_q8 : {false, true}) {
+    DeviceMatmul q8;
+    if (with_q8) q8 = device_matmul(GgmlType::Q8_0, 512, 4096, n_max);
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{32}, int64_t{33}}) {
+      std::vector<MatmulArgs> jobs;
+      std::vector<float*> outs;
+      auto add = [&](const DeviceMatmul& m) {
+        float* y = poisoned(static_cast<size_t>(n * m.w.rows));
+        outs.push_back(y);
+        jobs.push_back({m.gw, m.gx, m.w.cols, y, m.w.rows, n, MatmulNumerics::ds4});
+      };
+      for (const DeviceMatmul& m : mats) add(m);
+      if (with_q8) add(q8);
+      gpu_->matmul_many(jobs);
+      ASSERT_TRUE(gpu_->sync().ok());
+      int64_t differ = 0;
+      double max_rel = 0;
+      for (size_t k = 0; k < jobs.size(); ++k) {
+        const DeviceMatmul& m = k < mats.size() ? mats[k] : q8;
+        const auto got = host(outs[k], static_cast<size_t>(n * m.w.rows));
+        const auto want = matmul_slice(m, 0, n);
+        for (size_t e = 0; e < got.size(); ++e)
+          differ += std::memcmp(&got[e], &want[e], 4) != 0;
+        if (m.w.type == GgmlType::F16) {  // the CPU op for the first and last vector
+          for (int64_t v : {int64_t{0}, n - 1}) {
+            std::vector<float> ref(static_cast<size_t>(m.w.rows));
+            cpu_->matmul({m.w, m.x.data() + v * m.w.cols, m.w.cols, ref.data(), m.w.rows, 1, MatmulNumerics::ds4});
+            double mx = 0, md = 0;
+            for (int64_t o = 0; o < m.w.rows; ++o) {
+              mx = std::max(mx, std::fabs(double{ref[o]}));
+              md = std::max(md, std::fabs(double{ref[o]} - got[v * m.w.rows + o]));
+            }
+            max_rel = std::max(max_rel, md / std::max(mx, 1e-30));
+          }
+        }
+      }
+      EXPECT_EQ(differ, 0) << "n " << n << (with_q8 ? " with a Q8_0 job" : "");
+      EXPECT_LE(max_rel, 2e-5) << "n " << n;
+      std::printf("PARITY %-44s n=%-9lld values differing from one matmul per job: %lld, vs CPU %.2e  %s\n",
+                  ("matmul_many f16 csa projections" + std::string(with_q8 ? " + q8_0" : "")).c_str(),
+                  static_cast<long long>(n), static_cast<long long>(differ), max_rel,
+                  differ == 0 && max_rel <= 2e-5 ? "ok" : "FAIL");
+    }
+  }
+}

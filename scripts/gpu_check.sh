@@ -59,6 +59,8 @@ if [ "${FLASH_LAYERS:-2}" != 0 ] && [ -x "$BIN/ds4-gen" ]; then
   done
 fi
 "$BIN/cuda_bench" $FLASH > "$OUTD/bench.log" 2>&1; bench_rc=$?
+# The CSA layer's compressor + indexer at 2K/8K/32K and 1/8/32 sessions, current vs previous kernels (~10 s).
+"$BIN/cuda_bench" --csa >> "$OUTD/bench.log" 2>&1
 # Prefill stages (attention, indexer, compressor, F16 at 2K/32K, current vs previous kernels; ~6 s).
 [ -x "$BIN/cuda_prefill_bench" ] && "$BIN/cuda_prefill_bench" 2048 stages >> "$OUTD/bench.log" 2>&1
 t3=$(date +%s)

@@ -8,6 +8,7 @@
 // Deliberately not here: model structure (which op runs when), session bookkeeping, file formats.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,6 +74,22 @@ struct MatmulArgs {
   int64_t group_rows = 0;
   int64_t group_x_stride = 0;
 };
+
+// The grouped form as what it means: fn(slice) for each row group g, a plain (group_rows = 0) job over
+// W's rows [g·group_rows, …) with its own inputs x + g·group_x_stride, writing y from row g·group_rows.
+// For a backend (or a path) without a one-pass grouped kernel. Job: MatmulArgs or a backend's own job
+// struct with the same w / x / y / group_rows / group_x_stride fields.
+template <class Job, class Fn>
+void for_each_row_group(const Job& j, Fn&& fn) {
+  for (int64_t r0 = 0, g = 0; r0 < j.w.rows; r0 += j.group_rows, ++g) {
+    Job s = j;
+    s.group_rows = 0;
+    s.w = j.w.row_slice(r0, std::min(j.group_rows, j.w.rows - r0));
+    s.x = j.x + g * j.group_x_stride;
+    s.y = j.y + r0;
+    fn(s);
+  }
+}
 
 // y = x / sqrt(mean(x²) + eps) (⊙ w when w != nullptr), per row; x and y may alias.
 struct RmsNormArgs {

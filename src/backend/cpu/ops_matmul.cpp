@@ -8,14 +8,7 @@ namespace ds4::backend::cpu {
 
 void CpuBackend::matmul(const MatmulArgs& a) {
   if (a.group_rows > 0) {  // grouped form: one plain call per row slice, each over its own inputs
-    for (int64_t r0 = 0, g = 0; r0 < a.w.rows; r0 += a.group_rows, ++g) {
-      MatmulArgs s = a;
-      s.group_rows = 0;
-      s.w = a.w.row_slice(r0, std::min(a.group_rows, a.w.rows - r0));
-      s.x = a.x + g * a.group_x_stride;
-      s.y = a.y + r0;
-      matmul(s);
-    }
+    for_each_row_group(a, [&](const MatmulArgs& s) { matmul(s); });
     return;
   }
   // x: [n][x_stride] (first w.cols used), y: [n][y_stride] (first w.rows written).

@@ -235,14 +235,7 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
     return;
   if (j.group_rows > 0) {  // grouped matmul: one decode launch for every group, else one job per row slice
     if (decode_kernels_ && gemv_mma_ != GemvMma::always && gemv_decode_grouped(j)) return;
-    for (int64_t r0 = 0, g = 0; r0 < j.w.rows; r0 += j.group_rows, ++g) {
-      GemvJob s = j;
-      s.group_rows = 0;
-      s.w = j.w.row_slice(r0, std::min(j.group_rows, j.w.rows - r0));
-      s.x = j.x + g * j.group_x_stride;
-      s.y = j.y + r0;
-      gemv(s, act_scratch);
-    }
+    for_each_row_group(j, [&](const GemvJob& s) { gemv(s, act_scratch); });
     return;
   }
   // gemv_mma.cu: dense Q8_0 rows of 1..kMmaMaxVec vectors (int8 MMA block sums, the block terms added

@@ -90,6 +90,14 @@ __device__ inline bool present(int p, int c) {
   return (kLean && p <= P / 2) || p < c;
 }
 
+// acc + the 16 int8 products of four weight words with one 16-byte run of Q8 values (dp4a chain).
+__device__ inline int dp4a_x4(const uint32_t* w, uint4 v, int acc) {
+  acc = __dp4a(static_cast<int>(w[0]), static_cast<int>(v.x), acc);
+  acc = __dp4a(static_cast<int>(w[1]), static_cast<int>(v.y), acc);
+  acc = __dp4a(static_cast<int>(w[2]), static_cast<int>(v.z), acc);
+  return __dp4a(static_cast<int>(w[3]), static_cast<int>(v.w), acc);
+}
+
 // Sign bytes of one IQ2_XXS chunk as two words of 0/1 bytes (byte j = bit j): the 7 stored bits plus
 // their parity as bit 7 (kKsignsIq2xs[i] = i | parity(i) << 7), each nibble spread to the low bits of
 // four bytes by one multiply (shifts 0, 7, 14, 21: the copies never overlap). Integer work instead of a
@@ -101,9 +109,9 @@ __device__ inline void iq2_sign_bits(uint32_t idx7, uint32_t& lo, uint32_t& hi) 
 }
 
 // IQ2_XXS: each 32-value group is decoded once into 8 signed int8×4 words, then dotted with every
-// pair's Q8_K values. With b the sign bits as 0/1 bytes and m = 255·b, (g ^ m) + b negates the
-// marked bytes without carries because every grid magnitude is 8, 25 or 43 (never 0); checked against
-// the tables for every (grid, sign) pair. Integer sums are exact, so this equals iq2_xxs_group_isum's;
+// pair's Q8_K values. The sign bits as 0/1 bytes b give the byte mask m = 255·b for iq2xxs_signed_word
+// (quant/iq2xxs_words.h: no carries, checked for every (grid, sign) pair). Integer sums are exact, so
+// this equals iq2_xxs_group_isum's;
 // the float finish is QDot's.
 // grid: this lane's copy of the table, entry e at grid[e · G] (G = kGridCopies in the lean kernels).
 template <int P, bool kLean>
@@ -122,23 +130,14 @@ __device__ inline void iq2_terms(const uint8_t* wb, uint64_t boff, int c, const 
       const uint64_t gr = grid[((a0 >> (8 * k)) & 0xff) * G];
       uint32_t blo, bhi;
       iq2_sign_bits((a1 >> (7 * k)) & 127, blo, bhi);
-      w[2 * k] = (static_cast<uint32_t>(gr) ^ (blo * 255u)) + blo;
-      w[2 * k + 1] = (static_cast<uint32_t>(gr >> 32) ^ (bhi * 255u)) + bhi;
+      w[2 * k] = iq2xxs_signed_word(static_cast<uint32_t>(gr), blo * 255u);
+      w[2 * k + 1] = iq2xxs_signed_word(static_cast<uint32_t>(gr >> 32), bhi * 255u);
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (present<P, kLean>(p, c)) {
         const uint4* q8 = reinterpret_cast<const uint4*>(sact[p] + boff + 4 + 32 * g);  // 16-byte aligned
-        const uint4 v0 = q8[0], v1 = q8[1];
-        int s = __dp4a(static_cast<int>(w[0]), static_cast<int>(v0.x), 0);
-        s = __dp4a(static_cast<int>(w[1]), static_cast<int>(v0.y), s);
-        s = __dp4a(static_cast<int>(w[2]), static_cast<int>(v0.z), s);
-        s = __dp4a(static_cast<int>(w[3]), static_cast<int>(v0.w), s);
-        s = __dp4a(static_cast<int>(w[4]), static_cast<int>(v1.x), s);
-        s = __dp4a(static_cast<int>(w[5]), static_cast<int>(v1.y), s);
-        s = __dp4a(static_cast<int>(w[6]), static_cast<int>(v1.z), s);
-        s = __dp4a(static_cast<int>(w[7]), static_cast<int>(v1.w), s);
-        isum[p] += s * ls;
+        isum[p] += dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0)) * ls;
       }
     }
   }
@@ -157,11 +156,7 @@ __device__ inline void q2k_sub(const uint32_t (&w)[4], int s, int sc, int mn, in
     if (present<P, kLean>(p, c)) {
       const uint8_t* y = sact[p] + boff;
       const uint4 v = *reinterpret_cast<const uint4*>(y + qoff);  // 16-byte aligned
-      int sub = __dp4a(static_cast<int>(w[0]), static_cast<int>(v.x), 0);
-      sub = __dp4a(static_cast<int>(w[1]), static_cast<int>(v.y), sub);
-      sub = __dp4a(static_cast<int>(w[2]), static_cast<int>(v.z), sub);
-      sub = __dp4a(static_cast<int>(w[3]), static_cast<int>(v.w), sub);
-      isum[p] += sc * sub;
+      isum[p] += sc * dp4a_x4(w, v, 0);
       summs[p] += q8k_bsum(y, s) * mn;
     }
   }
@@ -280,16 +275,7 @@ __device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, c
     for (int p = 0; p < P; ++p) {
       if (present<P, kLean>(p, c)) {
         const uint4* q8 = reinterpret_cast<const uint4*>(ap[p] + 32 * g);  // 16-byte aligned
-        const uint4 v0 = q8[0], v1 = q8[1];
-        int s = __dp4a(static_cast<int>(w[0]), static_cast<int>(v0.x), 0);
-        s = __dp4a(static_cast<int>(w[1]), static_cast<int>(v0.y), s);
-        s = __dp4a(static_cast<int>(w[2]), static_cast<int>(v0.z), s);
-        s = __dp4a(static_cast<int>(w[3]), static_cast<int>(v0.w), s);
-        s = __dp4a(static_cast<int>(w[4]), static_cast<int>(v1.x), s);
-        s = __dp4a(static_cast<int>(w[5]), static_cast<int>(v1.y), s);
-        s = __dp4a(static_cast<int>(w[6]), static_cast<int>(v1.z), s);
-        s = __dp4a(static_cast<int>(w[7]), static_cast<int>(v1.w), s);
-        isum[p] += s * ls;
+        isum[p] += dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0)) * ls;
       }
     }
   }

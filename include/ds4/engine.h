@@ -61,6 +61,10 @@ struct EngineOptions {
   // On by default: on the H200 graphs on ≡ off bit for bit (test_cuda_model CudaGraphs.*, CudaBatch.*) and
   // 43-layer decode is ~4 % faster (docs/PERF.md); tools turn it off with --no-cuda-graphs.
   bool cuda_graphs = true;
+  // CUDA: independent parts of each step on a second stream (backend::cuda::CudaBackendOptions::branches:
+  // the shared expert beside the routed experts, the KV path and the compressors + indexer beside the
+  // query path), recorded into step graphs as parallel branches. Same bits as off (test_cuda_branches).
+  bool cuda_branches = false;
 };
 
 // Read-only facts about the loaded model, for logs, /v1/models and the planner.

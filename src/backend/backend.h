@@ -463,6 +463,21 @@ class Backend {
   // error): a recording is discarded unlaunched (its key is not recorded again); eager ops already ran.
   virtual void graph_cancel() {}
 
+  // ---- concurrent branches (optional; a second CUDA stream on the CUDA backend) ----
+  // A step may run two independent runs of ops side by side: fork() starts the side lane after
+  // everything enqueued so far (on the main lane) and sends the ops that follow to it; resume_main()
+  // sends the ops that follow back to the main lane, which does not wait for the side lane; join()
+  // makes the main lane wait for all the side lane's work and continues on the main lane. fork() again
+  // before join() puts the side lane behind the main lane's work so far as well as its own.
+  // The caller guarantees the lanes touch disjoint memory between fork and join (no op on one lane
+  // reads what the other writes); a backend keeps its own per-op scratch apart per lane. Recorded into a
+  // step graph as parallel branches; the ops themselves, and so the numbers, are the same as in order.
+  // Transfers, sync() and graph_end() come only after join() (they join first where they can).
+  // The default runs everything in order on one lane.
+  virtual void fork() {}
+  virtual void resume_main() {}
+  virtual void join() {}
+
   // ---- ops (all take a batch of n tokens) ----
   virtual void matmul(const MatmulArgs& a) = 0;
   // Independent matmuls in one call (no job reads another's output): the same numbers as one matmul()

@@ -269,9 +269,60 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, boo
   return Status::Ok();
 }
 
+// §7.4 compressors of layer l (projections for all columns, frontier and pooling per session) and, with
+// `select`, the §7.5 indexer's query, weights and top-k selection → idx_, icount_. Reads xn_ and (with
+// `select`) qa_ after its norm; writes ckv_, cgate_, cpos_, iq_, iw_, idx_, icount_ (and the indexer's
+// scores inside the backend) and the sessions' frontier state and emitted rows.
+Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs, int64_t n, bool select,
+                                        int64_t comp_bound) {
+  const auto& p = plan_[l];
+  const int32_t R = static_cast<int32_t>(cfg_.n_rot);
+  const double* freq = freq_comp_.data();
+  compressor_proj(l, n, select);  // both compressors' projections, and the indexer's q and weights
+  DS4_RETURN_IF_ERROR(compress(l, segs, n, false));
+  if (p.has_indexer) DS4_RETURN_IF_ERROR(compress(l, segs, n, true));
+  if (!select) return Status::Ok();
+  const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
+  be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
+  if (opts_.numerics.indexer_qat) be_.indexer_qat({iq_.f32(), n * IH, static_cast<int32_t>(ID)});
+  be_.scale(iw_.f32(), static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH))), n * IH);
+  // A column that sees ≤ top_k rows gets all of them from the indexer (ids 0…count−1), which attends
+  // exactly like no selection. Several sessions: each column reads its own session's indexer rows through
+  // the per-column table uploaded with the step inputs.
+  backend::IndexerArgs ia;
+  ia.q = iq_.f32();
+  ia.w = iw_.f32();
+  ia.rows = segs[0].kv->layers()[l].index_rows.f32();
+  ia.rows_at = tables_ ? tables_ + l * 3 * n + 2 * n : nullptr;
+  ia.n_rows = ccount_ + ratio_slot_[l] * n;
+  ia.n = n;
+  ia.heads = static_cast<int32_t>(IH);
+  ia.head_dim = static_cast<int32_t>(ID);
+  ia.top_k = static_cast<int32_t>(cfg_.indexer_top_k);
+  ia.idx = idx_.i32();
+  ia.count = icount_.i32();
+  ia.max_rows = comp_bound;
+  be_.indexer(ia);
+  return Status::Ok();
+}
+
 // One attention sublayer over all n columns of the step. Projections, norms and RoPE (per-column
 // positions in pos_) run once for every column; the raw ring, compressors, indexer and attention read
 // and append each segment's own session state.
+//
+// Concurrent branches (Backend::fork / resume_main / join; in order where the backend has one lane).
+// After the HC pre, the side lane runs the KV path and then the compressors + indexer while the main
+// lane runs the query path; both join before attention. Memory audit (nothing one lane writes is
+// touched by the other before join):
+//   main lane: reads xn_; writes qa_ (q_a, its norm in place), q_ (q_b, norm_rope in place).
+//   side lane, KV path: reads xn_, pos_, the ring table; writes kv_ and each column's raw ring row.
+//   side lane, compressors + indexer: reads xn_, and qa_ only when the indexer selects (idx_q_b) — then
+//     the side lane is forked again after qa_'s norm, and the main lane only reads qa_ from there on;
+//     reads the step tables (ccount_, epos_, ecount_, erows_, comp_seg_, row tables); writes ckv_, cgate_,
+//     cpos_, iq_, iw_, idx_, icount_, the sessions' compressor frontiers and emitted compressed / indexer
+//     rows (rows attention reads only after join), and the host's n_comp.
+//   Backend scratch (quantized activations, indexer scores, …) is kept per lane by the backend.
+// Attention, the inverse RoPE and the output projections run after join on the main lane.
 Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t n) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
@@ -281,17 +332,30 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   const float eps = static_cast<float>(cfg_.rms_eps);
   const double* freq = p.has_compressor ? freq_comp_.data() : freq_main_.data();
 
+  // Host bounds of the compressed rows (nothing is read back). Rows visible to each column (⌊(t+1)/r⌋ of
+  // its own session) were uploaded with the step inputs; the indexer selects when a column sees more
+  // than top_k of them.
+  bool any_select = false;
+  int64_t comp_bound = 0;
+  if (p.has_compressor) {
+    for (const Segment& sg : segs) {
+      const int64_t rows = (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio;
+      any_select |= p.has_indexer && rows > static_cast<int64_t>(cfg_.indexer_top_k);
+      comp_bound = std::max<int64_t>(comp_bound, rows);
+    }
+    comp_bound = row_bound(comp_bound);  // bucketed with graphs: the bound is part of the step's key
+  }
+
   hc_pre(w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, w.attn_norm, n);
+  struct JoinOnExit {  // an error half-way must not leave later ops on the side lane
+    backend::Backend& be;
+    ~JoinOnExit() { be.join(); }
+  } join_on_exit{be_};
 
-  // §7.1 query path.
-  mm(w.q_a, xn_.f32(), E, qa_.f32(), Q, n);
-  be_.rms_norm({qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
-  mm(w.q_b, qa_.f32(), Q, q_.f32(), HD, n);
-  be_.norm_rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, nullptr, eps, freq});
-
-  // §7.2 KV path, then each session's raw ring (§7.3): each column's row goes to ring row pos mod
-  // raw_cap of its own session (the per-column ring table with several sessions) before attention
-  // reads it — norm, RoPE, FP8/half rounding and the ring write in one op.
+  // §7.2 KV path (side lane), then each session's raw ring (§7.3): each column's row goes to ring row
+  // pos mod raw_cap of its own session (the per-column ring table with several sessions) before
+  // attention reads it — norm, RoPE, FP8/half rounding and the ring write in one op.
+  be_.fork();
   mm(w.kv, xn_.f32(), E, kv_.f32(), D, n);
   backend::NormRopeArgs kr{kv_.f32(), pos_, n, 1, static_cast<int32_t>(D), R, w.kv_norm, eps, freq};
   kr.fp8_quant = nm.fp8_kv ? static_cast<int32_t>(cfg_.nope_dim()) : 0;
@@ -302,63 +366,32 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   else
     kr.ring = segs[0].kv->layers()[l].raw.f32();
   be_.norm_rope(kr);
+  // §7.4 compressors and §7.5 indexer (side lane): without selection they need only xn_, so they follow
+  // the KV path at once; the indexer's query projection reads qa_, so with selection they wait for its norm.
+  if (p.has_compressor && !any_select) DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, false, comp_bound));
+  be_.resume_main();
 
-  // §7.4 compressors (projections for all columns, frontier and pooling per session), §7.5 indexer.
-  bool any_select = false;
-  if (p.has_compressor) {
-    // Rows visible to each column (⌊(t+1)/r⌋ of its own session) were uploaded with the step inputs;
-    // the indexer selects when a column sees more than top_k of them.
-    for (const Segment& sg : segs)
-      any_select |= p.has_indexer && (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio >
-                                         static_cast<int64_t>(cfg_.indexer_top_k);
-    compressor_proj(l, n, any_select);  // both compressors' projections, and the indexer's q and weights
-    DS4_RETURN_IF_ERROR(compress(l, segs, n, false));
-    if (p.has_indexer) DS4_RETURN_IF_ERROR(compress(l, segs, n, true));
-    if (any_select) {
-      const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
-      be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
-      if (nm.indexer_qat) be_.indexer_qat({iq_.f32(), n * IH, static_cast<int32_t>(ID)});
-      be_.scale(iw_.f32(), static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH))), n * IH);
-    }
+  // §7.1 query path (main lane).
+  mm(w.q_a, xn_.f32(), E, qa_.f32(), Q, n);
+  be_.rms_norm({qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
+  if (p.has_compressor && any_select) {
+    be_.fork();
+    DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, true, comp_bound));
+    be_.resume_main();
   }
+  mm(w.q_b, qa_.f32(), Q, q_.f32(), HD, n);
+  be_.norm_rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, nullptr, eps, freq});
+  be_.join();
 
-  // §7.5 selection and §7.6 attention with sinks, one call each for all columns. With several
-  // sessions each column reads its own session's ring, compressed rows and indexer rows through the
-  // per-column pointer tables uploaded with the step inputs. A column that sees ≤ top_k rows gets all
-  // of them from the indexer (ids 0…count−1), which attends exactly like no selection.
+  // §7.6 attention with sinks, one call for all columns. With several sessions each column reads its own
+  // session's ring and compressed rows through the per-column pointer tables uploaded with the step inputs.
   const LayerKv& k0 = segs[0].kv->layers()[l];
   const float* const* raw_at = tables_ ? tables_ + l * 3 * n : nullptr;
   const float* const* comp_at = tables_ ? raw_at + n : nullptr;
-  const float* const* rows_at = tables_ ? raw_at + 2 * n : nullptr;
   const int32_t* ccount = p.has_compressor ? ccount_ + ratio_slot_[l] * n : nullptr;
   const int64_t TK = cfg_.indexer_top_k;
-  const int32_t* comp_count = ccount;
-  const int32_t* comp_idx = nullptr;
-  int64_t comp_bound = 0;  // a host bound of the uploaded counts ((t + 1) / ratio): nothing is read back
-  if (p.has_compressor) {
-    for (const Segment& sg : segs)
-      comp_bound = std::max<int64_t>(comp_bound, (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / p.compress_ratio);
-    comp_bound = row_bound(comp_bound);  // bucketed with graphs: the bound is part of the step's key
-  }
-  if (any_select) {
-    const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
-    backend::IndexerArgs ia;
-    ia.q = iq_.f32();
-    ia.w = iw_.f32();
-    ia.rows = k0.index_rows.f32();
-    ia.rows_at = rows_at;
-    ia.n_rows = ccount;
-    ia.n = n;
-    ia.heads = static_cast<int32_t>(IH);
-    ia.head_dim = static_cast<int32_t>(ID);
-    ia.top_k = static_cast<int32_t>(TK);
-    ia.idx = idx_.i32();
-    ia.count = icount_.i32();
-    ia.max_rows = comp_bound;
-    be_.indexer(ia);
-    comp_idx = idx_.i32();
-    comp_count = icount_.i32();
-  }
+  const int32_t* comp_count = any_select ? icount_.i32() : ccount;
+  const int32_t* comp_idx = any_select ? idx_.i32() : nullptr;
   backend::AttentionArgs aa;
   aa.q = q_.f32();
   aa.pos = pos_;
@@ -393,11 +426,24 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
 }
 
 // §8 MoE: router, routed experts, shared expert.
+//
+// Concurrent branches (Backend::fork / join): the shared expert runs on the side lane beside the router
+// and routed experts on the main lane; the sum of the two happens in the HC post after join, in the
+// CPU's order (f + f_add). Memory audit: both lanes read xn_ (written by the HC pre before the fork);
+// side lane writes sg_ (gate, then SwiGLU in place), su_, sout_; main lane reads tok_ and writes
+// rlogit_, rids_, rw_, f_; the backend keeps its expert and activation scratch per lane.
 void Forward::ffn_layer(size_t l, int64_t n) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
   const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.expert_ff;
   hc_pre(w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, w.ffn_norm, n);
+
+  be_.fork();  // shared expert (side lane)
+  mm(w.sh_gate, xn_.f32(), E, sg_.f32(), F, n);
+  mm(w.sh_up, xn_.f32(), E, su_.f32(), F, n);
+  be_.swiglu({sg_.f32(), su_.f32(), sg_.f32(), n * F, opts_.numerics.shared_expert_clamp ? p.swiglu_clamp : 0.0f});
+  mm(w.sh_down, sg_.f32(), F, sout_.f32(), E, n);
+  be_.resume_main();
 
   mm(w.router, xn_.f32(), E, rlogit_.f32(), NE, n);
   backend::RouterArgs ra;
@@ -431,10 +477,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   ma.out = f_.f32();
   be_.moe(ma);
 
-  mm(w.sh_gate, xn_.f32(), E, sg_.f32(), F, n);
-  mm(w.sh_up, xn_.f32(), E, su_.f32(), F, n);
-  be_.swiglu({sg_.f32(), su_.f32(), sg_.f32(), n * F, opts_.numerics.shared_expert_clamp ? p.swiglu_clamp : 0.0f});
-  mm(w.sh_down, sg_.f32(), F, sout_.f32(), E, n);
+  be_.join();
   hc_post_swap(n, sout_.f32());  // routed + shared expert outputs added inside the post
 }
 

@@ -109,6 +109,7 @@ class Forward {
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
   Status compress(size_t l, std::span<const Segment> segs, int64_t n, bool indexer);
   void compressor_proj(size_t l, int64_t n, bool select);
+  Status compressors_and_indexer(size_t l, std::span<const Segment> segs, int64_t n, bool select, int64_t comp_bound);
   float* comp_in(const backend::Buffer& b, bool indexer) const;
   void ffn_layer(size_t l, int64_t n);
   void head(const float* X, int64_t count);

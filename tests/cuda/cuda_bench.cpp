@@ -9,6 +9,7 @@
 //        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
+//        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,6 +57,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages
 void bench_hc_router(Backend& be, Backend& prev, Backend* plain);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
+void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
@@ -420,6 +422,11 @@ int main(int argc, char** argv) {
     po.f16_many = false;
     auto prev = cuda::make_cuda_backend(po);
     if (prev.ok()) bench_csa_stages(*be, **prev);
+    return 0;
+  }
+
+  if (argc > 1 && std::strcmp(argv[1], "--branches") == 0) {  // decode steps, concurrent branches off / on
+    bench_branches(argc - 2, argv + 2);
     return 0;
   }
 

@@ -45,6 +45,7 @@ struct Flags {
   std::string backend;
   int cuda_device = 0;
   bool cuda_graphs = true;
+  bool cuda_branches = false;
   std::string host = "127.0.0.1";
   int port = 8000;
   bool cors = false;
@@ -118,6 +119,8 @@ int main(int argc, char** argv) {
   app.add_option("--cuda-device", f.cuda_device, "CUDA device index");
   app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.cuda_graphs,
                "CUDA: replay decode steps (batched ones too) as CUDA graphs (default on; same bits)");
+  app.add_flag("--cuda-branches,!--no-cuda-branches", f.cuda_branches,
+               "CUDA: independent parts of each step on a second stream (same bits)");
   app.add_option("--host", f.host, "bind address")->capture_default_str();
   app.add_option("--port", f.port, "bind port")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_flag("--cors", f.cors, "send permissive CORS headers");
@@ -212,6 +215,7 @@ int main(int argc, char** argv) {
   eo.warm_weights = f.warm_weights;
   eo.cuda_device = f.cuda_device;
   eo.cuda_graphs = f.cuda_graphs;
+  eo.cuda_branches = f.cuda_branches;
   eo.numerics = f.numerics == "reference" ? ds4::Numerics::reference : ds4::Numerics::official;
   eo.max_chunk = static_cast<int32_t>(f.max_batch_tokens);  // one step's scratch holds the whole batch
   std::fprintf(stderr, "ds4-server: loading %s (backend %s)\n", f.model.c_str(),

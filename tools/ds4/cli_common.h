@@ -28,6 +28,7 @@ struct EngineFlags {
   int cuda_device = 0;
   bool cuda_no_tensor_cores = false;
   bool cuda_graphs = true;
+  bool cuda_branches = false;
 };
 
 inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -51,6 +52,9 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
   app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.cuda_graphs,
                "CUDA: replay decode steps (batched ones too) as CUDA graphs (default on; same bits; "
                "fewer host launches)");
+  app.add_flag("--cuda-branches,!--no-cuda-branches", f.cuda_branches,
+               "CUDA: run independent parts of each step (shared expert, KV path, compressors and indexer) "
+               "on a second stream (same bits)");
 }
 
 // Reads a whole file as bytes; false when it cannot be opened.
@@ -78,6 +82,7 @@ inline bool engine_options(const EngineFlags& f, EngineOptions& o) {
   o.cuda_device = f.cuda_device;
   o.cuda_tensor_cores = !f.cuda_no_tensor_cores;
   o.cuda_graphs = f.cuda_graphs;
+  o.cuda_branches = f.cuda_branches;
   if (f.numerics == "official") {
     o.numerics = Numerics::official;
   } else if (f.numerics == "reference") {

@@ -59,6 +59,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_gemv_mma(opts.gemv_mma);
   be->set_gemv_dense(opts.gemv_dense);
   be->set_max_graphs(opts.max_graphs);
+  if (Status st = be->set_branches(opts.branches); !st.ok()) return st;
   return std::unique_ptr<Backend>(std::move(be));
 }
 
@@ -97,7 +98,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (StepGraph& g : graphs_) drop_graph(g);
   for (void* p : weights_) cudaFree(p);
-  for (DeviceScratch* s : {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_, &attn_part_, &attn_seg_})
+  release_branches();
+  for (DeviceScratch* s : scratch_areas())
     if (s->ptr) cudaFree(s->ptr);
   cudaStreamDestroy(stream_);
 }
@@ -129,6 +131,7 @@ Status CudaBackend::sync() {
     upload_stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     uploading_ = false;
   }
+  join();  // the side lane's work is then behind the main lane's end
   check(cudaStreamSynchronize(stream_), "stream synchronize");
   return first_error_;
 }
@@ -195,11 +198,13 @@ MemBytes CudaBackend::allocated() const {
 
 void CudaBackend::upload(void* dst, const void* src, uint64_t bytes) {
   // From pageable host memory the copy is staged before this returns, so `src` may be reused at once.
+  join();  // step inputs go on the main lane, ahead of the step that reads them
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
 }
 
 void CudaBackend::download(void* dst, const void* src, uint64_t bytes) {
   if (!bytes) return;
+  join();
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
   check(cudaStreamSynchronize(stream_), "download synchronize");
 }

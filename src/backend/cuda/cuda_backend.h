@@ -112,6 +112,12 @@ struct CudaBackendOptions {
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and
   // 128), a batch of N sessions 2–4 per N and row bucket.
   int max_graphs = 16;
+  // Independent parts of a decode step (and of any step) run concurrently on a second stream, recorded
+  // into step graphs as parallel branches: the forward pass's Backend::fork / resume_main / join points
+  // (the shared expert beside the routed experts; the kv path, then the compressors and indexer, beside
+  // the query path). Each lane has its own scratch. false: the calls do nothing, one stream in order.
+  // Same ops, so the same bits either way.
+  bool branches = false;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

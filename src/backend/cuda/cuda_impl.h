@@ -168,6 +168,13 @@ class CudaBackend final : public Backend {
     return k;
   }
   uint64_t graph_device_bytes() const { return graph_bytes_; }
+  // Concurrent branches (branches.cpp; backend.h fork/resume_main/join): a second stream with its own
+  // per-op scratch areas. Turning them on creates the stream and its events; off (the default), the three
+  // calls do nothing and every op runs in order on the one stream.
+  Status set_branches(bool on);
+  void fork() override;
+  void resume_main() override;
+  void join() override;
 
   void matmul(const MatmulArgs& a) override;            // ops_matmul.cu
   void matmul_many(std::span<const MatmulArgs> jobs) override;  // matmul_f16_many.cu (F16 jobs in one launch)
@@ -341,6 +348,20 @@ class CudaBackend final : public Backend {
   bool vmm_checked_ = false;
   std::unique_ptr<VmmApi> vmm_;
   uint64_t block_bytes_ = uint64_t{2} << 20;  // modelspec::kCudaKvBlockBytes unless the device needs more
+
+  // Concurrent branches (branches.cpp). While the side lane runs, stream_ and the per-op scratch areas
+  // hold the side lane's (swapped in by fork, out by resume_main / join), so every op enqueues on and
+  // grows the lane it runs on without knowing about lanes; the lanes never share a scratch area.
+  static constexpr int kScratchAreas = 10;
+  std::array<DeviceScratch*, kScratchAreas> scratch_areas();  // the areas of the lane ops run on now
+  void swap_lanes();
+  void release_branches();                // ~CudaBackend: the side lane's stream, events and scratch
+  bool branches_ = false;                 // CudaBackendOptions::branches
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  std::array<DeviceScratch, kScratchAreas> side_scratch_{};
+  bool on_side_ = false;                  // ops go to the side lane now
+  bool side_pending_ = false;             // the side lane has work the main lane has not waited for
 
   friend struct ScratchAccess;
 };

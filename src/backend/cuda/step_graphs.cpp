@@ -46,6 +46,7 @@ void CudaBackend::evict_graph_lru(bool recorded, const StepGraph* keep) {
 }
 
 Backend::GraphMode CudaBackend::graph_begin(std::span<const int64_t> key) {
+  join();  // a step left unjoined (an error half-way) must not leak its side lane into this one
   if (max_graphs_ <= 0 || failed() || recording_ || key.empty()) return GraphMode::eager;
   ++graph_clock_;
   auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const StepGraph& g) {
@@ -80,6 +81,7 @@ Backend::GraphMode CudaBackend::graph_begin(std::span<const int64_t> key) {
 }
 
 bool CudaBackend::graph_end() {
+  join();                        // a capture ends only with every forked stream joined back
   if (!recording_) return true;  // the ops ran eagerly
   StepGraph& g = *recording_;
   recording_ = nullptr;
@@ -110,6 +112,7 @@ bool CudaBackend::graph_end() {
 }
 
 void CudaBackend::graph_cancel() {
+  join();
   if (!recording_) return;
   StepGraph& g = *recording_;
   recording_ = nullptr;

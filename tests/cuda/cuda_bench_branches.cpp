@@ -20,8 +20,9 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // One case: `sessions` sessions with prompts of `prompt` tokens (different per session), then decode
-// steps of one token per session. Returns seconds per step, or a negative value on failure.
-double decode_step_seconds(Engine& e, int sessions, int prompt) {
+// steps of one token per session. Returns seconds per step, or a negative value on failure; *prefill:
+// seconds of the first session's prompt (chunks of max_chunk tokens).
+double decode_step_seconds(Engine& e, int sessions, int prompt, double* prefill) {
   const int V = e.info().n_vocab;
   std::vector<std::unique_ptr<Session>> ss;
   for (int s = 0; s < sessions; ++s) {
@@ -29,7 +30,9 @@ double decode_step_seconds(Engine& e, int sessions, int prompt) {
     if (!made.ok()) return -1;
     std::vector<TokenId> p(static_cast<size_t>(prompt + 3 * s));
     for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<TokenId>((k * 7919 + 13 * s) % V);
+    const auto t0 = Clock::now();
     if (!(*made)->eval(p).ok()) return -1;
+    if (s == 0) *prefill = std::chrono::duration<double>(Clock::now() - t0).count();
     ss.push_back(std::move(made).value());
   }
   std::vector<TokenId> next(static_cast<size_t>(sessions), 1);
@@ -67,10 +70,13 @@ void bench_branches(int argc, char** argv) {
         }
         for (int sessions : {1, 8}) {
           const int prompt = 2048;
-          const double t = decode_step_seconds(**e, sessions, sessions == 1 ? prompt : 512);
-          std::printf("BENCH branches %-36s layers %d graphs %s branches %s batch %d ctx %d: %.3f ms/step, %.1f tok/s\n",
-                      argv[i], (*e)->info().n_layer, graphs ? "on " : "off", branches ? "on " : "off", sessions,
-                      sessions == 1 ? prompt : 512, t * 1e3, t > 0 ? sessions / t : 0.0);
+          const int ctx = sessions == 1 ? prompt : 512;
+          double pre = 0;
+          const double t = decode_step_seconds(**e, sessions, ctx, &pre);
+          std::printf("BENCH branches %-36s layers %d graphs %s branches %s batch %d ctx %d: %.3f ms/step, %.1f tok/s "
+                      "(prefill %d tok %.1f ms)\n",
+                      argv[i], (*e)->info().n_layer, graphs ? "on " : "off", branches ? "on " : "off", sessions, ctx,
+                      t * 1e3, t > 0 ? sessions / t : 0.0, ctx, pre * 1e3);
         }
       }
     }

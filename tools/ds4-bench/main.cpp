@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.engine.cuda_graphs,
                "CUDA: replay decode steps (batched ones too) as CUDA graphs (same bits; default on)");
   app.add_flag("--cuda-branches,!--no-cuda-branches", f.engine.cuda_branches,
-               "CUDA: independent parts of each step on a second stream (same bits)");
+               "CUDA: independent parts of each step on a second stream (default on; same bits)");
   app.add_option("--plot", f.plot_path, "also plot the CSV to FILE.png or FILE.svg (needs --csv and gnuplot)");
   app.add_option("--plot-script", f.plot_script, "plot script")->capture_default_str();
   app.add_option("--plot-title", f.plot_title, "plot title");

@@ -45,7 +45,7 @@ struct Flags {
   std::string backend;
   int cuda_device = 0;
   bool cuda_graphs = true;
-  bool cuda_branches = false;
+  bool cuda_branches = true;
   std::string host = "127.0.0.1";
   int port = 8000;
   bool cors = false;
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   app.add_flag("--cuda-graphs,!--no-cuda-graphs", f.cuda_graphs,
                "CUDA: replay decode steps (batched ones too) as CUDA graphs (default on; same bits)");
   app.add_flag("--cuda-branches,!--no-cuda-branches", f.cuda_branches,
-               "CUDA: independent parts of each step on a second stream (same bits)");
+               "CUDA: independent parts of each step on a second stream (default on; same bits)");
   app.add_option("--host", f.host, "bind address")->capture_default_str();
   app.add_option("--port", f.port, "bind port")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_flag("--cors", f.cors, "send permissive CORS headers");

@@ -28,7 +28,7 @@ struct EngineFlags {
   int cuda_device = 0;
   bool cuda_no_tensor_cores = false;
   bool cuda_graphs = true;
-  bool cuda_branches = false;
+  bool cuda_branches = true;
 };
 
 inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -54,7 +54,7 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "fewer host launches)");
   app.add_flag("--cuda-branches,!--no-cuda-branches", f.cuda_branches,
                "CUDA: run independent parts of each step (shared expert, KV path, compressors and indexer) "
-               "on a second stream (same bits)");
+               "on a second stream (default on; same bits)");
 }
 
 // Reads a whole file as bytes; false when it cannot be opened.

@@ -116,8 +116,9 @@ struct CudaBackendOptions {
   // into step graphs as parallel branches: the forward pass's Backend::fork / resume_main / join points
   // (the shared expert beside the routed experts; the kv path, then the compressors and indexer, beside
   // the query path). Each lane has its own scratch. false: the calls do nothing, one stream in order.
-  // Same ops, so the same bits either way.
-  bool branches = false;
+  // Same ops, so the same bits either way (test_cuda_branches on the H200: decode, chunked and batched
+  // steps, graphs on and off); on by default since that run measured every case faster (docs/PERF.md).
+  bool branches = true;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

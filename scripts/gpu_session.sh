@@ -10,7 +10,8 @@
 #           env: LOAD_LAYERS=43 SERIES="1 8 32" PROMPT=1024 GEN=128 SERIES_TIMEOUT=240
 #                ROUTING=distinct|tied (gpu_pack_common.sh flash_gen: the benchmark files' routing)
 #                GRAPHS_CTX_MAX=8192: a second ds4-bench walk with BENCH_FLAGS2 (default --no-cuda-graphs) to there
-#                OPS_FILTER (gpu_check.sh), SKIP_PROBE=1: a shorter re-check
+#                OPS_FILTER (gpu_check.sh), SKIP_PROBE=1 / SKIP_LOAD=1: without the batch probe / the serving series
+#                GEN43=32: greedy decode tokens per frontier of the 43-layer walk
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -43,7 +44,7 @@ F=$(flash_gen "$P/bench/ds4-gen" 43 "$P/bench/data/tokenizer.json" 2> /dev/null)
 echo "43-layer file $F (ROUTING=${ROUTING:-distinct}) at $(( $(date +%s) - t0 )) s"
 mkdir -p "$O/bench43"
 LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-bench" -m "$F" --cuda ${BENCH_FLAGS:-} --chunk 2048 \
-  --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens 32 \
+  --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max 32768 --step-mul 2 --gen-tokens "${GEN43:-32}" \
   --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
 echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"
 if [ -n "${GRAPHS_CTX_MAX:-}" ]; then  # the same walk with BENCH_FLAGS2 (graphs off by default), to GRAPHS_CTX_MAX
@@ -53,12 +54,14 @@ if [ -n "${GRAPHS_CTX_MAX:-}" ]; then  # the same walk with BENCH_FLAGS2 (graphs
   echo "ds4-bench 43 layers ${BENCH_FLAGS2:---no-cuda-graphs} rc=$? at $(( $(date +%s) - t0 )) s"
 fi
 [ "${LOAD_LAYERS:-43}" = 43 ] || rm -f "$F"  # else gpu_loadgen's flash_gen reuses it
-LAYERS=${LOAD_LAYERS:-43} SERIES=${SERIES:-"1 8 32"} PROMPT=${PROMPT:-1024} GEN=${GEN:-128} SEP_MAX=0 BATCH_TOKENS=512 \
-  CTX=8192 SERIES_TIMEOUT=${SERIES_TIMEOUT:-240} bash "$HERE/gpu_loadgen.sh" "$P/load" "$O/load" > "$O/load.txt" 2>&1
-echo "gpu_loadgen rc=$? at $(( $(date +%s) - t0 )) s"
+if [ -z "${SKIP_LOAD:-}" ]; then
+  LAYERS=${LOAD_LAYERS:-43} SERIES=${SERIES:-"1 8 32"} PROMPT=${PROMPT:-1024} GEN=${GEN:-128} SEP_MAX=0 BATCH_TOKENS=512 \
+    CTX=8192 SERIES_TIMEOUT=${SERIES_TIMEOUT:-240} bash "$HERE/gpu_loadgen.sh" "$P/load" "$O/load" > "$O/load.txt" 2>&1
+  echo "gpu_loadgen rc=$? at $(( $(date +%s) - t0 )) s"
+fi
 rm -f /dev/shm/flash-q2-l*-*.gguf
 grep -E '^\| (op|model)|cases|PARITY.*FAIL|per-token sum|BENCH model' "$O/check/summary.txt" | head -20
 [ -f "$O/probe/summary.txt" ] && grep -E '^BM_' "$O/probe/summary.txt"
 cat "$O/bench43/bench_flash_q2_l43.csv"
 [ -f "$O/bench43/bench_flash_q2_l43_b.csv" ] && cat "$O/bench43/bench_flash_q2_l43_b.csv"
-tail -8 "$O/load/summary.txt"
+[ -f "$O/load/summary.txt" ] && tail -8 "$O/load/summary.txt"

@@ -311,14 +311,15 @@ Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs,
 // and append each segment's own session state.
 //
 // Concurrent branches (Backend::fork / resume_main / join; in order where the backend has one lane).
-// After the HC pre, the side lane runs the KV path and then the compressors + indexer while the main
-// lane runs the query path; both join before attention. Memory audit (nothing one lane writes is
-// touched by the other before join):
-//   main lane: reads xn_; writes qa_ (q_a, its norm in place), q_ (q_b, norm_rope in place).
-//   side lane, KV path: reads xn_, pos_, the ring table; writes kv_ and each column's raw ring row.
-//   side lane, compressors + indexer: reads xn_, and qa_ only when the indexer selects (idx_q_b) — then
-//     the side lane is forked again after qa_'s norm, and the main lane only reads qa_ from there on;
-//     reads the step tables (ccount_, epos_, ecount_, erows_, comp_seg_, row tables); writes ckv_, cgate_,
+// After the HC pre, the side lane runs the KV path while the main lane runs the query path; the
+// compressors + indexer follow the KV path on the side lane, or — when the indexer selects, the longer
+// chain — run on the main lane after q_a's norm while q_b and its norm + RoPE go to the side lane. Both
+// lanes join before attention. Memory audit (nothing one lane writes is touched by the other before join):
+//   query path: reads xn_; writes qa_ (q_a, its norm in place), then q_ (q_b, norm_rope in place), which
+//     reads qa_; when q_b is on the side lane, it was forked after qa_'s norm and nothing writes qa_ after.
+//   KV path: reads xn_, pos_, the ring table; writes kv_ and each column's raw ring row.
+//   compressors + indexer: read xn_, and qa_ only when the indexer selects (idx_q_b: then after its norm);
+//     read the step tables (ccount_, epos_, ecount_, erows_, comp_seg_, row tables); write ckv_, cgate_,
 //     cpos_, iq_, iw_, idx_, icount_, the sessions' compressor frontiers and emitted compressed / indexer
 //     rows (rows attention reads only after join), and the host's n_comp.
 //   Backend scratch (quantized activations, indexer scores, …) is kept per lane by the backend.
@@ -366,21 +367,24 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   else
     kr.ring = segs[0].kv->layers()[l].raw.f32();
   be_.norm_rope(kr);
-  // §7.4 compressors and §7.5 indexer (side lane): without selection they need only xn_, so they follow
-  // the KV path at once; the indexer's query projection reads qa_, so with selection they wait for its norm.
+  // §7.4 compressors and §7.5 indexer: without selection they need only xn_, so they follow the KV path on
+  // the side lane at once; the indexer's query projection reads qa_, so with selection they wait for its norm.
   if (p.has_compressor && !any_select) DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, false, comp_bound));
   be_.resume_main();
 
-  // §7.1 query path (main lane).
+  // §7.1 query path (main lane). With selection the compressors + indexer are the longer chain (on the
+  // H200 ~52 µs against ~21 µs of q_b and its norm + RoPE): they stay on the main lane, which a backend
+  // may favour (CudaBackendOptions::branch_priority), and the rest of the query path goes to the side lane.
   mm(w.q_a, xn_.f32(), E, qa_.f32(), Q, n);
   be_.rms_norm({qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
-  if (p.has_compressor && any_select) {
-    be_.fork();
-    DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, true, comp_bound));
-    be_.resume_main();
-  }
+  const bool q_rest_on_side = p.has_compressor && any_select;
+  if (q_rest_on_side) be_.fork();
   mm(w.q_b, qa_.f32(), Q, q_.f32(), HD, n);
   be_.norm_rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, nullptr, eps, freq});
+  if (q_rest_on_side) {
+    be_.resume_main();
+    DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, true, comp_bound));
+  }
   be_.join();
 
   // §7.6 attention with sinks, one call for all columns. With several sessions each column reads its own

@@ -1,82 +1,116 @@
-// cuda_bench_branches.cpp — `cuda_bench --branches M...`: whole decode steps of a model file with the
-// concurrent branches off and on (EngineOptions::cuda_branches), step graphs on and off, one session
-// and a batch of 8, through the public Engine API. Prints one "BENCH branches" line per case: the
-// median per-step wall time of the decode steps (host-timed, logits download included, as the engine
-// serves them) and the rate. Method: prefill each session's prompt, run 8 warm-up steps (graphs are
-// recorded on a shape's 2nd use), then the median of 5 repetitions of 16 steps.
+// cuda_bench_branches.cpp — `cuda_bench --branches M...`: whole decode steps of a model file in order,
+// with concurrent branches (CudaBackendOptions::branches), and with branches and lane priorities
+// (branch_priority), step graphs on and off, one session at context 2K and a batch of 8 at 512, through
+// model::Forward on a backend made with each variant's options (the Engine API fixes the backend options).
+// Prints one "BENCH branches" line per case: the median per-step wall time (host-timed: step inputs,
+// the step, the logits download) and the rate. Method: prefill each session's prompt, 8 warm-up steps
+// (graphs are recorded on a shape's 2nd use), then the median of 5 repetitions of 16 steps. Decode
+// tokens are a fixed pseudo-random sequence (no sampling on the host).
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
 #include "bench_median.h"
-#include "ds4/engine.h"
+#include "gguf/gguf.h"
+#include "model/forward.h"
+#include "model/weights.h"
+#include "modelspec/config.h"
+#include "modelspec/layer_plan.h"
 
 using namespace ds4;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// One case: `sessions` sessions with prompts of `prompt` tokens (different per session), then decode
-// steps of one token per session. Returns seconds per step, or a negative value on failure; *prefill:
-// seconds of the first session's prompt (chunks of max_chunk tokens).
-double decode_step_seconds(Engine& e, int sessions, int prompt, double* prefill) {
-  const int V = e.info().n_vocab;
-  std::vector<std::unique_ptr<Session>> ss;
+// Seconds per decode step of `sessions` sessions after prompts of `prompt` tokens, or < 0 on failure.
+double decode_step_seconds(model::Forward& fw, backend::Backend& be, int sessions, int64_t prompt) {
+  const int64_t V = fw.config().n_vocab, C = fw.max_chunk();
+  std::vector<model::KvState> kv;
+  std::vector<float> logits(static_cast<size_t>(V * sessions));
+  std::vector<int32_t> toks(static_cast<size_t>(prompt + 3 * sessions));
+  for (size_t k = 0; k < toks.size(); ++k) toks[k] = static_cast<int32_t>((k * 7919 + 13) % static_cast<size_t>(V));
+  std::vector<int64_t> pos(static_cast<size_t>(sessions), 0);
   for (int s = 0; s < sessions; ++s) {
-    auto made = e.new_session();
-    if (!made.ok()) return -1;
-    std::vector<TokenId> p(static_cast<size_t>(prompt + 3 * s));
-    for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<TokenId>((k * 7919 + 13 * s) % V);
-    const auto t0 = Clock::now();
-    if (!(*made)->eval(p).ok()) return -1;
-    if (s == 0) *prefill = std::chrono::duration<double>(Clock::now() - t0).count();
-    ss.push_back(std::move(made).value());
-  }
-  std::vector<TokenId> next(static_cast<size_t>(sessions), 1);
-  bool ok = true;
-  auto step = [&] {
-    std::vector<StepItem> items;
-    for (int s = 0; s < sessions; ++s) items.push_back({ss[s].get(), std::span<const TokenId>(&next[s], 1)});
-    if (!e.step(items, {}).ok()) ok = false;
-    for (int s = 0; s < sessions; ++s) {
-      const auto l = ss[s]->logits();
-      next[s] = static_cast<TokenId>(std::max_element(l.begin(), l.end()) - l.begin());
+    auto st = fw.new_state(prompt + 4096);
+    if (!st.ok()) return -1;
+    kv.push_back(std::move(st).value());
+    const int64_t len = prompt + 3 * s;  // sessions of different lengths
+    for (int64_t p = 0; p < len; p += C) {
+      const int64_t n = std::min(C, len - p);
+      if (!fw.eval(kv.back(), std::span<const int32_t>(toks.data() + p, static_cast<size_t>(n)), p, logits.data(), false).ok())
+        return -1;
     }
+    pos[static_cast<size_t>(s)] = len;
+  }
+  std::vector<int32_t> next(static_cast<size_t>(sessions));
+  std::vector<model::Segment> segs(static_cast<size_t>(sessions));
+  bool ok = true;
+  int64_t step_no = 0;
+  auto step = [&] {
+    for (int s = 0; s < sessions; ++s) {
+      const size_t i = static_cast<size_t>(s);
+      next[i] = static_cast<int32_t>((step_no * 104729 + s * 31 + 7) % V);
+      segs[i] = model::Segment{&kv[i], std::span<const int32_t>(&next[i], 1), pos[i], logits.data() + i * V, false};
+      ++pos[i];
+    }
+    ++step_no;
+    if (!fw.eval_batch(segs).ok()) ok = false;
   };
   for (int w = 0; w < 8; ++w) step();
-  const double t = ds4::test::median_seconds(step, [] {}, 16);  // each step ends in its logits download
+  const double t = ds4::test::median_seconds(step, [&] { (void)be.sync(); }, 16);
   return ok ? t : -1;
 }
 
 }  // namespace
 
 void bench_branches(int argc, char** argv) {
+  struct Variant {
+    const char* name;
+    bool branches, priority;
+  };
+  const Variant variants[] = {{"in order", false, false}, {"branches", true, false}, {"branches+priority", true, true}};
   for (int i = 0; i < argc; ++i) {
-    for (bool graphs : {true, false}) {
-      for (bool branches : {false, true}) {
-        EngineOptions o;
-        o.model_path = argv[i];
-        o.backend = BackendKind::cuda;
-        o.max_chunk = 512;
-        o.cuda_graphs = graphs;
-        o.cuda_branches = branches;
-        auto e = Engine::open(o);
-        if (!e.ok()) {
-          std::printf("BENCH branches %s: %s\n", argv[i], e.status().to_string().c_str());
+    auto file = gguf::File::open(argv[i]);
+    if (!file.ok()) {
+      std::printf("BENCH branches %s: %s\n", argv[i], file.status().to_string().c_str());
+      return;
+    }
+    auto cfg = modelspec::config_from_gguf(**file);
+    if (!cfg.ok()) {
+      std::printf("BENCH branches %s: %s\n", argv[i], cfg.status().to_string().c_str());
+      return;
+    }
+    const auto plan = modelspec::layer_plan(*cfg);
+    for (const Variant& v : variants) {
+      backend::cuda::CudaBackendOptions co;
+      co.branches = v.branches;
+      co.branch_priority = v.priority;
+      auto be = backend::cuda::make_cuda_backend(co);
+      if (!be.ok()) {
+        std::printf("BENCH branches: %s\n", be.status().to_string().c_str());
+        return;
+      }
+      {
+        auto w = model::bind_weights(**file, *cfg, plan, **be);
+        if (!w.ok() || !(*be)->sync().ok()) {
+          std::printf("BENCH branches %s: weights: %s\n", argv[i], w.ok() ? "sync failed" : w.status().to_string().c_str());
           return;
         }
-        for (int sessions : {1, 8}) {
-          const int prompt = 2048;
-          const int ctx = sessions == 1 ? prompt : 512;
-          double pre = 0;
-          const double t = decode_step_seconds(**e, sessions, ctx, &pre);
-          std::printf("BENCH branches %-36s layers %d graphs %s branches %s batch %d ctx %d: %.3f ms/step, %.1f tok/s "
-                      "(prefill %d tok %.1f ms)\n",
-                      argv[i], (*e)->info().n_layer, graphs ? "on " : "off", branches ? "on " : "off", sessions, ctx,
-                      t * 1e3, t > 0 ? sessions / t : 0.0, ctx, pre * 1e3);
+        for (bool graphs : {true, false}) {
+          model::ForwardOptions fo;
+          fo.max_chunk = 512;
+          fo.graphs = graphs;
+          auto fw = model::Forward::create(**be, *cfg, *w, fo);
+          if (!fw.ok()) return;
+          for (int sessions : {1, 8}) {
+            const int64_t ctx = sessions == 1 ? 2048 : 512;
+            const double t = decode_step_seconds(**fw, **be, sessions, ctx);
+            std::printf("BENCH branches %-18s layers %zu graphs %s batch %d ctx %lld: %.3f ms/step, %.1f tok/s\n", v.name,
+                        plan.size(), graphs ? "on " : "off", sessions, static_cast<long long>(ctx), t * 1e3,
+                        t > 0 ? sessions / t : 0.0);
+          }
         }
       }
     }

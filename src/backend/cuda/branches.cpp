@@ -34,7 +34,11 @@ Status CudaBackend::set_branches(bool on) {
   branches_ = false;
   if (!on) return Status::Ok();
   if (!side_stream_) {
-    cudaError_t e = cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking);
+    // The side lane at the lowest priority (the default one): below the main stream when make_cuda_backend
+    // gave that the highest (CudaBackendOptions::branch_priority), else equal to it.
+    int least = 0, greatest = 0;
+    cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&side_stream_, cudaStreamNonBlocking, least);
     if (e == cudaSuccess && !fork_event_) e = cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming);
     if (e == cudaSuccess && !join_event_) e = cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming);
     if (e != cudaSuccess) {

@@ -29,7 +29,13 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   cudaError_t e = cudaSetDevice(opts.device);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaSetDevice: ") + cudaGetErrorString(e));
   cudaStream_t s = nullptr;
-  e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  int least = 0, greatest = 0;  // CudaBackendOptions::branch_priority: the main stream first (lower = higher)
+  if (opts.branches && opts.branch_priority && cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess) {
+    (void)cudaGetLastError();
+    greatest = least = 0;
+  }
+  e = greatest != least ? cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest)
+                        : cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaStreamCreate: ") + cudaGetErrorString(e));
   e = upload_iq2xxs_tables();
   if (e == cudaSuccess) e = upload_gemm_tables();

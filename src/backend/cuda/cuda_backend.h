@@ -119,6 +119,11 @@ struct CudaBackendOptions {
   // Same ops, so the same bits either way (test_cuda_branches on the H200: decode, chunked and batched
   // steps, graphs on and off); on by default since that run measured every case faster (docs/PERF.md).
   bool branches = true;
+  // With branches: the main stream gets the device's highest stream priority and the side lane the lowest,
+  // and step graphs keep each kernel's captured priority (cudaGraphInstantiateFlagUseNodePriority), so when
+  // both lanes have blocks waiting for a multiprocessor the main lane's — the longer chain the forward pass
+  // keeps there — go first. Scheduling only: the same bits either way.
+  bool branch_priority = false;
 };
 
 // Fails (unavailable) when there is no usable device, so tests can skip and tools can report it.

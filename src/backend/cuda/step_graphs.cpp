@@ -91,7 +91,13 @@ bool CudaBackend::graph_end() {
   bool ok = e == cudaSuccess && graph != nullptr && capture_error_.ok();
   size_t free_before = 0, free_after = 0, total = 0;
   bool measured = ok && cudaMemGetInfo(&free_before, &total) == cudaSuccess;
-  if (ok) ok = cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  // Lanes of different priorities (CudaBackendOptions::branch_priority): each kernel keeps its lane's
+  // captured priority instead of taking the launch stream's.
+  int main_prio = 0, side_prio = 0;
+  const bool prio = side_stream_ && cudaStreamGetPriority(stream_, &main_prio) == cudaSuccess &&
+                    cudaStreamGetPriority(side_stream_, &side_prio) == cudaSuccess && main_prio != side_prio;
+  const unsigned long long flags = prio ? cudaGraphInstantiateFlagUseNodePriority : 0;
+  if (ok) ok = cudaGraphInstantiate(&exec, graph, flags) == cudaSuccess;
   if (ok && measured) measured = cudaMemGetInfo(&free_after, &total) == cudaSuccess;
   if (ok && !measured) (void)cudaGetLastError();  // a failed query is no error of the step's
   if (ok && measured && free_after < free_before) g.device_bytes = free_before - free_after;

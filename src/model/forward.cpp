@@ -352,11 +352,12 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     backend::Backend& be;
     ~JoinOnExit() { be.join(); }
   } join_on_exit{be_};
+  const bool br = (opts_.branches & kBranchAttention) != 0;
 
   // §7.2 KV path (side lane), then each session's raw ring (§7.3): each column's row goes to ring row
   // pos mod raw_cap of its own session (the per-column ring table with several sessions) before
   // attention reads it — norm, RoPE, FP8/half rounding and the ring write in one op.
-  be_.fork();
+  if (br) be_.fork();
   mm(w.kv, xn_.f32(), E, kv_.f32(), D, n);
   backend::NormRopeArgs kr{kv_.f32(), pos_, n, 1, static_cast<int32_t>(D), R, w.kv_norm, eps, freq};
   kr.fp8_quant = nm.fp8_kv ? static_cast<int32_t>(cfg_.nope_dim()) : 0;
@@ -370,22 +371,22 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   // §7.4 compressors and §7.5 indexer: without selection they need only xn_, so they follow the KV path on
   // the side lane at once; the indexer's query projection reads qa_, so with selection they wait for its norm.
   if (p.has_compressor && !any_select) DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, false, comp_bound));
-  be_.resume_main();
+  if (br) be_.resume_main();
 
   // §7.1 query path (main lane). With selection the compressors + indexer are the longer chain (on the
   // H200 ~52 µs against ~21 µs of q_b and its norm + RoPE): they stay on the main lane, which a backend
   // may favour (CudaBackendOptions::branch_priority), and the rest of the query path goes to the side lane.
   mm(w.q_a, xn_.f32(), E, qa_.f32(), Q, n);
   be_.rms_norm({qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
-  const bool q_rest_on_side = p.has_compressor && any_select;
-  if (q_rest_on_side) be_.fork();
+  const bool select_on_main = p.has_compressor && any_select;
+  if (select_on_main && br) be_.fork();
   mm(w.q_b, qa_.f32(), Q, q_.f32(), HD, n);
   be_.norm_rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, nullptr, eps, freq});
-  if (q_rest_on_side) {
-    be_.resume_main();
+  if (select_on_main) {
+    if (br) be_.resume_main();
     DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, true, comp_bound));
   }
-  be_.join();
+  if (br) be_.join();
 
   // §7.6 attention with sinks, one call for all columns. With several sessions each column reads its own
   // session's ring and compressed rows through the per-column pointer tables uploaded with the step inputs.
@@ -442,12 +443,13 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.expert_ff;
   hc_pre(w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, w.ffn_norm, n);
 
-  be_.fork();  // shared expert (side lane)
+  const bool br = (opts_.branches & kBranchSharedExpert) != 0;
+  if (br) be_.fork();  // shared expert (side lane)
   mm(w.sh_gate, xn_.f32(), E, sg_.f32(), F, n);
   mm(w.sh_up, xn_.f32(), E, su_.f32(), F, n);
   be_.swiglu({sg_.f32(), su_.f32(), sg_.f32(), n * F, opts_.numerics.shared_expert_clamp ? p.swiglu_clamp : 0.0f});
   mm(w.sh_down, sg_.f32(), F, sout_.f32(), E, n);
-  be_.resume_main();
+  if (br) be_.resume_main();
 
   mm(w.router, xn_.f32(), E, rlogit_.f32(), NE, n);
   backend::RouterArgs ra;
@@ -481,7 +483,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   ma.out = f_.f32();
   be_.moe(ma);
 
-  be_.join();
+  if (br) be_.join();
   hc_post_swap(n, sout_.f32());  // routed + shared expert outputs added inside the post
 }
 

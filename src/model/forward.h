@@ -42,6 +42,11 @@ struct ForwardNumerics {
   }
 };
 
+// ForwardOptions::branches: which independent parts of a layer the forward pass runs as concurrent
+// branches (Backend::fork / resume_main / join): the shared expert beside the router and routed experts;
+// the attention sublayer's KV path and compressors + indexer beside its query path.
+inline constexpr uint32_t kBranchSharedExpert = 1, kBranchAttention = 2;
+
 struct ForwardOptions {
   int64_t max_chunk = 64;  // tokens per eval call; scratch and the raw ring are sized for it
   ForwardNumerics numerics;
@@ -51,6 +56,9 @@ struct ForwardOptions {
   // tables (as several sessions do), and every step rounds the attention / indexer host bounds up to a
   // bucket (Forward::row_bound). Same bits as off. Needs max_chunk > 1 (the tables' room).
   bool graphs = false;
+  // Parts run as concurrent branches (kBranch* bits). A backend without a second lane (the CPU, CUDA with
+  // CudaBackendOptions::branches off) runs them in order; the same bits whichever are on (for measurements).
+  uint32_t branches = kBranchSharedExpert | kBranchAttention;
 };
 
 // With ForwardOptions::graphs, host bounds of compressed rows (AttentionArgs::max_comp,

@@ -1,6 +1,7 @@
 // cuda_bench_branches.cpp — `cuda_bench --branches M...`: whole decode steps of a model file in order,
-// with concurrent branches (CudaBackendOptions::branches), and with branches and lane priorities
-// (branch_priority), step graphs on and off, one session at context 2K and a batch of 8 at 512, through
+// with concurrent branches (CudaBackendOptions::branches; all parts, or only the shared expert or only
+// the attention forks: ForwardOptions::branches), and with branches and lane priorities (branch_priority),
+// step graphs on and off, one session at context 2K and a batch of 8 at 512, through
 // model::Forward on a backend made with each variant's options (the Engine API fixes the backend options).
 // Prints one "BENCH branches" line per case: the median per-step wall time (host-timed: step inputs,
 // the step, the logits download) and the rate. Method: prefill each session's prompt, 8 warm-up steps
@@ -66,11 +67,23 @@ double decode_step_seconds(model::Forward& fw, backend::Backend& be, int session
 }  // namespace
 
 void bench_branches(int argc, char** argv) {
+  const uint32_t all = model::kBranchSharedExpert | model::kBranchAttention;
+  struct Case {
+    const char* name;
+    bool graphs;
+    uint32_t parts;  // ForwardOptions::branches
+  };
   struct Variant {
     const char* name;
     bool branches, priority;
+    std::vector<Case> cases;
   };
-  const Variant variants[] = {{"in order", false, false}, {"branches", true, false}, {"branches+priority", true, true}};
+  const Variant variants[] = {
+      {"in order", false, false, {{"", true, all}, {"", false, all}}},
+      {"branches", true, false,
+       {{"", true, all}, {" (shared expert only)", true, model::kBranchSharedExpert},
+        {" (attention only)", true, model::kBranchAttention}, {"", false, all}}},
+      {"branches+priority", true, true, {{"", true, all}, {"", false, all}}}};
   for (int i = 0; i < argc; ++i) {
     auto file = gguf::File::open(argv[i]);
     if (!file.ok()) {
@@ -92,25 +105,25 @@ void bench_branches(int argc, char** argv) {
         std::printf("BENCH branches: %s\n", be.status().to_string().c_str());
         return;
       }
-      {
-        auto w = model::bind_weights(**file, *cfg, plan, **be);
-        if (!w.ok() || !(*be)->sync().ok()) {
-          std::printf("BENCH branches %s: weights: %s\n", argv[i], w.ok() ? "sync failed" : w.status().to_string().c_str());
-          return;
-        }
-        for (bool graphs : {true, false}) {
-          model::ForwardOptions fo;
-          fo.max_chunk = 512;
-          fo.graphs = graphs;
-          auto fw = model::Forward::create(**be, *cfg, *w, fo);
-          if (!fw.ok()) return;
-          for (int sessions : {1, 8}) {
-            const int64_t ctx = sessions == 1 ? 2048 : 512;
-            const double t = decode_step_seconds(**fw, **be, sessions, ctx);
-            std::printf("BENCH branches %-18s layers %zu graphs %s batch %d ctx %lld: %.3f ms/step, %.1f tok/s\n", v.name,
-                        plan.size(), graphs ? "on " : "off", sessions, static_cast<long long>(ctx), t * 1e3,
-                        t > 0 ? sessions / t : 0.0);
-          }
+      auto w = model::bind_weights(**file, *cfg, plan, **be);
+      if (!w.ok() || !(*be)->sync().ok()) {
+        std::printf("BENCH branches %s: weights: %s\n", argv[i], w.ok() ? "sync failed" : w.status().to_string().c_str());
+        return;
+      }
+      for (const Case& c : v.cases) {
+        model::ForwardOptions fo;
+        fo.max_chunk = 512;
+        fo.graphs = c.graphs;
+        fo.branches = c.parts;
+        auto fw = model::Forward::create(**be, *cfg, *w, fo);
+        if (!fw.ok()) return;
+        for (int sessions : {1, 8}) {
+          const int64_t ctx = sessions == 1 ? 2048 : 512;
+          const double t = decode_step_seconds(**fw, **be, sessions, ctx);
+          const std::string name = std::string(v.name) + c.name;
+          std::printf("BENCH branches %-40s layers %zu graphs %s batch %d ctx %lld: %.3f ms/step, %.1f tok/s\n",
+                      name.c_str(), plan.size(), c.graphs ? "on " : "off", sessions, static_cast<long long>(ctx),
+                      t * 1e3, t > 0 ? sessions / t : 0.0);
         }
       }
     }

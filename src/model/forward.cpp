@@ -444,9 +444,11 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   hc_pre(w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, w.ffn_norm, n);
 
   const bool br = (opts_.branches & kBranchSharedExpert) != 0;
-  if (br) be_.fork();  // shared expert (side lane)
-  mm(w.sh_gate, xn_.f32(), E, sg_.f32(), F, n);
-  mm(w.sh_up, xn_.f32(), E, su_.f32(), F, n);
+  if (br) be_.fork();  // shared expert (side lane); gate and up read the same x: one call (a backend may
+                       // stream both matrices in one pass; the same numbers as two matmuls)
+  const MatmulArgs gate_up[2] = {{w.sh_gate, xn_.f32(), E, sg_.f32(), F, n, opts_.numerics.matmul},
+                                 {w.sh_up, xn_.f32(), E, su_.f32(), F, n, opts_.numerics.matmul}};
+  be_.matmul_many(gate_up);
   be_.swiglu({sg_.f32(), su_.f32(), sg_.f32(), n * F, opts_.numerics.shared_expert_clamp ? p.swiglu_clamp : 0.0f});
   mm(w.sh_down, sg_.f32(), F, sout_.f32(), E, n);
   if (br) be_.resume_main();

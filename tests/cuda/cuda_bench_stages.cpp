@@ -800,3 +800,120 @@ void bench_csa_stages(Backend& now, Backend& prev) {
     }
   }
 }
+
+// Dense Q8_0 matmuls of the decode layer with cold weights (issues 5 and 8): each call reads its own
+// copy of the matrix, copies cycled so that ≥ 128 MB lie between two reads of one (the H200's 50 MB L2
+// holds none of them, as in a 43-layer step; the --gemv lines reuse one copy and run partly from L2).
+// Per matrix and n = 1, 2, 4, 8, 16: graph µs per call and GB/s on `def` (the default dispatch), on
+// `stream` (gemv_stream = always) and on `plain` (gemv_stream without PDL). Then one layer's dense
+// matmuls in the forward pass's order — q_a, kv, q_b, out_a (grouped), out_b, shared gate, up, down on
+// `def`; q_a + kv and gate + up as one matmul_many each on the others — each call after a small op (a
+// 64-value scale, as the rms_norm / rope / quantize launches between them in a real layer), 4 distinct
+// layers of weights cycled: graph µs per layer.
+void bench_dense_cold(Backend& def, Backend& stream, Backend& plain) {
+  struct Mm {
+    const char* name;
+    int64_t rows, cols, group_rows;
+  };
+  const Mm shapes[] = {{"q_a 1024x4096", 1024, 4096, 0},         {"kv 512x4096", 512, 4096, 0},
+                       {"q_b 32768x1024", 32768, 1024, 0},       {"out_a grouped 8x1024x4096", 8192, 4096, 1024},
+                       {"out_b 4096x8192", 4096, 8192, 0},       {"shared gate/up 2048x4096", 2048, 4096, 0},
+                       {"shared down 4096x2048", 4096, 2048, 0}};
+  constexpr int kShapes = 7, kNs = 5, kSides = 3;
+  const int64_t ns[kNs] = {1, 2, 4, 8, 16};
+  const uint64_t cold_bytes = uint64_t{128} << 20;
+  Backend* bes[kSides] = {&def, &stream, &plain};
+  const char* label[kSides] = {"default", "stream", "stream-nopdl"};
+  double op_us[kShapes][kNs][kSides] = {}, layer_us[kNs][kSides] = {}, layer_bytes = 0;
+  for (int i = 0; i < kSides; ++i) {
+    Backend& be = *bes[i];
+    StageBench sb(be);
+    float* x = sb.buf(16 * 32768);
+    float* y = sb.buf(16 * 32768);
+    for (int si = 0; si < kShapes; ++si) {
+      const Mm& m = shapes[si];
+      const uint64_t bytes = *type_bytes(GgmlType::Q8_0, static_cast<uint64_t>(m.cols)) * m.rows;
+      const int copies = static_cast<int>(std::max<uint64_t>(2, (cold_bytes + bytes - 1) / bytes));
+      std::vector<Weight> w;
+      for (int c = 0; c < copies; ++c) w.push_back(sb.weight(GgmlType::Q8_0, m.rows, m.cols));
+      const int64_t xs = m.group_rows > 0 ? 8 * m.cols : m.cols;
+      for (int ni = 0; ni < kNs; ++ni) {
+        int k = 0;
+        op_us[si][ni][i] = sb.time([&] {
+          be.matmul({w[static_cast<size_t>(k++ % copies)], x, xs, y, m.rows, ns[ni], MatmulNumerics::ds4, m.group_rows,
+                     m.cols});
+        }, copies).graph_us;
+      }
+    }
+    struct Layer {
+      Weight qa, kv, qb, oa, ob, gate, up, down;
+    };
+    const int L = 4;
+    std::vector<Layer> ls(L);
+    sb.reset_bytes();
+    for (Layer& l : ls) {
+      l.qa = sb.weight(GgmlType::Q8_0, 1024, 4096);
+      l.kv = sb.weight(GgmlType::Q8_0, 512, 4096);
+      l.qb = sb.weight(GgmlType::Q8_0, 32768, 1024);
+      l.oa = sb.weight(GgmlType::Q8_0, 8192, 4096);
+      l.ob = sb.weight(GgmlType::Q8_0, 4096, 8192);
+      l.gate = sb.weight(GgmlType::Q8_0, 2048, 4096);
+      l.up = sb.weight(GgmlType::Q8_0, 2048, 4096);
+      l.down = sb.weight(GgmlType::Q8_0, 4096, 2048);
+    }
+    layer_bytes = static_cast<double>(sb.bytes()) / L;
+    float* ya = sb.buf(16 * 1024);
+    float* yb = sb.buf(16 * 512);
+    float* yq = sb.buf(16 * 32768);
+    float* yo = sb.buf(16 * 8192);
+    float* yf = sb.buf(16 * 4096);
+    float* yg = sb.buf(16 * 2048);
+    float* yu = sb.buf(16 * 2048);
+    float* tiny = sb.buf(64);
+    for (int ni = 0; ni < kNs; ++ni) {
+      const int64_t n = ns[ni];
+      auto mm = [&](const Weight& w, int64_t xs, float* out, int64_t ys, int64_t gr = 0) {
+        be.scale(tiny, 1.0f, 64);
+        be.matmul({w, x, xs, out, ys, n, MatmulNumerics::ds4, gr, gr > 0 ? w.cols : 0});
+      };
+      auto pair = [&](const Weight& a, float* ay, int64_t ays, const Weight& b, float* by, int64_t bys) {
+        if (i == 0) {  // the default dispatch: one matmul each, as the forward pass called them before
+          mm(a, 4096, ay, ays);
+          mm(b, 4096, by, bys);
+          return;
+        }
+        be.scale(tiny, 1.0f, 64);  // the same small ops as the two calls above
+        be.scale(tiny, 1.0f, 64);
+        const MatmulArgs jobs[2] = {{a, x, 4096, ay, ays, n, MatmulNumerics::ds4},
+                                    {b, x, 4096, by, bys, n, MatmulNumerics::ds4}};
+        be.matmul_many(jobs);
+      };
+      int k = 0;
+      layer_us[ni][i] = sb.time([&] {
+        const Layer& l = ls[static_cast<size_t>(k++ % L)];
+        pair(l.qa, ya, 1024, l.kv, yb, 512);
+        mm(l.qb, 1024, yq, 32768);
+        mm(l.oa, 8 * 4096, yo, 8192, 1024);
+        mm(l.ob, 8192, yf, 4096);
+        pair(l.gate, yg, 2048, l.up, yu, 2048);
+        mm(l.down, 2048, yf, 4096);
+      }, 2 * L).graph_us;
+    }
+  }
+  for (int si = 0; si < kShapes; ++si) {
+    const double bytes = static_cast<double>(*type_bytes(GgmlType::Q8_0, static_cast<uint64_t>(shapes[si].cols))) *
+                         static_cast<double>(shapes[si].rows);
+    for (int ni = 0; ni < kNs; ++ni) {
+      std::printf("BENCH dense-cold %-26s n=%-2lld", shapes[si].name, static_cast<long long>(ns[ni]));
+      for (int i = 0; i < kSides; ++i)
+        std::printf("  %s %7.2f us %5.0f GB/s", label[i], op_us[si][ni][i], bytes / (op_us[si][ni][i] * 1e-6) / 1e9);
+      std::printf("\n");
+    }
+  }
+  for (int ni = 0; ni < kNs; ++ni) {
+    std::printf("BENCH dense-layer n=%-2lld (%.1f MB, 8 small ops incl.)", static_cast<long long>(ns[ni]), layer_bytes / 1e6);
+    for (int i = 0; i < kSides; ++i)
+      std::printf("  %s %7.2f us %5.0f GB/s", label[i], layer_us[ni][i], layer_bytes / (layer_us[ni][i] * 1e-6) / 1e9);
+    std::printf("\n");
+  }
+}

@@ -7,6 +7,9 @@
 //   4, 5, 8, 16 (fused and pre-quantized activations), the grouped out_a (8 × 1024 rows) in one call,
 //   partial tiles, odd shapes and shapes it does not take (falling back to the other kernels); a row's
 //   bits the same at every n and on the previous decode / skinny kernels (gemv_dense = gemv_mma = off).
+// - gemv_stream.cu (1..16 vectors, forced: gemv_stream = always, PDL launches on sm_90): the same suites
+//   plus q_b and out_b whole, Backend::matmul_many of Q8_0 matrices sharing x (q_a + kv, gate + up, 8
+//   parts; different inputs and 9 jobs falling back), and three launches each reading the one before's y.
 // Deliberately not here: other weight types and routed experts (test_cuda_matmul.cpp).
 #include <algorithm>
 #include <cstring>
@@ -68,6 +71,44 @@ class CudaGemvKernel : public CudaOpsTest {
     expect_close(g2, w2, 0, 0, what);  // the PARITY line; the contract is bit identity
     EXPECT_EQ(bit_diffs(g2, w2), 0) << what << ": values differ from the CPU bits";
   }
+
+  // The suites the ≤ 16-vector kernels (gemv_dense.cu, gemv_stream.cu) share.
+  // Every Flash Q8_0 matrix at n = 1, 2, 3, 4, 5, 8, 16: every row at n = 1 (the head's first 20,000:
+  // many tiles per block), then 1,000 rows (partial tiles). n·cols > 8,192 takes the pre-quantized
+  // activations (4096 columns from n = 3, out_b from 2), the rest the fused quantization; out_b at 16
+  // vectors does not fit and falls back.
+  void flash_shapes();
+  // out_a: 8 groups of 1024 rows, group g over values 4096·g … (fused at n ≤ 2, pre-quantized above),
+  // and groups whose inputs are not contiguous.
+  void grouped_shapes() {
+    for (int64_t n : {1, 2, 4, 5, 8, 16}) {
+      check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
+      check(4 * 96, 1024, n, 0, 0, 96, 1024 + 64);
+    }
+    // Group rows that no power-of-two tile divides except 1; 5 vectors of groups that are not
+    // contiguous and not 16-byte apart once quantized (the other kernels take them).
+    check(3 * 37, 512, 3, 0, 0, 37, 512);
+    check(2 * 64, 4096, 5, 0, 0, 64, 4096 + 64);
+  }
+  // Row counts that leave a partial tile (1, 5, 13, 1001), one 8-block chunk (256 columns), wide rows of
+  // one per tile (24,576 columns: 26 KB a row).
+  void odd_shapes() {
+    for (int64_t n : {1, 2, 3, 4, 7, 9, 16}) {
+      check(1, 256, n);
+      check(5, 768, n, 4, 1);
+      check(13, 4096, n);
+      check(1001, 1280, n, 0, 5);
+    }
+    check(3, 24576, 1);
+  }
+  // 96 and 4128 columns (3 and 129 blocks: not whole 8-block chunks) and 17 vectors take the other kernels.
+  void outside_shapes() {
+    for (int64_t n : {1, 4, 16, 17}) {
+      check(40, 96, n);
+      check(300, 4128, n);
+    }
+    check(64, 4096, 17);
+  }
 };
 
 // Flash's dense Q8_0 matrices (rows × cols).
@@ -83,6 +124,14 @@ constexpr FlashShape kFlashQ8[] = {
     {4096, 2048},    // shared expert down
     {129280, 4096},  // output head
 };
+
+void CudaGemvKernel::flash_shapes() {
+  for (const auto& c : kFlashQ8)
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 16}) {
+      const int64_t rows = std::min<int64_t>(c.rows, n == 1 ? 20000 : 1000);
+      check(rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+    }
+}
 
 class CudaGemvMma : public CudaGemvKernel {
  protected:
@@ -174,50 +223,13 @@ class CudaGemvDense : public CudaGemvKernel {
   }
 };
 
-TEST_F(CudaGemvDense, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
-  for (const auto& c : kFlashQ8)
-    for (int64_t n : {1, 2, 3, 4, 5, 8, 16}) {
-      // Every row at n = 1 (the head's first 20,000: many tiles per block), then 1,000 rows (partial
-      // tiles). n·cols > 8,192 takes the pre-quantized activations (4096 columns from n = 3, out_b from
-      // 2), the rest the fused quantization; out_b at 16 vectors does not fit and falls back.
-      const int64_t rows = std::min<int64_t>(c.rows, n == 1 ? 20000 : 1000);
-      check(rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
-    }
-}
+TEST_F(CudaGemvDense, FlashShapesEveryBatchSizeBitIdenticalToCpu) { flash_shapes(); }
 
-TEST_F(CudaGemvDense, GroupedOutputProjectionInOneCall) {
-  // out_a: 8 groups of 1024 rows, group g over values 4096·g … (fused at n ≤ 2, pre-quantized above),
-  // and groups whose inputs are not contiguous (group_x_stride > cols: fused, or the other kernels).
-  for (int64_t n : {1, 2, 4, 5, 8, 16}) {
-    check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
-    check(4 * 96, 1024, n, 0, 0, 96, 1024 + 64);
-  }
-  // Group rows that no power-of-two tile divides except 1 (tile of one row); 5 vectors of groups that
-  // are not contiguous (the pre-quantized form cannot take them: the other kernels do).
-  check(3 * 37, 512, 3, 0, 0, 37, 512);
-  check(2 * 64, 4096, 5, 0, 0, 64, 4096 + 64);
-}
+TEST_F(CudaGemvDense, GroupedOutputProjectionInOneCall) { grouped_shapes(); }
 
-TEST_F(CudaGemvDense, OddRowCountsAndSmallShapes) {
-  // Row counts that leave a partial tile (1, 5, 13, 1001), one 8-block chunk (256 columns), wide rows of
-  // one per tile (24,576 columns: 26 KB a row).
-  for (int64_t n : {1, 2, 3, 4, 7, 9, 16}) {
-    check(1, 256, n);
-    check(5, 768, n, 4, 1);
-    check(13, 4096, n);
-    check(1001, 1280, n, 0, 5);
-  }
-  check(3, 24576, 1);
-}
+TEST_F(CudaGemvDense, OddRowCountsAndSmallShapes) { odd_shapes(); }
 
-TEST_F(CudaGemvDense, ShapesOutsideTheKernelStillMatchTheCpu) {
-  // 96 and 4128 columns (3 and 129 blocks: not whole 8-block chunks) and 17 vectors take the other kernels.
-  for (int64_t n : {1, 4, 16, 17}) {
-    check(40, 96, n);
-    check(300, 4128, n);
-  }
-  check(64, 4096, 17);
-}
+TEST_F(CudaGemvDense, ShapesOutsideTheKernelStillMatchTheCpu) { outside_shapes(); }
 
 TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKernels) {
   backend::cuda::CudaBackendOptions o;
@@ -255,4 +267,116 @@ TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousK
               << "cols " << cols << " vector " << v << " row " << o2 << ": n=" << n << " vs n=" << v + 1;
   }
   ASSERT_TRUE(gpu_->sync().ok());
+}
+
+// gemv_stream.cu (1..16 vectors, forced: gemv_stream = always; PDL launches on sm_90 by default).
+class CudaGemvStream : public CudaGemvKernel {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o;
+    o.gemv_stream = backend::cuda::GemvMma::always;  // every shape it takes, n ≤ 16
+    return o;
+  }
+
+  // Backend::matmul_many of Q8_0 jobs over one x (rows[i] × cols each, own y strides) against one CPU
+  // matmul per job, bit for bit; x_offset[i] ≥ 0 gives job i its own input x + x_offset[i] instead.
+  void check_many(const std::vector<int64_t>& rows, int64_t cols, int64_t n, const std::vector<int64_t>& x_offset = {}) {
+    const int64_t xs = cols + 64 + (x_offset.empty() ? 0 : *std::max_element(x_offset.begin(), x_offset.end()));
+    auto x = randn(static_cast<size_t>(n * xs));
+    const float* gx = dev(x);
+    std::vector<std::vector<uint8_t>> bytes(rows.size());
+    std::vector<MatmulArgs> cpu_jobs, gpu_jobs;
+    std::vector<std::vector<float>> want(rows.size());
+    std::vector<float*> gy(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Weight w;
+      bytes[i] = random_weight(GgmlType::Q8_0, rows[i], cols, &w);
+      w.data = bytes[i].data();
+      const int64_t ys = rows[i] + static_cast<int64_t>(i) * 3, off = x_offset.empty() ? 0 : x_offset[i];
+      want[i].assign(static_cast<size_t>(n * ys), 0.0f);
+      cpu_->matmul({w, x.data() + off, xs, want[i].data(), ys, n, MatmulNumerics::ds4});
+      gy[i] = poisoned(want[i].size());
+      gpu_jobs.push_back({gpu_weight(w, w.row_bytes * rows[i]), gx + off, xs, gy[i], ys, n, MatmulNumerics::ds4});
+    }
+    gpu_->matmul_many(gpu_jobs);
+    ASSERT_TRUE(gpu_->sync().ok());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t ys = gpu_jobs[i].y_stride;
+      const auto got = host(gy[i], want[i].size());
+      std::vector<float> g2, w2;
+      for (int64_t v = 0; v < n; ++v)
+        for (int64_t o = 0; o < rows[i]; ++o) {
+          g2.push_back(got[v * ys + o]);
+          w2.push_back(want[i][v * ys + o]);
+        }
+      const std::string what = "matmul_many q8_0 job " + std::to_string(i) + " of " + std::to_string(rows.size()) +
+                               ": " + std::to_string(rows[i]) + "x" + std::to_string(cols) + " n" + std::to_string(n);
+      expect_close(g2, w2, 0, 0, what);
+      EXPECT_EQ(bit_diffs(g2, w2), 0) << what << ": values differ from the CPU bits";
+    }
+  }
+};
+
+TEST_F(CudaGemvStream, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
+  flash_shapes();
+  check(32768, 1024, 1);  // q_b whole: block ranges of ~124 rows through the 4-slot ring
+  check(4096, 8192, 1);   // out_b whole: 2-row stages
+}
+
+TEST_F(CudaGemvStream, GroupedOutputProjectionInOneCall) {
+  grouped_shapes();
+  check(16 * 8, 256, 1, 0, 0, 8, 256);  // 16 groups: more parts than one launch takes (other kernels)
+}
+
+TEST_F(CudaGemvStream, OddRowCountsAndSmallShapes) {
+  odd_shapes();
+  check(300, 24576, 1);  // 26 KB rows, two per block: one row per stage, two stages
+}
+
+TEST_F(CudaGemvStream, ShapesOutsideTheKernelStillMatchTheCpu) { outside_shapes(); }
+
+TEST_F(CudaGemvStream, MatmulManySharedInputInOneLaunch) {
+  for (int64_t n : {1, 2, 4, 8, 16}) {
+    check_many({1024, 512}, 4096, n);   // q_a + kv
+    check_many({2048, 2048}, 4096, n);  // shared gate + up
+  }
+  check_many({7, 1, 300, 64, 5, 9, 33, 2}, 1024, 1);  // 8 parts, some of fewer rows than blocks
+  check_many({5, 3}, 768, 3);
+  check_many({100, 100}, 4096, 2, {0, 128});  // different inputs: one matmul each
+  check_many({100, 100, 100, 100, 100, 100, 100, 100, 100}, 256, 1);  // 9 jobs: one matmul each
+}
+
+TEST_F(CudaGemvStream, ChainedLaunchesReadTheOutputOfTheOneBefore) {
+  // y1 = A·x, y2 = B·y1, y3 = C·y2 back to back on the stream (programmatic dependents on sm_90: each
+  // starts its weight copies while the one before runs, and must read its input only after it ends).
+  const int64_t d = 4096;
+  Weight w[3];
+  std::vector<uint8_t> bytes[3];
+  Weight gw[3];
+  for (int i = 0; i < 3; ++i) {
+    bytes[i] = random_weight(GgmlType::Q8_0, d, d, &w[i], 0.02f);
+    w[i].data = bytes[i].data();
+    gw[i] = gpu_weight(w[i], w[i].row_bytes * d);
+  }
+  for (int64_t n : {1, 4}) {
+    auto x = randn(static_cast<size_t>(n * d));
+    std::vector<float> c1(static_cast<size_t>(n * d)), c2(c1.size()), c3(c1.size());
+    cpu_->matmul({w[0], x.data(), d, c1.data(), d, n, MatmulNumerics::ds4});
+    cpu_->matmul({w[1], c1.data(), d, c2.data(), d, n, MatmulNumerics::ds4});
+    cpu_->matmul({w[2], c2.data(), d, c3.data(), d, n, MatmulNumerics::ds4});
+    const float* gx = dev(x);
+    float* y1 = poisoned(c1.size());
+    float* y2 = poisoned(c1.size());
+    float* y3 = poisoned(c1.size());
+    for (int rep = 0; rep < 3; ++rep) {
+      gpu_->matmul({gw[0], gx, d, y1, d, n, MatmulNumerics::ds4});
+      gpu_->matmul({gw[1], y1, d, y2, d, n, MatmulNumerics::ds4});
+      gpu_->matmul({gw[2], y2, d, y3, d, n, MatmulNumerics::ds4});
+    }
+    ASSERT_TRUE(gpu_->sync().ok());
+    const std::string what = "gemv_stream chain of 3, n" + std::to_string(n);
+    const auto got = host(y3, c3.size());
+    expect_close(got, c3, 0, 0, what);
+    EXPECT_EQ(bit_diffs(got, c3), 0) << what;
+  }
 }

@@ -1,5 +1,6 @@
 // common.cuh — small device helpers shared by the ops_*.cu files: 16-bit float decoding, warp and
-// block reductions, launch geometry. Header-only; every function is __device__ inline.
+// block reductions, launch geometry, programmatic dependent launch. Header-only; every function is
+// __device__ inline but the launch helpers (grid_for, launch_dependent).
 // Deliberately not here: block formats (ops_matmul.cu holds the decoders and their tables).
 #pragma once
 
@@ -54,6 +55,24 @@ __device__ inline void grid_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// Launches `k` on `st`; with pdl as a programmatic dependent of the kernel before it (it may start before
+// that one ends: it calls grid_dependency_wait() before touching that kernel's outputs).
+template <typename... P, typename... A>
+cudaError_t launch_dependent(bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void (*k)(P...),
+                             A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, k, args...);
 }
 
 // ds4's float → int rounding (quant_math.h nearest_int): clamp to ±4194303 (NaN → low end), then

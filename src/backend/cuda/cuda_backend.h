@@ -61,6 +61,16 @@ struct CudaBackendOptions {
   // measured faster (gemv_dense_wins); always: every shape it supports; off: the previous decode / mma /
   // skinny kernels (before/after runs, fallback). Only with decode_kernels; ahead of gemv_mma.
   GemvMma gemv_dense = GemvMma::wins;
+  // Dense Q8_0 matmuls of 1..16 vectors (ds4 numerics) on gemv_stream.cu, ahead of gemv_dense: every
+  // resident block streams a contiguous range of whole rows (no tail wave), the weight copies issued
+  // first; a grouped matmul, and Backend::matmul_many's Q8_0 matrices that share an input (q_a + kv,
+  // shared gate + up), as one launch. Same bits as every other path. wins: where it measured faster
+  // (gemv_stream_wins); always: every shape it takes; off: gemv_dense and the kernels after it.
+  GemvMma gemv_stream = GemvMma::off;
+  // With gemv_stream on sm_90: its kernels launched as programmatic dependents (common.cuh): the weight
+  // copies start while the kernel before still runs, the activations are read after griddepcontrol.wait.
+  // false: plain stream order. Same bits.
+  bool gemv_stream_pdl = true;
   // Attention (with tensor_cores) on TF32 tensor cores in the MMA order of src/backend/cuda/README.md,
   // for every batch size and launch shape (attention_mma.cu; head_dim 64, 128, 256 or 512). false: the
   // scalar orders below (attention_segments) — for before/after benchmarks, or to switch back. The

@@ -90,6 +90,21 @@ struct GemvJob {
   int64_t group_rows = 0, group_x_stride = 0;  // grouped matmul (MatmulArgs::group_rows), dense only
 };
 
+// The matmul op's job (no expert ids, one activation row per vector).
+inline GemvJob gemv_job(const MatmulArgs& a) {
+  GemvJob j;
+  j.w = a.w;
+  j.x = a.x;
+  j.x_stride = a.x_stride;
+  j.y = a.y;
+  j.y_stride = a.y_stride;
+  j.n_vec = a.n;
+  j.numerics = a.numerics;
+  j.group_rows = a.group_rows;
+  j.group_x_stride = a.group_x_stride;
+  return j;
+}
+
 // Whether the prefill GEMM handles `j` (ds4 numerics; Q8_0, IQ2_XXS or Q2_K on tensor cores with whole
 // 256-value stages, dense with n_vec ≥ kGemmMinVectors or grouped by expert; F16 dense with n_vec ≥
 // kGemmMinVectors on the CUDA cores). The one dispatch point is gemv().
@@ -106,6 +121,28 @@ bool gemv_mma_wins(const GemvJob& j);
 bool gemv_dense_supports(const GemvJob& j);
 // Whether a supported job is one where gemv_dense.cu measured faster (CudaBackendOptions::gemv_dense = wins).
 bool gemv_dense_wins(const GemvJob& j);
+// gemv_stream.cu: dense Q8_0 matmuls of 1..kDenseMaxVec vectors as one launch over up to kStreamMaxParts
+// parts sharing a column count — one matrix, the groups of a grouped one, or matmul_many's matrices
+// that share an input — each resident block streaming a contiguous row range of one part.
+inline constexpr int kStreamMaxParts = 8;
+struct StreamSet {
+  struct Part {
+    const uint8_t* w = nullptr;  // Q8_0 [rows][row_bytes]
+    const float* x = nullptr;    // [n_vec][x_stride] (device)
+    float* y = nullptr;          // [n_vec][y_stride]
+    int64_t y_stride = 0, rows = 0;
+  };
+  Part part[kStreamMaxParts];
+  int n_parts = 0;
+  int64_t cols = 0, n_vec = 0, x_stride = 0;
+  uint64_t row_bytes = 0;
+};
+// Whether gemv_stream.cu handles `j` (Q8_0 under ds4 numerics, dense, grouped in ≤ kStreamMaxParts groups,
+// 1 ≤ n_vec ≤ kDenseMaxVec, whole 8-block chunks per row, 16-byte aligned rows); a launch can still
+// decline a shape whose shared memory does not fit (then the other kernels run).
+bool gemv_stream_supports(const GemvJob& j);
+// Whether a supported job is one where gemv_stream.cu measured faster (CudaBackendOptions::gemv_stream = wins).
+bool gemv_stream_wins(const GemvJob& j);
 
 // Driver virtual-memory entry points (cuda_region.cpp loads them; types only from cuda.h, no libcuda link).
 struct VmmApi {
@@ -222,6 +259,11 @@ class CudaBackend final : public Backend {
   // gemv_dense.cu: a job gemv_dense_supports() accepts (activations quantized in the kernel, or into
   // act_scratch first when n·cols is large); false (nothing launched) otherwise.
   bool gemv_dense(const GemvJob& j, DeviceScratch& act_scratch);
+  // gemv_stream.cu: a job gemv_stream_supports() accepts (groups as parts); matmul_many's Q8_0 jobs
+  // that share x (same n, columns and row bytes) in one launch; a StreamSet. False: nothing launched.
+  bool gemv_stream(const GemvJob& j, DeviceScratch& act_scratch);
+  bool gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch);
+  bool gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch);
   // moe_skinny: routed experts grouped by expert on the device; writes y [n·k][dim] (one row per
   // (token, slot) pair with a valid id) for moe()'s slot sum.
   bool moe_skinny(const MoeArgs& a, float* h, float* y);
@@ -263,6 +305,10 @@ class CudaBackend final : public Backend {
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_gemv_dense(GemvMma m) { gemv_dense_ = m; }
+  void set_gemv_stream(GemvMma m, bool pdl) {
+    gemv_stream_ = m;
+    gemv_stream_pdl_ = pdl;
+  }
   void set_attention_segments(bool mma, bool on, int split_max_blocks, int heads_per_warp) {
     attention_mma_ = mma;
     attention_segments_ = on;
@@ -305,6 +351,9 @@ class CudaBackend final : public Backend {
   };
   std::array<DenseOccupancy, 16> dense_occ_{};
   uint32_t dense_occ_next_ = 0;
+  GemvMma gemv_stream_ = GemvMma::off;   // CudaBackendOptions::gemv_stream
+  bool gemv_stream_pdl_ = true;           // CudaBackendOptions::gemv_stream_pdl
+  bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

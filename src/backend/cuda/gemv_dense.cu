@@ -25,6 +25,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/dense_q8.cuh"
 #include "backend/cuda/mma_s8.cuh"
 
 namespace ds4::backend::cuda {
@@ -54,9 +55,8 @@ struct DenseParams {
   uint32_t act_off;       // smem: quantized activations [n_vec][nb · 36]
   uint32_t terms_off;     // smem: block terms [n_vec][R][term_pitch] floats
   uint32_t term_pitch;    // nb + 4: 16-byte aligned rows, 4 banks apart
-  // ⌈2^32 / d⌉ for d = row_bytes / 16 and d = nb: i / d = __umulhi(i, magic) for the tile's chunk and item
-  // indices (exact while i·(magic·d − 2^32) < 2^32: i < 2^16 and d ≤ 2^16 here). The first H200 run
-  // found the kernel issue-bound, and a 32-bit division is ~20 instructions per 16-byte copy.
+  // dense_div_magic(row_bytes / 16), dense_div_magic(nb): i / d = __umulhi(i, magic) for the tile's
+  // chunk and item indices (dense_q8.cuh says why and when it is exact).
   uint32_t cpr_magic, nb_magic;
   const float* x;         // [n_vec][x_stride] floats (fused quantization), group g at x + g·group_x_stride
   int64_t x_stride;
@@ -103,36 +103,6 @@ __device__ inline void fill_act(const DenseParams& p, int64_t g, uint8_t* act) {
   }
 }
 
-// Block b of a staged row: the terms (f16(d_w)·d_x)·Σ q_w q_x of every vector into out[v·vstride].
-// The block starts at byte 34b: on a 4-byte boundary for even b (d = low half of word 0, quant word m =
-// bytes 2 + 4m … of words m, m + 1), 2 bytes past one for odd b (d = high half, quant word m = word
-// m + 1). The 9th word's unused bytes are the next block's or the row pad.
-template <int NV>
-__device__ inline void block_terms(const uint8_t* row, int b, const uint8_t* act, uint32_t act_row, int n_vec,
-                                   float* out, uint32_t vstride) {
-  const uint32_t o = 34u * static_cast<uint32_t>(b);
-  const uint32_t* wp = reinterpret_cast<const uint32_t*>(row + (o & ~3u));
-  const uint32_t sh = (o & 2u) ? 32u : 16u;
-  uint32_t w[9];
-#pragma unroll
-  for (int m = 0; m < 9; ++m) w[m] = wp[m];
-  const float wd = f16_dev(static_cast<uint16_t>(sh == 32u ? w[0] >> 16 : w[0] & 0xffffu));
-  int q[8];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) q[m] = static_cast<int>(__funnelshift_rc(w[m], w[m + 1], sh));
-#pragma unroll
-  for (int v = 0; v < NV; ++v) {
-    if (v < n_vec) {
-      const uint8_t* ab = act + v * act_row + static_cast<uint32_t>(b) * sizeof(BlockQ8_0Act);
-      const int* aq = reinterpret_cast<const int*>(ab + 4);
-      int isum = 0;
-#pragma unroll
-      for (int m = 0; m < 8; ++m) isum = __dp4a(q[m], aq[m], isum);
-      out[v * vstride] = wd * *reinterpret_cast<const float*>(ab) * small_i2f(isum);
-    }
-  }
-}
-
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block walks its contiguous tile range.
 template <int NV>
 __global__ void __launch_bounds__(kThreads) gemv_dense_kernel(DenseParams p) {
@@ -143,7 +113,6 @@ __global__ void __launch_bounds__(kThreads) gemv_dense_kernel(DenseParams p) {
   float* terms = reinterpret_cast<float*>(sm + p.terms_off);
   const uint32_t act_row = static_cast<uint32_t>(p.nb) * sizeof(BlockQ8_0Act);
   const int R = p.tile_rows;
-  const uint32_t vstride = static_cast<uint32_t>(R) * p.term_pitch;
 
   for (int s = 0; s < kStages - 1; ++s) load_tile(p, sm + s * p.stage_bytes, t0 + s, t1);
   int64_t group = -1;
@@ -159,30 +128,9 @@ __global__ void __launch_bounds__(kThreads) gemv_dense_kernel(DenseParams p) {
     // Groups committed so far: kStages − 1 + k + 1; at most kStages − 1 pending → tile k's has landed.
     cp_async_wait<kStages - 1>();
     __syncthreads();  // every thread's copies of tile k visible; the previous chains are done with `terms`
-    const uint8_t* stage = sm + (k % kStages) * p.stage_bytes;
     const int rows_here = static_cast<int>(p.rows - r0 < R ? p.rows - r0 : R);
-    const uint32_t items = static_cast<uint32_t>(rows_here) * static_cast<uint32_t>(p.nb);
-    for (uint32_t i = threadIdx.x; i < items; i += kThreads) {
-      const int r = static_cast<int>(__umulhi(i, p.nb_magic)), b = static_cast<int>(i) - r * p.nb;  // i / nb, i % nb
-      block_terms<NV>(stage + r * p.pitch, b, act, act_row, p.n_vec, terms + r * p.term_pitch + b, vstride);
-    }
-    __syncthreads();
-    // Chains: thread (v, r) adds row r's terms of vector v from 0.0f in block order.
-    for (int c = threadIdx.x; c < p.n_vec * R; c += kThreads) {
-      const int v = c / R, r = c - v * R;
-      if (r >= rows_here) continue;
-      const float4* t = reinterpret_cast<const float4*>(terms + (v * R + r) * p.term_pitch);
-      float acc = 0.0f;
-#pragma unroll 8
-      for (int q = 0; q < p.nb / 4; ++q) {  // loads run ahead of the FADD chain
-        const float4 u = t[q];
-        acc += u.x;
-        acc += u.y;
-        acc += u.z;
-        acc += u.w;
-      }
-      p.y[v * p.y_stride + r0 + r] = acc;
-    }
+    dense_tile<NV, kThreads>(sm + (k % kStages) * p.stage_bytes, p.pitch, rows_here, R, p.nb, p.nb_magic, act, act_row,
+                             p.n_vec, terms, p.term_pitch, p.y + r0, p.y_stride);
   }
   cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
 }
@@ -303,9 +251,8 @@ bool CudaBackend::gemv_dense(const GemvJob& j, DeviceScratch& act_scratch) {
   p.act_off = d.act_off;
   p.terms_off = d.terms_off;
   p.term_pitch = d.term_pitch;
-  auto magic = [](uint64_t div) { return static_cast<uint32_t>(((uint64_t{1} << 32) + div - 1) / div); };
-  p.cpr_magic = magic(j.w.row_bytes / 16);
-  p.nb_magic = magic(static_cast<uint64_t>(nb));
+  p.cpr_magic = dense_div_magic(j.w.row_bytes / 16);
+  p.nb_magic = dense_div_magic(static_cast<uint64_t>(nb));
   p.x = j.x;
   p.x_stride = j.x_stride;
   p.group_rows = j.group_rows;

@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(kManyWarps * kWarp) f16_many_kernel(F16ManyPar
 
 void CudaBackend::matmul_many(std::span<const MatmulArgs> jobs) {
   if (failed() || jobs.empty()) return;
+  if (gemv_stream_many(jobs, act_)) return;  // Q8_0 jobs sharing one input: gemv_stream.cu, one launch
   const int64_t n = jobs[0].n;
   bool one = f16_many_ && f16_segments_ && jobs.size() <= kManyMaxJobs && n >= 1 && n <= kManyMaxVec;
   for (const MatmulArgs& a : jobs) {

@@ -467,24 +467,6 @@ __global__ void __launch_bounds__(1024) hc_finish_kernel(HcSplitArgs s, const fl
   }
 }
 
-// Launches `k` on `st`; with pdl as a programmatic dependent of the kernel before it (it may start before
-// that one ends: it calls grid_dependency_wait() before touching that kernel's outputs).
-template <typename... P, typename... A>
-cudaError_t launch_dependent(bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t st, void (*k)(P...),
-                             A... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, k, args...);
-}
-
 }  // namespace
 
 // The spread HC pre above; false when the shape is not one it takes (nothing launched then).

@@ -228,6 +228,11 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  // gemv_stream.cu: the same jobs (and a grouped one) as whole-row ranges per resident block, where it
+  // measured faster; same bits.
+  if (decode_kernels_ && gemv_stream_ != GemvMma::off && gemv_stream_supports(j) &&
+      (gemv_stream_ == GemvMma::always || gemv_stream_wins(j)) && gemv_stream(j, act_scratch))
+    return;
   // gemv_dense.cu: dense Q8_0 rows of 1..kDenseMaxVec vectors (grouped ones in one launch), block terms
   // added in the CPU's block order (same bits as every path below), where it measured faster.
   if (decode_kernels_ && gemv_dense_ != GemvMma::off && gemv_dense_supports(j) &&
@@ -315,19 +320,7 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
   launched("gemv (float)");
 }
 
-void CudaBackend::matmul(const MatmulArgs& a) {
-  GemvJob j;
-  j.w = a.w;
-  j.x = a.x;
-  j.x_stride = a.x_stride;
-  j.y = a.y;
-  j.y_stride = a.y_stride;
-  j.n_vec = a.n;
-  j.numerics = a.numerics;
-  j.group_rows = a.group_rows;
-  j.group_x_stride = a.group_x_stride;
-  gemv(j, act_);
-}
+void CudaBackend::matmul(const MatmulArgs& a) { gemv(gemv_job(a), act_); }
 
 void CudaBackend::embed(const EmbedArgs& a) {
   if (failed() || a.n <= 0) return;

@@ -1,0 +1,376 @@
+// gemv_stream.cu — dense Q8_0 matmuls of 1..kDenseMaxVec (16) vectors as one streaming launch over
+// several "parts" that share a column count: one matrix, the groups of a grouped matrix (out_a), or
+// matrices that share an input (Backend::matmul_many: q_a + kv, the shared expert's gate + up). In the
+// ds4 numerics contract (src/backend/cuda/README.md: the CPU's block order, bit for bit), with the same
+// per-block and per-row steps as gemv_dense.cu (dense_q8.cuh).
+//
+// Why (kernels.txt, 43-layer decode at 2K): gemv_dense.cu splits a matrix into fixed tiles dealt out to
+// the resident blocks, so a 35 MB matrix ends on a wave of blocks that got one tile more than the rest
+// (q_b: 2,048 tiles on 528 blocks), and each launch pays its ramp alone: the small matrices run at
+// 0.4–0.7 TB/s and the layer's dense sum is ~102 µs against 33 µs at 4.3 TB/s. Here:
+//   - every resident block gets a contiguous range of whole rows of one part (the ranges of a part
+//     differ by at most one row; the parts get blocks in proportion to their rows), so every SM streams
+//     until the end; a block whose rows fit in one stage copies them all at once;
+//   - the block's first kStages − 1 stages are requested before anything else, and with PDL (sm_90,
+//     CudaBackendOptions::gemv_stream_pdl) before griddepcontrol.wait: the weights do not depend on the
+//     kernel before, so their copies overlap its tail and the launch gap; only the activations wait;
+//   - several matrices in one launch: one ramp and one tail instead of two.
+// Per tile of R rows: terms phase (thread per (row, block): dense_block_terms into shared memory), then
+// chains (thread per (row, vector): dense_row_sum, the CPU's sequential sum) — as gemv_dense.cu.
+// Deliberately not here: other weight types, expert-indexed rows (moe_tiles.cu, gemv_decode.cu), ≥ 17
+// vectors (gemv_mma.cu, gemv_skinny.cu, ops_gemm.cu); which jobs come here (CudaBackend::gemv and
+// matmul_many; gemv_stream_wins).
+#include <algorithm>
+
+#include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/dense_q8.cuh"
+#include "backend/cuda/mma_s8.cuh"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kStages = 4;                  // ring slots: three stages in flight while one is computed
+constexpr int64_t kStageTarget = 18 * 1024; // weight bytes a stage holds (at least one row)
+constexpr int64_t kOneStageMax = 40 * 1024; // a block's rows up to this many bytes: one stage, one copy round
+constexpr int kMaxTileRows = 64;
+constexpr uint64_t kRowPad = 16;            // smem row pitch = row_bytes + 16: 4 banks between rows
+constexpr uint64_t kMaxSmem = 160 * 1024;   // under sm_80's 163 KB opt-in (CI builds compute_80 too)
+// n·cols above this: one quantize_act launch, then each block copies the quantized rows (1.125 B a
+// value) instead of quantizing 4-byte floats itself (gemv_dense.cu measured the crossover).
+constexpr int64_t kFusedMaxValues = 8192;
+
+struct StreamPart {
+  const uint8_t* w;    // Q8_0 [rows][row_bytes], 16-byte aligned
+  const float* x;      // fused quantization: vector v at x + v·x_stride
+  const uint8_t* act;  // or pre-quantized: vector v at act + v·act_vec (BlockQ8_0Act)
+  float* y;            // [n_vec][y_stride]
+  int64_t y_stride;
+  int32_t rows;
+  int32_t block0;      // the part's first block; its blocks run to the next part's block0 (or the grid's end)
+};
+
+struct StreamParams {
+  StreamPart part[kStreamMaxParts];
+  int32_t n_parts, n_vec;
+  int32_t nb;            // blocks per row (a multiple of 8: 272-byte, 16-byte aligned chunks)
+  int32_t tile_rows;     // R
+  uint64_t row_bytes;
+  uint32_t pitch;        // smem bytes per staged row
+  uint32_t stage_bytes;  // R · pitch
+  uint32_t act_off;      // smem: quantized activations [n_vec][nb · 36]
+  uint32_t terms_off;    // smem: block terms [n_vec][R][term_pitch] floats
+  uint32_t term_pitch;   // nb + 4: 16-byte aligned rows, 4 banks apart
+  uint32_t cpr_magic, nb_magic;  // dense_div_magic(row_bytes / 16), dense_div_magic(nb)
+  int64_t x_stride;
+  uint64_t act_vec;
+};
+
+// Issues the 16-byte copies of tile k of the block's rows (if k < n_tiles) into `dst` and closes the
+// group: an empty group past the range keeps wait_group's count uniform. The block's rows are
+// contiguous from `w`; chunk i of the tile lands at smem byte 16·(i + r), r = its row (the row pad).
+__device__ inline void stream_tile(const StreamParams& p, const uint8_t* w, int64_t rows, int k, int n_tiles,
+                                   uint8_t* dst) {
+  if (k < n_tiles) {
+    const int64_t r0 = int64_t{k} * p.tile_rows;
+    const int rows_here = static_cast<int>(rows - r0 < p.tile_rows ? rows - r0 : p.tile_rows);
+    const uint32_t chunks = static_cast<uint32_t>(rows_here) * static_cast<uint32_t>(p.row_bytes / 16);
+    const uint8_t* src = w + static_cast<uint64_t>(r0) * p.row_bytes;
+    for (uint32_t i = threadIdx.x; i < chunks; i += kThreads) {
+      const uint32_t r = __umulhi(i, p.cpr_magic);  // i / (row_bytes / 16)
+      cp_async16(dst + 16 * (i + r), src + 16 * static_cast<uint64_t>(i));
+    }
+  }
+  cp_async_commit();
+}
+
+// NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a row range of one part.
+template <int NV>
+__global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_constant__ StreamParams p) {
+  extern __shared__ __align__(16) uint8_t sm[];
+  int pi = 0;
+  while (pi + 1 < p.n_parts && static_cast<int32_t>(blockIdx.x) >= p.part[pi + 1].block0) ++pi;
+  const StreamPart& P = p.part[pi];
+  const int32_t blocks = (pi + 1 < p.n_parts ? p.part[pi + 1].block0 : static_cast<int32_t>(gridDim.x)) - P.block0;
+  const int32_t lb = static_cast<int32_t>(blockIdx.x) - P.block0;
+  // Rows [rb, re): the host gives a part at most one block per row, so every range has a row.
+  const int64_t rb = int64_t{P.rows} * lb / blocks, re = int64_t{P.rows} * (lb + 1) / blocks;
+  const int64_t rows = re - rb;
+  const int R = p.tile_rows;
+  const int n_tiles = static_cast<int>((rows + R - 1) / R);
+  const uint8_t* w = P.w + static_cast<uint64_t>(rb) * p.row_bytes;
+
+  // The weights first: they do not depend on the kernel before this one (PDL: it may still run).
+  for (int s = 0; s < kStages - 1; ++s) stream_tile(p, w, rows, s, n_tiles, sm + s * p.stage_bytes);
+  grid_launch_dependents();  // a programmatic dependent may start its own weight copies now
+  grid_dependency_wait();    // the activations (and y, which the kernel before may read) from here on
+
+  uint8_t* act = sm + p.act_off;
+  const uint32_t act_row = static_cast<uint32_t>(p.nb) * sizeof(BlockQ8_0Act);  // a multiple of 16 (nb % 8 == 0)
+  if (P.act) {
+    const int words = static_cast<int>(act_row / 16);
+    for (int i = threadIdx.x; i < p.n_vec * words; i += kThreads) {
+      const int v = i / words, c = i - v * words;
+      reinterpret_cast<uint4*>(act + v * act_row)[c] =
+          reinterpret_cast<const uint4*>(P.act + static_cast<uint64_t>(v) * p.act_vec)[c];
+    }
+    __syncthreads();
+  } else {
+    quantize_q8_0_rows_to_smem(P.x, p.x_stride, p.n_vec, int64_t{p.nb} * kQK8_0, act, act_row);  // ends in a barrier
+  }
+
+  float* terms = reinterpret_cast<float*>(sm + p.terms_off);
+  for (int k = 0; k < n_tiles; ++k) {
+    // Groups committed so far: kStages − 1 + k; at most kStages − 2 pending → tile k's has landed.
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile k visible to all; tile k − 1's terms and chains are done (its slot and `terms` free)
+    stream_tile(p, w, rows, k + kStages - 1, n_tiles, sm + ((k + kStages - 1) % kStages) * p.stage_bytes);
+    const int64_t r0 = int64_t{k} * R;
+    const int rows_here = static_cast<int>(rows - r0 < R ? rows - r0 : R);
+    dense_tile<NV, kThreads>(sm + (k % kStages) * p.stage_bytes, p.pitch, rows_here, R, p.nb, p.nb_magic, act, act_row,
+                             p.n_vec, terms, p.term_pitch, P.y + rb + r0, P.y_stride);
+  }
+  cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
+}
+
+// Tile rows and shared-memory layout for blocks of at most `block_rows` rows; smem = 0 when it does not fit.
+struct StreamPlan {
+  int tile_rows = 0, slots = 0;
+  uint32_t pitch = 0, stage_bytes = 0, act_off = 0, terms_off = 0, term_pitch = 0;
+  uint64_t smem = 0;
+};
+
+StreamPlan plan_stream(int64_t cols, uint64_t row_bytes, int64_t n_vec, int64_t block_rows) {
+  StreamPlan d;
+  const int64_t nb = cols / kQK8_0;
+  d.pitch = static_cast<uint32_t>(row_bytes + kRowPad);
+  const int64_t act_bytes = n_vec * nb * static_cast<int64_t>(sizeof(BlockQ8_0Act));
+  d.term_pitch = static_cast<uint32_t>(nb + 4);
+  auto layout = [&](int64_t r, int64_t slots) {
+    d.tile_rows = static_cast<int>(r);
+    d.slots = static_cast<int>(slots);
+    d.stage_bytes = static_cast<uint32_t>(r * d.pitch);
+    d.act_off = static_cast<uint32_t>(slots * d.stage_bytes);
+    d.terms_off = d.act_off + static_cast<uint32_t>(act_bytes);
+    return d.terms_off + static_cast<uint64_t>(n_vec) * r * d.term_pitch * sizeof(float);
+  };
+  uint64_t smem = 0;
+  if (block_rows * d.pitch <= kOneStageMax && block_rows <= kMaxTileRows) {
+    smem = layout(block_rows, 1);  // every row of the block in one stage: one copy round, one tile
+  } else {
+    int64_t r = std::clamp<int64_t>(kStageTarget / d.pitch, 1, kMaxTileRows);
+    smem = layout(r, std::min<int64_t>(kStages, (block_rows + r - 1) / r));
+    while (smem > kMaxSmem && r > 1) smem = layout(--r, std::min<int64_t>(kStages, (block_rows + r - 1) / r));
+  }
+  d.smem = smem <= kMaxSmem ? smem : 0;
+  return d;
+}
+
+int stream_nv_index(int64_t n) { return n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : n <= 8 ? 3 : 4; }
+
+const void* stream_kernel(int index) {
+  switch (index) {
+    case 0: return reinterpret_cast<const void*>(gemv_stream_kernel<1>);
+    case 1: return reinterpret_cast<const void*>(gemv_stream_kernel<2>);
+    case 2: return reinterpret_cast<const void*>(gemv_stream_kernel<4>);
+    case 3: return reinterpret_cast<const void*>(gemv_stream_kernel<8>);
+    default: return reinterpret_cast<const void*>(gemv_stream_kernel<16>);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The row shape every part must have (a whole number of 8-block chunks, 16-byte rows).
+bool stream_shape_ok(const Weight& w, int64_t n_vec) {
+  if (w.type != GgmlType::Q8_0 || n_vec < 1 || n_vec > kDenseMaxVec || w.cols % kQK8_0 != 0 || w.rows <= 0 ||
+      w.rows > (int64_t{1} << 30))
+    return false;
+  const int64_t nb = w.cols / kQK8_0;
+  return nb % 8 == 0 && nb <= (1 << 14) && w.row_bytes % 16 == 0 && aligned16(w.data);
+}
+
+}  // namespace
+
+bool gemv_stream_supports(const GemvJob& j) {
+  if (j.numerics != MatmulNumerics::ds4 || j.ids || j.x_div != 1 || !stream_shape_ok(j.w, j.n_vec)) return false;
+  if (j.group_rows > 0 && (j.w.rows % j.group_rows != 0 || j.group_x_stride < j.w.cols ||
+                           j.w.rows / j.group_rows > kStreamMaxParts))
+    return false;
+  // The largest one-block plan the launch could need (one row per block: one stage of one row).
+  return plan_stream(j.w.cols, j.w.row_bytes, j.n_vec, 1).smem > 0;
+}
+
+bool gemv_stream_wins(const GemvJob& j) {
+  // First version: one vector (the decode step of one session), where the measured gaps are.
+  return j.n_vec == 1;
+}
+
+bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
+  if (!gemv_stream_supports(j)) return false;
+  StreamSet s;
+  s.cols = j.w.cols;
+  s.row_bytes = j.w.row_bytes;
+  s.n_vec = j.n_vec;
+  s.x_stride = j.x_stride;
+  const int64_t groups = j.group_rows > 0 ? j.w.rows / j.group_rows : 1;
+  const int64_t part_rows = j.group_rows > 0 ? j.group_rows : j.w.rows;
+  for (int64_t g = 0; g < groups; ++g) {
+    StreamSet::Part& q = s.part[s.n_parts++];
+    q.w = static_cast<const uint8_t*>(j.w.data) + static_cast<uint64_t>(g * part_rows) * j.w.row_bytes;
+    q.x = j.x + g * j.group_x_stride;
+    q.y = j.y + g * part_rows;
+    q.y_stride = j.y_stride;
+    q.rows = part_rows;
+  }
+  return gemv_stream_set(s, act_scratch);
+}
+
+bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch) {
+  if (!decode_kernels_ || gemv_stream_ == GemvMma::off || jobs.size() < 2 || jobs.size() > kStreamMaxParts)
+    return false;
+  const MatmulArgs& a0 = jobs[0];
+  StreamSet s;
+  s.cols = a0.w.cols;
+  s.row_bytes = a0.w.row_bytes;
+  s.n_vec = a0.n;
+  s.x_stride = a0.x_stride;
+  for (const MatmulArgs& a : jobs) {
+    if (a.numerics != MatmulNumerics::ds4 || a.group_rows > 0 || a.n != a0.n || a.x != a0.x ||
+        a.x_stride != a0.x_stride || a.w.cols != a0.w.cols || a.w.row_bytes != a0.w.row_bytes ||
+        !stream_shape_ok(a.w, a.n))
+      return false;
+    if (gemv_stream_ == GemvMma::wins && !gemv_stream_wins(gemv_job(a))) return false;
+    StreamSet::Part& q = s.part[s.n_parts++];
+    q.w = static_cast<const uint8_t*>(a.w.data);
+    q.x = a.x;
+    q.y = a.y;
+    q.y_stride = a.y_stride;
+    q.rows = a.w.rows;
+  }
+  return gemv_stream_set(s, act_scratch);
+}
+
+bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch) {
+  if (s.n_parts < 1 || s.n_parts > kStreamMaxParts) return false;
+  if (sm_count_ == 0 && !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_),
+                               "multiprocessor count"))
+    return true;  // error recorded
+  if (cc_major_ == 0 && !check(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_),
+                               "compute capability"))
+    return true;
+  if (dense_smem_optin_ < 0 &&
+      !check(cudaDeviceGetAttribute(&dense_smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
+             "shared memory per block"))
+    return true;
+  const int idx = stream_nv_index(s.n_vec);
+  if (!stream_smem_set_[idx]) {  // first use (eager: a recorded step always ran once before)
+    if (!check(cudaFuncSetAttribute(stream_kernel(idx), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(std::min<uint64_t>(kMaxSmem, dense_smem_optin_))),
+               "gemv_stream shared memory"))
+      return true;
+    stream_smem_set_[idx] = true;
+  }
+  // Resident blocks per SM for (instantiation, smem), cached in the gemv_dense table (its own indices 5..9).
+  auto resident = [&](uint64_t smem, int* per_sm) {
+    *per_sm = 0;
+    for (const auto& e : dense_occ_)
+      if (e.smem == smem && e.index == 5 + idx) *per_sm = e.per_sm;
+    if (*per_sm > 0) return true;
+    if (!check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, stream_kernel(idx), kThreads, smem),
+               "gemv_stream occupancy"))
+      return false;
+    *per_sm = std::max(*per_sm, 1);
+    dense_occ_[dense_occ_next_++ % dense_occ_.size()] = {smem, 5 + idx, *per_sm};
+    return true;
+  };
+  int64_t total_rows = 0, max_rows = 0;
+  for (int i = 0; i < s.n_parts; ++i) {
+    total_rows += s.part[i].rows;
+    max_rows = std::max(max_rows, s.part[i].rows);
+  }
+  // The grid: what is resident at once with many-row blocks (the ring plan), dealt to the parts in
+  // proportion to their rows (at least one block, at most one per row).
+  const StreamPlan ring = plan_stream(s.cols, s.row_bytes, s.n_vec, max_rows);
+  if (ring.smem == 0 || ring.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
+  int per_sm = 0;
+  if (!resident(ring.smem, &per_sm)) return true;
+  const int64_t grid_target = static_cast<int64_t>(per_sm) * sm_count_;
+  int64_t blocks[kStreamMaxParts] = {}, cum = 0, total_blocks = 0, block_rows = 0;
+  for (int i = 0; i < s.n_parts; ++i) {
+    const int64_t b0 = grid_target * cum / total_rows;
+    cum += s.part[i].rows;
+    const int64_t b1 = grid_target * cum / total_rows;
+    blocks[i] = std::clamp<int64_t>(b1 - b0, 1, s.part[i].rows);
+    total_blocks += blocks[i];
+    block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
+  }
+  const StreamPlan d = plan_stream(s.cols, s.row_bytes, s.n_vec, block_rows);
+  if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
+
+  const int64_t nb = s.cols / kQK8_0;
+  StreamParams p{};
+  p.n_parts = s.n_parts;
+  p.n_vec = static_cast<int32_t>(s.n_vec);
+  p.nb = static_cast<int32_t>(nb);
+  p.tile_rows = d.tile_rows;
+  p.row_bytes = s.row_bytes;
+  p.pitch = d.pitch;
+  p.stage_bytes = d.stage_bytes;
+  p.act_off = d.act_off;
+  p.terms_off = d.terms_off;
+  p.term_pitch = d.term_pitch;
+  p.cpr_magic = dense_div_magic(s.row_bytes / 16);
+  p.nb_magic = dense_div_magic(static_cast<uint64_t>(nb));
+  p.x_stride = s.x_stride;
+  int64_t b = 0;
+  for (int i = 0; i < s.n_parts; ++i) {
+    StreamPart& q = p.part[i];
+    q.w = s.part[i].w;
+    q.x = s.part[i].x;
+    q.y = s.part[i].y;
+    q.y_stride = s.part[i].y_stride;
+    q.rows = static_cast<int32_t>(s.part[i].rows);
+    q.block0 = static_cast<int32_t>(b);
+    b += blocks[i];
+  }
+  if (s.n_vec * s.cols > kFusedMaxValues) {
+    // One quantize_act over the span of every part's inputs (blocks between two parts' inputs are
+    // quantized too, and unused: each 32-value block is quantized on its own, so a part reads exactly the
+    // blocks its own call would have quantized).
+    const float* x0 = s.part[0].x;
+    const float* x1 = s.part[0].x;
+    for (int i = 0; i < s.n_parts; ++i) {
+      x0 = std::min(x0, s.part[i].x);
+      x1 = std::max(x1, s.part[i].x);
+    }
+    // Each part's first block and every vector's row start on 16 bytes (the blocks copy them by uint4):
+    // offsets and the span in multiples of 4 blocks (4 · 36 bytes).
+    const int64_t span = (x1 - x0) + s.cols;
+    if (span > s.x_stride || span % (4 * kQK8_0) != 0) return false;  // not one row, or unaligned: other kernels
+    for (int i = 0; i < s.n_parts; ++i)
+      if ((s.part[i].x - x0) % (4 * kQK8_0) != 0) return false;
+    const uint64_t stride = quantize_act(GgmlType::Q8_0, x0, s.x_stride, s.n_vec, span, act_scratch);
+    if (stride == 0) return true;  // error recorded
+    p.act_vec = stride;
+    for (int i = 0; i < s.n_parts; ++i)
+      p.part[i].act = static_cast<const uint8_t*>(act_scratch.ptr) +
+                      static_cast<uint64_t>((s.part[i].x - x0) / kQK8_0) * sizeof(BlockQ8_0Act);
+  }
+  const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9;
+  const dim3 grid(static_cast<unsigned>(total_blocks));
+  cudaError_t e = cudaSuccess;
+  switch (idx) {
+    case 0: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<1>, p); break;
+    case 1: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<2>, p); break;
+    case 2: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<4>, p); break;
+    case 3: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<8>, p); break;
+    default: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<16>, p); break;
+  }
+  check(e, "gemv (q8_0 stream)");
+  return true;
+}
+
+}  // namespace ds4::backend::cuda

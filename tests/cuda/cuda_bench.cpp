@@ -206,6 +206,7 @@ void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng, bool gemv_only) 
     ao.gemv_dense = cuda::GemvMma::off;
     po.gemv_mma = cuda::GemvMma::off;
     po.gemv_dense = cuda::GemvMma::off;
+    for (auto* o : {&dno, &ao, &po}) o->gemv_stream = cuda::GemvMma::off;  // gemv_stream.cu: --dense
     auto dense = cuda::make_cuda_backend(dno);
     auto mma = cuda::make_cuda_backend(ao);
     auto prev = cuda::make_cuda_backend(po);

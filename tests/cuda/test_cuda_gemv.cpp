@@ -139,6 +139,7 @@ class CudaGemvMma : public CudaGemvKernel {
     backend::cuda::CudaBackendOptions o;
     o.gemv_mma = backend::cuda::GemvMma::always;  // the default takes it only where it measured faster
     o.gemv_dense = backend::cuda::GemvMma::off;   // ahead of gemv_mma in the dispatch
+    o.gemv_stream = backend::cuda::GemvMma::off;  // ahead of both
     return o;
   }
 };
@@ -177,6 +178,7 @@ TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKer
   backend::cuda::CudaBackendOptions o;
   o.gemv_mma = backend::cuda::GemvMma::off;
   o.gemv_dense = backend::cuda::GemvMma::off;
+  o.gemv_stream = backend::cuda::GemvMma::off;
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -219,6 +221,7 @@ class CudaGemvDense : public CudaGemvKernel {
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o;
     o.gemv_dense = backend::cuda::GemvMma::always;  // every shape it supports, n ≤ 16
+    o.gemv_stream = backend::cuda::GemvMma::off;    // ahead of gemv_dense in the dispatch
     return o;
   }
 };
@@ -235,6 +238,7 @@ TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousK
   backend::cuda::CudaBackendOptions o;
   o.gemv_mma = backend::cuda::GemvMma::off;
   o.gemv_dense = backend::cuda::GemvMma::off;
+  o.gemv_stream = backend::cuda::GemvMma::off;
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;

@@ -66,7 +66,7 @@ struct CudaBackendOptions {
   // first; a grouped matmul, and Backend::matmul_many's Q8_0 matrices that share an input (q_a + kv,
   // shared gate + up), as one launch. Same bits as every other path. wins: where it measured faster
   // (gemv_stream_wins); always: every shape it takes; off: gemv_dense and the kernels after it.
-  GemvMma gemv_stream = GemvMma::off;
+  GemvMma gemv_stream = GemvMma::wins;
   // With gemv_stream on sm_90: its kernels launched as programmatic dependents (common.cuh): the weight
   // copies start while the kernel before still runs, the activations are read after griddepcontrol.wait.
   // false: plain stream order. Same bits.

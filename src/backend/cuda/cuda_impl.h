@@ -351,7 +351,7 @@ class CudaBackend final : public Backend {
   };
   std::array<DenseOccupancy, 16> dense_occ_{};
   uint32_t dense_occ_next_ = 0;
-  GemvMma gemv_stream_ = GemvMma::off;   // CudaBackendOptions::gemv_stream
+  GemvMma gemv_stream_ = GemvMma::wins;  // CudaBackendOptions::gemv_stream
   bool gemv_stream_pdl_ = true;           // CudaBackendOptions::gemv_stream_pdl
   bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments

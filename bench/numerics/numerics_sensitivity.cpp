@@ -18,15 +18,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/by_pieces.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/forwarding_backend.h"
 #include "gguf/gguf.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -52,9 +53,9 @@ const char* target_name(Target t) {
 }
 
 // Every op forwarded to `in`; the target op's outputs then move by one ulp (direction from a hash).
-class UlpNoiseBackend final : public Backend {
+class UlpNoiseBackend final : public ForwardingBackend {
  public:
-  UlpNoiseBackend(Backend& in, Target t) : in_(in), target_(t) {}
+  UlpNoiseBackend(Backend& in, Target t) : ForwardingBackend(in), target_(t) {}
   void perturb(float* p, int64_t count) {
     for (int64_t i = 0; i < count; ++i) {
       const uint64_t h = (++counter_) * 0x9E3779B97F4A7C15ull;
@@ -62,42 +63,20 @@ class UlpNoiseBackend final : public Backend {
     }
   }
   const char* name() const override { return "cpu+ulp-noise"; }
-  bool host_memory() const override { return true; }
-  Result<Buffer> alloc(uint64_t bytes, MemCategory cat) override {
-    // The inner buffer stays here; the caller's buffer is owned by this backend, and its release
-    // (from ~Buffer) drops the inner one.
-    DS4_ASSIGN_OR_RETURN(Buffer b, in_.alloc(bytes, cat));
-    void* p = b.data();
-    if (p) inner_[p] = std::move(b);
-    return Buffer(this, p, bytes, cat);
-  }
-  void release(void* ptr, uint64_t, MemCategory) override { inner_.erase(ptr); }
-  Result<const void*> map_weight(const void* host, uint64_t bytes) override { return in_.map_weight(host, bytes); }
-  MemBytes allocated() const override { return in_.allocated(); }
-  // Regions (growable KV rows) belong to the inner backend: it owns, resizes and releases them.
-  uint64_t region_block_bytes() const override { return in_.region_block_bytes(); }
-  Result<Region> reserve_region(uint64_t max_bytes, MemCategory cat) override {
-    return in_.reserve_region(max_bytes, cat);
-  }
-  Status resize_region(Region& r, uint64_t bytes) override { return in_.resize_region(r, bytes); }
-  void release_region(Region& r) override { in_.release_region(r); }
-  void upload(void* d, const void* s, uint64_t b) override { in_.upload(d, s, b); }
-  void download(void* d, const void* s, uint64_t b) override { in_.download(d, s, b); }
-  void copy(void* d, const void* s, uint64_t b) override { in_.copy(d, s, b); }
-  void fill_f32(float* d, float v, int64_t n) override { in_.fill_f32(d, v, n); }
-  Status sync() override { return in_.sync(); }
   void matmul(const MatmulArgs& a) override {
     in_.matmul(a);
     if (target_ == Target::matmul)
       for (int64_t i = 0; i < a.n; ++i) perturb(a.y + i * a.y_stride, a.w.rows);
+  }
+  // One matmul() per job (the interface's default), so every job's outputs get the noise.
+  void matmul_many(std::span<const MatmulArgs> jobs) override {
+    for (const MatmulArgs& j : jobs) matmul(j);
   }
   void rms_norm(const RmsNormArgs& a) override {
     in_.rms_norm(a);
     if (target_ == Target::rms_norm)
       for (int64_t i = 0; i < a.rows; ++i) perturb(a.y + i * a.stride, a.dim);
   }
-  void rope(const RopeArgs& a) override { in_.rope(a); }
-  void embed(const EmbedArgs& a) override { in_.embed(a); }
   void hc_split(const HcSplitArgs& a) override {
     in_.hc_split(a);
     if (target_ == Target::hc_split) {
@@ -106,23 +85,13 @@ class UlpNoiseBackend final : public Backend {
       perturb(a.comb, a.n * a.nhc * a.nhc);
     }
   }
-  void hc_head(const HcHeadArgs& a) override { in_.hc_head(a); }
-  void hc_collapse(const HcCollapseArgs& a) override { in_.hc_collapse(a); }
-  void hc_post(const HcPostArgs& a) override { in_.hc_post(a); }
   // The fused ops run as their pieces on this wrapper, so the target piece still gets its noise.
   void hc_pre(const HcPreArgs& a) override { hc_pre_by_pieces(*this, a); }
   void norm_rope(const NormRopeArgs& a) override { norm_rope_by_pieces(*this, a); }
-  void fp8_round(const Fp8RoundArgs& a) override { in_.fp8_round(a); }
-  void indexer_qat(const IndexerQatArgs& a) override { in_.indexer_qat(a); }
-  void f16_round(float* x, int64_t n) override { in_.f16_round(x, n); }
-  void add(float* y, const float* x, int64_t n) override { in_.add(y, x, n); }
-  void scale(float* y, float s, int64_t n) override { in_.scale(y, s, n); }
-  void compressor(const CompressorArgs& a) override { in_.compressor(a); }
   void attention(const AttentionArgs& a) override {
     in_.attention(a);
     if (target_ == Target::attention) perturb(a.out, a.n * a.heads * a.head_dim);
   }
-  void indexer(const IndexerArgs& a) override { in_.indexer(a); }
   void router(const RouterArgs& a) override {
     in_.router(a);
     if (target_ == Target::router) perturb(a.weights, a.n * a.k);
@@ -131,12 +100,9 @@ class UlpNoiseBackend final : public Backend {
     in_.moe(a);
     if (target_ == Target::moe) perturb(a.out, a.n * a.dim);
   }
-  void swiglu(const SwigluArgs& a) override { in_.swiglu(a); }
 
  private:
-  Backend& in_;
   Target target_;
-  std::map<void*, Buffer> inner_;
   uint64_t counter_ = 0;
 };
 

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/forwarding_backend.h"
 #include "gguf/gguf.h"
 #include "model/forward.h"
 #include "model/weights.h"
@@ -33,24 +34,13 @@ namespace {
 
 // The CPU backend with a side lane that runs late: ops issued between fork() and resume_main() / join()
 // are queued and run, in their order, at join(). Transfers and sync() while side work is pending are
-// counted as misuse (the interface has the caller join first).
-class LateSideLane final : public Backend {
+// counted as misuse (the interface has the caller join first). Memory stays the inner backend's.
+class LateSideLane final : public ForwardingBackend {
  public:
-  explicit LateSideLane(Backend& in) : in_(in) {}
+  explicit LateSideLane(Backend& in) : ForwardingBackend(in) {}
   uint64_t forks = 0, joins = 0, side_ops = 0, misuse = 0;
 
   const char* name() const override { return "cpu+late-side-lane"; }
-  bool host_memory() const override { return true; }
-  Result<Buffer> alloc(uint64_t bytes, MemCategory cat) override { return in_.alloc(bytes, cat); }
-  void release(void* ptr, uint64_t bytes, MemCategory cat) override { in_.release(ptr, bytes, cat); }
-  Result<const void*> map_weight(const void* host, uint64_t bytes) override { return in_.map_weight(host, bytes); }
-  MemBytes allocated() const override { return in_.allocated(); }
-  uint64_t region_block_bytes() const override { return in_.region_block_bytes(); }
-  Result<Region> reserve_region(uint64_t max_bytes, MemCategory cat) override {
-    return in_.reserve_region(max_bytes, cat);
-  }
-  Status resize_region(Region& r, uint64_t bytes) override { return in_.resize_region(r, bytes); }
-  void release_region(Region& r) override { in_.release_region(r); }
   void upload(void* d, const void* s, uint64_t b) override {
     check_joined();
     in_.upload(d, s, b);
@@ -180,7 +170,6 @@ class LateSideLane final : public Backend {
     if (on_side_ || !queue_.empty()) ++misuse;
   }
 
-  Backend& in_;
   bool on_side_ = false;
   int64_t late_n_out_ = 0;
   std::vector<std::function<void()>> queue_;

@@ -21,17 +21,13 @@
 #include "batch_scenario.h"
 #include "engine_graph_stats.h"
 #include "ds4/engine.h"
+#include "model_data_path.h"
 #include "model_fixture.h"
 
 using namespace ds4;
 using namespace ds4::test;
 
 namespace {
-
-std::string model_path(const char* file, const char* compiled_default) {
-  if (const char* d = std::getenv("DS4_CUDA_TEST_DATA")) return std::string(d) + "/" + file;
-  return compiled_default;
-}
 
 // Graphs on (EngineOptions::cuda_graphs) vs off: the same batched workload (mixed_requests, or
 // steady_requests when `steady`) gives the same bits, and the graphs-on run replayed at least
@@ -114,26 +110,26 @@ void batched_equals_solo(const std::string& path, Numerics nm) {
 }  // namespace
 
 TEST(CudaBatch, TinyMixedSessionsEqualSoloOfficial) {
-  batched_equals_solo(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official);
+  batched_equals_solo(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official);
 }
 TEST(CudaBatch, TinyMixedSessionsEqualSoloReference) {
-  batched_equals_solo(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::reference);
+  batched_equals_solo(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::reference);
 }
 TEST(CudaBatch, TinyQuantMixedSessionsEqualSoloOfficial) {
-  batched_equals_solo(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official);
+  batched_equals_solo(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official);
 }
 TEST(CudaBatch, TinyMixedSessionsGraphsEqualHostLaunched) {
-  graphs_batched_equal(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official, false, 0);
+  graphs_batched_equal(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official, false, 0);
 }
 TEST(CudaBatch, TinyQuantMixedSessionsGraphsEqualHostLaunched) {
-  graphs_batched_equal(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official, false, 0);
+  graphs_batched_equal(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::official, false, 0);
 }
 // Four sessions decoding together (steady_requests): after the prefill steps nearly every step has a
 // session emitting a ratio-4 row; with a few step shapes (emission pattern, indexer selecting) each run
 // eagerly once and recorded on its 2nd use, most of the ~60 batched decode steps must replay.
 TEST(CudaBatch, TinySteadySessionsGraphsReplayEmittingSteps) {
-  graphs_batched_equal(model_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official, true, 30);
+  graphs_batched_equal(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF), Numerics::official, true, 30);
 }
 TEST(CudaBatch, TinyQuantSteadySessionsGraphsReplayEmittingSteps) {
-  graphs_batched_equal(model_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::reference, true, 30);
+  graphs_batched_equal(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), Numerics::reference, true, 30);
 }

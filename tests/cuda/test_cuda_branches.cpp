@@ -21,6 +21,7 @@
 #include "batch_scenario.h"
 #include "ds4/engine.h"
 #include "engine_graph_stats.h"
+#include "model_data_path.h"
 #include "model_fixture.h"
 
 using namespace ds4;
@@ -28,11 +29,6 @@ using namespace ds4::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string path_of(const char* file, const char* compiled_default) {
-  if (const char* d = std::getenv("DS4_CUDA_TEST_DATA")) return std::string(d) + "/" + file;
-  return compiled_default;
-}
 
 std::unique_ptr<Engine> open_cuda(const std::string& path, Numerics nm, bool graphs, bool branches,
                                   BackendKind kind = BackendKind::cuda) {
@@ -121,14 +117,14 @@ void batched_same_bits(const std::string& path, bool steady) {
 
 }  // namespace
 
-TEST(CudaBranches, TinyDecodeEqualsInOrder) { decode_same_bits(path_of("tiny-seed1.gguf", DS4_TINY_GGUF)); }
+TEST(CudaBranches, TinyDecodeEqualsInOrder) { decode_same_bits(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF)); }
 TEST(CudaBranches, TinyQuantDecodeEqualsInOrder) {
-  decode_same_bits(path_of("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF));
+  decode_same_bits(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF));
 }
-TEST(CudaBranches, TinyMixedBatchEqualsInOrder) { batched_same_bits(path_of("tiny-seed1.gguf", DS4_TINY_GGUF), false); }
+TEST(CudaBranches, TinyMixedBatchEqualsInOrder) { batched_same_bits(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF), false); }
 TEST(CudaBranches, TinyQuantMixedBatchEqualsInOrder) {
-  batched_same_bits(path_of("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), false);
+  batched_same_bits(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), false);
 }
 TEST(CudaBranches, TinyQuantSteadyBatchEqualsInOrder) {
-  batched_same_bits(path_of("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), true);
+  batched_same_bits(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), true);
 }

@@ -28,6 +28,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "ds4/engine.h"
+#include "model_data_path.h"
 #include "model_fixture.h"
 #include "engine_graph_stats.h"
 #include "runtime/engine_impl.h"
@@ -37,11 +38,6 @@ using namespace ds4::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string data_path(const char* file, const char* compiled_default) {
-  if (const char* d = std::getenv("DS4_CUDA_TEST_DATA")) return std::string(d) + "/" + file;
-  return compiled_default;
-}
 
 std::string reference_dir() {
   if (const char* d = std::getenv("DS4_REFERENCE_DIR")) return d;
@@ -157,25 +153,25 @@ class CudaModel : public ::testing::Test {
 
 // Official numerics: loosely bounded by 0.15·max|logit| with at most 10% argmax changes (measured on
 // the H200: 0.082 tiny, 0.091 tiny-quant, 6.5e-4 tiny-chat; see docs/PERF.md).
-TEST_F(CudaModel, TinyF32MatchesCpu) { cuda_matches_cpu(data_path("tiny-seed1.gguf", DS4_TINY_GGUF), 96, 0.15); }
+TEST_F(CudaModel, TinyF32MatchesCpu) { cuda_matches_cpu(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF), 96, 0.15); }
 
 TEST_F(CudaModel, TinyQuantMatchesCpu) {
   // 0.25: on this random quantized model one ulp of noise on any op's outputs moves the official
   // logits by 9-16% on the CPU alone (bench/numerics/numerics_sensitivity: the Q8 re-quantization of
   // activations turns it into whole quantization steps); the H200 measured 0.164 after the quantized
   // matmuls became CPU-exact and the remaining float ops (expf, attention order) still differ.
-  cuda_matches_cpu(data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), 96, 0.25);
+  cuda_matches_cpu(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF), 96, 0.25);
 }
 
 TEST_F(CudaModel, TrainedTinyChatMatchesCpu) {
-  cuda_matches_cpu(data_path("ds4-tiny-chat.gguf", DS4_TINY_CHAT_GGUF), 80, 0.15);
+  cuda_matches_cpu(model_data_path("ds4-tiny-chat.gguf", DS4_TINY_CHAT_GGUF), 80, 0.15);
 }
 
 // CUDA (reference numerics) vs the transformers golden logits, as tests/model/test_golden.cpp does
 // for the CPU, on the same generated model (the golden test pins its sha256).
 TEST_F(CudaModel, MatchesTransformersGolden) {
   const fs::path dir = fs::path(reference_dir()) / "golden";
-  const std::string model = data_path("tiny-seed1.gguf", DS4_TINY_GGUF);
+  const std::string model = model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF);
   if (!fs::exists(dir / "manifest.json") || !fs::exists(model)) GTEST_SKIP() << "no golden set or model";
   std::ifstream mf(dir / "manifest.json");
   const auto m = nlohmann::json::parse(mf, nullptr, false);
@@ -259,12 +255,12 @@ void graphs_equal_host_launched(const std::string& path) {
 }
 }  // namespace
 
-TEST(CudaGraphs, TinyDecodeEqualsHostLaunched) { graphs_equal_host_launched(data_path("tiny-seed1.gguf", DS4_TINY_GGUF)); }
+TEST(CudaGraphs, TinyDecodeEqualsHostLaunched) { graphs_equal_host_launched(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF)); }
 TEST(CudaGraphs, TinyQuantDecodeEqualsHostLaunched) {
-  graphs_equal_host_launched(data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF));
+  graphs_equal_host_launched(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF));
 }
 TEST(CudaGraphs, TrainedTinyChatDecodeEqualsHostLaunched) {
-  graphs_equal_host_launched(data_path("ds4-tiny-chat.gguf", DS4_TINY_CHAT_GGUF));
+  graphs_equal_host_launched(model_data_path("ds4-tiny-chat.gguf", DS4_TINY_CHAT_GGUF));
 }
 
 TEST(CudaEngine, CudaChoiceReportsMissingDeviceClearly) {

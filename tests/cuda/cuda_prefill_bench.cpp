@@ -5,8 +5,11 @@
 // previous GEMM kernel ("tc-previous", gemm_pipelined = false). These rates are the "measured GEMM
 // rate" of the prefill roofline in docs/PERF.md.
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
-// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages]. Prints "PBENCH" lines; with
-// "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K).
+// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|profile]. Prints "PBENCH" lines; with
+// "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
+// "gemm", only the GEMM and routed-expert lines, of the default kernels and of gemm_q8.cu's two warp
+// shapes ("q8-direct1", "q8-direct2"; CudaBackendOptions::gemm_q8) and the F16 prefill tiles of 4 and 16
+// rows (f16_tile_rows); "profile" runs one call each of a few of those (under ncu), untimed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -62,22 +65,39 @@ int main(int argc, char** argv) {
     bench_prefill_stages(N);
     return 0;
   }
+  // "profile": the "gemm" paths, one call of q_b, two F16 shapes and the experts each (for ncu), no timing.
+  const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
+  const bool gemm_only = profile || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
   // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
-  // GEMM and grouped-expert lines only), the matvec (tensor cores off).
-  for (int mode : {0, 1, 2}) {
+  // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the default and
+  // gemm_q8 = 1, 2 (modes 3, 4: GEMM and grouped-expert lines only).
+  const std::vector<int> modes = gemm_only ? std::vector<int>{0, 3, 4} : std::vector<int>{0, 1, 2};
+  for (int mode : modes) {
     const bool tc = mode != 2;
     cuda::CudaBackendOptions co;
     co.tensor_cores = tc;
-    co.gemm_pipelined = mode == 0;
+    co.gemm_pipelined = mode != 1;
+    co.gemm_q8 = mode == 3 ? 1 : mode == 4 ? 2 : co.gemm_q8;
+    if (mode >= 3) co.f16_tile_rows = 16;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
       return 0;
     }
     auto be = std::move(made).value();
-    const char* path = mode == 0 ? "tensor-core" : mode == 1 ? "tc-previous" : "matvec";
+    const char* path = mode == 0   ? "tensor-core"
+                       : mode == 1 ? "tc-previous"
+                       : mode == 2 ? "matvec"
+                       : mode == 3 ? "q8-direct1"
+                                   : "q8-direct2";
     auto sync = [&] { (void)be->sync(); };
+    auto timed = [&](const std::function<void()>& body, int iters) {
+      if (!profile) return median_seconds(body, sync, iters);
+      body();
+      sync();
+      return 0.0;
+    };
     auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
       auto host = random_blocks(t, rows, cols, rng);
       Weight w{t, nullptr, rows, cols, *type_bytes(t, cols)};
@@ -86,10 +106,10 @@ int main(int argc, char** argv) {
       return w;
     };
     auto fbuf = [&](int64_t n) { return std::move(be->alloc(static_cast<uint64_t>(n) * 4, MemCategory::scratch)).value(); };
-    std::vector<float> xh(static_cast<size_t>(N) * 8192);
+    std::vector<float> xh(static_cast<size_t>(N) * 16384);  // the widest rows: F16 HC controls
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (auto& v : xh) v = nd(rng);
-    Buffer x = fbuf(N * 8192), y = fbuf(N * 32768);
+    Buffer x = fbuf(N * 16384), y = fbuf(N * 32768);
     be->upload(x.data(), xh.data(), xh.size() * 4);
     // The matvec path re-reads the weights per token: time it on fewer tokens and scale.
     const int64_t n = tc ? N : std::min<int64_t>(N, 256);
@@ -101,12 +121,28 @@ int main(int argc, char** argv) {
     };
     for (Mm m : {Mm{"q_a q8_0 1024x4096", GgmlType::Q8_0, 1024, 4096}, Mm{"q_b q8_0 32768x1024", GgmlType::Q8_0, 32768, 1024},
                  Mm{"out_b q8_0 4096x8192", GgmlType::Q8_0, 4096, 8192}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
+                 Mm{"kv q8_0 512x4096", GgmlType::Q8_0, 512, 4096},
                  Mm{"iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096}, Mm{"q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}}) {
+      if (mode >= 3 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
+      if (profile && m.rows != 32768) continue;
       Weight w = weight(m.t, m.rows, m.cols);
-      const double s = median_seconds([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, sync, 3);
+      const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
       std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, m.name, static_cast<long long>(n),
                   s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
     }
+    if (gemm_only) {  // F16 prefill tiles (matmul_f16.cu) on the Flash F16 shapes; modes 3, 4: 16-row tiles
+      for (Mm m : {Mm{"hc 24x16384", GgmlType::F16, 24, 16384}, Mm{"router 256x4096", GgmlType::F16, 256, 4096},
+                   Mm{"comp 1024x4096", GgmlType::F16, 1024, 4096}, Mm{"idx q_b 8192x1024", GgmlType::F16, 8192, 1024},
+                   Mm{"comp 512x4096", GgmlType::F16, 512, 4096}, Mm{"idx 64x4096", GgmlType::F16, 64, 4096}}) {
+        if (mode == 4) break;  // the same F16 kernel as mode 3
+        if (profile && m.rows != 1024 && m.rows != 8192) continue;
+        Weight w = weight(m.t, m.rows, m.cols);
+        const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
+        std::printf("PBENCH %-11s f16 %-25s n=%-5lld %9.3f ms  %7.1f TFLOP/s\n", mode == 0 ? "f16-rows4" : "f16-rows16",
+                    m.name, static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
+      }
+    }
+    if (mode >= 3) continue;
     // Routed experts of a chunk: 256 Flash experts, k 6, ids spread like a router's; N tokens and a
     // 2048-token chunk (~48 pairs per expert: one partial 64-pair tile each).
     const int NE = 256, E = 4096, F = 2048, K = 6;
@@ -147,12 +183,12 @@ int main(int argc, char** argv) {
       a.ff = F;
       a.clamp = 10;
       a.out = y.f32();
-      const double s = median_seconds([&] { be->moe(a); }, sync, 2);
+      const double s = timed([&] { be->moe(a); }, 2);
       std::printf("PBENCH %-11s moe iq2_xxs/q2_k 256 experts k6     n=%-5lld %9.3f ms  %7.1f TOP/s  %8.0f tok/s per layer\n",
                   path, static_cast<long long>(nt), s * 1e3, 2.0 * 3 * E * F * K * nt / s / 1e12, nt / s);
       if (chunk == N && N <= 2048) break;
     }
-    if (mode == 1) continue;  // indexer and attention do not use the GEMM
+    if (mode == 1 || gemm_only) continue;  // indexer and attention do not use the GEMM
     {  // Indexer of a chunk at 4K context: 64 heads × 128, 1,024 visible compressed rows, top 512.
       const int IH = 64, ID = 128, rows_n = 1024, K = 512;
       const int64_t nq = tc ? std::min<int64_t>(N, 2048) : std::min<int64_t>(N, 256);

@@ -2,7 +2,8 @@
 // (gemm2_kernel; 64-vector tiles up to 96 vectors and for grouped experts, 128-vector tiles above) equals
 // the CPU op, the previous kernel (CudaBackendOptions::gemm_pipelined = false) and, for one token, the
 // decode kernel at n = 1; routed experts grouped by expert with uneven expert counts (one expert with four
-// tiles, experts with none) equal the previous kernel and stay within the CPU tolerance.
+// tiles, experts with none) equal the previous kernel and stay within the CPU tolerance; the dense Q8_0
+// kernel of gemm_q8.cu (CudaBackendOptions::gemm_q8, both warp shapes) equals the CPU op and the default.
 // Not here: tolerance tests of every path (test_cuda_matmul.cpp), speed (cuda_prefill_bench).
 #include <cstring>
 
@@ -88,6 +89,38 @@ TEST_F(CudaGemm, PipelinedKernelIsBitIdenticalToCpuAndPreviousKernel) {
     expect_close(got, want, 2e-5, 1e-7, what);
     EXPECT_EQ(bit_diffs(got, want), 0) << what << ": pipelined kernel vs CPU";
     EXPECT_EQ(bit_diffs(got, prev), 0) << what << ": pipelined vs previous kernel";
+  }
+}
+
+TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
+  // gemm_q8.cu (CudaBackendOptions::gemm_q8 1: warps of 32 × 32, 2: 64 × 32): partial row tiles (200,
+  // 300, 136 of 128), partial vector tiles (65, 130, 150, 300 of 128), stages 2 … 32 deep (512 … 8192
+  // columns: a ring of 3 with fewer stages than slots, and many laps), equal to the CPU op and to the
+  // default kernel bit for bit.
+  const Case cases[] = {{GgmlType::Q8_0, 200, 512, 65},   {GgmlType::Q8_0, 200, 512, 130},  {GgmlType::Q8_0, 256, 4096, 300},
+                        {GgmlType::Q8_0, 300, 1024, 200}, {GgmlType::Q8_0, 130, 8192, 150}, {GgmlType::Q8_0, 136, 1024, 1000},
+                        {GgmlType::Q8_0, 128, 256, 128}};
+  for (int variant : {1, 2}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_q8 = variant;
+    auto made = cuda::make_cuda_backend(o);
+    ASSERT_TRUE(made.ok()) << made.status().to_string();
+    auto q8 = std::move(made).value();
+    for (const Case& c : cases) {
+      Weight w;
+      auto bytes = random_weight(c.t, c.rows, c.cols, &w);
+      w.data = bytes.data();
+      const auto x = randn(static_cast<size_t>(c.n * c.cols));
+      std::vector<float> want(static_cast<size_t>(c.n * c.rows));
+      cpu_->matmul({w, x.data(), c.cols, want.data(), c.rows, c.n, MatmulNumerics::ds4});
+      const auto got = matmul_on(*q8, w, bytes.size(), x.data(), c.n);
+      const auto dflt = matmul_on(*gpu_, w, bytes.size(), x.data(), c.n);
+      const std::string what = "gemm_q8 " + std::to_string(variant) + " " + std::to_string(c.rows) + "x" +
+                               std::to_string(c.cols) + " n" + std::to_string(c.n);
+      expect_close(got, want, 2e-5, 1e-7, what);
+      EXPECT_EQ(bit_diffs(got, want), 0) << what << ": vs CPU";
+      EXPECT_EQ(bit_diffs(got, dflt), 0) << what << ": vs the default kernel";
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 // double: 1e-6; F16 and quantized `ds4` cases sum floats per block in another order: 2e-5; routed
 // experts under `ds4` re-quantize their hidden rows: 5e-4 (see CudaMoe::run).
 #include <algorithm>
+#include <cstring>
 
 #include "cuda_test_util.h"
 
@@ -250,6 +251,41 @@ TEST_F(CudaMatmul, F16RowOfATokenIsTheSameBitsInEveryBatch) {
     }
   }
   ASSERT_TRUE(gpu_->sync().ok());
+}
+
+TEST_F(CudaMatmul, F16SixteenRowTilesAreTheFourRowTilesBits) {
+  // CudaBackendOptions::f16_tile_rows = 16 (matmul_f16.cu f16_tile_kernel<4>, or <2> for the 24 and 40
+  // rows): the same bits as the 4-row tiles, hence as n = 1 (F16RowOfATokenIsTheSameBitsInEveryBatch).
+  // Flash shapes, partial row groups (300, 40 rows), one and many rounds of segments, partial vector blocks.
+  backend::cuda::CudaBackendOptions o;
+  o.f16_tile_rows = 16;
+  auto made = backend::cuda::make_cuda_backend(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  auto& wide = *made;
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& c : kFlashF16) shapes.push_back({c.rows, c.cols});
+  for (auto sh : {std::pair<int64_t, int64_t>{300, 1000}, {40, 4096}, {8, 512}}) shapes.push_back(sh);
+  for (auto [rows, cols] : shapes) {
+    for (int64_t n : {64, 130}) {
+      const auto m = device_matmul(GgmlType::F16, rows, cols, n);
+      const auto want = matmul_slice(m, 0, n);
+      Weight gw = m.w;
+      gw.data = *wide->map_weight(m.w.data, m.w.row_bytes * rows);
+      auto gx = wide->alloc(m.x.size() * 4, MemCategory::scratch);
+      auto gy = wide->alloc(want.size() * 4, MemCategory::scratch);
+      ASSERT_TRUE(gx.ok() && gy.ok());
+      wide->upload(gx->data(), m.x.data(), m.x.size() * 4);
+      wide->fill_f32(gy->f32(), NAN, static_cast<int64_t>(want.size()));
+      wide->matmul({gw, gx->f32(), cols, gy->f32(), rows, n, MatmulNumerics::ds4});
+      std::vector<float> got(want.size());
+      wide->download(got.data(), gy->data(), got.size() * 4);
+      ASSERT_TRUE(wide->sync().ok());
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
+            << rows << "x" << cols << " n" << n << " vector " << i / rows << " row " << i % rows << ": " << got[i]
+            << " vs " << want[i];
+    }
+  }
 }
 
 TEST_F(CudaMatmul, F16PreviousLaneOrderStaysSelectable) {

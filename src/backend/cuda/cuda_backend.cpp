@@ -56,12 +56,14 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_hc_router_v2(opts.hc_router_v2);
   be->set_hc_pdl(opts.hc_pdl);
   be->set_gemm_pipelined(opts.gemm_pipelined);
+  be->set_gemm_q8(opts.gemm_q8);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_indexer_decode(opts.indexer_decode);
   be->set_f16_many(opts.f16_many);
   be->set_compressor_parallel(opts.compressor_parallel);
   be->set_f16_tiles(opts.f16_tiles);
+  be->set_f16_tile_rows(opts.f16_tile_rows);
   be->set_gemv_mma(opts.gemv_mma);
   be->set_gemv_dense(opts.gemv_dense);
   be->set_gemv_stream(opts.gemv_stream, opts.gemv_stream_pdl);

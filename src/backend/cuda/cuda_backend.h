@@ -26,6 +26,10 @@ struct CudaBackendOptions {
   // The tensor-core GEMM's pipelined kernel (ops_gemm.cu gemm2_kernel: cp.async double buffer, 128-vector
   // tiles, ldmatrix). false: the previous gemm_kernel — for before/after benchmarks. Same bits either way.
   bool gemm_pipelined = true;
+  // Dense Q8_0 GEMMs (with gemm_pipelined) on gemm_q8.cu: weight fragments read straight from the copied
+  // blocks (no decode pass), a 3-stage cp.async ring, one barrier per stage. 0: ops_gemm.cu's gemm2_kernel;
+  // 1: warps of 32 × 32 outputs (16 per block); 2: warps of 64 × 32 (8 per block). Same bits either way.
+  int gemm_q8 = 0;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
   bool decode_kernels = true;
@@ -108,6 +112,10 @@ struct CudaBackendOptions {
   // the segment order with weights converted once per segment and 16 segment sums reduced together
   // (matmul_f16.cu f16_tile_kernel). false: f16_segment_kernel for every batch size. Same bits.
   bool f16_tiles = true;
+  // Rows per block of those tiles: 4 (every block re-reads its vectors' activations from L2) or 16
+  // (four warps of 4 rows share each activation load through L1; 8 rows for 8 … 63 rows not a multiple
+  // of 16). Same bits either way.
+  int f16_tile_rows = 4;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.

@@ -109,6 +109,9 @@ inline GemvJob gemv_job(const MatmulArgs& a) {
 // 256-value stages, dense with n_vec ≥ kGemmMinVectors or grouped by expert; F16 dense with n_vec ≥
 // kGemmMinVectors on the CUDA cores). The one dispatch point is gemv().
 bool gemm_supports(const GemvJob& j);
+// Whether gemm_q8.cu takes a job: dense Q8_0, cols a multiple of 256, 16-byte aligned weights, rows,
+// activations and activation stride, and its 218 KiB of shared memory within the device's opt-in limit.
+bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin);
 // Whether gemv_mma.cu handles `j`: Q8_0 under ds4 numerics, dense (no ids, x_div 1), 1 ≤ n_vec ≤
 // kMmaMaxVec, a whole number of 8-block (272-byte) chunks per row, 16-byte aligned rows.
 bool gemv_mma_supports(const GemvJob& j);
@@ -241,6 +244,8 @@ class CudaBackend final : public Backend {
   void gemv(const GemvJob& j, DeviceScratch& act_scratch);
   // Tensor-core GEMM of a job gemm_supports() accepts, on activations gemv() has quantized (ops_gemm.cu).
   void gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
+  // gemm_q8.cu: a dense Q8_0 job gemm_q8_fits() accepts, warps of 32 × 32 (variant 1) or 64 × 32 (2).
+  bool gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int variant);
   // F16 rows under ds4 numerics, every batch size, in README.md's segment order (matmul_f16.cu).
   void gemv_f16(const GemvJob& j);
   // Sorts vector ids by ids[v] into moe_groups_ (no host sync); false (error recorded) on failure.
@@ -303,6 +308,7 @@ class CudaBackend final : public Backend {
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
+  void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_gemv_dense(GemvMma m) { gemv_dense_ = m; }
   void set_gemv_stream(GemvMma m, bool pdl) {
@@ -320,6 +326,7 @@ class CudaBackend final : public Backend {
   void set_f16_many(bool on) { f16_many_ = on; }
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
+  void set_f16_tile_rows(int rows) { f16_tile_rows_ = rows; }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -336,6 +343,7 @@ class CudaBackend final : public Backend {
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl
   int cc_major_ = 0;                      // compute capability (read on first use by hc_pre_spread)
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
+  int gemm_q8_ = 0;                       // CudaBackendOptions::gemm_q8
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
   GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma
   int sm_count_ = 0;                      // multiprocessors (read on first use)
@@ -364,6 +372,7 @@ class CudaBackend final : public Backend {
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
+  int f16_tile_rows_ = 4;                 // CudaBackendOptions::f16_tile_rows
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

@@ -19,7 +19,8 @@
 //  - gemm_kernel (gemm_pipelined = false, and the fallback): 128 weight rows × 64 vectors × 256 values
 //    per stage, loaded and decoded by all threads, then multiplied; 8 warps as 4 (rows) × 2 (vectors),
 //    each 32×32 = 2 m16 × 4 n8 fragments.
-// Both run dense (one matrix, n vectors) or grouped by expert (routed experts: a tile list over vectors
+// (Dense Q8_0 batches take gemm_q8.cu instead with CudaBackendOptions::gemm_q8: the same bits, no decode
+// pass.) Both run dense (one matrix, n vectors) or grouped by expert (routed experts: a tile list over vectors
 // sorted by expert, built on the device by group_by_expert, so each expert's rows are read once per 64
 // of its vectors instead of once per vector).
 // Float order: the quantized GEMM sums its per-block terms in the CPU's block order, which the
@@ -510,6 +511,114 @@ __device__ inline void decode_stage(Smem2<T, BN>& s, int slot, const GemmParams&
   }
 }
 
+// One stage's MMAs and K-quant block terms of a warp whose first NJA n8 fragments hold vectors (NJA = 4
+// or 2; fragments past a tile's vectors are skipped: their outputs are never stored).
+template <GgmlType T, int BN, int NJA>
+__device__ __forceinline__ void stage_mma(Smem2<T, BN>& s, const uint8_t* rb, int wm, int wn, int lane,
+                                          float (&acc)[2][4][4], int (&ic)[2][4][4]) {
+  const int g = lane / 4, t = lane % 4;
+  if constexpr (T != GgmlType::Q8_0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < NJA; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) ic[i][j][q] = 0;
+  }
+#pragma unroll 2
+  for (int sb = 0; sb < 8; ++sb) {
+    uint32_t af[2][4], bf[NJA][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], s.a + (wm + 16 * i + (lane & 15)) * kLd + 32 * sb + 16 * (lane >> 4));
+#pragma unroll
+    for (int j = 0; j < NJA; ++j) {
+      // Q8_0 act block sb: d at 36·sb, values from 36·sb + 4; Q8_K: values from 4 + 32·sb.
+      const uint8_t* b = rb + (wn + 8 * j + g) * kRawB + 4 * t + (T == GgmlType::Q8_0 ? 36 * sb + 4 : 4 + 32 * sb);
+      bf[j][0] = ld32(b);
+      bf[j][1] = ld32(b + 16);
+    }
+    if constexpr (T == GgmlType::Q8_0) {
+      float da[2][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) da[i][h] = s.ad[(wm + 16 * i + g + 8 * h) * 8 + sb];
+#pragma unroll
+      for (int j = 0; j < NJA; ++j) {
+        const float2 db = *reinterpret_cast<const float2*>(s.bd + sb * BN + wn + 8 * j + 2 * t);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          int c[4];
+          mma_s8_from(c, af[i], bf[j], 0x4B400000);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            // |isum| ≤ 2^19: c as a float is 12582912 + isum exactly; (d_w·d_x)·isum as dot_ref.
+            const float isum = __int_as_float(c[q]) - 12582912.0f;
+            acc[i][j][q] += (da[i][q >> 1] * ((q & 1) ? db.y : db.x)) * isum;
+          }
+        }
+      }
+    } else if constexpr (T == GgmlType::IQ2_XXS) {
+      int ls[2][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ls[i][h] = s.aux[(wm + 16 * i + g + 8 * h) * 8 + sb];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NJA; ++j) {
+          int c[4];
+          mma_s8_from(c, af[i], bf[j], 0);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) ic[i][j][q] += ls[i][q >> 1] * c[q];
+        }
+    } else {  // Q2_K: scales folded into the int8 weights, one integer sum per super-block
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NJA; ++j) mma_s8(ic[i][j], af[i], bf[j]);
+    }
+  }
+  if constexpr (T == GgmlType::IQ2_XXS) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < NJA; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+          const int col = wn + 8 * j + 2 * t + (q & 1);
+          acc[i][j][q] += (s.ad[row] * s.bd[col]) * static_cast<float>(ic[i][j][q]);
+        }
+  } else if constexpr (T == GgmlType::Q2_K) {
+    // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo, as gemm_kernel.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* mb = s.aux + (wm + 16 * i + g) * 16 + 4 * t;
+      const uint32_t am[4] = {ld32(mb), ld32(mb + 8 * 16), 0u, 0u};
+#pragma unroll
+      for (int j = 0; j < NJA; ++j) {
+        const int col0 = wn + 8 * j + g;
+        const uint32_t blo[2] = {*reinterpret_cast<const uint32_t*>(s.blo + col0 * 16 + 4 * t), 0u};
+        const uint32_t bhi[2] = {*reinterpret_cast<const uint32_t*>(s.bhi + col0 * 16 + 4 * t), 0u};
+        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+        mma_s8(lo, am, blo);
+        mma_s8(hi, am, bhi);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+          const int col = wn + 8 * j + 2 * t + (q & 1);
+          const int summs = 64 * hi[q] + lo[q];
+          const float dall = s.bd[col] * s.ad[row];
+          const float dmin = s.bd[col] * s.ad[kBM + row];
+          acc[i][j][q] += dall * static_cast<float>(ic[i][j][q]) - dmin * static_cast<float>(summs);
+        }
+      }
+    }
+  }
+}
+
 template <GgmlType T, int BN>
 __global__ void __launch_bounds__(kThreads2<BN>, BN == 64 ? 2 : 1) gemm2_kernel(GemmParams p) {
   static_assert(BN == 64 || BN == 128, "warps are 4 (rows) × BN/32 (vectors), each 32 × 32");
@@ -547,6 +656,9 @@ __global__ void __launch_bounds__(kThreads2<BN>, BN == 64 ? 2 : 1) gemm2_kernel(
   const int wm = (warp % 4) * 32, wn = (warp / 4) * 32;
   float acc[2][NJ][4] = {};
   int ic[2][NJ][4];  // integer sums of the current super-block (K-quants)
+  const int nvec = p.tiles ? p.tiles[3 * blockIdx.y + 2]
+                           : static_cast<int>(min(int64_t{BN}, p.n_vec - static_cast<int64_t>(blockIdx.y) * BN));
+  const int nja = min(NJ, max(0, (nvec - wn + 7) / 8));  // this warp's n8 fragments that hold vectors
 
   const int64_t nkb = p.cols / kBK;
   copy_stage<T, BN>(s, 0, p, wbase, m0, arow, 0);
@@ -561,105 +673,11 @@ __global__ void __launch_bounds__(kThreads2<BN>, BN == 64 ? 2 : 1) gemm2_kernel(
     decode_stage<T, BN>(s, static_cast<int>(kb & 1), p, wbase, m0, arow, kb, bsh);
     __syncthreads();
     const uint8_t* rb = s.raw_b[kb & 1] + bsh;
-    if constexpr (T != GgmlType::Q8_0) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) ic[i][j][q] = 0;
-    }
-#pragma unroll 2
-    for (int sb = 0; sb < 8; ++sb) {
-      uint32_t af[2][4], bf[NJ][2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], s.a + (wm + 16 * i + (lane & 15)) * kLd + 32 * sb + 16 * (lane >> 4));
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        // Q8_0 act block sb: d at 36·sb, values from 36·sb + 4; Q8_K: values from 4 + 32·sb.
-        const uint8_t* b = rb + (wn + 8 * j + g) * kRawB + 4 * t + (T == GgmlType::Q8_0 ? 36 * sb + 4 : 4 + 32 * sb);
-        bf[j][0] = ld32(b);
-        bf[j][1] = ld32(b + 16);
-      }
-      if constexpr (T == GgmlType::Q8_0) {
-        float da[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) da[i][h] = s.ad[(wm + 16 * i + g + 8 * h) * 8 + sb];
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const float2 db = *reinterpret_cast<const float2*>(s.bd + sb * BN + wn + 8 * j + 2 * t);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            int c[4];
-            mma_s8_from(c, af[i], bf[j], 0x4B400000);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              // |isum| ≤ 2^19: c as a float is 12582912 + isum exactly; (d_w·d_x)·isum as dot_ref.
-              const float isum = __int_as_float(c[q]) - 12582912.0f;
-              acc[i][j][q] += (da[i][q >> 1] * ((q & 1) ? db.y : db.x)) * isum;
-            }
-          }
-        }
-      } else if constexpr (T == GgmlType::IQ2_XXS) {
-        int ls[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) ls[i][h] = s.aux[(wm + 16 * i + g + 8 * h) * 8 + sb];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) {
-            int c[4];
-            mma_s8_from(c, af[i], bf[j], 0);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) ic[i][j][q] += ls[i][q >> 1] * c[q];
-          }
-      } else {  // Q2_K: scales folded into the int8 weights, one integer sum per super-block
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) mma_s8(ic[i][j], af[i], bf[j]);
-      }
-    }
-    if constexpr (T == GgmlType::IQ2_XXS) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
-            const int col = wn + 8 * j + 2 * t + (q & 1);
-            acc[i][j][q] += (s.ad[row] * s.bd[col]) * static_cast<float>(ic[i][j][q]);
-          }
-    } else if constexpr (T == GgmlType::Q2_K) {
-      // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo, as gemm_kernel.
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const uint8_t* mb = s.aux + (wm + 16 * i + g) * 16 + 4 * t;
-        const uint32_t am[4] = {ld32(mb), ld32(mb + 8 * 16), 0u, 0u};
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const int col0 = wn + 8 * j + g;
-          const uint32_t blo[2] = {*reinterpret_cast<const uint32_t*>(s.blo + col0 * 16 + 4 * t), 0u};
-          const uint32_t bhi[2] = {*reinterpret_cast<const uint32_t*>(s.bhi + col0 * 16 + 4 * t), 0u};
-          int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-          mma_s8(lo, am, blo);
-          mma_s8(hi, am, bhi);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
-            const int col = wn + 8 * j + 2 * t + (q & 1);
-            const int summs = 64 * hi[q] + lo[q];
-            const float dall = s.bd[col] * s.ad[row];
-            const float dmin = s.bd[col] * s.ad[kBM + row];
-            acc[i][j][q] += dall * static_cast<float>(ic[i][j][q]) - dmin * static_cast<float>(summs);
-          }
-        }
-      }
+    // Warp-uniform: this warp's fragments that hold vectors (grouped tiles are often part full).
+    if (nja > 2) {
+      stage_mma<T, BN, 4>(s, rb, wm, wn, lane, acc, ic);
+    } else if (nja > 0) {
+      stage_mma<T, BN, 2>(s, rb, wm, wn, lane, acc, ic);
     }
   }
 
@@ -853,6 +871,9 @@ void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride
     int v = 0;
     gemm_smem_optin_ = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device()) == cudaSuccess ? v : 0;
   }
+  if (gemm_pipelined_ && gemm_q8_ != 0 && gemm_q8_fits(j, act, act_stride, gemm_smem_optin_) &&
+      gemm_q8(j, act, act_stride, gemm_q8_))
+    return;
   if (gemm_pipelined_ && gemm2_fits(j, act, act_stride, gemm_smem_optin_)) {
     // Grouped tiles hold ≤ kBN vectors; dense batches of more than 96 take 128-vector tiles.
     const bool wide = !j.groups && j.n_vec > 96;

@@ -59,6 +59,23 @@ class CudaGemm : public CudaOpsTest {
     return y;
   }
 
+  // A random case on `be` against the CPU op (bits and tolerance) and against `other` (bits).
+  void expect_bits(Backend& be, Backend& other, const Case& c, const std::string& label) {
+    Weight w;
+    auto bytes = random_weight(c.t, c.rows, c.cols, &w);
+    w.data = bytes.data();
+    const auto x = randn(static_cast<size_t>(c.n * c.cols));
+    std::vector<float> want(static_cast<size_t>(c.n * c.rows));
+    cpu_->matmul({w, x.data(), c.cols, want.data(), c.rows, c.n, MatmulNumerics::ds4});
+    const auto got = matmul_on(be, w, bytes.size(), x.data(), c.n);
+    const auto ref = matmul_on(other, w, bytes.size(), x.data(), c.n);
+    const std::string what = label + " " + std::string(type_name(c.t)) + " " + std::to_string(c.rows) + "x" +
+                             std::to_string(c.cols) + " n" + std::to_string(c.n);
+    expect_close(got, want, 2e-5, 1e-7, what);
+    EXPECT_EQ(bit_diffs(got, want), 0) << what << ": vs CPU";
+    EXPECT_EQ(bit_diffs(got, ref), 0) << what << ": vs the other kernel";
+  }
+
   std::unique_ptr<Backend> old_;
 };
 
@@ -75,52 +92,27 @@ TEST_F(CudaGemm, PipelinedKernelIsBitIdenticalToCpuAndPreviousKernel) {
       {GgmlType::IQ2_XXS, 200, 4096, 130},  {GgmlType::Q2_K, 200, 1024, 65},     {GgmlType::Q2_K, 200, 1024, 130},
       {GgmlType::Q2_K, 136, 1024, 4096},    {GgmlType::Q2_K, 200, 2048, 130},    {GgmlType::Q2_K, 100, 512, 70},
   };
-  for (const Case& c : cases) {
-    Weight w;
-    auto bytes = random_weight(c.t, c.rows, c.cols, &w);
-    w.data = bytes.data();
-    const auto x = randn(static_cast<size_t>(c.n * c.cols));
-    std::vector<float> want(static_cast<size_t>(c.n * c.rows));
-    cpu_->matmul({w, x.data(), c.cols, want.data(), c.rows, c.n, MatmulNumerics::ds4});
-    const auto got = matmul_on(*gpu_, w, bytes.size(), x.data(), c.n);
-    const auto prev = matmul_on(*old_, w, bytes.size(), x.data(), c.n);
-    const std::string what = std::string("gemm ") + std::string(type_name(c.t)) + " " + std::to_string(c.rows) + "x" +
-                             std::to_string(c.cols) + " n" + std::to_string(c.n);
-    expect_close(got, want, 2e-5, 1e-7, what);
-    EXPECT_EQ(bit_diffs(got, want), 0) << what << ": pipelined kernel vs CPU";
-    EXPECT_EQ(bit_diffs(got, prev), 0) << what << ": pipelined vs previous kernel";
-  }
+  for (const Case& c : cases) expect_bits(*gpu_, *old_, c, "pipelined (other: previous kernel)");
 }
 
 TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
   // gemm_q8.cu (CudaBackendOptions::gemm_q8 1: warps of 32 × 32, 2: 64 × 32): partial row tiles (200,
   // 300, 136 of 128), partial vector tiles (65, 130, 150, 300 of 128), stages 2 … 32 deep (512 … 8192
   // columns: a ring of 3 with fewer stages than slots, and many laps), equal to the CPU op and to the
-  // default kernel bit for bit.
-  const Case cases[] = {{GgmlType::Q8_0, 200, 512, 65},   {GgmlType::Q8_0, 200, 512, 130},  {GgmlType::Q8_0, 256, 4096, 300},
-                        {GgmlType::Q8_0, 300, 1024, 200}, {GgmlType::Q8_0, 130, 8192, 150}, {GgmlType::Q8_0, 136, 1024, 1000},
-                        {GgmlType::Q8_0, 128, 256, 128}};
+  // previous kernel bit for bit.
+  const Case cases[] = {
+      {GgmlType::Q8_0, 200, 512, 65},   {GgmlType::Q8_0, 200, 512, 130},  {GgmlType::Q8_0, 256, 4096, 300},
+      {GgmlType::Q8_0, 300, 1024, 200}, {GgmlType::Q8_0, 130, 8192, 150}, {GgmlType::Q8_0, 136, 1024, 1000},
+      {GgmlType::Q8_0, 128, 256, 128},
+  };
   for (int variant : {1, 2}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
     ASSERT_TRUE(made.ok()) << made.status().to_string();
     auto q8 = std::move(made).value();
-    for (const Case& c : cases) {
-      Weight w;
-      auto bytes = random_weight(c.t, c.rows, c.cols, &w);
-      w.data = bytes.data();
-      const auto x = randn(static_cast<size_t>(c.n * c.cols));
-      std::vector<float> want(static_cast<size_t>(c.n * c.rows));
-      cpu_->matmul({w, x.data(), c.cols, want.data(), c.rows, c.n, MatmulNumerics::ds4});
-      const auto got = matmul_on(*q8, w, bytes.size(), x.data(), c.n);
-      const auto dflt = matmul_on(*gpu_, w, bytes.size(), x.data(), c.n);
-      const std::string what = "gemm_q8 " + std::to_string(variant) + " " + std::to_string(c.rows) + "x" +
-                               std::to_string(c.cols) + " n" + std::to_string(c.n);
-      expect_close(got, want, 2e-5, 1e-7, what);
-      EXPECT_EQ(bit_diffs(got, want), 0) << what << ": vs CPU";
-      EXPECT_EQ(bit_diffs(got, dflt), 0) << what << ": vs the default kernel";
-    }
+    const std::string label = "gemm_q8 " + std::to_string(variant) + " (other: previous kernel)";
+    for (const Case& c : cases) expect_bits(*q8, *old_, c, label);
   }
 }
 

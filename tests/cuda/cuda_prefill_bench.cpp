@@ -8,7 +8,7 @@
 // stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|profile]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
 // "gemm", only the GEMM and routed-expert lines, of the default kernels and of gemm_q8.cu's two warp
-// shapes ("q8-direct1", "q8-direct2"; CudaBackendOptions::gemm_q8) and the F16 prefill tiles of 4 and 16
+// launch shapes ("q8-direct1" … "q8-direct4"; CudaBackendOptions::gemm_q8) and the F16 prefill tiles of 4 and 16
 // rows (f16_tile_rows); "profile" runs one call each of a few of those (under ncu), untimed.
 #include <algorithm>
 #include <cstdio>
@@ -71,14 +71,14 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the default and
-  // gemm_q8 = 1, 2 (modes 3, 4: GEMM and grouped-expert lines only).
-  const std::vector<int> modes = gemm_only ? std::vector<int>{0, 3, 4} : std::vector<int>{0, 1, 2};
+  // gemm_q8 = 1 … 4 (modes 3 … 6: dense Q8_0 lines, and in mode 3 the 16-row F16 tiles).
+  const std::vector<int> modes = gemm_only ? std::vector<int>{0, 3, 4, 5, 6} : std::vector<int>{0, 1, 2};
   for (int mode : modes) {
     const bool tc = mode != 2;
     cuda::CudaBackendOptions co;
     co.tensor_cores = tc;
     co.gemm_pipelined = mode != 1;
-    co.gemm_q8 = mode == 3 ? 1 : mode == 4 ? 2 : co.gemm_q8;
+    if (mode >= 3) co.gemm_q8 = mode - 2;
     if (mode >= 3) co.f16_tile_rows = 16;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
@@ -86,11 +86,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto be = std::move(made).value();
-    const char* path = mode == 0   ? "tensor-core"
-                       : mode == 1 ? "tc-previous"
-                       : mode == 2 ? "matvec"
-                       : mode == 3 ? "q8-direct1"
-                                   : "q8-direct2";
+    const char* const names[] = {"tensor-core", "tc-previous", "matvec", "q8-direct1", "q8-direct2", "q8-direct3",
+                                 "q8-direct4"};
+    const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
       if (!profile) return median_seconds(body, sync, iters);
@@ -134,7 +132,7 @@ int main(int argc, char** argv) {
       for (Mm m : {Mm{"hc 24x16384", GgmlType::F16, 24, 16384}, Mm{"router 256x4096", GgmlType::F16, 256, 4096},
                    Mm{"comp 1024x4096", GgmlType::F16, 1024, 4096}, Mm{"idx q_b 8192x1024", GgmlType::F16, 8192, 1024},
                    Mm{"comp 512x4096", GgmlType::F16, 512, 4096}, Mm{"idx 64x4096", GgmlType::F16, 64, 4096}}) {
-        if (mode == 4) break;  // the same F16 kernel as mode 3
+        if (mode >= 4) break;  // the same F16 kernel as mode 3
         if (profile && m.rows != 1024 && m.rows != 8192) continue;
         Weight w = weight(m.t, m.rows, m.cols);
         const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);

@@ -27,13 +27,27 @@ namespace ds4::backend::cuda {
 
 namespace {
 
-constexpr int kBM = 128, kBN = 128;
-constexpr int kStages = 3;
 // Row pitches (bytes): 8 Q8_0 blocks = 272 B = 68 words (rows g = 0..7 of a fragment start at banks
 // 4g: with t = 0..3 conflict-free); 8 act blocks = 288 B padded to 76 words (banks 12g + t: conflict-free).
 constexpr int kPitchA = 8 * 34, kPitchB = 304;
-constexpr int kStageA = kBM * kPitchA, kStageB = kBN * kPitchB;
-constexpr int kSmem = kStages * (kStageA + kStageB);  // 221,184 bytes
+
+// A launch shape: BM rows × BN vectors per block, warps of WM rows × 32 vectors, a ring of STAGES
+// 256-value stages, MINB blocks per SM (the register cap that implies).
+template <int WM_, int BM_, int BN_, int STAGES_, int MINB_>
+struct Cfg {
+  static constexpr int WM = WM_, BM = BM_, BN = BN_, STAGES = STAGES_, MINB = MINB_;
+  static constexpr int THREADS = (BM / WM) * (BN / 32) * kWarp;
+  static constexpr int STAGE_A = BM * kPitchA, STAGE_B = BN * kPitchB;
+  static constexpr int SMEM = STAGES * (STAGE_A + STAGE_B);
+};
+// CudaBackendOptions::gemm_q8 = 1 … 4.
+using Cfg1 = Cfg<32, 128, 128, 3, 1>;  // 16 warps, 221,184 B
+using Cfg2 = Cfg<64, 128, 128, 3, 1>;  // 8 warps, 221,184 B
+using Cfg3 = Cfg<32, 128, 64, 2, 2>;   // 8 warps, 108,544 B: two blocks per SM
+using Cfg4 = Cfg<64, 256, 128, 2, 1>;  // 16 warps, 217,088 B
+constexpr int kMaxSmem = Cfg1::SMEM;
+static_assert(Cfg2::SMEM <= kMaxSmem && Cfg3::SMEM <= kMaxSmem && Cfg4::SMEM <= kMaxSmem,
+              "gemm_q8_fits checks the largest");
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_0Act) == 36, "Q8_0 block layouts");
 
 struct Q8Params {
@@ -46,9 +60,6 @@ struct Q8Params {
   float* y;            // [n_vec][y_stride]
   int64_t y_stride, n_vec;
 };
-
-template <int WM>
-constexpr int kThreads = (kBM / WM) * (kBN / 32) * 32;
 
 __device__ inline uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
@@ -113,53 +124,54 @@ __device__ inline void q8_block(float (&acc)[WM / 16][4][4], const uint8_t* ra, 
 
 // cp.async of stage kb (values 256·kb …) into ring slot `slot`: 17 chunks per weight row, 18 per
 // activation row; rows past the matrix and vectors past n are not copied (their outputs are not stored).
-template <int WM>
+template <class C>
 __device__ inline void copy_stage(uint8_t* smem, int slot, const Q8Params& p, int64_t m0, const int64_t* arow,
                                   int64_t kb) {
-  uint8_t* sa = smem + slot * (kStageA + kStageB);
-  uint8_t* sb = sa + kStageA;
+  uint8_t* sa = smem + slot * (C::STAGE_A + C::STAGE_B);
+  uint8_t* sb = sa + C::STAGE_A;
   constexpr int CA = kPitchA / 16, CB = 288 / 16;
-  for (int j = threadIdx.x; j < kBM * CA; j += kThreads<WM>) {
+  for (int j = threadIdx.x; j < C::BM * CA; j += C::THREADS) {
     const int r = j / CA, k = j % CA;
-    if (m0 + r < p.rows) cp_async16(sa + r * kPitchA + 16 * k, p.w + static_cast<uint64_t>(m0 + r) * p.row_bytes + kb * 272 + 16 * k);
+    if (m0 + r < p.rows)
+      cp_async16(sa + r * kPitchA + 16 * k, p.w + static_cast<uint64_t>(m0 + r) * p.row_bytes + kb * 272 + 16 * k);
   }
-  for (int j = threadIdx.x; j < kBN * CB; j += kThreads<WM>) {
+  for (int j = threadIdx.x; j < C::BN * CB; j += C::THREADS) {
     const int c = j / CB, k = j % CB;
     if (arow[c] >= 0)
       cp_async16(sb + c * kPitchB + 16 * k, p.act + static_cast<uint64_t>(arow[c]) * p.act_stride + kb * 288 + 16 * k);
   }
 }
 
-template <int WM>
-__global__ void __launch_bounds__(kThreads<WM>, 1) gemm_q8_kernel(Q8Params p) {
-  constexpr int MI = WM / 16;
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p) {
+  constexpr int WM = C::WM, MI = WM / 16, S = C::STAGES;
   extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ int64_t arow[kBN];
+  __shared__ int64_t arow[C::BN];
 
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM, v0 = static_cast<int64_t>(blockIdx.y) * kBN;
-  for (int c = threadIdx.x; c < kBN; c += kThreads<WM>) arow[c] = v0 + c < p.n_vec ? (v0 + c) / p.x_div : -1;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * C::BM, v0 = static_cast<int64_t>(blockIdx.y) * C::BN;
+  for (int c = threadIdx.x; c < C::BN; c += C::THREADS) arow[c] = v0 + c < p.n_vec ? (v0 + c) / p.x_div : -1;
   __syncthreads();
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
-  constexpr int kWarpsM = kBM / WM;
+  constexpr int kWarpsM = C::BM / WM;
   const int wm = (warp % kWarpsM) * WM, wn = (warp / kWarpsM) * 32;
   float acc[MI][4][4] = {};
 
   const int64_t nkb = p.cols / 256;
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nkb) copy_stage<WM>(smem, s, p, m0, arow, s);
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nkb) copy_stage<C>(smem, s, p, m0, arow, s);
     cp_async_commit();
   }
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of stage kb landed
-    __syncthreads();               // everyone's did, and stage kb − 1's slot is no longer read
-    if (kb + kStages - 1 < nkb) copy_stage<WM>(smem, static_cast<int>((kb + kStages - 1) % kStages), p, m0, arow, kb + kStages - 1);
-    cp_async_commit();  // (empty groups keep the count: wait<kStages − 2> always means stage kb + 1 may fly)
-    const uint8_t* sa = smem + (kb % kStages) * (kStageA + kStageB);
+    cp_async_wait<S - 2>();  // this thread's copies of stage kb landed
+    __syncthreads();         // everyone's did, and stage kb − 1's slot is no longer read
+    if (kb + S - 1 < nkb) copy_stage<C>(smem, static_cast<int>((kb + S - 1) % S), p, m0, arow, kb + S - 1);
+    cp_async_commit();  // (empty groups keep the count: wait<S − 2> always leaves only newer stages in flight)
+    const uint8_t* sa = smem + (kb % S) * (C::STAGE_A + C::STAGE_B);
     const uint8_t* ra = sa + (wm + g) * kPitchA;
-    const uint8_t* rb = sa + kStageA;
+    const uint8_t* rb = sa + C::STAGE_A;
     q8_block<WM, 0>(acc, ra, rb, wn, g, t);
     q8_block<WM, 1>(acc, ra, rb, wn, g, t);
     q8_block<WM, 2>(acc, ra, rb, wn, g, t);
@@ -182,12 +194,14 @@ __global__ void __launch_bounds__(kThreads<WM>, 1) gemm_q8_kernel(Q8Params p) {
       }
 }
 
-template <int WM>
+template <class C>
 bool launch(CudaBackend& be, const Q8Params& p) {
-  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<WM>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "gemm q8 smem"))
+  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM),
+                "gemm q8 smem"))
     return true;  // error recorded
-  const dim3 grid(static_cast<unsigned>((p.rows + kBM - 1) / kBM), static_cast<unsigned>((p.n_vec + kBN - 1) / kBN));
-  gemm_q8_kernel<WM><<<grid, kThreads<WM>, kSmem, be.stream()>>>(p);
+  const dim3 grid(static_cast<unsigned>((p.rows + C::BM - 1) / C::BM),
+                  static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
+  gemm_q8_kernel<C><<<grid, C::THREADS, C::SMEM, be.stream()>>>(p);
   be.launched("gemm q8_0 (int8 tensor cores, direct fragments)");
   return true;
 }
@@ -196,8 +210,8 @@ bool launch(CudaBackend& be, const Q8Params& p) {
 
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin) {
   if (j.w.type != GgmlType::Q8_0 || j.groups || j.ids || j.w.cols % 256 != 0) return false;
-  if (static_cast<size_t>(smem_optin) < kSmem + kBN * sizeof(int64_t)) return false;
-  if ((j.n_vec + kBN - 1) / kBN > 65535) return false;
+  if (static_cast<size_t>(smem_optin) < kMaxSmem + 128 * sizeof(int64_t)) return false;
+  if ((j.n_vec + 63) / 64 > 65535) return false;
   const auto w = reinterpret_cast<uintptr_t>(j.w.data), a = reinterpret_cast<uintptr_t>(act);
   return w % 16 == 0 && j.w.row_bytes % 16 == 0 && a % 16 == 0 && act_stride % 16 == 0;
 }
@@ -214,7 +228,12 @@ bool CudaBackend::gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_str
   p.y = j.y;
   p.y_stride = j.y_stride;
   p.n_vec = j.n_vec;
-  return variant == 2 ? launch<64>(*this, p) : launch<32>(*this, p);
+  switch (variant) {
+    case 2: return launch<Cfg2>(*this, p);
+    case 3: return launch<Cfg3>(*this, p);
+    case 4: return launch<Cfg4>(*this, p);
+    default: return launch<Cfg1>(*this, p);
+  }
 }
 
 }  // namespace ds4::backend::cuda

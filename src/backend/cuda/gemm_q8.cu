@@ -7,15 +7,16 @@
 // issue and MMA run in turn inside a block at one block per SM. Here a Q8_0 block's quants are read
 // where cp.async put them: odd blocks (34·sb + 2 ≡ 0 mod 4) with one 32-bit load per fragment word,
 // even ones with two loads and a byte permute; scales (f16 d_w, f32 d_x) straight from the copied
-// blocks. Stages of 256 values (8 blocks) go through a 3-stage ring, one barrier per stage.
+// blocks. Stages of 256 values (8 blocks) go through a ring of 2 or 3, one barrier per stage.
 //
 // Numerics: those of ops_gemm.cu (bit-identical to the CPU op): each 32-value block's Σ q_w·q_x is one
 // MMA k32 (int32, exact; the accumulator starts at 0x4B400000 so the result read as a float is
 // 12582912 + isum exactly, |isum| ≤ 2^19), the term (d_w·d_x)·isum as dot_ref, added to the output's
 // accumulator in block order (tests/cuda/test_cuda_gemm.cpp, with the previous kernels and the CPU).
 //
-// Shape: 128 rows × 128 vectors per block, warps of WM rows × 32 vectors: WM = 32 (16 warps) or 64
-// (8 warps; half the fragment loads per MMA). Shared memory 3 × 72 KiB (sm_90's 227 KiB opt-in).
+// Launch shapes (Cfg; CudaBackendOptions::gemm_q8 picks one): warps of WM = 32 or 64 rows × 32 vectors
+// (64: half the activation-fragment loads per MMA), tiles of 128 or 256 rows × 64 or 128 vectors, rings
+// of 2 or 3 stages, one or two blocks per SM; up to 216 KiB of shared memory (sm_90's 227 KiB opt-in).
 // Needs 16-byte aligned weights, activation rows and strides (gemm_q8_fits); cols a multiple of 256.
 // Deliberately not here: K-quants and grouped experts (ops_gemm.cu), the dispatch (CudaBackend::gemm).
 #include "backend/cuda/common.cuh"

@@ -70,24 +70,25 @@ int main(int argc, char** argv) {
   const bool gemm_only = profile || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
   // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
-  // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the default and
-  // gemm_q8 = 1 … 4 (modes 3 … 6: dense Q8_0 lines, and in mode 3 the 16-row F16 tiles).
-  const std::vector<int> modes = gemm_only ? std::vector<int>{0, 3, 4, 5, 6} : std::vector<int>{0, 1, 2};
+  // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults, the
+  // kernels before gemm_q8.cu and the 16-row F16 tiles (mode 7: gemm_q8 = 0, 4-row F16 tiles) and each
+  // gemm_q8 launch shape (modes 3 … 6: dense Q8_0 lines; mode 3 also the 16-row F16 tiles).
+  const std::vector<int> modes = gemm_only ? std::vector<int>{0, 7, 3, 4, 5, 6} : std::vector<int>{0, 1, 2};
   for (int mode : modes) {
     const bool tc = mode != 2;
     cuda::CudaBackendOptions co;
     co.tensor_cores = tc;
     co.gemm_pipelined = mode != 1;
-    if (mode >= 3) co.gemm_q8 = mode - 2;
-    if (mode >= 3) co.f16_tile_rows = 16;
+    if (mode >= 3) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
+    if (mode >= 3) co.f16_tile_rows = mode == 7 ? 4 : 16;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
       return 0;
     }
     auto be = std::move(made).value();
-    const char* const names[] = {"tensor-core", "tc-previous", "matvec", "q8-direct1", "q8-direct2", "q8-direct3",
-                                 "q8-direct4"};
+    const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
+                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
                  Mm{"out_b q8_0 4096x8192", GgmlType::Q8_0, 4096, 8192}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
                  Mm{"kv q8_0 512x4096", GgmlType::Q8_0, 512, 4096},
                  Mm{"iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096}, Mm{"q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}}) {
-      if (mode >= 3 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
+      if (mode >= 3 && mode <= 6 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
       if (profile && m.rows != 32768) continue;
       Weight w = weight(m.t, m.rows, m.cols);
       const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
@@ -132,12 +133,13 @@ int main(int argc, char** argv) {
       for (Mm m : {Mm{"hc 24x16384", GgmlType::F16, 24, 16384}, Mm{"router 256x4096", GgmlType::F16, 256, 4096},
                    Mm{"comp 1024x4096", GgmlType::F16, 1024, 4096}, Mm{"idx q_b 8192x1024", GgmlType::F16, 8192, 1024},
                    Mm{"comp 512x4096", GgmlType::F16, 512, 4096}, Mm{"idx 64x4096", GgmlType::F16, 64, 4096}}) {
-        if (mode >= 4) break;  // the same F16 kernel as mode 3
+        if (mode >= 4 && mode <= 6) break;  // the same F16 kernel as mode 3
         if (profile && m.rows != 1024 && m.rows != 8192) continue;
         Weight w = weight(m.t, m.rows, m.cols);
         const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
-        std::printf("PBENCH %-11s f16 %-25s n=%-5lld %9.3f ms  %7.1f TFLOP/s\n", mode == 0 ? "f16-rows4" : "f16-rows16",
-                    m.name, static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
+        const char* f16_path = mode == 0 ? "f16-default" : mode == 7 ? "f16-rows4" : "f16-rows16";
+        std::printf("PBENCH %-11s f16 %-25s n=%-5lld %9.3f ms  %7.1f TFLOP/s\n", f16_path, m.name,
+                    static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
       }
     }
     if (mode >= 3) continue;

@@ -27,9 +27,10 @@ struct CudaBackendOptions {
   // tiles, ldmatrix). false: the previous gemm_kernel — for before/after benchmarks. Same bits either way.
   bool gemm_pipelined = true;
   // Dense Q8_0 GEMMs (with gemm_pipelined) on gemm_q8.cu: weight fragments read straight from the copied
-  // blocks (no decode pass), a 3-stage cp.async ring, one barrier per stage. 0: ops_gemm.cu's gemm2_kernel;
-  // 1: warps of 32 × 32 outputs (16 per block); 2: warps of 64 × 32 (8 per block). Same bits either way.
-  int gemm_q8 = 0;
+  // blocks (no decode pass), a cp.async ring, one barrier per stage. 1 … 4: its launch shapes (gemm_q8.cu
+  // Cfg1 … Cfg4); −1: the one gemm_q8.cu names the default (kDefaultShape, where the H200 measured it
+  // fastest; 0 there = off); 0: ops_gemm.cu's gemm2_kernel. Same bits either way.
+  int gemm_q8 = -1;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
   bool decode_kernels = true;
@@ -114,8 +115,8 @@ struct CudaBackendOptions {
   bool f16_tiles = true;
   // Rows per block of those tiles: 4 (every block re-reads its vectors' activations from L2) or 16
   // (four warps of 4 rows share each activation load through L1; 8 rows for 8 … 63 rows not a multiple
-  // of 16). Same bits either way.
-  int f16_tile_rows = 4;
+  // of 16); −1: matmul_f16.cu's default (kDefaultTileRows, where the H200 measured it faster). Same bits.
+  int f16_tile_rows = -1;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.

@@ -124,6 +124,8 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Param
 // segment share each activation load through L1, so L2 reads fall by RG. The launch shape never touches
 // the order: each (row, vector, segment) sum is one warp's, the row totals add a round's segments in order.
 constexpr int64_t kTileMinVecs = 64;
+// CudaBackendOptions::f16_tile_rows = −1 runs this: not yet measured on the H200, so the 4-row tiles.
+constexpr int kDefaultTileRows = 4;
 constexpr int kTileVecs = 4;  // vectors per reduction (× 4 rows = 16 items)
 
 template <int RG>
@@ -235,7 +237,8 @@ void CudaBackend::gemv_f16(const GemvJob& j) {
   if (f16_tiles_ && !j.ids && p.wide_loads && j.n_vec >= kTileMinVecs) {  // prefill chunks (HC controls included)
     // 4-row groups per block: 4 (16 rows) where the rows fill them, 2 for 8 … 63 rows not a multiple of
     // 16 (the HC controls' 24), else 1; segments per round fill 8 warps (RG = 1: at least 2 warps).
-    const int rg = f16_tile_rows_ < 16 ? 1 : j.w.rows % 16 == 0 || j.w.rows >= 64 ? 4 : j.w.rows >= 8 ? 2 : 1;
+    const int rows = f16_tile_rows_ < 0 ? kDefaultTileRows : f16_tile_rows_;
+    const int rg = rows < 16 ? 1 : j.w.rows % 16 == 0 || j.w.rows >= 64 ? 4 : j.w.rows >= 8 ? 2 : 1;
     const int slots = static_cast<int>(std::clamp<int64_t>(nseg, rg == 1 ? 2 : 1, 8 / rg));
     const dim3 grid(grid_for(j.w.rows, 4 * rg), static_cast<unsigned>(gy));
     if (rg == 4) {

@@ -7,9 +7,9 @@
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
 // stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|profile]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
-// "gemm", only the GEMM and routed-expert lines, of the default kernels and of gemm_q8.cu's two warp
-// launch shapes ("q8-direct1" … "q8-direct4"; CudaBackendOptions::gemm_q8) and the F16 prefill tiles of 4 and 16
-// rows (f16_tile_rows); "profile" runs one call each of a few of those (under ncu), untimed.
+// "gemm", only the GEMM, F16 and routed-expert lines, of the default kernels, of the dense Q8_0 kernel
+// before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1" … "q8-direct4";
+// CudaBackendOptions::gemm_q8); "profile" runs one call each of a few of those (under ncu), untimed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -70,9 +70,9 @@ int main(int argc, char** argv) {
   const bool gemm_only = profile || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
   // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
-  // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults, the
-  // kernels before gemm_q8.cu and the 16-row F16 tiles (mode 7: gemm_q8 = 0, 4-row F16 tiles) and each
-  // gemm_q8 launch shape (modes 3 … 6: dense Q8_0 lines; mode 3 also the 16-row F16 tiles).
+  // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
+  // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
+  // shape (modes 3 … 6), dense Q8_0 lines only.
   const std::vector<int> modes = gemm_only ? std::vector<int>{0, 7, 3, 4, 5, 6} : std::vector<int>{0, 1, 2};
   for (int mode : modes) {
     const bool tc = mode != 2;
@@ -80,7 +80,6 @@ int main(int argc, char** argv) {
     co.tensor_cores = tc;
     co.gemm_pipelined = mode != 1;
     if (mode >= 3) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
-    if (mode >= 3) co.f16_tile_rows = mode == 7 ? 4 : 16;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -122,23 +121,21 @@ int main(int argc, char** argv) {
                  Mm{"out_b q8_0 4096x8192", GgmlType::Q8_0, 4096, 8192}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
                  Mm{"kv q8_0 512x4096", GgmlType::Q8_0, 512, 4096},
                  Mm{"iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096}, Mm{"q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}}) {
-      if (mode >= 3 && mode <= 6 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
+      if (mode >= 3 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
       if (profile && m.rows != 32768) continue;
       Weight w = weight(m.t, m.rows, m.cols);
       const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
       std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, m.name, static_cast<long long>(n),
                   s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
     }
-    if (gemm_only) {  // F16 prefill tiles (matmul_f16.cu) on the Flash F16 shapes; modes 3, 4: 16-row tiles
+    if (gemm_only && mode == 0) {  // F16 prefill tiles (matmul_f16.cu) on the Flash F16 shapes
       for (Mm m : {Mm{"hc 24x16384", GgmlType::F16, 24, 16384}, Mm{"router 256x4096", GgmlType::F16, 256, 4096},
                    Mm{"comp 1024x4096", GgmlType::F16, 1024, 4096}, Mm{"idx q_b 8192x1024", GgmlType::F16, 8192, 1024},
                    Mm{"comp 512x4096", GgmlType::F16, 512, 4096}, Mm{"idx 64x4096", GgmlType::F16, 64, 4096}}) {
-        if (mode >= 4 && mode <= 6) break;  // the same F16 kernel as mode 3
         if (profile && m.rows != 1024 && m.rows != 8192) continue;
         Weight w = weight(m.t, m.rows, m.cols);
         const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
-        const char* f16_path = mode == 0 ? "f16-default" : mode == 7 ? "f16-rows4" : "f16-rows16";
-        std::printf("PBENCH %-11s f16 %-25s n=%-5lld %9.3f ms  %7.1f TFLOP/s\n", f16_path, m.name,
+        std::printf("PBENCH %-11s f16 %-25s n=%-5lld %9.3f ms  %7.1f TFLOP/s\n", path, m.name,
                     static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
       }
     }

@@ -4,7 +4,6 @@
 // double: 1e-6; F16 and quantized `ds4` cases sum floats per block in another order: 2e-5; routed
 // experts under `ds4` re-quantize their hidden rows: 5e-4 (see CudaMoe::run).
 #include <algorithm>
-#include <cstring>
 
 #include "cuda_test_util.h"
 
@@ -251,50 +250,6 @@ TEST_F(CudaMatmul, F16RowOfATokenIsTheSameBitsInEveryBatch) {
     }
   }
   ASSERT_TRUE(gpu_->sync().ok());
-}
-
-TEST_F(CudaMatmul, F16SixteenRowTilesAreTheFourRowTilesBits) {
-  // CudaBackendOptions::f16_tile_rows = 16 (matmul_f16.cu f16_tile_kernel<4>, or <2> for the 24 and 40
-  // rows) against 4 (f16_tile_kernel<1>): the same bits, and the default backend's (n = 1 equals the
-  // default's tiles: F16RowOfATokenIsTheSameBitsInEveryBatch). Flash shapes, partial row groups (300, 40
-  // rows), one and many rounds of segments, partial vector blocks.
-  auto made = [](int rows) {
-    backend::cuda::CudaBackendOptions o;
-    o.f16_tile_rows = rows;
-    return backend::cuda::make_cuda_backend(o);
-  };
-  auto m4 = made(4), m16 = made(16);
-  ASSERT_TRUE(m4.ok() && m16.ok());
-  auto run_on = [](Backend& be, const Weight& w, const std::vector<float>& x, int64_t n) {
-    Weight gw = w;
-    gw.data = *be.map_weight(w.data, w.row_bytes * w.rows);
-    auto gx = be.alloc(x.size() * 4, MemCategory::scratch);
-    auto gy = be.alloc(static_cast<uint64_t>(n * w.rows) * 4, MemCategory::scratch);
-    EXPECT_TRUE(gx.ok() && gy.ok());
-    be.upload(gx->data(), x.data(), x.size() * 4);
-    be.fill_f32(gy->f32(), NAN, n * w.rows);
-    be.matmul({gw, gx->f32(), w.cols, gy->f32(), w.rows, n, MatmulNumerics::ds4});
-    std::vector<float> y(static_cast<size_t>(n * w.rows));
-    be.download(y.data(), gy->data(), y.size() * 4);
-    EXPECT_TRUE(be.sync().ok());
-    return y;
-  };
-  std::vector<std::pair<int64_t, int64_t>> shapes;
-  for (const auto& c : kFlashF16) shapes.push_back({c.rows, c.cols});
-  for (auto sh : {std::pair<int64_t, int64_t>{300, 1000}, {40, 4096}, {8, 512}}) shapes.push_back(sh);
-  for (auto [rows, cols] : shapes) {
-    for (int64_t n : {64, 130}) {
-      const auto m = device_matmul(GgmlType::F16, rows, cols, n);
-      const auto dflt = matmul_slice(m, 0, n);
-      const auto four = run_on(**m4, m.w, m.x, n), sixteen = run_on(**m16, m.w, m.x, n);
-      for (size_t i = 0; i < dflt.size(); ++i) {
-        const std::string at = std::to_string(rows) + "x" + std::to_string(cols) + " n" + std::to_string(n) +
-                               " vector " + std::to_string(i / rows) + " row " + std::to_string(i % rows);
-        ASSERT_EQ(std::memcmp(&sixteen[i], &four[i], 4), 0) << at << ": " << sixteen[i] << " vs " << four[i];
-        ASSERT_EQ(std::memcmp(&four[i], &dflt[i], 4), 0) << at << ": 4-row tiles vs the default";
-      }
-    }
-  }
 }
 
 TEST_F(CudaMatmul, F16PreviousLaneOrderStaysSelectable) {

@@ -27,9 +27,9 @@ struct CudaBackendOptions {
   // tiles, ldmatrix). false: the previous gemm_kernel — for before/after benchmarks. Same bits either way.
   bool gemm_pipelined = true;
   // Dense Q8_0 GEMMs (with gemm_pipelined) on gemm_q8.cu: weight fragments read straight from the copied
-  // blocks (no decode pass), a cp.async ring, one barrier per stage. 1 … 4: its launch shapes (gemm_q8.cu
-  // Cfg1 … Cfg4); −1: the one gemm_q8.cu names the default (kDefaultShape, where the H200 measured it
-  // fastest; 0 there = off); 0: ops_gemm.cu's gemm2_kernel. Same bits either way.
+  // blocks (no decode pass), a cp.async ring, one barrier per stage. −1: the launch shape by grid size
+  // (gemm_q8.cu default_shape, as the H200 measured); 1 … 4: one shape (gemm_q8.cu Cfg1 … Cfg4) for every
+  // job; 0: ops_gemm.cu's gemm2_kernel (before/after runs). Same bits either way.
   int gemm_q8 = -1;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
@@ -113,10 +113,6 @@ struct CudaBackendOptions {
   // the segment order with weights converted once per segment and 16 segment sums reduced together
   // (matmul_f16.cu f16_tile_kernel). false: f16_segment_kernel for every batch size. Same bits.
   bool f16_tiles = true;
-  // Rows per block of those tiles: 4 (every block re-reads its vectors' activations from L2) or 16
-  // (four warps of 4 rows share each activation load through L1; 8 rows for 8 … 63 rows not a multiple
-  // of 16); −1: matmul_f16.cu's default (kDefaultTileRows, where the H200 measured it faster). Same bits.
-  int f16_tile_rows = -1;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.

@@ -244,8 +244,8 @@ class CudaBackend final : public Backend {
   void gemv(const GemvJob& j, DeviceScratch& act_scratch);
   // Tensor-core GEMM of a job gemm_supports() accepts, on activations gemv() has quantized (ops_gemm.cu).
   void gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
-  // gemm_q8.cu: a dense Q8_0 job gemm_q8_fits() accepts, in launch shape `variant` (1 … 4; −1: the
-  // default shape); false (nothing launched) when the default is off.
+  // gemm_q8.cu: a dense Q8_0 job gemm_q8_fits() accepts, in launch shape `variant` (1 … 4; −1: by grid
+  // size). Returns true (an error, if any, recorded).
   bool gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int variant);
   // F16 rows under ds4 numerics, every batch size, in README.md's segment order (matmul_f16.cu).
   void gemv_f16(const GemvJob& j);
@@ -327,7 +327,6 @@ class CudaBackend final : public Backend {
   void set_f16_many(bool on) { f16_many_ = on; }
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
-  void set_f16_tile_rows(int rows) { f16_tile_rows_ = rows; }
   int device() const { return device_; }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
@@ -344,7 +343,7 @@ class CudaBackend final : public Backend {
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl
   int cc_major_ = 0;                      // compute capability (read on first use by hc_pre_spread)
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
-  int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: gemm_q8.cu's default)
+  int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
   GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma
   int sm_count_ = 0;                      // multiprocessors (read on first use)
@@ -373,7 +372,6 @@ class CudaBackend final : public Backend {
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
-  int f16_tile_rows_ = -1;                // CudaBackendOptions::f16_tile_rows (−1: matmul_f16.cu's default)
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

@@ -46,9 +46,6 @@ using Cfg1 = Cfg<32, 128, 128, 3, 1>;  // 16 warps, 221,184 B
 using Cfg2 = Cfg<64, 128, 128, 3, 1>;  // 8 warps, 221,184 B
 using Cfg3 = Cfg<32, 128, 64, 2, 2>;   // 8 warps, 108,544 B: two blocks per SM
 using Cfg4 = Cfg<64, 256, 128, 2, 1>;  // 16 warps, 217,088 B
-// CudaBackendOptions::gemm_q8 = −1 runs this shape (0: none, gemm2_kernel instead): not yet measured on
-// the H200, so off.
-constexpr int kDefaultShape = 0;
 constexpr int kMaxSmem = Cfg1::SMEM;
 static_assert(Cfg2::SMEM <= kMaxSmem && Cfg3::SMEM <= kMaxSmem && Cfg4::SMEM <= kMaxSmem,
               "gemm_q8_fits checks the largest");
@@ -210,6 +207,17 @@ bool launch(CudaBackend& be, const Q8Params& p) {
   return true;
 }
 
+// CudaBackendOptions::gemm_q8 = −1: the shape by grid size. On the H200 at 2,048 vectors (cuda_prefill_bench
+// 2048 gemm, docs/PERF.md) Cfg4's 256 × 128 tiles were fastest wherever they make ≥ 128 blocks (q_b, out_b,
+// shared expert: 188 / 189 / 163 TOP/s against Cfg1's 181 / 179 / 154) and slow below (q_a: 83); Cfg1 then
+// where its tiles make ≥ 128 blocks (q_a: 127.5), else Cfg3's 128 × 64 tiles (kv 512 rows: 82.5 against 65).
+int default_shape(int64_t rows, int64_t n) {
+  auto blocks = [&](int64_t bm, int64_t bn) { return ((rows + bm - 1) / bm) * ((n + bn - 1) / bn); };
+  if (blocks(Cfg4::BM, Cfg4::BN) >= 128) return 4;
+  if (blocks(Cfg1::BM, Cfg1::BN) >= 128) return 1;
+  return 3;
+}
+
 }  // namespace
 
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin) {
@@ -232,8 +240,7 @@ bool CudaBackend::gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_str
   p.y = j.y;
   p.y_stride = j.y_stride;
   p.n_vec = j.n_vec;
-  switch (variant < 0 ? kDefaultShape : variant) {
-    case 0: return false;
+  switch (variant < 0 ? default_shape(p.rows, p.n_vec) : variant) {
     case 2: return launch<Cfg2>(*this, p);
     case 3: return launch<Cfg3>(*this, p);
     case 4: return launch<Cfg4>(*this, p);

@@ -112,37 +112,25 @@ __global__ void __launch_bounds__(kMaxWarps * kWarp) f16_segment_kernel(F16Param
 }
 
 // Prefill (≥ kTileMinVecs vectors, 16-byte loads, no expert ids; CudaBackendOptions::f16_tiles): the
-// same sums as f16_segment_kernel<4, 8>, with less work per product. A warp converts its 4 rows' weights
-// of a segment to float once (not once per vector), and reduces the 16 lane sums of 4 rows × 4 vectors
-// together (reduce_scatter16) instead of one warp_sum each: the additions are warp_sum's butterfly tree
-// (offsets 16, 8, 4, 2, 1, each lane adding its partner's value), only each lane carries the items it
-// ends with, so every segment sum has warp_sum's bits.
-// Launch shape: a block owns RG groups of 4 rows and ≤ 16 vectors; its warps are RG (row groups) ×
-// `slots` (segments per round). RG = 1 is the first tile launch (4 rows per block: every block re-reads
-// its 16 vectors' activations from L2 — at 1024 × 4096 · 2048 vectors 8.6 GB per call, the L2 bandwidth
-// bound of that kernel); RG = 2 or 4 (CudaBackendOptions::f16_tile_rows = 16) lets the RG warps of a
-// segment share each activation load through L1, so L2 reads fall by RG. The launch shape never touches
-// the order: each (row, vector, segment) sum is one warp's, the row totals add a round's segments in order.
+// same launch shape as f16_segment_kernel<4, 8> and the same sums, with less work per product. A warp
+// converts its 4 rows' weights of the segment to float once (not once per vector), and reduces the 16
+// lane sums of 4 rows × 4 vectors together (reduce_scatter16) instead of one warp_sum each: the
+// additions are warp_sum's butterfly tree (offsets 16, 8, 4, 2, 1, each lane adding its partner's
+// value), only each lane carries the items it ends with, so every segment sum has warp_sum's bits.
 constexpr int64_t kTileMinVecs = 64;
-// CudaBackendOptions::f16_tile_rows = −1 runs this: not yet measured on the H200, so the 4-row tiles.
-constexpr int kDefaultTileRows = 4;
 constexpr int kTileVecs = 4;  // vectors per reduction (× 4 rows = 16 items)
 
-template <int RG>
 __global__ void __launch_bounds__(8 * kWarp) f16_tile_kernel(F16Params p) {
-  constexpr int R = 4, RT = R * RG, kMaxSlots = 8 / RG;
-  // Totals per thread: 16 vectors × RT rows over ≥ RG warps (one slot) is at most 2 per thread.
-  constexpr int kItems = kBlockVecs * RT / (RG * kWarp);
-  __shared__ float part[kBlockVecs][RT][kMaxSlots];  // segment sums of the current round
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int rg = warp % RG, slot = warp / RG, slots = static_cast<int>(blockDim.x) / (kWarp * RG);
-  const int64_t ob = static_cast<int64_t>(blockIdx.x) * RT, o0 = ob + R * rg;  // block's and warp's rows
+  constexpr int R = 4, kMaxWarps = 8;
+  __shared__ float part[kBlockVecs][R][kMaxWarps];  // segment sums of the current round
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * R;
   const int64_t v0 = static_cast<int64_t>(blockIdx.y) * p.block_vecs;
   const int nv = static_cast<int>(std::min<int64_t>(p.block_vecs, p.n_vec - v0));
   const int64_t nseg = (p.cols + kF16Seg - 1) / kF16Seg;
-  float total[kItems] = {};
-  for (int64_t s0 = 0; s0 < nseg; s0 += slots) {
-    const int64_t s = s0 + slot;
+  float total = 0.0f;
+  for (int64_t s0 = 0; s0 < nseg; s0 += nw) {
+    const int64_t s = s0 + warp;
     if (s < nseg) {
       const int64_t e0 = s * kF16Seg + 8 * lane, e1 = e0 + kF16SegHalf;
       float wf[R][16];  // f16_dev of the lane's 16 weights per row: chunk e0, then chunk e1
@@ -186,24 +174,14 @@ __global__ void __launch_bounds__(8 * kWarp) f16_tile_kernel(F16Params p) {
         }
         const float seg_sum = reduce_scatter16(sums, lane);
         const int item = (lane >> 1) & 15, r = item / kTileVecs, v = vb + item % kTileVecs;
-        if ((lane & 1) == 0 && v < nv) part[v][R * rg + r][slot] = seg_sum;
+        if ((lane & 1) == 0 && v < nv) part[v][r][warp] = seg_sum;
       }
     }
-    __syncthreads();  // every warp's segment sums of the round are in `part`
-    const int m = static_cast<int>(std::min<int64_t>(slots, nseg - s0));
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int it = static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x);
-      if (it < nv * RT)
-        for (int q = 0; q < m; ++q) total[k] += part[it / RT][it % RT][q];  // segment order
-    }
-    __syncthreads();  // the next round overwrites `part`
+    add_round<R, kMaxWarps>(part, nv, nw, nseg, s0, total);
   }
-#pragma unroll
-  for (int k = 0; k < kItems; ++k) {
-    const int it = static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x);
-    const int v = it / RT, r = it % RT;
-    if (it < nv * RT && ob + r < p.rows) p.y[(v0 + v) * p.y_stride + ob + r] = total[k];
+  if (static_cast<int>(threadIdx.x) < nv * R) {
+    const int v = threadIdx.x / R, r = threadIdx.x % R;
+    if (o0 + r < p.rows) p.y[(v0 + v) * p.y_stride + o0 + r] = total;
   }
 }
 
@@ -235,19 +213,8 @@ void CudaBackend::gemv_f16(const GemvJob& j) {
   }
   cudaStream_t s = stream();
   if (f16_tiles_ && !j.ids && p.wide_loads && j.n_vec >= kTileMinVecs) {  // prefill chunks (HC controls included)
-    // 4-row groups per block: 4 (16 rows) where the rows fill them, 2 for 8 … 63 rows not a multiple of
-    // 16 (the HC controls' 24), else 1; segments per round fill 8 warps (RG = 1: at least 2 warps).
-    const int rows = f16_tile_rows_ < 0 ? kDefaultTileRows : f16_tile_rows_;
-    const int rg = rows < 16 ? 1 : j.w.rows % 16 == 0 || j.w.rows >= 64 ? 4 : j.w.rows >= 8 ? 2 : 1;
-    const int slots = static_cast<int>(std::clamp<int64_t>(nseg, rg == 1 ? 2 : 1, 8 / rg));
-    const dim3 grid(grid_for(j.w.rows, 4 * rg), static_cast<unsigned>(gy));
-    if (rg == 4) {
-      f16_tile_kernel<4><<<grid, 4 * slots * kWarp, 0, s>>>(p);
-    } else if (rg == 2) {
-      f16_tile_kernel<2><<<grid, 2 * slots * kWarp, 0, s>>>(p);
-    } else {
-      f16_tile_kernel<1><<<grid, slots * kWarp, 0, s>>>(p);
-    }
+    const int warps = static_cast<int>(std::clamp<int64_t>(nseg, 2, 8));
+    f16_tile_kernel<<<dim3(grid_for(j.w.rows, 4), static_cast<unsigned>(gy)), warps * kWarp, 0, s>>>(p);
     launched("matmul f16 (segment order, tiles)");
     return;
   }

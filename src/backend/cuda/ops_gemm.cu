@@ -19,8 +19,8 @@
 //  - gemm_kernel (gemm_pipelined = false, and the fallback): 128 weight rows × 64 vectors × 256 values
 //    per stage, loaded and decoded by all threads, then multiplied; 8 warps as 4 (rows) × 2 (vectors),
 //    each 32×32 = 2 m16 × 4 n8 fragments.
-// (Dense Q8_0 batches take gemm_q8.cu instead with CudaBackendOptions::gemm_q8: the same bits, no decode
-// pass.) Both run dense (one matrix, n vectors) or grouped by expert (routed experts: a tile list over vectors
+// (Dense Q8_0 batches take gemm_q8.cu instead, by default; CudaBackendOptions::gemm_q8 = 0 keeps them
+// here: the same bits, no decode pass.) Both run dense (one matrix, n vectors) or grouped by expert (routed experts: a tile list over vectors
 // sorted by expert, built on the device by group_by_expert, so each expert's rows are read once per 64
 // of its vectors instead of once per vector).
 // Float order: the quantized GEMM sums its per-block terms in the CPU's block order, which the
@@ -871,9 +871,10 @@ void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride
     int v = 0;
     gemm_smem_optin_ = cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device()) == cudaSuccess ? v : 0;
   }
-  if (gemm_pipelined_ && gemm_q8_ != 0 && gemm_q8_fits(j, act, act_stride, gemm_smem_optin_) &&
-      gemm_q8(j, act, act_stride, gemm_q8_))
+  if (gemm_pipelined_ && gemm_q8_ != 0 && gemm_q8_fits(j, act, act_stride, gemm_smem_optin_)) {
+    gemm_q8(j, act, act_stride, gemm_q8_);  // (dense Q8_0: the same bits as gemm2_kernel, faster on sm_90)
     return;
+  }
   if (gemm_pipelined_ && gemm2_fits(j, act, act_stride, gemm_smem_optin_)) {
     // Grouped tiles hold ≤ kBN vectors; dense batches of more than 96 take 128-vector tiles.
     const bool wide = !j.groups && j.n_vec > 96;

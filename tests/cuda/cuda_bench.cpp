@@ -5,7 +5,8 @@
 // timed from the host around a stream sync (so per-call times include launch overhead, as decode does).
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
 //        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
-//        cuda_bench --experts tiles       the same, only the fast (default) and lean tile kernels.
+//        cuda_bench --experts tiles       the same, only the default, the fast block and the lean tile kernels.
+//        cuda_bench --experts once        one untimed call per n on the default and the fast block tiles (for ncu).
 //        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
@@ -62,13 +63,15 @@ void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
-// on `be` ("default": the dispatch of CudaBackend::gemv / moe; the fast expert tiles), for the experts on
-// a backend with expert_tiles_fast = false ("lean": the lean tile kernels, before/after figures of the fast
+// on `be` ("default": the dispatch of CudaBackend::gemv / moe), for the experts on backends with
+// expert_tiles_warp = true / false ("warp": the warp tiles, "block": the fast block tiles), one with
+// expert_tiles_pdl = false ("nopdl": the warp tiles launched plainly), one with
+// expert_tiles_fast = false ("lean": the lean tile kernels, before/after figures of the fast
 // ones), one with expert_tiles_lean = false ("tiles1": the first tile kernels)
 // and one with expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off
 // ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
 // the distinct experts the batch reads (7.07 MB each).
-void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_only = false) {
+void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_only = false, bool once = false) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
   auto general = cuda::make_cuda_backend(go);
@@ -138,8 +141,20 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   cuda::CudaBackendOptions lo;
   lo.expert_tiles_fast = false;
   auto lean_tiles = cuda::make_cuda_backend(lo);
+  cuda::CudaBackendOptions bo;  // the fast block tiles (before/after figures of the warp tiles)
+  bo.expert_tiles_warp = false;
+  auto block_tiles = cuda::make_cuda_backend(bo);
+  cuda::CudaBackendOptions wo;
+  wo.expert_tiles_warp = true;
+  auto warp_tiles = cuda::make_cuda_backend(wo);
+  cuda::CudaBackendOptions no;  // the warp tiles without programmatic dependent launches
+  no.expert_tiles_pdl = false;
+  auto nopdl_tiles = cuda::make_cuda_backend(no);
   std::vector<Side> moe_sides = {{&be, "default"}};
-  if (lean_tiles.ok()) moe_sides.push_back({lean_tiles->get(), "lean"});
+  if (warp_tiles.ok() && !tiles_only) moe_sides.push_back({warp_tiles->get(), "warp"});
+  if (nopdl_tiles.ok() && !once) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
+  if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
+  if (lean_tiles.ok() && !once) moe_sides.push_back({lean_tiles->get(), "lean"});
   if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
   if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});
   if (general.ok() && !tiles_only) moe_sides.push_back({general->get(), "general"});
@@ -173,6 +188,11 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
       std::vector<int32_t> used(ids.begin(), ids.begin() + n * K);
       std::sort(used.begin(), used.end());
       const auto distinct = std::unique(used.begin(), used.end()) - used.begin();
+      if (once) {  // one call, e.g. for each kernel's profile under ncu
+        sd.b->moe(a);
+        (void)sd.b->sync();
+        continue;
+      }
       const double s = median_seconds([&] { sd.b->moe(a); }, [&] { (void)sd.b->sync(); }, 10);
       const double bytes = distinct * (2.0 * a.gate.expert_bytes + a.down.expert_bytes);
       std::printf("BENCH op %-8s moe iq2_xxs/q2_k 256 experts k6 n=%-2d (%3ld experts) %8.2f us  %7.0f GB/s of weights\n",
@@ -405,7 +425,8 @@ int main(int argc, char** argv) {
   std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
   std::mt19937 rng(1);
   if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
-    bench_skinny(*be, rng, true, argc > 2 && std::strcmp(argv[2], "tiles") == 0);
+    const bool once = argc > 2 && std::strcmp(argv[2], "once") == 0;
+    bench_skinny(*be, rng, true, once || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc") == 0) {  // HC pre, router, HC post: new vs previous kernels

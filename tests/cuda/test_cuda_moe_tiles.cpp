@@ -4,7 +4,8 @@
 // 64 pairs, the grouped tensor-core GEMM above) and against the first tile kernels
 // (CudaBackendOptions::expert_tiles_lean = false) and the lean tile kernels (expert_tiles_fast = false)
 // bit for bit, and one token's output at n = 1, 40 and 64 bit for bit on the fast, lean and first tile
-// kernels. The default backend runs the fast tile kernels. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// kernels, and the warp tiles (CudaBackendOptions::expert_tiles_warp, moe_warp_tiles.cu) against the CPU and
+// the fast block tiles (expert_tiles_warp = false) bit for bit. The default backend runs the fast tile kernels. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).
@@ -41,6 +42,16 @@ class CudaMoeTiles : public CudaOpsTest {
     auto l = cuda::make_cuda_backend(lo);
     ASSERT_TRUE(l.ok()) << l.status().to_string();
     lean_ = std::move(l).value();
+    cuda::CudaBackendOptions wo;
+    wo.expert_tiles_warp = true;
+    auto w = cuda::make_cuda_backend(wo);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    warp_ = std::move(w).value();
+    cuda::CudaBackendOptions bo;
+    bo.expert_tiles_warp = false;
+    auto bt = cuda::make_cuda_backend(bo);
+    ASSERT_TRUE(bt.ok()) << bt.status().to_string();
+    block_ = std::move(bt).value();
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
     db_ = random_weight(GgmlType::Q2_K, int64_t{kNE} * kDim, kFf, &d0_);
@@ -70,9 +81,12 @@ class CudaMoeTiles : public CudaOpsTest {
   }
 
   // Side 0: the default backend (fast expert tiles), 1: the previous kernels, 2: the first tile kernels,
-  // 3: the lean tile kernels.
-  static constexpr int kSides = 4;
-  Backend& side(int b) { return b == 0 ? *gpu_ : b == 1 ? *prev_ : b == 2 ? *first_ : *lean_; }
+  // 3: the lean tile kernels, 4: the warp tiles, 5: the fast block tiles (expert_tiles_warp = false).
+  static constexpr int kSides = 6;
+  Backend& side(int b) {
+    Backend* s[kSides] = {gpu_.get(), prev_.get(), first_.get(), lean_.get(), warp_.get(), block_.get()};
+    return *s[b];
+  }
 
   static ExpertWeights experts(Weight w, void* data, int64_t rows) {
     ExpertWeights e;
@@ -96,7 +110,7 @@ class CudaMoeTiles : public CudaOpsTest {
     return ids;
   }
 
-  // out [n][dim] of side `b` (0: fast expert tiles, 1: previous kernels, 2: first tile kernels, 3: lean).
+  // out [n][dim] of side `b` (see side()).
   std::vector<float> run_gpu(int b, const std::vector<float>& x, const std::vector<int32_t>& ids,
                              const std::vector<float>& wts, int64_t n, int32_t k) {
     Backend& be = side(b);
@@ -158,6 +172,8 @@ class CudaMoeTiles : public CudaOpsTest {
     const auto prev = run_gpu(1, x, ids, wts, n, k);
     const auto first = run_gpu(2, x, ids, wts, n, k);
     const auto lean = run_gpu(3, x, ids, wts, n, k);
+    const auto warp = run_gpu(4, x, ids, wts, n, k);
+    const auto block = run_gpu(5, x, ids, wts, n, k);
     const auto want = run_cpu(x, ids, wts, n, k);
     const std::string what = std::string("moe tiles flash k") + std::to_string(k) + " n" + std::to_string(n) +
                              (same ? " same experts" : " random");
@@ -177,9 +193,14 @@ class CudaMoeTiles : public CudaOpsTest {
     EXPECT_TRUE(same_lean) << what << ": fast and lean tile kernels differ";
     std::printf("PARITY %-44s n=%-9zu fast tiles == lean tile kernels bit for bit: %s\n", what.c_str(), tiles.size(),
                 same_lean ? "ok" : "FAIL");
+    EXPECT_EQ(std::memcmp(warp.data(), want.data(), warp.size() * 4), 0) << what << ": warp tiles not the CPU's bits";
+    const bool same_warp = std::memcmp(warp.data(), block.data(), warp.size() * 4) == 0;
+    EXPECT_TRUE(same_warp) << what << ": warp tiles and fast block tiles differ";
+    std::printf("PARITY %-44s n=%-9zu warp tiles == fast block tiles bit for bit: %s\n", what.c_str(), tiles.size(),
+                same_warp ? "ok" : "FAIL");
   }
 
-  std::unique_ptr<Backend> prev_, first_, lean_;
+  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_;
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -207,8 +228,9 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   const auto ids0 = routing(1, k, false);
   std::vector<float> w0(k);
   for (auto& v : w0) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
-  std::vector<std::vector<float>> got;  // fast tiles at n = 1, 40, 64, then the first, then the lean tile kernels
-  for (int b : {0, 2, 3}) {
+  // fast tiles at n = 1, 40, 64, then the first, the lean tile kernels and the warp tiles
+  std::vector<std::vector<float>> got;
+  for (int b : {0, 2, 3, 4}) {
     for (auto [n, at] : {std::pair<int64_t, int64_t>{1, 0}, {40, 17}, {64, 63}}) {
       auto x = randn(static_cast<size_t>(n * kDim));
       auto ids = routing(n, k, false);
@@ -222,7 +244,8 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   }
   EXPECT_EQ(got[0], got[1]) << "n = 1 vs n = 40";
   EXPECT_EQ(got[0], got[2]) << "n = 1 vs n = 64";
-  for (int i = 3; i < 9; ++i) EXPECT_EQ(got[0], got[i]) << "fast vs " << (i < 6 ? "first" : "lean") << " tile kernels, case " << i % 3;
+  for (int i = 3; i < 12; ++i)
+    EXPECT_EQ(got[0], got[i]) << "fast vs " << (i < 6 ? "first" : i < 9 ? "lean" : "warp") << " tile kernels, case " << i % 3;
   const auto want = run_cpu(x0, ids0, w0, 1, k);
   expect_close(got[0], want, 5e-4, 1e-7, "moe tiles flash one token n1");
 }
@@ -235,7 +258,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3}) {
+    for (int b : {0, 2, 3, 4}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)

@@ -49,6 +49,14 @@ struct CudaBackendOptions {
   // block; Q2_K quants masked in place (dp4a on unsigned bytes) and min terms by dp2a. false: the lean
   // kernels — to switch back, and for before/after benchmarks. Same bits either way.
   bool expert_tiles_fast = true;
+  // The expert tiles as warp tiles (with expert_tiles_fast; moe_warp_tiles.cu): every warp streams its
+  // own (expert, 1 gate/up row or 4 down rows) items through a 4-deep cp.async ring, no block-wide
+  // barriers, the fast kernels' block terms and chains. false: the fast block tiles. Same bits either way.
+  bool expert_tiles_warp = true;
+  // With expert_tiles_warp on sm_90: the hidden rows' quantization and the down warp tiles as
+  // programmatic dependent launches, so the down tiles copy their first weights while the gate/up tiles
+  // finish. false: plain launches — for before/after benchmarks. Same bits either way.
+  bool expert_tiles_pdl = true;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

@@ -305,6 +305,8 @@ class CudaBackend final : public Backend {
   void set_expert_tiles(bool on) { expert_tiles_ = on; }
   void set_expert_tiles_lean(bool on) { expert_tiles_lean_ = on; }
   void set_expert_tiles_fast(bool on) { expert_tiles_fast_ = on; }
+  void set_expert_tiles_warp(bool on) { expert_tiles_warp_ = on; }
+  void set_expert_tiles_pdl(bool on) { expert_tiles_pdl_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
@@ -328,6 +330,11 @@ class CudaBackend final : public Backend {
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
   int device() const { return device_; }
+  // The device's compute capability major, read on first use (0 after a failed read, recorded in check).
+  int cc_major() {
+    if (cc_major_ == 0) check(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_), "device attribute");
+    return cc_major_;
+  }
   const WeightUploadStats& upload_stats() const { return upload_stats_; }
 
  private:
@@ -338,10 +345,12 @@ class CudaBackend final : public Backend {
   bool expert_tiles_ = true;              // CudaBackendOptions::expert_tiles
   bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
   bool expert_tiles_fast_ = true;         // CudaBackendOptions::expert_tiles_fast
+  bool expert_tiles_warp_ = true;         // CudaBackendOptions::expert_tiles_warp
+  bool expert_tiles_pdl_ = true;          // CudaBackendOptions::expert_tiles_pdl
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl
-  int cc_major_ = 0;                      // compute capability (read on first use by hc_pre_spread)
+  int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()

@@ -10,6 +10,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_segment.cuh"
+#include "backend/cuda/pdl_launch.cuh"
 #include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
@@ -489,10 +490,8 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   p.norm_v4 = norm_threads == 4 * kHcSegWarps * kWarp && hcd % 4 == 0 && aligned16(a.x);
   // Programmatic dependent launches (hc_pdl, sm_90): the segment and finish kernels start early and wait
   // inside (griddepcontrol) for the outputs of the kernel before them.
-  if (cc_major_ == 0 && !check(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_),
-                               "device attribute"))
-    return true;
-  const bool pdl = hc_pdl_ && cc_major_ >= 9;
+  if (cc_major() == 0) return true;  // error recorded
+  const bool pdl = hc_pdl_ && cc_major() >= 9;
   const dim3 grid(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
   if (a.n > 1) {
     hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, stream()>>>(

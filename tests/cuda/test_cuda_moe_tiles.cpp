@@ -27,31 +27,20 @@ class CudaMoeTiles : public CudaOpsTest {
   void SetUp() override {
     CudaOpsTest::SetUp();
     if (IsSkipped()) return;
-    cuda::CudaBackendOptions o;
-    o.expert_tiles = false;
-    auto p = cuda::make_cuda_backend(o);
-    ASSERT_TRUE(p.ok()) << p.status().to_string();
-    prev_ = std::move(p).value();
-    cuda::CudaBackendOptions fo;
-    fo.expert_tiles_lean = false;
-    auto f = cuda::make_cuda_backend(fo);
-    ASSERT_TRUE(f.ok()) << f.status().to_string();
-    first_ = std::move(f).value();
-    cuda::CudaBackendOptions lo;
-    lo.expert_tiles_fast = false;
-    auto l = cuda::make_cuda_backend(lo);
-    ASSERT_TRUE(l.ok()) << l.status().to_string();
-    lean_ = std::move(l).value();
-    cuda::CudaBackendOptions wo;
-    wo.expert_tiles_warp = true;
-    auto w = cuda::make_cuda_backend(wo);
-    ASSERT_TRUE(w.ok()) << w.status().to_string();
-    warp_ = std::move(w).value();
-    cuda::CudaBackendOptions bo;
-    bo.expert_tiles_warp = false;
-    auto bt = cuda::make_cuda_backend(bo);
-    ASSERT_TRUE(bt.ok()) << bt.status().to_string();
-    block_ = std::move(bt).value();
+    // One backend per kernel family, each with one option changed from the defaults.
+    auto make = [](void (*change)(cuda::CudaBackendOptions&), std::unique_ptr<Backend>& to) {
+      cuda::CudaBackendOptions o;
+      change(o);
+      auto p = cuda::make_cuda_backend(o);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      to = std::move(p).value();
+    };
+    make([](cuda::CudaBackendOptions& o) { o.expert_tiles = false; }, prev_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_lean = false; }, first_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_fast = false; }, lean_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp = true; }, warp_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp = false; }, block_);
+    if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
     db_ = random_weight(GgmlType::Q2_K, int64_t{kNE} * kDim, kFf, &d0_);

@@ -6,7 +6,7 @@
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
 //        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
 //        cuda_bench --experts tiles       the same, only the default, the fast block and the lean tile kernels.
-//        cuda_bench --experts once        one untimed call per n on the default and the fast block tiles (for ncu).
+//        cuda_bench --experts once        one untimed call per n on the warp and the fast block tiles (for ncu).
 //        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
@@ -64,7 +64,7 @@ void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
 // on `be` ("default": the dispatch of CudaBackend::gemv / moe), for the experts on backends with
-// expert_tiles_warp = true / false ("warp": the warp tiles, "block": the fast block tiles), one with
+// expert_tiles_warp_max = 64 / 0 ("warp": the warp tiles, "block": the fast block tiles), one with
 // expert_tiles_pdl = false ("nopdl": the warp tiles launched plainly), one with
 // expert_tiles_fast = false ("lean": the lean tile kernels, before/after figures of the fast
 // ones), one with expert_tiles_lean = false ("tiles1": the first tile kernels)
@@ -142,17 +142,20 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   lo.expert_tiles_fast = false;
   auto lean_tiles = cuda::make_cuda_backend(lo);
   cuda::CudaBackendOptions bo;  // the fast block tiles (before/after figures of the warp tiles)
-  bo.expert_tiles_warp = false;
+  bo.expert_tiles_warp_max = 0;
   auto block_tiles = cuda::make_cuda_backend(bo);
   cuda::CudaBackendOptions wo;
-  wo.expert_tiles_warp = true;
+  wo.expert_tiles_warp_max = 64;
+  wo.expert_tiles_pdl = true;
   auto warp_tiles = cuda::make_cuda_backend(wo);
   cuda::CudaBackendOptions no;  // the warp tiles without programmatic dependent launches
+  no.expert_tiles_warp_max = 64;
   no.expert_tiles_pdl = false;
   auto nopdl_tiles = cuda::make_cuda_backend(no);
-  std::vector<Side> moe_sides = {{&be, "default"}};
-  if (warp_tiles.ok() && !tiles_only) moe_sides.push_back({warp_tiles->get(), "warp"});
-  if (nopdl_tiles.ok() && !once) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
+  std::vector<Side> moe_sides;
+  if (!once) moe_sides.push_back({&be, "default"});
+  if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warp"});
+  if (nopdl_tiles.ok()) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
   if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
   if (lean_tiles.ok() && !once) moe_sides.push_back({lean_tiles->get(), "lean"});
   if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});

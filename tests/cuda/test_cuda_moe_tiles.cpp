@@ -4,8 +4,9 @@
 // 64 pairs, the grouped tensor-core GEMM above) and against the first tile kernels
 // (CudaBackendOptions::expert_tiles_lean = false) and the lean tile kernels (expert_tiles_fast = false)
 // bit for bit, and one token's output at n = 1, 40 and 64 bit for bit on the fast, lean and first tile
-// kernels, and the warp tiles (CudaBackendOptions::expert_tiles_warp, moe_warp_tiles.cu) against the CPU and
-// the fast block tiles (expert_tiles_warp = false) bit for bit. The default backend runs the fast tile kernels. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// kernels, and the warp tiles (CudaBackendOptions::expert_tiles_warp_max = 64, moe_warp_tiles.cu) against the
+// CPU and the fast block tiles (expert_tiles_warp_max = 0) bit for bit. The default backend runs the warp tiles
+// up to 8 tokens, the fast block tiles above. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).
@@ -38,8 +39,8 @@ class CudaMoeTiles : public CudaOpsTest {
     make([](cuda::CudaBackendOptions& o) { o.expert_tiles = false; }, prev_);
     make([](cuda::CudaBackendOptions& o) { o.expert_tiles_lean = false; }, first_);
     make([](cuda::CudaBackendOptions& o) { o.expert_tiles_fast = false; }, lean_);
-    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp = true; }, warp_);
-    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp = false; }, block_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp_max = 64; }, warp_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp_max = 0; }, block_);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -70,7 +71,7 @@ class CudaMoeTiles : public CudaOpsTest {
   }
 
   // Side 0: the default backend (fast expert tiles), 1: the previous kernels, 2: the first tile kernels,
-  // 3: the lean tile kernels, 4: the warp tiles, 5: the fast block tiles (expert_tiles_warp = false).
+  // 3: the lean tile kernels, 4: the warp tiles at every n, 5: the fast block tiles at every n.
   static constexpr int kSides = 6;
   Backend& side(int b) {
     Backend* s[kSides] = {gpu_.get(), prev_.get(), first_.get(), lean_.get(), warp_.get(), block_.get()};

@@ -52,7 +52,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_expert_tiles(opts.expert_tiles);
   be->set_expert_tiles_lean(opts.expert_tiles_lean);
   be->set_expert_tiles_fast(opts.expert_tiles_fast);
-  be->set_expert_tiles_warp(opts.expert_tiles_warp);
+  be->set_expert_tiles_warp_max(opts.expert_tiles_warp_max);
   be->set_expert_tiles_pdl(opts.expert_tiles_pdl);
   be->set_f16_segments(opts.f16_segments);
   be->set_hc_router_v2(opts.hc_router_v2);

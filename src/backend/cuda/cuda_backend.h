@@ -49,14 +49,17 @@ struct CudaBackendOptions {
   // block; Q2_K quants masked in place (dp4a on unsigned bytes) and min terms by dp2a. false: the lean
   // kernels — to switch back, and for before/after benchmarks. Same bits either way.
   bool expert_tiles_fast = true;
-  // The expert tiles as warp tiles (with expert_tiles_fast; moe_warp_tiles.cu): every warp streams its
-  // own (expert, 1 gate/up row or 4 down rows) items through a 4-deep cp.async ring, no block-wide
-  // barriers, the fast kernels' block terms and chains. false: the fast block tiles. Same bits either way.
-  bool expert_tiles_warp = true;
-  // With expert_tiles_warp on sm_90: the hidden rows' quantization and the down warp tiles as
+  // Routed experts of up to this many tokens as warp tiles (with expert_tiles_fast; moe_warp_tiles.cu):
+  // every warp streams its own (expert, 1 gate/up row or 4 down rows) items through a 4-deep cp.async
+  // ring, no block-wide barriers, the fast kernels' block terms and chains; more tokens: the fast block
+  // tiles. 8: where the H200 measured them faster (2026-11-30 06:20 UTC: n = 1 49 vs 53 µs, n = 8 256
+  // vs 286; n = 32, 64 slower). 0: never, kTileMaxTokens: always (tests, benchmarks). Same bits either way.
+  int expert_tiles_warp_max = 8;
+  // With the warp tiles on sm_90: the hidden rows' quantization and the down warp tiles as
   // programmatic dependent launches, so the down tiles copy their first weights while the gate/up tiles
-  // finish. false: plain launches — for before/after benchmarks. Same bits either way.
-  bool expert_tiles_pdl = true;
+  // finish. Off by default: the H200 measured no gain at 1 token and a loss at 32 and 64 (06:20 UTC run).
+  // Same bits either way.
+  bool expert_tiles_pdl = false;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

@@ -305,7 +305,7 @@ class CudaBackend final : public Backend {
   void set_expert_tiles(bool on) { expert_tiles_ = on; }
   void set_expert_tiles_lean(bool on) { expert_tiles_lean_ = on; }
   void set_expert_tiles_fast(bool on) { expert_tiles_fast_ = on; }
-  void set_expert_tiles_warp(bool on) { expert_tiles_warp_ = on; }
+  void set_expert_tiles_warp_max(int n) { expert_tiles_warp_max_ = n; }
   void set_expert_tiles_pdl(bool on) { expert_tiles_pdl_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
@@ -345,8 +345,8 @@ class CudaBackend final : public Backend {
   bool expert_tiles_ = true;              // CudaBackendOptions::expert_tiles
   bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
   bool expert_tiles_fast_ = true;         // CudaBackendOptions::expert_tiles_fast
-  bool expert_tiles_warp_ = true;         // CudaBackendOptions::expert_tiles_warp
-  bool expert_tiles_pdl_ = true;          // CudaBackendOptions::expert_tiles_pdl
+  int expert_tiles_warp_max_ = 8;         // CudaBackendOptions::expert_tiles_warp_max
+  bool expert_tiles_pdl_ = false;         // CudaBackendOptions::expert_tiles_pdl
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl

@@ -386,7 +386,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const int nb_gu = static_cast<int>(a.dim / elems_of(gt)), nb_d = static_cast<int>(a.ff / elems_of(dt));
   const int var = !expert_tiles_lean_ ? kFirst : expert_tiles_fast_ ? kFast : kLeanVar;
   // Warp tiles (moe_warp_tiles.cu) where both projections fit them; else the block tiles below.
-  const bool warp = expert_tiles_warp_ && var == kFast &&
+  const bool warp = a.n <= expert_tiles_warp_max_ && var == kFast &&
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff) &&
                     warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim);
   const bool pdl = warp && expert_tiles_pdl_ && cc_major() >= 9;  // the down tiles' weights copied early

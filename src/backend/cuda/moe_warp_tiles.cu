@@ -1,5 +1,5 @@
 // moe_warp_tiles.cu — routed experts for decode steps of 1..kTileMaxTokens tokens as warp tiles
-// (CudaBackendOptions::expert_tiles_warp): the block-tile kernels' work (moe_tiles.cu) with every warp
+// (CudaBackendOptions::expert_tiles_warp_max): the block-tile kernels' work (moe_tiles.cu) with every warp
 // on its own items, so no block-wide barrier stands between a tile's copy, its terms and its chains.
 //
 // Work item = (group g = one expert and its pairs, R output rows): gate/up 1 row of gate and 1 of up

@@ -218,8 +218,7 @@ __device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, c
     const uint32_t a1 = __funnelshift_r(w_mid, w_hi, sh);
     w_lo = w_hi;
     const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
-    // w: the signed weights, or (one pair) the grid bytes as stored and n their negative ones (g & m).
-    uint32_t w[8], n[8];
+    uint32_t w[8];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       // Byte offsets of entry e in this lane's copy: e · 128 (kFastCopies entries of 8 bytes apart).
@@ -227,29 +226,14 @@ __device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, c
       const uint32_t so = (k == 0 ? a1 << 7 : a1 >> (7 * k - 7)) & (127u << 7);
       const uint64_t gr = *reinterpret_cast<const uint64_t*>(gl + go);
       const uint64_t sm = *reinterpret_cast<const uint64_t*>(sl + so);
-      const uint32_t g0 = static_cast<uint32_t>(gr), g1 = static_cast<uint32_t>(gr >> 32);
-      const uint32_t m0 = static_cast<uint32_t>(sm), m1 = static_cast<uint32_t>(sm >> 32);
-      if constexpr (P == 1) {
-        w[2 * k] = g0, w[2 * k + 1] = g1;
-        n[2 * k] = g0 & m0, n[2 * k + 1] = g1 & m1;
-      } else {
-        w[2 * k] = iq2xxs_signed_word(g0, m0);
-        w[2 * k + 1] = iq2xxs_signed_word(g1, m1);
-      }
+      w[2 * k] = iq2xxs_signed_word(static_cast<uint32_t>(gr), static_cast<uint32_t>(sm));
+      w[2 * k + 1] = iq2xxs_signed_word(static_cast<uint32_t>(gr >> 32), static_cast<uint32_t>(sm >> 32));
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (present<P, kLean>(p, c)) {
         const uint4* q8 = reinterpret_cast<const uint4*>(ap[p] + 32 * g);  // 16-byte aligned
-        if constexpr (P == 1) {
-          // One pair: Σ s·g·a = Σ g·a − 2·Σ (g & m)·a (grid bytes 8..43 are non-negative int8), an AND and
-          // a second dp4a a word instead of the 3-operation sign step; the same exact integer.
-          const int pos = dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0));
-          const int neg = dp4a_x4(n + 4, q8[1], dp4a_x4(n, q8[0], 0));
-          isum[p] += (pos - 2 * neg) * ls;
-        } else {
-          isum[p] += dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0)) * ls;
-        }
+        isum[p] += dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0)) * ls;
       }
     }
   }

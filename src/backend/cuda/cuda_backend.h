@@ -52,9 +52,9 @@ struct CudaBackendOptions {
   // Routed experts of up to this many tokens as warp tiles (with expert_tiles_fast; moe_warp_tiles.cu):
   // every warp streams its own (expert, 1 gate/up row or 4 down rows) items through a 4-deep cp.async
   // ring, no block-wide barriers, the fast kernels' block terms and chains; more tokens: the fast block
-  // tiles. 8: where the H200 measured them faster (2026-11-30 06:20 UTC: n = 1 49 vs 53 µs, n = 8 256
-  // vs 286; n = 32, 64 slower). 0: never, kTileMaxTokens: always (tests, benchmarks). Same bits either way.
-  int expert_tiles_warp_max = 8;
+  // tiles. -1: the batch sizes where the H200 measured them faster (moe_tiles.cu kWarpTilesAutoMax);
+  // 0: never; 64: always (tests, benchmarks). Same bits either way.
+  int expert_tiles_warp_max = -1;
   // With the warp tiles on sm_90: the hidden rows' quantization and the down warp tiles as
   // programmatic dependent launches, so the down tiles copy their first weights while the gate/up tiles
   // finish. Off by default: the H200 measured no gain at 1 token and a loss at 32 and 64 (06:20 UTC run).

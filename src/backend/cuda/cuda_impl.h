@@ -345,7 +345,7 @@ class CudaBackend final : public Backend {
   bool expert_tiles_ = true;              // CudaBackendOptions::expert_tiles
   bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
   bool expert_tiles_fast_ = true;         // CudaBackendOptions::expert_tiles_fast
-  int expert_tiles_warp_max_ = 8;         // CudaBackendOptions::expert_tiles_warp_max
+  int expert_tiles_warp_max_ = -1;        // CudaBackendOptions::expert_tiles_warp_max
   bool expert_tiles_pdl_ = false;         // CudaBackendOptions::expert_tiles_pdl
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2

@@ -40,7 +40,6 @@
 #include "backend/cuda/moe_group.cuh"
 #include "backend/cuda/moe_terms.cuh"
 #include "backend/cuda/moe_warp_tiles.h"
-#include "backend/cuda/pdl_launch.cuh"
 #include "quant/iq2xxs_tables.h"
 
 namespace ds4::backend::cuda {

@@ -22,7 +22,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
-#include "backend/cuda/pdl_launch.cuh"
 #include "quant/iq2xxs_tables.h"
 
 namespace ds4::backend::cuda {

@@ -10,7 +10,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_segment.cuh"
-#include "backend/cuda/pdl_launch.cuh"
 #include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {

@@ -1,6 +1,6 @@
 // test_cuda_csa.cpp — the decode chain of a CSA layer on CUDA: the indexer of decode and batched decode
 // steps (ops_indexer.cu indexer_score_decode_kernel, CudaBackendOptions::indexer_decode) against the
-// previous kernels (indexer_decode = false) and the CPU op, selected ids equal, at the Flash shapes
+// previous kernels (indexer_decode = false, indexer_select = 0) and the CPU op, selected ids equal, at the Flash shapes
 // (64 heads × 128, top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K and 32K; sessions at
 // different positions (per-query row counts and, batched, per-query rows through rows_at), queries that
 // see ≤ top_k rows mixed in, and duplicated rows for exact score ties (the lower id wins).
@@ -19,6 +19,7 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
   const int32_t IH = 64, ID = 128, TK = 512;
   cuda::CudaBackendOptions o;
   o.indexer_decode = false;
+  o.indexer_select = 0;  // and the previous radix select (its own launch, the 32-step digit search)
   auto made = cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto prev = std::move(made).value();

@@ -32,6 +32,7 @@ constexpr int kWarps = 8;   // warp w owns dims [w·DW, (w+1)·DW), DW = head_di
 constexpr int kThreads = kWarps * kWarp;
 constexpr int kPad = 4;     // row pitch D + 4 floats: both products' fragment loads hit 32 distinct banks
 constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
+constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
 static_assert(kAttnSeg == 32 && kAttnSeg == modelspec::kCudaAttnSegmentRows,
               "the score tile is 4 n-tiles of 8 rows and the value product 4 k-steps of 8 rows");
 
@@ -72,30 +73,45 @@ struct QFrag {
 
 // Query i's fragments for heads hs[0] (rows g) and hs[1] (rows g + 8; zero where !ok) over dims d0 …
 // d0 + 8·KK − 1: k-step kk holds dims d0 + 8kk + t (columns t) and + 4 (columns t + 4).
+// In two steps where the loads should fly across other work: load_q_floats, then split_q.
 template <int KK>
-__device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, const int (&hs)[2], const bool (&ok)[2],
-                              int d0, int t) {
+__device__ inline void load_q_floats(float (&x)[KK][4], const AttentionArgs& a, int64_t i, const int (&hs)[2],
+                                     const bool (&ok)[2], int d0, int t) {
   const int64_t D = a.head_dim;
   const float* qa = a.q + (i * a.heads + hs[0]) * D + d0;
   const float* qb = a.q + (i * a.heads + hs[1]) * D + d0;
 #pragma unroll
   for (int kk = 0; kk < KK; ++kk) {
-    const float x[4] = {ok[0] ? qa[8 * kk + t] : 0.0f, ok[1] ? qb[8 * kk + t] : 0.0f, ok[0] ? qa[8 * kk + t + 4] : 0.0f,
-                        ok[1] ? qb[8 * kk + t + 4] : 0.0f};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) split_tf32(x[e], qf.hi[kk][e], qf.lo[kk][e]);
+    x[kk][0] = ok[0] ? qa[8 * kk + t] : 0.0f;
+    x[kk][1] = ok[1] ? qb[8 * kk + t] : 0.0f;
+    x[kk][2] = ok[0] ? qa[8 * kk + t + 4] : 0.0f;
+    x[kk][3] = ok[1] ? qb[8 * kk + t + 4] : 0.0f;
   }
+}
+template <int KK>
+__device__ inline void split_q(QFrag<KK>& qf, const float (&x)[KK][4]) {
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split_tf32(x[kk][e], qf.hi[kk][e], qf.lo[kk][e]);
+}
+template <int KK>
+__device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, const int (&hs)[2], const bool (&ok)[2],
+                              int d0, int t) {
+  float x[KK][4];
+  load_q_floats(x, a, i, hs, ok, d0, t);
+  split_q(qf, x);
 }
 
 // Issues the copies of segment seg's rows into buf ([kAttnSeg][D + kPad] floats) — warp w copies rows
 // w, w + 8, … — and zero-fills rows past the query's candidates (their scores are masked, but the value
 // product reads them: 0·0, never 0·NaN). first_mod = first mod raw_cap.
-template <int D>
+template <int D, int NW>
 __device__ inline void stage_rows(float* buf, const QueryRows& q, int64_t raw_cap, int64_t first_mod, int64_t seg,
                                   int wid, int lane) {
   constexpr int P = D + kPad;
   constexpr int C4 = D / 4;  // 16-byte copies per row
-  for (int r = wid; r < kAttnSeg; r += kWarps) {
+  for (int r = wid; r < kAttnSeg; r += NW) {
     const int64_t j = seg * kAttnSeg + r;
     float* dst = buf + r * P;
     if (j < q.total) {
@@ -115,10 +131,48 @@ __device__ inline void stage_rows(float* buf, const QueryRows& q, int64_t raw_ca
   }
 }
 
+// Segment-index prefetch (16-warp chunk kernel): lane k < kAttnSeg / NW of warp w holds the comp_idx entry
+// of row w + NW·k of a segment (−1 for raw rows and rows past the query's), loaded a whole segment before
+// its copies are issued — the copies of segment s + 1 then wait on no global load (the 8-warp kernel
+// loads each index right before its copy, one serial global latency per segment and warp).
+template <int NW>
+__device__ inline int32_t prefetch_idx(const QueryRows& q, int64_t seg, int wid, int lane) {
+  const int64_t j = seg * kAttnSeg + wid + NW * lane;
+  return lane < kAttnSeg / NW && j >= q.n_raw && j < q.total && q.idx ? q.idx[j - q.n_raw] : -1;
+}
+
+// stage_rows with the compressed rows' ids from prefetch_idx (pre) instead of comp_idx.
+template <int D, int NW>
+__device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t raw_cap, int64_t first_mod, int64_t seg,
+                                      int wid, int lane, int32_t pre) {
+  constexpr int P = D + kPad;
+  constexpr int C4 = D / 4;
+#pragma unroll
+  for (int k = 0; k < kAttnSeg / NW; ++k) {
+    const int r = wid + NW * k;
+    const int64_t j = seg * kAttnSeg + r;
+    const int32_t id = __shfl_sync(0xffffffffu, pre, k);
+    float* dst = buf + r * P;
+    if (j < q.total) {
+      const float* src;
+      if (j < q.n_raw) {
+        int64_t rr = first_mod + j;
+        if (rr >= raw_cap) rr %= raw_cap;
+        src = q.raw + rr * D;
+      } else {
+        src = q.comp + (q.idx ? static_cast<int64_t>(id) : j - q.n_raw) * D;
+      }
+      for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
+    } else {
+      for (int c4 = lane; c4 < C4; c4 += kWarp) reinterpret_cast<float4*>(dst)[c4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+}
+
 // The state (m, l, acc) of heads (g, g + 8) over one staged segment of cnt ≥ 1 rows (rows [kAttnSeg][P],
-// padded rows zero), for this warp's dims of acc. Whole block (one __syncthreads inside); red: the
+// padded rows zero), for this warp's dims of acc. Whole block (one or two __syncthreads inside); red: the
 // [kWarps][16][32] partial scores.
-// 1. Warp w's partial score tile [16 heads × 32 rows] over its dims: n-tile nt = rows 8nt … 8nt + 7;
+// 1. Slice w's partial score tile [16 heads × 32 rows] over its dims: n-tile nt = rows 8nt … 8nt + 7;
 //    per n-tile two accumulators from 0: A takes q_hi·k for k-steps kk = 0 … KK−1 in order, B takes
 //    q_lo·k then (where k is not exact in TF32) q_hi·k_lo, per k-step in order; partial = A + B.
 // 2. Score = ((partial_0 + partial_1) + …) + partial_7, times scale; rows ≥ cnt get −inf.
@@ -127,45 +181,70 @@ __device__ inline void stage_rows(float* buf, const QueryRows& q, int64_t raw_ca
 // 4. acc over this warp's dims: per n-tile of 8 dims one accumulator from 0, k-steps j = 0 … 3 in order
 //    (k-step j holds row 8j + 2t at column t and row 8j + 2t + 1 at t + 4, which is where the score tile's
 //    accumulator left them), each p_hi·v, p_lo·v, then p_hi·v_lo where v is not exact.
-template <int DW>
+// WPS = 1 (the previous kernels): warp w is slice w, owns all 4 score n-tiles and all KK dim n-tiles, and
+// every warp adds the 8 partials of each of its 16 scores itself (128 shared loads per thread).
+// WPS = 2: 16 warps, warp w is slice w mod 8 and part w / 8 of it: score n-tiles 2·part, 2·part + 1 and
+// dim n-tiles [part·KK/2, (part + 1)·KK/2) — every n-tile's accumulator runs the same MMAs on the same
+// operands as with WPS = 1, only in another warp — and the 512 scores are each added once by one thread
+// (the same order of the 8 partials) and written over slice 0's partials, then read back (24 shared loads
+// per thread). The same bits either way. acc: this warp's KK / WPS dim n-tiles.
+template <int DW, int WPS>
 __device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
-                                   int wid, int lane, float (&m)[2], float (&l)[2], float (&acc)[DW / 8][4]) {
-  constexpr int P = DW * kWarps + kPad, KK = DW / 8;
+                                   int wid, int lane, float (&m)[2], float (&l)[2], float (&acc)[DW / 8 / WPS][4]) {
+  constexpr int P = DW * kWarps + kPad, KK = DW / 8, NT = 4 / WPS, KN = KK / WPS;
   const int g = lane >> 2, t = lane & 3;
-  const float* base = rows + wid * DW;
-  float sa[4][4], sb[4][4];
+  const int sl = wid % kWarps, part = wid / kWarps;
+  const float* base = rows + sl * DW;
+  float sa[NT][4], sb[NT][4];
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int u = 0; u < NT; ++u)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) sa[nt][c] = sb[nt][c] = 0.0f;
+    for (int c = 0; c < 4; ++c) sa[u][c] = sb[u][c] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < KK; ++kk) {
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int u = 0; u < NT; ++u) {
+      const int nt = part * NT + u;
       const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
       const float k0 = kr[0], k1 = kr[4];
       const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
       const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
-      mma_tf32(sa[nt], qf.hi[kk], h0, h1);
-      mma_tf32(sb[nt], qf.lo[kk], h0, h1);
-      if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[nt], qf.hi[kk], tf32_bits(r0), tf32_bits(r1));
+      mma_tf32(sa[u], qf.hi[kk], h0, h1);
+      mma_tf32(sb[u], qf.lo[kk], h0, h1);
+      if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[u], qf.hi[kk], tf32_bits(r0), tf32_bits(r1));
     }
   }
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int u = 0; u < NT; ++u)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) red[(wid * 16 + nt * 4 + c) * kWarp + lane] = sa[nt][c] + sb[nt][c];
+    for (int c = 0; c < 4; ++c) red[(sl * 16 + (part * NT + u) * 4 + c) * kWarp + lane] = sa[u][c] + sb[u][c];
   __syncthreads();
   float s[4][4];
+  if constexpr (WPS == 1) {
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      float v = red[(nt * 4 + c) * kWarp + lane];
+      for (int c = 0; c < 4; ++c) {
+        float v = red[(nt * 4 + c) * kWarp + lane];
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) v = v + red[(w * 16 + nt * 4 + c) * kWarp + lane];
-      s[nt][c] = 8 * nt + 2 * t + (c & 1) < cnt ? v * scale : -INFINITY;
-    }
+        for (int w = 1; w < kWarps; ++w) v = v + red[(w * 16 + nt * 4 + c) * kWarp + lane];
+        s[nt][c] = 8 * nt + 2 * t + (c & 1) < cnt ? v * scale : -INFINITY;
+      }
+  } else {
+    // Score k = (nt·4 + c)·32 + lane' by thread k: read only by this thread before it is overwritten.
+    const int k = static_cast<int>(threadIdx.x);
+    static_assert(16 * kWarp == kWarps * WPS * kWarp, "one score per thread");
+    float v = red[k];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v = v + red[w * 16 * kWarp + k];
+    const int nt = k / (4 * kWarp), c = (k / kWarp) % 4, tt = k % 4;
+    red[k] = 8 * nt + 2 * tt + (c & 1) < cnt ? v * scale : -INFINITY;
+    __syncthreads();
+#pragma unroll
+    for (int nt2 = 0; nt2 < 4; ++nt2)
+#pragma unroll
+      for (int c2 = 0; c2 < 4; ++c2) s[nt2][c2] = red[(nt2 * 4 + c2) * kWarp + lane];
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {  // r = 0: head g (columns c = 0, 1); r = 1: head g + 8 (c = 2, 3)
     float mx = -INFINITY;
@@ -187,9 +266,9 @@ __device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 
     l[r] = sum;
   }
 #pragma unroll
-  for (int nt = 0; nt < KK; ++nt)
+  for (int u = 0; u < KN; ++u)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[nt][c] = 0.0f;
+    for (int c = 0; c < 4; ++c) acc[u][c] = 0.0f;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     uint32_t ph[4], pl[4];  // A fragment of k-step j: (g, t) = c0, (g + 8, t) = c2, (g, t + 4) = c1, (g + 8, t + 4) = c3
@@ -197,37 +276,37 @@ __device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 
     split_tf32(s[j][2], ph[1], pl[1]);
     split_tf32(s[j][1], ph[2], pl[2]);
     split_tf32(s[j][3], ph[3], pl[3]);
-    const float* vr = base + (8 * j + 2 * t) * P + g;
+    const float* vr = base + (8 * j + 2 * t) * P + g + 8 * (part * KN);
 #pragma unroll
-    for (int nt = 0; nt < KK; ++nt) mma_split(acc[nt], ph, pl, vr[8 * nt], vr[P + 8 * nt]);
+    for (int u = 0; u < KN; ++u) mma_split(acc[u], ph, pl, vr[8 * u], vr[P + 8 * u]);
   }
 }
 
-// Block = (query i, 16 heads), 8 warps. kStored = false (chunk shape): computes every segment from rows
+// Block = (query i, 16 heads), 8·WPS warps. kStored = false (chunk shape): computes every segment from rows
 // staged in shared memory (two buffers: the next segment's copies fly while the current one is
 // computed) and merges each into the running state in registers. kStored = true (the merge after the
 // split kernel): segments 0 … n_stored−1 are read from scratch, any past the host's bound computed here.
 // Then the sink, and out. Dynamic shared memory: [2][kAttnSeg][D + kPad] rows, then [kWarps][16][32].
-template <int DW, bool kStored>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(AttentionArgs a, SegStates st) {
-  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8;
+// The body of the chunk kernel for block (query i, heads h0 … h0 + 15); also the sliced merge's path for
+// a query whose segments outrun the stored ones (attention_mma_merge_kernel).
+template <int DW, bool kStored, int WPS>
+__device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, int64_t i, int h0) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
   float* bufs = reinterpret_cast<float*>(smem4);
   float* red = bufs + 2 * kAttnSeg * P;
-  const int groups = (a.heads + kHeads - 1) / kHeads;
-  const int64_t i = blockIdx.x / groups;
-  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
   const int g = lane >> 2, t = lane & 3;
   const int hs[2] = {h0 + g, h0 + g + 8};
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
   const int64_t n_seg = segments_of(qr);
-  const int d0 = wid * DW;
+  const int d0 = (wid % kWarps) * DW;        // this warp's slice: q fragments
+  const int dv = d0 + 8 * KN * (wid / kWarps);  // its dim n-tiles: acc, run, out
 
-  float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, run[KK][4];
+  float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, run[KN][4];
 #pragma unroll
-  for (int nt = 0; nt < KK; ++nt)
+  for (int nt = 0; nt < KN; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) run[nt][c] = 0.0f;
 
@@ -236,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
   const int64_t n_read = !kStored ? 0 : n_seg < st.n_stored ? n_seg : st.n_stored;
   for (int64_t k0 = 0; k0 < n_read; k0 += kMergeBatch) {
     float ms[kMergeBatch][2], ls[kMergeBatch][2];
-    float2 v[kMergeBatch][KK][2];
+    float2 v[kMergeBatch][KN][2];
 #pragma unroll
     for (int b = 0; b < kMergeBatch; ++b) {
 #pragma unroll
@@ -246,8 +325,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
         ms[b][r] = load ? st.ml[2 * slot] : -INFINITY;
         ls[b][r] = load ? st.ml[2 * slot + 1] : 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < KK; ++nt)
-          v[b][nt][r] = load ? *reinterpret_cast<const float2*>(st.acc + slot * D + d0 + 8 * nt + 2 * t) : make_float2(0.0f, 0.0f);
+        for (int nt = 0; nt < KN; ++nt)
+          v[b][nt][r] = load ? *reinterpret_cast<const float2*>(st.acc + slot * D + dv + 8 * nt + 2 * t) : make_float2(0.0f, 0.0f);
       }
     }
 #pragma unroll
@@ -258,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
         float fa, fb;
         merge_step(M[r], L[r], ms[b][r], ls[b][r], fa, fb);
 #pragma unroll
-        for (int nt = 0; nt < KK; ++nt) {
+        for (int nt = 0; nt < KN; ++nt) {
           run[nt][2 * r] = merged(run[nt][2 * r], fa, v[b][nt][r].x, fb);
           run[nt][2 * r + 1] = merged(run[nt][2 * r + 1], fa, v[b][nt][r].y, fb);
         }
@@ -270,23 +349,37 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
     QFrag<KK> qf;
     load_q(qf, a, i, hs, ok, d0, t);
     const int64_t first_mod = qr.first % a.raw_cap;
-    stage_rows<D>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane);
+    int32_t pre = 0;  // WPS = 2: the next segment's comp_idx entries (prefetch_idx)
+    if constexpr (WPS == 2) {
+      stage_rows_pre<D, NW>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane, prefetch_idx<NW>(qr, n_read, wid, lane));
+      pre = prefetch_idx<NW>(qr, n_read + 1, wid, lane);
+    } else {
+      stage_rows<D, NW>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane);
+    }
     cp_async_commit();
     for (int64_t seg = n_read; seg < n_seg; ++seg) {
       float* cur = bufs + ((seg - n_read) & 1) * kAttnSeg * P;
-      if (seg + 1 < n_seg) stage_rows<D>(bufs + ((seg + 1 - n_read) & 1) * kAttnSeg * P, qr, a.raw_cap, first_mod, seg + 1, wid, lane);
+      if (seg + 1 < n_seg) {
+        float* nxt = bufs + ((seg + 1 - n_read) & 1) * kAttnSeg * P;
+        if constexpr (WPS == 2) {
+          stage_rows_pre<D, NW>(nxt, qr, a.raw_cap, first_mod, seg + 1, wid, lane, pre);
+          pre = prefetch_idx<NW>(qr, seg + 2, wid, lane);  // consumed a whole segment later
+        } else {
+          stage_rows<D, NW>(nxt, qr, a.raw_cap, first_mod, seg + 1, wid, lane);
+        }
+      }
       cp_async_commit();
       cp_async_wait<1>();  // this thread's copies of segment seg have landed
       __syncthreads();     // everyone's have
       const int64_t left = qr.total - seg * kAttnSeg;
       const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
-      float m[2], l[2], acc[KK][4];
-      segment_mma<DW>(cur, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+      float m[2], l[2], acc[KN][4];
+      segment_mma<DW, WPS>(cur, cnt, qf, a.scale, red, wid, lane, m, l, acc);
       float fa[2], fb[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) merge_step(M[r], L[r], m[r], l[r], fa[r], fb[r]);
 #pragma unroll
-      for (int nt = 0; nt < KK; ++nt)
+      for (int nt = 0; nt < KN; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) run[nt][c] = merged(run[nt][c], fa[c >> 1], acc[nt][c], fb[c >> 1]);
       __syncthreads();  // cur and red are free for the next segment's copies and scores
@@ -298,19 +391,80 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
     if (!ok[r]) continue;
     float f, denom;
     sink_step(a.sinks[hs[r]], M[r], L[r], f, denom);
-    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
+    float* o = a.out + (i * a.heads + hs[r]) * D + dv;
 #pragma unroll
-    for (int nt = 0; nt < KK; ++nt)
+    for (int nt = 0; nt < KN; ++nt)
       *reinterpret_cast<float2*>(o + 8 * nt + 2 * t) = make_float2(run[nt][2 * r] * f / denom, run[nt][2 * r + 1] * f / denom);
   }
 }
 
-// Split kernel: block = (segment k, 16 heads, query i), 8 warps; stores segment k's state of each head
+template <int DW, bool kStored, int WPS>
+__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk_kernel(AttentionArgs a, SegStates st) {
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  chunk_block<DW, kStored, WPS>(a, st, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+}
+
+// The merge after the split kernel, spread over the dims: block = (query i, 16 heads, dim slice y of
+// `slices`); a thread owns 4 consecutive dims of one head and runs, for them, the chunk kernel's merge of
+// the stored states (merge_step / merged in segment order from (−inf, 0, 0)) and the sink — the same
+// expressions on the same values, so the same bits, with the reads (a CSA decode query: 20 states ×
+// 64 heads × 2 KB = 2.6 MB) spread over n·groups·slices blocks instead of n·groups. (m, l) are
+// recomputed per thread (cheap: the head's scalars). A query with more segments than were stored (a host
+// bound below the real counts) is left to slice 0, which runs the chunk kernel's body for its 16 heads.
+template <int DW, int WPS>
+__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
+  constexpr int D = DW * kWarps, D4 = D / 4;
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  const int64_t i = blockIdx.x / groups;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
+  const int64_t n_seg = segments_of(query_rows(a, i));
+  if (n_seg > st.n_stored) {  // block-uniform
+    if (blockIdx.y == 0) chunk_block<DW, true, WPS>(a, st, i, h0);
+    return;
+  }
+  const int per = D4 / slices;  // float4 columns of a head in this slice
+  for (int e = threadIdx.x; e < kHeads * per; e += kThreads * WPS) {
+    const int h = h0 + e / per;
+    if (h >= a.heads) break;  // e grows with h
+    const int64_t c4 = static_cast<int64_t>(blockIdx.y) * per + e % per;
+    const int64_t slot0 = (i * a.heads + h) * st.n_stored;
+    float M = -INFINITY, L = 0.0f;
+    float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t k0 = 0; k0 < n_seg; k0 += kSliceBatch) {
+      float ms[kSliceBatch], ls[kSliceBatch];
+      float4 v[kSliceBatch];
+#pragma unroll
+      for (int b = 0; b < kSliceBatch; ++b) {
+        const bool load = k0 + b < n_seg;
+        const int64_t slot = slot0 + k0 + b;
+        ms[b] = load ? st.ml[2 * slot] : -INFINITY;
+        ls[b] = load ? st.ml[2 * slot + 1] : 0.0f;
+        v[b] = load ? reinterpret_cast<const float4*>(st.acc + slot * D)[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int b = 0; b < kSliceBatch; ++b) {
+        if (k0 + b >= n_seg) break;
+        float fa, fb;
+        merge_step(M, L, ms[b], ls[b], fa, fb);
+        run.x = merged(run.x, fa, v[b].x, fb);
+        run.y = merged(run.y, fa, v[b].y, fb);
+        run.z = merged(run.z, fa, v[b].z, fb);
+        run.w = merged(run.w, fa, v[b].w, fb);
+      }
+    }
+    float f, denom;
+    sink_step(a.sinks[h], M, L, f, denom);
+    reinterpret_cast<float4*>(a.out + (i * a.heads + h) * D)[c4] =
+        make_float4(run.x * f / denom, run.y * f / denom, run.z * f / denom, run.w * f / denom);
+  }
+}
+
+// Split kernel: block = (segment k, 16 heads, query i), 8·WPS warps; stores segment k's state of each head
 // (segments past the query's rows have nothing to store). Dynamic shared memory: [kAttnSeg][D + kPad]
 // rows, then [kWarps][16][32].
-template <int DW>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_split_kernel(AttentionArgs a, SegStates st) {
-  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8;
+template <int DW, int WPS>
+__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split_kernel(AttentionArgs a, SegStates st) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* red = rows + kAttnSeg * P;
@@ -323,24 +477,33 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_split_kernel(Attent
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
-  stage_rows<D>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane);
-  cp_async_commit();
-  const int d0 = wid * DW;
+  const int d0 = (wid % kWarps) * DW, dv = d0 + 8 * KN * (wid / kWarps);
   QFrag<KK> qf;  // loaded while the copies fly
-  load_q(qf, a, i, hs, ok, d0, t);
+  if constexpr (WPS == 2) {  // the index and q loads issued together, then the copies
+    const int32_t pre = prefetch_idx<NW>(qr, seg, wid, lane);
+    float x[KK][4];
+    load_q_floats(x, a, i, hs, ok, d0, t);
+    stage_rows_pre<D, NW>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane, pre);
+    cp_async_commit();
+    split_q(qf, x);
+  } else {
+    stage_rows<D, NW>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane);
+    cp_async_commit();
+    load_q(qf, a, i, hs, ok, d0, t);
+  }
   cp_async_wait<0>();
   __syncthreads();
   const int64_t left = qr.total - seg * kAttnSeg;
   const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
-  float m[2], l[2], acc[KK][4];
-  segment_mma<DW>(rows, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+  float m[2], l[2], acc[KN][4];
+  segment_mma<DW, WPS>(rows, cnt, qf, a.scale, red, wid, lane, m, l, acc);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!ok[r]) continue;
     const int64_t slot = (i * a.heads + hs[r]) * st.n_stored + seg;
 #pragma unroll
-    for (int nt = 0; nt < KK; ++nt)
-      *reinterpret_cast<float2*>(st.acc + slot * D + d0 + 8 * nt + 2 * t) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
+    for (int nt = 0; nt < KN; ++nt)
+      *reinterpret_cast<float2*>(st.acc + slot * D + dv + 8 * nt + 2 * t) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
     if (wid == 0 && t == 0) {
       st.ml[2 * slot] = m[r];
       st.ml[2 * slot + 1] = l[r];
@@ -353,18 +516,23 @@ size_t chunk_smem() { return (2 * static_cast<size_t>(kAttnSeg) * (DW * kWarps +
 template <int DW>
 size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
 
-// smem_ready: bit per DW variant, set once the kernels' dynamic shared-memory limits are raised.
-template <int DW>
-void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready) {
-  const uint32_t bit = 1u << (DW / 8);
+// smem_ready: bit per (DW, WPS) variant, set once the kernels' dynamic shared-memory limits are raised.
+// sliced_merge: CudaBackendOptions::attention_merge_sliced.
+template <int DW, int WPS>
+void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
+                bool sliced_merge) {
+  constexpr int threads = kThreads * WPS;
+  const uint32_t bit = 1u << (DW / 8 + (WPS == 2 ? 16 : 0));
   if (!(smem_ready & bit)) {
     const bool set =
-        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(chunk_smem<DW>())), "attention mma chunk smem") &&
-        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, true, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(chunk_smem<DW>())), "attention mma merge smem") &&
-        be.check(cudaFuncSetAttribute(attention_mma_split_kernel<DW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(split_smem<DW>())), "attention mma split smem");
+        be.check(cudaFuncSetAttribute(attention_mma_split_kernel<DW, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(split_smem<DW>())), "attention mma split smem") &&
+        be.check(cudaFuncSetAttribute(attention_mma_merge_kernel<DW, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(chunk_smem<DW>())), "attention mma sliced merge smem");
     if (!set) return;
     smem_ready |= bit;
   }
@@ -372,13 +540,24 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   cudaStream_t s = be.stream();
   if (split_segs > 0) {
     const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
-    attention_mma_split_kernel<DW><<<grid, kThreads, split_smem<DW>(), s>>>(a, st);
+    attention_mma_split_kernel<DW, WPS><<<grid, threads, split_smem<DW>(), s>>>(a, st);
     if (!be.launched("attention mma (split)")) return;
-    attention_mma_chunk_kernel<DW, true><<<static_cast<unsigned>(a.n * groups), kThreads, chunk_smem<DW>(), s>>>(a, st);
+    if (sliced_merge) {
+      // Dim slices (1 … 8; the bits do not depend on them) until the merge has ~256 blocks: a decode
+      // step's 4 blocks of the chunk-kernel merge read 0.6 MB each (CSA) on 4 SMs.
+      const int64_t blocks = a.n * groups;
+      int slices = 8;
+      while (slices > 1 && blocks * slices > 256) slices /= 2;
+      const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
+      attention_mma_merge_kernel<DW, WPS><<<mgrid, threads, chunk_smem<DW>(), s>>>(a, st, slices);
+      be.launched("attention mma (sliced merge)");
+      return;
+    }
+    attention_mma_chunk_kernel<DW, true, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
     be.launched("attention mma (merge)");
     return;
   }
-  attention_mma_chunk_kernel<DW, false><<<static_cast<unsigned>(a.n * groups), kThreads, chunk_smem<DW>(), s>>>(a, st);
+  attention_mma_chunk_kernel<DW, false, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
   be.launched("attention mma (chunk)");
 }
 
@@ -391,11 +570,16 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
+  // 16 warps (two per dim slice, CudaBackendOptions::attention_mma_warps) where a slice has ≥ 2 dim
+  // n-tiles to share (head_dim ≥ 128); else the 8-warp kernels.
+  const bool w16 = attn_mma_warps_ == 16 && dw >= 16;
+  uint32_t& ready = attn_mma_smem_;
+  const bool sm = attn_merge_sliced_;
   switch (dw) {
-    case 8: launch_mma<8>(*this, a, split_segs, st, attn_mma_smem_); break;
-    case 16: launch_mma<16>(*this, a, split_segs, st, attn_mma_smem_); break;
-    case 32: launch_mma<32>(*this, a, split_segs, st, attn_mma_smem_); break;
-    default: launch_mma<64>(*this, a, split_segs, st, attn_mma_smem_); break;
+    case 8: launch_mma<8, 1>(*this, a, split_segs, st, ready, sm); break;
+    case 16: w16 ? launch_mma<16, 2>(*this, a, split_segs, st, ready, sm) : launch_mma<16, 1>(*this, a, split_segs, st, ready, sm); break;
+    case 32: w16 ? launch_mma<32, 2>(*this, a, split_segs, st, ready, sm) : launch_mma<32, 1>(*this, a, split_segs, st, ready, sm); break;
+    default: w16 ? launch_mma<64, 2>(*this, a, split_segs, st, ready, sm) : launch_mma<64, 1>(*this, a, split_segs, st, ready, sm); break;
   }
   return true;
 }

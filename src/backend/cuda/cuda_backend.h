@@ -105,6 +105,19 @@ struct CudaBackendOptions {
   // read once per warp for two heads, 16 heads per block; 1: the chunk kernel, one head per warp, 8 per
   // block). Same bits either way — for before/after benchmarks.
   int attention_heads_per_warp = 2;
+  // MMA order, split shape (decode, small batches): the merge of the stored segment states spread over
+  // dim slices (attention_mma.cu attention_mma_merge_kernel, up to 8 blocks per (query, 16 heads)).
+  // false: the chunk kernel merges them, one block per (query, 16 heads). Same bits.
+  bool attention_merge_sliced = true;
+  // MMA order, head_dim ≥ 128: warps per attention block. 16: two warps per dim slice (each half the
+  // slice's score and value n-tiles) and the 8 slices' partial scores added once per block; 8: the
+  // previous kernels (each warp a whole slice, every warp adding all partials). Same bits.
+  int attention_mma_warps = 16;
+  // Indexer selection (radix select, indexer_v2): 2 = in decode steps scored by indexer_score_decode
+  // (indexer_decode), the last block of each query selects in the scoring launch, elsewhere as 1; 1 = its
+  // own launch, the digit holding the k-th key found by a warp scan (5 shuffles) instead of a 32-step
+  // shuffle loop per pass; 0 = the previous select. Same selection.
+  int indexer_select = 2;
   // Indexer: scores of 4 heads interleaved per row and the top-k by a radix select over keys held in
   // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection
   // either way (the CPU's float order per score; the top-k is a function of the scores).

@@ -324,6 +324,11 @@ class CudaBackend final : public Backend {
     attn_split_max_blocks_ = split_max_blocks;
     attn_heads_per_warp_ = heads_per_warp;
   }
+  void set_attention_mma_tuning(bool merge_sliced, int warps, int indexer_select) {
+    attn_merge_sliced_ = merge_sliced;
+    attn_mma_warps_ = warps;
+    idx_select_ = indexer_select;
+  }
   void set_indexer_v2(bool on) { indexer_v2_ = on; }
   void set_indexer_decode(bool on) { indexer_decode_ = on; }
   void set_f16_many(bool on) { f16_many_ = on; }
@@ -376,6 +381,10 @@ class CudaBackend final : public Backend {
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set
   int attn_heads_per_warp_ = 2;           // CudaBackendOptions::attention_heads_per_warp
   bool attn_mqa_smem_ = false;            // the MQA chunk kernel's 96 KiB shared-memory limit is set
+  bool attn_merge_sliced_ = true;         // CudaBackendOptions::attention_merge_sliced
+  int attn_mma_warps_ = 16;               // CudaBackendOptions::attention_mma_warps
+  int idx_select_ = 2;                    // CudaBackendOptions::indexer_select
+  uint64_t idx_done_zeroed_ = 0;          // ops_indexer.cu: idx_scores_.bytes when its counters were zeroed
   bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
   bool indexer_decode_ = true;            // CudaBackendOptions::indexer_decode
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many

@@ -153,20 +153,17 @@ __global__ void __launch_bounds__(kIdxTileRows) indexer_score_tiled_kernel(Index
 constexpr int kIdxDecodeMaxQueries = 32;
 constexpr int kIdxDecThreads = 256;
 constexpr int kIdxDecMaxRows = 64;
+constexpr uint64_t kIdxDoneBytes = 256;  // ≥ kIdxDecodeMaxQueries ints; keeps the scores 256-byte aligned
 
 // Heads the decode kernel takes: slots = 256 / heads threads per head, ≤ 16 (4 rows each) per pass.
 __host__ __device__ constexpr bool indexer_decode_heads(int heads) {
   return heads >= 16 && heads <= 64 && kIdxDecThreads % heads == 0;
 }
 
+// The scores of rows r0 … r0 + rb − 1 (< nr) of query i by this block; sh: the dynamic shared memory.
 template <int HD>
-__global__ void __launch_bounds__(kIdxDecThreads) indexer_score_decode_kernel(IndexerArgs a, float* scores,
-                                                                             int64_t score_stride, int rb) {
-  extern __shared__ float sh[];  // [rb][HD] row tile, later [rb][heads + 1] dots; then w_i [heads]
-  const int64_t i = blockIdx.y;
-  const int32_t nr = a.n_rows[i];
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
-  if (nr <= a.top_k || r0 >= nr) return;  // the same for the whole block
+__device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, int64_t score_stride, int rb, int64_t i,
+                                         int32_t nr, int64_t r0, float* sh) {
   const int H = a.heads, tid = static_cast<int>(threadIdx.x);
   const int nrows = static_cast<int>(min(static_cast<int64_t>(rb), nr - r0));
   const int tile = rb * max(HD, H + 1);
@@ -221,6 +218,17 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_decode_kernel(In
     for (int hh = 0; hh < H; ++hh) sc += shw[hh] * fmaxf(0.0f, dr[hh]);
     scores[i * score_stride + r0 + row] = sc;
   }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kIdxDecThreads) indexer_score_decode_kernel(IndexerArgs a, float* scores,
+                                                                             int64_t score_stride, int rb) {
+  extern __shared__ float sh[];  // [rb][HD] row tile, later [rb][heads + 1] dots; then w_i [heads]
+  const int64_t i = blockIdx.y;
+  const int32_t nr = a.n_rows[i];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
+  if (nr <= a.top_k || r0 >= nr) return;  // the same for the whole block
+  score_decode_tile<HD>(a, scores, score_stride, rb, i, nr, r0, sh);
 }
 
 // Order-preserving key: a larger score gives a larger unsigned key; −0 and +0 tie as on the CPU.
@@ -306,26 +314,24 @@ __global__ void indexer_select_kernel(IndexerArgs a, const float* scores, int64_
 constexpr int kSelectThreads = 1024;
 constexpr int kSelectSmemKeys = 12288;  // 48 KiB of keys (no opt-in); more rows: keys from global memory
 
-__global__ void __launch_bounds__(kSelectThreads) indexer_radix_select_kernel(IndexerArgs a, const float* scores,
-                                                                             int64_t score_stride, int smem_keys) {
-  extern __shared__ uint32_t skeys[];
+// kScan (CudaBackendOptions::indexer_select ≥ 1): warp 0 finds the digit holding rank `want` with a
+// 5-step suffix scan of its lanes' counts and walks its lane's 8 counts in registers; false: the previous
+// 32-step shuffle loop and shared-memory walk. Integer counts: the same digit either way.
+// Whole block (any multiple of 32 threads): query i's selection from its nr > top_k scores s (read
+// through L2: in the fused decode kernel other blocks wrote them); keys staged in skeys when nr ≤
+// smem_keys.
+template <bool kScan>
+__device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, const float* s, uint32_t* skeys,
+                                   int smem_keys) {
   __shared__ int hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_want;
-  const int64_t i = blockIdx.x;
-  const int32_t nr = a.n_rows[i];
   int32_t* out = a.idx + i * a.top_k;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
-  if (nr <= a.top_k) {  // every row is visible; no scoring (as ds4)
-    for (int c = tid; c < nr; c += blockDim.x) out[c] = c;
-    if (tid == 0) a.count[i] = nr < 0 ? 0 : nr;
-    return;
-  }
-  const float* s = scores + i * score_stride;
   const bool keys_in_smem = nr <= smem_keys;  // the block's dynamic shared memory holds smem_keys keys
   if (keys_in_smem)
-    for (int c = tid; c < nr; c += blockDim.x) skeys[c] = score_key(s[c]);
-  auto key_at = [&](int c) { return keys_in_smem ? skeys[c] : score_key(s[c]); };
+    for (int c = tid; c < nr; c += blockDim.x) skeys[c] = score_key(__ldcg(s + c));
+  auto key_at = [&](int c) { return keys_in_smem ? skeys[c] : score_key(__ldcg(s + c)); };
   uint32_t prefix = 0;  // the digits of T fixed so far (bits above `shift + 8`)
   int want = a.top_k;   // rank of T among the keys that match `prefix`
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -341,7 +347,37 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_radix_select_kernel(In
       if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
     }
     __syncthreads();
-    if (tid < kWarp) {  // warp 0: lane l owns digits 8l … 8l+7; find the digit holding rank `want`
+    if (kScan && tid < kWarp) {  // warp 0: lane l owns digits 8l … 8l+7; find the digit holding rank `want`
+      int cnt[8], own = 0;
+#pragma unroll
+      for (int b = 0; b < 8; ++b) {
+        cnt[b] = hist[8 * lane + b];
+        own += cnt[b];
+      }
+      int incl = own;  // keys whose digit is in this lane or above
+#pragma unroll
+      for (int off = 1; off < kWarp; off *= 2) {
+        const int v = __shfl_down_sync(0xffffffffu, incl, off);
+        if (lane + off < kWarp) incl += v;
+      }
+      const int above = incl - own;
+      const bool holds = above < want && incl >= want;
+      const unsigned who = __ballot_sync(0xffffffffu, holds);
+      if (lane == __ffs(who) - 1) {
+        int rank = want - above, d = 0;
+        bool found = false;
+#pragma unroll
+        for (int b = 7; b > 0; --b) {  // the first digit from the top whose count reaches the rank
+          if (!found && cnt[b] >= rank) {
+            d = b;
+            found = true;
+          }
+          if (!found) rank -= cnt[b];
+        }
+        s_prefix = prefix | (static_cast<uint32_t>(8 * lane + d) << shift);
+        s_want = rank;
+      }
+    } else if (!kScan && tid < kWarp) {
       int own = 0;
 #pragma unroll
       for (int b = 0; b < 8; ++b) own += hist[8 * lane + b];
@@ -375,6 +411,61 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_radix_select_kernel(In
   if (tid == 0) a.count[i] = a.top_k;
 }
 
+
+// Identity selection of a query that sees ≤ top_k rows (no scoring, as ds4).
+__device__ inline void select_all_rows(const IndexerArgs& a, int64_t i, int32_t nr) {
+  int32_t* out = a.idx + i * a.top_k;
+  for (int c = threadIdx.x; c < nr; c += blockDim.x) out[c] = c;
+  if (threadIdx.x == 0) a.count[i] = nr < 0 ? 0 : nr;
+}
+
+template <bool kScan>
+__global__ void __launch_bounds__(kSelectThreads) indexer_radix_select_kernel(IndexerArgs a, const float* scores,
+                                                                             int64_t score_stride, int smem_keys) {
+  extern __shared__ uint32_t skeys[];
+  const int64_t i = blockIdx.x;
+  const int32_t nr = a.n_rows[i];
+  if (nr <= a.top_k) {
+    select_all_rows(a, i, nr);
+    return;
+  }
+  radix_select_block<kScan>(a, i, nr, scores + i * score_stride, skeys, smem_keys);
+}
+
+// Decode scores and selection in one launch (CudaBackendOptions::indexer_select = 2): the blocks of
+// indexer_score_decode_kernel, each then counting itself done on its query's counter (after a fence: its
+// scores are visible device-wide); the last of the query's ceil(nr / rb) blocks resets the counter for the
+// next call and runs the radix select over the scores with its 256 threads (keys in the block's shared
+// memory when they fit). A query that sees ≤ top_k rows: block 0 writes the identity. The same scores and
+// the same selection function, so the same ids as the two launches.
+template <int HD>
+__global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_kernel(IndexerArgs a, float* scores,
+                                                                                    int64_t score_stride, int rb,
+                                                                                    int* done, int smem_keys) {
+  extern __shared__ float sh[];
+  __shared__ bool s_last;
+  const int64_t i = blockIdx.y;
+  const int32_t nr = a.n_rows[i];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
+  if (nr <= a.top_k) {
+    if (blockIdx.x == 0) select_all_rows(a, i, nr);
+    return;
+  }
+  if (r0 >= nr) return;  // not one of the query's blocks
+  score_decode_tile<HD>(a, scores, score_stride, rb, i, nr, r0, sh);
+  __threadfence();
+  __syncthreads();  // every thread's scores are stored and fenced
+  if (threadIdx.x == 0) {
+    const int blocks = static_cast<int>((nr + rb - 1) / rb);
+    s_last = atomicAdd(done + i, 1) == blocks - 1;
+    if (s_last) done[i] = 0;  // every block of this call has counted
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  radix_select_block<true>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
+}
+
 }  // namespace
 
 void CudaBackend::indexer(const IndexerArgs& a) {
@@ -391,17 +482,25 @@ void CudaBackend::indexer(const IndexerArgs& a) {
     max_rows = *std::max_element(counts.begin(), counts.end());
   }
   float* scores = nullptr;
+  int* done = nullptr;  // the fused decode kernel's per-query counters: kIdxDoneBytes at the scratch's start
+  const bool dec_shape = (a.head_dim == 128 || a.head_dim == 64) && indexer_decode_heads(a.heads);
+  const bool dec = indexer_decode_ && dec_shape && a.n <= kIdxDecodeMaxQueries;
   if (max_rows > a.top_k) {
-    if (!ensure(idx_scores_, static_cast<uint64_t>(a.n * max_rows) * 4, "indexer scores")) return;
-    scores = static_cast<float*>(idx_scores_.ptr);
+    if (!ensure(idx_scores_, kIdxDoneBytes + static_cast<uint64_t>(a.n * max_rows) * 4, "indexer scores")) return;
+    done = static_cast<int*>(idx_scores_.ptr);
+    scores = reinterpret_cast<float*>(static_cast<char*>(idx_scores_.ptr) + kIdxDoneBytes);
+    if (idx_done_zeroed_ != idx_scores_.bytes) {  // a new area (every growth changes the size; eager:
+      // ensure never grows while a graph is recorded)
+      if (!check(cudaMemsetAsync(done, 0, kIdxDoneBytes, stream()), "indexer counters")) return;
+      idx_done_zeroed_ = idx_scores_.bytes;
+    }
     const size_t shmem =
         (static_cast<size_t>(a.heads) * (a.head_dim + 1) + a.heads + static_cast<size_t>(kIdxRows) * a.heads) * sizeof(float);
     if (shmem > 48 * 1024 || a.heads > 256) {
       fail(invalid_argument("cuda indexer: heads·head_dim too large for one block's shared memory"));
       return;
     }
-    const bool dec_shape = (a.head_dim == 128 || a.head_dim == 64) && indexer_decode_heads(a.heads);
-    if (indexer_decode_ && dec_shape && a.n <= kIdxDecodeMaxQueries) {
+    if (dec) {
       if (sm_count_ == 0 && !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device()),
                                    "indexer: multiprocessor count"))
         return;
@@ -412,8 +511,14 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       const int rb = static_cast<int>(std::clamp<int64_t>((want + unit - 1) / unit * unit, unit, kIdxDecMaxRows));
       const size_t dshm = (static_cast<size_t>(rb) * std::max(a.head_dim, a.heads + 1) + a.heads) * sizeof(float);
       const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
-      auto dec = a.head_dim == 128 ? indexer_score_decode_kernel<128> : indexer_score_decode_kernel<64>;
-      dec<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb);
+      if (idx_select_ == 2) {  // scores and selection in one launch
+        auto fused = a.head_dim == 128 ? indexer_score_select_decode_kernel<128> : indexer_score_select_decode_kernel<64>;
+        fused<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb, done, static_cast<int>(dshm / 4));
+        launched("indexer scores + select");
+        return;
+      }
+      auto score = a.head_dim == 128 ? indexer_score_decode_kernel<128> : indexer_score_decode_kernel<64>;
+      score<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb);
     } else if (tensor_cores() && a.n >= 2 && (a.head_dim == 128 || a.head_dim == 64)) {
       const dim3 grid(grid_for(max_rows, kIdxTileRows), grid_for(a.n, kIdxTileQueries));
       auto tiled = a.head_dim == 128 ? (indexer_v2_ ? indexer_score_tiled_kernel<128, true> : indexer_score_tiled_kernel<128, false>)
@@ -427,8 +532,9 @@ void CudaBackend::indexer(const IndexerArgs& a) {
   }
   if (indexer_v2_) {
     const int smem_keys = max_rows <= kSelectSmemKeys ? static_cast<int>(max_rows) : 0;
-    indexer_radix_select_kernel<<<static_cast<unsigned>(a.n), kSelectThreads, static_cast<size_t>(smem_keys) * 4,
-                                  stream()>>>(a, scores, max_rows, smem_keys);
+    auto sel = idx_select_ >= 1 ? indexer_radix_select_kernel<true> : indexer_radix_select_kernel<false>;
+    sel<<<static_cast<unsigned>(a.n), kSelectThreads, static_cast<size_t>(smem_keys) * 4, stream()>>>(a, scores, max_rows,
+                                                                                                      smem_keys);
   } else {
     indexer_select_kernel<<<static_cast<unsigned>(a.n), 512, 0, stream()>>>(a, scores, max_rows);
   }

@@ -69,7 +69,33 @@ __device__ inline void mma_split(float (&c)[4], const uint32_t (&a_hi)[4], const
 template <int KK>
 struct QFrag {
   uint32_t hi[KK][4], lo[KK][4];
+  __device__ void get(int kk, uint32_t (&h)[4], uint32_t (&l)[4]) const {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      h[e] = hi[kk][e];
+      l[e] = lo[kk][e];
+    }
+  }
 };
+
+// The same fragments in shared memory (the 16-warp chunk kernel: 64 registers a thread fewer, no spills):
+// [slice][kk][hi, lo][lane] as uint4, each lane's 4 words in one conflict-free 16-byte load.
+struct QShared {
+  const uint4* base;  // this warp's slice and lane: k-step kk's hi at base[2kk·32], lo at base[(2kk + 1)·32]
+  __device__ void get(int kk, uint32_t (&h)[4], uint32_t (&l)[4]) const {
+    const uint4 x = base[2 * kk * kWarp], y = base[(2 * kk + 1) * kWarp];
+    h[0] = x.x, h[1] = x.y, h[2] = x.z, h[3] = x.w;
+    l[0] = y.x, l[1] = y.y, l[2] = y.z, l[3] = y.w;
+  }
+};
+template <int KK>
+__device__ inline void store_q(uint4* base, const QFrag<KK>& qf) {  // base as in QShared
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    base[2 * kk * kWarp] = make_uint4(qf.hi[kk][0], qf.hi[kk][1], qf.hi[kk][2], qf.hi[kk][3]);
+    base[(2 * kk + 1) * kWarp] = make_uint4(qf.lo[kk][0], qf.lo[kk][1], qf.lo[kk][2], qf.lo[kk][3]);
+  }
+}
 
 // Query i's fragments for heads hs[0] (rows g) and hs[1] (rows g + 8; zero where !ok) over dims d0 …
 // d0 + 8·KK − 1: k-step kk holds dims d0 + 8kk + t (columns t) and + 4 (columns t + 4).
@@ -188,8 +214,8 @@ __device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t ra
 // operands as with WPS = 1, only in another warp — and the 512 scores are each added once by one thread
 // (the same order of the 8 partials) and written over slice 0's partials, then read back (24 shared loads
 // per thread). The same bits either way. acc: this warp's KK / WPS dim n-tiles.
-template <int DW, int WPS>
-__device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
+template <int DW, int WPS, typename Q>
+__device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, float scale, float* red,
                                    int wid, int lane, float (&m)[2], float (&l)[2], float (&acc)[DW / 8 / WPS][4]) {
   constexpr int P = DW * kWarps + kPad, KK = DW / 8, NT = 4 / WPS, KN = KK / WPS;
   const int g = lane >> 2, t = lane & 3;
@@ -202,6 +228,8 @@ __device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 
     for (int c = 0; c < 4; ++c) sa[u][c] = sb[u][c] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < KK; ++kk) {
+    uint32_t qhi[4], qlo[4];
+    qf.get(kk, qhi, qlo);
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
       const int nt = part * NT + u;
@@ -209,9 +237,9 @@ __device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 
       const float k0 = kr[0], k1 = kr[4];
       const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
       const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
-      mma_tf32(sa[u], qf.hi[kk], h0, h1);
-      mma_tf32(sb[u], qf.lo[kk], h0, h1);
-      if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[u], qf.hi[kk], tf32_bits(r0), tf32_bits(r1));
+      mma_tf32(sa[u], qhi, h0, h1);
+      mma_tf32(sb[u], qlo, h0, h1);
+      if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[u], qhi, tf32_bits(r0), tf32_bits(r1));
     }
   }
 #pragma unroll
@@ -346,8 +374,14 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
   }
 
   if (n_read < n_seg) {  // block-uniform
+    // WPS = 2: the slice's fragments in shared memory (after the rows and red), written by its part-0
+    // warp; the first segment's __syncthreads below orders them before any read.
     QFrag<KK> qf;
-    load_q(qf, a, i, hs, ok, d0, t);
+    uint4* qsm = reinterpret_cast<uint4*>(red + kWarps * 16 * kWarp) + (wid % kWarps) * KK * 2 * kWarp + lane;
+    if (WPS == 1 || wid < kWarps) load_q(qf, a, i, hs, ok, d0, t);
+    if constexpr (WPS == 2) {
+      if (wid < kWarps) store_q(qsm, qf);
+    }
     const int64_t first_mod = qr.first % a.raw_cap;
     int32_t pre = 0;  // WPS = 2: the next segment's comp_idx entries (prefetch_idx)
     if constexpr (WPS == 2) {
@@ -374,7 +408,11 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
       const int64_t left = qr.total - seg * kAttnSeg;
       const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
       float m[2], l[2], acc[KN][4];
-      segment_mma<DW, WPS>(cur, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+      if constexpr (WPS == 2) {
+        segment_mma<DW, WPS>(cur, cnt, QShared{qsm}, a.scale, red, wid, lane, m, l, acc);
+      } else {
+        segment_mma<DW, WPS>(cur, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+      }
       float fa[2], fb[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) merge_step(M[r], L[r], m[r], l[r], fa[r], fb[r]);
@@ -511,8 +549,13 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split_kernel(
   }
 }
 
-template <int DW>
-size_t chunk_smem() { return (2 * static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
+// Chunk kernel (and the merges, whose fallback runs its body): two row buffers, red, and for WPS = 2 the
+// q fragments ([8 slices][DW / 8][2][32] uint4: 64 KB at head_dim 512; 212 KB in all, under the H200's 227).
+template <int DW, int WPS>
+size_t chunk_smem() {
+  return (2 * static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float) +
+         (WPS == 2 ? static_cast<size_t>(kWarps) * (DW / 8) * 2 * kWarp * sizeof(uint4) : 0);
+}
 template <int DW>
 size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
 
@@ -526,13 +569,13 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   if (!(smem_ready & bit)) {
     const bool set =
         be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW>())), "attention mma chunk smem") &&
+                                      static_cast<int>(chunk_smem<DW, WPS>())), "attention mma chunk smem") &&
         be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, true, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW>())), "attention mma merge smem") &&
+                                      static_cast<int>(chunk_smem<DW, WPS>())), "attention mma merge smem") &&
         be.check(cudaFuncSetAttribute(attention_mma_split_kernel<DW, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(split_smem<DW>())), "attention mma split smem") &&
         be.check(cudaFuncSetAttribute(attention_mma_merge_kernel<DW, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW>())), "attention mma sliced merge smem");
+                                      static_cast<int>(chunk_smem<DW, WPS>())), "attention mma sliced merge smem");
     if (!set) return;
     smem_ready |= bit;
   }
@@ -549,15 +592,15 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
-      attention_mma_merge_kernel<DW, WPS><<<mgrid, threads, chunk_smem<DW>(), s>>>(a, st, slices);
+      attention_mma_merge_kernel<DW, WPS><<<mgrid, threads, chunk_smem<DW, WPS>(), s>>>(a, st, slices);
       be.launched("attention mma (sliced merge)");
       return;
     }
-    attention_mma_chunk_kernel<DW, true, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
+    attention_mma_chunk_kernel<DW, true, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, WPS>(), s>>>(a, st);
     be.launched("attention mma (merge)");
     return;
   }
-  attention_mma_chunk_kernel<DW, false, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
+  attention_mma_chunk_kernel<DW, false, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, WPS>(), s>>>(a, st);
   be.launched("attention mma (chunk)");
 }
 

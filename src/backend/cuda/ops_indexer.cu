@@ -153,6 +153,9 @@ __global__ void __launch_bounds__(kIdxTileRows) indexer_score_tiled_kernel(Index
 constexpr int kIdxDecodeMaxQueries = 32;
 constexpr int kIdxDecThreads = 256;
 constexpr int kIdxDecMaxRows = 64;
+// The fused decode kernel (score + select, indexer_select = 2) up to this row bound: its selecting block
+// has 256 threads (the separate select kernel 1,024), too few for 32K context's 8,192 rows.
+constexpr int64_t kIdxFusedMaxRows = 2048;
 constexpr uint64_t kIdxDoneBytes = 256;  // ≥ kIdxDecodeMaxQueries ints; keeps the scores 256-byte aligned
 
 // Heads the decode kernel takes: slots = 256 / heads threads per head, ≤ 16 (4 rows each) per pass.
@@ -161,7 +164,10 @@ __host__ __device__ constexpr bool indexer_decode_heads(int heads) {
 }
 
 // The scores of rows r0 … r0 + rb − 1 (< nr) of query i by this block; sh: the dynamic shared memory.
-template <int HD>
+// kQSmem (the fused kernel): q_i is first copied into shared memory by the whole block, coalesced
+// ([heads][HD + 4], after w), and each thread takes its head's q from there — the direct loads (a warp's
+// 32 lanes reading 32 heads' rows 512 bytes apart) touch 32 lines per instruction. Same values.
+template <int HD, bool kQSmem>
 __device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, int64_t score_stride, int rb, int64_t i,
                                          int32_t nr, int64_t r0, float* sh) {
   const int H = a.heads, tid = static_cast<int>(threadIdx.x);
@@ -178,7 +184,16 @@ __device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, in
   for (int k = tid; k < H; k += blockDim.x) shw[k] = a.w[i * H + k];
   const int h = tid % H, slot = tid / H, slots = kIdxDecThreads / H;
   float q[HD];
-  load_regs<HD>(q, a.q + (i * H + h) * HD);
+  if constexpr (kQSmem) {
+    float* sq = shw + H;  // [H][HD + 4]: rows 16-byte aligned, a warp's float4 reads of 32 heads conflict-free
+    const float4* gq = reinterpret_cast<const float4*>(a.q + i * H * HD);
+    for (int k = tid; k < H * HD / 4; k += blockDim.x)
+      reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = gq[k];
+    __syncthreads();
+    load_regs<HD>(q, sq + h * (HD + 4));
+  } else {
+    load_regs<HD>(q, a.q + (i * H + h) * HD);
+  }
   __syncthreads();
   float dv[4][4];
 #pragma unroll
@@ -228,7 +243,7 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_decode_kernel(In
   const int32_t nr = a.n_rows[i];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
   if (nr <= a.top_k || r0 >= nr) return;  // the same for the whole block
-  score_decode_tile<HD>(a, scores, score_stride, rb, i, nr, r0, sh);
+  score_decode_tile<HD, false>(a, scores, score_stride, rb, i, nr, r0, sh);
 }
 
 // Order-preserving key: a larger score gives a larger unsigned key; −0 and +0 tie as on the CPU.
@@ -452,7 +467,7 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
     return;
   }
   if (r0 >= nr) return;  // not one of the query's blocks
-  score_decode_tile<HD>(a, scores, score_stride, rb, i, nr, r0, sh);
+  score_decode_tile<HD, true>(a, scores, score_stride, rb, i, nr, r0, sh);
   __threadfence();
   __syncthreads();  // every thread's scores are stored and fenced
   if (threadIdx.x == 0) {
@@ -508,15 +523,23 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       // 4·slots rows (a thread's 4 chains), at most kIdxDecMaxRows (the dots' 16 registers).
       const int unit = 4 * (kIdxDecThreads / a.heads);
       const int64_t want = (max_rows * a.n + sm_count_ - 1) / std::max(sm_count_, 1);
-      const int rb = static_cast<int>(std::clamp<int64_t>((want + unit - 1) / unit * unit, unit, kIdxDecMaxRows));
-      const size_t dshm = (static_cast<size_t>(rb) * std::max(a.head_dim, a.heads + 1) + a.heads) * sizeof(float);
-      const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
-      if (idx_select_ == 2) {  // scores and selection in one launch
+      int rb = static_cast<int>(std::clamp<int64_t>((want + unit - 1) / unit * unit, unit, kIdxDecMaxRows));
+      auto dec_smem = [&](int r) {
+        return (static_cast<size_t>(r) * std::max(a.head_dim, a.heads + 1) + a.heads) * sizeof(float);
+      };
+      if (idx_select_ == 2 && max_rows <= kIdxFusedMaxRows) {  // scores and selection in one launch
+        // q staged too ([heads][head_dim + 4]): rows per block cut to stay within 48 KB (no opt-in).
+        const size_t qsm = static_cast<size_t>(a.heads) * (a.head_dim + 4) * sizeof(float);
+        while (rb > unit && dec_smem(rb) + qsm > 48 * 1024) rb -= unit;
+        const size_t dshm = dec_smem(rb) + qsm;
+        const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
         auto fused = a.head_dim == 128 ? indexer_score_select_decode_kernel<128> : indexer_score_select_decode_kernel<64>;
         fused<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb, done, static_cast<int>(dshm / 4));
         launched("indexer scores + select");
         return;
       }
+      const size_t dshm = dec_smem(rb);
+      const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
       auto score = a.head_dim == 128 ? indexer_score_decode_kernel<128> : indexer_score_decode_kernel<64>;
       score<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb);
     } else if (tensor_cores() && a.n >= 2 && (a.head_dim == 128 || a.head_dim == 64)) {

@@ -6,9 +6,9 @@
 //              (batched decode steps: the split shape), 2,048 (a prefill chunk, positions ctx … ctx + 2,047).
 //   indexer    64 heads × 128, top 512; decode at 2K (525 rows, the forward pass's bucketed bound 1,024)
 //              and 32K (8,192 rows), n = 1 and 8.
-// Variants: "now" (defaults), "prev" (attention_mma_warps = 8, attention_merge_sliced = false,
-// indexer_select = 0: the kernels before this file's session), and "w8/sel1" (8 warps, sliced merge; the
-// scan select in its own launch).
+// Variants: "now" (defaults), "prev" (attention_mma_kernels = 0, attention_merge_sliced = false,
+// indexer_select = 0: the kernels before this file), "k1/sel2" (the 8-warp fast attention kernels, sliced
+// merge; the fused decode indexer) and "k2/sel1" (16-warp fast kernels; the select in its own launch).
 // Usage: cuda_attention_bench [all | decode | prefill]. "decode" and "prefill" run each variant's calls
 // 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
@@ -38,15 +38,18 @@ int main(int argc, char** argv) {
     const char* name;
     cuda::CudaBackendOptions o;
   };
-  std::vector<Variant> vars(3);
+  std::vector<Variant> vars(4);
   vars[0].name = "now";
-  vars[1].name = "prev";
-  vars[1].o.attention_mma_warps = 8;
+  vars[1].name = "prev";  // the kernels before this file: previous MMA kernels, chunk-kernel merge, select 0
+  vars[1].o.attention_mma_kernels = 0;
   vars[1].o.attention_merge_sliced = false;
   vars[1].o.indexer_select = 0;
-  vars[2].name = "w8/sel1";
-  vars[2].o.attention_mma_warps = 8;
-  vars[2].o.indexer_select = 1;
+  vars[2].name = "k1/sel2";  // 8-warp fast kernels, sliced merge; the fused decode indexer
+  vars[2].o.attention_mma_kernels = 1;
+  vars[2].o.indexer_select = 2;
+  vars[3].name = "k2/sel1";  // 16-warp fast kernels, sliced merge; the scan select in its own launch
+  vars[3].o.attention_mma_kernels = 2;
+  vars[3].o.indexer_select = 1;
   std::vector<std::unique_ptr<Backend>> bes;
   for (auto& v : vars) {
     auto made = cuda::make_cuda_backend(v.o);

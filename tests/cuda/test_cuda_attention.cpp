@@ -8,9 +8,9 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's default kernels (16 warps, the split shape's merge spread over dim slices) against its previous
-// ones (CudaBackendOptions::attention_mma_warps = 8, attention_merge_sliced = false), bit for bit in every
-// shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 2: previous, 8-warp fast,
+// 16-warp fast; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
 #include <climits>
@@ -29,9 +29,9 @@ class CudaAttention : public CudaOpsTest {
  protected:
   // A backend with other attention options (made once per test).
   Backend& backend_with(int split_max_blocks, bool segments = true, int heads_per_warp = 2, bool mma = true,
-                        int mma_warps = 16, bool merge_sliced = true) {
+                        int mma_kernels = cuda::CudaBackendOptions{}.attention_mma_kernels, bool merge_sliced = true) {
     cuda::CudaBackendOptions o;
-    o.attention_mma_warps = mma_warps;
+    o.attention_mma_kernels = mma_kernels;
     o.attention_merge_sliced = merge_sliced;
     o.attention_mma = mma;
     o.attention_segments = segments;
@@ -41,6 +41,14 @@ class CudaAttention : public CudaOpsTest {
     EXPECT_TRUE(made.ok());
     extra_.push_back(std::move(made).value());
     return *extra_.back();
+  }
+  // The MMA order's kernel variants: previous kernels with the chunk-kernel merge, 8-warp fast, 16-warp
+  // fast (each with its default split bound, and splitting whenever a bound is known).
+  std::vector<std::pair<Backend*, Backend*>> mma_variants() {
+    std::vector<std::pair<Backend*, Backend*>> v;
+    v.emplace_back(&backend_with(128, true, 2, true, 0, false), &backend_with(INT_MAX, true, 2, true, 0, false));
+    for (int k : {1, 2}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
+    return v;
   }
   std::vector<std::unique_ptr<Backend>> extra_;
 };
@@ -80,8 +88,9 @@ struct Order {
   Backend* chunk;
   Backend* split;
   Backend* onehead;
-  Backend* prev = nullptr;        // MMA order: the previous kernels (8 warps, the chunk kernel merging)
-  Backend* prev_split = nullptr;  // the same, split shape whenever a bound is known
+  // MMA order: the other kernel variants (attention_mma_kernels, attention_merge_sliced), each with its
+  // split shape whenever a bound is known (second).
+  std::vector<std::pair<Backend*, Backend*>> variants = {};
 };
 
 }  // namespace
@@ -98,8 +107,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
       {"tiny h8", 8, 64, 16, 90, 32, 1200, 32, 5},
   };
   const Order orders[] = {
-      {"mma", gpu_.get(), &backend_with(0), &backend_with(INT_MAX), &backend_with(0),
-       &backend_with(128, true, 2, true, 8, false), &backend_with(INT_MAX, true, 2, true, 8, false)},
+      {"mma", gpu_.get(), &backend_with(0), &backend_with(INT_MAX), &backend_with(0), mma_variants()},
       {"segments", &backend_with(128, true, 2, false), &backend_with(0, true, 2, false),
        &backend_with(INT_MAX, true, 2, false), &backend_with(0, true, 1, false)}};
   Backend& prev_be = backend_with(128, false, 2, false);  // the previous kernel (CudaBackendOptions switch)
@@ -172,9 +180,9 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
         EXPECT_TRUE(same_bits(run(*ord.chunk, g), got)) << what << ": chunk shape differs from the default";
         EXPECT_TRUE(same_bits(run(*ord.onehead, g), got)) << what << ": one-head chunk kernel differs from the default";
         EXPECT_TRUE(same_bits(run(*ord.split, g), got)) << what << ": split shape differs from the default";
-        if (ord.prev) {
-          EXPECT_TRUE(same_bits(run(*ord.prev, g), got)) << what << ": previous kernels differ";
-          EXPECT_TRUE(same_bits(run(*ord.prev_split, g), got)) << what << ": previous kernels' split shape differs";
+        for (size_t v = 0; v < ord.variants.size(); ++v) {
+          EXPECT_TRUE(same_bits(run(*ord.variants[v].first, g), got)) << what << ": kernel variant " << v << " differs";
+          EXPECT_TRUE(same_bits(run(*ord.variants[v].second, g), got)) << what << ": kernel variant " << v << ", split shape";
         }
         AttentionArgs unbounded = g;  // no host bound without selection: the chunk shape
         unbounded.max_comp = 0;
@@ -183,8 +191,9 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
           AttentionArgs low = g;  // a bound below the real counts: the merge computes the segments past it
           low.max_comp = 1;
           EXPECT_TRUE(same_bits(run(*ord.split, low), got)) << what << ": max_comp below the counts";
-          if (ord.prev_split)
-            EXPECT_TRUE(same_bits(run(*ord.prev_split, low), got)) << what << ": previous kernels, max_comp below the counts";
+          for (size_t v = 0; v < ord.variants.size(); ++v)
+            EXPECT_TRUE(same_bits(run(*ord.variants[v].second, low), got)) << what << ": kernel variant " << v
+                                                                            << ", max_comp below the counts";
         }
         if (&ord == &orders[0]) expect_close(run(prev_be, g), want, 1e-5, 1e-7, what + " (previous kernel)");
 
@@ -239,7 +248,9 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
     for (int32_t j = 0; j < count[i]; ++j) idx[i * top_k + j] = (j * 29 + static_cast<int32_t>(i)) % comp_rows;
   }
   const std::pair<Backend*, Backend*> pairs[] = {{gpu_.get(), &backend_with(0)},  // MMA: split vs chunk
-                                                 {&backend_with(128, true, 2, true, 8, false), &backend_with(0, true, 2, true, 8)},
+                                                 {&backend_with(128, true, 2, true, 0, false), &backend_with(0, true, 2, true, 0)},
+                                                 {&backend_with(128, true, 2, true, 1), &backend_with(0, true, 2, true, 1)},
+                                                 {&backend_with(128, true, 2, true, 2), &backend_with(0, true, 2, true, 2)},
                                                  {&backend_with(128, true, 2, false), &backend_with(0, true, 2, false)}};
   for (const auto& [split_be, chunk_be] : pairs)
   for (bool selected : {false, true}) {
@@ -278,7 +289,7 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
     split_be->attention(g);  // n·8 = 48 blocks: the split shape
     ASSERT_TRUE(split_be->sync().ok());
     const auto got = host(g.out, want.size());
-    const std::string what = std::string("attention ") + (split_be == pairs[2].first ? "segments" : "mma") +
+    const std::string what = std::string("attention ") + (split_be == pairs[4].first ? "segments" : "mma") +
                              " per-query sessions" + (selected ? " selected" : "");
     expect_close(got, want, 1e-5, 1e-7, what);
     g.out = poisoned(want.size());
@@ -299,8 +310,7 @@ TEST_F(CudaAttention, FlashChunkAndDecodeShapesAt2KAnd32K) {
   const int64_t nmax = 2048, hd = int64_t{H} * D, cap = W + nmax;
   // Each order: its default, then the other chunk kernel (MMA: chunk shape only; scalar: the one-head
   // kernel instead of the MQA one) and its split shape.
-  const Order orders[] = {{"mma", gpu_.get(), &backend_with(0), &backend_with(INT_MAX), nullptr,
-                           &backend_with(128, true, 2, true, 8, false), &backend_with(INT_MAX, true, 2, true, 8, false)},
+  const Order orders[] = {{"mma", gpu_.get(), &backend_with(0), &backend_with(INT_MAX), nullptr, mma_variants()},
                           {"segments", &backend_with(128, true, 2, false), &backend_with(0, true, 1, false),
                            &backend_with(INT_MAX, true, 2, false), nullptr}};
   const auto q = randn(static_cast<size_t>(nmax * hd), 0.2f);
@@ -348,9 +358,11 @@ TEST_F(CudaAttention, FlashChunkAndDecodeShapesAt2KAnd32K) {
         };
         const auto got = run(*ord.def, g);
         EXPECT_TRUE(same_bits(run(*ord.chunk, g), got)) << what << ": the other chunk kernel differs";
-        if (ord.prev) EXPECT_TRUE(same_bits(run(*ord.prev, g), got)) << what << ": previous kernels differ";
-        if (ord.prev_split && n <= 40)
-          EXPECT_TRUE(same_bits(run(*ord.prev_split, g), got)) << what << ": previous kernels' split shape differs";
+        for (size_t v = 0; v < ord.variants.size(); ++v) {
+          EXPECT_TRUE(same_bits(run(*ord.variants[v].first, g), got)) << what << ": kernel variant " << v << " differs";
+          if (n <= 40)
+            EXPECT_TRUE(same_bits(run(*ord.variants[v].second, g), got)) << what << ": kernel variant " << v << ", split shape";
+        }
         if (n <= 40) {
           EXPECT_TRUE(same_bits(run(*ord.split, g), got)) << what << ": split shape differs";
         }

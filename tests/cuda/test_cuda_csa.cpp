@@ -1,6 +1,7 @@
 // test_cuda_csa.cpp — the decode chain of a CSA layer on CUDA: the indexer of decode and batched decode
 // steps (ops_indexer.cu indexer_score_decode_kernel, CudaBackendOptions::indexer_decode) against the
-// previous kernels (indexer_decode = false, indexer_select = 0) and the CPU op, selected ids equal, at the Flash shapes
+// previous kernels (indexer_decode = false, indexer_select = 0), the fused score + select launch
+// (indexer_select = 2) and the CPU op, selected ids equal, at the Flash shapes
 // (64 heads × 128, top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K and 32K; sessions at
 // different positions (per-query row counts and, batched, per-query rows through rows_at), queries that
 // see ≤ top_k rows mixed in, and duplicated rows for exact score ties (the lower id wins).
@@ -23,6 +24,11 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
   auto made = cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto prev = std::move(made).value();
+  cuda::CudaBackendOptions fo;  // the scores and the selection in one launch (≤ 2,048 rows)
+  fo.indexer_select = 2;
+  auto made_f = cuda::make_cuda_backend(fo);
+  ASSERT_TRUE(made_f.ok());
+  auto fused = std::move(made_f).value();
   for (int64_t ctx : {int64_t{2048 + 100}, int64_t{8192}, int64_t{32768}}) {
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{32}}) {
       for (bool per_query : {false, true}) {
@@ -59,14 +65,22 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
         ASSERT_TRUE(gpu_->sync().ok());
         prev->indexer(p);
         ASSERT_TRUE(prev->sync().ok());
+        IndexerArgs f = g;
+        f.idx = poisoned_i32(n * TK);
+        f.count = poisoned_i32(n);
+        fused->indexer(f);
+        ASSERT_TRUE(fused->sync().ok());
         const auto idx = host(g.idx, n * TK), cnt = host(g.count, n);
         const auto pidx = host(p.idx, n * TK), pcnt = host(p.count, n);
+        const auto fidx = host(f.idx, n * TK), fcnt = host(f.count, n);
 
         int64_t differ = 0;
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(cnt[i], pcnt[i]) << "query " << i;
+          ASSERT_EQ(cnt[i], fcnt[i]) << "query " << i;
           ASSERT_EQ(cnt[i], std::min(nr[i], TK)) << "query " << i;
-          for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * TK + j] != pidx[i * TK + j];
+          for (int32_t j = 0; j < cnt[i]; ++j)
+            differ += (idx[i * TK + j] != pidx[i * TK + j]) + (idx[i * TK + j] != fidx[i * TK + j]);
         }
         // The CPU op for the first, a middle and the last query (every query at 32K would be slow here).
         for (int64_t i : {int64_t{0}, n / 2, n - 1}) {

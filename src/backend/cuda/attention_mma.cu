@@ -16,6 +16,7 @@
 // Deliberately not here: the scalar segment order (attention_segments.cu) and the previous kernels
 // (ops_attention.cu, attention_decode.cu), kept behind CudaBackendOptions::attention_mma = false.
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/common.cuh"
@@ -33,6 +34,16 @@ constexpr int kThreads = kWarps * kWarp;
 constexpr int kPad = 4;     // row pitch D + 4 floats: both products' fragment loads hit 32 distinct banks
 constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
 constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
+
+// Kernel variants (CudaBackendOptions::attention_mma_kernels), the same bits: V = 0 the previous kernels
+// (8 warps, every warp adding all partial scores, comp_idx loaded at each copy); V = 1 (8 warps) and V = 2
+// (16 warps, q fragments in shared memory) "fast": partial scores added once per block, comp_idx a segment
+// ahead, and segments whose staged values are all exact in TF32 (the KV cache's rows) multiplied without
+// splitting them (their TF32 part is their own bits, their remainder zero: no conversion, no vote).
+template <int V>
+inline constexpr int kWpsOf = V == 2 ? 2 : 1;  // warps per dim slice
+template <int V>
+inline constexpr bool kFastOf = V >= 1;
 static_assert(kAttnSeg == 32 && kAttnSeg == modelspec::kCudaAttnSegmentRows,
               "the score tile is 4 n-tiles of 8 rows and the value product 4 k-steps of 8 rows");
 
@@ -195,6 +206,27 @@ __device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t ra
   }
 }
 
+// Whether every value this thread copied into the staged segment (its warp's rows w + NW·k, columns
+// 4·(lane + 32c) …; its own cp.async copies have landed after cp_async_wait, its zero fills are its own
+// stores) is exact in TF32 and finite: low 13 mantissa bits zero, exponent not all ones — then
+// tf32_bits(v) is v's bits and v − tf32(v) = 0. The caller ANDs it over the block (__syncthreads_and).
+template <int D, int NW>
+__device__ inline bool own_rows_exact(const float* buf, int wid, int lane) {
+  constexpr int P = D + kPad, C4 = D / 4;
+  uint32_t bad = 0;
+#pragma unroll
+  for (int k = 0; k < kAttnSeg / NW; ++k) {
+    const float* row = buf + (wid + NW * k) * P;
+    for (int c4 = lane; c4 < C4; c4 += kWarp) {
+      const uint4 x = *reinterpret_cast<const uint4*>(row + 4 * c4);
+      const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) bad |= (w[e] & 0x1fffu) | ((w[e] & 0x7f800000u) == 0x7f800000u ? 1u : 0u);
+    }
+  }
+  return bad == 0;
+}
+
 // The state (m, l, acc) of heads (g, g + 8) over one staged segment of cnt ≥ 1 rows (rows [kAttnSeg][P],
 // padded rows zero), for this warp's dims of acc. Whole block (one or two __syncthreads inside); red: the
 // [kWarps][16][32] partial scores.
@@ -214,9 +246,11 @@ __device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t ra
 // operands as with WPS = 1, only in another warp — and the 512 scores are each added once by one thread
 // (the same order of the 8 partials) and written over slice 0's partials, then read back (24 shared loads
 // per thread). The same bits either way. acc: this warp's KK / WPS dim n-tiles.
-template <int DW, int WPS, typename Q>
-__device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, float scale, float* red,
-                                   int wid, int lane, float (&m)[2], float (&l)[2], float (&acc)[DW / 8 / WPS][4]) {
+// exact (V ≥ 1, block-uniform): every staged value of the segment is exact in TF32 (segment_exact).
+template <int DW, int V, typename Q>
+__device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, float scale, float* red, int wid, int lane,
+                                   bool exact, float (&m)[2], float (&l)[2], float (&acc)[DW / 8 / kWpsOf<V>][4]) {
+  constexpr int WPS = kWpsOf<V>;
   constexpr int P = DW * kWarps + kPad, KK = DW / 8, NT = 4 / WPS, KN = KK / WPS;
   const int g = lane >> 2, t = lane & 3;
   const int sl = wid % kWarps, part = wid / kWarps;
@@ -235,6 +269,11 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
       const int nt = part * NT + u;
       const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
       const float k0 = kr[0], k1 = kr[4];
+      if (kFastOf<V> && exact) {  // tf32_bits(k) = k's bits, k − tf32(k) = 0: the same two MMAs, no third
+        mma_tf32(sa[u], qhi, __float_as_uint(k0), __float_as_uint(k1));
+        mma_tf32(sb[u], qlo, __float_as_uint(k0), __float_as_uint(k1));
+        continue;
+      }
       const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
       const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
       mma_tf32(sa[u], qhi, h0, h1);
@@ -248,7 +287,7 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
     for (int c = 0; c < 4; ++c) red[(sl * 16 + (part * NT + u) * 4 + c) * kWarp + lane] = sa[u][c] + sb[u][c];
   __syncthreads();
   float s[4][4];
-  if constexpr (WPS == 1) {
+  if constexpr (!kFastOf<V>) {
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -259,14 +298,16 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
         s[nt][c] = 8 * nt + 2 * t + (c & 1) < cnt ? v * scale : -INFINITY;
       }
   } else {
-    // Score k = (nt·4 + c)·32 + lane' by thread k: read only by this thread before it is overwritten.
-    const int k = static_cast<int>(threadIdx.x);
-    static_assert(16 * kWarp == kWarps * WPS * kWarp, "one score per thread");
-    float v = red[k];
+    // Score k = (nt·4 + c)·32 + lane' by thread k (and k + 256 with 8 warps): read only by this thread
+    // before it is overwritten.
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) v = v + red[w * 16 * kWarp + k];
-    const int nt = k / (4 * kWarp), c = (k / kWarp) % 4, tt = k % 4;
-    red[k] = 8 * nt + 2 * tt + (c & 1) < cnt ? v * scale : -INFINITY;
+    for (int k = static_cast<int>(threadIdx.x); k < 16 * kWarp; k += kThreads * WPS) {
+      float v = red[k];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) v = v + red[w * 16 * kWarp + k];
+      const int nt = k / (4 * kWarp), c = (k / kWarp) % 4, tt = k % 4;
+      red[k] = 8 * nt + 2 * tt + (c & 1) < cnt ? v * scale : -INFINITY;
+    }
     __syncthreads();
 #pragma unroll
     for (int nt2 = 0; nt2 < 4; ++nt2)
@@ -305,6 +346,15 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
     split_tf32(s[j][1], ph[2], pl[2]);
     split_tf32(s[j][3], ph[3], pl[3]);
     const float* vr = base + (8 * j + 2 * t) * P + g + 8 * (part * KN);
+    if (kFastOf<V> && exact) {
+#pragma unroll
+      for (int u = 0; u < KN; ++u) {  // mma_split's first two MMAs (v exact: no third)
+        const uint32_t v0 = __float_as_uint(vr[8 * u]), v1 = __float_as_uint(vr[P + 8 * u]);
+        mma_tf32(acc[u], ph, v0, v1);
+        mma_tf32(acc[u], pl, v0, v1);
+      }
+      continue;
+    }
 #pragma unroll
     for (int u = 0; u < KN; ++u) mma_split(acc[u], ph, pl, vr[8 * u], vr[P + 8 * u]);
   }
@@ -317,8 +367,9 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
 // Then the sink, and out. Dynamic shared memory: [2][kAttnSeg][D + kPad] rows, then [kWarps][16][32].
 // The body of the chunk kernel for block (query i, heads h0 … h0 + 15); also the sliced merge's path for
 // a query whose segments outrun the stored ones (attention_mma_merge_kernel).
-template <int DW, bool kStored, int WPS>
+template <int DW, bool kStored, int V>
 __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, int64_t i, int h0) {
+  constexpr int WPS = kWpsOf<V>;
   constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
   float* bufs = reinterpret_cast<float*>(smem4);
@@ -383,8 +434,8 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
       if (wid < kWarps) store_q(qsm, qf);
     }
     const int64_t first_mod = qr.first % a.raw_cap;
-    int32_t pre = 0;  // WPS = 2: the next segment's comp_idx entries (prefetch_idx)
-    if constexpr (WPS == 2) {
+    int32_t pre = 0;  // fast kernels: the next segment's comp_idx entries (prefetch_idx)
+    if constexpr (kFastOf<V>) {
       stage_rows_pre<D, NW>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane, prefetch_idx<NW>(qr, n_read, wid, lane));
       pre = prefetch_idx<NW>(qr, n_read + 1, wid, lane);
     } else {
@@ -395,7 +446,7 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
       float* cur = bufs + ((seg - n_read) & 1) * kAttnSeg * P;
       if (seg + 1 < n_seg) {
         float* nxt = bufs + ((seg + 1 - n_read) & 1) * kAttnSeg * P;
-        if constexpr (WPS == 2) {
+        if constexpr (kFastOf<V>) {
           stage_rows_pre<D, NW>(nxt, qr, a.raw_cap, first_mod, seg + 1, wid, lane, pre);
           pre = prefetch_idx<NW>(qr, seg + 2, wid, lane);  // consumed a whole segment later
         } else {
@@ -404,14 +455,19 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
       }
       cp_async_commit();
       cp_async_wait<1>();  // this thread's copies of segment seg have landed
-      __syncthreads();     // everyone's have
+      bool exact = false;  // everyone's have (the barrier), and (fast kernels) all are exact in TF32
+      if constexpr (kFastOf<V>) {
+        exact = __syncthreads_and(own_rows_exact<D, NW>(cur, wid, lane)) != 0;
+      } else {
+        __syncthreads();
+      }
       const int64_t left = qr.total - seg * kAttnSeg;
       const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
       float m[2], l[2], acc[KN][4];
       if constexpr (WPS == 2) {
-        segment_mma<DW, WPS>(cur, cnt, QShared{qsm}, a.scale, red, wid, lane, m, l, acc);
+        segment_mma<DW, V>(cur, cnt, QShared{qsm}, a.scale, red, wid, lane, exact, m, l, acc);
       } else {
-        segment_mma<DW, WPS>(cur, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+        segment_mma<DW, V>(cur, cnt, qf, a.scale, red, wid, lane, exact, m, l, acc);
       }
       float fa[2], fb[2];
 #pragma unroll
@@ -436,10 +492,10 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
   }
 }
 
-template <int DW, bool kStored, int WPS>
-__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk_kernel(AttentionArgs a, SegStates st) {
+template <int DW, bool kStored, int V>
+__global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_chunk_kernel(AttentionArgs a, SegStates st) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk_block<DW, kStored, WPS>(a, st, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+  chunk_block<DW, kStored, V>(a, st, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
 // The merge after the split kernel, spread over the dims: block = (query i, 16 heads, dim slice y of
@@ -449,19 +505,19 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk_kernel(
 // 64 heads × 2 KB = 2.6 MB) spread over n·groups·slices blocks instead of n·groups. (m, l) are
 // recomputed per thread (cheap: the head's scalars). A query with more segments than were stored (a host
 // bound below the real counts) is left to slice 0, which runs the chunk kernel's body for its 16 heads.
-template <int DW, int WPS>
-__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
+template <int DW, int V>
+__global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
   constexpr int D = DW * kWarps, D4 = D / 4;
   const int groups = (a.heads + kHeads - 1) / kHeads;
   const int64_t i = blockIdx.x / groups;
   const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
   const int64_t n_seg = segments_of(query_rows(a, i));
   if (n_seg > st.n_stored) {  // block-uniform
-    if (blockIdx.y == 0) chunk_block<DW, true, WPS>(a, st, i, h0);
+    if (blockIdx.y == 0) chunk_block<DW, true, V>(a, st, i, h0);
     return;
   }
   const int per = D4 / slices;  // float4 columns of a head in this slice
-  for (int e = threadIdx.x; e < kHeads * per; e += kThreads * WPS) {
+  for (int e = threadIdx.x; e < kHeads * per; e += kThreads * kWpsOf<V>) {
     const int h = h0 + e / per;
     if (h >= a.heads) break;  // e grows with h
     const int64_t c4 = static_cast<int64_t>(blockIdx.y) * per + e % per;
@@ -500,8 +556,9 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_merge_kernel(
 // Split kernel: block = (segment k, 16 heads, query i), 8·WPS warps; stores segment k's state of each head
 // (segments past the query's rows have nothing to store). Dynamic shared memory: [kAttnSeg][D + kPad]
 // rows, then [kWarps][16][32].
-template <int DW, int WPS>
-__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split_kernel(AttentionArgs a, SegStates st) {
+template <int DW, int V>
+__global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_split_kernel(AttentionArgs a, SegStates st) {
+  constexpr int WPS = kWpsOf<V>;
   constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
@@ -517,7 +574,7 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split_kernel(
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
   const int d0 = (wid % kWarps) * DW, dv = d0 + 8 * KN * (wid / kWarps);
   QFrag<KK> qf;  // loaded while the copies fly
-  if constexpr (WPS == 2) {  // the index and q loads issued together, then the copies
+  if constexpr (kFastOf<V>) {  // the index and q loads issued together, then the copies
     const int32_t pre = prefetch_idx<NW>(qr, seg, wid, lane);
     float x[KK][4];
     load_q_floats(x, a, i, hs, ok, d0, t);
@@ -530,11 +587,16 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split_kernel(
     load_q(qf, a, i, hs, ok, d0, t);
   }
   cp_async_wait<0>();
-  __syncthreads();
+  bool exact = false;
+  if constexpr (kFastOf<V>) {
+    exact = __syncthreads_and(own_rows_exact<D, NW>(rows, wid, lane)) != 0;
+  } else {
+    __syncthreads();
+  }
   const int64_t left = qr.total - seg * kAttnSeg;
   const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
   float m[2], l[2], acc[KN][4];
-  segment_mma<DW, WPS>(rows, cnt, qf, a.scale, red, wid, lane, m, l, acc);
+  segment_mma<DW, V>(rows, cnt, qf, a.scale, red, wid, lane, exact, m, l, acc);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (!ok[r]) continue;
@@ -551,31 +613,31 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split_kernel(
 
 // Chunk kernel (and the merges, whose fallback runs its body): two row buffers, red, and for WPS = 2 the
 // q fragments ([8 slices][DW / 8][2][32] uint4: 64 KB at head_dim 512; 212 KB in all, under the H200's 227).
-template <int DW, int WPS>
+template <int DW, int V>
 size_t chunk_smem() {
   return (2 * static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float) +
-         (WPS == 2 ? static_cast<size_t>(kWarps) * (DW / 8) * 2 * kWarp * sizeof(uint4) : 0);
+         (V == 2 ? static_cast<size_t>(kWarps) * (DW / 8) * 2 * kWarp * sizeof(uint4) : 0);
 }
 template <int DW>
 size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
 
-// smem_ready: bit per (DW, WPS) variant, set once the kernels' dynamic shared-memory limits are raised.
+// smem_ready: bit per (DW, V) variant, set once the kernels' dynamic shared-memory limits are raised.
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
-template <int DW, int WPS>
+template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
                 bool sliced_merge) {
-  constexpr int threads = kThreads * WPS;
-  const uint32_t bit = 1u << (DW / 8 + (WPS == 2 ? 16 : 0));
+  constexpr int threads = kThreads * kWpsOf<V>;
+  const uint32_t bit = 1u << (DW / 8 + 10 * V);
   if (!(smem_ready & bit)) {
     const bool set =
-        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW, WPS>())), "attention mma chunk smem") &&
-        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, true, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW, WPS>())), "attention mma merge smem") &&
-        be.check(cudaFuncSetAttribute(attention_mma_split_kernel<DW, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(chunk_smem<DW, V>())), "attention mma chunk smem") &&
+        be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, true, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(chunk_smem<DW, V>())), "attention mma merge smem") &&
+        be.check(cudaFuncSetAttribute(attention_mma_split_kernel<DW, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(split_smem<DW>())), "attention mma split smem") &&
-        be.check(cudaFuncSetAttribute(attention_mma_merge_kernel<DW, WPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW, WPS>())), "attention mma sliced merge smem");
+        be.check(cudaFuncSetAttribute(attention_mma_merge_kernel<DW, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(chunk_smem<DW, V>())), "attention mma sliced merge smem");
     if (!set) return;
     smem_ready |= bit;
   }
@@ -583,7 +645,7 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   cudaStream_t s = be.stream();
   if (split_segs > 0) {
     const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
-    attention_mma_split_kernel<DW, WPS><<<grid, threads, split_smem<DW>(), s>>>(a, st);
+    attention_mma_split_kernel<DW, V><<<grid, threads, split_smem<DW>(), s>>>(a, st);
     if (!be.launched("attention mma (split)")) return;
     if (sliced_merge) {
       // Dim slices (1 … 8; the bits do not depend on them) until the merge has ~256 blocks: a decode
@@ -592,15 +654,15 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
-      attention_mma_merge_kernel<DW, WPS><<<mgrid, threads, chunk_smem<DW, WPS>(), s>>>(a, st, slices);
+      attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW, V>(), s>>>(a, st, slices);
       be.launched("attention mma (sliced merge)");
       return;
     }
-    attention_mma_chunk_kernel<DW, true, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, WPS>(), s>>>(a, st);
+    attention_mma_chunk_kernel<DW, true, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, V>(), s>>>(a, st);
     be.launched("attention mma (merge)");
     return;
   }
-  attention_mma_chunk_kernel<DW, false, WPS><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, WPS>(), s>>>(a, st);
+  attention_mma_chunk_kernel<DW, false, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, V>(), s>>>(a, st);
   be.launched("attention mma (chunk)");
 }
 
@@ -613,16 +675,22 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // 16 warps (two per dim slice, CudaBackendOptions::attention_mma_warps) where a slice has ≥ 2 dim
-  // n-tiles to share (head_dim ≥ 128); else the 8-warp kernels.
-  const bool w16 = attn_mma_warps_ == 16 && dw >= 16;
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels); 16 warps only where a slice has ≥ 2
+  // dim n-tiles to share (head_dim ≥ 128), else the 8-warp fast kernels.
+  const int v = attn_mma_kernels_ == 2 && dw < 16 ? 1 : attn_mma_kernels_;
   uint32_t& ready = attn_mma_smem_;
   const bool sm = attn_merge_sliced_;
+  auto go = [&](auto dw_c) {
+    constexpr int DW = decltype(dw_c)::value;
+    if (v == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm);
+    else if (v == 1 || DW < 16) launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm);
+    else if constexpr (DW >= 16) launch_mma<DW, 2>(*this, a, split_segs, st, ready, sm);
+  };
   switch (dw) {
-    case 8: launch_mma<8, 1>(*this, a, split_segs, st, ready, sm); break;
-    case 16: w16 ? launch_mma<16, 2>(*this, a, split_segs, st, ready, sm) : launch_mma<16, 1>(*this, a, split_segs, st, ready, sm); break;
-    case 32: w16 ? launch_mma<32, 2>(*this, a, split_segs, st, ready, sm) : launch_mma<32, 1>(*this, a, split_segs, st, ready, sm); break;
-    default: w16 ? launch_mma<64, 2>(*this, a, split_segs, st, ready, sm) : launch_mma<64, 1>(*this, a, split_segs, st, ready, sm); break;
+    case 8: go(std::integral_constant<int, 8>{}); break;
+    case 16: go(std::integral_constant<int, 16>{}); break;
+    case 32: go(std::integral_constant<int, 32>{}); break;
+    default: go(std::integral_constant<int, 64>{}); break;
   }
   return true;
 }

@@ -60,7 +60,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
-  be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_warps, opts.indexer_select);
+  be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_kernels, opts.indexer_select);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_indexer_decode(opts.indexer_decode);
   be->set_f16_many(opts.f16_many);

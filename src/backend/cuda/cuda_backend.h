@@ -109,15 +109,18 @@ struct CudaBackendOptions {
   // dim slices (attention_mma.cu attention_mma_merge_kernel, up to 8 blocks per (query, 16 heads)).
   // false: the chunk kernel merges them, one block per (query, 16 heads). Same bits.
   bool attention_merge_sliced = true;
-  // MMA order, head_dim ≥ 128: warps per attention block. 16: two warps per dim slice (each half the
-  // slice's score and value n-tiles) and the 8 slices' partial scores added once per block; 8: the
-  // previous kernels (each warp a whole slice, every warp adding all partials). Same bits.
-  int attention_mma_warps = 16;
-  // Indexer selection (radix select, indexer_v2): 2 = in decode steps scored by indexer_score_decode
-  // (indexer_decode), the last block of each query selects in the scoring launch, elsewhere as 1; 1 = its
-  // own launch, the digit holding the k-th key found by a warp scan (5 shuffles) instead of a 32-step
-  // shuffle loop per pass; 0 = the previous select. Same selection.
-  int indexer_select = 2;
+  // MMA order kernels (attention_mma.cu). 0: the previous ones (8 warps, each warp a dim slice and adding
+  // all 8 slices' partial scores itself, a row's comp_idx entry loaded right before its copy). 1: 8 warps,
+  // the partial scores added once per block, comp_idx a segment ahead, and segments whose staged values
+  // are all exact in TF32 (the KV cache's f16-rounded rows) multiplied without the TF32 split of the
+  // rows. 2: as 1 with 16 warps (two per dim slice, each half its score and value n-tiles; head_dim ≥ 128)
+  // and the q fragments in shared memory. Same bits.
+  int attention_mma_kernels = 0;
+  // Indexer selection (radix select, indexer_v2): 2 = in decode steps of ≤ 2,048 rows scored by
+  // indexer_score_decode (indexer_decode), the last block of each query selects in the scoring launch,
+  // elsewhere as 1; 1 = its own launch, the digit holding the k-th key found by a warp scan (5 shuffles)
+  // instead of a 32-step shuffle loop per pass; 0 = the previous select. Same selection.
+  int indexer_select = 0;
   // Indexer: scores of 4 heads interleaved per row and the top-k by a radix select over keys held in
   // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection
   // either way (the CPU's float order per score; the top-k is a function of the scores).

@@ -324,9 +324,9 @@ class CudaBackend final : public Backend {
     attn_split_max_blocks_ = split_max_blocks;
     attn_heads_per_warp_ = heads_per_warp;
   }
-  void set_attention_mma_tuning(bool merge_sliced, int warps, int indexer_select) {
+  void set_attention_mma_tuning(bool merge_sliced, int kernels, int indexer_select) {
     attn_merge_sliced_ = merge_sliced;
-    attn_mma_warps_ = warps;
+    attn_mma_kernels_ = kernels;
     idx_select_ = indexer_select;
   }
   void set_indexer_v2(bool on) { indexer_v2_ = on; }
@@ -382,8 +382,8 @@ class CudaBackend final : public Backend {
   int attn_heads_per_warp_ = 2;           // CudaBackendOptions::attention_heads_per_warp
   bool attn_mqa_smem_ = false;            // the MQA chunk kernel's 96 KiB shared-memory limit is set
   bool attn_merge_sliced_ = true;         // CudaBackendOptions::attention_merge_sliced
-  int attn_mma_warps_ = 16;               // CudaBackendOptions::attention_mma_warps
-  int idx_select_ = 2;                    // CudaBackendOptions::indexer_select
+  int attn_mma_kernels_ = 0;              // CudaBackendOptions::attention_mma_kernels
+  int idx_select_ = 0;                    // CudaBackendOptions::indexer_select
   uint64_t idx_done_zeroed_ = 0;          // ops_indexer.cu: idx_scores_.bytes when its counters were zeroed
   bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
   bool indexer_decode_ = true;            // CudaBackendOptions::indexer_decode
@@ -399,7 +399,7 @@ class CudaBackend final : public Backend {
   bool tensor_cores_ = true;              // CudaBackendOptions::tensor_cores
   DeviceScratch act_;                     // [n][act row] quantized activations (matmul)
   DeviceScratch moe_act_, moe_g_, moe_u_, moe_h_act_, moe_y_;  // routed-expert batches [n·k][*]
-  DeviceScratch idx_scores_;              // [n][max rows] indexer scores
+  DeviceScratch idx_scores_;              // 256 B of per-query counters, then [n][max rows] indexer scores
   DeviceScratch moe_groups_;              // routed-expert pairs grouped by expert (ExpertGroups)
   DeviceScratch attn_part_;               // [n·heads·splits][head_dim + 2] decode attention partials
   DeviceScratch attn_seg_;                // [n·heads·segments][head_dim + 2] attention segment states

@@ -329,9 +329,10 @@ __global__ void indexer_select_kernel(IndexerArgs a, const float* scores, int64_
 constexpr int kSelectThreads = 1024;
 constexpr int kSelectSmemKeys = 12288;  // 48 KiB of keys (no opt-in); more rows: keys from global memory
 
-// kScan (CudaBackendOptions::indexer_select ≥ 1): warp 0 finds the digit holding rank `want` with a
-// 5-step suffix scan of its lanes' counts and walks its lane's 8 counts in registers; false: the previous
-// 32-step shuffle loop and shared-memory walk. Integer counts: the same digit either way.
+// kScan (CudaBackendOptions::indexer_select ≥ 1): the histogram by one shared atomic per key, and warp
+// 0 finds the digit holding rank `want` with a 5-step suffix scan of its lanes' counts and walks its
+// lane's 8 counts in registers; false: the previous warp-aggregated atomics (match.any), 32-step shuffle
+// loop and shared-memory walk. Integer counts: the same digit either way.
 // Whole block (any multiple of 32 threads): query i's selection from its nr > top_k scores s (read
 // through L2: in the fused decode kernel other blocks wrote them); keys staged in skeys when nr ≤
 // smem_keys.
@@ -358,8 +359,12 @@ __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, 
       const uint32_t key = c < nr ? key_at(c) : 0u;
       const bool match = c < nr && (key & hi_mask) == prefix;
       const int digit = match ? static_cast<int>((key >> shift) & 255u) : 256;
-      const unsigned peers = __match_any_sync(0xffffffffu, digit);  // one atomic per digit per warp
-      if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+      if constexpr (kScan) {  // a shared atomic per key (match.any costs more than the conflicts it saves)
+        if (match) atomicAdd(&hist[digit], 1);
+      } else {
+        const unsigned peers = __match_any_sync(0xffffffffu, digit);  // one atomic per digit per warp
+        if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+      }
     }
     __syncthreads();
     if (kScan && tid < kWarp) {  // warp 0: lane l owns digits 8l … 8l+7; find the digit holding rank `want`

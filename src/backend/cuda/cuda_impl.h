@@ -384,7 +384,6 @@ class CudaBackend final : public Backend {
   bool attn_merge_sliced_ = true;         // CudaBackendOptions::attention_merge_sliced
   int attn_mma_kernels_ = 0;              // CudaBackendOptions::attention_mma_kernels
   int idx_select_ = 0;                    // CudaBackendOptions::indexer_select
-  uint64_t idx_done_zeroed_ = 0;          // ops_indexer.cu: idx_scores_.bytes when its counters were zeroed
   bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
   bool indexer_decode_ = true;            // CudaBackendOptions::indexer_decode
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many

@@ -506,14 +506,15 @@ void CudaBackend::indexer(const IndexerArgs& a) {
   const bool dec_shape = (a.head_dim == 128 || a.head_dim == 64) && indexer_decode_heads(a.heads);
   const bool dec = indexer_decode_ && dec_shape && a.n <= kIdxDecodeMaxQueries;
   if (max_rows > a.top_k) {
+    const DeviceScratch before = idx_scores_;
     if (!ensure(idx_scores_, kIdxDoneBytes + static_cast<uint64_t>(a.n * max_rows) * 4, "indexer scores")) return;
     done = static_cast<int*>(idx_scores_.ptr);
     scores = reinterpret_cast<float*>(static_cast<char*>(idx_scores_.ptr) + kIdxDoneBytes);
-    if (idx_done_zeroed_ != idx_scores_.bytes) {  // a new area (every growth changes the size; eager:
-      // ensure never grows while a graph is recorded)
-      if (!check(cudaMemsetAsync(done, 0, kIdxDoneBytes, stream()), "indexer counters")) return;
-      idx_done_zeroed_ = idx_scores_.bytes;
-    }
+    // A new area (a growth always changes the size; eager: ensure never grows while a graph is
+    // recorded): its counters start at zero, and the fused kernel leaves them at zero after each call.
+    if ((idx_scores_.ptr != before.ptr || idx_scores_.bytes != before.bytes) &&
+        !check(cudaMemsetAsync(done, 0, kIdxDoneBytes, stream()), "indexer counters"))
+      return;
     const size_t shmem =
         (static_cast<size_t>(a.heads) * (a.head_dim + 1) + a.heads + static_cast<size_t>(kIdxRows) * a.heads) * sizeof(float);
     if (shmem > 48 * 1024 || a.heads > 256) {

@@ -57,7 +57,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_hc_router(Backend& be, Backend& prev, Backend* plain);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
-void bench_dense_cold(Backend& def, Backend& stream, Backend& plain);            // cuda_bench_stages.cpp
+void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 
@@ -442,14 +442,16 @@ int main(int argc, char** argv) {
     if (prev.ok()) bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs default
-    cuda::CudaBackendOptions so, no;
+  if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs before
+    cuda::CudaBackendOptions po, so, no;
+    po.gemv_stream = cuda::GemvMma::off;
     so.gemv_stream = cuda::GemvMma::always;
     no.gemv_stream = cuda::GemvMma::always;
     no.gemv_stream_pdl = false;
+    auto prev = cuda::make_cuda_backend(po);
     auto st = cuda::make_cuda_backend(so);
     auto plain = cuda::make_cuda_backend(no);
-    if (st.ok() && plain.ok()) bench_dense_cold(*be, **st, **plain);
+    if (prev.ok() && st.ok() && plain.ok()) bench_dense_cold(**prev, *be, **st, **plain);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--csa") == 0) {  // the CSA layer's compressor + indexer lines only

@@ -804,13 +804,13 @@ void bench_csa_stages(Backend& now, Backend& prev) {
 // Dense Q8_0 matmuls of the decode layer with cold weights (issues 5 and 8): each call reads its own
 // copy of the matrix, copies cycled so that ≥ 128 MB lie between two reads of one (the H200's 50 MB L2
 // holds none of them, as in a 43-layer step; the --gemv lines reuse one copy and run partly from L2).
-// Per matrix and n = 1, 2, 4, 8, 16: graph µs per call and GB/s on `def` (the default dispatch), on
-// `stream` (gemv_stream = always) and on `plain` (gemv_stream without PDL). Then one layer's dense
-// matmuls in the forward pass's order — q_a, kv, q_b, out_a (grouped), out_b, shared gate, up, down on
-// `def`; q_a + kv and gate + up as one matmul_many each on the others — each call after a small op (a
-// 64-value scale, as the rms_norm / rope / quantize launches between them in a real layer), 4 distinct
-// layers of weights cycled: graph µs per layer.
-void bench_dense_cold(Backend& def, Backend& stream, Backend& plain) {
+// Per matrix and n = 1, 2, 4, 8, 16: graph µs per call and GB/s on `prev` (gemv_stream = off: the
+// dispatch before it), `def` (the default dispatch: gemv_stream where gemv_stream_wins), `stream`
+// (gemv_stream = always) and `plain` (always, without PDL). Then one layer's dense matmuls — q_a, kv, q_b,
+// out_a (grouped), out_b, shared gate, up, down on `prev`; q_a + kv and gate + up as one matmul_many each
+// on the others — each call after a small op (a 64-value scale, as the rms_norm / rope / quantize
+// launches between them in a real layer), 4 distinct layers of weights cycled: graph µs per layer.
+void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain) {
   struct Mm {
     const char* name;
     int64_t rows, cols, group_rows;
@@ -819,11 +819,11 @@ void bench_dense_cold(Backend& def, Backend& stream, Backend& plain) {
                        {"q_b 32768x1024", 32768, 1024, 0},       {"out_a grouped 8x1024x4096", 8192, 4096, 1024},
                        {"out_b 4096x8192", 4096, 8192, 0},       {"shared gate/up 2048x4096", 2048, 4096, 0},
                        {"shared down 4096x2048", 4096, 2048, 0}};
-  constexpr int kShapes = 7, kNs = 5, kSides = 3;
+  constexpr int kShapes = 7, kNs = 5, kSides = 4;
   const int64_t ns[kNs] = {1, 2, 4, 8, 16};
   const uint64_t cold_bytes = uint64_t{128} << 20;
-  Backend* bes[kSides] = {&def, &stream, &plain};
-  const char* label[kSides] = {"default", "stream", "stream-nopdl"};
+  Backend* bes[kSides] = {&prev, &def, &stream, &plain};
+  const char* label[kSides] = {"previous", "default", "stream", "stream-nopdl"};
   double op_us[kShapes][kNs][kSides] = {}, layer_us[kNs][kSides] = {}, layer_bytes = 0;
   for (int i = 0; i < kSides; ++i) {
     Backend& be = *bes[i];
@@ -877,7 +877,7 @@ void bench_dense_cold(Backend& def, Backend& stream, Backend& plain) {
         be.matmul({w, x, xs, out, ys, n, MatmulNumerics::ds4, gr, gr > 0 ? w.cols : 0});
       };
       auto pair = [&](const Weight& a, float* ay, int64_t ays, const Weight& b, float* by, int64_t bys) {
-        if (i == 0) {  // the default dispatch: one matmul each, as the forward pass called them before
+        if (i == 0) {  // the previous dispatch: one matmul each, as the forward pass called them before
           mm(a, 4096, ay, ays);
           mm(b, 4096, by, bys);
           return;

@@ -203,9 +203,17 @@ bool gemv_stream_supports(const GemvJob& j) {
   return plan_stream(j.w.cols, j.w.row_bytes, j.n_vec, 1).smem > 0;
 }
 
+// H200 run of 2026-11-30 06:16 (docs/PERF.md, "Dense Q8_0 matmuls as one streaming launch"): cold
+// weights, graph µs against the default dispatch of then (gemv_dense / gemv_decode / gemv_mma), PDL on:
+// - ≤ 2048 columns (q_b, shared down): faster from 1 to 8 vectors (q_b 14.1 vs 15.6 at 1, 27.8 vs 29.0 at
+//   8; down 5.5 vs 6.5 at 1), slower at 16 (q_b 56 vs 41);
+// - 4096 columns (q_a, out_a's groups, shared gate/up): faster at 1 and 2 vectors (out_a 16.3 vs 19.1,
+//   gate/up 6.7 vs 8.4 at 1), slower from 4 (out_a 24.9 vs 24.0) — but kv's 512 rows at 1 (5.1 vs 4.5);
+// - 8192 columns (out_b): slower at every n (21.2 vs 20.6 at 1).
 bool gemv_stream_wins(const GemvJob& j) {
-  // Nothing yet: the kernel has not been measured on the device (gemv_stream = always runs it).
-  (void)j;
+  const int64_t rows = j.group_rows > 0 ? j.group_rows : j.w.rows;
+  if (j.w.cols <= 2048) return j.n_vec <= 8;
+  if (j.w.cols <= 4096) return j.n_vec <= 2 && !(j.n_vec == 1 && rows <= 512);
   return false;
 }
 

@@ -368,7 +368,9 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
       p.part[i].act = static_cast<const uint8_t*>(act_scratch.ptr) +
                       static_cast<uint64_t>((s.part[i].x - x0) / kQK8_0) * sizeof(BlockQ8_0Act);
   }
-  const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9;
+  // Not on the side lane (branches.cpp): its first launch after a fork depends on the main lane through an
+  // event, and a programmatic edge there is a case no device run has covered yet; plain order is safe.
+  const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_;
   const dim3 grid(static_cast<unsigned>(total_blocks));
   cudaError_t e = cudaSuccess;
   switch (idx) {

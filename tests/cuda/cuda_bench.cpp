@@ -7,7 +7,8 @@
 //        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
 //        cuda_bench --experts tiles       the same, only the default, the fast block and the lean tile kernels.
 //        cuda_bench --experts once        one untimed call per n on the warp and the fast block tiles (for ncu).
-//        cuda_bench --hc                  HC pre, router and HC post at n = 1, 2, 8, 32: current vs previous kernels.
+//        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
+//                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
@@ -55,7 +56,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
-void bench_hc_router(Backend& be, Backend& prev, Backend* plain);  // cuda_bench_stages.cpp
+void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
@@ -257,7 +258,7 @@ void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng, bool gemv_only) 
     if (gemv_only) return;
     cuda::CudaBackendOptions ho;  // HC pre / router / HC post: spread kernels vs the previous ones
     ho.hc_router_v2 = false;
-    if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev, nullptr);
+    if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev, nullptr, nullptr);
   }
 
   auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
@@ -439,7 +440,11 @@ int main(int argc, char** argv) {
     cuda::CudaBackendOptions no;
     no.hc_pdl = false;
     auto plain = cuda::make_cuda_backend(no);
-    if (prev.ok()) bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr);
+    cuda::CudaBackendOptions o2;
+    o2.small_v3 = false;
+    auto v2 = cuda::make_cuda_backend(o2);
+    if (prev.ok())
+      bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr, v2.ok() ? v2->get() : nullptr);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs before

@@ -542,22 +542,38 @@ void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_
 
 // The latency-bound per-token ops at decode batch sizes n = 1, 2, 8, 32 (issues 5 and 8): HC pre (Flash
 // 4 × 4096, F16 controls 24 × 16384), the router (top-k alone, and with its F16 256 × 4096 matmul as
-// the forward pass calls them) and HC post with the expert sum, on `be` (default options: the spread
-// kernels) and on `prev` (CudaBackendOptions::hc_router_v2 = false: the previous kernels), HC pre also on
+// the forward pass calls them; random logits and bias), HC post with the expert sum, and the other small
+// decode ops (q_a's RMSNorm of 1,024, kv's norm + RoPE + FP8 + ring of 512, q's norm + RoPE of 64 × 512,
+// the attention output's inverse RoPE, the shared expert's SwiGLU of 2,048), on `be`
+// (default options), on `prev` (CudaBackendOptions::hc_router_v2 = false: the kernels before the spread
+// ones) and, when given, on `v2` (small_v3 = false: the kernels before session 6's); HC pre also on
 // `plain` when given (hc_pdl = false). Graph µs per call, as the stage lines.
-void bench_hc_router(Backend& be, Backend& prev, Backend* plain) {
-  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NE = 256, K = 6, NMAX = 32;
+void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2) {
+  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NE = 256, K = 6, NMAX = 32, Q = 1024, H = 64, D = 512;
+  const int64_t R = 64, F = 2048, CAP = 128;
+  std::vector<double> freq(R / 2);
+  for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits_h(NMAX * NE), bias_h(NE);
+  for (float& v : logits_h) v = nd(rng);
+  for (float& v : bias_h) v = 0.05f * nd(rng);
+  std::vector<int32_t> pos_h(NMAX);
+  for (int64_t t = 0; t < NMAX; ++t) pos_h[t] = 2048 + static_cast<int32_t>(t);
   struct Side {
     Backend* be;
     std::unique_ptr<StageBench> sb;
     Weight fn, router;
-    float *x, *x2, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *logits, *rw, *f, *fa;
-    int32_t* ids;
+    float *x, *x2, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *logits, *bias, *rw, *f, *fa;
+    float *qa, *qa_w, *q, *kv, *kv_w, *ring, *g, *u, *h;
+    int32_t *ids, *pos;
   };
-  Side sides[3];
-  for (int i = 0; i < (plain ? 3 : 2); ++i) {
+  Side sides[4];
+  Backend* bes[4] = {&be, &prev, plain, v2};
+  for (int i = 0; i < 4; ++i) {
+    if (!bes[i]) continue;
     Side& s = sides[i];
-    s.be = i == 0 ? &be : i == 1 ? &prev : plain;
+    s.be = bes[i];
     s.sb = std::make_unique<StageBench>(*s.be);
     StageBench& b = *s.sb;
     s.fn = b.weight(GgmlType::F16, M, HCD);
@@ -575,10 +591,23 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain) {
     s.base = b.buf(M);
     s.norm_w = b.buf(E, 1.0f);
     s.logits = b.buf(NMAX * NE);
+    s.bias = b.buf(NE);
+    s.be->upload(s.logits, logits_h.data(), logits_h.size() * 4);
+    s.be->upload(s.bias, bias_h.data(), bias_h.size() * 4);
     s.rw = b.buf(NMAX * K);
     s.f = b.buf(NMAX * E);
     s.fa = b.buf(NMAX * E);
     s.ids = reinterpret_cast<int32_t*>(b.buf(NMAX * K));
+    s.qa = b.buf(NMAX * Q, 0.5f);
+    s.qa_w = b.buf(Q, 1.0f);
+    s.q = b.buf(NMAX * H * D, 0.5f);
+    s.kv = b.buf(NMAX * D, 0.5f);
+    s.kv_w = b.buf(D, 1.0f);
+    s.ring = b.buf(CAP * D);
+    s.g = b.buf(NMAX * F, 0.5f);
+    s.u = b.buf(NMAX * F, 0.5f);
+    s.h = b.buf(NMAX * F);
+    s.pos = b.ibuf(pos_h);
   }
   auto hc_pre = [](Side& s, int64_t n) {
     HcPreArgs a;
@@ -602,6 +631,7 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain) {
   auto topk = [](Side& s, int64_t n) {
     RouterArgs ra;
     ra.logits = s.logits;
+    ra.bias = s.bias;
     ra.n = n;
     ra.n_expert = NE;
     ra.k = K;
@@ -620,6 +650,24 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain) {
     hp.f_add = s.fa;
     s.be->hc_post(hp);
   };
+  auto qa_norm = [](Side& s, int64_t n) { s.be->rms_norm({s.qa, s.qa, s.qa_w, n, Q, Q, 1e-6f}); };
+  auto kv_norm_rope = [&](Side& s, int64_t n) {
+    NormRopeArgs a{s.kv, s.pos, n, 1, static_cast<int32_t>(D), static_cast<int32_t>(R), s.kv_w, 1e-6f, freq.data()};
+    a.fp8_quant = static_cast<int32_t>(D - R);
+    a.f16 = true;
+    a.ring = s.ring;
+    a.ring_cap = CAP;
+    s.be->norm_rope(a);
+  };
+  auto q_norm_rope = [&](Side& s, int64_t n) {
+    s.be->norm_rope({s.q, s.pos, n, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), nullptr,
+                     1e-6f, freq.data()});
+  };
+  auto out_rope = [&](Side& s, int64_t n) {
+    s.be->rope({s.q, s.pos, n, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(),
+                true});
+  };
+  auto swiglu = [](Side& s, int64_t n) { s.be->swiglu({s.g, s.u, s.h, n * F, 0.0f}); };
   struct Op {
     const char* name;
     std::function<void(Side&, int64_t)> run;
@@ -627,15 +675,25 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain) {
   const Op ops[] = {{"hc pre (4 x 4096, F16 24x16384)", hc_pre},
                     {"router top-6 of 256", topk},
                     {"router F16 256x4096 + top-6", router},
-                    {"hc post + expert sum", hc_post}};
+                    {"hc post + expert sum", hc_post},
+                    {"rms_norm q_a 1024", qa_norm},
+                    {"norm_rope kv 512 fp8 f16 ring", kv_norm_rope},
+                    {"norm_rope q 64x512", q_norm_rope},
+                    {"rope inverse attn out 64x512", out_rope},
+                    {"swiglu shared 2048", swiglu}};
   for (const Op& op : ops)
     for (int64_t n : {1, 2, 8, 32}) {
       const StageTime now = sides[0].sb->time([&] { op.run(sides[0], n); }, 20);
       const StageTime before = sides[1].sb->time([&] { op.run(sides[1], n); }, 20);
       std::printf("BENCH hc %-34s n=%-2lld graph %7.2f us (%2.0f launches), previous %7.2f us (%2.0f launches)  %.2fx;"
-                  "  host %7.2f / %7.2f us\n",
+                  "  host %7.2f / %7.2f us",
                   op.name, static_cast<long long>(n), now.graph_us, now.launches, before.graph_us, before.launches,
                   before.graph_us / now.graph_us, now.host_us, before.host_us);
+      if (v2) {
+        const StageTime t2 = sides[3].sb->time([&] { op.run(sides[3], n); }, 20);
+        std::printf(";  small_v3 off %7.2f us  %.2fx", t2.graph_us, t2.graph_us / now.graph_us);
+      }
+      std::printf("\n");
       if (plain && &op == &ops[0]) {  // HC pre without programmatic dependent launches (hc_pdl = false)
         const StageTime np = sides[2].sb->time([&] { op.run(sides[2], n); }, 20);
         std::printf("BENCH hc %-34s n=%-2lld graph %7.2f us without PDL (hc_pdl = false)\n", op.name,

@@ -4,7 +4,9 @@
 // also the router's warp-per-token top-k against the CPU and the previous kernel (exact ids),
 // n = 1, 2, 8, 40 (HC pre: n = 1, 2, 5, 8, 32 take the spread kernels — n = 1 with each block's own norm
 // scale —, 40 and 80 the norm + matmul path; each case also bit for bit against the previous kernels,
-// CudaBackendOptions::hc_router_v2 = false: one norm + controls kernel up to 8 tokens).
+// CudaBackendOptions::hc_router_v2 = false: one norm + controls kernel up to 8 tokens). The session-6
+// kernels (CudaBackendOptions::small_v3, default: the rank top-k, the register finish of HC pre, the
+// register/shared-memory norms) bit for bit against the kernels before them (small_v3 = false).
 // Tolerances vs the CPU: the HC controls are an F16 matmul (2e-5·max|mix|, README.md's segment order vs
 // the CPU's sequential sum), and split/collapse/norm follow them (1e-3 of max|ref|: Sinkhorn's expf and
 // divisions on controls that differ in the last bits); norm + RoPE to 1e-6 as their single-op tests
@@ -60,6 +62,11 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
   auto made_no = cuda::make_cuda_backend(no);
   ASSERT_TRUE(made_no.ok());
   Backend& plain = **made_no;  // the spread kernels in plain stream order (no programmatic dependent launch)
+  cuda::CudaBackendOptions o2;
+  o2.small_v3 = false;
+  auto made_v2 = cuda::make_cuda_backend(o2);
+  ASSERT_TRUE(made_v2.ok());
+  Backend& v2 = **made_v2;  // the finish kernel before small_v3
   for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}})
     for (int64_t n : {1, 2, 5, 8, 32, 40, 80}) {
       if ((n == 80 || n == 5) && s.dim != 4096) continue;
@@ -99,8 +106,8 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       g.scale = dev(scale);
       g.base = dev(base);
       g.norm_w = dev(norm_w);
-      HcPreArgs gp = g, gv = g, gn = g;  // the pieces, the previous kernels, no PDL: on their own outputs
-      for (HcPreArgs* o : {&g, &gp, &gv, &gn}) {
+      HcPreArgs gp = g, gv = g, gn = g, g2 = g;  // the pieces, the previous kernels, no PDL, v2: own outputs
+      for (HcPreArgs* o : {&g, &gp, &gv, &gn, &g2}) {
         o->flat = poisoned(flat.size());
         o->mix = poisoned(m.size());
         o->pre = poisoned(pre.size());
@@ -116,6 +123,13 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       ASSERT_TRUE(prev.sync().ok()) << tag;
       plain.hc_pre(gn);
       ASSERT_TRUE(plain.sync().ok()) << tag;
+      v2.hc_pre(g2);
+      ASSERT_TRUE(v2.sync().ok()) << tag;
+      for (auto [got, want, len, what] :
+           {std::tuple{g.mix, g2.mix, m.size(), "mix"}, std::tuple{g.pre, g2.pre, pre.size(), "pre"},
+            std::tuple{g.post, g2.post, post.size(), "post"}, std::tuple{g.comb, g2.comb, comb.size(), "comb"},
+            std::tuple{g.y, g2.y, y.size(), "y"}, std::tuple{g.xn, g2.xn, xn.size(), "xn"}})
+        expect_same_bits(host(got, len), host(want, len), tag + " " + what + " vs small_v3 off");
       for (auto [got, want, len, what] :
            {std::tuple{g.mix, gv.mix, m.size(), "mix"}, std::tuple{g.pre, gv.pre, pre.size(), "pre"},
             std::tuple{g.post, gv.post, post.size(), "post"}, std::tuple{g.comb, gv.comb, comb.size(), "comb"},
@@ -139,6 +153,11 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
 }
 
 TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
+  cuda::CudaBackendOptions o2;
+  o2.small_v3 = false;
+  auto made_v2 = cuda::make_cuda_backend(o2);
+  ASSERT_TRUE(made_v2.ok());
+  Backend& v2 = **made_v2;  // norm_rope_kernel (before small_v3)
   struct S {
     const char* name;
     int32_t heads, head_dim, n_rot, fp8;
@@ -148,7 +167,7 @@ TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
   // compressor rows (D 128), tiny kv (2 heads of 64, 16 RoPE dims, ring).
   for (S s : {S{"q H64 D512", 64, 512, 64, 0, false, false, false}, S{"kv D512 fp8 f16 ring", 1, 512, 64, 448, true, true, true},
               S{"idx D128", 1, 128, 64, 0, true, false, false}, S{"tiny H2 D64 ring", 2, 64, 16, 0, true, true, true}})
-    for (int64_t n : {1, 2, 8, 40}) {
+    for (int64_t n : {1, 2, 8, 32, 40}) {
       const std::string tag = std::string("norm_rope ") + s.name + " n" + std::to_string(n);
       const int64_t width = int64_t{s.heads} * s.head_dim, cap = 37;  // rings wrap at the random starts
       auto x = randn(static_cast<size_t>(n * width), 2.0f);
@@ -192,6 +211,16 @@ TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
           g.ring_cap = cap;
         }
         gpu_->norm_rope(g);
+        NormRopeArgs g2 = g;  // the same call on v2, on its own rows and rings
+        float *vx = dev(x), *v0 = dev(zeros), *v1 = dev(zeros);
+        g2.x = vx;
+        if (s.ring) {
+          std::vector<float*> vat(n);
+          for (int64_t t = 0; t < n; ++t) vat[t] = t % 2 ? v1 : v0;
+          g2.ring_at = dev(vat);
+        }
+        v2.norm_rope(g2);
+        ASSERT_TRUE(v2.sync().ok()) << tag;
         const int64_t rows = n * s.heads;
         gpu_->rms_norm({px, px, gw, rows, s.head_dim, s.head_dim, 1e-6f});
         gpu_->rope({px, gpos, n, s.heads, s.head_dim, s.n_rot, freq.data(), false});
@@ -203,7 +232,10 @@ TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
         ASSERT_TRUE(gpu_->sync().ok()) << tag;
         const std::string rt = tag + (rounding ? " rounded" : "");
         expect_same_bits(host(gx, x.size()), host(px, x.size()), rt + " rows");
+        expect_same_bits(host(gx, x.size()), host(vx, x.size()), rt + " rows vs small_v3 off");
         if (s.ring) {
+          expect_same_bits(host(r0, zeros.size()), host(v0, zeros.size()), rt + " ring 0 vs small_v3 off");
+          expect_same_bits(host(r1, zeros.size()), host(v1, zeros.size()), rt + " ring 1 vs small_v3 off");
           expect_same_bits(host(r0, zeros.size()), host(p0, zeros.size()), rt + " ring 0");
           expect_same_bits(host(r1, zeros.size()), host(p1, zeros.size()), rt + " ring 1");
         }
@@ -325,9 +357,15 @@ TEST_F(CudaFused, RouterWarpKernelEqualsPreviousAndCpu) {
   auto made = cuda::make_cuda_backend(po);
   ASSERT_TRUE(made.ok());
   Backend& prev = **made;
+  cuda::CudaBackendOptions o2;
+  o2.small_v3 = false;
+  auto made_v2 = cuda::make_cuda_backend(o2);
+  ASSERT_TRUE(made_v2.ok());
+  Backend& v2 = **made_v2;  // the warp-per-token kernel (before small_v3's rank kernel)
   const int32_t vocab = 1000;
   const char* const modes[] = {"biased", "plain", "hash", "ties", "nan"};
-  for (auto [NE, K] : {std::pair{256, 6}, std::pair{64, 4}})
+  // 100 / top-8: a last warp of 4 experts, fewer than k (rank kernel: 28 candidates).
+  for (auto [NE, K] : {std::pair{256, 6}, std::pair{64, 4}, std::pair{100, 8}})
     for (int64_t n : {1, 2, 5, 8, 32})
       for (int mode = 0; mode < 5; ++mode) {
         const std::string tag = "router NE" + std::to_string(NE) + " k" + std::to_string(K) + " n" +
@@ -375,6 +413,13 @@ TEST_F(CudaFused, RouterWarpKernelEqualsPreviousAndCpu) {
         ASSERT_TRUE(gpu_->sync().ok()) << tag;
         prev.router(gv);
         ASSERT_TRUE(prev.sync().ok()) << tag;
+        RouterArgs g2 = g;
+        g2.ids = poisoned_i32(ids.size());
+        g2.weights = poisoned(wts.size());
+        v2.router(g2);
+        ASSERT_TRUE(v2.sync().ok()) << tag;
+        EXPECT_EQ(host(g.ids, ids.size()), host(g2.ids, ids.size())) << tag << " ids vs small_v3 off";
+        expect_same_bits(host(g.weights, wts.size()), host(g2.weights, wts.size()), tag + " weights vs small_v3 off");
         const auto got_ids = host(g.ids, ids.size());
         EXPECT_EQ(got_ids, ids) << tag << " ids vs cpu";
         EXPECT_EQ(got_ids, host(gv.ids, ids.size())) << tag << " ids vs previous kernel";
@@ -385,6 +430,43 @@ TEST_F(CudaFused, RouterWarpKernelEqualsPreviousAndCpu) {
         // guard (both kernels): the weights are compared with the CPU only without NaNs.
         if (mode != 4) expect_close(host(g.weights, wts.size()), wts, 1e-6, 1e-7, tag + " weights vs cpu");
       }
+}
+
+TEST_F(CudaFused, RmsNormRowsEqualPreviousKernelAndCpu) {
+  // rms_norm with small_v3 (rows ≤ 4 values per thread in registers, programmatic dependent) against the
+  // kernel before it (small_v3 = false) bit for bit and the CPU to 1e-6: q_a's 1024-wide norm and others,
+  // 1, 2, 8, 32 rows, weighted or not, in place (as the forward pass) and out of place with a stride.
+  cuda::CudaBackendOptions o2;
+  o2.small_v3 = false;
+  auto made_v2 = cuda::make_cuda_backend(o2);
+  ASSERT_TRUE(made_v2.ok());
+  Backend& v2 = **made_v2;
+  for (int64_t dim : {64, 100, 512, 1024, 4096})
+    for (int64_t rows : {1, 2, 8, 32})
+      for (bool weighted : {false, true})
+        for (bool in_place : {true, false}) {
+          const std::string tag = "rms_norm dim " + std::to_string(dim) + " rows " + std::to_string(rows) +
+                                  (weighted ? " w" : "") + (in_place ? " in place" : "");
+          const int64_t stride = in_place ? dim : dim + 4;
+          auto x = randn(static_cast<size_t>(rows * stride), 3.0f);
+          auto w = randn(static_cast<size_t>(dim));
+          std::vector<float> want = x;
+          cpu_->rms_norm({x.data(), want.data(), weighted ? w.data() : nullptr, rows, dim, stride, 1e-6f});
+          const float* gw = weighted ? dev(w) : nullptr;
+          float *gx = dev(x), *vx = dev(x);
+          float* gy = in_place ? gx : poisoned(x.size());
+          float* vy = in_place ? vx : poisoned(x.size());
+          gpu_->rms_norm({gx, gy, gw, rows, dim, stride, 1e-6f});
+          v2.rms_norm({vx, vy, gw, rows, dim, stride, 1e-6f});
+          ASSERT_TRUE(gpu_->sync().ok()) << tag;
+          ASSERT_TRUE(v2.sync().ok()) << tag;
+          auto got = host(gy, x.size()), prev = host(vy, x.size());
+          if (!in_place)  // the gaps between the rows stay poisoned on both
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t i = dim; i < stride; ++i) got[r * stride + i] = prev[r * stride + i] = want[r * stride + i];
+          expect_same_bits(got, prev, tag + " vs small_v3 off");
+          expect_close(got, want, 1e-6, 0, tag + " vs cpu");
+        }
 }
 
 TEST_F(CudaFused, HcPostThenPreRecordedInAGraphEqualsEager) {

@@ -149,6 +149,13 @@ struct CudaBackendOptions {
   // (control weights; X, norm and split weights), then waits; HC post lets the next kernel start early.
   // false: plain stream order. Same bits.
   bool hc_pdl = true;
+  // The latency-bound decode kernels of session 6 (issue 5): the router's top-k by ranks (one expert per
+  // thread, no dependent rounds; ops_moe.cu), HC pre's finish kernel with the segment sums read into
+  // registers (ops_hc.cu), the row norms with every load in flight and norm + RoPE + FP8 rows held on chip
+  // (ops_norm_rope.cu); with hc_pdl on sm_90 these and rope, swiglu and the routed experts' slot sum are
+  // programmatic dependents (each starts while the kernel before it finishes, loads its weights, then
+  // waits). false: the previous kernels, plain launches — for before/after benchmarks. Same bits.
+  bool small_v3 = true;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

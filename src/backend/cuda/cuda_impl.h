@@ -282,6 +282,9 @@ class CudaBackend final : public Backend {
   // ops_hc.cu: HC pre of n ≤ 32 tokens spread over the device (hc_router_v2); false when the shape is
   // not one it takes (then nothing was launched).
   bool hc_pre_spread(const HcPreArgs& a);
+  // Whether the device is sm_90 or newer (programmatic dependent launch); false with an error recorded when
+  // the attribute cannot be read.
+  bool sm90() { return cc_major() >= 9; }
   // attention_segments.cu: README.md's segment order, split or chunk shape by batch size; false when
   // head_dim is not 64, 128, 256 or 512 (then nothing was launched).
   bool attention_segments(const AttentionArgs& a);
@@ -310,6 +313,7 @@ class CudaBackend final : public Backend {
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
+  void set_small_v3(bool on) { small_v3_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
@@ -355,6 +359,7 @@ class CudaBackend final : public Backend {
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl
+  bool small_v3_ = true;                  // CudaBackendOptions::small_v3
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)

@@ -28,7 +28,9 @@ __global__ void f16_round_kernel(float* x, int64_t n) {
 }
 
 // h = silu(min(g, clamp)) · clamp(u, ±clamp) (clamp <= 0: none); the CPU's swiglu_one.
+// small_v3 launches it as a programmatic dependent (the wait is a no-op otherwise).
 __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t n, float clamp) {
+  grid_dependency_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float gv = g[i], uv = u[i];
@@ -67,8 +69,9 @@ void CudaBackend::f16_round(float* x, int64_t count) {
 
 void CudaBackend::swiglu(const SwigluArgs& a) {
   if (failed() || a.count <= 0) return;
-  swiglu_kernel<<<grid_for(a.count, 256), 256, 0, stream()>>>(a.g, a.u, a.h, a.count, a.clamp);
-  launched("swiglu");
+  check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(a.count, 256)), 256, 0, stream(), swiglu_kernel,
+                         a.g, a.u, a.h, a.count, a.clamp),
+        "swiglu");
 }
 
 }  // namespace ds4::backend::cuda

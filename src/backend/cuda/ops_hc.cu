@@ -354,6 +354,61 @@ __device__ inline float4 collapse4(const float* w, const float4 (&xv)[kMaxHc], i
   return acc;
 }
 
+// Block 1 of the finish kernels, once pre is in ws: yt = Σ_s ws[s]·X[s] (hc_collapse_kernel's order, from 0)
+// into ys (shared, dim floats) and global, then xnt = RMSNorm_w(y) with rms_norm_kernel's bits through
+// rms_scale_row_as. one4: thread i owns y[4i … 4i + 3], its X values in xv and norm weights in nw (loaded up
+// front); else vec4 (dim % 4 == 0, 16-byte aligned rows) float4 strides, or scalar. Every thread calls it.
+__device__ inline void hc_collapse_norm(const float* ws, const float4 (&xv)[kMaxHc], float4 nw, bool one4, int64_t d1,
+                                        const float* xt, int nhc, const float* norm_w, float* yt, float* xnt, float* ys,
+                                        int64_t dim, float eps, int norm_threads, bool vec4) {
+  if (one4) {
+    if (d1 < dim) {
+      const float4 acc = collapse4(ws, xv, nhc);
+      *reinterpret_cast<float4*>(ys + d1) = acc;
+      *reinterpret_cast<float4*>(yt + d1) = acc;
+    }
+  } else if (vec4) {  // dim % 4 == 0, 16-byte aligned rows
+    for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
+      float4 xk[kMaxHc];  // constant indices (unrolled, guarded): registers, all nhc loads in flight
+#pragma unroll
+      for (int k = 0; k < kMaxHc; ++k)
+        if (k < nhc) xk[k] = *reinterpret_cast<const float4*>(xt + k * dim + d);
+      const float4 acc = collapse4(ws, xk, nhc);
+      *reinterpret_cast<float4*>(ys + d) = acc;
+      *reinterpret_cast<float4*>(yt + d) = acc;
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+      float acc = 0;
+      for (int k = 0; k < nhc; ++k) acc += ws[k] * xt[k * dim + d];
+      ys[d] = acc;
+      yt[d] = acc;
+    }
+  }
+  __syncthreads();  // ys complete
+  const float sc = rms_scale_row_as<1>(ys, dim, eps, norm_threads);
+  if (one4) {
+    if (d1 < dim) {
+      const float4 yv = *reinterpret_cast<const float4*>(ys + d1);
+      *reinterpret_cast<float4*>(xnt + d1) =
+          norm_w ? make_float4(yv.x * sc * nw.x, yv.y * sc * nw.y, yv.z * sc * nw.z, yv.w * sc * nw.w)
+                 : make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
+    }
+  } else if (vec4) {
+    for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
+      const float4 yv = *reinterpret_cast<const float4*>(ys + d);
+      float4 o = make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
+      if (norm_w) {
+        const float4 w4 = *reinterpret_cast<const float4*>(norm_w + d);
+        o = make_float4(yv.x * sc * w4.x, yv.y * sc * w4.y, yv.z * sc * w4.z, yv.w * sc * w4.w);
+      }
+      *reinterpret_cast<float4*>(xnt + d) = o;
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) xnt[d] = norm_w ? ys[d] * sc * norm_w[d] : ys[d] * sc;
+  }
+}
+
 // Grid (2, n). mix[t][o] = (…(0 + part[t][o][0]) + …) + part[t][o][nseg − 1], as the kernels above add
 // their rounds, from a copy of token t's segment sums in shared memory. Block (0, t): the split of token
 // t (a warp for nhc = 4, else one thread) on copies of scale and base in shared memory. Block (1, t): mix,
@@ -417,54 +472,95 @@ __global__ void __launch_bounds__(1024) hc_finish_kernel(HcSplitArgs s, const fl
   if (threadIdx.x < nhc)  // hc_split_token's / hc_split4_token's pre expression
     ws[threadIdx.x] = sigmoid_dev(ms[threadIdx.x] * sb[0] + sb[3 + threadIdx.x]) + s.eps;
   __syncthreads();
-  float* yt = y + t * dim;
-  if (one4) {
-    if (d1 < dim) {
-      const float4 acc = collapse4(ws, xv, nhc);
-      *reinterpret_cast<float4*>(ys + d1) = acc;
-      *reinterpret_cast<float4*>(yt + d1) = acc;
-    }
-  } else if (vec4) {  // dim % 4 == 0, 16-byte aligned rows
-    for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
-      float4 xk[kMaxHc];  // constant indices (unrolled, guarded): registers, all nhc loads in flight
+  hc_collapse_norm(ws, xv, nw, one4, d1, xt, nhc, norm_w, y + t * dim, xn + t * dim, ys, dim, eps, norm_threads, vec4);
+}
+
+// (…((0 + p[0]) + p[1]) + …) + p[nseg − 1], the finish kernels' segment order, read by the thread that adds
+// it (L2 loads, all of a round in flight). vec: p 16-byte aligned and nseg % 4 == 0.
+__device__ inline float seg_total(const float* p, int64_t nseg, bool vec) {
+  float total = 0.0f;
+  if (!vec) {
+    for (int64_t q = 0; q < nseg; ++q) total += __ldcg(p + q);
+    return total;
+  }
+  constexpr int kRound = 8;  // float4 loads in flight
+  for (int64_t q0 = 0; q0 < nseg; q0 += 4 * kRound) {
+    float4 v[kRound];
 #pragma unroll
-      for (int k = 0; k < kMaxHc; ++k)
-        if (k < nhc) xk[k] = *reinterpret_cast<const float4*>(xt + k * dim + d);
-      const float4 acc = collapse4(ws, xk, nhc);
-      *reinterpret_cast<float4*>(ys + d) = acc;
-      *reinterpret_cast<float4*>(yt + d) = acc;
-    }
-  } else {
-    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-      float acc = 0;
-      for (int k = 0; k < nhc; ++k) acc += ws[k] * xt[k * dim + d];
-      ys[d] = acc;
-      yt[d] = acc;
+    for (int u = 0; u < kRound; ++u)
+      v[u] = q0 + 4 * u < nseg ? __ldcg(reinterpret_cast<const float4*>(p + q0 + 4 * u)) : make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < kRound; ++u) {
+      if (q0 + 4 * u >= nseg) break;
+      total += v[u].x;
+      total += v[u].y;
+      total += v[u].z;
+      total += v[u].w;
     }
   }
-  __syncthreads();  // ys complete
-  const float sc = rms_scale_row_as<1>(ys, dim, eps, norm_threads);
-  float* xnt = xn + t * dim;
-  if (one4) {
-    if (d1 < dim) {
-      const float4 yv = *reinterpret_cast<const float4*>(ys + d1);
-      *reinterpret_cast<float4*>(xnt + d1) =
-          norm_w ? make_float4(yv.x * sc * nw.x, yv.y * sc * nw.y, yv.z * sc * nw.z, yv.w * sc * nw.w)
-                 : make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
+  return total;
+}
+
+// hc_finish_kernel's values with shorter chains (CudaBackendOptions::small_v3): each mix sum is read by the
+// thread that adds it, from global memory into registers, instead of a block-wide copy into shared memory,
+// a barrier and then up to 24 threads of one block reading the same bank (row stride nseg = 32 floats) one
+// value at a time; block 1 adds only the nhc pre rows it needs (block 0 writes mix), so block 1 passes one
+// barrier before the collapse instead of three, and block 0 is one warp. Dynamic shared memory: dim floats.
+// NHC = 4 (Flash) fixes nhc at compile time (X in 4 float4 registers: no spills at 1024 threads); 0: s.nhc.
+template <int NHC>
+__global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const float* part, int64_t nseg, float* mix,
+                                                          const float* x, const float* norm_w, float* y, float* xn,
+                                                          int64_t dim, float eps, int norm_threads, bool vec4,
+                                                          bool part4) {
+  extern __shared__ float4 sh4[];  // [dim / 4] y (block 1)
+  float* ys = reinterpret_cast<float*>(sh4);
+  __shared__ float ms[(2 + kMaxHc) * kMaxHc];
+  __shared__ float sb[3 + (2 + kMaxHc) * kMaxHc];  // scale[3], then base[rows]
+  __shared__ float ws[kMaxHc];
+  const int64_t t = blockIdx.y;
+  const int nhc = NHC > 0 ? NHC : s.nhc, rows = (2 + nhc) * nhc;
+  const float* pt = part + t * rows * nseg;  // token t's segment sums [rows][nseg]
+  if (blockIdx.x == 0) {  // mix and the split, one warp
+    if (threadIdx.x >= kWarp) return;
+    const int lane = threadIdx.x;
+    for (int q = lane; q < 3 + rows; q += kWarp) sb[q] = q < 3 ? s.scale[q] : s.base[q - 3];
+    grid_dependency_wait();  // the segment sums are the segment kernel's output
+    for (int o = lane; o < rows; o += kWarp) {
+      const float total = seg_total(pt + o * nseg, nseg, part4);
+      ms[o] = total;
+      mix[t * rows + o] = total;  // the op's mix output
     }
-  } else if (vec4) {
-    for (int64_t d = 4 * threadIdx.x; d < dim; d += 4 * blockDim.x) {
-      const float4 yv = *reinterpret_cast<const float4*>(ys + d);
-      float4 o = make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
-      if (norm_w) {
-        const float4 w4 = *reinterpret_cast<const float4*>(norm_w + d);
-        o = make_float4(yv.x * sc * w4.x, yv.y * sc * w4.y, yv.z * sc * w4.z, yv.w * sc * w4.w);
-      }
-      *reinterpret_cast<float4*>(xnt + d) = o;
-    }
-  } else {
-    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) xnt[d] = norm_w ? ys[d] * sc * norm_w[d] : ys[d] * sc;
+    __syncwarp();
+    HcSplitArgs sl = s;  // the same values, read from shared memory
+    sl.scale = sb;
+    sl.base = sb + 3;
+    if (nhc == 4)
+      hc_split4_token(sl, t, lane, ms);
+    else if (lane == 0)
+      hc_split_token<0>(sl, t, ms);
+    return;
   }
+  const float* xt = x + t * nhc * dim;
+  const bool one4 = vec4 && dim <= 4 * static_cast<int64_t>(blockDim.x);
+  const int64_t d1 = 4 * static_cast<int64_t>(threadIdx.x);
+  float4 xv[kMaxHc], nw = make_float4(1, 1, 1, 1);
+  // Before the wait: only what the segment kernel does not write (hc_finish_kernel's reasoning).
+  if (one4 && d1 < dim) {
+#pragma unroll
+    for (int k = 0; k < kMaxHc; ++k)
+      if (k < nhc) xv[k] = __ldcg(reinterpret_cast<const float4*>(xt + k * dim + d1));
+    if (norm_w) nw = __ldcg(reinterpret_cast<const float4*>(norm_w + d1));
+  }
+  float scale0 = 0.0f, base = 0.0f;
+  if (threadIdx.x < nhc) {
+    scale0 = s.scale[0];
+    base = s.base[threadIdx.x];
+  }
+  grid_dependency_wait();
+  if (threadIdx.x < nhc)  // hc_split_token's / hc_split4_token's pre expression on mix row threadIdx.x
+    ws[threadIdx.x] = sigmoid_dev(seg_total(pt + threadIdx.x * nseg, nseg, part4) * scale0 + base) + s.eps;
+  __syncthreads();
+  hc_collapse_norm(ws, xv, nw, one4, d1, xt, nhc, norm_w, y + t * dim, xn + t * dim, ys, dim, eps, norm_threads, vec4);
 }
 
 }  // namespace
@@ -508,6 +604,14 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   const bool vec4 = a.dim % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.xn) &&
                     (a.norm_w == nullptr || aligned16(a.norm_w));
   const int threads = a.dim >= 4096 ? 1024 : 256;  // ≥ rms_norm_threads(dim) below 8192; 1024 above
+  if (small_v3_) {
+    const bool part4 = nseg % 4 == 0 && aligned16(part);
+    check(launch_dependent(pdl, dim3(2, static_cast<unsigned>(a.n)), threads, static_cast<size_t>(a.dim) * 4, stream(),
+                           a.nhc == 4 ? hc_finish3_kernel<4> : hc_finish3_kernel<0>, s, static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn,
+                           a.dim, a.rms_eps, rms_norm_threads(a.dim), vec4, part4),
+          "hc_pre mix + split + collapse + norm");
+    return true;
+  }
   check(launch_dependent(pdl, dim3(2, static_cast<unsigned>(a.n)), threads, finish_smem, stream(), hc_finish_kernel, s,
                          static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps,
                          rms_norm_threads(a.dim), vec4),

@@ -157,10 +157,8 @@ constexpr int kRouterWarpItems = 8;  // experts per lane
 constexpr int kRouterWarpExperts = kRouterWarpItems * kWarp;
 constexpr int kRouterWarpsPerBlock = 4;
 
-__global__ void __launch_bounds__(kRouterWarpsPerBlock * kWarp) router_warp_kernel(RouterArgs a) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRouterWarpsPerBlock + threadIdx.x / kWarp;
-  if (i >= a.n) return;  // whole warps
+// Token i's routing by one whole warp (lane = threadIdx.x % 32).
+__device__ void router_warp_token(const RouterArgs& a, int64_t i, int lane) {
   const float* z = a.logits + i * a.n_expert;
   int32_t mine = -1;  // lane j < k: the expert of slot j
   if (a.hash) {
@@ -218,6 +216,93 @@ __global__ void __launch_bounds__(kRouterWarpsPerBlock * kWarp) router_warp_kern
   }
 }
 
+__global__ void __launch_bounds__(kRouterWarpsPerBlock * kWarp) router_warp_kernel(RouterArgs a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRouterWarpsPerBlock + threadIdx.x / kWarp;
+  if (i < a.n) router_warp_token(a, i, threadIdx.x % kWarp);  // whole warps
+}
+
+// One block per token, one expert per thread (n_expert ≤ kRouterRankExperts, k ≤ kRouterRankMaxK;
+// CudaBackendOptions::small_v3): the CPU loop's k rounds as ranks. Without NaN scores the loop picks in the
+// strict order "greater value first, the lower id on ties" (e beats e' when v_e > v_e', or v_e == v_e' and
+// e < e'), so round j takes the expert beaten by exactly j others. Each warp ranks its 32 experts among
+// themselves (32 shuffles); whatever beats a top-k expert is top-k in its own warp too, so each warp's
+// first k go to shared memory (≤ 8·k candidates) and a candidate's rank among them is its overall rank.
+// No dependent rounds (the warp kernel's 6 butterflies were ~5 µs of its 7), and the weights' scores come
+// from the scoring pass (no second load of z). A NaN score anywhere (the CPU's loop then takes its first
+// untaken expert when that one is NaN): warp 0 runs router_warp_token for the token. Launched as a
+// programmatic dependent: the bias and hash rows are weights, loaded before the wait for the logits.
+// Scores and weights are router_warp_kernel's expressions, summed in slot order: its bits.
+constexpr int kRouterRankExperts = 256;
+constexpr int kRouterRankMaxK = 16;
+constexpr int kRouterRankCand = kRouterRankExperts / kWarp * kRouterRankMaxK;
+
+__global__ void __launch_bounds__(kRouterRankExperts) router_rank_kernel(RouterArgs a) {
+  __shared__ float sp_s[kRouterRankExperts];  // hash routing: sqrt(softplus) of every expert
+  __shared__ float2 cand[kRouterRankCand];    // (value, id bits) of each warp's first k, warp-major
+  __shared__ float cand_p[kRouterRankCand];   // their sqrt(softplus)
+  __shared__ int32_t sel_e[kRouterRankMaxK];
+  __shared__ float sel_p[kRouterRankMaxK];
+  const int e = threadIdx.x, lane = e % kWarp, wid = e / kWarp;
+  const int64_t i = blockIdx.x;
+  const bool valid = e < a.n_expert;
+  const float bias = valid && a.bias ? a.bias[e] : 0.0f;
+  grid_dependency_wait();  // logits (and the token ids) come from the kernels before
+  float p = 0.0f, v = -INFINITY;  // past n_expert: beats nothing (-inf, and the highest lanes)
+  if (valid) {
+    p = sqrtf(softplus_dev(a.logits[i * a.n_expert + e]));
+    v = p + bias;  // router_warp_token's value
+  }
+  if (a.hash) {
+    const int32_t hid = e < a.k ? a.hash[static_cast<int64_t>(a.tokens[i]) * a.k + e] : -1;
+    if (valid) sp_s[e] = p;
+    __syncthreads();
+    if (e < a.k) {
+      sel_e[e] = hid;
+      sel_p[e] = hid >= 0 && hid < a.n_expert ? sp_s[hid] : NAN;
+    }
+  } else {
+    int r = 0;  // experts of this warp that beat e
+#pragma unroll
+    for (int j = 0; j < kWarp; ++j) {
+      const float vj = __shfl_sync(0xffffffffu, v, j);
+      r += (vj > v || (vj == v && j < lane)) ? 1 : 0;
+    }
+    if (valid && r < a.k) {
+      cand[wid * a.k + r] = make_float2(v, __int_as_float(e));
+      cand_p[wid * a.k + r] = p;
+    }
+    if (__syncthreads_or(valid && v != v)) {  // block-uniform
+      if (wid == 0) router_warp_token(a, i, lane);
+      return;
+    }
+    // Only the last warp can hold fewer than k experts, so the candidates are 0 … nc − 1.
+    const int nw = (a.n_expert + kWarp - 1) / kWarp, last = a.n_expert - (nw - 1) * kWarp;
+    const int nc = (nw - 1) * a.k + (last < a.k ? last : a.k);
+    if (e < nc) {
+      const float2 me = cand[e];
+      const int32_t mi = __float_as_int(me.y);
+      int g = 0;
+      for (int q = 0; q < nc; ++q) {
+        const float2 c = cand[q];
+        g += (c.x > me.x || (c.x == me.x && __float_as_int(c.y) < mi)) ? 1 : 0;
+      }
+      if (g < a.k) {
+        sel_e[g] = mi;
+        sel_p[g] = cand_p[e];
+      }
+    }
+  }
+  __syncthreads();
+  if (wid != 0) return;
+  float sum = 0;
+  for (int j = 0; j < a.k; ++j) sum += sel_p[j];  // slot order
+  const float denom = fmaxf(sum, a.denom_guard);
+  if (lane < a.k) {
+    a.ids[i * a.k + lane] = sel_e[lane];
+    a.weights[i * a.k + lane] = a.scale * sel_p[lane] / denom;
+  }
+}
+
 // g[p][f] ← swiglu(g, u) · weights[p]  (ds4 scales before the down projection).
 __global__ void moe_swiglu_kernel(float* g, const float* u, const float* weights, int64_t pairs, int32_t ff, float clamp) {
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -234,6 +319,7 @@ __global__ void moe_swiglu_kernel(float* g, const float* u, const float* weights
 // (the matvec writes NaN rows for it; the grouped GEMM leaves such pairs out of every group).
 __global__ void moe_sum_kernel(const float* y, const int32_t* ids, int32_t n_expert, float* out, int64_t n, int32_t k,
                                int32_t dim) {
+  grid_dependency_wait();  // small_v3 launches it as a programmatic dependent (a no-op otherwise)
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (q >= n * dim) return;
   const int64_t i = q / dim, d = q % dim;
@@ -254,6 +340,14 @@ void CudaBackend::router(const RouterArgs& a) {
     fail(invalid_argument("cuda router: k " + std::to_string(a.k) + " must be in [1, n_expert]"));
     return;
   }
+  if (hc_router_v2_ && small_v3_ && a.n_expert <= kRouterRankExperts && a.k <= kRouterRankMaxK &&
+      a.n <= 0x7fffffff) {
+    const int threads = (a.n_expert + kWarp - 1) / kWarp * kWarp;
+    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.n)), threads, 0, stream(),
+                           router_rank_kernel, a),
+          "router");
+    return;
+  }
   if (hc_router_v2_ && a.n_expert <= kRouterWarpExperts && a.k <= kWarp)
     router_warp_kernel<<<grid_for(a.n, kRouterWarpsPerBlock), kRouterWarpsPerBlock * kWarp, 0, stream()>>>(a);
   else if (a.n_expert <= kRouterMaxExperts && a.k <= 32 && a.n <= 0x7fffffff)
@@ -271,8 +365,9 @@ void CudaBackend::moe(const MoeArgs& a) {
   }
   const int64_t pairs = a.n * a.k;
   auto sum_slots = [&](const float* y) {
-    moe_sum_kernel<<<grid_for(a.n * a.dim, 256), 256, 0, stream()>>>(y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim);
-    launched("moe sum");
+    check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(a.n * a.dim, 256)), 256, 0, stream(),
+                           moe_sum_kernel, y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim),
+          "moe sum");
   };
   // Decode steps of 1..kTileMaxTokens tokens: expert tiles (moe_tiles.cu), each expert's rows read once.
   if (decode_kernels_ && expert_tiles_ && a.n <= kTileMaxTokens) {

@@ -24,6 +24,7 @@ __global__ void rms_norm_kernel(const float* x, float* y, const float* w, int64_
 // One thread per (token, pair, head). x: [n][heads][head_dim], the pairs in the last n_rot dims.
 __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int32_t heads, int32_t head_dim, int32_t n_rot,
                             RopeFreqs f, bool inverse) {
+  grid_dependency_wait();  // small_v3 launches it as a programmatic dependent (a no-op otherwise)
   const int half = n_rot / 2;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n * half * heads) return;
@@ -63,6 +64,98 @@ __global__ void norm_rope_kernel(NormRopeArgs a, RopeFreqs f) {
   }
 }
 
+// ---- CudaBackendOptions::small_v3: rows of ≤ kRowPer values per thread held in registers ----
+// The single-block decode norms (q_a's RMSNorm: 1,024 values; kv's norm + RoPE: 512) were chains of
+// dependent global round trips — norm weights loaded after the scale, every step of norm_rope_kernel
+// re-reading the row from global memory behind a barrier, the RoPE angle's double-precision fmod/cos/sin
+// started only after the norm. Here every load of a thread goes out at once (norm weights before the
+// programmatic-dependent wait), the angle is formed beside the norm's reduction, and the row stays in
+// registers / shared memory until the one final write. The same expressions in the same order: the bits
+// of rms_norm_kernel and norm_rope_kernel.
+constexpr int kRowPer = 4;
+
+// rms_norm_kernel's values; dim ≤ kRowPer·blockDim.x. x may equal y (every load precedes the barrier).
+__global__ void rms_norm3_kernel(const float* x, float* y, const float* w, int64_t dim, int64_t stride, float eps) {
+  const float* xr = x + blockIdx.x * stride;
+  float* yr = y + blockIdx.x * stride;
+  const int64_t bd = blockDim.x;
+  float wv[kRowPer], v[kRowPer];
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    wv[q] = w && i < dim ? w[i] : 1.0f;
+  }
+  grid_dependency_wait();  // x is the output of the kernel before
+  double ss = 0;  // rms_scale_row's chain: i = threadIdx.x, + bd, …
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    v[q] = i < dim ? xr[i] : 0.0f;
+  }
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q)
+    if (threadIdx.x + q * bd < dim) ss += static_cast<double>(v[q]) * v[q];
+  const float scale = rms_scale_of(ss, dim, eps);
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    if (i < dim) yr[i] = w ? v[q] * scale * wv[q] : v[q] * scale;
+  }
+}
+
+// norm_rope_kernel's values; head_dim ≤ kRowPer·blockDim.x, n_rot / 2 ≤ blockDim.x. Dynamic shared memory:
+// head_dim floats (the row between the steps).
+__global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f) {
+  extern __shared__ float xs[];
+  const int64_t row = blockIdx.x, t = row / a.heads, D = a.head_dim, bd = blockDim.x;
+  const int half = a.n_rot / 2;
+  float wv[kRowPer], v[kRowPer];
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    wv[q] = a.w && i < D ? a.w[i] : 1.0f;
+  }
+  grid_dependency_wait();  // the row, positions and counts come from the work before
+  if (a.count && t >= *a.count) return;  // whole blocks
+  float* xr = a.x_at ? a.x_at[t] + (row % a.heads) * D : a.x + row * D;
+  const int32_t p = a.pos[t];
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    v[q] = i < D ? xr[i] : 0.0f;
+  }
+  const float2 cs = static_cast<int>(threadIdx.x) < half ? rope_cos_sin(p, f.w[threadIdx.x], false) : make_float2(1, 0);
+  double ss = 0;
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q)
+    if (threadIdx.x + q * bd < D) ss += static_cast<double>(v[q]) * v[q];
+  const float scale = rms_scale_of(ss, D, a.eps);
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    if (i < D) xs[i] = a.w ? v[q] * scale * wv[q] : v[q] * scale;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < half) rope_apply(xs + (D - a.n_rot) + 2 * threadIdx.x, cs);
+  __syncthreads();
+  if (a.fp8_quant > 0) {
+    const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+    for (int b = threadIdx.x / kWarp; b < a.fp8_quant / 64; b += warps) fp8_block_warp(xs + b * 64, lane);
+    __syncthreads();
+  }
+  float* dst = nullptr;
+  if (a.ring || a.ring_at) {
+    float* base = a.ring_at ? a.ring_at[t] : a.ring;
+    dst = base + (p % a.ring_cap) * (static_cast<int64_t>(a.heads) * D) + (row % a.heads) * D;
+  }
+  for (int64_t i = threadIdx.x; i < D; i += bd) {
+    float val = xs[i];
+    if (a.f16) val = __half2float(__float2half_rn(val));
+    xr[i] = val;
+    if (dst) dst[i] = val;
+  }
+}
+
 RopeFreqs rope_freqs(const double* freq, int n_rot) {
   RopeFreqs f{};
   for (int i = 0; i < n_rot / 2; ++i) f.w[i] = freq[i];
@@ -78,6 +171,12 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
     return;
   }
   const int threads = rms_norm_threads(a.dim);
+  if (small_v3_ && a.dim <= int64_t{kRowPer} * threads) {
+    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.rows)), threads, 0, stream(), rms_norm3_kernel,
+                           a.x, a.y, a.w, a.dim, a.stride, a.eps),
+          "rms_norm");
+    return;
+  }
   rms_norm_kernel<<<static_cast<unsigned>(a.rows), threads, 0, stream()>>>(a.x, a.y, a.w, a.dim, a.stride, a.eps);
   launched("rms_norm");
 }
@@ -90,9 +189,9 @@ void CudaBackend::rope(const RopeArgs& a) {
     return;
   }
   const int64_t total = a.n * (a.n_rot / 2) * a.heads;
-  rope_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(a.x, a.pos, a.n, a.heads, a.head_dim, a.n_rot,
-                                                         rope_freqs(a.freq, a.n_rot), a.inverse);
-  launched("rope");
+  check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(total, 256)), 256, 0, stream(), rope_kernel, a.x,
+                         a.pos, a.n, a.heads, a.head_dim, a.n_rot, rope_freqs(a.freq, a.n_rot), a.inverse),
+        "rope");
 }
 
 void CudaBackend::norm_rope(const NormRopeArgs& a) {
@@ -115,7 +214,15 @@ void CudaBackend::norm_rope(const NormRopeArgs& a) {
     fail(invalid_argument("cuda norm_rope: too many rows"));
     return;
   }
-  norm_rope_kernel<<<static_cast<unsigned>(a.n * a.heads), rms_norm_threads(a.head_dim), 0, stream()>>>(
+  const int threads = rms_norm_threads(a.head_dim);
+  if (small_v3_ && a.head_dim <= int64_t{kRowPer} * threads && a.n_rot / 2 <= threads) {
+    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.n * a.heads)), threads,
+                           static_cast<size_t>(a.head_dim) * 4, stream(), norm_rope3_kernel, a,
+                           rope_freqs(a.freq, a.n_rot)),
+          "norm_rope");
+    return;
+  }
+  norm_rope_kernel<<<static_cast<unsigned>(a.n * a.heads), threads, 0, stream()>>>(
       a, rope_freqs(a.freq, a.n_rot));
   launched("norm_rope");
 }

@@ -26,12 +26,18 @@ inline int rms_norm_threads(int64_t dim) { return dim >= 8192 ? 1024 : 256; }
 
 // 1/sqrt(mean(x²) + eps) of row xr: thread i sums xr[i], xr[i + blockDim.x], … in double, then
 // block_sum. Every thread of the block must call it (it synchronizes); all get the scale.
+// The scale from each thread's own chain ss (rms_scale_row's loop, for kernels that hold the row in
+// registers): block_sum, then the formula. Every thread must call it.
+__device__ inline float rms_scale_of(double ss, int64_t dim, float eps) {
+  ss = block_sum(ss);
+  return 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+}
+
 __device__ inline float rms_scale_row(const float* xr, int64_t dim, float eps) {
   double ss = 0;
 #pragma unroll 4
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
-  ss = block_sum(ss);
-  return 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(dim)) + eps);
+  return rms_scale_of(ss, dim, eps);
 }
 
 // rms_scale_row's bits as a block of `threads` threads would compute them (thread i sums xr[i],
@@ -115,14 +121,23 @@ __device__ inline float rms_scale_row_v4(const float* xr, int64_t dim, float eps
   return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(dim)) + eps);
 }
 
+// cos and sin of the angle pos·w (−pos·w when inverse), reduced in double: rope_rotate's, for kernels that
+// form the angle before the pair's values are ready.
+__device__ inline float2 rope_cos_sin(int32_t pos, double w, bool inverse) {
+  const double theta = fmod(static_cast<double>(pos) * w, 2.0 * M_PI);
+  return make_float2(static_cast<float>(cos(theta)), static_cast<float>(inverse ? -sin(theta) : sin(theta)));
+}
+
+// Rotates the adjacent pair v[0], v[1] by the angle whose cos and sin are cs.
+__device__ inline void rope_apply(float* v, float2 cs) {
+  const float x0 = v[0], x1 = v[1];
+  v[0] = x0 * cs.x - x1 * cs.y;
+  v[1] = x0 * cs.y + x1 * cs.x;
+}
+
 // Rotates the adjacent pair v[0], v[1] by pos·w (−pos·w when inverse), the angle reduced in double.
 __device__ inline void rope_rotate(float* v, int32_t pos, double w, bool inverse) {
-  const double theta = fmod(static_cast<double>(pos) * w, 2.0 * M_PI);
-  const float c = static_cast<float>(cos(theta));
-  const float s = static_cast<float>(inverse ? -sin(theta) : sin(theta));
-  const float x0 = v[0], x1 = v[1];
-  v[0] = x0 * c - x1 * s;
-  v[1] = x0 * s + x1 * c;
+  rope_apply(v, rope_cos_sin(pos, w, inverse));
 }
 
 __device__ inline float pow2_ceil_dev(float v) {

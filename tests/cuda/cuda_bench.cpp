@@ -9,6 +9,7 @@
 //        cuda_bench --experts once        one untimed call per n on the warp and the fast block tiles (for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
+//        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
@@ -56,7 +57,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
-void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2);  // cuda_bench_stages.cpp
+void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bool once);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
@@ -258,7 +259,7 @@ void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng, bool gemv_only) 
     if (gemv_only) return;
     cuda::CudaBackendOptions ho;  // HC pre / router / HC post: spread kernels vs the previous ones
     ho.hc_router_v2 = false;
-    if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev, nullptr, nullptr);
+    if (auto hprev = cuda::make_cuda_backend(ho); hprev.ok()) bench_hc_router(*be, **hprev, nullptr, nullptr, false);
   }
 
   auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
@@ -433,7 +434,8 @@ int main(int argc, char** argv) {
     bench_skinny(*be, rng, true, once || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--hc") == 0) {  // HC pre, router, HC post: new vs previous kernels
+  const bool hc_once = argc > 1 && std::strcmp(argv[1], "--hc-once") == 0;
+  if (hc_once || (argc > 1 && std::strcmp(argv[1], "--hc") == 0)) {  // HC pre, router, small ops: new vs previous
     cuda::CudaBackendOptions po;
     po.hc_router_v2 = false;
     auto prev = cuda::make_cuda_backend(po);
@@ -444,7 +446,7 @@ int main(int argc, char** argv) {
     o2.small_v3 = false;
     auto v2 = cuda::make_cuda_backend(o2);
     if (prev.ok())
-      bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr, v2.ok() ? v2->get() : nullptr);
+      bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr, v2.ok() ? v2->get() : nullptr, hc_once);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs before

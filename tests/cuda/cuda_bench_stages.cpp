@@ -547,8 +547,9 @@ void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_
 // the attention output's inverse RoPE, the shared expert's SwiGLU of 2,048), on `be`
 // (default options), on `prev` (CudaBackendOptions::hc_router_v2 = false: the kernels before the spread
 // ones) and, when given, on `v2` (small_v3 = false: the kernels before session 6's); HC pre also on
-// `plain` when given (hc_pdl = false). Graph µs per call, as the stage lines.
-void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2) {
+// `plain` when given (hc_pdl = false). Graph µs per call, as the stage lines. once: each op once per backend
+// and n, untimed (for a profiler: ncu's per-kernel times of exactly these launches).
+void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bool once) {
   const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NE = 256, K = 6, NMAX = 32, Q = 1024, H = 64, D = 512;
   const int64_t R = 64, F = 2048, CAP = 128;
   std::vector<double> freq(R / 2);
@@ -681,6 +682,15 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2) {
                     {"norm_rope q 64x512", q_norm_rope},
                     {"rope inverse attn out 64x512", out_rope},
                     {"swiglu shared 2048", swiglu}};
+  if (once) {
+    for (int i = 0; i < 4; ++i)
+      if (bes[i] && i != 2)
+        for (const Op& op : ops)
+          for (int64_t n : {1, 8, 32}) op.run(sides[i], n);
+    for (int i = 0; i < 4; ++i)
+      if (bes[i]) (void)bes[i]->sync();
+    return;
+  }
   for (const Op& op : ops)
     for (int64_t n : {1, 2, 8, 32}) {
       const StageTime now = sides[0].sb->time([&] { op.run(sides[0], n); }, 20);

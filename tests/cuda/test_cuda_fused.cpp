@@ -469,6 +469,38 @@ TEST_F(CudaFused, RmsNormRowsEqualPreviousKernelAndCpu) {
         }
 }
 
+TEST_F(CudaFused, RopeTokenAnglesEqualPreviousKernel) {
+  // rope with small_v3 (a block per token, its angles formed once for all heads) against rope_kernel
+  // (small_v3 = false) bit for bit: attention output (64 × 512, inverse), kv (1 × 512), indexer q (64 × 128),
+  // 4 × 256; 1, 2, 8, 32 tokens at large positions.
+  cuda::CudaBackendOptions o2;
+  o2.small_v3 = false;
+  auto made_v2 = cuda::make_cuda_backend(o2);
+  ASSERT_TRUE(made_v2.ok());
+  Backend& v2 = **made_v2;
+  struct S {
+    int32_t heads, head_dim, n_rot;
+  };
+  for (S s : {S{64, 512, 64}, S{1, 512, 64}, S{64, 128, 64}, S{4, 256, 16}})
+    for (int64_t n : {1, 2, 8, 32})
+      for (bool inverse : {false, true}) {
+        const std::string tag = "rope H" + std::to_string(s.heads) + " D" + std::to_string(s.head_dim) + " n" +
+                                std::to_string(n) + (inverse ? " inverse" : "");
+        auto x = randn(static_cast<size_t>(n * s.heads * s.head_dim));
+        std::vector<int32_t> pos(n);
+        for (auto& p : pos) p = randint(0, 1 << 20);
+        std::vector<double> freq(s.n_rot / 2);
+        for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * i / s.n_rot);
+        const int32_t* gpos = dev(pos);
+        float *gx = dev(x), *vx = dev(x);
+        gpu_->rope({gx, gpos, n, s.heads, s.head_dim, s.n_rot, freq.data(), inverse});
+        v2.rope({vx, gpos, n, s.heads, s.head_dim, s.n_rot, freq.data(), inverse});
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;
+        ASSERT_TRUE(v2.sync().ok()) << tag;
+        expect_same_bits(host(gx, x.size()), host(vx, x.size()), tag + " vs small_v3 off");
+      }
+}
+
 TEST_F(CudaFused, HcPostThenPreRecordedInAGraphEqualsEager) {
   // The forward pass's sequence HC post → next HC pre, recorded as a CUDA graph on the backend's stream
   // and replayed (as decode steps are): with hc_pdl the HC pre kernels are programmatic dependents of the

@@ -140,9 +140,12 @@ __global__ void hc_collapse_kernel(HcCollapseArgs a) {
 
 // out[t][k][d] = post[t][k]·f[t][d] + Σ_j C[t][j][k]·x[t][j][d], j in order.
 // Lets a programmatic dependent (the next sublayer's spread HC pre) start and prefetch its weights; it
-// still waits for this kernel's end before reading the state.
+// still waits for this kernel's end before reading the state. With small_v3 itself a programmatic
+// dependent of the kernel before it (the wait is a no-op otherwise); a dependent of this kernel waits
+// for its end, which comes after that wait, so it still sees everything before.
 __global__ void hc_post_kernel(HcPostArgs a) {
   grid_launch_dependents();
+  grid_dependency_wait();
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (q >= a.n * a.nhc * a.dim) return;
   const int64_t d = q % a.dim;
@@ -683,8 +686,9 @@ void CudaBackend::hc_collapse(const HcCollapseArgs& a) {
 
 void CudaBackend::hc_post(const HcPostArgs& a) {
   if (failed() || a.n <= 0) return;
-  hc_post_kernel<<<grid_for(a.n * a.nhc * a.dim, 256), 256, 0, stream()>>>(a);
-  launched("hc_post");
+  check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(a.n * a.nhc * a.dim, 256)), 256, 0, stream(),
+                         hc_post_kernel, a),
+        "hc_post");
 }
 
 }  // namespace ds4::backend::cuda

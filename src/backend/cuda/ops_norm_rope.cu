@@ -24,7 +24,6 @@ __global__ void rms_norm_kernel(const float* x, float* y, const float* w, int64_
 // One thread per (token, pair, head). x: [n][heads][head_dim], the pairs in the last n_rot dims.
 __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int32_t heads, int32_t head_dim, int32_t n_rot,
                             RopeFreqs f, bool inverse) {
-  grid_dependency_wait();  // small_v3 launches it as a programmatic dependent (a no-op otherwise)
   const int half = n_rot / 2;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n * half * heads) return;
@@ -156,6 +155,40 @@ __global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f) {
   }
 }
 
+// rope_kernel's values with each token's angles formed once (rope_kernel forms the same double-precision
+// fmod/cos/sin for every head: 64 times per pair at Flash's 64 heads): block = token, its n_rot / 2 cos/sin
+// pairs into shared memory by the first threads, then every (head, pair) rotated. Same expressions.
+__global__ void rope3_kernel(float* x, const int32_t* pos, int32_t heads, int32_t head_dim, int32_t n_rot, RopeFreqs f,
+                             bool inverse) {
+  __shared__ float2 cs[kMaxRopePairs];
+  const int half = n_rot / 2;
+  const int64_t t = blockIdx.x;
+  grid_dependency_wait();  // x (and the positions) come from the work before
+  if (static_cast<int>(threadIdx.x) < half) cs[threadIdx.x] = rope_cos_sin(pos[t], f.w[threadIdx.x], inverse);
+  __syncthreads();
+  float* xt = x + t * heads * head_dim + (head_dim - n_rot);
+  // A thread's pairs loaded kBatch at a time before any store (the stores could alias later loads for all
+  // the compiler knows, which would serialize one round trip per pair). Pairs are 8-byte aligned (even offsets).
+  constexpr int kBatch = 8;
+  const int total = heads * half, bd = blockDim.x;
+  for (int k0 = threadIdx.x; k0 < total; k0 += kBatch * bd) {
+    float2 v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int k = k0 + u * bd;
+      if (k < total) v[u] = *reinterpret_cast<const float2*>(xt + static_cast<int64_t>(k / half) * head_dim + 2 * (k % half));
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int k = k0 + u * bd;
+      if (k >= total) break;
+      float p[2] = {v[u].x, v[u].y};
+      rope_apply(p, cs[k % half]);
+      *reinterpret_cast<float2*>(xt + static_cast<int64_t>(k / half) * head_dim + 2 * (k % half)) = make_float2(p[0], p[1]);
+    }
+  }
+}
+
 RopeFreqs rope_freqs(const double* freq, int n_rot) {
   RopeFreqs f{};
   for (int i = 0; i < n_rot / 2; ++i) f.w[i] = freq[i];
@@ -189,9 +222,15 @@ void CudaBackend::rope(const RopeArgs& a) {
     return;
   }
   const int64_t total = a.n * (a.n_rot / 2) * a.heads;
-  check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(total, 256)), 256, 0, stream(), rope_kernel, a.x,
-                         a.pos, a.n, a.heads, a.head_dim, a.n_rot, rope_freqs(a.freq, a.n_rot), a.inverse),
-        "rope");
+  if (small_v3_ && a.n <= 0x7fffffff) {
+    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.n)), 256, 0, stream(), rope3_kernel, a.x,
+                           a.pos, a.heads, a.head_dim, a.n_rot, rope_freqs(a.freq, a.n_rot), a.inverse),
+          "rope");
+    return;
+  }
+  rope_kernel<<<grid_for(total, 256), 256, 0, stream()>>>(a.x, a.pos, a.n, a.heads, a.head_dim, a.n_rot,
+                                                         rope_freqs(a.freq, a.n_rot), a.inverse);
+  launched("rope");
 }
 
 void CudaBackend::norm_rope(const NormRopeArgs& a) {

@@ -58,6 +58,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bool once);  // cuda_bench_stages.cpp
+void bench_small_prefill(Backend& now, Backend& v2);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
@@ -447,6 +448,7 @@ int main(int argc, char** argv) {
     auto v2 = cuda::make_cuda_backend(o2);
     if (prev.ok())
       bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr, v2.ok() ? v2->get() : nullptr, hc_once);
+    if (!hc_once && v2.ok()) bench_small_prefill(*be, **v2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs before

@@ -712,6 +712,71 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bo
     }
 }
 
+// The same small ops at a 2,048-token prefill chunk (issue 5's prefill bar; memory-bound element-wise work):
+// HC post + expert sum (4 × 4096 state), q's norm + RoPE (64 × 512), the attention output's inverse RoPE,
+// q_a's RMSNorm (1,024), on `now` and `v2` (small_v3 = false). Graph µs per call and the GB/s of the bytes
+// each op must move (read once, written once).
+void bench_small_prefill(Backend& now, Backend& v2) {
+  const int64_t N = 2048, E = 4096, NHC = 4, H = 64, D = 512, R = 64, Q = 1024;
+  std::vector<double> freq(R / 2);
+  for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
+  std::vector<int32_t> pos_h(N);
+  for (int64_t t = 0; t < N; ++t) pos_h[t] = 2048 + static_cast<int32_t>(t);
+  struct Side {
+    std::unique_ptr<StageBench> sb;
+    float *x, *x2, *f, *fa, *post, *comb, *q, *qa, *qa_w;
+    int32_t* pos;
+  } sides[2];
+  Backend* bes[2] = {&now, &v2};
+  for (int i = 0; i < 2; ++i) {
+    Side& s = sides[i];
+    s.sb = std::make_unique<StageBench>(*bes[i]);
+    StageBench& b = *s.sb;
+    s.x = b.buf(N * NHC * E, 0.5f);
+    s.x2 = b.buf(N * NHC * E);
+    s.f = b.buf(N * E, 0.5f);
+    s.fa = b.buf(N * E, 0.5f);
+    s.post = b.buf(N * NHC, 0.5f);
+    s.comb = b.buf(N * NHC * NHC, 0.25f);
+    s.q = b.buf(N * H * D, 0.5f);
+    s.qa = b.buf(N * Q, 0.5f);
+    s.qa_w = b.buf(Q, 1.0f);
+    s.pos = b.ibuf(pos_h);
+  }
+  struct Op {
+    const char* name;
+    double bytes;
+    std::function<void(Backend&, Side&)> run;
+  };
+  const Op ops[] = {
+      {"hc post + expert sum 4x4096", 4.0 * N * (2 * NHC * E + 2 * E),
+       [&](Backend& be, Side& s) {
+         HcPostArgs hp{s.x, s.f, s.post, s.comb, s.x2, N, E, static_cast<int32_t>(NHC)};
+         hp.f_add = s.fa;
+         be.hc_post(hp);
+       }},
+      {"norm_rope q 64x512", 4.0 * N * H * D * 2,
+       [&](Backend& be, Side& s) {
+         be.norm_rope({s.q, s.pos, N, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R),
+                       nullptr, 1e-6f, freq.data()});
+       }},
+      {"rope inverse attn out 64x512", 4.0 * N * H * R * 2,
+       [&](Backend& be, Side& s) {
+         be.rope({s.q, s.pos, N, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R),
+                  freq.data(), true});
+       }},
+      {"rms_norm q_a 1024", 4.0 * N * Q * 2,
+       [&](Backend& be, Side& s) { be.rms_norm({s.qa, s.qa, s.qa_w, N, Q, Q, 1e-6f}); }},
+  };
+  for (const Op& op : ops) {
+    const StageTime a = sides[0].sb->time([&] { op.run(now, sides[0]); }, 5);
+    const StageTime b = sides[1].sb->time([&] { op.run(v2, sides[1]); }, 5);
+    std::printf("BENCH prefill-small %-30s n=2048 graph %8.2f us (%5.0f GB/s), small_v3 off %8.2f us (%5.0f GB/s)  %.2fx\n",
+                op.name, a.graph_us, op.bytes / (a.graph_us * 1e3), b.graph_us, op.bytes / (b.graph_us * 1e3),
+                b.graph_us / a.graph_us);
+  }
+}
+
 // The decode chain of a CSA layer (issues 5 and 8): the forward pass's compressor + indexer ops of one
 // CSA layer for n = 1, 8, 32 sessions at contexts 2K (2,101: 525 rows, > top-k so the indexer selects),
 // 8K and 32K, each session at its own position (ctx − 4·i; batched compressors through the segment

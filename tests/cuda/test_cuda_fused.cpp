@@ -322,30 +322,31 @@ TEST_F(CudaFused, HcPostWithResidualAddEqualsAddThenPost) {
   // small_v3's thread per 4 dims (dim % 4 == 0) and the thread per value (dim 54), both exact with the CPU;
   // nhc 3 takes the kernel's runtime-nhc form.
   for (int32_t nhc : {4, 3})
-  for (int64_t dim : {4096, 64, 54})
-    for (int64_t n : {1, 2, 8, 32, 40}) {
-      if (nhc == 3 && dim == 4096 && n > 8) continue;
-      const std::string tag = "hc_post + add " + std::to_string(nhc) + "x" + std::to_string(dim) + " n" + std::to_string(n);
-      auto x = randn(static_cast<size_t>(n * nhc * dim));
-      auto f = randn(static_cast<size_t>(n * dim));
-      auto fa = randn(static_cast<size_t>(n * dim));
-      auto post = randn(static_cast<size_t>(n * nhc));
-      auto comb = randn(static_cast<size_t>(n * nhc * nhc));
-      std::vector<float> want(x.size());
-      HcPostArgs c{x.data(), f.data(), post.data(), comb.data(), want.data(), n, dim, nhc};
-      c.f_add = fa.data();
-      cpu_->hc_post(c);
-      float *gx = dev(x), *gf = dev(f), *gfa = dev(fa), *gpost = dev(post), *gcomb = dev(comb);
-      float *out = poisoned(x.size()), *ref = poisoned(x.size());
-      HcPostArgs g{gx, gf, gpost, gcomb, out, n, dim, nhc};
-      g.f_add = gfa;
-      gpu_->hc_post(g);
-      gpu_->add(gf, gfa, n * dim);  // the pieces: f += f_add, then the plain post
-      gpu_->hc_post({gx, gf, gpost, gcomb, ref, n, dim, nhc});
-      ASSERT_TRUE(gpu_->sync().ok()) << tag;
-      expect_same_bits(host(out, x.size()), host(ref, x.size()), tag);
-      expect_close(host(out, x.size()), want, 0, 0, tag + " vs cpu");
-    }
+    for (int64_t dim : {4096, 64, 54})
+      for (int64_t n : {1, 2, 8, 32, 40}) {
+        if (nhc == 3 && dim == 4096 && n > 8) continue;
+        const std::string tag =
+            "hc_post + add " + std::to_string(nhc) + "x" + std::to_string(dim) + " n" + std::to_string(n);
+        auto x = randn(static_cast<size_t>(n * nhc * dim));
+        auto f = randn(static_cast<size_t>(n * dim));
+        auto fa = randn(static_cast<size_t>(n * dim));
+        auto post = randn(static_cast<size_t>(n * nhc));
+        auto comb = randn(static_cast<size_t>(n * nhc * nhc));
+        std::vector<float> want(x.size());
+        HcPostArgs c{x.data(), f.data(), post.data(), comb.data(), want.data(), n, dim, nhc};
+        c.f_add = fa.data();
+        cpu_->hc_post(c);
+        float *gx = dev(x), *gf = dev(f), *gfa = dev(fa), *gpost = dev(post), *gcomb = dev(comb);
+        float *out = poisoned(x.size()), *ref = poisoned(x.size());
+        HcPostArgs g{gx, gf, gpost, gcomb, out, n, dim, nhc};
+        g.f_add = gfa;
+        gpu_->hc_post(g);
+        gpu_->add(gf, gfa, n * dim);  // the pieces: f += f_add, then the plain post
+        gpu_->hc_post({gx, gf, gpost, gcomb, ref, n, dim, nhc});
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;
+        expect_same_bits(host(out, x.size()), host(ref, x.size()), tag);
+        expect_close(host(out, x.size()), want, 0, 0, tag + " vs cpu");
+      }
 }
 
 TEST_F(CudaFused, RouterWarpKernelEqualsPreviousAndCpu) {

@@ -399,6 +399,16 @@ __device__ inline float4 collapse4(const float* w, const float4 (&xv)[kMaxHc], i
   return acc;
 }
 
+// Block 1 of the finish kernels, a thread owning y[d1 … d1 + 3]: its X values (xv[s] = X[s][d1 …], read at
+// L2) and norm weights (nw, left at 1 without them), all loads in flight.
+__device__ inline void hc_load_x4(const float* xt, int64_t d1, int64_t dim, int nhc, const float* norm_w,
+                                  float4 (&xv)[kMaxHc], float4& nw) {
+#pragma unroll
+  for (int k = 0; k < kMaxHc; ++k)
+    if (k < nhc) xv[k] = __ldcg(reinterpret_cast<const float4*>(xt + k * dim + d1));
+  if (norm_w) nw = __ldcg(reinterpret_cast<const float4*>(norm_w + d1));
+}
+
 // Block 1 of the finish kernels, once pre is in ws: yt = Σ_s ws[s]·X[s] (hc_collapse_kernel's order, from 0)
 // into ys (shared, dim floats) and global, then xnt = RMSNorm_w(y) with rms_norm_kernel's bits through
 // rms_scale_row_as. one4: thread i owns y[4i … 4i + 3], its X values in xv and norm weights in nw (loaded up
@@ -482,12 +492,7 @@ __global__ void __launch_bounds__(1024) hc_finish_kernel(HcSplitArgs s, const fl
   // Before the wait (hc_pdl: the segment kernel may still run): only what it does not write — X (complete:
   // every segment block waited for its writer before letting this kernel start; read at L2, .cg), the
   // norm, scale and base weights.
-  if (one4 && d1 < dim) {
-#pragma unroll
-    for (int k = 0; k < kMaxHc; ++k)
-      if (k < nhc) xv[k] = __ldcg(reinterpret_cast<const float4*>(xt + k * dim + d1));
-    if (norm_w) nw = __ldcg(reinterpret_cast<const float4*>(norm_w + d1));
-  }
+  if (one4 && d1 < dim) hc_load_x4(xt, d1, dim, nhc, norm_w, xv, nw);
   if (threadIdx.x < 3) sb[threadIdx.x] = s.scale[threadIdx.x];
   if (threadIdx.x < rows) sb[3 + threadIdx.x] = s.base[threadIdx.x];
   grid_dependency_wait();  // the segment sums are the segment kernel's output
@@ -590,12 +595,7 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
   const int64_t d1 = 4 * static_cast<int64_t>(threadIdx.x);
   float4 xv[kMaxHc], nw = make_float4(1, 1, 1, 1);
   // Before the wait: only what the segment kernel does not write (hc_finish_kernel's reasoning).
-  if (one4 && d1 < dim) {
-#pragma unroll
-    for (int k = 0; k < kMaxHc; ++k)
-      if (k < nhc) xv[k] = __ldcg(reinterpret_cast<const float4*>(xt + k * dim + d1));
-    if (norm_w) nw = __ldcg(reinterpret_cast<const float4*>(norm_w + d1));
-  }
+  if (one4 && d1 < dim) hc_load_x4(xt, d1, dim, nhc, norm_w, xv, nw);
   float scale0 = 0.0f, base = 0.0f;
   if (threadIdx.x < nhc) {
     scale0 = s.scale[0];

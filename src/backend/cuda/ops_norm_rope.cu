@@ -33,6 +33,21 @@ __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int32_t hea
   rope_rotate(x + (t * heads + h) * head_dim + (head_dim - n_rot) + 2 * i, pos[t], f.w[i], inverse);
 }
 
+// norm_rope's last steps before the write, shared by both kernels: the FP8 round trip of the first
+// fp8_quant values of the row at v (a warp per 64-value block, then a barrier), and the raw-ring row this
+// token's row goes to (null without a ring). Every thread of the block calls it.
+__device__ inline float* fp8_and_ring_row(const NormRopeArgs& a, float* v, int32_t p, int64_t row, int64_t t) {
+  if (a.fp8_quant > 0) {
+    const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+    for (int b = threadIdx.x / kWarp; b < a.fp8_quant / 64; b += warps) fp8_block_warp(v + b * 64, lane);
+    __syncthreads();
+  }
+  if (!a.ring && !a.ring_at) return nullptr;
+  float* base = a.ring_at ? a.ring_at[t] : a.ring;
+  const int64_t D = a.head_dim;
+  return base + (p % a.ring_cap) * (static_cast<int64_t>(a.heads) * D) + (row % a.heads) * D;
+}
+
 // One block of rms_norm_threads(head_dim) threads per row (token t = row / heads, head h), in place in
 // global memory with a barrier between the steps (each step reads values other threads wrote).
 // Rows at x_at with a device count (NormRopeArgs): the whole block leaves before any barrier.
@@ -46,16 +61,7 @@ __global__ void norm_rope_kernel(NormRopeArgs a, RopeFreqs f) {
   const int32_t p = a.pos[t];
   for (int i = threadIdx.x; i < a.n_rot / 2; i += blockDim.x) rope_rotate(xr + (D - a.n_rot) + 2 * i, p, f.w[i], false);
   __syncthreads();
-  if (a.fp8_quant > 0) {
-    const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
-    for (int b = threadIdx.x / kWarp; b < a.fp8_quant / 64; b += warps) fp8_block_warp(xr + b * 64, lane);
-    __syncthreads();
-  }
-  float* dst = nullptr;
-  if (a.ring || a.ring_at) {
-    float* base = a.ring_at ? a.ring_at[t] : a.ring;
-    dst = base + (p % a.ring_cap) * (static_cast<int64_t>(a.heads) * D) + (row % a.heads) * D;
-  }
+  float* dst = fp8_and_ring_row(a, xr, p, row, t);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
     float v = xr[i];
     if (a.f16) xr[i] = v = __half2float(__float2half_rn(v));
@@ -137,16 +143,7 @@ __global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f) {
   __syncthreads();
   if (static_cast<int>(threadIdx.x) < half) rope_apply(xs + (D - a.n_rot) + 2 * threadIdx.x, cs);
   __syncthreads();
-  if (a.fp8_quant > 0) {
-    const int lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
-    for (int b = threadIdx.x / kWarp; b < a.fp8_quant / 64; b += warps) fp8_block_warp(xs + b * 64, lane);
-    __syncthreads();
-  }
-  float* dst = nullptr;
-  if (a.ring || a.ring_at) {
-    float* base = a.ring_at ? a.ring_at[t] : a.ring;
-    dst = base + (p % a.ring_cap) * (static_cast<int64_t>(a.heads) * D) + (row % a.heads) * D;
-  }
+  float* dst = fp8_and_ring_row(a, xs, p, row, t);
   for (int64_t i = threadIdx.x; i < D; i += bd) {
     float val = xs[i];
     if (a.f16) val = __half2float(__float2half_rn(val));

@@ -10,6 +10,8 @@
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
+//        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
+//                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
@@ -461,6 +463,17 @@ int main(int argc, char** argv) {
     auto st = cuda::make_cuda_backend(so);
     auto plain = cuda::make_cuda_backend(no);
     if (prev.ok() && st.ok() && plain.ok()) bench_dense_cold(**prev, *be, **st, **plain);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--stages") == 0) {  // the decode stage table: small_v3 off, then default
+    cuda::CudaBackendOptions o2;
+    o2.small_v3 = false;
+    if (auto v2 = cuda::make_cuda_backend(o2); v2.ok()) {
+      std::printf("BENCH stage --- decode kernels, small_v3 = false ---\n");
+      bench_decode_stages(**v2, 4800.0);
+    }
+    std::printf("BENCH stage --- decode kernels (default) ---\n");
+    bench_decode_stages(*be, 4800.0);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--csa") == 0) {  // the CSA layer's compressor + indexer lines only

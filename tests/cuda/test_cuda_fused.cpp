@@ -505,6 +505,49 @@ TEST_F(CudaFused, RopeTokenAnglesEqualPreviousKernel) {
       }
 }
 
+TEST_F(CudaFused, IndexerQatFillAndScaleEqualPreviousKernels) {
+  // indexer_qat with small_v3 (Hadamard stages inside a warp by shuffles) against the kernel before it
+  // bit for bit and the CPU exactly, every power-of-two width 32 … 1024, 1, 8 and 64 rows, with and without
+  // half rounding; fill_f32 with 16-byte stores at counts around the vector width and at an unaligned start
+  // (the 4-byte kernel); scale as a programmatic dependent.
+  cuda::CudaBackendOptions o2;
+  o2.small_v3 = false;
+  auto made_v2 = cuda::make_cuda_backend(o2);
+  ASSERT_TRUE(made_v2.ok());
+  Backend& v2 = **made_v2;
+  for (int32_t dim : {32, 64, 128, 256, 512, 1024})
+    for (int64_t rows : {1, 8, 64})
+      for (bool f16 : {false, true}) {
+        const std::string tag = "indexer_qat dim " + std::to_string(dim) + " rows " + std::to_string(rows) +
+                                (f16 ? " f16" : "");
+        auto x = randn(static_cast<size_t>(rows * dim), 2.0f);
+        std::vector<float> want = x;
+        IndexerQatArgs c{want.data(), rows, dim, f16};
+        cpu_->indexer_qat(c);
+        float *gx = dev(x), *vx = dev(x);
+        gpu_->indexer_qat({gx, rows, dim, f16});
+        v2.indexer_qat({vx, rows, dim, f16});
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;
+        ASSERT_TRUE(v2.sync().ok()) << tag;
+        expect_same_bits(host(gx, x.size()), host(vx, x.size()), tag + " vs small_v3 off");
+        expect_close(host(gx, x.size()), want, 0, 0, tag + " vs cpu");
+      }
+  for (int64_t count : {1, 3, 4, 5, 255, 1024, 2105347})
+    for (int64_t offset : {0, 1}) {
+      const std::string tag = "fill count " + std::to_string(count) + " offset " + std::to_string(offset);
+      float* p = poisoned(static_cast<size_t>(count + 8));
+      gpu_->fill_f32(p + offset, 1.5f, count);
+      gpu_->scale(p + offset, -2.0f, count);
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      const auto got = host(p, static_cast<size_t>(count + 8));
+      std::vector<float> want(got.size(), NAN);
+      for (int64_t i = 0; i < count; ++i) want[offset + i] = -3.0f;
+      for (size_t i = 0; i < got.size(); ++i)  // NaN outside the filled range: poison left alone
+        if (std::isnan(want[i])) want[i] = std::isnan(got[i]) ? got[i] : 0.0f;
+      expect_same_bits(got, want, tag);
+    }
+}
+
 TEST_F(CudaFused, HcPostThenPreRecordedInAGraphEqualsEager) {
   // The forward pass's sequence HC post → next HC pre, recorded as a CUDA graph on the backend's stream
   // and replayed (as decode steps are): with hc_pdl the HC pre kernels are programmatic dependents of the

@@ -26,6 +26,15 @@ __device__ float round_e2m1_dev(float x) {
   return x < 0 ? -kValues[best] : kValues[best];
 }
 
+// The FP4 E2M1 round trip of the 32-value block of h held by one warp (power-of-two scale from the block's
+// absmax) and the store of value i, half-rounded with f16: the end of both indexer_qat kernels.
+__device__ inline void fp4_block_store(float h, float* row, int i, bool f16) {
+  const float amax = warp_max(fabsf(h));
+  const float sc = pow2_ceil_dev(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)) / 6.0f);
+  const float v = sc * round_e2m1_dev(fminf(fmaxf(h / sc, -6.0f), 6.0f));
+  row[i] = f16 ? __half2float(__float2half_rn(v)) : v;
+}
+
 // One warp per 64-value block (two values per lane). x: [rows][stride], blocks in [0, n_quant).
 __global__ void fp8_round_kernel(float* x, int64_t rows, int64_t stride, int32_t n_quant) {
   const int64_t nb = n_quant / 64;
@@ -61,11 +70,34 @@ __global__ void indexer_qat_kernel(IndexerQatArgs a, float k) {
     }
     __syncthreads();
   }
-  const float h = sh[i] * k;
-  const float amax = warp_max(fabsf(h));
-  const float sc = pow2_ceil_dev(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)) / 6.0f);
-  const float v = sc * round_e2m1_dev(fminf(fmaxf(h / sc, -6.0f), 6.0f));
-  row[i] = a.f16 ? __half2float(__float2half_rn(v)) : v;
+  fp4_block_store(sh[i] * k, row, i, a.f16);
+}
+
+// indexer_qat_kernel's values (small_v3): the Hadamard stages s < 32 inside each warp by shuffles (lane i
+// and its partner i ^ s: the lower index keeps own + partner, the upper partner − own — the same
+// additions), only the stages s ≥ 32 through shared memory: 2·(log2(dim) − 5) barriers instead of
+// 2·log2(dim) (4 instead of 14 at the indexer's 128). Launched as a programmatic dependent.
+__global__ void indexer_qat3_kernel(IndexerQatArgs a, float k) {
+  extern __shared__ float sh[];
+  grid_dependency_wait();  // the rows (and the count) come from the work before
+  if (a.count && blockIdx.x >= *a.count) return;
+  const int32_t dim = a.dim;
+  float* row = a.x_at ? a.x_at[blockIdx.x] : a.x + static_cast<int64_t>(blockIdx.x) * dim;
+  const int i = threadIdx.x;
+  float v = row[i];
+#pragma unroll
+  for (int s = 1; s < kWarp; s *= 2) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, s);
+    v = (i & s) == 0 ? v + o : o - v;
+  }
+  for (int s = kWarp; s < dim; s *= 2) {
+    sh[i] = v;
+    __syncthreads();
+    const float o = sh[i ^ s];
+    v = (i & s) == 0 ? v + o : o - v;
+    __syncthreads();  // the next stage overwrites sh
+  }
+  fp4_block_store(v * k, row, i, a.f16);
 }
 
 }  // namespace
@@ -92,6 +124,12 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
     return;
   }
   const float k = static_cast<float>(1.0 / sqrt(static_cast<double>(a.dim)));
+  if (small_v3_) {
+    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.rows)), a.dim, a.dim * sizeof(float),
+                           stream(), indexer_qat3_kernel, a, k),
+          "indexer_qat");
+    return;
+  }
   indexer_qat_kernel<<<static_cast<unsigned>(a.rows), a.dim, a.dim * sizeof(float), stream()>>>(a, k);
   launched("indexer_qat");
 }

@@ -219,6 +219,7 @@ TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
           for (int64_t t = 0; t < n; ++t) vat[t] = t % 2 ? v1 : v0;
           g2.ring_at = dev(vat);
         }
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;  // uploads run on gpu_'s stream; v2 has its own
         v2.norm_rope(g2);
         ASSERT_TRUE(v2.sync().ok()) << tag;
         const int64_t rows = n * s.heads;
@@ -420,6 +421,7 @@ TEST_F(CudaFused, RouterWarpKernelEqualsPreviousAndCpu) {
         RouterArgs g2 = g;
         g2.ids = poisoned_i32(ids.size());
         g2.weights = poisoned(wts.size());
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;  // the poison fills run on gpu_'s stream; v2 has its own
         v2.router(g2);
         ASSERT_TRUE(v2.sync().ok()) << tag;
         EXPECT_EQ(host(g.ids, ids.size()), host(g2.ids, ids.size())) << tag << " ids vs small_v3 off";
@@ -460,6 +462,7 @@ TEST_F(CudaFused, RmsNormRowsEqualPreviousKernelAndCpu) {
           float *gx = dev(x), *vx = dev(x);
           float* gy = in_place ? gx : poisoned(x.size());
           float* vy = in_place ? vx : poisoned(x.size());
+          ASSERT_TRUE(gpu_->sync().ok()) << tag;  // uploads and poison fills run on gpu_'s stream
           gpu_->rms_norm({gx, gy, gw, rows, dim, stride, 1e-6f});
           v2.rms_norm({vx, vy, gw, rows, dim, stride, 1e-6f});
           ASSERT_TRUE(gpu_->sync().ok()) << tag;
@@ -497,6 +500,7 @@ TEST_F(CudaFused, RopeTokenAnglesEqualPreviousKernel) {
         for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * i / s.n_rot);
         const int32_t* gpos = dev(pos);
         float *gx = dev(x), *vx = dev(x);
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;  // uploads run on gpu_'s stream; v2 has its own
         gpu_->rope({gx, gpos, n, s.heads, s.head_dim, s.n_rot, freq.data(), inverse});
         v2.rope({vx, gpos, n, s.heads, s.head_dim, s.n_rot, freq.data(), inverse});
         ASSERT_TRUE(gpu_->sync().ok()) << tag;
@@ -525,6 +529,7 @@ TEST_F(CudaFused, IndexerQatFillAndScaleEqualPreviousKernels) {
         IndexerQatArgs c{want.data(), rows, dim, f16};
         cpu_->indexer_qat(c);
         float *gx = dev(x), *vx = dev(x);
+        ASSERT_TRUE(gpu_->sync().ok()) << tag;  // uploads run on gpu_'s stream; v2 has its own
         gpu_->indexer_qat({gx, rows, dim, f16});
         v2.indexer_qat({vx, rows, dim, f16});
         ASSERT_TRUE(gpu_->sync().ok()) << tag;

@@ -63,7 +63,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
 void CudaBackend::fill_f32(float* dst, float value, int64_t count) {
   if (failed() || count <= 0) return;
   if (small_v3_ && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    check(launch_dependent(hc_pdl_ && sm90(), dim3(grid_for((count + 3) / 4, 256)), 256, 0, stream(), fill4_kernel, dst,
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(grid_for((count + 3) / 4, 256)), 256, 0, stream(), fill4_kernel, dst,
                            value, count),
           "fill_f32");
     return;
@@ -80,7 +80,7 @@ void CudaBackend::add(float* y, const float* x, int64_t count) {
 
 void CudaBackend::scale(float* y, float s, int64_t count) {
   if (failed() || count <= 0) return;
-  check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(count, 256)), 256, 0, stream(), scale_kernel, y, s,
+  check(launch_dependent(small_v3_ && hc_pdl_ && !on_side_ && sm90(), dim3(grid_for(count, 256)), 256, 0, stream(), scale_kernel, y, s,
                          count),
         "scale");
 }
@@ -93,7 +93,7 @@ void CudaBackend::f16_round(float* x, int64_t count) {
 
 void CudaBackend::swiglu(const SwigluArgs& a) {
   if (failed() || a.count <= 0) return;
-  check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(a.count, 256)), 256, 0, stream(), swiglu_kernel,
+  check(launch_dependent(small_v3_ && hc_pdl_ && !on_side_ && sm90(), dim3(grid_for(a.count, 256)), 256, 0, stream(), swiglu_kernel,
                          a.g, a.u, a.h, a.count, a.clamp),
         "swiglu");
 }

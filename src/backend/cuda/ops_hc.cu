@@ -728,7 +728,10 @@ void CudaBackend::hc_collapse(const HcCollapseArgs& a) {
 
 void CudaBackend::hc_post(const HcPostArgs& a) {
   if (failed() || a.n <= 0) return;
-  const bool pdl = small_v3_ && hc_pdl_ && sm90();
+  // Programmatic dependents only on the main lane and without concurrent branches (branches.cpp): with them
+  // the forward pass's HC post follows a join, a dependency on the side lane through an event, and a
+  // programmatic edge after an event (or after a fork on the side lane) is a case no device run has covered.
+  const bool pdl = small_v3_ && hc_pdl_ && !on_side_ && !branches_ && sm90();
   if (small_v3_ && a.nhc >= 1 && a.nhc <= kMaxHc && a.dim % 4 == 0 && aligned16(a.x) && aligned16(a.f) &&
       aligned16(a.out) && (a.f_add == nullptr || aligned16(a.f_add))) {
     check(launch_dependent(pdl, dim3(grid_for(a.n * (a.dim / 4), 256)), 256, 0, stream(),

@@ -343,7 +343,7 @@ void CudaBackend::router(const RouterArgs& a) {
   if (hc_router_v2_ && small_v3_ && a.n_expert <= kRouterRankExperts && a.k <= kRouterRankMaxK &&
       a.n <= 0x7fffffff) {
     const int threads = (a.n_expert + kWarp - 1) / kWarp * kWarp;
-    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.n)), threads, 0, stream(),
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.n)), threads, 0, stream(),
                            router_rank_kernel, a),
           "router");
     return;
@@ -365,7 +365,7 @@ void CudaBackend::moe(const MoeArgs& a) {
   }
   const int64_t pairs = a.n * a.k;
   auto sum_slots = [&](const float* y) {
-    check(launch_dependent(small_v3_ && hc_pdl_ && sm90(), dim3(grid_for(a.n * a.dim, 256)), 256, 0, stream(),
+    check(launch_dependent(small_v3_ && hc_pdl_ && !on_side_ && sm90(), dim3(grid_for(a.n * a.dim, 256)), 256, 0, stream(),
                            moe_sum_kernel, y, a.ids, a.down.n_expert, a.out, a.n, a.k, a.dim),
           "moe sum");
   };

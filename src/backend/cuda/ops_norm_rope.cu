@@ -204,7 +204,7 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
   }
   const int threads = rms_norm_threads(a.dim);
   if (small_v3_ && a.dim <= int64_t{kRowPer} * threads) {
-    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.rows)), threads, 0, stream(), rms_norm3_kernel,
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), threads, 0, stream(), rms_norm3_kernel,
                            a.x, a.y, a.w, a.dim, a.stride, a.eps),
           "rms_norm");
     return;
@@ -224,7 +224,7 @@ void CudaBackend::rope(const RopeArgs& a) {
   // Decode steps (n < kRope3MinTokens) keep rope_kernel: one block per token measured 3.85 µs against its
   // 3.11 at 1 … 8 tokens (H200, 64 × 512); from 32 tokens and at prefill chunks (7× at 2,048) rope3 wins.
   if (small_v3_ && a.n >= kRope3MinTokens && a.n <= 0x7fffffff) {
-    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.n)), 256, 0, stream(), rope3_kernel, a.x,
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.n)), 256, 0, stream(), rope3_kernel, a.x,
                            a.pos, a.heads, a.head_dim, a.n_rot, rope_freqs(a.freq, a.n_rot), a.inverse),
           "rope");
     return;
@@ -256,7 +256,7 @@ void CudaBackend::norm_rope(const NormRopeArgs& a) {
   }
   const int threads = rms_norm_threads(a.head_dim);
   if (small_v3_ && a.head_dim <= int64_t{kRowPer} * threads && a.n_rot / 2 <= threads) {
-    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.n * a.heads)), threads,
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.n * a.heads)), threads,
                            static_cast<size_t>(a.head_dim) * 4, stream(), norm_rope3_kernel, a,
                            rope_freqs(a.freq, a.n_rot)),
           "norm_rope");

@@ -125,7 +125,7 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
   }
   const float k = static_cast<float>(1.0 / sqrt(static_cast<double>(a.dim)));
   if (small_v3_) {
-    check(launch_dependent(hc_pdl_ && sm90(), dim3(static_cast<unsigned>(a.rows)), a.dim, a.dim * sizeof(float),
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), a.dim, a.dim * sizeof(float),
                            stream(), indexer_qat3_kernel, a, k),
           "indexer_qat");
     return;

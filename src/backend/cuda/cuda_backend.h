@@ -114,13 +114,15 @@ struct CudaBackendOptions {
   // the partial scores added once per block, comp_idx a segment ahead, and segments whose staged values
   // are all exact in TF32 (the KV cache's f16-rounded rows) multiplied without the TF32 split of the
   // rows. 2: as 1 with 16 warps (two per dim slice, each half its score and value n-tiles; head_dim ≥ 128)
-  // and the q fragments in shared memory. Same bits.
-  int attention_mma_kernels = 0;
+  // and the q fragments in shared memory. Same bits. Default 1 after the H200 run (PERF.md: CSA prefill chunk
+  // 6.39 → 5.73 ms, HCA +5 %, decode equal or faster).
+  int attention_mma_kernels = 1;
   // Indexer selection (radix select, indexer_v2): 2 = in decode steps of ≤ 2,048 rows scored by
   // indexer_score_decode (indexer_decode), the last block of each query selects in the scoring launch,
   // elsewhere as 1; 1 = its own launch, the digit holding the k-th key found by a warp scan (5 shuffles)
-  // instead of a 32-step shuffle loop per pass; 0 = the previous select. Same selection.
-  int indexer_select = 0;
+  // instead of a 32-step shuffle loop per pass; 0 = the previous select. Same selection. Default 2 after
+  // the H200 run (CSA decode indexer at 2K: 9.5 + 7.5 → 12.9 µs of device time).
+  int indexer_select = 2;
   // Indexer: scores of 4 heads interleaved per row and the top-k by a radix select over keys held in
   // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection
   // either way (the CPU's float order per score; the top-k is a function of the scores).

@@ -5,7 +5,8 @@
 // timed from the host around a stream sync (so per-call times include launch overhead, as decode does).
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
 //        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
-//        cuda_bench --experts tiles       the same, only the default, the fast block and the lean tile kernels.
+//        cuda_bench --experts tiles       the same, only the default, the warp (with and without PDL) and the
+//                                         fast block tile kernels.
 //        cuda_bench --experts once        one untimed call per n on the warp and the fast block tiles (for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
@@ -162,7 +163,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warp"});
   if (nopdl_tiles.ok()) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
   if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
-  if (lean_tiles.ok() && !once) moe_sides.push_back({lean_tiles->get(), "lean"});
+  if (lean_tiles.ok() && !tiles_only) moe_sides.push_back({lean_tiles->get(), "lean"});
   if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
   if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});
   if (general.ok() && !tiles_only) moe_sides.push_back({general->get(), "general"});

@@ -218,7 +218,8 @@ __device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, c
     const uint32_t a1 = __funnelshift_r(w_mid, w_hi, sh);
     w_lo = w_hi;
     const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
-    uint32_t w[8];
+    // w: the signed weights, or (one pair) the grid bytes as stored and n their negative ones (g & m).
+    uint32_t w[8], n[8];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       // Byte offsets of entry e in this lane's copy: e · 128 (kFastCopies entries of 8 bytes apart).
@@ -226,14 +227,29 @@ __device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, c
       const uint32_t so = (k == 0 ? a1 << 7 : a1 >> (7 * k - 7)) & (127u << 7);
       const uint64_t gr = *reinterpret_cast<const uint64_t*>(gl + go);
       const uint64_t sm = *reinterpret_cast<const uint64_t*>(sl + so);
-      w[2 * k] = iq2xxs_signed_word(static_cast<uint32_t>(gr), static_cast<uint32_t>(sm));
-      w[2 * k + 1] = iq2xxs_signed_word(static_cast<uint32_t>(gr >> 32), static_cast<uint32_t>(sm >> 32));
+      const uint32_t g0 = static_cast<uint32_t>(gr), g1 = static_cast<uint32_t>(gr >> 32);
+      const uint32_t m0 = static_cast<uint32_t>(sm), m1 = static_cast<uint32_t>(sm >> 32);
+      if constexpr (P == 1) {
+        w[2 * k] = g0, w[2 * k + 1] = g1;
+        n[2 * k] = g0 & m0, n[2 * k + 1] = g1 & m1;
+      } else {
+        w[2 * k] = iq2xxs_signed_word(g0, m0);
+        w[2 * k + 1] = iq2xxs_signed_word(g1, m1);
+      }
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       if (present<P, kLean>(p, c)) {
         const uint4* q8 = reinterpret_cast<const uint4*>(ap[p] + 32 * g);  // 16-byte aligned
-        isum[p] += dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0)) * ls;
+        if constexpr (P == 1) {
+          // One pair: Σ s·g·a = Σ g·a − 2·Σ (g & m)·a (grid bytes 8..43 are non-negative int8), an AND and
+          // a second dp4a a word instead of the 3-operation sign step; the same exact integer.
+          const int pos = dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0));
+          const int neg = dp4a_x4(n + 4, q8[1], dp4a_x4(n, q8[0], 0));
+          isum[p] += (pos - 2 * neg) * ls;
+        } else {
+          isum[p] += dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0)) * ls;
+        }
       }
     }
   }
@@ -346,6 +362,8 @@ struct TileParams {
   const int32_t* order;      // pair ids grouped by expert (moe_group.cuh)
   const int32_t* groups;     // [n_groups][3] (expert, first, count)
   const int32_t* n_groups;   // device
+  int32_t n_pairs;           // host bounds: entries of order, and of groups (≥ *n_groups)
+  int32_t max_groups;
   float* y;                  // [pairs][y_stride]
   int64_t y_stride;
   const float* weights;      // gate_up: [pairs] routing weights
@@ -360,18 +378,21 @@ __device__ inline void fill_fast_tables(uint64_t* fgrid, const uint64_t* grid, i
   for (int i = tid; i < 128 * kFastCopies; i += n) fsign[i] = iq2xxs_sign_mask(i / kFastCopies);
 }
 
-// One output of a (row, pair): its block terms tr[0 … nb) (and up's at tr[nb … 2nb) in gate_up mode)
-// added from 0.0f in block order (the CPU's sequential sum), ·0.125 once per row for IQ2_XXS (as
-// dot_iq2_xxs_ref), then in gate_up mode moe_swiglu_kernel's clamp and SwiGLU, operation for operation,
-// times the pair's routing weight.
-template <bool kIq2, bool kGateUp>
-__device__ inline float tile_row_value(const float* tr, int nb, float clamp, float weight) {
+// A row's block terms tr[0 … nb) added from 0.0f in block order (the CPU's sequential sum).
+__device__ inline float tile_row_sum(const float* tr, int nb) {
   float acc = 0;
+#pragma unroll 4
   for (int b = 0; b < nb; ++b) acc += tr[b];
+  return acc;
+}
+
+// One output of a (row, pair) from its sums (tile_row_sum; up: the up row's, gate_up mode only): ·0.125
+// once per row for IQ2_XXS (as dot_iq2_xxs_ref), then in gate_up mode moe_swiglu_kernel's clamp and
+// SwiGLU, operation for operation, times the pair's routing weight.
+template <bool kIq2, bool kGateUp>
+__device__ inline float tile_row_finish(float acc, float uv, float clamp, float weight) {
   if constexpr (kIq2) acc = 0.125f * acc;
   if constexpr (kGateUp) {
-    float uv = 0;
-    for (int b = 0; b < nb; ++b) uv += tr[nb + b];
     if constexpr (kIq2) uv = 0.125f * uv;
     float gv = acc;
     if (clamp > 0) {
@@ -381,6 +402,13 @@ __device__ inline float tile_row_value(const float* tr, int nb, float clamp, flo
     acc = gv / (1.0f + expf(-gv)) * uv * weight;
   }
   return acc;
+}
+
+// tile_row_finish of a (row, pair) whose terms are tr[0 … nb) (and up's at tr[nb … 2nb) in gate_up mode).
+template <bool kIq2, bool kGateUp>
+__device__ inline float tile_row_value(const float* tr, int nb, float clamp, float weight) {
+  const float acc = tile_row_sum(tr, nb);
+  return tile_row_finish<kIq2, kGateUp>(acc, kGateUp ? tile_row_sum(tr + nb, nb) : 0.0f, clamp, weight);
 }
 
 }  // namespace ds4::backend::cuda

@@ -54,10 +54,11 @@ constexpr int kThreads = 256;  // threads of a tile block (the fast IQ2_XXS kern
 constexpr int kGuRows = 16;
 constexpr int kDnRows = 32;
 constexpr uint64_t kMaxTileSmem = 200 * 1024;  // dynamic shared memory of one tile block
-// Routed experts of up to this many tokens take the warp tiles by default (expert_tiles_warp_max = -1):
-// the H200 measured them faster at 1 and 8 tokens (2026-11-30 06:20 UTC: 49.3 vs 53.0 µs, 256 vs 286 per
-// layer) and slower at 32 and 64 (1,472 vs 882, 2,837 vs 1,406).
-constexpr int64_t kWarpTilesAutoMax = 8;
+// Routed experts of up to this many tokens take the warp tiles by default (expert_tiles_warp_max = -1).
+// The first warp tiles (one expert's rows per warp) measured faster at 1 and 8 tokens and slower at 32
+// and 64 (2026-11-30 06:20 UTC); the balanced ones (tile-major items) are checked at every n in the next
+// device run, which sets this.
+constexpr int64_t kWarpTilesAutoMax = 64;
 
 template <bool kGateUp>
 constexpr int rows_of() {
@@ -388,23 +389,23 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     return false;
   const int nb_gu = static_cast<int>(a.dim / elems_of(gt)), nb_d = static_cast<int>(a.ff / elems_of(dt));
   const int var = !expert_tiles_lean_ ? kFirst : expert_tiles_fast_ ? kFast : kLeanVar;
-  // Warp tiles (moe_warp_tiles.cu) where both projections fit them; else the block tiles below.
-  const int64_t warp_max = expert_tiles_warp_max_ < 0 ? kWarpTilesAutoMax : expert_tiles_warp_max_;
-  const bool warp = a.n <= warp_max && var == kFast &&
-                    warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff) &&
-                    warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim);
-  const bool pdl = warp && expert_tiles_pdl_ && cc_major() >= 9;  // the down tiles' weights copied early
   if (tile_smem(true, var == kFast && gt == GgmlType::IQ2_XXS, a.gate.first.row_bytes, nb_gu) > kMaxTileSmem ||
       tile_smem(false, var == kFast && dt == GgmlType::IQ2_XXS, a.down.first.row_bytes, nb_d) > kMaxTileSmem)
     return false;
   const int64_t pairs = a.n * a.k;
   const int32_t n_expert = a.gate.n_expert;
   const int32_t max_groups = static_cast<int32_t>(std::min<int64_t>(pairs, n_expert));
+  // Warp tiles (moe_warp_tiles.cu) where both projections fit them; else the block tiles below.
+  const int64_t warp_max = expert_tiles_warp_max_ < 0 ? kWarpTilesAutoMax : expert_tiles_warp_max_;
+  const bool warp = a.n <= warp_max && var == kFast &&
+                    warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
+                    warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
+  const bool pdl = warp && expert_tiles_pdl_ && cc_major() >= 9;  // the down tiles' weights copied early
   const uint64_t words = static_cast<uint64_t>(pairs) + 3ull * max_groups + 1;
   const uint64_t x_stride = nb_gu * act_pitch_of(gt), h_stride = nb_d * act_pitch_of(dt);
   if (!ensure(moe_groups_, words * sizeof(int32_t), "expert groups") ||
-      !ensure(moe_act_, kActLead + x_stride * a.n, "quantized expert inputs") ||
-      !ensure(moe_h_act_, kActLead + h_stride * pairs, "quantized expert hidden rows"))
+      !ensure(moe_act_, (kActLead + x_stride * a.n + 15) / 16 * 16, "quantized expert inputs") ||
+      !ensure(moe_h_act_, (kActLead + h_stride * pairs + 15) / 16 * 16, "quantized expert hidden rows"))
     return true;  // error recorded
   auto* order = static_cast<int32_t*>(moe_groups_.ptr);
   int32_t* groups = order + pairs;
@@ -435,6 +436,8 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.order = order;
   p.groups = groups;
   p.n_groups = n_groups;
+  p.n_pairs = static_cast<int32_t>(pairs);
+  p.max_groups = max_groups;
   p.y = h;
   p.y_stride = a.ff;
   p.weights = a.weights;

@@ -18,8 +18,10 @@ class CudaBackend;
 int warp_tile_rows(bool gate_up);
 
 // Whether a projection of `rows` output rows, blocks of type t, nb blocks of row_bytes per row can run
-// as warp tiles on be's device (whole items, the per-block shared memory within the device's limit).
-bool warp_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes, int nb, int64_t rows);
+// as warp tiles on be's device for n_pairs pairs in at most max_groups experts (whole items, the
+// per-block shared memory within the device's limit).
+bool warp_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes, int nb, int64_t rows,
+                    int64_t n_pairs, int32_t max_groups);
 
 // Launches the gate/up (+ SwiGLU) or down warp tiles; p.n_tiles = rows / warp_tile_rows(gate_up);
 // items_bound ≥ the device-side item count (groups × n_tiles); pdl: as a programmatic dependent of the

@@ -54,11 +54,11 @@ constexpr int kThreads = 256;  // threads of a tile block (the fast IQ2_XXS kern
 constexpr int kGuRows = 16;
 constexpr int kDnRows = 32;
 constexpr uint64_t kMaxTileSmem = 200 * 1024;  // dynamic shared memory of one tile block
-// Routed experts of up to this many tokens take the warp tiles by default (expert_tiles_warp_max = -1).
-// The first warp tiles (one expert's rows per warp) measured faster at 1 and 8 tokens and slower at 32
-// and 64 (2026-11-30 06:20 UTC); the balanced ones (tile-major items) are checked at every n in the next
-// device run, which sets this.
-constexpr int64_t kWarpTilesAutoMax = 64;
+// Routed experts of up to this many tokens take the warp tiles by default (expert_tiles_warp_max = -1):
+// the H200 measured them faster at 1 and 8 tokens (2026-11-30 07:30 UTC, µs per layer: 45.3 vs 52.7,
+// 277 vs 288) and slower at 32 and 64 (~1,010 vs 879, ~1,865 vs 1,404: a lane per weight block reads
+// 16–32 different activation blocks per load, which costs once several pairs share an expert).
+constexpr int64_t kWarpTilesAutoMax = 8;
 
 template <bool kGateUp>
 constexpr int rows_of() {

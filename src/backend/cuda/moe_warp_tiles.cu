@@ -305,7 +305,11 @@ int warp_tile_rows(bool gate_up) {
 bool warp_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes, int nb, int64_t rows,
                     int64_t n_pairs, int32_t max_groups) {
   const int R = warp_tile_rows(gate_up);
-  if (rows % R != 0 || rows / R > 0x7fffffff || R * row_bytes > (1u << 20) || n_pairs > (1 << 16)) return false;
+  // An item's rows are copied in 4-byte (or 16-byte) pieces from a 4-byte aligned start: R rows must be
+  // whole words (one IQ2_XXS gate/up row of an odd block count is not: 66·nb bytes).
+  if (rows % R != 0 || rows / R > 0x7fffffff || R * row_bytes > (1u << 20) || (R * row_bytes) % 4 != 0 ||
+      n_pairs > (1 << 16))
+    return false;
   const auto np = static_cast<int32_t>(n_pairs);
   const uint64_t smem = gate_up ? smem_of<true>(t, row_bytes, nb, np, max_groups)
                                 : smem_of<false>(t, row_bytes, nb, np, max_groups);

@@ -3,6 +3,7 @@
 // norm_rope op (NormRopeArgs): norm, RoPE, FP8 and half rounding and the raw-ring write of one row in
 // one block, each step the single op's device code (rows_device.cuh), so the bits are the pieces' bits.
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -223,7 +224,10 @@ void CudaBackend::rope(const RopeArgs& a) {
   const int64_t total = a.n * (a.n_rot / 2) * a.heads;
   // Decode steps (n < kRope3MinTokens) keep rope_kernel: one block per token measured 3.85 µs against its
   // 3.11 at 1 … 8 tokens (H200, 64 × 512); from 32 tokens and at prefill chunks (7× at 2,048) rope3 wins.
-  if (small_v3_ && a.n >= kRope3MinTokens && a.n <= 0x7fffffff) {
+  // rope3 moves each pair as one float2: only where every pair is 8-byte aligned (x, head_dim and n_rot even;
+  // the forward pass's scratch rows need not be — the W2 device run hit a misaligned address here).
+  const bool pairs8 = reinterpret_cast<uintptr_t>(a.x) % 8 == 0 && a.head_dim % 2 == 0;
+  if (small_v3_ && pairs8 && a.n >= kRope3MinTokens && a.n <= 0x7fffffff) {
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.n)), 256, 0, stream(), rope3_kernel, a.x,
                            a.pos, a.heads, a.head_dim, a.n_rot, rope_freqs(a.freq, a.n_rot), a.inverse),
           "rope");

@@ -60,6 +60,8 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 void bench_prefill_stages(int64_t N);  // cuda_prefill_stages.cpp: "PSTAGE" lines
 
 int main(int argc, char** argv) {
+  // A line at a time: a run cut short by a timeout (the device queue's 55 s) keeps the lines it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const int64_t N = argc > 1 ? std::atoll(argv[1]) : 4096;
   if (argc > 2 && std::strcmp(argv[2], "stages") == 0) {  // only the non-GEMM stage lines (chunk of N queries)
     bench_prefill_stages(N);

@@ -210,8 +210,11 @@ bool gemv_stream_supports(const GemvJob& j) {
 // - 4096 columns (q_a, out_a's groups, shared gate/up): faster at 1 and 2 vectors (out_a 16.3 vs 19.1,
 //   gate/up 6.7 vs 8.4 at 1), slower from 4 (out_a 24.9 vs 24.0) — but kv's 512 rows at 1 (5.1 vs 4.5);
 // - 8192 columns (out_b): slower at every n (21.2 vs 20.6 at 1).
+// Only the column counts measured there (≥ 1024): smaller shapes (the tiny test models) keep the kernels
+// they had.
 bool gemv_stream_wins(const GemvJob& j) {
   const int64_t rows = j.group_rows > 0 ? j.group_rows : j.w.rows;
+  if (j.w.cols < 1024) return false;
   if (j.w.cols <= 2048) return j.n_vec <= 8;
   if (j.w.cols <= 4096) return j.n_vec <= 2 && !(j.n_vec == 1 && rows <= 512);
   return false;
@@ -238,8 +241,7 @@ bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
 }
 
 bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch) {
-  // Only with gemv_stream = always for now: the one-launch form has not had its device parity run.
-  if (!decode_kernels_ || gemv_stream_ != GemvMma::always || jobs.size() < 2 || jobs.size() > kStreamMaxParts)
+  if (!decode_kernels_ || gemv_stream_ == GemvMma::off || jobs.size() < 2 || jobs.size() > kStreamMaxParts)
     return false;
   const MatmulArgs& a0 = jobs[0];
   StreamSet s;
@@ -252,6 +254,7 @@ bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScrat
         a.x_stride != a0.x_stride || a.w.cols != a0.w.cols || a.w.row_bytes != a0.w.row_bytes ||
         !stream_shape_ok(a.w, a.n))
       return false;
+    if (gemv_stream_ == GemvMma::wins && !gemv_stream_wins(gemv_job(a))) return false;
     StreamSet::Part& q = s.part[s.n_parts++];
     q.w = static_cast<const uint8_t*>(a.w.data);
     q.x = a.x;

@@ -167,7 +167,8 @@ TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
   // compressor rows (D 128), tiny kv (2 heads of 64, 16 RoPE dims, ring).
   for (S s : {S{"q H64 D512", 64, 512, 64, 0, false, false, false}, S{"kv D512 fp8 f16 ring", 1, 512, 64, 448, true, true, true},
               S{"idx D128", 1, 128, 64, 0, true, false, false}, S{"tiny H2 D64 ring", 2, 64, 16, 0, true, true, true}})
-    for (int64_t n : {1, 2, 8, 32, 40}) {
+    for (int64_t n : {1, 2, 8, 32, 40, 64}) {
+      if (n == 64 && s.heads != 64) continue;  // 4,096 rows: small_v3's warp-per-row kernel (prefill-sized calls)
       const std::string tag = std::string("norm_rope ") + s.name + " n" + std::to_string(n);
       const int64_t width = int64_t{s.heads} * s.head_dim, cap = 37;  // rings wrap at the random starts
       auto x = randn(static_cast<size_t>(n * width), 2.0f);

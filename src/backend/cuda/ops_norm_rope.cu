@@ -70,6 +70,84 @@ __global__ void norm_rope_kernel(NormRopeArgs a, RopeFreqs f) {
   }
 }
 
+// ---- a warp per row (CudaBackendOptions::small_v3, rows of ≤ kWarpRowPer·32 values whose norm takes 256
+// threads): prefill runs norm_rope on 131,072 rows (2,048 tokens × 64 heads), where a 256-thread block per row
+// was latency-bound (~4.7 µs per row chain, 8 rows per SM in flight: 590 µs, 910 GB/s) and formed the same 32
+// double-precision angles for every head. Here a block holds up to 8 heads of one token: the angles once per
+// block, then each warp takes a row with no block barrier — lane l carries the chains of the norm's 256 threads
+// l, l + 32, …, l + 224 (emulated warp q = lane chain q, so warp_sum of chain q is that warp's sum, and block_sum's
+// second stage is a warp_sum over lanes 0 … 7): rms_scale_row's bits. RoPE, FP8 and the writes as norm_rope3.
+constexpr int kWarpRowPer = 16;      // values per lane: head_dim ≤ 512
+constexpr int kWarpRowHeads = 8;     // heads (warps) per block
+constexpr int kNormThreads = 256;    // rms_norm_threads of every row this kernel takes
+// Whether small_v3's norm_rope takes this kernel (else norm_rope3_kernel below; same bits): a constant here so
+// that turning it off after a device run rebuilds one file.
+constexpr bool kNormRopeWarpRows = true;
+constexpr int64_t kWarpRowsMin = 4096;  // rows (tokens × heads) from which it is taken
+
+__global__ void __launch_bounds__(kWarpRowHeads * kWarp) norm_rope_warp_kernel(NormRopeArgs a, RopeFreqs f) {
+  extern __shared__ float xs[];  // [warps][head_dim]
+  __shared__ float2 cs[kMaxRopePairs];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t t = blockIdx.x, D = a.head_dim;
+  const int h = blockIdx.y * kWarpRowHeads + warp, half = a.n_rot / 2;
+  float wv[kWarpRowPer], v[kWarpRowPer];
+#pragma unroll
+  for (int k = 0; k < kWarpRowPer; ++k) {
+    const int64_t e = lane + k * kWarp;
+    wv[k] = a.w && e < D ? a.w[e] : 1.0f;
+  }
+  grid_dependency_wait();  // the rows, positions and counts come from the work before
+  if (a.count && t >= *a.count) return;  // whole blocks
+  const int32_t p = a.pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) cs[i] = rope_cos_sin(p, f.w[i], false);
+  __syncthreads();
+  if (h >= a.heads) return;  // whole warps; no block barrier below
+  float* xr = a.x_at ? a.x_at[t] + h * D : a.x + (t * a.heads + h) * D;
+#pragma unroll
+  for (int k = 0; k < kWarpRowPer; ++k) {
+    const int64_t e = lane + k * kWarp;
+    v[k] = e < D ? xr[e] : 0.0f;
+  }
+  // Value k of this lane is element e = lane + 32k: the norm's thread e % 256 = lane + 32·(k % 8), its
+  // (k / 8)-th term. Chain q adds its terms in that order, as rms_scale_row's loop.
+  double ss[kNormThreads / kWarp];
+#pragma unroll
+  for (int q = 0; q < kNormThreads / kWarp; ++q) ss[q] = 0;
+#pragma unroll
+  for (int k = 0; k < kWarpRowPer; ++k)
+    if (lane + k * kWarp < D) ss[k % (kNormThreads / kWarp)] += static_cast<double>(v[k]) * v[k];
+  double part = 0;  // block_sum's second stage: lane q < 8 holds emulated warp q's sum
+#pragma unroll
+  for (int q = 0; q < kNormThreads / kWarp; ++q) {
+    const double wq = warp_sum(ss[q]);
+    if (lane == q) part = wq;
+  }
+  const float scale = rms_scale_from_sum(warp_sum(part), D, a.eps);
+  float* row = xs + warp * D;
+#pragma unroll
+  for (int k = 0; k < kWarpRowPer; ++k) {
+    const int64_t e = lane + k * kWarp;
+    if (e < D) row[e] = a.w ? v[k] * scale * wv[k] : v[k] * scale;
+  }
+  __syncwarp();
+  for (int i = lane; i < half; i += kWarp) rope_apply(row + (D - a.n_rot) + 2 * i, cs[i]);
+  __syncwarp();
+  for (int b = 0; b < a.fp8_quant / 64; ++b) fp8_block_warp(row + b * 64, lane);
+  __syncwarp();
+  float* dst = nullptr;
+  if (a.ring || a.ring_at) {
+    float* base = a.ring_at ? a.ring_at[t] : a.ring;
+    dst = base + (p % a.ring_cap) * (static_cast<int64_t>(a.heads) * D) + h * D;
+  }
+  for (int64_t e = lane; e < D; e += kWarp) {
+    float val = row[e];
+    if (a.f16) val = __half2float(__float2half_rn(val));
+    xr[e] = val;
+    if (dst) dst[e] = val;
+  }
+}
+
 // ---- CudaBackendOptions::small_v3: rows of ≤ kRowPer values per thread held in registers ----
 // The single-block decode norms (q_a's RMSNorm: 1,024 values; kv's norm + RoPE: 512) were chains of
 // dependent global round trips — norm weights loaded after the scale, every step of norm_rope_kernel
@@ -259,6 +337,17 @@ void CudaBackend::norm_rope(const NormRopeArgs& a) {
     return;
   }
   const int threads = rms_norm_threads(a.head_dim);
+  // Prefill-sized calls only: at decode (1 … 64 rows) the H200 measured it slower than norm_rope3 (kv 8.28 against
+  // 4.68 µs with small_v3 off, q 4.19 against 3.72) and at 2,048 × 64 rows 3.3× faster (190 against 620 µs).
+  if (kNormRopeWarpRows && small_v3_ && threads == kNormThreads && a.head_dim <= int64_t{kWarpRowPer} * kWarp &&
+      a.n * a.heads >= kWarpRowsMin && a.n <= 0x7fffffff) {
+    const int warps = a.heads < kWarpRowHeads ? a.heads : kWarpRowHeads;
+    const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>((a.heads + kWarpRowHeads - 1) / kWarpRowHeads));
+    check(launch_dependent(hc_pdl_ && sm90(), grid, warps * kWarp, static_cast<size_t>(warps) * a.head_dim * 4, stream(),
+                           norm_rope_warp_kernel, a, rope_freqs(a.freq, a.n_rot)),
+          "norm_rope");
+    return;
+  }
   if (small_v3_ && a.head_dim <= int64_t{kRowPer} * threads && a.n_rot / 2 <= threads) {
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.n * a.heads)), threads,
                            static_cast<size_t>(a.head_dim) * 4, stream(), norm_rope3_kernel, a,

@@ -27,11 +27,12 @@ inline int rms_norm_threads(int64_t dim) { return dim >= 8192 ? 1024 : 256; }
 // 1/sqrt(mean(x²) + eps) of row xr: thread i sums xr[i], xr[i + blockDim.x], … in double, then
 // block_sum. Every thread of the block must call it (it synchronizes); all get the scale.
 // The scale from each thread's own chain ss (rms_scale_row's loop, for kernels that hold the row in
-// registers): block_sum, then the formula. Every thread must call it.
-__device__ inline float rms_scale_of(double ss, int64_t dim, float eps) {
-  ss = block_sum(ss);
+// registers): block_sum, then the formula (rms_scale_from_sum: the formula on the row's total). Every thread must
+// call rms_scale_of.
+__device__ inline float rms_scale_from_sum(double ss, int64_t dim, float eps) {
   return 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(dim)) + eps);
 }
+__device__ inline float rms_scale_of(double ss, int64_t dim, float eps) { return rms_scale_from_sum(block_sum(ss), dim, eps); }
 
 __device__ inline float rms_scale_row(const float* xr, int64_t dim, float eps) {
   double ss = 0;

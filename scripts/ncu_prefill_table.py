@@ -12,9 +12,12 @@ usage: scripts/ncu_prefill_table.py NCU_CSV [TOKENS_PER_CHUNK=2048]
 Deliberately not here: running ncu (gpu_prefill_profile.sh), decode steps (the chunks only).
 """
 import collections
-import csv
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ncu_step_table  # noqa: E402  (the per-launch CSV reader, shared)
 
 
 def stage(name, grid):
@@ -44,16 +47,8 @@ def stage(name, grid):
 def main():
     path = sys.argv[1]
     tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 2048
-    rows = csv.reader(line for line in open(path) if line.startswith('"'))
-    hdr = next(rows)
-    launches = []
-    for r in rows:
-        d = dict(zip(hdr, r))
-        if d.get('Metric Name') == 'gpu__time_duration.sum':
-            launches.append((d['Kernel Name'], d['Grid Size'], d['Block Size'],
-                             float(d['Metric Value'].replace(',', '')) / 1e3))
     chunks, cur = [], None
-    for n, g, b, t in launches:
+    for n, g, b, t in ncu_step_table.launches(path):
         if 'embed_kernel' in n:
             cur = []
             chunks.append(cur)

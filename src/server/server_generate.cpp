@@ -73,13 +73,16 @@ void Server::Impl::handle_generate(ApiKind api, const httplib::Request& req, htt
   fc.model = job->req.model;
   std::shared_ptr<Formatter> fmt = make_formatter(job->req, fc);
 
+  // The socket is found once: the probe, the non-streaming wait and the stream's provider share it.
+  const int client_fd = find_request_socket(req);
+  job->client_gone = [client_fd] { return peer_closed(client_fd); };
   if (Status st = worker.submit(job); !st.ok()) {
     send_error(api, api_error_from_status(st), res, endpoint);
     return;
   }
 
   if (!job->req.stream) {
-    const int fd = find_request_socket(req);
+    const int fd = client_fd;
     auto last_check = Clock::now();
     while (true) {
       auto ev = job->events.pop_for(kPollInterval);
@@ -116,7 +119,7 @@ void Server::Impl::handle_generate(ApiKind api, const httplib::Request& req, htt
   const auto keepalive = opts.keepalive;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, fmt, keepalive, fd = find_request_socket(req)](size_t, httplib::DataSink& sink) {
+      [job, fmt, keepalive, fd = client_fd](size_t, httplib::DataSink& sink) {
         auto last_write = Clock::now();
         auto last_check = Clock::now();
         while (true) {

@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -81,6 +82,10 @@ struct Job {
   std::string rendered;                         // the prompt text (for --trace)
   Channel<GenEvent> events;
   std::atomic<bool> cancel{false};              // client gone / server draining
+  // Set by the HTTP thread before submit: true once its client has disconnected. The worker asks
+  // it before admitting a queued job, so a client that left while queued is not started even when
+  // its HTTP thread has not polled yet (that thread checks only every 100 ms and may be starved).
+  std::function<bool()> client_gone;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   uint64_t id = 0;
 };

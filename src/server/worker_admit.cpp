@@ -58,7 +58,8 @@ void EngineWorker::assign_jobs() {
     auto a = std::make_unique<Active>();
     a->job = job;
     a->t_start = Clock::now();
-    if (job->cancel) {
+    if (job->cancel || (job->client_gone && job->client_gone())) {
+      job->cancel = true;
       pop();
       finish(*a, FinishReason::cancelled, cancelled("request cancelled while queued"));
       continue;

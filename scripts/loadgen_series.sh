@@ -3,7 +3,7 @@
 # series, one ds4-server process with N sessions against N concurrent streaming ds4-loadgen clients;
 # then the seed's experiment side by side: N separate ds4-server processes (one session each, as many
 # as --separate-max allows) against the same N clients spread over them. Writes series.csv (one
-# ds4-loadgen summary row per run: aggregate and mean per-session decode tok/s, TTFT), the
+# ds4-loadgen summary row per run: aggregate, all-streams-decoding and mean per-session decode tok/s, TTFT), the
 # per-request CSVs, the server logs, and series.png (gnuplot) into OUT.
 #
 #   scripts/loadgen_series.sh --server BIN --loadgen BIN --model GGUF [--out DIR] [--series "1 2 4 8"]
@@ -36,7 +36,7 @@ plot_series() {
   local summary="$out/series.csv"
   command -v gnuplot > /dev/null 2>&1 || { echo "gnuplot not found: plot skipped"; return 0; }
   [[ -r "$summary" ]] || { echo "no $summary: nothing to plot"; return 0; }
-  awk -F, 'NR>1 && $1=="one-process" {print $3, $11, $13, $14}' "$summary" > "$out/one.dat"
+  awk -F, 'NR>1 && $1=="one-process" {print $3, $11, $13, $14, ($18 == "" ? 0 : $18)}' "$summary" > "$out/one.dat"
   awk -F, 'NR>1 && $1=="separate-processes" {print $3, $11, $13, $14}' "$summary" > "$out/sep.dat"
   local head
   head=$(awk -F, 'NR==2 {print "prompt " $5 " words, " $6 " generated"}' "$summary")
@@ -52,6 +52,7 @@ set y2tics
 set key top left
 set grid
 plot "$out/one.dat" using 1:2 with linespoints lw 2 title "one process: aggregate", \
+     "$out/one.dat" using 1:5 with linespoints lw 2 title "one process: all streams decoding", \
      "$out/one.dat" using 1:3 with linespoints title "one process: per session", \
      "$out/sep.dat" using 1:2 with linespoints lw 2 title "N processes: aggregate", \
      "$out/sep.dat" using 1:3 with linespoints title "N processes: per session", \

@@ -51,6 +51,7 @@ RequestResult run_request(const Target& target, const RequestSpec& spec) {
         const Json& ch = j["choices"][0];
         if (ch.contains("text") && ch["text"].is_string() && !ch["text"].get<std::string>().empty()) {
           ++r.chunks;
+          r.text_times.push_back(now);
           if (first) {
             r.t_first = now;
             first = false;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ds4::loadgen {
 
@@ -30,6 +31,7 @@ struct RequestResult {
   std::string error;
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   int64_t chunks = 0;  // SSE chunks carrying text
+  std::vector<Clock::time_point> text_times;  // arrival of each text chunk (the steady-window rate)
   Clock::time_point t_send, t_first, t_last, t_end;
   double ttft_s() const { return std::chrono::duration<double>(t_first - t_send).count(); }
   // Decode rate after the first token: (tokens − 1) over the time from the first to the last token.

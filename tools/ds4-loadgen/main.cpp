@@ -169,6 +169,32 @@ int main(int argc, char** argv) {
     }
   }
   if (csv != stdout) std::fclose(csv);
+  // Steady aggregate: text chunks per second in the window where every client has had its first text
+  // and none has had its last. With one request per client that is the stretch where all N streams
+  // decode together — the batched decode rate without the prompts' prefill, which the
+  // first-to-last-token aggregate above includes (N prompts prefilled inside the other streams' window).
+  Clock::time_point all_started = Clock::time_point::min(), first_done = Clock::time_point::max();
+  bool every_client = true;
+  for (const auto& rs : results) {
+    Clock::time_point c_first = Clock::time_point::max(), c_last = Clock::time_point::min();
+    for (const RequestResult& x : rs)
+      if (x.ok && !x.text_times.empty()) {
+        c_first = std::min(c_first, x.text_times.front());
+        c_last = std::max(c_last, x.text_times.back());
+      }
+    if (c_first == Clock::time_point::max()) every_client = false;
+    all_started = std::max(all_started, c_first);
+    first_done = std::min(first_done, c_last);
+  }
+  int64_t steady_chunks = 0;
+  double steady_window = 0;
+  if (every_client && first_done > all_started) {
+    steady_window = std::chrono::duration<double>(first_done - all_started).count();
+    for (const auto& rs : results)
+      for (const RequestResult& x : rs)
+        for (const auto& t : x.text_times) steady_chunks += (t > all_started && t <= first_done) ? 1 : 0;
+  }
+  const double steady = steady_window > 0 ? static_cast<double>(steady_chunks) / steady_window : 0;
   const double wall = std::chrono::duration<double>(t1 - t0).count();
   const double decode_window = ttft.empty() ? 0 : std::chrono::duration<double>(last_token - first_token).count();
   const double agg = decode_window > 0 ? static_cast<double>(total_tokens) / decode_window : 0;
@@ -177,11 +203,12 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "ds4-loadgen: %d client(s) x %d request(s) on %zu server(s): %lld ok, %lld failed; %lld tokens in %.2f s\n"
                "  aggregate decode %.1f tok/s (tokens / first-to-last token), end-to-end %.1f tok/s\n"
+               "  steady decode %.1f tok/s (%lld text chunks in the %.2f s all clients were streaming)\n"
                "  per-session decode mean %.1f tok/s (min %.1f, max %.1f)\n"
                "  TTFT mean %.3f s, p50 %.3f s, p90 %.3f s, max %.3f s\n",
                clients, requests, targets.size(), static_cast<long long>(ttft.size()), static_cast<long long>(failed),
                static_cast<long long>(total_tokens), wall, agg, wall > 0 ? static_cast<double>(total_tokens) / wall : 0,
-               mean_rate, rate.empty() ? 0 : *std::min_element(rate.begin(), rate.end()),
+               steady, static_cast<long long>(steady_chunks), steady_window, mean_rate, rate.empty() ? 0 : *std::min_element(rate.begin(), rate.end()),
                rate.empty() ? 0 : *std::max_element(rate.begin(), rate.end()), mean_ttft, pct(ttft, 0.5), pct(ttft, 0.9),
                pct(ttft, 1.0));
   if (!summary_path.empty()) {
@@ -195,12 +222,13 @@ int main(int argc, char** argv) {
     }
     if (fresh)
       std::fprintf(s, "label,servers,clients,requests,prompt_tokens,gen_tokens,ok,failed,tokens,wall_s,agg_decode_tok_s,"
-                      "e2e_tok_s,mean_session_tok_s,ttft_mean_s,ttft_p50_s,ttft_p90_s,ttft_max_s\n");
-    std::fprintf(s, "%s,%zu,%d,%d,%lld,%lld,%zu,%lld,%lld,%.3f,%.2f,%.2f,%.2f,%.4f,%.4f,%.4f,%.4f\n", label.c_str(),
+                      "e2e_tok_s,mean_session_tok_s,ttft_mean_s,ttft_p50_s,ttft_p90_s,ttft_max_s,steady_decode_tok_s,"
+                      "steady_window_s\n");
+    std::fprintf(s, "%s,%zu,%d,%d,%lld,%lld,%zu,%lld,%lld,%.3f,%.2f,%.2f,%.2f,%.4f,%.4f,%.4f,%.4f,%.2f,%.3f\n", label.c_str(),
                  targets.size(), clients, requests, static_cast<long long>(prompt_tokens), static_cast<long long>(gen_tokens),
                  ttft.size(), static_cast<long long>(failed), static_cast<long long>(total_tokens), wall, agg,
                  wall > 0 ? static_cast<double>(total_tokens) / wall : 0, mean_rate, mean_ttft, pct(ttft, 0.5), pct(ttft, 0.9),
-                 pct(ttft, 1.0));
+                 pct(ttft, 1.0), steady, steady_window);
     std::fclose(s);
   }
   return failed > 0 ? 1 : 0;

@@ -178,6 +178,10 @@ struct HcPreArgs {
   float* comb = nullptr;          // [n][nhc][nhc]
   float* y = nullptr;             // [n][dim] scratch
   float* xn = nullptr;            // [n][dim] sublayer input
+  // false: the caller runs hc_split on mix itself afterwards (e.g. on a concurrent branch: nothing reads
+  // post and comb before the sublayer's HC post), so the op may leave post and comb unwritten (a backend
+  // may still write them: the same values); mix, pre, y and xn are written either way.
+  bool split = true;
 };
 
 // Per row of x [n][heads][head_dim] (token t, head h), in this order: RMSNorm over head_dim (⊙ w when
@@ -232,6 +236,12 @@ struct IndexerQatArgs {
   // As NormRopeArgs::x_at / count: row r at x_at[r], rows r ≥ *count left alone (backend memory).
   float* const* x_at = nullptr;    // [rows]
   const int32_t* count = nullptr;  // [1], ≤ rows
+  // n_rot > 0: each row is first rotated as rope() rotates it (RopeArgs, not inverse: row r is head
+  // r mod heads of token r / heads at pos[r / heads], its last n_rot dims) — the indexer query's RoPE and
+  // QAT as one op (the pieces: rope, then this op without n_rot). Not with x_at or count.
+  const int32_t* pos = nullptr;    // [rows / heads] (backend memory)
+  int32_t heads = 1, n_rot = 0;
+  const double* freq = nullptr;    // [n_rot/2] (host memory, as RopeArgs::freq)
 };
 
 // One stateful step of a compressor (MODEL.md §7.4, §10.2) over `n` consecutive tokens: writes each
@@ -501,6 +511,12 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t count) = 0;  // y += x
   virtual void scale(float* y, float s, int64_t count) = 0;       // y *= s
   virtual void compressor(const CompressorArgs& a) = 0;
+  // Independent compressors in one call (a CSA layer's attention and indexer compressors: disjoint
+  // frontiers and outputs): the same effects as one compressor() per job, in any order. A backend may
+  // run them in one launch; the default calls compressor() for each.
+  virtual void compressor_many(std::span<const CompressorArgs> jobs) {
+    for (const CompressorArgs& j : jobs) compressor(j);
+  }
   virtual void attention(const AttentionArgs& a) = 0;
   virtual void indexer(const IndexerArgs& a) = 0;
   virtual void router(const RouterArgs& a) = 0;

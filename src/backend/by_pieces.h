@@ -1,4 +1,4 @@
-// by_pieces.h — the fused backend ops (HcPreArgs, NormRopeArgs in backend.h) written as the calls of
+// by_pieces.h — the fused backend ops (HcPreArgs, NormRopeArgs, IndexerQatArgs::n_rot in backend.h) written as the calls of
 // their pieces, in the order backend.h states. The CPU backend runs them this way (it stays the
 // readable reference), and so can any backend that wraps another one (bench/numerics).
 // Deliberately not here: any fused kernel; norm_rope_by_pieces reads pos/ring_at on the host, so it
@@ -18,6 +18,14 @@ inline void hc_pre_by_pieces(Backend& be, const HcPreArgs& a) {
   be.hc_split({a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb});
   be.hc_collapse({a.x, a.pre, a.y, a.n, a.dim, a.nhc});
   be.rms_norm({a.y, a.xn, a.norm_w, a.n, a.dim, a.dim, a.rms_eps});
+}
+
+// IndexerQatArgs with n_rot > 0 (rows a multiple of heads, no x_at/count): the RoPE, then the QAT alone.
+inline void indexer_qat_by_pieces(Backend& be, const IndexerQatArgs& a) {
+  be.rope({a.x, a.pos, a.rows / a.heads, a.heads, a.dim, a.n_rot, a.freq, false});
+  IndexerQatArgs q = a;
+  q.n_rot = 0;
+  be.indexer_qat(q);
 }
 
 // pos, ring_at, x_at and count must be host-readable (be.host_memory()).

@@ -62,7 +62,7 @@ Status Forward::alloc_scratch() {
   DS4_RETURN_IF_ERROR(f32(kv_, D));
   DS4_RETURN_IF_ERROR(f32(ckv_, 2 * (D + cfg_.indexer_head_dim)));  // attention compressor, then the indexer's
   DS4_RETURN_IF_ERROR(f32(cgate_, 2 * (D + cfg_.indexer_head_dim)));
-  DS4_RETURN_IF_ERROR(f32(cpos_, 1));
+  DS4_RETURN_IF_ERROR(f32(cpos_, 2));  // the attention compressor's rows, then the indexer's (from C)
   DS4_RETURN_IF_ERROR(f32(iq_, int64_t{cfg_.indexer_heads} * cfg_.indexer_head_dim));
   DS4_RETURN_IF_ERROR(f32(iw_, cfg_.indexer_heads));
   DS4_RETURN_IF_ERROR(f32(idx_, std::max<int64_t>(1, cfg_.indexer_top_k)));
@@ -122,8 +122,10 @@ void Forward::mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t 
 }
 
 // §6.2 "Pre": controls from RMSNorm(flat(X)), Sinkhorn split, collapse, then the sublayer norm → xn_
-// (one fused backend op; flat_ and y_ are its scratch).
-void Forward::hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n) {
+// (one fused backend op; flat_ and y_ are its scratch). split = false: post_ and comb_ come from a later
+// hc_split (kBranchHcSplit).
+void Forward::hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n,
+                     bool split) {
   backend::HcPreArgs a;
   a.x = x_.f32();
   a.fn = fn;
@@ -144,7 +146,13 @@ void Forward::hc_pre(const Weight& fn, const float* scale, const float* base, co
   a.comb = comb_.f32();
   a.y = y_.f32();
   a.xn = xn_.f32();
+  a.split = split;
   be_.hc_pre(a);
+}
+
+void Forward::hc_split(const float* scale, const float* base, int64_t n) {
+  be_.hc_split({mix_.f32(), scale, base, n, static_cast<int32_t>(cfg_.n_hc), static_cast<int32_t>(cfg_.sinkhorn_iters),
+                static_cast<float>(cfg_.hc_eps), pre_.f32(), post_.f32(), comb_.f32()});
 }
 
 // §6.2 "Post": X' = post ⊗ (f + f_add) + Cᵀ·X, into x2_, then swap so x_ holds the new state.
@@ -189,16 +197,30 @@ void Forward::compressor_proj(size_t l, int64_t n, bool select) {
   be_.matmul_many({jobs, k});
 }
 
-// §7.4: one compressor of layer l over every segment (columns of ckv_/cgate_); appends the emitted
-// rows to each session (room was reserved by prepare()). One session: the plain call; several (or a
-// step recorded as a graph, tables_step_): one call with the per-session table uploaded with the step
-// inputs (each session's frontier is sequential in its own positions, the sessions are independent).
-Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, bool indexer) {
+// §7.4: layer l's compressors (the attention compressor and, with an indexer, the indexer's) over every
+// segment (columns of ckv_/cgate_), in one backend call (they touch disjoint frontiers, rows and
+// positions); then each one's emitted rows are finished and appended to each session (room was reserved
+// by prepare()). One session: the plain call; several (or a step recorded as a graph, tables_step_): one
+// call with the per-session table uploaded with the step inputs (each session's frontier is sequential in
+// its own positions, the sessions are independent).
+Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n) {
+  const size_t kinds = plan_[l].has_indexer ? 2 : 1;  // [0] the attention compressor, [1] the indexer's
+  backend::CompressorArgs args[2];
+  int64_t emitted_one[2] = {0, 0};
+  for (size_t c = 0; c < kinds; ++c) DS4_RETURN_IF_ERROR(compressor_args(l, segs, c == 1, args[c], &emitted_one[c]));
+  be_.compressor_many({args, kinds});
+  for (size_t c = 0; c < kinds; ++c) DS4_RETURN_IF_ERROR(compressed_rows(l, segs, n, c == 1, emitted_one[c]));
+  return Status::Ok();
+}
+
+// One compressor's call (compress()); with one session the backend writes its emitted row count to
+// *emitted_one and the rows' positions to cpos_ (the indexer's after the attention compressor's C).
+Status Forward::compressor_args(size_t l, std::span<const Segment> segs, bool indexer, backend::CompressorArgs& a,
+                                int64_t* emitted_one) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
   const int64_t r = p.compress_ratio;
   const int64_t out_dim = indexer ? cfg_.indexer_head_dim : cfg_.head_dim;
-  backend::CompressorArgs a;
   a.kv = comp_in(ckv_, indexer);
   a.score = comp_in(cgate_, indexer);
   a.ape = indexer ? w.idx_comp_ape : w.comp_ape;
@@ -206,7 +228,6 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, boo
   a.out_dim = static_cast<int32_t>(out_dim);
   a.overlap = p.kind == modelspec::AttentionKind::csa;  // two-series pooling (CSA, ratio 4)
   a.slots = static_cast<int32_t>(segs[0].kv->layers()[l].slots);
-  int64_t emitted_one = 0;
   const bool plain = !tables_step_;  // one session, its frontier and rows by value
   if (plain) {
     const Segment& sg = segs[0];
@@ -216,15 +237,23 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, boo
     a.state_kv = indexer ? k.index_kv.f32() : k.comp_kv.f32();
     a.state_score = indexer ? k.index_score.f32() : k.comp_score.f32();
     a.out = (indexer ? k.index_rows.f32() : k.comp.f32()) + (sg.pos0 / r) * out_dim;
-    a.out_pos = cpos_.i32();
-    a.n_out = &emitted_one;
+    a.out_pos = cpos_.i32() + (indexer ? opts_.max_chunk : 0);
+    a.n_out = emitted_one;
   } else {
     for (const Segment& sg : segs)
       if (sg.kv->layers()[l].slots != a.slots) return internal_error("forward: sessions differ in frontier size");
     a.segments = static_cast<int32_t>(segs.size());
     a.seg = comp_seg_ + (l * 2 + (indexer ? 1 : 0)) * segs.size();
   }
-  be_.compressor(a);
+  return Status::Ok();
+}
+
+// After the compressor call: its emitted rows finished (norm, RoPE, the cache simulation) and counted.
+Status Forward::compressed_rows(size_t l, std::span<const Segment> segs, int64_t n, bool indexer, int64_t emitted_one) {
+  const LayerWeights& w = w_.layers[l];
+  const int64_t r = plan_[l].compress_ratio;
+  const int64_t out_dim = indexer ? cfg_.indexer_head_dim : cfg_.head_dim;
+  const bool plain = !tables_step_;
   const ForwardNumerics& nm = opts_.numerics;
   // row = RMSNorm_w(v); RoPE at the block's first token (compressed table); then the simulation (FP8
   // and half rounding inside the fused op; the indexer's FP4 comes before its half rounding, so there
@@ -261,9 +290,10 @@ Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, boo
     if (plain && emitted_one != emitted)
       return internal_error("forward: compressor emitted an unexpected row count");
     if (emitted == 0) continue;
-    // The compressor wrote the rows' positions to cpos_ (one session: from column 0).
+    // The compressor wrote the rows' positions to cpos_ (one session: from column 0; the indexer's from C).
     if (plain)
-      finish((indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim, nullptr, cpos_.i32(), emitted, nullptr);
+      finish((indexer ? k.index_rows.f32() : k.comp.f32()) + first * out_dim, nullptr,
+             cpos_.i32() + (indexer ? opts_.max_chunk : 0), emitted, nullptr);
     if (!indexer) k.n_comp = after;
   }
   return Status::Ok();
@@ -279,12 +309,19 @@ Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs,
   const int32_t R = static_cast<int32_t>(cfg_.n_rot);
   const double* freq = freq_comp_.data();
   compressor_proj(l, n, select);  // both compressors' projections, and the indexer's q and weights
-  DS4_RETURN_IF_ERROR(compress(l, segs, n, false));
-  if (p.has_indexer) DS4_RETURN_IF_ERROR(compress(l, segs, n, true));
+  DS4_RETURN_IF_ERROR(compress(l, segs, n));
   if (!select) return Status::Ok();
   const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
-  be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
-  if (opts_.numerics.indexer_qat) be_.indexer_qat({iq_.f32(), n * IH, static_cast<int32_t>(ID)});
+  if (opts_.numerics.indexer_qat) {  // RoPE + QAT as one op
+    backend::IndexerQatArgs qa{iq_.f32(), n * IH, static_cast<int32_t>(ID)};
+    qa.pos = pos_;
+    qa.heads = static_cast<int32_t>(IH);
+    qa.n_rot = R;
+    qa.freq = freq;
+    be_.indexer_qat(qa);
+  } else {
+    be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
+  }
   be_.scale(iw_.f32(), static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH))), n * IH);
   // A column that sees ≤ top_k rows gets all of them from the indexer (ids 0…count−1), which attends
   // exactly like no selection. Several sessions: each column reads its own session's indexer rows through
@@ -323,7 +360,9 @@ Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs,
 //     cpos_, iq_, iw_, idx_, icount_, the sessions' compressor frontiers and emitted compressed / indexer
 //     rows (rows attention reads only after join), and the host's n_comp.
 //   Backend scratch (quantized activations, indexer scores, …) is kept per lane by the backend.
-// Attention, the inverse RoPE and the output projections run after join on the main lane.
+// Attention, the inverse RoPE and the output projections run after join on the main lane; with
+// kBranchHcSplit the HC pre's split beside them on the side lane (reads mix_; writes pre_, post_, comb_,
+// which nothing reads before the join ahead of the HC post).
 Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t n) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
@@ -347,7 +386,9 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     comp_bound = row_bound(comp_bound);  // bucketed with graphs: the bound is part of the step's key
   }
 
-  hc_pre(w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, w.attn_norm, n);
+  // kBranchHcSplit: the split beside attention and the output projections (joined before the HC post).
+  const bool late_split = (opts_.branches & kBranchHcSplit) != 0;
+  hc_pre(w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, w.attn_norm, n, !late_split);
   struct JoinOnExit {  // an error half-way must not leave later ops on the side lane
     backend::Backend& be;
     ~JoinOnExit() { be.join(); }
@@ -387,6 +428,11 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, true, comp_bound));
   }
   if (br) be_.join();
+  if (late_split) {  // reads mix_, writes pre_/post_/comb_: nothing below reads or writes them before the join
+    be_.fork();
+    hc_split(w.hc_attn_scale, w.hc_attn_base, n);
+    be_.resume_main();
+  }
 
   // §7.6 attention with sinks, one call for all columns. With several sessions each column reads its own
   // session's ring and compressed rows through the per-column pointer tables uploaded with the step inputs.
@@ -426,6 +472,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   oa.group_x_stride = gin;
   be_.matmul(oa);
   mm(w.out_b, low_.f32(), G * Ro, f_.f32(), E, n);
+  if (late_split) be_.join();
   hc_post_swap(n);
   return Status::Ok();
 }
@@ -436,12 +483,15 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
 // and routed experts on the main lane; the sum of the two happens in the HC post after join, in the
 // CPU's order (f + f_add). Memory audit: both lanes read xn_ (written by the HC pre before the fork);
 // side lane writes sg_ (gate, then SwiGLU in place), su_, sout_; main lane reads tok_ and writes
-// rlogit_, rids_, rw_, f_; the backend keeps its expert and activation scratch per lane.
+// rlogit_, rids_, rw_, f_; the backend keeps its expert and activation scratch per lane. With
+// kBranchHcSplit the side lane then runs the HC pre's split (reads mix_; writes pre_, post_, comb_).
 void Forward::ffn_layer(size_t l, int64_t n) {
   const auto& p = plan_[l];
   const LayerWeights& w = w_.layers[l];
   const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.expert_ff;
-  hc_pre(w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, w.ffn_norm, n);
+  // kBranchHcSplit: the split after the shared expert on its lane (or a lane of its own), joined before the post.
+  const bool late_split = (opts_.branches & kBranchHcSplit) != 0;
+  hc_pre(w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, w.ffn_norm, n, !late_split);
 
   const bool br = (opts_.branches & kBranchSharedExpert) != 0;
   if (br) be_.fork();  // shared expert (side lane); gate and up read the same x: one call (a backend may
@@ -451,7 +501,11 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   be_.matmul_many(gate_up);
   be_.swiglu({sg_.f32(), su_.f32(), sg_.f32(), n * F, opts_.numerics.shared_expert_clamp ? p.swiglu_clamp : 0.0f});
   mm(w.sh_down, sg_.f32(), F, sout_.f32(), E, n);
-  if (br) be_.resume_main();
+  if (late_split) {  // reads mix_, writes pre_/post_/comb_, which the main lane leaves alone until the join
+    if (!br) be_.fork();
+    hc_split(w.hc_ffn_scale, w.hc_ffn_base, n);
+  }
+  if (br || late_split) be_.resume_main();
 
   mm(w.router, xn_.f32(), E, rlogit_.f32(), NE, n);
   backend::RouterArgs ra;
@@ -485,7 +539,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   ma.out = f_.f32();
   be_.moe(ma);
 
-  if (br) be_.join();
+  if (br || late_split) be_.join();
   hc_post_swap(n, sout_.f32());  // routed + shared expert outputs added inside the post
 }
 
@@ -601,7 +655,7 @@ void Forward::upload_step_inputs(std::span<const Segment> segs, int64_t n) {
             e.out = k.index_rows.empty() ? nullptr : k.index_rows.f32() + first * cfg_.indexer_head_dim;
           else
             e.out = k.comp.f32() + first * cfg_.head_dim;
-          e.out_pos = cpos_.i32() + off_[s];
+          e.out_pos = cpos_.i32() + off_[s] + (idx ? opts_.max_chunk : 0);
         }
     }
     auto* t = reinterpret_cast<const float**>(host_in_.data() + table_off);

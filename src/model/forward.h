@@ -45,7 +45,9 @@ struct ForwardNumerics {
 // ForwardOptions::branches: which independent parts of a layer the forward pass runs as concurrent
 // branches (Backend::fork / resume_main / join): the shared expert beside the router and routed experts;
 // the attention sublayer's KV path and compressors + indexer beside its query path.
-inline constexpr uint32_t kBranchSharedExpert = 1, kBranchAttention = 2;
+// kBranchHcSplit: each HC pre's Sinkhorn split (post, comb: read only by the sublayer's HC post) on the
+// side lane beside the sublayer, so the HC pre that the sublayer waits for ends after its collapse and norm.
+inline constexpr uint32_t kBranchSharedExpert = 1, kBranchAttention = 2, kBranchHcSplit = 4;
 
 struct ForwardOptions {
   int64_t max_chunk = 64;  // tokens per eval call; scratch and the raw ring are sized for it
@@ -58,7 +60,7 @@ struct ForwardOptions {
   bool graphs = false;
   // Parts run as concurrent branches (kBranch* bits). A backend without a second lane (the CPU, CUDA with
   // CudaBackendOptions::branches off) runs them in order; the same bits whichever are on (for measurements).
-  uint32_t branches = kBranchSharedExpert | kBranchAttention;
+  uint32_t branches = kBranchSharedExpert | kBranchAttention | kBranchHcSplit;
 };
 
 // With ForwardOptions::graphs, host bounds of compressed rows (AttentionArgs::max_comp,
@@ -112,10 +114,16 @@ class Forward {
   Status alloc_scratch();
   uint64_t step_input_bytes(int64_t n, int64_t segments) const;
   void upload_step_inputs(std::span<const Segment> segs, int64_t n);
-  void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n);
+  void hc_pre(const Weight& fn, const float* scale, const float* base, const float* norm_w, int64_t n,
+              bool split = true);
+  // What hc_pre(…, split = false) left to the caller: post and comb from mix_, on the current lane.
+  void hc_split(const float* scale, const float* base, int64_t n);
   void hc_post_swap(int64_t n, const float* f_add = nullptr);
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
-  Status compress(size_t l, std::span<const Segment> segs, int64_t n, bool indexer);
+  Status compress(size_t l, std::span<const Segment> segs, int64_t n);
+  Status compressor_args(size_t l, std::span<const Segment> segs, bool indexer, backend::CompressorArgs& a,
+                         int64_t* emitted_one);
+  Status compressed_rows(size_t l, std::span<const Segment> segs, int64_t n, bool indexer, int64_t emitted_one);
   void compressor_proj(size_t l, int64_t n, bool select);
   Status compressors_and_indexer(size_t l, std::span<const Segment> segs, int64_t n, bool select, int64_t comp_bound);
   float* comp_in(const backend::Buffer& b, bool indexer) const;
@@ -148,7 +156,7 @@ class Forward {
   backend::Buffer q_;             // [C][H][D] queries, then attention output
   backend::Buffer kv_;            // [C][D]
   backend::Buffer ckv_, cgate_;   // [C][2·D] attention compressor, then [C][2·ID] indexer compressor projections
-  backend::Buffer cpos_;          // [C] i32 positions of emitted rows
+  backend::Buffer cpos_;          // [2][C] i32 positions of emitted rows (attention compressor, indexer)
   backend::Buffer iq_;            // [C][IH][ID] indexer queries
   backend::Buffer iw_;            // [C][IH] indexer head weights
   backend::Buffer idx_;           // [C][TK] i32 selected compressed rows

@@ -85,7 +85,7 @@ uint64_t forward_activation_bytes(const ModelConfig& cfg, int64_t max_chunk) {
                              + E * 2                // y, xn
                              + cfg.q_lora_rank      // qa
                              + HD + D               // q, kv
-                             + cw * 2 + 1           // ckv, cgate, cpos
+                             + cw * 2 + 2           // ckv, cgate, cpos (both compressors)
                              + uint64_t{cfg.indexer_heads} * cfg.indexer_head_dim + cfg.indexer_heads  // iq, iw
                              + std::max<uint64_t>(1, cfg.indexer_top_k) + 1  // idx, icount
                              + HD + cfg.out_low_dim() + E  // attn, low, f

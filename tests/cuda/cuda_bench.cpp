@@ -11,6 +11,8 @@
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
+//        cuda_bench --small4 [once]       HC pre without its split, the split, indexer RoPE + QAT, a CSA
+//                                         layer's two compressors: small_v4 vs off at n = 1, 2, 8, 32.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
@@ -62,6 +64,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bool once);  // cuda_bench_stages.cpp
 void bench_small_prefill(Backend& now, Backend& v2);  // cuda_bench_stages.cpp
+void bench_small4(Backend& now, Backend& v3, bool once);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
@@ -436,6 +439,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
     const bool once = argc > 2 && std::strcmp(argv[2], "once") == 0;
     bench_skinny(*be, rng, true, once || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--small4") == 0) {  // session 7's shorter chain: small_v4 vs off
+    cuda::CudaBackendOptions o3;
+    o3.small_v4 = false;
+    auto v3 = cuda::make_cuda_backend(o3);
+    if (v3.ok()) bench_small4(*be, **v3, argc > 2 && std::strcmp(argv[2], "once") == 0);
     return 0;
   }
   const bool hc_once = argc > 1 && std::strcmp(argv[1], "--hc-once") == 0;

@@ -610,7 +610,7 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bo
     s.h = b.buf(NMAX * F);
     s.pos = b.ibuf(pos_h);
   }
-  auto hc_pre = [](Side& s, int64_t n) {
+  auto hc_pre_args = [](Side& s, int64_t n) {
     HcPreArgs a;
     a.x = s.x;
     a.fn = s.fn;
@@ -627,7 +627,17 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bo
     a.comb = s.comb;
     a.y = s.y;
     a.xn = s.xn;
+    return a;
+  };
+  auto hc_pre = [&](Side& s, int64_t n) { s.be->hc_pre(hc_pre_args(s, n)); };
+  auto hc_pre_late = [&](Side& s, int64_t n) {  // HcPreArgs::split off: the forward pass's main lane
+    HcPreArgs a = hc_pre_args(s, n);
+    a.split = false;
     s.be->hc_pre(a);
+  };
+  auto hc_split = [&](Side& s, int64_t n) {  // what the forward pass then runs on the side lane
+    const HcPreArgs a = hc_pre_args(s, n);
+    s.be->hc_split({a.mix, a.scale, a.base, n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb});
   };
   auto topk = [](Side& s, int64_t n) {
     RouterArgs ra;
@@ -674,6 +684,8 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bo
     std::function<void(Side&, int64_t)> run;
   };
   const Op ops[] = {{"hc pre (4 x 4096, F16 24x16384)", hc_pre},
+                    {"hc pre, split off (main lane)", hc_pre_late},
+                    {"hc split 4x4 (side lane)", hc_split},
                     {"router top-6 of 256", topk},
                     {"router F16 256x4096 + top-6", router},
                     {"hc post + expert sum", hc_post},
@@ -1049,4 +1061,147 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
       std::printf("  %s %7.2f us %5.0f GB/s", label[i], layer_us[ni][i], layer_bytes / (layer_us[ni][i] * 1e-6) / 1e9);
     std::printf("\n");
   }
+}
+
+// Session 7's shorter decode chain (CudaBackendOptions::small_v4) at decode batch sizes n = 1, 2, 8, 32, on
+// `now` (default) and `v3` (small_v4 = false), graph µs per call and kernel launches: HC pre as the main
+// lane runs it (split off on `now`: post and comb left to the side lane; the whole op on `v3`), the split
+// alone (what the side lane then runs), the indexer query's RoPE + QAT (64 × 128, 64 RoPE dims; one launch
+// on `now`, rope then QAT on `v3`), and a CSA layer's two compressors (D 512 and 128, ratio 4 with overlap;
+// n sessions of one token each, one closing a block; compressor_many: one launch on `now`). once: each op
+// once per backend and n, untimed (for ncu).
+void bench_small4(Backend& now, Backend& v3, bool once) {
+  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NMAX = 32, IH = 64, ID = 128, R = 64, RATIO = 4;
+  const int64_t DA = 512, DI = 128, SLOTS = 2 * RATIO + 64;
+  std::vector<double> freq(R / 2);
+  for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
+  std::vector<int32_t> pos_h(NMAX);
+  for (int64_t t = 0; t < NMAX; ++t) pos_h[t] = 2047 + 4 * static_cast<int32_t>(t);  // each closes a block
+  struct Side {
+    Backend* be;
+    std::unique_ptr<StageBench> sb;
+    Weight fn;
+    float *x, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *iq;
+    int32_t* pos;
+    CompressorArgs comp[2][NMAX + 1];  // [attention, indexer][n]: n one-token sessions
+    std::vector<Buffer> tables;         // the session tables comp points to
+  } sides[2];
+  Backend* bes[2] = {&now, &v3};
+  for (int i = 0; i < 2; ++i) {
+    Side& s = sides[i];
+    s.be = bes[i];
+    s.sb = std::make_unique<StageBench>(*s.be);
+    StageBench& b = *s.sb;
+    s.fn = b.weight(GgmlType::F16, M, HCD);
+    s.x = b.buf(NMAX * HCD);
+    s.flat = b.buf(NMAX * HCD);
+    s.mix = b.buf(NMAX * M);
+    s.pre = b.buf(NMAX * NHC);
+    s.post = b.buf(NMAX * NHC);
+    s.comb = b.buf(NMAX * NHC * NHC);
+    s.y = b.buf(NMAX * E);
+    s.xn = b.buf(NMAX * E);
+    s.scale = b.buf(3, 0.5f);
+    s.base = b.buf(M);
+    s.norm_w = b.buf(E, 1.0f);
+    s.iq = b.buf(NMAX * IH * ID, 0.5f);
+    s.pos = b.ibuf(pos_h);
+    for (int c = 0; c < 2; ++c) {
+      const int64_t D = c == 0 ? DA : DI, width = 2 * D;
+      float* kv = b.buf(NMAX * width, 0.5f);
+      float* score = b.buf(NMAX * width, 0.25f);
+      float* ape = b.buf(RATIO * width, 0.1f);
+      // Per session: its frontier ring and output rows, in one table per batch size.
+      std::vector<CompressorSegment> seg;
+      for (int64_t t = 0; t < NMAX; ++t) {
+        CompressorSegment e;
+        e.col = t;
+        e.n = 1;
+        e.pos0 = pos_h[t];
+        e.state_kv = b.buf(SLOTS * width, 0.5f);
+        e.state_score = b.buf(SLOTS * width, 0.25f);
+        e.out = b.buf(2 * D);
+        e.out_pos = reinterpret_cast<int32_t*>(b.buf(2));
+        seg.push_back(e);
+      }
+      auto table = s.be->alloc(seg.size() * sizeof(CompressorSegment), MemCategory::scratch);
+      if (!table.ok()) return;
+      s.be->upload(table->data(), seg.data(), seg.size() * sizeof(CompressorSegment));
+      for (int64_t n = 1; n <= NMAX; ++n) {
+        CompressorArgs& a = s.comp[c][n];
+        a.kv = kv;
+        a.score = score;
+        a.ape = ape;
+        a.ratio = static_cast<int32_t>(RATIO);
+        a.out_dim = static_cast<int32_t>(D);
+        a.overlap = true;
+        a.slots = static_cast<int32_t>(SLOTS);
+        a.segments = static_cast<int32_t>(n);
+        a.seg = static_cast<const CompressorSegment*>(table->data());
+      }
+      s.tables.push_back(std::move(table).value());
+    }
+  }
+  auto hc_pre = [&](Side& s, int64_t n, bool split) {
+    HcPreArgs a;
+    a.x = s.x;
+    a.fn = s.fn;
+    a.scale = s.scale;
+    a.base = s.base;
+    a.norm_w = s.norm_w;
+    a.n = n;
+    a.dim = E;
+    a.nhc = NHC;
+    a.flat = s.flat;
+    a.mix = s.mix;
+    a.pre = s.pre;
+    a.post = s.post;
+    a.comb = s.comb;
+    a.y = s.y;
+    a.xn = s.xn;
+    a.split = split;
+    s.be->hc_pre(a);
+  };
+  struct Op {
+    const char* name;
+    std::function<void(Side&, int64_t, bool)> run;  // (side, n, the new form)
+  };
+  const Op ops[] = {
+      {"hc pre, main lane (split off / whole)", [&](Side& s, int64_t n, bool v4) { hc_pre(s, n, !v4); }},
+      {"hc split 4x4 (side lane)",
+       [&](Side& s, int64_t n, bool) {
+         s.be->hc_split({s.mix, s.scale, s.base, n, static_cast<int32_t>(NHC), 20, 1e-6f, s.pre, s.post, s.comb});
+       }},
+      {"indexer q rope + qat 64x128",
+       [&](Side& s, int64_t n, bool) {
+         IndexerQatArgs q{s.iq, n * IH, static_cast<int32_t>(ID), true};
+         q.pos = s.pos;
+         q.heads = static_cast<int32_t>(IH);
+         q.n_rot = static_cast<int32_t>(R);
+         q.freq = freq.data();
+         s.be->indexer_qat(q);
+       }},
+      {"compressors D512 + D128 r4",
+       [&](Side& s, int64_t n, bool) {
+         const CompressorArgs jobs[2] = {s.comp[0][n], s.comp[1][n]};
+         s.be->compressor_many(jobs);
+       }},
+  };
+  if (once) {
+    for (int i = 0; i < 2; ++i) {
+      for (const Op& op : ops)
+        for (int64_t n : {1, 8, 32}) op.run(sides[i], n, i == 0);
+      (void)bes[i]->sync();
+    }
+    return;
+  }
+  for (const Op& op : ops)
+    for (int64_t n : {1, 2, 8, 32}) {
+      const StageTime a = sides[0].sb->time([&] { op.run(sides[0], n, true); }, 20);
+      const StageTime b = sides[1].sb->time([&] { op.run(sides[1], n, false); }, 20);
+      std::printf("BENCH small4 %-38s n=%-2lld graph %7.2f us (%2.0f launches), small_v4 off %7.2f us (%2.0f launches)"
+                  "  %.2fx\n",
+                  op.name, static_cast<long long>(n), a.graph_us, a.launches, b.graph_us, b.launches,
+                  b.graph_us / a.graph_us);
+    }
 }

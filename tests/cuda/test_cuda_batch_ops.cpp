@@ -3,6 +3,7 @@
 // indexer rows through AttentionArgs::raw_at/comp_at and IndexerArgs::rows_at) vs the CPU op with the
 // same tables. Tolerances as test_cuda_ops.cpp: attention 1e-5 of max|ref|, selection exact.
 #include <algorithm>
+#include <cstring>
 
 #include "cuda_test_util.h"
 
@@ -194,5 +195,118 @@ TEST_F(CudaBatchOps, CompressorSegments) {
       for (int64_t j = 0; j < rows; ++j) EXPECT_EQ(hp[j], opos[k][j]) << what;
       EXPECT_EQ(host(gseg[k].state_kv, skv[k].size()), skv[k]) << what;
     }
+  }
+}
+
+// compressor_many (CudaBackendOptions::small_v4: a CSA layer's attention and indexer compressors in one
+// launch) bit for bit one compressor() call per job on copies of the same frontiers: pooled rows,
+// positions, both frontier rings, and (one session) the host row counts. Batched calls (three sessions
+// as above, D512 and D128, ratio 4 with overlap, and ratio 128 without beside ratio 4) and one session's
+// decode-sized calls (1 and 7 tokens: the single walking block).
+TEST_F(CudaBatchOps, CompressorManyEqualsOneCallPerJob) {
+  struct J {
+    int32_t D, ratio;
+    bool overlap;
+  };
+  struct Dev {  // one job's device buffers, twice: [0] for compressor_many, [1] for compressor()
+    CompressorArgs a[2];
+    std::vector<float*> out[2], skv[2], ssc[2];
+    std::vector<int32_t*> pos[2];
+    std::vector<int64_t> out_len, ring_len, rows;
+  };
+  auto make = [&](J j, bool batched, int32_t tokens) {
+    Dev d;
+    const int64_t width = j.overlap ? 2 * j.D : j.D;
+    const int32_t slots = ((j.overlap ? 2 : 1) * j.ratio + 64 + j.ratio - 1) / j.ratio * j.ratio;
+    const std::vector<int32_t> pos0 = batched ? std::vector<int32_t>{2 * j.ratio - 1, 5, j.ratio + 1}
+                                              : std::vector<int32_t>{3 * j.ratio - 1};
+    const std::vector<int32_t> n = batched ? std::vector<int32_t>{1, 40, 1} : std::vector<int32_t>{tokens};
+    int64_t cols = 0;
+    for (int32_t k : n) cols += k;
+    const auto kv = randn(static_cast<size_t>(cols * width)), sc = randn(static_cast<size_t>(cols * width));
+    const auto ape = randn(static_cast<size_t>(j.ratio * width));
+    std::vector<std::vector<float>> skv, ssc;
+    for (size_t k = 0; k < n.size(); ++k) {
+      skv.push_back(randn(static_cast<size_t>(slots * width)));
+      ssc.push_back(randn(static_cast<size_t>(slots * width)));
+      d.rows.push_back(std::max<int64_t>(1, (pos0[k] + n[k]) / j.ratio - pos0[k] / j.ratio));
+      d.out_len.push_back(d.rows.back() * j.D);
+      d.ring_len.push_back(slots * width);
+    }
+    for (int c = 0; c < 2; ++c) {
+      CompressorArgs& a = d.a[c];
+      a.kv = dev(kv);
+      a.score = dev(sc);
+      a.ape = dev(ape);
+      a.ratio = j.ratio;
+      a.out_dim = j.D;
+      a.overlap = j.overlap;
+      a.slots = slots;
+      std::vector<CompressorSegment> seg;
+      int64_t col = 0;
+      for (size_t k = 0; k < n.size(); ++k) {
+        d.out[c].push_back(poisoned(static_cast<size_t>(d.out_len[k])));
+        d.pos[c].push_back(poisoned_i32(static_cast<size_t>(d.rows[k])));
+        d.skv[c].push_back(dev(skv[k]));
+        d.ssc[c].push_back(dev(ssc[k]));
+        seg.push_back({col, n[k], pos0[k], d.skv[c][k], d.ssc[c][k], d.out[c][k], d.pos[c][k]});
+        col += n[k];
+      }
+      if (batched) {
+        a.segments = static_cast<int32_t>(seg.size());
+        a.seg = dev(seg);
+      } else {
+        a.n = n[0];
+        a.pos0 = pos0[0];
+        a.state_kv = d.skv[c][0];
+        a.state_score = d.ssc[c][0];
+        a.out = d.out[c][0];
+        a.out_pos = d.pos[c][0];
+      }
+    }
+    return d;
+  };
+  struct Case {
+    J j0, j1;
+    bool batched;
+    int32_t tokens;
+  };
+  for (Case cs : {Case{{512, 4, true}, {128, 4, true}, true, 0}, Case{{512, 128, false}, {128, 4, true}, true, 0},
+                  Case{{512, 4, true}, {128, 4, true}, false, 1}, Case{{512, 4, true}, {128, 4, true}, false, 7}}) {
+    Dev d0 = make(cs.j0, cs.batched, cs.tokens), d1 = make(cs.j1, cs.batched, cs.tokens);
+    int64_t emitted_many[2] = {-1, -1}, emitted_one[2] = {-1, -1};
+    CompressorArgs many[2] = {d0.a[0], d1.a[0]};
+    if (!cs.batched) {
+      many[0].n_out = &emitted_many[0];
+      many[1].n_out = &emitted_many[1];
+      d0.a[1].n_out = &emitted_one[0];
+      d1.a[1].n_out = &emitted_one[1];
+    }
+    ASSERT_TRUE(gpu_->sync().ok());
+    gpu_->compressor_many(many);
+    gpu_->compressor(d0.a[1]);
+    gpu_->compressor(d1.a[1]);
+    ASSERT_TRUE(gpu_->sync().ok());
+    const std::string tag = std::string("compressor_many ") + (cs.batched ? "3 sessions" : "1 session n") +
+                            (cs.batched ? "" : std::to_string(cs.tokens)) + " D" + std::to_string(cs.j0.D) + " r" +
+                            std::to_string(cs.j0.ratio) + " + D" + std::to_string(cs.j1.D);
+    if (!cs.batched) {
+      EXPECT_EQ(emitted_many[0], emitted_one[0]) << tag;
+      EXPECT_EQ(emitted_many[1], emitted_one[1]) << tag;
+    }
+    int bad = 0;
+    for (const Dev* d : {&d0, &d1})
+      for (size_t k = 0; k < d->rows.size(); ++k) {
+        // bits (rows a call leaves alone keep the poison, NaN, in both copies)
+        const auto a = host(d->out[0][k], d->out_len[k]), b = host(d->out[1][k], d->out_len[k]);
+        bad += std::memcmp(a.data(), b.data(), a.size() * 4) != 0 ? 1 : 0;
+        bad += host(d->pos[0][k], d->rows[k]) != host(d->pos[1][k], d->rows[k]) ? 1 : 0;
+        const auto ka = host(d->skv[0][k], d->ring_len[k]), kb = host(d->skv[1][k], d->ring_len[k]);
+        const auto sa = host(d->ssc[0][k], d->ring_len[k]), sb = host(d->ssc[1][k], d->ring_len[k]);
+        bad += std::memcmp(ka.data(), kb.data(), ka.size() * 4) != 0 ? 1 : 0;
+        bad += std::memcmp(sa.data(), sb.data(), sa.size() * 4) != 0 ? 1 : 0;
+      }
+    EXPECT_EQ(bad, 0) << tag;
+    std::printf("PARITY %-44s rows, positions, rings bit for bit: %s\n", tag.c_str(), bad ? "FAIL" : "ok");
   }
 }

@@ -106,8 +106,10 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       g.scale = dev(scale);
       g.base = dev(base);
       g.norm_w = dev(norm_w);
-      HcPreArgs gp = g, gv = g, gn = g, g2 = g;  // the pieces, the previous kernels, no PDL, v2: own outputs
-      for (HcPreArgs* o : {&g, &gp, &gv, &gn, &g2}) {
+      // the pieces, the previous kernels, no PDL, v2, split = false then hc_split: own outputs
+      HcPreArgs gp = g, gv = g, gn = g, g2 = g, gs = g;
+      gs.split = false;
+      for (HcPreArgs* o : {&g, &gp, &gv, &gn, &g2, &gs}) {
         o->flat = poisoned(flat.size());
         o->mix = poisoned(m.size());
         o->pre = poisoned(pre.size());
@@ -125,6 +127,16 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       ASSERT_TRUE(plain.sync().ok()) << tag;
       v2.hc_pre(g2);
       ASSERT_TRUE(v2.sync().ok()) << tag;
+      gpu_->hc_pre(gs);  // mix, pre, y, xn; then post and comb (and pre again) from mix, as the forward pass does
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      expect_same_bits(host(gs.pre, pre.size()), host(g.pre, pre.size()), tag + " pre before split (split off)");
+      gpu_->hc_split({gs.mix, gs.scale, gs.base, n, s.nhc, gs.iters, gs.hc_eps, gs.pre, gs.post, gs.comb});
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      for (auto [got, want, len, what] :
+           {std::tuple{gs.mix, g.mix, m.size(), "mix"}, std::tuple{gs.pre, g.pre, pre.size(), "pre"},
+            std::tuple{gs.post, g.post, post.size(), "post"}, std::tuple{gs.comb, g.comb, comb.size(), "comb"},
+            std::tuple{gs.y, g.y, y.size(), "y"}, std::tuple{gs.xn, g.xn, xn.size(), "xn"}})
+        expect_same_bits(host(got, len), host(want, len), tag + " " + what + " split off + hc_split");
       for (auto [got, want, len, what] :
            {std::tuple{g.mix, g2.mix, m.size(), "mix"}, std::tuple{g.pre, g2.pre, pre.size(), "pre"},
             std::tuple{g.post, g2.post, post.size(), "post"}, std::tuple{g.comb, g2.comb, comb.size(), "comb"},
@@ -317,6 +329,53 @@ TEST_F(CudaFused, EmittedRowsByAddressAndDeviceCount) {
       std::vector<float> want = src;
       for (int64_t t = 0; t < count; ++t) std::copy_n(plain.begin() + t * D, D, want.begin() + (3 * t + 2) * D);
       expect_same_bits(got, want, tag);
+    }
+}
+
+// IndexerQatArgs::n_rot (CudaBackendOptions::small_v4): the indexer query's RoPE inside the QAT kernel,
+// bit for bit the pieces (rope, then indexer_qat) on this backend and the whole op on a small_v4-off one
+// (which runs the pieces); the pieces are checked against the CPU in test_cuda_ops.cpp (a last-bit
+// difference of the double cos/sin could flip an FP4 step, so no tolerance check here). Flash (64 heads of
+// 128, 64 RoPE dims, half rounding), tiny (2 × 64, 16 dims) and a row rotated whole (3 × 32, 32 dims).
+TEST_F(CudaFused, IndexerRopeQatEqualsPieces) {
+  cuda::CudaBackendOptions o4;
+  o4.small_v4 = false;
+  auto made = cuda::make_cuda_backend(o4);
+  ASSERT_TRUE(made.ok());
+  Backend& v3 = **made;
+  struct S {
+    int32_t heads, dim, n_rot;
+    bool f16;
+  };
+  for (S s : {S{64, 128, 64, true}, S{64, 128, 64, false}, S{2, 64, 16, true}, S{3, 32, 32, false}})
+    for (int64_t n : {1, 2, 8, 32}) {
+      const std::string tag = "indexer rope+qat H" + std::to_string(s.heads) + " D" + std::to_string(s.dim) + " R" +
+                              std::to_string(s.n_rot) + (s.f16 ? " f16" : "") + " n" + std::to_string(n);
+      const int64_t rows = n * s.heads;
+      const auto x = randn(static_cast<size_t>(rows * s.dim), 2.0f);
+      std::vector<int32_t> pos(n);
+      for (int64_t t = 0; t < n; ++t) pos[t] = randint(0, 1 << 20);
+      std::vector<double> freq(s.n_rot / 2);
+      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / s.n_rot);
+      float *fused = dev(x), *pieces = dev(x), *off = dev(x);
+      const int32_t* gpos = dev(pos);
+      IndexerQatArgs q{fused, rows, s.dim, s.f16};
+      q.pos = gpos;
+      q.heads = s.heads;
+      q.n_rot = s.n_rot;
+      q.freq = freq.data();
+      gpu_->indexer_qat(q);
+      IndexerQatArgs qp = q;
+      qp.x = pieces;
+      indexer_qat_by_pieces(*gpu_, qp);
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      IndexerQatArgs qo = q;
+      qo.x = off;
+      v3.indexer_qat(qo);
+      ASSERT_TRUE(v3.sync().ok()) << tag;
+      const auto got = host(fused, x.size());
+      expect_same_bits(got, host(pieces, x.size()), tag + " vs pieces");
+      expect_same_bits(got, host(off, x.size()), tag + " vs small_v4 off");
     }
 }
 

@@ -46,6 +46,10 @@ void CpuBackend::fp8_round(const Fp8RoundArgs& a) {
 }
 
 void CpuBackend::indexer_qat(const IndexerQatArgs& a) {
+  if (a.n_rot > 0) {  // the RoPE first (by_pieces.h)
+    indexer_qat_by_pieces(*this, a);
+    return;
+  }
   // x: [rows][dim] (or rows at x_at, the first *count of them); Hadamard over the whole row, then FP4
   // blocks of 32, then (f16) half rounding.
   const int64_t rows = a.count ? std::min<int64_t>(a.rows, *a.count) : a.rows;

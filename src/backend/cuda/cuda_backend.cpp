@@ -58,6 +58,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_hc_router_v2(opts.hc_router_v2);
   be->set_hc_pdl(opts.hc_pdl);
   be->set_small_v3(opts.small_v3);
+  be->set_small_v4(opts.small_v4);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);

@@ -158,6 +158,12 @@ struct CudaBackendOptions {
   // programmatic dependents (each starts while the kernel before it finishes, loads its weights, then
   // waits). false: the previous kernels, plain launches — for before/after benchmarks. Same bits.
   bool small_v3 = true;
+  // Session 7's shorter decode chain (issue 5): HC pre's finish without the split block where the caller
+  // runs hc_split itself (HcPreArgs::split = false; ops_hc.cu), the indexer query's RoPE inside its QAT
+  // kernel (IndexerQatArgs::n_rot; ops_qat.cu), a CSA layer's two compressors in one launch
+  // (compressor_many; ops_compressor.cu). false: the previous kernels (split = false then runs the whole
+  // finish, the fused ops run as their pieces). Same bits.
+  bool small_v4 = true;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

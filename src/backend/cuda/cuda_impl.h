@@ -233,6 +233,7 @@ class CudaBackend final : public Backend {
   void add(float* y, const float* x, int64_t count) override;   // ops_elementwise.cu
   void scale(float* y, float s, int64_t count) override;        // ops_elementwise.cu
   void compressor(const CompressorArgs& a) override;    // ops_compressor.cu
+  void compressor_many(std::span<const CompressorArgs> jobs) override;  // ops_compressor.cu
   void attention(const AttentionArgs& a) override;      // ops_attention.cu
   void indexer(const IndexerArgs& a) override;          // ops_indexer.cu
   void router(const RouterArgs& a) override;            // ops_moe.cu
@@ -314,6 +315,7 @@ class CudaBackend final : public Backend {
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
   void set_small_v3(bool on) { small_v3_ = on; }
+  void set_small_v4(bool on) { small_v4_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
@@ -360,6 +362,7 @@ class CudaBackend final : public Backend {
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl
   bool small_v3_ = true;                  // CudaBackendOptions::small_v3
+  bool small_v4_ = true;                  // CudaBackendOptions::small_v4
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)

@@ -1,7 +1,8 @@
 // ops_compressor.cu — the KV compressor frontier update and softmax pooling (MODEL.md §7.4, §10.2).
 //
 // Tokens are sequential (a token may close a block the next one starts), so one thread block walks
-// the chunk and its threads split the row width — for decode and batched steps; a prefill chunk of one
+// the chunk and its threads split the row width — for decode and batched steps (a CSA layer's two
+// compressors in one launch with compressor_many); a prefill chunk of one
 // session pools its blocks in parallel (compressor_pool_chunk_kernel, the same values). The count of emitted rows depends only on the
 // positions, so the host computes it (CompressorArgs::n_out is host memory) without waiting.
 #include <algorithm>
@@ -71,8 +72,8 @@ __global__ void compressor_ring_kernel(Args a) {
 
 // A batched step: thread block s walks session s (CompressorArgs::seg) with the single-session body.
 template <typename Args>
-__global__ void compressor_ring_segments_kernel(Args a) {
-  const CompressorSegment sg = a.seg[blockIdx.x];
+__device__ void compressor_ring_segment(const Args& a, int s) {
+  const CompressorSegment sg = a.seg[s];
   const int64_t width = a.overlap ? 2 * static_cast<int64_t>(a.out_dim) : a.out_dim;
   Args one = a;
   one.kv = a.kv + sg.col * width;
@@ -84,6 +85,24 @@ __global__ void compressor_ring_segments_kernel(Args a) {
   one.out = sg.out;
   one.out_pos = sg.out_pos;
   compressor_ring_body(one);
+}
+
+template <typename Args>
+__global__ void compressor_ring_segments_kernel(Args a) {
+  compressor_ring_segment(a, static_cast<int>(blockIdx.x));
+}
+
+// Two independent compressors in one launch (compressor_many, small_v4: a CSA layer's attention and indexer
+// compressors, ~3.5 µs each on the decode chain): grid (⌈max blocks⌉, 2), blockIdx.y picks the job, whose
+// blocks run exactly the single launches' bodies (segment s, or the one walking block); blocks past a
+// job's count leave at once (before any barrier).
+__global__ void compressor_ring2_kernel(CompressorArgs a0, CompressorArgs a1) {
+  const CompressorArgs& a = blockIdx.y == 0 ? a0 : a1;
+  if (a.segments > 0) {
+    if (static_cast<int>(blockIdx.x) < a.segments) compressor_ring_segment(a, static_cast<int>(blockIdx.x));
+  } else if (blockIdx.x == 0) {
+    compressor_ring_body(a);
+  }
 }
 
 // Prefill chunks of one session (n ≥ kPoolChunkMin, CudaBackendOptions::compressor_parallel): the rows
@@ -273,6 +292,29 @@ void CudaBackend::compressor(const CompressorArgs& a) {
     return;
   }
   if (launched("compressor") && a.n_out) *a.n_out = emitted;
+}
+
+// Two jobs that compressor() would each run as one walking launch (a batched step's segments, or a
+// decode-sized call of one session) go out as one compressor_ring2_kernel launch; anything else (a prefill
+// chunk's parallel pooling, a bad call, whose error compressor() reports) runs job by job.
+void CudaBackend::compressor_many(std::span<const CompressorArgs> jobs) {
+  auto one_walk = [&](const CompressorArgs& a) {
+    const bool ring_ok = a.ratio > 0 && a.out_dim > 0 && a.slots >= (a.overlap ? 2 : 1) * a.ratio &&
+                         a.slots % a.ratio == 0;
+    if (a.segments > 0) return ring_ok && a.seg != nullptr;
+    return ring_ok && a.n > 0 && a.pos0 >= 0 && !(compressor_parallel_ && a.n >= kPoolChunkMin);
+  };
+  if (!small_v4_ || jobs.size() != 2 || failed() || !one_walk(jobs[0]) || !one_walk(jobs[1])) {
+    for (const CompressorArgs& j : jobs) compressor(j);
+    return;
+  }
+  for (const CompressorArgs& j : jobs)
+    if (j.n_out) *j.n_out = 0;
+  const int blocks = std::max({jobs[0].segments, jobs[1].segments, 1});
+  compressor_ring2_kernel<<<dim3(static_cast<unsigned>(blocks), 2), 512, 0, stream()>>>(jobs[0], jobs[1]);
+  if (!launched("compressors (2)")) return;
+  for (const CompressorArgs& j : jobs)  // as compressor(): one session's emitted rows (batched calls: none)
+    if (j.n_out && j.segments == 0) *j.n_out = (j.pos0 + j.n) / j.ratio - j.pos0 / j.ratio;
 }
 
 }  // namespace ds4::backend::cuda

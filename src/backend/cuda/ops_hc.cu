@@ -557,11 +557,15 @@ __device__ inline float seg_total(const float* p, int64_t nseg, bool vec) {
 // value at a time; block 1 adds only the nhc pre rows it needs (block 0 writes mix), so block 1 passes one
 // barrier before the collapse instead of three, and block 0 is one warp. Dynamic shared memory: dim floats.
 // NHC = 4 (Flash) fixes nhc at compile time (X in 4 float4 registers: no spills at 1024 threads); 0: s.nhc.
+// with_split = false (HcPreArgs::split off, grid (1, n)): no split block — the one block per token adds
+// every mix row (threads < rows, each its own row as block 0 would), writes mix and takes pre from it; the
+// caller's hc_split computes post and comb later (off the critical path), so the kernel ends after the
+// collapse and norm instead of after Sinkhorn's ~2 µs of dependent divisions.
 template <int NHC>
 __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const float* part, int64_t nseg, float* mix,
                                                           const float* x, const float* norm_w, float* y, float* xn,
                                                           int64_t dim, float eps, int norm_threads, bool vec4,
-                                                          bool part4) {
+                                                          bool part4, bool with_split) {
   extern __shared__ float4 sh4[];  // [dim / 4] y (block 1)
   float* ys = reinterpret_cast<float*>(sh4);
   __shared__ float ms[(2 + kMaxHc) * kMaxHc];
@@ -570,7 +574,7 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
   const int64_t t = blockIdx.y;
   const int nhc = NHC > 0 ? NHC : s.nhc, rows = (2 + nhc) * nhc;
   const float* pt = part + t * rows * nseg;  // token t's segment sums [rows][nseg]
-  if (blockIdx.x == 0) {  // mix and the split, one warp
+  if (with_split && blockIdx.x == 0) {  // mix and the split, one warp
     if (threadIdx.x >= kWarp) return;
     const int lane = threadIdx.x;
     for (int q = lane; q < 3 + rows; q += kWarp) sb[q] = q < 3 ? s.scale[q] : s.base[q - 3];
@@ -602,8 +606,17 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
     base = s.base[threadIdx.x];
   }
   grid_dependency_wait();
-  if (threadIdx.x < nhc)  // hc_split_token's / hc_split4_token's pre expression on mix row threadIdx.x
-    ws[threadIdx.x] = sigmoid_dev(seg_total(pt + threadIdx.x * nseg, nseg, part4) * scale0 + base) + s.eps;
+  // Thread o < rows (without the split block) or < nhc adds mix row o; hc_split_token's / hc_split4_token's
+  // pre expression on rows < nhc.
+  if (static_cast<int>(threadIdx.x) < (with_split ? nhc : rows)) {
+    const float total = seg_total(pt + threadIdx.x * nseg, nseg, part4);
+    if (!with_split) mix[t * rows + threadIdx.x] = total;  // the op's mix output
+    if (static_cast<int>(threadIdx.x) < nhc) {
+      const float p = sigmoid_dev(total * scale0 + base) + s.eps;
+      ws[threadIdx.x] = p;
+      if (!with_split) s.pre[t * nhc + threadIdx.x] = p;  // the op's pre output (else the split block's)
+    }
+  }
   __syncthreads();
   hc_collapse_norm(ws, xv, nw, one4, d1, xt, nhc, norm_w, y + t * dim, xn + t * dim, ys, dim, eps, norm_threads, vec4);
 }
@@ -651,10 +664,13 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   const int threads = a.dim >= 4096 ? 1024 : 256;  // ≥ rms_norm_threads(dim) below 8192; 1024 above
   if (small_v3_) {
     const bool part4 = nseg % 4 == 0 && aligned16(part);
-    check(launch_dependent(pdl, dim3(2, static_cast<unsigned>(a.n)), threads, static_cast<size_t>(a.dim) * 4, stream(),
-                           a.nhc == 4 ? hc_finish3_kernel<4> : hc_finish3_kernel<0>, s, static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn,
-                           a.dim, a.rms_eps, rms_norm_threads(a.dim), vec4, part4),
-          "hc_pre mix + split + collapse + norm");
+    // rows ≤ 80 ≤ threads: without the split block one thread per mix row.
+    const bool with_split = a.split || !small_v4_;
+    check(launch_dependent(pdl, dim3(with_split ? 2 : 1, static_cast<unsigned>(a.n)), threads,
+                           static_cast<size_t>(a.dim) * 4, stream(), a.nhc == 4 ? hc_finish3_kernel<4> : hc_finish3_kernel<0>,
+                           s, static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps,
+                           rms_norm_threads(a.dim), vec4, part4, with_split),
+          with_split ? "hc_pre mix + split + collapse + norm" : "hc_pre mix + collapse + norm");
     return true;
   }
   check(launch_dependent(pdl, dim3(2, static_cast<unsigned>(a.n)), threads, finish_smem, stream(), hc_finish_kernel, s,

@@ -267,12 +267,6 @@ __global__ void rope3_kernel(float* x, const int32_t* pos, int32_t heads, int32_
   }
 }
 
-RopeFreqs rope_freqs(const double* freq, int n_rot) {
-  RopeFreqs f{};
-  for (int i = 0; i < n_rot / 2; ++i) f.w[i] = freq[i];
-  return f;
-}
-
 }  // namespace
 
 void CudaBackend::rms_norm(const RmsNormArgs& a) {

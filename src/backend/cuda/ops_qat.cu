@@ -1,8 +1,10 @@
 // ops_qat.cu — quantization-aware simulations (MODEL.md §5.4, §5.5): FP8 E4M3 round trip of KV rows
-// in blocks of 64, and Hadamard + FP4 E2M1 round trip of indexer rows in blocks of 32. Each device
-// function is the CPU primitive (backend/cpu/primitives.cpp) in the same float operations.
+// in blocks of 64, and Hadamard + FP4 E2M1 round trip of indexer rows in blocks of 32 (with
+// IndexerQatArgs::n_rot the indexer query's RoPE first, in the same launch). Each device function is the
+// CPU primitive (backend/cpu/primitives.cpp) in the same float operations.
 #include <string>
 
+#include "backend/by_pieces.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/rows_device.cuh"
@@ -77,14 +79,10 @@ __global__ void indexer_qat_kernel(IndexerQatArgs a, float k) {
 // and its partner i ^ s: the lower index keeps own + partner, the upper partner − own — the same
 // additions), only the stages s ≥ 32 through shared memory: 2·(log2(dim) − 5) barriers instead of
 // 2·log2(dim) (4 instead of 14 at the indexer's 128). Launched as a programmatic dependent.
-__global__ void indexer_qat3_kernel(IndexerQatArgs a, float k) {
-  extern __shared__ float sh[];
-  grid_dependency_wait();  // the rows (and the count) come from the work before
-  if (a.count && blockIdx.x >= *a.count) return;
-  const int32_t dim = a.dim;
-  float* row = a.x_at ? a.x_at[blockIdx.x] : a.x + static_cast<int64_t>(blockIdx.x) * dim;
+// Thread i of a block of dim threads holding value i of the row: the Hadamard stages as above, then the
+// FP4 round trip and the store of value i. Every thread calls it (barriers).
+__device__ inline void hadamard_fp4_store(float v, float* sh, float* row, int32_t dim, float k, bool f16) {
   const int i = threadIdx.x;
-  float v = row[i];
 #pragma unroll
   for (int s = 1; s < kWarp; s *= 2) {
     const float o = __shfl_xor_sync(0xffffffffu, v, s);
@@ -97,7 +95,40 @@ __global__ void indexer_qat3_kernel(IndexerQatArgs a, float k) {
     v = (i & s) == 0 ? v + o : o - v;
     __syncthreads();  // the next stage overwrites sh
   }
-  fp4_block_store(v * k, row, i, a.f16);
+  fp4_block_store(v * k, row, i, f16);
+}
+
+__global__ void indexer_qat3_kernel(IndexerQatArgs a, float k) {
+  extern __shared__ float sh[];
+  grid_dependency_wait();  // the rows (and the count) come from the work before
+  if (a.count && blockIdx.x >= *a.count) return;
+  const int32_t dim = a.dim;
+  float* row = a.x_at ? a.x_at[blockIdx.x] : a.x + static_cast<int64_t>(blockIdx.x) * dim;
+  hadamard_fp4_store(row[threadIdx.x], sh, row, dim, k, a.f16);
+}
+
+// The indexer query's RoPE and QAT in one launch (IndexerQatArgs::n_rot, small_v4): rope_kernel's rotation
+// of the row's last n_rot dims, then indexer_qat3_kernel's steps — one block of dim threads per row
+// [rows = n·heads][dim], as the two kernels one after the other (64 rows of 128 at decode: the RoPE launch,
+// ~3 µs on the CSA layers' chain, goes). The pair (2j, 2j + 1) of the tail starts at an even dim
+// (dim − n_rot), so it sits on lanes i, i ^ 1 of one warp: each lane takes its partner's value by one
+// shuffle and computes its own half of rope_apply's two expressions with rope_cos_sin's angle.
+__global__ void indexer_rope_qat_kernel(IndexerQatArgs a, RopeFreqs f, float k) {
+  extern __shared__ float sh[];
+  grid_dependency_wait();  // the rows come from the work before
+  const int32_t dim = a.dim;
+  const int64_t r = blockIdx.x;
+  float* row = a.x + r * dim;
+  const int i = threadIdx.x, j = i - (dim - a.n_rot);  // j ≥ 0: index in the rotated tail
+  float v = row[i];
+  const float2 cs = j >= 0 ? rope_cos_sin(a.pos[r / a.heads], f.w[j / 2], false) : make_float2(1.0f, 0.0f);
+  const float o = __shfl_xor_sync(0xffffffffu, v, 1);
+  if (j >= 0) {
+    const bool odd = (j & 1) != 0;
+    const float x0 = odd ? o : v, x1 = odd ? v : o;  // the pair (v[0], v[1]) of rope_apply
+    v = odd ? x0 * cs.y + x1 * cs.x : x0 * cs.x - x1 * cs.y;
+  }
+  hadamard_fp4_store(v, sh, row, dim, k, a.f16);
 }
 
 }  // namespace
@@ -123,7 +154,26 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
     fail(invalid_argument("cuda indexer_qat: too many rows"));
     return;
   }
+  if (a.n_rot > 0) {  // RoPE first (IndexerQatArgs::n_rot)
+    if (a.n_rot % 2 != 0 || a.n_rot > a.dim || a.n_rot / 2 > kMaxRopePairs || a.pos == nullptr || a.heads < 1 ||
+        a.freq == nullptr || a.rows % a.heads != 0 || a.x_at || a.count) {
+      fail(invalid_argument("cuda indexer_qat: RoPE needs an even n_rot <= dim and <= " +
+                            std::to_string(2 * kMaxRopePairs) + ", pos, freq, rows a multiple of heads and no x_at/count (n_rot " +
+                            std::to_string(a.n_rot) + ", dim " + std::to_string(a.dim) + ")"));
+      return;
+    }
+    if (!small_v4_) {  // the pieces: rope, then the QAT kernel below
+      indexer_qat_by_pieces(*this, a);
+      return;
+    }
+  }
   const float k = static_cast<float>(1.0 / sqrt(static_cast<double>(a.dim)));
+  if (a.n_rot > 0) {
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), a.dim,
+                           a.dim * sizeof(float), stream(), indexer_rope_qat_kernel, a, rope_freqs(a.freq, a.n_rot), k),
+          "indexer rope + qat");
+    return;
+  }
   if (small_v3_) {
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), a.dim, a.dim * sizeof(float),
                            stream(), indexer_qat3_kernel, a, k),

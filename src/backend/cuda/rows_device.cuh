@@ -19,6 +19,13 @@ struct RopeFreqs {
   double w[kMaxRopePairs];
 };
 
+// The kernel argument from the host array freq [n_rot/2] (n_rot/2 ≤ kMaxRopePairs, checked by the caller).
+inline RopeFreqs rope_freqs(const double* freq, int n_rot) {
+  RopeFreqs f{};
+  for (int i = 0; i < n_rot / 2; ++i) f.w[i] = freq[i];
+  return f;
+}
+
 // Threads of a block that normalizes one row of `dim` values. By width only, so a row's sum order never
 // depends on the batch; wide rows (the 16384-wide HC state) get 1024 so each thread's dependent
 // load/add chain stays short. Every kernel that takes a row's RMSNorm scale uses this count.

@@ -305,7 +305,6 @@ Status Forward::compressed_rows(size_t l, std::span<const Segment> segs, int64_t
 // scores inside the backend) and the sessions' frontier state and emitted rows.
 Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs, int64_t n, bool select,
                                         int64_t comp_bound) {
-  const auto& p = plan_[l];
   const int32_t R = static_cast<int32_t>(cfg_.n_rot);
   const double* freq = freq_comp_.data();
   compressor_proj(l, n, select);  // both compressors' projections, and the indexer's q and weights

@@ -47,6 +47,9 @@ struct ForwardNumerics {
 // the attention sublayer's KV path and compressors + indexer beside its query path.
 // kBranchHcSplit: each HC pre's Sinkhorn split (post, comb: read only by the sublayer's HC post) on the
 // side lane beside the sublayer, so the HC pre that the sublayer waits for ends after its collapse and norm.
+// Not in the default: on the H200 the HC pre without its split took 7.67 against 7.77 µs (graph, n = 1) —
+// the collapse + norm block, not Sinkhorn, is the finish kernel's longer path — for one more launch per
+// sublayer (docs/PERF.md, session 7 small).
 inline constexpr uint32_t kBranchSharedExpert = 1, kBranchAttention = 2, kBranchHcSplit = 4;
 
 struct ForwardOptions {
@@ -60,7 +63,7 @@ struct ForwardOptions {
   bool graphs = false;
   // Parts run as concurrent branches (kBranch* bits). A backend without a second lane (the CPU, CUDA with
   // CudaBackendOptions::branches off) runs them in order; the same bits whichever are on (for measurements).
-  uint32_t branches = kBranchSharedExpert | kBranchAttention | kBranchHcSplit;
+  uint32_t branches = kBranchSharedExpert | kBranchAttention;
 };
 
 // With ForwardOptions::graphs, host bounds of compressed rows (AttentionArgs::max_comp,

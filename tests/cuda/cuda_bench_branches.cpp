@@ -67,7 +67,7 @@ double decode_step_seconds(model::Forward& fw, backend::Backend& be, int session
 }  // namespace
 
 void bench_branches(int argc, char** argv) {
-  const uint32_t all = model::kBranchSharedExpert | model::kBranchAttention | model::kBranchHcSplit;
+  const uint32_t all = model::kBranchSharedExpert | model::kBranchAttention;
   struct Case {
     const char* name;
     bool graphs;
@@ -83,7 +83,7 @@ void bench_branches(int argc, char** argv) {
       {"branches", true, false,
        {{"", true, all}, {" (shared expert only)", true, model::kBranchSharedExpert},
         {" (attention only)", true, model::kBranchAttention},
-        {" (HC split in the HC pre)", true, model::kBranchSharedExpert | model::kBranchAttention}, {"", false, all}}},
+        {" (+ HC split on the side lane)", true, all | model::kBranchHcSplit}, {"", false, all}}},
       {"branches+priority", true, true, {{"", true, all}, {"", false, all}}}};
   for (int i = 0; i < argc; ++i) {
     auto file = gguf::File::open(argv[i]);

@@ -246,11 +246,13 @@ std::vector<float> run_script(const Model& m, Backend& be, const model::ForwardO
 }
 
 void expect_late_side_lane_same_bits(const std::string& path, Numerics nm, bool graphs, int sessions,
-                                     const std::vector<std::vector<Item>>& steps, const char* what) {
+                                     const std::vector<std::vector<Item>>& steps, const char* what,
+                                     uint32_t extra_branches = 0) {
   const Model m = load(path);
   ASSERT_TRUE(m.file);
   model::ForwardOptions fo;
   fo.max_chunk = 64;
+  fo.branches |= extra_branches;
   fo.numerics = nm == Numerics::reference ? model::ForwardNumerics::reference() : model::ForwardNumerics::official();
   fo.graphs = graphs;
   const auto toks = test::random_tokens(400, static_cast<int>(m.cfg.n_vocab), 77);
@@ -303,4 +305,23 @@ TEST(Branches, BatchedLateSideLaneSameBits) {
 TEST(Branches, QuantizedBatchedLateSideLaneSameBits) {
   expect_late_side_lane_same_bits(DS4_TINY_QUANT_GGUF, Numerics::official, false, 3, three_sessions(),
                                   "tiny-quant batched");
+}
+// kBranchHcSplit (off by default): every HC pre's split on the side lane, joined before the HC post — the
+// same bits late as in order, and as without it (the split inside the HC pre).
+TEST(Branches, HcSplitOnTheSideLaneSameBits) {
+  expect_late_side_lane_same_bits(DS4_TINY_GGUF, Numerics::official, true, 3, three_sessions(), "tiny hc split late",
+                                  model::kBranchHcSplit);
+  const Model m = load(DS4_TINY_GGUF);
+  ASSERT_TRUE(m.file);
+  const auto toks = test::random_tokens(400, static_cast<int>(m.cfg.n_vocab), 77);
+  model::ForwardOptions fo;
+  fo.max_chunk = 64;
+  auto cpu = cpu::make_cpu_backend({2});
+  const auto without = run_script(m, *cpu, fo, 1, one_session(), toks);
+  fo.branches |= model::kBranchHcSplit;
+  auto cpu2 = cpu::make_cpu_backend({2});
+  const auto with = run_script(m, *cpu2, fo, 1, one_session(), toks);
+  ASSERT_FALSE(without.empty());
+  ASSERT_EQ(without.size(), with.size());
+  EXPECT_EQ(std::memcmp(without.data(), with.data(), without.size() * sizeof(float)), 0);
 }

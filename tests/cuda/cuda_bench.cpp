@@ -74,7 +74,8 @@ void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
 // on `be` ("default": the dispatch of CudaBackend::gemv / moe), for the experts on backends with
 // expert_tiles_warp_max = 64 / 0 ("warp": the warp tiles, "block": the fast block tiles), one with
-// expert_tiles_pdl = false ("nopdl": the warp tiles launched plainly), one with
+// expert_tiles_pdl = false ("nopdl": the warp tiles launched plainly), two with expert_row_tiles_min = 1
+// ("rows", "rowspdl": the row tiles, plain and as programmatic dependent launches), one with
 // expert_tiles_fast = false ("lean": the lean tile kernels, before/after figures of the fast
 // ones), one with expert_tiles_lean = false ("tiles1": the first tile kernels)
 // and one with expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off
@@ -161,11 +162,19 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   no.expert_tiles_warp_max = 64;
   no.expert_tiles_pdl = false;
   auto nopdl_tiles = cuda::make_cuda_backend(no);
+  cuda::CudaBackendOptions ro;  // the row tiles at every n (moe_row_tiles.cu), plain and with PDL
+  ro.expert_tiles_warp_max = 0;
+  ro.expert_row_tiles_min = 1;
+  auto row_tiles = cuda::make_cuda_backend(ro);
+  ro.expert_tiles_pdl = true;
+  auto rowpdl_tiles = cuda::make_cuda_backend(ro);
   std::vector<Side> moe_sides;
   if (!once) moe_sides.push_back({&be, "default"});
   if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warp"});
   if (nopdl_tiles.ok()) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
   if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
+  if (row_tiles.ok()) moe_sides.push_back({row_tiles->get(), "rows"});
+  if (rowpdl_tiles.ok()) moe_sides.push_back({rowpdl_tiles->get(), "rowspdl"});
   if (lean_tiles.ok() && !tiles_only) moe_sides.push_back({lean_tiles->get(), "lean"});
   if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
   if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});
@@ -195,7 +204,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     a.ff = F;
     a.clamp = 10;
     a.out = out.f32();
-    for (int n : {1, 8, 32, 64}) {
+    for (int n : {1, 8, 16, 32, 64}) {
       a.n = n;
       std::vector<int32_t> used(ids.begin(), ids.begin() + n * K);
       std::sort(used.begin(), used.end());

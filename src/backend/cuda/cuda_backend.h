@@ -60,6 +60,12 @@ struct CudaBackendOptions {
   // finish. Off by default: the H200 measured no gain at 1 token and a loss at 32 and 64 (06:20 UTC run).
   // Same bits either way.
   bool expert_tiles_pdl = false;
+  // Routed experts of at least this many tokens as row tiles (with expert_tiles_fast; moe_row_tiles.cu,
+  // IQ2_XXS and Q2_K): a lane per output row walks its row's blocks in order, the block terms added in
+  // registers, every lane on the same activation block, each warp streaming (expert, 16 gate+up or 32
+  // down rows) items slab by slab through a private cp.async ring. -1: never (until a GPU run has shown
+  // them bit for bit and faster); 1: always (tests, benchmarks). Same bits either way.
+  int expert_row_tiles_min = -1;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

@@ -39,6 +39,7 @@
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/moe_group.cuh"
 #include "backend/cuda/moe_terms.cuh"
+#include "backend/cuda/moe_row_tiles.h"
 #include "backend/cuda/moe_warp_tiles.h"
 #include "quant/iq2xxs_tables.h"
 
@@ -376,6 +377,7 @@ cudaError_t init_tile_kernels() {
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q4_K>();
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::IQ2_XXS>();
   if (e == cudaSuccess) e = init_warp_tile_kernels();
+  if (e == cudaSuccess) e = init_row_tile_kernels();
   return e;
 }
 
@@ -400,7 +402,12 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const bool warp = a.n <= warp_max && var == kFast &&
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
                     warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
-  const bool pdl = warp && expert_tiles_pdl_ && cc_major() >= 9;  // the down tiles' weights copied early
+  // Row tiles (moe_row_tiles.cu) from expert_row_tiles_min tokens where both projections fit them.
+  const bool rows = !warp && var == kFast && expert_row_tiles_min_ >= 0 && a.n >= expert_row_tiles_min_ &&
+                    row_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
+                    row_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
+  // the down tiles' weights copied early
+  const bool pdl = (warp || rows) && expert_tiles_pdl_ && cc_major() >= 9;
   const uint64_t words = static_cast<uint64_t>(pairs) + 3ull * max_groups + 1;
   const uint64_t x_stride = nb_gu * act_pitch_of(gt), h_stride = nb_d * act_pitch_of(dt);
   if (!ensure(moe_groups_, words * sizeof(int32_t), "expert groups") ||
@@ -445,6 +452,9 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   if (warp) {
     p.n_tiles = static_cast<int32_t>(a.ff / warp_tile_rows(true));
     if (!launch_warp_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
+  } else if (rows) {
+    p.n_tiles = static_cast<int32_t>(a.ff / row_tile_rows(true));
+    if (!launch_row_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
   } else if (!launch_tiles_of<true>(*this, var, gt, p, int64_t{max_groups} * p.n_tiles, s)) {
     return true;
   }
@@ -477,6 +487,9 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   if (warp) {
     p.n_tiles = static_cast<int32_t>(a.dim / warp_tile_rows(false));
     launch_warp_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, s);
+  } else if (rows) {
+    p.n_tiles = static_cast<int32_t>(a.dim / row_tile_rows(false));
+    launch_row_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, s);
   } else {
     launch_tiles_of<false>(*this, var, dt, p, int64_t{max_groups} * p.n_tiles, s);
   }

@@ -34,4 +34,41 @@ constexpr uint64_t iq2xxs_sign_mask(uint32_t idx7) {
 // every entry). Three integer operations per 4 weights, shared by every activation row dotted with them.
 constexpr uint32_t iq2xxs_signed_word(uint32_t g, uint32_t m) { return (g ^ m) + (m & 0x01010101u); }
 
+// Byte-permute decode (the CUDA row tiles' iq2_terms_perm): one byte permute (__byte_perm, PRMT) picks each
+// of 4 weights from 8 candidate bytes — the grid magnitudes 8, 25, 43 (bytes 0–2 of kIq2xxsPermPos) and their
+// negatives (bytes 4–6, kIq2xxsPermNeg) — by a 3-bit selector: the magnitude's code 0/1/2, plus 4 where the
+// weight is negative. A grid entry becomes 8 code nibbles (iq2xxs_grid_selectors), a sign index 8 nibbles
+// of 0 or 4 (iq2xxs_sign_selectors); their OR selects a chunk's 8 signed weights (its low 16 bits weights
+// 0–3, its high 16 bits weights 4–7): an OR, a shift and two permutes per 8 weights from 4-byte table
+// entries, where iq2xxs_signed_word takes 8-byte entries and 6 operations. Same int8 words (tests/quant).
+inline constexpr uint32_t kIq2xxsPermPos = 0x002b1908u;  // bytes 8, 25, 43, 0
+inline constexpr uint32_t kIq2xxsPermNeg = 0x00d5e7f8u;  // bytes −8, −25, −43, 0
+
+// Grid entry g (8 magnitudes, each 8, 25 or 43 — tests/quant checks there are no others) as 8 code nibbles.
+constexpr uint32_t iq2xxs_grid_selectors(uint64_t g) {
+  uint32_t s = 0;
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t v = static_cast<uint32_t>(g >> (8 * j)) & 0xffu;
+    s |= (v == 8 ? 0u : v == 25 ? 1u : 2u) << (4 * j);
+  }
+  return s;
+}
+
+// Sign index idx7 (iq2xxs_sign_mask's) as 8 nibbles: 4 where element j is negative, else 0.
+constexpr uint32_t iq2xxs_sign_selectors(uint32_t idx7) {
+  const uint64_t m = iq2xxs_sign_mask(idx7);
+  uint32_t s = 0;
+  for (int j = 0; j < 8; ++j) s |= static_cast<uint32_t>((m >> (8 * j)) & 1u) << (4 * j + 2);
+  return s;
+}
+
+// __byte_perm(x, y, s) for selector nibbles 0–7 (what the decode uses): result byte i is byte s_i of the
+// 8 bytes y:x (x bytes 0–3, y bytes 4–7), s_i = bits 4i … 4i + 2 of s.
+constexpr uint32_t byte_perm_ref(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t xy = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((xy >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r;
+}
+
 }  // namespace ds4

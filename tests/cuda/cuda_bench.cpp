@@ -4,10 +4,11 @@
 // Method (METHOD.md): warm-up first, then the median of 5 repetitions of N back-to-back calls,
 // timed from the host around a stream sync (so per-call times include launch overhead, as decode does).
 // Usage: cuda_bench [model.gguf ...]   Prints "BENCH" lines that scripts/gpu_check.sh tabulates.
-//        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 32, 64), e.g. under ncu.
-//        cuda_bench --experts tiles       the same, only the default, the warp (with and without PDL) and the
-//                                         fast block tile kernels.
-//        cuda_bench --experts once        one untimed call per n on the warp and the fast block tiles (for ncu).
+//        cuda_bench --experts             only the routed-expert op lines (n = 1, 8, 16, 32, 64), e.g. under ncu.
+//        cuda_bench --experts tiles       the same, only the default, the warp, the row tiles (first and second
+//                                         shapes, byte-permute decode, PDL) and the fast block tile kernels.
+//        cuda_bench --experts once        one untimed call per n on the row tiles (each variant), then the
+//                                         fast block tiles (for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
@@ -73,9 +74,12 @@ void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
 // on `be` ("default": the dispatch of CudaBackend::gemv / moe), for the experts on backends with
-// expert_tiles_warp_max = 64 / 0 ("warp": the warp tiles, "block": the fast block tiles), one with
+// expert_tiles_warp_max = 64 / 0 and expert_row_tiles_min = 0 ("warp": the warp tiles, "block": the fast
+// block tiles), one with
 // expert_tiles_pdl = false ("nopdl": the warp tiles launched plainly), two with expert_row_tiles_min = 1
-// ("rows", "rowspdl": the row tiles, plain and as programmatic dependent launches), one with
+// ("rows", "rowspdl": the row tiles, plain and as programmatic dependent launches; "rowsperm": with
+// expert_row_tiles_perm, the byte-permute IQ2_XXS decode; "rowsv2", "v2perm": expert_row_tiles_v2, the second
+// shapes, without and with it), one with
 // expert_tiles_fast = false ("lean": the lean tile kernels, before/after figures of the fast
 // ones), one with expert_tiles_lean = false ("tiles1": the first tile kernels)
 // and one with expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off
@@ -153,13 +157,16 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto lean_tiles = cuda::make_cuda_backend(lo);
   cuda::CudaBackendOptions bo;  // the fast block tiles (before/after figures of the warp tiles)
   bo.expert_tiles_warp_max = 0;
+  bo.expert_row_tiles_min = 0;
   auto block_tiles = cuda::make_cuda_backend(bo);
   cuda::CudaBackendOptions wo;
   wo.expert_tiles_warp_max = 64;
+  wo.expert_row_tiles_min = 0;
   wo.expert_tiles_pdl = true;
   auto warp_tiles = cuda::make_cuda_backend(wo);
   cuda::CudaBackendOptions no;  // the warp tiles without programmatic dependent launches
   no.expert_tiles_warp_max = 64;
+  no.expert_row_tiles_min = 0;
   no.expert_tiles_pdl = false;
   auto nopdl_tiles = cuda::make_cuda_backend(no);
   cuda::CudaBackendOptions ro;  // the row tiles at every n (moe_row_tiles.cu), plain and with PDL
@@ -168,13 +175,24 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto row_tiles = cuda::make_cuda_backend(ro);
   ro.expert_tiles_pdl = true;
   auto rowpdl_tiles = cuda::make_cuda_backend(ro);
+  ro.expert_tiles_pdl = false;
+  ro.expert_row_tiles_perm = true;  // the byte-permute IQ2_XXS decode
+  auto perm_tiles = cuda::make_cuda_backend(ro);
+  ro.expert_row_tiles_v2 = true;  // the second shapes, with and without the byte-permute decode
+  auto v2perm_tiles = cuda::make_cuda_backend(ro);
+  ro.expert_row_tiles_perm = false;
+  auto v2_tiles = cuda::make_cuda_backend(ro);
   std::vector<Side> moe_sides;
   if (!once) moe_sides.push_back({&be, "default"});
   if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warp"});
-  if (nopdl_tiles.ok()) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
-  if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
+  // The row tiles first (ncu -c N of `--experts once` then profiles their kernels).
   if (row_tiles.ok()) moe_sides.push_back({row_tiles->get(), "rows"});
+  if (v2_tiles.ok()) moe_sides.push_back({v2_tiles->get(), "rowsv2"});
+  if (v2perm_tiles.ok()) moe_sides.push_back({v2perm_tiles->get(), "v2perm"});
+  if (perm_tiles.ok()) moe_sides.push_back({perm_tiles->get(), "rowsperm"});
   if (rowpdl_tiles.ok()) moe_sides.push_back({rowpdl_tiles->get(), "rowspdl"});
+  if (nopdl_tiles.ok() && !tiles_only) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
+  if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
   if (lean_tiles.ok() && !tiles_only) moe_sides.push_back({lean_tiles->get(), "lean"});
   if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
   if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});

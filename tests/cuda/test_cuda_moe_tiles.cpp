@@ -6,8 +6,11 @@
 // bit for bit, and one token's output at n = 1, 40 and 64 bit for bit on the fast, lean and first tile
 // kernels, and the warp tiles (CudaBackendOptions::expert_tiles_warp_max = 64, moe_warp_tiles.cu) against the
 // CPU and the fast block tiles (expert_tiles_warp_max = 0) bit for bit, and the row tiles
-// (CudaBackendOptions::expert_row_tiles_min = 1, moe_row_tiles.cu) against the CPU and the fast block tiles
-// bit for bit. The default backend runs the warp tiles up to 8 tokens, the fast block tiles above. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// (CudaBackendOptions::expert_row_tiles_min = 1, moe_row_tiles.cu, with expert_row_tiles_v2, and also with
+// expert_row_tiles_perm, the byte-permute IQ2_XXS decode) against the CPU and the fast block tiles bit for
+// bit (the warp and block sides with expert_row_tiles_min = 0; the first row tiles run in the default side
+// from 8 tokens, and passed at every n on the H200, 2026-11-30 09:08 UTC). The default backend runs the warp tiles up to 7 tokens, the row
+// tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).
@@ -40,12 +43,23 @@ class CudaMoeTiles : public CudaOpsTest {
     make([](cuda::CudaBackendOptions& o) { o.expert_tiles = false; }, prev_);
     make([](cuda::CudaBackendOptions& o) { o.expert_tiles_lean = false; }, first_);
     make([](cuda::CudaBackendOptions& o) { o.expert_tiles_fast = false; }, lean_);
-    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp_max = 64; }, warp_);
-    make([](cuda::CudaBackendOptions& o) { o.expert_tiles_warp_max = 0; }, block_);
+    make([](cuda::CudaBackendOptions& o) {
+      o.expert_tiles_warp_max = 64;
+      o.expert_row_tiles_min = 0;
+    }, warp_);
     make([](cuda::CudaBackendOptions& o) {
       o.expert_tiles_warp_max = 0;
+      o.expert_row_tiles_min = 0;
+    }, block_);
+    make([](cuda::CudaBackendOptions& o) {
       o.expert_row_tiles_min = 1;
+      o.expert_row_tiles_v2 = true;
     }, rows_);
+    make([](cuda::CudaBackendOptions& o) {
+      o.expert_row_tiles_min = 1;
+      o.expert_row_tiles_v2 = true;
+      o.expert_row_tiles_perm = true;
+    }, perm_);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -77,10 +91,11 @@ class CudaMoeTiles : public CudaOpsTest {
 
   // Side 0: the default backend (fast expert tiles), 1: the previous kernels, 2: the first tile kernels,
   // 3: the lean tile kernels, 4: the warp tiles at every n, 5: the fast block tiles at every n, 6: the row
-  // tiles at every n.
-  static constexpr int kSides = 7;
+  // tiles' second shapes at every n, 7: the same with the byte-permute decode.
+  static constexpr int kSides = 8;
   Backend& side(int b) {
-    Backend* s[kSides] = {gpu_.get(), prev_.get(), first_.get(), lean_.get(), warp_.get(), block_.get(), rows_.get()};
+    Backend* s[kSides] = {gpu_.get(),   prev_.get(),  first_.get(), lean_.get(),
+                          warp_.get(),  block_.get(), rows_.get(),  perm_.get()};
     return *s[b];
   }
 
@@ -171,6 +186,7 @@ class CudaMoeTiles : public CudaOpsTest {
     const auto warp = run_gpu(4, x, ids, wts, n, k);
     const auto block = run_gpu(5, x, ids, wts, n, k);
     const auto rows = run_gpu(6, x, ids, wts, n, k);
+    const auto perm = run_gpu(7, x, ids, wts, n, k);
     const auto want = run_cpu(x, ids, wts, n, k);
     const std::string what = std::string("moe tiles flash k") + std::to_string(k) + " n" + std::to_string(n) +
                              (same ? " same experts" : " random");
@@ -200,9 +216,14 @@ class CudaMoeTiles : public CudaOpsTest {
     EXPECT_TRUE(same_rows) << what << ": row tiles and fast block tiles differ";
     std::printf("PARITY %-44s n=%-9zu row tiles == fast block tiles bit for bit: %s\n", what.c_str(), tiles.size(),
                 same_rows ? "ok" : "FAIL");
+    EXPECT_EQ(std::memcmp(perm.data(), want.data(), perm.size() * 4), 0) << what << ": perm row tiles not the CPU's bits";
+    const bool same_perm = std::memcmp(perm.data(), block.data(), perm.size() * 4) == 0;
+    EXPECT_TRUE(same_perm) << what << ": perm row tiles and fast block tiles differ";
+    std::printf("PARITY %-44s n=%-9zu perm row tiles == fast block tiles bit for bit: %s\n", what.c_str(),
+                tiles.size(), same_perm ? "ok" : "FAIL");
   }
 
-  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_;
+  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, perm_;
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -232,7 +253,7 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   for (auto& v : w0) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
   // fast tiles at n = 1, 40, 64, then the first, the lean tile kernels, the warp tiles and the row tiles
   std::vector<std::vector<float>> got;
-  for (int b : {0, 2, 3, 4, 6}) {
+  for (int b : {0, 2, 3, 4, 6, 7}) {
     for (auto [n, at] : {std::pair<int64_t, int64_t>{1, 0}, {40, 17}, {64, 63}}) {
       auto x = randn(static_cast<size_t>(n * kDim));
       auto ids = routing(n, k, false);
@@ -246,8 +267,9 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   }
   EXPECT_EQ(got[0], got[1]) << "n = 1 vs n = 40";
   EXPECT_EQ(got[0], got[2]) << "n = 1 vs n = 64";
-  for (int i = 3; i < 15; ++i)
-    EXPECT_EQ(got[0], got[i]) << "fast vs " << (i < 6 ? "first" : i < 9 ? "lean" : i < 12 ? "warp" : "row")
+  for (int i = 3; i < 18; ++i)
+    EXPECT_EQ(got[0], got[i]) << "fast vs "
+                              << (i < 6 ? "first" : i < 9 ? "lean" : i < 12 ? "warp" : i < 15 ? "row" : "perm row")
                               << " tile kernels, case " << i % 3;
   const auto want = run_cpu(x0, ids0, w0, 1, k);
   expect_close(got[0], want, 5e-4, 1e-7, "moe tiles flash one token n1");
@@ -261,7 +283,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6}) {
+    for (int b : {0, 2, 3, 4, 6, 7}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)

@@ -54,5 +54,21 @@ TEST(Iq2xxsWords, GridMagnitudesLeaveNoCarry) {
     }
 }
 
+TEST(Iq2xxsWords, BytePermuteDecodeGivesTheSignedWords) {
+  // Every grid entry with every sign index: the two permuted words are iq2xxs_signed_word's (checked
+  // against the dequantizer above), so the row tiles' decode gives the same integer sums.
+  for (uint64_t g : kIq2xxsGrid)
+    for (uint32_t i = 0; i < 128; ++i) {
+      const uint64_t m = iq2xxs_sign_mask(i);
+      const uint32_t sel = iq2xxs_grid_selectors(g) | iq2xxs_sign_selectors(i);
+      ASSERT_EQ(byte_perm_ref(kIq2xxsPermPos, kIq2xxsPermNeg, sel),
+                iq2xxs_signed_word(static_cast<uint32_t>(g), static_cast<uint32_t>(m)))
+          << "grid " << g << " signs " << i;
+      ASSERT_EQ(byte_perm_ref(kIq2xxsPermPos, kIq2xxsPermNeg, sel >> 16),
+                iq2xxs_signed_word(static_cast<uint32_t>(g >> 32), static_cast<uint32_t>(m >> 32)))
+          << "grid " << g << " signs " << i;
+    }
+}
+
 }  // namespace
 }  // namespace ds4

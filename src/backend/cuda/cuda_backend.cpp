@@ -55,6 +55,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_expert_tiles_warp_max(opts.expert_tiles_warp_max);
   be->set_expert_tiles_pdl(opts.expert_tiles_pdl);
   be->set_expert_row_tiles_min(opts.expert_row_tiles_min);
+  be->set_expert_row_tiles_perm(opts.expert_row_tiles_perm);
+  be->set_expert_row_tiles_v2(opts.expert_row_tiles_v2);
   be->set_f16_segments(opts.f16_segments);
   be->set_hc_router_v2(opts.hc_router_v2);
   be->set_hc_pdl(opts.hc_pdl);

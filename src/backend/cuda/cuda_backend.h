@@ -61,11 +61,21 @@ struct CudaBackendOptions {
   // Same bits either way.
   bool expert_tiles_pdl = false;
   // Routed experts of at least this many tokens as row tiles (with expert_tiles_fast; moe_row_tiles.cu,
-  // IQ2_XXS and Q2_K): a lane per output row walks its row's blocks in order, the block terms added in
-  // registers, every lane on the same activation block, each warp streaming (expert, 16 gate+up or 32
-  // down rows) items slab by slab through a private cp.async ring. -1: never (until a GPU run has shown
-  // them bit for bit and faster); 1: always (tests, benchmarks). Same bits either way.
+  // IQ2_XXS and Q2_K; before the warp tiles where both would run): a lane per output row walks its row's
+  // blocks in order, the block terms added in registers, every lane on the same activation block, each
+  // warp streaming (expert, 16 gate+up or 32 down rows) items slab by slab through a private cp.async
+  // ring. -1: from the batch size where the H200 measured them faster (moe_tiles.cu kRowTilesAutoMin);
+  // 0: never; 1: always (tests, benchmarks). Same bits either way.
   int expert_row_tiles_min = -1;
+  // The row tiles' IQ2_XXS blocks by byte permutes (moe_terms.cuh iq2_terms_perm: per 8 weights two 4-byte
+  // selector lookups, an OR and two permutes, where the fast decode takes two 8-byte lookups and 6
+  // operations). Off until a GPU run has shown it bit for bit and faster. Same bits either way.
+  bool expert_row_tiles_perm = false;
+  // The row tiles' second shapes (moe_row_tiles.cu RowTile): gate/up 16 warps a block with a 2-deep ring
+  // (12 × 3 before), down with each pass's activation blocks copied into the ring next to the weights (16-byte
+  // cp.async that bypasses L1) instead of read through L1. Off until a GPU run has shown them bit for bit
+  // and faster. Same bits either way.
+  bool expert_row_tiles_v2 = false;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

@@ -312,6 +312,8 @@ class CudaBackend final : public Backend {
   void set_expert_tiles_warp_max(int n) { expert_tiles_warp_max_ = n; }
   void set_expert_tiles_pdl(bool on) { expert_tiles_pdl_ = on; }
   void set_expert_row_tiles_min(int n) { expert_row_tiles_min_ = n; }
+  void set_expert_row_tiles_perm(bool on) { expert_row_tiles_perm_ = on; }
+  void set_expert_row_tiles_v2(bool on) { expert_row_tiles_v2_ = on; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
@@ -360,6 +362,8 @@ class CudaBackend final : public Backend {
   int expert_tiles_warp_max_ = -1;        // CudaBackendOptions::expert_tiles_warp_max
   bool expert_tiles_pdl_ = false;         // CudaBackendOptions::expert_tiles_pdl
   int expert_row_tiles_min_ = -1;         // CudaBackendOptions::expert_row_tiles_min
+  bool expert_row_tiles_perm_ = false;    // CudaBackendOptions::expert_row_tiles_perm
+  bool expert_row_tiles_v2_ = false;      // CudaBackendOptions::expert_row_tiles_v2
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl

@@ -34,7 +34,8 @@ namespace {
 
 __constant__ uint64_t c_rgrid[256];
 
-template <GgmlType T, bool kGateUp>
+// kV2 (CudaBackendOptions::expert_row_tiles_v2): the second shapes below.
+template <GgmlType T, bool kGateUp, bool kV2>
 struct RowTile {
   static constexpr bool kIq2 = T == GgmlType::IQ2_XXS;
   static constexpr int kRows = kGateUp ? kWarp / 2 : kWarp;  // output rows of an item (each matrix)
@@ -42,12 +43,21 @@ struct RowTile {
   static constexpr int kSlabWords = kSlab * QDot<T>::kWBytes / 4;  // 33 / 21
   static_assert(kSlab * QDot<T>::kWBytes % 4 == 0, "slabs of whole words");
   static constexpr int kPitchWords = kSlabWords | 1;  // odd: lane l's word w on bank (l·pitch + w) % 32
-  static constexpr uint32_t kStageBytes = kWarp * kPitchWords * 4;  // 4,224 / 2,688
+  static constexpr uint32_t kWeightBytes = kWarp * kPitchWords * 4;  // a stage's weights: 4,224 / 2,688
   static constexpr int kMaxQ = kIq2 ? 8 : 4;  // pairs a pass (as the fast block tiles: more spill)
-  // IQ2_XXS: one block per SM shares the 48 KB of tables; 12 warps × 3 stages = 152 KB of rings.
-  // Q2_K: 16 warps × 4 stages = 172 KB.
-  static constexpr int kWarps = kIq2 ? 12 : 16;
-  static constexpr int kStages = kIq2 ? 3 : 4;
+  // v2, down: each pass's activation blocks of the slab copied after the weights (kActSlot bytes a
+  // block: the 292-byte Q8_K block from its 16-byte aligned start 12 bytes before), read from shared
+  // memory instead of through L1, which the weights' 4-byte copies (cp.async.ca) keep evicting (the W1
+  // run: long-scoreboard stalls 3.3 per issue in the down tiles at 32 tokens).
+  static constexpr bool kActStaged = kV2 && !kGateUp;
+  static constexpr uint32_t kActSlot = kQ8KPitch;  // 304 = 19 × 16
+  static constexpr uint32_t kActBytes = kActStaged ? kMaxQ * kSlab * kActSlot : 0;
+  static constexpr uint32_t kStageBytes = kWeightBytes + kActBytes;
+  // IQ2_XXS: one block per SM shares the 48 KB of tables; 12 warps × 3 stages = 152 KB of rings (v2: 16
+  // warps × 2 stages = 135 KB, more warps to hide latency: one slab in flight outlasts its copy).
+  // Q2_K: 16 warps × 4 stages = 172 KB (v2 with the activation blocks: 16 × 3 × 3,904 = 187 KB).
+  static constexpr int kWarps = kIq2 && !kV2 ? 12 : 16;
+  static constexpr int kStages = kIq2 ? (kV2 ? 2 : 3) : (kV2 ? 3 : 4);
 };
 
 __host__ __device__ constexpr uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
@@ -60,21 +70,28 @@ __host__ __device__ constexpr uint32_t meta_bytes(int32_t n_pairs, int32_t max_g
                  3ull * static_cast<uint64_t>(max_groups) * sizeof(int32_t));
 }
 
-template <GgmlType T, bool kGateUp>
+// The IQ2_XXS tables at the start of shared memory (kPerm: the byte-permute decode's).
+template <GgmlType T, bool kPerm>
+constexpr uint64_t table_bytes() {
+  return T != GgmlType::IQ2_XXS ? 0 : kPerm ? kPermTableBytes : kFastTableBytes;
+}
+
+template <GgmlType T, bool kGateUp, bool kPerm, bool kV2>
 uint64_t row_smem(int32_t n_pairs, int32_t max_groups) {
-  using W = RowTile<T, kGateUp>;
-  return (W::kIq2 ? kFastTableBytes : 0) + meta_bytes(n_pairs, max_groups) +
+  using W = RowTile<T, kGateUp, kV2>;
+  return table_bytes<T, kPerm>() + meta_bytes(n_pairs, max_groups) +
          uint64_t{W::kWarps} * W::kStages * W::kStageBytes + 16;
 }
 
-template <GgmlType T, bool kGateUp>
-__global__ void __launch_bounds__(RowTile<T, kGateUp>::kWarps* kWarp, 1) moe_row_tile_kernel(TileParams p) {
-  using W = RowTile<T, kGateUp>;
+// kPerm (IQ2_XXS only): the block terms by iq2_terms_perm (byte-permute decode) instead of iq2_terms_fast.
+template <GgmlType T, bool kGateUp, bool kPerm, bool kV2>
+__global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) moe_row_tile_kernel(TileParams p) {
+  using W = RowTile<T, kGateUp, kV2>;
   constexpr int R = W::kRows, S = W::kStages, SW = W::kSlabWords, Q = W::kMaxQ;
   constexpr uint32_t kRowPitch = 4 * W::kPitchWords;
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
-  uint8_t* const meta = smem + (W::kIq2 ? kFastTableBytes : 0);
+  uint8_t* const meta = smem + table_bytes<T, kPerm>();
   const uint8_t** const sact = reinterpret_cast<const uint8_t**>(meta);
   int32_t* const spid = reinterpret_cast<int32_t*>(meta + static_cast<uint64_t>(p.n_pairs) * sizeof(void*));
   int32_t* const sgroups = spid + p.n_pairs;
@@ -89,6 +106,7 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp>::kWarps* kWarp, 1) moe_row
   const int64_t begin = (static_cast<int64_t>(wid) * gridDim.x + blockIdx.x) * per;
   const int64_t end = begin + per < items ? begin + per : items;
   const int32_t* grp = p.groups;  // sgroups once the block has filled it
+  const int32_t* pids = p.order;  // spid once the block has filled it
 
   // The copy side walks the same sequence as the compute side below — per item, per pass of ≤ Q
   // pairs, per slab — kStages − 1 slabs ahead.
@@ -120,6 +138,21 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp>::kWarps* kWarp, 1) moe_row
         }
       }
     }
+    if constexpr (W::kActStaged) {
+      // The pass's pairs' blocks c_s·kSlab … of their activation rows, each from its 16-byte aligned start
+      // (block − 12: kActLead and the pitches keep the quants 16-byte aligned) into slot (q, kb).
+      const int32_t first = grp[3 * c_g + 1], count = grp[3 * c_g + 2];
+      const int cs = count - c_q0 < Q ? count - c_q0 : Q;
+      constexpr int kChunks = W::kActSlot / 16;
+      uint8_t* da = dst + W::kWeightBytes;
+      for (int u = lane; u < cs * W::kSlab * kChunks; u += kWarp) {
+        const int slot = u / kChunks, chunk = u % kChunks, q = slot / W::kSlab, kb = slot % W::kSlab;
+        const uint32_t row = static_cast<uint32_t>(pids[first + c_q0 + q]) / p.x_div;
+        const uint8_t* src = p.act + kActLead - 12 + static_cast<uint64_t>(row) * p.act_stride +
+                             static_cast<uint64_t>(c_s * W::kSlab + kb) * p.act_pitch;
+        cp_async16(da + slot * W::kActSlot + 16 * chunk, src + 16 * chunk);
+      }
+    }
     if (++c_s == nslab) {
       c_s = 0;
       c_q0 += Q;
@@ -130,6 +163,9 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp>::kWarps* kWarp, 1) moe_row
       }
     }
   };
+  // Staged activations are copied with the weights: as a programmatic dependent (the down projection
+  // after the hidden rows' quantization), wait for them first. No-op otherwise.
+  if constexpr (W::kActStaged) grid_dependency_wait();
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     issue_next(s);
@@ -138,18 +174,23 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp>::kWarps* kWarp, 1) moe_row
   // While the first slabs are in flight: the block's copy of the groups and pair ids, the IQ2_XXS tables.
   for (int i = threadIdx.x; i < 3 * ng; i += blockDim.x) sgroups[i] = p.groups[i];
   for (int i = threadIdx.x; i < p.n_pairs; i += blockDim.x) spid[i] = p.order[i];
-  if constexpr (W::kIq2) fill_fast_tables(reinterpret_cast<uint64_t*>(smem), c_rgrid, threadIdx.x, blockDim.x);
+  if constexpr (W::kIq2 && kPerm) fill_perm_tables(reinterpret_cast<uint32_t*>(smem), c_rgrid, threadIdx.x, blockDim.x);
+  else if constexpr (W::kIq2) fill_fast_tables(reinterpret_cast<uint64_t*>(smem), c_rgrid, threadIdx.x, blockDim.x);
   // The down projection may run as a programmatic dependent of the hidden rows' quantization; it reads
-  // those rows only below. No-op otherwise.
-  grid_dependency_wait();
+  // those rows only below (staged: waited above). No-op otherwise.
+  if constexpr (!W::kActStaged) grid_dependency_wait();
   __syncthreads();
   for (int i = threadIdx.x; i < p.n_pairs; i += blockDim.x)  // order's unused entries give unused pointers
     sact[i] = p.act + kActLead + static_cast<uint64_t>(static_cast<uint32_t>(spid[i]) / p.x_div) * p.act_stride;
   __syncthreads();
   grp = sgroups;
+  pids = spid;
   [[maybe_unused]] const uint8_t* lane_fgrid = nullptr;
   [[maybe_unused]] const uint8_t* lane_fsign = nullptr;
-  if constexpr (W::kIq2) {
+  if constexpr (W::kIq2 && kPerm) {
+    lane_fgrid = smem + 4 * lane;
+    lane_fsign = smem + 4 * (256 * kPermCopies + lane);
+  } else if constexpr (W::kIq2) {
     const auto* fgrid = reinterpret_cast<const uint64_t*>(smem);
     lane_fgrid = reinterpret_cast<const uint8_t*>(fgrid + lane % kFastCopies);
     lane_fsign = reinterpret_cast<const uint8_t*>(fgrid + 256 * kFastCopies + lane % kFastCopies);
@@ -177,17 +218,27 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp>::kWarps* kWarp, 1) moe_row
           cp_async_wait<S - 1>();  // this slab has landed
           __syncwarp();            // … for every lane's copies
           const uint8_t* wrow = my_row + buf * W::kStageBytes;
+          // Staged activations: pair q's block kb at slot q·kSlab + kb (the block 12 bytes in), else the rows
+          // in device memory.
+          [[maybe_unused]] const uint8_t* sa[QP];
+          if constexpr (W::kActStaged) {
+#pragma unroll
+            for (int q = 0; q < QP; ++q) sa[q] = ring + buf * W::kStageBytes + W::kWeightBytes + q * W::kSlab * W::kActSlot + 12;
+          }
+          const uint8_t* const* pa = W::kActStaged ? sa : wact;
 #pragma unroll
           for (int kb = 0; kb < W::kSlab; ++kb) {
             const int b = s * W::kSlab + kb;
-            const uint64_t boff = static_cast<uint64_t>(b) * p.act_pitch;
+            const uint64_t boff = W::kActStaged ? kb * W::kActSlot : static_cast<uint64_t>(b) * p.act_pitch;
             float tm[QP];
 #pragma unroll
             for (int q = 0; q < QP; ++q) tm[q] = 0.0f;
-            if constexpr (W::kIq2)
-              iq2_terms_fast<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, wact, lane_fgrid, lane_fsign, tm, 1);
+            if constexpr (W::kIq2 && kPerm)
+              iq2_terms_perm<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, pa, lane_fgrid, lane_fsign, tm, 1);
+            else if constexpr (W::kIq2)
+              iq2_terms_fast<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, pa, lane_fgrid, lane_fsign, tm, 1);
             else
-              q2k_terms_fast<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, wact, tm, 1);
+              q2k_terms_fast<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, pa, tm, 1);
             // The block tiles' chain: from 0.0f, one add per block in block order (tile_row_sum).
 #pragma unroll
             for (int q = 0; q < QP; ++q) acc[q] = __fadd_rn(acc[q], tm[q]);
@@ -221,12 +272,12 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp>::kWarps* kWarp, 1) moe_row
   cp_async_wait<0>();
 }
 
-template <GgmlType T, bool kGateUp>
+template <GgmlType T, bool kGateUp, bool kPerm, bool kV2>
 bool launch(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, cudaStream_t s) {
-  using W = RowTile<T, kGateUp>;
+  using W = RowTile<T, kGateUp, kV2>;
   constexpr int threads = W::kWarps * kWarp;
-  auto kernel = moe_row_tile_kernel<T, kGateUp>;
-  const uint64_t smem = row_smem<T, kGateUp>(p.n_pairs, p.max_groups);
+  auto kernel = moe_row_tile_kernel<T, kGateUp, kPerm, kV2>;
+  const uint64_t smem = row_smem<T, kGateUp, kPerm, kV2>(p.n_pairs, p.max_groups);
   int per_sm = 0, sms = 0;
   if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "moe row tiles: occupancy") ||
       !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "moe row tiles: SM count"))
@@ -239,12 +290,32 @@ bool launch(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl,
                   kGateUp ? "moe gate/up row tiles" : "moe down row tiles");
 }
 
-template <GgmlType T>
+template <GgmlType T, bool kPerm, bool kV2>
 cudaError_t allow_smem(int limit) {
-  cudaError_t e = cudaFuncSetAttribute(moe_row_tile_kernel<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+  cudaError_t e = cudaFuncSetAttribute(moe_row_tile_kernel<T, true, kPerm, kV2>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(moe_row_tile_kernel<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+    e = cudaFuncSetAttribute(moe_row_tile_kernel<T, false, kPerm, kV2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             limit);
   return e;
+}
+
+// The launch of one (type, projection) by the two switches (kPerm only for IQ2_XXS).
+template <GgmlType T, bool kGateUp>
+bool launch_of(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, bool perm, bool v2,
+               cudaStream_t s) {
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    if (perm)
+      return v2 ? launch<T, kGateUp, true, true>(be, p, items_bound, pdl, s)
+                : launch<T, kGateUp, true, false>(be, p, items_bound, pdl, s);
+  }
+  return v2 ? launch<T, kGateUp, false, true>(be, p, items_bound, pdl, s)
+            : launch<T, kGateUp, false, false>(be, p, items_bound, pdl, s);
+}
+
+template <GgmlType T, bool kGateUp>
+uint64_t smem_of(bool v2, int32_t n_pairs, int32_t max_groups) {  // the two IQ2_XXS decodes' tables: same size
+  return v2 ? row_smem<T, kGateUp, false, true>(n_pairs, max_groups) : row_smem<T, kGateUp, false, false>(n_pairs, max_groups);
 }
 
 int smem_limit(int device) {
@@ -258,29 +329,30 @@ int smem_limit(int device) {
 int row_tile_rows(bool gate_up) { return gate_up ? kWarp / 2 : kWarp; }
 
 bool row_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes, int nb, int64_t rows,
-                   int64_t n_pairs, int32_t max_groups) {
+                   int64_t n_pairs, int32_t max_groups, bool v2) {
   const int R = row_tile_rows(gate_up);
   if (t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) return false;
-  const int slab = t == GgmlType::IQ2_XXS ? RowTile<GgmlType::IQ2_XXS, true>::kSlab : RowTile<GgmlType::Q2_K, true>::kSlab;
+  const int slab = t == GgmlType::IQ2_XXS ? RowTile<GgmlType::IQ2_XXS, true, false>::kSlab
+                                          : RowTile<GgmlType::Q2_K, true, false>::kSlab;
   // Whole items of whole slabs; rows of whole 4-byte words (the copies).
   if (rows % R != 0 || rows / R > 0x7fffffff || nb % slab != 0 || row_bytes % 4 != 0 || n_pairs > (1 << 16))
     return false;
   const auto np = static_cast<int32_t>(n_pairs);
   uint64_t smem = 0;
   if (t == GgmlType::IQ2_XXS)
-    smem = gate_up ? row_smem<GgmlType::IQ2_XXS, true>(np, max_groups) : row_smem<GgmlType::IQ2_XXS, false>(np, max_groups);
+    smem = gate_up ? smem_of<GgmlType::IQ2_XXS, true>(v2, np, max_groups) : smem_of<GgmlType::IQ2_XXS, false>(v2, np, max_groups);
   else
-    smem = gate_up ? row_smem<GgmlType::Q2_K, true>(np, max_groups) : row_smem<GgmlType::Q2_K, false>(np, max_groups);
+    smem = gate_up ? smem_of<GgmlType::Q2_K, true>(v2, np, max_groups) : smem_of<GgmlType::Q2_K, false>(v2, np, max_groups);
   return smem <= static_cast<uint64_t>(smem_limit(be.device()));
 }
 
 bool launch_row_tiles(CudaBackend& be, GgmlType t, bool gate_up, const TileParams& p, int64_t items_bound, bool pdl,
-                      cudaStream_t s) {
+                      bool perm, bool v2, cudaStream_t s) {
   if (t == GgmlType::IQ2_XXS)
-    return gate_up ? launch<GgmlType::IQ2_XXS, true>(be, p, items_bound, pdl, s)
-                   : launch<GgmlType::IQ2_XXS, false>(be, p, items_bound, pdl, s);
-  return gate_up ? launch<GgmlType::Q2_K, true>(be, p, items_bound, pdl, s)
-                 : launch<GgmlType::Q2_K, false>(be, p, items_bound, pdl, s);
+    return gate_up ? launch_of<GgmlType::IQ2_XXS, true>(be, p, items_bound, pdl, perm, v2, s)
+                   : launch_of<GgmlType::IQ2_XXS, false>(be, p, items_bound, pdl, perm, v2, s);
+  return gate_up ? launch_of<GgmlType::Q2_K, true>(be, p, items_bound, pdl, perm, v2, s)
+                 : launch_of<GgmlType::Q2_K, false>(be, p, items_bound, pdl, perm, v2, s);
 }
 
 cudaError_t init_row_tile_kernels() {
@@ -288,8 +360,11 @@ cudaError_t init_row_tile_kernels() {
   cudaError_t e = cudaGetDevice(&device);
   const int limit = e == cudaSuccess ? smem_limit(device) : 0;
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_rgrid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
-  if (e == cudaSuccess) e = allow_smem<GgmlType::IQ2_XXS>(limit);
-  if (e == cudaSuccess) e = allow_smem<GgmlType::Q2_K>(limit);
+  for (bool v2 : {false, true}) {
+    if (e == cudaSuccess) e = v2 ? allow_smem<GgmlType::IQ2_XXS, false, true>(limit) : allow_smem<GgmlType::IQ2_XXS, false, false>(limit);
+    if (e == cudaSuccess) e = v2 ? allow_smem<GgmlType::IQ2_XXS, true, true>(limit) : allow_smem<GgmlType::IQ2_XXS, true, false>(limit);
+    if (e == cudaSuccess) e = v2 ? allow_smem<GgmlType::Q2_K, false, true>(limit) : allow_smem<GgmlType::Q2_K, false, false>(limit);
+  }
   return e;
 }
 

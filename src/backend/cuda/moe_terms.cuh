@@ -258,6 +258,65 @@ __device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, c
     if (present<P, kLean>(p, c)) out[p * out_stride] = QDot<GgmlType::IQ2_XXS>::finish(wb, sact[p] + boff, isum[p], 0);
 }
 
+// IQ2_XXS tables of the byte-permute decode (the row tiles with CudaBackendOptions::expert_row_tiles_perm),
+// at the start of dynamic shared memory: kPermCopies copies of the grid selectors (256 × u32,
+// iq2xxs_grid_selectors), then of the sign selectors (128 × u32, iq2xxs_sign_selectors), entry e's copy c
+// at 4·(kPermCopies·e + c) bytes; lane l reads copy l, so every lookup of a warp is one conflict-free
+// wavefront (the 8-byte tables above need two).
+constexpr int kPermCopies = 32;
+constexpr uint64_t kPermTableBytes = (256 + 128) * kPermCopies * sizeof(uint32_t);  // 48 KB
+
+// IQ2_XXS block at wb (2-byte aligned in shared memory), byte-permute decode: iq2_terms_fast's quant words
+// and scale, then per 8-value chunk one 4-byte grid-selector and one 4-byte sign-selector load, their OR,
+// and two __byte_perm of the candidate bytes (quant/iq2xxs_words.h: the same signed int8 words as
+// iq2xxs_signed_word, checked for every grid entry and sign index), then per pair 2 dp4a. Same integer
+// sums, same float finish (QDot's). gl / sl: this lane's copy of the grid / sign selectors as bytes
+// (entry e's 4 bytes at e · 128).
+template <int P, bool kLean>
+__device__ inline void iq2_terms_perm(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact,
+                                      const uint8_t* gl, const uint8_t* sl, float* out, int out_stride) {
+  const uint8_t* q = wb + 2;
+  const int mis = static_cast<int>(reinterpret_cast<uintptr_t>(q) & 3);  // 0 or 2
+  const uint32_t* qw = reinterpret_cast<const uint32_t*>(q - mis);       // 17 words cover the 64 quant bytes
+  const uint32_t sh = 8u * static_cast<uint32_t>(mis);
+  int isum[P];
+  const uint8_t* ap[P];  // pair p's quants of this block
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    isum[p] = 0;
+    ap[p] = present<P, kLean>(p, c) ? sact[p] + boff + 4 : nullptr;
+  }
+  uint32_t w_lo = qw[0];
+#pragma unroll(P <= 2 ? 8 : 1)
+  for (int g = 0; g < 8; ++g) {
+    // As iq2_terms_fast: the last group's w_hi reaches ≤ 4 bytes past the block, used only when sh = 16.
+    const uint32_t w_mid = qw[2 * g + 1], w_hi = qw[2 * g + 2];
+    const uint32_t a0 = __funnelshift_r(w_lo, w_mid, sh);
+    const uint32_t a1 = __funnelshift_r(w_mid, w_hi, sh);
+    w_lo = w_hi;
+    const int ls = 2 * static_cast<int>(a1 >> 28) + 1;
+    uint32_t w[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t go = __byte_perm(a0, 0, 0x4440 + k) << 7;  // entry · 128 (kPermCopies entries of 4 bytes)
+      const uint32_t so = (k == 0 ? a1 << 7 : a1 >> (7 * k - 7)) & (127u << 7);
+      const uint32_t sel = *reinterpret_cast<const uint32_t*>(gl + go) | *reinterpret_cast<const uint32_t*>(sl + so);
+      w[2 * k] = __byte_perm(kIq2xxsPermPos, kIq2xxsPermNeg, sel);
+      w[2 * k + 1] = __byte_perm(kIq2xxsPermPos, kIq2xxsPermNeg, sel >> 16);
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (present<P, kLean>(p, c)) {
+        const uint4* q8 = reinterpret_cast<const uint4*>(ap[p] + 32 * g);  // 16-byte aligned
+        isum[p] += dp4a_x4(w + 4, q8[1], dp4a_x4(w, q8[0], 0)) * ls;
+      }
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+    if (present<P, kLean>(p, c)) out[p * out_stride] = QDot<GgmlType::IQ2_XXS>::finish(wb, sact[p] + boff, isum[p], 0);
+}
+
 // Q2_K block at x (4-byte aligned in shared memory), fast decode. The 16 quant words are read once and
 // masked in place: for shift l (values at bits 2l of each byte) w = qw & (0x03030303 << 2l) holds 4^l·q
 // in unsigned bytes (≤ 192), dotted with the signed Q8_K bytes by dp4a.u32.s32 — one operation a word
@@ -376,6 +435,14 @@ __device__ inline void fill_fast_tables(uint64_t* fgrid, const uint64_t* grid, i
   uint64_t* fsign = fgrid + 256 * kFastCopies;
   for (int i = tid; i < 256 * kFastCopies; i += n) fgrid[i] = grid[i / kFastCopies];
   for (int i = tid; i < 128 * kFastCopies; i += n) fsign[i] = iq2xxs_sign_mask(i / kFastCopies);
+}
+
+// Fills the byte-permute decode's tables (kPermCopies copies of the grid selectors, then of the sign
+// selectors, entry e's copy c at kPermCopies·e + c) from `grid` (constant memory), threads tid of n.
+__device__ inline void fill_perm_tables(uint32_t* gsel, const uint64_t* grid, int tid, int n) {
+  uint32_t* ssel = gsel + 256 * kPermCopies;
+  for (int i = tid; i < 256 * kPermCopies; i += n) gsel[i] = iq2xxs_grid_selectors(grid[i / kPermCopies]);
+  for (int i = tid; i < 128 * kPermCopies; i += n) ssel[i] = iq2xxs_sign_selectors(i / kPermCopies);
 }
 
 // A row's block terms tr[0 … nb) added from 0.0f in block order (the CPU's sequential sum).

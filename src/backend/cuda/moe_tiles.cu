@@ -60,6 +60,11 @@ constexpr uint64_t kMaxTileSmem = 200 * 1024;  // dynamic shared memory of one t
 // 277 vs 288) and slower at 32 and 64 (~1,010 vs 879, ~1,865 vs 1,404: a lane per weight block reads
 // 16–32 different activation blocks per load, which costs once several pairs share an expert).
 constexpr int64_t kWarpTilesAutoMax = 8;
+// Routed experts of at least this many tokens take the row tiles by default (expert_row_tiles_min = -1;
+// they go before the warp tiles): the H200 measured them faster at 8, 16, 32 and 64 tokens and slower at 1
+// (2026-11-30 09:08 UTC, µs per layer: 249.7 vs 272.8 warp tiles at 8; 417.1, 686.1, 1,202.6 vs the block
+// tiles' 513.3, 875.6, 1,401.5 at 16, 32, 64; 47.0 vs 41.3 at 1).
+constexpr int64_t kRowTilesAutoMin = 8;
 
 template <bool kGateUp>
 constexpr int rows_of() {
@@ -397,15 +402,16 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const int64_t pairs = a.n * a.k;
   const int32_t n_expert = a.gate.n_expert;
   const int32_t max_groups = static_cast<int32_t>(std::min<int64_t>(pairs, n_expert));
-  // Warp tiles (moe_warp_tiles.cu) where both projections fit them; else the block tiles below.
+  // Row tiles (moe_row_tiles.cu) from expert_row_tiles_min tokens where both projections fit them; else
+  // warp tiles (moe_warp_tiles.cu) up to expert_tiles_warp_max where both fit them; else the block tiles.
+  const int64_t row_min = expert_row_tiles_min_ < 0 ? kRowTilesAutoMin : expert_row_tiles_min_;
+  const bool rows = row_min > 0 && a.n >= row_min && var == kFast &&
+                    row_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups, expert_row_tiles_v2_) &&
+                    row_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups, expert_row_tiles_v2_);
   const int64_t warp_max = expert_tiles_warp_max_ < 0 ? kWarpTilesAutoMax : expert_tiles_warp_max_;
-  const bool warp = a.n <= warp_max && var == kFast &&
+  const bool warp = !rows && a.n <= warp_max && var == kFast &&
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
                     warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
-  // Row tiles (moe_row_tiles.cu) from expert_row_tiles_min tokens where both projections fit them.
-  const bool rows = !warp && var == kFast && expert_row_tiles_min_ >= 0 && a.n >= expert_row_tiles_min_ &&
-                    row_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
-                    row_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
   // the down tiles' weights copied early
   const bool pdl = (warp || rows) && expert_tiles_pdl_ && cc_major() >= 9;
   const uint64_t words = static_cast<uint64_t>(pairs) + 3ull * max_groups + 1;
@@ -454,7 +460,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     if (!launch_warp_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
   } else if (rows) {
     p.n_tiles = static_cast<int32_t>(a.ff / row_tile_rows(true));
-    if (!launch_row_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
+    if (!launch_row_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, expert_row_tiles_perm_, expert_row_tiles_v2_, s)) return true;
   } else if (!launch_tiles_of<true>(*this, var, gt, p, int64_t{max_groups} * p.n_tiles, s)) {
     return true;
   }
@@ -489,7 +495,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     launch_warp_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, s);
   } else if (rows) {
     p.n_tiles = static_cast<int32_t>(a.dim / row_tile_rows(false));
-    launch_row_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, s);
+    launch_row_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, expert_row_tiles_perm_, expert_row_tiles_v2_, s);
   } else {
     launch_tiles_of<false>(*this, var, dt, p, int64_t{max_groups} * p.n_tiles, s);
   }

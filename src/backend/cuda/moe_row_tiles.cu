@@ -70,7 +70,7 @@ __host__ __device__ constexpr uint32_t meta_bytes(int32_t n_pairs, int32_t max_g
                  3ull * static_cast<uint64_t>(max_groups) * sizeof(int32_t));
 }
 
-// The IQ2_XXS tables at the start of shared memory (kPerm: the byte-permute decode's).
+// The IQ2_XXS tables at the start of dynamic shared memory (kPerm: the byte-permute decode's).
 template <GgmlType T, bool kPerm>
 constexpr uint64_t table_bytes() {
   return T != GgmlType::IQ2_XXS ? 0 : kPerm ? kPermTableBytes : kFastTableBytes;
@@ -187,10 +187,7 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) mo
   pids = spid;
   [[maybe_unused]] const uint8_t* lane_fgrid = nullptr;
   [[maybe_unused]] const uint8_t* lane_fsign = nullptr;
-  if constexpr (W::kIq2 && kPerm) {
-    lane_fgrid = smem + 4 * lane;
-    lane_fsign = smem + 4 * (256 * kPermCopies + lane);
-  } else if constexpr (W::kIq2) {
+  if constexpr (W::kIq2 && !kPerm) {
     const auto* fgrid = reinterpret_cast<const uint64_t*>(smem);
     lane_fgrid = reinterpret_cast<const uint8_t*>(fgrid + lane % kFastCopies);
     lane_fsign = reinterpret_cast<const uint8_t*>(fgrid + 256 * kFastCopies + lane % kFastCopies);
@@ -234,7 +231,7 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) mo
 #pragma unroll
             for (int q = 0; q < QP; ++q) tm[q] = 0.0f;
             if constexpr (W::kIq2 && kPerm)
-              iq2_terms_perm<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, pa, lane_fgrid, lane_fsign, tm, 1);
+              iq2_terms_perm<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, pa, smem + 4 * lane, tm, 1);
             else if constexpr (W::kIq2)
               iq2_terms_fast<QP, true>(wrow + kb * QDot<T>::kWBytes, boff, cs, pa, lane_fgrid, lane_fsign, tm, 1);
             else
@@ -314,7 +311,9 @@ bool launch_of(CudaBackend& be, const TileParams& p, int64_t items_bound, bool p
 }
 
 template <GgmlType T, bool kGateUp>
-uint64_t smem_of(bool v2, int32_t n_pairs, int32_t max_groups) {  // the two IQ2_XXS decodes' tables: same size
+uint64_t smem_of(bool perm, bool v2, int32_t n_pairs, int32_t max_groups) {
+  if (perm)
+    return v2 ? row_smem<T, kGateUp, true, true>(n_pairs, max_groups) : row_smem<T, kGateUp, true, false>(n_pairs, max_groups);
   return v2 ? row_smem<T, kGateUp, false, true>(n_pairs, max_groups) : row_smem<T, kGateUp, false, false>(n_pairs, max_groups);
 }
 
@@ -329,7 +328,7 @@ int smem_limit(int device) {
 int row_tile_rows(bool gate_up) { return gate_up ? kWarp / 2 : kWarp; }
 
 bool row_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes, int nb, int64_t rows,
-                   int64_t n_pairs, int32_t max_groups, bool v2) {
+                   int64_t n_pairs, int32_t max_groups, bool perm, bool v2) {
   const int R = row_tile_rows(gate_up);
   if (t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) return false;
   const int slab = t == GgmlType::IQ2_XXS ? RowTile<GgmlType::IQ2_XXS, true, false>::kSlab
@@ -340,9 +339,11 @@ bool row_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes
   const auto np = static_cast<int32_t>(n_pairs);
   uint64_t smem = 0;
   if (t == GgmlType::IQ2_XXS)
-    smem = gate_up ? smem_of<GgmlType::IQ2_XXS, true>(v2, np, max_groups) : smem_of<GgmlType::IQ2_XXS, false>(v2, np, max_groups);
+    smem = gate_up ? smem_of<GgmlType::IQ2_XXS, true>(perm, v2, np, max_groups)
+                   : smem_of<GgmlType::IQ2_XXS, false>(perm, v2, np, max_groups);
   else
-    smem = gate_up ? smem_of<GgmlType::Q2_K, true>(v2, np, max_groups) : smem_of<GgmlType::Q2_K, false>(v2, np, max_groups);
+    smem = gate_up ? smem_of<GgmlType::Q2_K, true>(false, v2, np, max_groups)
+                   : smem_of<GgmlType::Q2_K, false>(false, v2, np, max_groups);
   return smem <= static_cast<uint64_t>(smem_limit(be.device()));
 }
 

@@ -19,10 +19,10 @@ int row_tile_rows(bool gate_up);
 
 // Whether a projection of `rows` output rows, nb blocks of type t (IQ2_XXS or Q2_K) and row_bytes per
 // row can run as row tiles on be's device for n_pairs pairs in at most max_groups experts (whole items,
-// whole slabs, 4-byte aligned rows, the per-block shared memory of the v2 or first shapes within the
-// device's limit).
+// whole slabs, 4-byte aligned rows, the per-block shared memory of the shapes and IQ2_XXS decode that
+// launch_row_tiles will take for perm and v2 within the device's limit).
 bool row_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes, int nb, int64_t rows,
-                   int64_t n_pairs, int32_t max_groups, bool v2);
+                   int64_t n_pairs, int32_t max_groups, bool perm, bool v2);
 
 // Launches the gate/up (+ SwiGLU) or down row tiles; p.n_tiles = rows / row_tile_rows(gate_up);
 // items_bound ≥ the device-side item count (groups × n_tiles); pdl: as a programmatic dependent of the

@@ -259,22 +259,32 @@ __device__ inline void iq2_terms_fast(const uint8_t* wb, uint64_t boff, int c, c
 }
 
 // IQ2_XXS tables of the byte-permute decode (the row tiles with CudaBackendOptions::expert_row_tiles_perm),
-// at the start of dynamic shared memory: kPermCopies copies of the grid selectors (256 × u32,
-// iq2xxs_grid_selectors), then of the sign selectors (128 × u32, iq2xxs_sign_selectors), entry e's copy c
-// at 4·(kPermCopies·e + c) bytes; lane l reads copy l, so every lookup of a warp is one conflict-free
-// wavefront (the 8-byte tables above need two).
+// at the start of dynamic shared memory: 256 entries of 256 bytes; entry e holds kPermCopies copies of grid
+// entry e's selectors (iq2xxs_grid_selectors) in bytes 0 … 127 and, for e < 128, as many copies of sign
+// index e's selectors (iq2xxs_sign_selectors) in bytes 128 … 255; lane l reads copy l (bytes 4l … 4l + 3), so
+// every lookup of a warp is one conflict-free wavefront. The 256-byte entries let one byte permute turn a
+// grid index byte into its entry's offset (index · 256).
 constexpr int kPermCopies = 32;
-constexpr uint64_t kPermTableBytes = (256 + 128) * kPermCopies * sizeof(uint32_t);  // 48 KB
+static_assert(kPermCopies == kWarp, "lane l reads copy l");
+constexpr uint64_t kPermTableBytes = 256 * 256;  // 64 KB
+
+// prmt.b32 in its default mode: result byte i = byte s_i of b:a (selector nibbles 0–7, never the sign mode
+// here), without the 3-bit mask __byte_perm adds to each selector.
+__device__ inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t s) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+  return d;
+}
 
 // IQ2_XXS block at wb (2-byte aligned in shared memory), byte-permute decode: iq2_terms_fast's quant words
 // and scale, then per 8-value chunk one 4-byte grid-selector and one 4-byte sign-selector load, their OR,
-// and two __byte_perm of the candidate bytes (quant/iq2xxs_words.h: the same signed int8 words as
+// and two byte permutes of the candidate bytes (quant/iq2xxs_words.h: the same signed int8 words as
 // iq2xxs_signed_word, checked for every grid entry and sign index), then per pair 2 dp4a. Same integer
-// sums, same float finish (QDot's). gl / sl: this lane's copy of the grid / sign selectors as bytes
-// (entry e's 4 bytes at e · 128).
+// sums, same float finish (QDot's). tab: the tables (shared memory) + 4 × the lane's copy. Offsets: the grid
+// entry's by one permute (index byte to bits 8 … 15), the sign entry's by a shift and a mask.
 template <int P, bool kLean>
 __device__ inline void iq2_terms_perm(const uint8_t* wb, uint64_t boff, int c, const uint8_t* const* sact,
-                                      const uint8_t* gl, const uint8_t* sl, float* out, int out_stride) {
+                                      const uint8_t* tab, float* out, int out_stride) {
   const uint8_t* q = wb + 2;
   const int mis = static_cast<int>(reinterpret_cast<uintptr_t>(q) & 3);  // 0 or 2
   const uint32_t* qw = reinterpret_cast<const uint32_t*>(q - mis);       // 17 words cover the 64 quant bytes
@@ -298,11 +308,13 @@ __device__ inline void iq2_terms_perm(const uint8_t* wb, uint64_t boff, int c, c
     uint32_t w[8];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t go = __byte_perm(a0, 0, 0x4440 + k) << 7;  // entry · 128 (kPermCopies entries of 4 bytes)
-      const uint32_t so = (k == 0 ? a1 << 7 : a1 >> (7 * k - 7)) & (127u << 7);
-      const uint32_t sel = *reinterpret_cast<const uint32_t*>(gl + go) | *reinterpret_cast<const uint32_t*>(sl + so);
-      w[2 * k] = __byte_perm(kIq2xxsPermPos, kIq2xxsPermNeg, sel);
-      w[2 * k + 1] = __byte_perm(kIq2xxsPermPos, kIq2xxsPermNeg, sel >> 16);
+      // Grid index (byte k of a0) · 256, and sign index (bits 7k … 7k + 6 of a1) · 256.
+      const uint32_t go = prmt(a0, 0, 0x4404u | (k << 4));
+      const uint32_t so = (k == 0 ? a1 << 8 : k == 1 ? a1 << 1 : a1 >> (7 * k - 8)) & 0x7f00u;
+      const uint32_t sel = *reinterpret_cast<const uint32_t*>(tab + go) |
+                           *reinterpret_cast<const uint32_t*>(tab + so + 128);
+      w[2 * k] = prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel);
+      w[2 * k + 1] = prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel >> 16);
     }
 #pragma unroll
     for (int p = 0; p < P; ++p) {
@@ -437,12 +449,20 @@ __device__ inline void fill_fast_tables(uint64_t* fgrid, const uint64_t* grid, i
   for (int i = tid; i < 128 * kFastCopies; i += n) fsign[i] = iq2xxs_sign_mask(i / kFastCopies);
 }
 
-// Fills the byte-permute decode's tables (kPermCopies copies of the grid selectors, then of the sign
-// selectors, entry e's copy c at kPermCopies·e + c) from `grid` (constant memory), threads tid of n.
-__device__ inline void fill_perm_tables(uint32_t* gsel, const uint64_t* grid, int tid, int n) {
-  uint32_t* ssel = gsel + 256 * kPermCopies;
-  for (int i = tid; i < 256 * kPermCopies; i += n) gsel[i] = iq2xxs_grid_selectors(grid[i / kPermCopies]);
-  for (int i = tid; i < 128 * kPermCopies; i += n) ssel[i] = iq2xxs_sign_selectors(i / kPermCopies);
+// Fills the byte-permute decode's tables (the layout above) from `grid` (constant memory), threads tid of n
+// (whole warps): lane l computes entry base + l's selectors once (entries 0 … 255 grid, 256 … 383 sign), then
+// the warp stores each of its 32 entries' copies, lane l copy l (conflict-free rows of 32 words).
+__device__ inline void fill_perm_tables(uint32_t* t, const uint64_t* grid, int tid, int n) {
+  const int lane = tid % kWarp;
+  for (int base = tid - lane; base < 256 + 128; base += n) {
+    const int i = base + lane;
+    const uint32_t v = i < 256 ? iq2xxs_grid_selectors(grid[i]) : iq2xxs_sign_selectors(static_cast<uint32_t>(i - 256));
+    for (int c = 0; c < kWarp; ++c) {
+      const uint32_t vc = __shfl_sync(0xffffffffu, v, c);
+      const int e = base + c;
+      t[(e < 256 ? 2 * kPermCopies * e : 2 * kPermCopies * (e - 256) + kPermCopies) + lane] = vc;
+    }
+  }
 }
 
 // A row's block terms tr[0 … nb) added from 0.0f in block order (the CPU's sequential sum).

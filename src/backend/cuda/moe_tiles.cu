@@ -405,9 +405,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // Row tiles (moe_row_tiles.cu) from expert_row_tiles_min tokens where both projections fit them; else
   // warp tiles (moe_warp_tiles.cu) up to expert_tiles_warp_max where both fit them; else the block tiles.
   const int64_t row_min = expert_row_tiles_min_ < 0 ? kRowTilesAutoMin : expert_row_tiles_min_;
+  const bool perm = expert_row_tiles_perm_, v2 = expert_row_tiles_v2_;
   const bool rows = row_min > 0 && a.n >= row_min && var == kFast &&
-                    row_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups, expert_row_tiles_v2_) &&
-                    row_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups, expert_row_tiles_v2_);
+                    row_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups, perm, v2) &&
+                    row_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups, perm, v2);
   const int64_t warp_max = expert_tiles_warp_max_ < 0 ? kWarpTilesAutoMax : expert_tiles_warp_max_;
   const bool warp = !rows && a.n <= warp_max && var == kFast &&
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
@@ -460,7 +461,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     if (!launch_warp_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
   } else if (rows) {
     p.n_tiles = static_cast<int32_t>(a.ff / row_tile_rows(true));
-    if (!launch_row_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, expert_row_tiles_perm_, expert_row_tiles_v2_, s)) return true;
+    if (!launch_row_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, perm, v2, s)) return true;
   } else if (!launch_tiles_of<true>(*this, var, gt, p, int64_t{max_groups} * p.n_tiles, s)) {
     return true;
   }
@@ -495,7 +496,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     launch_warp_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, s);
   } else if (rows) {
     p.n_tiles = static_cast<int32_t>(a.dim / row_tile_rows(false));
-    launch_row_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, expert_row_tiles_perm_, expert_row_tiles_v2_, s);
+    launch_row_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, perm, v2, s);
   } else {
     launch_tiles_of<false>(*this, var, dt, p, int64_t{max_groups} * p.n_tiles, s);
   }

@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) mo
           [[maybe_unused]] const uint8_t* sa[QP];
           if constexpr (W::kActStaged) {
 #pragma unroll
-            for (int q = 0; q < QP; ++q) sa[q] = ring + buf * W::kStageBytes + W::kWeightBytes + q * W::kSlab * W::kActSlot + 12;
+            for (int q = 0; q < QP; ++q)
+              sa[q] = ring + buf * W::kStageBytes + W::kWeightBytes + q * W::kSlab * W::kActSlot + 12;
           }
           const uint8_t* const* pa = W::kActStaged ? sa : wact;
 #pragma unroll
@@ -276,7 +277,8 @@ bool launch(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl,
   auto kernel = moe_row_tile_kernel<T, kGateUp, kPerm, kV2>;
   const uint64_t smem = row_smem<T, kGateUp, kPerm, kV2>(p.n_pairs, p.max_groups);
   int per_sm = 0, sms = 0;
-  if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "moe row tiles: occupancy") ||
+  if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+                "moe row tiles: occupancy") ||
       !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "moe row tiles: SM count"))
     return false;
   // One wave of blocks at most, and no more blocks than items (the kernel spreads its warps' runs of
@@ -313,8 +315,10 @@ bool launch_of(CudaBackend& be, const TileParams& p, int64_t items_bound, bool p
 template <GgmlType T, bool kGateUp>
 uint64_t smem_of(bool perm, bool v2, int32_t n_pairs, int32_t max_groups) {
   if (perm)
-    return v2 ? row_smem<T, kGateUp, true, true>(n_pairs, max_groups) : row_smem<T, kGateUp, true, false>(n_pairs, max_groups);
-  return v2 ? row_smem<T, kGateUp, false, true>(n_pairs, max_groups) : row_smem<T, kGateUp, false, false>(n_pairs, max_groups);
+    return v2 ? row_smem<T, kGateUp, true, true>(n_pairs, max_groups)
+              : row_smem<T, kGateUp, true, false>(n_pairs, max_groups);
+  return v2 ? row_smem<T, kGateUp, false, true>(n_pairs, max_groups)
+            : row_smem<T, kGateUp, false, false>(n_pairs, max_groups);
 }
 
 int smem_limit(int device) {
@@ -361,11 +365,12 @@ cudaError_t init_row_tile_kernels() {
   cudaError_t e = cudaGetDevice(&device);
   const int limit = e == cudaSuccess ? smem_limit(device) : 0;
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_rgrid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
-  for (bool v2 : {false, true}) {
-    if (e == cudaSuccess) e = v2 ? allow_smem<GgmlType::IQ2_XXS, false, true>(limit) : allow_smem<GgmlType::IQ2_XXS, false, false>(limit);
-    if (e == cudaSuccess) e = v2 ? allow_smem<GgmlType::IQ2_XXS, true, true>(limit) : allow_smem<GgmlType::IQ2_XXS, true, false>(limit);
-    if (e == cudaSuccess) e = v2 ? allow_smem<GgmlType::Q2_K, false, true>(limit) : allow_smem<GgmlType::Q2_K, false, false>(limit);
-  }
+  if (e == cudaSuccess) e = allow_smem<GgmlType::IQ2_XXS, false, false>(limit);
+  if (e == cudaSuccess) e = allow_smem<GgmlType::IQ2_XXS, false, true>(limit);
+  if (e == cudaSuccess) e = allow_smem<GgmlType::IQ2_XXS, true, false>(limit);
+  if (e == cudaSuccess) e = allow_smem<GgmlType::IQ2_XXS, true, true>(limit);
+  if (e == cudaSuccess) e = allow_smem<GgmlType::Q2_K, false, false>(limit);
+  if (e == cudaSuccess) e = allow_smem<GgmlType::Q2_K, false, true>(limit);
   return e;
 }
 

@@ -169,14 +169,16 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   no.expert_row_tiles_min = 0;
   no.expert_tiles_pdl = false;
   auto nopdl_tiles = cuda::make_cuda_backend(no);
-  cuda::CudaBackendOptions ro;  // the row tiles at every n (moe_row_tiles.cu), plain and with PDL
+  cuda::CudaBackendOptions ro;  // the row tiles at every n (moe_row_tiles.cu): first shapes, fast decode
   ro.expert_tiles_warp_max = 0;
   ro.expert_row_tiles_min = 1;
+  ro.expert_row_tiles_v2 = false;
+  ro.expert_row_tiles_perm = false;
   auto row_tiles = cuda::make_cuda_backend(ro);
-  ro.expert_tiles_pdl = true;
+  ro.expert_tiles_pdl = true;  // the same as programmatic dependent launches
   auto rowpdl_tiles = cuda::make_cuda_backend(ro);
   ro.expert_tiles_pdl = false;
-  ro.expert_row_tiles_perm = true;  // the byte-permute IQ2_XXS decode
+  ro.expert_row_tiles_perm = true;  // the byte-permute IQ2_XXS decode (up to moe_tiles.cu kRowPermMax tokens)
   auto perm_tiles = cuda::make_cuda_backend(ro);
   ro.expert_row_tiles_v2 = true;  // the second shapes, with and without the byte-permute decode
   auto v2perm_tiles = cuda::make_cuda_backend(ro);

@@ -6,10 +6,10 @@
 // bit for bit, and one token's output at n = 1, 40 and 64 bit for bit on the fast, lean and first tile
 // kernels, and the warp tiles (CudaBackendOptions::expert_tiles_warp_max = 64, moe_warp_tiles.cu) against the
 // CPU and the fast block tiles (expert_tiles_warp_max = 0) bit for bit, and the row tiles
-// (CudaBackendOptions::expert_row_tiles_min = 1, moe_row_tiles.cu, with expert_row_tiles_v2, and also with
-// expert_row_tiles_perm, the byte-permute IQ2_XXS decode) against the CPU and the fast block tiles bit for
-// bit (the warp and block sides with expert_row_tiles_min = 0; the first row tiles run in the default side
-// from 8 tokens, and passed at every n on the H200, 2026-11-30 09:08 UTC). The default backend runs the warp tiles up to 7 tokens, the row
+// (CudaBackendOptions::expert_row_tiles_min = 1, moe_row_tiles.cu: the second shapes and the first shapes,
+// with the fast decode) against the CPU and the fast block tiles bit for bit (the warp and block sides with
+// expert_row_tiles_min = 0; the default side runs the second shapes from 8 tokens, with the byte-permute
+// IQ2_XXS decode up to 16). The default backend runs the warp tiles up to 7 tokens, the row
 // tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
@@ -53,13 +53,13 @@ class CudaMoeTiles : public CudaOpsTest {
     }, block_);
     make([](cuda::CudaBackendOptions& o) {
       o.expert_row_tiles_min = 1;
-      o.expert_row_tiles_v2 = true;
+      o.expert_row_tiles_perm = false;
     }, rows_);
     make([](cuda::CudaBackendOptions& o) {
       o.expert_row_tiles_min = 1;
-      o.expert_row_tiles_v2 = true;
-      o.expert_row_tiles_perm = true;
-    }, perm_);
+      o.expert_row_tiles_v2 = false;
+      o.expert_row_tiles_perm = false;
+    }, v1_);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -91,11 +91,11 @@ class CudaMoeTiles : public CudaOpsTest {
 
   // Side 0: the default backend (fast expert tiles), 1: the previous kernels, 2: the first tile kernels,
   // 3: the lean tile kernels, 4: the warp tiles at every n, 5: the fast block tiles at every n, 6: the row
-  // tiles' second shapes at every n, 7: the same with the byte-permute decode.
+  // tiles' second shapes with the fast decode at every n, 7: their first shapes with the fast decode.
   static constexpr int kSides = 8;
   Backend& side(int b) {
     Backend* s[kSides] = {gpu_.get(),   prev_.get(),  first_.get(), lean_.get(),
-                          warp_.get(),  block_.get(), rows_.get(),  perm_.get()};
+                          warp_.get(),  block_.get(), rows_.get(),  v1_.get()};
     return *s[b];
   }
 
@@ -186,7 +186,7 @@ class CudaMoeTiles : public CudaOpsTest {
     const auto warp = run_gpu(4, x, ids, wts, n, k);
     const auto block = run_gpu(5, x, ids, wts, n, k);
     const auto rows = run_gpu(6, x, ids, wts, n, k);
-    const auto perm = run_gpu(7, x, ids, wts, n, k);
+    const auto v1rows = run_gpu(7, x, ids, wts, n, k);
     const auto want = run_cpu(x, ids, wts, n, k);
     const std::string what = std::string("moe tiles flash k") + std::to_string(k) + " n" + std::to_string(n) +
                              (same ? " same experts" : " random");
@@ -216,14 +216,14 @@ class CudaMoeTiles : public CudaOpsTest {
     EXPECT_TRUE(same_rows) << what << ": row tiles and fast block tiles differ";
     std::printf("PARITY %-44s n=%-9zu row tiles == fast block tiles bit for bit: %s\n", what.c_str(), tiles.size(),
                 same_rows ? "ok" : "FAIL");
-    EXPECT_EQ(std::memcmp(perm.data(), want.data(), perm.size() * 4), 0) << what << ": perm row tiles not the CPU's bits";
-    const bool same_perm = std::memcmp(perm.data(), block.data(), perm.size() * 4) == 0;
-    EXPECT_TRUE(same_perm) << what << ": perm row tiles and fast block tiles differ";
-    std::printf("PARITY %-44s n=%-9zu perm row tiles == fast block tiles bit for bit: %s\n", what.c_str(),
-                tiles.size(), same_perm ? "ok" : "FAIL");
+    EXPECT_EQ(std::memcmp(v1rows.data(), want.data(), v1rows.size() * 4), 0) << what << ": v1 row tiles not the CPU's bits";
+    const bool same_v1 = std::memcmp(v1rows.data(), block.data(), v1rows.size() * 4) == 0;
+    EXPECT_TRUE(same_v1) << what << ": v1 row tiles and fast block tiles differ";
+    std::printf("PARITY %-44s n=%-9zu v1 row tiles == fast block tiles bit for bit: %s\n", what.c_str(),
+                tiles.size(), same_v1 ? "ok" : "FAIL");
   }
 
-  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, perm_;
+  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_;
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -269,7 +269,7 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   EXPECT_EQ(got[0], got[2]) << "n = 1 vs n = 64";
   for (int i = 3; i < 18; ++i)
     EXPECT_EQ(got[0], got[i]) << "fast vs "
-                              << (i < 6 ? "first" : i < 9 ? "lean" : i < 12 ? "warp" : i < 15 ? "row" : "perm row")
+                              << (i < 6 ? "first" : i < 9 ? "lean" : i < 12 ? "warp" : i < 15 ? "row" : "v1 row")
                               << " tile kernels, case " << i % 3;
   const auto want = run_cpu(x0, ids0, w0, 1, k);
   expect_close(got[0], want, 5e-4, 1e-7, "moe tiles flash one token n1");

@@ -65,6 +65,10 @@ constexpr int64_t kWarpTilesAutoMax = 8;
 // (2026-11-30 09:08 UTC, µs per layer: 249.7 vs 272.8 warp tiles at 8; 417.1, 686.1, 1,202.6 vs the block
 // tiles' 513.3, 875.6, 1,401.5 at 16, 32, 64; 47.0 vs 41.3 at 1).
 constexpr int64_t kRowTilesAutoMin = 8;
+// The row tiles' byte-permute decode (expert_row_tiles_perm) up to this many tokens: the H200 measured it
+// faster at 8 and 16 tokens and slower at 32 and 64 (2026-11-30 09:47 UTC, µs per layer with the second
+// shapes: 197.0 vs 205.5, 343.4 vs 353.8; 627.1 vs 587.9, 1,032.8 vs 960.0).
+constexpr int64_t kRowPermMax = 16;
 
 template <bool kGateUp>
 constexpr int rows_of() {
@@ -405,7 +409,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // Row tiles (moe_row_tiles.cu) from expert_row_tiles_min tokens where both projections fit them; else
   // warp tiles (moe_warp_tiles.cu) up to expert_tiles_warp_max where both fit them; else the block tiles.
   const int64_t row_min = expert_row_tiles_min_ < 0 ? kRowTilesAutoMin : expert_row_tiles_min_;
-  const bool perm = expert_row_tiles_perm_, v2 = expert_row_tiles_v2_;
+  const bool perm = expert_row_tiles_perm_ && a.n <= kRowPermMax, v2 = expert_row_tiles_v2_;
   const bool rows = row_min > 0 && a.n >= row_min && var == kFast &&
                     row_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups, perm, v2) &&
                     row_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups, perm, v2);

@@ -22,6 +22,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/mma_tf32.cuh"
 #include "modelspec/memory_plan.h"
 
 namespace ds4::backend::cuda {
@@ -46,24 +47,6 @@ template <int V>
 inline constexpr bool kFastOf = V >= 1;
 static_assert(kAttnSeg == 32 && kAttnSeg == modelspec::kCudaAttnSegmentRows,
               "the score tile is 4 n-tiles of 8 rows and the value product 4 k-steps of 8 rows");
-
-// TF32 part of x: x rounded to 11 significant bits (half away from zero), as f32 bits whose low 13
-// mantissa bits are zero — the MMA reads exactly this value.
-__device__ inline uint32_t tf32_bits(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
-
-// x = hi + lo: hi its TF32 part, lo the TF32 part of the exact remainder x − hi.
-__device__ inline void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  hi = tf32_bits(x);
-  lo = tf32_bits(x - __uint_as_float(hi));
-}
-
-// c += a · b for one m16n8k8 tile, tf32 · tf32 → f32 (PTX fragment layout: a rows g, g + 8 × columns
-// t, t + 4; b rows t, t + 4 × column g; c rows g, g + 8 × columns 2t, 2t + 1).
-__device__ inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // c += a·b + (a·b_lo where b's 8 × 8 block is not exact in TF32): b = (b0, b1) as loaded; the hi part
 // first, then a_lo·b_hi, then a_hi·b_lo, all into the same accumulator.

@@ -159,6 +159,12 @@ struct CudaBackendOptions {
   // the segment order with weights converted once per segment and 16 segment sums reduced together
   // (matmul_f16.cu f16_tile_kernel). false: f16_segment_kernel for every batch size. Same bits.
   bool f16_tiles = true;
+  // Every F16 matmul under ds4 numerics (matmul, matmul_many, the HC controls of hc_pre) on TF32 tensor
+  // cores in README.md's F16 MMA order (matmul_f16_mma.cu, f16_mma.cuh): 128-value segments, each an MMA
+  // chain (F16 weights exact in TF32, activations split hi + lo) from 0, added in segment order; every
+  // kernel and batch size gives a token the same bits. Another order than the segment order above (the
+  // CPU within 2e-5·max|y| either way). Requires f16_segments.
+  bool f16_mma = true;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.

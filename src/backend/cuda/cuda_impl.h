@@ -250,6 +250,10 @@ class CudaBackend final : public Backend {
   bool gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int variant);
   // F16 rows under ds4 numerics, every batch size, in README.md's segment order (matmul_f16.cu).
   void gemv_f16(const GemvJob& j);
+  // The same jobs in README.md's F16 MMA order on tensor cores (matmul_f16_mma.cu; CudaBackendOptions::f16_mma).
+  void gemv_f16_mma(const GemvJob& j);
+  // matmul_many's F16 jobs in one launch in the MMA order; false when the jobs are not its (nothing launched).
+  bool matmul_many_f16_mma(std::span<const MatmulArgs> jobs);
   // Sorts vector ids by ids[v] into moe_groups_ (no host sync); false (error recorded) on failure.
   bool group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g);
   // Decode paths (gemv_decode.cu): false when the job is not theirs (then nothing was launched).
@@ -343,6 +347,7 @@ class CudaBackend final : public Backend {
   void set_f16_many(bool on) { f16_many_ = on; }
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
+  void set_f16_mma(bool on) { f16_mma_ = on; }
   int device() const { return device_; }
   // The device's compute capability major, read on first use (0 after a failed read, recorded in check).
   int cc_major() {
@@ -403,6 +408,7 @@ class CudaBackend final : public Backend {
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
+  bool f16_mma_ = true;                   // CudaBackendOptions::f16_mma
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

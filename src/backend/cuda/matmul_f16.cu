@@ -188,6 +188,10 @@ __global__ void __launch_bounds__(8 * kWarp) f16_tile_kernel(F16Params p) {
 }  // namespace
 
 void CudaBackend::gemv_f16(const GemvJob& j) {
+  if (f16_mma_) {  // CudaBackendOptions::f16_mma: the MMA order (matmul_f16_mma.cu)
+    gemv_f16_mma(j);
+    return;
+  }
   F16Params p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;

@@ -105,6 +105,12 @@ void CudaBackend::matmul_many(std::span<const MatmulArgs> jobs) {
   if (failed() || jobs.empty()) return;
   if (gemv_stream_many(jobs, act_)) return;  // Q8_0 jobs sharing one input: gemv_stream.cu, one launch
   const int64_t n = jobs[0].n;
+  // CudaBackendOptions::f16_mma: the MMA order's one-launch kernel (matmul_f16_mma.cu), else one matmul per job.
+  if (f16_mma_ && f16_segments_) {
+    if (f16_many_ && matmul_many_f16_mma(jobs)) return;
+    for (const MatmulArgs& a : jobs) matmul(a);
+    return;
+  }
   bool one = f16_many_ && f16_segments_ && jobs.size() <= kManyMaxJobs && n >= 1 && n <= kManyMaxVec;
   for (const MatmulArgs& a : jobs) {
     const int64_t nseg = (a.w.cols + kF16Seg - 1) / kF16Seg;

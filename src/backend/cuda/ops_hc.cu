@@ -9,6 +9,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/f16_mma.cuh"
 #include "backend/cuda/f16_segment.cuh"
 #include "backend/cuda/rows_device.cuh"
 
@@ -385,6 +386,39 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
   if ((lane & 1) == 0 && ti < nt && o0 + r < p.rows) p.part[((t0 + ti) * p.rows + o0 + r) * p.nseg + s] = seg_sum;
 }
 
+// The same segment sums in README.md's F16 MMA order (CudaBackendOptions::f16_mma; nseg counts 128-value
+// segments): block (8 rows, 8 segments, 8 tokens), warp w one segment of 8 rows × 8 tokens (f16_mma.cuh's
+// k order and chain; the m-tile's rows g + 8 are zero rows), the normed row x·scale split as the matmul
+// splits rms_norm's output — so part holds the bits of rms_norm then the MMA matmul's segments.
+constexpr int kHcMmaRows = 8, kHcMmaTokens = 8;
+template <bool kSelfNorm>
+__global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegParams p) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kHcMmaRows;
+  const int64_t s = static_cast<int64_t>(blockIdx.y) * kHcSegWarps + warp;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kHcMmaTokens;
+  const int64_t nt = kSelfNorm ? 1 : (p.n - t0 < kHcMmaTokens ? p.n - t0 : kHcMmaTokens);
+  const uint8_t* wr[1][2] = {{o0 + g < p.rows ? p.w + static_cast<uint64_t>(o0 + g) * p.row_bytes : nullptr, nullptr}};
+  grid_dependency_wait();  // hc_pdl: the state rows (and scales) are the kernels' before this one
+  grid_launch_dependents();
+  float sc[1] = {0.0f};
+  if (!kSelfNorm) {
+    if (g < nt) sc[0] = p.sc[t0 + g];
+  } else {  // the block takes the scale itself, with the norm's bits (norm_v4 is uniform)
+    sc[0] = p.norm_v4 ? rms_scale_row_v4(p.x, p.cols, p.eps, p.norm_threads)
+                      : rms_scale_row_as<4>(p.x, p.cols, p.eps, p.norm_threads);
+  }
+  if (s >= p.nseg) return;  // whole warps; no barrier below
+  const float* xr[1] = {g < nt ? p.x + (t0 + g) * p.cols : nullptr};
+  float c[1][1][1][4];
+  f16_mma_segments<1, 1, 1, true, true>(c, wr, xr, sc, s, 1, p.nseg, p.cols, p.wide_loads, t);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {  // rows g (r = 0, 1; r = 2, 3 are the zero rows g + 8), tokens 2t + r
+    const int64_t o = o0 + g, ti = 2 * t + r;
+    if (o < p.rows && ti < nt) p.part[((t0 + ti) * p.rows + o) * p.nseg + s] = c[0][0][0][r];
+  }
+}
+
 // Four values of y = Σ_s w[s]·X[s] (hc_collapse_kernel's order, from 0): xv[s] holds X[s]'s four.
 __device__ inline float4 collapse4(const float* w, const float4 (&xv)[kMaxHc], int nhc) {
   float4 acc = make_float4(0, 0, 0, 0);
@@ -626,7 +660,7 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
 // The spread HC pre above; false when the shape is not one it takes (nothing launched then).
 bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   const int64_t hcd = int64_t{a.nhc} * a.dim, rows = int64_t{2 + a.nhc} * a.nhc;
-  const int64_t nseg = (hcd + kF16Seg - 1) / kF16Seg;
+  const int64_t nseg = (hcd + (f16_mma_ ? kF16MmaSeg : kF16Seg) - 1) / (f16_mma_ ? kF16MmaSeg : kF16Seg);
   // part [n][rows][nseg] and the scales [n] live in the op's flat scratch ([n][hcd]); one token's part and
   // y in the finish kernel's shared memory (default 48 KiB limit).
   const uint64_t finish_smem = static_cast<uint64_t>((rows * nseg + 3) / 4 * 4 + a.dim) * 4;
@@ -645,16 +679,19 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   // inside (griddepcontrol) for the outputs of the kernel before them.
   if (cc_major() == 0) return true;  // error recorded
   const bool pdl = hc_pdl_ && cc_major() >= 9;
-  const dim3 grid(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
+  const dim3 grid = f16_mma_ ? dim3(grid_for(rows, kHcMmaRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcMmaTokens))
+                             : dim3(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
   if (a.n > 1) {
     hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, stream()>>>(
         a.x, hcd, a.rms_eps, sc, norm_threads, p.norm_v4);
     if (!launched("hc_pre scale")) return true;
     p.sc = sc;
-    if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(), hc_seg_kernel<false>, p),
+    if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
+                                f16_mma_ ? hc_seg_mma_kernel<false> : hc_seg_kernel<false>, p),
                "hc_pre control segments"))
       return true;
-  } else if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(), hc_seg_kernel<true>, p),
+  } else if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
+                                     f16_mma_ ? hc_seg_mma_kernel<true> : hc_seg_kernel<true>, p),
                     "hc_pre control segments")) {
     return true;
   }
@@ -700,7 +737,7 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
   // Decode batches: norm and F16 controls in one kernel (each block re-reads its token's state row from
   // L2 for the norm). Larger batches (prefill) and other weight types or numerics: rms_norm then matmul,
   // whose F16 kernel shares weight loads across 16 vectors — the same bits either way.
-  if (a.fn.type == GgmlType::F16 && a.numerics == MatmulNumerics::ds4 && f16_segments_ &&
+  if (a.fn.type == GgmlType::F16 && a.numerics == MatmulNumerics::ds4 && f16_segments_ && !f16_mma_ &&
       a.n <= kHcPreFusedMaxTokens) {
     HcMixParams p{a.x, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes, mix, hcd, a.rms_eps, false, a.mix};
     p.wide_loads = hcd % 8 == 0 && a.fn.row_bytes % 16 == 0 && aligned16(a.fn.data) && aligned16(a.x);

@@ -1,0 +1,228 @@
+// f16_mma.cuh — README.md's "F16 MMA order" (CudaBackendOptions::f16_mma): the pieces every kernel that
+// sums F16 rows · float vectors on TF32 tensor cores shares (matmul_f16_mma.cu: matmul and matmul_many
+// at every batch size; ops_hc.cu's HC control segments): the 128-value segment, the k order inside it
+// (4 blocks of 32 values, 4 k-steps each), the TF32 split of the activations, one segment's MMA sum of a
+// warp tile, and one block's whole output tile (segments spread over its warps, added in segment order).
+// F16 weights are exact in TF32 (11 significant bits), so the A operand is the weight itself; each
+// activation is split x = hi + lo (mma_tf32.cuh) and each k-step is two MMAs, hi then lo, into one fp32
+// accumulator that starts at 0 for every segment.
+// Layout (why the k order is permuted): lane (g, t) of a warp (lane = 4g + t) loads 8 consecutive values
+// of a row (one 16-byte load of F16 weights, two of floats) — values 8t … 8t + 7 of a 32-value block —
+// and those feed k-step q at MMA k index t (value 8t + 2q) and t + 4 (value 8t + 2q + 1): the fragment
+// layout of m16n8k8 without shuffles, for direct global loads (decode) and shared-memory tiles alike.
+// Deliberately not here: launch shapes (they never change the order), the scalar segment order
+// (f16_segment.cuh), other weight types.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/f16_segment.cuh"
+#include "backend/cuda/mma_tf32.cuh"
+
+namespace ds4::backend::cuda {
+
+inline constexpr int kF16MmaSeg = 128;  // values per segment: the summation contract, never a tuning knob
+inline constexpr int kF16MmaBlk = 32;   // values per block: 4 k-steps of 8
+
+__device__ inline uint32_t word_of(const uint4& w, int q) { return q == 0 ? w.x : q == 1 ? w.y : q == 2 ? w.z : w.w; }
+
+// F16 → the f32 bits of the same value (exact in TF32: low 13 mantissa bits zero).
+__device__ inline uint32_t f16_tf32(uint32_t h) { return __float_as_uint(f16_dev(static_cast<uint16_t>(h))); }
+
+// One 32-value block: c[i][j] += the block's 4 k-steps for m-tile i, n-tile j. Lane (g, t): w[i][0], w[i][1]
+// = rows g and g + 8 of m-tile i, values 8t … 8t + 7 of the block (word q = values 2q, 2q + 1); x[j] =
+// vector g of n-tile j, the same 8 values. k-step q: A = (row g, k t) value 2q, (g + 8, t) 2q, (g, t + 4)
+// 2q + 1, (g + 8, t + 4) 2q + 1; B = (k t) value 2q, (k t + 4) value 2q + 1; MMA hi, then MMA lo.
+template <int TM, int TN>
+__device__ inline void f16_mma_block(float (&c)[TM][TN][4], const uint4 (&w)[TM][2], const float (&x)[TN][8]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t bh[TN][2], bl[TN][2];
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      split_tf32(x[j][2 * q], bh[j][0], bl[j][0]);
+      split_tf32(x[j][2 * q + 1], bh[j][1], bl[j][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const uint32_t w0 = word_of(w[i][0], q), w1 = word_of(w[i][1], q);
+      const uint32_t a[4] = {f16_tf32(w0 & 0xffffu), f16_tf32(w1 & 0xffffu), f16_tf32(w0 >> 16), f16_tf32(w1 >> 16)};
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        mma_tf32(c[i][j], a, bh[j][0], bh[j][1]);
+        mma_tf32(c[i][j], a, bl[j][0], bl[j][1]);
+      }
+    }
+  }
+}
+
+// Vector g's 8 values at e (zeros beyond cols or for a missing vector), times sc when kScale (the HC
+// controls multiply the normed row x·scale, as rms_norm writes it, before splitting).
+template <bool kScale>
+__device__ inline void load_x8_mma(const float* xr, int64_t e, int64_t cols, bool wide, float sc, float (&x)[8]) {
+  float4 a = make_float4(0, 0, 0, 0), b = a;
+  if (xr) load_x8(xr, e, cols, wide, a, b);
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  if (kScale) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[k] *= sc;
+  }
+}
+
+// Segments s0 + p·ds (p = 0 … P − 1; those ≥ nseg skipped) of a warp tile: c[p] = Σ over the segment's 16
+// k-steps in order, from 0. wr[i][h]: row g + 8h of m-tile i (null: a zero row), xr[j]: vector g of n-tile j
+// (null: a zero vector); t = lane & 3. The P segments are independent chains (ILP for latency-bound
+// decode tiles). kUnroll: the 4 blocks unrolled (their loads in flight together), else one at a time
+// (large prefill tiles: registers).
+template <int P, int TM, int TN, bool kScale, bool kUnroll>
+__device__ inline void f16_mma_segments(float (&c)[P][TM][TN][4], const uint8_t* const (&wr)[TM][2],
+                                        const float* const (&xr)[TN], const float (&sc)[TN], int64_t s0, int64_t ds,
+                                        int64_t nseg, int64_t cols, bool wide, int t) {
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) c[p][i][j][0] = c[p][i][j][1] = c[p][i][j][2] = c[p][i][j][3] = 0.0f;
+  auto blk = [&](int b) {
+    uint4 w[P][TM][2];
+    float x[P][TN][8];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int64_t s = s0 + p * ds;
+      const bool on = s < nseg;
+      const int64_t e = s * kF16MmaSeg + b * kF16MmaBlk + 8 * t;
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          w[p][i][h] = on && wr[i][h] ? load_w8(wr[i][h], e, cols, wide) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int j = 0; j < TN; ++j) load_x8_mma<kScale>(on ? xr[j] : nullptr, e, cols, wide, sc[j], x[p][j]);
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) f16_mma_block<TM, TN>(c[p], w[p], x[p]);
+  };
+  if constexpr (kUnroll) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) blk(b);
+  } else {
+#pragma unroll 1
+    for (int b = 0; b < 4; ++b) blk(b);
+  }
+}
+
+// Accumulator element r of lane (g, t) in m-tile i, n-tile j: row 16i + g + 8·(r >> 1), vector 8j + 2t + (r & 1).
+__device__ inline int f16_mma_row(int i, int g, int r) { return 16 * i + g + 8 * (r >> 1); }
+__device__ inline int f16_mma_vec(int j, int t, int r) { return 8 * j + 2 * t + (r & 1); }
+
+// One block's output tile under ds4 numerics: rows o0 … (16·TM or 8 with half) and vectors v0 … v0 + nv − 1.
+struct F16MmaTile {
+  const uint8_t* w;   // matrix (row o at w + o·row_bytes)
+  uint64_t row_bytes;
+  int64_t rows, cols;
+  int64_t o0;
+  bool half;          // TM = 1: 8 rows (the m-tile's rows g + 8 are zero rows, never stored)
+  const float* x;     // vector v reads row v / x_div of [*][x_stride]
+  int64_t x_stride;
+  int32_t x_div;
+  int64_t v0, nv;     // nv ≤ 8·TN
+  float* y;           // [*][y_stride]
+  int64_t y_stride;
+  bool wide;          // 16-byte loads (cols % 8 == 0, aligned rows and x)
+  bool poison;        // a bad expert id: NaN outputs
+};
+
+// y = (…((0 + seg_0) + seg_1) + …) + seg_last for the tile, every thread of the block calling it. With one
+// warp and P = 1 the warp adds its own segment sums in registers; otherwise each round covers nw·P
+// segments, warp w computing s0 + p·nw + w into part (shared), and the block adds the round's sums in
+// segment order into ys (shared). sh: (nw·P + 1)·128·TM·TN floats unless nw·P == 1.
+template <int P, int TM, int TN, bool kUnroll>
+__device__ inline void f16_mma_tile(const F16MmaTile& T, float* sh) {
+  constexpr int kTile = 128 * TM * TN;  // accumulator values of a warp tile (32 lanes × TM·TN·4)
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const uint8_t* wr[TM][2];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t o = T.o0 + 16 * i + g + 8 * h;
+      wr[i][h] = !T.poison && o < T.rows && !(T.half && h == 1) ? T.w + static_cast<uint64_t>(o) * T.row_bytes : nullptr;
+    }
+  const float* xr[TN];
+  float sc[TN];
+#pragma unroll
+  for (int j = 0; j < TN; ++j) {
+    const int64_t v = 8 * j + g;
+    xr[j] = v < T.nv ? T.x + ((T.v0 + v) / T.x_div) * T.x_stride : nullptr;
+    sc[j] = 1.0f;
+  }
+  const int64_t nseg = (T.cols + kF16MmaSeg - 1) / kF16MmaSeg;
+  auto store = [&](int i, int j, int r, float v) {
+    const int64_t o = T.o0 + f16_mma_row(i, g, r), vv = f16_mma_vec(j, t, r);
+    if (o < T.rows && vv < T.nv && !(T.half && (r >> 1))) T.y[(T.v0 + vv) * T.y_stride + o] = T.poison ? NAN : v;
+  };
+  float c[P][TM][TN][4];
+  if (P == 1 && nw == 1) {
+    float y[TM][TN][4];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) y[i][j][0] = y[i][j][1] = y[i][j][2] = y[i][j][3] = 0.0f;
+    for (int64_t s = 0; s < nseg; ++s) {
+      f16_mma_segments<P, TM, TN, false, kUnroll>(c, wr, xr, sc, s, 1, nseg, T.cols, T.wide, t);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) y[i][j][r] += c[0][i][j][r];  // segment order
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) store(i, j, r, y[i][j][r]);
+    return;
+  }
+  const int per_round = nw * P;
+  float* part = sh;                      // [nw·P][kTile]: segment s0 + k at k·kTile + ((i·TN + j)·4 + r)·32 + lane
+  float* ys = sh + per_round * kTile;    // [kTile] running sums, same indexing
+  for (int e = threadIdx.x; e < kTile; e += blockDim.x) ys[e] = 0.0f;
+  for (int64_t s0 = 0; s0 < nseg; s0 += per_round) {
+    f16_mma_segments<P, TM, TN, false, kUnroll>(c, wr, xr, sc, s0 + warp, nw, nseg, T.cols, T.wide, t);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int k = p * nw + warp;
+      if (s0 + k < nseg) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) part[k * kTile + ((i * TN + j) * 4 + r) * kWarp + lane] = c[p][i][j][r];
+      }
+    }
+    __syncthreads();
+    const int m = static_cast<int>(nseg - s0 < per_round ? nseg - s0 : per_round);
+    for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
+      float v = ys[e];
+      for (int k = 0; k < m; ++k) v += part[k * kTile + e];  // segment order
+      ys[e] = v;
+    }
+    __syncthreads();  // the next round overwrites `part`
+  }
+  if (warp == 0) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) store(i, j, r, ys[((i * TN + j) * 4 + r) * kWarp + lane]);
+  }
+}
+
+}  // namespace ds4::backend::cuda

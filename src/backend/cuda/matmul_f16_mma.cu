@@ -1,0 +1,225 @@
+// matmul_f16_mma.cu — F16 weights · float activations under ds4 numerics on TF32 tensor cores, in
+// README.md's "F16 MMA order" (CudaBackendOptions::f16_mma): matmul (router, compressor and indexer
+// projections, HC controls and head, every batch size) and matmul_many (a CSA layer's decode projections
+// in one launch). Every launch shape runs f16_mma.cuh's f16_mma_tile — 128-value segments, each an MMA
+// chain over its 16 k-steps from 0, added in segment order — so a token's bits depend on neither n nor
+// the shape: a batched step equals the solo run bit for bit.
+// Launch shapes (by job; none changes the order):
+//  * prefill, ≥ 512 rows (K a multiple of 128, aligned): matmul_f16_mma_tiles.cu's shared-memory tiles;
+//  * prefill, other jobs (256-row router and indexer compressor, 64-row head weights, 24-row HC
+//    controls): 32 rows × 32 vectors per block, 8 warps splitting the segments;
+//  * decode and decode batches (< 64 vectors): 16 rows (8 where rows are few) × 8 … 32 vectors per block,
+//    up to 16 warps × 2 segments each in flight, loads straight from global memory into the fragments.
+// Deliberately not here: the scalar segment order (matmul_f16.cu, matmul_f16_many.cu — the default until
+// the H200 run), other weight types, `exact` numerics.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/f16_mma.cuh"
+#include "backend/cuda/matmul_f16_mma_tiles.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+constexpr int64_t kMmaPrefillVecs = 64;  // from here the prefill shapes
+constexpr int kManyMaxJobs = 8;
+constexpr int kManyMaxVec = 32;
+
+struct F16MmaParams {
+  const uint8_t* w;
+  uint64_t row_bytes, expert_bytes;
+  const int32_t* ids;    // [n_vec] expert per vector (then one vector per block), or null
+  int32_t n_expert;
+  int64_t rows, cols;
+  const float* x;
+  int64_t x_stride;
+  int32_t x_div;
+  float* y;
+  int64_t y_stride, n_vec;
+  int32_t rows_per_block, vecs_per_block;
+  bool half, wide;
+};
+
+// Grid (row blocks, vector blocks); blockDim = warps × 32 (template bound kThreads).
+template <int P, int TM, int TN, bool kUnroll, int kThreads>
+__global__ void __launch_bounds__(kThreads) f16_mma_kernel(F16MmaParams p) {
+  extern __shared__ float sh[];
+  F16MmaTile T;
+  T.w = p.w;
+  T.poison = false;
+  T.v0 = static_cast<int64_t>(blockIdx.y) * p.vecs_per_block;
+  if (p.ids) {  // vecs_per_block == 1: this block's one vector picks the expert
+    const int32_t e = p.ids[T.v0];
+    T.poison = e < 0 || e >= p.n_expert;
+    T.w += static_cast<uint64_t>(T.poison ? 0 : e) * p.expert_bytes;
+  }
+  T.row_bytes = p.row_bytes;
+  T.rows = p.rows;
+  T.cols = p.cols;
+  T.o0 = static_cast<int64_t>(blockIdx.x) * p.rows_per_block;
+  T.half = p.half;
+  T.x = p.x;
+  T.x_stride = p.x_stride;
+  T.x_div = p.x_div;
+  T.nv = std::min<int64_t>(p.vecs_per_block, p.n_vec - T.v0);
+  T.y = p.y;
+  T.y_stride = p.y_stride;
+  T.wide = p.wide;
+  f16_mma_tile<P, TM, TN, kUnroll>(T, sh);
+}
+
+struct F16MmaManyJob {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t rows, cols;
+  const float* x;
+  int64_t x_stride;
+  float* y;
+  int64_t y_stride;
+  int32_t block0;  // first block of this job (one block per 16 rows)
+};
+
+struct F16MmaManyParams {
+  F16MmaManyJob job[kManyMaxJobs];
+  int32_t n_jobs;
+  int32_t n_vec;
+};
+
+// Block b of job J: rows 16·(b − J.block0) …, every vector, 8 warps × 2 segments per round.
+template <int TN>
+__global__ void __launch_bounds__(256) f16_mma_many_kernel(F16MmaManyParams p) {
+  extern __shared__ float sh[];
+  F16MmaManyJob J = p.job[0];
+#pragma unroll
+  for (int k = 1; k < kManyMaxJobs; ++k)  // constant indices: the table stays in parameter space
+    if (k < p.n_jobs && static_cast<int32_t>(blockIdx.x) >= p.job[k].block0) J = p.job[k];
+  F16MmaTile T;
+  T.w = J.w;
+  T.row_bytes = J.row_bytes;
+  T.rows = J.rows;
+  T.cols = J.cols;
+  T.o0 = (static_cast<int64_t>(blockIdx.x) - J.block0) * 16;
+  T.half = false;
+  T.x = J.x;
+  T.x_stride = J.x_stride;
+  T.x_div = 1;
+  T.v0 = 0;
+  T.nv = p.n_vec;
+  T.y = J.y;
+  T.y_stride = J.y_stride;
+  T.wide = true;
+  T.poison = false;
+  f16_mma_tile<2, 1, TN, true>(T, sh);
+}
+
+// Dynamic shared memory: (warps·P + 1) warp tiles of segment sums (≤ 37 KB for every shape above: no opt-in).
+template <int P, int TM, int TN, bool kUnroll, int kThreads>
+cudaError_t launch_mma(const F16MmaParams& p, dim3 grid, int warps, cudaStream_t s) {
+  const int per_round = warps * P;
+  const size_t smem = per_round == 1 ? 0 : static_cast<size_t>(per_round + 1) * 128 * TM * TN * sizeof(float);
+  f16_mma_kernel<P, TM, TN, kUnroll, kThreads><<<grid, warps * kWarp, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+void CudaBackend::gemv_f16_mma(const GemvJob& j) {
+  F16MmaParams p{};
+  p.w = static_cast<const uint8_t*>(j.w.data);
+  p.row_bytes = j.w.row_bytes;
+  p.expert_bytes = j.expert_bytes;
+  p.ids = j.ids;
+  p.n_expert = j.n_expert;
+  p.rows = j.w.rows;
+  p.cols = j.w.cols;
+  p.x = j.x;
+  p.x_stride = j.x_stride;
+  p.x_div = j.x_div;
+  p.y = j.y;
+  p.y_stride = j.y_stride;
+  p.n_vec = j.n_vec;
+  p.wide = j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) &&
+           j.x_stride % 4 == 0 && (!j.ids || j.expert_bytes % 16 == 0);
+  const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg;
+  cudaStream_t s = stream();
+  auto grid = [&](int64_t rpb, int64_t vpb) {
+    p.rows_per_block = static_cast<int32_t>(rpb);
+    p.vecs_per_block = static_cast<int32_t>(vpb);
+    return dim3(static_cast<unsigned>((j.w.rows + rpb - 1) / rpb), static_cast<unsigned>((j.n_vec + vpb - 1) / vpb));
+  };
+  if ((j.n_vec + (j.ids ? 1 : 8) - 1) / (j.ids ? 1 : 8) > 65535) {
+    fail(invalid_argument("cuda matmul f16: " + std::to_string(j.n_vec) + " vectors exceed one launch"));
+    return;
+  }
+  cudaError_t e;
+  if (f16_mma_tiles_support(j)) {  // prefill, ≥ 512 rows: shared-memory tiles (matmul_f16_mma_tiles.cu)
+    e = f16_mma_tiles_launch(j, s);
+  } else if (!j.ids && j.n_vec >= kMmaPrefillVecs) {
+    e = launch_mma<1, 2, 4, false, 256>(p, grid(32, 32), static_cast<int>(std::clamp<int64_t>(nseg, 1, 8)), s);
+  } else {
+    // Decode: 8-row tiles where 16-row ones would leave the device mostly idle (the router's 256 rows).
+    p.half = j.w.rows < 2048;
+    const int64_t rpb = p.half ? 8 : 16;
+    const int warps = static_cast<int>(std::clamp<int64_t>((nseg + 1) / 2, 1, 16));
+    if (j.ids || j.n_vec == 1) {
+      e = launch_mma<2, 1, 1, true, 512>(p, grid(rpb, 1), warps, s);
+    } else if (j.n_vec <= 8) {
+      e = launch_mma<2, 1, 1, true, 512>(p, grid(rpb, 8), warps, s);
+    } else if (j.n_vec <= 16) {
+      e = launch_mma<2, 1, 2, true, 512>(p, grid(rpb, 16), warps, s);
+    } else {
+      e = launch_mma<2, 1, 4, true, 512>(p, grid(rpb, 32), std::min(warps, 8), s);
+    }
+  }
+  check(e, "matmul f16 (MMA order)");
+}
+
+bool CudaBackend::matmul_many_f16_mma(std::span<const MatmulArgs> jobs) {
+  const int64_t n = jobs[0].n;
+  if (jobs.size() > kManyMaxJobs || n < 1 || n > kManyMaxVec) return false;
+  for (const MatmulArgs& a : jobs)
+    if (a.w.type != GgmlType::F16 || a.numerics != MatmulNumerics::ds4 || a.group_rows != 0 || a.n != n ||
+        a.w.rows <= 0 || a.w.cols <= 0 || a.w.cols % 8 != 0 || a.w.row_bytes % 16 != 0 || !aligned16(a.w.data) ||
+        !aligned16(a.x) || a.x_stride % 4 != 0)
+      return false;
+  F16MmaManyParams p{};
+  p.n_jobs = static_cast<int32_t>(jobs.size());
+  p.n_vec = static_cast<int32_t>(n);
+  int64_t blocks = 0;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const MatmulArgs& a = jobs[k];
+    F16MmaManyJob& J = p.job[k];
+    J.w = static_cast<const uint8_t*>(a.w.data);
+    J.row_bytes = a.w.row_bytes;
+    J.rows = a.w.rows;
+    J.cols = a.w.cols;
+    J.x = a.x;
+    J.x_stride = a.x_stride;
+    J.y = a.y;
+    J.y_stride = a.y_stride;
+    J.block0 = static_cast<int32_t>(blocks);
+    blocks += (a.w.rows + 15) / 16;
+  }
+  if (blocks > (int64_t{1} << 30)) {
+    fail(invalid_argument("cuda matmul_many: " + std::to_string(blocks) + " blocks exceed one launch"));
+    return true;
+  }
+  constexpr int kWarps = 8, kP = 2;
+  const int TN = n <= 8 ? 1 : n <= 16 ? 2 : 4;
+  const size_t smem = static_cast<size_t>(kWarps * kP + 1) * 128 * TN * sizeof(float);  // ≤ 35 KB
+  const unsigned grid = static_cast<unsigned>(blocks);
+  if (TN == 1)
+    f16_mma_many_kernel<1><<<grid, kWarps * kWarp, smem, stream()>>>(p);
+  else if (TN == 2)
+    f16_mma_many_kernel<2><<<grid, kWarps * kWarp, smem, stream()>>>(p);
+  else
+    f16_mma_many_kernel<4><<<grid, kWarps * kWarp, smem, stream()>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  check(e, "matmul_many f16 (MMA order)");
+  return true;
+}
+
+}  // namespace ds4::backend::cuda

@@ -1,0 +1,149 @@
+// matmul_f16_mma_tiles.cu — prefill F16 matmuls (≥ 64 vectors, ≥ 512 rows) in README.md's F16 MMA order
+// with the operands staged through shared memory: a block of WM × WN warps owns (64·WM rows) × (32·WN
+// vectors); each 32-value block of K (weights BM × 64 bytes, activations BN × 128 bytes) is copied once by
+// cp.async into a 4-stage ring and every warp reads its fragments from there, so a weight value is read
+// from L2 once per block instead of once per warp and an activation once per WM warps (the direct kernel of
+// matmul_f16_mma.cu reads both once per warp). Each warp computes its 64 × 32 tile exactly as
+// f16_mma_tile's one-warp path does — f16_mma_block per 32-value block in order, the segment's chain from 0,
+// y += segment sum every 4 blocks — so the bits are the same as every other launch shape.
+// Rows and vectors past the ends are read from the last valid row / vector (never stored: MMA rows and
+// columns do not interact), so no zero-filling copies are needed.
+// Deliberately not here: K not a multiple of 128 or unaligned operands (the direct kernel), decode shapes.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/f16_mma.cuh"
+#include "backend/cuda/matmul_f16_mma_tiles.h"
+#include "backend/cuda/mma_s8.cuh"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+constexpr int kStages = 4;
+constexpr int kWPitch = 64;   // bytes per weight row per stage: 32 F16 values; 2 rows = one 128-byte bank sweep
+constexpr int kXPitch = 144;  // bytes per vector per stage: 32 floats + 16 (conflict-free LDS.128 of 8 lanes)
+
+struct F16MmaSmemParams {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t rows, cols;
+  const float* x;
+  int64_t x_stride;
+  float* y;
+  int64_t y_stride, n_vec;
+};
+
+template <int WM, int WN>
+constexpr int stage_bytes() {
+  return 64 * WM * kWPitch + 32 * WN * kXPitch;
+}
+
+template <int WM, int WN>
+__global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(F16MmaSmemParams p) {
+  constexpr int BM = 64 * WM, BN = 32 * WN, kThreads = WM * WN * kWarp, kStage = stage_bytes<WM, WN>();
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
+  const int wm = warp / WN, wn = warp % WN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM, n0 = static_cast<int64_t>(blockIdx.y) * BN;
+  const int64_t nblk = p.cols / kF16MmaBlk;
+  auto copy_stage = [&](int64_t b, int slot) {
+    uint8_t* sw = smem + slot * kStage;
+    uint8_t* sx = sw + BM * kWPitch;
+    for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
+      if (idx < 4 * BM) {
+        const int r = idx / 4, c = idx % 4;
+        const int64_t row = std::min<int64_t>(m0 + r, p.rows - 1);
+        cp_async16(sw + r * kWPitch + 16 * c, p.w + static_cast<uint64_t>(row) * p.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
+      } else {
+        const int k = idx - 4 * BM, v = k / 8, c = k % 8;
+        const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
+        cp_async16(sx + v * kXPitch + 16 * c, p.x + vec * p.x_stride + b * kF16MmaBlk + 4 * c);
+      }
+    }
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < nblk) copy_stage(st, st);
+    cp_async_commit();
+  }
+  float c[4][4][4], y[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) c[i][j][r] = y[i][j][r] = 0.0f;
+  for (int64_t b = 0; b < nblk; ++b) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage b visible to all; every warp done with the slot the next copy overwrites
+    if (b + kStages - 1 < nblk) copy_stage(b + kStages - 1, static_cast<int>((b + kStages - 1) % kStages));
+    cp_async_commit();
+    const uint8_t* sw = smem + (b % kStages) * kStage;
+    const uint8_t* sx = sw + BM * kWPitch;
+    uint4 w[4][2];
+    float x[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 64 + 16 * i + g + 8 * h) * kWPitch + 16 * t);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float* xv = reinterpret_cast<const float*>(sx + (wn * 32 + 8 * j + g) * kXPitch + 32 * t);
+      const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
+      x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
+      x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
+    }
+    f16_mma_block<4, 4>(c, w, x);
+    if (b % 4 == 3) {  // the end of a 128-value segment: y += its sum (segment order), the chain restarts at 0
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            y[i][j][r] += c[i][j][r];
+            c[i][j][r] = 0.0f;
+          }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t o = m0 + wm * 64 + f16_mma_row(i, g, r), v = n0 + wn * 32 + f16_mma_vec(j, t, r);
+        if (o < p.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
+      }
+}
+
+template <int WM, int WN>
+cudaError_t launch_smem(const F16MmaSmemParams& p, cudaStream_t s) {
+  constexpr int smem = kStages * stage_bytes<WM, WN>();
+  auto k = f16_mma_smem_kernel<WM, WN>;
+  const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((p.rows + 64 * WM - 1) / (64 * WM)),
+                  static_cast<unsigned>((p.n_vec + 32 * WN - 1) / (32 * WN)));
+  k<<<grid, WM * WN * kWarp, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool f16_mma_tiles_support(const GemvJob& j) {
+  return !j.ids && j.x_div == 1 && j.w.cols % kF16MmaSeg == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) &&
+         aligned16(j.x) && j.x_stride % 4 == 0 && j.w.rows >= 512 && j.n_vec >= 64 && (j.n_vec + 127) / 128 <= 65535;
+}
+
+cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) {
+  const F16MmaSmemParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
+                           j.y, j.y_stride, j.n_vec};
+  // 128 × 128 tiles where they make a wave of blocks, else 64 × 128 (the 512-row matrices).
+  const bool big = (j.w.rows + 127) / 128 * ((j.n_vec + 127) / 128) >= 128;
+  return big ? launch_smem<2, 4>(p, s) : launch_smem<1, 4>(p, s);
+}
+
+}  // namespace ds4::backend::cuda

@@ -1,0 +1,18 @@
+// matmul_f16_mma_tiles.h — the shared-memory prefill tiles of the F16 MMA order (matmul_f16_mma_tiles.cu),
+// called by matmul_f16_mma.cu's dispatch for the jobs they take.
+// Deliberately not here: the other launch shapes (matmul_f16_mma.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda {
+
+// Prefill jobs the tiles take: no expert ids, one activation row per vector, K a multiple of 128, 16-byte
+// aligned operands, ≥ 512 rows and ≥ 64 vectors.
+bool f16_mma_tiles_support(const GemvJob& j);
+// Launches the tiles on `s` (a job f16_mma_tiles_support accepts); the launch's error.
+cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s);
+
+}  // namespace ds4::backend::cuda

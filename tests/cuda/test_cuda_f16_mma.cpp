@@ -1,0 +1,238 @@
+// test_cuda_f16_mma.cpp — the F16 MMA order (CudaBackendOptions::f16_mma; README.md "F16 MMA order",
+// matmul_f16_mma.cu, f16_mma.cuh, ops_hc.cu's hc_seg_mma_kernel) on CUDA: every F16 matmul within
+// 2e-5·max|y| of the CPU op (the CPU sums sequentially; the MMA order adds 128-value TF32 hi/lo MMA
+// chains in segment order) at the Flash shapes and ragged ones, every launch shape (decode tiles of 8
+// and 16 rows, 8/16/32-vector tiles, the two prefill tiles); a token's bits the same at n = 1, 2, 5, 8, 40
+// and 2,048 and with element instead of 16-byte loads; poisoned outputs (every written value checked);
+// matmul_many ≡ one matmul per job; the fused HC pre ≡ rms_norm then matmul (the pieces) bit for bit.
+// Model-level cases (batched ≡ solo, graphs, prefill ≡ decode) are test_cuda_model's F16Mma ones.
+#include <cstring>
+
+#include "backend/by_pieces.h"
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+namespace {
+
+// The F16 matrices of the Flash GGUF, rows × cols: HC controls, the head's HC, router, CSA/HCA
+// compressor kv/gate, indexer q_b, indexer projection / indexer compressor.
+constexpr struct {
+  int64_t rows, cols;
+} kShapes[] = {{24, 16384}, {4, 16384}, {256, 4096}, {1024, 4096}, {512, 4096}, {8192, 1024}, {64, 4096}};
+
+size_t count_differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d += std::memcmp(&a[i], &b[i], 4) != 0;
+  return d + (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+
+}  // namespace
+
+class CudaF16Mma : public CudaOpsTest {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    if (!gpu_) return;  // skipped: no device
+    backend::cuda::CudaBackendOptions o;
+    o.f16_mma = true;
+    auto g = backend::cuda::make_cuda_backend(o);
+    ASSERT_TRUE(g.ok()) << g.status().to_string();
+    gpu_ = std::move(g).value();
+  }
+
+  // W·x on the MMA backend vs the CPU op, strided x and y (pads), poisoned y (unwritten values show as NaN).
+  void vs_cpu(int64_t rows, int64_t cols, int64_t n, int64_t x_pad, int64_t y_pad) {
+    Weight w;
+    auto bytes = random_weight(GgmlType::F16, rows, cols, &w);
+    w.data = bytes.data();
+    const int64_t xs = cols + x_pad, ys = rows + y_pad;
+    auto x = randn(static_cast<size_t>(n * xs));
+    std::vector<float> want(static_cast<size_t>(n * ys), 0.0f);
+    cpu_->matmul({w, x.data(), xs, want.data(), ys, n, MatmulNumerics::ds4});
+    float* gy = poisoned(want.size());
+    gpu_->matmul({gpu_weight(w, w.row_bytes * rows), dev(x), xs, gy, ys, n, MatmulNumerics::ds4});
+    ASSERT_TRUE(gpu_->sync().ok());
+    const auto got = host(gy, want.size());
+    std::vector<float> g2, w2;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < rows; ++o) {
+        g2.push_back(got[i * ys + o]);
+        w2.push_back(want[i * ys + o]);
+      }
+    expect_close(g2, w2, 2e-5, 1e-7,
+                 "f16 mma " + std::to_string(rows) + "x" + std::to_string(cols) + " n" + std::to_string(n));
+  }
+};
+
+TEST_F(CudaF16Mma, MatchesCpuAtFlashShapesEveryLaunchShape) {
+  // n = 1, 2, 5 (8-vector decode tile), 8, 16 (16-vector), 17, 40 (32-vector tiles), 64 and 100 (prefill
+  // tiles: 64 × 32 per warp from 512 rows, 32 × 32 per block of 8 warps below).
+  for (const auto& c : kShapes)
+    for (int64_t n : {1, 2, 5, 8, 16, 17, 40, 64, 100}) vs_cpu(c.rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+  // Ragged: K not a multiple of 128 or of 8 (element loads, a partial block), one row, rows not a multiple
+  // of 8 or 16, a single segment, prefill shapes with ragged rows and vectors.
+  vs_cpu(37, 1000, 3, 0, 0);
+  vs_cpu(5, 1533, 9, 5, 1);
+  vs_cpu(1, 700, 1, 0, 0);
+  vs_cpu(300, 500, 20, 0, 0);
+  vs_cpu(13, 100, 70, 3, 2);
+  vs_cpu(530, 1000, 77, 0, 1);
+  vs_cpu(2050, 136, 3, 0, 0);
+}
+
+TEST_F(CudaF16Mma, RowOfATokenIsTheSameBitsInEveryBatch) {
+  // n = 2,048 (prefill tiles) vs n = 1, 2, 5, 8, 40 (decode tiles of every vector count) and vs element
+  // loads (odd activation stride): the same segment chains in the same order, so the same bits.
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const auto& c : kShapes) shapes.push_back({c.rows, c.cols});
+  shapes.push_back({300, 1000});
+  for (auto [rows, cols] : shapes) {
+    const int64_t n = 2048;
+    const auto m = device_matmul(GgmlType::F16, rows, cols, n);
+    auto batch = [&](int64_t first, int64_t count) { return matmul_slice(m, first, count); };
+    const auto all = batch(0, n);
+    std::vector<float> x17(static_cast<size_t>(cols + 1));
+    std::copy(m.x.begin() + 17 * cols, m.x.begin() + 18 * cols, x17.begin() + 1);
+    float* odd = poisoned(static_cast<size_t>(rows));
+    gpu_->matmul({m.gw, dev(x17) + 1, cols + 1, odd, rows, 1, MatmulNumerics::ds4});
+    const auto got_odd = host(odd, static_cast<size_t>(rows));
+    size_t differ = 0, nan = 0;
+    const auto two = batch(16, 2), five = batch(15, 5), eight = batch(32, 8), forty = batch(0, 40);
+    for (int64_t v : {int64_t{0}, int64_t{17}, int64_t{39}, int64_t{1000}, n - 1}) {
+      const auto one = batch(v, 1);
+      for (int64_t o = 0; o < rows; ++o) {
+        const float a = all[v * rows + o];
+        nan += std::isnan(a) || std::isnan(one[o]);
+        differ += std::memcmp(&one[o], &a, 4) != 0;
+        if (v == 17) {
+          differ += std::memcmp(&one[o], &two[rows + o], 4) != 0;
+          differ += std::memcmp(&one[o], &five[2 * rows + o], 4) != 0;
+          differ += std::memcmp(&one[o], &got_odd[o], 4) != 0;
+        }
+        if (v == 39) differ += std::memcmp(&one[o], &eight[7 * rows + o], 4) != 0;
+        if (v < 40) differ += std::memcmp(&one[o], &forty[v * rows + o], 4) != 0;
+      }
+    }
+    const std::string what = "f16 mma batch invariance " + std::to_string(rows) + "x" + std::to_string(cols);
+    EXPECT_EQ(differ, 0u) << what;
+    EXPECT_EQ(nan, 0u) << what;
+    std::printf("PARITY %-44s n=%-9lld values differing from n=1: %zu, NaN %zu  %s\n", what.c_str(),
+                static_cast<long long>(n), differ, nan, differ == 0 && nan == 0 ? "ok" : "FAIL");
+  }
+  ASSERT_TRUE(gpu_->sync().ok());
+}
+
+TEST_F(CudaF16Mma, PrefillChunkMatchesCpu) {
+  // A 2,048-vector chunk at the two prefill tile shapes (the CPU op on 256 of the vectors: time).
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 4096}, {24, 16384}, {256, 4096}}) {
+    const int64_t n = 2048, nc = 256;
+    const auto m = device_matmul(GgmlType::F16, rows, cols, n);
+    const auto got = matmul_slice(m, 0, n);
+    std::vector<float> want(static_cast<size_t>(nc * rows));
+    cpu_->matmul({m.w, m.x.data() + (n - nc) * cols, cols, want.data(), rows, nc, MatmulNumerics::ds4});
+    std::vector<float> tail(got.end() - nc * rows, got.end());
+    expect_close(tail, want, 2e-5, 1e-7, "f16 mma chunk " + std::to_string(rows) + "x" + std::to_string(cols) + " n2048");
+  }
+}
+
+TEST_F(CudaF16Mma, MatmulManyEqualsOneMatmulPerJob) {
+  // A CSA layer's six projections and a ragged job in one launch (n ≤ 32), or one matmul per job (33).
+  const std::pair<int64_t, int64_t> shapes[] = {{1024, 4096}, {1024, 4096}, {256, 4096}, {256, 4096},
+                                                {8192, 1024}, {64, 4096},   {13, 1000}};
+  const int64_t n_max = 33;
+  std::vector<DeviceMatmul> mats;
+  for (auto [r, c] : shapes) mats.push_back(device_matmul(GgmlType::F16, r, c, n_max));
+  for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{8}, int64_t{9}, int64_t{17}, int64_t{32}, int64_t{33}}) {
+    std::vector<MatmulArgs> jobs;
+    std::vector<float*> outs;
+    for (const DeviceMatmul& m : mats) {
+      outs.push_back(poisoned(static_cast<size_t>(n * m.w.rows)));
+      jobs.push_back({m.gw, m.gx, m.w.cols, outs.back(), m.w.rows, n, MatmulNumerics::ds4});
+    }
+    gpu_->matmul_many(jobs);
+    ASSERT_TRUE(gpu_->sync().ok());
+    size_t differ = 0;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const auto got = host(outs[k], static_cast<size_t>(n * mats[k].w.rows));
+      differ += count_differing(got, matmul_slice(mats[k], 0, n));
+      std::vector<float> ref(static_cast<size_t>(n * mats[k].w.rows));
+      cpu_->matmul({mats[k].w, mats[k].x.data(), mats[k].w.cols, ref.data(), mats[k].w.rows, n, MatmulNumerics::ds4});
+      expect_close(got, ref, 2e-5, 1e-7, "f16 mma many job " + std::to_string(k) + " n" + std::to_string(n));
+    }
+    EXPECT_EQ(differ, 0u) << "n " << n;
+    std::printf("PARITY %-44s n=%-9lld values differing from one matmul per job: %zu  %s\n", "f16 mma matmul_many",
+                static_cast<long long>(n), differ, differ == 0 ? "ok" : "FAIL");
+  }
+}
+
+TEST_F(CudaF16Mma, HcPreEqualsPiecesAndCpu) {
+  // The spread HC pre (n ≤ 32: hc_seg_mma_kernel, at n = 1 each block's own norm scale) and the norm +
+  // matmul path (n = 40) ≡ rms_norm then matmul on the same backend, bit for bit; mix within 2e-5 of the CPU.
+  struct S {
+    int32_t nhc;
+    int64_t dim;
+  };
+  for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}})
+    for (int64_t n : {1, 2, 5, 8, 32, 40}) {
+      const int64_t hcd = s.nhc * s.dim, mix = (2 + s.nhc) * s.nhc;
+      const std::string tag = "f16 mma hc_pre " + std::to_string(s.nhc) + "x" + std::to_string(s.dim) + " n" + std::to_string(n);
+      Weight fn;
+      auto fn_bytes = random_weight(GgmlType::F16, mix, hcd, &fn, 0.01f);
+      fn.data = fn_bytes.data();
+      auto x = randn(static_cast<size_t>(n * hcd));
+      auto scale = randn(3, 0.5f);
+      auto base = randn(static_cast<size_t>(mix), 0.5f);
+      auto norm_w = randn(static_cast<size_t>(s.dim));
+      HcPreArgs c;
+      c.fn = fn;
+      c.n = n;
+      c.dim = s.dim;
+      c.nhc = s.nhc;
+      std::vector<float> flat(n * hcd), m(n * mix), pre(n * s.nhc), post(n * s.nhc), comb(n * s.nhc * s.nhc),
+          y(n * s.dim), xn(n * s.dim);
+      HcPreArgs a = c;
+      a.x = x.data();
+      a.scale = scale.data();
+      a.base = base.data();
+      a.norm_w = norm_w.data();
+      a.flat = flat.data();
+      a.mix = m.data();
+      a.pre = pre.data();
+      a.post = post.data();
+      a.comb = comb.data();
+      a.y = y.data();
+      a.xn = xn.data();
+      cpu_->hc_pre(a);
+      HcPreArgs g = c;
+      g.fn = gpu_weight(fn, fn_bytes.size());
+      g.x = dev(x);
+      g.scale = dev(scale);
+      g.base = dev(base);
+      g.norm_w = dev(norm_w);
+      HcPreArgs gp = g;
+      for (HcPreArgs* o : {&g, &gp}) {
+        o->flat = poisoned(flat.size());
+        o->mix = poisoned(m.size());
+        o->pre = poisoned(pre.size());
+        o->post = poisoned(post.size());
+        o->comb = poisoned(comb.size());
+        o->y = poisoned(y.size());
+        o->xn = poisoned(xn.size());
+      }
+      gpu_->hc_pre(g);
+      hc_pre_by_pieces(*gpu_, gp);
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;
+      size_t differ = 0;
+      for (auto [got, want, len] : {std::tuple{g.mix, gp.mix, m.size()}, std::tuple{g.pre, gp.pre, pre.size()},
+                                    std::tuple{g.post, gp.post, post.size()}, std::tuple{g.comb, gp.comb, comb.size()},
+                                    std::tuple{g.y, gp.y, y.size()}, std::tuple{g.xn, gp.xn, xn.size()}})
+        differ += count_differing(host(got, len), host(want, len));
+      EXPECT_EQ(differ, 0u) << tag;
+      std::printf("PARITY %-44s n=%-9lld values differing from the pieces: %zu  %s\n", tag.c_str(),
+                  static_cast<long long>(n), differ, differ == 0 ? "ok" : "FAIL");
+      expect_close(host(g.mix, m.size()), m, 2e-5, 1e-7, tag + " mix vs cpu");
+    }
+}

@@ -4,11 +4,18 @@
 // chains in segment order) at the Flash shapes and ragged ones, every launch shape (decode tiles of 8
 // and 16 rows, 8/16/32-vector tiles, the two prefill tiles); a token's bits the same at n = 1, 2, 5, 8, 40
 // and 2,048 and with element instead of 16-byte loads; poisoned outputs (every written value checked);
-// matmul_many ≡ one matmul per job; the fused HC pre ≡ rms_norm then matmul (the pieces) bit for bit.
-// Model-level cases (batched ≡ solo, graphs, prefill ≡ decode) are test_cuda_model's F16Mma ones.
+// matmul_many ≡ one matmul per job. The HC controls' segment sums (ops_hc.cu hc_seg_mma_kernel) are
+// test_cuda_fused.cpp's HcPreEqualsPiecesAndCpu on the default backend (f16_mma on): the fused HC pre ≡
+// rms_norm then matmul bit for bit, and within 2e-5 of the CPU.
+// Model level: test_cuda_model runs the default backend (f16_mma on): CUDA ≡ CPU within its tolerances in
+// prefill, chunked and decode, golden logits, batched ≡ solo, graphs on ≡ off.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
-#include "backend/by_pieces.h"
 #include "cuda_test_util.h"
 
 using namespace ds4;
@@ -166,73 +173,4 @@ TEST_F(CudaF16Mma, MatmulManyEqualsOneMatmulPerJob) {
     std::printf("PARITY %-44s n=%-9lld values differing from one matmul per job: %zu  %s\n", "f16 mma matmul_many",
                 static_cast<long long>(n), differ, differ == 0 ? "ok" : "FAIL");
   }
-}
-
-TEST_F(CudaF16Mma, HcPreEqualsPiecesAndCpu) {
-  // The spread HC pre (n ≤ 32: hc_seg_mma_kernel, at n = 1 each block's own norm scale) and the norm +
-  // matmul path (n = 40) ≡ rms_norm then matmul on the same backend, bit for bit; mix within 2e-5 of the CPU.
-  struct S {
-    int32_t nhc;
-    int64_t dim;
-  };
-  for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}})
-    for (int64_t n : {1, 2, 5, 8, 32, 40}) {
-      const int64_t hcd = s.nhc * s.dim, mix = (2 + s.nhc) * s.nhc;
-      const std::string tag = "f16 mma hc_pre " + std::to_string(s.nhc) + "x" + std::to_string(s.dim) + " n" + std::to_string(n);
-      Weight fn;
-      auto fn_bytes = random_weight(GgmlType::F16, mix, hcd, &fn, 0.01f);
-      fn.data = fn_bytes.data();
-      auto x = randn(static_cast<size_t>(n * hcd));
-      auto scale = randn(3, 0.5f);
-      auto base = randn(static_cast<size_t>(mix), 0.5f);
-      auto norm_w = randn(static_cast<size_t>(s.dim));
-      HcPreArgs c;
-      c.fn = fn;
-      c.n = n;
-      c.dim = s.dim;
-      c.nhc = s.nhc;
-      std::vector<float> flat(n * hcd), m(n * mix), pre(n * s.nhc), post(n * s.nhc), comb(n * s.nhc * s.nhc),
-          y(n * s.dim), xn(n * s.dim);
-      HcPreArgs a = c;
-      a.x = x.data();
-      a.scale = scale.data();
-      a.base = base.data();
-      a.norm_w = norm_w.data();
-      a.flat = flat.data();
-      a.mix = m.data();
-      a.pre = pre.data();
-      a.post = post.data();
-      a.comb = comb.data();
-      a.y = y.data();
-      a.xn = xn.data();
-      cpu_->hc_pre(a);
-      HcPreArgs g = c;
-      g.fn = gpu_weight(fn, fn_bytes.size());
-      g.x = dev(x);
-      g.scale = dev(scale);
-      g.base = dev(base);
-      g.norm_w = dev(norm_w);
-      HcPreArgs gp = g;
-      for (HcPreArgs* o : {&g, &gp}) {
-        o->flat = poisoned(flat.size());
-        o->mix = poisoned(m.size());
-        o->pre = poisoned(pre.size());
-        o->post = poisoned(post.size());
-        o->comb = poisoned(comb.size());
-        o->y = poisoned(y.size());
-        o->xn = poisoned(xn.size());
-      }
-      gpu_->hc_pre(g);
-      hc_pre_by_pieces(*gpu_, gp);
-      ASSERT_TRUE(gpu_->sync().ok()) << tag;
-      size_t differ = 0;
-      for (auto [got, want, len] : {std::tuple{g.mix, gp.mix, m.size()}, std::tuple{g.pre, gp.pre, pre.size()},
-                                    std::tuple{g.post, gp.post, post.size()}, std::tuple{g.comb, gp.comb, comb.size()},
-                                    std::tuple{g.y, gp.y, y.size()}, std::tuple{g.xn, gp.xn, xn.size()}})
-        differ += count_differing(host(got, len), host(want, len));
-      EXPECT_EQ(differ, 0u) << tag;
-      std::printf("PARITY %-44s n=%-9lld values differing from the pieces: %zu  %s\n", tag.c_str(),
-                  static_cast<long long>(n), differ, differ == 0 ? "ok" : "FAIL");
-      expect_close(host(g.mix, m.size()), m, 2e-5, 1e-7, tag + " mix vs cpu");
-    }
 }

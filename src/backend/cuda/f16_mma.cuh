@@ -70,6 +70,36 @@ __device__ inline void load_x8_mma(const float* xr, int64_t e, int64_t cols, boo
   }
 }
 
+// Lane (g, t)'s weights of one 32-value block at e (row pointers as below; zeros when !on or for null rows).
+template <int TM>
+__device__ inline void f16_mma_load_w(uint4 (&w)[TM][2], const uint8_t* const (&wr)[TM][2], bool on, int64_t e,
+                                      int64_t cols, bool wide) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w[i][h] = on && wr[i][h] ? load_w8(wr[i][h], e, cols, wide) : make_uint4(0, 0, 0, 0);
+}
+
+// Segment s of a warp tile with its weights already loaded (w[b] = block b's, f16_mma_load_w): c = the
+// segment's chain from 0, the activations loaded here (the HC controls load the weights before waiting
+// for the kernel that writes the activations).
+template <int TM, int TN, bool kScale>
+__device__ inline void f16_mma_segment_loaded(float (&c)[TM][TN][4], const uint4 (&w)[4][TM][2],
+                                              const float* const (&xr)[TN], const float (&sc)[TN], int64_t s,
+                                              int64_t cols, bool wide, int t) {
+  float x[4][TN][8];
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) load_x8_mma<kScale>(xr[j], s * kF16MmaSeg + b * kF16MmaBlk + 8 * t, cols, wide, sc[j], x[b][j]);
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.0f;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) f16_mma_block<TM, TN>(c, w[b], x[b]);
+}
+
 // Segments s0 + p·ds (p = 0 … P − 1; those ≥ nseg skipped) of a warp tile: c[p] = Σ over the segment's 16
 // k-steps in order, from 0. wr[i][h]: row g + 8h of m-tile i (null: a zero row), xr[j]: vector g of n-tile j
 // (null: a zero vector); t = lane & 3. The P segments are independent chains (ILP for latency-bound
@@ -93,11 +123,7 @@ __device__ inline void f16_mma_segments(float (&c)[P][TM][TN][4], const uint8_t*
       const int64_t s = s0 + p * ds;
       const bool on = s < nseg;
       const int64_t e = s * kF16MmaSeg + b * kF16MmaBlk + 8 * t;
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          w[p][i][h] = on && wr[i][h] ? load_w8(wr[i][h], e, cols, wide) : make_uint4(0, 0, 0, 0);
+      f16_mma_load_w<TM>(w[p], wr, on, e, cols, wide);
 #pragma unroll
       for (int j = 0; j < TN; ++j) load_x8_mma<kScale>(on ? xr[j] : nullptr, e, cols, wide, sc[j], x[p][j]);
     }

@@ -29,16 +29,7 @@ constexpr int kManyMaxJobs = 8;
 constexpr int kManyMaxVec = 32;
 
 struct F16MmaParams {
-  const uint8_t* w;
-  uint64_t row_bytes, expert_bytes;
-  const int32_t* ids;    // [n_vec] expert per vector (then one vector per block), or null
-  int32_t n_expert;
-  int64_t rows, cols;
-  const float* x;
-  int64_t x_stride;
-  int32_t x_div;
-  float* y;
-  int64_t y_stride, n_vec;
+  GemvJob j;              // the job (device pointers); with ids one vector per block
   int32_t rows_per_block, vecs_per_block;
   bool half, wide;
 };
@@ -47,26 +38,27 @@ struct F16MmaParams {
 template <int P, int TM, int TN, bool kUnroll, int kThreads>
 __global__ void __launch_bounds__(kThreads) f16_mma_kernel(F16MmaParams p) {
   extern __shared__ float sh[];
+  const GemvJob& j = p.j;
   F16MmaTile T;
-  T.w = p.w;
+  T.w = static_cast<const uint8_t*>(j.w.data);
   T.poison = false;
   T.v0 = static_cast<int64_t>(blockIdx.y) * p.vecs_per_block;
-  if (p.ids) {  // vecs_per_block == 1: this block's one vector picks the expert
-    const int32_t e = p.ids[T.v0];
-    T.poison = e < 0 || e >= p.n_expert;
-    T.w += static_cast<uint64_t>(T.poison ? 0 : e) * p.expert_bytes;
+  if (j.ids) {  // vecs_per_block == 1: this block's one vector picks the expert
+    const int32_t e = j.ids[T.v0];
+    T.poison = e < 0 || e >= j.n_expert;
+    T.w += static_cast<uint64_t>(T.poison ? 0 : e) * j.expert_bytes;
   }
-  T.row_bytes = p.row_bytes;
-  T.rows = p.rows;
-  T.cols = p.cols;
+  T.row_bytes = j.w.row_bytes;
+  T.rows = j.w.rows;
+  T.cols = j.w.cols;
   T.o0 = static_cast<int64_t>(blockIdx.x) * p.rows_per_block;
   T.half = p.half;
-  T.x = p.x;
-  T.x_stride = p.x_stride;
-  T.x_div = p.x_div;
-  T.nv = std::min<int64_t>(p.vecs_per_block, p.n_vec - T.v0);
-  T.y = p.y;
-  T.y_stride = p.y_stride;
+  T.x = j.x;
+  T.x_stride = j.x_stride;
+  T.x_div = j.x_div;
+  T.nv = std::min<int64_t>(p.vecs_per_block, j.n_vec - T.v0);
+  T.y = j.y;
+  T.y_stride = j.y_stride;
   T.wide = p.wide;
   f16_mma_tile<P, TM, TN, kUnroll>(T, sh);
 }
@@ -128,19 +120,7 @@ cudaError_t launch_mma(const F16MmaParams& p, dim3 grid, int warps, cudaStream_t
 
 void CudaBackend::gemv_f16_mma(const GemvJob& j) {
   F16MmaParams p{};
-  p.w = static_cast<const uint8_t*>(j.w.data);
-  p.row_bytes = j.w.row_bytes;
-  p.expert_bytes = j.expert_bytes;
-  p.ids = j.ids;
-  p.n_expert = j.n_expert;
-  p.rows = j.w.rows;
-  p.cols = j.w.cols;
-  p.x = j.x;
-  p.x_stride = j.x_stride;
-  p.x_div = j.x_div;
-  p.y = j.y;
-  p.y_stride = j.y_stride;
-  p.n_vec = j.n_vec;
+  p.j = j;
   p.wide = j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) &&
            j.x_stride % 4 == 0 && (!j.ids || j.expert_bytes % 16 == 0);
   const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg;
@@ -171,7 +151,7 @@ void CudaBackend::gemv_f16_mma(const GemvJob& j) {
     } else if (j.n_vec <= 16) {
       e = launch_mma<2, 1, 2, true, 512>(p, grid(rpb, 16), warps, s);
     } else {
-      e = launch_mma<2, 1, 4, true, 512>(p, grid(rpb, 32), std::min(warps, 8), s);
+      e = launch_mma<2, 1, 4, true, 256>(p, grid(rpb, 32), std::min(warps, 8), s);
     }
   }
   check(e, "matmul f16 (MMA order)");

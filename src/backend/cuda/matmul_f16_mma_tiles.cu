@@ -24,37 +24,28 @@ constexpr int kStages = 4;
 constexpr int kWPitch = 64;   // bytes per weight row per stage: 32 F16 values; 2 rows = one 128-byte bank sweep
 constexpr int kXPitch = 144;  // bytes per vector per stage: 32 floats + 16 (conflict-free LDS.128 of 8 lanes)
 
-struct F16MmaSmemParams {
-  const uint8_t* w;
-  uint64_t row_bytes;
-  int64_t rows, cols;
-  const float* x;
-  int64_t x_stride;
-  float* y;
-  int64_t y_stride, n_vec;
-};
-
 template <int WM, int WN>
 constexpr int stage_bytes() {
   return 64 * WM * kWPitch + 32 * WN * kXPitch;
 }
 
 template <int WM, int WN>
-__global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(F16MmaSmemParams p) {
+__global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(GemvJob p) {
   constexpr int BM = 64 * WM, BN = 32 * WN, kThreads = WM * WN * kWarp, kStage = stage_bytes<WM, WN>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
   const int wm = warp / WN, wn = warp % WN;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM, n0 = static_cast<int64_t>(blockIdx.y) * BN;
-  const int64_t nblk = p.cols / kF16MmaBlk;
+  const int64_t nblk = p.w.cols / kF16MmaBlk;
+  const auto* wt = static_cast<const uint8_t*>(p.w.data);
   auto copy_stage = [&](int64_t b, int slot) {
     uint8_t* sw = smem + slot * kStage;
     uint8_t* sx = sw + BM * kWPitch;
     for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
       if (idx < 4 * BM) {
         const int r = idx / 4, c = idx % 4;
-        const int64_t row = std::min<int64_t>(m0 + r, p.rows - 1);
-        cp_async16(sw + r * kWPitch + 16 * c, p.w + static_cast<uint64_t>(row) * p.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
+        const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
+        cp_async16(sw + r * kWPitch + 16 * c, wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
       } else {
         const int k = idx - 4 * BM, v = k / 8, c = k % 8;
         const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
@@ -115,17 +106,17 @@ __global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(F16Mma
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int64_t o = m0 + wm * 64 + f16_mma_row(i, g, r), v = n0 + wn * 32 + f16_mma_vec(j, t, r);
-        if (o < p.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
+        if (o < p.w.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
       }
 }
 
 template <int WM, int WN>
-cudaError_t launch_smem(const F16MmaSmemParams& p, cudaStream_t s) {
+cudaError_t launch_smem(const GemvJob& p, cudaStream_t s) {
   constexpr int smem = kStages * stage_bytes<WM, WN>();
   auto k = f16_mma_smem_kernel<WM, WN>;
   const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((p.rows + 64 * WM - 1) / (64 * WM)),
+  const dim3 grid(static_cast<unsigned>((p.w.rows + 64 * WM - 1) / (64 * WM)),
                   static_cast<unsigned>((p.n_vec + 32 * WN - 1) / (32 * WN)));
   k<<<grid, WM * WN * kWarp, smem, s>>>(p);
   return cudaGetLastError();
@@ -139,11 +130,9 @@ bool f16_mma_tiles_support(const GemvJob& j) {
 }
 
 cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) {
-  const F16MmaSmemParams p{static_cast<const uint8_t*>(j.w.data), j.w.row_bytes, j.w.rows, j.w.cols, j.x, j.x_stride,
-                           j.y, j.y_stride, j.n_vec};
   // 128 × 128 tiles where they make a wave of blocks, else 64 × 128 (the 512-row matrices).
   const bool big = (j.w.rows + 127) / 128 * ((j.n_vec + 127) / 128) >= 128;
-  return big ? launch_smem<2, 4>(p, s) : launch_smem<1, 4>(p, s);
+  return big ? launch_smem<2, 4>(j, s) : launch_smem<1, 4>(j, s);
 }
 
 }  // namespace ds4::backend::cuda

@@ -399,7 +399,10 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegPa
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kHcMmaTokens;
   const int64_t nt = kSelfNorm ? 1 : (p.n - t0 < kHcMmaTokens ? p.n - t0 : kHcMmaTokens);
   const uint8_t* wr[1][2] = {{o0 + g < p.rows ? p.w + static_cast<uint64_t>(o0 + g) * p.row_bytes : nullptr, nullptr}};
-  grid_dependency_wait();  // hc_pdl: the state rows (and scales) are the kernels' before this one
+  uint4 w[4][1][2];  // the segment's weights, loaded while the kernel before this one finishes (hc_pdl)
+#pragma unroll
+  for (int b = 0; b < 4; ++b) f16_mma_load_w<1>(w[b], wr, s < p.nseg, s * kF16MmaSeg + b * kF16MmaBlk + 8 * t, p.cols, p.wide_loads);
+  grid_dependency_wait();  // the state rows (and scales) are the output of the kernels before this one
   grid_launch_dependents();
   float sc[1] = {0.0f};
   if (!kSelfNorm) {
@@ -410,12 +413,12 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegPa
   }
   if (s >= p.nseg) return;  // whole warps; no barrier below
   const float* xr[1] = {g < nt ? p.x + (t0 + g) * p.cols : nullptr};
-  float c[1][1][1][4];
-  f16_mma_segments<1, 1, 1, true, true>(c, wr, xr, sc, s, 1, p.nseg, p.cols, p.wide_loads, t);
+  float c[1][1][4];
+  f16_mma_segment_loaded<1, 1, true>(c, w, xr, sc, s, p.cols, p.wide_loads, t);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {  // rows g (r = 0, 1; r = 2, 3 are the zero rows g + 8), tokens 2t + r
     const int64_t o = o0 + g, ti = 2 * t + r;
-    if (o < p.rows && ti < nt) p.part[((t0 + ti) * p.rows + o) * p.nseg + s] = c[0][0][0][r];
+    if (o < p.rows && ti < nt) p.part[((t0 + ti) * p.rows + o) * p.nseg + s] = c[0][0][r];
   }
 }
 

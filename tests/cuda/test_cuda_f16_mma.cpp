@@ -1,8 +1,9 @@
 // test_cuda_f16_mma.cpp — the F16 MMA order (CudaBackendOptions::f16_mma; README.md "F16 MMA order",
 // matmul_f16_mma.cu, f16_mma.cuh, ops_hc.cu's hc_seg_mma_kernel) on CUDA: every F16 matmul within
-// 2e-5·max|y| of the CPU op (the CPU sums sequentially; the MMA order adds 128-value TF32 hi/lo MMA
-// chains in segment order) at the Flash shapes and ragged ones, every launch shape (decode tiles of 8
-// and 16 rows, 8/16/32-vector tiles, the two prefill tiles); a token's bits the same at n = 1, 2, 5, 8, 40
+// 2e-5·max|y| of the CPU op (the CPU sums sequentially; the MMA order adds 512-value segments of four
+// 128-value TF32 hi/lo MMA chains in order) at the Flash shapes and ragged ones, every launch shape (decode
+// tiles of 8 and 16 rows, 8/16/32-vector tiles, the prefill block tiles of 128 × 64 and 64 × 64 and the
+// few-row split shape); a token's bits the same at n = 1, 2, 5, 8, 40
 // and 2,048 and with element instead of 16-byte loads; poisoned outputs (every written value checked);
 // matmul_many ≡ one matmul per job. The HC controls' segment sums (ops_hc.cu hc_seg_mma_kernel) are
 // test_cuda_fused.cpp's HcPreEqualsPiecesAndCpu on the default backend (f16_mma on): the fused HC pre ≡
@@ -75,18 +76,23 @@ class CudaF16Mma : public CudaOpsTest {
 };
 
 TEST_F(CudaF16Mma, MatchesCpuAtFlashShapesEveryLaunchShape) {
-  // n = 1, 2, 5 (8-vector decode tile), 8, 16 (16-vector), 17, 40 (32-vector tiles), 64 and 100 (prefill
-  // tiles: 64 × 32 per warp from 512 rows, 32 × 32 per block of 8 warps below).
+  // Every Flash shape at n = 1, 2 (8-vector decode tile), 9 (16-vector) and 17 (32-vector); the 256-row
+  // matrix also at n = 40 (two 32-vector blocks); prefill (n = 64): the HC controls (split shape), the
+  // 256-row (64 × 64 tiles) and 1,024-row (128 × 64 tiles) matrices. (The CPU op is the slow part.)
   for (const auto& c : kShapes)
-    for (int64_t n : {1, 2, 5, 8, 16, 17, 40, 64, 100}) vs_cpu(c.rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
-  // Ragged: K not a multiple of 128 or of 8 (element loads, a partial block), one row, rows not a multiple
-  // of 8 or 16, a single segment, prefill shapes with ragged rows and vectors.
+    for (int64_t n : {1, 2, 9, 17}) vs_cpu(c.rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+  vs_cpu(256, 4096, 40, 8, 3);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{24, 16384}, {256, 4096}, {1024, 4096}}) vs_cpu(rows, cols, 64, 8, 3);
+  // Ragged: K not a multiple of 512, 128 or 8 (element loads, partial blocks and quarters), one row, rows
+  // not a multiple of 8 or 16, a single segment, prefill shapes with ragged rows and vectors (split shape:
+  // K not a multiple of 512; tiles: 530 rows × 77 vectors at K 1,024).
   vs_cpu(37, 1000, 3, 0, 0);
   vs_cpu(5, 1533, 9, 5, 1);
   vs_cpu(1, 700, 1, 0, 0);
   vs_cpu(300, 500, 20, 0, 0);
   vs_cpu(13, 100, 70, 3, 2);
   vs_cpu(530, 1000, 77, 0, 1);
+  vs_cpu(530, 1024, 77, 0, 1);
   vs_cpu(2050, 136, 3, 0, 0);
 }
 
@@ -133,9 +139,10 @@ TEST_F(CudaF16Mma, RowOfATokenIsTheSameBitsInEveryBatch) {
 }
 
 TEST_F(CudaF16Mma, PrefillChunkMatchesCpu) {
-  // A 2,048-vector chunk at the two prefill tile shapes (the CPU op on 256 of the vectors: time).
+  // A 2,048-vector chunk at the prefill shapes: 128 × 64 and 64 × 64 tiles, the split shape (the CPU op on
+  // the last 64 vectors: time).
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 4096}, {24, 16384}, {256, 4096}}) {
-    const int64_t n = 2048, nc = 256;
+    const int64_t n = 2048, nc = 64;
     const auto m = device_matmul(GgmlType::F16, rows, cols, n);
     const auto got = matmul_slice(m, 0, n);
     std::vector<float> want(static_cast<size_t>(nc * rows));
@@ -165,9 +172,13 @@ TEST_F(CudaF16Mma, MatmulManyEqualsOneMatmulPerJob) {
     for (size_t k = 0; k < jobs.size(); ++k) {
       const auto got = host(outs[k], static_cast<size_t>(n * mats[k].w.rows));
       differ += count_differing(got, matmul_slice(mats[k], 0, n));
-      std::vector<float> ref(static_cast<size_t>(n * mats[k].w.rows));
-      cpu_->matmul({mats[k].w, mats[k].x.data(), mats[k].w.cols, ref.data(), mats[k].w.rows, n, MatmulNumerics::ds4});
-      expect_close(got, ref, 2e-5, 1e-7, "f16 mma many job " + std::to_string(k) + " n" + std::to_string(n));
+      const int64_t rows = mats[k].w.rows, cols = mats[k].w.cols;
+      for (int64_t v : {int64_t{0}, n - 1}) {  // the CPU op for the first and last vector
+        std::vector<float> ref(static_cast<size_t>(rows));
+        cpu_->matmul({mats[k].w, mats[k].x.data() + v * cols, cols, ref.data(), rows, 1, MatmulNumerics::ds4});
+        expect_close(std::vector<float>(got.begin() + v * rows, got.begin() + (v + 1) * rows), ref, 2e-5, 1e-7,
+                     "f16 mma many job " + std::to_string(k) + " n" + std::to_string(n) + " v" + std::to_string(v));
+      }
     }
     EXPECT_EQ(differ, 0u) << "n " << n;
     std::printf("PARITY %-44s n=%-9lld values differing from one matmul per job: %zu  %s\n", "f16 mma matmul_many",

@@ -1,15 +1,16 @@
 // matmul_f16_mma.cu — F16 weights · float activations under ds4 numerics on TF32 tensor cores, in
 // README.md's "F16 MMA order" (CudaBackendOptions::f16_mma): matmul (router, compressor and indexer
 // projections, HC controls and head, every batch size) and matmul_many (a CSA layer's decode projections
-// in one launch). Every launch shape runs f16_mma.cuh's f16_mma_tile — 128-value segments, each an MMA
-// chain over its 16 k-steps from 0, added in segment order — so a token's bits depend on neither n nor
-// the shape: a batched step equals the solo run bit for bit.
+// in one launch). Every launch shape runs f16_mma.cuh's f16_mma_tile — 512-value segments of four
+// 128-value MMA chains from 0, ((q0 + q1) + q2) + q3, added in segment order — or the same operations in
+// matmul_f16_mma_tiles.cu, so a token's bits depend on neither n nor the shape: a batched step equals the
+// solo run bit for bit.
 // Launch shapes (by job; none changes the order):
-//  * prefill, ≥ 512 rows (K a multiple of 128, aligned): matmul_f16_mma_tiles.cu's shared-memory tiles;
-//  * prefill, other jobs (256-row router and indexer compressor, 64-row head weights, 24-row HC
-//    controls): 32 rows × 32 vectors per block, 8 warps splitting the segments;
-//  * decode and decode batches (< 64 vectors): 16 rows (8 where rows are few) × 8 … 32 vectors per block,
-//    up to 16 warps × 2 segments each in flight, loads straight from global memory into the fragments.
+//  * prefill, ≥ 256 rows (K a multiple of 512, aligned): matmul_f16_mma_tiles.cu's shared-memory tiles;
+//  * prefill, other jobs (64-row indexer weights, 24-row HC controls): 32 rows × 16 vectors per block,
+//    8 warps × 2 quarters per round (4 segments);
+//  * decode and decode batches (< 64 vectors): 16 rows (8 or 4 where rows are few) × 8 … 32 vectors per block,
+//    up to 16 warps × 2 quarters each in flight, loads straight from global memory into the fragments.
 // Deliberately not here: the scalar segment order (matmul_f16.cu, matmul_f16_many.cu — the default until
 // the H200 run), other weight types, `exact` numerics.
 #include <algorithm>
@@ -27,11 +28,12 @@ namespace {
 constexpr int64_t kMmaPrefillVecs = 64;  // from here the prefill shapes
 constexpr int kManyMaxJobs = 8;
 constexpr int kManyMaxVec = 32;
+constexpr int kManyRows = 8;  // rows per block: 8-row MMA tiles (decode is bandwidth-bound: more blocks in flight)
 
 struct F16MmaParams {
   GemvJob j;              // the job (device pointers); with ids one vector per block
   int32_t rows_per_block, vecs_per_block;
-  bool half, wide;
+  bool wide;
 };
 
 // Grid (row blocks, vector blocks); blockDim = warps × 32 (template bound kThreads).
@@ -52,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) f16_mma_kernel(F16MmaParams p) {
   T.rows = j.w.rows;
   T.cols = j.w.cols;
   T.o0 = static_cast<int64_t>(blockIdx.x) * p.rows_per_block;
-  T.half = p.half;
+  T.rpt = p.rows_per_block;
   T.x = j.x;
   T.x_stride = j.x_stride;
   T.x_div = j.x_div;
@@ -71,7 +73,7 @@ struct F16MmaManyJob {
   int64_t x_stride;
   float* y;
   int64_t y_stride;
-  int32_t block0;  // first block of this job (one block per 16 rows)
+  int32_t block0;  // first block of this job (one block per kManyRows rows)
 };
 
 struct F16MmaManyParams {
@@ -80,7 +82,7 @@ struct F16MmaManyParams {
   int32_t n_vec;
 };
 
-// Block b of job J: rows 16·(b − J.block0) …, every vector, 8 warps × 2 segments per round.
+// Block b of job J: rows 8·(b − J.block0) …, every vector, 8 warps × 2 quarters per round (4 segments).
 template <int TN>
 __global__ void __launch_bounds__(256) f16_mma_many_kernel(F16MmaManyParams p) {
   extern __shared__ float sh[];
@@ -93,8 +95,8 @@ __global__ void __launch_bounds__(256) f16_mma_many_kernel(F16MmaManyParams p) {
   T.row_bytes = J.row_bytes;
   T.rows = J.rows;
   T.cols = J.cols;
-  T.o0 = (static_cast<int64_t>(blockIdx.x) - J.block0) * 16;
-  T.half = false;
+  T.o0 = (static_cast<int64_t>(blockIdx.x) - J.block0) * kManyRows;
+  T.rpt = kManyRows;
   T.x = J.x;
   T.x_stride = J.x_stride;
   T.x_div = 1;
@@ -123,7 +125,7 @@ void CudaBackend::gemv_f16_mma(const GemvJob& j) {
   p.j = j;
   p.wide = j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) &&
            j.x_stride % 4 == 0 && (!j.ids || j.expert_bytes % 16 == 0);
-  const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg;
+  const int64_t nq = 4 * ((j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg);  // quarters, whole segments
   cudaStream_t s = stream();
   auto grid = [&](int64_t rpb, int64_t vpb) {
     p.rows_per_block = static_cast<int32_t>(rpb);
@@ -134,16 +136,17 @@ void CudaBackend::gemv_f16_mma(const GemvJob& j) {
     fail(invalid_argument("cuda matmul f16: " + std::to_string(j.n_vec) + " vectors exceed one launch"));
     return;
   }
+  // Every shape below runs rounds of warps × 2 quarters, a multiple of 4 (whole segments).
   cudaError_t e;
-  if (f16_mma_tiles_support(j)) {  // prefill, ≥ 512 rows: shared-memory tiles (matmul_f16_mma_tiles.cu)
+  if (f16_mma_tiles_support(j)) {  // prefill, ≥ 256 rows: shared-memory tiles (matmul_f16_mma_tiles.cu)
     e = f16_mma_tiles_launch(j, s);
-  } else if (!j.ids && j.n_vec >= kMmaPrefillVecs) {
-    e = launch_mma<1, 2, 4, false, 256>(p, grid(32, 32), static_cast<int>(std::clamp<int64_t>(nseg, 1, 8)), s);
+  } else if (!j.ids && j.n_vec >= kMmaPrefillVecs) {  // prefill, few rows (HC controls): 32 × 16 per block
+    e = launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
   } else {
-    // Decode: 8-row tiles where 16-row ones would leave the device mostly idle (the router's 256 rows).
-    p.half = j.w.rows < 2048;
-    const int64_t rpb = p.half ? 8 : 16;
-    const int warps = static_cast<int>(std::clamp<int64_t>((nseg + 1) / 2, 1, 16));
+    // Decode: 8- or 4-row tiles where 16-row ones would leave the device mostly idle (the router's 256 rows
+    // in 64 blocks): bandwidth-bound, the idle MMA rows cost nothing.
+    const int64_t rpb = j.w.rows >= 2048 ? 16 : j.w.rows >= 512 ? 8 : 4;
+    const int warps = static_cast<int>(std::clamp<int64_t>(nq / 2, 2, 16));  // even: rounds of whole segments
     if (j.ids || j.n_vec == 1) {
       e = launch_mma<2, 1, 1, true, 512>(p, grid(rpb, 1), warps, s);
     } else if (j.n_vec <= 8) {
@@ -181,7 +184,7 @@ bool CudaBackend::matmul_many_f16_mma(std::span<const MatmulArgs> jobs) {
     J.y = a.y;
     J.y_stride = a.y_stride;
     J.block0 = static_cast<int32_t>(blocks);
-    blocks += (a.w.rows + 15) / 16;
+    blocks += (a.w.rows + kManyRows - 1) / kManyRows;
   }
   if (blocks > (int64_t{1} << 30)) {
     fail(invalid_argument("cuda matmul_many: " + std::to_string(blocks) + " blocks exceed one launch"));

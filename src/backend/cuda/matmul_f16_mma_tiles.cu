@@ -1,11 +1,12 @@
-// matmul_f16_mma_tiles.cu — prefill F16 matmuls (≥ 64 vectors, ≥ 512 rows) in README.md's F16 MMA order
-// with the operands staged through shared memory: a block of WM × WN warps owns (64·WM rows) × (32·WN
+// matmul_f16_mma_tiles.cu — prefill F16 matmuls (≥ 64 vectors, ≥ 256 rows) in README.md's F16 MMA order
+// with the operands staged through shared memory: a block of WM × WN warps owns (32·WM rows) × (32·WN
 // vectors); each 32-value block of K (weights BM × 64 bytes, activations BN × 128 bytes) is copied once by
 // cp.async into a 4-stage ring and every warp reads its fragments from there, so a weight value is read
-// from L2 once per block instead of once per warp and an activation once per WM warps (the direct kernel of
-// matmul_f16_mma.cu reads both once per warp). Each warp computes its 64 × 32 tile exactly as
-// f16_mma_tile's one-warp path does — f16_mma_block per 32-value block in order, the segment's chain from 0,
-// y += segment sum every 4 blocks — so the bits are the same as every other launch shape.
+// from L2 once per block instead of once per warp and an activation once per WM warps (the direct kernels
+// of matmul_f16_mma.cu read both once per warp). Each warp computes its 32 × 32 tile exactly as
+// f16_mma_tile's one-warp path does — f16_mma_block per 32-value block in order, each quarter's chain from
+// 0, the segment sum ((q0 + q1) + q2) + q3, y += segment sum every 16 blocks — so the bits are the same as
+// every other launch shape.
 // Rows and vectors past the ends are read from the last valid row / vector (never stored: MMA rows and
 // columns do not interact), so no zero-filling copies are needed.
 // Deliberately not here: K not a multiple of 128 or unaligned operands (the direct kernel), decode shapes.
@@ -24,14 +25,16 @@ constexpr int kStages = 4;
 constexpr int kWPitch = 64;   // bytes per weight row per stage: 32 F16 values; 2 rows = one 128-byte bank sweep
 constexpr int kXPitch = 144;  // bytes per vector per stage: 32 floats + 16 (conflict-free LDS.128 of 8 lanes)
 
+constexpr int TM = 2, TN = 4;  // warp tile 32 rows × 32 vectors: chain, segment sum and y in registers (3 × 32)
+
 template <int WM, int WN>
 constexpr int stage_bytes() {
-  return 64 * WM * kWPitch + 32 * WN * kXPitch;
+  return 16 * TM * WM * kWPitch + 8 * TN * WN * kXPitch;
 }
 
 template <int WM, int WN>
 __global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(GemvJob p) {
-  constexpr int BM = 64 * WM, BN = 32 * WN, kThreads = WM * WN * kWarp, kStage = stage_bytes<WM, WN>();
+  constexpr int BM = 16 * TM * WM, BN = 8 * TN * WN, kThreads = WM * WN * kWarp, kStage = stage_bytes<WM, WN>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
   const int wm = warp / WN, wn = warp % WN;
@@ -58,13 +61,13 @@ __global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(GemvJo
     if (st < nblk) copy_stage(st, st);
     cp_async_commit();
   }
-  float c[4][4][4], y[4][4][4];
+  float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < TN; ++j)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) c[i][j][r] = y[i][j][r] = 0.0f;
+      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
   for (int64_t b = 0; b < nblk; ++b) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // stage b visible to all; every warp done with the slot the next copy overwrites
@@ -72,40 +75,42 @@ __global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(GemvJo
     cp_async_commit();
     const uint8_t* sw = smem + (b % kStages) * kStage;
     const uint8_t* sx = sw + BM * kWPitch;
-    uint4 w[4][2];
-    float x[4][8];
+    uint4 w[TM][2];
+    float x[TN][8];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 64 + 16 * i + g + 8 * h) * kWPitch + 16 * t);
+        w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float* xv = reinterpret_cast<const float*>(sx + (wn * 32 + 8 * j + g) * kXPitch + 32 * t);
+    for (int j = 0; j < TN; ++j) {
+      const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
       const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
       x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
       x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
     }
-    f16_mma_block<4, 4>(c, w, x);
-    if (b % 4 == 3) {  // the end of a 128-value segment: y += its sum (segment order), the chain restarts at 0
+    f16_mma_block<TM, TN>(c, w, x);
+    if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
+      const bool first = b % 16 == 3, last = b % 16 == 15;
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < TN; ++j)
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            y[i][j][r] += c[i][j][r];
+            sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
             c[i][j][r] = 0.0f;
+            if (last) y[i][j][r] += sg[i][j][r];  // segment order
           }
     }
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < TN; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int64_t o = m0 + wm * 64 + f16_mma_row(i, g, r), v = n0 + wn * 32 + f16_mma_vec(j, t, r);
+        const int64_t o = m0 + wm * 16 * TM + f16_mma_row(i, g, r), v = n0 + wn * 8 * TN + f16_mma_vec(j, t, r);
         if (o < p.w.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
       }
 }
@@ -116,8 +121,8 @@ cudaError_t launch_smem(const GemvJob& p, cudaStream_t s) {
   auto k = f16_mma_smem_kernel<WM, WN>;
   const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((p.w.rows + 64 * WM - 1) / (64 * WM)),
-                  static_cast<unsigned>((p.n_vec + 32 * WN - 1) / (32 * WN)));
+  const dim3 grid(static_cast<unsigned>((p.w.rows + 16 * TM * WM - 1) / (16 * TM * WM)),
+                  static_cast<unsigned>((p.n_vec + 8 * TN * WN - 1) / (8 * TN * WN)));
   k<<<grid, WM * WN * kWarp, smem, s>>>(p);
   return cudaGetLastError();
 }
@@ -126,13 +131,12 @@ cudaError_t launch_smem(const GemvJob& p, cudaStream_t s) {
 
 bool f16_mma_tiles_support(const GemvJob& j) {
   return !j.ids && j.x_div == 1 && j.w.cols % kF16MmaSeg == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) &&
-         aligned16(j.x) && j.x_stride % 4 == 0 && j.w.rows >= 512 && j.n_vec >= 64 && (j.n_vec + 127) / 128 <= 65535;
+         aligned16(j.x) && j.x_stride % 4 == 0 && j.w.rows >= 256 && j.n_vec >= 64 && (j.n_vec + 63) / 64 <= 65535;
 }
 
 cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) {
-  // 128 × 128 tiles where they make a wave of blocks, else 64 × 128 (the 512-row matrices).
-  const bool big = (j.w.rows + 127) / 128 * ((j.n_vec + 127) / 128) >= 128;
-  return big ? launch_smem<2, 4>(j, s) : launch_smem<1, 4>(j, s);
+  // 128 × 64 tiles (8 warps) from 1,024 rows, else 64 × 64 (4 warps: the 256- and 512-row matrices).
+  return j.w.rows >= 1024 ? launch_smem<4, 2>(j, s) : launch_smem<2, 2>(j, s);
 }
 
 }  // namespace ds4::backend::cuda

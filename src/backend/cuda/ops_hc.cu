@@ -386,39 +386,55 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
   if ((lane & 1) == 0 && ti < nt && o0 + r < p.rows) p.part[((t0 + ti) * p.rows + o0 + r) * p.nseg + s] = seg_sum;
 }
 
-// The same segment sums in README.md's F16 MMA order (CudaBackendOptions::f16_mma; nseg counts 128-value
-// segments): block (8 rows, 8 segments, 8 tokens), warp w one segment of 8 rows × 8 tokens (f16_mma.cuh's
-// k order and chain; the m-tile's rows g + 8 are zero rows), the normed row x·scale split as the matmul
-// splits rms_norm's output — so part holds the bits of rms_norm then the MMA matmul's segments.
-constexpr int kHcMmaRows = 8, kHcMmaTokens = 8;
+// The same segment sums in README.md's F16 MMA order (CudaBackendOptions::f16_mma): block (8 rows,
+// 2 segments, 8 tokens), warp w quarter w % 4 of segment w / 4 — f16_mma.cuh's k order and chain for 8
+// rows × 8 tokens (the m-tile's rows g + 8 are zero rows) — then ((q0 + q1) + q2) + q3 through shared
+// memory. The normed row x·scale is split as the matmul splits rms_norm's output, so part holds the bits
+// of rms_norm then the MMA matmul's segments. Weights and raw activations are loaded before the norm scale
+// (and, with hc_pdl, the weights before waiting for the kernel before this one).
+constexpr int kHcMmaRows = 8, kHcMmaTokens = 8, kHcMmaSegs = kHcSegWarps / 4;
 template <bool kSelfNorm>
 __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegParams p) {
+  __shared__ float qs[kHcSegWarps][kWarp][2];  // quarter sums: warp, lane (row g), tokens 2t, 2t + 1
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kHcMmaRows;
-  const int64_t s = static_cast<int64_t>(blockIdx.y) * kHcSegWarps + warp;
+  const int64_t s = static_cast<int64_t>(blockIdx.y) * kHcMmaSegs + warp / 4;
+  const int64_t u = 4 * s + warp % 4;  // the warp's quarter
   const int64_t t0 = static_cast<int64_t>(blockIdx.z) * kHcMmaTokens;
   const int64_t nt = kSelfNorm ? 1 : (p.n - t0 < kHcMmaTokens ? p.n - t0 : kHcMmaTokens);
+  const bool on = s < p.nseg;
   const uint8_t* wr[1][2] = {{o0 + g < p.rows ? p.w + static_cast<uint64_t>(o0 + g) * p.row_bytes : nullptr, nullptr}};
-  uint4 w[4][1][2];  // the segment's weights, loaded while the kernel before this one finishes (hc_pdl)
+  uint4 w[4][1][2];
 #pragma unroll
-  for (int b = 0; b < 4; ++b) f16_mma_load_w<1>(w[b], wr, s < p.nseg, s * kF16MmaSeg + b * kF16MmaBlk + 8 * t, p.cols, p.wide_loads);
+  for (int b = 0; b < 4; ++b) f16_mma_load_w<1>(w[b], wr, on, u * kF16MmaQ + b * kF16MmaBlk + 8 * t, p.cols, p.wide_loads);
   grid_dependency_wait();  // the state rows (and scales) are the output of the kernels before this one
   grid_launch_dependents();
-  float sc[1] = {0.0f};
-  if (!kSelfNorm) {
-    if (g < nt) sc[0] = p.sc[t0 + g];
-  } else {  // the block takes the scale itself, with the norm's bits (norm_v4 is uniform)
-    sc[0] = p.norm_v4 ? rms_scale_row_v4(p.x, p.cols, p.eps, p.norm_threads)
-                      : rms_scale_row_as<4>(p.x, p.cols, p.eps, p.norm_threads);
-  }
-  if (s >= p.nseg) return;  // whole warps; no barrier below
-  const float* xr[1] = {g < nt ? p.x + (t0 + g) * p.cols : nullptr};
-  float c[1][1][4];
-  f16_mma_segment_loaded<1, 1, true>(c, w, xr, sc, s, p.cols, p.wide_loads, t);
+  const float* xr = on && g < nt ? p.x + (t0 + g) * p.cols : nullptr;
+  float x[4][1][8];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {  // rows g (r = 0, 1; r = 2, 3 are the zero rows g + 8), tokens 2t + r
-    const int64_t o = o0 + g, ti = 2 * t + r;
-    if (o < p.rows && ti < nt) p.part[((t0 + ti) * p.rows + o) * p.nseg + s] = c[0][0][r];
+  for (int b = 0; b < 4; ++b) load_x8_mma<false>(xr, u * kF16MmaQ + b * kF16MmaBlk + 8 * t, p.cols, p.wide_loads, 1.0f, x[b][0]);
+  float sc = 0.0f;
+  if (!kSelfNorm) {
+    if (g < nt) sc = p.sc[t0 + g];
+  } else {  // the block takes the scale itself, with the norm's bits (norm_v4 is uniform)
+    sc = p.norm_v4 ? rms_scale_row_v4(p.x, p.cols, p.eps, p.norm_threads)
+                   : rms_scale_row_as<4>(p.x, p.cols, p.eps, p.norm_threads);
+  }
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) x[b][0][k] *= sc;  // flat = x · scale, as rms_norm writes it (padding stays 0)
+  float c[1][1][4];
+  f16_mma_quarter_loaded<1, 1>(c, w, x);
+  qs[warp][lane][0] = c[0][0][0];  // row g, tokens 2t and 2t + 1 (c[2], c[3]: the zero rows g + 8)
+  qs[warp][lane][1] = c[0][0][1];
+  __syncthreads();
+  if (threadIdx.x < kHcMmaSegs * kWarp * 2) {  // (segment k, lane, r): ((q0 + q1) + q2) + q3
+    const int k = threadIdx.x / (2 * kWarp), l = threadIdx.x / 2 % kWarp, r = threadIdx.x % 2;
+    const int64_t sk = static_cast<int64_t>(blockIdx.y) * kHcMmaSegs + k, o = o0 + (l >> 2), ti = 2 * (l & 3) + r;
+    if (sk < p.nseg && o < p.rows && ti < nt)
+      p.part[((t0 + ti) * p.rows + o) * p.nseg + sk] =
+          f16_mma_seg_sum(qs[4 * k][l][r], qs[4 * k + 1][l][r], qs[4 * k + 2][l][r], qs[4 * k + 3][l][r]);
   }
 }
 
@@ -663,7 +679,7 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
 // The spread HC pre above; false when the shape is not one it takes (nothing launched then).
 bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   const int64_t hcd = int64_t{a.nhc} * a.dim, rows = int64_t{2 + a.nhc} * a.nhc;
-  const int64_t nseg = (hcd + (f16_mma_ ? kF16MmaSeg : kF16Seg) - 1) / (f16_mma_ ? kF16MmaSeg : kF16Seg);
+  const int64_t nseg = (hcd + kF16Seg - 1) / kF16Seg;  // both orders' 512-value segments
   // part [n][rows][nseg] and the scales [n] live in the op's flat scratch ([n][hcd]); one token's part and
   // y in the finish kernel's shared memory (default 48 KiB limit).
   const uint64_t finish_smem = static_cast<uint64_t>((rows * nseg + 3) / 4 * 4 + a.dim) * 4;
@@ -682,7 +698,7 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   // inside (griddepcontrol) for the outputs of the kernel before them.
   if (cc_major() == 0) return true;  // error recorded
   const bool pdl = hc_pdl_ && cc_major() >= 9;
-  const dim3 grid = f16_mma_ ? dim3(grid_for(rows, kHcMmaRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcMmaTokens))
+  const dim3 grid = f16_mma_ ? dim3(grid_for(rows, kHcMmaRows), grid_for(nseg, kHcMmaSegs), grid_for(a.n, kHcMmaTokens))
                              : dim3(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
   if (a.n > 1) {
     hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, stream()>>>(

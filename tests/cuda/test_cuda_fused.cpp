@@ -6,7 +6,8 @@
 // scale —, 40 and 80 the norm + matmul path; each case also bit for bit against the previous kernels,
 // CudaBackendOptions::hc_router_v2 = false: one norm + controls kernel up to 8 tokens). The session-6
 // kernels (CudaBackendOptions::small_v3, default: the rank top-k, the register finish of HC pre, the
-// register/shared-memory norms) bit for bit against the kernels before them (small_v3 = false).
+// register/shared-memory norms) bit for bit against the kernels before them (small_v3 = false); HC pre in
+// the F16 MMA order (CudaBackendOptions::f16_mma: hc_seg_mma_kernel) ≡ its own pieces, mix within 2e-5 of the CPU.
 // Tolerances vs the CPU: the HC controls are an F16 matmul (2e-5·max|mix|, README.md's segment order vs
 // the CPU's sequential sum), and split/collapse/norm follow them (1e-3 of max|ref|: Sinkhorn's expf and
 // divisions on controls that differ in the last bits); norm + RoPE to 1e-6 as their single-op tests
@@ -67,6 +68,11 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
   auto made_v2 = cuda::make_cuda_backend(o2);
   ASSERT_TRUE(made_v2.ok());
   Backend& v2 = **made_v2;  // the finish kernel before small_v3
+  cuda::CudaBackendOptions om;
+  om.f16_mma = true;
+  auto made_mma = cuda::make_cuda_backend(om);
+  ASSERT_TRUE(made_mma.ok());
+  Backend& mma = **made_mma;  // the F16 MMA order (hc_seg_mma_kernel): ≡ its own pieces, close to the CPU
   for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}})
     for (int64_t n : {1, 2, 5, 8, 32, 40, 80}) {
       if ((n == 80 || n == 5) && s.dim != 4096) continue;
@@ -106,10 +112,11 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
       g.scale = dev(scale);
       g.base = dev(base);
       g.norm_w = dev(norm_w);
-      // the pieces, the previous kernels, no PDL, v2, split = false then hc_split: own outputs
-      HcPreArgs gp = g, gv = g, gn = g, g2 = g, gs = g;
+      // the pieces, the previous kernels, no PDL, v2, split = false then hc_split, the MMA order and its
+      // pieces: own outputs
+      HcPreArgs gp = g, gv = g, gn = g, g2 = g, gs = g, gm = g, gmp = g;
       gs.split = false;
-      for (HcPreArgs* o : {&g, &gp, &gv, &gn, &g2, &gs}) {
+      for (HcPreArgs* o : {&g, &gp, &gv, &gn, &g2, &gs, &gm, &gmp}) {
         o->flat = poisoned(flat.size());
         o->mix = poisoned(m.size());
         o->pre = poisoned(pre.size());
@@ -137,6 +144,15 @@ TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
             std::tuple{gs.post, g.post, post.size(), "post"}, std::tuple{gs.comb, g.comb, comb.size(), "comb"},
             std::tuple{gs.y, g.y, y.size(), "y"}, std::tuple{gs.xn, g.xn, xn.size(), "xn"}})
         expect_same_bits(host(got, len), host(want, len), tag + " " + what + " split off + hc_split");
+      mma.hc_pre(gm);
+      hc_pre_by_pieces(mma, gmp);
+      ASSERT_TRUE(mma.sync().ok()) << tag;
+      for (auto [got, want, len, what] :
+           {std::tuple{gm.mix, gmp.mix, m.size(), "mix"}, std::tuple{gm.pre, gmp.pre, pre.size(), "pre"},
+            std::tuple{gm.post, gmp.post, post.size(), "post"}, std::tuple{gm.comb, gmp.comb, comb.size(), "comb"},
+            std::tuple{gm.y, gmp.y, y.size(), "y"}, std::tuple{gm.xn, gmp.xn, xn.size(), "xn"}})
+        expect_same_bits(host(got, len), host(want, len), tag + " " + what + " f16_mma vs its pieces");
+      expect_close(host(gm.mix, m.size()), m, 2e-5, 0, tag + " mix f16_mma vs cpu");
       for (auto [got, want, len, what] :
            {std::tuple{g.mix, g2.mix, m.size(), "mix"}, std::tuple{g.pre, g2.pre, pre.size(), "pre"},
             std::tuple{g.post, g2.post, post.size(), "post"}, std::tuple{g.comb, g2.comb, comb.size(), "comb"},

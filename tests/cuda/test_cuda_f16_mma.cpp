@@ -6,10 +6,10 @@
 // few-row split shape); a token's bits the same at n = 1, 2, 5, 8, 40
 // and 2,048 and with element instead of 16-byte loads; poisoned outputs (every written value checked);
 // matmul_many ≡ one matmul per job. The HC controls' segment sums (ops_hc.cu hc_seg_mma_kernel) are
-// test_cuda_fused.cpp's HcPreEqualsPiecesAndCpu on the default backend (f16_mma on): the fused HC pre ≡
-// rms_norm then matmul bit for bit, and within 2e-5 of the CPU.
-// Model level: test_cuda_model runs the default backend (f16_mma on): CUDA ≡ CPU within its tolerances in
-// prefill, chunked and decode, golden logits, batched ≡ solo, graphs on ≡ off.
+// test_cuda_fused.cpp's HcPreEqualsPiecesAndCpu (its f16_mma backend): the fused HC pre ≡ rms_norm then
+// matmul bit for bit, and within 2e-5 of the CPU.
+// Model level (W2 on the H200, binaries with f16_mma on by default): test_cuda_model's CUDA ≡ CPU in prefill,
+// chunked and decode, golden logits, batched ≡ solo, graphs on ≡ off.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

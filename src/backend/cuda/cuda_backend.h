@@ -160,11 +160,14 @@ struct CudaBackendOptions {
   // (matmul_f16.cu f16_tile_kernel). false: f16_segment_kernel for every batch size. Same bits.
   bool f16_tiles = true;
   // Every F16 matmul under ds4 numerics (matmul, matmul_many, the HC controls of hc_pre) on TF32 tensor
-  // cores in README.md's F16 MMA order (matmul_f16_mma.cu, f16_mma.cuh): 128-value segments, each an MMA
-  // chain (F16 weights exact in TF32, activations split hi + lo) from 0, added in segment order; every
-  // kernel and batch size gives a token the same bits. Another order than the segment order above (the
-  // CPU within 2e-5·max|y| either way). Requires f16_segments.
-  bool f16_mma = true;
+  // cores in README.md's F16 MMA order (matmul_f16_mma.cu, matmul_f16_mma_tiles.cu, f16_mma.cuh): 512-value
+  // segments of four 128-value MMA chains (F16 weights exact in TF32, activations split hi + lo), added in
+  // segment order; every kernel and batch size gives a token the same bits. Another order than the segment
+  // order above (the CPU within 2e-5·max|y| either way). Requires f16_segments. Off by default: on the
+  // H200 (docs/PERF.md) a 2,048-token chunk's F16 matmuls take 53 instead of 204 ms, but the decode kernels
+  // are slower (router 7.8 against 4.0 µs, matmul_many 31 against 18, HC segments 6.3 against 5.3, the
+  // head's HC 22 against 4).
+  bool f16_mma = false;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.

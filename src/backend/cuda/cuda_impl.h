@@ -408,7 +408,7 @@ class CudaBackend final : public Backend {
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
-  bool f16_mma_ = true;                   // CudaBackendOptions::f16_mma
+  bool f16_mma_ = false;                  // CudaBackendOptions::f16_mma
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

@@ -11,8 +11,8 @@
 //    8 warps × 2 quarters per round (4 segments);
 //  * decode and decode batches (< 64 vectors): 16 rows (8 or 4 where rows are few) × 8 … 32 vectors per block,
 //    up to 16 warps × 2 quarters each in flight, loads straight from global memory into the fragments.
-// Deliberately not here: the scalar segment order (matmul_f16.cu, matmul_f16_many.cu — the default until
-// the H200 run), other weight types, `exact` numerics.
+// Deliberately not here: the scalar segment order (matmul_f16.cu, matmul_f16_many.cu — the default: these
+// decode shapes are slower, docs/PERF.md), other weight types, `exact` numerics.
 #include <algorithm>
 #include <string>
 

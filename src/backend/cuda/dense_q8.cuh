@@ -50,11 +50,11 @@ __device__ inline void dense_block_terms(const uint8_t* row, int b, const uint8_
   }
 }
 
-// A row's nb terms (16-byte aligned, nb a multiple of 4) added from 0.0f in block order: the CPU's
-// sequential sum. The float4 loads run ahead of the FADD chain.
-__device__ inline float dense_row_sum(const float* terms, int nb) {
+// A row's nb terms (16-byte aligned, nb a multiple of 4) added to acc in block order: from 0.0f, the
+// CPU's sequential sum; from the sum of the row's earlier blocks, its continuation (the same additions in
+// the same order). The float4 loads run ahead of the FADD chain.
+__device__ inline float dense_row_sum(const float* terms, int nb, float acc = 0.0f) {
   const float4* t = reinterpret_cast<const float4*>(terms);
-  float acc = 0.0f;
 #pragma unroll 8
   for (int q = 0; q < nb / 4; ++q) {
     const float4 u = t[q];
@@ -66,21 +66,30 @@ __device__ inline float dense_row_sum(const float* terms, int nb) {
   return acc;
 }
 
-// One staged tile of rows_here (≤ R) rows, every thread of the block (THREADS) calling: phase 1, thread
-// per (row, block) writes the block terms of every vector to terms [n_vec][R][term_pitch]; a barrier;
-// phase 2, thread per (row, vector) adds its row's terms in block order into y[v·y_stride + r] (y: the
-// tile's first row of vector 0). The caller's barrier before the next tile keeps `terms` from being
-// overwritten while the chains read it. nb_magic = dense_div_magic(nb).
+// Phase 1 of a staged tile, every thread of the block (THREADS) calling: thread per (row, block) writes
+// the terms of blocks 0 … nb − 1 of rows_here (≤ R) staged rows (pitch bytes apart, each from its first
+// block; act at the activation block of block 0) to terms [n_vec][R][term_pitch]. nb_magic =
+// dense_div_magic(nb).
 template <int NV, int THREADS>
-__device__ inline void dense_tile(const uint8_t* stage, uint32_t pitch, int rows_here, int R, int nb, uint32_t nb_magic,
-                                  const uint8_t* act, uint32_t act_row, int n_vec, float* terms, uint32_t term_pitch,
-                                  float* y, int64_t y_stride) {
+__device__ inline void dense_tile_terms(const uint8_t* stage, uint32_t pitch, int rows_here, int R, int nb,
+                                        uint32_t nb_magic, const uint8_t* act, uint32_t act_row, int n_vec, float* terms,
+                                        uint32_t term_pitch) {
   const uint32_t vstride = static_cast<uint32_t>(R) * term_pitch;
   const uint32_t items = static_cast<uint32_t>(rows_here) * static_cast<uint32_t>(nb);
   for (uint32_t i = threadIdx.x; i < items; i += THREADS) {
     const int r = static_cast<int>(__umulhi(i, nb_magic)), b = static_cast<int>(i) - r * nb;  // i / nb, i % nb
     dense_block_terms<NV>(stage + r * pitch, b, act, act_row, n_vec, terms + r * term_pitch + b, vstride);
   }
+}
+
+// A whole tile: phase 1; a barrier; phase 2, thread per (row, vector) adds its row's terms in block order
+// into y[v·y_stride + r] (y: the tile's first row of vector 0). The caller's barrier before the next tile
+// keeps `terms` from being overwritten while the chains read it.
+template <int NV, int THREADS>
+__device__ inline void dense_tile(const uint8_t* stage, uint32_t pitch, int rows_here, int R, int nb, uint32_t nb_magic,
+                                  const uint8_t* act, uint32_t act_row, int n_vec, float* terms, uint32_t term_pitch,
+                                  float* y, int64_t y_stride) {
+  dense_tile_terms<NV, THREADS>(stage, pitch, rows_here, R, nb, nb_magic, act, act_row, n_vec, terms, term_pitch);
   __syncthreads();
   for (int c = threadIdx.x; c < n_vec * R; c += THREADS) {
     const int v = c / R, r = c - v * R;

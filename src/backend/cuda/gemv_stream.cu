@@ -15,8 +15,12 @@
 //     CudaBackendOptions::gemv_stream_pdl) before griddepcontrol.wait: the weights do not depend on the
 //     kernel before, so their copies overlap its tail and the launch gap; only the activations wait;
 //   - several matrices in one launch: one ramp and one tail instead of two.
-// Per tile of R rows: terms phase (thread per (row, block): dense_block_terms into shared memory), then
-// chains (thread per (row, vector): dense_row_sum, the CPU's sequential sum) — as gemv_dense.cu.
+// Per tile: terms phase (thread per (row, block): dense_block_terms into shared memory), then chains
+// (thread per (row, vector): dense_row_sum, the CPU's sequential sum) — as gemv_dense.cu. Wide rows
+// (fewer than 8 whole ones per 18 KB stage: 4096 and 8192 columns) are staged as tiles of R rows × 32
+// blocks, and each chain thread carries its row's sum across the row group's chunks in a register: the
+// same additions in the same order, but a tile's chains are 32 adds long instead of 128 or 256 (out_b's
+// 2-row tiles of whole rows spent ~1,100 cycles per tile in one 256-long FADD chain).
 // Deliberately not here: other weight types, expert-indexed rows (moe_tiles.cu, gemv_decode.cu), ≥ 17
 // vectors (gemv_mma.cu, gemv_skinny.cu, ops_gemm.cu); which jobs come here (CudaBackend::gemv and
 // matmul_many; gemv_stream_wins).
@@ -37,6 +41,10 @@ constexpr int kStages = 4;                  // ring slots: three stages in fligh
 constexpr int64_t kStageTarget = 18 * 1024; // weight bytes a stage holds (at least one row)
 constexpr int64_t kOneStageMax = 40 * 1024; // a block's rows up to this many bytes: one stage, one copy round
 constexpr int kMaxTileRows = 64;
+// Ring tiles of wide rows: column chunks of this many blocks (1,088 bytes of a row) when fewer than
+// kMinChainRows whole rows fit a stage (a tile's chains are then C adds long instead of nb).
+constexpr int64_t kChunkBlocks = 32;
+constexpr int64_t kMinChainRows = 8;
 constexpr uint64_t kRowPad = 16;            // smem row pitch = row_bytes + 16: 4 banks between rows
 constexpr uint64_t kMaxSmem = 160 * 1024;   // under sm_80's 163 KB opt-in (CI builds compute_80 too)
 // n·cols above this: one quantize_act launch, then each block copies the quantized rows (1.125 B a
@@ -57,31 +65,34 @@ struct StreamParams {
   StreamPart part[kStreamMaxParts];
   int32_t n_parts, n_vec;
   int32_t nb;            // blocks per row (a multiple of 8: 272-byte, 16-byte aligned chunks)
+  int32_t chunk_nb;      // C: blocks of a row a tile holds (nb, or a multiple of 8 dividing it)
   int32_t tile_rows;     // R
   uint64_t row_bytes;
-  uint32_t pitch;        // smem bytes per staged row
+  uint32_t pitch;        // smem bytes per staged row piece: 34·C + 16
   uint32_t stage_bytes;  // R · pitch
   uint32_t act_off;      // smem: quantized activations [n_vec][nb · 36]
   uint32_t terms_off;    // smem: block terms [n_vec][R][term_pitch] floats
-  uint32_t term_pitch;   // nb + 4: 16-byte aligned rows, 4 banks apart
-  uint32_t cpr_magic, nb_magic;  // dense_div_magic(row_bytes / 16), dense_div_magic(nb)
+  uint32_t term_pitch;   // C + 4: 16-byte aligned rows, 4 banks apart
+  uint32_t cpr_magic, chunk_magic;  // dense_div_magic(34·C / 16), dense_div_magic(C)
   int64_t x_stride;
   uint64_t act_vec;
 };
 
 // Issues the 16-byte copies of tile k of the block's rows (if k < n_tiles) into `dst` and closes the
-// group: an empty group past the range keeps wait_group's count uniform. The block's rows are
-// contiguous from `w`; chunk i of the tile lands at smem byte 16·(i + r), r = its row (the row pad).
+// group: an empty group past the range keeps wait_group's count uniform. Tile k = row group k / chunks
+// (R rows) × column chunk k % chunks (C blocks, 34·C bytes of each row); piece r lands at r·pitch.
 __device__ inline void stream_tile(const StreamParams& p, const uint8_t* w, int64_t rows, int k, int n_tiles,
                                    uint8_t* dst) {
   if (k < n_tiles) {
-    const int64_t r0 = int64_t{k} * p.tile_rows;
+    const int chunks = p.nb / p.chunk_nb, g = k / chunks, c = k - g * chunks;
+    const int64_t r0 = int64_t{g} * p.tile_rows;
     const int rows_here = static_cast<int>(rows - r0 < p.tile_rows ? rows - r0 : p.tile_rows);
-    const uint32_t chunks = static_cast<uint32_t>(rows_here) * static_cast<uint32_t>(p.row_bytes / 16);
-    const uint8_t* src = w + static_cast<uint64_t>(r0) * p.row_bytes;
-    for (uint32_t i = threadIdx.x; i < chunks; i += kThreads) {
-      const uint32_t r = __umulhi(i, p.cpr_magic);  // i / (row_bytes / 16)
-      cp_async16(dst + 16 * (i + r), src + 16 * static_cast<uint64_t>(i));
+    const uint32_t cpr = static_cast<uint32_t>(p.chunk_nb) * 34u / 16u;  // 16-byte copies per row piece
+    const uint32_t n = static_cast<uint32_t>(rows_here) * cpr;
+    const uint8_t* src = w + static_cast<uint64_t>(r0) * p.row_bytes + static_cast<uint64_t>(c) * p.chunk_nb * 34u;
+    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+      const uint32_t r = __umulhi(i, p.cpr_magic), q = i - r * cpr;  // i / cpr, i % cpr
+      cp_async16(dst + r * p.pitch + 16 * q, src + r * p.row_bytes + 16 * q);
     }
   }
   cp_async_commit();
@@ -99,8 +110,8 @@ __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_cons
   // Rows [rb, re): the host gives a part at most one block per row, so every range has a row.
   const int64_t rb = int64_t{P.rows} * lb / blocks, re = int64_t{P.rows} * (lb + 1) / blocks;
   const int64_t rows = re - rb;
-  const int R = p.tile_rows;
-  const int n_tiles = static_cast<int>((rows + R - 1) / R);
+  const int R = p.tile_rows, C = p.chunk_nb, chunks = p.nb / C;
+  const int n_tiles = static_cast<int>((rows + R - 1) / R) * chunks;
   const uint8_t* w = P.w + static_cast<uint64_t>(rb) * p.row_bytes;
 
   // The weights first: they do not depend on the kernel before this one (PDL: it may still run).
@@ -123,47 +134,70 @@ __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_cons
   }
 
   float* terms = reinterpret_cast<float*>(sm + p.terms_off);
+  // Chains: thread t < n_vec·R owns (vector t / R, row t % R) of the current row group and carries its
+  // sum across the group's column chunks in `acc` (the host keeps n_vec·R ≤ kThreads).
+  const int cv = threadIdx.x / R, cr = threadIdx.x - cv * R;
+  float acc = 0.0f;
   for (int k = 0; k < n_tiles; ++k) {
     // Groups committed so far: kStages − 1 + k; at most kStages − 2 pending → tile k's has landed.
     cp_async_wait<kStages - 2>();
     __syncthreads();  // tile k visible to all; tile k − 1's terms and chains are done (its slot and `terms` free)
     stream_tile(p, w, rows, k + kStages - 1, n_tiles, sm + ((k + kStages - 1) % kStages) * p.stage_bytes);
-    const int64_t r0 = int64_t{k} * R;
+    const int g = k / chunks, c = k - g * chunks;
+    const int64_t r0 = int64_t{g} * R;
     const int rows_here = static_cast<int>(rows - r0 < R ? rows - r0 : R);
-    dense_tile<NV, kThreads>(sm + (k % kStages) * p.stage_bytes, p.pitch, rows_here, R, p.nb, p.nb_magic, act, act_row,
-                             p.n_vec, terms, p.term_pitch, P.y + rb + r0, P.y_stride);
+    dense_tile_terms<NV, kThreads>(sm + (k % kStages) * p.stage_bytes, p.pitch, rows_here, R, C, p.chunk_magic,
+                                   act + static_cast<uint32_t>(c * C) * sizeof(BlockQ8_0Act), act_row, p.n_vec, terms,
+                                   p.term_pitch);
+    __syncthreads();
+    if (cv < p.n_vec && cr < rows_here) {
+      acc = dense_row_sum(terms + (cv * R + cr) * p.term_pitch, C, c == 0 ? 0.0f : acc);
+      if (c == chunks - 1) P.y[cv * P.y_stride + rb + r0 + cr] = acc;
+    }
   }
   cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
 }
 
-// Tile rows and shared-memory layout for blocks of at most `block_rows` rows; smem = 0 when it does not fit.
+// Tile shape and shared-memory layout for blocks of at most `block_rows` rows; smem = 0 when it does not fit.
 struct StreamPlan {
-  int tile_rows = 0, slots = 0;
+  int tile_rows = 0, chunk_nb = 0, slots = 0;
   uint32_t pitch = 0, stage_bytes = 0, act_off = 0, terms_off = 0, term_pitch = 0;
   uint64_t smem = 0;
 };
 
-StreamPlan plan_stream(int64_t cols, uint64_t row_bytes, int64_t n_vec, int64_t block_rows) {
+StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows) {
   StreamPlan d;
   const int64_t nb = cols / kQK8_0;
-  d.pitch = static_cast<uint32_t>(row_bytes + kRowPad);
   const int64_t act_bytes = n_vec * nb * static_cast<int64_t>(sizeof(BlockQ8_0Act));
-  d.term_pitch = static_cast<uint32_t>(nb + 4);
-  auto layout = [&](int64_t r, int64_t slots) {
+  const int64_t max_rows = std::min<int64_t>(kMaxTileRows, kThreads / n_vec);  // a chain thread per (vector, row)
+  auto layout = [&](int64_t r, int64_t c, int64_t slots) {
     d.tile_rows = static_cast<int>(r);
+    d.chunk_nb = static_cast<int>(c);
     d.slots = static_cast<int>(slots);
+    d.pitch = static_cast<uint32_t>(34 * c + kRowPad);
+    d.term_pitch = static_cast<uint32_t>(c + 4);
     d.stage_bytes = static_cast<uint32_t>(r * d.pitch);
     d.act_off = static_cast<uint32_t>(slots * d.stage_bytes);
     d.terms_off = d.act_off + static_cast<uint32_t>(act_bytes);
     return d.terms_off + static_cast<uint64_t>(n_vec) * r * d.term_pitch * sizeof(float);
   };
   uint64_t smem = 0;
-  if (block_rows * d.pitch <= kOneStageMax && block_rows <= kMaxTileRows) {
-    smem = layout(block_rows, 1);  // every row of the block in one stage: one copy round, one tile
+  if (block_rows * (34 * nb + kRowPad) <= kOneStageMax && block_rows <= max_rows) {
+    smem = layout(block_rows, nb, 1);  // every row of the block in one stage: one copy round, one tile
   } else {
-    int64_t r = std::clamp<int64_t>(kStageTarget / d.pitch, 1, kMaxTileRows);
-    smem = layout(r, std::min<int64_t>(kStages, (block_rows + r - 1) / r));
-    while (smem > kMaxSmem && r > 1) smem = layout(--r, std::min<int64_t>(kStages, (block_rows + r - 1) / r));
+    // Ring: whole rows when kMinChainRows of them fit a stage, else column chunks of kChunkBlocks (the
+    // row sums carried across a row group's chunks), so that many short chains run per tile instead of
+    // a few nb-long ones.
+    const bool whole = (34 * nb + kRowPad) * kMinChainRows <= kStageTarget || nb % kChunkBlocks != 0;
+    const int64_t c = whole ? nb : kChunkBlocks;
+    int64_t r = std::clamp<int64_t>(kStageTarget / (34 * c + kRowPad), 1, std::min(max_rows, block_rows));
+    const int64_t chunks = nb / c;
+    auto slots = [&](int64_t rr) { return std::min<int64_t>(kStages, (block_rows + rr - 1) / rr * chunks); };
+    smem = layout(r, c, slots(r));
+    while (smem > kMaxSmem && r > 1) {
+      --r;
+      smem = layout(r, c, slots(r));
+    }
   }
   d.smem = smem <= kMaxSmem ? smem : 0;
   return d;
@@ -189,7 +223,7 @@ bool stream_shape_ok(const Weight& w, int64_t n_vec) {
       w.rows > (int64_t{1} << 30))
     return false;
   const int64_t nb = w.cols / kQK8_0;
-  return nb % 8 == 0 && nb <= (1 << 14) && w.row_bytes % 16 == 0 && aligned16(w.data);
+  return nb % 8 == 0 && nb <= (1 << 14) && w.row_bytes == 34 * static_cast<uint64_t>(nb) && aligned16(w.data);
 }
 
 }  // namespace
@@ -200,7 +234,7 @@ bool gemv_stream_supports(const GemvJob& j) {
                            j.w.rows / j.group_rows > kStreamMaxParts))
     return false;
   // The largest one-block plan the launch could need (one row per block: one stage of one row).
-  return plan_stream(j.w.cols, j.w.row_bytes, j.n_vec, 1).smem > 0;
+  return plan_stream(j.w.cols, j.n_vec, 1).smem > 0;
 }
 
 // H200 run of 2026-11-30 06:16 (docs/PERF.md, "Dense Q8_0 matmuls as one streaming launch"): cold
@@ -305,7 +339,7 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   }
   // The grid: what is resident at once with many-row blocks (the ring plan), dealt to the parts in
   // proportion to their rows (at least one block, at most one per row).
-  const StreamPlan ring = plan_stream(s.cols, s.row_bytes, s.n_vec, max_rows);
+  const StreamPlan ring = plan_stream(s.cols, s.n_vec, max_rows);
   if (ring.smem == 0 || ring.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
   int per_sm = 0;
   if (!resident(ring.smem, &per_sm)) return true;
@@ -319,7 +353,7 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
     total_blocks += blocks[i];
     block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
   }
-  const StreamPlan d = plan_stream(s.cols, s.row_bytes, s.n_vec, block_rows);
+  const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows);
   if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
 
   const int64_t nb = s.cols / kQK8_0;
@@ -334,8 +368,9 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   p.act_off = d.act_off;
   p.terms_off = d.terms_off;
   p.term_pitch = d.term_pitch;
-  p.cpr_magic = dense_div_magic(s.row_bytes / 16);
-  p.nb_magic = dense_div_magic(static_cast<uint64_t>(nb));
+  p.chunk_nb = d.chunk_nb;
+  p.cpr_magic = dense_div_magic(static_cast<uint64_t>(d.chunk_nb) * 34 / 16);
+  p.chunk_magic = dense_div_magic(static_cast<uint64_t>(d.chunk_nb));
   p.x_stride = s.x_stride;
   int64_t b = 0;
   for (int i = 0; i < s.n_parts; ++i) {

@@ -66,6 +66,9 @@ struct EngineOptions {
   // query path), recorded into step graphs as parallel branches. Same bits as off (test_cuda_branches);
   // on by default (faster in every case the H200 measured, docs/PERF.md); --no-cuda-branches turns it off.
   bool cuda_branches = true;
+  // Weights pulled into the device cache ahead of their matmuls (model::ForwardOptions::l2_prefetch bits,
+  // kPrefetch* in model/forward.h); -1: the forward pass's default. Same bits whichever (test_cuda_branches).
+  int64_t l2_prefetch = -1;
 };
 
 // Read-only facts about the loaded model, for logs, /v1/models and the planner.

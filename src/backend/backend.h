@@ -488,6 +488,12 @@ class Backend {
   virtual void resume_main() {}
   virtual void join() {}
 
+  // ---- cache hint (optional) ----
+  // The weights in `ws` will be read soon: a backend may start pulling their bytes into a cache now, on
+  // the current lane, without waiting for them (CUDA: into L2, l2_prefetch.cu). Reads nothing back and
+  // writes nothing: no effect on any result. The default does nothing.
+  virtual void prefetch(std::span<const Weight> ws) { (void)ws; }
+
   // ---- ops (all take a batch of n tokens) ----
   virtual void matmul(const MatmulArgs& a) = 0;
   // Independent matmuls in one call (no job reads another's output): the same numbers as one matmul()

@@ -121,6 +121,13 @@ void Forward::mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t 
   be_.matmul(MatmulArgs{w, x, xs, y, ys, n, opts_.numerics.matmul});
 }
 
+void Forward::prefetch(uint32_t part, std::initializer_list<Weight> ws) {
+  if ((opts_.l2_prefetch & part) == 0) return;
+  be_.fork();  // behind the main lane's work so far (the matmul before has finished with the memory bus)
+  be_.prefetch({ws.begin(), ws.size()});
+  be_.resume_main();
+}
+
 // §6.2 "Pre": controls from RMSNorm(flat(X)), Sinkhorn split, collapse, then the sublayer norm → xn_
 // (one fused backend op; flat_ and y_ are its scratch). split = false: post_ and comb_ come from a later
 // hc_split (kBranchHcSplit).
@@ -387,6 +394,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
 
   // kBranchHcSplit: the split beside attention and the output projections (joined before the HC post).
   const bool late_split = (opts_.branches & kBranchHcSplit) != 0;
+  prefetch(kPrefetchQuery, {w.q_a, w.kv, w.q_b});  // joined by join_on_exit
   hc_pre(w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, w.attn_norm, n, !late_split);
   struct JoinOnExit {  // an error half-way must not leave later ops on the side lane
     backend::Backend& be;
@@ -432,6 +440,11 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     hc_split(w.hc_attn_scale, w.hc_attn_base, n);
     be_.resume_main();
   }
+
+  if ((opts_.l2_prefetch & kPrefetchOutA) != 0 && (opts_.l2_prefetch & kPrefetchOutB) != 0)
+    prefetch(kPrefetchOutA, {w.out_a, w.out_b});
+  else
+    prefetch(kPrefetchOutA | kPrefetchOutB, {(opts_.l2_prefetch & kPrefetchOutA) != 0 ? w.out_a : w.out_b});
 
   // §7.6 attention with sinks, one call for all columns. With several sessions each column reads its own
   // session's ring and compressed rows through the per-column pointer tables uploaded with the step inputs.
@@ -490,6 +503,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   const int64_t E = cfg_.n_embd, NE = cfg_.n_expert, K = cfg_.n_expert_used, F = cfg_.expert_ff;
   // kBranchHcSplit: the split after the shared expert on its lane (or a lane of its own), joined before the post.
   const bool late_split = (opts_.branches & kBranchHcSplit) != 0;
+  prefetch(kPrefetchShared, {w.sh_gate, w.sh_up, w.sh_down});  // joined below, or by the next layer's join
   hc_pre(w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, w.ffn_norm, n, !late_split);
 
   const bool br = (opts_.branches & kBranchSharedExpert) != 0;

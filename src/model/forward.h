@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -52,6 +53,12 @@ struct ForwardNumerics {
 // sublayer (docs/PERF.md, session 7 small).
 inline constexpr uint32_t kBranchSharedExpert = 1, kBranchAttention = 2, kBranchHcSplit = 4;
 
+// ForwardOptions::l2_prefetch: which weights the forward pass asks the backend to pull into its cache
+// (Backend::prefetch, on the side lane) ahead of the latency-bound ops before their matmuls: q_a, kv and
+// q_b beside the attention sublayer's HC pre; out_a (and/or out_b) beside attention; the shared expert
+// beside the FFN sublayer's HC pre. A hint: the same bits whichever are on.
+inline constexpr uint32_t kPrefetchQuery = 1, kPrefetchOutA = 2, kPrefetchOutB = 4, kPrefetchShared = 8;
+
 struct ForwardOptions {
   int64_t max_chunk = 64;  // tokens per eval call; scratch and the raw ring are sized for it
   ForwardNumerics numerics;
@@ -64,6 +71,8 @@ struct ForwardOptions {
   // Parts run as concurrent branches (kBranch* bits). A backend without a second lane (the CPU, CUDA with
   // CudaBackendOptions::branches off) runs them in order; the same bits whichever are on (for measurements).
   uint32_t branches = kBranchSharedExpert | kBranchAttention;
+  // Weights prefetched ahead of their matmuls (kPrefetch* bits; 0: none).
+  uint32_t l2_prefetch = 0;
 };
 
 // With ForwardOptions::graphs, host bounds of compressed rows (AttentionArgs::max_comp,
@@ -140,6 +149,8 @@ class Forward {
   Status run_step_graphed(std::span<const Segment> segs, int64_t n);    // forward_graph.cpp
   int64_t row_bound(int64_t rows) const;                                // forward_graph.cpp
   void mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n);
+  // With `part` in ForwardOptions::l2_prefetch: Backend::prefetch(ws) on the side lane (the main lane goes on).
+  void prefetch(uint32_t part, std::initializer_list<Weight> ws);
 
   backend::Backend& be_;
   modelspec::ModelConfig cfg_;

@@ -14,11 +14,16 @@
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
 //        cuda_bench --small4 [once]       HC pre without its split, the split, indexer RoPE + QAT, a CSA
 //                                         layer's two compressors: small_v4 vs off at n = 1, 2, 8, 32.
+//        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (with
+//                                         and without PDL); NAME: only the shapes whose name holds it, no layer table.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
+//        cuda_bench --prefetch M...       decode steps (batch 1 and 8) with each set of weights prefetched into L2.
+//        cuda_bench --l2                  dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
+//                                         into L2 beside those ops, and warm (the same copy again).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -67,9 +72,11 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bo
 void bench_small_prefill(Backend& now, Backend& v2);  // cuda_bench_stages.cpp
 void bench_small4(Backend& now, Backend& v3, bool once);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
-void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain);  // cuda_bench_stages.cpp
+void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
+void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
+void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),
@@ -502,7 +509,7 @@ int main(int argc, char** argv) {
     auto prev = cuda::make_cuda_backend(po);
     auto st = cuda::make_cuda_backend(so);
     auto plain = cuda::make_cuda_backend(no);
-    if (prev.ok() && st.ok() && plain.ok()) bench_dense_cold(**prev, *be, **st, **plain);
+    if (prev.ok() && st.ok() && plain.ok()) bench_dense_cold(**prev, *be, **st, **plain, argc > 2 ? argv[2] : nullptr);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--stages") == 0) {  // the decode stage table: small_v3 off, then default
@@ -525,6 +532,14 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (argc > 1 && std::strcmp(argv[1], "--prefetch") == 0) {  // decode steps with weights prefetched into L2
+    bench_prefetch_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--l2") == 0) {  // dense matmuls: cold, after idle, prefetched, warm
+    bench_l2_prefetch(*be);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--branches") == 0) {  // decode steps, concurrent branches off / on
     bench_branches(argc - 2, argv + 2);
     return 0;

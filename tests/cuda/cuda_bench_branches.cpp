@@ -7,6 +7,9 @@
 // the step, the logits download) and the rate. Method: prefill each session's prompt, 8 warm-up steps
 // (graphs are recorded on a shape's 2nd use), then the median of 5 repetitions of 16 steps. Decode
 // tokens are a fixed pseudo-random sequence (no sampling on the host).
+// `cuda_bench --prefetch M...`: the same steps (branches on, graphs on) with each set of weights prefetched into
+// L2 ahead of its matmul (ForwardOptions::l2_prefetch), "BENCH prefetch" lines; every set twice, interleaved
+// with none, so drift shows.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <cstdio>
 #include <memory>
@@ -125,6 +128,64 @@ void bench_branches(int argc, char** argv) {
           std::printf("BENCH branches %-40s layers %zu graphs %s batch %d ctx %lld: %.3f ms/step, %.1f tok/s\n",
                       name.c_str(), plan.size(), c.graphs ? "on " : "off", sessions, static_cast<long long>(ctx),
                       t * 1e3, t > 0 ? sessions / t : 0.0);
+        }
+      }
+    }
+  }
+}
+
+void bench_prefetch_steps(int argc, char** argv) {
+  using model::kPrefetchOutA, model::kPrefetchOutB, model::kPrefetchQuery, model::kPrefetchShared;
+  struct Set {
+    const char* name;
+    uint32_t mask;
+  };
+  const Set sets[] = {{"none", 0},
+                      {"q", kPrefetchQuery},
+                      {"out_a", kPrefetchOutA},
+                      {"shared", kPrefetchShared},
+                      {"q+out_a", kPrefetchQuery | kPrefetchOutA},
+                      {"q+out_a+shared", kPrefetchQuery | kPrefetchOutA | kPrefetchShared},
+                      {"q+out_b+shared", kPrefetchQuery | kPrefetchOutB | kPrefetchShared},
+                      {"all", kPrefetchQuery | kPrefetchOutA | kPrefetchOutB | kPrefetchShared}};
+  for (int i = 0; i < argc; ++i) {
+    auto file = gguf::File::open(argv[i]);
+    if (!file.ok()) {
+      std::printf("BENCH prefetch %s: %s\n", argv[i], file.status().to_string().c_str());
+      return;
+    }
+    auto cfg = modelspec::config_from_gguf(**file);
+    if (!cfg.ok()) return;
+    const auto plan = modelspec::layer_plan(*cfg);
+    backend::cuda::CudaBackendOptions co;
+    co.branches = true;
+    auto be = backend::cuda::make_cuda_backend(co);
+    if (!be.ok()) return;
+    auto w = model::bind_weights(**file, *cfg, plan, **be);
+    if (!w.ok() || !(*be)->sync().ok()) return;
+    for (int sessions : {1, 8}) {
+      const int64_t ctx = sessions == 1 ? 2048 : 512;
+      double base = 0;
+      for (int round = 0; round < 2; ++round) {
+        for (const Set& s : sets) {
+          if (round == 1 && s.mask == 0) continue;  // round 2: each set right after a fresh "none"
+          model::ForwardOptions fo;
+          fo.max_chunk = 512;
+          fo.graphs = true;
+          if (round == 1) {
+            auto f0 = model::Forward::create(**be, *cfg, *w, fo);
+            if (!f0.ok()) return;
+            base = decode_step_seconds(**f0, **be, sessions, ctx);
+          }
+          fo.l2_prefetch = s.mask;
+          auto fw = model::Forward::create(**be, *cfg, *w, fo);
+          if (!fw.ok()) return;
+          const double t = decode_step_seconds(**fw, **be, sessions, ctx);
+          if (s.mask == 0) base = t;
+          std::printf("BENCH prefetch %-16s layers %zu batch %d ctx %lld round %d: %.3f ms/step (none %.3f), %.1f tok/s\n",
+                      s.name, plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, base * 1e3,
+                      t > 0 ? sessions / t : 0.0);
+          std::fflush(stdout);
         }
       }
     }

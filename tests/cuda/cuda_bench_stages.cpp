@@ -955,7 +955,7 @@ void bench_csa_stages(Backend& now, Backend& prev) {
 // out_a (grouped), out_b, shared gate, up, down on `prev`; q_a + kv and gate + up as one matmul_many each
 // on the others — each call after a small op (a 64-value scale, as the rms_norm / rope / quantize
 // launches between them in a real layer), 4 distinct layers of weights cycled: graph µs per layer.
-void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain) {
+void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only) {
   struct Mm {
     const char* name;
     int64_t rows, cols, group_rows;
@@ -977,6 +977,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
     float* y = sb.buf(16 * 32768);
     for (int si = 0; si < kShapes; ++si) {
       const Mm& m = shapes[si];
+      if (only && !std::strstr(m.name, only)) continue;
       const uint64_t bytes = *type_bytes(GgmlType::Q8_0, static_cast<uint64_t>(m.cols)) * m.rows;
       const int copies = static_cast<int>(std::max<uint64_t>(2, (cold_bytes + bytes - 1) / bytes));
       std::vector<Weight> w;
@@ -990,6 +991,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
         }, copies).graph_us;
       }
     }
+    if (only) continue;  // one shape's lines only: no layer table
     struct Layer {
       Weight qa, kv, qb, oa, ob, gate, up, down;
     };
@@ -1046,6 +1048,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
     }
   }
   for (int si = 0; si < kShapes; ++si) {
+    if (only && !std::strstr(shapes[si].name, only)) continue;
     const double bytes = static_cast<double>(*type_bytes(GgmlType::Q8_0, static_cast<uint64_t>(shapes[si].cols))) *
                          static_cast<double>(shapes[si].rows);
     for (int ni = 0; ni < kNs; ++ni) {
@@ -1055,7 +1058,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
       std::printf("\n");
     }
   }
-  for (int ni = 0; ni < kNs; ++ni) {
+  for (int ni = 0; ni < kNs && !only; ++ni) {
     std::printf("BENCH dense-layer n=%-2lld (%.1f MB, 8 small ops incl.)", static_cast<long long>(ns[ni]), layer_bytes / 1e6);
     for (int i = 0; i < kSides; ++i)
       std::printf("  %s %7.2f us %5.0f GB/s", label[i], layer_us[ni][i], layer_bytes / (layer_us[ni][i] * 1e-6) / 1e9);
@@ -1204,4 +1207,68 @@ void bench_small4(Backend& now, Backend& v3, bool once) {
                   op.name, static_cast<long long>(n), a.graph_us, a.launches, b.graph_us, b.launches,
                   b.graph_us / a.graph_us);
     }
+}
+
+// `cuda_bench --l2`: the decode-step dense Q8_0 matmuls at n = 1..16 as a layer meets them, graph µs per call:
+// cold (each call reads its own copy, ≥ 128 MB cycled), warm (the same copy again: L2-resident when it fits),
+// after K small latency-bound ops (a 64-value scale each, standing for HC pre / attention; the ops' own time
+// is taken off), and the same with the matrix prefetched into L2 (Backend::prefetch on the side lane) as the
+// ops start — the per-matrix time when the forward pass's l2_prefetch has pulled it in.
+void bench_l2_prefetch(Backend& be) {
+  struct Mm {
+    const char* name;
+    int64_t rows, cols, group_rows;
+  };
+  const Mm shapes[] = {{"q_a 1024x4096", 1024, 4096, 0},     {"q_b 32768x1024", 32768, 1024, 0},
+                       {"out_a 8x1024x4096", 8192, 4096, 1024}, {"out_b 4096x8192", 4096, 8192, 0},
+                       {"shared gate 2048x4096", 2048, 4096, 0}, {"shared down 4096x2048", 4096, 2048, 0}};
+  const int64_t ns[] = {1, 2, 4, 8, 16};
+  const int idles[] = {4, 10};
+  const uint64_t cold_bytes = uint64_t{128} << 20;
+  StageBench sb(be);
+  float* x = sb.buf(16 * 32768);
+  float* y = sb.buf(16 * 32768);
+  float* tiny = sb.buf(64);
+  double idle_us[2] = {};
+  for (int ii = 0; ii < 2; ++ii)
+    idle_us[ii] = sb.time([&] {
+      for (int k = 0; k < idles[ii]; ++k) be.scale(tiny, 1.0f, 64);
+    }, 8).graph_us;
+  std::printf("BENCH l2 idle ops: %d scale ops %.2f us, %d: %.2f us\n", idles[0], idle_us[0], idles[1], idle_us[1]);
+  for (const Mm& m : shapes) {
+    const double bytes = static_cast<double>(*type_bytes(GgmlType::Q8_0, static_cast<uint64_t>(m.cols))) * m.rows;
+    const int copies = static_cast<int>(std::max<double>(2, std::ceil(cold_bytes / bytes)));
+    std::vector<Weight> w;
+    for (int c = 0; c < copies; ++c) w.push_back(sb.weight(GgmlType::Q8_0, m.rows, m.cols));
+    const int64_t xs = m.group_rows > 0 ? 8 * m.cols : m.cols;
+    for (int64_t n : ns) {
+      auto mm = [&](const Weight& wt) {
+        be.matmul({wt, x, xs, y, m.rows, n, MatmulNumerics::ds4, m.group_rows, m.group_rows > 0 ? m.cols : 0});
+      };
+      int k = 0;
+      const double cold = sb.time([&] { mm(w[static_cast<size_t>(k++ % copies)]); }, copies).graph_us;
+      const double warm = sb.time([&] { mm(w[0]); }, copies).graph_us;
+      double after[2], pref[2];
+      for (int ii = 0; ii < 2; ++ii) {
+        after[ii] = sb.time([&] {
+          for (int j = 0; j < idles[ii]; ++j) be.scale(tiny, 1.0f, 64);
+          mm(w[static_cast<size_t>(k++ % copies)]);
+        }, copies).graph_us - idle_us[ii];
+        pref[ii] = sb.time([&] {
+          const Weight& wt = w[static_cast<size_t>(k++ % copies)];
+          be.fork();
+          be.prefetch({&wt, 1});
+          be.resume_main();
+          for (int j = 0; j < idles[ii]; ++j) be.scale(tiny, 1.0f, 64);
+          mm(wt);
+          be.join();
+        }, copies).graph_us - idle_us[ii];
+      }
+      auto tbs = [&](double us) { return bytes / (us * 1e-6) / 1e12; };
+      std::printf("BENCH l2 %-22s n=%-2lld cold %6.2f us %4.2f TB/s | warm %6.2f | after %d ops %6.2f, prefetched %6.2f "
+                  "(%4.2f TB/s) | after %d ops %6.2f, prefetched %6.2f (%4.2f TB/s)\n",
+                  m.name, static_cast<long long>(n), cold, tbs(cold), warm, idles[0], after[0], pref[0], tbs(pref[0]),
+                  idles[1], after[1], pref[1], tbs(pref[1]));
+    }
+  }
 }

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "batch_scenario.h"
 #include "ds4/engine.h"
+#include "model/forward.h"
 #include "engine_graph_stats.h"
 #include "model_data_path.h"
 #include "model_fixture.h"
@@ -31,8 +32,9 @@ namespace fs = std::filesystem;
 namespace {
 
 std::unique_ptr<Engine> open_cuda(const std::string& path, Numerics nm, bool graphs, bool branches,
-                                  BackendKind kind = BackendKind::cuda) {
+                                  BackendKind kind = BackendKind::cuda, int64_t l2_prefetch = -1) {
   EngineOptions o;
+  o.l2_prefetch = l2_prefetch;
   o.model_path = path;
   o.backend = kind;
   o.numerics = nm;
@@ -115,7 +117,37 @@ void batched_same_bits(const std::string& path, bool steady) {
   }
 }
 
+// Weight prefetch (EngineOptions::l2_prefetch, Backend::prefetch on the side lane) is a cache hint: every
+// part on ≡ none, decode and chunked, graphs off and on, branches on (the prefetch beside the ops) and off
+// (in order on the one stream).
+void prefetch_same_bits(const std::string& path) {
+  if (backend::cuda::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (!fs::exists(path)) GTEST_SKIP() << "missing " << path;
+  const int64_t all = model::kPrefetchQuery | model::kPrefetchOutA | model::kPrefetchOutB | model::kPrefetchShared;
+  for (bool graphs : {false, true}) {
+    for (bool branches : {true, false}) {
+      const std::string tag = fs::path(path).filename().string() + (graphs ? " graphs" : " host-launched") +
+                              (branches ? " branches" : " in order");
+      auto none = open_cuda(path, Numerics::official, graphs, branches, BackendKind::cuda, 0);
+      auto pre = open_cuda(path, Numerics::official, graphs, branches, BackendKind::cuda, all);
+      auto out_b = open_cuda(path, Numerics::official, graphs, branches, BackendKind::cuda, model::kPrefetchOutB);
+      ASSERT_TRUE(none && pre && out_b);
+      const auto toks = random_tokens(140, none->info().n_vocab, 977);
+      const auto want = logits_decode(*none, toks);
+      EXPECT_TRUE(same_bits(want, logits_decode(*pre, toks))) << tag << " decode, every part prefetched";
+      EXPECT_TRUE(same_bits(want, logits_decode(*out_b, toks))) << tag << " decode, out_b prefetched";
+      const auto wc = logits_chunked(*none, toks, {9, 1, 30});
+      EXPECT_TRUE(same_bits(wc, logits_chunked(*pre, toks, {9, 1, 30}))) << tag << " chunked 9/1/30";
+      std::printf("PREFETCH %-44s decode + chunked checked (%zu tokens)\n", tag.c_str(), toks.size());
+    }
+  }
+}
+
 }  // namespace
+
+TEST(CudaBranches, TinyQuantPrefetchEqualsNone) {
+  prefetch_same_bits(model_data_path("tiny-quant-seed1.gguf", DS4_TINY_QUANT_GGUF));
+}
 
 TEST(CudaBranches, TinyDecodeEqualsInOrder) { decode_same_bits(model_data_path("tiny-seed1.gguf", DS4_TINY_GGUF)); }
 TEST(CudaBranches, TinyQuantDecodeEqualsInOrder) {

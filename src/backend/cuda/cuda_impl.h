@@ -215,6 +215,7 @@ class CudaBackend final : public Backend {
   void fork() override;
   void resume_main() override;
   void join() override;
+  void prefetch(std::span<const Weight> ws) override;  // l2_prefetch.cu
 
   void matmul(const MatmulArgs& a) override;            // ops_matmul.cu
   void matmul_many(std::span<const MatmulArgs> jobs) override;  // matmul_f16_many.cu (F16 jobs in one launch)

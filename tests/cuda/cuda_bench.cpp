@@ -14,16 +14,17 @@
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
 //        cuda_bench --small4 [once]       HC pre without its split, the split, indexer RoPE + QAT, a CSA
 //                                         layer's two compressors: small_v4 vs off at n = 1, 2, 8, 32.
-//        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (with
-//                                         and without PDL); NAME: only the shapes whose name holds it, no layer table.
+//        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
+//                                         chunks, whole rows); NAME: only the shapes whose name holds it, no layer table.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
-//        cuda_bench --prefetch M...       decode steps (batch 1 and 8) with each set of weights prefetched into L2.
-//        cuda_bench --l2                  dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
-//                                         into L2 beside those ops, and warm (the same copy again).
+//        cuda_bench --prefetch [--mode K] M...  decode steps (batch 1 and 8) with each set of weights prefetched
+//                                         into L2 (K: CudaBackendOptions::l2_prefetch_mode).
+//        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
+//                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -504,8 +505,8 @@ int main(int argc, char** argv) {
     cuda::CudaBackendOptions po, so, no;
     po.gemv_stream = cuda::GemvMma::off;
     so.gemv_stream = cuda::GemvMma::always;
-    no.gemv_stream = cuda::GemvMma::always;
-    no.gemv_stream_pdl = false;
+    so.gemv_stream_chunks = true;
+    no.gemv_stream = cuda::GemvMma::always;  // whole-row tiles
     auto prev = cuda::make_cuda_backend(po);
     auto st = cuda::make_cuda_backend(so);
     auto plain = cuda::make_cuda_backend(no);
@@ -537,7 +538,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--l2") == 0) {  // dense matmuls: cold, after idle, prefetched, warm
-    bench_l2_prefetch(*be);
+    cuda::CudaBackendOptions lo;
+    lo.l2_prefetch_mode = argc > 2 ? std::atoi(argv[2]) : 0;
+    auto lb = cuda::make_cuda_backend(lo);
+    if (lb.ok()) bench_l2_prefetch(**lb);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--branches") == 0) {  // decode steps, concurrent branches off / on

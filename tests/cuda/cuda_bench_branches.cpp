@@ -12,6 +12,7 @@
 // with none, so drift shows.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,6 +136,12 @@ void bench_branches(int argc, char** argv) {
 }
 
 void bench_prefetch_steps(int argc, char** argv) {
+  int mode = 0;
+  if (argc >= 2 && std::string(argv[0]) == "--mode") {
+    mode = std::atoi(argv[1]);
+    argc -= 2;
+    argv += 2;
+  }
   using model::kPrefetchOutA, model::kPrefetchOutB, model::kPrefetchQuery, model::kPrefetchShared;
   struct Set {
     const char* name;
@@ -159,6 +166,7 @@ void bench_prefetch_steps(int argc, char** argv) {
     const auto plan = modelspec::layer_plan(*cfg);
     backend::cuda::CudaBackendOptions co;
     co.branches = true;
+    co.l2_prefetch_mode = mode;
     auto be = backend::cuda::make_cuda_backend(co);
     if (!be.ok()) return;
     auto w = model::bind_weights(**file, *cfg, plan, **be);
@@ -182,8 +190,8 @@ void bench_prefetch_steps(int argc, char** argv) {
           if (!fw.ok()) return;
           const double t = decode_step_seconds(**fw, **be, sessions, ctx);
           if (s.mask == 0) base = t;
-          std::printf("BENCH prefetch %-16s layers %zu batch %d ctx %lld round %d: %.3f ms/step (none %.3f), %.1f tok/s\n",
-                      s.name, plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, base * 1e3,
+          std::printf("BENCH prefetch %-16s mode %d layers %zu batch %d ctx %lld round %d: %.3f ms/step (none %.3f), %.1f tok/s\n",
+                      s.name, mode, plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, base * 1e3,
                       t > 0 ? sessions / t : 0.0);
           std::fflush(stdout);
         }

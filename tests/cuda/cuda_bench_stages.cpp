@@ -951,7 +951,8 @@ void bench_csa_stages(Backend& now, Backend& prev) {
 // holds none of them, as in a 43-layer step; the --gemv lines reuse one copy and run partly from L2).
 // Per matrix and n = 1, 2, 4, 8, 16: graph µs per call and GB/s on `prev` (gemv_stream = off: the
 // dispatch before it), `def` (the default dispatch: gemv_stream where gemv_stream_wins), `stream`
-// (gemv_stream = always) and `plain` (always, without PDL). Then one layer's dense matmuls — q_a, kv, q_b,
+// (gemv_stream = always, column chunks) and `plain` (always, whole-row tiles). `only`: just the shapes
+// whose name holds it, no layer table. Then one layer's dense matmuls — q_a, kv, q_b,
 // out_a (grouped), out_b, shared gate, up, down on `prev`; q_a + kv and gate + up as one matmul_many each
 // on the others — each call after a small op (a 64-value scale, as the rms_norm / rope / quantize
 // launches between them in a real layer), 4 distinct layers of weights cycled: graph µs per layer.
@@ -968,7 +969,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
   const int64_t ns[kNs] = {1, 2, 4, 8, 16};
   const uint64_t cold_bytes = uint64_t{128} << 20;
   Backend* bes[kSides] = {&prev, &def, &stream, &plain};
-  const char* label[kSides] = {"previous", "default", "stream", "stream-nopdl"};
+  const char* label[kSides] = {"previous", "default", "stream-chunks", "stream-rows"};
   double op_us[kShapes][kNs][kSides] = {}, layer_us[kNs][kSides] = {}, layer_bytes = 0;
   for (int i = 0; i < kSides; ++i) {
     Backend& be = *bes[i];

@@ -384,3 +384,32 @@ TEST_F(CudaGemvStream, ChainedLaunchesReadTheOutputOfTheOneBefore) {
     EXPECT_EQ(bit_diffs(got, c3), 0) << what;
   }
 }
+
+// gemv_stream.cu with wide rows staged as column chunks (gemv_stream_chunks: tiles of up to 16 rows × 32
+// blocks, each row's sum carried across its chunks): the same CPU bits. The 4096- and 8192-column
+// matrices at full size where a block holds more rows than one 40 KB stage (the ring with chunks).
+class CudaGemvStreamChunks : public CudaGemvStream {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvStream::options();
+    o.gemv_stream_chunks = true;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvStreamChunks, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
+  for (int64_t n : {1, 2, 4, 8, 16}) check(4096, 8192, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);  // out_b whole
+  for (int64_t n : {1, 2, 5}) check(2048, 4096, n);                                        // shared gate / up
+  flash_shapes();
+}
+
+TEST_F(CudaGemvStreamChunks, GroupedOutputProjectionInOneCall) { grouped_shapes(); }
+
+TEST_F(CudaGemvStreamChunks, OddRowCountsAndSmallShapes) {
+  odd_shapes();
+  check(1001, 8192, 3, 0, 5);  // partial row groups of chunked tiles
+}
+
+TEST_F(CudaGemvStreamChunks, MatmulManySharedInputInOneLaunch) {
+  for (int64_t n : {1, 2, 8}) check_many({2048, 2048}, 4096, n);  // shared gate + up
+}

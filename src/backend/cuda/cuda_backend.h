@@ -104,6 +104,15 @@ struct CudaBackendOptions {
   // copies start while the kernel before still runs, the activations are read after griddepcontrol.wait.
   // false: plain stream order. Same bits.
   bool gemv_stream_pdl = true;
+  // With gemv_stream: rows too wide for 8 whole ones in an 18 KB ring stage (4096 and 8192 columns) are
+  // staged as tiles of up to 16 rows × 32 blocks, each row's sum carried across its chunks in a register
+  // (the same additions in the same order: same bits); false: tiles of whole rows (1–4 rows at 8192
+  // columns, each tile one nb-long FADD chain per row).
+  bool gemv_stream_chunks = false;
+  // Backend::prefetch (l2_prefetch.cu): 0 = cp.async.bulk.prefetch.L2 pieces (sm_90); 1 = the same with
+  // an evict_last L2 policy (the prefetched lines outlast streaming traffic beside them); 2 =
+  // prefetch.global.L2::evict_last per 128-byte line (no TMA). Below sm_90 always the per-line form. A hint: same bits.
+  int l2_prefetch_mode = 0;
   // Attention (with tensor_cores) on TF32 tensor cores in the MMA order of src/backend/cuda/README.md,
   // for every batch size and launch shape (attention_mma.cu; head_dim 64, 128, 256 or 512). false: the
   // scalar orders below (attention_segments) — for before/after benchmarks, or to switch back. The

@@ -328,9 +328,11 @@ class CudaBackend final : public Backend {
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_gemv_dense(GemvMma m) { gemv_dense_ = m; }
-  void set_gemv_stream(GemvMma m, bool pdl) {
+  void set_l2_prefetch_mode(int m) { l2_prefetch_mode_ = m; }
+  void set_gemv_stream(GemvMma m, bool pdl, bool chunks) {
     gemv_stream_ = m;
     gemv_stream_pdl_ = pdl;
+    gemv_stream_chunks_ = chunks;
   }
   void set_attention_segments(bool mma, bool on, int split_max_blocks, int heads_per_warp) {
     attention_mma_ = mma;
@@ -395,6 +397,8 @@ class CudaBackend final : public Backend {
   uint32_t dense_occ_next_ = 0;
   GemvMma gemv_stream_ = GemvMma::wins;  // CudaBackendOptions::gemv_stream
   bool gemv_stream_pdl_ = true;           // CudaBackendOptions::gemv_stream_pdl
+  bool gemv_stream_chunks_ = false;       // CudaBackendOptions::gemv_stream_chunks
+  int l2_prefetch_mode_ = 0;              // CudaBackendOptions::l2_prefetch_mode
   bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks

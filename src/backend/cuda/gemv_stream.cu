@@ -16,8 +16,9 @@
 //     kernel before, so their copies overlap its tail and the launch gap; only the activations wait;
 //   - several matrices in one launch: one ramp and one tail instead of two.
 // Per tile: terms phase (thread per (row, block): dense_block_terms into shared memory), then chains
-// (thread per (row, vector): dense_row_sum, the CPU's sequential sum) — as gemv_dense.cu. Wide rows
-// (fewer than 8 whole ones per 18 KB stage: 4096 and 8192 columns) are staged as tiles of R rows × 32
+// (thread per (row, vector): dense_row_sum, the CPU's sequential sum) — as gemv_dense.cu. With
+// CudaBackendOptions::gemv_stream_chunks, wide rows (fewer than 8 whole ones per 18 KB stage: 4096 and
+// 8192 columns) are staged as tiles of R rows × 32
 // blocks, and each chain thread carries its row's sum across the row group's chunks in a register: the
 // same additions in the same order, but a tile's chains are 32 adds long instead of 128 or 256 (out_b's
 // 2-row tiles of whole rows spent ~1,100 cycles per tile in one 256-long FADD chain).
@@ -165,7 +166,7 @@ struct StreamPlan {
   uint64_t smem = 0;
 };
 
-StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows) {
+StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool allow_chunks) {
   StreamPlan d;
   const int64_t nb = cols / kQK8_0;
   const int64_t act_bytes = n_vec * nb * static_cast<int64_t>(sizeof(BlockQ8_0Act));
@@ -185,10 +186,10 @@ StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows) {
   if (block_rows * (34 * nb + kRowPad) <= kOneStageMax && block_rows <= max_rows) {
     smem = layout(block_rows, nb, 1);  // every row of the block in one stage: one copy round, one tile
   } else {
-    // Ring: whole rows when kMinChainRows of them fit a stage, else column chunks of kChunkBlocks (the
-    // row sums carried across a row group's chunks), so that many short chains run per tile instead of
-    // a few nb-long ones.
-    const bool whole = (34 * nb + kRowPad) * kMinChainRows <= kStageTarget || nb % kChunkBlocks != 0;
+    // Ring: whole rows when kMinChainRows of them fit a stage (or allow_chunks, gemv_stream_chunks, is
+    // off), else column chunks of kChunkBlocks (the row sums carried across a row group's chunks), so
+    // that many short chains run per tile instead of a few nb-long ones.
+    const bool whole = !allow_chunks || (34 * nb + kRowPad) * kMinChainRows <= kStageTarget || nb % kChunkBlocks != 0;
     const int64_t c = whole ? nb : kChunkBlocks;
     int64_t r = std::clamp<int64_t>(kStageTarget / (34 * c + kRowPad), 1, std::min(max_rows, block_rows));
     const int64_t chunks = nb / c;
@@ -234,7 +235,7 @@ bool gemv_stream_supports(const GemvJob& j) {
                            j.w.rows / j.group_rows > kStreamMaxParts))
     return false;
   // The largest one-block plan the launch could need (one row per block: one stage of one row).
-  return plan_stream(j.w.cols, j.n_vec, 1).smem > 0;
+  return plan_stream(j.w.cols, j.n_vec, 1, false).smem > 0;
 }
 
 // H200 run of 2026-11-30 06:16 (docs/PERF.md, "Dense Q8_0 matmuls as one streaming launch"): cold
@@ -339,7 +340,7 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   }
   // The grid: what is resident at once with many-row blocks (the ring plan), dealt to the parts in
   // proportion to their rows (at least one block, at most one per row).
-  const StreamPlan ring = plan_stream(s.cols, s.n_vec, max_rows);
+  const StreamPlan ring = plan_stream(s.cols, s.n_vec, max_rows, gemv_stream_chunks_);
   if (ring.smem == 0 || ring.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
   int per_sm = 0;
   if (!resident(ring.smem, &per_sm)) return true;
@@ -353,7 +354,7 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
     total_blocks += blocks[i];
     block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
   }
-  const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows);
+  const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows, gemv_stream_chunks_);
   if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
 
   const int64_t nb = s.cols / kQK8_0;

@@ -7,8 +7,9 @@
 // stretches on the side lane (forward.cpp, ForwardOptions::l2_prefetch).
 // How: the ranges are cut into kChunk-byte pieces (16-byte aligned starts, 16-byte multiple sizes); on
 // sm_90 a thread issues one `cp.async.bulk.prefetch.L2.global` per piece (the TMA unit of its SM walks it;
-// the pieces are spread over up to one block per SM so many units run at once); below sm_90 (CI's
-// compute_80 PTX) a thread issues `prefetch.global.L2` per 128-byte line of its pieces.
+// the pieces are spread over up to one block per SM so many units run at once), optionally with an
+// evict_last L2 policy (CudaBackendOptions::l2_prefetch_mode 1); mode 2, and below sm_90 (CI's compute_80
+// PTX), a thread issues `prefetch.global.L2::evict_last` per 128-byte line of its pieces.
 // Deliberately not here: which weights and when (the forward pass), any wait for the bytes or any read of
 // them (nothing here changes a value; a range's ragged 16-byte ends are simply not prefetched).
 #include <algorithm>
@@ -28,7 +29,13 @@ struct PrefetchParams {
   uint64_t bytes[kMaxRanges];
   uint64_t first_chunk[kMaxRanges + 1];  // prefix sums of each range's piece count
   int n;
+  int mode;  // CudaBackendOptions::l2_prefetch_mode
 };
+
+// prefetch.global.L2::evict_last over one piece, a 128-byte line per instruction.
+__device__ inline void prefetch_lines(const uint8_t* a, uint32_t size) {
+  for (uint32_t i = 0; i < size; i += 128) asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a + i));
+}
 
 __global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(const __grid_constant__ PrefetchParams p) {
   const uint64_t total = p.first_chunk[p.n];
@@ -40,9 +47,18 @@ __global__ void __launch_bounds__(kThreads) l2_prefetch_kernel(const __grid_cons
     const uint32_t size = static_cast<uint32_t>(std::min<uint64_t>(kChunk, p.bytes[r] - off));  // a multiple of 16
     const uint8_t* a = p.base[r] + off;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(size) : "memory");
+    if (p.mode == 0) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(size) : "memory");
+    } else if (p.mode == 1) {
+      uint64_t policy;
+      asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a), "r"(size), "l"(policy)
+                   : "memory");
+    } else {
+      prefetch_lines(a, size);
+    }
 #else
-    for (uint32_t i = 0; i < size; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(a + i));
+    prefetch_lines(a, size);
 #endif
   }
 }
@@ -64,6 +80,7 @@ void CudaBackend::prefetch(std::span<const Weight> ws) {
     ++p.n;
   }
   if (p.n == 0) return;
+  p.mode = l2_prefetch_mode_;
   if (sm_count_ == 0 && !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_),
                                "multiprocessor count"))
     return;

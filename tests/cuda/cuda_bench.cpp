@@ -23,6 +23,7 @@
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
 //        cuda_bench --prefetch [--mode K] M...  decode steps (batch 1 and 8) with each set of weights prefetched
 //                                         into L2 (K: CudaBackendOptions::l2_prefetch_mode).
+//        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>
@@ -77,6 +78,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
+void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
@@ -503,7 +505,7 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs before
     cuda::CudaBackendOptions po, so, no;
-    po.gemv_stream = cuda::GemvMma::off;
+    po.gemv_stream_chunks = false;  // the dispatch before the column chunks
     so.gemv_stream = cuda::GemvMma::always;
     so.gemv_stream_chunks = true;
     no.gemv_stream = cuda::GemvMma::always;  // whole-row tiles
@@ -533,6 +535,10 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  if (argc > 1 && std::strcmp(argv[1], "--dense-steps") == 0) {  // decode steps, column chunks off / on
+    bench_dense_steps(argc - 2, argv + 2);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--prefetch") == 0) {  // decode steps with weights prefetched into L2
     bench_prefetch_steps(argc - 2, argv + 2);
     return 0;

@@ -39,13 +39,19 @@ double decode_step_seconds(model::Forward& fw, backend::Backend& be, int session
   std::vector<int64_t> pos(static_cast<size_t>(sessions), 0);
   for (int s = 0; s < sessions; ++s) {
     auto st = fw.new_state(prompt + 4096);
-    if (!st.ok()) return -1;
+    if (!st.ok()) {
+      std::printf("BENCH step: new_state: %s\n", st.status().to_string().c_str());
+      return -1;
+    }
     kv.push_back(std::move(st).value());
     const int64_t len = prompt + 3 * s;  // sessions of different lengths
     for (int64_t p = 0; p < len; p += C) {
       const int64_t n = std::min(C, len - p);
-      if (!fw.eval(kv.back(), std::span<const int32_t>(toks.data() + p, static_cast<size_t>(n)), p, logits.data(), false).ok())
+      const Status es = fw.eval(kv.back(), std::span<const int32_t>(toks.data() + p, static_cast<size_t>(n)), p, logits.data(), false);
+      if (!es.ok()) {
+        std::printf("BENCH step: prefill at %lld: %s\n", static_cast<long long>(p), es.to_string().c_str());
         return -1;
+      }
     }
     pos[static_cast<size_t>(s)] = len;
   }
@@ -61,7 +67,11 @@ double decode_step_seconds(model::Forward& fw, backend::Backend& be, int session
       ++pos[i];
     }
     ++step_no;
-    if (!fw.eval_batch(segs).ok()) ok = false;
+    if (!ok) return;
+    if (const Status es = fw.eval_batch(segs); !es.ok()) {
+      std::printf("BENCH step: decode step %lld: %s\n", static_cast<long long>(step_no), es.to_string().c_str());
+      ok = false;
+    }
   };
   for (int w = 0; w < 8; ++w) step();
   const double t = ds4::test::median_seconds(step, [&] { (void)be.sync(); }, 16);
@@ -148,12 +158,9 @@ void bench_prefetch_steps(int argc, char** argv) {
     uint32_t mask;
   };
   const Set sets[] = {{"none", 0},
-                      {"q", kPrefetchQuery},
-                      {"out_a", kPrefetchOutA},
                       {"shared", kPrefetchShared},
-                      {"q+out_a", kPrefetchQuery | kPrefetchOutA},
-                      {"q+out_a+shared", kPrefetchQuery | kPrefetchOutA | kPrefetchShared},
-                      {"q+out_b+shared", kPrefetchQuery | kPrefetchOutB | kPrefetchShared},
+                      {"out_a", kPrefetchOutA},
+                      {"q", kPrefetchQuery},
                       {"all", kPrefetchQuery | kPrefetchOutA | kPrefetchOutB | kPrefetchShared}};
   for (int i = 0; i < argc; ++i) {
     auto file = gguf::File::open(argv[i]);
@@ -171,31 +178,81 @@ void bench_prefetch_steps(int argc, char** argv) {
     if (!be.ok()) return;
     auto w = model::bind_weights(**file, *cfg, plan, **be);
     if (!w.ok() || !(*be)->sync().ok()) return;
+    // Every set's Forward made up front and kept: a step graph's key holds the Forward's scratch address,
+    // so a Forward made after another was freed could replay that one's recorded steps.
+    std::vector<std::unique_ptr<model::Forward>> fws;
+    for (const Set& s : sets) {
+      model::ForwardOptions fo;
+      fo.max_chunk = 512;
+      fo.graphs = true;
+      fo.l2_prefetch = s.mask;
+      auto fw = model::Forward::create(**be, *cfg, *w, fo);
+      if (!fw.ok()) {
+        std::printf("BENCH prefetch: forward: %s\n", fw.status().to_string().c_str());
+        return;
+      }
+      fws.push_back(std::move(fw).value());
+    }
     for (int sessions : {1, 8}) {
       const int64_t ctx = sessions == 1 ? 2048 : 512;
       double base = 0;
-      for (int round = 0; round < 2; ++round) {
-        for (const Set& s : sets) {
-          if (round == 1 && s.mask == 0) continue;  // round 2: each set right after a fresh "none"
-          model::ForwardOptions fo;
-          fo.max_chunk = 512;
-          fo.graphs = true;
-          if (round == 1) {
-            auto f0 = model::Forward::create(**be, *cfg, *w, fo);
-            if (!f0.ok()) return;
-            base = decode_step_seconds(**f0, **be, sessions, ctx);
-          }
-          fo.l2_prefetch = s.mask;
-          auto fw = model::Forward::create(**be, *cfg, *w, fo);
-          if (!fw.ok()) return;
-          const double t = decode_step_seconds(**fw, **be, sessions, ctx);
-          if (s.mask == 0) base = t;
-          std::printf("BENCH prefetch %-16s mode %d layers %zu batch %d ctx %lld round %d: %.3f ms/step (none %.3f), %.1f tok/s\n",
-                      s.name, mode, plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, base * 1e3,
-                      t > 0 ? sessions / t : 0.0);
+      for (size_t k = 0; k < fws.size(); ++k) {
+        const double t = decode_step_seconds(*fws[k], **be, sessions, ctx);
+        if (k == 0) base = t;
+        std::printf("BENCH prefetch %-16s mode %d layers %zu batch %d ctx %lld: %.3f ms/step (none %.3f), %.1f tok/s\n",
+                    sets[k].name, mode, plan.size(), sessions, static_cast<long long>(ctx), t * 1e3, base * 1e3,
+                    t > 0 ? sessions / t : 0.0);
+        if (t < 0) std::printf("BENCH step: sync: %s\n", (*be)->sync().to_string().c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+// `cuda_bench --dense-steps M...`: decode steps (graphs and branches on) with the dense matvecs as on main
+// before the column chunks (gemv_stream_chunks = false) and as now, batch 1 (ctx 2K) and 2 (ctx 1K), the
+// two interleaved twice.
+void bench_dense_steps(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    auto file = gguf::File::open(argv[i]);
+    if (!file.ok()) return;
+    auto cfg = modelspec::config_from_gguf(**file);
+    if (!cfg.ok()) return;
+    const auto plan = modelspec::layer_plan(*cfg);
+    struct Side {
+      const char* name;
+      std::unique_ptr<backend::Backend> be;
+      model::ModelWeights w;
+    } sides[2] = {{"whole rows", nullptr, {}}, {"chunks", nullptr, {}}};
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.gemv_stream_chunks = k == 1;
+      auto be = backend::cuda::make_cuda_backend(co);
+      if (!be.ok()) return;
+      sides[k].be = std::move(be).value();
+      auto w = model::bind_weights(**file, *cfg, plan, *sides[k].be);
+      if (!w.ok() || !sides[k].be->sync().ok()) return;
+      sides[k].w = std::move(w).value();
+    }
+    std::unique_ptr<model::Forward> fws[2];  // one per side for the whole run (see bench_prefetch_steps)
+    for (int k = 0; k < 2; ++k) {
+      model::ForwardOptions fo;
+      fo.max_chunk = 512;
+      fo.graphs = true;
+      auto fw = model::Forward::create(*sides[k].be, *cfg, sides[k].w, fo);
+      if (!fw.ok()) return;
+      fws[k] = std::move(fw).value();
+    }
+    for (int sessions : {1, 2}) {
+      const int64_t ctx = sessions == 1 ? 2048 : 1024;
+      for (int round = 0; round < 2; ++round)
+        for (int k = 0; k < 2; ++k) {
+          Side& s = sides[k];
+          const double t = decode_step_seconds(*fws[k], *s.be, sessions, ctx);
+          std::printf("BENCH dense-steps %-10s layers %zu batch %d ctx %lld round %d: %.3f ms/step, %.1f tok/s\n", s.name,
+                      plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, t > 0 ? sessions / t : 0.0);
           std::fflush(stdout);
         }
-      }
     }
   }
 }

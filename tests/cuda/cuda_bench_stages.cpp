@@ -949,8 +949,8 @@ void bench_csa_stages(Backend& now, Backend& prev) {
 // Dense Q8_0 matmuls of the decode layer with cold weights (issues 5 and 8): each call reads its own
 // copy of the matrix, copies cycled so that ≥ 128 MB lie between two reads of one (the H200's 50 MB L2
 // holds none of them, as in a 43-layer step; the --gemv lines reuse one copy and run partly from L2).
-// Per matrix and n = 1, 2, 4, 8, 16: graph µs per call and GB/s on `prev` (gemv_stream = off: the
-// dispatch before it), `def` (the default dispatch: gemv_stream where gemv_stream_wins), `stream`
+// Per matrix and n = 1, 2, 4, 8, 16: graph µs per call and GB/s on `prev` (gemv_stream_chunks = false:
+// the dispatch before the column chunks), `def` (the default dispatch: gemv_stream where gemv_stream_wins), `stream`
 // (gemv_stream = always, column chunks) and `plain` (always, whole-row tiles). `only`: just the shapes
 // whose name holds it, no layer table. Then one layer's dense matmuls — q_a, kv, q_b,
 // out_a (grouped), out_b, shared gate, up, down on `prev`; q_a + kv and gate + up as one matmul_many each
@@ -969,7 +969,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
   const int64_t ns[kNs] = {1, 2, 4, 8, 16};
   const uint64_t cold_bytes = uint64_t{128} << 20;
   Backend* bes[kSides] = {&prev, &def, &stream, &plain};
-  const char* label[kSides] = {"previous", "default", "stream-chunks", "stream-rows"};
+  const char* label[kSides] = {"rows-default", "default", "stream-chunks", "stream-rows"};
   double op_us[kShapes][kNs][kSides] = {}, layer_us[kNs][kSides] = {}, layer_bytes = 0;
   for (int i = 0; i < kSides; ++i) {
     Backend& be = *bes[i];

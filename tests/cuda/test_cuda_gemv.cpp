@@ -273,7 +273,7 @@ TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousK
   ASSERT_TRUE(gpu_->sync().ok());
 }
 
-// gemv_stream.cu (1..16 vectors, forced: gemv_stream = always; PDL launches on sm_90 by default).
+// gemv_stream.cu (1..16 vectors, forced: gemv_stream = always; PDL launches on sm_90 and column chunks by default).
 class CudaGemvStream : public CudaGemvKernel {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
@@ -385,31 +385,35 @@ TEST_F(CudaGemvStream, ChainedLaunchesReadTheOutputOfTheOneBefore) {
   }
 }
 
-// gemv_stream.cu with wide rows staged as column chunks (gemv_stream_chunks: tiles of up to 16 rows × 32
-// blocks, each row's sum carried across its chunks): the same CPU bits. The 4096- and 8192-column
-// matrices at full size where a block holds more rows than one 40 KB stage (the ring with chunks).
-class CudaGemvStreamChunks : public CudaGemvStream {
+// gemv_stream.cu's wide rows (4096 and 8192 columns) as column chunks (the default, gemv_stream_chunks):
+// the whole out_b and shared gate / up matrices, where a block holds more rows than one 40 KB stage (the
+// ring of chunked tiles), at every batch size it takes.
+TEST_F(CudaGemvStream, WideRowsWholeMatricesInColumnChunks) {
+  for (int64_t n : {1, 2, 4, 8, 16}) check(4096, 8192, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);  // out_b whole
+  for (int64_t n : {1, 2, 5}) check(2048, 4096, n);                                        // shared gate / up
+  check(1001, 8192, 3, 0, 5);  // partial row groups of chunked tiles
+  for (int64_t n : {1, 2, 8}) check_many({2048, 2048}, 4096, n);  // shared gate + up in one launch
+}
+
+// gemv_stream.cu with tiles of whole rows (gemv_stream_chunks = false): the same CPU bits.
+class CudaGemvStreamRows : public CudaGemvStream {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o = CudaGemvStream::options();
-    o.gemv_stream_chunks = true;
+    o.gemv_stream_chunks = false;
     return o;
   }
 };
 
-TEST_F(CudaGemvStreamChunks, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
-  for (int64_t n : {1, 2, 4, 8, 16}) check(4096, 8192, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);  // out_b whole
-  for (int64_t n : {1, 2, 5}) check(2048, 4096, n);                                        // shared gate / up
+TEST_F(CudaGemvStreamRows, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
   flash_shapes();
+  check(4096, 8192, 1);  // out_b whole: 2-row stages
 }
 
-TEST_F(CudaGemvStreamChunks, GroupedOutputProjectionInOneCall) { grouped_shapes(); }
+TEST_F(CudaGemvStreamRows, GroupedOutputProjectionInOneCall) { grouped_shapes(); }
 
-TEST_F(CudaGemvStreamChunks, OddRowCountsAndSmallShapes) {
-  odd_shapes();
-  check(1001, 8192, 3, 0, 5);  // partial row groups of chunked tiles
-}
+TEST_F(CudaGemvStreamRows, OddRowCountsAndSmallShapes) { odd_shapes(); }
 
-TEST_F(CudaGemvStreamChunks, MatmulManySharedInputInOneLaunch) {
+TEST_F(CudaGemvStreamRows, MatmulManySharedInputInOneLaunch) {
   for (int64_t n : {1, 2, 8}) check_many({2048, 2048}, 4096, n);  // shared gate + up
 }

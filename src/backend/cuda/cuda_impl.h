@@ -144,8 +144,9 @@ struct StreamSet {
 // 1 ≤ n_vec ≤ kDenseMaxVec, whole 8-block chunks per row, 16-byte aligned rows); a launch can still
 // decline a shape whose shared memory does not fit (then the other kernels run).
 bool gemv_stream_supports(const GemvJob& j);
-// Whether a supported job is one where gemv_stream.cu measured faster (CudaBackendOptions::gemv_stream = wins).
-bool gemv_stream_wins(const GemvJob& j);
+// Whether a supported job is one where gemv_stream.cu measured faster (CudaBackendOptions::gemv_stream = wins),
+// with column chunks for wide rows or not (gemv_stream_chunks).
+bool gemv_stream_wins(const GemvJob& j, bool chunks);
 
 // Driver virtual-memory entry points (cuda_region.cpp loads them; types only from cuda.h, no libcuda link).
 struct VmmApi {
@@ -397,7 +398,7 @@ class CudaBackend final : public Backend {
   uint32_t dense_occ_next_ = 0;
   GemvMma gemv_stream_ = GemvMma::wins;  // CudaBackendOptions::gemv_stream
   bool gemv_stream_pdl_ = true;           // CudaBackendOptions::gemv_stream_pdl
-  bool gemv_stream_chunks_ = false;       // CudaBackendOptions::gemv_stream_chunks
+  bool gemv_stream_chunks_ = true;        // CudaBackendOptions::gemv_stream_chunks
   int l2_prefetch_mode_ = 0;              // CudaBackendOptions::l2_prefetch_mode
   bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments

@@ -244,15 +244,17 @@ bool gemv_stream_supports(const GemvJob& j) {
 //   8; down 5.5 vs 6.5 at 1), slower at 16 (q_b 56 vs 41);
 // - 4096 columns (q_a, out_a's groups, shared gate/up): faster at 1 and 2 vectors (out_a 16.3 vs 19.1,
 //   gate/up 6.7 vs 8.4 at 1), slower from 4 (out_a 24.9 vs 24.0) — but kv's 512 rows at 1 (5.1 vs 4.5);
-// - 8192 columns (out_b): slower at every n (21.2 vs 20.6 at 1).
+// - 8192 columns (out_b): slower at every n (21.2 vs 20.6 at 1) with whole-row tiles; with column chunks
+//   (gemv_stream_chunks; H200 run of 09:07, docs/PERF.md "Dense decode matvecs: column chunks") faster at 1
+//   and 2 vectors (17.2 vs 21.3 µs, 20.1 vs 23.1), slower from 4 (29.9 vs 27.2).
 // Only the column counts measured there (≥ 1024): smaller shapes (the tiny test models) keep the kernels
 // they had.
-bool gemv_stream_wins(const GemvJob& j) {
+bool gemv_stream_wins(const GemvJob& j, bool chunks) {
   const int64_t rows = j.group_rows > 0 ? j.group_rows : j.w.rows;
   if (j.w.cols < 1024) return false;
   if (j.w.cols <= 2048) return j.n_vec <= 8;
   if (j.w.cols <= 4096) return j.n_vec <= 2 && !(j.n_vec == 1 && rows <= 512);
-  return false;
+  return chunks && j.w.cols <= 8192 && j.n_vec <= 2;
 }
 
 bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
@@ -289,7 +291,7 @@ bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScrat
         a.x_stride != a0.x_stride || a.w.cols != a0.w.cols || a.w.row_bytes != a0.w.row_bytes ||
         !stream_shape_ok(a.w, a.n))
       return false;
-    if (gemv_stream_ == GemvMma::wins && !gemv_stream_wins(gemv_job(a))) return false;
+    if (gemv_stream_ == GemvMma::wins && !gemv_stream_wins(gemv_job(a), gemv_stream_chunks_)) return false;
     StreamSet::Part& q = s.part[s.n_parts++];
     q.w = static_cast<const uint8_t*>(a.w.data);
     q.x = a.x;

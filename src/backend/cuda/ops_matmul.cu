@@ -237,7 +237,7 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
   // gemv_stream.cu: the same jobs (and a grouped one) as whole-row ranges per resident block, where it
   // measured faster; same bits.
   if (decode_kernels_ && gemv_stream_ != GemvMma::off && gemv_stream_supports(j) &&
-      (gemv_stream_ == GemvMma::always || gemv_stream_wins(j)) && gemv_stream(j, act_scratch))
+      (gemv_stream_ == GemvMma::always || gemv_stream_wins(j, gemv_stream_chunks_)) && gemv_stream(j, act_scratch))
     return;
   // gemv_dense.cu: dense Q8_0 rows of 1..kDenseMaxVec vectors (grouped ones in one launch), block terms
   // added in the CPU's block order (same bits as every path below), where it measured faster.

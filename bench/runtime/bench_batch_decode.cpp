@@ -5,7 +5,7 @@
 // meaningful when other work shares the cores.
 //
 // Usage: bench_batch_decode [--model FILE] [--backend cpu|cuda] [--threads T] [--numerics official|reference]
-//                           [--prompt N] [--no-cuda-graphs] [benchmark flags]
+//                           [--prompt N] [--no-cuda-graphs] [--host-argmax] [benchmark flags]
 //   FILE defaults to models/ds4-tiny-chat.gguf (the committed tiny model); the CPU backend by default.
 // Each session is prefilled with a prompt of its own (--prompt, default 64 tokens); every round appends
 // one greedy token to each session; after 192 rounds the sessions rewind to the prompt (outside the
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ds4/engine.h"
+#include "ds4/sampler.h"
 
 namespace {
 
@@ -34,6 +35,7 @@ struct Config {
   int prompt = 64;  // prompt tokens per session
   BackendKind backend = BackendKind::cpu;
   bool cuda_graphs = true;  // EngineOptions::cuda_graphs (--no-cuda-graphs: every step host-launched)
+  bool host_argmax = false;  // --host-argmax: logits downloaded and scanned on the host (the path before)
 };
 
 Config& config() {
@@ -67,10 +69,6 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-TokenId argmax(std::span<const float> l) {
-  return static_cast<TokenId>(std::max_element(l.begin(), l.end()) - l.begin());
-}
-
 void decode(benchmark::State& state, bool batched) {
   Engine& e = engine();
   const int n = static_cast<int>(state.range(0));
@@ -90,7 +88,14 @@ void decode(benchmark::State& state, bool batched) {
       return;
     }
   }
-  std::vector<TokenId> next(static_cast<size_t>(n));
+  // next: each session's greedy token, from the step itself (StepItem::next: the backend's argmax, 4
+  // bytes back per session) or, with --host-argmax, from its downloaded logits; cur: what the step feeds.
+  std::vector<TokenId> next(static_cast<size_t>(n)), cur(static_cast<size_t>(n));
+  const bool host = config().host_argmax;
+  auto from_logits = [&] {
+    for (int i = 0; i < n; ++i) next[i] = ds4::argmax(s[i]->logits());
+  };
+  from_logits();
   std::vector<StepItem> items(static_cast<size_t>(n));
   int round = 0;
   double cpu = 0, cpu0 = process_cpu_seconds();
@@ -99,13 +104,14 @@ void decode(benchmark::State& state, bool batched) {
       state.PauseTiming();
       cpu += process_cpu_seconds() - cpu0;
       for (auto& p : s) (void)p->rewind(config().prompt);
+      from_logits();
       round = 0;
       cpu0 = process_cpu_seconds();
       state.ResumeTiming();
     }
     for (int i = 0; i < n; ++i) {
-      next[i] = argmax(s[i]->logits());
-      items[i] = {s[i].get(), std::span<const TokenId>(&next[i], 1)};
+      cur[i] = next[i];
+      items[i] = {s[i].get(), std::span<const TokenId>(&cur[i], 1), host ? nullptr : &next[i]};
     }
     Status st = Status::Ok();
     if (batched) {
@@ -117,6 +123,7 @@ void decode(benchmark::State& state, bool batched) {
       state.SkipWithError(st.to_string().c_str());
       return;
     }
+    if (host) from_logits();
     ++round;
   }
   cpu += process_cpu_seconds() - cpu0;
@@ -166,6 +173,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--no-cuda-graphs") {
       config().cuda_graphs = false;
+    } else if (a == "--host-argmax") {
+      config().host_argmax = true;
     } else {
       rest.push_back(argv[i]);
     }

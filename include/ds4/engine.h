@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ds4/memory.h"
+#include "ds4/sampler.h"
 #include "ds4/status.h"
 #include "ds4/tokens.h"
 
@@ -69,6 +70,21 @@ struct EngineOptions {
   // Weights pulled into the device cache ahead of their matmuls (model::ForwardOptions::l2_prefetch bits,
   // kPrefetch* in model/forward.h); -1: the forward pass's default. Same bits whichever (test_cuda_branches).
   int64_t l2_prefetch = -1;
+  // Host clocks around each piece of a step and device timestamps around its ops, read back through
+  // Engine::step_times() (ds4-bench --profile-host). Off: no clock is read.
+  bool profile_steps = false;
+};
+
+// Where the engine's steps spent their time (EngineOptions::profile_steps), summed since the engine opened
+// or the last reset_step_times(). Host seconds per piece of a step; `device` is the device time from a
+// step's first op to its last (0 and device_steps 0 when the backend has no timestamps: the CPU).
+struct StepTimes {
+  int64_t steps = 0;
+  double prepare = 0;  // checks, KV room, step input tables and their upload
+  double launch = 0;   // step graph lookup and launch, or the eager launches
+  double wait = 0;     // until the results (logits or greedy token ids) are on the host
+  double device = 0;
+  int64_t device_steps = 0;
 };
 
 // Read-only facts about the loaded model, for logs, /v1/models and the planner.
@@ -101,9 +117,15 @@ struct EvalOptions;
 
 // One session's share of a batched step (Engine::step): the tokens appended to it in this step
 // (one for a decoding session, a chunk for one that is prefilling).
+// With `next`, the step picks the session's greedy next token on the device (the argmax of the logits
+// after its last token: lowest id on ties, never `exclude`, −1: none excluded; ds4::argmax's NaN policy)
+// and writes it to *next, without copying the logits to the host: the session's logits() are then
+// recomputed if asked for later (one more token evaluated; exact). Without it, the logits are the result.
 struct StepItem {
   Session* session = nullptr;
   std::span<const TokenId> tokens;
+  TokenId* next = nullptr;
+  TokenId exclude = -1;
 };
 
 class Engine {
@@ -125,6 +147,9 @@ class Engine {
   virtual Status step(std::span<const StepItem> items, const EvalOptions& opts) = 0;
   // Most tokens (all sessions together) one step() may carry: the forward pass's scratch size.
   virtual int64_t max_step_tokens() const = 0;
+  // EngineOptions::profile_steps's figures (steps stays 0 without it); reset_step_times() starts over.
+  virtual StepTimes step_times() const { return {}; }
+  virtual void reset_step_times() {}
 };
 
 // Saved complete state of a session (tokens, logits, every KV/compressor/indexer row). Opaque bytes
@@ -157,6 +182,16 @@ class Session {
   // by eval_all(); used by golden tests and `ds4 run --dump-logits`.
   virtual Status eval_all(std::span<const TokenId> tokens, std::vector<float>& all_logits,
                           const EvalOptions& opts = {}) = 0;
+  // eval() for greedy decoding (StepItem::next): *next receives the greedy next token after `tokens`
+  // (lowest id on ties, never `exclude`; −1: none excluded), picked on the device where the backend has
+  // one, so the logits are not copied to the host; logits() recomputes them when asked later. The default
+  // evaluates and scans the logits on the host (ds4::argmax), the same token.
+  virtual Status eval_greedy(std::span<const TokenId> tokens, TokenId* next, TokenId exclude = -1,
+                             const EvalOptions& opts = {}) {
+    DS4_RETURN_IF_ERROR(eval(tokens, opts));
+    *next = argmax(logits(), exclude);
+    return Status::Ok();
+  }
   virtual std::span<const float> logits() const = 0;  // [n_vocab] next-token logits
   virtual std::span<const TokenId> tokens() const = 0;
   int64_t position() const { return static_cast<int64_t>(tokens().size()); }

@@ -44,6 +44,9 @@ class Sampler {
 };
 
 TokenId argmax(std::span<const float> logits);  // lowest id among equal maxima
+// The same scan skipping `excluded` (−1: none); −1 when no id is left. NaN: never chosen unless it sits at
+// the first candidate id (the scan replaces its best only by a strictly larger value).
+TokenId argmax(std::span<const float> logits, TokenId excluded);
 float token_logprob(std::span<const float> logits, TokenId id);
 // The n most likely tokens, best first (ties → lower id).
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logits, int n);

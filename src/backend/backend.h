@@ -364,6 +364,19 @@ struct SwigluArgs {
   float clamp = 0;
 };
 
+// Greedy choice per row on the device (the head's logits → next token ids, so a greedy decode step hands
+// back 4 bytes per session instead of its [V] logits). out[r] = the id of row r's largest value, the lowest
+// id on ties, never `excluded` (−1: no id excluded; ds4-bench excludes EOS). NaN policy = ds4::argmax's
+// left-to-right scan (best = the first candidate, replaced only by a strictly larger value): a NaN is never
+// chosen, except when it sits at the row's first candidate id, which is then the answer. −1 when the row
+// has no candidate (n = 0, or n = 1 and that id excluded).
+struct ArgmaxArgs {
+  const float* x = nullptr;  // [rows][n]
+  int64_t rows = 0, n = 0;
+  int32_t excluded = -1;
+  int32_t* out = nullptr;    // [rows] i32 (backend memory)
+};
+
 class Backend;
 
 // Address space reserved once for `reserved` bytes, of which the first `committed` bytes are backed by
@@ -452,6 +465,17 @@ class Backend {
   virtual void fill_f32(float* dst, float value, int64_t count) = 0;
   virtual Status sync() = 0;  // waits for queued work; reports asynchronous failures
 
+  // ---- device timestamps (optional; CUDA events; benchmarks only) ----
+  // time_mark(slot) records when the main lane reaches this point of its queued work (slot < 4);
+  // after sync(), time_ms(a, b) is the device time from mark a to mark b in ms, or −1 when unknown
+  // (the default, and the CPU, which runs each op before returning: host clocks measure it).
+  virtual void time_mark(int slot) { (void)slot; }
+  virtual double time_ms(int from, int to) {
+    (void)from;
+    (void)to;
+    return -1;
+  }
+
   // ---- step graphs (optional; CUDA graphs on the CUDA backend) ----
   // A caller brackets a run of ops whose every argument (sizes, pointers, host bounds) is determined by
   // `key` — per-step values travel through device memory the ops read (step inputs uploaded before
@@ -528,6 +552,7 @@ class Backend {
   virtual void router(const RouterArgs& a) = 0;
   virtual void moe(const MoeArgs& a) = 0;
   virtual void swiglu(const SwigluArgs& a) = 0;
+  virtual void argmax(const ArgmaxArgs& a) = 0;
 };
 
 inline Buffer& Buffer::operator=(Buffer&& o) noexcept {

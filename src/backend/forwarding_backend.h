@@ -33,6 +33,8 @@ class ForwardingBackend : public Backend {
   void copy(void* dst, const void* src, uint64_t bytes) override { in_.copy(dst, src, bytes); }
   void fill_f32(float* dst, float value, int64_t count) override { in_.fill_f32(dst, value, count); }
   Status sync() override { return in_.sync(); }
+  void time_mark(int slot) override { in_.time_mark(slot); }
+  double time_ms(int from, int to) override { return in_.time_ms(from, to); }
   GraphMode graph_begin(std::span<const int64_t> key) override { return in_.graph_begin(key); }
   bool graph_end() override { return in_.graph_end(); }
   void graph_cancel() override { in_.graph_cancel(); }
@@ -62,6 +64,7 @@ class ForwardingBackend : public Backend {
   void router(const RouterArgs& a) override { in_.router(a); }
   void moe(const MoeArgs& a) override { in_.moe(a); }
   void swiglu(const SwigluArgs& a) override { in_.swiglu(a); }
+  void argmax(const ArgmaxArgs& a) override { in_.argmax(a); }
 
  protected:
   Backend& in_;

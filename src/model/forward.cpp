@@ -2,6 +2,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -90,6 +91,7 @@ Status Forward::alloc_scratch() {
   host_in_.resize(in_bytes);
   DS4_ASSIGN_OR_RETURN(in_, be_.alloc(in_bytes, MemCategory::scratch));
   off_.reserve(static_cast<size_t>(C));
+  host_ids_.reserve(static_cast<size_t>(C));
   return Status::Ok();
 }
 
@@ -593,14 +595,43 @@ void Forward::logits_head(std::span<const Segment> segs) {
   head(X, count);
 }
 
+// Greedy segments (token_out) take the argmax of their head row into icount_ [C] i32 at the same row
+// index (icount_ is free after the last layer: the indexer's counts live within a layer). One op for all
+// rows when every segment is greedy with one excluded id (a batch of greedy decoders), else one per
+// greedy segment. Inside the step (graph): the ids are on the device when the step ends.
+void Forward::pick_tokens(std::span<const Segment> segs) {
+  const int64_t V = cfg_.n_vocab;
+  bool all_same = true;
+  for (const Segment& s : segs) all_same = all_same && s.token_out && s.exclude == segs[0].exclude;
+  if (all_same) {  // every segment greedy: one row each, rows 0 … S−1
+    be_.argmax({logits_.f32(), static_cast<int64_t>(segs.size()), V, segs[0].exclude, icount_.i32()});
+    return;
+  }
+  int64_t j = 0;
+  for (const Segment& s : segs) {
+    if (s.token_out) be_.argmax({logits_.f32() + j * V, 1, V, s.exclude, icount_.i32() + j});
+    j += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+  }
+}
+
 void Forward::logits_download(std::span<const Segment> segs) {
   const int64_t V = cfg_.n_vocab;
   auto rows_of = [](const Segment& s) { return s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1; };
-  int64_t j = 0;
+  int64_t j = 0, last_greedy = -1;
   for (const Segment& s : segs) {
     const int64_t rows = rows_of(s);
-    be_.download(s.logits_out, logits_.f32() + j * V, static_cast<uint64_t>(rows * V) * 4);
+    if (s.token_out) last_greedy = j;
+    if (s.logits_out) be_.download(s.logits_out, logits_.f32() + j * V, static_cast<uint64_t>(rows * V) * 4);
     j += rows;
+  }
+  if (last_greedy < 0) return;
+  // One copy of the ids of rows 0 … last greedy row (a download waits for the device: once, not per session).
+  host_ids_.resize(static_cast<size_t>(last_greedy + 1));
+  be_.download(host_ids_.data(), icount_.i32(), static_cast<uint64_t>(last_greedy + 1) * 4);
+  j = 0;
+  for (const Segment& s : segs) {
+    if (s.token_out) *s.token_out = host_ids_[static_cast<size_t>(j)];
+    j += rows_of(s);
   }
 }
 
@@ -753,8 +784,16 @@ Status Forward::eval(KvState& kv, std::span<const int32_t> tokens, int64_t pos0,
 }
 
 Status Forward::eval_batch(std::span<const Segment> segs) {
-  for (const Segment& sg : segs)
-    if (sg.logits_out == nullptr) return invalid_argument("forward: a segment has no logits destination");
+  for (const Segment& sg : segs) {
+    if (sg.logits_out == nullptr && sg.token_out == nullptr)
+      return invalid_argument("forward: a segment has no logits or token destination");
+    if (sg.token_out && sg.all_logits) return invalid_argument("forward: a greedy segment cannot ask for all logits");
+    if (sg.exclude < -1 || sg.exclude >= static_cast<int32_t>(cfg_.n_vocab))
+      return invalid_argument("forward: excluded token id " + std::to_string(sg.exclude) + " is outside the vocabulary");
+  }
+  using Clock = std::chrono::steady_clock;
+  const bool prof = opts_.profile;
+  const Clock::time_point t0 = prof ? Clock::now() : Clock::time_point{};
   DS4_RETURN_IF_ERROR(prepare(segs));
   // Columns: segment s occupies [off_[s], off_[s] + n_s).
   off_.clear();
@@ -767,9 +806,26 @@ Status Forward::eval_batch(std::span<const Segment> segs) {
   tables_step_ = segs.size() > 1 || graphed;
   upload_step_inputs(segs, n);
   if (graphed) graph_step_key(segs, n);
+  const Clock::time_point t1 = prof ? Clock::now() : Clock::time_point{};
+  if (prof) be_.time_mark(0);
   DS4_RETURN_IF_ERROR(graphed ? run_step_graphed(segs, n) : run_step(segs, n));
+  if (prof) be_.time_mark(1);
+  const Clock::time_point t2 = prof ? Clock::now() : Clock::time_point{};
   logits_download(segs);
-  return be_.sync();
+  Status st = be_.sync();
+  if (prof) {
+    const Clock::time_point t3 = Clock::now();
+    auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    times_.steps++;
+    times_.prepare += secs(t1 - t0);
+    times_.launch += secs(t2 - t1);
+    times_.wait += secs(t3 - t2);
+    if (const double ms = be_.time_ms(0, 1); ms >= 0) {
+      times_.device += ms / 1e3;
+      times_.device_steps++;
+    }
+  }
+  return st;
 }
 
 Status Forward::run_step(std::span<const Segment> segs, int64_t n) {
@@ -780,6 +836,7 @@ Status Forward::run_step(std::span<const Segment> segs, int64_t n) {
     ffn_layer(l, n);
   }
   logits_head(segs);
+  pick_tokens(segs);
   return Status::Ok();
 }
 

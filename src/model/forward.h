@@ -73,6 +73,20 @@ struct ForwardOptions {
   uint32_t branches = kBranchSharedExpert | kBranchAttention;
   // Weights prefetched ahead of their matmuls (kPrefetch* bits; 0: none).
   uint32_t l2_prefetch = 0;
+  // Host clocks around each piece of eval_batch and device timestamps around its ops (Forward::times;
+  // ds4-bench --profile-host). Off: no clock is read.
+  bool profile = false;
+};
+
+// Where eval_batch's time went (ForwardOptions::profile), summed over steps. Host seconds per piece; device
+// seconds from the step's first op to its last (Backend::time_mark; 0 when the backend has no timestamps).
+struct StepTimes {
+  int64_t steps = 0;
+  double prepare = 0;  // checks, KV room, the step input tables and their upload
+  double launch = 0;   // graph lookup and launch, or the eager launches
+  double wait = 0;     // until the results (logits or token ids) are on the host: mostly the device running
+  double device = 0;
+  int64_t device_steps = 0;  // steps with a device figure
 };
 
 // With ForwardOptions::graphs, host bounds of compressed rows (AttentionArgs::max_comp,
@@ -88,6 +102,11 @@ struct Segment {
   int64_t pos0 = 0;                 // tokens already in kv
   float* logits_out = nullptr;      // host: [n][V] when all_logits, else [V] for the last token
   bool all_logits = false;
+  // Greedy decoding: host destination of the last token's next token id (the argmax of its logits, lowest
+  // id on ties, never `exclude`), picked on the device (Backend::argmax, inside the step graph) so only 4
+  // bytes come back. With token_out, logits_out may be null: the logits are then not downloaded at all.
+  int32_t* token_out = nullptr;
+  int32_t exclude = -1;             // −1: none
 };
 
 class Forward {
@@ -116,6 +135,8 @@ class Forward {
   const std::vector<modelspec::LayerPlan>& plan() const { return plan_; }
   const ForwardOptions& options() const { return opts_; }
   uint64_t scratch_bytes() const;
+  const StepTimes& times() const { return times_; }
+  void reset_times() { times_ = {}; }
   // What alloc_scratch() allocates for this config and max_chunk, computed without allocating (the memory
   // planner's figure): modelspec::forward_activation_bytes plus the step-input tables. Keep in step with
   // alloc_scratch; tests/memory checks it against a live engine's count.
@@ -142,7 +163,8 @@ class Forward {
   void ffn_layer(size_t l, int64_t n);
   void head(const float* X, int64_t count);
   void logits_head(std::span<const Segment> segs);
-  void logits_download(std::span<const Segment> segs);
+  void pick_tokens(std::span<const Segment> segs);      // greedy segments' argmax (device), after the head
+  void logits_download(std::span<const Segment> segs);  // logits and greedy token ids to the host
   Status run_step(std::span<const Segment> segs, int64_t n);            // embed, layers, head (no transfers)
   bool graph_recordable(std::span<const Segment> segs) const;          // forward_graph.cpp
   void graph_step_key(std::span<const Segment> segs, int64_t n);        // forward_graph.cpp
@@ -210,6 +232,8 @@ class Forward {
   const backend::CompressorSegment* comp_seg_ = nullptr;  // [L][2][S] or null (one session)
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
   std::vector<int64_t> graph_key_;  // the step's graph key (forward_graph.cpp; capacity kept across steps)
+  StepTimes times_;                 // ForwardOptions::profile
+  std::vector<int32_t> host_ids_;   // [C] greedy ids downloaded in one copy (capacity C: no allocation)
   bool tables_step_ = false;        // this step passes session state through the device tables (several
                                     // sessions, or a recordable step with graphs); else one session by value
 };

@@ -8,8 +8,8 @@
 // indexer row tables, the compressor segment table (each session's pos0, frontier and output rows), and
 // the rows emitted this step (count, RoPE positions, addresses), which the ops finishing emitted rows
 // read on the device and skip past the count. So the key is only the step's shape: columns per segment
-// and which want logits, the host bounds of compressed rows rounded up by row_bound (they pick the
-// attention split shape, the indexer grid and scratch sizes; the kernels bound every query by its own
+// and which want logits or a greedy token (with its excluded id, which the argmax takes by value), the
+// host bounds of compressed rows rounded up by row_bound (they pick the attention split shape, the indexer grid and scratch sizes; the kernels bound every query by its own
 // device count, so the same bits), whether the indexer selects, whether each ratio emits any row (the
 // finishing ops are launched only then, over all n columns), the raw ring and frontier sizes, and which
 // ping-pong buffer holds the HC state. Session identity and KV buffer addresses are not part of it: no
@@ -45,6 +45,7 @@ void Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
   for (const Segment& sg : segs) {
     k.push_back(static_cast<int64_t>(sg.tokens.size()));
     k.push_back(sg.all_logits ? 1 : 0);
+    k.push_back(sg.token_out ? 1 + int64_t{sg.exclude} : -1);  // greedy (its excluded id, by value) or not
   }
   k.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(x_.data())));
   k.push_back(segs[0].kv->geometry().raw_cap);

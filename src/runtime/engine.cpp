@@ -93,6 +93,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
   fo.numerics.shared_expert_clamp = opts.shared_expert_clamp;
   fo.graphs = opts.cuda_graphs;
   if (opts.l2_prefetch >= 0) fo.l2_prefetch = static_cast<uint32_t>(opts.l2_prefetch);
+  fo.profile = opts.profile_steps;
   DS4_ASSIGN_OR_RETURN(e->forward_, model::Forward::create(*e->backend_, e->cfg_, e->weights_, fo));
 
   ModelInfo& in = e->info_;

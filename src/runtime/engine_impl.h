@@ -34,6 +34,8 @@ class EngineImpl final : public Engine {
   MemoryReport memory_report() const override;
   Status step(std::span<const StepItem> items, const EvalOptions& opts) override;
   int64_t max_step_tokens() const override { return forward_->max_chunk(); }
+  StepTimes step_times() const override;  // step.cpp
+  void reset_step_times() override { forward_->reset_times(); }
 
   model::Forward& forward() { return *forward_; }
   backend::Backend* forward_backend() const { return backend_.get(); }
@@ -68,7 +70,9 @@ class SessionImpl final : public Session {
 
   Status eval(std::span<const TokenId> tokens, const EvalOptions& opts) override;
   Status eval_all(std::span<const TokenId> tokens, std::vector<float>& all_logits, const EvalOptions& opts) override;
-  std::span<const float> logits() const override { return logits_; }
+  Status eval_greedy(std::span<const TokenId> tokens, TokenId* next, TokenId exclude,
+                     const EvalOptions& opts) override;
+  std::span<const float> logits() const override;  // recomputes deferred logits (ensure_logits)
   std::span<const TokenId> tokens() const override { return tokens_; }
   int64_t max_context() const override { return max_context_; }
   Status rewind(int64_t n_tokens) override;
@@ -77,8 +81,16 @@ class SessionImpl final : public Session {
   SessionMemory memory() const override;
 
  private:
-  // Runs tokens through the model chunk by chunk; all_logits (optional) receives [n][V].
-  Status run(std::span<const TokenId> tokens, const EvalOptions& opts, std::vector<float>* all_logits);
+  // Runs tokens through the model chunk by chunk; all_logits (optional) receives [n][V]. With `next`,
+  // the chunks end in the greedy token (Segment::token_out) and the logits are left deferred.
+  Status run(std::span<const TokenId> tokens, const EvalOptions& opts, std::vector<float>* all_logits,
+             TokenId* next = nullptr, TokenId exclude = -1);
+  // After a greedy step the logits were never copied to the host (logits_deferred_): evaluate the last
+  // token again (the cheap rewind path, else a replay) to have them. Exact: the same state and logits.
+  Status ensure_logits();
+  // rewind()'s cheap path to n_tokens (> 0): re-evaluates token n−1 on the state after n−1 tokens, when
+  // the rings still hold what that needs. False (nothing changed) when they do not.
+  bool rewind_cheap(int64_t n_tokens, Status& st);
   // Rebuilds the state of the first n tokens of tokens_ from an empty timeline.
   Status replay(int64_t n);
 
@@ -89,6 +101,7 @@ class SessionImpl final : public Session {
   uint64_t id_ = 0;
   std::vector<TokenId> tokens_;
   std::vector<float> logits_;  // [V] after the last token; empty at position 0
+  bool logits_deferred_ = false;  // logits_ is stale: the last step was greedy (StepItem::next)
   // Earliest position the cheap rewind may return to: the rings hold valid rows only for what was
   // evaluated in this session since position ring_floor_ (a restore() loads just the rows its
   // snapshot needs, so rewinding below the restored position must replay).

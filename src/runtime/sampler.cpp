@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/argmax_row.h"
+
 namespace ds4 {
 
 namespace {
@@ -20,10 +22,11 @@ double log_sum_exp(std::span<const float> logits, float mx) {
 Sampler::Sampler(const SamplerOptions& opts) : opts_(opts), rng_(opts.seed) {}
 
 TokenId argmax(std::span<const float> logits) {
-  TokenId best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = static_cast<TokenId>(i);
-  return best;
+  return logits.empty() ? 0 : argmax(logits, -1);
+}
+
+TokenId argmax(std::span<const float> logits, TokenId excluded) {
+  return backend::argmax_row(logits.data(), static_cast<int64_t>(logits.size()), excluded);
 }
 
 float token_logprob(std::span<const float> logits, TokenId id) {

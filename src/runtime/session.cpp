@@ -14,7 +14,8 @@ SessionImpl::SessionImpl(EngineImpl& engine, model::KvState kv, int64_t max_cont
 
 SessionImpl::~SessionImpl() { engine_.detach(this); }
 
-Status SessionImpl::run(std::span<const TokenId> tokens, const EvalOptions& opts, std::vector<float>* all) {
+Status SessionImpl::run(std::span<const TokenId> tokens, const EvalOptions& opts, std::vector<float>* all,
+                        TokenId* next, TokenId exclude) {
   model::Forward& fw = engine_.forward();
   const int64_t V = engine_.config().n_vocab;
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -28,8 +29,12 @@ Status SessionImpl::run(std::span<const TokenId> tokens, const EvalOptions& opts
     const int64_t m = std::min(chunk, n - done);
     const auto part = tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(m));
     const int64_t pos0 = static_cast<int64_t>(tokens_.size());
-    Status st = all ? fw.eval(kv_, part, pos0, all->data() + done * V, true)
-                    : fw.eval(kv_, part, pos0, logits_.data(), false);
+    // A greedy chunk hands back its last token's argmax only; earlier chunks' results are overwritten.
+    model::Segment seg{&kv_, part, pos0, nullptr, all != nullptr, next, exclude};
+    if (all) seg.logits_out = all->data() + done * V;
+    else if (!next) seg.logits_out = logits_.data();
+    Status st = fw.eval_batch(std::span<const model::Segment>(&seg, 1));
+    logits_deferred_ = next != nullptr;  // logits_ (stale or partly written) until ensure_logits()
     if (!st.ok()) {
       // The chunk may have left partial rows behind: rebuild the state of the tokens kept so far.
       Status rs = replay(pos0);
@@ -68,12 +73,35 @@ Status SessionImpl::eval_all(std::span<const TokenId> tokens, std::vector<float>
   return run(tokens, opts, &all_logits);
 }
 
+Status SessionImpl::eval_greedy(std::span<const TokenId> tokens, TokenId* next, TokenId exclude,
+                                const EvalOptions& opts) {
+  DS4_RETURN_IF_ERROR(check_room(position(), tokens.size(), max_context_));
+  if (next == nullptr) return invalid_argument("session: eval_greedy needs a destination for the token");
+  if (tokens.empty()) return invalid_argument("session: eval_greedy needs at least one token");
+  return run(tokens, opts, nullptr, next, exclude);
+}
+
+std::span<const float> SessionImpl::logits() const {
+  // Logically const: the logits after the current tokens exist, they are only computed late. The object
+  // is never const itself (sessions are made by Engine::new_session), so the cast is defined.
+  if (logits_deferred_ && !const_cast<SessionImpl*>(this)->ensure_logits().ok()) return {};
+  return logits_;
+}
+
+Status SessionImpl::ensure_logits() {
+  if (!logits_deferred_) return Status::Ok();
+  Status st;
+  if (!rewind_cheap(position(), st)) st = replay(position());
+  return st;
+}
+
 Status SessionImpl::replay(int64_t n) {
   // Compressor frontiers and the raw ring cannot be un-written, so the state after n tokens is
   // rebuilt by evaluating them again from an empty timeline (same logits by construction).
   std::vector<TokenId> keep(tokens_.begin(), tokens_.begin() + n);
   tokens_.clear();
   logits_.clear();
+  logits_deferred_ = false;
   kv_.reset();
   ring_floor_ = 0;
   if (!keep.empty()) DS4_RETURN_IF_ERROR(run(keep, EvalOptions{}, nullptr));
@@ -85,21 +113,29 @@ Status SessionImpl::rewind(int64_t n_tokens) {
     return invalid_argument("session: cannot rewind to " + std::to_string(n_tokens) + " tokens (position " +
                             std::to_string(position()) + ")");
   if (n_tokens == position()) return Status::Ok();
-  // Cheap path: the raw ring and the compressor frontier rings still hold the inputs of the last
-  // max_chunk − 1 tokens, so the state after m = n − 1 tokens is the current one with the compressed
-  // row counts cut back; evaluating token n − 1 again then gives the state and logits after n.
-  const int64_t m = n_tokens - 1;
-  if (m >= ring_floor_ && position() - m <= engine_.forward().max_chunk() - 1) {
-    const TokenId last = tokens_[static_cast<size_t>(m)];
-    tokens_.resize(static_cast<size_t>(m));
-    for (auto& k : kv_.layers())
-      if (k.ratio) k.n_comp = m / k.ratio;
-    Status st = run(std::span<const TokenId>(&last, 1), EvalOptions{}, nullptr);
-    if (st.ok()) return kv_.trim();  // give back the blocks of the dropped rows
-    tokens_.push_back(last);  // run() kept the first m tokens; rebuild all n from scratch below
-  }
+  Status st;
+  if (n_tokens > 0 && rewind_cheap(n_tokens, st)) return st;
   DS4_RETURN_IF_ERROR(replay(n_tokens));
   return kv_.trim();
+}
+
+bool SessionImpl::rewind_cheap(int64_t n_tokens, Status& st) {
+  // The raw ring and the compressor frontier rings still hold the inputs of the last max_chunk − 1
+  // tokens, so the state after m = n − 1 tokens is the current one with the compressed row counts cut
+  // back; evaluating token n − 1 again then gives the state and logits after n.
+  const int64_t m = n_tokens - 1;
+  if (m < ring_floor_ || position() - m > engine_.forward().max_chunk() - 1) return false;
+  const TokenId last = tokens_[static_cast<size_t>(m)];
+  tokens_.resize(static_cast<size_t>(m));
+  for (auto& k : kv_.layers())
+    if (k.ratio) k.n_comp = m / k.ratio;
+  st = run(std::span<const TokenId>(&last, 1), EvalOptions{}, nullptr);
+  if (st.ok()) {
+    st = kv_.trim();  // give back the blocks of the dropped rows
+    return true;
+  }
+  tokens_.push_back(last);  // run() kept the first m tokens; the caller rebuilds all n from scratch
+  return false;
 }
 
 }  // namespace ds4::runtime

@@ -132,6 +132,8 @@ int64_t frontier_start(const model::LayerKv& k, int64_t T) {
 }  // namespace
 
 Result<SessionSnapshot> SessionImpl::snapshot(SnapshotFormat format) const {
+  // Logits deferred by a greedy step are computed first (logically const: see logits()).
+  if (logits_deferred_) DS4_RETURN_IF_ERROR(const_cast<SessionImpl*>(this)->ensure_logits().with_context("snapshot"));
   const auto& cfg = engine_.config();
   backend::Backend& be = *engine_.forward_backend();
   const bool compact = format == SnapshotFormat::compact;
@@ -283,6 +285,7 @@ Status SessionImpl::restore(const SessionSnapshot& snap) {
   if (T) std::memcpy(tokens_.data(), tok, T * 4);
   ring_floor_ = static_cast<int64_t>(T);
   logits_.clear();
+  logits_deferred_ = false;
   if (T > 0) {
     logits_.resize(static_cast<size_t>(V));
     std::memcpy(logits_.data(), lg, V * 4);

@@ -22,6 +22,8 @@ Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts
     for (size_t j = 0; j < i; ++j)
       if (items[j].session == it.session) return bad("session appears twice in one step");
     if (it.tokens.empty()) return bad("no tokens");
+    if (it.exclude < -1 || it.exclude >= static_cast<TokenId>(cfg_.n_vocab))
+      return bad("excluded token id " + std::to_string(it.exclude) + " is outside the vocabulary");
     if (it.session->position() + static_cast<int64_t>(it.tokens.size()) > it.session->max_context())
       return bad(std::to_string(it.tokens.size()) + " more tokens at position " +
                  std::to_string(it.session->position()) + " exceed the context limit of " +
@@ -40,7 +42,7 @@ Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts
   step_segments_.clear();
   for (const StepItem& it : items) {
     auto* s = static_cast<SessionImpl*>(it.session);
-    step_segments_.push_back({&s->kv_, it.tokens, s->position(), nullptr, false});
+    step_segments_.push_back({&s->kv_, it.tokens, s->position(), nullptr, false, it.next, it.exclude});
   }
   Status st = forward_->prepare(step_segments_);
   if (!st.ok()) return st.with_context("step");
@@ -48,7 +50,7 @@ Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts
   for (size_t i = 0; i < items.size(); ++i) {
     auto* s = static_cast<SessionImpl*>(items[i].session);
     s->logits_.resize(V);
-    step_segments_[i].logits_out = s->logits_.data();
+    if (!items[i].next) step_segments_[i].logits_out = s->logits_.data();  // greedy: the token only
   }
   st = forward_->eval_batch(step_segments_);
   if (!st.ok()) {
@@ -63,8 +65,14 @@ Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts
   for (const StepItem& it : items) {
     auto* s = static_cast<SessionImpl*>(it.session);
     s->tokens_.insert(s->tokens_.end(), it.tokens.begin(), it.tokens.end());
+    s->logits_deferred_ = it.next != nullptr;
   }
   return Status::Ok();
+}
+
+StepTimes EngineImpl::step_times() const {
+  const model::StepTimes& f = forward_->times();
+  return {f.steps, f.prepare, f.launch, f.wait, f.device, f.device_steps};
 }
 
 }  // namespace ds4::runtime

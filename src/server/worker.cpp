@@ -220,6 +220,10 @@ void EngineWorker::run_step() {
     it.session = a.slot->session.get();
     if (a.decoding) it.tokens = std::span<const TokenId>(a.feed).first(static_cast<size_t>(g.tokens));
     else it.tokens = std::span<const TokenId>(a.job->prompt).subspan(a.prefilled, static_cast<size_t>(g.tokens));
+    // The job's last pending token: a greedy job takes its next token from this step (4 bytes, no logits).
+    const size_t pending = a.decoding ? a.feed.size() : a.job->prompt.size() - a.prefilled;
+    a.greedy_ready = false;
+    if (a.greedy && it.tokens.size() == pending) it.next = &a.greedy_next;
     items.push_back(it);
     stepped.push_back(&a);
   }
@@ -252,6 +256,7 @@ void EngineWorker::run_step() {
         finish(*stepped[i], FinishReason::error, one.with_context(stepped[i]->decoding ? "decode failed" : "prefill failed"));
         continue;
       }
+      stepped[i]->greedy_ready = items[i].next != nullptr;
       after_step(*stepped[i], static_cast<int64_t>(items[i].tokens.size()));
     }
     publish_batch(plan);
@@ -261,7 +266,10 @@ void EngineWorker::run_step() {
     metrics_.add_prefill(plan.prefill_tokens,
                          secs * static_cast<double>(plan.prefill_tokens) /
                              static_cast<double>(plan.prefill_tokens + plan.decode_tokens));
-  for (size_t i = 0; i < stepped.size(); ++i) after_step(*stepped[i], static_cast<int64_t>(items[i].tokens.size()));
+  for (size_t i = 0; i < stepped.size(); ++i) {
+    stepped[i]->greedy_ready = items[i].next != nullptr;
+    after_step(*stepped[i], static_cast<int64_t>(items[i].tokens.size()));
+  }
   publish_batch(plan);
 }
 

@@ -238,6 +238,8 @@ bool EngineWorker::start_job(Active& a, Slot* slot, int64_t start_tokens, const 
   a.prefilled = static_cast<size_t>(keep);
   a.cached = keep;
   a.sampler.emplace(make_sampler(job.req.sampling));
+  // The runtime sampler's own greedy rule (temperature <= 0 or top_k 1: argmax, no RNG draw).
+  a.greedy = (a.sampler->options().temperature <= 0.0f || a.sampler->options().top_k == 1) && job.req.logprobs_top < 0;
   a.stop.emplace(job.req.stop);
   if (!job.req.raw_completion) {
     chat::ParserOptions po;

@@ -49,6 +49,12 @@ struct EngineWorker::Active {
   std::vector<int64_t> checkpoints;    // prompt positions to save into the prefix cache, ascending
   std::vector<TokenId> feed;           // decoding: tokens to append next (sampled token / forced opener)
   std::optional<ds4::Sampler> sampler;
+  // Greedy without logprobs: the next token comes from the step that evaluated the last fed token
+  // (StepItem::next, picked on the device) instead of the session's downloaded logits. greedy_ready: the
+  // last step left greedy_next for next_feed.
+  bool greedy = false;
+  bool greedy_ready = false;
+  TokenId greedy_next = -1;
   std::optional<chat::DsmlParser> parser;  // chat APIs only
   std::optional<StopMatcher> stop;
   std::string utf8_pending;

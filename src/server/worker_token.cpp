@@ -1,8 +1,9 @@
 // worker_token.cpp — the per-job token path of the engine worker: sampling the next token from the
-// session's logits, streaming it (UTF-8 completion, DSML tool-call parsing, stop sequences, logprobs),
+// session's logits (or taking the greedy token the step picked on the device), streaming it (UTF-8 completion, DSML tool-call parsing, stop sequences, logprobs),
 // the tool_choice opener, and finishing a job (tail flush, usage, replay memory, metrics).
 // Deliberately not here: evaluating tokens (worker.cpp batches them into one Engine::step).
 #include <algorithm>
+#include <utility>
 
 #include "server/sampler.h"
 #include "server/worker_state.h"
@@ -45,8 +46,12 @@ bool EngineWorker::next_feed(Active& a) {
     return true;
   }
 
-  std::span<const float> logits = a.slot->session->logits();
-  const TokenId t = a.sampler->sample(logits);
+  std::span<const float> logits;  // only read when the step left no greedy token (sampling, logprobs)
+  TokenId t = a.greedy_next;
+  if (!std::exchange(a.greedy_ready, false)) {
+    logits = a.slot->session->logits();
+    t = a.sampler->sample(logits);
+  }
   if (t == tok.eos_id() && !job.req.ignore_eos) {
     finish(a, FinishReason::stop);
     return false;

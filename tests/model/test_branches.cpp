@@ -156,6 +156,9 @@ class LateSideLane final : public ForwardingBackend {
   void swiglu(const SwigluArgs& a) override {
     run([=, this] { in_.swiglu(a); });
   }
+  void argmax(const ArgmaxArgs& a) override {
+    run([=, this] { in_.argmax(a); });
+  }
 
  private:
   void run(std::function<void()> op) {

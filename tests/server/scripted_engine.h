@@ -34,7 +34,9 @@ class ScriptedEngine : public Engine {
   MemoryReport memory_report() const override { return {}; }
   // No batching in the double: the items advance one after another.
   Status step(std::span<const StepItem> items, const EvalOptions& opts) override {
-    for (const StepItem& it : items) DS4_RETURN_IF_ERROR(it.session->eval(it.tokens, opts));
+    for (const StepItem& it : items)
+      DS4_RETURN_IF_ERROR(it.next ? it.session->eval_greedy(it.tokens, it.next, it.exclude, opts)
+                                  : it.session->eval(it.tokens, opts));
     return Status::Ok();
   }
   int64_t max_step_tokens() const override { return 1 << 16; }

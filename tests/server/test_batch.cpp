@@ -326,3 +326,44 @@ TEST_F(BatchTest, KvBudgetRefusesWaitsAndEvicts) {
 
 }  // namespace
 }  // namespace ds4::server
+
+// Greedy requests without logprobs take their tokens from the step's device-side argmax (StepItem::next:
+// no logits downloaded); with logprobs they sample the downloaded logits. Both give the same text, also
+// when they share steps with a sampled request (temperature 0.9, seeded), whose text is its solo text.
+TEST_F(BatchTest, GreedyWithoutLogprobsEqualsLogitsPathBesideSampled) {
+  const std::vector<std::string> prompts = {words(30, 11), words(70, 12), words(12, 13)};
+  auto text_of = [](int port, const std::string& prompt, int max_tokens, double temperature, bool logprobs = false) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    Json body = {{"model", "deepseek-v4-flash"}, {"prompt", prompt}, {"max_tokens", max_tokens},
+                 {"temperature", temperature}, {"seed", 3}, {"ignore_eos", true}};
+    if (logprobs) body["logprobs"] = 0;  // the logits path: downloaded and sampled on the host
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    if (!r || r->status != 200) return std::string("error: ") + (r ? r->body : "no response");
+    return Json::parse(r->body)["choices"][0]["text"].get<std::string>();
+  };
+  std::vector<std::string> solo_logits(prompts.size());
+  std::string solo_sampled;
+  {
+    ServerOptions o;
+    o.worker.n_sessions = 1;
+    BatchServer s(o);
+    for (size_t i = 0; i < prompts.size(); ++i) solo_logits[i] = text_of(s.port(), prompts[i], 20, 0.0, true);
+    solo_sampled = text_of(s.port(), words(50, 14), 20, 0.9);
+  }
+  ServerOptions o;
+  o.worker.n_sessions = 4;
+  o.worker.prefill_step = 32;
+  BatchServer s(o);
+  std::vector<std::string> got(prompts.size());
+  std::string sampled;
+  std::vector<std::thread> th;
+  for (size_t i = 0; i < prompts.size(); ++i) th.emplace_back([&, i] { got[i] = text_of(s.port(), prompts[i], 20, 0.0); });
+  th.emplace_back([&] { sampled = text_of(s.port(), words(50, 14), 20, 0.9); });
+  for (auto& t : th) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i], solo_logits[i]) << "request " << i;
+  EXPECT_EQ(sampled, solo_sampled);
+  size_t widest = 0;
+  for (const auto& st : trace_steps(s.trace())) widest = std::max(widest, st.size());
+  EXPECT_GE(widest, 2u);
+}

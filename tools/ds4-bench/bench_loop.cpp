@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include "ds4/sampler.h"
+
 namespace ds4::bench {
 
 namespace {
@@ -51,16 +53,6 @@ std::vector<TokenId> repeat_tokens(std::span<const TokenId> source, int64_t leng
   return out;
 }
 
-TokenId argmax_excluding(std::span<const float> logits, TokenId excluded) {
-  TokenId best = -1;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const TokenId id = static_cast<TokenId>(i);
-    if (id == excluded) continue;
-    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = id;
-  }
-  return best;
-}
-
 Status run_frontiers(Engine& engine, std::span<const TokenId> tokens, const LoopOptions& opts,
                      const std::function<void(const FrontierRow&)>& on_row) {
   if (opts.frontiers.empty()) return invalid_argument("ds4-bench: no frontiers to measure");
@@ -103,14 +95,26 @@ Status run_frontiers(Engine& engine, std::span<const TokenId> tokens, const Loop
     if (opts.gen_tokens > 0) {
       DS4_ASSIGN_OR_RETURN(SessionSnapshot snap, s.snapshot());
       row.snapshot_bytes = snap.bytes.size();
+      engine.reset_step_times();
       const auto t1 = Clock::now();
+      // The first token comes from the prefill's logits; each decode step then yields the next one.
+      TokenId next = argmax(s.logits(), eos);
+      double t_argmax = 0;
       for (int64_t i = 0; i < opts.gen_tokens; ++i) {
-        const TokenId next = argmax_excluding(s.logits(), eos);
         if (next < 0) return internal_error("ds4-bench: the model returned no logits");
-        DS4_RETURN_IF_ERROR(s.eval(std::span<const TokenId>(&next, 1), eo)
-                                .with_context("decode at " + std::to_string(frontier)));
+        const auto what = [&] { return "decode at " + std::to_string(frontier); };
+        const TokenId cur = next;
+        if (opts.host_argmax) {
+          DS4_RETURN_IF_ERROR(s.eval(std::span<const TokenId>(&cur, 1), eo).with_context(what()));
+          const auto ta = opts.profile ? Clock::now() : Clock::time_point{};
+          next = argmax(s.logits(), eos);
+          if (opts.profile) t_argmax += seconds_since(ta);
+        } else {
+          DS4_RETURN_IF_ERROR(s.eval_greedy(std::span<const TokenId>(&cur, 1), &next, eos, eo).with_context(what()));
+        }
       }
       const double t_gen = seconds_since(t1);
+      if (opts.profile) row.profile = {t_gen, t_argmax, engine.step_times()};
       row.gen_tokens = opts.gen_tokens;
       row.gen_tps = t_gen > 0 ? static_cast<double>(opts.gen_tokens) / t_gen : 0;
       DS4_RETURN_IF_ERROR(s.restore(snap).with_context("restore at " + std::to_string(frontier)));

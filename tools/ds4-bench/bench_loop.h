@@ -1,7 +1,7 @@
 // bench_loop.h — ds4-bench's measurement loop on the public engine API (include/ds4/engine.h):
 // one session is prefilled incrementally to each frontier; at each frontier the state is
 // snapshotted in RAM, `gen_tokens` greedy tokens are decoded (argmax with EOS excluded, so every
-// frontier decodes the same count), and the snapshot is restored before prefilling on. Memory is
+// frontier decodes the same count; picked on the device by Session::eval_greedy unless host_argmax), and the snapshot is restored before prefilling on. Memory is
 // read at each frontier right after the prefill (before the decode), from the engine's accounting
 // (Session::memory, Engine::memory_report) and the OS (VmRSS).
 //
@@ -32,19 +32,26 @@ struct FrontierRow {
   uint64_t device_used_bytes = 0;  // driver's used bytes (total − free) when known, else counted device bytes
   MemBytes session;            // the session's bytes per category (host + device)
   MemBytes process;            // the whole process per category (host + device)
+  // LoopOptions::profile: where the decode tokens' wall time went (seconds summed over gen_tokens).
+  struct DecodeProfile {
+    double wall = 0;       // the decode loop
+    double argmax = 0;     // host scans of the logits (LoopOptions::host_argmax)
+    StepTimes steps;       // the engine's pieces (EngineOptions::profile_steps), this frontier's decode only
+  } profile;
 };
 
 struct LoopOptions {
   std::vector<int64_t> frontiers;  // increasing
   int64_t gen_tokens = 128;        // decode tokens per frontier; 0 = no snapshot and no decode
   int32_t chunk = 0;               // EvalOptions::chunk (0 = engine default)
+  // Greedy tokens as before the device argmax: every step downloads its logits and the host scans them
+  // (argmax, EOS excluded). Off: Session::eval_greedy (the token picked on the device, 4 bytes back).
+  bool host_argmax = false;
+  bool profile = false;            // fill FrontierRow::profile (the engine opened with profile_steps)
 };
 
 // The token sequence the session walks: `source` repeated as often as needed to reach `length`.
 std::vector<TokenId> repeat_tokens(std::span<const TokenId> source, int64_t length);
-
-// The token with the largest logit other than `excluded` (lowest id on ties); -1 if none.
-TokenId argmax_excluding(std::span<const float> logits, TokenId excluded);
 
 // Runs the walk over `tokens` (at least frontiers.back() long); `on_row` is called after each
 // frontier (the tool writes and flushes the CSV there, so a long run leaves partial results).

@@ -31,7 +31,32 @@ struct BenchFlags {
   std::string csv_path, plot_path, plot_script = DS4_PLOT_SCRIPT, plot_title;
   bool memory = false;
   bool quality = false;
+  bool host_argmax = false;
+  bool profile_host = false;
 };
+
+// --profile-host: where one decode token's wall time goes, per token (ms), after the frontier's CSV line.
+void print_profile(const ds4::bench::FrontierRow& r, bool host_argmax) {
+  const auto& p = r.profile;
+  if (r.gen_tokens <= 0) return;
+  const double k = 1e3 / static_cast<double>(r.gen_tokens);
+  const ds4::StepTimes& s = p.steps;
+  const double device = s.device_steps > 0 ? s.device * 1e3 / static_cast<double>(s.device_steps) : -1;
+  const double other = p.wall - s.prepare - s.launch - s.wait - p.argmax;
+  std::fprintf(stderr, "ds4-bench: host profile at %lld tokens, %lld decode tokens (%s), ms per token:\n",
+               static_cast<long long>(r.frontier), static_cast<long long>(r.gen_tokens),
+               host_argmax ? "logits downloaded, host argmax" : "device argmax, 4 bytes back");
+  std::fprintf(stderr, "  wall          %8.4f   (%.1f tok/s)\n", p.wall * k, r.gen_tps);
+  if (device >= 0)
+    std::fprintf(stderr, "  device        %8.4f   (step ops, events)\n  wall - device %8.4f\n", device,
+                 p.wall * k - device);
+  std::fprintf(stderr, "  prepare       %8.4f   (checks, KV room, step inputs + upload)\n", s.prepare * k);
+  std::fprintf(stderr, "  launch        %8.4f   (graph lookup + launch, or eager launches)\n", s.launch * k);
+  std::fprintf(stderr, "  wait          %8.4f   (device finishing + result download)\n", s.wait * k);
+  std::fprintf(stderr, "  host argmax   %8.4f\n", p.argmax * k);
+  std::fprintf(stderr, "  other         %8.4f   (session, bench loop)\n", other * k);
+  std::fprintf(stderr, "  steps         %8lld\n", static_cast<long long>(s.steps));
+}
 
 int fail(const std::string& msg, int code = 1) {
   std::fprintf(stderr, "ds4-bench: %s\n", msg.c_str());
@@ -92,6 +117,10 @@ int main(int argc, char** argv) {
                "CUDA: replay decode steps (batched ones too) as CUDA graphs (same bits; default on)");
   app.add_flag("--cuda-branches,!--no-cuda-branches", f.engine.cuda_branches,
                "CUDA: independent parts of each step on a second stream (default on; same bits)");
+  app.add_flag("--host-argmax", f.host_argmax,
+               "greedy tokens from downloaded logits scanned on the host (the path before the device argmax)");
+  app.add_flag("--profile-host", f.profile_host,
+               "print per decode token the wall time, the device time of the step and the host pieces");
   app.add_option("--plot", f.plot_path, "also plot the CSV to FILE.png or FILE.svg (needs --csv and gnuplot)");
   app.add_option("--plot-script", f.plot_script, "plot script")->capture_default_str();
   app.add_option("--plot-title", f.plot_title, "plot title");
@@ -145,6 +174,7 @@ int main(int argc, char** argv) {
   std::FILE* out = csv_file ? csv_file.get() : stdout;
   eo.backend = f.backend == "cuda" ? BackendKind::cuda : BackendKind::cpu;
   eo.max_context = bench::effective_ctx_alloc(f.sched);
+  eo.profile_steps = f.profile_host;
   auto engine = Engine::open(eo);
   if (!engine.ok()) return fail(engine.status().to_string());
   Engine& e = **engine;
@@ -188,6 +218,8 @@ int main(int argc, char** argv) {
   lo.frontiers = frontiers;
   lo.gen_tokens = f.sched.gen_tokens;
   lo.chunk = f.engine.chunk;
+  lo.host_argmax = f.host_argmax;
+  lo.profile = f.profile_host;
   Status st = bench::run_frontiers(e, tokens, lo, [&](const bench::FrontierRow& r) {
     std::fprintf(out, "%s\n", bench::csv_line(r).c_str());
     std::fflush(out);
@@ -195,6 +227,7 @@ int main(int argc, char** argv) {
                  "ds4-bench: %7lld tokens  prefill %9.1f tok/s  decode %8.1f tok/s  kv %8.2f MiB  rss %8.1f MiB\n",
                  static_cast<long long>(r.frontier), r.prefill_tps, r.gen_tps, r.kv_bytes / 1048576.0,
                  r.rss_bytes / 1048576.0);
+    if (f.profile_host) print_profile(r, f.host_argmax);
   });
   if (csv_file && std::fclose(csv_file.release()) != 0) return fail("error writing --csv '" + f.csv_path + "'");
   if (!st.ok()) return fail(st.to_string());

@@ -56,6 +56,7 @@ class CpuBackend final : public Backend {
   void router(const RouterArgs& a) override;            // ops_moe.cpp
   void moe(const MoeArgs& a) override;                  // ops_moe.cpp
   void swiglu(const SwigluArgs& a) override;            // ops_moe.cpp
+  void argmax(const ArgmaxArgs& a) override;            // ops_elementwise.cpp
 
   ThreadPool& pool() { return pool_; }
 

@@ -1,7 +1,8 @@
-// ops_elementwise.cpp — row-wise ops: RMSNorm, tail RoPE, FP8/FP4 round trips, f16 rounding.
+// ops_elementwise.cpp — row-wise ops: RMSNorm, tail RoPE, FP8/FP4 round trips, f16 rounding, greedy argmax.
 #include <algorithm>
 #include <cmath>
 
+#include "backend/argmax_row.h"
 #include "backend/by_pieces.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/primitives.h"
@@ -69,5 +70,10 @@ void CpuBackend::f16_round(float* x, int64_t count) {
 }
 
 void CpuBackend::norm_rope(const NormRopeArgs& a) { norm_rope_by_pieces(*this, a); }
+
+void CpuBackend::argmax(const ArgmaxArgs& a) {
+  // x: [rows][n] → out [rows]; the host scan itself (argmax_row.h), so the CPU op is the reference.
+  for (int64_t r = 0; r < a.rows; ++r) a.out[r] = argmax_row(a.x + r * a.n, a.n, a.excluded);
+}
 
 }  // namespace ds4::backend::cpu

@@ -114,6 +114,11 @@ CudaBackend::CudaBackend(int device, cudaStream_t stream) : device_(device), str
 CudaBackend::~CudaBackend() {
   (void)uploader_.release_staging();
   cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : marks_)
+    if (e) cudaEventDestroy(e);
+  if (stage_done_) cudaEventDestroy(stage_done_);
+  if (stage_) cudaFreeHost(stage_);
+  if (bounce_) cudaFreeHost(bounce_);
   for (StepGraph& g : graphs_) drop_graph(g);
   for (void* p : weights_) cudaFree(p);
   release_branches();
@@ -215,16 +220,64 @@ MemBytes CudaBackend::allocated() const {
 }
 
 void CudaBackend::upload(void* dst, const void* src, uint64_t bytes) {
-  // From pageable host memory the copy is staged before this returns, so `src` may be reused at once.
+  // `src` may be reused as soon as this returns. A small copy (a step's inputs: a few KB) goes through the
+  // page-locked ring: one memcpy here and a DMA the stream runs in order, with no driver staging. Larger
+  // ones (and a failed ring allocation) copy from pageable memory, which the driver stages before returning.
   join();  // step inputs go on the main lane, ahead of the step that reads them
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+  if (!bytes) return;
+  if (bytes <= kStageBytes / 4 && !stage_) {
+    if (cudaMallocHost(reinterpret_cast<void**>(&stage_), kStageBytes) != cudaSuccess ||
+        cudaEventCreateWithFlags(&stage_done_, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (stage_) cudaFreeHost(stage_);
+      stage_ = nullptr;
+    }
+  }
+  if (bytes > kStageBytes / 4 || !stage_) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+    return;
+  }
+  uint64_t off = (stage_head_ + 15) / 16 * 16;
+  if (off + bytes > kStageBytes) {
+    // Wrap: the earliest slots may still be read by queued copies; the last copy done means all are.
+    check(cudaEventSynchronize(stage_done_), "upload staging wait");
+    off = 0;
+  }
+  std::memcpy(stage_ + off, src, bytes);
+  stage_head_ = off + bytes;
+  check(cudaMemcpyAsync(dst, stage_ + off, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+  check(cudaEventRecord(stage_done_, stream_), "upload staging event");
 }
 
 void CudaBackend::download(void* dst, const void* src, uint64_t bytes) {
+  // Waits for the copy (and so for all queued work). Up to kStageBytes (one session's logits, a greedy
+  // step's token ids) land in page-locked memory by one DMA and are copied out here.
   if (!bytes) return;
   join();
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
-  check(cudaStreamSynchronize(stream_), "download synchronize");
+  if (bytes <= kStageBytes && !bounce_ && cudaMallocHost(reinterpret_cast<void**>(&bounce_), kStageBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    bounce_ = nullptr;
+  }
+  const bool bounce = bounce_ && bytes <= kStageBytes;
+  check(cudaMemcpyAsync(bounce ? bounce_ : dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+  if (check(cudaStreamSynchronize(stream_), "download synchronize") && bounce) std::memcpy(dst, bounce_, bytes);
+}
+
+void CudaBackend::time_mark(int slot) {
+  if (slot < 0 || slot >= static_cast<int>(marks_.size())) return;
+  if (!marks_[slot] && !check(cudaEventCreate(&marks_[slot]), "timing event")) return;
+  check(cudaEventRecord(marks_[slot], stream_), "timing event record");
+}
+
+double CudaBackend::time_ms(int from, int to) {
+  const int n = static_cast<int>(marks_.size());
+  if (from < 0 || to < 0 || from >= n || to >= n || !marks_[from] || !marks_[to]) return -1;
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, marks_[from], marks_[to]) != cudaSuccess) {
+    (void)cudaGetLastError();  // not recorded yet, or not complete: no figure, no error of the step's
+    return -1;
+  }
+  return ms;
 }
 
 void CudaBackend::copy(void* dst, const void* src, uint64_t bytes) {

@@ -194,6 +194,8 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, uint64_t bytes) override;
   void fill_f32(float* dst, float value, int64_t count) override;  // ops_elementwise.cu
   Status sync() override;
+  void time_mark(int slot) override;                 // cuda_backend.cpp (events made on first use)
+  double time_ms(int from, int to) override;
   GraphMode graph_begin(std::span<const int64_t> key) override;  // step_graphs.cpp
   bool graph_end() override;                                      // step_graphs.cpp
   void graph_cancel() override;                                   // step_graphs.cpp
@@ -241,6 +243,7 @@ class CudaBackend final : public Backend {
   void router(const RouterArgs& a) override;            // ops_moe.cu
   void moe(const MoeArgs& a) override;                  // ops_moe.cu
   void swiglu(const SwigluArgs& a) override;            // ops_elementwise.cu
+  void argmax(const ArgmaxArgs& a) override;            // argmax.cu
 
   // Matvec of GemvJob (ops_matmul.cu); quantizes activations into scratch when the numerics need it.
   // Few vectors go to the decode kernels below when they apply (the one place that picks a path).
@@ -421,6 +424,17 @@ class CudaBackend final : public Backend {
   WeightUploadStats upload_stats_;
   WeightUploader uploader_;               // pinned ring + copy stream while weights are being bound
   bool uploading_ = false;                // copies queued since the last sync()
+  // Small transfers go through page-locked host memory (cuda_backend.cpp), so a step's input upload is
+  // one DMA that returns at once and its result download one DMA with no driver staging:
+  // stage_ is a ring of kStageBytes for uploads (stage_done_ is recorded after each copy out of it; a
+  // wrap waits for it, so a slot is reused only after its copy ran), bounce_ receives downloads of up to
+  // kStageBytes before they are copied to the caller's memory. Both made on first use.
+  static constexpr uint64_t kStageBytes = uint64_t{1} << 20;
+  uint8_t* stage_ = nullptr;
+  uint64_t stage_head_ = 0;
+  cudaEvent_t stage_done_ = nullptr;
+  uint8_t* bounce_ = nullptr;
+  std::array<cudaEvent_t, 4> marks_{};    // time_mark's events (timing enabled; made on first use)
   bool tensor_cores_ = true;              // CudaBackendOptions::tensor_cores
   DeviceScratch act_;                     // [n][act row] quantized activations (matmul)
   DeviceScratch moe_act_, moe_g_, moe_u_, moe_h_act_, moe_y_;  // routed-expert batches [n·k][*]

@@ -1,0 +1,30 @@
+// greedy_scenario.h — the greedy decoding path (Session::eval_greedy, StepItem::next: the next token picked
+// by Backend::argmax inside the step, 4 bytes back) against the logits path (logits downloaded, scanned by
+// ds4::argmax / sampled by ds4::Sampler) on any engine: the CPU in tests/model, CUDA in tests/cuda.
+// Both paths run the same steps with the same shapes, so tokens and logits must be equal exactly.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ds4/engine.h"
+
+namespace ds4::test {
+
+struct GreedyRun {
+  std::vector<std::vector<TokenId>> tokens;  // per session: the tokens chosen after its prompt
+  std::vector<std::vector<float>> logits;    // per session: logits() at the end (recomputed when deferred)
+  std::vector<std::vector<uint8_t>> snapshots;  // per session: snapshot bytes at the end
+};
+
+// One session: `n` greedy tokens after `prompt` (EOS-like id `exclude` never chosen; −1: none), through
+// eval_greedy (device) or eval + ds4::argmax (host).
+GreedyRun greedy_solo(Engine& e, const std::vector<TokenId>& prompt, int n, TokenId exclude, bool device);
+
+// Three sessions stepped together by Engine::step: a greedy one, one sampled at temperature 0.8 (seeded:
+// it always takes the logits path), and a greedy one with an excluded id; each prompt goes in as one
+// prefill item (greedy items pick their first token from the chunk's last column), then `n` decode steps.
+// `device`: greedy items use StepItem::next; else their logits are downloaded and scanned on the host.
+GreedyRun greedy_mixed_batch(Engine& e, int n, bool device);
+
+}  // namespace ds4::test

@@ -1,0 +1,66 @@
+// test_greedy.cpp — greedy decoding with the token picked by the backend's argmax inside the step
+// (Session::eval_greedy, StepItem::next) equals the logits path on the CPU engine: the same tokens, and the
+// deferred logits and snapshots recomputed exactly; a batch mixing greedy and sampled sessions (prefill
+// chunks and decode tokens) gives every session the tokens the logits path gives it. With and without step
+// graphs (EngineOptions::cuda_graphs changes the CPU's step input layout: per-column tables).
+#include <gtest/gtest.h>
+
+#include "greedy_scenario.h"
+#include "model_fixture.h"
+
+using namespace ds4;
+using namespace ds4::test;
+
+namespace {
+
+void expect_same(const GreedyRun& a, const GreedyRun& b) {
+  ASSERT_EQ(a.tokens.size(), b.tokens.size());
+  for (size_t i = 0; i < a.tokens.size(); ++i) {
+    EXPECT_EQ(a.tokens[i], b.tokens[i]) << "session " << i;
+    EXPECT_EQ(a.logits[i], b.logits[i]) << "session " << i;  // bit for bit, NaN-free tiny model
+    EXPECT_EQ(a.snapshots[i], b.snapshots[i]) << "session " << i;
+  }
+}
+
+}  // namespace
+
+TEST(Greedy, SoloDeviceArgmaxEqualsHostArgmax) {
+  for (const bool graphs : {false, true}) {
+    auto e = open_engine({DS4_TINY_GGUF, Numerics::official, 64, true, graphs});
+    ASSERT_TRUE(e);
+    const auto prompt = random_tokens(40, e->info().n_vocab, 9);
+    for (const TokenId exclude : {TokenId{-1}, TokenId{1}}) {
+      const GreedyRun host = greedy_solo(*e, prompt, 24, exclude, false);
+      const GreedyRun device = greedy_solo(*e, prompt, 24, exclude, true);
+      expect_same(host, device);
+    }
+    // The excluded id is never chosen: exclude the first token the unrestricted run picks.
+    const GreedyRun free_run = greedy_solo(*e, prompt, 4, -1, true);
+    const TokenId first = free_run.tokens[0][0];
+    const GreedyRun barred = greedy_solo(*e, prompt, 4, first, true);
+    for (TokenId t : barred.tokens[0]) EXPECT_NE(t, first);
+  }
+}
+
+TEST(Greedy, MixedBatchOfGreedyAndSampledSessions) {
+  for (const bool graphs : {false, true}) {
+    auto e = open_engine({DS4_TINY_GGUF, Numerics::official, 128, true, graphs});
+    ASSERT_TRUE(e);
+    expect_same(greedy_mixed_batch(*e, 16, false), greedy_mixed_batch(*e, 16, true));
+  }
+}
+
+TEST(Greedy, BadExcludedIdChangesNothing) {
+  auto e = open_engine({DS4_TINY_GGUF, Numerics::official, 64});
+  ASSERT_TRUE(e);
+  auto s = e->new_session().value();
+  const auto prompt = random_tokens(5, e->info().n_vocab, 3);
+  TokenId next = -1;
+  EXPECT_FALSE(s->eval_greedy(prompt, &next, e->info().n_vocab).ok());
+  EXPECT_FALSE(s->eval_greedy(prompt, nullptr).ok());
+  EXPECT_EQ(s->position(), 0);
+  StepItem it{s.get(), prompt, &next, -5};
+  EXPECT_FALSE(e->step(std::span<const StepItem>(&it, 1), EvalOptions{}).ok());
+  EXPECT_EQ(s->position(), 0);
+  EXPECT_EQ(next, -1);
+}

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -190,6 +191,24 @@ class Session {
                              const EvalOptions& opts = {}) {
     DS4_RETURN_IF_ERROR(eval(tokens, opts));
     *next = argmax(logits(), exclude);
+    return Status::Ok();
+  }
+  // Greedy decoding of up to n tokens with the device running ahead of the host: `first` is appended, and
+  // each step's greedy token (never `exclude`) is fed to the next step on the device, which is launched
+  // before the token reaches the host. on_token(t) gets the tokens in order; false stops (as does
+  // opts.should_cancel, then with StatusCode::cancelled). Afterwards the session is exactly as after
+  // `next = first; repeat: eval_greedy(next) → next; on_token(next)`: it holds `first` and every reported
+  // token but the last, which is the caller's next input (a step run ahead past a stop is rolled back).
+  // The default is that loop.
+  virtual Status generate_greedy(TokenId first, int64_t n, TokenId exclude, const std::function<bool(TokenId)>& on_token,
+                                 const EvalOptions& opts = {}) {
+    TokenId next = first;
+    for (int64_t i = 0; i < n; ++i) {
+      if (opts.should_cancel && opts.should_cancel(opts.cancel_user)) return cancelled("session: generation cancelled");
+      const TokenId cur = next;
+      DS4_RETURN_IF_ERROR(eval_greedy(std::span<const TokenId>(&cur, 1), &next, exclude, opts));
+      if (!on_token(next)) break;
+    }
     return Status::Ok();
   }
   virtual std::span<const float> logits() const = 0;  // [n_vocab] next-token logits

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -476,6 +478,25 @@ class Backend {
     return -1;
   }
 
+  // ---- read-back behind later work (optional; a page-locked slot and an event on CUDA) ----
+  // read_back_start(slot, src, bytes) queues a copy of `bytes` (≤ kReadBackBytes) of backend memory into
+  // read-back slot `slot` (< kReadBackSlots) after the work enqueued so far; read_back_wait(slot, dst, bytes)
+  // waits for that copy alone — not for work enqueued after it — copies it to dst and reports asynchronous
+  // failures as sync() does. Pipelined greedy decoding reads step k's token while step k+1 runs. The
+  // default downloads at start (waiting for everything queued) and copies at wait.
+  static constexpr int kReadBackSlots = 2;
+  static constexpr uint64_t kReadBackBytes = 256;
+  virtual void read_back_start(int slot, const void* src, uint64_t bytes) {
+    if (slot >= 0 && slot < kReadBackSlots && bytes <= kReadBackBytes) download(read_back_[slot], src, bytes);
+  }
+  virtual Status read_back_wait(int slot, void* dst, uint64_t bytes) {
+    if (slot < 0 || slot >= kReadBackSlots || bytes > kReadBackBytes)
+      return invalid_argument("backend: read-back slot " + std::to_string(slot) + " of " + std::to_string(bytes) +
+                              " bytes is out of range");
+    std::memcpy(dst, read_back_[slot], bytes);
+    return sync();
+  }
+
   // ---- step graphs (optional; CUDA graphs on the CUDA backend) ----
   // A caller brackets a run of ops whose every argument (sizes, pointers, host bounds) is determined by
   // `key` — per-step values travel through device memory the ops read (step inputs uploaded before
@@ -553,6 +574,9 @@ class Backend {
   virtual void moe(const MoeArgs& a) = 0;
   virtual void swiglu(const SwigluArgs& a) = 0;
   virtual void argmax(const ArgmaxArgs& a) = 0;
+
+ private:
+  alignas(16) uint8_t read_back_[kReadBackSlots][kReadBackBytes] = {};  // the default read-back's slots
 };
 
 inline Buffer& Buffer::operator=(Buffer&& o) noexcept {

@@ -35,6 +35,8 @@ class ForwardingBackend : public Backend {
   Status sync() override { return in_.sync(); }
   void time_mark(int slot) override { in_.time_mark(slot); }
   double time_ms(int from, int to) override { return in_.time_ms(from, to); }
+  void read_back_start(int slot, const void* src, uint64_t bytes) override { in_.read_back_start(slot, src, bytes); }
+  Status read_back_wait(int slot, void* dst, uint64_t bytes) override { return in_.read_back_wait(slot, dst, bytes); }
   GraphMode graph_begin(std::span<const int64_t> key) override { return in_.graph_begin(key); }
   bool graph_end() override { return in_.graph_end(); }
   void graph_cancel() override { in_.graph_cancel(); }

@@ -828,6 +828,56 @@ Status Forward::eval_batch(std::span<const Segment> segs) {
   return st;
 }
 
+Status Forward::launch_greedy(KvState& kv, int64_t pos0, int32_t token, bool from_device, int32_t exclude, int slot) {
+  if (slot < 0 || slot >= backend::Backend::kReadBackSlots)
+    return invalid_argument("forward: read-back slot " + std::to_string(slot) + " is out of range");
+  if (exclude < -1 || exclude >= static_cast<int32_t>(cfg_.n_vocab))
+    return invalid_argument("forward: excluded token id " + std::to_string(exclude) + " is outside the vocabulary");
+  using Clock = std::chrono::steady_clock;
+  const bool prof = opts_.profile;
+  const Clock::time_point t0 = prof ? Clock::now() : Clock::time_point{};
+  // A device-fed step's token is not known here: id 0 passes prepare() and is replaced on the device.
+  pipe_token_[slot] = from_device ? 0 : token;
+  const Segment seg{&kv, std::span<const int32_t>(&pipe_token_[slot], 1), pos0, nullptr, false, &pipe_unused_, exclude};
+  const std::span<const Segment> segs(&seg, 1);
+  DS4_RETURN_IF_ERROR(prepare(segs));
+  off_.assign(1, 0);
+  const bool graphed = graph_recordable(segs);
+  tables_step_ = graphed;
+  upload_step_inputs(segs, 1);
+  // The previous step's greedy id (icount_ row 0, pick_tokens) into this step's token slot: stream order
+  // puts the copy after that step and before this one; its read-back was queued before, too.
+  if (from_device) be_.copy(const_cast<int32_t*>(tok_), icount_.i32(), sizeof(int32_t));
+  if (graphed) graph_step_key(segs, 1);
+  const Clock::time_point t1 = prof ? Clock::now() : Clock::time_point{};
+  if (prof) be_.time_mark(2 * slot);
+  DS4_RETURN_IF_ERROR(graphed ? run_step_graphed(segs, 1) : run_step(segs, 1));
+  if (prof) be_.time_mark(2 * slot + 1);
+  be_.read_back_start(slot, icount_.i32(), sizeof(int32_t));
+  if (prof) {
+    const Clock::time_point t2 = Clock::now();
+    times_.prepare += std::chrono::duration<double>(t1 - t0).count();
+    times_.launch += std::chrono::duration<double>(t2 - t1).count();
+  }
+  return Status::Ok();
+}
+
+Status Forward::finish_greedy(int slot, int32_t* token) {
+  using Clock = std::chrono::steady_clock;
+  const bool prof = opts_.profile;
+  const Clock::time_point t0 = prof ? Clock::now() : Clock::time_point{};
+  Status st = be_.read_back_wait(slot, token, sizeof(int32_t));
+  if (prof) {
+    times_.steps++;
+    times_.wait += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (const double ms = be_.time_ms(2 * slot, 2 * slot + 1); ms >= 0) {
+      times_.device += ms / 1e3;
+      times_.device_steps++;
+    }
+  }
+  return st;
+}
+
 Status Forward::run_step(std::span<const Segment> segs, int64_t n) {
   be_.embed({w_.token_embd, tok_, n, static_cast<int32_t>(cfg_.n_hc), x_.f32()});
   for (size_t l = 0; l < plan_.size(); ++l) {

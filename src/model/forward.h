@@ -126,6 +126,16 @@ class Forward {
   // later (backend) error may leave partial rows in any segment's KvState: the caller rebuilds them.
   Status eval_batch(std::span<const Segment> segs);
 
+  // Pipelined greedy decoding of one session (Session::generate_greedy). launch_greedy enqueues the decode
+  // step of `token` at pos0 — or, with from_device, of the greedy token of the step launched just before,
+  // copied on the device into this step's inputs (no host round trip) — and queues the read-back of its own
+  // greedy token (never `exclude`) into Backend read-back slot `slot`; finish_greedy(slot) waits for that
+  // token alone, so the next step can be launched first and the device never waits for the host. At most
+  // Backend::kReadBackSlots steps in flight. The same step (graph) as eval_batch's greedy decode, so the
+  // same bits. Errors as eval_batch: a launch error changes no state; later ones may leave partial rows.
+  Status launch_greedy(KvState& kv, int64_t pos0, int32_t token, bool from_device, int32_t exclude, int slot);
+  Status finish_greedy(int slot, int32_t* token);
+
   // An empty session state whose compressed rows may grow to max_context tokens (memory is committed
   // as they arrive; see kv_state.h).
   Result<KvState> new_state(int64_t max_context) const;
@@ -234,6 +244,8 @@ class Forward {
   std::vector<int64_t> graph_key_;  // the step's graph key (forward_graph.cpp; capacity kept across steps)
   StepTimes times_;                 // ForwardOptions::profile
   std::vector<int32_t> host_ids_;   // [C] greedy ids downloaded in one copy (capacity C: no allocation)
+  int32_t pipe_token_[backend::Backend::kReadBackSlots] = {};  // launch_greedy's step tokens (Segment views)
+  int32_t pipe_unused_ = 0;         // launch_greedy's Segment::token_out (the read-back delivers the token)
   bool tables_step_ = false;        // this step passes session state through the device tables (several
                                     // sessions, or a recordable step with graphs); else one session by value
 };

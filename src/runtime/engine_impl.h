@@ -72,6 +72,8 @@ class SessionImpl final : public Session {
   Status eval_all(std::span<const TokenId> tokens, std::vector<float>& all_logits, const EvalOptions& opts) override;
   Status eval_greedy(std::span<const TokenId> tokens, TokenId* next, TokenId exclude,
                      const EvalOptions& opts) override;
+  Status generate_greedy(TokenId first, int64_t n, TokenId exclude, const std::function<bool(TokenId)>& on_token,
+                         const EvalOptions& opts) override;  // generate.cpp
   std::span<const float> logits() const override;  // recomputes deferred logits (ensure_logits)
   std::span<const TokenId> tokens() const override { return tokens_; }
   int64_t max_context() const override { return max_context_; }
@@ -91,6 +93,8 @@ class SessionImpl final : public Session {
   // rewind()'s cheap path to n_tokens (> 0): re-evaluates token n−1 on the state after n−1 tokens, when
   // the rings still hold what that needs. False (nothing changed) when they do not.
   bool rewind_cheap(int64_t n_tokens, Status& st);
+  // Appends one evaluated token id (capacity in kTokenIdBlock steps, as the planner counts).
+  void append_token(TokenId t);
   // Rebuilds the state of the first n tokens of tokens_ from an empty timeline.
   Status replay(int64_t n);
 

@@ -73,6 +73,12 @@ Status SessionImpl::eval_all(std::span<const TokenId> tokens, std::vector<float>
   return run(tokens, opts, &all_logits);
 }
 
+void SessionImpl::append_token(TokenId t) {
+  if (tokens_.size() + 1 > tokens_.capacity())
+    tokens_.reserve(static_cast<size_t>(modelspec::round_up(tokens_.size() + 1, modelspec::kTokenIdBlock)));
+  tokens_.push_back(t);
+}
+
 Status SessionImpl::eval_greedy(std::span<const TokenId> tokens, TokenId* next, TokenId exclude,
                                 const EvalOptions& opts) {
   DS4_RETURN_IF_ERROR(check_room(position(), tokens.size(), max_context_));

@@ -1,8 +1,9 @@
 // test_cuda_greedy.cpp — greedy decoding on CUDA with the next token picked by the argmax kernel inside the
 // step graph (Session::eval_greedy, StepItem::next: 4 bytes back instead of the logits) equals the logits
 // path (downloaded, scanned by ds4::argmax) exactly: tokens, the deferred logits recomputed afterwards, and
-// snapshots; alone and in a batch mixing greedy and sampled sessions; graphs on and off; and the steps
-// are replayed as graphs (the argmax is recorded with the head).
+// snapshots; alone, pipelined (Session::generate_greedy: the next step launched before the token is read
+// back, its token copied on the device; a stop rolled back), and in a batch mixing greedy and sampled
+// sessions; graphs on and off; and the steps are replayed as graphs (the argmax is recorded with the head).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -54,9 +55,15 @@ void greedy_paths_equal(const std::string& path) {
     ASSERT_TRUE(e);
     const auto prompt = random_tokens(40, e->info().n_vocab, 9);
     const std::string tag = name + (graphs ? " graphs" : " eager");
-    for (const TokenId exclude : {TokenId{-1}, TokenId{1}})
-      expect_same(greedy_solo(*e, prompt, 24, exclude, false), greedy_solo(*e, prompt, 24, exclude, true),
-                  tag + " solo x" + std::to_string(exclude));
+    for (const TokenId exclude : {TokenId{-1}, TokenId{1}}) {
+      const GreedyRun host = greedy_solo(*e, prompt, 24, exclude, GreedyPath::host);
+      expect_same(host, greedy_solo(*e, prompt, 24, exclude, GreedyPath::device), tag + " solo x" + std::to_string(exclude));
+      expect_same(host, greedy_solo(*e, prompt, 24, exclude, GreedyPath::pipelined),
+                  tag + " pipelined x" + std::to_string(exclude));
+    }
+    // A stop after 7 tokens rolls back the step the device ran ahead.
+    expect_same(greedy_solo(*e, prompt, 24, -1, GreedyPath::host, 7), greedy_solo(*e, prompt, 24, -1, GreedyPath::pipelined, 7),
+                tag + " pipelined stop");
     expect_same(greedy_mixed_batch(*e, 16, false), greedy_mixed_batch(*e, 16, true), tag + " mixed batch");
     if (graphs) EXPECT_GT(engine_graph_stats(*e).replayed, 0u);
   }

@@ -23,28 +23,38 @@ void finish(GreedyRun& run, Session& s) {
 
 }  // namespace
 
-GreedyRun greedy_solo(Engine& e, const std::vector<TokenId>& prompt, int n, TokenId exclude, bool device) {
+GreedyRun greedy_solo(Engine& e, const std::vector<TokenId>& prompt, int n, TokenId exclude, GreedyPath path,
+                      int stop_after) {
   GreedyRun run;
   auto s = e.new_session().value();
   std::vector<TokenId> got;
   TokenId next = -1;
-  if (device) {
-    EXPECT_TRUE(s->eval_greedy(prompt, &next, exclude).ok());
-  } else {
+  if (path == GreedyPath::host) {
     EXPECT_TRUE(s->eval(prompt).ok());
     next = argmax(s->logits(), exclude);
-  }
-  for (int i = 0; i < n; ++i) {
-    got.push_back(next);
-    const TokenId cur = next;
-    if (device) {
-      EXPECT_TRUE(s->eval_greedy(std::span<const TokenId>(&cur, 1), &next, exclude).ok());
-    } else {
-      EXPECT_TRUE(s->eval(std::span<const TokenId>(&cur, 1)).ok());
-      next = argmax(s->logits(), exclude);
-    }
+  } else {
+    EXPECT_TRUE(s->eval_greedy(prompt, &next, exclude).ok());
   }
   got.push_back(next);
+  auto report = [&](TokenId t) {
+    got.push_back(t);
+    return stop_after < 0 || static_cast<int>(got.size()) - 1 < stop_after;
+  };
+  if (path == GreedyPath::pipelined) {
+    const Status st = s->generate_greedy(next, n, exclude, report);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  } else {
+    for (int i = 0; i < n; ++i) {
+      const TokenId cur = next;
+      if (path == GreedyPath::device) {
+        EXPECT_TRUE(s->eval_greedy(std::span<const TokenId>(&cur, 1), &next, exclude).ok());
+      } else {
+        EXPECT_TRUE(s->eval(std::span<const TokenId>(&cur, 1)).ok());
+        next = argmax(s->logits(), exclude);
+      }
+      if (!report(next)) break;
+    }
+  }
   run.tokens.push_back(got);
   finish(run, *s);
   return run;

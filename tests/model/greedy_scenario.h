@@ -17,9 +17,14 @@ struct GreedyRun {
   std::vector<std::vector<uint8_t>> snapshots;  // per session: snapshot bytes at the end
 };
 
-// One session: `n` greedy tokens after `prompt` (EOS-like id `exclude` never chosen; −1: none), through
-// eval_greedy (device) or eval + ds4::argmax (host).
-GreedyRun greedy_solo(Engine& e, const std::vector<TokenId>& prompt, int n, TokenId exclude, bool device);
+// How greedy_solo decodes: eval + ds4::argmax of the logits, eval_greedy per token, or generate_greedy
+// (the device one step ahead of the host).
+enum class GreedyPath { host, device, pipelined };
+
+// One session: up to `n` greedy tokens after `prompt` (EOS-like id `exclude` never chosen; −1: none),
+// stopping after `stop_after` reported tokens (−1: never). tokens[0] = every reported token.
+GreedyRun greedy_solo(Engine& e, const std::vector<TokenId>& prompt, int n, TokenId exclude, GreedyPath path,
+                      int stop_after = -1);
 
 // Three sessions stepped together by Engine::step: a greedy one, one sampled at temperature 0.8 (seeded:
 // it always takes the logits path), and a greedy one with an excluded id; each prompt goes in as one

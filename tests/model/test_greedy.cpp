@@ -30,15 +30,30 @@ TEST(Greedy, SoloDeviceArgmaxEqualsHostArgmax) {
     ASSERT_TRUE(e);
     const auto prompt = random_tokens(40, e->info().n_vocab, 9);
     for (const TokenId exclude : {TokenId{-1}, TokenId{1}}) {
-      const GreedyRun host = greedy_solo(*e, prompt, 24, exclude, false);
-      const GreedyRun device = greedy_solo(*e, prompt, 24, exclude, true);
-      expect_same(host, device);
+      const GreedyRun host = greedy_solo(*e, prompt, 24, exclude, GreedyPath::host);
+      expect_same(host, greedy_solo(*e, prompt, 24, exclude, GreedyPath::device));
+      expect_same(host, greedy_solo(*e, prompt, 24, exclude, GreedyPath::pipelined));
     }
     // The excluded id is never chosen: exclude the first token the unrestricted run picks.
-    const GreedyRun free_run = greedy_solo(*e, prompt, 4, -1, true);
+    const GreedyRun free_run = greedy_solo(*e, prompt, 4, -1, GreedyPath::device);
     const TokenId first = free_run.tokens[0][0];
-    const GreedyRun barred = greedy_solo(*e, prompt, 4, first, true);
+    const GreedyRun barred = greedy_solo(*e, prompt, 4, first, GreedyPath::pipelined);
     for (TokenId t : barred.tokens[0]) EXPECT_NE(t, first);
+  }
+}
+
+// generate_greedy stopped by its callback: the step run ahead is rolled back, so the session is exactly
+// where the one-step-at-a-time loop stopping at the same token leaves it (tokens, logits, snapshot).
+TEST(Greedy, PipelinedStopRollsBackTheStepRunAhead) {
+  for (const bool graphs : {false, true}) {
+    auto e = open_engine({DS4_TINY_GGUF, Numerics::official, 64, true, graphs});
+    ASSERT_TRUE(e);
+    const auto prompt = random_tokens(30, e->info().n_vocab, 4);
+    for (const int stop : {1, 7}) {
+      const GreedyRun host = greedy_solo(*e, prompt, 20, -1, GreedyPath::host, stop);
+      ASSERT_EQ(host.tokens[0].size(), static_cast<size_t>(stop + 1));
+      expect_same(host, greedy_solo(*e, prompt, 20, -1, GreedyPath::pipelined, stop));
+    }
   }
 }
 

@@ -100,7 +100,11 @@ Status run_frontiers(Engine& engine, std::span<const TokenId> tokens, const Loop
       // The first token comes from the prefill's logits; each decode step then yields the next one.
       TokenId next = argmax(s.logits(), eos);
       double t_argmax = 0;
-      for (int64_t i = 0; i < opts.gen_tokens; ++i) {
+      if (next < 0) return internal_error("ds4-bench: the model returned no logits");
+      if (!opts.host_argmax && opts.overlap)
+        DS4_RETURN_IF_ERROR(s.generate_greedy(next, opts.gen_tokens, eos, [](TokenId) { return true; }, eo)
+                                .with_context("decode at " + std::to_string(frontier)));
+      for (int64_t i = 0; i < opts.gen_tokens && (opts.host_argmax || !opts.overlap); ++i) {
         if (next < 0) return internal_error("ds4-bench: the model returned no logits");
         const auto what = [&] { return "decode at " + std::to_string(frontier); };
         const TokenId cur = next;

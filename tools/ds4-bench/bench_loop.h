@@ -47,6 +47,9 @@ struct LoopOptions {
   // Greedy tokens as before the device argmax: every step downloads its logits and the host scans them
   // (argmax, EOS excluded). Off: Session::eval_greedy (the token picked on the device, 4 bytes back).
   bool host_argmax = false;
+  // Without host_argmax: the decode tokens through Session::generate_greedy (the device one step ahead of
+  // the host, each token fed to the next step on the device); false: eval_greedy per token.
+  bool overlap = true;
   bool profile = false;            // fill FrontierRow::profile (the engine opened with profile_steps)
 };
 

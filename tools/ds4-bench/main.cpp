@@ -33,10 +33,11 @@ struct BenchFlags {
   bool quality = false;
   bool host_argmax = false;
   bool profile_host = false;
+  bool no_overlap = false;
 };
 
 // --profile-host: where one decode token's wall time goes, per token (ms), after the frontier's CSV line.
-void print_profile(const ds4::bench::FrontierRow& r, bool host_argmax) {
+void print_profile(const ds4::bench::FrontierRow& r, const char* path) {
   const auto& p = r.profile;
   if (r.gen_tokens <= 0) return;
   const double k = 1e3 / static_cast<double>(r.gen_tokens);
@@ -45,7 +46,7 @@ void print_profile(const ds4::bench::FrontierRow& r, bool host_argmax) {
   const double other = p.wall - s.prepare - s.launch - s.wait - p.argmax;
   std::fprintf(stderr, "ds4-bench: host profile at %lld tokens, %lld decode tokens (%s), ms per token:\n",
                static_cast<long long>(r.frontier), static_cast<long long>(r.gen_tokens),
-               host_argmax ? "logits downloaded, host argmax" : "device argmax, 4 bytes back");
+               path);
   std::fprintf(stderr, "  wall          %8.4f   (%.1f tok/s)\n", p.wall * k, r.gen_tps);
   if (device >= 0)
     std::fprintf(stderr, "  device        %8.4f   (step ops, events)\n  wall - device %8.4f\n", device,
@@ -119,6 +120,8 @@ int main(int argc, char** argv) {
                "CUDA: independent parts of each step on a second stream (default on; same bits)");
   app.add_flag("--host-argmax", f.host_argmax,
                "greedy tokens from downloaded logits scanned on the host (the path before the device argmax)");
+  app.add_flag("--no-overlap", f.no_overlap,
+               "greedy decode one step at a time (each token read back before the next step is launched)");
   app.add_flag("--profile-host", f.profile_host,
                "print per decode token the wall time, the device time of the step and the host pieces");
   app.add_option("--plot", f.plot_path, "also plot the CSV to FILE.png or FILE.svg (needs --csv and gnuplot)");
@@ -219,6 +222,7 @@ int main(int argc, char** argv) {
   lo.gen_tokens = f.sched.gen_tokens;
   lo.chunk = f.engine.chunk;
   lo.host_argmax = f.host_argmax;
+  lo.overlap = !f.no_overlap;
   lo.profile = f.profile_host;
   Status st = bench::run_frontiers(e, tokens, lo, [&](const bench::FrontierRow& r) {
     std::fprintf(out, "%s\n", bench::csv_line(r).c_str());
@@ -227,7 +231,10 @@ int main(int argc, char** argv) {
                  "ds4-bench: %7lld tokens  prefill %9.1f tok/s  decode %8.1f tok/s  kv %8.2f MiB  rss %8.1f MiB\n",
                  static_cast<long long>(r.frontier), r.prefill_tps, r.gen_tps, r.kv_bytes / 1048576.0,
                  r.rss_bytes / 1048576.0);
-    if (f.profile_host) print_profile(r, f.host_argmax);
+    if (f.profile_host)
+      print_profile(r, f.host_argmax  ? "logits downloaded, host argmax"
+                       : f.no_overlap ? "device argmax, 4 bytes back, one step at a time"
+                                      : "device argmax, the device one step ahead");
   });
   if (csv_file && std::fclose(csv_file.release()) != 0) return fail("error writing --csv '" + f.csv_path + "'");
   if (!st.ok()) return fail(st.to_string());

@@ -119,6 +119,9 @@ CudaBackend::~CudaBackend() {
   if (stage_done_) cudaEventDestroy(stage_done_);
   if (stage_) cudaFreeHost(stage_);
   if (bounce_) cudaFreeHost(bounce_);
+  for (cudaEvent_t e : read_back_done_)
+    if (e) cudaEventDestroy(e);
+  if (read_back_host_) cudaFreeHost(read_back_host_);
   for (StepGraph& g : graphs_) drop_graph(g);
   for (void* p : weights_) cudaFree(p);
   release_branches();
@@ -261,6 +264,39 @@ void CudaBackend::download(void* dst, const void* src, uint64_t bytes) {
   const bool bounce = bounce_ && bytes <= kStageBytes;
   check(cudaMemcpyAsync(bounce ? bounce_ : dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
   if (check(cudaStreamSynchronize(stream_), "download synchronize") && bounce) std::memcpy(dst, bounce_, bytes);
+}
+
+void CudaBackend::read_back_start(int slot, const void* src, uint64_t bytes) {
+  if (slot < 0 || slot >= kReadBackSlots || bytes > kReadBackBytes) {
+    fail(invalid_argument("cuda backend: read-back slot " + std::to_string(slot) + " of " + std::to_string(bytes) +
+                          " bytes is out of range"));
+    return;
+  }
+  join();
+  if (!read_back_host_) {
+    bool ok = cudaMallocHost(reinterpret_cast<void**>(&read_back_host_), kReadBackSlots * kReadBackBytes) == cudaSuccess;
+    for (cudaEvent_t& e : read_back_done_) ok = ok && cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
+    if (!ok) {
+      (void)cudaGetLastError();
+      fail(internal_error("cuda backend: no page-locked memory or event for the read-back slots"));
+      return;
+    }
+  }
+  check(cudaMemcpyAsync(read_back_host_ + slot * kReadBackBytes, src, bytes, cudaMemcpyDeviceToHost, stream_),
+        "read back");
+  check(cudaEventRecord(read_back_done_[slot], stream_), "read back event");
+}
+
+Status CudaBackend::read_back_wait(int slot, void* dst, uint64_t bytes) {
+  if (slot < 0 || slot >= kReadBackSlots || bytes > kReadBackBytes)
+    return invalid_argument("cuda backend: read-back slot " + std::to_string(slot) + " of " + std::to_string(bytes) +
+                            " bytes is out of range");
+  if (!read_back_host_ || !read_back_done_[slot])
+    return first_error_.ok() ? internal_error("cuda backend: read_back_wait without read_back_start") : first_error_;
+  // Only this copy: a step queued behind it keeps the device busy meanwhile.
+  check(cudaEventSynchronize(read_back_done_[slot]), "read back wait");
+  std::memcpy(dst, read_back_host_ + slot * kReadBackBytes, bytes);
+  return first_error_;
 }
 
 void CudaBackend::time_mark(int slot) {

@@ -196,6 +196,8 @@ class CudaBackend final : public Backend {
   Status sync() override;
   void time_mark(int slot) override;                 // cuda_backend.cpp (events made on first use)
   double time_ms(int from, int to) override;
+  void read_back_start(int slot, const void* src, uint64_t bytes) override;  // cuda_backend.cpp
+  Status read_back_wait(int slot, void* dst, uint64_t bytes) override;
   GraphMode graph_begin(std::span<const int64_t> key) override;  // step_graphs.cpp
   bool graph_end() override;                                      // step_graphs.cpp
   void graph_cancel() override;                                   // step_graphs.cpp
@@ -435,6 +437,8 @@ class CudaBackend final : public Backend {
   cudaEvent_t stage_done_ = nullptr;
   uint8_t* bounce_ = nullptr;
   std::array<cudaEvent_t, 4> marks_{};    // time_mark's events (timing enabled; made on first use)
+  uint8_t* read_back_host_ = nullptr;     // [kReadBackSlots][kReadBackBytes] page-locked (first use)
+  std::array<cudaEvent_t, kReadBackSlots> read_back_done_{};  // recorded after each slot's copy
   bool tensor_cores_ = true;              // CudaBackendOptions::tensor_cores
   DeviceScratch act_;                     // [n][act row] quantized activations (matmul)
   DeviceScratch moe_act_, moe_g_, moe_u_, moe_h_act_, moe_y_;  // routed-expert batches [n·k][*]

@@ -48,8 +48,9 @@ struct LoopOptions {
   // (argmax, EOS excluded). Off: Session::eval_greedy (the token picked on the device, 4 bytes back).
   bool host_argmax = false;
   // Without host_argmax: the decode tokens through Session::generate_greedy (the device one step ahead of
-  // the host, each token fed to the next step on the device); false: eval_greedy per token.
-  bool overlap = true;
+  // the host, each token fed to the next step on the device); false: eval_greedy per token (ds4-bench
+  // --overlap / --no-overlap).
+  bool overlap = false;
   bool profile = false;            // fill FrontierRow::profile (the engine opened with profile_steps)
 };
 

@@ -33,7 +33,7 @@ struct BenchFlags {
   bool quality = false;
   bool host_argmax = false;
   bool profile_host = false;
-  bool no_overlap = false;
+  bool overlap = false;  // off until the H200 run checked generate_greedy there (docs/PERF.md)
 };
 
 // --profile-host: where one decode token's wall time goes, per token (ms), after the frontier's CSV line.
@@ -120,8 +120,10 @@ int main(int argc, char** argv) {
                "CUDA: independent parts of each step on a second stream (default on; same bits)");
   app.add_flag("--host-argmax", f.host_argmax,
                "greedy tokens from downloaded logits scanned on the host (the path before the device argmax)");
-  app.add_flag("--no-overlap", f.no_overlap,
-               "greedy decode one step at a time (each token read back before the next step is launched)");
+  app.add_flag("--overlap,!--no-overlap", f.overlap,
+               "greedy decode with the device one step ahead of the host (Session::generate_greedy); "
+               "--no-overlap: each token read back before the next step is launched")
+      ->capture_default_str();
   app.add_flag("--profile-host", f.profile_host,
                "print per decode token the wall time, the device time of the step and the host pieces");
   app.add_option("--plot", f.plot_path, "also plot the CSV to FILE.png or FILE.svg (needs --csv and gnuplot)");
@@ -222,7 +224,7 @@ int main(int argc, char** argv) {
   lo.gen_tokens = f.sched.gen_tokens;
   lo.chunk = f.engine.chunk;
   lo.host_argmax = f.host_argmax;
-  lo.overlap = !f.no_overlap;
+  lo.overlap = f.overlap;
   lo.profile = f.profile_host;
   Status st = bench::run_frontiers(e, tokens, lo, [&](const bench::FrontierRow& r) {
     std::fprintf(out, "%s\n", bench::csv_line(r).c_str());
@@ -233,7 +235,7 @@ int main(int argc, char** argv) {
                  r.rss_bytes / 1048576.0);
     if (f.profile_host)
       print_profile(r, f.host_argmax  ? "logits downloaded, host argmax"
-                       : f.no_overlap ? "device argmax, 4 bytes back, one step at a time"
+                       : !f.overlap   ? "device argmax, 4 bytes back, one step at a time"
                                       : "device argmax, the device one step ahead");
   });
   if (csv_file && std::fclose(csv_file.release()) != 0) return fail("error writing --csv '" + f.csv_path + "'");

@@ -804,6 +804,7 @@ Status Forward::eval_batch(std::span<const Segment> segs) {
   }
   const bool graphed = graph_recordable(segs);
   tables_step_ = segs.size() > 1 || graphed;
+  ++serial_;
   upload_step_inputs(segs, n);
   if (graphed) graph_step_key(segs, n);
   const Clock::time_point t1 = prof ? Clock::now() : Clock::time_point{};
@@ -844,6 +845,7 @@ Status Forward::launch_greedy(KvState& kv, int64_t pos0, int32_t token, bool fro
   off_.assign(1, 0);
   const bool graphed = graph_recordable(segs);
   tables_step_ = graphed;
+  ++serial_;
   upload_step_inputs(segs, 1);
   // The previous step's greedy id (icount_ row 0, pick_tokens) into this step's token slot: stream order
   // puts the copy after that step and before this one; its read-back was queued before, too.
@@ -876,6 +878,13 @@ Status Forward::finish_greedy(int slot, int32_t* token) {
     }
   }
   return st;
+}
+
+Result<bool> Forward::fetch_logits(uint64_t serial, int64_t row, float* dst) {
+  if (serial != serial_ || row < 0 || row >= opts_.max_chunk) return false;
+  be_.download(dst, logits_.f32() + row * cfg_.n_vocab, static_cast<uint64_t>(cfg_.n_vocab) * sizeof(float));
+  DS4_RETURN_IF_ERROR(be_.sync());
+  return true;
 }
 
 Status Forward::run_step(std::span<const Segment> segs, int64_t n) {

@@ -136,6 +136,13 @@ class Forward {
   Status launch_greedy(KvState& kv, int64_t pos0, int32_t token, bool from_device, int32_t exclude, int slot);
   Status finish_greedy(int slot, int32_t* token);
 
+  // Each step (eval_batch, launch_greedy) gets a serial number; its logits rows stay in device scratch
+  // until the next step. fetch_logits copies row `row` ([V] floats) of step `serial`'s logits to dst
+  // while that step is still the last one (a greedy session's deferred logits, no recompute); false when
+  // a later step overwrote them.
+  uint64_t step_serial() const { return serial_; }
+  Result<bool> fetch_logits(uint64_t serial, int64_t row, float* dst);
+
   // An empty session state whose compressed rows may grow to max_context tokens (memory is committed
   // as they arrive; see kv_state.h).
   Result<KvState> new_state(int64_t max_context) const;
@@ -245,7 +252,8 @@ class Forward {
   StepTimes times_;                 // ForwardOptions::profile
   std::vector<int32_t> host_ids_;   // [C] greedy ids downloaded in one copy (capacity C: no allocation)
   int32_t pipe_token_[backend::Backend::kReadBackSlots] = {};  // launch_greedy's step tokens (Segment views)
-  int32_t pipe_unused_ = 0;         // launch_greedy's Segment::token_out (the read-back delivers the token)
+  int32_t pipe_unused_ = 0;
+  uint64_t serial_ = 0;             // steps enqueued so far (step_serial)         // launch_greedy's Segment::token_out (the read-back delivers the token)
   bool tables_step_ = false;        // this step passes session state through the device tables (several
                                     // sessions, or a recordable step with graphs); else one session by value
 };

@@ -87,9 +87,15 @@ class SessionImpl final : public Session {
   // the chunks end in the greedy token (Segment::token_out) and the logits are left deferred.
   Status run(std::span<const TokenId> tokens, const EvalOptions& opts, std::vector<float>* all_logits,
              TokenId* next = nullptr, TokenId exclude = -1);
-  // After a greedy step the logits were never copied to the host (logits_deferred_): evaluate the last
-  // token again (the cheap rewind path, else a replay) to have them. Exact: the same state and logits.
+  // After a greedy step the logits were never copied to the host (logits_deferred_): copy them from the
+  // device while no later step overwrote them, else evaluate the last token again (the cheap rewind path,
+  // else a replay).
   Status ensure_logits();
+  void defer_logits(int64_t row) {  // the step just run (its row `row`) holds this session's logits
+    logits_deferred_ = true;
+    logits_serial_ = engine_.forward().step_serial();
+    logits_row_ = row;
+  }
   // rewind()'s cheap path to n_tokens (> 0): re-evaluates token n−1 on the state after n−1 tokens, when
   // the rings still hold what that needs. False (nothing changed) when they do not.
   bool rewind_cheap(int64_t n_tokens, Status& st);
@@ -106,6 +112,9 @@ class SessionImpl final : public Session {
   std::vector<TokenId> tokens_;
   std::vector<float> logits_;  // [V] after the last token; empty at position 0
   bool logits_deferred_ = false;  // logits_ is stale: the last step was greedy (StepItem::next)
+  // Where the deferred logits are while no later step ran (Forward::fetch_logits): step serial and row.
+  uint64_t logits_serial_ = 0;
+  int64_t logits_row_ = 0;
   // Earliest position the cheap rewind may return to: the rings hold valid rows only for what was
   // evaluated in this session since position ring_floor_ (a restore() loads just the rows its
   // snapshot needs, so rewinding below the restored position must replay).

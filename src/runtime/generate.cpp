@@ -27,7 +27,7 @@ Status SessionImpl::generate_greedy(TokenId first, int64_t n, TokenId exclude,
   const int64_t start = position();
   DS4_RETURN_IF_ERROR(fw.launch_greedy(kv_, start, first, false, exclude, 0));
   append_token(first);
-  logits_deferred_ = true;
+  defer_logits(0);
   for (int64_t i = 0; i < n; ++i) {
     const bool cancel = opts.should_cancel && opts.should_cancel(opts.cancel_user);
     // Step i is in flight; step i+1 (fed on the device) goes in behind it before step i's token is read.
@@ -35,6 +35,7 @@ Status SessionImpl::generate_greedy(TokenId first, int64_t n, TokenId exclude,
     if (ahead) {
       Status st = fw.launch_greedy(kv_, start + i + 1, 0, true, exclude, static_cast<int>((i + 1) % slots));
       if (!st.ok()) return rebuild(st);
+      defer_logits(0);  // the last step launched holds the logits after the session's last token
     }
     TokenId t = -1;
     if (Status st = fw.finish_greedy(static_cast<int>(i % slots), &t); !st.ok()) return rebuild(st);

@@ -34,7 +34,8 @@ Status SessionImpl::run(std::span<const TokenId> tokens, const EvalOptions& opts
     if (all) seg.logits_out = all->data() + done * V;
     else if (!next) seg.logits_out = logits_.data();
     Status st = fw.eval_batch(std::span<const model::Segment>(&seg, 1));
-    logits_deferred_ = next != nullptr;  // logits_ (stale or partly written) until ensure_logits()
+    logits_deferred_ = false;
+    if (next) defer_logits(0);  // logits_ stale (or partly written) until ensure_logits()
     if (!st.ok()) {
       // The chunk may have left partial rows behind: rebuild the state of the tokens kept so far.
       Status rs = replay(pos0);
@@ -96,6 +97,12 @@ std::span<const float> SessionImpl::logits() const {
 
 Status SessionImpl::ensure_logits() {
   if (!logits_deferred_) return Status::Ok();
+  DS4_ASSIGN_OR_RETURN(const bool fetched,
+                       engine_.forward().fetch_logits(logits_serial_, logits_row_, logits_.data()));
+  if (fetched) {
+    logits_deferred_ = false;
+    return Status::Ok();
+  }
   Status st;
   if (!rewind_cheap(position(), st)) st = replay(position());
   return st;

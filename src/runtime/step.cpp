@@ -62,10 +62,11 @@ Status EngineImpl::step(std::span<const StepItem> items, const EvalOptions& opts
     }
     return st.with_context("step");
   }
-  for (const StepItem& it : items) {
-    auto* s = static_cast<SessionImpl*>(it.session);
-    s->tokens_.insert(s->tokens_.end(), it.tokens.begin(), it.tokens.end());
-    s->logits_deferred_ = it.next != nullptr;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto* s = static_cast<SessionImpl*>(items[i].session);
+    s->tokens_.insert(s->tokens_.end(), items[i].tokens.begin(), items[i].tokens.end());
+    s->logits_deferred_ = false;
+    if (items[i].next) s->defer_logits(static_cast<int64_t>(i));  // one head row per item, in item order
   }
   return Status::Ok();
 }

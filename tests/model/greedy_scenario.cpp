@@ -60,6 +60,39 @@ GreedyRun greedy_solo(Engine& e, const std::vector<TokenId>& prompt, int n, Toke
   return run;
 }
 
+GreedyRun greedy_recompute(Engine& e, const std::vector<TokenId>& prompt, int n, int more, bool device) {
+  GreedyRun run;
+  auto s = e.new_session().value();
+  auto other = e.new_session().value();
+  std::vector<TokenId> got;
+  TokenId next = -1;
+  EXPECT_TRUE(s->eval(prompt).ok());
+  next = argmax(s->logits());
+  for (int i = 0; i < n; ++i) {
+    got.push_back(next);
+    const TokenId cur = next;
+    if (device) {
+      EXPECT_TRUE(s->eval_greedy(std::span<const TokenId>(&cur, 1), &next).ok());
+    } else {
+      EXPECT_TRUE(s->eval(std::span<const TokenId>(&cur, 1)).ok());
+      next = argmax(s->logits());
+    }
+  }
+  EXPECT_TRUE(other->eval(std::span<const TokenId>(prompt).first(3)).ok());  // a later step
+  finish(run, *s);
+  EXPECT_EQ(argmax(s->logits()), next);
+  for (int i = 0; i < more; ++i) {
+    got.push_back(next);
+    const TokenId cur = next;
+    EXPECT_TRUE(s->eval(std::span<const TokenId>(&cur, 1)).ok());
+    next = argmax(s->logits());
+  }
+  got.push_back(next);
+  run.tokens.push_back(got);
+  finish(run, *s);
+  return run;
+}
+
 GreedyRun greedy_mixed_batch(Engine& e, int n, bool device) {
   const int V = e.info().n_vocab;
   const std::vector<int> lens = {9, 30, 70};

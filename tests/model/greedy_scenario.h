@@ -26,6 +26,11 @@ enum class GreedyPath { host, device, pipelined };
 GreedyRun greedy_solo(Engine& e, const std::vector<TokenId>& prompt, int n, TokenId exclude, GreedyPath path,
                       int stop_after = -1);
 
+// Deferred logits recomputed: `n` greedy tokens (device path) or the host path, then another session's step
+// (so the greedy step's logits are gone from the device and logits() re-evaluates the last token), then
+// `more` tokens by the host path. tokens[0]: all tokens; logits/snapshots: after the recompute, at the end.
+GreedyRun greedy_recompute(Engine& e, const std::vector<TokenId>& prompt, int n, int more, bool device);
+
 // Three sessions stepped together by Engine::step: a greedy one, one sampled at temperature 0.8 (seeded:
 // it always takes the logits path), and a greedy one with an excluded id; each prompt goes in as one
 // prefill item (greedy items pick their first token from the chunk's last column), then `n` decode steps.

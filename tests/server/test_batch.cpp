@@ -324,9 +324,6 @@ TEST_F(BatchTest, KvBudgetRefusesWaitsAndEvicts) {
   EXPECT_EQ(m.find("ds4_idle_session_evictions_total 0\n"), std::string::npos) << m;
 }
 
-}  // namespace
-}  // namespace ds4::server
-
 // Greedy requests without logprobs take their tokens from the step's device-side argmax (StepItem::next:
 // no logits downloaded); with logprobs they sample the downloaded logits. Both give the same text, also
 // when they share steps with a sampled request (temperature 0.9, seeded), whose text is its solo text.
@@ -367,3 +364,6 @@ TEST_F(BatchTest, GreedyWithoutLogprobsEqualsLogitsPathBesideSampled) {
   for (const auto& st : trace_steps(s.trace())) widest = std::max(widest, st.size());
   EXPECT_GE(widest, 2u);
 }
+
+}  // namespace
+}  // namespace ds4::server

@@ -8,8 +8,9 @@
 //              and 32K (8,192 rows), n = 1 and 8.
 // Variants: "now" (defaults), "prev" (attention_mma_kernels = 0, attention_merge_sliced = false,
 // indexer_select = 0: the kernels before this file), "k1/sel2" (the 8-warp fast attention kernels, sliced
-// merge; the fused decode indexer) and "k2/sel1" (16-warp fast kernels; the select in its own launch).
-// Usage: cuda_attention_bench [all | decode | prefill]. "decode" and "prefill" run each variant's calls
+// merge; the fused decode indexer), "k2/sel1" (16-warp fast kernels; the select in its own launch) and
+// "k3" (the chunk shape with the softmax once per block).
+// Usage: cuda_attention_bench [all | decode | prefill] [variant,variant…]. "decode" and "prefill" run each variant's calls
 // 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
 #include <cstdio>
@@ -29,16 +30,17 @@ using namespace ds4;
 using namespace ds4::backend;
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each ABENCH line out as soon as it is measured
   const std::string mode = argc > 1 ? argv[1] : "all";
   if (mode != "all" && mode != "decode" && mode != "prefill") {
-    std::fprintf(stderr, "usage: cuda_attention_bench [all | decode | prefill]\n");
+    std::fprintf(stderr, "usage: cuda_attention_bench [all | decode | prefill] [variant,variant...]\n");
     return 2;
   }
   struct Variant {
     const char* name;
     cuda::CudaBackendOptions o;
   };
-  std::vector<Variant> vars(4);
+  std::vector<Variant> vars(5);
   vars[0].name = "now";
   vars[1].name = "prev";  // the kernels before this file: previous MMA kernels, chunk-kernel merge, select 0
   vars[1].o.attention_mma_kernels = 0;
@@ -50,6 +52,19 @@ int main(int argc, char** argv) {
   vars[3].name = "k2/sel1";  // 16-warp fast kernels, sliced merge; the scan select in its own launch
   vars[3].o.attention_mma_kernels = 2;
   vars[3].o.indexer_select = 1;
+  vars[4].name = "k3";  // the chunk shape with the softmax once per block (attention_mma_chunk.cu)
+  vars[4].o.attention_mma_kernels = 3;
+  if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
+    const std::string want = std::string(",") + argv[2] + ",";
+    std::vector<Variant> kept;
+    for (const Variant& v : vars)
+      if (want.find(std::string(",") + v.name + ",") != std::string::npos) kept.push_back(v);
+    if (kept.empty()) {
+      std::fprintf(stderr, "cuda_attention_bench: no variant named in %s\n", argv[2]);
+      return 2;
+    }
+    vars = kept;
+  }
   std::vector<std::unique_ptr<Backend>> bes;
   for (auto& v : vars) {
     auto made = cuda::make_cuda_backend(v.o);

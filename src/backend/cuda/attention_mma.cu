@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
@@ -29,10 +30,8 @@ namespace ds4::backend::cuda {
 
 namespace {
 
-constexpr int kHeads = 16;  // heads per block = the MMA's M: lane 4g + t holds heads g and g + 8
-constexpr int kWarps = 8;   // warp w owns dims [w·DW, (w+1)·DW), DW = head_dim / 8
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kPad = 4;     // row pitch D + 4 floats: both products' fragment loads hit 32 distinct banks
+using namespace attn_mma;
+
 constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
 constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
 
@@ -48,31 +47,7 @@ inline constexpr bool kFastOf = V >= 1;
 static_assert(kAttnSeg == 32 && kAttnSeg == modelspec::kCudaAttnSegmentRows,
               "the score tile is 4 n-tiles of 8 rows and the value product 4 k-steps of 8 rows");
 
-// c += a·b + (a·b_lo where b's 8 × 8 block is not exact in TF32): b = (b0, b1) as loaded; the hi part
-// first, then a_lo·b_hi, then a_hi·b_lo, all into the same accumulator.
-__device__ inline void mma_split(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4], float b0,
-                                 float b1) {
-  const uint32_t h0 = tf32_bits(b0), h1 = tf32_bits(b1);
-  const float r0 = b0 - __uint_as_float(h0), r1 = b1 - __uint_as_float(h1);
-  mma_tf32(c, a_hi, h0, h1);
-  mma_tf32(c, a_lo, h0, h1);
-  if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(c, a_hi, tf32_bits(r0), tf32_bits(r1));
-}
-
-// One warp's query fragments: heads (g, g + 8) × its dims, KK k-steps of 8, split into TF32 hi/lo.
-template <int KK>
-struct QFrag {
-  uint32_t hi[KK][4], lo[KK][4];
-  __device__ void get(int kk, uint32_t (&h)[4], uint32_t (&l)[4]) const {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      h[e] = hi[kk][e];
-      l[e] = lo[kk][e];
-    }
-  }
-};
-
-// The same fragments in shared memory (the 16-warp chunk kernel: 64 registers a thread fewer, no spills):
+// QFrag's fragments in shared memory (the 16-warp chunk kernel: 64 registers a thread fewer, no spills):
 // [slice][kk][hi, lo][lane] as uint4, each lane's 4 words in one conflict-free 16-byte load.
 struct QShared {
   const uint4* base;  // this warp's slice and lane: k-step kk's hi at base[2kk·32], lo at base[(2kk + 1)·32]
@@ -89,38 +64,6 @@ __device__ inline void store_q(uint4* base, const QFrag<KK>& qf) {  // base as i
     base[2 * kk * kWarp] = make_uint4(qf.hi[kk][0], qf.hi[kk][1], qf.hi[kk][2], qf.hi[kk][3]);
     base[(2 * kk + 1) * kWarp] = make_uint4(qf.lo[kk][0], qf.lo[kk][1], qf.lo[kk][2], qf.lo[kk][3]);
   }
-}
-
-// Query i's fragments for heads hs[0] (rows g) and hs[1] (rows g + 8; zero where !ok) over dims d0 …
-// d0 + 8·KK − 1: k-step kk holds dims d0 + 8kk + t (columns t) and + 4 (columns t + 4).
-// In two steps where the loads should fly across other work: load_q_floats, then split_q.
-template <int KK>
-__device__ inline void load_q_floats(float (&x)[KK][4], const AttentionArgs& a, int64_t i, const int (&hs)[2],
-                                     const bool (&ok)[2], int d0, int t) {
-  const int64_t D = a.head_dim;
-  const float* qa = a.q + (i * a.heads + hs[0]) * D + d0;
-  const float* qb = a.q + (i * a.heads + hs[1]) * D + d0;
-#pragma unroll
-  for (int kk = 0; kk < KK; ++kk) {
-    x[kk][0] = ok[0] ? qa[8 * kk + t] : 0.0f;
-    x[kk][1] = ok[1] ? qb[8 * kk + t] : 0.0f;
-    x[kk][2] = ok[0] ? qa[8 * kk + t + 4] : 0.0f;
-    x[kk][3] = ok[1] ? qb[8 * kk + t + 4] : 0.0f;
-  }
-}
-template <int KK>
-__device__ inline void split_q(QFrag<KK>& qf, const float (&x)[KK][4]) {
-#pragma unroll
-  for (int kk = 0; kk < KK; ++kk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) split_tf32(x[kk][e], qf.hi[kk][e], qf.lo[kk][e]);
-}
-template <int KK>
-__device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, const int (&hs)[2], const bool (&ok)[2],
-                              int d0, int t) {
-  float x[KK][4];
-  load_q_floats(x, a, i, hs, ok, d0, t);
-  split_q(qf, x);
 }
 
 // Issues the copies of segment seg's rows into buf ([kAttnSeg][D + kPad] floats) — warp w copies rows
@@ -143,44 +86,6 @@ __device__ inline void stage_rows(float* buf, const QueryRows& q, int64_t raw_ca
       } else {
         const int64_t c = j - q.n_raw;
         src = q.comp + (q.idx ? static_cast<int64_t>(q.idx[c]) : c) * D;
-      }
-      for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
-    } else {
-      for (int c4 = lane; c4 < C4; c4 += kWarp) reinterpret_cast<float4*>(dst)[c4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  }
-}
-
-// Segment-index prefetch (16-warp chunk kernel): lane k < kAttnSeg / NW of warp w holds the comp_idx entry
-// of row w + NW·k of a segment (−1 for raw rows and rows past the query's), loaded a whole segment before
-// its copies are issued — the copies of segment s + 1 then wait on no global load (the 8-warp kernel
-// loads each index right before its copy, one serial global latency per segment and warp).
-template <int NW>
-__device__ inline int32_t prefetch_idx(const QueryRows& q, int64_t seg, int wid, int lane) {
-  const int64_t j = seg * kAttnSeg + wid + NW * lane;
-  return lane < kAttnSeg / NW && j >= q.n_raw && j < q.total && q.idx ? q.idx[j - q.n_raw] : -1;
-}
-
-// stage_rows with the compressed rows' ids from prefetch_idx (pre) instead of comp_idx.
-template <int D, int NW>
-__device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t raw_cap, int64_t first_mod, int64_t seg,
-                                      int wid, int lane, int32_t pre) {
-  constexpr int P = D + kPad;
-  constexpr int C4 = D / 4;
-#pragma unroll
-  for (int k = 0; k < kAttnSeg / NW; ++k) {
-    const int r = wid + NW * k;
-    const int64_t j = seg * kAttnSeg + r;
-    const int32_t id = __shfl_sync(0xffffffffu, pre, k);
-    float* dst = buf + r * P;
-    if (j < q.total) {
-      const float* src;
-      if (j < q.n_raw) {
-        int64_t rr = first_mod + j;
-        if (rr >= raw_cap) rr %= raw_cap;
-        src = q.raw + rr * D;
-      } else {
-        src = q.comp + (q.idx ? static_cast<int64_t>(id) : j - q.n_raw) * D;
       }
       for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
     } else {
@@ -610,7 +515,7 @@ template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
                 bool sliced_merge) {
   constexpr int threads = kThreads * kWpsOf<V>;
-  const uint32_t bit = 1u << (DW / 8 + 10 * V);
+  const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–11
   if (!(smem_ready & bit)) {
     const bool set =
         be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -659,8 +564,13 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
   // The kernel variant (CudaBackendOptions::attention_mma_kernels); 16 warps only where a slice has ≥ 2
-  // dim n-tiles to share (head_dim ≥ 128), else the 8-warp fast kernels.
-  const int v = attn_mma_kernels_ == 2 && dw < 16 ? 1 : attn_mma_kernels_;
+  // dim n-tiles to share (head_dim ≥ 128), else the 8-warp fast kernels. 3: the chunk shape with the
+  // softmax once per block (attention_mma_chunk.cu); its split shape and merges are the 8-warp fast ones.
+  if (attn_mma_kernels_ == 3 && split_segs == 0) {
+    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_);
+    return true;
+  }
+  const int v = attn_mma_kernels_ == 3 || (attn_mma_kernels_ == 2 && dw < 16) ? 1 : attn_mma_kernels_;
   uint32_t& ready = attn_mma_smem_;
   const bool sm = attn_merge_sliced_;
   auto go = [&](auto dw_c) {

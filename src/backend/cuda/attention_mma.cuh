@@ -1,0 +1,128 @@
+// attention_mma.cuh — the pieces of the MMA attention order (README.md "Attention summation order on
+// tensor cores") that its kernels share: the block's head tile and warp layout, the m16n8k8 TF32 MMA's
+// three-product form for rows not exact in TF32 (the TF32 split and the MMA: mma_tf32.cuh), a warp's query
+// fragments, and the staging of a segment's rows by cp.async with their comp_idx entries loaded ahead.
+// Used by attention_mma.cu (split, merge and the previous chunk kernels) and attention_mma_chunk.cu
+// (the chunk kernel with the softmax once per block), so both run the same operations on the same
+// operands. Deliberately not here: the kernels themselves and their launch decisions.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/attention_rows.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/mma_tf32.cuh"
+
+namespace ds4::backend::cuda {
+class CudaBackend;
+}
+
+namespace ds4::backend::cuda::attn_mma {
+
+// attention_mma_chunk.cu: the chunk shape with the softmax once per block (attention_mma_kernels = 3,
+// head_dim 64, 128, 256 or 512). smem_ready: the caller's bits of kernels whose shared-memory limit is
+// raised (this launcher uses bits 16–19).
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready);
+
+inline constexpr int kHeads = 16;  // heads per block = the MMA's M: lane 4g + t holds heads g and g + 8
+inline constexpr int kWarps = 8;   // warp w owns dims [w·DW, (w+1)·DW), DW = head_dim / 8
+inline constexpr int kThreads = kWarps * kWarp;
+inline constexpr int kPad = 4;     // row pitch D + 4 floats: both products' fragment loads hit 32 distinct banks
+
+// c += a·b + (a·b_lo where b's 8 × 8 block is not exact in TF32): b = (b0, b1) as loaded; the hi part
+// first, then a_lo·b_hi, then a_hi·b_lo, all into the same accumulator.
+__device__ inline void mma_split(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4], float b0,
+                                 float b1) {
+  const uint32_t h0 = tf32_bits(b0), h1 = tf32_bits(b1);
+  const float r0 = b0 - __uint_as_float(h0), r1 = b1 - __uint_as_float(h1);
+  mma_tf32(c, a_hi, h0, h1);
+  mma_tf32(c, a_lo, h0, h1);
+  if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(c, a_hi, tf32_bits(r0), tf32_bits(r1));
+}
+
+// One warp's query fragments: heads (g, g + 8) × its dims, KK k-steps of 8, split into TF32 hi/lo.
+template <int KK>
+struct QFrag {
+  uint32_t hi[KK][4], lo[KK][4];
+  __device__ void get(int kk, uint32_t (&h)[4], uint32_t (&l)[4]) const {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      h[e] = hi[kk][e];
+      l[e] = lo[kk][e];
+    }
+  }
+};
+
+// Query i's fragments for heads hs[0] (rows g) and hs[1] (rows g + 8; zero where !ok) over dims d0 …
+// d0 + 8·KK − 1: k-step kk holds dims d0 + 8kk + t (columns t) and + 4 (columns t + 4).
+// In two steps where the loads should fly across other work: load_q_floats, then split_q.
+template <int KK>
+__device__ inline void load_q_floats(float (&x)[KK][4], const AttentionArgs& a, int64_t i, const int (&hs)[2],
+                                     const bool (&ok)[2], int d0, int t) {
+  const int64_t D = a.head_dim;
+  const float* qa = a.q + (i * a.heads + hs[0]) * D + d0;
+  const float* qb = a.q + (i * a.heads + hs[1]) * D + d0;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    x[kk][0] = ok[0] ? qa[8 * kk + t] : 0.0f;
+    x[kk][1] = ok[1] ? qb[8 * kk + t] : 0.0f;
+    x[kk][2] = ok[0] ? qa[8 * kk + t + 4] : 0.0f;
+    x[kk][3] = ok[1] ? qb[8 * kk + t + 4] : 0.0f;
+  }
+}
+template <int KK>
+__device__ inline void split_q(QFrag<KK>& qf, const float (&x)[KK][4]) {
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) split_tf32(x[kk][e], qf.hi[kk][e], qf.lo[kk][e]);
+}
+template <int KK>
+__device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, const int (&hs)[2], const bool (&ok)[2],
+                              int d0, int t) {
+  float x[KK][4];
+  load_q_floats(x, a, i, hs, ok, d0, t);
+  split_q(qf, x);
+}
+
+// Segment-index prefetch (16-warp chunk kernel): lane k < kAttnSeg / NW of warp w holds the comp_idx entry
+// of row w + NW·k of a segment (−1 for raw rows and rows past the query's), loaded a whole segment before
+// its copies are issued — the copies of segment s + 1 then wait on no global load (the 8-warp kernel
+// loads each index right before its copy, one serial global latency per segment and warp).
+template <int NW>
+__device__ inline int32_t prefetch_idx(const QueryRows& q, int64_t seg, int wid, int lane) {
+  const int64_t j = seg * kAttnSeg + wid + NW * lane;
+  return lane < kAttnSeg / NW && j >= q.n_raw && j < q.total && q.idx ? q.idx[j - q.n_raw] : -1;
+}
+
+// stage_rows with the compressed rows' ids from prefetch_idx (pre) instead of comp_idx.
+template <int D, int NW>
+__device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t raw_cap, int64_t first_mod, int64_t seg,
+                                      int wid, int lane, int32_t pre) {
+  constexpr int P = D + kPad;
+  constexpr int C4 = D / 4;
+#pragma unroll
+  for (int k = 0; k < kAttnSeg / NW; ++k) {
+    const int r = wid + NW * k;
+    const int64_t j = seg * kAttnSeg + r;
+    const int32_t id = __shfl_sync(0xffffffffu, pre, k);
+    float* dst = buf + r * P;
+    if (j < q.total) {
+      const float* src;
+      if (j < q.n_raw) {
+        int64_t rr = first_mod + j;
+        if (rr >= raw_cap) rr %= raw_cap;
+        src = q.raw + rr * D;
+      } else {
+        src = q.comp + (q.idx ? static_cast<int64_t>(id) : j - q.n_raw) * D;
+      }
+      for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
+    } else {
+      for (int c4 = lane; c4 < C4; c4 += kWarp) reinterpret_cast<float4*>(dst)[c4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+}
+
+}  // namespace ds4::backend::cuda::attn_mma

@@ -1,0 +1,294 @@
+// attention_mma_chunk.cu — the chunk shape (prefill chunks, batches past the split shape) of the MMA
+// attention order of README.md "Attention summation order on tensor cores", with each segment's softmax
+// done once per block (CudaBackendOptions::attention_mma_kernels = 3).
+// Block = (query, 16 heads), 8 warps, warp w = dim slice w, as in attention_mma.cu; per 32-row segment:
+//  1. every warp forms its slice's partial scores [16 heads × 32 rows] (the same MMAs on the same
+//     operands) and stores them;
+//  2. a thread per (head, two rows) adds the 8 partials in slice order, and the block's 256 threads run
+//     the segment's softmax once — max, p = expf(s − m), l in the contract's lane order (per column pair
+//     t a chain over the n-tiles, then the butterfly over t), the merge factors of the running state —
+//     and store p split into TF32 parts as the value product's A fragments (the 8-warp kernels of
+//     attention_mma.cu ran this step in every warp, 8 times);
+//  3. every warp forms its slice of the value product from those fragments and merges it in registers.
+// Whether a warp may pass its rows' bits to the MMAs unconverted (every value exact in TF32 and finite)
+// is decided from the values its score MMAs read — the OR of their low 13 bits and whether the partial
+// scores came out finite (an inf or NaN among them makes its column's scores non-finite) — instead of a
+// separate pass over the staged rows; a slice that fails runs its score MMAs again in the converted
+// three-product form (the same products the contract names), and its value product too. The value
+// product of slice w reads exactly the values its score product read, so one decision covers both.
+// Rows are staged three segments deep (cp.async): the copies of segment s + 2 are issued after the
+// barrier that opens segment s, so a segment needs three barriers, not four.
+// Deliberately not here: the split shape and its merges (attention_mma.cu; the same bits), the scalar
+// order (attention_segments.cu).
+#include <cmath>
+
+#include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_rows.cuh"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+
+namespace ds4::backend::cuda::attn_mma {
+
+namespace {
+
+constexpr int kBufs = 3;       // staged segments: s + 1 and s + 2 in flight while s is computed
+constexpr int kRedPitch = 40;  // floats per (slice, head) row of partial scores (32 + 8: a warp's float2
+                               // stores of its fragments hit 32 distinct banks per half-warp)
+
+// Shared memory of the kernel (floats unless marked): rows [kBufs][kAttnSeg][D + kPad]; red
+// [kWarps slices][16 heads][kRedPitch] partial scores (row pair k of head h at 2k); pfr [4 k-steps][hi,
+// lo][32 lanes] uint4 (p's A fragments); fab [16] (fa, fb) float2 of the segment's merge; mls [16] (M, L).
+template <int DW>
+struct Smem {
+  static constexpr int D = DW * kWarps, P = D + kPad;
+  static constexpr size_t rows = static_cast<size_t>(kBufs) * kAttnSeg * P;
+  static constexpr size_t red = static_cast<size_t>(kWarps) * kHeads * kRedPitch;
+  static constexpr size_t pfr = 4 * 2 * kWarp;
+  static constexpr size_t bytes = (rows + red) * sizeof(float) + pfr * sizeof(uint4) + 2 * kHeads * sizeof(float2);
+};
+
+// Step 1 for this warp's slice (rows at base = staged segment + slice offset, pitch D + kPad): the
+// partial scores part[nt][c] = A + B of heads (g, g + 8) × rows 8nt + 2t, 8nt + 2t + 1 (c = 0, 1 head g;
+// 2, 3 head g + 8). kAsIs: the rows' bits go to the MMAs unconverted and `bits` collects their OR (right
+// only when every value is exact in TF32 and finite — the caller checks); else each 8 × 8 block is
+// converted and gets its third product where it is not exact, as the contract writes it.
+template <int DW, bool kAsIs>
+__device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, int g, int t, float (&part)[4][4],
+                                    uint32_t& bits) {
+  constexpr int P = DW * kWarps + kPad, KK = DW / 8;
+  float sa[4][4], sb[4][4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) sa[nt][c] = sb[nt][c] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    uint32_t qhi[4], qlo[4];
+    qf.get(kk, qhi, qlo);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
+      const float k0 = kr[0], k1 = kr[4];
+      if constexpr (kAsIs) {
+        const uint32_t u0 = __float_as_uint(k0), u1 = __float_as_uint(k1);
+        bits |= u0 | u1;
+        mma_tf32(sa[nt], qhi, u0, u1);
+        mma_tf32(sb[nt], qlo, u0, u1);
+      } else {
+        const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
+        const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
+        mma_tf32(sa[nt], qhi, h0, h1);
+        mma_tf32(sb[nt], qlo, h0, h1);
+        if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[nt], qhi, tf32_bits(r0), tf32_bits(r1));
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) part[nt][c] = sa[nt][c] + sb[nt][c];
+}
+
+// Step 3 for this warp's slice: acc[u] over dims 8u … 8u + 7 of the slice, k-steps j = 0 … 3 (row 8j + 2t
+// at column t, 8j + 2t + 1 at t + 4), p's parts from pfr; as_is as in slice_scores.
+template <int DW>
+__device__ inline void slice_values(const float* base, const uint4* pfr, int lane, int g, int t, bool as_is,
+                                    float (&acc)[DW / 8][4]) {
+  constexpr int P = DW * kWarps + kPad, KN = DW / 8;
+#pragma unroll
+  for (int u = 0; u < KN; ++u)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[u][c] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint4 h = pfr[2 * j * kWarp + lane], l = pfr[(2 * j + 1) * kWarp + lane];
+    const uint32_t ph[4] = {h.x, h.y, h.z, h.w}, pl[4] = {l.x, l.y, l.z, l.w};
+    const float* vr = base + (8 * j + 2 * t) * P + g;
+    if (as_is) {
+#pragma unroll
+      for (int u = 0; u < KN; ++u) {
+        const uint32_t v0 = __float_as_uint(vr[8 * u]), v1 = __float_as_uint(vr[P + 8 * u]);
+        mma_tf32(acc[u], ph, v0, v1);
+        mma_tf32(acc[u], pl, v0, v1);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < KN; ++u) mma_split(acc[u], ph, pl, vr[8 * u], vr[P + 8 * u]);
+    }
+  }
+}
+
+// Step 2 for head sh of the block, rows r0 = 8·snt + 2·stt and r0 + 1 (thread = 16·sh + 4·snt + stt; the
+// 16 threads of a head are one half-warp): the scores from the slices' partials, the softmax, the merge
+// factors into fab[sh] and the running (M, L), p's parts into pfr.
+__device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, float2* fab, int cnt, float scale,
+                                       int sh, int snt, int stt, float& M, float& L) {
+  const int spair = 4 * snt + stt;
+  const float* rr = red + sh * kRedPitch + 2 * spair;
+  float2 v = *reinterpret_cast<const float2*>(rr);
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {  // ((partial_0 + partial_1) + …) + partial_7
+    const float2 u = *reinterpret_cast<const float2*>(rr + w * kHeads * kRedPitch);
+    v.x = v.x + u.x;
+    v.y = v.y + u.y;
+  }
+  const int r0 = 8 * snt + 2 * stt;
+  const float s0 = r0 < cnt ? v.x * scale : -INFINITY;
+  const float s1 = r0 + 1 < cnt ? v.y * scale : -INFINITY;
+  float mx = fmaxf(s0, s1);
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float p0 = expf(s0 - mx), p1 = expf(s1 - mx);
+  // l: per column pair stt, from 0 in n-tile order (p0 then p1 of each), a chain through the lanes
+  // 4 apart; then (s_0 + s_1) + (s_2 + s_3) by the butterfly over stt, read from the snt = 3 lanes.
+  float x = (0.0f + p0) + p1;
+#pragma unroll
+  for (int step = 1; step < 4; ++step) {
+    const float prev = __shfl_up_sync(0xffffffffu, x, 4, 16);
+    if (snt == step) x = (prev + p0) + p1;
+  }
+  x = x + __shfl_xor_sync(0xffffffffu, x, 1);
+  x = x + __shfl_xor_sync(0xffffffffu, x, 2);
+  const float l = __shfl_sync(0xffffffffu, x, 12, 16);
+  float fa, fb;
+  merge_step(M, L, mx, l, fa, fb);
+  if (spair == 0) fab[sh] = make_float2(fa, fb);
+  // A fragment of k-step snt, lane 4·(sh mod 8) + stt: word sh / 8 holds row r0 (column stt), word
+  // 2 + sh / 8 row r0 + 1 (column stt + 4).
+  uint32_t hi0, lo0, hi1, lo1;
+  split_tf32(p0, hi0, lo0);
+  split_tf32(p1, hi1, lo1);
+  const int fl = 4 * (sh & 7) + stt, e = sh >> 3;
+  uint32_t* hw = pfr_words + (2 * snt * kWarp + fl) * 4;
+  uint32_t* lw = pfr_words + ((2 * snt + 1) * kWarp + fl) * 4;
+  hw[e] = hi0;
+  hw[e + 2] = hi1;
+  lw[e] = lo0;
+  lw[e + 2] = lo1;
+}
+
+template <int DW>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
+  using S = Smem<DW>;
+  constexpr int D = S::D, P = S::P, KK = DW / 8;
+  extern __shared__ float4 smem4[];
+  float* bufs = reinterpret_cast<float*>(smem4);
+  float* red = bufs + S::rows;
+  uint4* pfr = reinterpret_cast<uint4*>(red + S::red);
+  float2* fab = reinterpret_cast<float2*>(pfr + S::pfr);
+  float2* mls = fab + kHeads;
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  const int64_t i = blockIdx.x / groups;
+  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const int hs[2] = {h0 + g, h0 + g + 8};
+  const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
+  const QueryRows qr = query_rows(a, i);
+  const int64_t n_seg = segments_of(qr);
+  const int d0 = wid * DW;
+  const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;  // step 2's role
+  float M = -INFINITY, L = 0.0f;  // head sh's running state (every thread of the head holds it)
+  float run[KK][4];
+#pragma unroll
+  for (int u = 0; u < KK; ++u)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
+  const int64_t first_mod = qr.first % a.raw_cap;
+  auto buf = [&](int64_t seg) { return bufs + (seg % kBufs) * (kAttnSeg * P); };
+
+  QFrag<KK> qf;  // the first two segments' copies are issued before q's loads are waited on
+  {
+    const int32_t pre0 = prefetch_idx<kWarps>(qr, 0, wid, lane), pre1 = prefetch_idx<kWarps>(qr, 1, wid, lane);
+    float x[KK][4];
+    load_q_floats(x, a, i, hs, ok, d0, t);
+    if (n_seg > 0) stage_rows_pre<D, kWarps>(buf(0), qr, a.raw_cap, first_mod, 0, wid, lane, pre0);
+    cp_async_commit();
+    if (n_seg > 1) stage_rows_pre<D, kWarps>(buf(1), qr, a.raw_cap, first_mod, 1, wid, lane, pre1);
+    cp_async_commit();
+    split_q(qf, x);
+  }
+  int32_t pre = prefetch_idx<kWarps>(qr, 2, wid, lane);  // consumed a segment later
+
+  for (int64_t seg = 0; seg < n_seg; ++seg) {
+    cp_async_wait<1>();  // this thread's copies of seg have landed (only seg + 1's may fly)
+    __syncthreads();     // everyone's have; every warp is done with seg − 1 (its rows, red, pfr, fab)
+    if (seg + 2 < n_seg) {
+      stage_rows_pre<D, kWarps>(buf(seg + 2), qr, a.raw_cap, first_mod, seg + 2, wid, lane, pre);
+      pre = prefetch_idx<kWarps>(qr, seg + 3, wid, lane);
+    }
+    cp_async_commit();
+    const int64_t left = qr.total - seg * kAttnSeg;
+    const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
+    const float* base = buf(seg) + d0;
+
+    float part[4][4];
+    uint32_t bits = 0;
+    slice_scores<DW, true>(base, qf, g, t, part, bits);
+    float sum = 0.0f;  // finite iff every partial is (an inf or NaN read makes its column's partials so)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sum = sum + part[nt][c];
+    const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
+    if (!as_is) slice_scores<DW, false>(base, qf, g, t, part, bits);
+    float* rw = red + wid * kHeads * kRedPitch;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      *reinterpret_cast<float2*>(rw + g * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][0], part[nt][1]);
+      *reinterpret_cast<float2*>(rw + (g + 8) * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][2], part[nt][3]);
+    }
+    __syncthreads();
+    segment_softmax(red, reinterpret_cast<uint32_t*>(pfr), fab, cnt, a.scale, sh, snt, stt, M, L);
+    __syncthreads();
+    float acc[KK][4];
+    slice_values<DW>(base, pfr, lane, g, t, as_is, acc);
+    const float2 fg = fab[g], fg8 = fab[g + 8];
+    const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
+#pragma unroll
+    for (int u = 0; u < KK; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
+  }
+
+  if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!ok[r]) continue;
+    const float2 ml = mls[g + 8 * r];
+    float f, denom;
+    sink_step(a.sinks[hs[r]], ml.x, ml.y, f, denom);
+    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
+#pragma unroll
+    for (int u = 0; u < KK; ++u)
+      *reinterpret_cast<float2*>(o + 8 * u + 2 * t) = make_float2(run[u][2 * r] * f / denom, run[u][2 * r + 1] * f / denom);
+  }
+}
+
+template <int DW>
+void launch(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, uint32_t bit) {
+  if (!(smem_ready & bit)) {
+    if (!be.check(cudaFuncSetAttribute(attention_mma_chunk3_kernel<DW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(Smem<DW>::bytes)),
+                  "attention mma chunk (softmax once) smem"))
+      return;
+    smem_ready |= bit;
+  }
+  const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
+  attention_mma_chunk3_kernel<DW><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a);
+  be.launched("attention mma (chunk, softmax once)");
+}
+
+}  // namespace
+
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
+  switch (a.head_dim / kWarps) {
+    case 8: launch<8>(be, a, smem_ready, 1u << 16); break;
+    case 16: launch<16>(be, a, smem_ready, 1u << 17); break;
+    case 32: launch<32>(be, a, smem_ready, 1u << 18); break;
+    default: launch<64>(be, a, smem_ready, 1u << 19); break;
+  }
+}
+
+}  // namespace ds4::backend::cuda::attn_mma

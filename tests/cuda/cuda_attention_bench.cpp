@@ -52,8 +52,9 @@ int main(int argc, char** argv) {
   vars[3].name = "k2/sel1";  // 16-warp fast kernels, sliced merge; the scan select in its own launch
   vars[3].o.attention_mma_kernels = 2;
   vars[3].o.indexer_select = 1;
-  vars[4].name = "k3";  // the chunk shape with the softmax once per block (attention_mma_chunk.cu)
-  vars[4].o.attention_mma_kernels = 3;
+  vars[4].name = "k3";  // the chunk shape with the softmax once per block (attention_mma_chunk.cu); the
+  vars[4].o.attention_mma_kernels = 3;  // prefill indexer on int8 tensor cores (indexer_mma.cu)
+  vars[4].o.indexer_mma = true;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;
@@ -161,6 +162,28 @@ int main(int argc, char** argv) {
                       static_cast<long long>(n), static_cast<long long>(W + (csa ? TK : (ctx + n) / 128)));
         each([&](Backend& b) { b.attention(a); }, n > 32 ? 3 : 50);
       }
+    }
+    if (ctx == 2048 && mode != "decode") {  // a prefill chunk's indexer: 2,048 queries at 2K (512 … 1,023 rows), FP4 operands
+      const int64_t n = nmax, rows_n = (ctx + n) / 4;
+      float* iq = frand(n * IH * ID, 1.0f, false);
+      float* iw = frand(n * IH, 0.1f, false);
+      float* irows = frand(rows_n * ID, 1.0f, false);
+      be.indexer_qat({iq, n * IH, ID});
+      IndexerQatArgs rq{irows, rows_n, ID};
+      rq.f16 = true;
+      be.indexer_qat(rq);
+      std::vector<int32_t> nrs(n);
+      for (int64_t i = 0; i < n; ++i) nrs[i] = static_cast<int32_t>((ctx + i + 1) / 4);
+      int32_t* nr = ibuf(nrs);
+      int32_t* oidx = reinterpret_cast<int32_t*>(fbuf(n * TK));
+      int32_t* ocnt = reinterpret_cast<int32_t*>(fbuf(n));
+      IndexerArgs ia{iq, iw, irows, nr, n, IH, ID, TK, oidx, ocnt};
+      ia.max_rows = (rows_n + 127) / 128 * 128;
+      (void)be.sync();
+      if (timed)
+        std::printf("ABENCH indexer   top512 ctx=%-3s n=%-5lld rows=%-5lld", cn, static_cast<long long>(n),
+                    static_cast<long long>(rows_n));
+      each([&](Backend& b) { b.indexer(ia); }, 3);
     }
     if (mode == "prefill") continue;
     for (int64_t n : {int64_t{1}, int64_t{8}}) {

@@ -5,7 +5,8 @@
 // (64 heads × 128, top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K and 32K; sessions at
 // different positions (per-query row counts and, batched, per-query rows through rows_at), queries that
 // see ≤ top_k rows mixed in, and duplicated rows for exact score ties (the lower id wins).
-// Deliberately not here: the prefill-sized indexer calls (test_cuda_ops.cpp) and the compressor.
+// Also the prefill indexer on int8 tensor cores (indexer_mma) against the CUDA-core tiles and the CPU.
+// Deliberately not here: the other prefill-sized indexer calls (test_cuda_ops.cpp) and the compressor.
 #include <algorithm>
 
 #include "cuda_test_util.h"
@@ -129,6 +130,75 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
       }
       EXPECT_EQ(differ, 0) << "heads " << s.heads << " head_dim " << s.head_dim << " n " << n;
     }
+  }
+}
+
+// Prefill chunks' indexer scores on int8 tensor cores (indexer_mma.cu, CudaBackendOptions::indexer_mma)
+// against the CUDA-core tiles (the default) and the CPU op, selected ids equal. q heads and rows are FP4
+// round trips as the model makes them (the CPU's indexer_qat; rows also rounded through f16, as cached),
+// so they decompose into int8 codes times a power of two — except the ones made not to: a q head of plain
+// floats, a row with one value 2^10 times larger (codes past 7 bits), an all-zero q head and row; those
+// take the sequential dot. Rows duplicated for ties. n = 2,048 at 2K (512 … 1,024 rows: row tiles cut by
+// the causal counts), n = 40 at 32K (8,192 rows), n = 37 with queries that see ≤ top_k rows.
+TEST_F(CudaCsa, IndexerPrefillOnInt8TensorCoresEqualsTilesAndCpu) {
+  const int32_t IH = 64, ID = 128, TK = 512;
+  cuda::CudaBackendOptions o;
+  o.indexer_mma = true;
+  auto made = cuda::make_cuda_backend(o);
+  ASSERT_TRUE(made.ok());
+  auto mma = std::move(made).value();
+  struct Case {
+    int64_t ctx, n;
+  };
+  for (Case cs : {Case{2048, 2048}, Case{32768, 40}, Case{2100, 37}}) {
+    const int64_t n = cs.n;
+    std::vector<int32_t> nr(n);
+    for (int64_t i = 0; i < n; ++i) nr[i] = static_cast<int32_t>((cs.ctx + i + 1) / 4);
+    if (n == 37) nr[5] = TK - 3, nr[30] = TK;  // no scoring for these two
+    const int32_t total = *std::max_element(nr.begin(), nr.end());
+    auto q = randn(static_cast<size_t>(n * IH * ID));
+    auto w = randn(static_cast<size_t>(n * IH), 0.1f);
+    auto rows = randn(static_cast<size_t>(int64_t{total} * ID));
+    cpu_->indexer_qat({q.data(), n * IH, ID});
+    IndexerQatArgs rq{rows.data(), total, ID};
+    rq.f16 = true;
+    cpu_->indexer_qat(rq);
+    for (int32_t c = total - total / 8; c < total; ++c)  // ties: copies of earlier rows
+      std::copy_n(rows.begin() + int64_t{c % 97} * ID, ID, rows.begin() + int64_t{c} * ID);
+    const auto plain = randn(ID);
+    std::copy(plain.begin(), plain.end(), q.begin() + (3 * IH + 5) * ID);  // q head (3, 5): not FP4
+    std::fill_n(q.begin() + (1 * IH + 9) * ID, ID, 0.0f);                  // q head (1, 9): zeros
+    rows[17 * ID + 40] *= 1024.0f;                                          // row 17: a 17-bit code
+    std::fill_n(rows.begin() + 20 * ID, ID, 0.0f);                          // row 20: zeros
+    std::vector<Backend*> bes = {gpu_.get(), mma.get()};
+    std::vector<std::vector<int32_t>> got_idx, got_cnt;
+    const float *gq = dev(q), *gw = dev(w), *grows = dev(rows);
+    const int32_t* gnr = dev(nr);
+    for (Backend* be : bes) {
+      IndexerArgs g{gq, gw, grows, gnr, n, IH, ID, TK, poisoned_i32(n * TK), poisoned_i32(n)};
+      g.max_rows = (total + 127) / 128 * 128;  // the forward pass's bucketed bound
+      ASSERT_TRUE(gpu_->sync().ok());
+      be->indexer(g);
+      ASSERT_TRUE(be->sync().ok());
+      got_idx.push_back(host(g.idx, n * TK));
+      got_cnt.push_back(host(g.count, n));
+    }
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got_cnt[1][i], got_cnt[0][i]) << "query " << i;
+      for (int32_t j = 0; j < got_cnt[0][i]; ++j) differ += got_idx[1][i * TK + j] != got_idx[0][i * TK + j];
+    }
+    for (int64_t i : {int64_t{1}, int64_t{3}, n / 2, n - 1}) {  // the odd q heads' queries and two others
+      std::vector<int32_t> want(TK, -7), wcnt(1, -7);
+      cpu_->indexer({q.data() + i * IH * ID, w.data() + i * IH, rows.data(), nr.data() + i, 1, IH, ID, TK, want.data(),
+                     wcnt.data()});
+      ASSERT_EQ(got_cnt[1][i], wcnt[0]) << "query " << i;
+      for (int32_t j = 0; j < wcnt[0]; ++j) differ += got_idx[1][i * TK + j] != want[j];
+    }
+    EXPECT_EQ(differ, 0) << "ctx " << cs.ctx << " n " << n;
+    std::printf("PARITY %-44s n=%-9lld selected ids differing: %lld  %s\n",
+                ("indexer int8 mma ctx" + std::to_string(cs.ctx) + " n" + std::to_string(n)).c_str(),
+                static_cast<long long>(n * TK), static_cast<long long>(differ), differ ? "FAIL" : "ok");
   }
 }
 

@@ -18,8 +18,10 @@
 // product of slice w reads exactly the values its score product read, so one decision covers both.
 // Rows are staged three segments deep (cp.async): the copies of segment s + 2 are issued after the
 // barrier that opens segment s, so a segment needs three barriers, not four.
-// Deliberately not here: the split shape and its merges (attention_mma.cu; the same bits), the scalar
-// order (attention_segments.cu).
+// The split shape (decode, small batches) runs the same steps on one segment per block and stores its
+// state for attention_mma.cu's merges (attention_mma_split3_kernel).
+// Deliberately not here: the merges (attention_mma.cu; the same bits), the scalar order
+// (attention_segments.cu).
 #include <cmath>
 
 #include "backend/cuda/attention_mma.cuh"
@@ -119,10 +121,10 @@ __device__ inline void slice_values(const float* base, const uint4* pfr, int lan
 }
 
 // Step 2 for head sh of the block, rows r0 = 8·snt + 2·stt and r0 + 1 (thread = 16·sh + 4·snt + stt; the
-// 16 threads of a head are one half-warp): the scores from the slices' partials, the softmax, the merge
-// factors into fab[sh] and the running (M, L), p's parts into pfr.
-__device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, float2* fab, int cnt, float scale,
-                                       int sh, int snt, int stt, float& M, float& L) {
+// 16 threads of a head are one half-warp): the scores from the slices' partials, the softmax — the
+// segment's (m, l) of head sh, in every thread of the head — and p's parts into pfr.
+__device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, int cnt, float scale, int sh, int snt,
+                                       int stt, float& m, float& l) {
   const int spair = 4 * snt + stt;
   const float* rr = red + sh * kRedPitch + 2 * spair;
   float2 v = *reinterpret_cast<const float2*>(rr);
@@ -149,10 +151,8 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, fl
   }
   x = x + __shfl_xor_sync(0xffffffffu, x, 1);
   x = x + __shfl_xor_sync(0xffffffffu, x, 2);
-  const float l = __shfl_sync(0xffffffffu, x, 12, 16);
-  float fa, fb;
-  merge_step(M, L, mx, l, fa, fb);
-  if (spair == 0) fab[sh] = make_float2(fa, fb);
+  l = __shfl_sync(0xffffffffu, x, 12, 16);
+  m = mx;
   // A fragment of k-step snt, lane 4·(sh mod 8) + stt: word sh / 8 holds row r0 (column stt), word
   // 2 + sh / 8 row r0 + 1 (column stt + 4).
   uint32_t hi0, lo0, hi1, lo1;
@@ -165,6 +165,41 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, fl
   hw[e + 2] = hi1;
   lw[e] = lo0;
   lw[e + 2] = lo1;
+}
+
+// Steps 1–3 of one staged segment (rows: [kAttnSeg][D + kPad], cnt ≥ 1 of them real) for the block's 16
+// heads: acc = this warp's slice of the value product; step 2's threads call on_state(m, l) with their
+// head's segment state (every thread of a head, after p's fragments are stored; whatever it writes to
+// shared memory is visible once this returns). Three barriers inside; the caller's next writes to red,
+// pfr or the rows must follow a barrier after this.
+template <int DW, typename OnState>
+__device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
+                                     uint4* pfr, OnState on_state, float (&acc)[DW / 8][4]) {
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
+  const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;
+  const float* base = rows + wid * DW;
+  float part[4][4];
+  uint32_t bits = 0;
+  slice_scores<DW, true>(base, qf, g, t, part, bits);
+  float sum = 0.0f;  // finite iff every partial is (an inf or NaN read makes its column's partials so)
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) sum = sum + part[nt][c];
+  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
+  if (!as_is) slice_scores<DW, false>(base, qf, g, t, part, bits);
+  float* rw = red + wid * kHeads * kRedPitch;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    *reinterpret_cast<float2*>(rw + g * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][0], part[nt][1]);
+    *reinterpret_cast<float2*>(rw + (g + 8) * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][2], part[nt][3]);
+  }
+  __syncthreads();
+  float m, l;
+  segment_softmax(red, reinterpret_cast<uint32_t*>(pfr), cnt, scale, sh, snt, stt, m, l);
+  on_state(m, l);
+  __syncthreads();
+  slice_values<DW>(base, pfr, lane, g, t, as_is, acc);
 }
 
 template <int DW>
@@ -187,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
   const QueryRows qr = query_rows(a, i);
   const int64_t n_seg = segments_of(qr);
   const int d0 = wid * DW;
-  const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;  // step 2's role
+  const int sh = threadIdx.x >> 4;  // step 2's head
   float M = -INFINITY, L = 0.0f;  // head sh's running state (every thread of the head holds it)
   float run[KK][4];
 #pragma unroll
@@ -220,29 +255,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
     cp_async_commit();
     const int64_t left = qr.total - seg * kAttnSeg;
     const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
-    const float* base = buf(seg) + d0;
-
-    float part[4][4];
-    uint32_t bits = 0;
-    slice_scores<DW, true>(base, qf, g, t, part, bits);
-    float sum = 0.0f;  // finite iff every partial is (an inf or NaN read makes its column's partials so)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sum = sum + part[nt][c];
-    const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
-    if (!as_is) slice_scores<DW, false>(base, qf, g, t, part, bits);
-    float* rw = red + wid * kHeads * kRedPitch;
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      *reinterpret_cast<float2*>(rw + g * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][0], part[nt][1]);
-      *reinterpret_cast<float2*>(rw + (g + 8) * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][2], part[nt][3]);
-    }
-    __syncthreads();
-    segment_softmax(red, reinterpret_cast<uint32_t*>(pfr), fab, cnt, a.scale, sh, snt, stt, M, L);
-    __syncthreads();
     float acc[KK][4];
-    slice_values<DW>(base, pfr, lane, g, t, as_is, acc);
+    segment_state<DW>(buf(seg), cnt, qf, a.scale, red, pfr, [&](float m_s, float l_s) {
+      float fa, fb;
+      merge_step(M, L, m_s, l_s, fa, fb);
+      if ((threadIdx.x & 15) == 0) fab[sh] = make_float2(fa, fb);
+    }, acc);
     const float2 fg = fab[g], fg8 = fab[g + 8];
     const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
 #pragma unroll
@@ -266,6 +284,81 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
   }
 }
 
+// Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
+// kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
+// kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
+// Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr.
+template <int DW>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8;
+  extern __shared__ float4 smem4[];
+  float* rows = reinterpret_cast<float*>(smem4);
+  float* red = rows + kAttnSeg * P;
+  uint4* pfr = reinterpret_cast<uint4*>(red + kWarps * kHeads * kRedPitch);
+  const int64_t seg = blockIdx.x, i = blockIdx.z;
+  const int h0 = static_cast<int>(blockIdx.y) * kHeads;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const int hs[2] = {h0 + g, h0 + g + 8};
+  const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
+  const QueryRows qr = query_rows(a, i);
+  if (seg >= segments_of(qr)) return;  // the whole block leaves together
+  const int d0 = wid * DW;
+  QFrag<KK> qf;  // the index and q loads issued together, then the copies
+  {
+    const int32_t pre = prefetch_idx<kWarps>(qr, seg, wid, lane);
+    float x[KK][4];
+    load_q_floats(x, a, i, hs, ok, d0, t);
+    stage_rows_pre<D, kWarps>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane, pre);
+    cp_async_commit();
+    split_q(qf, x);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  const int64_t left = qr.total - seg * kAttnSeg;
+  const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
+  const int sh = threadIdx.x >> 4;
+  float acc[KK][4];
+  segment_state<DW>(rows, cnt, qf, a.scale, red, pfr, [&](float m, float l) {
+    if ((threadIdx.x & 15) == 0 && h0 + sh < a.heads) {
+      const int64_t slot = (i * a.heads + h0 + sh) * st.n_stored + seg;
+      st.ml[2 * slot] = m;
+      st.ml[2 * slot + 1] = l;
+    }
+  }, acc);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!ok[r]) continue;
+    const int64_t slot = (i * a.heads + hs[r]) * st.n_stored + seg;
+#pragma unroll
+    for (int u = 0; u < KK; ++u)
+      *reinterpret_cast<float2*>(st.acc + slot * D + d0 + 8 * u + 2 * t) = make_float2(acc[u][2 * r], acc[u][2 * r + 1]);
+  }
+}
+
+template <int DW>
+size_t split3_smem() {
+  return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + static_cast<size_t>(kWarps) * kHeads * kRedPitch) *
+             sizeof(float) +
+         4 * 2 * kWarp * sizeof(uint4);
+}
+
+template <int DW>
+void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready,
+                  uint32_t bit) {
+  if (!(smem_ready & bit)) {
+    if (!be.check(cudaFuncSetAttribute(attention_mma_split3_kernel<DW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(split3_smem<DW>())),
+                  "attention mma split (softmax once) smem"))
+      return;
+    smem_ready |= bit;
+  }
+  const dim3 grid(static_cast<unsigned>(split_segs), static_cast<unsigned>((a.heads + kHeads - 1) / kHeads),
+                  static_cast<unsigned>(a.n));
+  attention_mma_split3_kernel<DW><<<grid, kThreads, split3_smem<DW>(), be.stream()>>>(a, st);
+  be.launched("attention mma (split, softmax once)");
+}
+
 template <int DW>
 void launch(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, uint32_t bit) {
   if (!(smem_ready & bit)) {
@@ -281,6 +374,16 @@ void launch(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, uint3
 }
 
 }  // namespace
+
+void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
+                               uint32_t& smem_ready) {
+  switch (a.head_dim / kWarps) {
+    case 8: launch_split<8>(be, a, split_segs, st, smem_ready, 1u << 20); break;
+    case 16: launch_split<16>(be, a, split_segs, st, smem_ready, 1u << 21); break;
+    case 32: launch_split<32>(be, a, split_segs, st, smem_ready, 1u << 22); break;
+    default: launch_split<64>(be, a, split_segs, st, smem_ready, 1u << 23); break;
+  }
+}
 
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
   switch (a.head_dim / kWarps) {

@@ -68,6 +68,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_kernels, opts.indexer_select);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_indexer_decode(opts.indexer_decode);
+  be->set_indexer_mma(opts.indexer_mma);
   be->set_f16_many(opts.f16_many);
   be->set_compressor_parallel(opts.compressor_parallel);
   be->set_f16_tiles(opts.f16_tiles);

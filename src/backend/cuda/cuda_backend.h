@@ -141,8 +141,11 @@ struct CudaBackendOptions {
   // the partial scores added once per block, comp_idx a segment ahead, and segments whose staged values
   // are all exact in TF32 (the KV cache's f16-rounded rows) multiplied without the TF32 split of the
   // rows. 2: as 1 with 16 warps (two per dim slice, each half its score and value n-tiles; head_dim ≥ 128)
-  // and the q fragments in shared memory. Same bits. Default 1 after the H200 run (PERF.md: CSA prefill chunk
-  // 6.39 → 5.73 ms, HCA +5 %, decode equal or faster).
+  // and the q fragments in shared memory. 3: the chunk shape (prefill, batches past the split shape) with
+  // each segment's softmax once per block instead of once per warp, the exact-in-TF32 decision taken from
+  // the values the score MMAs read, three staged segments (attention_mma_chunk.cu); the split shape and
+  // merges as 1. Same bits. Default 1 after the H200 run (PERF.md: CSA prefill chunk 6.39 → 5.73 ms, HCA
+  // +5 %, decode equal or faster).
   int attention_mma_kernels = 1;
   // Indexer selection (radix select, indexer_v2): 2 = in decode steps of ≤ 2,048 rows scored by
   // indexer_score_decode (indexer_decode), the last block of each query selects in the scoring launch,
@@ -159,6 +162,12 @@ struct CudaBackendOptions {
   // (ops_indexer.cu indexer_score_decode_kernel). false: the kernels above (indexer_v2 picks among them).
   // Same scores (the CPU's float order), so the same selection.
   bool indexer_decode = true;
+  // Indexer scores of prefill chunks (> 32 queries, 128-dim heads, a multiple of 16 heads) on int8 tensor
+  // cores (indexer_mma.cu): each q head and row is written as int8 codes times one power of two where its
+  // values allow (the FP4-simulated operands do); then every partial sum of the CPU's sequential dot is
+  // exact, so the integer dot times the two scales is the CPU's float dot bit for bit. Vectors that do not
+  // decompose take the sequential dot. Same scores, so the same selection. false: the CUDA-core tiles.
+  bool indexer_mma = false;
   // Backend::matmul_many of F16 jobs (ds4 numerics, ≤ 32 vectors, rows ≤ 4,096 values): every job in one
   // launch (matmul_f16_many.cu; a CSA layer's six decode projections). false: one matmul() per job. Same bits.
   bool f16_many = true;

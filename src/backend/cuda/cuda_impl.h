@@ -303,6 +303,9 @@ class CudaBackend final : public Backend {
   // attention_mma.cu: README.md's MMA order on TF32 tensor cores, split or chunk shape by batch size;
   // false when head_dim is not 64, 128, 256 or 512 (then nothing was launched).
   bool attention_mma(const AttentionArgs& a);
+  // indexer_mma.cu: a prefill chunk's scores ([n][score_stride] floats) on int8 tensor cores, the CPU's
+  // bits; false when the shape is not one it takes (the caller then runs the CUDA-core kernels).
+  bool indexer_scores_mma(const IndexerArgs& a, float* scores, int64_t score_stride, int64_t max_rows);
 
   // Records the first failure; returns true when `e` is cudaSuccess.
   bool check(cudaError_t e, const char* what);
@@ -353,6 +356,7 @@ class CudaBackend final : public Backend {
   }
   void set_indexer_v2(bool on) { indexer_v2_ = on; }
   void set_indexer_decode(bool on) { indexer_decode_ = on; }
+  void set_indexer_mma(bool on) { indexer_mma_ = on; }
   void set_f16_many(bool on) { f16_many_ = on; }
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
@@ -416,6 +420,7 @@ class CudaBackend final : public Backend {
   int idx_select_ = 2;                    // CudaBackendOptions::indexer_select
   bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
   bool indexer_decode_ = true;            // CudaBackendOptions::indexer_decode
+  bool indexer_mma_ = false;              // CudaBackendOptions::indexer_mma
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
@@ -445,6 +450,7 @@ class CudaBackend final : public Backend {
   DeviceScratch idx_scores_;              // 256 B of per-query counters, then [n][max rows] indexer scores
   DeviceScratch moe_groups_;              // routed-expert pairs grouped by expert (ExpertGroups)
   DeviceScratch attn_part_;               // [n·heads·splits][head_dim + 2] decode attention partials
+  DeviceScratch idx_codes_;               // indexer_mma.cu: int8 codes and scales of a call's q heads and rows
   DeviceScratch attn_seg_;                // [n·heads·segments][head_dim + 2] attention segment states
 
   // Step graphs (step_graphs.cpp). While recording, errors go to capture_error_ (the recording is then

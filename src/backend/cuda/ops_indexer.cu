@@ -548,6 +548,8 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
       auto score = a.head_dim == 128 ? indexer_score_decode_kernel<128> : indexer_score_decode_kernel<64>;
       score<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb);
+    } else if (indexer_mma_ && tensor_cores() && indexer_scores_mma(a, scores, max_rows, max_rows)) {
+      // prefill chunks on int8 tensor cores (indexer_mma.cu), the same scores
     } else if (tensor_cores() && a.n >= 2 && (a.head_dim == 128 || a.head_dim == 64)) {
       const dim3 grid(grid_for(max_rows, kIdxTileRows), grid_for(a.n, kIdxTileQueries));
       auto tiled = a.head_dim == 128 ? (indexer_v2_ ? indexer_score_tiled_kernel<128, true> : indexer_score_tiled_kernel<128, false>)

@@ -513,7 +513,7 @@ size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPa
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
 template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
-                bool sliced_merge, bool split_once = false) {
+                bool sliced_merge, int split_once_wps = 0) {
   constexpr int threads = kThreads * kWpsOf<V>;
   const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–11
   if (!(smem_ready & bit)) {
@@ -533,8 +533,8 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   cudaStream_t s = be.stream();
   if (split_segs > 0) {
     const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
-    if (split_once) {  // attention_mma_kernels = 3: the split kernel of attention_mma_chunk.cu, same states
-      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready);
+    if (split_once_wps > 0) {  // attention_mma_kernels ≥ 3: the split kernel of attention_mma_chunk.cu, same states
+      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready, split_once_wps);
       if (be.failed()) return;
     } else {
       attention_mma_split_kernel<DW, V><<<grid, threads, split_smem<DW>(), s>>>(a, st);
@@ -570,18 +570,20 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
   // The kernel variant (CudaBackendOptions::attention_mma_kernels); 16 warps only where a slice has ≥ 2
   // dim n-tiles to share (head_dim ≥ 128), else the 8-warp fast kernels. 3: the chunk shape with the
-  // softmax once per block (attention_mma_chunk.cu), also its split kernel; the merges are the 8-warp fast ones.
-  if (attn_mma_kernels_ == 3 && split_segs == 0) {
-    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_);
+  // softmax once per block (attention_mma_chunk.cu), also its split kernel; 4: the same with 16 warps; the
+  // merges are the 8-warp fast ones.
+  const int once_wps = attn_mma_kernels_ == 3 ? 1 : attn_mma_kernels_ == 4 ? 2 : 0;
+  if (once_wps > 0 && split_segs == 0) {
+    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, once_wps);
     return true;
   }
-  const int v = attn_mma_kernels_ == 3 || (attn_mma_kernels_ == 2 && dw < 16) ? 1 : attn_mma_kernels_;
+  const int v = once_wps > 0 || (attn_mma_kernels_ == 2 && dw < 16) ? 1 : attn_mma_kernels_;
   uint32_t& ready = attn_mma_smem_;
   const bool sm = attn_merge_sliced_;
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
     if (v == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm);
-    else if (v == 1 || DW < 16) launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, attn_mma_kernels_ == 3);
+    else if (v == 1 || DW < 16) launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, once_wps);
     else if constexpr (DW >= 16) launch_mma<DW, 2>(*this, a, split_segs, st, ready, sm);
   };
   switch (dw) {

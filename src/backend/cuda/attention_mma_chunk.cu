@@ -23,6 +23,7 @@
 // Deliberately not here: the merges (attention_mma.cu; the same bits), the scalar order
 // (attention_segments.cu).
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_rows.cuh"
@@ -37,16 +38,21 @@ constexpr int kBufs = 3;       // staged segments: s + 1 and s + 2 in flight whi
 constexpr int kRedPitch = 40;  // floats per (slice, head) row of partial scores (32 + 8: a warp's float2
                                // stores of its fragments hit 32 distinct banks per half-warp)
 
-// Shared memory of the kernel (floats unless marked): rows [kBufs][kAttnSeg][D + kPad]; red
+// Shared memory of the chunk kernel (floats unless marked): rows [kBufs][kAttnSeg][D + kPad]; red
 // [kWarps slices][16 heads][kRedPitch] partial scores (row pair k of head h at 2k); pfr [4 k-steps][hi,
-// lo][32 lanes] uint4 (p's A fragments); fab [16] (fa, fb) float2 of the segment's merge; mls [16] (M, L).
+// lo][32 lanes] uint4 (p's A fragments); fab [16] (fa, fb) float2 of the segment's merge; mls [16] (M, L);
+// flags [16] uint32 (WPS = 2: each warp's rows-as-is decision, for its slice's other warp).
+// WPS: warps per dim slice — 1 (8 warps) or 2 (16 warps: warp w + 8·part takes score n-tiles 2·part,
+// 2·part + 1 and dim n-tiles [part·KN/2, (part + 1)·KN/2) of slice w — the same MMAs on the same operands
+// in another warp).
 template <int DW>
 struct Smem {
   static constexpr int D = DW * kWarps, P = D + kPad;
   static constexpr size_t rows = static_cast<size_t>(kBufs) * kAttnSeg * P;
   static constexpr size_t red = static_cast<size_t>(kWarps) * kHeads * kRedPitch;
   static constexpr size_t pfr = 4 * 2 * kWarp;
-  static constexpr size_t bytes = (rows + red) * sizeof(float) + pfr * sizeof(uint4) + 2 * kHeads * sizeof(float2);
+  static constexpr size_t bytes =
+      (rows + red) * sizeof(float) + pfr * sizeof(uint4) + 2 * kHeads * sizeof(float2) + 2 * kWarps * sizeof(uint32_t);
 };
 
 // Step 1 for this warp's slice (rows at base = staged segment + slice offset, pitch D + kPad): the
@@ -54,13 +60,14 @@ struct Smem {
 // 2, 3 head g + 8). kAsIs: the rows' bits go to the MMAs unconverted and `bits` collects their OR (right
 // only when every value is exact in TF32 and finite — the caller checks); else each 8 × 8 block is
 // converted and gets its third product where it is not exact, as the contract writes it.
-template <int DW, bool kAsIs>
-__device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, int g, int t, float (&part)[4][4],
-                                    uint32_t& bits) {
-  constexpr int P = DW * kWarps + kPad, KK = DW / 8;
-  float sa[4][4], sb[4][4];
+// WPS = 2: n-tiles nt0 … nt0 + 1 only (part[u] is n-tile nt0 + u).
+template <int DW, bool kAsIs, int WPS>
+__device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, int g, int t, int nt0,
+                                    float (&part)[4 / WPS][4], uint32_t& bits) {
+  constexpr int P = DW * kWarps + kPad, KK = DW / 8, NT = 4 / WPS;
+  float sa[NT][4], sb[NT][4];
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) sa[nt][c] = sb[nt][c] = 0.0f;
 #pragma unroll
@@ -68,8 +75,8 @@ __device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, 
     uint32_t qhi[4], qlo[4];
     qf.get(kk, qhi, qlo);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
+    for (int nt = 0; nt < NT; ++nt) {
+      const float* kr = base + (8 * (nt0 + nt) + g) * P + 8 * kk + t;
       const float k0 = kr[0], k1 = kr[4];
       if constexpr (kAsIs) {
         const uint32_t u0 = __float_as_uint(k0), u1 = __float_as_uint(k1);
@@ -86,17 +93,18 @@ __device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, 
     }
   }
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) part[nt][c] = sa[nt][c] + sb[nt][c];
 }
 
-// Step 3 for this warp's slice: acc[u] over dims 8u … 8u + 7 of the slice, k-steps j = 0 … 3 (row 8j + 2t
-// at column t, 8j + 2t + 1 at t + 4), p's parts from pfr; as_is as in slice_scores.
-template <int DW>
+// Step 3 for this warp's slice: acc[u] over dims 8u … 8u + 7 of base (the slice, or with WPS = 2 its
+// part's half), k-steps j = 0 … 3 (row 8j + 2t at column t, 8j + 2t + 1 at t + 4), p's parts from pfr;
+// as_is as in slice_scores.
+template <int DW, int WPS>
 __device__ inline void slice_values(const float* base, const uint4* pfr, int lane, int g, int t, bool as_is,
-                                    float (&acc)[DW / 8][4]) {
-  constexpr int P = DW * kWarps + kPad, KN = DW / 8;
+                                    float (&acc)[DW / 8 / WPS][4]) {
+  constexpr int P = DW * kWarps + kPad, KN = DW / 8 / WPS;
 #pragma unroll
   for (int u = 0; u < KN; ++u)
 #pragma unroll
@@ -172,46 +180,56 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, in
 // head's segment state (every thread of a head, after p's fragments are stored; whatever it writes to
 // shared memory is visible once this returns). Three barriers inside; the caller's next writes to red,
 // pfr or the rows must follow a barrier after this.
-template <int DW, typename OnState>
+// WPS = 2: a warp decides for its own score n-tiles; its value product, over all 32 rows of half the
+// slice, takes the slice's decision (both warps' flags, through `flags`). Step 2 runs on threads 0 … 255.
+template <int DW, int WPS, typename OnState>
 __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
-                                     uint4* pfr, OnState on_state, float (&acc)[DW / 8][4]) {
+                                     uint4* pfr, uint32_t* flags, OnState on_state, float (&acc)[DW / 8 / WPS][4]) {
+  constexpr int NT = 4 / WPS;
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
+  const int sl = wid % kWarps, part = wid / kWarps;
   const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;
-  const float* base = rows + wid * DW;
-  float part[4][4];
+  const float* base = rows + sl * DW;
+  float pt[NT][4];
   uint32_t bits = 0;
-  slice_scores<DW, true>(base, qf, g, t, part, bits);
+  slice_scores<DW, true, WPS>(base, qf, g, t, NT * part, pt, bits);
   float sum = 0.0f;  // finite iff every partial is (an inf or NaN read makes its column's partials so)
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) sum = sum + part[nt][c];
-  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
-  if (!as_is) slice_scores<DW, false>(base, qf, g, t, part, bits);
-  float* rw = red + wid * kHeads * kRedPitch;
+    for (int c = 0; c < 4; ++c) sum = sum + pt[nt][c];
+  bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
+  if (!as_is) slice_scores<DW, false, WPS>(base, qf, g, t, NT * part, pt, bits);
+  if (WPS == 2 && lane == 0) flags[wid] = as_is ? 1u : 0u;
+  float* rw = red + sl * kHeads * kRedPitch;
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
-    *reinterpret_cast<float2*>(rw + g * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][0], part[nt][1]);
-    *reinterpret_cast<float2*>(rw + (g + 8) * kRedPitch + 2 * (4 * nt + t)) = make_float2(part[nt][2], part[nt][3]);
+  for (int u = 0; u < NT; ++u) {
+    const int k = 4 * (NT * part + u) + t;
+    *reinterpret_cast<float2*>(rw + g * kRedPitch + 2 * k) = make_float2(pt[u][0], pt[u][1]);
+    *reinterpret_cast<float2*>(rw + (g + 8) * kRedPitch + 2 * k) = make_float2(pt[u][2], pt[u][3]);
   }
   __syncthreads();
-  float m, l;
-  segment_softmax(red, reinterpret_cast<uint32_t*>(pfr), cnt, scale, sh, snt, stt, m, l);
-  on_state(m, l);
+  if (WPS == 1 || threadIdx.x < kThreads) {
+    float m, l;
+    segment_softmax(red, reinterpret_cast<uint32_t*>(pfr), cnt, scale, sh, snt, stt, m, l);
+    on_state(m, l);
+  }
+  if constexpr (WPS == 2) as_is = (flags[sl] & flags[sl + kWarps]) != 0;  // read before the barrier below
   __syncthreads();
-  slice_values<DW>(base, pfr, lane, g, t, as_is, acc);
+  slice_values<DW, WPS>(base + 8 * (DW / 8 / WPS) * part, pfr, lane, g, t, as_is, acc);
 }
 
-template <int DW>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
+template <int DW, int WPS>
+__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
   using S = Smem<DW>;
-  constexpr int D = S::D, P = S::P, KK = DW / 8;
+  constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
   float* bufs = reinterpret_cast<float*>(smem4);
   float* red = bufs + S::rows;
   uint4* pfr = reinterpret_cast<uint4*>(red + S::red);
   float2* fab = reinterpret_cast<float2*>(pfr + S::pfr);
   float2* mls = fab + kHeads;
+  uint32_t* flags = reinterpret_cast<uint32_t*>(mls + kHeads);
   const int groups = (a.heads + kHeads - 1) / kHeads;
   const int64_t i = blockIdx.x / groups;
   const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
@@ -221,12 +239,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
   const int64_t n_seg = segments_of(qr);
-  const int d0 = wid * DW;
-  const int sh = threadIdx.x >> 4;  // step 2's head
-  float M = -INFINITY, L = 0.0f;  // head sh's running state (every thread of the head holds it)
-  float run[KK][4];
+  const int d0 = (wid % kWarps) * DW;           // this warp's slice: q fragments
+  const int dv = d0 + 8 * KN * (wid / kWarps);  // its dim n-tiles: acc, run, out
+  const int sh = (threadIdx.x >> 4) & (kHeads - 1);  // step 2's head (threads 0 … 255)
+  float M = -INFINITY, L = 0.0f;  // head sh's running state (every step-2 thread of the head holds it)
+  float run[KN][4];
 #pragma unroll
-  for (int u = 0; u < KK; ++u)
+  for (int u = 0; u < KN; ++u)
 #pragma unroll
     for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
   const int64_t first_mod = qr.first % a.raw_cap;
@@ -234,29 +253,29 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
 
   QFrag<KK> qf;  // the first two segments' copies are issued before q's loads are waited on
   {
-    const int32_t pre0 = prefetch_idx<kWarps>(qr, 0, wid, lane), pre1 = prefetch_idx<kWarps>(qr, 1, wid, lane);
+    const int32_t pre0 = prefetch_idx<NW>(qr, 0, wid, lane), pre1 = prefetch_idx<NW>(qr, 1, wid, lane);
     float x[KK][4];
     load_q_floats(x, a, i, hs, ok, d0, t);
-    if (n_seg > 0) stage_rows_pre<D, kWarps>(buf(0), qr, a.raw_cap, first_mod, 0, wid, lane, pre0);
+    if (n_seg > 0) stage_rows_pre<D, NW>(buf(0), qr, a.raw_cap, first_mod, 0, wid, lane, pre0);
     cp_async_commit();
-    if (n_seg > 1) stage_rows_pre<D, kWarps>(buf(1), qr, a.raw_cap, first_mod, 1, wid, lane, pre1);
+    if (n_seg > 1) stage_rows_pre<D, NW>(buf(1), qr, a.raw_cap, first_mod, 1, wid, lane, pre1);
     cp_async_commit();
     split_q(qf, x);
   }
-  int32_t pre = prefetch_idx<kWarps>(qr, 2, wid, lane);  // consumed a segment later
+  int32_t pre = prefetch_idx<NW>(qr, 2, wid, lane);  // consumed a segment later
 
   for (int64_t seg = 0; seg < n_seg; ++seg) {
     cp_async_wait<1>();  // this thread's copies of seg have landed (only seg + 1's may fly)
     __syncthreads();     // everyone's have; every warp is done with seg − 1 (its rows, red, pfr, fab)
     if (seg + 2 < n_seg) {
-      stage_rows_pre<D, kWarps>(buf(seg + 2), qr, a.raw_cap, first_mod, seg + 2, wid, lane, pre);
-      pre = prefetch_idx<kWarps>(qr, seg + 3, wid, lane);
+      stage_rows_pre<D, NW>(buf(seg + 2), qr, a.raw_cap, first_mod, seg + 2, wid, lane, pre);
+      pre = prefetch_idx<NW>(qr, seg + 3, wid, lane);
     }
     cp_async_commit();
     const int64_t left = qr.total - seg * kAttnSeg;
     const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
-    float acc[KK][4];
-    segment_state<DW>(buf(seg), cnt, qf, a.scale, red, pfr, [&](float m_s, float l_s) {
+    float acc[KN][4];
+    segment_state<DW, WPS>(buf(seg), cnt, qf, a.scale, red, pfr, flags, [&](float m_s, float l_s) {
       float fa, fb;
       merge_step(M, L, m_s, l_s, fa, fb);
       if ((threadIdx.x & 15) == 0) fab[sh] = make_float2(fa, fb);
@@ -264,12 +283,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
     const float2 fg = fab[g], fg8 = fab[g + 8];
     const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
 #pragma unroll
-    for (int u = 0; u < KK; ++u)
+    for (int u = 0; u < KN; ++u)
 #pragma unroll
       for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
   }
 
-  if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
+  if (threadIdx.x < kThreads && (threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -277,9 +296,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
     const float2 ml = mls[g + 8 * r];
     float f, denom;
     sink_step(a.sinks[hs[r]], ml.x, ml.y, f, denom);
-    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
+    float* o = a.out + (i * a.heads + hs[r]) * D + dv;
 #pragma unroll
-    for (int u = 0; u < KK; ++u)
+    for (int u = 0; u < KN; ++u)
       *reinterpret_cast<float2*>(o + 8 * u + 2 * t) = make_float2(run[u][2 * r] * f / denom, run[u][2 * r + 1] * f / denom);
   }
 }
@@ -287,14 +306,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
-// Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr.
-template <int DW>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
-  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8;
+// Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr, flags.
+template <int DW, int WPS>
+__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* red = rows + kAttnSeg * P;
   uint4* pfr = reinterpret_cast<uint4*>(red + kWarps * kHeads * kRedPitch);
+  uint32_t* flags = reinterpret_cast<uint32_t*>(pfr + 4 * 2 * kWarp);
   const int64_t seg = blockIdx.x, i = blockIdx.z;
   const int h0 = static_cast<int>(blockIdx.y) * kHeads;
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
@@ -303,13 +323,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(Atten
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
-  const int d0 = wid * DW;
+  const int d0 = (wid % kWarps) * DW, dv = d0 + 8 * KN * (wid / kWarps);
   QFrag<KK> qf;  // the index and q loads issued together, then the copies
   {
-    const int32_t pre = prefetch_idx<kWarps>(qr, seg, wid, lane);
+    const int32_t pre = prefetch_idx<NW>(qr, seg, wid, lane);
     float x[KK][4];
     load_q_floats(x, a, i, hs, ok, d0, t);
-    stage_rows_pre<D, kWarps>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane, pre);
+    stage_rows_pre<D, NW>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane, pre);
     cp_async_commit();
     split_q(qf, x);
   }
@@ -317,9 +337,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(Atten
   __syncthreads();
   const int64_t left = qr.total - seg * kAttnSeg;
   const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
-  const int sh = threadIdx.x >> 4;
-  float acc[KK][4];
-  segment_state<DW>(rows, cnt, qf, a.scale, red, pfr, [&](float m, float l) {
+  const int sh = (threadIdx.x >> 4) & (kHeads - 1);
+  float acc[KN][4];
+  segment_state<DW, WPS>(rows, cnt, qf, a.scale, red, pfr, flags, [&](float m, float l) {
     if ((threadIdx.x & 15) == 0 && h0 + sh < a.heads) {
       const int64_t slot = (i * a.heads + h0 + sh) * st.n_stored + seg;
       st.ml[2 * slot] = m;
@@ -331,8 +351,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(Atten
     if (!ok[r]) continue;
     const int64_t slot = (i * a.heads + hs[r]) * st.n_stored + seg;
 #pragma unroll
-    for (int u = 0; u < KK; ++u)
-      *reinterpret_cast<float2*>(st.acc + slot * D + d0 + 8 * u + 2 * t) = make_float2(acc[u][2 * r], acc[u][2 * r + 1]);
+    for (int u = 0; u < KN; ++u)
+      *reinterpret_cast<float2*>(st.acc + slot * D + dv + 8 * u + 2 * t) = make_float2(acc[u][2 * r], acc[u][2 * r + 1]);
   }
 }
 
@@ -340,58 +360,75 @@ template <int DW>
 size_t split3_smem() {
   return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + static_cast<size_t>(kWarps) * kHeads * kRedPitch) *
              sizeof(float) +
-         4 * 2 * kWarp * sizeof(uint4);
+         4 * 2 * kWarp * sizeof(uint4) + 2 * kWarps * sizeof(uint32_t);
 }
 
+// Raises a kernel's dynamic shared-memory limit once (bit of smem_ready); false on an error (recorded).
+template <typename K>
+bool smem_once(CudaBackend& be, K kernel, size_t bytes, uint32_t& smem_ready, uint32_t bit) {
+  if (smem_ready & bit) return true;
+  if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                "attention mma (softmax once) smem"))
+    return false;
+  smem_ready |= bit;
+  return true;
+}
+
+// Bits of smem_ready: 16 + 4·(WPS − 1) + log2(DW / 8) for the chunk kernels, 24 + … for the split ones.
 template <int DW>
-void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready,
-                  uint32_t bit) {
-  if (!(smem_ready & bit)) {
-    if (!be.check(cudaFuncSetAttribute(attention_mma_split3_kernel<DW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(split3_smem<DW>())),
-                  "attention mma split (softmax once) smem"))
-      return;
-    smem_ready |= bit;
-  }
+constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
+
+template <int DW, int WPS>
+void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready) {
+  if (!smem_once(be, attention_mma_split3_kernel<DW, WPS>, split3_smem<DW>(), smem_ready,
+                 1u << (24 + 4 * (WPS - 1) + dw_bit<DW>())))
+    return;
   const dim3 grid(static_cast<unsigned>(split_segs), static_cast<unsigned>((a.heads + kHeads - 1) / kHeads),
                   static_cast<unsigned>(a.n));
-  attention_mma_split3_kernel<DW><<<grid, kThreads, split3_smem<DW>(), be.stream()>>>(a, st);
+  attention_mma_split3_kernel<DW, WPS><<<grid, kThreads * WPS, split3_smem<DW>(), be.stream()>>>(a, st);
   be.launched("attention mma (split, softmax once)");
 }
 
-template <int DW>
-void launch(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, uint32_t bit) {
-  if (!(smem_ready & bit)) {
-    if (!be.check(cudaFuncSetAttribute(attention_mma_chunk3_kernel<DW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Smem<DW>::bytes)),
-                  "attention mma chunk (softmax once) smem"))
-      return;
-    smem_ready |= bit;
-  }
+template <int DW, int WPS>
+void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
+  if (!smem_once(be, attention_mma_chunk3_kernel<DW, WPS>, Smem<DW>::bytes, smem_ready,
+                 1u << (16 + 4 * (WPS - 1) + dw_bit<DW>())))
+    return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk3_kernel<DW><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a);
+  attention_mma_chunk3_kernel<DW, WPS><<<static_cast<unsigned>(blocks), kThreads * WPS, Smem<DW>::bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, softmax once)");
+}
+
+// head_dim / 8 → DW; 16 warps only where a slice has ≥ 2 dim n-tiles to share (head_dim ≥ 128).
+template <typename F>
+void by_dw(const AttentionArgs& a, int wps, F f) {
+  const bool two = wps == 2;
+  switch (a.head_dim / kWarps) {
+    case 8: f(std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{}); break;
+    case 16:
+      if (two) f(std::integral_constant<int, 16>{}, std::integral_constant<int, 2>{});
+      else f(std::integral_constant<int, 16>{}, std::integral_constant<int, 1>{});
+      break;
+    case 32:
+      if (two) f(std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{});
+      else f(std::integral_constant<int, 32>{}, std::integral_constant<int, 1>{});
+      break;
+    default:
+      if (two) f(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
+      else f(std::integral_constant<int, 64>{}, std::integral_constant<int, 1>{});
+      break;
+  }
 }
 
 }  // namespace
 
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready) {
-  switch (a.head_dim / kWarps) {
-    case 8: launch_split<8>(be, a, split_segs, st, smem_ready, 1u << 20); break;
-    case 16: launch_split<16>(be, a, split_segs, st, smem_ready, 1u << 21); break;
-    case 32: launch_split<32>(be, a, split_segs, st, smem_ready, 1u << 22); break;
-    default: launch_split<64>(be, a, split_segs, st, smem_ready, 1u << 23); break;
-  }
+                               uint32_t& smem_ready, int wps) {
+  by_dw(a, wps, [&](auto dw, auto w) { launch_split<decltype(dw)::value, decltype(w)::value>(be, a, split_segs, st, smem_ready); });
 }
 
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
-  switch (a.head_dim / kWarps) {
-    case 8: launch<8>(be, a, smem_ready, 1u << 16); break;
-    case 16: launch<16>(be, a, smem_ready, 1u << 17); break;
-    case 32: launch<32>(be, a, smem_ready, 1u << 18); break;
-    default: launch<64>(be, a, smem_ready, 1u << 19); break;
-  }
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int wps) {
+  by_dw(a, wps, [&](auto dw, auto w) { launch_chunk<decltype(dw)::value, decltype(w)::value>(be, a, smem_ready); });
 }
 
 }  // namespace ds4::backend::cuda::attn_mma

@@ -29,8 +29,9 @@ namespace {
 
 // CUDA op scratch at its need for a chunk of C tokens at context N: quantized activations of the widest
 // input (≤ 1.07 B/value for Q8_0/Q8_K), routed-expert gate/up/output rows and their quantized inputs,
-// indexer scores [C][N/4], attention segment states of a split call; with concurrent branches (the
-// default) the side lane's own quantized activations (shared expert, KV path, compressors) once more.
+// indexer scores [C][N/4] and (prefill on int8 tensor cores) its q heads' codes and scales [C][heads][dim + 4]
+// bytes, attention segment states of a split call; with concurrent branches (the default) the side lane's own
+// quantized activations (shared expert, KV path, compressors) once more.
 uint64_t cuda_op_scratch_bytes(const modelspec::ModelConfig& cfg, int64_t C, int64_t N, uint64_t act_row) {
   const uint64_t c = static_cast<uint64_t>(C), pairs = c * cfg.n_expert_used;
   uint64_t b = 2 * c * act_row;
@@ -38,6 +39,7 @@ uint64_t cuda_op_scratch_bytes(const modelspec::ModelConfig& cfg, int64_t C, int
   b += pairs * act_row;
   b += pairs * (2 * uint64_t{cfg.expert_ff} + cfg.n_embd) * 4;
   b += c * static_cast<uint64_t>(N / 4) * 4;
+  b += c * cfg.indexer_heads * (uint64_t{cfg.indexer_head_dim} + 4);
   return b;
 }
 

@@ -143,10 +143,11 @@ struct CudaBackendOptions {
   // rows. 2: as 1 with 16 warps (two per dim slice, each half its score and value n-tiles; head_dim ≥ 128)
   // and the q fragments in shared memory. 3: the chunk shape (prefill, batches past the split shape) with
   // each segment's softmax once per block instead of once per warp, the exact-in-TF32 decision taken from
-  // the values the score MMAs read, three staged segments (attention_mma_chunk.cu); the split shape and
-  // merges as 1. Same bits. Default 1 after the H200 run (PERF.md: CSA prefill chunk 6.39 → 5.73 ms, HCA
-  // +5 %, decode equal or faster).
-  int attention_mma_kernels = 1;
+  // the values the score MMAs read, three staged segments (attention_mma_chunk.cu); one query's split shape
+  // the same steps per segment (larger split calls and the merges as 1). 4: 3 with 16 warps (slower on the
+  // H200). Same bits. Default 3 after the H200 run (PERF.md: CSA / HCA prefill chunk 5.76 / 1.62 → 3.84 /
+  // 1.15 ms, one decode query 15.1 → 14.0 µs, 32 queries 98 → 65 µs).
+  int attention_mma_kernels = 3;
   // Indexer selection (radix select, indexer_v2): 2 = in decode steps of ≤ 2,048 rows scored by
   // indexer_score_decode (indexer_decode), the last block of each query selects in the scoring launch,
   // elsewhere as 1; 1 = its own launch, the digit holding the k-th key found by a warp scan (5 shuffles)
@@ -167,7 +168,8 @@ struct CudaBackendOptions {
   // values allow (the FP4-simulated operands do); then every partial sum of the CPU's sequential dot is
   // exact, so the integer dot times the two scales is the CPU's float dot bit for bit. Vectors that do not
   // decompose take the sequential dot. Same scores, so the same selection. false: the CUDA-core tiles.
-  bool indexer_mma = false;
+  // Default on after the H200 run (PERF.md: a 2,048-query chunk at 2K, 2,055 → 480 µs).
+  bool indexer_mma = true;
   // Backend::matmul_many of F16 jobs (ds4 numerics, ≤ 32 vectors, rows ≤ 4,096 values): every job in one
   // launch (matmul_f16_many.cu; a CSA layer's six decode projections). false: one matmul() per job. Same bits.
   bool f16_many = true;

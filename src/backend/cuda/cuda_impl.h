@@ -416,11 +416,11 @@ class CudaBackend final : public Backend {
   int attn_heads_per_warp_ = 2;           // CudaBackendOptions::attention_heads_per_warp
   bool attn_mqa_smem_ = false;            // the MQA chunk kernel's 96 KiB shared-memory limit is set
   bool attn_merge_sliced_ = true;         // CudaBackendOptions::attention_merge_sliced
-  int attn_mma_kernels_ = 1;              // CudaBackendOptions::attention_mma_kernels
+  int attn_mma_kernels_ = 3;              // CudaBackendOptions::attention_mma_kernels
   int idx_select_ = 2;                    // CudaBackendOptions::indexer_select
   bool indexer_v2_ = true;                // CudaBackendOptions::indexer_v2
   bool indexer_decode_ = true;            // CudaBackendOptions::indexer_decode
-  bool indexer_mma_ = false;              // CudaBackendOptions::indexer_mma
+  bool indexer_mma_ = true;               // CudaBackendOptions::indexer_mma
   bool f16_many_ = true;                  // CudaBackendOptions::f16_many
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles

@@ -57,6 +57,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
       co.device = opts.cuda_device;
       co.tensor_cores = opts.cuda_tensor_cores;
       co.branches = opts.cuda_branches;
+      co.f16_mma = opts.cuda_f16_mma;
       auto be = backend::cuda::make_cuda_backend(co);
       if (!be.ok()) return be.status().with_context("engine");
       e->backend_ = std::move(be).value();

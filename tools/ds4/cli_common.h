@@ -29,6 +29,7 @@ struct EngineFlags {
   bool cuda_no_tensor_cores = false;
   bool cuda_graphs = true;
   bool cuda_branches = true;
+  bool cuda_f16_mma = false;
 };
 
 inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -83,6 +84,7 @@ inline bool engine_options(const EngineFlags& f, EngineOptions& o) {
   o.cuda_tensor_cores = !f.cuda_no_tensor_cores;
   o.cuda_graphs = f.cuda_graphs;
   o.cuda_branches = f.cuda_branches;
+  o.cuda_f16_mma = f.cuda_f16_mma;
   if (f.numerics == "official") {
     o.numerics = Numerics::official;
   } else if (f.numerics == "reference") {

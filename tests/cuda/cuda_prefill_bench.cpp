@@ -6,11 +6,13 @@
 // rate" of the prefill roofline in docs/PERF.md.
 // "f16" / "f16prof" (few calls, for ncu): cuda_f16_bench.cpp's lines only (the F16 matmuls in the segment and the MMA order; N < 64: decode calls).
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
-// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|profile]. Prints "PBENCH" lines; with
+// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|experts|profile]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
 // "gemm", only the GEMM, F16 and routed-expert lines, of the default kernels, of the dense Q8_0 kernel
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1" … "q8-direct4";
-// CudaBackendOptions::gemm_q8); "profile" runs one call each of a few of those (under ncu), untimed.
+// CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
+// experts' and prefill glue's previous kernels ("tc-prev-exp"); "profile" runs one call each of a few of
+// the defaults and of gemm_experts = 2 (under ncu), untimed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -75,19 +77,31 @@ int main(int argc, char** argv) {
   }
   // "profile": the "gemm" paths, one call of q_b, two F16 shapes and the experts each (for ncu), no timing.
   const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
-  const bool gemm_only = profile || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
+  // "experts": the GEMM and routed-expert lines of the defaults, of mode 9 ("tc-exp-pers": gemm_experts = 2)
+  // and of mode 8 ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue —
+  // gemm_experts = 0, prefill_glue = false).
+  const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
+  const bool gemm_only = profile || experts_only || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
   // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3 … 6), dense Q8_0 lines only.
-  const std::vector<int> modes = gemm_only ? std::vector<int>{0, 7, 3, 4, 5, 6} : std::vector<int>{0, 1, 2};
+  const std::vector<int> modes = experts_only ? std::vector<int>{0, 9, 8}
+                                 : profile    ? std::vector<int>{0, 9}
+                                 : gemm_only  ? std::vector<int>{0, 7, 3, 4, 5, 6}
+                                              : std::vector<int>{0, 1, 2};
   for (int mode : modes) {
     const bool tc = mode != 2;
     cuda::CudaBackendOptions co;
     co.tensor_cores = tc;
     co.gemm_pipelined = mode != 1;
-    if (mode >= 3) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
+    if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
+    if (mode == 8) {
+      co.gemm_experts = 0;
+      co.prefill_glue = false;
+    }
+    if (mode == 9) co.gemm_experts = 2;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -95,7 +109,7 @@ int main(int argc, char** argv) {
     }
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
-                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2"};
+                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "tc-exp-pers"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
@@ -129,14 +143,15 @@ int main(int argc, char** argv) {
                  Mm{"out_b q8_0 4096x8192", GgmlType::Q8_0, 4096, 8192}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
                  Mm{"kv q8_0 512x4096", GgmlType::Q8_0, 512, 4096},
                  Mm{"iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096}, Mm{"q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}}) {
-      if (mode >= 3 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
+      if (mode >= 3 && mode <= 7 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
+      if (mode == 9) break;  // the same matmuls as mode 0
       if (profile && m.rows != 32768) continue;
       Weight w = weight(m.t, m.rows, m.cols);
       const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
       std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, m.name, static_cast<long long>(n),
                   s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
     }
-    if (gemm_only && mode == 0) {  // F16 prefill tiles (matmul_f16.cu) on the Flash F16 shapes
+    if (gemm_only && !experts_only && mode == 0) {  // F16 prefill tiles (matmul_f16.cu) on the Flash F16 shapes
       for (Mm m : {Mm{"hc 24x16384", GgmlType::F16, 24, 16384}, Mm{"router 256x4096", GgmlType::F16, 256, 4096},
                    Mm{"comp 1024x4096", GgmlType::F16, 1024, 4096}, Mm{"idx q_b 8192x1024", GgmlType::F16, 8192, 1024},
                    Mm{"comp 512x4096", GgmlType::F16, 512, 4096}, Mm{"idx 64x4096", GgmlType::F16, 64, 4096}}) {
@@ -147,7 +162,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
       }
     }
-    if (mode >= 3) continue;
+    if (mode >= 3 && mode <= 7) continue;
     // Routed experts of a chunk: 256 Flash experts, k 6, ids spread like a router's; N tokens and a
     // 2048-token chunk (~48 pairs per expert: one partial 64-pair tile each).
     const int NE = 256, E = 4096, F = 2048, K = 6;

@@ -3,9 +3,15 @@
 // the CPU op, the previous kernel (CudaBackendOptions::gemm_pipelined = false) and, for one token, the
 // decode kernel at n = 1; routed experts grouped by expert with uneven expert counts (one expert with four
 // tiles, experts with none) equal the previous kernel and stay within the CPU tolerance; the dense Q8_0
-// kernel of gemm_q8.cu (CudaBackendOptions::gemm_q8, both warp shapes) equals the CPU op and the default.
+// kernel of gemm_q8.cu (CudaBackendOptions::gemm_q8, both warp shapes) equals the CPU op and the default;
+// the prefill glue (CudaBackendOptions::prefill_glue: activation quantizer, grouping, swiglu, slot sum)
+// gives the same bits as the previous kernels; the grouped experts' warp-specialised kernel
+// (gemm_experts.cu) equals gemm2_kernel at the Flash depths.
 // Not here: tolerance tests of every path (test_cuda_matmul.cpp), speed (cuda_prefill_bench).
+#include <cmath>
 #include <cstring>
+#include <memory>
+#include <random>
 
 #include "cuda_test_util.h"
 
@@ -26,6 +32,56 @@ int64_t bit_diffs(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < a.size(); ++i) d += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
   return d;
 }
+
+// Routed experts (CudaGemm::moe_case): run(be) is the MoE output [n][dim] on `be`, cpu(be) on the CPU.
+struct MoeCase {
+  int32_t ne = 0, dim = 0, ff = 0, k = 6;
+  int64_t n = 0;
+  std::vector<uint8_t> gb, ub, db;
+  Weight g0, u0, d0;
+  std::vector<int32_t> ids;
+  std::vector<float> wts, x;
+  MoeArgs a;
+
+  std::vector<float> cpu(Backend& be) const {
+    std::vector<float> out(static_cast<size_t>(n * dim));
+    MoeArgs c = a;
+    c.x = x.data();
+    c.ids = ids.data();
+    c.weights = wts.data();
+    c.out = out.data();
+    be.moe(c);
+    return out;
+  }
+
+  std::vector<float> run(Backend& be) const {
+    MoeArgs g = a;
+    auto map = [&](ExpertWeights& e, const std::vector<uint8_t>& b) {
+      auto p = be.map_weight(b.data(), b.size());
+      EXPECT_TRUE(p.ok());
+      e.first.data = *p;
+    };
+    map(g.gate, gb);
+    map(g.up, ub);
+    map(g.down, db);
+    const uint64_t out_bytes = static_cast<uint64_t>(n * dim) * 4;
+    auto bx = be.alloc(x.size() * 4, MemCategory::scratch), bi = be.alloc(ids.size() * 4, MemCategory::scratch);
+    auto bw = be.alloc(wts.size() * 4, MemCategory::scratch), bo = be.alloc(out_bytes, MemCategory::scratch);
+    EXPECT_TRUE(bx.ok() && bi.ok() && bw.ok() && bo.ok());
+    be.upload(bx->data(), x.data(), x.size() * 4);
+    be.upload(bi->data(), ids.data(), ids.size() * 4);
+    be.upload(bw->data(), wts.data(), wts.size() * 4);
+    g.x = bx->f32();
+    g.ids = bi->i32();
+    g.weights = bw->f32();
+    g.out = bo->f32();
+    be.moe(g);
+    std::vector<float> out(static_cast<size_t>(n * dim));
+    be.download(out.data(), bo->data(), out_bytes);
+    EXPECT_TRUE(be.sync().ok());
+    return out;
+  }
+};
 
 }  // namespace
 
@@ -74,6 +130,47 @@ class CudaGemm : public CudaOpsTest {
     expect_close(got, want, 2e-5, 1e-7, what);
     EXPECT_EQ(bit_diffs(got, want), 0) << what << ": vs CPU";
     EXPECT_EQ(bit_diffs(got, ref), 0) << what << ": vs the other kernel";
+  }
+
+  // n tokens × 6 slots over ne experts (IQ2_XXS gate/up ff × dim, Q2_K down ff → dim): slot 0 is always
+  // expert 0 (n pairs: several 64-pair tiles, the last partial), slots 1 … 5 spread over experts 1 … 15
+  // by token, experts 16 … ne − 1 get no pair.
+  MoeCase moe_case(int32_t ne, int32_t dim, int32_t ff, int64_t n) {
+    MoeCase m;
+    m.ne = ne;
+    m.dim = dim;
+    m.ff = ff;
+    m.n = n;
+    m.x = randn(static_cast<size_t>(n * dim));
+    m.gb = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &m.g0);
+    m.ub = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &m.u0);
+    m.db = random_weight(GgmlType::Q2_K, int64_t{ne} * dim, ff, &m.d0);
+    const int k = m.k;
+    m.ids.resize(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < n; ++i) {
+      m.ids[i * k] = 0;
+      for (int j = 1; j < k; ++j) m.ids[i * k + j] = static_cast<int32_t>(1 + (i % 3 + 3 * (j - 1)) % 15);
+    }
+    m.wts.resize(m.ids.size());
+    for (auto& v : m.wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
+    auto experts = [&](Weight w, const std::vector<uint8_t>& data, int64_t rows) {
+      ExpertWeights e;
+      e.first = w;
+      e.first.data = const_cast<uint8_t*>(data.data());
+      e.first.rows = rows;
+      e.expert_bytes = rows * w.row_bytes;
+      e.n_expert = ne;
+      return e;
+    };
+    m.a.gate = experts(m.g0, m.gb, ff);
+    m.a.up = experts(m.u0, m.ub, ff);
+    m.a.down = experts(m.d0, m.db, dim);
+    m.a.n = n;
+    m.a.k = k;
+    m.a.dim = dim;
+    m.a.ff = ff;
+    m.a.clamp = 10.0f;
+    return m;
   }
 
   std::unique_ptr<Backend> old_;
@@ -139,82 +236,69 @@ TEST_F(CudaGemm, TokenRowAtNOneEqualsItsRowInTheGemm) {
   }
 }
 
+static std::unique_ptr<Backend> backend_with(const cuda::CudaBackendOptions& o) {
+  auto made = cuda::make_cuda_backend(o);
+  EXPECT_TRUE(made.ok()) << made.status().to_string();
+  return made.ok() ? std::move(made).value() : nullptr;
+}
+
 TEST_F(CudaGemm, GroupedExpertsWithUnevenCountsMatchPreviousKernel) {
-  // 200 tokens × 6 slots over 20 experts: slot 0 is always expert 0 (200 pairs: four 64-pair tiles,
-  // the last of 8), slots 1 … 5 spread over experts 1 … 15 by token, experts 16 … 19 get no pair.
-  const int32_t ne = 20, dim = 1024, ff = 1024, k = 6;
-  const int64_t n = 200;
-  Weight g0, u0, d0;
-  auto gb = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &g0);
-  auto ub = random_weight(GgmlType::IQ2_XXS, int64_t{ne} * ff, dim, &u0);
-  auto db = random_weight(GgmlType::Q2_K, int64_t{ne} * dim, ff, &d0);
-  g0.data = gb.data();
-  u0.data = ub.data();
-  d0.data = db.data();
-  std::vector<int32_t> ids(static_cast<size_t>(n * k));
-  for (int64_t i = 0; i < n; ++i) {
-    ids[i * k] = 0;
-    for (int j = 1; j < k; ++j) ids[i * k + j] = static_cast<int32_t>(1 + (i % 3 + 3 * (j - 1)) % 15);
-  }
-  std::vector<float> wts(ids.size());
-  for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
-  const auto x = randn(static_cast<size_t>(n * dim));
-  auto experts = [](Weight w, const void* data, int64_t rows) {
-    ExpertWeights e;
-    e.first = w;
-    e.first.data = const_cast<void*>(data);
-    e.first.rows = rows;
-    e.expert_bytes = rows * w.row_bytes;
-    e.n_expert = ne;
-    return e;
-  };
-  MoeArgs a;
-  a.gate = experts(g0, gb.data(), ff);
-  a.up = experts(u0, ub.data(), ff);
-  a.down = experts(d0, db.data(), dim);
-  a.n = n;
-  a.k = k;
-  a.dim = dim;
-  a.ff = ff;
-  a.clamp = 10.0f;
-  std::vector<float> want(static_cast<size_t>(n * dim));
-  {
-    MoeArgs c = a;
-    c.x = x.data();
-    c.ids = ids.data();
-    c.weights = wts.data();
-    c.out = want.data();
-    cpu_->moe(c);
-  }
-  auto run_on = [&](Backend& be) {
-    MoeArgs g = a;
-    auto map = [&](ExpertWeights& e, const std::vector<uint8_t>& b) {
-      auto p = be.map_weight(b.data(), b.size());
-      EXPECT_TRUE(p.ok());
-      e.first.data = *p;
-    };
-    map(g.gate, gb);
-    map(g.up, ub);
-    map(g.down, db);
-    auto bx = be.alloc(x.size() * 4, MemCategory::scratch), bi = be.alloc(ids.size() * 4, MemCategory::scratch);
-    auto bw = be.alloc(wts.size() * 4, MemCategory::scratch), bo = be.alloc(want.size() * 4, MemCategory::scratch);
-    EXPECT_TRUE(bx.ok() && bi.ok() && bw.ok() && bo.ok());
-    be.upload(bx->data(), x.data(), x.size() * 4);
-    be.upload(bi->data(), ids.data(), ids.size() * 4);
-    be.upload(bw->data(), wts.data(), wts.size() * 4);
-    g.x = bx->f32();
-    g.ids = bi->i32();
-    g.weights = bw->f32();
-    g.out = bo->f32();
-    be.moe(g);
-    std::vector<float> out(want.size());
-    be.download(out.data(), bo->data(), out.size() * 4);
-    EXPECT_TRUE(be.sync().ok());
-    return out;
-  };
-  const auto got = run_on(*gpu_);
-  const auto prev = run_on(*old_);
+  // 200 tokens over 20 experts: expert 0 has four 64-pair tiles (the last of 8), experts 16 … 19 none.
+  const MoeCase m = moe_case(20, 1024, 1024, 200);
+  const auto want = m.cpu(*cpu_);
+  const auto got = m.run(*gpu_);
+  const auto prev = m.run(*old_);
   // The CPU bound of test_cuda_matmul.cpp's CudaMoe (hidden rows re-quantized to Q8_K).
   expect_close(got, want, 5e-4, 1e-7, "moe grouped iq2_xxs/q2_k uneven experts n200");
   EXPECT_EQ(bit_diffs(got, prev), 0) << "grouped experts: pipelined vs previous kernel";
+}
+
+TEST_F(CudaGemm, PrefillGlueIsBitIdenticalToPreviousKernels) {
+  // CudaBackendOptions::prefill_glue on (default) and off: the grouping in one block (expert 0 with 8
+  // tiles of 64 pairs, 15 partial ones, 24 experts without pairs), moe_swiglu / moe_sum 4-wide (512 tokens:
+  // 3,072 pairs × 512 and 512 × 2,048 values, above their 2^20 threshold) and the Q8_0 activation
+  // quantizer (dense matmuls of 65 … 2,048 vectors, and rows with zero and huge blocks) give the same bits.
+  cuda::CudaBackendOptions off;
+  off.prefill_glue = false;
+  auto prev = backend_with(off);
+  ASSERT_TRUE(prev);
+  const MoeCase m = moe_case(40, 2048, 512, 512);
+  const auto got = m.run(*gpu_), want = m.run(*prev);
+  EXPECT_EQ(bit_diffs(got, want), 0) << "moe prefill glue vs previous kernels";
+  for (const float v : got) ASSERT_TRUE(std::isfinite(v)) << "moe prefill glue: non-finite output";
+  const Case cases[] = {{GgmlType::Q8_0, 200, 4096, 65}, {GgmlType::Q8_0, 136, 1024, 2048}, {GgmlType::Q8_0, 64, 8192, 300}};
+  for (const Case& c : cases) expect_bits(*gpu_, *prev, c, "quantizer (other: previous quantizer)");
+  // Zero blocks (d = 0) and blocks with values near the float range in a 100-vector batch.
+  Weight w;
+  auto bytes = random_weight(GgmlType::Q8_0, 96, 1024, &w);
+  w.data = bytes.data();
+  auto x = randn(100 * 1024);
+  for (int i = 0; i < 64; ++i) x[5 * 1024 + i] = 0.0f;
+  for (int i = 0; i < 32; ++i) x[7 * 1024 + 96 + i] = (i % 2 ? 1 : -1) * 1e20f;
+  const auto a = matmul_on(*gpu_, w, bytes.size(), x.data(), 100);
+  const auto b = matmul_on(*prev, w, bytes.size(), x.data(), 100);
+  EXPECT_EQ(bit_diffs(a, b), 0) << "quantizer with zero and huge blocks";
+}
+
+TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
+  // gemm_experts.cu (CudaBackendOptions::gemm_experts 1: a block per tile; 2: persistent blocks walking
+  // several (rows, tile) items each) against gemm2_kernel at the Flash depths: gate/up 4,096 columns (16
+  // stages: the 3-slot raw ring and the 2 decoded slots wrap several times), down 2,048 (8 stages); 18
+  // experts, 16 and 17 without pairs. 120 tokens: experts 1 … 15 hold 40 pairs (the second MMA warp
+  // column runs 2 of its 4 fragments), expert 0 tiles of 64 + 56; 140 tokens: expert 0 tiles of 64 + 64 +
+  // 12 (the first column 2 fragments, the second none). 17–18 tiles × 16 or 32 row blocks: ~2–4 items per
+  // persistent block on the H200.
+  cuda::CudaBackendOptions off, persistent;
+  off.gemm_experts = 0;
+  persistent.gemm_experts = 2;
+  auto gemm2 = backend_with(off);
+  auto walk = backend_with(persistent);
+  ASSERT_TRUE(gemm2 && walk);
+  for (const int64_t n : {int64_t{120}, int64_t{140}}) {
+    const MoeCase m = moe_case(18, 4096, 2048, n);
+    const auto got = m.run(*gpu_), want = m.run(*gemm2), walked = m.run(*walk);
+    EXPECT_EQ(bit_diffs(got, want), 0) << "warp-specialised experts vs gemm2_kernel, n " << n;
+    EXPECT_EQ(bit_diffs(walked, want), 0) << "persistent warp-specialised experts vs gemm2_kernel, n " << n;
+    for (const float v : got) ASSERT_TRUE(std::isfinite(v)) << "warp-specialised experts: non-finite output, n " << n;
+  }
 }

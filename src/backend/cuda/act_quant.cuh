@@ -66,23 +66,27 @@ __device__ inline void quantize_q8_K_warp(const float (&v)[8], int lane, uint8_t
   if (lane == 0) *reinterpret_cast<float*>(blkp) = 1.0f / iscale;
 }
 
-// Rows x[v] (v < n_vec, `cols` values each) into `act` ([n_vec][act_row bytes] BlockQ8_0Act) with all
-// warps of the block, ending with a block barrier (the fused-quantization prologue of gemv_decode.cu and
-// gemv_dense.cu). 8 lanes per 32-value block (4 values each), so a warp quantizes 4 blocks per step —
-// 4× fewer steps than with quantize_q8_0_warp. Bit-identical to it on every block with a number in it:
-// the block's amax is a max (order-free, fmaxf drops NaN), then the same d, 1/d and per-value rounding.
-__device__ inline void quantize_q8_0_rows_to_smem(const float* x, int64_t x_stride, int n_vec, int64_t cols,
-                                                  uint8_t* act, uint64_t act_row) {
-  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+// Rows x[v] (v < n_vec, `cols` values each) into `act` ([n_vec][act_row bytes] BlockQ8_0Act): warp `warp`
+// of `n_warps` takes the 4-block steps warp, warp + n_warps, … (every lane of those warps calls it; no
+// barrier). 8 lanes per 32-value block (4 values each), so a warp quantizes 4 blocks per step — 4× fewer
+// steps than with quantize_q8_0_warp. Bit-identical to the CPU's quantize_act_q8_0 (and to
+// quantize_q8_0_warp on every block with a number in it): the block's amax is a max from 0 (order-free,
+// fmaxf drops NaN, as the CPU's `ax > amax`), then the same d, 1/d and per-value rounding. kVec4: each
+// lane's 4 values by one 16-byte load (x and x_stride 16-byte aligned); 32-bit offsets: the caller keeps
+// n_vec·act_row below 2^32.
+template <bool kVec4 = false>
+__device__ inline void quantize_q8_0_rows_warps(const float* x, int64_t x_stride, int n_vec, int64_t cols,
+                                                uint8_t* act, uint64_t act_row, uint32_t warp, uint32_t n_warps) {
+  const int lane = threadIdx.x % kWarp;
   const int sub = lane % 8;
   // 32-bit indices (n_vec·nb < 2^31): a 64-bit division is a long emulated sequence, and the first H200
   // run of gemv_dense.cu measured the prologue at ~2 µs per 4096-value vector with them.
   const uint32_t nb = static_cast<uint32_t>(cols / kQK8_0), total = static_cast<uint32_t>(n_vec) * nb;
-  // kSteps warp steps at a time: every load of them is issued before the first shuffle, so a block
-  // prologue waits for one round of L2 latency per kSteps steps instead of one per step.
+  // kSteps warp steps at a time: every load of them is issued before the first shuffle, so a warp
+  // waits for one round of memory latency per kSteps steps instead of one per step.
   constexpr int kSteps = 4;
-  const uint32_t step = 4u * static_cast<uint32_t>(nw);
-  for (uint32_t base = 4u * static_cast<uint32_t>(wid); base < total; base += step * kSteps) {
+  const uint32_t step = 4u * n_warps;
+  for (uint32_t base = 4u * warp; base < total; base += step * kSteps) {
     float vals[kSteps][4];
     uint32_t off[kSteps];  // byte offset of the step's block in `act`
 #pragma unroll
@@ -92,8 +96,16 @@ __device__ inline void quantize_q8_0_rows_to_smem(const float* x, int64_t x_stri
       const uint32_t v = live ? q / nb : 0, b = live ? q - v * nb : 0;
       off[u] = static_cast<uint32_t>(v * act_row) + b * static_cast<uint32_t>(sizeof(BlockQ8_0Act));
       const float* src = x + static_cast<int64_t>(v) * x_stride + b * kQK8_0 + 4 * sub;
+      if constexpr (kVec4) {
+        const float4 f = live ? *reinterpret_cast<const float4*>(src) : make_float4(0, 0, 0, 0);
+        vals[u][0] = f.x;
+        vals[u][1] = f.y;
+        vals[u][2] = f.z;
+        vals[u][3] = f.w;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) vals[u][i] = live ? src[i] : 0.0f;
+        for (int i = 0; i < 4; ++i) vals[u][i] = live ? src[i] : 0.0f;
+      }
     }
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
@@ -109,12 +121,22 @@ __device__ inline void quantize_q8_0_rows_to_smem(const float* x, int64_t x_stri
       const float id = d != 0 ? 1.0f / d : 0.0f;
       uint8_t* o = act + off[u];
       if (sub == 0) *reinterpret_cast<float*>(o) = d;
+      uint32_t packed = 0;  // the 4 int8 values, one 4-byte store (act blocks are 4-byte aligned)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        o[4 + 4 * sub + i] =
-            static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[u][i] * id), -128, 127)));
+        packed |= static_cast<uint32_t>(static_cast<uint8_t>(
+                      static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[u][i] * id), -128, 127))))
+                  << (8 * i);
+      *reinterpret_cast<uint32_t*>(o + 4 + 4 * sub) = packed;
     }
   }
+}
+
+// quantize_q8_0_rows_warps with all warps of the block (the fused-quantization prologue of gemv_decode.cu,
+// gemv_dense.cu and gemv_stream.cu, into shared memory), ending with a block barrier.
+__device__ inline void quantize_q8_0_rows_to_smem(const float* x, int64_t x_stride, int n_vec, int64_t cols,
+                                                  uint8_t* act, uint64_t act_row) {
+  quantize_q8_0_rows_warps(x, x_stride, n_vec, cols, act, act_row, threadIdx.x / kWarp, blockDim.x / kWarp);
   __syncthreads();
 }
 

@@ -39,6 +39,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaStreamCreate: ") + cudaGetErrorString(e));
   e = upload_iq2xxs_tables();
   if (e == cudaSuccess) e = upload_gemm_tables();
+  if (e == cudaSuccess) e = upload_gemm_experts_tables();
   if (e == cudaSuccess) e = upload_decode_tables();
   if (e == cudaSuccess) e = upload_skinny_tables();
   if (e == cudaSuccess) e = init_tile_kernels();
@@ -64,6 +65,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v4(opts.small_v4);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
+  be->set_prefill_glue(opts.prefill_glue);
+  be->set_gemm_experts(opts.gemm_experts);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
   be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_kernels, opts.indexer_select);
   be->set_indexer_v2(opts.indexer_v2);

@@ -31,6 +31,17 @@ struct CudaBackendOptions {
   // (gemm_q8.cu default_shape, as the H200 measured); 1 … 4: one shape (gemm_q8.cu Cfg1 … Cfg4) for every
   // job; 0: ops_gemm.cu's gemm2_kernel (before/after runs). Same bits either way.
   int gemm_q8 = -1;
+  // Prefill glue around the int8 GEMMs: the Q8_0 activation quantizer 16 blocks per warp with 16-byte
+  // loads (ops_matmul.cu quantize_q8_0_rows_kernel), the routed experts' plan of tiles by one block
+  // instead of one thread (ops_gemm.cu), moe_swiglu / moe_sum with 32-bit index math. false: the previous
+  // kernels (before/after runs). Same values.
+  bool prefill_glue = true;
+  // Routed experts' grouped GEMM (IQ2_XXS gate/up, Q2_K down; with gemm_pipelined) on gemm_experts.cu:
+  // 8 producer warps copy and decode each stage into one of two decoded slots while 8 MMA warps multiply
+  // the other (named barriers, ldmatrix for both operands). 1: a block per (128 rows, tile); 2: one
+  // resident block per SM walking its share of those, the pipeline running on across them; 0: ops_gemm.cu's
+  // gemm2_kernel (before/after runs). Same bits.
+  int gemm_experts = 1;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
   bool decode_kernels = true;

@@ -112,6 +112,14 @@ bool gemm_supports(const GemvJob& j);
 // Whether gemm_q8.cu takes a job: dense Q8_0, cols a multiple of 256, 16-byte aligned weights, rows,
 // activations and activation stride, and its 218 KiB of shared memory within the device's opt-in limit.
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin);
+// gemm_experts.cu: the grouped experts' warp-specialised GEMM for IQ2_XXS / Q2_K (GemmParams of
+// gemm_tiles.cuh, `tiles` = the tile list's capacity), whether the device's shared memory holds it, and
+// its IQ2_XXS tables.
+struct GemmParams;
+class CudaBackend;
+bool gemm_experts_fits(GgmlType t, int smem_optin);
+void gemm_experts(CudaBackend& be, const GemmParams& p, GgmlType t, unsigned tiles, int variant);
+cudaError_t upload_gemm_experts_tables();
 // Whether gemv_mma.cu handles `j`: Q8_0 under ds4 numerics, dense (no ids, x_div 1), 1 ≤ n_vec ≤
 // kMmaMaxVec, a whole number of 8-block (272-byte) chunks per row, 16-byte aligned rows.
 bool gemv_mma_supports(const GemvJob& j);
@@ -335,6 +343,8 @@ class CudaBackend final : public Backend {
   void set_small_v4(bool on) { small_v4_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
+  void set_prefill_glue(bool on) { prefill_glue_ = on; }
+  void set_gemm_experts(int variant) { gemm_experts_ = variant; }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_gemv_dense(GemvMma m) { gemv_dense_ = m; }
   void set_l2_prefetch_mode(int m) { l2_prefetch_mode_ = m; }
@@ -390,6 +400,8 @@ class CudaBackend final : public Backend {
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)
+  bool prefill_glue_ = true;              // CudaBackendOptions::prefill_glue
+  int gemm_experts_ = 1;                  // CudaBackendOptions::gemm_experts (0: gemm2_kernel)
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
   GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma
   int sm_count_ = 0;                      // multiprocessors (read on first use)

@@ -34,7 +34,9 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/moe_group.cuh"
 #include "quant/blocks.h"
 #include "quant/iq2xxs_tables.h"
 
@@ -45,23 +47,7 @@ namespace {
 __constant__ uint64_t c_grid[256];
 __constant__ uint8_t c_signs[128];
 
-constexpr int kBM = 128, kBN = 64, kBK = 256;
-constexpr int kLd = kBK + 16;  // smem row pitch in bytes: 68 words, so fragment loads hit 32 banks
 constexpr int kThreads = 256;
-
-struct GemmParams {
-  const uint8_t* w;          // matrix, or expert 0
-  uint64_t row_bytes, expert_bytes;
-  int64_t rows, cols;
-  const uint8_t* act;        // quantized activations [act rows][act_stride bytes]
-  uint64_t act_stride;
-  int32_t x_div;             // vector v reads activation row v / x_div
-  float* y;                  // [n_vec][y_stride]
-  int64_t y_stride, n_vec;
-  const int32_t* order;      // grouped: vectors sorted by expert
-  const int32_t* tiles;      // grouped: [max_tiles][3] = expert, first index into order, count
-  const int32_t* n_tiles;    // grouped: number of valid tiles (device)
-};
 
 // Shared memory of one block (dynamic; ~62 KB).
 struct Smem {
@@ -75,80 +61,6 @@ struct Smem {
   uint64_t grid[256];
   uint8_t signs[128];
 };
-
-__device__ inline float f16v(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ inline uint16_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
-__device__ inline uint32_t ld32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-__device__ inline uint32_t ld32_u16(const uint8_t* p) {
-  return static_cast<uint32_t>(ld16(p)) | (static_cast<uint32_t>(ld16(p + 2)) << 16);
-}
-
-// Byte i of the result is 1 where bit i of the 4-bit `bits` is set (the shifted copies do not overlap).
-__device__ inline uint32_t byte_bits4(uint32_t bits) { return (bits * 0x00204081u) & 0x01010101u; }
-
-// One weight block's share of a stage: the 32 values of sub-block sb (0 … 7) of tile row r, decoded to
-// int8 into a[r][32·sb …] (pitch kLd), with the block's scales into ad / aux (layout of Smem). `blk` is
-// the Q8_0 block of sb, or the IQ2_XXS / Q2_K super-block of the stage (global or shared memory);
-// !valid (a row past the matrix) writes zeros. Shared by both GEMM kernels.
-template <GgmlType T>
-__device__ inline void decode_a(const uint8_t* blk, int r, int sb, bool valid, int8_t* a, float* ad, uint8_t* aux,
-                                const uint64_t* grid, const uint8_t* signs) {
-  // Two 16-byte stores per block (a quarter warp's 8 stores then hit 8 rows or 4 rows × 2 halves).
-  uint4* dst = reinterpret_cast<uint4*>(a + r * kLd + 32 * sb);
-  uint32_t w[8];
-  if constexpr (T == GgmlType::Q8_0) {
-    if (!valid) {
-      dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
-      ad[r * 8 + sb] = 0;
-      return;
-    }
-    ad[r * 8 + sb] = f16v(ld16(blk));
-#pragma unroll
-    for (int q = 0; q < 8; ++q) w[q] = ld32_u16(blk + 2 + 4 * q);
-  } else if constexpr (T == GgmlType::IQ2_XXS) {
-    if (!valid) {
-      dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
-      aux[r * 8 + sb] = 0;
-      if (sb == 0) ad[r] = 0;
-      return;
-    }
-    if (sb == 0) ad[r] = f16v(ld16(blk));
-    const uint32_t a0 = ld32_u16(blk + 2 + 8 * sb), a1 = ld32_u16(blk + 6 + 8 * sb);
-    aux[r * 8 + sb] = static_cast<uint8_t>(2 * (a1 >> 28) + 1);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
-      const uint32_t sg = signs[(a1 >> (7 * c)) & 127];
-      const uint32_t slo = byte_bits4(sg & 15), shi = byte_bits4(sg >> 4);
-      // Grid bytes are 8, 25 or 43: (g ^ 0xFF) + 1 = 256 − g ≤ 248 is −g in the byte, no carry out.
-      w[2 * c] = (static_cast<uint32_t>(gr) ^ (slo * 0xFFu)) + slo;
-      w[2 * c + 1] = (static_cast<uint32_t>(gr >> 32) ^ (shi * 0xFFu)) + shi;
-    }
-  } else {  // Q2_K: element 32·sb + k sits in byte 16 + 32h + k, bits 2l, with sb = 4h + l
-    if (!valid) {
-      dst[0] = dst[1] = make_uint4(0, 0, 0, 0);
-      aux[r * 16 + 2 * sb] = 0;
-      aux[r * 16 + 2 * sb + 1] = 0;
-      if (sb == 0) ad[r] = ad[kBM + r] = 0;
-      return;
-    }
-    if (sb == 0) {
-      ad[r] = f16v(ld16(blk + 80));
-      ad[kBM + r] = f16v(ld16(blk + 82));
-    }
-    const int h = sb / 4, l = sb % 4;
-    const uint32_t sc0 = blk[2 * sb] & 15, sc1 = blk[2 * sb + 1] & 15;
-    aux[r * 16 + 2 * sb] = blk[2 * sb] >> 4;
-    aux[r * 16 + 2 * sb + 1] = blk[2 * sb + 1] >> 4;
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const uint32_t v = (ld32(blk + 16 + 32 * h + 4 * q) >> (2 * l)) & 0x03030303u;
-      w[q] = v * (q < 4 ? sc0 : sc1);  // bytes q·scale ≤ 45: no carry between bytes
-    }
-  }
-  dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-  dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
 
 // Weight tile of stage kb (values 256·kb …) into smem: rows m0 … m0+127 of `wbase`.
 template <GgmlType T>
@@ -383,30 +295,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmParams p) {
 //    remain — fsub, d_w·d_x, ·isum, += — the bound of this epilogue at ~0.5 POP/s on the H200).
 // Needs the copy sources aligned (gemm2_fits); otherwise gemm() runs gemm_kernel.
 
-// Raw stages are copied as the 16-byte chunks of a window that starts at the data's address rounded down
-// to 16 bytes (the data lands `shift` = address & 15 bytes into its row of the buffer; a chunk reads
-// nothing past the data's end, and at most 15 bytes before its start, inside the same tensor or buffer).
-// Weights per row and stage: 8 Q8_0 blocks (272 B, shift even: 18 chunks), one IQ2_XXS super-block
-// (66 B: 5 chunks) or one Q2_K super-block (84 B, shift a multiple of 4: 6 chunks). Activations per
-// vector: 8 Q8_0 act blocks (288 B, shift 0) or one Q8_K block (292 B, shift a multiple of 4), 19 chunks.
-constexpr int kRawB = 304;  // activation row pitch of a raw stage (76 words: conflict-free fragment reads)
 // Threads of a BN-vector block: 4 (rows) × BN/32 (vectors) warps of 32 × 32 outputs. BN = 128: 16 warps,
 // one block per SM (shared memory); BN = 64: 8 warps, two blocks per SM where the shared memory allows.
 template <int BN>
 constexpr int kThreads2 = 4 * BN;
-
-template <GgmlType T>
-constexpr int stage_w_bytes() {
-  return T == GgmlType::Q8_0 ? 8 * sizeof(BlockQ8_0) : T == GgmlType::IQ2_XXS ? sizeof(BlockIQ2_XXS) : sizeof(BlockQ2_K);
-}
-template <GgmlType T>
-constexpr int stage_x_bytes() {
-  return T == GgmlType::Q8_0 ? 8 * sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K);
-}
-template <GgmlType T>
-constexpr int raw_a_pitch() {  // bytes + largest shift, in whole chunks
-  return (stage_w_bytes<T>() + (T == GgmlType::Q2_K ? 12 : 14) + 15) / 16 * 16;
-}
 
 template <GgmlType T, int BN>
 struct Smem2 {
@@ -421,40 +313,6 @@ struct Smem2 {
   uint64_t grid[256];
   uint8_t signs[128];
 };
-
-__device__ inline unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-// 16 bytes into dst, the first n (1 … 16) read from src, the rest zero.
-__device__ inline void cp_async16(void* dst, const void* src, int n) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n) : "memory");
-}
-__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-// Chunk k of the window of bytes [at, at + len) into dst (a raw buffer row, 16-byte aligned).
-__device__ inline void copy_chunk(uint8_t* dst, const uint8_t* at, int len, int k) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(at), lo = (a & ~uintptr_t{15}) + 16 * k;
-  const int64_t left = static_cast<int64_t>(a + len) - static_cast<int64_t>(lo);
-  if (left > 0) cp_async16(dst + 16 * k, reinterpret_cast<const uint8_t*>(lo), left < 16 ? static_cast<int>(left) : 16);
-}
-
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-// d = a·b + (c, c, c, c).
-__device__ inline void mma_s8_from(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], int c) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c), "r"(c), "r"(c), "r"(c));
-}
-
-// Row r's weight bytes of stage kb.
-template <GgmlType T>
-__device__ inline const uint8_t* stage_w(const GemmParams& p, const uint8_t* wbase, int64_t row, int64_t kb) {
-  return wbase + static_cast<uint64_t>(row) * p.row_bytes + kb * stage_w_bytes<T>();
-}
 
 // Issues the cp.async copies of stage kb's raw bytes into raw buffer `slot` (rows past the matrix and
 // vectors without an activation row are skipped: their tile entries are never stored).
@@ -757,6 +615,46 @@ __global__ void plan_tiles_kernel(const int32_t* cnt, int32_t n_expert, int32_t*
   *n_tiles = nt;
 }
 
+// group_by_expert in one block (CudaBackendOptions::prefill_glue; n_expert ≤ kMaxGroupExperts): the pairs
+// grouped by expert (moe_group.cuh: groups[g] = expert, first, count for the non-empty experts in expert
+// order), then group g's tiles of ≤ kBN pairs written at the sum of the tile counts of the groups before it
+// (a warp-shuffle scan over the groups' tile counts). The same tile list as count / plan / scatter above,
+// whose plan walked the experts in one thread (46 µs per call at 256 experts on the H200).
+__global__ void __launch_bounds__(kMaxGroupExperts) group_tiles_kernel(const int32_t* ids, int32_t n, int32_t n_expert,
+                                                                       int32_t* groups, int32_t* order, int32_t* tiles,
+                                                                       int32_t* n_tiles) {
+  constexpr int kWarps = kMaxGroupExperts / kWarp;
+  static_assert(kWarps == kWarp, "one warp scans the warps' totals");
+  __shared__ int32_t n_groups, warp_tot[kWarps];
+  group_pairs_block(ids, n, n_expert, order, groups, &n_groups);
+  __syncthreads();  // groups (global) and n_groups written
+  const int g = threadIdx.x, lane = g % kWarp, w = g / kWarp;
+  const int32_t cnt = g < n_groups ? groups[3 * g + 2] : 0, nt = (cnt + kBN - 1) / kBN;
+  int32_t incl = nt;  // inclusive scan of the tile counts within the warp
+  for (int o = 1; o < kWarp; o <<= 1) {
+    const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == kWarp - 1) warp_tot[w] = incl;
+  __syncthreads();
+  if (w == 0) {
+    int32_t t = warp_tot[lane];
+    for (int o = 1; o < kWarp; o <<= 1) {
+      const int32_t v = __shfl_up_sync(0xffffffffu, t, o);
+      if (lane >= o) t += v;
+    }
+    warp_tot[lane] = t;  // inclusive over the warps
+  }
+  __syncthreads();
+  const int32_t first = incl - nt + (w > 0 ? warp_tot[w - 1] : 0);
+  for (int32_t s = 0; s < nt; ++s) {
+    tiles[3 * (first + s)] = groups[3 * g];
+    tiles[3 * (first + s) + 1] = groups[3 * g + 1] + s * kBN;
+    tiles[3 * (first + s) + 2] = min(kBN, cnt - s * kBN);
+  }
+  if (g == kMaxGroupExperts - 1) *n_tiles = warp_tot[kWarps - 1];
+}
+
 __global__ void scatter_experts_kernel(const int32_t* ids, int64_t n, int32_t n_expert, int32_t* cursor,
                                        int32_t* order) {
   const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -818,6 +716,11 @@ bool CudaBackend::group_by_expert(const int32_t* ids, int64_t n, int32_t n_exper
   g->n_tiles = n_tiles;
   g->max_tiles = max_tiles;
   cudaStream_t s = stream();
+  if (prefill_glue_ && n_expert <= kMaxGroupExperts && n < (int64_t{1} << 31)) {
+    // cnt, start and cursor (3 · n_expert words) hold the groups.
+    group_tiles_kernel<<<1, kMaxGroupExperts, 0, s>>>(ids, static_cast<int32_t>(n), n_expert, cnt, order, tiles, n_tiles);
+    return launched("group by expert");
+  }
   if (!check(cudaMemsetAsync(cnt, 0, sizeof(int32_t) * n_expert, s), "expert groups memset")) return false;
   count_experts_kernel<<<grid_for(n, 256), 256, 0, s>>>(ids, n, n_expert, cnt);
   plan_tiles_kernel<<<1, 1, 0, s>>>(cnt, n_expert, start, cursor, tiles, n_tiles);
@@ -873,6 +776,11 @@ void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride
   }
   if (gemm_pipelined_ && gemm_q8_ != 0 && gemm_q8_fits(j, act, act_stride, gemm_smem_optin_)) {
     gemm_q8(j, act, act_stride, gemm_q8_);  // (dense Q8_0: the same bits as gemm2_kernel, faster on sm_90)
+    return;
+  }
+  if (gemm_pipelined_ && gemm_experts_ > 0 && j.groups && gemm2_fits(j, act, act_stride, gemm_smem_optin_) &&
+      gemm_experts_fits(j.w.type, gemm_smem_optin_)) {
+    gemm_experts(*this, p, j.w.type, gy, gemm_experts_);  // (the same bits as gemm2_kernel)
     return;
   }
   if (gemm_pipelined_ && gemm2_fits(j, act, act_stride, gemm_smem_optin_)) {

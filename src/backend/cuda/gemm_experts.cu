@@ -1,0 +1,454 @@
+// gemm_experts.cu — the routed experts' grouped prefill GEMM (IQ2_XXS gate/up, Q2_K down, against Q8_K
+// activations; tiles of ≤ 64 pairs of one expert from group_by_expert) with warp specialisation.
+//
+// Why a kernel of its own: ops_gemm.cu's gemm2_kernel runs copy, weight decode and MMA in turn inside a
+// block, two block barriers per 256-value stage, ~128 registers so that two blocks share an SM; on the
+// Flash shapes (~48 pairs per expert) it ran at ~130 TOP/s, far below both the tensor pipe and its
+// instruction count. Here a block of 16 warps splits the work:
+//  - 8 producer warps copy the raw stages (cp.async, the 16-byte windows of gemm_tiles.cuh) into a ring of
+//    3 slots, two stages ahead, and decode each stage — weights to int8 by decode_a (the code of every
+//    GEMM kernel), the activation quants moved to an aligned tile, the scales and Q2_K bsums — into one
+//    of two decoded slots;
+//  - 8 MMA warps of 32 rows × 32 pairs take a decoded slot as soon as it is full (named barriers: full /
+//    free per slot, no block-wide barrier in the loop) and run the MMAs with ldmatrix fragments of both
+//    operands, so decoding stage kb + 1 overlaps the MMAs of stage kb.
+// Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
+// sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum), the same float expressions
+// in the same order per super-block, the same 0.125 of IQ2_XXS once per output.
+// Needs what gemm2_kernel needs (gemm2_fits: 16-byte aligned weights and activation rows) and ~210 KB of
+// shared memory (sm_90's opt-in); CudaBackendOptions::gemm_experts selects it (ops_gemm.cu dispatch).
+// Deliberately not here: Q8_0 and dense jobs (gemm_q8.cu, ops_gemm.cu), the grouping (ops_gemm.cu).
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_tiles.cuh"
+#include "backend/cuda/mma_s8.cuh"
+#include "quant/blocks.h"
+#include "quant/iq2xxs_tables.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__constant__ uint64_t c_grid[256];
+__constant__ uint8_t c_signs[128];
+
+constexpr int kRing = 3;   // raw stages: the copies of stage kb + 2 are issued while stage kb is decoded
+constexpr int kSlots = 2;  // decoded stages: producers fill one while the MMA warps read the other
+constexpr int kMmaWarps = 8, kProducerWarps = 8;
+constexpr int kXThreads = (kMmaWarps + kProducerWarps) * kWarp;
+constexpr int kProducers = kProducerWarps * kWarp;
+static_assert(kMmaWarps == 4 * (kBN / 32), "MMA warps are 4 (rows) × 2 (pairs) of 32 × 32");
+
+// Named barriers (0 is __syncthreads): the producers among themselves; slot s full (producers arrive,
+// MMA warps wait) and free again (MMA warps arrive, producers wait). Each counts all 512 threads.
+constexpr int kBarProducers = 1, kBarFull = 2, kBarFree = 2 + kSlots;
+
+__device__ inline void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+__device__ inline void bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+template <GgmlType T>
+struct XSmem {
+  alignas(16) uint8_t raw_a[kRing][kBM * raw_a_pitch<T>()];  // weight bytes as stored (gemm2_kernel's windows)
+  alignas(16) uint8_t raw_b[kRing][kBN * kRawB];            // Q8_K blocks as stored
+  alignas(16) int8_t a[kSlots][kBM * kLd];                  // decoded weights (decode_a), K-contiguous per row
+  alignas(16) int8_t b[kSlots][kBN * kLd];                  // activation quants, K-contiguous per pair
+  float ad[kSlots][2 * kBM];                                // d_w [0, 128), dmin_w [128, 256) (decode_a)
+  float bd[kSlots][kBN];                                    // d_x
+  uint8_t aux[kSlots][kBM * 16];                            // IQ2_XXS ls per (row, group); Q2_K mins (decode_a)
+  int8_t blo[kSlots][kBN * 16];                             // Q2_K bsum = 64·hi + lo, as gemm2_kernel
+  int8_t bhi[kSlots][kBN * 16];
+  uint64_t grid[256];
+  uint8_t signs[128];
+};
+
+// Producers: cp.async of stage kb's raw bytes into raw slot g % kRing (g: the stage's place in the block's
+// sequence; rows past the matrix and absent pairs are skipped).
+template <GgmlType T>
+__device__ inline void copy_stage_x(XSmem<T>& s, const GemmParams& p, const uint8_t* wbase, int64_t m0,
+                                    const int64_t* arow, int g, int kb, int pt) {
+  constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, CB = kRawB / 16;
+  uint8_t* ra = s.raw_a[g % kRing];
+  for (int j = pt; j < kBM * CA; j += kProducers) {
+    const int r = j / CA, k = j % CA;
+    if (m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, wbase, m0 + r, kb), stage_w_bytes<T>(), k);
+  }
+  uint8_t* rb = s.raw_b[g % kRing];
+  for (int j = pt; j < kBN * CB; j += kProducers) {
+    const int c = j / CB, k = j % CB;
+    if (arow[c] >= 0)
+      copy_chunk(rb + c * kRawB, p.act + static_cast<uint64_t>(arow[c]) * p.act_stride + int64_t{kb} * stage_x_bytes<T>(),
+                 stage_x_bytes<T>(), k);
+  }
+}
+
+// Producers: raw slot g % kRing (stage kb) → decoded slot `slot` (weights by decode_a; activation quants,
+// d_x and the Q2_K bsums; absent pairs as zeros).
+template <GgmlType T>
+__device__ inline void decode_stage_x(XSmem<T>& s, const GemmParams& p, const uint8_t* wbase, int64_t m0,
+                                      const int64_t* arow, int g, int kb, int slot, int pt) {
+  constexpr int PA = raw_a_pitch<T>();
+  const uint8_t* ra = s.raw_a[g % kRing];
+  for (int j = pt; j < kBM * 8; j += kProducers) {
+    const int r = j / 8, sb = j % 8;
+    const bool valid = m0 + r < p.rows;
+    const uint8_t* blk = ra + r * PA;
+    if (valid) blk += reinterpret_cast<uintptr_t>(stage_w<T>(p, wbase, m0 + r, kb)) & 15;
+    decode_a<T>(blk, r, sb, valid, s.a[slot], s.ad[slot], s.aux[slot], s.grid, s.signs);
+  }
+  // Every activation row starts on 16 bytes (gemm2_fits): one shift for the whole stage; Q8_K: d at 0,
+  // quants at 4, bsums at 260.
+  const int bsh = static_cast<int>((reinterpret_cast<uintptr_t>(p.act) + int64_t{kb} * stage_x_bytes<T>()) & 15);
+  const uint8_t* rb = s.raw_b[g % kRing] + bsh;
+  for (int j = pt; j < kBN * 16; j += kProducers) {
+    const int c = j / 16, q = j % 16;  // 16-byte chunk q of pair c's 256 quants
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (arow[c] >= 0) {
+      const uint8_t* src = rb + c * kRawB + 4 + 16 * q;
+      v = make_uint4(ld32(src), ld32(src + 4), ld32(src + 8), ld32(src + 12));
+    }
+    *reinterpret_cast<uint4*>(s.b[slot] + c * kLd + 16 * q) = v;
+  }
+  for (int c = pt; c < kBN; c += kProducers)
+    s.bd[slot][c] = arow[c] < 0 ? 0.0f : *reinterpret_cast<const float*>(rb + c * kRawB);
+  if constexpr (T == GgmlType::Q2_K) {
+    for (int j = pt; j < kBN * 16; j += kProducers) {
+      const int c = j / 16, k = j % 16;
+      const int v = arow[c] < 0 ? 0 : *reinterpret_cast<const int16_t*>(rb + c * kRawB + 260 + 2 * k);
+      s.blo[slot][j] = static_cast<int8_t>(v & 63);
+      s.bhi[slot][j] = static_cast<int8_t>(v >> 6);  // arithmetic shift: v = 64·hi + lo
+    }
+  }
+}
+
+// MMA warps: one decoded stage for the warp's 32 rows × first 8·NJA pairs (NJA = 4 or 2), the block
+// terms of gemm2_kernel's stage_mma with both operands' fragments by ldmatrix.
+template <GgmlType T, int NJA>
+__device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm, int wn, int lane,
+                                            float (&acc)[2][4][4], int (&ic)[2][4][4]) {
+  const int g = lane / 4, t = lane % 4;
+  const int8_t* sa = s.a[slot];
+  const int8_t* sbv = s.b[slot];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < NJA; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) ic[i][j][q] = 0;
+#pragma unroll 2
+  for (int sb = 0; sb < 8; ++sb) {
+    uint32_t af[2][4], bf[NJA][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], sa + (wm + 16 * i + (lane & 15)) * kLd + 32 * sb + 16 * (lane >> 4));
+#pragma unroll
+    for (int j = 0; j < NJA; j += 2) {
+      // Matrices: pairs wn + 8j … + 7 (k 0–15, 16–31), then pairs + 8 (the same): bf[j], bf[j + 1].
+      uint32_t r[4];
+      ldmatrix_x4(r, sbv + (wn + 8 * j + (lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1));
+      bf[j][0] = r[0];
+      bf[j][1] = r[1];
+      bf[j + 1][0] = r[2];
+      bf[j + 1][1] = r[3];
+    }
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      int ls[2][2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ls[i][h] = s.aux[slot][(wm + 16 * i + g + 8 * h) * 8 + sb];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NJA; ++j) {
+          int c[4];
+          mma_s8_from(c, af[i], bf[j], 0);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) ic[i][j][q] += ls[i][q >> 1] * c[q];
+        }
+    } else {  // Q2_K: scales folded into the int8 weights, one integer sum per super-block
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NJA; ++j) mma_s8(ic[i][j], af[i], bf[j]);
+    }
+  }
+  if constexpr (T == GgmlType::IQ2_XXS) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < NJA; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+          const int col = wn + 8 * j + 2 * t + (q & 1);
+          acc[i][j][q] += (s.ad[slot][row] * s.bd[slot][col]) * static_cast<float>(ic[i][j][q]);
+        }
+  } else {
+    // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo, as gemm2_kernel.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* mb = s.aux[slot] + (wm + 16 * i + g) * 16 + 4 * t;
+      const uint32_t am[4] = {ld32(mb), ld32(mb + 8 * 16), 0u, 0u};
+#pragma unroll
+      for (int j = 0; j < NJA; ++j) {
+        const int col0 = wn + 8 * j + g;
+        const uint32_t blo[2] = {*reinterpret_cast<const uint32_t*>(s.blo[slot] + col0 * 16 + 4 * t), 0u};
+        const uint32_t bhi[2] = {*reinterpret_cast<const uint32_t*>(s.bhi[slot] + col0 * 16 + 4 * t), 0u};
+        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+        mma_s8(lo, am, blo);
+        mma_s8(hi, am, bhi);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+          const int col = wn + 8 * j + 2 * t + (q & 1);
+          const int summs = 64 * hi[q] + lo[q];
+          const float dall = s.bd[slot][col] * s.ad[slot][row];
+          const float dmin = s.bd[slot][col] * s.ad[slot][kBM + row];
+          acc[i][j][q] += dall * static_cast<float>(ic[i][j][q]) - dmin * static_cast<float>(summs);
+        }
+      }
+    }
+  }
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kXThreads, 1) experts_kernel(GemmParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  XSmem<T>& s = *reinterpret_cast<XSmem<T>*>(smem_raw);
+  __shared__ int64_t arow[kBN], orow[kBN];
+
+  if (static_cast<int>(blockIdx.y) >= *p.n_tiles) return;  // the whole block: no barrier reached
+  const int32_t* tl = p.tiles + 3 * blockIdx.y;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  const uint8_t* wbase = p.w + static_cast<uint64_t>(tl[0]) * p.expert_bytes;
+  const int nvec = tl[2];
+  for (int c = threadIdx.x; c < kBN; c += kXThreads) {
+    const int64_t v = c < nvec ? p.order[tl[1] + c] : -1;
+    arow[c] = v < 0 ? -1 : v / p.x_div;
+    orow[c] = v;
+  }
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += kXThreads) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += kXThreads) s.signs[i] = c_signs[i];
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int nkb = static_cast<int>(p.cols / kBK);
+  if (warp >= kMmaWarps) {  // producers
+    const int pt = threadIdx.x - kMmaWarps * kWarp;
+#pragma unroll
+    for (int kb = 0; kb < kRing - 1; ++kb) {
+      if (kb < nkb) copy_stage_x<T>(s, p, wbase, m0, arow, kb, kb, pt);
+      cp_async_commit();
+    }
+    for (int kb = 0; kb < nkb; ++kb) {
+      cp_async_wait<kRing - 2>();           // this thread's copies of stage kb landed
+      bar_sync(kBarProducers, kProducers);  // everyone's did; stage kb − 1's raw slot is decoded
+      if (kb + kRing - 1 < nkb) copy_stage_x<T>(s, p, wbase, m0, arow, kb + kRing - 1, kb + kRing - 1, pt);
+      cp_async_commit();  // (empty groups keep the count)
+      const int slot = kb % kSlots;
+      if (kb >= kSlots) bar_sync(kBarFree + slot, kXThreads);  // the MMA warps are done with stage kb − 2
+      decode_stage_x<T>(s, p, wbase, m0, arow, kb, kb, slot, pt);
+      __threadfence_block();
+      bar_arrive(kBarFull + slot, kXThreads);
+    }
+    return;
+  }
+
+  // MMA warps: 4 (rows) × 2 (pairs) of 32 × 32.
+  const int g = lane / 4, t = lane % 4;
+  const int wm = (warp % 4) * 32, wn = (warp / 4) * 32;
+  const int nja = min(4, max(0, (nvec - wn + 7) / 8));  // this warp's n8 fragments that hold pairs
+  float acc[2][4][4] = {};
+  int ic[2][4][4];
+  for (int kb = 0; kb < nkb; ++kb) {
+    const int slot = kb % kSlots;
+    bar_sync(kBarFull + slot, kXThreads);
+    if (nja > 2) {
+      stage_mma_x<T, 4>(s, slot, wm, wn, lane, acc, ic);
+    } else if (nja > 0) {
+      stage_mma_x<T, 2>(s, slot, wm, wn, lane, acc, ic);
+    }
+    if (kb + kSlots < nkb) bar_arrive(kBarFree + slot, kXThreads);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
+        const int col = wn + 8 * j + 2 * t + (q & 1);
+        const int64_t o = orow[col];
+        if (o < 0 || m0 + row >= p.rows) continue;
+        float v = acc[i][j][q];
+        if constexpr (T == GgmlType::IQ2_XXS) v = 0.125f * v;  // once per row, as dot_iq2_xxs_ref
+        p.y[o * p.y_stride + m0 + row] = v;
+      }
+}
+
+// Variant 2: one resident block per SM walks the work items it = blockIdx.x, + gridDim.x, … of
+// row_blocks × n_tiles (it → tile it / row_blocks, rows 128·(it % row_blocks): neighbouring blocks share a
+// tile's activations in L2), the stages of consecutive items one sequence G = u·nkb + kb, so the copies
+// and decodes of item u + 1 run while the MMA warps finish item u (no pipeline fill per item). Producers
+// keep the items' weight base, first row and activation rows in a 2-entry ring (entry u & 1), written
+// for item u + 1 in the iteration that decodes stage nkb − 3 of item u (then neither entry's readers are
+// in the way; needs nkb ≥ 3); the MMA warps read their item's tile from global memory.
+struct ItemInfo {
+  const uint8_t* wbase;
+  int64_t m0;
+};
+
+__device__ inline int item_of(int u, int row_blocks, int* rb) {
+  const int it = static_cast<int>(blockIdx.x) + u * static_cast<int>(gridDim.x);
+  *rb = it % row_blocks;
+  return it / row_blocks;
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kXThreads, 1) experts_persistent_kernel(GemmParams p, int row_blocks) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  XSmem<T>& s = *reinterpret_cast<XSmem<T>*>(smem_raw);
+  __shared__ int64_t arow[2][kBN];
+  __shared__ ItemInfo info[2];
+
+  const int n_items = row_blocks * *p.n_tiles;
+  if (static_cast<int>(blockIdx.x) >= n_items) return;  // the whole block: no barrier reached
+  const int n_mine = (n_items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
+  // Item u's ring entry (producer threads pt < kBN, and pt == 0 for the base and first row).
+  auto fill_info = [&](int u, int pt) {
+    int rb = 0;
+    const int32_t* tl = p.tiles + 3 * item_of(u, row_blocks, &rb);
+    if (pt < kBN) {
+      const int64_t v = pt < tl[2] ? p.order[tl[1] + pt] : -1;
+      arow[u & 1][pt] = v < 0 ? -1 : v / p.x_div;
+    }
+    if (pt == 0) info[u & 1] = ItemInfo{p.w + static_cast<uint64_t>(tl[0]) * p.expert_bytes, int64_t{rb} * kBM};
+  };
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += kXThreads) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += kXThreads) s.signs[i] = c_signs[i];
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (warp >= kMmaWarps) fill_info(0, threadIdx.x - kMmaWarps * kWarp);
+  __syncthreads();
+
+  if (warp >= kMmaWarps) {  // producers
+    const int pt = threadIdx.x - kMmaWarps * kWarp;
+    auto copy = [&](int g) {
+      const int u = g / nkb;
+      const ItemInfo& in = info[u & 1];
+      copy_stage_x<T>(s, p, in.wbase, in.m0, arow[u & 1], g, g - u * nkb, pt);
+    };
+#pragma unroll
+    for (int g = 0; g < kRing - 1; ++g) {
+      if (g < total) copy(g);
+      cp_async_commit();
+    }
+    for (int g = 0; g < total; ++g) {
+      cp_async_wait<kRing - 2>();
+      bar_sync(kBarProducers, kProducers);  // stage g landed; every producer is past iteration g − 1
+      if (g + kRing - 1 < total) copy(g + kRing - 1);
+      cp_async_commit();
+      const int slot = g % kSlots, u = g / nkb, kb = g - u * nkb;
+      if (kb == nkb - 3 && u + 1 < n_mine) fill_info(u + 1, pt);  // read from iteration g + 1 on
+      if (g >= kSlots) bar_sync(kBarFree + slot, kXThreads);
+      const ItemInfo& in = info[u & 1];
+      decode_stage_x<T>(s, p, in.wbase, in.m0, arow[u & 1], g, kb, slot, pt);
+      __threadfence_block();
+      bar_arrive(kBarFull + slot, kXThreads);
+    }
+    return;
+  }
+
+  const int g8 = lane / 4, t = lane % 4;
+  const int wm = (warp % 4) * 32, wn = (warp / 4) * 32;
+  float acc[2][4][4] = {};
+  int ic[2][4][4];
+  int nja = 0;
+  for (int g = 0; g < total; ++g) {
+    const int slot = g % kSlots, u = g / nkb, kb = g - u * nkb;
+    int rb = 0;
+    const int32_t* tl = p.tiles + 3 * item_of(u, row_blocks, &rb);
+    if (kb == 0) nja = min(4, max(0, (tl[2] - wn + 7) / 8));
+    bar_sync(kBarFull + slot, kXThreads);
+    if (nja > 2) {
+      stage_mma_x<T, 4>(s, slot, wm, wn, lane, acc, ic);
+    } else if (nja > 0) {
+      stage_mma_x<T, 2>(s, slot, wm, wn, lane, acc, ic);
+    }
+    if (g + kSlots < total) bar_arrive(kBarFree + slot, kXThreads);
+    if (kb != nkb - 1) continue;
+    const int64_t m0 = int64_t{rb} * kBM;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = wm + 16 * i + g8 + (q >= 2 ? 8 : 0);
+          const int col = wn + 8 * j + 2 * t + (q & 1);
+          float v = acc[i][j][q];
+          acc[i][j][q] = 0;
+          if (col >= tl[2] || m0 + row >= p.rows) continue;
+          if constexpr (T == GgmlType::IQ2_XXS) v = 0.125f * v;  // once per row, as dot_iq2_xxs_ref
+          p.y[static_cast<int64_t>(p.order[tl[1] + col]) * p.y_stride + m0 + row] = v;
+        }
+  }
+}
+
+template <GgmlType T>
+void launch_persistent(CudaBackend& be, const GemmParams& p, unsigned tiles) {
+  const size_t smem = sizeof(XSmem<T>);
+  int sms = 0;
+  if (!be.check(cudaFuncSetAttribute(experts_persistent_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                "gemm experts smem") ||
+      !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "multiprocessors"))
+    return;
+  const int row_blocks = static_cast<int>(grid_for(p.rows, kBM));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(sms, int64_t{row_blocks} * tiles));
+  experts_persistent_kernel<T><<<grid, kXThreads, smem, be.stream()>>>(p, row_blocks);
+  be.launched("gemm experts (int8 tensor cores, warp-specialised, persistent)");
+}
+
+template <GgmlType T>
+void launch(CudaBackend& be, const GemmParams& p, unsigned tiles) {
+  const size_t smem = sizeof(XSmem<T>);
+  if (!be.check(cudaFuncSetAttribute(experts_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                "gemm experts smem"))
+    return;
+  experts_kernel<T><<<dim3(grid_for(p.rows, kBM), tiles), kXThreads, smem, be.stream()>>>(p);
+  be.launched("gemm experts (int8 tensor cores, warp-specialised)");
+}
+
+}  // namespace
+
+cudaError_t upload_gemm_experts_tables() {
+  cudaError_t e = cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
+  if (e != cudaSuccess) return e;
+  return cudaMemcpyToSymbol(c_signs, kKsignsIq2xs, sizeof(kKsignsIq2xs));
+}
+
+bool gemm_experts_fits(GgmlType t, int smem_optin) {
+  if (t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) return false;
+  const size_t need = (t == GgmlType::IQ2_XXS ? sizeof(XSmem<GgmlType::IQ2_XXS>) : sizeof(XSmem<GgmlType::Q2_K>)) +
+                      2 * kBN * sizeof(int64_t);
+  return static_cast<size_t>(smem_optin) >= need;
+}
+
+void gemm_experts(CudaBackend& be, const GemmParams& p, GgmlType t, unsigned tiles, int variant) {
+  // The persistent walk needs ≥ 3 stages per item (its item ring, above) and item counts in int.
+  const bool persistent = variant == 2 && p.cols / kBK >= 3 && (p.rows / kBM + 1) * int64_t{tiles} < (int64_t{1} << 30);
+  if (t == GgmlType::IQ2_XXS) {
+    persistent ? launch_persistent<GgmlType::IQ2_XXS>(be, p, tiles) : launch<GgmlType::IQ2_XXS>(be, p, tiles);
+  } else {
+    persistent ? launch_persistent<GgmlType::Q2_K>(be, p, tiles) : launch<GgmlType::Q2_K>(be, p, tiles);
+  }
+}
+
+}  // namespace ds4::backend::cuda

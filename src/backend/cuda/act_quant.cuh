@@ -71,9 +71,9 @@ __device__ inline void quantize_q8_K_warp(const float (&v)[8], int lane, uint8_t
 // barrier). 8 lanes per 32-value block (4 values each), so a warp quantizes 4 blocks per step — 4× fewer
 // steps than with quantize_q8_0_warp. Bit-identical to the CPU's quantize_act_q8_0 (and to
 // quantize_q8_0_warp on every block with a number in it): the block's amax is a max from 0 (order-free,
-// fmaxf drops NaN, as the CPU's `ax > amax`), then the same d, 1/d and per-value rounding. kVec4: each
-// lane's 4 values by one 16-byte load (x and x_stride 16-byte aligned); 32-bit offsets: the caller keeps
-// n_vec·act_row below 2^32.
+// fmaxf drops NaN, as the CPU's `ax > amax`), then the same d, 1/d and per-value rounding. kVec4 (the
+// global-memory quantizer): each lane's 4 values by one 16-byte load (x and x_stride 16-byte aligned)
+// and its 4 quants by one 4-byte store; 32-bit offsets: the caller keeps n_vec·act_row below 2^32.
 template <bool kVec4 = false>
 __device__ inline void quantize_q8_0_rows_warps(const float* x, int64_t x_stride, int n_vec, int64_t cols,
                                                 uint8_t* act, uint64_t act_row, uint32_t warp, uint32_t n_warps) {
@@ -121,13 +121,20 @@ __device__ inline void quantize_q8_0_rows_warps(const float* x, int64_t x_stride
       const float id = d != 0 ? 1.0f / d : 0.0f;
       uint8_t* o = act + off[u];
       if (sub == 0) *reinterpret_cast<float*>(o) = d;
-      uint32_t packed = 0;  // the 4 int8 values, one 4-byte store (act blocks are 4-byte aligned)
+      if constexpr (kVec4) {
+        uint32_t packed = 0;  // the 4 int8 values, one 4-byte store (act blocks are 4-byte aligned)
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        packed |= static_cast<uint32_t>(static_cast<uint8_t>(
-                      static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[u][i] * id), -128, 127))))
-                  << (8 * i);
-      *reinterpret_cast<uint32_t*>(o + 4 + 4 * sub) = packed;
+        for (int i = 0; i < 4; ++i)
+          packed |= static_cast<uint32_t>(static_cast<uint8_t>(
+                        static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[u][i] * id), -128, 127))))
+                    << (8 * i);
+        *reinterpret_cast<uint32_t*>(o + 4 + 4 * sub) = packed;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o[4 + 4 * sub + i] =
+              static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[u][i] * id), -128, 127)));
+      }
     }
   }
 }

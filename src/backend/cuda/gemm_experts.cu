@@ -175,17 +175,24 @@ __device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm,
         for (int j = 0; j < NJA; ++j) mma_s8(ic[i][j], af[i], bf[j]);
     }
   }
+  // The scales of the warp's rows (wm + 16i + g + 8h) and pairs (wn + 8j + 2t + e), loaded once.
+  float da[2][2], db[NJA][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) da[i][h] = s.ad[slot][wm + 16 * i + g + 8 * h];
+#pragma unroll
+  for (int j = 0; j < NJA; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) db[j][e] = s.bd[slot][wn + 8 * j + 2 * t + e];
   if constexpr (T == GgmlType::IQ2_XXS) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < NJA; ++j)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
-          const int col = wn + 8 * j + 2 * t + (q & 1);
-          acc[i][j][q] += (s.ad[slot][row] * s.bd[slot][col]) * static_cast<float>(ic[i][j][q]);
-        }
+        for (int q = 0; q < 4; ++q)
+          acc[i][j][q] += (da[i][q >> 1] * db[j][q & 1]) * static_cast<float>(ic[i][j][q]);
   } else {
     // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo, as gemm2_kernel.
 #pragma unroll
@@ -203,10 +210,9 @@ __device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm,
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
-          const int col = wn + 8 * j + 2 * t + (q & 1);
           const int summs = 64 * hi[q] + lo[q];
-          const float dall = s.bd[slot][col] * s.ad[slot][row];
-          const float dmin = s.bd[slot][col] * s.ad[slot][kBM + row];
+          const float dall = db[j][q & 1] * da[i][q >> 1];
+          const float dmin = db[j][q & 1] * s.ad[slot][kBM + row];
           acc[i][j][q] += dall * static_cast<float>(ic[i][j][q]) - dmin * static_cast<float>(summs);
         }
       }

@@ -12,7 +12,7 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1" … "q8-direct4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "profile" runs one call each of a few of
-// the defaults and of gemm_experts = 2 (under ncu), untimed.
+// the defaults and of gemm_experts = 2 and 3 (under ncu), untimed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -75,11 +75,13 @@ int main(int argc, char** argv) {
     bench_f16(N, std::strcmp(argv[2], "f16prof") == 0);  // the F16 lines: segment vs MMA order (N < 64: decode calls)
     return 0;
   }
-  // "profile": the "gemm" paths, one call of q_b, two F16 shapes and the experts each (for ncu), no timing.
+  // "profile": one call of q_b, two F16 shapes and the experts (defaults; gemm_experts 2 and 3: experts
+  // only), for ncu, no timing.
   const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
-  // "experts": the GEMM and routed-expert lines of the defaults, of mode 9 ("tc-exp-pers": gemm_experts = 2)
-  // and of mode 8 ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue —
-  // gemm_experts = 0, prefill_glue = false).
+  // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 9 … 11
+  // (gemm_experts = 2, 3, 4: "tc-exp-pers", "tc-exp-pl-p", "tc-exp-pl-t") and both of mode 8
+  // ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0,
+  // prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
   const bool gemm_only = profile || experts_only || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
@@ -87,8 +89,8 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3 … 6), dense Q8_0 lines only.
-  const std::vector<int> modes = experts_only ? std::vector<int>{0, 9, 8}
-                                 : profile    ? std::vector<int>{0, 9}
+  const std::vector<int> modes = experts_only ? std::vector<int>{0, 9, 10, 11, 8}
+                                 : profile    ? std::vector<int>{0, 9, 10}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 4, 5, 6}
                                               : std::vector<int>{0, 1, 2};
   for (int mode : modes) {
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
       co.gemm_experts = 0;
       co.prefill_glue = false;
     }
-    if (mode == 9) co.gemm_experts = 2;
+    if (mode >= 9) co.gemm_experts = mode - 7;  // 2, 3, 4
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
     }
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
-                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "tc-exp-pers"};
+                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "tc-exp-pers", "tc-exp-pl-p", "tc-exp-pl-t"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
                  Mm{"kv q8_0 512x4096", GgmlType::Q8_0, 512, 4096},
                  Mm{"iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096}, Mm{"q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}}) {
       if (mode >= 3 && mode <= 7 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
-      if (mode == 9) break;  // the same matmuls as mode 0
+      if (mode >= 9) break;  // the same matmuls as mode 0
       if (profile && m.rows != 32768) continue;
       Weight w = weight(m.t, m.rows, m.cols);
       const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);

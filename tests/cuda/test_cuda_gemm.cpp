@@ -281,24 +281,31 @@ TEST_F(CudaGemm, PrefillGlueIsBitIdenticalToPreviousKernels) {
 }
 
 TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
-  // gemm_experts.cu (CudaBackendOptions::gemm_experts 1: a block per tile; 2: persistent blocks walking
-  // several (rows, tile) items each) against gemm2_kernel at the Flash depths: gate/up 4,096 columns (16
-  // stages: the 3-slot raw ring and the 2 decoded slots wrap several times), down 2,048 (8 stages); 18
-  // experts, 16 and 17 without pairs. 120 tokens: experts 1 … 15 hold 40 pairs (the second MMA warp
-  // column runs 2 of its 4 fragments), expert 0 tiles of 64 + 56; 140 tokens: expert 0 tiles of 64 + 64 +
-  // 12 (the first column 2 fragments, the second none). 17–18 tiles × 16 or 32 row blocks: ~2–4 items per
-  // persistent block on the H200.
-  cuda::CudaBackendOptions off, persistent;
+  // gemm_experts.cu, every variant (CudaBackendOptions::gemm_experts 1: a block per (rows, tile); 2:
+  // persistent blocks walking several items each; 3 / 4: the same two on activation planes) against
+  // gemm2_kernel at the Flash depths: gate/up 4,096 columns (16 stages: the rings wrap several times),
+  // down 2,048 (8 stages); 18 experts, 16 and 17 without pairs. 120 tokens: experts 1 … 15 hold 40 pairs
+  // (the second MMA warp column runs 2 of its 4 fragments), expert 0 tiles of 64 + 56; 140 tokens:
+  // expert 0 tiles of 64 + 64 + 12 (the first column 2 fragments, the second none). 17–18 tiles × 16 or
+  // 32 row blocks: ~2–4 items per persistent block on the H200.
+  cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
-  persistent.gemm_experts = 2;
   auto gemm2 = backend_with(off);
-  auto walk = backend_with(persistent);
-  ASSERT_TRUE(gemm2 && walk);
+  ASSERT_TRUE(gemm2);
+  std::vector<std::unique_ptr<Backend>> variants;
+  for (int v : {1, 2, 3, 4}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_experts = v;
+    variants.push_back(backend_with(o));
+    ASSERT_TRUE(variants.back());
+  }
   for (const int64_t n : {int64_t{120}, int64_t{140}}) {
     const MoeCase m = moe_case(18, 4096, 2048, n);
-    const auto got = m.run(*gpu_), want = m.run(*gemm2), walked = m.run(*walk);
-    EXPECT_EQ(bit_diffs(got, want), 0) << "warp-specialised experts vs gemm2_kernel, n " << n;
-    EXPECT_EQ(bit_diffs(walked, want), 0) << "persistent warp-specialised experts vs gemm2_kernel, n " << n;
-    for (const float v : got) ASSERT_TRUE(std::isfinite(v)) << "warp-specialised experts: non-finite output, n " << n;
+    const auto want = m.run(*gemm2);
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const auto got = m.run(*variants[v]);
+      EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_experts " << v + 1 << " vs gemm2_kernel, n " << n;
+      for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "gemm_experts " << v + 1 << ": non-finite, n " << n;
+    }
   }
 }

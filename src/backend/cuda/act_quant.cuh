@@ -22,9 +22,10 @@ __device__ inline void quantize_q8_0_warp(float v, int lane, uint8_t* o) {
   o[4 + lane] = static_cast<uint8_t>(static_cast<int8_t>(clamp_int_dev(nearest_int_dev(v * id), -128, 127)));
 }
 
-// One warp quantizes one 256-value super-block: lane l holds values 8l … 8l+7 in v[]; `blkp`
-// receives a BlockQ8_K (f32 d at 0, qs[256] at 4, bsums[16] at 260; 4-byte aligned).
-__device__ inline void quantize_q8_K_warp(const float (&v)[8], int lane, uint8_t* blkp) {
+// One warp quantizes one 256-value super-block: lane l holds values 8l … 8l+7 in v[]; the block's d (f32),
+// 256 quants and 16 bsums (int16) go to dp, qs, bsums — a BlockQ8_K (quantize_q8_K_warp) or the GEMM's
+// planes (gemm_experts.cu).
+__device__ inline void quantize_q8_K_warp_to(const float (&v)[8], int lane, float* dp, int8_t* qs, int16_t* bsums) {
   // The largest |x| keeping its sign, first index on ties (strict >, NaN never wins), as ds4.
   float best_ax = 0, best_v = 0;
   int best_i = 1 << 30;
@@ -46,10 +47,8 @@ __device__ inline void quantize_q8_K_warp(const float (&v)[8], int lane, uint8_t
       best_i = oi;
     }
   }
-  int8_t* qs = reinterpret_cast<int8_t*>(blkp + 4);
-  int16_t* bsums = reinterpret_cast<int16_t*>(blkp + 260);
   if (best_ax == 0) {
-    if (lane == 0) *reinterpret_cast<float*>(blkp) = 0;
+    if (lane == 0) *dp = 0;
     for (int i = 0; i < 8; ++i) qs[8 * lane + i] = 0;
     if (lane < 16) bsums[lane] = 0;
     return;
@@ -63,7 +62,14 @@ __device__ inline void quantize_q8_K_warp(const float (&v)[8], int lane, uint8_t
   }
   s += __shfl_xor_sync(0xffffffffu, s, 1);  // bsums[k] covers lanes 2k and 2k+1
   if (lane % 2 == 0) bsums[lane / 2] = static_cast<int16_t>(s);
-  if (lane == 0) *reinterpret_cast<float*>(blkp) = 1.0f / iscale;
+  if (lane == 0) *dp = 1.0f / iscale;
+}
+
+// One warp quantizes one 256-value super-block: lane l holds values 8l … 8l+7 in v[]; `blkp`
+// receives a BlockQ8_K (f32 d at 0, qs[256] at 4, bsums[16] at 260; 4-byte aligned).
+__device__ inline void quantize_q8_K_warp(const float (&v)[8], int lane, uint8_t* blkp) {
+  quantize_q8_K_warp_to(v, lane, reinterpret_cast<float*>(blkp), reinterpret_cast<int8_t*>(blkp + 4),
+                        reinterpret_cast<int16_t*>(blkp + 260));
 }
 
 // Rows x[v] (v < n_vec, `cols` values each) into `act` ([n_vec][act_row bytes] BlockQ8_0Act): warp `warp`

@@ -20,8 +20,10 @@
 // Deliberately not here: Q8_0 and dense jobs (gemm_q8.cu, ops_gemm.cu), the grouping (ops_gemm.cu).
 #include <algorithm>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_experts.h"
 #include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/mma_s8.cuh"
 #include "quant/blocks.h"
@@ -63,6 +65,7 @@ struct XSmem {
   int8_t bhi[kSlots][kBN * 16];
   uint64_t grid[256];
   uint8_t signs[128];
+  uint4 smask[128];  // IQ2_XXS sign index → (0xFF per negative byte, 0x01 per negative byte) of each half
 };
 
 // Producers: cp.async of stage kb's raw bytes into raw slot g % kRing (g: the stage's place in the block's
@@ -85,6 +88,33 @@ __device__ inline void copy_stage_x(XSmem<T>& s, const GemmParams& p, const uint
   }
 }
 
+// The sign-mask table of decode_iq2: entry i = (m_lo, m_hi, m_lo & 0x01…, m_hi & 0x01…) with byte k of
+// m = 0xFF where bit k of ksigns[i] is set (decode_a's slo · 0xFF and slo, precomputed).
+__device__ inline uint4 sign_masks(uint8_t sg) {
+  const uint32_t lo = byte_bits4(sg & 15), hi = byte_bits4(sg >> 4);
+  return make_uint4(lo * 0xFFu, hi * 0xFFu, lo, hi);
+}
+
+// decode_a<IQ2_XXS> for a valid row with the sign-mask table: the same int8 bytes, ls and d (grid bytes
+// 8, 25 or 43: (g ^ 0xFF) + 1 = −g in the byte, no carry out), 5 operations per 8 values instead of 11.
+__device__ inline void decode_iq2(const uint8_t* blk, int r, int sb, int8_t* a, float* ad, uint8_t* aux,
+                                  const uint64_t* grid, const uint4* smask) {
+  uint4* dst = reinterpret_cast<uint4*>(a + r * kLd + 32 * sb);
+  if (sb == 0) ad[r] = f16v(ld16(blk));
+  const uint32_t a0 = ld32_u16(blk + 2 + 8 * sb), a1 = ld32_u16(blk + 6 + 8 * sb);
+  aux[r * 8 + sb] = static_cast<uint8_t>(2 * (a1 >> 28) + 1);
+  uint32_t w[8];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint64_t gr = grid[(a0 >> (8 * c)) & 0xff];
+    const uint4 m = smask[(a1 >> (7 * c)) & 127];
+    w[2 * c] = (static_cast<uint32_t>(gr) ^ m.x) + m.z;
+    w[2 * c + 1] = (static_cast<uint32_t>(gr >> 32) ^ m.y) + m.w;
+  }
+  dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
 // Producers: raw slot g % kRing (stage kb) → decoded slot `slot` (weights by decode_a; activation quants,
 // d_x and the Q2_K bsums; absent pairs as zeros).
 template <GgmlType T>
@@ -97,6 +127,12 @@ __device__ inline void decode_stage_x(XSmem<T>& s, const GemmParams& p, const ui
     const bool valid = m0 + r < p.rows;
     const uint8_t* blk = ra + r * PA;
     if (valid) blk += reinterpret_cast<uintptr_t>(stage_w<T>(p, wbase, m0 + r, kb)) & 15;
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      if (valid) {
+        decode_iq2(blk, r, sb, s.a[slot], s.ad[slot], s.aux[slot], s.grid, s.smask);
+        continue;
+      }
+    }
     decode_a<T>(blk, r, sb, valid, s.a[slot], s.ad[slot], s.aux[slot], s.grid, s.signs);
   }
   // Every activation row starts on 16 bytes (gemm2_fits): one shift for the whole stage; Q8_K: d at 0,
@@ -126,12 +162,25 @@ __device__ inline void decode_stage_x(XSmem<T>& s, const GemmParams& p, const ui
 
 // MMA warps: one decoded stage for the warp's 32 rows × first 8·NJA pairs (NJA = 4 or 2), the block
 // terms of gemm2_kernel's stage_mma with both operands' fragments by ldmatrix.
+// One decoded stage as the MMA warps read it: int8 tiles (pitch kLd) and scales (layouts of XSmem).
+struct StageView {
+  const int8_t *a, *b;
+  const float *ad, *bd;
+  const uint8_t* aux;
+  const int8_t *blo, *bhi;
+};
+
+template <GgmlType T>
+__device__ inline StageView view_of(const XSmem<T>& s, int slot) {
+  return StageView{s.a[slot], s.b[slot], s.ad[slot], s.bd[slot], s.aux[slot], s.blo[slot], s.bhi[slot]};
+}
+
 template <GgmlType T, int NJA>
-__device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm, int wn, int lane,
-                                            float (&acc)[2][4][4], int (&ic)[2][4][4]) {
+__device__ __forceinline__ void stage_mma_x(const StageView& v, int wm, int wn, int lane, float (&acc)[2][4][4],
+                                            int (&ic)[2][4][4]) {
   const int g = lane / 4, t = lane % 4;
-  const int8_t* sa = s.a[slot];
-  const int8_t* sbv = s.b[slot];
+  const int8_t* sa = v.a;
+  const int8_t* sbv = v.b;
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -158,7 +207,7 @@ __device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm,
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) ls[i][h] = s.aux[slot][(wm + 16 * i + g + 8 * h) * 8 + sb];
+        for (int h = 0; h < 2; ++h) ls[i][h] = v.aux[(wm + 16 * i + g + 8 * h) * 8 + sb];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -180,11 +229,11 @@ __device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm,
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) da[i][h] = s.ad[slot][wm + 16 * i + g + 8 * h];
+    for (int h = 0; h < 2; ++h) da[i][h] = v.ad[wm + 16 * i + g + 8 * h];
 #pragma unroll
   for (int j = 0; j < NJA; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) db[j][e] = s.bd[slot][wn + 8 * j + 2 * t + e];
+    for (int e = 0; e < 2; ++e) db[j][e] = v.bd[wn + 8 * j + 2 * t + e];
   if constexpr (T == GgmlType::IQ2_XXS) {
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -197,13 +246,13 @@ __device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm,
     // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo, as gemm2_kernel.
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const uint8_t* mb = s.aux[slot] + (wm + 16 * i + g) * 16 + 4 * t;
+      const uint8_t* mb = v.aux + (wm + 16 * i + g) * 16 + 4 * t;
       const uint32_t am[4] = {ld32(mb), ld32(mb + 8 * 16), 0u, 0u};
 #pragma unroll
       for (int j = 0; j < NJA; ++j) {
         const int col0 = wn + 8 * j + g;
-        const uint32_t blo[2] = {*reinterpret_cast<const uint32_t*>(s.blo[slot] + col0 * 16 + 4 * t), 0u};
-        const uint32_t bhi[2] = {*reinterpret_cast<const uint32_t*>(s.bhi[slot] + col0 * 16 + 4 * t), 0u};
+        const uint32_t blo[2] = {*reinterpret_cast<const uint32_t*>(v.blo + col0 * 16 + 4 * t), 0u};
+        const uint32_t bhi[2] = {*reinterpret_cast<const uint32_t*>(v.bhi + col0 * 16 + 4 * t), 0u};
         int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
         mma_s8(lo, am, blo);
         mma_s8(hi, am, bhi);
@@ -212,7 +261,7 @@ __device__ __forceinline__ void stage_mma_x(const XSmem<T>& s, int slot, int wm,
           const int row = wm + 16 * i + g + (q >= 2 ? 8 : 0);
           const int summs = 64 * hi[q] + lo[q];
           const float dall = db[j][q & 1] * da[i][q >> 1];
-          const float dmin = db[j][q & 1] * s.ad[slot][kBM + row];
+          const float dmin = db[j][q & 1] * v.ad[kBM + row];
           acc[i][j][q] += dall * static_cast<float>(ic[i][j][q]) - dmin * static_cast<float>(summs);
         }
       }
@@ -238,7 +287,10 @@ __global__ void __launch_bounds__(kXThreads, 1) experts_kernel(GemmParams p) {
   }
   if constexpr (T == GgmlType::IQ2_XXS) {
     for (int i = threadIdx.x; i < 256; i += kXThreads) s.grid[i] = c_grid[i];
-    for (int i = threadIdx.x; i < 128; i += kXThreads) s.signs[i] = c_signs[i];
+    for (int i = threadIdx.x; i < 128; i += kXThreads) {
+      s.signs[i] = c_signs[i];
+      s.smask[i] = sign_masks(c_signs[i]);
+    }
   }
   __syncthreads();
 
@@ -275,9 +327,9 @@ __global__ void __launch_bounds__(kXThreads, 1) experts_kernel(GemmParams p) {
     const int slot = kb % kSlots;
     bar_sync(kBarFull + slot, kXThreads);
     if (nja > 2) {
-      stage_mma_x<T, 4>(s, slot, wm, wn, lane, acc, ic);
+      stage_mma_x<T, 4>(view_of(s, slot), wm, wn, lane, acc, ic);
     } else if (nja > 0) {
-      stage_mma_x<T, 2>(s, slot, wm, wn, lane, acc, ic);
+      stage_mma_x<T, 2>(view_of(s, slot), wm, wn, lane, acc, ic);
     }
     if (kb + kSlots < nkb) bar_arrive(kBarFree + slot, kXThreads);
   }
@@ -338,7 +390,10 @@ __global__ void __launch_bounds__(kXThreads, 1) experts_persistent_kernel(GemmPa
   };
   if constexpr (T == GgmlType::IQ2_XXS) {
     for (int i = threadIdx.x; i < 256; i += kXThreads) s.grid[i] = c_grid[i];
-    for (int i = threadIdx.x; i < 128; i += kXThreads) s.signs[i] = c_signs[i];
+    for (int i = threadIdx.x; i < 128; i += kXThreads) {
+      s.signs[i] = c_signs[i];
+      s.smask[i] = sign_masks(c_signs[i]);
+    }
   }
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (warp >= kMmaWarps) fill_info(0, threadIdx.x - kMmaWarps * kWarp);
@@ -384,9 +439,9 @@ __global__ void __launch_bounds__(kXThreads, 1) experts_persistent_kernel(GemmPa
     if (kb == 0) nja = min(4, max(0, (tl[2] - wn + 7) / 8));
     bar_sync(kBarFull + slot, kXThreads);
     if (nja > 2) {
-      stage_mma_x<T, 4>(s, slot, wm, wn, lane, acc, ic);
+      stage_mma_x<T, 4>(view_of(s, slot), wm, wn, lane, acc, ic);
     } else if (nja > 0) {
-      stage_mma_x<T, 2>(s, slot, wm, wn, lane, acc, ic);
+      stage_mma_x<T, 2>(view_of(s, slot), wm, wn, lane, acc, ic);
     }
     if (g + kSlots < total) bar_arrive(kBarFree + slot, kXThreads);
     if (kb != nkb - 1) continue;
@@ -406,6 +461,214 @@ __global__ void __launch_bounds__(kXThreads, 1) experts_persistent_kernel(GemmPa
           p.y[static_cast<int64_t>(p.order[tl[1] + col]) * p.y_stride + m0 + row] = v;
         }
   }
+}
+
+// ---- variants 3 and 4: activations quantized into planes (gemm_experts_planes) ----
+// The Q8_K activation rows as three planes — quants [rows][K] int8, d [rows][K/256] f32, bsums
+// [rows][K/16] int16 (the same values as quantize_act's BlockQ8_K, by quantize_q8_K_warp_to) — so a
+// stage's quants are whole 16-byte chunks that cp.async puts straight into the MMA tile (no raw
+// activation buffer, no window arithmetic, no move): the producers' activation work drops from 1,216
+// window chunks + 1,024 moves to 1,024 aligned chunks + 64 four-byte d copies per stage. The quant
+// tiles form a 4-slot ring (stage g in slot g % 4): a copy into slot (g + 2) % 4 = (g − 2) % 4 waits
+// for the MMA warps to free stage g − 2 (the free barrier now comes before the copy).
+constexpr int kQRing = 4;
+
+struct PlaneParams {
+  const int8_t* qs;       // [act rows][K]
+  const float* d;         // [act rows][K / 256]
+  const int16_t* bsums;   // [act rows][K / 16]
+};
+
+template <GgmlType T>
+struct PSmem {
+  alignas(16) uint8_t raw_a[kRing][kBM * raw_a_pitch<T>()];
+  alignas(16) int8_t q[kQRing][kBN * kLd];     // activation quants of stage g in slot g % kQRing
+  alignas(16) int16_t qbs[kQRing][kBN * 16];   // Q2_K bsums of stage g
+  float qd[kQRing][kBN];                       // d_x of stage g
+  alignas(16) int8_t a[kSlots][kBM * kLd];
+  float ad[kSlots][2 * kBM];
+  float bd[kSlots][kBN];
+  uint8_t aux[kSlots][kBM * 16];
+  int8_t blo[kSlots][kBN * 16];
+  int8_t bhi[kSlots][kBN * 16];
+  uint64_t grid[256];
+  uint8_t signs[128];
+  uint4 smask[128];
+};
+
+__device__ inline void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+
+// Producers: stage kb of item (wbase, m0, arow) into raw slot g % kRing (weights, gemm2_kernel's
+// windows) and quant slot g % kQRing (activations from the planes).
+template <GgmlType T>
+__device__ inline void copy_stage_p(PSmem<T>& s, const GemmParams& p, const PlaneParams& q, const uint8_t* wbase,
+                                    int64_t m0, const int64_t* arow, int g, int kb, int pt) {
+  constexpr int PA = raw_a_pitch<T>(), CA = PA / 16;
+  uint8_t* ra = s.raw_a[g % kRing];
+  for (int j = pt; j < kBM * CA; j += kProducers) {
+    const int r = j / CA, k = j % CA;
+    if (m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, wbase, m0 + r, kb), stage_w_bytes<T>(), k);
+  }
+  const int slot = g % kQRing;
+  const int64_t K = p.cols, nb = K / kBK;
+  for (int j = pt; j < kBN * 16; j += kProducers) {
+    const int c = j / 16, k = j % 16;
+    if (arow[c] >= 0) cp_async16(s.q[slot] + c * kLd + 16 * k, q.qs + arow[c] * K + int64_t{kb} * kBK + 16 * k);
+  }
+  for (int c = pt; c < kBN; c += kProducers)
+    if (arow[c] >= 0) cp_async4(s.qd[slot] + c, q.d + arow[c] * nb + kb);
+  if constexpr (T == GgmlType::Q2_K) {
+    for (int j = pt; j < kBN * 2; j += kProducers) {
+      const int c = j / 2, h = j % 2;
+      if (arow[c] >= 0) cp_async16(s.qbs[slot] + c * 16 + 8 * h, q.bsums + arow[c] * (K / 16) + int64_t{kb} * 16 + 8 * h);
+    }
+  }
+}
+
+// Producers: raw slot g % kRing → decoded slot g % kSlots (weights), the activation scales and Q2_K
+// bsums of quant slot g % kQRing (absent pairs: zeros; their quants are never stored outputs).
+template <GgmlType T>
+__device__ inline void decode_stage_p(PSmem<T>& s, const GemmParams& p, const uint8_t* wbase, int64_t m0,
+                                      const int64_t* arow, int g, int kb, int pt) {
+  constexpr int PA = raw_a_pitch<T>();
+  const int slot = g % kSlots, qslot = g % kQRing;
+  const uint8_t* ra = s.raw_a[g % kRing];
+  for (int j = pt; j < kBM * 8; j += kProducers) {
+    const int r = j / 8, sb = j % 8;
+    const bool valid = m0 + r < p.rows;
+    const uint8_t* blk = ra + r * PA;
+    if (valid) blk += reinterpret_cast<uintptr_t>(stage_w<T>(p, wbase, m0 + r, kb)) & 15;
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      if (valid) {
+        decode_iq2(blk, r, sb, s.a[slot], s.ad[slot], s.aux[slot], s.grid, s.smask);
+        continue;
+      }
+    }
+    decode_a<T>(blk, r, sb, valid, s.a[slot], s.ad[slot], s.aux[slot], s.grid, s.signs);
+  }
+  for (int c = pt; c < kBN; c += kProducers) s.bd[slot][c] = arow[c] < 0 ? 0.0f : s.qd[qslot][c];
+  if constexpr (T == GgmlType::Q2_K) {
+    for (int j = pt; j < kBN * 16; j += kProducers) {
+      const int v = arow[j / 16] < 0 ? 0 : s.qbs[qslot][j];
+      s.blo[slot][j] = static_cast<int8_t>(v & 63);
+      s.bhi[slot][j] = static_cast<int8_t>(v >> 6);  // arithmetic shift: v = 64·hi + lo
+    }
+  }
+}
+
+// experts_persistent_kernel on planes: the same items, walk, item ring and barriers, with the free
+// barrier before the copy (the quant ring above). Grid: one block per SM (variant 3) or per item (4).
+template <GgmlType T>
+__global__ void __launch_bounds__(kXThreads, 1) experts_planes_kernel(GemmParams p, PlaneParams q, int row_blocks) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  PSmem<T>& s = *reinterpret_cast<PSmem<T>*>(smem_raw);
+  __shared__ int64_t arow[2][kBN];
+  __shared__ ItemInfo info[2];
+
+  const int n_items = row_blocks * *p.n_tiles;
+  if (static_cast<int>(blockIdx.x) >= n_items) return;  // the whole block: no barrier reached
+  const int n_mine = (n_items - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
+  auto fill_info = [&](int u, int pt) {
+    int rb = 0;
+    const int32_t* tl = p.tiles + 3 * item_of(u, row_blocks, &rb);
+    if (pt < kBN) {
+      const int64_t v = pt < tl[2] ? p.order[tl[1] + pt] : -1;
+      arow[u & 1][pt] = v < 0 ? -1 : v / p.x_div;
+    }
+    if (pt == 0) info[u & 1] = ItemInfo{p.w + static_cast<uint64_t>(tl[0]) * p.expert_bytes, int64_t{rb} * kBM};
+  };
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += kXThreads) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += kXThreads) {
+      s.signs[i] = c_signs[i];
+      s.smask[i] = sign_masks(c_signs[i]);
+    }
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (warp >= kMmaWarps) fill_info(0, threadIdx.x - kMmaWarps * kWarp);
+  __syncthreads();
+
+  if (warp >= kMmaWarps) {  // producers
+    const int pt = threadIdx.x - kMmaWarps * kWarp;
+    auto copy = [&](int g) {
+      const int u = g / nkb;
+      const ItemInfo& in = info[u & 1];
+      copy_stage_p<T>(s, p, q, in.wbase, in.m0, arow[u & 1], g, g - u * nkb, pt);
+    };
+#pragma unroll
+    for (int g = 0; g < kRing - 1; ++g) {
+      if (g < total) copy(g);
+      cp_async_commit();
+    }
+    for (int g = 0; g < total; ++g) {
+      const int slot = g % kSlots, u = g / nkb, kb = g - u * nkb;
+      cp_async_wait<kRing - 2>();
+      bar_sync(kBarProducers, kProducers);  // stage g landed; every producer is past iteration g − 1
+      if (g >= kSlots) bar_sync(kBarFree + slot, kXThreads);  // stage g − 2 done: its slots are free
+      if (g + kRing - 1 < total) copy(g + kRing - 1);
+      cp_async_commit();
+      if (kb == nkb - 3 && u + 1 < n_mine) fill_info(u + 1, pt);  // read from iteration g + 1 on
+      const ItemInfo& in = info[u & 1];
+      decode_stage_p<T>(s, p, in.wbase, in.m0, arow[u & 1], g, kb, pt);
+      __threadfence_block();
+      bar_arrive(kBarFull + slot, kXThreads);
+    }
+    return;
+  }
+
+  const int g8 = lane / 4, t = lane % 4;
+  const int wm = (warp % 4) * 32, wn = (warp / 4) * 32;
+  float acc[2][4][4] = {};
+  int ic[2][4][4];
+  int nja = 0;
+  for (int g = 0; g < total; ++g) {
+    const int slot = g % kSlots, u = g / nkb, kb = g - u * nkb;
+    int rb = 0;
+    const int32_t* tl = p.tiles + 3 * item_of(u, row_blocks, &rb);
+    if (kb == 0) nja = min(4, max(0, (tl[2] - wn + 7) / 8));
+    bar_sync(kBarFull + slot, kXThreads);
+    const StageView v{s.a[slot], s.q[g % kQRing], s.ad[slot], s.bd[slot], s.aux[slot], s.blo[slot], s.bhi[slot]};
+    if (nja > 2) {
+      stage_mma_x<T, 4>(v, wm, wn, lane, acc, ic);
+    } else if (nja > 0) {
+      stage_mma_x<T, 2>(v, wm, wn, lane, acc, ic);
+    }
+    if (g + kSlots < total) bar_arrive(kBarFree + slot, kXThreads);
+    if (kb != nkb - 1) continue;
+    const int64_t m0 = int64_t{rb} * kBM;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int qq = 0; qq < 4; ++qq) {
+          const int row = wm + 16 * i + g8 + (qq >= 2 ? 8 : 0);
+          const int col = wn + 8 * j + 2 * t + (qq & 1);
+          float val = acc[i][j][qq];
+          acc[i][j][qq] = 0;
+          if (col >= tl[2] || m0 + row >= p.rows) continue;
+          if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
+          p.y[static_cast<int64_t>(p.order[tl[1] + col]) * p.y_stride + m0 + row] = val;
+        }
+  }
+}
+
+// One warp per 256-value block of x [rows][x_stride] into the planes of `q` (K = cols).
+__global__ void quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols,
+                                            PlaneParams q) {
+  const int64_t nb = cols / kQK_K;
+  const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (blk >= rows * nb) return;
+  const int64_t r = static_cast<uint32_t>(blk) / static_cast<uint32_t>(nb), b = blk - r * nb;  // rows·nb < 2^31
+  const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
+  float v[8];
+  for (int i = 0; i < 8; ++i) v[i] = src[i];
+  quantize_q8_K_warp_to(v, lane, const_cast<float*>(q.d) + blk, const_cast<int8_t*>(q.qs) + blk * kQK_K,
+                        const_cast<int16_t*>(q.bsums) + blk * 16);
 }
 
 template <GgmlType T>
@@ -455,6 +718,65 @@ void gemm_experts(CudaBackend& be, const GemmParams& p, GgmlType t, unsigned til
   } else {
     persistent ? launch_persistent<GgmlType::Q2_K>(be, p, tiles) : launch<GgmlType::Q2_K>(be, p, tiles);
   }
+}
+
+bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant) {
+  const GgmlType t = j.w.type;
+  if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
+      reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
+    return false;
+  int optin = 0, sms = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const size_t smem = t == GgmlType::IQ2_XXS ? sizeof(PSmem<GgmlType::IQ2_XXS>) : sizeof(PSmem<GgmlType::Q2_K>);
+  if (static_cast<size_t>(optin) < smem + 2 * kBN * sizeof(int64_t) + 2 * sizeof(ItemInfo)) return false;
+  const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
+  const int row_blocks = static_cast<int>(grid_for(j.w.rows, kBM));
+  const int64_t items = int64_t{row_blocks} * j.groups->max_tiles;
+  if (rows * nb >= (int64_t{1} << 31) || items >= (int64_t{1} << 30)) return false;
+  // Planes: quants, then d and bsums each on a 256-byte boundary.
+  const uint64_t d_off = (static_cast<uint64_t>(rows * K) + 255) / 256 * 256;
+  const uint64_t bs_off = (d_off + static_cast<uint64_t>(rows * nb) * 4 + 255) / 256 * 256;
+  if (!be.ensure(scratch, bs_off + static_cast<uint64_t>(rows * (K / 16)) * 2, "quantized activation planes"))
+    return true;  // the failure is recorded
+  auto* base = static_cast<uint8_t*>(scratch.ptr);
+  const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
+                      reinterpret_cast<const int16_t*>(base + bs_off)};
+  quantize_q8_K_planes_kernel<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q);
+  if (!be.launched("quantize activation planes")) return true;
+  GemmParams p{};
+  p.w = static_cast<const uint8_t*>(j.w.data);
+  p.row_bytes = j.w.row_bytes;
+  p.expert_bytes = j.expert_bytes;
+  p.rows = j.w.rows;
+  p.cols = K;
+  p.act = base;
+  p.act_stride = static_cast<uint64_t>(K);
+  p.x_div = j.x_div;
+  p.y = j.y;
+  p.y_stride = j.y_stride;
+  p.n_vec = j.n_vec;
+  p.order = j.groups->order;
+  p.tiles = j.groups->tiles;
+  p.n_tiles = j.groups->n_tiles;
+  // Walking several items needs ≥ 3 stages per item (the item ring of experts_persistent_kernel).
+  const bool walk = variant == 3 && K / kBK >= 3;
+  const unsigned grid = static_cast<unsigned>(walk ? std::min<int64_t>(sms, items) : items);
+  auto run = [&](auto kernel) {
+    if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm experts smem"))
+      return;
+    kernel<<<grid, kXThreads, smem, be.stream()>>>(p, q, row_blocks);
+    be.launched("gemm experts (int8 tensor cores, warp-specialised, activation planes)");
+  };
+  if (t == GgmlType::IQ2_XXS) {
+    run(experts_planes_kernel<GgmlType::IQ2_XXS>);
+  } else {
+    run(experts_planes_kernel<GgmlType::Q2_K>);
+  }
+  return true;
 }
 
 }  // namespace ds4::backend::cuda

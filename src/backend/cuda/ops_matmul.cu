@@ -15,6 +15,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_experts.h"
 #include "backend/cuda/quant_device.cuh"
 #include "quant/iq2xxs_tables.h"
 
@@ -293,6 +294,11 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
 
   const bool use_act = j.numerics == MatmulNumerics::ds4 && quantized(T);
   if (use_act) {
+    // Grouped experts on gemm_experts.cu's planes variants (CudaBackendOptions::gemm_experts 3, 4): their
+    // own activation layout, so the quantization is theirs too.
+    if (tensor_cores() && gemm_pipelined_ && gemm_experts_ >= 3 && j.groups && gemm_supports(j) &&
+        gemm_experts_planes(*this, j, act_scratch, gemm_experts_))
+      return;
     const int64_t act_rows = (j.n_vec + j.x_div - 1) / j.x_div;
     p.act_stride = quantize_act(T, j.x, j.x_stride, act_rows, j.w.cols, act_scratch);
     if (p.act_stride == 0) return;

@@ -118,6 +118,7 @@ bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int
 struct GemmParams;
 class CudaBackend;
 bool gemm_experts_fits(GgmlType t, int smem_optin);
+int experts_variant(int option);  // CudaBackendOptions::gemm_experts with −1 resolved (kExpertsAuto)
 void gemm_experts(CudaBackend& be, const GemmParams& p, GgmlType t, unsigned tiles, int variant);
 cudaError_t upload_gemm_experts_tables();
 // Whether gemv_mma.cu handles `j`: Q8_0 under ds4 numerics, dense (no ids, x_div 1), 1 ≤ n_vec ≤
@@ -344,7 +345,7 @@ class CudaBackend final : public Backend {
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_prefill_glue(bool on) { prefill_glue_ = on; }
-  void set_gemm_experts(int variant) { gemm_experts_ = variant; }
+  void set_gemm_experts(int variant) { gemm_experts_ = experts_variant(variant); }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
   void set_gemv_dense(GemvMma m) { gemv_dense_ = m; }
   void set_l2_prefetch_mode(int m) { l2_prefetch_mode_ = m; }
@@ -401,7 +402,7 @@ class CudaBackend final : public Backend {
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)
   bool prefill_glue_ = true;              // CudaBackendOptions::prefill_glue
-  int gemm_experts_ = 1;                  // CudaBackendOptions::gemm_experts (0: gemm2_kernel)
+  int gemm_experts_ = -1;                 // CudaBackendOptions::gemm_experts (resolved: experts_variant)
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()
   GemvMma gemv_mma_ = GemvMma::wins;      // CudaBackendOptions::gemv_mma
   int sm_count_ = 0;                      // multiprocessors (read on first use)

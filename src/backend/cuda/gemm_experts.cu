@@ -656,9 +656,14 @@ __global__ void __launch_bounds__(kXThreads, 1) experts_planes_kernel(GemmParams
   }
 }
 
-// One warp per 256-value block of x [rows][x_stride] into the planes of `q` (K = cols).
-__global__ void quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t cols,
-                                            PlaneParams q) {
+// One warp per 256-value block of x [rows][x_stride] into the planes of `q` (K = cols). kPerm: the quants
+// of each 32-value group stored in variant 5's K order (byte 4t + j = value 8t + j, byte 16 + 4t + j =
+// value 8t + 4 + j): lane l, which holds values 8l … 8l + 7 (chunk l % 4 of group l / 4), writes its 8
+// quants as two 4-byte words at 32·(l / 4) + 4·(l % 4) and + 16. Same values, same d and bsums.
+template <bool kPerm>
+__global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows,
+                                                                   int64_t cols, PlaneParams q) {
+  __shared__ alignas(16) int8_t stage[256 / kWarp][kQK_K];  // kPerm: each warp's natural-order quants
   const int64_t nb = cols / kQK_K;
   const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -667,8 +672,220 @@ __global__ void quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, in
   const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
   float v[8];
   for (int i = 0; i < 8; ++i) v[i] = src[i];
-  quantize_q8_K_warp_to(v, lane, const_cast<float*>(q.d) + blk, const_cast<int8_t*>(q.qs) + blk * kQK_K,
-                        const_cast<int16_t*>(q.bsums) + blk * 16);
+  int8_t* qs = const_cast<int8_t*>(q.qs) + blk * kQK_K;
+  if constexpr (kPerm) {
+    int8_t* mine = stage[threadIdx.x / kWarp];
+    quantize_q8_K_warp_to(v, lane, const_cast<float*>(q.d) + blk, mine, const_cast<int16_t*>(q.bsums) + blk * 16);
+    __syncwarp();
+    const uint2 w = *reinterpret_cast<const uint2*>(mine + 8 * lane);  // this lane's own 8 quants
+    int8_t* g = qs + 32 * (lane / 4) + 4 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(g) = w.x;
+    *reinterpret_cast<uint32_t*>(g + 16) = w.y;
+  } else {
+    quantize_q8_K_warp_to(v, lane, const_cast<float*>(q.d) + blk, qs, const_cast<int16_t*>(q.bsums) + blk * 16);
+  }
+}
+
+// ---- variant 5: weights decoded straight into MMA fragments (no decoded tile, no producer warps) ----
+// K order: the activation quants of each 32-value group are stored permuted (quantize_q8_K_planes_kernel
+// <true>), so the k32 fragment of lane (g, t) — MMA positions 4t … 4t + 3 and 16 + 4t … — holds values
+// 8t … 8t + 7 of the group: one IQ2_XXS grid entry with one sign index (low and high 32 bits), or 8
+// consecutive Q2_K quants under one scale. Integer sums over a group do not depend on the order of k,
+// so every block sum, and everything after it, is gemm2_kernel's. A block: 8 warps of 16 rows × 64 pairs
+// (1 m16 × 8 n8), one (128 rows, tile) item, raw weight bytes and activation planes through a 3-stage
+// cp.async ring, one barrier per stage; each warp decodes its own rows from the raw bytes in registers
+// (the grid and sign-mask tables in shared memory), ~90 KB of shared memory: two blocks per SM.
+constexpr int kDWarps = 8, kDThreads = kDWarps * kWarp, kDRing = 3;
+static_assert(kDWarps * 16 == kBM, "8 warps of 16 rows");
+
+template <GgmlType T>
+struct DSmem {
+  alignas(16) uint8_t raw_a[kDRing][kBM * raw_a_pitch<T>()];
+  alignas(16) int8_t q[kDRing][kBN * kLd];    // permuted activation quants, pitch kLd (ldmatrix)
+  alignas(16) int16_t qbs[kDRing][kBN * 16];  // Q2_K bsums
+  float qd[kDRing][kBN];                      // d_x
+  uint64_t grid[256];
+  uint4 smask[128];
+};
+
+// Stage kb into ring slot kb % kDRing: weight windows (gemm_tiles.cuh) and the planes' chunks.
+template <GgmlType T>
+__device__ inline void copy_stage_d(DSmem<T>& s, const GemmParams& p, const PlaneParams& q, const uint8_t* wbase,
+                                    int64_t m0, const int64_t* arow, int kb) {
+  constexpr int PA = raw_a_pitch<T>(), CA = PA / 16;
+  const int slot = kb % kDRing;
+  uint8_t* ra = s.raw_a[slot];
+  for (int j = threadIdx.x; j < kBM * CA; j += kDThreads) {
+    const int r = j / CA, k = j % CA;
+    if (m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, wbase, m0 + r, kb), stage_w_bytes<T>(), k);
+  }
+  const int64_t K = p.cols, nb = K / kBK;
+  for (int j = threadIdx.x; j < kBN * 16; j += kDThreads) {
+    const int c = j / 16, k = j % 16;
+    if (arow[c] >= 0) cp_async16(s.q[slot] + c * kLd + 16 * k, q.qs + arow[c] * K + int64_t{kb} * kBK + 16 * k);
+  }
+  for (int c = threadIdx.x; c < kBN; c += kDThreads)
+    if (arow[c] >= 0) cp_async4(s.qd[slot] + c, q.d + arow[c] * nb + kb);
+  if constexpr (T == GgmlType::Q2_K) {
+    for (int j = threadIdx.x; j < kBN * 2; j += kDThreads) {
+      const int c = j / 2, h = j % 2;
+      if (arow[c] >= 0) cp_async16(s.qbs[slot] + c * 16 + 8 * h, q.bsums + arow[c] * (K / 16) + int64_t{kb} * 16 + 8 * h);
+    }
+  }
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams p, PlaneParams q, int row_blocks) {
+  constexpr int PA = raw_a_pitch<T>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  DSmem<T>& s = *reinterpret_cast<DSmem<T>*>(smem_raw);
+  __shared__ int64_t arow[kBN];
+
+  const int it = static_cast<int>(blockIdx.x);
+  if (it >= row_blocks * *p.n_tiles) return;  // the whole block: no barrier reached
+  const int32_t* tl = p.tiles + 3 * (it / row_blocks);
+  const int64_t m0 = int64_t{it % row_blocks} * kBM;
+  const uint8_t* wbase = p.w + static_cast<uint64_t>(tl[0]) * p.expert_bytes;
+  const int nvec = tl[2];
+  for (int c = threadIdx.x; c < kBN; c += kDThreads) {
+    const int64_t v = c < nvec ? p.order[tl[1] + c] : -1;
+    arow[c] = v < 0 ? -1 : v / p.x_div;
+  }
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 128; i += kDThreads) s.smask[i] = sign_masks(c_signs[i]);
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int r0 = 16 * warp + g;                  // this lane's tile rows r0 and r0 + 8
+  const int nj = min(8, (nvec + 7) / 8);         // n8 fragments holding pairs (uniform over the block)
+  const int nkb = static_cast<int>(p.cols / kBK);
+  // Low 4 bits of each row's address at stage 0 (the copy windows put a row's bytes that far in).
+  const uint32_t base_lo = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(wbase)) & 15;
+  const uint32_t rb_lo = static_cast<uint32_t>(p.row_bytes & 15);
+  const uint32_t sh0 = base_lo + static_cast<uint32_t>(m0 + r0) * rb_lo, sh1 = sh0 + 8 * rb_lo;
+  float acc[8][4] = {};
+
+#pragma unroll
+  for (int st = 0; st < kDRing - 1; ++st) {
+    if (st < nkb) copy_stage_d<T>(s, p, q, wbase, m0, arow, st);
+    cp_async_commit();
+  }
+  for (int kb = 0; kb < nkb; ++kb) {
+    cp_async_wait<kDRing - 2>();
+    __syncthreads();  // stage kb landed everywhere; stage kb − 1's slot is no longer read
+    if (kb + kDRing - 1 < nkb) copy_stage_d<T>(s, p, q, wbase, m0, arow, kb + kDRing - 1);
+    cp_async_commit();
+    const int slot = kb % kDRing;
+    const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
+    const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
+    const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
+    const int8_t* qb = s.q[slot];
+    int ic[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ic[j][e] = 0;
+#pragma unroll 2
+    for (int sb = 0; sb < 8; ++sb) {
+      uint32_t af[4];
+      int ls[2] = {0, 0};
+      if constexpr (T == GgmlType::IQ2_XXS) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
+          const uint32_t a1 = ld32_u16(b + 4);
+          const uint64_t gr = s.grid[b[t]];
+          const uint4 m = s.smask[(a1 >> (7 * t)) & 127];
+          af[h] = (static_cast<uint32_t>(gr) ^ m.x) + m.z;            // values 8t … 8t + 3
+          af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ m.y) + m.w;  // values 8t + 4 … 8t + 7
+          ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
+        }
+      } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k, bits 2·(sb % 4); scale of k / 16
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* b = h ? blk1 : blk0;
+          const uint32_t sc = b[2 * sb + (t >> 1)] & 15;
+          const uint8_t* qq = b + 16 + 32 * (sb / 4) + 8 * t;
+          const int l2 = 2 * (sb % 4);
+          af[h] = ((ld32(qq) >> l2) & 0x03030303u) * sc;  // bytes q·scale ≤ 45: no carry between bytes
+          af[2 + h] = ((ld32(qq + 4) >> l2) & 0x03030303u) * sc;
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        if (2 * jj >= nj) break;  // uniform
+        uint32_t r[4];
+        ldmatrix_x4(r, qb + (16 * jj + (lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1));
+        const uint32_t bf0[2] = {r[0], r[1]}, bf1[2] = {r[2], r[3]};
+        if constexpr (T == GgmlType::IQ2_XXS) {
+          int c0[4], c1[4];
+          mma_s8_from(c0, af, bf0, 0);
+          mma_s8_from(c1, af, bf1, 0);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            ic[2 * jj][e] += ls[e >> 1] * c0[e];
+            ic[2 * jj + 1][e] += ls[e >> 1] * c1[e];
+          }
+        } else {
+          mma_s8(ic[2 * jj], af, bf0);
+          mma_s8(ic[2 * jj + 1], af, bf1);
+        }
+      }
+    }
+    // The stage's float terms, gemm2_kernel's expressions: rows r0, r0 + 8; pairs 8j + 2t + e.
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      const float da[2] = {f16v(ld16(blk0)), f16v(ld16(blk1))};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (j >= nj) break;
+        const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(ic[j][e]);
+      }
+    } else {
+      // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo (bsum = 64·hi + lo, lo in [0, 63]): two MMAs with
+      // K 16 of 32 used, as gemm2_kernel; mins are the high nibbles of the 16 scale bytes.
+      const float da[2] = {f16v(ld16(blk0 + 80)), f16v(ld16(blk1 + 80))};
+      const float dm[2] = {f16v(ld16(blk0 + 82)), f16v(ld16(blk1 + 82))};
+      const uint32_t am[4] = {(ld32(blk0 + 4 * t) >> 4) & 0x0F0F0F0Fu, (ld32(blk1 + 4 * t) >> 4) & 0x0F0F0F0Fu, 0u, 0u};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (j >= nj) break;
+        const int16_t* bs = s.qbs[slot] + (8 * j + g) * 16 + 4 * t;  // pair 8j + g, sub-blocks 4t … 4t + 3
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int v = bs[k];
+          lo |= static_cast<uint32_t>(v & 63) << (8 * k);
+          hi |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v >> 6))) << (8 * k);
+        }
+        const uint32_t blo[2] = {lo, 0u}, bhi[2] = {hi, 0u};
+        int slo[4] = {0, 0, 0, 0}, shi[4] = {0, 0, 0, 0};
+        mma_s8(slo, am, blo);
+        mma_s8(shi, am, bhi);
+        const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int summs = 64 * shi[e] + slo[e];
+          const float dall = db[e & 1] * da[e >> 1];
+          const float dmin = db[e & 1] * dm[e >> 1];
+          acc[j][e] += dall * static_cast<float>(ic[j][e]) - dmin * static_cast<float>(summs);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+      if (col >= nvec || m0 + row >= p.rows) continue;
+      float val = acc[j][e];
+      if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
+      p.y[static_cast<int64_t>(p.order[tl[1] + col]) * p.y_stride + m0 + row] = val;
+    }
 }
 
 template <GgmlType T>
@@ -696,6 +913,12 @@ void launch(CudaBackend& be, const GemmParams& p, unsigned tiles) {
 }
 
 }  // namespace
+
+// CudaBackendOptions::gemm_experts = −1: the W1 run on the H200 (docs/PERF.md) measured variants 1 and 2
+// slower than gemm2_kernel (the 8 producer warps' decode is latency-bound), so the default stays 0.
+constexpr int kExpertsAuto = 0;
+
+int experts_variant(int option) { return option < 0 ? kExpertsAuto : option; }
 
 cudaError_t upload_gemm_experts_tables() {
   cudaError_t e = cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
@@ -745,7 +968,11 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   auto* base = static_cast<uint8_t*>(scratch.ptr);
   const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
                       reinterpret_cast<const int16_t*>(base + bs_off)};
-  quantize_q8_K_planes_kernel<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q);
+  if (variant == 5) {
+    quantize_q8_K_planes_kernel<true><<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q);
+  } else {
+    quantize_q8_K_planes_kernel<false><<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q);
+  }
   if (!be.launched("quantize activation planes")) return true;
   GemmParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
@@ -762,6 +989,21 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   p.order = j.groups->order;
   p.tiles = j.groups->tiles;
   p.n_tiles = j.groups->n_tiles;
+  if (variant == 5) {
+    const size_t dsmem = t == GgmlType::IQ2_XXS ? sizeof(DSmem<GgmlType::IQ2_XXS>) : sizeof(DSmem<GgmlType::Q2_K>);
+    auto run_direct = [&](auto kernel) {
+      if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dsmem), "gemm experts smem"))
+        return;
+      kernel<<<static_cast<unsigned>(items), kDThreads, dsmem, be.stream()>>>(p, q, row_blocks);
+      be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
+    };
+    if (t == GgmlType::IQ2_XXS) {
+      run_direct(experts_direct_kernel<GgmlType::IQ2_XXS>);
+    } else {
+      run_direct(experts_direct_kernel<GgmlType::Q2_K>);
+    }
+    return true;
+  }
   // Walking several items needs ≥ 3 stages per item (the item ring of experts_persistent_kernel).
   const bool walk = variant == 3 && K / kBK >= 3;
   const unsigned grid = static_cast<unsigned>(walk ? std::min<int64_t>(sms, items) : items);

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3 … 6), dense Q8_0 lines only.
   const std::vector<int> modes = experts_only ? std::vector<int>{0, 12, 10, 8}
-                                 : profile    ? std::vector<int>{0, 12, 10}
+                                 : profile    ? std::vector<int>{12, 10, 0}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 4, 5, 6}
                                               : std::vector<int>{0, 1, 2};
   for (int mode : modes) {

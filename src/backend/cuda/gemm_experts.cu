@@ -734,7 +734,10 @@ __device__ inline void copy_stage_d(DSmem<T>& s, const GemmParams& p, const Plan
   }
 }
 
-template <GgmlType T>
+// kAluSigns (variant 6): the IQ2_XXS sign byte computed (ksigns[i] = i | parity(i) << 7) and expanded by
+// integer operations instead of the sign-mask table — W2 measured variant 5 at the pace of gemm2_kernel,
+// and its random 16-byte table loads take ~6 shared-memory wavefronts per row and group. Same bytes.
+template <GgmlType T, bool kAluSigns>
 __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -797,9 +800,17 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
           const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
           const uint32_t a1 = ld32_u16(b + 4);
           const uint64_t gr = s.grid[b[t]];
-          const uint4 m = s.smask[(a1 >> (7 * t)) & 127];
-          af[h] = (static_cast<uint32_t>(gr) ^ m.x) + m.z;            // values 8t … 8t + 3
-          af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ m.y) + m.w;  // values 8t + 4 … 8t + 7
+          const uint32_t si = (a1 >> (7 * t)) & 127;
+          if constexpr (kAluSigns) {
+            const uint32_t sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
+            const uint32_t slo = byte_bits4(sg & 15), shi = byte_bits4(sg >> 4);
+            af[h] = (static_cast<uint32_t>(gr) ^ (slo * 0xFFu)) + slo;
+            af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ (shi * 0xFFu)) + shi;
+          } else {
+            const uint4 m = s.smask[si];
+            af[h] = (static_cast<uint32_t>(gr) ^ m.x) + m.z;            // values 8t … 8t + 3
+            af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ m.y) + m.w;  // values 8t + 4 … 8t + 7
+          }
           ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
         }
       } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k, bits 2·(sb % 4); scale of k / 16
@@ -914,9 +925,10 @@ void launch(CudaBackend& be, const GemmParams& p, unsigned tiles) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: the W1 run on the H200 (docs/PERF.md) measured variants 1 and 2
-// slower than gemm2_kernel (the 8 producer warps' decode is latency-bound), so the default stays 0.
-constexpr int kExpertsAuto = 0;
+// CudaBackendOptions::gemm_experts = −1: on the H200 (docs/PERF.md, W1 and W2) variants 1–4 were slower
+// than gemm2_kernel (the 8 producer warps' decode is latency-bound), variant 5 bit for bit the same and
+// the MoE of a 2,048-token chunk 4.415 against 4.555 ms per layer.
+constexpr int kExpertsAuto = 5;
 
 int experts_variant(int option) { return option < 0 ? kExpertsAuto : option; }
 
@@ -968,7 +980,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   auto* base = static_cast<uint8_t*>(scratch.ptr);
   const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
                       reinterpret_cast<const int16_t*>(base + bs_off)};
-  if (variant == 5) {
+  if (variant >= 5) {
     quantize_q8_K_planes_kernel<true><<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q);
   } else {
     quantize_q8_K_planes_kernel<false><<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q);
@@ -989,7 +1001,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   p.order = j.groups->order;
   p.tiles = j.groups->tiles;
   p.n_tiles = j.groups->n_tiles;
-  if (variant == 5) {
+  if (variant == 5 || variant == 6) {
     const size_t dsmem = t == GgmlType::IQ2_XXS ? sizeof(DSmem<GgmlType::IQ2_XXS>) : sizeof(DSmem<GgmlType::Q2_K>);
     auto run_direct = [&](auto kernel) {
       if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dsmem), "gemm experts smem"))
@@ -998,9 +1010,10 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
       be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
     };
     if (t == GgmlType::IQ2_XXS) {
-      run_direct(experts_direct_kernel<GgmlType::IQ2_XXS>);
+      variant == 6 ? run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, true>)
+                   : run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, false>);
     } else {
-      run_direct(experts_direct_kernel<GgmlType::Q2_K>);
+      run_direct(experts_direct_kernel<GgmlType::Q2_K, false>);
     }
     return true;
   }

@@ -283,7 +283,8 @@ TEST_F(CudaGemm, PrefillGlueIsBitIdenticalToPreviousKernels) {
 TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // gemm_experts.cu, every variant (CudaBackendOptions::gemm_experts 1: a block per (rows, tile); 2:
   // persistent blocks walking several items each; 3 / 4: the same two on activation planes; 5: weights
-  // decoded into MMA fragments by each warp, permuted K order; 6: 5 with computed IQ2_XXS signs) against
+  // decoded into MMA fragments by each warp, permuted K order; 6: 5 with computed IQ2_XXS signs; 7: 6 with
+  // the grid as 2-bit codes) against
   // gemm2_kernel at the Flash depths: gate/up 4,096 columns (16 stages: the rings wrap several times),
   // down 2,048 (8 stages); 18 experts, 16 and 17 without pairs. 120 tokens: experts 1 … 15 hold 40 pairs
   // (the second MMA warp column runs 2 of its 4 fragments), expert 0 tiles of 64 + 56; 140 tokens:
@@ -294,7 +295,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  for (int v : {1, 2, 3, 4, 5, 6}) {
+  for (int v : {1, 2, 3, 4, 5, 6, 7}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     variants.push_back(backend_with(o));

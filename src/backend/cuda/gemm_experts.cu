@@ -737,7 +737,15 @@ __device__ inline void copy_stage_d(DSmem<T>& s, const GemmParams& p, const Plan
 // kAluSigns (variant 6): the IQ2_XXS sign byte computed (ksigns[i] = i | parity(i) << 7) and expanded by
 // integer operations instead of the sign-mask table — W2 measured variant 5 at the pace of gemm2_kernel,
 // and its random 16-byte table loads take ~6 shared-memory wavefronts per row and group. Same bytes.
-template <GgmlType T, bool kAluSigns>
+// kPackedGrid (variant 7, with kAluSigns): the IQ2_XXS grid as 2-bit codes (every grid byte is 8, 25 or 43:
+// code c → 8 + 17c + (c >> 1)), a 512-byte table of uint16 instead of 2 KB of uint64, the bytes rebuilt
+// by integer operations. Same bytes.
+__device__ inline uint32_t grid_half(uint32_t codes4) {  // 4 codes (8 bits) → 4 grid bytes
+  const uint32_t y = (codes4 | (codes4 << 6) | (codes4 << 12) | (codes4 << 18)) & 0x03030303u;
+  return 0x08080808u + y * 17u + ((y >> 1) & 0x01010101u);
+}
+
+template <GgmlType T, bool kAluSigns, bool kPackedGrid = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -754,9 +762,22 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
     const int64_t v = c < nvec ? p.order[tl[1] + c] : -1;
     arow[c] = v < 0 ? -1 : v / p.x_div;
   }
+  uint16_t* gcodes = reinterpret_cast<uint16_t*>(s.smask);  // kPackedGrid: the codes, in the unused mask table
   if constexpr (T == GgmlType::IQ2_XXS) {
-    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
-    for (int i = threadIdx.x; i < 128; i += kDThreads) s.smask[i] = sign_masks(c_signs[i]);
+    for (int i = threadIdx.x; i < 256; i += kDThreads) {
+      if constexpr (kPackedGrid) {
+        uint32_t code = 0;
+        for (int k = 0; k < 8; ++k) {
+          const uint32_t v = static_cast<uint32_t>(c_grid[i] >> (8 * k)) & 0xff;
+          code |= (v == 8 ? 0u : v == 25 ? 1u : 2u) << (2 * k);
+        }
+        gcodes[i] = static_cast<uint16_t>(code);
+      } else {
+        s.grid[i] = c_grid[i];
+      }
+    }
+    if constexpr (!kAluSigns)
+      for (int i = threadIdx.x; i < 128; i += kDThreads) s.smask[i] = sign_masks(c_signs[i]);
   }
   __syncthreads();
 
@@ -799,7 +820,13 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
         for (int h = 0; h < 2; ++h) {
           const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
           const uint32_t a1 = ld32_u16(b + 4);
-          const uint64_t gr = s.grid[b[t]];
+          uint64_t gr;
+          if constexpr (kPackedGrid) {
+            const uint32_t code = gcodes[b[t]];
+            gr = grid_half(code & 0xff) | (static_cast<uint64_t>(grid_half(code >> 8)) << 32);
+          } else {
+            gr = s.grid[b[t]];
+          }
           const uint32_t si = (a1 >> (7 * t)) & 127;
           if constexpr (kAluSigns) {
             const uint32_t sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
@@ -1001,7 +1028,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   p.order = j.groups->order;
   p.tiles = j.groups->tiles;
   p.n_tiles = j.groups->n_tiles;
-  if (variant == 5 || variant == 6) {
+  if (variant >= 5 && variant <= 7) {
     const size_t dsmem = t == GgmlType::IQ2_XXS ? sizeof(DSmem<GgmlType::IQ2_XXS>) : sizeof(DSmem<GgmlType::Q2_K>);
     auto run_direct = [&](auto kernel) {
       if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dsmem), "gemm experts smem"))
@@ -1010,8 +1037,13 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
       be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
     };
     if (t == GgmlType::IQ2_XXS) {
-      variant == 6 ? run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, true>)
-                   : run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, false>);
+      if (variant == 7) {
+        run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, true, true>);
+      } else if (variant == 6) {
+        run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, true>);
+      } else {
+        run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, false>);
+      }
     } else {
       run_direct(experts_direct_kernel<GgmlType::Q2_K, false>);
     }

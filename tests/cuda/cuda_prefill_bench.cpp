@@ -80,9 +80,8 @@ int main(int argc, char** argv) {
   const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
   // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 13, 15 and 14
   // (gemm_experts = 6: "tc-exp-alusg", 7: "tc-exp-packg", 0: "tc-gemm2-glue"; 9 … 12 run 2 … 5) and both
-  // of mode 8
-  // ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0,
-  // prefill_glue = false).
+  // of mode 8 ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue —
+  // gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
   const bool gemm_only = profile || experts_only || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);

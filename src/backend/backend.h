@@ -244,6 +244,11 @@ struct IndexerQatArgs {
   const int32_t* pos = nullptr;    // [rows / heads] (backend memory)
   int32_t heads = 1, n_rot = 0;
   const double* freq = nullptr;    // [n_rot/2] (host memory, as RopeArgs::freq)
+  // With scale_x (and n_rot > 0): also scale(scale_x, scale, scale_count) — the indexer's head weights,
+  // independent of the rows — in the same op (the pieces: rope, this op alone, then scale).
+  float* scale_x = nullptr;        // [scale_count]
+  float scale = 1.0f;
+  int64_t scale_count = 0;
 };
 
 // One stateful step of a compressor (MODEL.md §7.4, §10.2) over `n` consecutive tokens: writes each

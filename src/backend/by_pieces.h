@@ -20,12 +20,15 @@ inline void hc_pre_by_pieces(Backend& be, const HcPreArgs& a) {
   be.rms_norm({a.y, a.xn, a.norm_w, a.n, a.dim, a.dim, a.rms_eps});
 }
 
-// IndexerQatArgs with n_rot > 0 (rows a multiple of heads, no x_at/count): the RoPE, then the QAT alone.
+// IndexerQatArgs with n_rot > 0 (rows a multiple of heads, no x_at/count): the RoPE, then the QAT alone,
+// then (scale_x) the scale.
 inline void indexer_qat_by_pieces(Backend& be, const IndexerQatArgs& a) {
   be.rope({a.x, a.pos, a.rows / a.heads, a.heads, a.dim, a.n_rot, a.freq, false});
   IndexerQatArgs q = a;
   q.n_rot = 0;
+  q.scale_x = nullptr;
   be.indexer_qat(q);
+  if (a.scale_x && a.scale_count > 0) be.scale(a.scale_x, a.scale, a.scale_count);
 }
 
 // pos, ring_at, x_at and count must be host-readable (be.host_memory()).

@@ -320,17 +320,21 @@ Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs,
   DS4_RETURN_IF_ERROR(compress(l, segs, n));
   if (!select) return Status::Ok();
   const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
-  if (opts_.numerics.indexer_qat) {  // RoPE + QAT as one op
+  const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH)));
+  if (opts_.numerics.indexer_qat) {  // RoPE + QAT of q and the weights' scale as one op
     backend::IndexerQatArgs qa{iq_.f32(), n * IH, static_cast<int32_t>(ID)};
     qa.pos = pos_;
     qa.heads = static_cast<int32_t>(IH);
     qa.n_rot = R;
     qa.freq = freq;
+    qa.scale_x = iw_.f32();
+    qa.scale = w_scale;
+    qa.scale_count = n * IH;
     be_.indexer_qat(qa);
   } else {
     be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
+    be_.scale(iw_.f32(), w_scale, n * IH);
   }
-  be_.scale(iw_.f32(), static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH))), n * IH);
   // A column that sees ≤ top_k rows gets all of them from the indexer (ids 0…count−1), which attends
   // exactly like no selection. Several sessions: each column reads its own session's indexer rows through
   // the per-column table uploaded with the step inputs.

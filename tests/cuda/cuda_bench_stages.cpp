@@ -1070,8 +1070,8 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
 // Session 7's shorter decode chain (CudaBackendOptions::small_v4) at decode batch sizes n = 1, 2, 8, 32, on
 // `now` (default) and `v3` (small_v4 = false), graph µs per call and kernel launches: HC pre as the main
 // lane runs it (split off on `now`: post and comb left to the side lane; the whole op on `v3`), the split
-// alone (what the side lane then runs), the indexer query's RoPE + QAT (64 × 128, 64 RoPE dims; one launch
-// on `now`, rope then QAT on `v3`), and a CSA layer's two compressors (D 512 and 128, ratio 4 with overlap;
+// alone (what the side lane then runs), the indexer query's RoPE + QAT (64 × 128, 64 RoPE dims) and its head
+// weights' scale (one launch on `now`, rope, QAT and scale on `v3`), and a CSA layer's two compressors (D 512 and 128, ratio 4 with overlap;
 // n sessions of one token each, one closing a block; compressor_many: one launch on `now`). once: each op
 // once per backend and n, untimed (for ncu).
 void bench_small4(Backend& now, Backend& v3, bool once) {
@@ -1085,7 +1085,7 @@ void bench_small4(Backend& now, Backend& v3, bool once) {
     Backend* be;
     std::unique_ptr<StageBench> sb;
     Weight fn;
-    float *x, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *iq;
+    float *x, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *iq, *iw;
     int32_t* pos;
     CompressorArgs comp[2][NMAX + 1];  // [attention, indexer][n]: n one-token sessions
     std::vector<Buffer> tables;         // the session tables comp points to
@@ -1109,6 +1109,7 @@ void bench_small4(Backend& now, Backend& v3, bool once) {
     s.base = b.buf(M);
     s.norm_w = b.buf(E, 1.0f);
     s.iq = b.buf(NMAX * IH * ID, 0.5f);
+    s.iw = b.buf(NMAX * IH, 0.5f);
     s.pos = b.ibuf(pos_h);
     for (int c = 0; c < 2; ++c) {
       const int64_t D = c == 0 ? DA : DI, width = 2 * D;
@@ -1176,13 +1177,16 @@ void bench_small4(Backend& now, Backend& v3, bool once) {
        [&](Side& s, int64_t n, bool) {
          s.be->hc_split({s.mix, s.scale, s.base, n, static_cast<int32_t>(NHC), 20, 1e-6f, s.pre, s.post, s.comb});
        }},
-      {"indexer q rope + qat 64x128",
+      {"indexer q rope + qat 64x128, w scale",
        [&](Side& s, int64_t n, bool) {
          IndexerQatArgs q{s.iq, n * IH, static_cast<int32_t>(ID), true};
          q.pos = s.pos;
          q.heads = static_cast<int32_t>(IH);
          q.n_rot = static_cast<int32_t>(R);
          q.freq = freq.data();
+         q.scale_x = s.iw;
+         q.scale = 1.0f;  // repeated calls leave the weights as they are
+         q.scale_count = n * IH;
          s.be->indexer_qat(q);
        }},
       {"compressors D512 + D128 r4",

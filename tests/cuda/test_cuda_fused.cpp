@@ -348,7 +348,8 @@ TEST_F(CudaFused, EmittedRowsByAddressAndDeviceCount) {
     }
 }
 
-// IndexerQatArgs::n_rot (CudaBackendOptions::small_v4): the indexer query's RoPE inside the QAT kernel,
+// IndexerQatArgs::n_rot (CudaBackendOptions::small_v4): the indexer query's RoPE inside the QAT kernel (and,
+// scale_x, its head weights' scale in extra blocks of the same launch),
 // bit for bit the pieces (rope, then indexer_qat) on this backend and the whole op on a small_v4-off one
 // (which runs the pieces); the pieces are checked against the CPU in test_cuda_ops.cpp (a last-bit
 // difference of the double cos/sin could flip an FP4 step, so no tolerance check here). Flash (64 heads of
@@ -374,24 +375,39 @@ TEST_F(CudaFused, IndexerRopeQatEqualsPieces) {
       std::vector<double> freq(s.n_rot / 2);
       for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / s.n_rot);
       float *fused = dev(x), *pieces = dev(x), *off = dev(x);
+      // The head weights' scale in the same op (the forward pass's [n][heads] weights) on the f16 cases.
+      const auto wts = randn(static_cast<size_t>(rows), 3.0f);
+      float *wf = dev(wts), *wp = dev(wts), *wo = dev(wts);
       const int32_t* gpos = dev(pos);
       IndexerQatArgs q{fused, rows, s.dim, s.f16};
       q.pos = gpos;
       q.heads = s.heads;
       q.n_rot = s.n_rot;
       q.freq = freq.data();
+      if (s.f16) {
+        q.scale_x = wf;
+        q.scale = 0.0110485f;
+        q.scale_count = rows;
+      }
       gpu_->indexer_qat(q);
       IndexerQatArgs qp = q;
       qp.x = pieces;
+      if (s.f16) qp.scale_x = wp;
       indexer_qat_by_pieces(*gpu_, qp);
       ASSERT_TRUE(gpu_->sync().ok()) << tag;
       IndexerQatArgs qo = q;
       qo.x = off;
+      if (s.f16) qo.scale_x = wo;
       v3.indexer_qat(qo);
       ASSERT_TRUE(v3.sync().ok()) << tag;
       const auto got = host(fused, x.size());
       expect_same_bits(got, host(pieces, x.size()), tag + " vs pieces");
       expect_same_bits(got, host(off, x.size()), tag + " vs small_v4 off");
+      if (s.f16) {
+        const auto gw = host(wf, wts.size());
+        expect_same_bits(gw, host(wp, wts.size()), tag + " weights scale vs pieces");
+        expect_same_bits(gw, host(wo, wts.size()), tag + " weights scale vs small_v4 off");
+      }
     }
 }
 

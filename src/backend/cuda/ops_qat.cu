@@ -2,6 +2,7 @@
 // in blocks of 64, and Hadamard + FP4 E2M1 round trip of indexer rows in blocks of 32 (with
 // IndexerQatArgs::n_rot the indexer query's RoPE first, in the same launch). Each device function is the
 // CPU primitive (backend/cpu/primitives.cpp) in the same float operations.
+#include <algorithm>
 #include <string>
 
 #include "backend/by_pieces.h"
@@ -107,17 +108,25 @@ __global__ void indexer_qat3_kernel(IndexerQatArgs a, float k) {
   hadamard_fp4_store(row[threadIdx.x], sh, row, dim, k, a.f16);
 }
 
-// The indexer query's RoPE and QAT in one launch (IndexerQatArgs::n_rot, small_v4): rope_kernel's rotation
+// The indexer query's RoPE and QAT (and its head weights' scale) in one launch (IndexerQatArgs::n_rot,
+// scale_x; small_v4): rope_kernel's rotation
 // of the row's last n_rot dims, then indexer_qat3_kernel's steps — one block of dim threads per row
 // [rows = n·heads][dim], as the two kernels one after the other (64 rows of 128 at decode: the RoPE launch,
 // ~3 µs on the CSA layers' chain, goes). The pair (2j, 2j + 1) of the tail starts at an even dim
 // (dim − n_rot), so it sits on lanes i, i ^ 1 of one warp: each lane takes its partner's value by one
 // shuffle and computes its own half of rope_apply's two expressions with rope_cos_sin's angle.
+// Blocks past the rows (IndexerQatArgs::scale_x): scale_kernel's y[i] *= s over the head weights, each
+// block a strided share, leaving before any barrier.
 __global__ void indexer_rope_qat_kernel(IndexerQatArgs a, RopeFreqs f, float k) {
   extern __shared__ float sh[];
   grid_dependency_wait();  // the rows come from the work before
   const int32_t dim = a.dim;
   const int64_t r = blockIdx.x;
+  if (r >= a.rows) {
+    const int64_t step = static_cast<int64_t>(gridDim.x - a.rows) * blockDim.x;
+    for (int64_t i = (r - a.rows) * blockDim.x + threadIdx.x; i < a.scale_count; i += step) a.scale_x[i] *= a.scale;
+    return;
+  }
   float* row = a.x + r * dim;
   const int i = threadIdx.x, j = i - (dim - a.n_rot);  // j ≥ 0: index in the rotated tail
   float v = row[i];
@@ -150,8 +159,12 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
     fail(invalid_argument("cuda indexer_qat: dim " + std::to_string(a.dim) + " must be a power of two in [32, 1024]"));
     return;
   }
-  if (a.rows > 0x7fffffff) {
+  if (a.rows > 0x7fffffff - 4) {
     fail(invalid_argument("cuda indexer_qat: too many rows"));
+    return;
+  }
+  if (a.scale_x && a.scale_count > 0 && a.n_rot <= 0) {
+    fail(invalid_argument("cuda indexer_qat: scale_x goes with the RoPE (n_rot > 0)"));
     return;
   }
   if (a.n_rot > 0) {  // RoPE first (IndexerQatArgs::n_rot)
@@ -169,7 +182,9 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
   }
   const float k = static_cast<float>(1.0 / sqrt(static_cast<double>(a.dim)));
   if (a.n_rot > 0) {
-    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), a.dim,
+    // The head weights' scale in extra blocks (≤ 4: 64 weights a token at decode take one).
+    const int64_t sblocks = a.scale_x && a.scale_count > 0 ? std::min<int64_t>(4, (a.scale_count + a.dim - 1) / a.dim) : 0;
+    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows + sblocks)), a.dim,
                            a.dim * sizeof(float), stream(), indexer_rope_qat_kernel, a, rope_freqs(a.freq, a.n_rot), k),
           "indexer rope + qat");
     return;

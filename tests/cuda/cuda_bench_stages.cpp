@@ -300,7 +300,6 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
   // compressor's, ickv/icg: the indexer compressor's), then each compressor's frontier and pooling.
   auto compressor = [&](const float* kv, const float* score, int32_t ratio, int32_t out_dim, bool overlap, int32_t slots,
                         float* st_kv, float* st_sc) {
-    int64_t emitted = 0;
     CompressorArgs a;
     a.kv = kv;
     a.score = score;
@@ -315,9 +314,9 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
     a.state_score = st_sc;
     a.out = cout;
     a.out_pos = cpos;
-    a.n_out = &emitted;
-    be.compressor(a);
+    return a;
   };
+  int64_t emitted[2] = {0, 0};
   Weight c_kv, c_g, i_kv, i_g, i_qb, i_proj;
   run("compressor + indexer (CSA layer)", 21,
       [&] {
@@ -336,11 +335,23 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
                                     job(i_kv, xn, E, ickv, 2 * ID), job(i_g, xn, E, icg, 2 * ID),
                                     job(i_qb, qa, Q, iq, IH * ID),  job(i_proj, xn, E, iw, IH)};
         be.matmul_many(jobs);
-        compressor(ckv, cg, 4, static_cast<int32_t>(D), true, 16, cst_kv, cst_sc);
-        compressor(ickv, icg, 4, static_cast<int32_t>(ID), true, 16, ist_kv, ist_sc);
-        be.rope({iq, pos_d, 1, static_cast<int32_t>(IH), static_cast<int32_t>(ID), static_cast<int32_t>(R), freq.data(), false});
-        be.indexer_qat({iq, IH, static_cast<int32_t>(ID)});
-        be.scale(iw, 0.01f, IH);
+        // As the forward pass: both compressors in one call, the indexer query's RoPE + QAT with the weights' scale.
+        CompressorArgs comp[2] = {compressor(ckv, cg, 4, static_cast<int32_t>(D), true, 16, cst_kv, cst_sc),
+                                  compressor(ickv, icg, 4, static_cast<int32_t>(ID), true, 16, ist_kv, ist_sc)};
+        comp[0].n_out = &emitted[0];
+        comp[1].n_out = &emitted[1];
+        comp[1].out_pos = cpos + 1;
+        comp[1].out = cout + 2 * D;  // the two calls of one launch write apart
+        be.compressor_many(comp);
+        IndexerQatArgs qat{iq, IH, static_cast<int32_t>(ID)};
+        qat.pos = pos_d;
+        qat.heads = static_cast<int32_t>(IH);
+        qat.n_rot = static_cast<int32_t>(R);
+        qat.freq = freq.data();
+        qat.scale_x = iw;
+        qat.scale = 0.01f;
+        qat.scale_count = IH;
+        be.indexer_qat(qat);
         IndexerArgs ia{iq, iw, irows, csa_cnt, 1, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
                        static_cast<int32_t>(TK), sel_idx, icount};
         ia.max_rows = csa_rows;
@@ -355,7 +366,9 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
       [&] {
         const MatmulArgs jobs[2] = {{h_kv, xn, E, ckv, D, 1, MatmulNumerics::ds4}, {h_g, xn, E, cg, D, 1, MatmulNumerics::ds4}};
         be.matmul_many(jobs);
-        compressor(ckv, cg, 128, static_cast<int32_t>(D), false, 256, hst_kv, hst_sc);
+        CompressorArgs a = compressor(ckv, cg, 128, static_cast<int32_t>(D), false, 256, hst_kv, hst_sc);
+        a.n_out = &emitted[0];
+        be.compressor(a);
       });
 
   // max_comp: the host bound the forward pass gives ((pos + 1) / ratio), which lets a decode step take
@@ -880,7 +893,7 @@ void bench_csa_stages(Backend& now, Backend& prev) {
         auto mm = [&](const Weight& w, const float* in, int64_t xs, float* out, int64_t ys) {
           return MatmulArgs{w, in, xs, out, ys, n, MatmulNumerics::ds4};
         };
-        int64_t emitted = 0;
+        int64_t emitted[2] = {0, 0};
         auto compressor = [&](const float* kv, const float* score, int32_t ratio, int32_t out_dim, bool overlap,
                               int32_t slots, int c) {
           CompressorArgs a;
@@ -896,14 +909,14 @@ void bench_csa_stages(Backend& now, Backend& prev) {
             a.pos0 = pos[0];
             a.state_kv = segs[c][0].state_kv;
             a.state_score = segs[c][0].state_score;
-            a.out = s.cout;
-            a.out_pos = s.cpos;
-            a.n_out = &emitted;
+            a.out = s.cout + (c == 1 ? 2 * D : 0);  // the two calls of one launch write apart
+            a.out_pos = s.cpos + (c == 1 ? 1 : 0);
+            a.n_out = &emitted[c == 1 ? 1 : 0];
           } else {
             a.segments = static_cast<int32_t>(n);
             a.seg = seg_d[c];
           }
-          be.compressor(a);
+          return a;
         };
         auto indexer = [&] {
           IndexerArgs ia{s.iq, s.iw, s.irows, nr_d, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
@@ -919,18 +932,25 @@ void bench_csa_stages(Backend& now, Backend& prev) {
         const MatmulArgs hjobs[2] = {mm(s.h_kv, s.xn, E, s.ckv, D), mm(s.h_g, s.xn, E, s.cg, D)};
         t_stage[side] = sb.time([&] {
                             be.matmul_many(jobs);
-                            compressor(s.ckv, s.cg, 4, static_cast<int32_t>(D), true, SLOTS, 0);
-                            compressor(s.ickv, s.icg, 4, static_cast<int32_t>(ID), true, SLOTS, 1);
-                            be.rope({s.iq, pos_d, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
-                                     static_cast<int32_t>(R), freq.data(), false});
-                            be.indexer_qat({s.iq, n * IH, static_cast<int32_t>(ID)});
-                            be.scale(s.iw, 0.01f, n * IH);
+                            const CompressorArgs comp[2] = {
+                                compressor(s.ckv, s.cg, 4, static_cast<int32_t>(D), true, SLOTS, 0),
+                                compressor(s.ickv, s.icg, 4, static_cast<int32_t>(ID), true, SLOTS, 1)};
+                            be.compressor_many(comp);
+                            IndexerQatArgs qat{s.iq, n * IH, static_cast<int32_t>(ID)};
+                            qat.pos = pos_d;
+                            qat.heads = static_cast<int32_t>(IH);
+                            qat.n_rot = static_cast<int32_t>(R);
+                            qat.freq = freq.data();
+                            qat.scale_x = s.iw;
+                            qat.scale = 0.01f;
+                            qat.scale_count = n * IH;
+                            be.indexer_qat(qat);
                             indexer();
                           }, 20).graph_us;
         t_idx[side] = sb.time(indexer, 20).graph_us;
         t_hca[side] = sb.time([&] {
                           be.matmul_many(hjobs);
-                          compressor(s.ckv, s.cg, 128, static_cast<int32_t>(D), false, 256, 2);
+                          be.compressor(compressor(s.ckv, s.cg, 128, static_cast<int32_t>(D), false, 256, 2));
                         }, 20).graph_us;
       }
       auto line = [&](const char* what, const double (&t)[2]) {

@@ -19,7 +19,8 @@
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
-//        cuda_bench --csa                 only the CSA layer's compressor + indexer lines (now vs previous).
+//        cuda_bench --csa [small4]        only the CSA layer's compressor + indexer lines (now vs previous;
+//                                         small4: vs small_v4 = false).
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
 //        cuda_bench --prefetch [--mode K] M...  decode steps (batch 1 and 8) with each set of weights prefetched
 //                                         into L2 (K: CudaBackendOptions::l2_prefetch_mode).
@@ -528,8 +529,12 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--csa") == 0) {  // the CSA layer's compressor + indexer lines only
     cuda::CudaBackendOptions po;
-    po.indexer_decode = false;
-    po.f16_many = false;
+    if (argc > 2 && std::strcmp(argv[2], "small4") == 0) {  // previous = small_v4 off (session 7's fusions)
+      po.small_v4 = false;
+    } else {
+      po.indexer_decode = false;
+      po.f16_many = false;
+    }
     auto prev = cuda::make_cuda_backend(po);
     if (prev.ok()) bench_csa_stages(*be, **prev);
     return 0;

@@ -952,10 +952,10 @@ void launch(CudaBackend& be, const GemmParams& p, unsigned tiles) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: on the H200 (docs/PERF.md, W1 and W2) variants 1–4 were slower
-// than gemm2_kernel (the 8 producer warps' decode is latency-bound), variant 5 bit for bit the same and
-// the MoE of a 2,048-token chunk 4.415 against 4.555 ms per layer.
-constexpr int kExpertsAuto = 5;
+// CudaBackendOptions::gemm_experts = −1: on the H200 (docs/PERF.md, W1–W3) variants 1–4 were slower than
+// gemm2_kernel (the 8 producer warps' decode is latency-bound); 5–7 bit for bit the same, the MoE of a
+// 2,048-token chunk per layer 4.365 (5), 3.988 (6: computed signs), 4.395 (7) against 4.583 ms.
+constexpr int kExpertsAuto = 6;
 
 int experts_variant(int option) { return option < 0 ? kExpertsAuto : option; }
 

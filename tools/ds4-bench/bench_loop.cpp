@@ -101,20 +101,22 @@ Status run_frontiers(Engine& engine, std::span<const TokenId> tokens, const Loop
       TokenId next = argmax(s.logits(), eos);
       double t_argmax = 0;
       if (next < 0) return internal_error("ds4-bench: the model returned no logits");
-      if (!opts.host_argmax && opts.overlap)
+      const auto what = [&] { return "decode at " + std::to_string(frontier); };
+      if (!opts.host_argmax && opts.overlap) {
         DS4_RETURN_IF_ERROR(s.generate_greedy(next, opts.gen_tokens, eos, [](TokenId) { return true; }, eo)
-                                .with_context("decode at " + std::to_string(frontier)));
-      for (int64_t i = 0; i < opts.gen_tokens && (opts.host_argmax || !opts.overlap); ++i) {
-        if (next < 0) return internal_error("ds4-bench: the model returned no logits");
-        const auto what = [&] { return "decode at " + std::to_string(frontier); };
-        const TokenId cur = next;
-        if (opts.host_argmax) {
-          DS4_RETURN_IF_ERROR(s.eval(std::span<const TokenId>(&cur, 1), eo).with_context(what()));
-          const auto ta = opts.profile ? Clock::now() : Clock::time_point{};
-          next = argmax(s.logits(), eos);
-          if (opts.profile) t_argmax += seconds_since(ta);
-        } else {
-          DS4_RETURN_IF_ERROR(s.eval_greedy(std::span<const TokenId>(&cur, 1), &next, eos, eo).with_context(what()));
+                                .with_context(what()));
+      } else {
+        for (int64_t i = 0; i < opts.gen_tokens; ++i) {
+          if (next < 0) return internal_error("ds4-bench: the model returned no logits");
+          const TokenId cur = next;
+          if (opts.host_argmax) {
+            DS4_RETURN_IF_ERROR(s.eval(std::span<const TokenId>(&cur, 1), eo).with_context(what()));
+            const auto ta = opts.profile ? Clock::now() : Clock::time_point{};
+            next = argmax(s.logits(), eos);
+            if (opts.profile) t_argmax += seconds_since(ta);
+          } else {
+            DS4_RETURN_IF_ERROR(s.eval_greedy(std::span<const TokenId>(&cur, 1), &next, eos, eo).with_context(what()));
+          }
         }
       }
       const double t_gen = seconds_since(t1);

@@ -9,6 +9,9 @@
 //                                         shapes, byte-permute decode, PDL) and the fast block tile kernels.
 //        cuda_bench --experts once        one untimed call per n on the row tiles (each variant), then the
 //                                         fast block tiles (for ncu).
+//        cuda_bench --experts one [once]  n = 1, 2, 7: the default, the warp tiles with and without PDL, the
+//                                         one-token kernels (expert_one_token) with and without PDL; once: one
+//                                         untimed call of the one-token kernels at n = 1 (for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
@@ -96,7 +99,8 @@ void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
 // and one with expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off
 // ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
 // the distinct experts the batch reads (7.07 MB each).
-void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_only = false, bool once = false) {
+void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_only = false, bool once = false,
+                  bool one = false) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
   auto general = cuda::make_cuda_backend(go);
@@ -195,21 +199,34 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto v2perm_tiles = cuda::make_cuda_backend(ro);
   ro.expert_row_tiles_perm = false;
   auto v2_tiles = cuda::make_cuda_backend(ro);
+  cuda::CudaBackendOptions oo;  // the one-token kernels (moe_one_token.cu), plain and with PDL
+  oo.expert_one_token = true;
+  auto one_tiles = cuda::make_cuda_backend(oo);
+  oo.expert_tiles_pdl = true;
+  auto onepdl_tiles = cuda::make_cuda_backend(oo);
   std::vector<Side> moe_sides;
-  if (!once) moe_sides.push_back({&be, "default"});
-  if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warp"});
-  // The row tiles first (ncu -c N of `--experts once` then profiles their kernels).
-  if (row_tiles.ok()) moe_sides.push_back({row_tiles->get(), "rows"});
-  if (v2_tiles.ok()) moe_sides.push_back({v2_tiles->get(), "rowsv2"});
-  if (v2perm_tiles.ok()) moe_sides.push_back({v2perm_tiles->get(), "v2perm"});
-  if (perm_tiles.ok()) moe_sides.push_back({perm_tiles->get(), "rowsperm"});
-  if (rowpdl_tiles.ok()) moe_sides.push_back({rowpdl_tiles->get(), "rowspdl"});
-  if (nopdl_tiles.ok() && !tiles_only) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
-  if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
-  if (lean_tiles.ok() && !tiles_only) moe_sides.push_back({lean_tiles->get(), "lean"});
-  if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
-  if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});
-  if (general.ok() && !tiles_only) moe_sides.push_back({general->get(), "general"});
+  if (one) {
+    if (!once) moe_sides.push_back({&be, "default"});
+    if (one_tiles.ok()) moe_sides.push_back({one_tiles->get(), "one"});
+    if (onepdl_tiles.ok() && !once) moe_sides.push_back({onepdl_tiles->get(), "onepdl"});
+    if (nopdl_tiles.ok() && !once) moe_sides.push_back({nopdl_tiles->get(), "warp"});
+    if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warppdl"});
+  } else {
+    if (!once) moe_sides.push_back({&be, "default"});
+    if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warp"});
+    // The row tiles first (ncu -c N of `--experts once` then profiles their kernels).
+    if (row_tiles.ok()) moe_sides.push_back({row_tiles->get(), "rows"});
+    if (v2_tiles.ok()) moe_sides.push_back({v2_tiles->get(), "rowsv2"});
+    if (v2perm_tiles.ok()) moe_sides.push_back({v2perm_tiles->get(), "v2perm"});
+    if (perm_tiles.ok()) moe_sides.push_back({perm_tiles->get(), "rowsperm"});
+    if (rowpdl_tiles.ok()) moe_sides.push_back({rowpdl_tiles->get(), "rowspdl"});
+    if (nopdl_tiles.ok() && !tiles_only) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
+    if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
+    if (lean_tiles.ok() && !tiles_only) moe_sides.push_back({lean_tiles->get(), "lean"});
+    if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
+    if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});
+    if (general.ok() && !tiles_only) moe_sides.push_back({general->get(), "general"});
+  }
   for (const Side& sd : moe_sides) {
     auto ex = [&](GgmlType t, const std::vector<uint8_t>& h, int64_t rows, int64_t cols) {
       ExpertWeights e;
@@ -235,7 +252,8 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     a.ff = F;
     a.clamp = 10;
     a.out = out.f32();
-    for (int n : {1, 8, 16, 32, 64}) {
+    for (int n : one ? std::vector<int>{1, 2, 7} : std::vector<int>{1, 8, 16, 32, 64}) {
+      if (one && once && n > 1) break;
       a.n = n;
       std::vector<int32_t> used(ids.begin(), ids.begin() + n * K);
       std::sort(used.begin(), used.end());
@@ -477,8 +495,9 @@ int main(int argc, char** argv) {
   std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
   std::mt19937 rng(1);
   if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
-    const bool once = argc > 2 && std::strcmp(argv[2], "once") == 0;
-    bench_skinny(*be, rng, true, once || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once);
+    const bool one = argc > 2 && std::strcmp(argv[2], "one") == 0;
+    const bool once = argc > 2 + one && std::strcmp(argv[2 + one], "once") == 0;
+    bench_skinny(*be, rng, true, once || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once, one);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small4") == 0) {  // session 7's shorter chain: small_v4 vs off

@@ -9,8 +9,10 @@
 // (CudaBackendOptions::expert_row_tiles_min = 1, moe_row_tiles.cu: the second shapes and the first shapes,
 // with the fast decode) against the CPU and the fast block tiles bit for bit (the warp and block sides with
 // expert_row_tiles_min = 0; the default side runs the second shapes from 8 tokens, with the byte-permute
-// IQ2_XXS decode up to 16). The default backend runs the warp tiles up to 7 tokens, the row
-// tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// IQ2_XXS decode up to 16), and the one-token kernels (CudaBackendOptions::expert_one_token,
+// moe_one_token.cu; with and without expert_tiles_pdl) and the warp tiles as programmatic dependent launches
+// (expert_tiles_pdl) against the CPU and the fast block tiles bit for bit at the batch sizes they run. The
+// default backend runs the warp tiles up to 7 tokens, the row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).
@@ -60,6 +62,15 @@ class CudaMoeTiles : public CudaOpsTest {
       o.expert_row_tiles_v2 = false;
       o.expert_row_tiles_perm = false;
     }, v1_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = true; }, one_);
+    make([](cuda::CudaBackendOptions& o) {
+      o.expert_one_token = true;
+      o.expert_tiles_pdl = true;
+    }, onepdl_);
+    make([](cuda::CudaBackendOptions& o) {
+      o.expert_one_token = false;
+      o.expert_tiles_pdl = true;
+    }, warppdl_);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -91,11 +102,13 @@ class CudaMoeTiles : public CudaOpsTest {
 
   // Side 0: the default backend (fast expert tiles), 1: the previous kernels, 2: the first tile kernels,
   // 3: the lean tile kernels, 4: the warp tiles at every n, 5: the fast block tiles at every n, 6: the row
-  // tiles' second shapes with the fast decode at every n, 7: their first shapes with the fast decode.
-  static constexpr int kSides = 8;
+  // tiles' second shapes with the fast decode at every n, 7: their first shapes with the fast decode, 8: the
+  // one-token kernels (n = 1; the default kernels above), 9: the same with expert_tiles_pdl, 10: the default
+  // kernels with expert_tiles_pdl (the warp tiles up to 7 tokens).
+  static constexpr int kSides = 11;
   Backend& side(int b) {
-    Backend* s[kSides] = {gpu_.get(),   prev_.get(),  first_.get(), lean_.get(),
-                          warp_.get(),  block_.get(), rows_.get(),  v1_.get()};
+    Backend* s[kSides] = {gpu_.get(),  prev_.get(), first_.get(), lean_.get(),   warp_.get(),   block_.get(),
+                          rows_.get(), v1_.get(),   one_.get(),   onepdl_.get(), warppdl_.get()};
     return *s[b];
   }
 
@@ -221,9 +234,20 @@ class CudaMoeTiles : public CudaOpsTest {
     EXPECT_TRUE(same_v1) << what << ": v1 row tiles and fast block tiles differ";
     std::printf("PARITY %-44s n=%-9zu v1 row tiles == fast block tiles bit for bit: %s\n", what.c_str(),
                 tiles.size(), same_v1 ? "ok" : "FAIL");
+    // The one-token kernels (and PDL launches) where they run; above they equal side 0 by construction.
+    for (int b : {8, 9, 10}) {
+      if (n > (b == 10 ? 7 : 1)) continue;
+      const char* name = b == 8 ? "one-token kernels" : b == 9 ? "one-token kernels + PDL" : "warp tiles + PDL";
+      const auto got = run_gpu(b, x, ids, wts, n, k);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << what << ": " << name << " not the CPU's bits";
+      const bool same = std::memcmp(got.data(), block.data(), got.size() * 4) == 0;
+      EXPECT_TRUE(same) << what << ": " << name << " and fast block tiles differ";
+      std::printf("PARITY %-44s n=%-9zu %s == fast block tiles bit for bit: %s\n", what.c_str(), tiles.size(), name,
+                  same ? "ok" : "FAIL");
+    }
   }
 
-  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_;
+  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_;
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -251,9 +275,10 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   const auto ids0 = routing(1, k, false);
   std::vector<float> w0(k);
   for (auto& v : w0) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
-  // fast tiles at n = 1, 40, 64, then the first, the lean tile kernels, the warp tiles and the row tiles
+  // fast tiles at n = 1, 40, 64, then the first, the lean tile kernels, the warp tiles, the row tiles and
+  // the one-token kernels (n = 1; the default kernels at 40 and 64)
   std::vector<std::vector<float>> got;
-  for (int b : {0, 2, 3, 4, 6, 7}) {
+  for (int b : {0, 2, 3, 4, 6, 7, 8}) {
     for (auto [n, at] : {std::pair<int64_t, int64_t>{1, 0}, {40, 17}, {64, 63}}) {
       auto x = randn(static_cast<size_t>(n * kDim));
       auto ids = routing(n, k, false);
@@ -267,12 +292,63 @@ TEST_F(CudaMoeTiles, OneTokenSameBitsAtEveryBatchSize) {
   }
   EXPECT_EQ(got[0], got[1]) << "n = 1 vs n = 40";
   EXPECT_EQ(got[0], got[2]) << "n = 1 vs n = 64";
-  for (int i = 3; i < 18; ++i)
+  for (int i = 3; i < 21; ++i)
     EXPECT_EQ(got[0], got[i]) << "fast vs "
-                              << (i < 6 ? "first" : i < 9 ? "lean" : i < 12 ? "warp" : i < 15 ? "row" : "v1 row")
+                              << (i < 6    ? "first"
+                                  : i < 9  ? "lean"
+                                  : i < 12 ? "warp"
+                                  : i < 15 ? "row"
+                                  : i < 18 ? "v1 row"
+                                           : "one-token")
                               << " tile kernels, case " << i % 3;
   const auto want = run_cpu(x0, ids0, w0, 1, k);
   expect_close(got[0], want, 5e-4, 1e-7, "moe tiles flash one token n1");
+}
+
+TEST_F(CudaMoeTiles, OneTokenKernelsSmallBatches) {
+  // The one-token kernels and the PDL launches against the CPU and the fast block tiles at the batch sizes
+  // where they (or the warp tiles they hand over to) run: a short test for the device run of these kernels.
+  struct Case {
+    int64_t n;
+    int32_t k;
+    bool same;
+  };
+  for (Case c : {Case{1, 6, false}, Case{1, 6, true}, Case{1, 8, false}, Case{2, 6, false}, Case{5, 6, true}}) {
+    const auto x = randn(static_cast<size_t>(c.n * kDim));
+    const auto ids = routing(c.n, c.k, c.same);
+    std::vector<float> wts(ids.size());
+    for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
+    const auto want = run_cpu(x, ids, wts, c.n, c.k);
+    const auto block = run_gpu(5, x, ids, wts, c.n, c.k);
+    const std::string what = "moe one-token k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
+                             (c.same ? " same experts" : " random");
+    EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << what << ": block tiles not the CPU's bits";
+    for (int b : {0, 8, 9, 10}) {
+      const auto got = run_gpu(b, x, ids, wts, c.n, c.k);
+      const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
+      const bool same = std::memcmp(got.data(), block.data(), want.size() * 4) == 0;
+      EXPECT_TRUE(cpu) << what << ": side " << b << " not the CPU's bits";
+      EXPECT_TRUE(same) << what << ": side " << b << " and fast block tiles differ";
+      if (!cpu) expect_close(got, want, 5e-4, 1e-7, what + " side " + std::to_string(b));
+      std::printf("PARITY %-36s side %-2d == CPU bits: %s, == block tiles: %s\n", what.c_str(), b, cpu ? "ok" : "FAIL",
+                  same ? "ok" : "FAIL");
+    }
+  }
+}
+
+TEST_F(CudaMoeTiles, OneTokenRepeatedExpert) {
+  // One token routed twice to the same expert (a router never does; the kernels must still be exact): the
+  // group holds two pairs, which the one-token kernels run one after the other on the same weights.
+  const auto x = randn(kDim);
+  const std::vector<int32_t> ids = {3, 17, 3, 30, 9, 17};
+  const std::vector<float> wts = {0.9f, 0.3f, 0.6f, 0.2f, 0.5f, 0.7f};
+  const auto want = run_cpu(x, ids, wts, 1, 6);
+  const auto block = run_gpu(5, x, ids, wts, 1, 6);
+  EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << "fast block tiles not the CPU's bits";
+  for (int b : {0, 4, 8, 9, 10}) {
+    const auto got = run_gpu(b, x, ids, wts, 1, 6);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "side " << b << " not the CPU's bits";
+  }
 }
 
 TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
@@ -283,7 +359,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6, 7}) {
+    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)

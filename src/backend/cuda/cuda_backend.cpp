@@ -55,6 +55,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_expert_tiles_fast(opts.expert_tiles_fast);
   be->set_expert_tiles_warp_max(opts.expert_tiles_warp_max);
   be->set_expert_tiles_pdl(opts.expert_tiles_pdl);
+  be->set_expert_one_token(opts.expert_one_token);
   be->set_expert_row_tiles_min(opts.expert_row_tiles_min);
   be->set_expert_row_tiles_perm(opts.expert_row_tiles_perm);
   be->set_expert_row_tiles_v2(opts.expert_row_tiles_v2);

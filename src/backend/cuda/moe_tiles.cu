@@ -40,6 +40,7 @@
 #include "backend/cuda/moe_group.cuh"
 #include "backend/cuda/moe_terms.cuh"
 #include "backend/cuda/moe_row_tiles.h"
+#include "backend/cuda/moe_one_token.h"
 #include "backend/cuda/moe_warp_tiles.h"
 #include "quant/iq2xxs_tables.h"
 
@@ -386,6 +387,7 @@ cudaError_t init_tile_kernels() {
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::Q4_K>();
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::IQ2_XXS>();
   if (e == cudaSuccess) e = init_warp_tile_kernels();
+  if (e == cudaSuccess) e = init_one_token_kernels();
   if (e == cudaSuccess) e = init_row_tile_kernels();
   return e;
 }
@@ -417,8 +419,13 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const bool warp = !rows && a.n <= warp_max && var == kFast &&
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
                     warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
+  // One token (expert_one_token): moe_one_token.cu's kernels, its values in registers, where they fit.
+  const bool one = expert_one_token_ && a.n == 1 && var == kFast &&
+                   one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
+                                  a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
+                                  a.down.expert_bytes, nb_d, a.dim);
   // the down tiles' weights copied early
-  const bool pdl = (warp || rows) && expert_tiles_pdl_ && cc_major() >= 9;
+  const bool pdl = (one || warp || rows) && expert_tiles_pdl_ && cc_major() >= 9;
   const uint64_t words = static_cast<uint64_t>(pairs) + 3ull * max_groups + 1;
   const uint64_t x_stride = nb_gu * act_pitch_of(gt), h_stride = nb_d * act_pitch_of(dt);
   if (!ensure(moe_groups_, words * sizeof(int32_t), "expert groups") ||
@@ -460,7 +467,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.ff;
   p.weights = a.weights;
   p.clamp = a.clamp;
-  if (warp) {
+  if (one) {
+    p.n_tiles = static_cast<int32_t>(a.ff);
+    if (!launch_one_gate_up(*this, p, int64_t{max_groups} * p.n_tiles, s)) return true;
+  } else if (warp) {
     p.n_tiles = static_cast<int32_t>(a.ff / warp_tile_rows(true));
     if (!launch_warp_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
   } else if (rows) {
@@ -495,7 +505,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.dim;
   p.weights = nullptr;
   p.clamp = 0;
-  if (warp) {
+  if (one) {
+    p.n_tiles = static_cast<int32_t>(a.dim / one_token_down_rows());
+    launch_one_down(*this, p, int64_t{max_groups} * p.n_tiles, pdl, s);
+  } else if (warp) {
     p.n_tiles = static_cast<int32_t>(a.dim / warp_tile_rows(false));
     launch_warp_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, s);
   } else if (rows) {

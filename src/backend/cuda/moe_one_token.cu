@@ -1,0 +1,366 @@
+// moe_one_token.cu — the routed experts of a one-token decode step (CudaBackendOptions::expert_one_token):
+// IQ2_XXS gate/up + SwiGLU and Q2_K down, where every lane keeps the same pieces of the activation in
+// registers for all the rows it computes, so the inner loops read only weights and table entries.
+//
+// Gate/up: work item = (expert group, one output row): that row of gate and of up (2 × nb × 66 B; 2,112 B at
+// Flash shapes, nb = 16), streamed per warp through a private 4-deep ring of 16-byte cp.async copies (3
+// items in flight while one is computed, as the warp tiles do). Lane (octet o = lane / 8, group gi =
+// lane % 8) takes 32-value group gi of blocks o + 4s (s < nb / 4) of both rows: 8 groups of 32 weights, the
+// token's 4 × 32 Q8_K values for them loaded once per kernel (32 registers). Per group: the two quant
+// words by aligned loads and a funnel shift; per 8-value chunk the byte-permute decode of the row tiles
+// (moe_terms.cuh iq2_terms_perm, fill_perm_tables: one 4-byte grid-selector and one 4-byte sign-selector
+// lookup from 32-copy tables — one conflict-free wavefront each, half the shared-memory traffic of 8-byte
+// entries — their OR and two byte permutes give the 8 signed weights) and 2 dp4a, times the group scale.
+// The 8 lanes of an octet hold the 8 groups of the same blocks: a reduce-scatter over the octet
+// (shuffles at distance 4, 2, 1: 7 shuffles for 8 sums) leaves lane l with the whole integer sum of
+// matrix (l >> 2) & 1, block o + 4(l & 3) — exact, as every grouping of integer sums is — and its float
+// term QDot<IQ2_XXS>::finish's (f16(d)·d_x)·sum. Lanes 0–15 then add gate's terms from 0.0f in block
+// order, lanes 16–31 up's (a shuffle per term), and tile_row_finish applies ·0.125, the SwiGLU and each
+// pair's routing weight: the same bits as every other path (tests/cuda/test_cuda_moe_tiles.cpp).
+// Down: item = (expert group, 4 output rows, 4 × nb × 84 B), same ring; lane (o, piece pc = 4h + l) takes
+// values 128h + 32l … + 31 of blocks o + 4s (s < nb / 4) of each row — sub-blocks 8h + 2l and 8h + 2l + 1,
+// the quant bits at 2l of quant words 8h … 8h + 7 masked in place and dotted with the pair's Q8_K values
+// as unsigned bytes (the 4^l factor shifted out of the exact sum), their mins with the pair's bsums;
+// the octet reduce-scatter gives lane l the integer sums of (row (l & 7) >> 1, block o + 4(l & 1)), its
+// term q2k_finish's, and lane 8r the chain of row r in block order. Items in group-major order, so a
+// warp reloads its activation registers only when its run of rows crosses into the next expert.
+// Deliberately not here: more than one token (the warp and row tiles: several pairs of an expert read
+// different activation rows, which these registers cannot hold), other weight types and shapes (they take
+// the warp tiles), the prologue, the hidden-row quantization and the slot sum (moe_tiles.cu, ops_moe.cu).
+#include "backend/cuda/moe_one_token.h"
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/mma_s8.cuh"
+#include "quant/iq2xxs_tables.h"
+#include "quant/iq2xxs_words.h"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+__constant__ uint64_t c_one_grid[256];
+
+constexpr int kStages = 4;      // per-warp ring: 3 items in flight while one is computed
+constexpr int kGuWarps = 16;    // gate/up: one 512-thread block per SM shares the 64 KB of perm tables
+constexpr int kGuSteps = 4;     // nb ≤ 16: lane's blocks o + 4s, s < nb / 4
+constexpr int kDnWarps = 8;     // down: two 256-thread blocks per SM
+constexpr int kDnRows = 4;      // rows per down item: 4 rows × 2 blocks a lane = the octet's 8 sums
+constexpr int kDnSteps = 2;     // nb ≤ 8
+constexpr uint32_t kIq2Bytes = 66, kQ2kBytes = 84;  // sizeof(BlockIQ2_XXS), sizeof(BlockQ2_K)
+
+constexpr uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
+
+// Ring stage of one item: gate/up the two rows (+ 16 spare bytes: a group's third quant word may reach
+// 4 bytes past up's last block), down kDnRows rows.
+uint32_t gu_stage(uint64_t row_bytes) { return align16(2 * row_bytes + 16); }
+uint32_t dn_stage(uint64_t row_bytes) { return align16(kDnRows * row_bytes); }
+uint64_t gu_smem(uint64_t row_bytes) { return kPermTableBytes + uint64_t{kGuWarps} * kStages * gu_stage(row_bytes); }
+uint64_t dn_smem(uint64_t row_bytes) { return uint64_t{kDnWarps} * kStages * dn_stage(row_bytes); }
+
+// Exact integer sum of one IQ2_XXS 32-value group (quant words a0: 4 grid indices, a1: 4 × 7 sign bits and
+// the 4-bit scale) with the token's 32 Q8_K values x, times the group scale 2·(a1 >> 28) + 1 — the integer
+// iq2_xxs_group_isum gives. tab: the perm tables + 4 × lane (the lane's copy).
+__device__ inline int iq2_group_isum(uint32_t a0, uint32_t a1, const uint32_t (&x)[8], const uint8_t* tab) {
+  int sum = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t go = prmt(a0, 0, 0x4404u | (k << 4));  // grid index k · 256
+    const uint32_t so = (k == 0 ? a1 << 8 : k == 1 ? a1 << 1 : a1 >> (7 * k - 8)) & 0x7f00u;  // sign index k · 256
+    const uint32_t sel = *reinterpret_cast<const uint32_t*>(tab + go) | *reinterpret_cast<const uint32_t*>(tab + so + 128);
+    sum = __dp4a(static_cast<int>(prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel)), static_cast<int>(x[2 * k]), sum);
+    sum = __dp4a(static_cast<int>(prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel >> 16)), static_cast<int>(x[2 * k + 1]), sum);
+  }
+  return sum * (2 * static_cast<int>(a1 >> 28) + 1);
+}
+
+// Reduce-scatter of 8 integers over the 8 lanes of an octet: afterwards v[0] of lane l holds the octet's
+// sum of index l & 7 (pairs of halves exchanged at lane distance 4, 2, 1).
+__device__ inline void octet_reduce(int (&v)[8], int lane) {
+  const bool b2 = lane & 4, b1 = lane & 2, b0 = lane & 1;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int send = b2 ? v[j] : v[j + 4], keep = b2 ? v[j + 4] : v[j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int send = b1 ? v[j] : v[j + 2], keep = b1 ? v[j + 2] : v[j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  }
+  const int send = b0 ? v[0] : v[1], keep = b0 ? v[1] : v[0];
+  v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+}
+
+__device__ inline void load_x8(const uint8_t* p, uint32_t (&x)[8]) {  // 32 bytes, 16-byte aligned
+  const uint4 v0 = reinterpret_cast<const uint4*>(p)[0], v1 = reinterpret_cast<const uint4*>(p)[1];
+  x[0] = v0.x, x[1] = v0.y, x[2] = v0.z, x[3] = v0.w, x[4] = v1.x, x[5] = v1.y, x[6] = v1.z, x[7] = v1.w;
+}
+
+// This warp's run [begin, end) of `items` items, cut evenly over the grid's warps.
+__device__ inline void warp_run(int64_t items, int warps_per_block, int wid, int64_t& begin, int64_t& end) {
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
+  const int64_t per = (items + warps - 1) / warps;
+  begin = (static_cast<int64_t>(blockIdx.x) * warps_per_block + wid) * per;
+  end = begin + per < items ? begin + per : items;
+}
+
+__global__ void __launch_bounds__(kGuWarps* kWarp, 1) moe_one_gate_up_kernel(TileParams p, uint32_t stage) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  uint8_t* const ring = smem + kPermTableBytes + static_cast<uint32_t>(wid) * kStages * stage;
+  const int nb = p.nb, steps = nb / 4;
+  const uint64_t rb = p.row_bytes;
+  const uint32_t chunks = static_cast<uint32_t>(rb / 16);  // 16-byte pieces of one row
+  const int32_t ng = *p.n_groups;
+  int64_t begin = 0, end = 0;
+  warp_run(static_cast<int64_t>(ng) * p.n_tiles, kGuWarps, wid, begin, end);
+  // Items in row-major order (item = row · ng + g): every warp gets rows of every expert alike.
+  int32_t ig = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;  // the next item to copy
+  int64_t it = ng > 0 ? begin / ng : 0;
+  auto issue_next = [&](int s) {
+    const uint64_t off = static_cast<uint64_t>(p.groups[3 * ig]) * p.expert_bytes + static_cast<uint64_t>(it) * rb;
+    uint8_t* dst = ring + s * stage;
+    for (uint32_t j = lane; j < 2 * chunks; j += kWarp) {
+      const bool up = j >= chunks;
+      cp_async16(dst + 16 * j, (up ? p.w2 : p.w) + off + 16 * (j - (up ? chunks : 0)));
+    }
+    if (++ig == ng) ig = 0, ++it;
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (begin + s < end) issue_next(s);
+    cp_async_commit();
+  }
+  fill_perm_tables(reinterpret_cast<uint32_t*>(smem), c_one_grid, threadIdx.x, blockDim.x);
+  // The token's values for this lane's groups (one token: every pair reads activation row 0).
+  const int oct = lane / 8, gi = lane % 8;
+  const uint8_t* const act = p.act + kActLead;
+  uint32_t xa[kGuSteps][8];
+#pragma unroll
+  for (int s = 0; s < kGuSteps; ++s) {
+    if (s < steps) {
+      load_x8(act + (oct + 4 * s) * p.act_pitch + 4 + 32 * gi, xa[s]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) xa[s][j] = 0;
+    }
+  }
+  // The block this lane finishes after the octet reduction: matrix fm (0 gate, 1 up), block fb.
+  const int fs = lane & 3, fm = (lane >> 2) & 1, fb = oct + 4 * fs;
+  const float fda = fs < steps ? q8k_d(act + fb * p.act_pitch) : 0.0f;
+  const int mo = lane < kWarp / 2 ? 0 : 4;  // lanes 0–15 chain gate's terms, 16–31 up's
+  __syncthreads();
+  const uint8_t* const tab = smem + 4 * lane;
+  int32_t g = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;  // the item computed
+  int64_t row = ng > 0 ? begin / ng : 0;
+  for (int64_t item = begin; item < end; ++item) {
+    const int k = static_cast<int>(item - begin);
+    if (item + kStages - 1 < end) issue_next((k + kStages - 1) % kStages);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // this item's group has landed
+    __syncwarp();                  // … for every lane's copies
+    const uint8_t* wt = ring + (k % kStages) * stage;
+    int v[8];  // v[4m + s]: matrix m's group gi of block oct + 4s
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int s = 0; s < kGuSteps; ++s) {
+        int r = 0;
+        if (s < steps) {
+          // The group's 8 quant bytes are 2-byte aligned (blocks of 66 bytes): three aligned words and two
+          // funnel shifts.
+          const uint8_t* q = wt + m * rb + (oct + 4 * s) * kIq2Bytes + 2 + 8 * gi;
+          const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(q) & 3);
+          const uint32_t* qw = reinterpret_cast<const uint32_t*>(q - mis);
+          const uint32_t w0 = qw[0], w1 = qw[1], w2 = qw[2];
+          r = iq2_group_isum(__funnelshift_r(w0, w1, 8 * mis), __funnelshift_r(w1, w2, 8 * mis), xa[s], tab);
+        }
+        v[4 * m + s] = r;
+      }
+    }
+    octet_reduce(v, lane);
+    // QDot<IQ2_XXS>::finish: (f16(d) · d_x) · sum.
+    const float term =
+        fs < steps ? f16_dev(ld16(wt + fm * rb + fb * kIq2Bytes)) * fda * static_cast<float>(v[0]) : 0.0f;
+    // Block b of matrix m sits on lane 8(b % 4) + 4m + b / 4; the chain from 0.0f in block order.
+    float acc = 0;
+#pragma unroll 4
+    for (int b = 0; b < nb; ++b) acc += __shfl_sync(0xffffffffu, term, 8 * (b % 4) + b / 4 + mo);
+    const float gate = __shfl_sync(0xffffffffu, acc, 0), up = __shfl_sync(0xffffffffu, acc, kWarp / 2);
+    const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
+    for (int j = lane; j < count; j += kWarp) {
+      const int32_t pair = p.order[first + j];
+      p.y[static_cast<int64_t>(pair) * p.y_stride + row] = tile_row_finish<true, true>(gate, up, p.clamp, p.weights[pair]);
+    }
+    __syncwarp();  // this stage is rewritten next
+    if (++g == ng) g = 0, ++row;
+  }
+  cp_async_wait<0>();
+}
+
+__global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TileParams p, uint32_t stage) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  uint8_t* const ring = smem + static_cast<uint32_t>(wid) * kStages * stage;
+  const int nb = p.nb, steps = nb / 4;
+  const uint64_t rb = p.row_bytes, mat = kDnRows * rb;  // an item's rows, contiguous in the expert
+  const int32_t ng = *p.n_groups;
+  const int64_t nt = p.n_tiles;
+  int64_t begin = 0, end = 0;
+  warp_run(static_cast<int64_t>(ng) * nt, kDnWarps, wid, begin, end);
+  // Items in group-major order (item = g · n_tiles + t): a warp's run stays on one or two experts.
+  int32_t ig = nt > 0 ? static_cast<int32_t>(begin / nt) : 0;
+  int64_t it = nt > 0 ? begin % nt : 0;
+  auto issue_next = [&](int s) {
+    const uint8_t* src = p.w + static_cast<uint64_t>(p.groups[3 * ig]) * p.expert_bytes + static_cast<uint64_t>(it) * mat;
+    uint8_t* dst = ring + s * stage;
+    for (uint32_t j = lane; j < mat / 16; j += kWarp) cp_async16(dst + 16 * j, src + 16 * j);
+    if (++it == nt) it = 0, ++ig;
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (begin + s < end) issue_next(s);
+    cp_async_commit();
+  }
+  // The hidden rows come from the kernel before (a programmatic dependent: its first weights are in flight).
+  grid_dependency_wait();
+  const int oct = lane / 8, pc = lane % 8, h = pc / 4, l = pc % 4;
+  const uint32_t mask = 0x03030303u << (2 * l);
+  const int fs = lane & 1, fr = (lane & 7) >> 1, fb = oct + 4 * fs;  // the (row, block) this lane finishes
+  const int cr = lane / 8;                                             // the row whose chain this lane adds
+  uint32_t xa[kDnSteps][8];
+  int bs[kDnSteps][2];
+  int32_t loaded = -1;  // the pair whose values are in xa, bs
+  const uint8_t* fact = nullptr;
+  int32_t g = nt > 0 ? static_cast<int32_t>(begin / nt) : 0;
+  int64_t t = nt > 0 ? begin % nt : 0;
+  for (int64_t item = begin; item < end; ++item) {
+    const int k = static_cast<int>(item - begin);
+    if (item + kStages - 1 < end) issue_next((k + kStages - 1) % kStages);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const uint8_t* wt = ring + (k % kStages) * stage;
+    const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
+    for (int32_t q = 0; q < count; ++q) {
+      const int32_t pair = p.order[first + q];
+      if (pair != loaded) {  // pair's Q8_K values 128h + 32l … + 31 and the bsums of its two sub-blocks
+        loaded = pair;
+        const uint8_t* arow = p.act + kActLead + static_cast<uint64_t>(static_cast<uint32_t>(pair) / p.x_div) * p.act_stride;
+#pragma unroll
+        for (int s = 0; s < kDnSteps; ++s) {
+          if (s < steps) {
+            const uint8_t* ab = arow + (oct + 4 * s) * p.act_pitch;
+            load_x8(ab + 4 + 128 * h + 32 * l, xa[s]);
+            const uint32_t w = *reinterpret_cast<const uint32_t*>(ab + 260 + 2 * (8 * h + 2 * l));
+            bs[s][0] = static_cast<int16_t>(w & 0xffffu);
+            bs[s][1] = static_cast<int16_t>(w >> 16);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) xa[s][j] = 0;
+            bs[s][0] = bs[s][1] = 0;
+          }
+        }
+        fact = arow + fb * p.act_pitch;
+      }
+      int vi[8], vm[8];  // [2r + s]: row r, block oct + 4s — the integer sum and the min sum
+#pragma unroll
+      for (int r = 0; r < kDnRows; ++r) {
+#pragma unroll
+        for (int s = 0; s < kDnSteps; ++s) {
+          int isum = 0, summs = 0;
+          if (s < steps) {
+            const uint8_t* blk = wt + r * rb + (oct + 4 * s) * kQ2kBytes;
+            const uint32_t* qw = reinterpret_cast<const uint32_t*>(blk + 16 + 32 * h);
+            int sub0 = 0, sub1 = 0;
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+              sub0 = dp4a_us(qw[m] & mask, xa[s][m], sub0);
+              sub1 = dp4a_us(qw[4 + m] & mask, xa[s][4 + m], sub1);
+            }
+            const uint32_t sc = ld16(blk + 8 * h + 2 * l);  // scale/min bytes of sub-blocks 8h + 2l, + 1
+            // Each sub is 4^l times the sub-block's sum: exact, so the shift is.
+            isum = (static_cast<int>(sc & 15u) * sub0 + static_cast<int>((sc >> 8) & 15u) * sub1) >> (2 * l);
+            summs = bs[s][0] * static_cast<int>((sc >> 4) & 15u) + bs[s][1] * static_cast<int>(sc >> 12);
+          }
+          vi[2 * r + s] = isum;
+          vm[2 * r + s] = summs;
+        }
+      }
+      octet_reduce(vi, lane);
+      octet_reduce(vm, lane);
+      const float term = fs < steps ? q2k_finish(wt + fr * rb + fb * kQ2kBytes, fact, vi[0], vm[0]) : 0.0f;
+      // Block b of row r sits on lane 8(b % 4) + 2r + b / 4; lane 8r adds row r's chain in block order.
+      float acc = 0;
+#pragma unroll 4
+      for (int b = 0; b < nb; ++b) acc += __shfl_sync(0xffffffffu, term, 8 * (b % 4) + 2 * cr + b / 4);
+      if (lane % 8 == 0)
+        p.y[static_cast<int64_t>(pair) * p.y_stride + t * kDnRows + cr] = tile_row_finish<false, false>(acc, 0.0f, 0.0f, 0.0f);
+    }
+    __syncwarp();
+    if (++t == nt) t = 0, ++g;
+  }
+  cp_async_wait<0>();
+}
+
+int smem_limit(int device) {
+  int limit = 0;
+  if (cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return 0;
+  return limit;
+}
+
+// One wave of `per_block_warps`-warp blocks at most, no more warps than items.
+template <typename K>
+bool launch_one(CudaBackend& be, K kernel, int warps, uint64_t smem, const TileParams& p, uint32_t stage,
+                int64_t items_bound, bool pdl, cudaStream_t s, const char* what) {
+  int per_sm = 0, sms = 0;
+  if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * kWarp, smem), what) ||
+      !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), what))
+    return false;
+  const int64_t cap = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sms);
+  const int64_t blocks = std::clamp<int64_t>((items_bound + warps - 1) / warps, 1, cap);
+  return be.check(launch_dependent(pdl, dim3(static_cast<unsigned>(blocks)), dim3(warps * kWarp), smem, s, kernel, p, stage),
+                  what);
+}
+
+}  // namespace
+
+int one_token_down_rows() { return kDnRows; }
+
+bool one_token_fits(CudaBackend& be, GgmlType gt, GgmlType dt, const void* gate, const void* up, const void* down,
+                    uint64_t gu_row_bytes, uint64_t gu_expert_bytes, int nb_gu, uint64_t dn_row_bytes,
+                    uint64_t dn_expert_bytes, int nb_d, int64_t dim) {
+  const auto a16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (gt != GgmlType::IQ2_XXS || dt != GgmlType::Q2_K || nb_gu % 4 != 0 || nb_gu < 4 || nb_gu > 4 * kGuSteps ||
+      nb_d % 4 != 0 || nb_d < 4 || nb_d > 4 * kDnSteps || dim % kDnRows != 0 || !a16(gate) || !a16(up) || !a16(down) ||
+      gu_row_bytes % 16 != 0 || gu_expert_bytes % 16 != 0 || (kDnRows * dn_row_bytes) % 16 != 0 ||
+      dn_expert_bytes % 16 != 0 || dn_expert_bytes < kDnRows * dn_row_bytes)
+    return false;
+  const uint64_t limit = static_cast<uint64_t>(smem_limit(be.device()));
+  return gu_smem(gu_row_bytes) <= limit && dn_smem(dn_row_bytes) <= limit;
+}
+
+bool launch_one_gate_up(CudaBackend& be, const TileParams& p, int64_t items_bound, cudaStream_t s) {
+  return launch_one(be, moe_one_gate_up_kernel, kGuWarps, gu_smem(p.row_bytes), p, gu_stage(p.row_bytes), items_bound,
+                    false, s, "moe one-token gate/up");
+}
+
+bool launch_one_down(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, cudaStream_t s) {
+  return launch_one(be, moe_one_down_kernel, kDnWarps, dn_smem(p.row_bytes), p, dn_stage(p.row_bytes), items_bound,
+                    pdl, s, "moe one-token down");
+}
+
+cudaError_t init_one_token_kernels() {
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  const int limit = e == cudaSuccess ? smem_limit(device) : 0;
+  if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_one_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(moe_one_gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(moe_one_down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+  return e;
+}
+
+}  // namespace ds4::backend::cuda

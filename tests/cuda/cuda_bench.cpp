@@ -11,7 +11,7 @@
 //                                         fast block tiles (for ncu).
 //        cuda_bench --experts one [once]  n = 1, 2, 7: the default, the warp tiles with and without PDL, the
 //                                         one-token kernels (expert_one_token) with and without PDL; once: one
-//                                         untimed call of the one-token kernels at n = 1 (for ncu).
+//                                         untimed call at n = 1 of the one-token kernels, then the warp tiles (ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
@@ -209,7 +209,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     if (!once) moe_sides.push_back({&be, "default"});
     if (one_tiles.ok()) moe_sides.push_back({one_tiles->get(), "one"});
     if (onepdl_tiles.ok() && !once) moe_sides.push_back({onepdl_tiles->get(), "onepdl"});
-    if (nopdl_tiles.ok() && !once) moe_sides.push_back({nopdl_tiles->get(), "warp"});
+    if (nopdl_tiles.ok()) moe_sides.push_back({nopdl_tiles->get(), "warp"});
     if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warppdl"});
   } else {
     if (!once) moe_sides.push_back({&be, "default"});

@@ -200,7 +200,8 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   ro.expert_row_tiles_perm = false;
   auto v2_tiles = cuda::make_cuda_backend(ro);
   cuda::CudaBackendOptions oo;  // the one-token kernels (moe_one_token.cu), plain and with PDL
-  oo.expert_one_token = true;
+  oo.expert_one_token = 1;
+  oo.expert_tiles_pdl = 0;
   auto one_tiles = cuda::make_cuda_backend(oo);
   oo.expert_tiles_pdl = true;
   auto onepdl_tiles = cuda::make_cuda_backend(oo);

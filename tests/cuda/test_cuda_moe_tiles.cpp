@@ -62,13 +62,16 @@ class CudaMoeTiles : public CudaOpsTest {
       o.expert_row_tiles_v2 = false;
       o.expert_row_tiles_perm = false;
     }, v1_);
-    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = true; }, one_);
     make([](cuda::CudaBackendOptions& o) {
-      o.expert_one_token = true;
+      o.expert_one_token = 1;
+      o.expert_tiles_pdl = 0;
+    }, one_);
+    make([](cuda::CudaBackendOptions& o) {
+      o.expert_one_token = 1;
       o.expert_tiles_pdl = true;
     }, onepdl_);
     make([](cuda::CudaBackendOptions& o) {
-      o.expert_one_token = false;
+      o.expert_one_token = 0;
       o.expert_tiles_pdl = true;
     }, warppdl_);
     if (HasFatalFailure()) return;

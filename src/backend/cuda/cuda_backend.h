@@ -69,15 +69,16 @@ struct CudaBackendOptions {
   int expert_tiles_warp_max = -1;
   // With the warp tiles on sm_90: the hidden rows' quantization and the down warp tiles as
   // programmatic dependent launches, so the down tiles copy their first weights while the gate/up tiles
-  // finish. Off by default: the H200 measured no gain at 1 token and a loss at 32 and 64 (06:20 UTC run).
-  // Same bits either way.
-  bool expert_tiles_pdl = false;
+  // finish (with expert_one_token: its down kernel likewise). 1: on, 0: off, -1: where the H200 measured
+  // a gain (moe_tiles.cu kOneTokenPdlAuto for the one-token kernels; never for the warp and row tiles: no
+  // gain at 1 token and a loss at 32 and 64, 06:20 UTC run). Same bits either way.
+  int expert_tiles_pdl = -1;
   // Routed experts of a one-token step on moe_one_token.cu's kernels (with expert_tiles_fast; IQ2_XXS
   // gate/up and Q2_K down whose rows fit them, else the kernels above): every lane keeps its pieces of the
   // token's Q8_K values in registers for all its rows, 8 lanes split each weight block and sum its
-  // integers by shuffles, the block terms added in block order by shuffles. false: the warp tiles. Same
-  // bits either way.
-  bool expert_one_token = false;
+  // integers by shuffles, the block terms added in block order by shuffles. 1: on, 0: off (the warp
+  // tiles), -1: what the H200 measured faster (moe_tiles.cu kOneTokenAuto). Same bits either way.
+  int expert_one_token = -1;
   // Routed experts of at least this many tokens as row tiles (with expert_tiles_fast; moe_row_tiles.cu,
   // IQ2_XXS and Q2_K; before the warp tiles where both would run): a lane per output row walks its row's
   // blocks in order, the block terms added in registers, every lane on the same activation block, each

@@ -333,8 +333,8 @@ class CudaBackend final : public Backend {
   void set_expert_tiles_lean(bool on) { expert_tiles_lean_ = on; }
   void set_expert_tiles_fast(bool on) { expert_tiles_fast_ = on; }
   void set_expert_tiles_warp_max(int n) { expert_tiles_warp_max_ = n; }
-  void set_expert_tiles_pdl(bool on) { expert_tiles_pdl_ = on; }
-  void set_expert_one_token(bool on) { expert_one_token_ = on; }
+  void set_expert_tiles_pdl(int on) { expert_tiles_pdl_ = on; }
+  void set_expert_one_token(int on) { expert_one_token_ = on; }
   void set_expert_row_tiles_min(int n) { expert_row_tiles_min_ = n; }
   void set_expert_row_tiles_perm(bool on) { expert_row_tiles_perm_ = on; }
   void set_expert_row_tiles_v2(bool on) { expert_row_tiles_v2_ = on; }
@@ -390,8 +390,8 @@ class CudaBackend final : public Backend {
   bool expert_tiles_lean_ = true;         // CudaBackendOptions::expert_tiles_lean
   bool expert_tiles_fast_ = true;         // CudaBackendOptions::expert_tiles_fast
   int expert_tiles_warp_max_ = -1;        // CudaBackendOptions::expert_tiles_warp_max
-  bool expert_tiles_pdl_ = false;         // CudaBackendOptions::expert_tiles_pdl
-  bool expert_one_token_ = false;         // CudaBackendOptions::expert_one_token
+  int expert_tiles_pdl_ = -1;             // CudaBackendOptions::expert_tiles_pdl
+  int expert_one_token_ = -1;             // CudaBackendOptions::expert_one_token
   int expert_row_tiles_min_ = -1;         // CudaBackendOptions::expert_row_tiles_min
   bool expert_row_tiles_perm_ = false;    // CudaBackendOptions::expert_row_tiles_perm
   bool expert_row_tiles_v2_ = false;      // CudaBackendOptions::expert_row_tiles_v2

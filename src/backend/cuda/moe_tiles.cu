@@ -66,6 +66,11 @@ constexpr int64_t kWarpTilesAutoMax = 8;
 // (2026-11-30 09:08 UTC, µs per layer: 249.7 vs 272.8 warp tiles at 8; 417.1, 686.1, 1,202.6 vs the block
 // tiles' 513.3, 875.6, 1,401.5 at 16, 32, 64; 47.0 vs 41.3 at 1).
 constexpr int64_t kRowTilesAutoMin = 8;
+// One token takes moe_one_token.cu's kernels by default (expert_one_token = -1): not before a device run has
+// shown them bit for bit equal to the CPU and faster than the warp tiles.
+constexpr bool kOneTokenAuto = false;
+// … and with their down kernel as a programmatic dependent launch (expert_tiles_pdl = -1), likewise.
+constexpr bool kOneTokenPdlAuto = false;
 // The row tiles' byte-permute decode (expert_row_tiles_perm) up to this many tokens: the H200 measured it
 // faster at 8 and 16 tokens and slower at 32 and 64 (2026-11-30 09:47 UTC, µs per layer with the second
 // shapes: 197.0 vs 205.5, 343.4 vs 353.8; 627.1 vs 587.9, 1,032.8 vs 960.0).
@@ -420,12 +425,13 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
                     warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
   // One token (expert_one_token): moe_one_token.cu's kernels, its values in registers, where they fit.
-  const bool one = expert_one_token_ && a.n == 1 && var == kFast &&
+  const bool one = (expert_one_token_ < 0 ? kOneTokenAuto : expert_one_token_ > 0) && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
                                   a.down.expert_bytes, nb_d, a.dim);
   // the down tiles' weights copied early
-  const bool pdl = (one || warp || rows) && expert_tiles_pdl_ && cc_major() >= 9;
+  const bool pdl_on = expert_tiles_pdl_ < 0 ? one && kOneTokenPdlAuto : expert_tiles_pdl_ > 0;
+  const bool pdl = (one || warp || rows) && pdl_on && cc_major() >= 9;
   const uint64_t words = static_cast<uint64_t>(pairs) + 3ull * max_groups + 1;
   const uint64_t x_stride = nb_gu * act_pitch_of(gt), h_stride = nb_d * act_pitch_of(dt);
   if (!ensure(moe_groups_, words * sizeof(int32_t), "expert groups") ||

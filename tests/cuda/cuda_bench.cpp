@@ -10,8 +10,9 @@
 //        cuda_bench --experts once        one untimed call per n on the row tiles (each variant), then the
 //                                         fast block tiles (for ncu).
 //        cuda_bench --experts one [once]  n = 1, 2, 7: the default, the warp tiles with and without PDL, the
-//                                         one-token kernels (expert_one_token) with and without PDL; once: one
-//                                         untimed call at n = 1 of the one-token kernels, then the warp tiles (ncu).
+//                                         one-token kernels (expert_one_token 1 with and without PDL, 2, 3); once:
+//                                         one untimed call at n = 1 of each one-token variant, then the warp tiles
+//                                         (ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
@@ -205,11 +206,18 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto one_tiles = cuda::make_cuda_backend(oo);
   oo.expert_tiles_pdl = true;
   auto onepdl_tiles = cuda::make_cuda_backend(oo);
+  oo.expert_tiles_pdl = 0;
+  oo.expert_one_token = 2;  // gate/up variants 2 and 3 (moe_one_token.cu GuVariant)
+  auto one2_tiles = cuda::make_cuda_backend(oo);
+  oo.expert_one_token = 3;
+  auto one3_tiles = cuda::make_cuda_backend(oo);
   std::vector<Side> moe_sides;
   if (one) {
     if (!once) moe_sides.push_back({&be, "default"});
     if (one_tiles.ok()) moe_sides.push_back({one_tiles->get(), "one"});
     if (onepdl_tiles.ok() && !once) moe_sides.push_back({onepdl_tiles->get(), "onepdl"});
+    if (one2_tiles.ok()) moe_sides.push_back({one2_tiles->get(), "one2"});
+    if (one3_tiles.ok()) moe_sides.push_back({one3_tiles->get(), "one3"});
     if (nopdl_tiles.ok()) moe_sides.push_back({nopdl_tiles->get(), "warp"});
     if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warppdl"});
   } else {

@@ -76,8 +76,9 @@ struct CudaBackendOptions {
   // Routed experts of a one-token step on moe_one_token.cu's kernels (with expert_tiles_fast; IQ2_XXS
   // gate/up and Q2_K down whose rows fit them, else the kernels above): every lane keeps its pieces of the
   // token's Q8_K values in registers for all its rows, 8 lanes split each weight block and sum its
-  // integers by shuffles, the block terms added in block order by shuffles. 1: on, 0: off (the warp
-  // tiles), -1: what the H200 measured faster (moe_tiles.cu kOneTokenAuto). Same bits either way.
+  // integers by shuffles, the block terms added in block order by shuffles. 1, 2, 3: on, gate/up variant
+  // (moe_one_token.cu GuVariant), 0: off (the warp tiles), -1: what the H200 measured fastest (moe_tiles.cu
+  // kOneTokenAuto). Same bits either way.
   int expert_one_token = -1;
   // Routed experts of at least this many tokens as row tiles (with expert_tiles_fast; moe_row_tiles.cu,
   // IQ2_XXS and Q2_K; before the warp tiles where both would run): a lane per output row walks its row's

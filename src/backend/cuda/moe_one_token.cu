@@ -43,8 +43,16 @@ namespace {
 
 __constant__ uint64_t c_one_grid[256];
 
-constexpr int kStages = 4;      // per-warp ring: 3 items in flight while one is computed
-constexpr int kGuWarps = 16;    // gate/up: one 512-thread block per SM shares the 64 KB of perm tables
+constexpr int kDnStages = 4;    // down's per-warp ring: 3 items in flight while one is computed
+// Gate/up variants (expert_one_token 1, 2, 3): warps of the one block per SM that shares the 64 KB of perm
+// tables, ring depth, and whether the lane's table copy rides in the lookup offsets (a byte permute puts
+// the index byte next to the lane's 4·l, a LOP3 ORs it into the sign offset: no address add per lookup).
+template <int V>
+struct GuVariant {
+  static constexpr int kWarps = V == 3 ? 20 : 16;  // 20 × 3 stages: more warps at the same shared memory
+  static constexpr int kRing = V == 3 ? 3 : 4;
+  static constexpr bool kLaneSel = V >= 2;
+};
 constexpr int kGuSteps = 4;     // nb ≤ 16: lane's blocks o + 4s, s < nb / 4
 constexpr int kDnWarps = 8;     // down: two 256-thread blocks per SM
 constexpr int kDnRows = 4;      // rows per down item: 4 rows × 2 blocks a lane = the octet's 8 sums
@@ -57,18 +65,31 @@ constexpr uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) /
 // 4 bytes past up's last block), down kDnRows rows.
 uint32_t gu_stage(uint64_t row_bytes) { return align16(2 * row_bytes + 16); }
 uint32_t dn_stage(uint64_t row_bytes) { return align16(kDnRows * row_bytes); }
-uint64_t gu_smem(uint64_t row_bytes) { return kPermTableBytes + uint64_t{kGuWarps} * kStages * gu_stage(row_bytes); }
-uint64_t dn_smem(uint64_t row_bytes) { return uint64_t{kDnWarps} * kStages * dn_stage(row_bytes); }
+template <int V>
+uint64_t gu_smem(uint64_t row_bytes) {
+  return kPermTableBytes + uint64_t{GuVariant<V>::kWarps} * GuVariant<V>::kRing * gu_stage(row_bytes);
+}
+uint64_t dn_smem(uint64_t row_bytes) { return uint64_t{kDnWarps} * kDnStages * dn_stage(row_bytes); }
 
 // Exact integer sum of one IQ2_XXS 32-value group (quant words a0: 4 grid indices, a1: 4 × 7 sign bits and
 // the 4-bit scale) with the token's 32 Q8_K values x, times the group scale 2·(a1 >> 28) + 1 — the integer
-// iq2_xxs_group_isum gives. tab: the perm tables + 4 × lane (the lane's copy).
-__device__ inline int iq2_group_isum(uint32_t a0, uint32_t a1, const uint32_t (&x)[8], const uint8_t* tab) {
+// iq2_xxs_group_isum gives. tab: the perm tables + 4 × lane (the lane's copy); kLaneSel: tab is the tables'
+// start and lane4 = 4 × lane goes into the offsets (bits 0…6, below the index · 256).
+template <bool kLaneSel>
+__device__ inline int iq2_group_isum(uint32_t a0, uint32_t a1, const uint32_t (&x)[8], const uint8_t* tab,
+                                     uint32_t lane4) {
   int sum = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint32_t go = prmt(a0, 0, 0x4404u | (k << 4));  // grid index k · 256
-    const uint32_t so = (k == 0 ? a1 << 8 : k == 1 ? a1 << 1 : a1 >> (7 * k - 8)) & 0x7f00u;  // sign index k · 256
+    uint32_t go, so;  // grid index k · 256 and sign index k · 256 (+ 4 · lane)
+    const uint32_t sk = (k == 0 ? a1 << 8 : k == 1 ? a1 << 1 : a1 >> (7 * k - 8)) & 0x7f00u;
+    if constexpr (kLaneSel) {
+      go = prmt(a0, lane4, 0x5504u | (k << 4));  // bytes: 4·lane, index k, 0, 0
+      so = sk | lane4;
+    } else {
+      go = prmt(a0, 0, 0x4404u | (k << 4));
+      so = sk;
+    }
     const uint32_t sel = *reinterpret_cast<const uint32_t*>(tab + go) | *reinterpret_cast<const uint32_t*>(tab + so + 128);
     sum = __dp4a(static_cast<int>(prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel)), static_cast<int>(x[2 * k]), sum);
     sum = __dp4a(static_cast<int>(prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel >> 16)), static_cast<int>(x[2 * k + 1]), sum);
@@ -107,7 +128,9 @@ __device__ inline void warp_run(int64_t items, int warps_per_block, int wid, int
   end = begin + per < items ? begin + per : items;
 }
 
-__global__ void __launch_bounds__(kGuWarps* kWarp, 1) moe_one_gate_up_kernel(TileParams p, uint32_t stage) {
+template <int V>
+__global__ void __launch_bounds__(GuVariant<V>::kWarps* kWarp, 1) moe_one_gate_up_kernel(TileParams p, uint32_t stage) {
+  constexpr int kGuWarps = GuVariant<V>::kWarps, kStages = GuVariant<V>::kRing;
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
   uint8_t* const ring = smem + kPermTableBytes + static_cast<uint32_t>(wid) * kStages * stage;
@@ -153,7 +176,8 @@ __global__ void __launch_bounds__(kGuWarps* kWarp, 1) moe_one_gate_up_kernel(Til
   const float fda = fs < steps ? q8k_d(act + fb * p.act_pitch) : 0.0f;
   const int mo = lane < kWarp / 2 ? 0 : 4;  // lanes 0–15 chain gate's terms, 16–31 up's
   __syncthreads();
-  const uint8_t* const tab = smem + 4 * lane;
+  const uint8_t* const tab = GuVariant<V>::kLaneSel ? smem : smem + 4 * lane;
+  const uint32_t lane4 = 4u * static_cast<uint32_t>(lane);
   int32_t g = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;  // the item computed
   int64_t row = ng > 0 ? begin / ng : 0;
   for (int64_t item = begin; item < end; ++item) {
@@ -176,7 +200,8 @@ __global__ void __launch_bounds__(kGuWarps* kWarp, 1) moe_one_gate_up_kernel(Til
           const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(q) & 3);
           const uint32_t* qw = reinterpret_cast<const uint32_t*>(q - mis);
           const uint32_t w0 = qw[0], w1 = qw[1], w2 = qw[2];
-          r = iq2_group_isum(__funnelshift_r(w0, w1, 8 * mis), __funnelshift_r(w1, w2, 8 * mis), xa[s], tab);
+          r = iq2_group_isum<GuVariant<V>::kLaneSel>(__funnelshift_r(w0, w1, 8 * mis), __funnelshift_r(w1, w2, 8 * mis),
+                                                     xa[s], tab, lane4);
         }
         v[4 * m + s] = r;
       }
@@ -204,7 +229,7 @@ __global__ void __launch_bounds__(kGuWarps* kWarp, 1) moe_one_gate_up_kernel(Til
 __global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TileParams p, uint32_t stage) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
-  uint8_t* const ring = smem + static_cast<uint32_t>(wid) * kStages * stage;
+  uint8_t* const ring = smem + static_cast<uint32_t>(wid) * kDnStages * stage;
   const int nb = p.nb, steps = nb / 4;
   const uint64_t rb = p.row_bytes, mat = kDnRows * rb;  // an item's rows, contiguous in the expert
   const int32_t ng = *p.n_groups;
@@ -221,7 +246,7 @@ __global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TilePa
     if (++it == nt) it = 0, ++ig;
   };
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kDnStages - 1; ++s) {
     if (begin + s < end) issue_next(s);
     cp_async_commit();
   }
@@ -239,11 +264,11 @@ __global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TilePa
   int64_t t = nt > 0 ? begin % nt : 0;
   for (int64_t item = begin; item < end; ++item) {
     const int k = static_cast<int>(item - begin);
-    if (item + kStages - 1 < end) issue_next((k + kStages - 1) % kStages);
+    if (item + kDnStages - 1 < end) issue_next((k + kDnStages - 1) % kDnStages);
     cp_async_commit();
-    cp_async_wait<kStages - 1>();
+    cp_async_wait<kDnStages - 1>();
     __syncwarp();
-    const uint8_t* wt = ring + (k % kStages) * stage;
+    const uint8_t* wt = ring + (k % kDnStages) * stage;
     const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
     for (int32_t q = 0; q < count; ++q) {
       const int32_t pair = p.order[first + q];
@@ -340,12 +365,17 @@ bool one_token_fits(CudaBackend& be, GgmlType gt, GgmlType dt, const void* gate,
       dn_expert_bytes % 16 != 0 || dn_expert_bytes < kDnRows * dn_row_bytes)
     return false;
   const uint64_t limit = static_cast<uint64_t>(smem_limit(be.device()));
-  return gu_smem(gu_row_bytes) <= limit && dn_smem(dn_row_bytes) <= limit;
+  return std::max(gu_smem<1>(gu_row_bytes), gu_smem<3>(gu_row_bytes)) <= limit && dn_smem(dn_row_bytes) <= limit;
 }
 
-bool launch_one_gate_up(CudaBackend& be, const TileParams& p, int64_t items_bound, cudaStream_t s) {
-  return launch_one(be, moe_one_gate_up_kernel, kGuWarps, gu_smem(p.row_bytes), p, gu_stage(p.row_bytes), items_bound,
-                    false, s, "moe one-token gate/up");
+bool launch_one_gate_up(CudaBackend& be, const TileParams& p, int64_t items_bound, int variant, cudaStream_t s) {
+  const char* what = "moe one-token gate/up";
+  const uint32_t st = gu_stage(p.row_bytes);
+  switch (variant) {
+    case 3: return launch_one(be, moe_one_gate_up_kernel<3>, GuVariant<3>::kWarps, gu_smem<3>(p.row_bytes), p, st, items_bound, false, s, what);
+    case 2: return launch_one(be, moe_one_gate_up_kernel<2>, GuVariant<2>::kWarps, gu_smem<2>(p.row_bytes), p, st, items_bound, false, s, what);
+    default: return launch_one(be, moe_one_gate_up_kernel<1>, GuVariant<1>::kWarps, gu_smem<1>(p.row_bytes), p, st, items_bound, false, s, what);
+  }
 }
 
 bool launch_one_down(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, cudaStream_t s) {
@@ -358,7 +388,8 @@ cudaError_t init_one_token_kernels() {
   cudaError_t e = cudaGetDevice(&device);
   const int limit = e == cudaSuccess ? smem_limit(device) : 0;
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_one_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(moe_one_gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
+  for (auto k : {moe_one_gate_up_kernel<1>, moe_one_gate_up_kernel<2>, moe_one_gate_up_kernel<3>})
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
   if (e == cudaSuccess) e = cudaFuncSetAttribute(moe_one_down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
   return e;
 }

@@ -27,8 +27,9 @@ bool one_token_fits(CudaBackend& be, GgmlType gt, GgmlType dt, const void* gate,
                     uint64_t dn_expert_bytes, int nb_d, int64_t dim);
 
 // Launches the gate/up (+ SwiGLU, routing weight) kernel: p as moe_tiles fills it for the warp tiles, with
-// p.n_tiles = ff (one row per item); items_bound ≥ groups × ff. false: a launch error (recorded in be).
-bool launch_one_gate_up(CudaBackend& be, const TileParams& p, int64_t items_bound, cudaStream_t s);
+// p.n_tiles = ff (one row per item); items_bound ≥ groups × ff; variant 1, 2 or 3 (CudaBackendOptions::
+// expert_one_token: the same bits, different shapes). false: a launch error (recorded in be).
+bool launch_one_gate_up(CudaBackend& be, const TileParams& p, int64_t items_bound, int variant, cudaStream_t s);
 
 // Launches the down kernel: p.n_tiles = dim / one_token_down_rows(); pdl: as a programmatic dependent of the
 // hidden rows' quantization (its first weights are copied before it waits). false: a launch error.

@@ -66,9 +66,10 @@ constexpr int64_t kWarpTilesAutoMax = 8;
 // (2026-11-30 09:08 UTC, µs per layer: 249.7 vs 272.8 warp tiles at 8; 417.1, 686.1, 1,202.6 vs the block
 // tiles' 513.3, 875.6, 1,401.5 at 16, 32, 64; 47.0 vs 41.3 at 1).
 constexpr int64_t kRowTilesAutoMin = 8;
-// One token takes moe_one_token.cu's kernels by default (expert_one_token = -1): not before a device run has
-// shown them bit for bit equal to the CPU and faster than the warp tiles.
-constexpr bool kOneTokenAuto = false;
+// One token takes moe_one_token.cu's kernels by default (expert_one_token = -1; the value is the gate/up
+// variant, 0 = the warp tiles): not before a device run has shown them bit for bit equal to the CPU and
+// faster than the warp tiles.
+constexpr int kOneTokenAuto = 0;
 // … and with their down kernel as a programmatic dependent launch (expert_tiles_pdl = -1), likewise.
 constexpr bool kOneTokenPdlAuto = false;
 // The row tiles' byte-permute decode (expert_row_tiles_perm) up to this many tokens: the H200 measured it
@@ -425,7 +426,8 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
                     warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
   // One token (expert_one_token): moe_one_token.cu's kernels, its values in registers, where they fit.
-  const bool one = (expert_one_token_ < 0 ? kOneTokenAuto : expert_one_token_ > 0) && a.n == 1 && var == kFast &&
+  const int one_variant = expert_one_token_ < 0 ? kOneTokenAuto : expert_one_token_;
+  const bool one = one_variant > 0 && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
                                   a.down.expert_bytes, nb_d, a.dim);
@@ -475,7 +477,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.clamp = a.clamp;
   if (one) {
     p.n_tiles = static_cast<int32_t>(a.ff);
-    if (!launch_one_gate_up(*this, p, int64_t{max_groups} * p.n_tiles, s)) return true;
+    if (!launch_one_gate_up(*this, p, int64_t{max_groups} * p.n_tiles, one_variant, s)) return true;
   } else if (warp) {
     p.n_tiles = static_cast<int32_t>(a.ff / warp_tile_rows(true));
     if (!launch_warp_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;

@@ -425,9 +425,12 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const bool warp = !rows && a.n <= warp_max && var == kFast &&
                     warp_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups) &&
                     warp_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups);
-  // One token (expert_one_token): moe_one_token.cu's kernels, its values in registers, where they fit.
-  const int one_variant = expert_one_token_ < 0 ? kOneTokenAuto : expert_one_token_;
-  const bool one = one_variant > 0 && a.n == 1 && var == kFast &&
+  // One token (expert_one_token): moe_one_token.cu's kernels, its values in registers, where they fit. By
+  // default (-1) only where the warp and row tiles are left to their defaults too: an explicit choice of
+  // those (tests, benchmarks) keeps them at n = 1.
+  const bool others_auto = expert_tiles_warp_max_ < 0 && expert_row_tiles_min_ < 0;
+  const int one_variant = expert_one_token_ < 0 ? (others_auto ? kOneTokenAuto : 0) : expert_one_token_;
+  const bool one = !rows && one_variant > 0 && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
                                   a.down.expert_bytes, nb_d, a.dim);

@@ -70,8 +70,7 @@ struct CudaBackendOptions {
   // With the warp tiles on sm_90: the hidden rows' quantization and the down warp tiles as
   // programmatic dependent launches, so the down tiles copy their first weights while the gate/up tiles
   // finish (with expert_one_token: its down kernel likewise). 1: on, 0: off, -1: where the H200 measured
-  // a gain (moe_tiles.cu kOneTokenPdlAuto for the one-token kernels; never for the warp and row tiles: no
-  // gain at 1 token and a loss at 32 and 64, 06:20 UTC run). Same bits either way.
+  // a gain (moe_tiles.cu kWarpTilesPdlAuto, kOneTokenPdlAuto; never for the row tiles). Same bits either way.
   int expert_tiles_pdl = -1;
   // Routed experts of a one-token step on moe_one_token.cu's kernels (with expert_tiles_fast; IQ2_XXS
   // gate/up and Q2_K down whose rows fit them, else the kernels above): every lane keeps its pieces of the

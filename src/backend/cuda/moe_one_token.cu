@@ -5,7 +5,7 @@
 // Gate/up: work item = (expert group, one output row): that row of gate and of up (2 × nb × 66 B; 2,112 B at
 // Flash shapes, nb = 16), streamed per warp through a private 4-deep ring of 16-byte cp.async copies (3
 // items in flight while one is computed, as the warp tiles do). Lane (octet o = lane / 8, group gi =
-// lane % 8) takes 32-value group gi of blocks o + 4s (s < nb / 4) of both rows: 8 groups of 32 weights, the
+// lane % 8) takes 32-value group gi of blocks o + 4s (s < nb / 4) of both rows (nb = 16 at the Flash shapes, the only ones taken): 8 groups of 32 weights, the
 // token's 4 × 32 Q8_K values for them loaded once per kernel (32 registers). Per group: the two quant
 // words by aligned loads and a funnel shift; per 8-value chunk the byte-permute decode of the row tiles
 // (moe_terms.cuh iq2_terms_perm, fill_perm_tables: one 4-byte grid-selector and one 4-byte sign-selector
@@ -53,10 +53,14 @@ struct GuVariant {
   static constexpr int kRing = V == 3 ? 3 : 4;
   static constexpr bool kLaneSel = V >= 2;
 };
-constexpr int kGuSteps = 4;     // nb ≤ 16: lane's blocks o + 4s, s < nb / 4
+// Block counts are compile-time (the Flash shapes: gate/up rows of 16 IQ2_XXS blocks, down rows of 8 Q2_K
+// blocks; others take the warp tiles): with a runtime count every group sat behind its own branch and the
+// compiler could not interleave a lane's 8 groups — one dependency chain at a time (06:13 UTC W1 ncu: no
+// faster than the warp tiles at 14.1 M instructions, 58 % issue).
+constexpr int kGuSteps = 4;     // nb = 16: lane's blocks o + 4s, s < 4
 constexpr int kDnWarps = 8;     // down: two 256-thread blocks per SM
 constexpr int kDnRows = 4;      // rows per down item: 4 rows × 2 blocks a lane = the octet's 8 sums
-constexpr int kDnSteps = 2;     // nb ≤ 8
+constexpr int kDnSteps = 2;     // nb = 8
 constexpr uint32_t kIq2Bytes = 66, kQ2kBytes = 84;  // sizeof(BlockIQ2_XXS), sizeof(BlockQ2_K)
 
 constexpr uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
@@ -134,7 +138,7 @@ __global__ void __launch_bounds__(GuVariant<V>::kWarps* kWarp, 1) moe_one_gate_u
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
   uint8_t* const ring = smem + kPermTableBytes + static_cast<uint32_t>(wid) * kStages * stage;
-  const int nb = p.nb, steps = nb / 4;
+  constexpr int steps = kGuSteps, nb = 4 * steps;
   const uint64_t rb = p.row_bytes;
   const uint32_t chunks = static_cast<uint32_t>(rb / 16);  // 16-byte pieces of one row
   const int32_t ng = *p.n_groups;
@@ -212,7 +216,7 @@ __global__ void __launch_bounds__(GuVariant<V>::kWarps* kWarp, 1) moe_one_gate_u
         fs < steps ? f16_dev(ld16(wt + fm * rb + fb * kIq2Bytes)) * fda * static_cast<float>(v[0]) : 0.0f;
     // Block b of matrix m sits on lane 8(b % 4) + 4m + b / 4; the chain from 0.0f in block order.
     float acc = 0;
-#pragma unroll 4
+#pragma unroll
     for (int b = 0; b < nb; ++b) acc += __shfl_sync(0xffffffffu, term, 8 * (b % 4) + b / 4 + mo);
     const float gate = __shfl_sync(0xffffffffu, acc, 0), up = __shfl_sync(0xffffffffu, acc, kWarp / 2);
     const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TilePa
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
   uint8_t* const ring = smem + static_cast<uint32_t>(wid) * kDnStages * stage;
-  const int nb = p.nb, steps = nb / 4;
+  constexpr int steps = kDnSteps, nb = 4 * steps;
   const uint64_t rb = p.row_bytes, mat = kDnRows * rb;  // an item's rows, contiguous in the expert
   const int32_t ng = *p.n_groups;
   const int64_t nt = p.n_tiles;
@@ -320,7 +324,7 @@ __global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TilePa
       const float term = fs < steps ? q2k_finish(wt + fr * rb + fb * kQ2kBytes, fact, vi[0], vm[0]) : 0.0f;
       // Block b of row r sits on lane 8(b % 4) + 2r + b / 4; lane 8r adds row r's chain in block order.
       float acc = 0;
-#pragma unroll 4
+#pragma unroll
       for (int b = 0; b < nb; ++b) acc += __shfl_sync(0xffffffffu, term, 8 * (b % 4) + 2 * cr + b / 4);
       if (lane % 8 == 0)
         p.y[static_cast<int64_t>(pair) * p.y_stride + t * kDnRows + cr] = tile_row_finish<false, false>(acc, 0.0f, 0.0f, 0.0f);
@@ -359,8 +363,8 @@ bool one_token_fits(CudaBackend& be, GgmlType gt, GgmlType dt, const void* gate,
                     uint64_t gu_row_bytes, uint64_t gu_expert_bytes, int nb_gu, uint64_t dn_row_bytes,
                     uint64_t dn_expert_bytes, int nb_d, int64_t dim) {
   const auto a16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  if (gt != GgmlType::IQ2_XXS || dt != GgmlType::Q2_K || nb_gu % 4 != 0 || nb_gu < 4 || nb_gu > 4 * kGuSteps ||
-      nb_d % 4 != 0 || nb_d < 4 || nb_d > 4 * kDnSteps || dim % kDnRows != 0 || !a16(gate) || !a16(up) || !a16(down) ||
+  if (gt != GgmlType::IQ2_XXS || dt != GgmlType::Q2_K || nb_gu != 4 * kGuSteps || nb_d != 4 * kDnSteps ||
+      dim % kDnRows != 0 || !a16(gate) || !a16(up) || !a16(down) ||
       gu_row_bytes % 16 != 0 || gu_expert_bytes % 16 != 0 || (kDnRows * dn_row_bytes) % 16 != 0 ||
       dn_expert_bytes % 16 != 0 || dn_expert_bytes < kDnRows * dn_row_bytes)
     return false;

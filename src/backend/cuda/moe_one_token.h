@@ -19,8 +19,8 @@ class CudaBackend;
 // Output rows of one down item (gate/up items are one row of gate and the same row of up).
 int one_token_down_rows();
 
-// Whether one token's experts can run on these kernels on be's device: IQ2_XXS gate/up of nb_gu blocks a
-// row (a multiple of 4, ≤ 16), Q2_K down of nb_d blocks (a multiple of 4, ≤ 8), every copied run 16-byte
+// Whether one token's experts can run on these kernels on be's device: IQ2_XXS gate/up of nb_gu = 16 blocks a
+// row, Q2_K down of nb_d = 8 blocks (the Flash shapes; block counts are compile-time), every copied run 16-byte
 // aligned (the weight pointers, row and expert sizes), the shared memory within the device's limit.
 bool one_token_fits(CudaBackend& be, GgmlType gt, GgmlType dt, const void* gate, const void* up, const void* down,
                     uint64_t gu_row_bytes, uint64_t gu_expert_bytes, int nb_gu, uint64_t dn_row_bytes,

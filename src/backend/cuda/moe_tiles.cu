@@ -72,6 +72,11 @@ constexpr int64_t kRowTilesAutoMin = 8;
 constexpr int kOneTokenAuto = 0;
 // … and with their down kernel as a programmatic dependent launch (expert_tiles_pdl = -1), likewise.
 constexpr bool kOneTokenPdlAuto = false;
+// The warp tiles' down launch as a programmatic dependent by default (expert_tiles_pdl = -1): the H200 measured
+// it faster at 1, 2 and 7 tokens (2026-11-30 12:13 UTC, µs per layer: 42.5 vs 43.6, 75.4 vs 77.2, 250.2 vs
+// 255.5) with the CPU's bits (CudaMoeTiles.OneTokenKernelsSmallBatches at n = 1, 2, 5, OutOfRangeIdGivesNaN);
+// the row tiles (8 tokens and more) stay plain.
+constexpr bool kWarpTilesPdlAuto = true;
 // The row tiles' byte-permute decode (expert_row_tiles_perm) up to this many tokens: the H200 measured it
 // faster at 8 and 16 tokens and slower at 32 and 64 (2026-11-30 09:47 UTC, µs per layer with the second
 // shapes: 197.0 vs 205.5, 343.4 vs 353.8; 627.1 vs 587.9, 1,032.8 vs 960.0).
@@ -435,7 +440,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
                                   a.down.expert_bytes, nb_d, a.dim);
   // the down tiles' weights copied early
-  const bool pdl_on = expert_tiles_pdl_ < 0 ? one && kOneTokenPdlAuto : expert_tiles_pdl_ > 0;
+  const bool pdl_on = expert_tiles_pdl_ < 0 ? (one ? kOneTokenPdlAuto : warp && kWarpTilesPdlAuto) : expert_tiles_pdl_ > 0;
   const bool pdl = (one || warp || rows) && pdl_on && cc_major() >= 9;
   const uint64_t words = static_cast<uint64_t>(pairs) + 3ull * max_groups + 1;
   const uint64_t x_stride = nb_gu * act_pitch_of(gt), h_stride = nb_d * act_pitch_of(dt);

@@ -18,6 +18,8 @@
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
 //        cuda_bench --small4 [once]       HC pre without its split, the split, indexer RoPE + QAT, a CSA
 //                                         layer's two compressors: small_v4 vs off at n = 1, 2, 8, 32.
+//        cuda_bench --small5              session 8's kernels (small_v5) vs off: indexer RoPE + QAT, the HC
+//                                         state's norm, the HC pre past 32 tokens; n = 1, 8, 32, 2048.
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
 //                                         chunks, whole rows); NAME: only the shapes whose name holds it, no layer table.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
@@ -78,6 +80,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs);  // cuda_bench_stages
 void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bool once);  // cuda_bench_stages.cpp
 void bench_small_prefill(Backend& now, Backend& v2);  // cuda_bench_stages.cpp
 void bench_small4(Backend& now, Backend& v3, bool once);  // cuda_bench_stages.cpp
+void bench_small5(Backend& now, Backend& v4);             // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
@@ -514,6 +517,15 @@ int main(int argc, char** argv) {
     o3.small_v4 = false;
     auto v3 = cuda::make_cuda_backend(o3);
     if (v3.ok()) bench_small4(*be, **v3, argc > 2 && std::strcmp(argv[2], "once") == 0);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--small5") == 0) {  // session 8's small kernels: small_v5 vs off
+    cuda::CudaBackendOptions o5, o4;
+    o5.small_v5 = true;
+    o4.small_v5 = false;
+    auto v5 = cuda::make_cuda_backend(o5);
+    auto v4 = cuda::make_cuda_backend(o4);
+    if (v5.ok() && v4.ok()) bench_small5(**v5, **v4);
     return 0;
   }
   const bool hc_once = argc > 1 && std::strcmp(argv[1], "--hc-once") == 0;

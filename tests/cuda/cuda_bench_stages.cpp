@@ -1297,3 +1297,135 @@ void bench_l2_prefetch(Backend& be) {
     }
   }
 }
+
+// `cuda_bench --small5`: session 8's kernels (CudaBackendOptions::small_v5) against the previous ones at decode
+// batch sizes and a 2,048-token prefill chunk, graph µs per call (median of 5 replays) and GB/s of the bytes
+// each must move: the indexer query's RoPE + QAT (+ head weights' scale), the HC state's RMSNorm (16384
+// wide), and the whole HC pre past the spread kernels (norm, controls matmul, split + collapse + norm).
+void bench_small5(Backend& now, Backend& v4) {
+  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NMAX = 2048, IH = 64, ID = 128, R = 64;
+  std::vector<double> freq(R / 2);
+  for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
+  std::vector<int32_t> pos_h(NMAX);
+  for (int64_t t = 0; t < NMAX; ++t) pos_h[t] = 2048 + static_cast<int32_t>(t);
+  struct Side {
+    Backend* be;
+    std::unique_ptr<StageBench> sb;
+    Weight fn;
+    float *x, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *iq, *iw;
+    int32_t* pos;
+  } sides[2];
+  Backend* bes[2] = {&now, &v4};
+  for (int i = 0; i < 2; ++i) {
+    Side& s = sides[i];
+    s.be = bes[i];
+    s.sb = std::make_unique<StageBench>(*s.be);
+    StageBench& b = *s.sb;
+    s.fn = b.weight(GgmlType::F16, M, HCD);
+    s.x = b.buf(NMAX * HCD, 0.5f);
+    s.flat = b.buf(NMAX * HCD);
+    s.mix = b.buf(NMAX * M);
+    s.pre = b.buf(NMAX * NHC);
+    s.post = b.buf(NMAX * NHC);
+    s.comb = b.buf(NMAX * NHC * NHC);
+    s.y = b.buf(NMAX * E);
+    s.xn = b.buf(NMAX * E);
+    s.scale = b.buf(3, 0.5f);
+    s.base = b.buf(M);
+    s.norm_w = b.buf(E, 1.0f);
+    s.iq = b.buf(NMAX * IH * ID, 0.5f);
+    s.iw = b.buf(NMAX * IH, 0.5f);
+    s.pos = b.ibuf(pos_h);
+  }
+  auto hc_pre = [&](Side& s, int64_t n, bool split) {
+    HcPreArgs a;
+    a.x = s.x;
+    a.fn = s.fn;
+    a.scale = s.scale;
+    a.base = s.base;
+    a.norm_w = s.norm_w;
+    a.n = n;
+    a.dim = E;
+    a.nhc = NHC;
+    a.flat = s.flat;
+    a.mix = s.mix;
+    a.pre = s.pre;
+    a.post = s.post;
+    a.comb = s.comb;
+    a.y = s.y;
+    a.xn = s.xn;
+    a.split = split;
+    s.be->hc_pre(a);
+  };
+  struct Op {
+    const char* name;
+    double bytes_per_token;
+    std::function<void(Side&, int64_t)> run;
+  };
+  const Op ops[] = {
+      {"indexer q rope + qat 64x128, w scale", 8.0 * IH * ID,
+       [&](Side& s, int64_t n) {
+         IndexerQatArgs q{s.iq, n * IH, static_cast<int32_t>(ID), true};
+         q.pos = s.pos;
+         q.heads = static_cast<int32_t>(IH);
+         q.n_rot = static_cast<int32_t>(R);
+         q.freq = freq.data();
+         q.scale_x = s.iw;
+         q.scale = 1.0f;  // repeated calls leave the weights as they are
+         q.scale_count = n * IH;
+         s.be->indexer_qat(q);
+       }},
+      {"rms_norm hc state 16384 -> flat", 8.0 * HCD,
+       [&](Side& s, int64_t n) { s.be->rms_norm({s.x, s.flat, nullptr, n, HCD, HCD, 1e-6f}); }},
+      {"hc pre whole op", 4.0 * (2 * HCD + 2 * E), [&](Side& s, int64_t n) { hc_pre(s, n, true); }},
+      {"hc pre split off (main lane)", 4.0 * (HCD + 2 * E), [&](Side& s, int64_t n) { hc_pre(s, n, false); }},
+  };
+  // A 2,048-token chunk's compressor (pool + ring store) of one session at position 2,048: HCA (ratio 128,
+  // 512 wide) and CSA (ratio 4 with overlap, 512 and 128 wide).
+  struct Comp {
+    const char* name;
+    int32_t ratio, out_dim;
+    bool overlap;
+  };
+  for (Comp c : {Comp{"compressor chunk HCA r128 D512", 128, 512, false}, Comp{"compressor chunk CSA r4 D512", 4, 512, true},
+                 Comp{"compressor chunk CSA r4 D128", 4, 128, true}}) {
+    const int64_t width = c.overlap ? 2 * c.out_dim : c.out_dim, slots = 3 * c.ratio;
+    CompressorArgs args[2];
+    int64_t n_out = 0;
+    for (int i = 0; i < 2; ++i) {
+      StageBench& b = *sides[i].sb;
+      CompressorArgs& a = args[i];
+      a.kv = b.buf(NMAX * width, 0.5f);
+      a.score = b.buf(NMAX * width, 0.25f);
+      a.ape = b.buf(c.ratio * width, 0.1f);
+      a.n = NMAX;
+      a.pos0 = 2048;
+      a.ratio = c.ratio;
+      a.out_dim = c.out_dim;
+      a.overlap = c.overlap;
+      a.slots = static_cast<int32_t>(slots);
+      a.state_kv = b.buf(slots * width, 0.5f);
+      a.state_score = b.buf(slots * width, 0.25f);
+      a.out = b.buf((NMAX / c.ratio + 1) * c.out_dim);
+      a.out_pos = reinterpret_cast<int32_t*>(b.buf(NMAX / c.ratio + 1));
+      a.n_out = &n_out;
+    }
+    const StageTime ta = sides[0].sb->time([&] { now.compressor(args[0]); }, 5);
+    const StageTime tb = sides[1].sb->time([&] { v4.compressor(args[1]); }, 5);
+    std::printf("BENCH small5 %-44s n=2048 graph %8.2f us (%2.0f launches), small_v5 off %8.2f us (%2.0f launches)  %.2fx\n",
+                c.name, ta.graph_us, ta.launches, tb.graph_us, tb.launches, tb.graph_us / ta.graph_us);
+    std::fflush(stdout);
+  }
+  for (const Op& op : ops)
+    for (int64_t n : {1, 8, 32, 2048}) {
+      const int calls = n >= 2048 ? 5 : 20;
+      const StageTime a = sides[0].sb->time([&] { op.run(sides[0], n); }, calls);
+      const StageTime b = sides[1].sb->time([&] { op.run(sides[1], n); }, calls);
+      const double gb = op.bytes_per_token * static_cast<double>(n) / 1e3;
+      std::printf("BENCH small5 %-44s n=%-4lld graph %8.2f us (%2.0f launches, %5.0f GB/s), small_v5 off %8.2f us "
+                  "(%2.0f launches, %5.0f GB/s)  %.2fx\n",
+                  op.name, static_cast<long long>(n), a.graph_us, a.launches, gb / a.graph_us, b.graph_us, b.launches,
+                  gb / b.graph_us, b.graph_us / a.graph_us);
+      std::fflush(stdout);
+    }
+}

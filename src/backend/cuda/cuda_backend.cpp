@@ -64,6 +64,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_hc_pdl(opts.hc_pdl);
   be->set_small_v3(opts.small_v3);
   be->set_small_v4(opts.small_v4);
+  be->set_small_v5(opts.small_v5);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
   be->set_prefill_glue(opts.prefill_glue);

@@ -230,6 +230,10 @@ struct CudaBackendOptions {
   // (compressor_many; ops_compressor.cu). false: the previous kernels (split = false then runs the whole
   // finish, the fused ops run as their pieces). Same bits.
   bool small_v4 = true;
+  // Session 8's small kernels (issue 5): the indexer query's RoPE + QAT a warp per row (ops_qat.cu: values in
+  // registers, no barrier; a prefill chunk's rows 8 a warp sharing their RoPE angles), the prefill HC pre's
+  // split + collapse + norm with every load in flight (ops_hc.cu). false: the previous kernels. Same bits.
+  bool small_v5 = false;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

@@ -343,6 +343,7 @@ class CudaBackend final : public Backend {
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
   void set_small_v3(bool on) { small_v3_ = on; }
   void set_small_v4(bool on) { small_v4_ = on; }
+  void set_small_v5(bool on) { small_v5_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_prefill_glue(bool on) { prefill_glue_ = on; }
@@ -400,6 +401,7 @@ class CudaBackend final : public Backend {
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl
   bool small_v3_ = true;                  // CudaBackendOptions::small_v3
   bool small_v4_ = true;                  // CudaBackendOptions::small_v4
+  bool small_v5_ = false;                 // CudaBackendOptions::small_v5
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)

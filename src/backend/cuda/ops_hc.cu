@@ -604,6 +604,29 @@ __device__ inline float seg_total(const float* p, int64_t nseg, bool vec) {
   return total;
 }
 
+// The split block of the finish kernels (hc_finish3_kernel, hc_finish5_kernel), one warp (lane = threadIdx.x):
+// token t's mix rows added from its segment sums pt [rows][nseg] (seg_total's order), written to mix, then the
+// split (Sinkhorn) on copies of scale and base in shared memory (ms: [rows], sb: [3 + rows]).
+__device__ inline void hc_finish_split_warp(const HcSplitArgs& s, const float* pt, int64_t nseg, bool part4, float* mix,
+                                            int64_t t, int nhc, float* ms, float* sb) {
+  const int lane = threadIdx.x, rows = (2 + nhc) * nhc;
+  for (int q = lane; q < 3 + rows; q += kWarp) sb[q] = q < 3 ? s.scale[q] : s.base[q - 3];
+  grid_dependency_wait();  // the segment sums are the segment kernel's output
+  for (int o = lane; o < rows; o += kWarp) {
+    const float total = seg_total(pt + o * nseg, nseg, part4);
+    ms[o] = total;
+    mix[t * rows + o] = total;  // the op's mix output
+  }
+  __syncwarp();
+  HcSplitArgs sl = s;  // the same values, read from shared memory
+  sl.scale = sb;
+  sl.base = sb + 3;
+  if (nhc == 4)
+    hc_split4_token(sl, t, lane, ms);
+  else if (lane == 0)
+    hc_split_token<0>(sl, t, ms);
+}
+
 // hc_finish_kernel's values with shorter chains (CudaBackendOptions::small_v3): each mix sum is read by the
 // thread that adds it, from global memory into registers, instead of a block-wide copy into shared memory,
 // a barrier and then up to 24 threads of one block reading the same bank (row stride nseg = 32 floats) one
@@ -628,23 +651,7 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
   const int nhc = NHC > 0 ? NHC : s.nhc, rows = (2 + nhc) * nhc;
   const float* pt = part + t * rows * nseg;  // token t's segment sums [rows][nseg]
   if (with_split && blockIdx.x == 0) {  // mix and the split, one warp
-    if (threadIdx.x >= kWarp) return;
-    const int lane = threadIdx.x;
-    for (int q = lane; q < 3 + rows; q += kWarp) sb[q] = q < 3 ? s.scale[q] : s.base[q - 3];
-    grid_dependency_wait();  // the segment sums are the segment kernel's output
-    for (int o = lane; o < rows; o += kWarp) {
-      const float total = seg_total(pt + o * nseg, nseg, part4);
-      ms[o] = total;
-      mix[t * rows + o] = total;  // the op's mix output
-    }
-    __syncwarp();
-    HcSplitArgs sl = s;  // the same values, read from shared memory
-    sl.scale = sb;
-    sl.base = sb + 3;
-    if (nhc == 4)
-      hc_split4_token(sl, t, lane, ms);
-    else if (lane == 0)
-      hc_split_token<0>(sl, t, ms);
+    if (threadIdx.x < kWarp) hc_finish_split_warp(s, pt, nseg, part4, mix, t, nhc, ms, sb);
     return;
   }
   const float* xt = x + t * nhc * dim;
@@ -672,6 +679,142 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
   }
   __syncthreads();
   hc_collapse_norm(ws, xv, nw, one4, d1, xt, nhc, norm_w, y + t * dim, xn + t * dim, ys, dim, eps, norm_threads, vec4);
+}
+
+// hc_finish3_kernel's values with the collapse and norm in registers (small_v5; nhc = 4, dim ≤ 16·256 and
+// rms_norm_threads(dim) = 256): the finish block is 256 threads, thread i owning y[i + 256m] (m < 16) — exactly
+// the norm's chain i, so the sum of squares runs in registers as the collapse produces y (no copy of y to
+// shared memory, no barrier and no second pass over it before the norm), then block_sum (rms_scale_row's
+// tree) and the stores. X (64 values a thread) and the norm weights load before the wait. Block 0 (with the
+// split): hc_finish_split_warp, as hc_finish3_kernel's. Grid (with_split ? 2 : 1, n), 256 threads.
+constexpr int kFin5Threads = 256, kFin5Per = 16;
+__global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s, const float* part, int64_t nseg,
+                                                                  float* mix, const float* x, const float* norm_w,
+                                                                  float* y, float* xn, int64_t dim, float eps,
+                                                                  bool part4, bool with_split) {
+  constexpr int nhc = 4, rows = (2 + nhc) * nhc;
+  __shared__ float ms[rows];
+  __shared__ float sb[3 + rows];
+  __shared__ float ws[nhc];
+  const int64_t t = blockIdx.y;
+  const float* pt = part + t * rows * nseg;
+  if (with_split && blockIdx.x == 0) {
+    if (threadIdx.x < kWarp) hc_finish_split_warp(s, pt, nseg, part4, mix, t, nhc, ms, sb);
+    return;
+  }
+  const float* xt = x + t * nhc * dim;
+  float xv[nhc][kFin5Per], nw[kFin5Per];
+  // Before the wait: only what the segment kernel does not write (hc_finish_kernel's reasoning).
+#pragma unroll
+  for (int m = 0; m < kFin5Per; ++m) {
+    const int64_t d = threadIdx.x + kFin5Threads * m;
+    if (d < dim) {
+#pragma unroll
+      for (int k = 0; k < nhc; ++k) xv[k][m] = __ldcg(xt + k * dim + d);
+      nw[m] = norm_w ? __ldcg(norm_w + d) : 1.0f;
+    }
+  }
+  float scale0 = 0.0f, base = 0.0f;
+  if (threadIdx.x < nhc) {
+    scale0 = s.scale[0];
+    base = s.base[threadIdx.x];
+  }
+  grid_dependency_wait();
+  if (static_cast<int>(threadIdx.x) < (with_split ? nhc : rows)) {  // hc_finish3_kernel's mix rows and pre
+    const float total = seg_total(pt + threadIdx.x * nseg, nseg, part4);
+    if (!with_split) mix[t * rows + threadIdx.x] = total;
+    if (static_cast<int>(threadIdx.x) < nhc) {
+      const float p = sigmoid_dev(total * scale0 + base) + s.eps;
+      ws[threadIdx.x] = p;
+      if (!with_split) s.pre[t * nhc + threadIdx.x] = p;
+    }
+  }
+  __syncthreads();
+  const float w0 = ws[0], w1 = ws[1], w2 = ws[2], w3 = ws[3];
+  float yv[kFin5Per];
+  double ss = 0;  // rms_scale_row's chain of thread i: y[i], y[i + 256], …
+#pragma unroll
+  for (int m = 0; m < kFin5Per; ++m) {
+    if (threadIdx.x + kFin5Threads * m >= dim) break;
+    float acc = 0;  // hc_collapse_kernel's order, from 0
+    acc += w0 * xv[0][m];
+    acc += w1 * xv[1][m];
+    acc += w2 * xv[2][m];
+    acc += w3 * xv[3][m];
+    yv[m] = acc;
+    ss += static_cast<double>(acc) * acc;
+  }
+  const float sc = rms_scale_of(ss, dim, eps);
+  float* yt = y + t * dim;
+  float* xnt = xn + t * dim;
+#pragma unroll
+  for (int m = 0; m < kFin5Per; ++m) {
+    const int64_t d = threadIdx.x + kFin5Threads * m;
+    if (d >= dim) break;
+    yt[d] = yv[m];
+    xnt[d] = norm_w ? yv[m] * sc * nw[m] : yv[m] * sc;
+  }
+}
+
+// hc_pre_split_kernel's values with every load in flight (small_v5; prefill chunks): a block of
+// rms_norm_threads(dim) = T threads per token, thread i owning the float4s y[4i + 4Tm …] (m < kMaxV4, dim ≤
+// 4T·kMaxV4), its X and norm weights loaded before anything else. Threads < nhc take pre straight from mix
+// (the split's own expression), so the collapse does not wait for Sinkhorn; y goes to shared memory for the
+// norm's T chains (rms_scale_row's order: thread i sums y[i], y[i + T], …), xn = y·scale·w; the split (warp 0,
+// or thread 0 for nhc ≠ 4) runs last and writes pre, post and comb. The per-token 256-thread kernel above
+// loaded X one stride at a time (~2.1 TB/s at 2,048 tokens). dim % 4 == 0, 16-byte aligned rows.
+constexpr int kMaxV4 = 4;
+template <int NHC>
+__global__ void __launch_bounds__(256) hc_pre_split4_kernel(HcSplitArgs s, const float* x, const float* norm_w, float* y,
+                                                            float* xn, int64_t dim, float eps) {
+  extern __shared__ float4 ysh4[];  // [dim / 4] y
+  float* ys = reinterpret_cast<float*>(ysh4);
+  __shared__ float ws[kMaxHc];
+  const int nhc = NHC > 0 ? NHC : s.nhc;
+  const int64_t t = blockIdx.x, T = blockDim.x;
+  const float* xt = x + t * nhc * dim;
+  float4 xv[kMaxV4][kMaxHc], nw[kMaxV4];
+#pragma unroll
+  for (int m = 0; m < kMaxV4; ++m) {
+    const int64_t d = 4 * (threadIdx.x + T * m);
+    if (d < dim) {
+#pragma unroll
+      for (int k = 0; k < kMaxHc; ++k)
+        if (k < nhc) xv[m][k] = *reinterpret_cast<const float4*>(xt + k * dim + d);
+      nw[m] = norm_w ? *reinterpret_cast<const float4*>(norm_w + d) : make_float4(1, 1, 1, 1);
+    }
+  }
+  if (static_cast<int>(threadIdx.x) < nhc)  // hc_split_token's / hc_split4_token's pre expression
+    ws[threadIdx.x] = sigmoid_dev(s.m[t * (2 + nhc) * nhc + threadIdx.x] * s.scale[0] + s.base[threadIdx.x]) + s.eps;
+  __syncthreads();
+  float* yt = y + t * dim;
+#pragma unroll
+  for (int m = 0; m < kMaxV4; ++m) {
+    const int64_t d = 4 * (threadIdx.x + T * m);
+    if (d < dim) {
+      const float4 acc = collapse4(ws, xv[m], nhc);
+      *reinterpret_cast<float4*>(ys + d) = acc;
+      *reinterpret_cast<float4*>(yt + d) = acc;
+    }
+  }
+  __syncthreads();  // ys complete
+  const float sc = rms_scale_row(ys, dim, eps);
+  float* xnt = xn + t * dim;
+#pragma unroll
+  for (int m = 0; m < kMaxV4; ++m) {
+    const int64_t d = 4 * (threadIdx.x + T * m);
+    if (d < dim) {
+      const float4 yv = *reinterpret_cast<const float4*>(ys + d);
+      *reinterpret_cast<float4*>(xnt + d) = norm_w ? make_float4(yv.x * sc * nw[m].x, yv.y * sc * nw[m].y,
+                                                                 yv.z * sc * nw[m].z, yv.w * sc * nw[m].w)
+                                                   : make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
+    }
+  }
+  if (nhc == 4) {
+    if (threadIdx.x < kWarp) hc_split4_token(s, t, threadIdx.x, s.m + t * 24);
+  } else if (threadIdx.x == 0) {
+    hc_split_token<0>(s, t, s.m + t * (2 + s.nhc) * s.nhc);
+  }
 }
 
 }  // namespace
@@ -718,6 +861,15 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   const bool vec4 = a.dim % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.xn) &&
                     (a.norm_w == nullptr || aligned16(a.norm_w));
   const int threads = a.dim >= 4096 ? 1024 : 256;  // ≥ rms_norm_threads(dim) below 8192; 1024 above
+  if (small_v5_ && a.nhc == 4 && a.dim <= int64_t{kFin5Threads} * kFin5Per && rms_norm_threads(a.dim) == kFin5Threads) {
+    const bool part4 = nseg % 4 == 0 && aligned16(part);
+    const bool with_split = a.split || !small_v4_;
+    check(launch_dependent(pdl, dim3(with_split ? 2 : 1, static_cast<unsigned>(a.n)), kFin5Threads, 0, stream(),
+                           hc_finish5_kernel, s, static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn,
+                           a.dim, a.rms_eps, part4, with_split),
+          with_split ? "hc_pre mix + split + collapse + norm (v5)" : "hc_pre mix + collapse + norm (v5)");
+    return true;
+  }
   if (small_v3_) {
     const bool part4 = nseg % 4 == 0 && aligned16(part);
     // rows ≤ 80 ≤ threads: without the split block one thread per mix row.
@@ -768,6 +920,15 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
     matmul({a.fn, a.flat, hcd, a.mix, mix, a.n, a.numerics});
   }
   const HcSplitArgs s{a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb};
+  const int norm_threads = rms_norm_threads(a.dim);
+  if (small_v5_ && norm_threads == 256 && a.dim % 4 == 0 && a.dim <= 4 * norm_threads * kMaxV4 && aligned16(a.x) &&
+      aligned16(a.y) && aligned16(a.xn) && (a.norm_w == nullptr || aligned16(a.norm_w))) {
+    (a.nhc == 4 ? hc_pre_split4_kernel<4> : hc_pre_split4_kernel<0>)<<<static_cast<unsigned>(a.n), norm_threads,
+                                                                        static_cast<size_t>(a.dim) * 4, stream()>>>(
+        s, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps);
+    launched("hc_pre split + collapse + norm (v5)");
+    return;
+  }
   hc_pre_split_kernel<<<static_cast<unsigned>(a.n), rms_norm_threads(a.dim), 0, stream()>>>(s, a.x, a.norm_w, a.y,
                                                                                            a.xn, a.dim, a.rms_eps);
   launched("hc_pre split + collapse + norm");

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/f16_segment.cuh"  // aligned16
 #include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
@@ -187,6 +188,47 @@ __global__ void rms_norm3_kernel(const float* x, float* y, const float* w, int64
   }
 }
 
+// rms_norm_kernel's values for wide rows (small_v5; the 16384-wide HC state of a prefill chunk's HC pre): a
+// block of 256 threads standing for the row's 1,024 (rms_norm_threads), thread j carrying the chains of the
+// emulated threads 4j … 4j + 3 — x[4j + 1024k … + 3] as one float4, k < 16, all in flight — then
+// rms_scale_v4_of (rms_scale_row_v4's reduction: block_sum's tree over the 1,024) and the stores from the
+// same registers: the row read once (rms_norm_kernel read it twice, a strided scalar load at a time).
+// dim ≤ 16·1024 and a multiple of 4, rows 16-byte aligned.
+constexpr int kWideRound = 16, kWideThreads = 1024;
+__global__ void __launch_bounds__(kWideThreads / 4) rms_norm_wide_kernel(const float* x, float* y, const float* w,
+                                                                        int64_t dim, int64_t stride, float eps) {
+  const float* xr = x + blockIdx.x * stride;
+  float* yr = y + blockIdx.x * stride;
+  const int64_t j4 = 4 * static_cast<int64_t>(threadIdx.x);
+  float4 v[kWideRound];
+#pragma unroll
+  for (int k = 0; k < kWideRound; ++k) {
+    const int64_t i = k * int64_t{kWideThreads} + j4;
+    v[k] = i < dim ? *reinterpret_cast<const float4*>(xr + i) : make_float4(0, 0, 0, 0);
+  }
+  double s[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int k = 0; k < kWideRound; ++k) {  // each chain in order; past dim nothing is added
+    if (k * int64_t{kWideThreads} + j4 >= dim) continue;
+    s[0] += static_cast<double>(v[k].x) * v[k].x;
+    s[1] += static_cast<double>(v[k].y) * v[k].y;
+    s[2] += static_cast<double>(v[k].z) * v[k].z;
+    s[3] += static_cast<double>(v[k].w) * v[k].w;
+  }
+  const float scale = rms_scale_v4_of(s, dim, eps, kWideThreads);
+#pragma unroll
+  for (int k = 0; k < kWideRound; ++k) {
+    const int64_t i = k * int64_t{kWideThreads} + j4;
+    if (i >= dim) continue;
+    float4 o = make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale);
+    if (w) {
+      const float4 wv = *reinterpret_cast<const float4*>(w + i);
+      o = make_float4(v[k].x * scale * wv.x, v[k].y * scale * wv.y, v[k].z * scale * wv.z, v[k].w * scale * wv.w);
+    }
+    *reinterpret_cast<float4*>(yr + i) = o;
+  }
+}
+
 // norm_rope_kernel's values; head_dim ≤ kRowPer·blockDim.x, n_rot / 2 ≤ blockDim.x. Dynamic shared memory:
 // head_dim floats (the row between the steps).
 __global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f) {
@@ -280,6 +322,13 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), threads, 0, stream(), rms_norm3_kernel,
                            a.x, a.y, a.w, a.dim, a.stride, a.eps),
           "rms_norm");
+    return;
+  }
+  if (small_v5_ && threads == kWideThreads && a.dim <= int64_t{kWideRound} * kWideThreads && a.dim % 4 == 0 &&
+      a.stride % 4 == 0 && aligned16(a.x) && aligned16(a.y) && (a.w == nullptr || aligned16(a.w))) {
+    rms_norm_wide_kernel<<<static_cast<unsigned>(a.rows), kWideThreads / 4, 0, stream()>>>(a.x, a.y, a.w, a.dim,
+                                                                                          a.stride, a.eps);
+    launched("rms_norm (wide rows)");
     return;
   }
   rms_norm_kernel<<<static_cast<unsigned>(a.rows), threads, 0, stream()>>>(a.x, a.y, a.w, a.dim, a.stride, a.eps);

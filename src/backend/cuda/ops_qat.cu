@@ -1,7 +1,7 @@
 // ops_qat.cu — quantization-aware simulations (MODEL.md §5.4, §5.5): FP8 E4M3 round trip of KV rows
 // in blocks of 64, and Hadamard + FP4 E2M1 round trip of indexer rows in blocks of 32 (with
-// IndexerQatArgs::n_rot the indexer query's RoPE first, in the same launch). Each device function is the
-// CPU primitive (backend/cpu/primitives.cpp) in the same float operations.
+// IndexerQatArgs::n_rot the indexer query's RoPE first, in the same launch; with small_v5 a warp per row). Each
+// device function is the CPU primitive (backend/cpu/primitives.cpp) in the same float operations.
 #include <algorithm>
 #include <string>
 
@@ -140,6 +140,91 @@ __global__ void indexer_rope_qat_kernel(IndexerQatArgs a, RopeFreqs f, float k) 
   hadamard_fp4_store(v, sh, row, dim, k, a.f16);
 }
 
+// indexer_rope_qat_kernel's values with a warp per row (small_v5): lane l holds values l + 32c of the row
+// (c < V = dim / 32) in registers — the RoPE pair (2j, 2j + 1) on lanes l, l ^ 1 of one c (one shuffle), the
+// Hadamard stages below 32 by shuffles on every c, the stages from 32 between a lane's own registers (c and
+// c ^ (s / 32): own + partner on the lower, lower − upper on the upper, the same additions), each FP4 block of
+// 32 values one c across the warp — no shared memory, no barrier. A warp walks R rows of one token (R divides
+// heads), all their loads in flight, and forms its lanes' RoPE angles once for them: a 2,048-token prefill
+// chunk's 131,072 rows of 128 took a 128-thread block each (4 barriers, the double cos/sin per row and lane,
+// ~0.4 TB/s). Blocks past the row blocks: indexer_rope_qat_kernel's weight scale.
+template <int V, int R>
+__global__ void __launch_bounds__(128) indexer_rope_qat_warp_kernel(IndexerQatArgs a, RopeFreqs f, float k,
+                                                                     int64_t row_blocks) {
+  grid_dependency_wait();  // the rows come from the work before
+  if (blockIdx.x >= row_blocks) {
+    const int64_t step = static_cast<int64_t>(gridDim.x - row_blocks) * blockDim.x;
+    for (int64_t i = (blockIdx.x - row_blocks) * blockDim.x + threadIdx.x; i < a.scale_count; i += step)
+      a.scale_x[i] *= a.scale;
+    return;
+  }
+  constexpr int kDim = V * kWarp;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp) * R;
+  if (r0 >= a.rows) return;  // whole warps (rows is a multiple of R)
+  float v[R][V];
+#pragma unroll
+  for (int q = 0; q < R; ++q)
+#pragma unroll
+    for (int c = 0; c < V; ++c) v[q][c] = a.x[(r0 + q) * kDim + lane + kWarp * c];
+  // The token's angles for this lane's tail values (rope_cos_sin: index j = i − (dim − n_rot), pair j / 2).
+  const int32_t pos = a.pos[r0 / a.heads];
+  float2 cs[V];
+#pragma unroll
+  for (int c = 0; c < V; ++c) {
+    const int j = lane + kWarp * c - (kDim - a.n_rot);
+    cs[c] = j >= 0 ? rope_cos_sin(pos, f.w[j / 2], false) : make_float2(1.0f, 0.0f);
+  }
+#pragma unroll
+  for (int q = 0; q < R; ++q) {
+    float* x = v[q];
+#pragma unroll
+    for (int c = 0; c < V; ++c) {  // rope_apply's two expressions, one per lane of the pair
+      const int j = lane + kWarp * c - (kDim - a.n_rot);
+      const float o = __shfl_xor_sync(0xffffffffu, x[c], 1);
+      if (j >= 0) {
+        const bool odd = (j & 1) != 0;
+        const float x0 = odd ? o : x[c], x1 = odd ? x[c] : o;
+        x[c] = odd ? x0 * cs[c].y + x1 * cs[c].x : x0 * cs[c].x - x1 * cs[c].y;
+      }
+    }
+#pragma unroll
+    for (int s = 1; s < kWarp; s *= 2)
+#pragma unroll
+      for (int c = 0; c < V; ++c) {
+        const float o = __shfl_xor_sync(0xffffffffu, x[c], s);
+        x[c] = (lane & s) == 0 ? x[c] + o : o - x[c];
+      }
+#pragma unroll
+    for (int m = 1; m < V; m *= 2)  // stage s = 32·m
+#pragma unroll
+      for (int c = 0; c < V; ++c)
+        if ((c & m) == 0) {
+          const float lo = x[c], hi = x[c | m];
+          x[c] = lo + hi;
+          x[c | m] = lo - hi;
+        }
+    float* row = a.x + (r0 + q) * kDim;
+#pragma unroll
+    for (int c = 0; c < V; ++c) fp4_block_store(x[c] * k, row, lane + kWarp * c, a.f16);
+  }
+}
+
+// The launch of indexer_rope_qat_warp_kernel<V, R> for a.dim = 32·V: R rows a warp where heads allow and
+// the rows fill the device (prefill chunks), else one. false: not a shape it takes.
+template <int V>
+bool launch_rope_qat_warp(const IndexerQatArgs& a, const RopeFreqs& f, float k, int64_t sblocks, bool pdl,
+                          cudaStream_t st, cudaError_t& err) {
+  if (a.dim != V * kWarp) return false;
+  constexpr int kWarps = 4;
+  const bool wide = a.heads % 8 == 0 && a.rows >= 8192;
+  const int64_t rb = (a.rows / (wide ? 8 : 1) + kWarps - 1) / kWarps;
+  const dim3 grid(static_cast<unsigned>(rb + sblocks));
+  err = wide ? launch_dependent(pdl, grid, kWarps * kWarp, 0, st, indexer_rope_qat_warp_kernel<V, 8>, a, f, k, rb)
+             : launch_dependent(pdl, grid, kWarps * kWarp, 0, st, indexer_rope_qat_warp_kernel<V, 1>, a, f, k, rb);
+  return true;
+}
+
 }  // namespace
 
 void CudaBackend::fp8_round(const Fp8RoundArgs& a) {
@@ -184,6 +269,18 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
   if (a.n_rot > 0) {
     // The head weights' scale in extra blocks (≤ 4: 64 weights a token at decode take one).
     const int64_t sblocks = a.scale_x && a.scale_count > 0 ? std::min<int64_t>(4, (a.scale_count + a.dim - 1) / a.dim) : 0;
+    const bool pdl = hc_pdl_ && !on_side_ && sm90();
+    if (small_v5_) {  // a warp per row (dims 32 … 256)
+      const RopeFreqs f = rope_freqs(a.freq, a.n_rot);
+      cudaError_t err = cudaSuccess;
+      if (launch_rope_qat_warp<1>(a, f, k, sblocks, pdl, stream(), err) ||
+          launch_rope_qat_warp<2>(a, f, k, sblocks, pdl, stream(), err) ||
+          launch_rope_qat_warp<4>(a, f, k, sblocks, pdl, stream(), err) ||
+          launch_rope_qat_warp<8>(a, f, k, sblocks, pdl, stream(), err)) {
+        check(err, "indexer rope + qat (warp rows)");
+        return;
+      }
+    }
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows + sblocks)), a.dim,
                            a.dim * sizeof(float), stream(), indexer_rope_qat_kernel, a, rope_freqs(a.freq, a.n_rot), k),
           "indexer rope + qat");

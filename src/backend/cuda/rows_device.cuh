@@ -93,10 +93,27 @@ __device__ inline float rms_scale_row_as(const float* xr, int64_t dim, float eps
 // instead of 4 rounds of 4). block_sum's tree over the emulated threads: an emulated warp is 8 real
 // lanes, its butterfly offsets 16, 8, 4 are the real lanes ^ 4, 2, 1 and offsets 2, 1 are within a
 // thread's 4 chains (each addition own + partner, as warp_sum's).
-__device__ inline float rms_scale_row_v4(const float* xr, int64_t dim, float eps, int threads) {
+// rms_scale_row_v4's reduction from the four chains s[c] of the emulated threads 4j + c (for kernels that hold
+// the row in registers: ops_norm_rope.cu's wide rms_norm). Every thread must call it.
+__device__ inline float rms_scale_v4_of(double (&s)[4], int64_t dim, float eps, int threads) {
   __shared__ double part[32];
-  constexpr int kRound = 16;  // float4 loads in flight per thread
   const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int m = 4; m >= 1; m >>= 1)  // emulated offsets 16, 8, 4
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s[c] += __shfl_xor_sync(0xffffffffu, s[c], m);
+  // Offset 2 gives chain c the sum s[c] + s[c ^ 2], offset 1 then (s[0] + s[2]) + (s[1] + s[3]) on chain 0.
+  const double w0 = (s[0] + s[2]) + (s[1] + s[3]);
+  __syncthreads();  // `part` may still be read by a previous call
+  if (lane % 8 == 0) part[threadIdx.x / 8] = w0;  // emulated warp j / 8
+  __syncthreads();
+  double t = lane < threads / kWarp ? part[lane] : 0.0;
+  t = warp_sum(t);
+  return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(dim)) + eps);
+}
+
+__device__ inline float rms_scale_row_v4(const float* xr, int64_t dim, float eps, int threads) {
+  constexpr int kRound = 16;  // float4 loads in flight per thread
   const int64_t j4 = 4 * static_cast<int64_t>(threadIdx.x);
   double s[4] = {0, 0, 0, 0};
   for (int64_t b0 = 0; b0 < dim; b0 += kRound * int64_t{threads}) {
@@ -115,18 +132,7 @@ __device__ inline float rms_scale_row_v4(const float* xr, int64_t dim, float eps
       s[3] += static_cast<double>(v[k].w) * v[k].w;
     }
   }
-#pragma unroll
-  for (int m = 4; m >= 1; m >>= 1)  // emulated offsets 16, 8, 4
-#pragma unroll
-    for (int c = 0; c < 4; ++c) s[c] += __shfl_xor_sync(0xffffffffu, s[c], m);
-  // Offset 2 gives chain c the sum s[c] + s[c ^ 2], offset 1 then (s[0] + s[2]) + (s[1] + s[3]) on chain 0.
-  const double w0 = (s[0] + s[2]) + (s[1] + s[3]);
-  __syncthreads();  // `part` may still be read by a previous call
-  if (lane % 8 == 0) part[threadIdx.x / 8] = w0;  // emulated warp j / 8
-  __syncthreads();
-  double t = lane < threads / kWarp ? part[lane] : 0.0;
-  t = warp_sum(t);
-  return 1.0f / sqrtf(static_cast<float>(t / static_cast<double>(dim)) + eps);
+  return rms_scale_v4_of(s, dim, eps, threads);
 }
 
 // cos and sin of the angle pos·w (−pos·w when inverse), reduced in double: rope_rotate's, for kernels that

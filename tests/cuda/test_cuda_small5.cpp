@@ -1,0 +1,252 @@
+// test_cuda_small5.cpp — session 8's small kernels (CudaBackendOptions::small_v5) bit for bit against the
+// kernels before them (small_v5 = false) on the same inputs: the indexer query's RoPE + QAT a warp per row
+// (with the head weights' scale), the wide-row RMSNorm (the 16384-wide HC state), and the prefill HC pre's
+// split + collapse + norm, at decode batch sizes and a 2,048-token prefill chunk. The previous kernels are
+// checked against the CPU in test_cuda_ops.cpp / test_cuda_fused.cpp, so equal bits carry that over.
+// Deliberately not here: speed (cuda_bench --small5).
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+namespace {
+
+class CudaSmall5 : public CudaOpsTest {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    if (IsSkipped()) return;
+    cuda::CudaBackendOptions on, off;
+    on.small_v5 = true;
+    off.small_v5 = false;
+    auto a = cuda::make_cuda_backend(on);
+    auto b = cuda::make_cuda_backend(off);
+    ASSERT_TRUE(a.ok() && b.ok());
+    v5_ = std::move(a).value();
+    v4_ = std::move(b).value();
+  }
+  std::unique_ptr<Backend> v5_, v4_;  // on this test's device buffers (one device)
+};
+
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = got.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], 4) != 0 && ++bad == 1) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " values differ, first at " << first << " ("
+                     << (first < got.size() ? got[first] : 0) << " vs " << (first < got.size() ? want[first] : 0) << ")";
+  std::printf("PARITY %-52s n=%-9zu small_v5 == previous bit for bit: %s\n", what.c_str(), got.size(), bad ? "FAIL" : "ok");
+}
+
+}  // namespace
+
+// Flash's indexer query (64 heads of 128, 64 RoPE dims; n = 128 and 2,048 take 8 rows a warp), with and
+// without half rounding, tiny (2 × 64, 16 dims), a row rotated whole (3 × 32), 256 wide (8 values a lane).
+TEST_F(CudaSmall5, IndexerRopeQatEqualsPrevious) {
+  struct S {
+    int32_t heads, dim, n_rot;
+    bool f16;
+  };
+  for (S s : {S{64, 128, 64, true}, S{64, 128, 64, false}, S{2, 64, 16, true}, S{3, 32, 32, false}, S{8, 256, 64, true}})
+    for (int64_t n : {1, 2, 8, 32, 128, 2048}) {
+      if (n > 32 && s.heads != 64) continue;
+      const std::string tag = "indexer rope+qat H" + std::to_string(s.heads) + " D" + std::to_string(s.dim) + " R" +
+                              std::to_string(s.n_rot) + (s.f16 ? " f16" : "") + " n" + std::to_string(n);
+      const int64_t rows = n * s.heads;
+      const auto x = randn(static_cast<size_t>(rows * s.dim), 2.0f);
+      std::vector<int32_t> pos(n);
+      for (int64_t t = 0; t < n; ++t) pos[t] = randint(0, 1 << 20);
+      std::vector<double> freq(s.n_rot / 2);
+      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / s.n_rot);
+      const auto wts = randn(static_cast<size_t>(rows), 3.0f);
+      float *xa = dev(x), *xb = dev(x), *wa = dev(wts), *wb = dev(wts);
+      IndexerQatArgs q{xa, rows, s.dim, s.f16};
+      q.pos = dev(pos);
+      q.heads = s.heads;
+      q.n_rot = s.n_rot;
+      q.freq = freq.data();
+      q.scale_x = wa;
+      q.scale = 0.0110485f;
+      q.scale_count = rows;
+      v5_->indexer_qat(q);
+      ASSERT_TRUE(v5_->sync().ok()) << tag;
+      IndexerQatArgs qb = q;
+      qb.x = xb;
+      qb.scale_x = wb;
+      v4_->indexer_qat(qb);
+      ASSERT_TRUE(v4_->sync().ok()) << tag;
+      expect_same_bits(host(xa, x.size()), host(xb, x.size()), tag);
+      expect_same_bits(host(wa, wts.size()), host(wb, wts.size()), tag + " weights scale");
+    }
+}
+
+// The HC state's norm (4 × 4096 = 16384 wide, unweighted, into another buffer, as the HC pre's flat), a
+// weighted 8192-wide row, a 12,292-wide one (partial last round), and in place.
+TEST_F(CudaSmall5, WideRmsNormEqualsPrevious) {
+  for (int64_t dim : {16384, 8192, 12292})
+    for (int64_t n : {1, 2, 8, 32, 2048}) {
+      if (n == 2048 && dim != 16384) continue;
+      for (bool weighted : {false, true}) {
+        const std::string tag = "rms_norm D" + std::to_string(dim) + (weighted ? " w" : "") + " n" + std::to_string(n);
+        const auto x = randn(static_cast<size_t>(n * dim), 1.5f);
+        const auto w = randn(static_cast<size_t>(dim));
+        float *xa = dev(x), *xb = dev(x), *ya = poisoned(x.size()), *yb = poisoned(x.size());
+        const float* gw = weighted ? dev(w) : nullptr;
+        v5_->rms_norm({xa, ya, gw, n, dim, dim, 1e-6f});
+        v4_->rms_norm({xb, yb, gw, n, dim, dim, 1e-6f});
+        if (n == 8) {  // in place
+          v5_->rms_norm({xa, xa, gw, n, dim, dim, 1e-6f});
+          v4_->rms_norm({xb, xb, gw, n, dim, dim, 1e-6f});
+        }
+        ASSERT_TRUE(v5_->sync().ok() && v4_->sync().ok()) << tag;
+        expect_same_bits(host(ya, x.size()), host(yb, x.size()), tag);
+        if (n == 8) expect_same_bits(host(xa, x.size()), host(xb, x.size()), tag + " in place");
+      }
+    }
+}
+
+// HC pre past the spread kernels' 32 tokens (norm, controls matmul, then split + collapse + norm): Flash
+// (4 × 4096), tiny (4 × 64), odd (3 × 52: the runtime-nhc form), 3 × 54 (not a multiple of 4: the previous
+// kernel on both); n = 1, 8, 32 the spread kernels (the finish kernel in registers: hc_finish5_kernel), with
+// and without the split block.
+TEST_F(CudaSmall5, HcPreEqualsPrevious) {
+  struct S {
+    int32_t nhc;
+    int64_t dim;
+  };
+  for (S s : {S{4, 4096}, S{4, 64}, S{3, 52}, S{3, 54}})
+    for (int64_t n : {1, 8, 32, 40, 2048}) {
+      if (n == 2048 && s.dim != 4096) continue;
+      const int64_t hcd = s.nhc * s.dim, mix = (2 + s.nhc) * s.nhc;
+      const std::string tag = "hc_pre " + std::to_string(s.nhc) + "x" + std::to_string(s.dim) + " n" + std::to_string(n);
+      Weight fn;
+      auto fn_bytes = random_weight(GgmlType::F16, mix, hcd, &fn, 0.01f);
+      fn.data = fn_bytes.data();
+      const auto x = randn(static_cast<size_t>(n * hcd));
+      const auto scale = randn(3, 0.5f), base = randn(static_cast<size_t>(mix), 0.5f);
+      const auto norm_w = randn(static_cast<size_t>(s.dim));
+      HcPreArgs g;
+      g.fn = gpu_weight(fn, fn_bytes.size());
+      g.n = n;
+      g.dim = s.dim;
+      g.nhc = s.nhc;
+      g.x = dev(x);
+      g.scale = dev(scale);
+      g.base = dev(base);
+      g.norm_w = dev(norm_w);
+      HcPreArgs h = g;
+      for (HcPreArgs* o : {&g, &h}) {
+        o->flat = poisoned(static_cast<size_t>(n * hcd));
+        o->mix = poisoned(static_cast<size_t>(n * mix));
+        o->pre = poisoned(static_cast<size_t>(n * s.nhc));
+        o->post = poisoned(static_cast<size_t>(n * s.nhc));
+        o->comb = poisoned(static_cast<size_t>(n * s.nhc * s.nhc));
+        o->y = poisoned(static_cast<size_t>(n * s.dim));
+        o->xn = poisoned(static_cast<size_t>(n * s.dim));
+      }
+      v5_->hc_pre(g);
+      ASSERT_TRUE(v5_->sync().ok()) << tag;
+      v4_->hc_pre(h);
+      ASSERT_TRUE(v4_->sync().ok()) << tag;
+      for (auto [got, want, len, what] :
+           {std::tuple{g.mix, h.mix, n * mix, "mix"}, std::tuple{g.pre, h.pre, n * s.nhc, "pre"},
+            std::tuple{g.post, h.post, n * s.nhc, "post"}, std::tuple{g.comb, h.comb, n * s.nhc * s.nhc, "comb"},
+            std::tuple{g.y, h.y, n * s.dim, "y"}, std::tuple{g.xn, h.xn, n * s.dim, "xn"}})
+        expect_same_bits(host(got, static_cast<size_t>(len)), host(want, static_cast<size_t>(len)), tag + " " + what);
+      if (n > 32) continue;
+      // HcPreArgs::split = false (the finish without its split block): mix, pre, y, xn.
+      HcPreArgs gs = g, hs = h;
+      gs.split = hs.split = false;
+      for (HcPreArgs* o : {&gs, &hs}) {
+        o->mix = poisoned(static_cast<size_t>(n * mix));
+        o->pre = poisoned(static_cast<size_t>(n * s.nhc));
+        o->y = poisoned(static_cast<size_t>(n * s.dim));
+        o->xn = poisoned(static_cast<size_t>(n * s.dim));
+      }
+      v5_->hc_pre(gs);
+      ASSERT_TRUE(v5_->sync().ok()) << tag;
+      v4_->hc_pre(hs);
+      ASSERT_TRUE(v4_->sync().ok()) << tag;
+      for (auto [got, want, len, what] :
+           {std::tuple{gs.mix, g.mix, n * mix, "mix"}, std::tuple{gs.pre, g.pre, n * s.nhc, "pre"},
+            std::tuple{gs.y, g.y, n * s.dim, "y"}, std::tuple{gs.xn, g.xn, n * s.dim, "xn"},
+            std::tuple{hs.xn, g.xn, n * s.dim, "xn (previous)"}})
+        expect_same_bits(host(got, static_cast<size_t>(len)), host(want, static_cast<size_t>(len)), tag + " split off " + what);
+    }
+}
+
+// A prefill chunk's pooling with batched candidate loads (compressor_pool_batch_kernel) against the walk
+// (compressor_parallel = false) and the previous parallel pool, each on its own ring: rows, positions and the
+// ring bit for bit, chunk after chunk (the later ones read the earlier ones' ring rows). Flash's CSA (ratio 4,
+// overlap, 512 and 128 wide) and HCA (ratio 128, 512), and ratio 16 without overlap.
+TEST_F(CudaSmall5, CompressorChunkPoolEqualsWalk) {
+  cuda::CudaBackendOptions wo;
+  wo.compressor_parallel = false;
+  auto walk_made = cuda::make_cuda_backend(wo);
+  ASSERT_TRUE(walk_made.ok());
+  Backend& walk = **walk_made;
+  struct S {
+    int32_t ratio, out_dim;
+    bool overlap;
+  };
+  for (S s : {S{4, 512, true}, S{128, 512, false}, S{4, 128, true}, S{16, 256, false}}) {
+    const int64_t width = s.overlap ? 2 * s.out_dim : s.out_dim;
+    const int32_t slots = (s.overlap ? 3 : 2) * s.ratio;
+    const std::vector<float> ckv(static_cast<size_t>(slots * width), 0.0f), csc(static_cast<size_t>(slots * width), -INFINITY);
+    const auto ape = randn(static_cast<size_t>(s.ratio * width));
+    float* gape = dev(ape);
+    float* kv3[3] = {dev(ckv), dev(ckv), dev(ckv)};  // rings: small_v5, previous, walk
+    float* sc3[3] = {dev(csc), dev(csc), dev(csc)};
+    Backend* bes[3] = {v5_.get(), v4_.get(), &walk};
+    int32_t pos0 = 0;
+    for (int64_t n : {600, 2048, 64, 131}) {
+      const auto kv = randn(static_cast<size_t>(n * width));
+      const auto sc = randn(static_cast<size_t>(n * width), 2.0f);
+      const int64_t max_out = n / s.ratio + 1;
+      const float* gkv = dev(kv);
+      const float* gsc = dev(sc);
+      float* out[3];
+      int32_t* opos[3];
+      int64_t n_out[3] = {-1, -1, -1};
+      for (int b = 0; b < 3; ++b) {
+        out[b] = poisoned(static_cast<size_t>(max_out * s.out_dim));
+        opos[b] = poisoned_i32(static_cast<size_t>(max_out));
+        CompressorArgs c;
+        c.kv = gkv;
+        c.score = gsc;
+        c.ape = gape;
+        c.n = n;
+        c.pos0 = pos0;
+        c.ratio = s.ratio;
+        c.out_dim = s.out_dim;
+        c.overlap = s.overlap;
+        c.slots = slots;
+        c.state_kv = kv3[b];
+        c.state_score = sc3[b];
+        c.out = out[b];
+        c.out_pos = opos[b];
+        c.n_out = &n_out[b];
+        bes[b]->compressor(c);
+        ASSERT_TRUE(bes[b]->sync().ok());
+      }
+      const std::string what = "compressor r" + std::to_string(s.ratio) + " D" + std::to_string(s.out_dim) + " pos0 " +
+                               std::to_string(pos0) + " n" + std::to_string(n);
+      ASSERT_EQ(n_out[0], n_out[2]) << what;
+      ASSERT_EQ(n_out[1], n_out[2]) << what;
+      const size_t rows = static_cast<size_t>(n_out[0] * s.out_dim);
+      expect_same_bits(host(out[0], rows), host(out[2], rows), what + " rows vs walk");
+      expect_same_bits(host(out[0], rows), host(out[1], rows), what + " rows vs previous pool");
+      EXPECT_EQ(host(opos[0], static_cast<size_t>(n_out[0])), host(opos[2], static_cast<size_t>(n_out[0]))) << what;
+      expect_same_bits(host(kv3[0], ckv.size()), host(kv3[2], ckv.size()), what + " ring kv vs walk");
+      expect_same_bits(host(sc3[0], csc.size()), host(sc3[2], csc.size()), what + " ring score vs walk");
+      pos0 += static_cast<int32_t>(n);
+    }
+  }
+}

@@ -521,8 +521,8 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--small5") == 0) {  // session 8's small kernels: small_v5 vs off
     cuda::CudaBackendOptions o5, o4;
-    o5.small_v5 = true;
-    o4.small_v5 = false;
+    o5.small_v5 = 1;
+    o4.small_v5 = 0;
     auto v5 = cuda::make_cuda_backend(o5);
     auto v4 = cuda::make_cuda_backend(o4);
     if (v5.ok() && v4.ok()) bench_small5(**v5, **v4);

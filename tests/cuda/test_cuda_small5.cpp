@@ -1,5 +1,5 @@
 // test_cuda_small5.cpp — session 8's small kernels (CudaBackendOptions::small_v5) bit for bit against the
-// kernels before them (small_v5 = false) on the same inputs: the indexer query's RoPE + QAT a warp per row
+// kernels before them (small_v5 = 0) on the same inputs: the indexer query's RoPE + QAT a warp per row
 // (with the head weights' scale), the wide-row RMSNorm (the 16384-wide HC state), and the prefill HC pre's
 // split + collapse + norm, at decode batch sizes and a 2,048-token prefill chunk. The previous kernels are
 // checked against the CPU in test_cuda_ops.cpp / test_cuda_fused.cpp, so equal bits carry that over.
@@ -24,8 +24,8 @@ class CudaSmall5 : public CudaOpsTest {
     CudaOpsTest::SetUp();
     if (IsSkipped()) return;
     cuda::CudaBackendOptions on, off;
-    on.small_v5 = true;
-    off.small_v5 = false;
+    on.small_v5 = 1;
+    off.small_v5 = 0;
     auto a = cuda::make_cuda_backend(on);
     auto b = cuda::make_cuda_backend(off);
     ASSERT_TRUE(a.ok() && b.ok());

@@ -9,6 +9,10 @@
 
 namespace ds4::backend::cuda {
 
+// CudaBackendOptions::small_v5 = -1: session 8's small kernels (ops_qat.cu, ops_norm_rope.cu, ops_hc.cu,
+// ops_compressor.cu) by default once the H200 run has shown them bit for bit and faster (docs/PERF.md).
+constexpr bool kSmallV5Auto = false;
+
 static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
 
 int cuda_device_count() {
@@ -64,7 +68,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_hc_pdl(opts.hc_pdl);
   be->set_small_v3(opts.small_v3);
   be->set_small_v4(opts.small_v4);
-  be->set_small_v5(opts.small_v5);
+  be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
   be->set_prefill_glue(opts.prefill_glue);

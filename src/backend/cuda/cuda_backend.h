@@ -232,8 +232,11 @@ struct CudaBackendOptions {
   bool small_v4 = true;
   // Session 8's small kernels (issue 5): the indexer query's RoPE + QAT a warp per row (ops_qat.cu: values in
   // registers, no barrier; a prefill chunk's rows 8 a warp sharing their RoPE angles), the prefill HC pre's
-  // split + collapse + norm with every load in flight (ops_hc.cu). false: the previous kernels. Same bits.
-  bool small_v5 = false;
+  // split + collapse + norm with every load in flight and the decode HC finish's collapse + norm in registers
+  // (ops_hc.cu), a prefill chunk's compressor pooling with batched candidate loads (ops_compressor.cu).
+  // 0: the previous kernels; 1: these; -1: cuda_backend.cpp's kSmallV5Auto (the device run's verdict, one
+  // constant in one .cpp). Same bits.
+  int small_v5 = -1;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

@@ -1380,42 +1380,6 @@ void bench_small5(Backend& now, Backend& v4) {
       {"hc pre whole op", 4.0 * (2 * HCD + 2 * E), [&](Side& s, int64_t n) { hc_pre(s, n, true); }},
       {"hc pre split off (main lane)", 4.0 * (HCD + 2 * E), [&](Side& s, int64_t n) { hc_pre(s, n, false); }},
   };
-  // A 2,048-token chunk's compressor (pool + ring store) of one session at position 2,048: HCA (ratio 128,
-  // 512 wide) and CSA (ratio 4 with overlap, 512 and 128 wide).
-  struct Comp {
-    const char* name;
-    int32_t ratio, out_dim;
-    bool overlap;
-  };
-  for (Comp c : {Comp{"compressor chunk HCA r128 D512", 128, 512, false}, Comp{"compressor chunk CSA r4 D512", 4, 512, true},
-                 Comp{"compressor chunk CSA r4 D128", 4, 128, true}}) {
-    const int64_t width = c.overlap ? 2 * c.out_dim : c.out_dim, slots = 3 * c.ratio;
-    CompressorArgs args[2];
-    int64_t n_out = 0;
-    for (int i = 0; i < 2; ++i) {
-      StageBench& b = *sides[i].sb;
-      CompressorArgs& a = args[i];
-      a.kv = b.buf(NMAX * width, 0.5f);
-      a.score = b.buf(NMAX * width, 0.25f);
-      a.ape = b.buf(c.ratio * width, 0.1f);
-      a.n = NMAX;
-      a.pos0 = 2048;
-      a.ratio = c.ratio;
-      a.out_dim = c.out_dim;
-      a.overlap = c.overlap;
-      a.slots = static_cast<int32_t>(slots);
-      a.state_kv = b.buf(slots * width, 0.5f);
-      a.state_score = b.buf(slots * width, 0.25f);
-      a.out = b.buf((NMAX / c.ratio + 1) * c.out_dim);
-      a.out_pos = reinterpret_cast<int32_t*>(b.buf(NMAX / c.ratio + 1));
-      a.n_out = &n_out;
-    }
-    const StageTime ta = sides[0].sb->time([&] { now.compressor(args[0]); }, 5);
-    const StageTime tb = sides[1].sb->time([&] { v4.compressor(args[1]); }, 5);
-    std::printf("BENCH small5 %-44s n=2048 graph %8.2f us (%2.0f launches), small_v5 off %8.2f us (%2.0f launches)  %.2fx\n",
-                c.name, ta.graph_us, ta.launches, tb.graph_us, tb.launches, tb.graph_us / ta.graph_us);
-    std::fflush(stdout);
-  }
   for (const Op& op : ops)
     for (int64_t n : {1, 8, 32, 2048}) {
       const int calls = n >= 2048 ? 5 : 20;

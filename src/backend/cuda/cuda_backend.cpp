@@ -9,8 +9,8 @@
 
 namespace ds4::backend::cuda {
 
-// CudaBackendOptions::small_v5 = -1: session 8's small kernels (ops_qat.cu, ops_norm_rope.cu, ops_hc.cu,
-// ops_compressor.cu) by default once the H200 run has shown them bit for bit and faster (docs/PERF.md).
+// CudaBackendOptions::small_v5 = -1: session 8's small kernels (ops_qat.cu, ops_norm_rope.cu, ops_hc.cu) by
+// default once the H200 run has shown them bit for bit and faster (docs/PERF.md).
 constexpr bool kSmallV5Auto = false;
 
 static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }

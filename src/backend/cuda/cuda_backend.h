@@ -230,10 +230,10 @@ struct CudaBackendOptions {
   // (compressor_many; ops_compressor.cu). false: the previous kernels (split = false then runs the whole
   // finish, the fused ops run as their pieces). Same bits.
   bool small_v4 = true;
-  // Session 8's small kernels (issue 5): the indexer query's RoPE + QAT a warp per row (ops_qat.cu: values in
-  // registers, no barrier; a prefill chunk's rows 8 a warp sharing their RoPE angles), the prefill HC pre's
-  // split + collapse + norm with every load in flight and the decode HC finish's collapse + norm in registers
-  // (ops_hc.cu), a prefill chunk's compressor pooling with batched candidate loads (ops_compressor.cu).
+  // Session 8's small kernels (issue 5): a prefill chunk's indexer query RoPE + QAT a warp per row (ops_qat.cu:
+  // values in registers, no barrier; 8 rows a warp sharing their RoPE angles), the RMSNorm of rows ≥ 8192 wide
+  // read once into registers (ops_norm_rope.cu: the HC state's), the prefill HC pre's split + collapse + norm
+  // with every load in flight and the decode HC finish's collapse + norm in registers (ops_hc.cu).
   // 0: the previous kernels; 1: these; -1: cuda_backend.cpp's kSmallV5Auto (the device run's verdict, one
   // constant in one .cpp). Same bits.
   int small_v5 = -1;

@@ -153,64 +153,6 @@ __global__ void compressor_pool_chunk_kernel(CompressorArgs a) {
   a.out[e * D + d] = acc / denom;
 }
 
-// compressor_pool_chunk_kernel's values with the candidates loaded kPoolBatch at a time (small_v5): each pass
-// issues a batch's loads before the first of them is used, then runs the same operations in the same order
-// (the max, then denom and acc in candidate order) — the per-candidate loop waited a memory round trip per
-// candidate and pass (an HCA row's 128 candidates × 2 passes: ~150 µs a 2,048-token chunk on 64 blocks).
-constexpr int kPoolBatch = 16;
-
-// The max pass over r candidates t0 … t0 + r − 1 of column col (chunk_score's values, in order).
-__device__ inline float pool_max(const CompressorArgs& a, int64_t t0, int64_t r, int64_t col, int64_t width, float mx) {
-  for (int64_t s0 = 0; s0 < r; s0 += kPoolBatch) {
-    float v[kPoolBatch];
-#pragma unroll
-    for (int u = 0; u < kPoolBatch; ++u) v[u] = s0 + u < r ? chunk_score(a, t0 + s0 + u, col, width) : -INFINITY;
-#pragma unroll
-    for (int u = 0; u < kPoolBatch; ++u)
-      if (s0 + u < r) mx = fmaxf(mx, v[u]);
-  }
-  return mx;
-}
-
-// The sum pass: denom += e, acc += e·kv with e = expf(score − mx), candidates in order.
-__device__ inline void pool_sum(const CompressorArgs& a, int64_t t0, int64_t r, int64_t col, int64_t width, float mx,
-                                float& denom, float& acc) {
-  for (int64_t s0 = 0; s0 < r; s0 += kPoolBatch) {
-    float sc[kPoolBatch], kv[kPoolBatch];
-#pragma unroll
-    for (int u = 0; u < kPoolBatch; ++u) {
-      sc[u] = s0 + u < r ? chunk_score(a, t0 + s0 + u, col, width) : 0.0f;
-      kv[u] = s0 + u < r ? chunk_kv(a, t0 + s0 + u, col, width) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kPoolBatch; ++u) {
-      if (s0 + u >= r) break;
-      const float ex = expf(sc[u] - mx);
-      denom += ex;
-      acc += ex * kv[u];
-    }
-  }
-}
-
-__global__ void compressor_pool_batch_kernel(CompressorArgs a) {
-  const int64_t D = a.out_dim, r = a.ratio;
-  const int64_t width = a.overlap ? 2 * D : D;
-  const int64_t e = blockIdx.y;
-  const int64_t B = a.pos0 / r + e;
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (blockIdx.x == 0 && threadIdx.x == 0) a.out_pos[e] = static_cast<int32_t>(B * r);
-  if (d >= D) return;
-  const bool has_prev = a.overlap && B > 0;
-  const int64_t cur_col = a.overlap ? D : 0, tp = (B - 1) * r, tc = B * r;
-  float mx = -INFINITY;
-  if (has_prev) mx = pool_max(a, tp, r, d, width, mx);
-  mx = pool_max(a, tc, r, cur_col + d, width, mx);
-  float denom = 0, acc = 0;
-  if (has_prev) pool_sum(a, tp, r, d, width, mx, denom, acc);
-  pool_sum(a, tc, r, cur_col + d, width, mx, denom, acc);
-  a.out[e * D + d] = acc / denom;
-}
-
 // grid (⌈width / blockDim⌉, tokens): token t = first + blockIdx.y into ring row t mod slots.
 __global__ void compressor_ring_store_kernel(CompressorArgs a, int64_t first) {
   const int64_t width = a.overlap ? 2 * static_cast<int64_t>(a.out_dim) : a.out_dim;
@@ -335,10 +277,7 @@ void CudaBackend::compressor(const CompressorArgs& a) {
     constexpr int kThreads = 128;
     if (emitted > 0) {
       const dim3 grid(grid_for(a.out_dim, kThreads), static_cast<unsigned>(emitted));
-      if (small_v5_)
-        compressor_pool_batch_kernel<<<grid, kThreads, 0, stream()>>>(a);
-      else
-        compressor_pool_chunk_kernel<<<grid, kThreads, 0, stream()>>>(a);
+      compressor_pool_chunk_kernel<<<grid, kThreads, 0, stream()>>>(a);
       if (!launched("compressor pool (chunk)")) return;
     }
     const int64_t first = std::max<int64_t>(a.pos0, a.pos0 + a.n - a.slots);

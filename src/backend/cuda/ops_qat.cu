@@ -147,7 +147,10 @@ __global__ void indexer_rope_qat_kernel(IndexerQatArgs a, RopeFreqs f, float k) 
 // 32 values one c across the warp — no shared memory, no barrier. A warp walks R rows of one token (R divides
 // heads), all their loads in flight, and forms its lanes' RoPE angles once for them: a 2,048-token prefill
 // chunk's 131,072 rows of 128 took a 128-thread block each (4 barriers, the double cos/sin per row and lane,
-// ~0.4 TB/s). Blocks past the row blocks: indexer_rope_qat_kernel's weight scale.
+// ~0.4 TB/s). Decode calls (< kWarpRowsMin rows) keep indexer_rope_qat_kernel: a row's chain spread over 128
+// threads is shorter than a lane's four values (H200: 2.5 against 4.4 µs at 64 rows). Blocks past the row
+// blocks: indexer_rope_qat_kernel's weight scale, sized by the count (a chunk's 131,072 weights in 4 blocks
+// were ~256 dependent load-store rounds a thread, the whole launch's tail: 311 µs).
 template <int V, int R>
 __global__ void __launch_bounds__(128) indexer_rope_qat_warp_kernel(IndexerQatArgs a, RopeFreqs f, float k,
                                                                      int64_t row_blocks) {
@@ -212,12 +215,13 @@ __global__ void __launch_bounds__(128) indexer_rope_qat_warp_kernel(IndexerQatAr
 
 // The launch of indexer_rope_qat_warp_kernel<V, R> for a.dim = 32·V: R rows a warp where heads allow and
 // the rows fill the device (prefill chunks), else one. false: not a shape it takes.
+constexpr int64_t kWarpRowsMin = 8192;
 template <int V>
 bool launch_rope_qat_warp(const IndexerQatArgs& a, const RopeFreqs& f, float k, int64_t sblocks, bool pdl,
                           cudaStream_t st, cudaError_t& err) {
   if (a.dim != V * kWarp) return false;
   constexpr int kWarps = 4;
-  const bool wide = a.heads % 8 == 0 && a.rows >= 8192;
+  const bool wide = a.heads % 8 == 0;
   const int64_t rb = (a.rows / (wide ? 8 : 1) + kWarps - 1) / kWarps;
   const dim3 grid(static_cast<unsigned>(rb + sblocks));
   err = wide ? launch_dependent(pdl, grid, kWarps * kWarp, 0, st, indexer_rope_qat_warp_kernel<V, 8>, a, f, k, rb)
@@ -270,13 +274,15 @@ void CudaBackend::indexer_qat(const IndexerQatArgs& a) {
     // The head weights' scale in extra blocks (≤ 4: 64 weights a token at decode take one).
     const int64_t sblocks = a.scale_x && a.scale_count > 0 ? std::min<int64_t>(4, (a.scale_count + a.dim - 1) / a.dim) : 0;
     const bool pdl = hc_pdl_ && !on_side_ && sm90();
-    if (small_v5_) {  // a warp per row (dims 32 … 256)
+    if (small_v5_ && a.rows >= kWarpRowsMin) {  // prefill chunks: a warp per row (dims 32 … 256)
       const RopeFreqs f = rope_freqs(a.freq, a.n_rot);
+      // One scale block per 1,024 weights (a thread's 8 independent load-store rounds).
+      const int64_t sb5 = a.scale_x && a.scale_count > 0 ? std::min<int64_t>(65536, (a.scale_count + 1023) / 1024) : 0;
       cudaError_t err = cudaSuccess;
-      if (launch_rope_qat_warp<1>(a, f, k, sblocks, pdl, stream(), err) ||
-          launch_rope_qat_warp<2>(a, f, k, sblocks, pdl, stream(), err) ||
-          launch_rope_qat_warp<4>(a, f, k, sblocks, pdl, stream(), err) ||
-          launch_rope_qat_warp<8>(a, f, k, sblocks, pdl, stream(), err)) {
+      if (launch_rope_qat_warp<1>(a, f, k, sb5, pdl, stream(), err) ||
+          launch_rope_qat_warp<2>(a, f, k, sb5, pdl, stream(), err) ||
+          launch_rope_qat_warp<4>(a, f, k, sb5, pdl, stream(), err) ||
+          launch_rope_qat_warp<8>(a, f, k, sb5, pdl, stream(), err)) {
         check(err, "indexer rope + qat (warp rows)");
         return;
       }

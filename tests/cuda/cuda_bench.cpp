@@ -20,6 +20,8 @@
 //                                         layer's two compressors: small_v4 vs off at n = 1, 2, 8, 32.
 //        cuda_bench --small5              session 8's kernels (small_v5) vs off: indexer RoPE + QAT, the HC
 //                                         state's norm, the HC pre past 32 tokens; n = 1, 8, 32, 2048.
+//        cuda_bench --small5-steps M...   whole steps of model files: small_v5 off, on, on + the HC split on the
+//                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
 //                                         chunks, whole rows); NAME: only the shapes whose name holds it, no layer table.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
@@ -87,6 +89,7 @@ void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
+void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
@@ -582,6 +585,10 @@ int main(int argc, char** argv) {
 
   if (argc > 1 && std::strcmp(argv[1], "--dense-steps") == 0) {  // decode steps, column chunks off / on
     bench_dense_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--small5-steps") == 0) {  // whole steps, small_v5 off / on / + HC split
+    bench_small5_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--prefetch") == 0) {  // decode steps with weights prefetched into L2

@@ -10,7 +10,11 @@
 // `cuda_bench --prefetch M...`: the same steps (branches on, graphs on) with each set of weights prefetched into
 // L2 ahead of its matmul (ForwardOptions::l2_prefetch), "BENCH prefetch" lines; every set twice, interleaved
 // with none, so drift shows.
+// `cuda_bench --small5-steps M...`: a 2,048-token prefill chunk and decode steps with CudaBackendOptions::small_v5
+// off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -253,6 +257,83 @@ void bench_dense_steps(int argc, char** argv) {
                       plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, t > 0 ? sessions / t : 0.0);
           std::fflush(stdout);
         }
+    }
+  }
+}
+
+// `cuda_bench --small5-steps M...`: whole steps of a model file with session 8's small kernels
+// (CudaBackendOptions::small_v5) off and on, and on with every HC pre's split on the side lane
+// (ForwardOptions::branches kBranchHcSplit): one 2,048-token prefill chunk at 2K → 4K (median of 3, each on a
+// fresh state after its first chunk), then decode steps of one session at 2K and a batch of 8 at 512
+// (decode_step_seconds). "BENCH small5-steps" lines.
+void bench_small5_steps(int argc, char** argv) {
+  const uint32_t all = model::kBranchSharedExpert | model::kBranchAttention;
+  struct Variant {
+    const char* name;
+    int v5;          // CudaBackendOptions::small_v5
+    uint32_t parts;  // ForwardOptions::branches
+  };
+  const Variant variants[] = {{"small_v5 off", 0, all}, {"small_v5", 1, all}, {"small_v5 + HC split side lane", 1, all | model::kBranchHcSplit}};
+  for (int i = 0; i < argc; ++i) {
+    auto file = gguf::File::open(argv[i]);
+    auto cfg = file.ok() ? modelspec::config_from_gguf(**file) : Result<modelspec::ModelConfig>(file.status());
+    if (!cfg.ok()) {
+      std::printf("BENCH small5-steps %s: %s\n", argv[i], cfg.status().to_string().c_str());
+      return;
+    }
+    const auto plan = modelspec::layer_plan(*cfg);
+    std::unique_ptr<backend::Backend> be;
+    std::unique_ptr<model::ModelWeights> w;
+    int loaded = -1;
+    for (const Variant& v : variants) {
+      if (v.v5 != loaded) {
+        w.reset();
+        be.reset();
+        backend::cuda::CudaBackendOptions co;
+        co.small_v5 = v.v5;
+        auto made = backend::cuda::make_cuda_backend(co);
+        if (!made.ok()) return;
+        be = std::move(made).value();
+        auto bound = model::bind_weights(**file, *cfg, plan, *be);
+        if (!bound.ok() || !be->sync().ok()) {
+          std::printf("BENCH small5-steps: weights: %s\n", bound.ok() ? "sync failed" : bound.status().to_string().c_str());
+          return;
+        }
+        w = std::make_unique<model::ModelWeights>(std::move(bound).value());
+        loaded = v.v5;
+      }
+      model::ForwardOptions fo;
+      fo.max_chunk = 2048;
+      fo.graphs = true;
+      fo.branches = v.parts;
+      auto fw = model::Forward::create(*be, *cfg, *w, fo);
+      if (!fw.ok()) return;
+      const int64_t V = (*fw)->config().n_vocab, C = 2048;
+      std::vector<int32_t> toks(static_cast<size_t>(2 * C));
+      for (size_t k = 0; k < toks.size(); ++k) toks[k] = static_cast<int32_t>((k * 7919 + 13) % static_cast<size_t>(V));
+      std::vector<float> logits(static_cast<size_t>(V));
+      std::vector<double> pre;
+      for (int rep = 0; rep < 3; ++rep) {
+        auto st = (*fw)->new_state(2 * C + 64);
+        if (!st.ok()) return;
+        if (!(*fw)->eval(*st, std::span<const int32_t>(toks.data(), C), 0, logits.data(), false).ok()) return;
+        (void)be->sync();
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!(*fw)->eval(*st, std::span<const int32_t>(toks.data() + C, C), C, logits.data(), false).ok()) return;
+        (void)be->sync();
+        pre.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(pre.begin(), pre.end());
+      std::printf("BENCH small5-steps %-32s layers %zu prefill chunk 2K->4K: %.2f ms (%.0f tok/s)\n", v.name, plan.size(),
+                  pre[1] * 1e3, C / pre[1]);
+      std::fflush(stdout);
+      for (int sessions : {1, 8}) {
+        const int64_t ctx = sessions == 1 ? 2048 : 512;
+        const double t = decode_step_seconds(**fw, *be, sessions, ctx);
+        std::printf("BENCH small5-steps %-32s layers %zu batch %d ctx %lld: %.4f ms/step, %.1f tok/s\n", v.name, plan.size(),
+                    sessions, static_cast<long long>(ctx), t * 1e3, t > 0 ? sessions / t : 0.0);
+        std::fflush(stdout);
+      }
     }
   }
 }

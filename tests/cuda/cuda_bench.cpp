@@ -26,6 +26,8 @@
 //                                         chunks, whole rows); NAME: only the shapes whose name holds it, no layer table.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
+//        cuda_bench --f16mma              the decode stage table with f16_mma the other way, then default (the
+//                                         F16 MMA order's decode kernels against the segment order's, in stages).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa [small4]        only the CSA layer's compressor + indexer lines (now vs previous;
 //                                         small4: vs small_v4 = false).
@@ -567,6 +569,17 @@ int main(int argc, char** argv) {
       bench_decode_stages(**v2, 4800.0);
     }
     std::printf("BENCH stage --- decode kernels (default) ---\n");
+    bench_decode_stages(*be, 4800.0);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--f16mma") == 0) {  // the decode stage table: f16_mma off, then on
+    cuda::CudaBackendOptions om;
+    om.f16_mma = !cuda::CudaBackendOptions{}.f16_mma;
+    if (auto other = cuda::make_cuda_backend(om); other.ok()) {
+      std::printf("BENCH stage --- decode kernels, f16_mma = %s ---\n", om.f16_mma ? "true" : "false");
+      bench_decode_stages(**other, 4800.0);
+    }
+    std::printf("BENCH stage --- decode kernels (default: f16_mma = %s) ---\n", om.f16_mma ? "false" : "true");
     bench_decode_stages(*be, 4800.0);
     return 0;
   }

@@ -5,11 +5,15 @@
 // the 43-layer model (kernels.txt of the session-6 profile: HC controls 86, router + indexer compressor
 // 85, compressor 42, indexer q_b 21, HCA compressor 40, indexer weights 21). N < 64: decode-shaped calls of
 // N tokens — the router, the HC pre (spread kernels), a CSA layer's matmul_many — host-timed back to back
-// (launch-bound at N = 1: run under ncu for the kernel times; `f16prof`: 6 calls each, for ncu).
+// (launch-bound at N = 1: run under ncu for the kernel times; `f16prof`: 6 calls each, for ncu) and as
+// device time per call of 50 calls replayed from one step graph; three paths: the segment order, the MMA
+// order with matmul_f16_mma.cu's decode tiles, and with matmul_f16_mma_decode.cu (`f16sweep`: also each
+// of its fixed launch shapes).
 // Method (METHOD.md): bench_median.h — one warm-up, the median of 5 repetitions of `iters` calls.
 // Deliberately not here: correctness (test_cuda_f16_mma.cpp), the other prefill stages.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -22,7 +26,7 @@ using namespace ds4;
 using namespace ds4::backend;
 using ds4::test::median_seconds;
 
-void bench_f16(int64_t N, bool profile) {
+void bench_f16(int64_t N, bool profile, bool sweep) {
   const int iters = profile ? 1 : 200;  // profile: few launches, for ncu
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -34,16 +38,62 @@ void bench_f16(int64_t N, bool profile) {
                           {"comp 1024x4096", 1024, 4096, 42},     {"idx q_b 8192x1024", 8192, 1024, 21},
                           {"comp 512x4096", 512, 4096, 40},       {"idx 64x4096", 64, 4096, 21},
                           {"head hc 4x16384", 4, 16384, 0}};
-  for (bool mma : {false, true}) {
+  // Paths: the segment order; the MMA order with matmul_f16_mma.cu's decode tiles ("f16-mma-t",
+  // f16_mma_decode = false) and with matmul_f16_mma_decode.cu ("f16-mma", by shape); with `sweep` (N < 64)
+  // also each fixed launch shape of the latter ("mma-rR-sS": R-row tiles, S segments per block).
+  struct Path {
+    const char* name;
+    bool mma, decode;
+    int rows, segs;
+  };
+  std::vector<Path> paths = {{"f16-seg", false, false, 0, 0}, {"f16-mma-t", true, false, 0, 0}, {"f16-mma", true, true, 0, 0}};
+  static const char* kSweepNames[3][3] = {{"mma-r4-s1", "mma-r4-s2", "mma-r4-s4"},
+                                          {"mma-r8-s1", "mma-r8-s2", "mma-r8-s4"},
+                                          {"mma-r16-s1", "mma-r16-s2", "mma-r16-s4"}};
+  if (sweep && N < 64)
+    for (int r = 0; r < 3; ++r)
+      for (int sg = 0; sg < 3; ++sg) paths.push_back({kSweepNames[r][sg], true, true, 4 << r, 1 << sg});
+  if (N >= 64) paths.erase(paths.begin() + 1);  // prefill: the decode kernels play no part
+  for (const Path& pa : paths) {
     cuda::CudaBackendOptions co;
-    co.f16_mma = mma;
+    co.f16_mma = pa.mma;
+    co.f16_mma_decode = pa.decode;
+    co.f16_mma_decode_rows = pa.rows;
+    co.f16_mma_decode_segs = pa.segs;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
       return;
     }
     auto be = std::move(made).value();
-    const char* path = mma ? "f16-mma" : "f16-seg";
+    const char* path = pa.name;
+    // Decode calls: device µs per call, `graph_iters` calls recorded into one step graph (as decode steps
+    // replay them) and replayed 5 times between device time marks (median); the host-timed figure is
+    // launch-bound at N = 1.
+    int64_t graph_key = 0;
+    auto graph_us = [&](const std::function<void()>& body) {
+      const int graph_iters = profile ? 1 : 50;
+      const int64_t key[1] = {++graph_key};
+      auto step = [&] {
+        if (be->graph_begin(key) == Backend::GraphMode::replayed) return;
+        for (int i = 0; i < graph_iters; ++i) body();
+        if (!be->graph_end())
+          for (int i = 0; i < graph_iters; ++i) body();
+      };
+      step();  // eager (sizes scratch)
+      step();  // recorded
+      (void)be->sync();
+      std::vector<double> t;
+      for (int rep = 0; rep < 5; ++rep) {
+        be->time_mark(0);
+        step();
+        be->time_mark(1);
+        (void)be->sync();
+        t.push_back(be->time_ms(0, 1));
+      }
+      std::sort(t.begin(), t.end());
+      return t[2] * 1e3 / graph_iters;
+    };
     auto sync = [&] { (void)be->sync(); };
     auto fbuf = [&](int64_t n) { return std::move(be->alloc(static_cast<uint64_t>(n) * 4, MemCategory::scratch)).value(); };
     auto weight = [&](int64_t rows, int64_t cols, std::vector<std::vector<uint16_t>>& keep) {
@@ -74,11 +124,15 @@ void bench_f16(int64_t N, bool profile) {
     }
     // Decode-shaped calls of N tokens.
     Weight router = weight(256, 4096, keep);
-    const double tr = median_seconds([&] { be->matmul({router, x.f32(), 4096, y.f32(), 256, N}); }, sync, iters);
-    std::printf("PBENCH %-8s f16 decode router 256x4096 n=%-3lld %8.2f us\n", path, static_cast<long long>(N), tr * 1e6);
+    auto rcall = [&] { be->matmul({router, x.f32(), 4096, y.f32(), 256, N}); };
+    const double tr = median_seconds(rcall, sync, iters);
+    std::printf("PBENCH %-10s f16 decode router 256x4096 n=%-3lld %8.2f us  graph %7.2f us\n", path,
+                static_cast<long long>(N), tr * 1e6, graph_us(rcall));
     Weight head = weight(4, 16384, keep);
-    const double th = median_seconds([&] { be->matmul({head, x.f32(), 16384, y.f32(), 4, N}); }, sync, iters);
-    std::printf("PBENCH %-8s f16 decode head hc 4x16384 n=%-3lld %8.2f us\n", path, static_cast<long long>(N), th * 1e6);
+    auto hcall = [&] { be->matmul({head, x.f32(), 16384, y.f32(), 4, N}); };
+    const double th = median_seconds(hcall, sync, iters);
+    std::printf("PBENCH %-10s f16 decode head hc 4x16384 n=%-3lld %8.2f us  graph %7.2f us\n", path,
+                static_cast<long long>(N), th * 1e6, graph_us(hcall));
     // HC pre (nhc 4, dim 4096): the controls' segment sums, then mix + Sinkhorn + collapse + norm.
     Weight fn = weight(24, 16384, keep);
     Buffer scale = fbuf(3), base = fbuf(24), nw = fbuf(4096), mix = fbuf(N * 24), pre = fbuf(N * 4), post = fbuf(N * 4),
@@ -103,8 +157,10 @@ void bench_f16(int64_t N, bool profile) {
     a.comb = comb.f32();
     a.y = yy.f32();
     a.xn = xn2.f32();
-    const double thc = median_seconds([&] { be->hc_pre(a); }, sync, iters);
-    std::printf("PBENCH %-8s f16 decode hc_pre 4x4096 n=%-3lld %8.2f us\n", path, static_cast<long long>(N), thc * 1e6);
+    auto pcall = [&] { be->hc_pre(a); };
+    const double thc = median_seconds(pcall, sync, iters);
+    std::printf("PBENCH %-10s f16 decode hc_pre 4x4096 n=%-3lld %8.2f us  graph %7.2f us\n", path,
+                static_cast<long long>(N), thc * 1e6, graph_us(pcall));
     // A CSA layer's six decode projections (compressor kv, gate; indexer compressor kv, gate; q_b; weights).
     const Shape many[] = {{"", 1024, 4096, 0}, {"", 1024, 4096, 0}, {"", 256, 4096, 0},
                           {"", 256, 4096, 0},  {"", 8192, 1024, 0}, {"", 64, 4096, 0}};
@@ -115,7 +171,9 @@ void bench_f16(int64_t N, bool profile) {
       outs.push_back(fbuf(N * s.rows));
       jobs.push_back({w, x.f32(), s.cols, outs.back().f32(), s.rows, N, MatmulNumerics::ds4});
     }
-    const double tm = median_seconds([&] { be->matmul_many(jobs); }, sync, iters);
-    std::printf("PBENCH %-8s f16 decode matmul_many csa n=%-3lld %8.2f us\n", path, static_cast<long long>(N), tm * 1e6);
+    auto mcall = [&] { be->matmul_many(jobs); };
+    const double tm = median_seconds(mcall, sync, iters);
+    std::printf("PBENCH %-10s f16 decode matmul_many csa n=%-3lld %8.2f us  graph %7.2f us\n", path,
+                static_cast<long long>(N), tm * 1e6, graph_us(mcall));
   }
 }

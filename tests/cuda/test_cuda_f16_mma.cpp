@@ -185,3 +185,97 @@ TEST_F(CudaF16Mma, MatmulManyEqualsOneMatmulPerJob) {
                 static_cast<long long>(n), differ, differ == 0 ? "ok" : "FAIL");
   }
 }
+
+TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
+  // matmul_f16_mma_decode.cu (a warp per quarter) at every launch shape — 4-, 8- and 16-row tiles × 1, 2, 4
+  // segments per block: rows split over blocks (the last block adds the segment sums), whole rows, several
+  // row tiles per block — vs matmul_f16_mma.cu's decode tiles (f16_mma_decode = false), n = 1, 2, 8, in
+  // matmul and in matmul_many (a CSA layer's six projections and a ragged job in one launch): bit for bit.
+  const std::pair<int64_t, int64_t> shapes[] = {{24, 16384}, {4, 16384}, {256, 4096}, {1024, 4096}, {8192, 1024},
+                                                {64, 4096},  {13, 1000}, {37, 1000},  {5, 1533},   {1, 700},
+                                                {300, 500},  {2050, 136}};
+  const size_t n_many = 7;  // a CSA layer: compressor kv, gate; indexer compressor kv, gate; q_b; weights; a ragged job
+  const size_t many_idx[n_many] = {3, 3, 2, 2, 4, 5, 6};
+  const int64_t n_max = 8;
+  struct Host {
+    Weight w;
+    std::vector<uint8_t> bytes;
+    std::vector<float> x;
+  };
+  std::vector<Host> hs;
+  for (auto [r, c] : shapes) {
+    Host h;
+    h.bytes = random_weight(GgmlType::F16, r, c, &h.w);
+    h.w.data = h.bytes.data();
+    h.x = randn(static_cast<size_t>(n_max * c));
+    hs.push_back(std::move(h));
+  }
+  // Results of one backend: [n index][shape] matmul outputs, then [n index][job] matmul_many outputs.
+  auto run = [&](bool decode, int rows, int segs) {
+    backend::cuda::CudaBackendOptions o;
+    o.f16_mma = true;
+    o.f16_mma_decode = decode;
+    o.f16_mma_decode_rows = rows;
+    o.f16_mma_decode_segs = segs;
+    auto made = backend::cuda::make_cuda_backend(o);
+    EXPECT_TRUE(made.ok());
+    auto be = std::move(made).value();
+    std::vector<Buffer> keep;
+    auto buf = [&](size_t bytes) {
+      keep.push_back(std::move(be->alloc(bytes + 16, MemCategory::scratch)).value());
+      return keep.back().data();
+    };
+    std::vector<Weight> gw;
+    std::vector<float*> gx;
+    for (const Host& h : hs) {
+      Weight g = h.w;
+      g.data = *be->map_weight(h.w.data, h.w.row_bytes * h.w.rows);
+      gw.push_back(g);
+      gx.push_back(static_cast<float*>(buf(h.x.size() * 4)));
+      be->upload(gx.back(), h.x.data(), h.x.size() * 4);
+    }
+    std::vector<std::vector<float>> out;
+    for (int64_t n : {1, 2, 8}) {
+      auto poisoned_out = [&](int64_t count) {
+        float* y = static_cast<float*>(buf(static_cast<size_t>(count) * 4));
+        be->fill_f32(y, NAN, count);
+        return y;
+      };
+      for (size_t k = 0; k < hs.size(); ++k) {
+        const int64_t rows = hs[k].w.rows, cols = hs[k].w.cols;
+        float* y = poisoned_out(n * rows);
+        be->matmul({gw[k], gx[k], cols, y, rows, n, MatmulNumerics::ds4});
+        out.emplace_back(static_cast<size_t>(n * rows));
+        be->download(out.back().data(), y, out.back().size() * 4);
+      }
+      std::vector<MatmulArgs> jobs;
+      std::vector<float*> ys;
+      for (size_t m : many_idx) {
+        const int64_t rows = hs[m].w.rows, cols = hs[m].w.cols;
+        ys.push_back(poisoned_out(n * rows));
+        jobs.push_back({gw[m], gx[m], cols, ys.back(), rows, n, MatmulNumerics::ds4});
+      }
+      be->matmul_many(jobs);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        out.emplace_back(static_cast<size_t>(n * jobs[j].w.rows));
+        be->download(out.back().data(), ys[j], out.back().size() * 4);
+      }
+    }
+    EXPECT_TRUE(be->sync().ok());
+    keep.clear();
+    return out;
+  };
+  const auto want = run(false, 0, 0);
+  for (int rows : {0, 4, 8, 16})
+    for (int segs : {0, 1, 2, 4}) {
+      if ((rows == 0) != (segs == 0)) continue;  // the shape's own choice, or one fixed launch shape
+      const auto got = run(true, rows, segs);
+      ASSERT_EQ(got.size(), want.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += count_differing(got[i], want[i]);
+      const std::string what = "f16 mma decode rows " + std::to_string(rows) + " segs " + std::to_string(segs);
+      EXPECT_EQ(differ, 0u) << what;
+      std::printf("PARITY %-44s n=1,2,8 shapes=%zu values differing from the previous tiles: %zu  %s\n", what.c_str(),
+                  std::size(shapes) + n_many, differ, differ == 0 ? "ok" : "FAIL");
+    }
+}

@@ -208,6 +208,14 @@ struct CudaBackendOptions {
   // are slower (router 7.8 against 4.0 µs, matmul_many 31 against 18, HC segments 6.3 against 5.3, the
   // head's HC 22 against 4).
   bool f16_mma = false;
+  // With f16_mma: matmuls and matmul_many of 1 … 8 vectors (decode) on matmul_f16_mma_decode.cu — a warp per
+  // 128-value quarter of a 4/8/16-row tile with all its loads issued before its MMA chain, rows of many
+  // segments split over blocks (the last block adds the segment sums in order). false: matmul_f16_mma.cu's
+  // decode tiles. Same bits. _rows (4, 8, 16) and _segs (segments per block: 1, 2, 4) pick the launch
+  // shape for benchmarks and tests (0: by shape).
+  bool f16_mma_decode = true;
+  int f16_mma_decode_rows = 0;
+  int f16_mma_decode_segs = 0;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.

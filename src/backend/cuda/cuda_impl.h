@@ -270,6 +270,10 @@ class CudaBackend final : public Backend {
   void gemv_f16_mma(const GemvJob& j);
   // matmul_many's F16 jobs in one launch in the MMA order; false when the jobs are not its (nothing launched).
   bool matmul_many_f16_mma(std::span<const MatmulArgs> jobs);
+  // Decode-sized jobs (1 … 8 vectors, ≤ 8 jobs of the same n) in the MMA order, one launch, a warp per
+  // quarter (matmul_f16_mma_decode.cu; CudaBackendOptions::f16_mma_decode); false when not theirs
+  // (nothing launched), true otherwise (an error, if any, recorded).
+  bool f16_mma_decode(std::span<const GemvJob> jobs);
   // Sorts vector ids by ids[v] into moe_groups_ (no host sync); false (error recorded) on failure.
   bool group_by_expert(const int32_t* ids, int64_t n, int32_t n_expert, ExpertGroups* g);
   // Decode paths (gemv_decode.cu): false when the job is not theirs (then nothing was launched).
@@ -374,6 +378,11 @@ class CudaBackend final : public Backend {
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
   void set_f16_mma(bool on) { f16_mma_ = on; }
+  void set_f16_mma_decode(bool on, int rows, int segs) {
+    f16_mma_decode_ = on;
+    f16_dec_rows_ = rows == 4 || rows == 8 || rows == 16 ? rows : 0;
+    f16_dec_segs_ = segs == 1 || segs == 2 || segs == 4 ? segs : 0;
+  }
   int device() const { return device_; }
   // The device's compute capability major, read on first use (0 after a failed read, recorded in check).
   int cc_major() {
@@ -442,6 +451,8 @@ class CudaBackend final : public Backend {
   bool compressor_parallel_ = true;       // CudaBackendOptions::compressor_parallel
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
   bool f16_mma_ = false;                  // CudaBackendOptions::f16_mma
+  bool f16_mma_decode_ = true;            // CudaBackendOptions::f16_mma_decode
+  int f16_dec_rows_ = 0, f16_dec_segs_ = 0;  // CudaBackendOptions::f16_mma_decode_rows / _segs (0: by shape)
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend
@@ -469,6 +480,7 @@ class CudaBackend final : public Backend {
   DeviceScratch attn_part_;               // [n·heads·splits][head_dim + 2] decode attention partials
   DeviceScratch idx_codes_;               // indexer_mma.cu: int8 codes and scales of a call's q heads and rows
   DeviceScratch attn_seg_;                // [n·heads·segments][head_dim + 2] attention segment states
+  DeviceScratch f16_part_;                // matmul_f16_mma_decode.cu: row-tile counters, then split rows' segment sums
 
   // Step graphs (step_graphs.cpp). While recording, errors go to capture_error_ (the recording is then
   // discarded and the caller runs the ops eagerly, which reports them for real) and scratch may not grow
@@ -493,7 +505,7 @@ class CudaBackend final : public Backend {
   // Concurrent branches (branches.cpp). While the side lane runs, stream_ and the per-op scratch areas
   // hold the side lane's (swapped in by fork, out by resume_main / join), so every op enqueues on and
   // grows the lane it runs on without knowing about lanes; the lanes never share a scratch area.
-  static constexpr int kScratchAreas = 10;
+  static constexpr int kScratchAreas = 11;
   std::array<DeviceScratch*, kScratchAreas> scratch_areas();  // the areas of the lane ops run on now
   void swap_lanes();
   void release_branches();                // ~CudaBackend: the side lane's stream, events and scratch

@@ -9,6 +9,7 @@
 //  * prefill, ≥ 256 rows (K a multiple of 512, aligned): matmul_f16_mma_tiles.cu's shared-memory tiles;
 //  * prefill, other jobs (64-row indexer weights, 24-row HC controls): 32 rows × 16 vectors per block,
 //    8 warps × 2 quarters per round (4 segments);
+//  * decode (≤ 8 vectors, with f16_mma_decode): matmul_f16_mma_decode.cu, a warp per quarter;
 //  * decode and decode batches (< 64 vectors): 16 rows (8 or 4 where rows are few) × 8 … 32 vectors per block,
 //    up to 16 warps × 2 quarters each in flight, loads straight from global memory into the fragments.
 // Deliberately not here: the scalar segment order (matmul_f16.cu, matmul_f16_many.cu — the default: these
@@ -138,6 +139,7 @@ void CudaBackend::gemv_f16_mma(const GemvJob& j) {
   }
   // Every shape below runs rounds of warps × 2 quarters, a multiple of 4 (whole segments).
   cudaError_t e;
+  if (f16_mma_decode(std::span<const GemvJob>(&j, 1))) return;  // ≤ 8 vectors: matmul_f16_mma_decode.cu
   if (f16_mma_tiles_support(j)) {  // prefill, ≥ 256 rows: shared-memory tiles (matmul_f16_mma_tiles.cu)
     e = f16_mma_tiles_launch(j, s);
   } else if (!j.ids && j.n_vec >= kMmaPrefillVecs) {  // prefill, few rows (HC controls): 32 × 16 per block
@@ -168,6 +170,11 @@ bool CudaBackend::matmul_many_f16_mma(std::span<const MatmulArgs> jobs) {
         a.w.rows <= 0 || a.w.cols <= 0 || a.w.cols % 8 != 0 || a.w.row_bytes % 16 != 0 || !aligned16(a.w.data) ||
         !aligned16(a.x) || a.x_stride % 4 != 0)
       return false;
+  if (n <= 8) {  // decode: matmul_f16_mma_decode.cu, when on
+    GemvJob dj[kManyMaxJobs];
+    for (size_t k = 0; k < jobs.size(); ++k) dj[k] = gemv_job(jobs[k]);
+    if (f16_mma_decode(std::span<const GemvJob>(dj, jobs.size()))) return true;
+  }
   F16MmaManyParams p{};
   p.n_jobs = static_cast<int32_t>(jobs.size());
   p.n_vec = static_cast<int32_t>(n);

@@ -1,0 +1,251 @@
+// matmul_f16_mma_decode.cu — decode-sized F16 matmuls (1 … 8 vectors, ds4 numerics) in README.md's
+// "F16 MMA order" (CudaBackendOptions::f16_mma with f16_mma_decode): matmul (router 256 × 4096, the
+// head's HC 4 × 16384) and matmul_many (a CSA layer's six projections, the HCA's pair) in one launch of
+// up to 8 jobs. Why a kernel of its own: at n = 1 the order's work is a chain of 32 dependent MMAs per
+// 128-value quarter, so time is load latency — here each warp owns ONE quarter of an R-row tile
+// (R = 4, 8 or 16 rows × 8 vectors) and issues every load of it (R = 16: 8 × 16 bytes of weights per
+// lane, 8 × 16 bytes of activations for lane group g < n) before its first MMA; the four quarters of a
+// segment are four warps, a block holds `segs` segments (≤ 4: 512 threads, ≤ 128 registers).
+// The order is f16_mma.cuh's, unchanged: each quarter's chain is f16_mma_quarter_loaded (blocks 0 … 3,
+// k-steps in order, hi then lo), seg = ((q0 + q1) + q2) + q3, y = (…((0 + seg_0) + seg_1) + …) in
+// segment order — so a token gets the bits of every other launch shape (batched ≡ solo).
+// Rows of more segments than a block holds (the 4096- and 16384-value rows) are split over blocks: each
+// block stores its segment sums to scratch (f16_part_: [counters][sums]), counts itself done on its row
+// tile's counter after a fence, and the tile's last block adds all of the tile's segment sums in segment
+// order and resets the counter (zero between calls; zeroed when the area is allocated).
+// Deliberately not here: more than 8 vectors, expert-indexed jobs (matmul_f16_mma.cu), prefill shapes
+// (matmul_f16_mma_tiles.cu), the HC controls' segment sums (ops_hc.cu), the scalar segment order.
+#include <algorithm>
+#include <string>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/f16_mma.cuh"
+
+namespace ds4::backend::cuda {
+
+namespace {
+
+constexpr int kDecJobs = 8;
+constexpr int kDecMaxVec = 8;                  // one MMA n-tile
+constexpr int kDecCounters = 4096;             // row-tile counters at the scratch's start
+constexpr uint64_t kDecCounterBytes = kDecCounters * 4;
+
+struct DecJob {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t rows, cols;
+  const float* x;  // vector v reads row v / x_div of [*][x_stride]
+  int64_t x_stride;
+  int32_t x_div;
+  float* y;        // [n][y_stride]
+  int64_t y_stride;
+  int64_t part0;   // first segment sum of this job in the scratch (split jobs)
+  int32_t nseg;    // ⌈cols / 512⌉
+  int32_t spb;     // segments per block: min(nseg, the launch's segs)
+  int32_t groups;  // row tiles per block (segs / spb where the row fits in a block, else 1)
+  int32_t sblocks; // blocks per row tile (> 1: split, the tile's last block adds the segment sums)
+  int32_t block0;  // first block of the job
+  int32_t tile0;   // first counter of the job (split jobs)
+  int32_t wide;    // 16-byte loads (cols % 8 == 0, aligned rows and x)
+};
+
+struct DecParams {
+  DecJob job[kDecJobs];
+  int32_t n_jobs, n_vec;
+  int* done;    // [kDecCounters] (zero between calls)
+  float* part;  // split jobs' segment sums: [tile][nseg][R][8]
+};
+
+// Block of 4·kSegs warps; warp w: row tile group w / (4·spb), segment w % (4·spb) / 4 of the block's,
+// quarter w % 4 of it.
+template <int R, int kSegs>
+__global__ void __launch_bounds__(4 * kSegs * kWarp) f16_mma_dec_kernel(DecParams p) {
+  constexpr int kWarps = 4 * kSegs, kH = R == 16 ? 2 : 1;
+  __shared__ float qs[kWarps][4][kWarp];  // quarter accumulators: warp, element r, lane
+  __shared__ int last;
+  DecJob J = p.job[0];
+#pragma unroll
+  for (int k = 1; k < kDecJobs; ++k)  // constant indices: the table stays in parameter space
+    if (k < p.n_jobs && static_cast<int32_t>(blockIdx.x) >= p.job[k].block0) J = p.job[k];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) - J.block0;
+  const int64_t tb = b / J.sblocks, sg = b % J.sblocks;  // row tile (group) index, segment block
+  const int grp = warp / (4 * J.spb), lq = warp % (4 * J.spb);
+  const int64_t tile = tb * J.groups + grp, s = sg * J.spb + lq / 4, u = 4 * s + lq % 4;
+  const bool on = grp < J.groups && s < J.nseg && tile * R < J.rows;  // uniform over the warp
+  float c[1][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}};
+  if (on) {
+    // Every load of the quarter first (weights: rows g, g + 8 of the tile; activations: vector g).
+    uint4 w[4][1][2];
+    float x[4][1][8];
+    const bool wide = J.wide != 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t o = tile * R + g + 8 * h;
+      const bool row_on = h < kH && g + 8 * h < R && o < J.rows;
+      const uint8_t* wr = row_on ? J.w + static_cast<uint64_t>(o) * J.row_bytes : nullptr;
+#pragma unroll
+      for (int bb = 0; bb < 4; ++bb)
+        w[bb][0][h] = wr ? load_w8(wr, u * kF16MmaQ + bb * kF16MmaBlk + 8 * t, J.cols, wide) : make_uint4(0, 0, 0, 0);
+    }
+    const float* xr = g < p.n_vec ? J.x + (g / J.x_div) * J.x_stride : nullptr;
+#pragma unroll
+    for (int bb = 0; bb < 4; ++bb) load_x8_mma<false>(xr, u * kF16MmaQ + bb * kF16MmaBlk + 8 * t, J.cols, wide, 1.0f, x[bb][0]);
+    f16_mma_quarter_loaded<1, 1>(c, w, x);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) qs[warp][r][lane] = c[0][0][r];
+  __syncthreads();
+  // (group, row, vector): the block's segment sums, in segment order.
+  const int nv = p.n_vec, nk = static_cast<int>(std::min<int64_t>(J.spb, J.nseg - sg * J.spb));
+  const bool split = J.sblocks > 1;
+  for (int i = threadIdx.x; i < J.groups * R * nv; i += blockDim.x) {
+    const int gi = i / (R * nv), rr = i / nv % R, v = i % nv;
+    const int64_t o = (tb * J.groups + gi) * R + rr;
+    if (o >= J.rows) continue;
+    const int ln = 4 * (rr % 8) + v / 2, rq = 2 * (rr / 8) + (v & 1);  // accumulator element of (rr, v)
+    float acc = 0.0f;
+    for (int k = 0; k < nk; ++k) {
+      const int w0 = gi * 4 * J.spb + 4 * k;
+      const float seg = f16_mma_seg_sum(qs[w0][rq][ln], qs[w0 + 1][rq][ln], qs[w0 + 2][rq][ln], qs[w0 + 3][rq][ln]);
+      if (split)
+        p.part[J.part0 + ((tb * J.nseg + sg * J.spb + k) * R + rr) * kDecMaxVec + v] = seg;
+      else
+        acc += seg;  // (…((0 + seg_0) + seg_1) + …)
+    }
+    if (!split) J.y[v * J.y_stride + o] = acc;
+  }
+  if (!split) return;
+  // Split: the tile's last block adds every segment sum in order (the others' stores fenced before
+  // their count; this block's fence after seeing the count orders its reads after them).
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&p.done[J.tile0 + tb], 1) == J.sblocks - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < R * nv; i += blockDim.x) {
+    const int rr = i / nv, v = i % nv;
+    const int64_t o = tb * R + rr;
+    if (o >= J.rows) continue;
+    const float* q = p.part + J.part0 + (tb * J.nseg * R + rr) * kDecMaxVec + v;
+    float acc = 0.0f;
+    for (int k = 0; k < J.nseg; ++k) acc += __ldcg(q + static_cast<int64_t>(k) * R * kDecMaxVec);  // segment order
+    J.y[v * J.y_stride + o] = acc;
+  }
+  if (threadIdx.x == 0) p.done[J.tile0 + tb] = 0;  // ready for the next call
+}
+
+template <int R, int kSegs>
+void launch_dec(const DecParams& p, unsigned blocks, cudaStream_t s) {
+  f16_mma_dec_kernel<R, kSegs><<<blocks, 4 * kSegs * kWarp, 0, s>>>(p);
+}
+
+template <int R>
+void launch_dec_segs(const DecParams& p, unsigned blocks, int segs, cudaStream_t s) {
+  if (segs == 1)
+    launch_dec<R, 1>(p, blocks, s);
+  else if (segs == 2)
+    launch_dec<R, 2>(p, blocks, s);
+  else
+    launch_dec<R, 4>(p, blocks, s);
+}
+
+}  // namespace
+
+bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
+  if (!f16_mma_decode_ || jobs.empty() || jobs.size() > kDecJobs) return false;
+  const int64_t n = jobs[0].n_vec;
+  if (n < 1 || n > kDecMaxVec) return false;
+  int64_t total_rows = 0;
+  for (const GemvJob& j : jobs)
+    if (j.ids || j.groups || j.group_rows != 0 || j.n_vec != n || j.w.rows <= 0 || j.w.cols <= 0 || j.x_div < 1 ||
+        j.numerics != MatmulNumerics::ds4)
+      return false;
+    else
+      total_rows += j.w.rows;
+  if (sm_count_ == 0 &&
+      !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device()), "f16 mma decode: multiprocessors"))
+    return true;
+  // Tile rows: 16-row tiles (every MMA row used) where the rows are many; 8 or 4 where 16-row tiles would
+  // leave the device idle (the router's 256 rows, the head's 4). Segments per block: the most (fewer
+  // counters and partial sums) that still gives about a block per multiprocessor.
+  const int R = f16_dec_rows_ ? f16_dec_rows_ : total_rows >= 2048 ? 16 : total_rows >= 64 ? 8 : 4;
+  auto blocks_for = [&](int segs) {
+    int64_t blocks = 0;
+    for (const GemvJob& j : jobs) {
+      const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg, tiles = (j.w.rows + R - 1) / R;
+      if (nseg <= segs) {
+        const int64_t groups = segs / nseg;
+        blocks += (tiles + groups - 1) / groups;
+      } else {
+        blocks += tiles * ((nseg + segs - 1) / segs);
+      }
+    }
+    return blocks;
+  };
+  int segs = f16_dec_segs_;
+  if (segs == 0) {
+    segs = 1;
+    for (int c : {4, 2})
+      if (blocks_for(c) >= sm_count_) {
+        segs = c;
+        break;
+      }
+  }
+  DecParams p{};
+  p.n_jobs = static_cast<int32_t>(jobs.size());
+  p.n_vec = static_cast<int32_t>(n);
+  int64_t blocks = 0, tiles_split = 0, part = 0;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const GemvJob& j = jobs[k];
+    DecJob& J = p.job[k];
+    J.w = static_cast<const uint8_t*>(j.w.data);
+    J.row_bytes = j.w.row_bytes;
+    J.rows = j.w.rows;
+    J.cols = j.w.cols;
+    J.x = j.x;
+    J.x_stride = j.x_stride;
+    J.x_div = j.x_div;
+    J.y = j.y;
+    J.y_stride = j.y_stride;
+    J.wide = j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) && j.x_stride % 4 == 0;
+    const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg, tiles = (j.w.rows + R - 1) / R;
+    J.nseg = static_cast<int32_t>(nseg);
+    J.spb = static_cast<int32_t>(std::min<int64_t>(nseg, segs));
+    J.groups = nseg <= segs ? static_cast<int32_t>(segs / nseg) : 1;
+    J.sblocks = static_cast<int32_t>((nseg + J.spb - 1) / J.spb);
+    J.block0 = static_cast<int32_t>(blocks);
+    J.tile0 = static_cast<int32_t>(tiles_split);
+    J.part0 = part;
+    blocks += J.sblocks > 1 ? tiles * J.sblocks : (tiles + J.groups - 1) / J.groups;
+    if (J.sblocks > 1) {
+      tiles_split += tiles;
+      part += tiles * nseg * R * kDecMaxVec;
+    }
+  }
+  if (tiles_split > kDecCounters || blocks > (int64_t{1} << 30)) return false;  // not a decode shape: the other kernels
+  if (tiles_split > 0) {
+    const DeviceScratch before = f16_part_;
+    if (!ensure(f16_part_, kDecCounterBytes + static_cast<uint64_t>(part) * 4, "f16 mma decode segment sums")) return true;
+    p.done = static_cast<int*>(f16_part_.ptr);
+    p.part = reinterpret_cast<float*>(static_cast<char*>(f16_part_.ptr) + kDecCounterBytes);
+    // A new area (eager: ensure never grows while a graph is recorded): its counters start at zero, and
+    // every call leaves them at zero.
+    if ((f16_part_.ptr != before.ptr || f16_part_.bytes != before.bytes) &&
+        !check(cudaMemsetAsync(p.done, 0, kDecCounterBytes, stream()), "f16 mma decode counters"))
+      return true;
+  }
+  const unsigned grid = static_cast<unsigned>(blocks);
+  if (R == 16)
+    launch_dec_segs<16>(p, grid, segs, stream());
+  else if (R == 8)
+    launch_dec_segs<8>(p, grid, segs, stream());
+  else
+    launch_dec_segs<4>(p, grid, segs, stream());
+  launched("matmul f16 decode (MMA order)");
+  return true;
+}
+
+}  // namespace ds4::backend::cuda

@@ -12,7 +12,8 @@
 // IQ2_XXS decode up to 16), and the one-token kernels (CudaBackendOptions::expert_one_token,
 // moe_one_token.cu; with and without expert_tiles_pdl) and the warp tiles as programmatic dependent launches
 // (expert_tiles_pdl) against the CPU and the fast block tiles bit for bit at the batch sizes they run. The
-// default backend runs the warp tiles up to 7 tokens, the row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// default backend runs the one-token kernels (variant 2, PDL) at 1 token, the warp tiles (PDL) at 2..7, the
+// row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).

@@ -1,16 +1,23 @@
 // cuda_test_util.h — shared helpers of the CUDA tests: a CPU/CUDA backend pair, device copies of
 // host vectors, NaN-poisoned outputs, random weights in every ggml type, and tolerance checks that
 // print one "PARITY" line per case (scripts/gpu_check.sh collects them into docs/PERF.md's table).
+// Random data comes in chunks of fixed size, each from its own stream seeded by (one draw of the test's
+// generator, chunk index), filled on every core: Flash-size weights (36 MB a Q8_0 matrix) took a third of a
+// second each from one per-byte stream, most of test_cuda_ops' time; the bytes do not depend on the thread count.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -20,6 +27,29 @@
 #include "quant/types.h"
 
 namespace ds4::test {
+
+// body(c) for every c in [0, chunks), on up to hardware_concurrency() threads (in order on one when
+// chunks ≤ 1). Each chunk must write only its own outputs.
+inline void for_chunks(int64_t chunks, const std::function<void(int64_t)>& body) {
+  const int64_t threads = std::min<int64_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 1) {
+    for (int64_t c = 0; c < chunks; ++c) body(c);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int64_t c = next++; c < chunks; c = next++) body(c);
+    });
+  for (auto& t : pool) t.join();
+}
+
+// The stream of chunk `c` of a fill seeded by `seed`.
+inline std::mt19937_64 chunk_rng(uint32_t seed, int64_t c) {
+  std::seed_seq ss{seed, static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32)};
+  return std::mt19937_64(ss);
+}
 
 class CudaOpsTest : public ::testing::Test {
  protected:
@@ -90,44 +120,67 @@ class CudaOpsTest : public ::testing::Test {
     return host(y, static_cast<size_t>(count * m.w.rows));
   }
 
+  // n values of N(0, scale²): 64K-value chunks, each from its own stream (see the header comment).
   std::vector<float> randn(size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
+    constexpr int64_t kChunk = int64_t{1} << 16;
     std::vector<float> v(n);
-    for (auto& x : v) x = d(rng_);
+    const uint32_t seed = rng_();
+    for_chunks((static_cast<int64_t>(n) + kChunk - 1) / kChunk, [&](int64_t c) {
+      std::mt19937_64 g = chunk_rng(seed, c);
+      std::normal_distribution<float> d(0.0f, scale);
+      const size_t end = std::min(n, static_cast<size_t>((c + 1) * kChunk));
+      for (size_t i = static_cast<size_t>(c * kChunk); i < end; ++i) v[i] = d(g);
+    });
     return v;
   }
   int32_t randint(int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng_); }
 
   // Random rows of `type` (quantized types: random quants with sane random f16 scales, so every bit
-  // pattern of the quants is exercised without a slow encoder). Returns the bytes; fills `w`.
+  // pattern of the quants is exercised without a slow encoder). Returns the bytes; fills `w`. Quantized:
+  // chunks of 4,096 blocks, each 8 random bytes per draw of its own stream, then its blocks' scales.
   std::vector<uint8_t> random_weight(GgmlType type, int64_t rows, int64_t cols, backend::Weight* w, float scale = 0.05f) {
     const uint64_t row_bytes = *type_bytes(type, static_cast<uint64_t>(cols));
     std::vector<uint8_t> b(row_bytes * rows + 64);
     if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) {
       auto f = randn(static_cast<size_t>(rows * cols), scale);
-      for (size_t i = 0; i < f.size(); ++i) {
-        if (type == GgmlType::F32) std::memcpy(&b[4 * i], &f[i], 4);
-        uint16_t h = type == GgmlType::F16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
-        if (type != GgmlType::F32) std::memcpy(&b[2 * i], &h, 2);
-      }
-    } else {
-      std::uniform_int_distribution<int> byte(0, 255);
-      std::uniform_real_distribution<float> sd(0.2f * scale, scale);
-      for (auto& x : b) x = static_cast<uint8_t>(byte(rng_));
-      const auto tr = *type_traits(static_cast<uint32_t>(type));
-      const uint64_t nblocks = row_bytes * rows / tr.block_bytes;
-      auto put = [&](uint64_t blk, int off, float v) {
-        const uint16_t h = f32_to_f16(v);
-        std::memcpy(&b[blk * tr.block_bytes + off], &h, 2);
-      };
-      for (uint64_t k = 0; k < nblocks; ++k) {
-        switch (type) {
-          case GgmlType::Q8_0: put(k, 0, sd(rng_) / 16); break;
-          case GgmlType::Q2_K: put(k, 80, sd(rng_) / 4); put(k, 82, sd(rng_) / 8); break;
-          case GgmlType::Q4_K: put(k, 0, sd(rng_) / 16); put(k, 2, sd(rng_) / 32); break;
-          default: put(k, 0, sd(rng_)); break;  // IQ2_XXS
+      for_chunks((rows * cols + (1 << 20) - 1) >> 20, [&](int64_t c) {
+        const size_t end = std::min(f.size(), static_cast<size_t>((c + 1) << 20));
+        for (size_t i = static_cast<size_t>(c << 20); i < end; ++i) {
+          if (type == GgmlType::F32) std::memcpy(&b[4 * i], &f[i], 4);
+          uint16_t h = type == GgmlType::F16 ? f32_to_f16(f[i]) : f32_to_bf16(f[i]);
+          if (type != GgmlType::F32) std::memcpy(&b[2 * i], &h, 2);
         }
-      }
+      });
+    } else {
+      const auto tr = *type_traits(static_cast<uint32_t>(type));
+      const uint64_t bb = tr.block_bytes, nblocks = row_bytes * rows / bb;
+      constexpr uint64_t kChunkBlocks = 4096;
+      const uint32_t seed = rng_();
+      for_chunks(static_cast<int64_t>((nblocks + kChunkBlocks - 1) / kChunkBlocks), [&](int64_t c) {
+        std::mt19937_64 g = chunk_rng(seed, c);
+        std::uniform_real_distribution<float> sd(0.2f * scale, scale);
+        const uint64_t k0 = static_cast<uint64_t>(c) * kChunkBlocks, k1 = std::min(nblocks, k0 + kChunkBlocks);
+        // The last chunk also fills the 64 bytes past the rows.
+        const uint64_t end = k1 == nblocks ? b.size() : k1 * bb;
+        uint64_t i = k0 * bb;
+        for (; i + 8 <= end; i += 8) {
+          const uint64_t r = g();
+          std::memcpy(&b[i], &r, 8);
+        }
+        for (uint64_t r = g(); i < end; ++i, r >>= 8) b[i] = static_cast<uint8_t>(r);
+        auto put = [&](uint64_t blk, int off, float v) {
+          const uint16_t h = f32_to_f16(v);
+          std::memcpy(&b[blk * bb + off], &h, 2);
+        };
+        for (uint64_t k = k0; k < k1; ++k) {
+          switch (type) {
+            case GgmlType::Q8_0: put(k, 0, sd(g) / 16); break;
+            case GgmlType::Q2_K: put(k, 80, sd(g) / 4); put(k, 82, sd(g) / 8); break;
+            case GgmlType::Q4_K: put(k, 0, sd(g) / 16); put(k, 2, sd(g) / 32); break;
+            default: put(k, 0, sd(g)); break;  // IQ2_XXS
+          }
+        }
+      });
     }
     w->type = type;
     w->rows = rows;

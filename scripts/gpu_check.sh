@@ -12,6 +12,7 @@
 # golden), then speed (op timings, then a few-layer flash-q2 file generated into /dev/shm).
 # Env: OPS_FILTER (a gtest filter: run only those op tests, e.g. a re-check after a small change),
 # FLASH_LAYERS (default 2; a list such as "2 6" generates and runs each; 0 skips the flash-q2 runs).
+# OPS_SHARDS (default 4) / MODEL_SHARDS (default 2): processes each test binary runs as, side by side.
 # cuda_bench prints the per-stage decode breakdown (general kernels, then the decode kernels) and,
 # per flash-q2 file, load time, prefill of 2048 tokens and greedy decode at context 2K.
 set -u
@@ -44,10 +45,25 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 GPU=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 echo "gpu_check: commit $COMMIT, GPU: ${GPU:-none}, date $(date -u +%F' '%H:%M' UTC')" | tee "$OUTD/summary.txt"
 
+# sharded TEST_BIN LOG SHARDS [ARGS…]: the test binary as SHARDS processes side by side (gtest sharding: every
+# test runs once, in one of them), logs concatenated into LOG; status 0 when every shard passed. Most of a
+# parity test's time is its CPU reference and host-side setup, so shards overlap on the 16 cores; results
+# are per process, so the same bits. OPS_SHARDS / MODEL_SHARDS = 1: one process, as before.
+sharded() {
+  local bin=$1 log=$2 n=$3 s rc=0; shift 3
+  local pids=()
+  for ((s = 0; s < n; s++)); do
+    GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$s "$bin" --gtest_color=no "$@" > "$log.$s" 2>&1 &
+    pids+=($!)
+  done
+  for s in "${pids[@]}"; do wait "$s" || rc=1; done
+  for ((s = 0; s < n; s++)); do cat "$log.$s"; rm -f "$log.$s"; done > "$log"
+  return $rc
+}
 t0=$(date +%s)
-"$BIN/test_cuda_ops" --gtest_color=no ${OPS_FILTER:+--gtest_filter="$OPS_FILTER"} > "$OUTD/ops.log" 2>&1; ops_rc=$?
+sharded "$BIN/test_cuda_ops" "$OUTD/ops.log" "${OPS_SHARDS:-4}" ${OPS_FILTER:+--gtest_filter="$OPS_FILTER"}; ops_rc=$?
 t1=$(date +%s)
-"$BIN/test_cuda_model" --gtest_color=no > "$OUTD/model.log" 2>&1; model_rc=$?
+sharded "$BIN/test_cuda_model" "$OUTD/model.log" "${MODEL_SHARDS:-2}"; model_rc=$?
 t2=$(date +%s)
 
 FLASH=""

@@ -522,6 +522,12 @@ class Backend {
   // After graph_begin returned recording or eager, when the caller stopped enqueueing half-way (an
   // error): a recording is discarded unlaunched (its key is not recorded again); eager ops already ran.
   virtual void graph_cancel() {}
+  // Owners of keys: a caller whose keys hold addresses of its own memory (a Forward's scratch) takes an id
+  // here, puts it first in every key, and calls graph_release(id) before that memory goes. Ids are never
+  // reused by one backend, so a later caller whose memory lands at the same addresses never replays an
+  // earlier one's graphs; release drops them at once instead of leaving them to age out.
+  virtual int64_t graph_owner() { return ++graph_owners_; }
+  virtual void graph_release(int64_t owner) { (void)owner; }
 
   // ---- concurrent branches (optional; a second CUDA stream on the CUDA backend) ----
   // A step may run two independent runs of ops side by side: fork() starts the side lane after
@@ -582,6 +588,7 @@ class Backend {
 
  private:
   alignas(16) uint8_t read_back_[kReadBackSlots][kReadBackBytes] = {};  // the default read-back's slots
+  int64_t graph_owners_ = 0;                                              // the last id graph_owner() gave
 };
 
 inline Buffer& Buffer::operator=(Buffer&& o) noexcept {

@@ -40,6 +40,8 @@ class ForwardingBackend : public Backend {
   GraphMode graph_begin(std::span<const int64_t> key) override { return in_.graph_begin(key); }
   bool graph_end() override { return in_.graph_end(); }
   void graph_cancel() override { in_.graph_cancel(); }
+  int64_t graph_owner() override { return in_.graph_owner(); }  // one id space: the cache is the inner one's
+  void graph_release(int64_t owner) override { in_.graph_release(owner); }
   void fork() override { in_.fork(); }
   void resume_main() override { in_.resume_main(); }
   void join() override { in_.join(); }

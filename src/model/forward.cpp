@@ -21,6 +21,7 @@ Result<std::unique_ptr<Forward>> Forward::create(backend::Backend& be, const mod
                                                  const ModelWeights& weights, const ForwardOptions& opts) {
   if (opts.max_chunk < 1) return invalid_argument("forward: max_chunk must be >= 1");
   std::unique_ptr<Forward> f(new Forward(be, cfg, weights, opts));
+  if (opts.graphs) f->graph_owner_ = be.graph_owner();  // keys hold our scratch addresses (forward_graph.cpp)
   RopeFreqParams rp;
   rp.n_rot = static_cast<int>(cfg.n_rot);
   rp.base = cfg.rope_freq_base;

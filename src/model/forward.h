@@ -113,6 +113,7 @@ class Forward {
  public:
   static Result<std::unique_ptr<Forward>> create(backend::Backend& be, const modelspec::ModelConfig& cfg,
                                                  const ModelWeights& weights, const ForwardOptions& opts);
+  ~Forward();  // drops this Forward's step graphs from the backend (forward_graph.cpp)
 
   // Runs tokens[0..n) at positions pos0 … pos0+n−1 (n ≤ max_chunk, pos0 = tokens already in `kv`).
   // logits_out (host) receives [n][V] when all_logits, else [V] for the last token.
@@ -249,6 +250,7 @@ class Forward {
   const backend::CompressorSegment* comp_seg_ = nullptr;  // [L][2][S] or null (one session)
   std::vector<int64_t> off_;      // [segments] first column of each segment (capacity C: no allocation)
   std::vector<int64_t> graph_key_;  // the step's graph key (forward_graph.cpp; capacity kept across steps)
+  int64_t graph_owner_ = 0;         // Backend::graph_owner id heading every key (0: graphs off)
   StepTimes times_;                 // ForwardOptions::profile
   std::vector<int32_t> host_ids_;   // [C] greedy ids downloaded in one copy (capacity C: no allocation)
   int32_t pipe_token_[backend::Backend::kReadBackSlots] = {};  // launch_greedy's step tokens (Segment views)

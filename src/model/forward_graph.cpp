@@ -12,7 +12,8 @@
 // host bounds of compressed rows rounded up by row_bound (they pick the attention split shape, the indexer grid and scratch sizes; the kernels bound every query by its own
 // device count, so the same bits), whether the indexer selects, whether each ratio emits any row (the
 // finishing ops are launched only then, over all n columns), the raw ring and frontier sizes, and which
-// ping-pong buffer holds the HC state. Session identity and KV buffer addresses are not part of it: no
+// ping-pong buffer holds the HC state, all after this Forward's owner id (Backend::graph_owner): scratch
+// addresses alone could match a freed Forward's, whose graphs the destructor drops. Session identity and KV buffer addresses are not part of it: no
 // session pointer is read by value when the tables are on (KV growth moves nothing a graph holds).
 // One session's prefill chunk keeps the one-session by-value path and its kernels.
 // Deliberately not here: the graph cache itself (the backend's).
@@ -37,9 +38,14 @@ bool Forward::graph_recordable(std::span<const Segment> segs) const {
   return segs.size() > 1 || segs[0].tokens.size() == 1;
 }
 
+Forward::~Forward() {
+  if (graph_owner_ != 0) be_.graph_release(graph_owner_);  // before our scratch, which the graphs point at, goes
+}
+
 void Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
   std::vector<int64_t>& k = graph_key_;
   k.clear();
+  k.push_back(graph_owner_);
   k.push_back(n);
   k.push_back(static_cast<int64_t>(segs.size()));
   for (const Segment& sg : segs) {

@@ -182,8 +182,8 @@ void bench_prefetch_steps(int argc, char** argv) {
     if (!be.ok()) return;
     auto w = model::bind_weights(**file, *cfg, plan, **be);
     if (!w.ok() || !(*be)->sync().ok()) return;
-    // Every set's Forward made up front and kept: a step graph's key holds the Forward's scratch address,
-    // so a Forward made after another was freed could replay that one's recorded steps.
+    // Every set's Forward made up front and kept: step graphs go with their Forward (Backend::graph_release),
+    // so the sets, run in turn, each keep their recorded steps.
     std::vector<std::unique_ptr<model::Forward>> fws;
     for (const Set& s : sets) {
       model::ForwardOptions fo;

@@ -210,6 +210,7 @@ class CudaBackend final : public Backend {
   GraphMode graph_begin(std::span<const int64_t> key) override;  // step_graphs.cpp
   bool graph_end() override;                                      // step_graphs.cpp
   void graph_cancel() override;                                   // step_graphs.cpp
+  void graph_release(int64_t owner) override;                     // step_graphs.cpp
   // Steps kept as graphs (CudaBackendOptions::max_graphs; 0: graph_begin always answers eager).
   void set_max_graphs(int n) { max_graphs_ = n < 0 ? 0 : n; }
   // Graphs recorded / replayed since the backend was made (benchmarks and tests).

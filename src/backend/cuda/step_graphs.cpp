@@ -14,6 +14,8 @@
 // other one-off keys, never a recorded graph that steady decoding replays.
 // What an instantiated graph holds on the device is measured as the drop of free device memory across
 // cudaGraphInstantiate (kernel-only graphs hold no allocations of ours; the driver's own is what shows).
+// Keys begin with the id of their owner (Backend::graph_owner, one per Forward); graph_release drops an
+// owner's entries when it goes, so no graph outlives the scratch it points at.
 // Deliberately not here: deciding what goes into a key or which steps are recordable (the forward pass
 // knows which of its arguments vary per step).
 #include <algorithm>
@@ -115,6 +117,19 @@ bool CudaBackend::graph_end() {
   ++graphs_recorded_;
   check(cudaGraphLaunch(g.exec, stream_), "graph launch");
   return true;
+}
+
+void CudaBackend::graph_release(int64_t owner) {
+  // Keys begin with their owner's id (Backend::graph_owner). An entry being recorded stays: its owner is
+  // still enqueueing into it (graph_end / graph_cancel retire it).
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (&*it != recording_ && !it->key.empty() && it->key[0] == owner) {
+      drop_graph(*it);
+      it = graphs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void CudaBackend::graph_cancel() {

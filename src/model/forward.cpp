@@ -371,7 +371,7 @@ Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs,
 //   compressors + indexer: read xn_, and qa_ only when the indexer selects (idx_q_b: then after its norm);
 //     read the step tables (ccount_, epos_, ecount_, erows_, comp_seg_, row tables); write ckv_, cgate_,
 //     cpos_, iq_, iw_, idx_, icount_, the sessions' compressor frontiers and emitted compressed / indexer
-//     rows (rows attention reads only after join), and the host's n_comp.
+//     rows (rows attention reads only after join), and the host's n_comp (a replayed step: forward_graph.cpp).
 //   Backend scratch (quantized activations, indexer scores, …) is kept per lane by the backend.
 // Attention, the inverse RoPE and the output projections run after join on the main lane; with
 // kBranchHcSplit the HC pre's split beside them on the side lane (reads mix_; writes pre_, post_, comb_,

@@ -187,6 +187,7 @@ class Forward {
   bool graph_recordable(std::span<const Segment> segs) const;          // forward_graph.cpp
   void graph_step_key(std::span<const Segment> segs, int64_t n);        // forward_graph.cpp
   Status run_step_graphed(std::span<const Segment> segs, int64_t n);    // forward_graph.cpp
+  void replayed_host_state(std::span<const Segment> segs);               // forward_graph.cpp
   int64_t row_bound(int64_t rows) const;                                // forward_graph.cpp
   void mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n);
   // With `part` in ForwardOptions::l2_prefetch: Backend::prefetch(ws) on the side lane (the main lane goes on).

@@ -67,9 +67,24 @@ void Forward::graph_step_key(std::span<const Segment> segs, int64_t n) {
     if (plan_[l].has_compressor) k.push_back(segs[0].kv->layers()[l].slots);
 }
 
+// A replayed step ran its ops from the graph, but run_step's host side did not run: each session's count of
+// compressed rows (LayerKv::n_comp, which compressed_rows advances when a row is emitted) must advance as it
+// would have — snapshots, trim() and restore read it. Without this a session whose emitting steps replayed
+// kept a stale count: its snapshot lacked rows, and trim() could drop rows the device had written.
+void Forward::replayed_host_state(std::span<const Segment> segs) {
+  for (const Segment& sg : segs)
+    for (size_t l = 0; l < plan_.size(); ++l) {
+      if (!plan_[l].has_compressor) continue;
+      const int64_t r = plan_[l].compress_ratio;
+      const int64_t first = sg.pos0 / r, after = (sg.pos0 + static_cast<int64_t>(sg.tokens.size())) / r;
+      if (after > first) sg.kv->layers()[l].n_comp = after;
+    }
+}
+
 Status Forward::run_step_graphed(std::span<const Segment> segs, int64_t n) {
   switch (be_.graph_begin(graph_key_)) {
     case backend::Backend::GraphMode::replayed:
+      replayed_host_state(segs);
       return Status::Ok();
     case backend::Backend::GraphMode::eager:
       return run_step(segs, n);

@@ -10,8 +10,9 @@
 namespace ds4::backend::cuda {
 
 // CudaBackendOptions::small_v5 = -1: session 8's small kernels (ops_qat.cu, ops_norm_rope.cu, ops_hc.cu) by
-// default once the H200 run has shown them bit for bit and faster (docs/PERF.md).
-constexpr bool kSmallV5Auto = false;
+// default: the H200 (W2) showed them bit for bit the previous kernels (test_cuda_small5.cpp, 248 cases) and
+// faster (a prefill chunk's HC pre 315 against 388 µs, the indexer query's RoPE + QAT 164 against 310; docs/PERF.md).
+constexpr bool kSmallV5Auto = true;
 
 static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
 

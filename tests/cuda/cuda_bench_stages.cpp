@@ -1094,43 +1094,92 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
 // weights' scale (one launch on `now`, rope, QAT and scale on `v3`), and a CSA layer's two compressors (D 512 and 128, ratio 4 with overlap;
 // n sessions of one token each, one closing a block; compressor_many: one launch on `now`). once: each op
 // once per backend and n, untimed (for ncu).
+namespace {
+
+// The HC pre's and the indexer query's buffers of bench_small4 / bench_small5 on one backend (Flash: 4 × 4096
+// state, 24 control rows, 64 × 128 indexer heads) for up to nmax tokens at positions pos_h.
+struct HcBenchSide {
+  static constexpr int64_t kE = 4096, kNhc = 4, kHcd = kNhc * kE, kM = 24, kIh = 64, kId = 128;
+  Backend* be = nullptr;
+  std::unique_ptr<StageBench> sb;
+  Weight fn;
+  float *x = nullptr, *flat = nullptr, *mix = nullptr, *pre = nullptr, *post = nullptr, *comb = nullptr, *y = nullptr,
+        *xn = nullptr, *scale = nullptr, *base = nullptr, *norm_w = nullptr, *iq = nullptr, *iw = nullptr;
+  int32_t* pos = nullptr;
+
+  void init(Backend& backend, int64_t nmax, const std::vector<int32_t>& pos_h, float x_fill) {
+    be = &backend;
+    sb = std::make_unique<StageBench>(backend);
+    StageBench& b = *sb;
+    fn = b.weight(GgmlType::F16, kM, kHcd);
+    x = b.buf(nmax * kHcd, x_fill);
+    flat = b.buf(nmax * kHcd);
+    mix = b.buf(nmax * kM);
+    pre = b.buf(nmax * kNhc);
+    post = b.buf(nmax * kNhc);
+    comb = b.buf(nmax * kNhc * kNhc);
+    y = b.buf(nmax * kE);
+    xn = b.buf(nmax * kE);
+    scale = b.buf(3, 0.5f);
+    base = b.buf(kM);
+    norm_w = b.buf(kE, 1.0f);
+    iq = b.buf(nmax * kIh * kId, 0.5f);
+    iw = b.buf(nmax * kIh, 0.5f);
+    pos = b.ibuf(pos_h);
+  }
+  // The forward pass's HC pre of the first n tokens (split = false: the caller's hc_split takes post and comb).
+  void hc_pre(int64_t n, bool split) {
+    HcPreArgs a;
+    a.x = x;
+    a.fn = fn;
+    a.scale = scale;
+    a.base = base;
+    a.norm_w = norm_w;
+    a.n = n;
+    a.dim = kE;
+    a.nhc = kNhc;
+    a.flat = flat;
+    a.mix = mix;
+    a.pre = pre;
+    a.post = post;
+    a.comb = comb;
+    a.y = y;
+    a.xn = xn;
+    a.split = split;
+    be->hc_pre(a);
+  }
+  // The indexer query's RoPE + QAT + head weights' scale of the first n tokens (64 RoPE dims at freq).
+  void indexer_rope_qat(int64_t n, const std::vector<double>& freq) {
+    IndexerQatArgs q{iq, n * kIh, static_cast<int32_t>(kId), true};
+    q.pos = pos;
+    q.heads = static_cast<int32_t>(kIh);
+    q.n_rot = static_cast<int32_t>(2 * freq.size());
+    q.freq = freq.data();
+    q.scale_x = iw;
+    q.scale = 1.0f;  // repeated calls leave the weights as they are
+    q.scale_count = n * kIh;
+    be->indexer_qat(q);
+  }
+};
+
+}  // namespace
+
 void bench_small4(Backend& now, Backend& v3, bool once) {
-  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NMAX = 32, IH = 64, ID = 128, R = 64, RATIO = 4;
+  const int64_t NMAX = 32, R = 64, RATIO = 4;
   const int64_t DA = 512, DI = 128, SLOTS = 2 * RATIO + 64;
   std::vector<double> freq(R / 2);
   for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
   std::vector<int32_t> pos_h(NMAX);
   for (int64_t t = 0; t < NMAX; ++t) pos_h[t] = 2047 + 4 * static_cast<int32_t>(t);  // each closes a block
-  struct Side {
-    Backend* be;
-    std::unique_ptr<StageBench> sb;
-    Weight fn;
-    float *x, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *iq, *iw;
-    int32_t* pos;
+  struct Side : HcBenchSide {
     CompressorArgs comp[2][NMAX + 1];  // [attention, indexer][n]: n one-token sessions
     std::vector<Buffer> tables;         // the session tables comp points to
   } sides[2];
   Backend* bes[2] = {&now, &v3};
   for (int i = 0; i < 2; ++i) {
     Side& s = sides[i];
-    s.be = bes[i];
-    s.sb = std::make_unique<StageBench>(*s.be);
+    s.init(*bes[i], NMAX, pos_h, 0.01f);
     StageBench& b = *s.sb;
-    s.fn = b.weight(GgmlType::F16, M, HCD);
-    s.x = b.buf(NMAX * HCD);
-    s.flat = b.buf(NMAX * HCD);
-    s.mix = b.buf(NMAX * M);
-    s.pre = b.buf(NMAX * NHC);
-    s.post = b.buf(NMAX * NHC);
-    s.comb = b.buf(NMAX * NHC * NHC);
-    s.y = b.buf(NMAX * E);
-    s.xn = b.buf(NMAX * E);
-    s.scale = b.buf(3, 0.5f);
-    s.base = b.buf(M);
-    s.norm_w = b.buf(E, 1.0f);
-    s.iq = b.buf(NMAX * IH * ID, 0.5f);
-    s.iw = b.buf(NMAX * IH, 0.5f);
-    s.pos = b.ibuf(pos_h);
     for (int c = 0; c < 2; ++c) {
       const int64_t D = c == 0 ? DA : DI, width = 2 * D;
       float* kv = b.buf(NMAX * width, 0.5f);
@@ -1167,48 +1216,18 @@ void bench_small4(Backend& now, Backend& v3, bool once) {
       s.tables.push_back(std::move(table).value());
     }
   }
-  auto hc_pre = [&](Side& s, int64_t n, bool split) {
-    HcPreArgs a;
-    a.x = s.x;
-    a.fn = s.fn;
-    a.scale = s.scale;
-    a.base = s.base;
-    a.norm_w = s.norm_w;
-    a.n = n;
-    a.dim = E;
-    a.nhc = NHC;
-    a.flat = s.flat;
-    a.mix = s.mix;
-    a.pre = s.pre;
-    a.post = s.post;
-    a.comb = s.comb;
-    a.y = s.y;
-    a.xn = s.xn;
-    a.split = split;
-    s.be->hc_pre(a);
-  };
   struct Op {
     const char* name;
     std::function<void(Side&, int64_t, bool)> run;  // (side, n, the new form)
   };
   const Op ops[] = {
-      {"hc pre, main lane (split off / whole)", [&](Side& s, int64_t n, bool v4) { hc_pre(s, n, !v4); }},
+      {"hc pre, main lane (split off / whole)", [&](Side& s, int64_t n, bool v4) { s.hc_pre(n, !v4); }},
       {"hc split 4x4 (side lane)",
        [&](Side& s, int64_t n, bool) {
-         s.be->hc_split({s.mix, s.scale, s.base, n, static_cast<int32_t>(NHC), 20, 1e-6f, s.pre, s.post, s.comb});
+         s.be->hc_split({s.mix, s.scale, s.base, n, static_cast<int32_t>(HcBenchSide::kNhc), 20, 1e-6f, s.pre, s.post, s.comb});
        }},
       {"indexer q rope + qat 64x128, w scale",
-       [&](Side& s, int64_t n, bool) {
-         IndexerQatArgs q{s.iq, n * IH, static_cast<int32_t>(ID), true};
-         q.pos = s.pos;
-         q.heads = static_cast<int32_t>(IH);
-         q.n_rot = static_cast<int32_t>(R);
-         q.freq = freq.data();
-         q.scale_x = s.iw;
-         q.scale = 1.0f;  // repeated calls leave the weights as they are
-         q.scale_count = n * IH;
-         s.be->indexer_qat(q);
-       }},
+       [&](Side& s, int64_t n, bool) { s.indexer_rope_qat(n, freq); }},
       {"compressors D512 + D128 r4",
        [&](Side& s, int64_t n, bool) {
          const CompressorArgs jobs[2] = {s.comp[0][n], s.comp[1][n]};
@@ -1303,60 +1322,16 @@ void bench_l2_prefetch(Backend& be) {
 // each must move: the indexer query's RoPE + QAT (+ head weights' scale), the HC state's RMSNorm (16384
 // wide), and the whole HC pre past the spread kernels (norm, controls matmul, split + collapse + norm).
 void bench_small5(Backend& now, Backend& v4) {
-  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = 24, NMAX = 2048, IH = 64, ID = 128, R = 64;
+  const int64_t E = HcBenchSide::kE, HCD = HcBenchSide::kHcd, NMAX = 2048, IH = HcBenchSide::kIh,
+                ID = HcBenchSide::kId, R = 64;
   std::vector<double> freq(R / 2);
   for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
   std::vector<int32_t> pos_h(NMAX);
   for (int64_t t = 0; t < NMAX; ++t) pos_h[t] = 2048 + static_cast<int32_t>(t);
-  struct Side {
-    Backend* be;
-    std::unique_ptr<StageBench> sb;
-    Weight fn;
-    float *x, *flat, *mix, *pre, *post, *comb, *y, *xn, *scale, *base, *norm_w, *iq, *iw;
-    int32_t* pos;
-  } sides[2];
-  Backend* bes[2] = {&now, &v4};
-  for (int i = 0; i < 2; ++i) {
-    Side& s = sides[i];
-    s.be = bes[i];
-    s.sb = std::make_unique<StageBench>(*s.be);
-    StageBench& b = *s.sb;
-    s.fn = b.weight(GgmlType::F16, M, HCD);
-    s.x = b.buf(NMAX * HCD, 0.5f);
-    s.flat = b.buf(NMAX * HCD);
-    s.mix = b.buf(NMAX * M);
-    s.pre = b.buf(NMAX * NHC);
-    s.post = b.buf(NMAX * NHC);
-    s.comb = b.buf(NMAX * NHC * NHC);
-    s.y = b.buf(NMAX * E);
-    s.xn = b.buf(NMAX * E);
-    s.scale = b.buf(3, 0.5f);
-    s.base = b.buf(M);
-    s.norm_w = b.buf(E, 1.0f);
-    s.iq = b.buf(NMAX * IH * ID, 0.5f);
-    s.iw = b.buf(NMAX * IH, 0.5f);
-    s.pos = b.ibuf(pos_h);
-  }
-  auto hc_pre = [&](Side& s, int64_t n, bool split) {
-    HcPreArgs a;
-    a.x = s.x;
-    a.fn = s.fn;
-    a.scale = s.scale;
-    a.base = s.base;
-    a.norm_w = s.norm_w;
-    a.n = n;
-    a.dim = E;
-    a.nhc = NHC;
-    a.flat = s.flat;
-    a.mix = s.mix;
-    a.pre = s.pre;
-    a.post = s.post;
-    a.comb = s.comb;
-    a.y = s.y;
-    a.xn = s.xn;
-    a.split = split;
-    s.be->hc_pre(a);
-  };
+  using Side = HcBenchSide;
+  Side sides[2];
+  sides[0].init(now, NMAX, pos_h, 0.5f);
+  sides[1].init(v4, NMAX, pos_h, 0.5f);
   struct Op {
     const char* name;
     double bytes_per_token;
@@ -1364,21 +1339,11 @@ void bench_small5(Backend& now, Backend& v4) {
   };
   const Op ops[] = {
       {"indexer q rope + qat 64x128, w scale", 8.0 * IH * ID,
-       [&](Side& s, int64_t n) {
-         IndexerQatArgs q{s.iq, n * IH, static_cast<int32_t>(ID), true};
-         q.pos = s.pos;
-         q.heads = static_cast<int32_t>(IH);
-         q.n_rot = static_cast<int32_t>(R);
-         q.freq = freq.data();
-         q.scale_x = s.iw;
-         q.scale = 1.0f;  // repeated calls leave the weights as they are
-         q.scale_count = n * IH;
-         s.be->indexer_qat(q);
-       }},
+       [&](Side& s, int64_t n) { s.indexer_rope_qat(n, freq); }},
       {"rms_norm hc state 16384 -> flat", 8.0 * HCD,
        [&](Side& s, int64_t n) { s.be->rms_norm({s.x, s.flat, nullptr, n, HCD, HCD, 1e-6f}); }},
-      {"hc pre whole op", 4.0 * (2 * HCD + 2 * E), [&](Side& s, int64_t n) { hc_pre(s, n, true); }},
-      {"hc pre split off (main lane)", 4.0 * (HCD + 2 * E), [&](Side& s, int64_t n) { hc_pre(s, n, false); }},
+      {"hc pre whole op", 4.0 * (2 * HCD + 2 * E), [&](Side& s, int64_t n) { s.hc_pre(n, true); }},
+      {"hc pre split off (main lane)", 4.0 * (HCD + 2 * E), [&](Side& s, int64_t n) { s.hc_pre(n, false); }},
   };
   for (const Op& op : ops)
     for (int64_t n : {1, 8, 32, 2048}) {

@@ -51,6 +51,19 @@ inline std::mt19937_64 chunk_rng(uint32_t seed, int64_t c) {
   return std::mt19937_64(ss);
 }
 
+// got ≡ want bit for bit (memcmp per float): one failure with the count and the first index, and one
+// "PARITY" line saying `relation` held or not (fused ops vs their pieces, new kernels vs the previous ones).
+inline void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                             const char* relation = "fused == pieces") {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, first = got.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], 4) != 0 && ++bad == 1) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " values differ (" << relation << "), first at " << first << " ("
+                     << (first < got.size() ? got[first] : 0) << " vs " << (first < got.size() ? want[first] : 0) << ")";
+  std::printf("PARITY %-52s n=%-9zu %s bit for bit: %s\n", what.c_str(), got.size(), relation, bad ? "FAIL" : "ok");
+}
+
 class CudaOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {

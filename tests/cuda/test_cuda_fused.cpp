@@ -32,20 +32,6 @@ using namespace ds4::test;
 
 using CudaFused = CudaOpsTest;
 
-namespace {
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0, first = got.size();
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], 4) != 0 && ++bad == 1) first = i;
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " values differ from the pieces, first at " << first << " ("
-                     << (first < got.size() ? got[first] : 0) << " vs " << (first < got.size() ? want[first] : 0) << ")";
-  std::printf("PARITY %-44s n=%-9zu fused == pieces bit for bit: %s\n", what.c_str(), got.size(), bad ? "FAIL" : "ok");
-}
-
-}  // namespace
-
 TEST_F(CudaFused, HcPreEqualsPiecesAndCpu) {
   struct S {
     int32_t nhc;

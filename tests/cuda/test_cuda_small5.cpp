@@ -36,14 +36,9 @@ class CudaSmall5 : public CudaOpsTest {
   std::unique_ptr<Backend> v5_, v4_;  // on this test's device buffers (one device)
 };
 
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t bad = 0, first = got.size();
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], 4) != 0 && ++bad == 1) first = i;
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " values differ, first at " << first << " ("
-                     << (first < got.size() ? got[first] : 0) << " vs " << (first < got.size() ? want[first] : 0) << ")";
-  std::printf("PARITY %-52s n=%-9zu small_v5 == previous bit for bit: %s\n", what.c_str(), got.size(), bad ? "FAIL" : "ok");
+// expect_same_bits (cuda_test_util.h) with this file's relation.
+void expect_v5_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  expect_same_bits(got, want, what, "small_v5 == previous");
 }
 
 }  // namespace
@@ -86,8 +81,8 @@ TEST_F(CudaSmall5, IndexerRopeQatEqualsPrevious) {
       qb.scale_x = wb;
       v4_->indexer_qat(qb);
       ASSERT_TRUE(v4_->sync().ok()) << tag;
-      expect_same_bits(host(xa, x.size()), host(xb, x.size()), tag);
-      expect_same_bits(host(wa, wts.size()), host(wb, wts.size()), tag + " weights scale");
+      expect_v5_bits(host(xa, x.size()), host(xb, x.size()), tag);
+      expect_v5_bits(host(wa, wts.size()), host(wb, wts.size()), tag + " weights scale");
     }
 }
 
@@ -111,8 +106,8 @@ TEST_F(CudaSmall5, WideRmsNormEqualsPrevious) {
           v4_->rms_norm({xb, xb, gw, n, dim, dim, 1e-6f});
         }
         ASSERT_TRUE(v5_->sync().ok() && v4_->sync().ok()) << tag;
-        expect_same_bits(host(ya, x.size()), host(yb, x.size()), tag);
-        if (n == 8) expect_same_bits(host(xa, x.size()), host(xb, x.size()), tag + " in place");
+        expect_v5_bits(host(ya, x.size()), host(yb, x.size()), tag);
+        if (n == 8) expect_v5_bits(host(xa, x.size()), host(xb, x.size()), tag + " in place");
       }
     }
 }
@@ -165,7 +160,7 @@ TEST_F(CudaSmall5, HcPreEqualsPrevious) {
            {std::tuple{g.mix, h.mix, n * mix, "mix"}, std::tuple{g.pre, h.pre, n * s.nhc, "pre"},
             std::tuple{g.post, h.post, n * s.nhc, "post"}, std::tuple{g.comb, h.comb, n * s.nhc * s.nhc, "comb"},
             std::tuple{g.y, h.y, n * s.dim, "y"}, std::tuple{g.xn, h.xn, n * s.dim, "xn"}})
-        expect_same_bits(host(got, static_cast<size_t>(len)), host(want, static_cast<size_t>(len)), tag + " " + what);
+        expect_v5_bits(host(got, static_cast<size_t>(len)), host(want, static_cast<size_t>(len)), tag + " " + what);
       if (n > 32) continue;
       // HcPreArgs::split = false (the finish without its split block): mix, pre, y, xn.
       HcPreArgs gs = g, hs = h;
@@ -185,7 +180,7 @@ TEST_F(CudaSmall5, HcPreEqualsPrevious) {
            {std::tuple{gs.mix, g.mix, n * mix, "mix"}, std::tuple{gs.pre, g.pre, n * s.nhc, "pre"},
             std::tuple{gs.y, g.y, n * s.dim, "y"}, std::tuple{gs.xn, g.xn, n * s.dim, "xn"},
             std::tuple{hs.xn, g.xn, n * s.dim, "xn (previous)"}})
-        expect_same_bits(host(got, static_cast<size_t>(len)), host(want, static_cast<size_t>(len)), tag + " split off " + what);
+        expect_v5_bits(host(got, static_cast<size_t>(len)), host(want, static_cast<size_t>(len)), tag + " split off " + what);
     }
 }
 

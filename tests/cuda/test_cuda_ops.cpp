@@ -506,10 +506,10 @@ TEST_F(CudaOps, TransfersAndFill) {
 }
 
 TEST_F(CudaOps, WeightUploadThroughTheStagingRing) {
-  // map_weight copies through 64 MiB pinned slots on a copy stream; ops queued after it (here a
-  // device copy on the compute stream, before any sync) must see every byte, across slot boundaries
-  // and odd sizes.
-  const uint64_t sizes[] = {1000003, (150ull << 20) + 17, 4096};
+  // map_weight copies through pinned slots on a copy stream (4 MiB, grown to 64 MiB for a larger piece:
+  // slot 0 grows while its first copy may still run); ops queued after it (here a device copy on the
+  // compute stream, before any sync) must see every byte, across slot boundaries and odd sizes.
+  const uint64_t sizes[] = {1000003, 4096, (150ull << 20) + 17, 4096};
   std::vector<std::vector<uint8_t>> src;
   std::vector<const void*> dst;
   std::mt19937_64 r(42);
@@ -530,8 +530,8 @@ TEST_F(CudaOps, WeightUploadThroughTheStagingRing) {
   }
   ASSERT_TRUE(gpu_->sync().ok());
   const auto st = backend::cuda::weight_upload_stats(*gpu_);
-  EXPECT_EQ(st.tensors, 3u);
-  EXPECT_EQ(st.bytes, sizes[0] + sizes[1] + sizes[2]);
+  EXPECT_EQ(st.tensors, 4u);
+  EXPECT_EQ(st.bytes, sizes[0] + sizes[1] + sizes[2] + sizes[3]);
   EXPECT_GT(st.seconds, 0.0);
   std::printf("upload: %.1f MB in %.3f s = %.2f GB/s (from a heap vector)\n", st.bytes / 1e6, st.seconds, st.gb_per_s());
 }

@@ -20,13 +20,28 @@ cudaError_t WeightUploader::ensure_ring(const char** what) {
     return e;
   }
   for (int i = 0; i < kSlots; ++i) {
-    e = cudaHostAlloc(&slot_[i], kSlotBytes, cudaHostAllocDefault);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming);
+    e = cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming);
     if (e != cudaSuccess) {
-      *what = "pinned staging allocation";
+      *what = "upload event create";
       return e;
     }
   }
+  return cudaSuccess;
+}
+
+cudaError_t WeightUploader::fit_slot(int s, uint64_t bytes, const char** what) {
+  if (cap_[s] >= bytes) return cudaSuccess;
+  if (slot_[s]) cudaFreeHost(slot_[s]);
+  slot_[s] = nullptr;
+  cap_[s] = 0;
+  const uint64_t cap = bytes <= kSmallSlotBytes ? kSmallSlotBytes : kSlotBytes;
+  const cudaError_t e = cudaHostAlloc(&slot_[s], cap, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    slot_[s] = nullptr;
+    *what = "pinned staging allocation";
+    return e;
+  }
+  cap_[s] = cap;
   return cudaSuccess;
 }
 
@@ -67,6 +82,8 @@ cudaError_t WeightUploader::enqueue(void* dst, const void* src, uint64_t bytes, 
         return e;
       }
     }
+    e = fit_slot(s, n, what);
+    if (e != cudaSuccess) return e;
     parallel_copy(slot_[s], static_cast<const char*>(src) + off, n, threads_);
     e = cudaMemcpyAsync(static_cast<char*>(dst) + off, slot_[s], n, cudaMemcpyHostToDevice, stream_);
     if (e == cudaSuccess) e = cudaEventRecord(done_[s], stream_);
@@ -93,6 +110,7 @@ cudaError_t WeightUploader::release_staging() {
     }
     if (done_[i]) cudaEventDestroy(done_[i]);
     slot_[i] = nullptr;
+    cap_[i] = 0;
     done_[i] = nullptr;
     pending_[i] = false;
   }

@@ -5,8 +5,11 @@
 //
 // Ordering: enqueue() makes the backend's compute stream wait for the copy, so kernels queued after a
 // map_weight see the data; `host` must stay valid until then (the GGUF mapping outlives the backend).
-// The staging ring is allocated on first use and released by release_staging() (the backend calls it
-// on sync(): weights are bound before the first forward step).
+// Each slot is allocated when first used, 4 MiB while the pieces it takes fit (small tensors: norms, a
+// tiny model, a test's matrix), 64 MiB from the first piece that does not; all are released by
+// release_staging() (the backend calls it on sync(): weights are bound before the first forward step).
+// Sized by use because a caller that maps a small weight between syncs (the CUDA tests: thousands of
+// times) paid 4 × 64 MiB of cudaHostAlloc + cudaFreeHost each time, most of test_cuda_ops' run time.
 // Deliberately not here: device allocation and accounting (cuda_backend.cpp), kernels.
 #pragma once
 
@@ -34,11 +37,15 @@ class WeightUploader {
  private:
   static constexpr int kSlots = 4;
   static constexpr uint64_t kSlotBytes = 64ull << 20;  // 4 × 64 MiB pinned: enough to keep the bus busy
+  static constexpr uint64_t kSmallSlotBytes = 4ull << 20;
 
   cudaError_t ensure_ring(const char** what);
+  // Slot s holds at least `bytes` (≤ kSlotBytes) afterwards; its previous copy must be done.
+  cudaError_t fit_slot(int s, uint64_t bytes, const char** what);
 
   cudaStream_t stream_ = nullptr;
   std::array<void*, kSlots> slot_{};
+  std::array<uint64_t, kSlots> cap_{};      // bytes allocated at slot_[i] (0: not yet)
   std::array<cudaEvent_t, kSlots> done_{};  // recorded after the device copy out of each slot
   std::array<bool, kSlots> pending_{};
   int next_ = 0;

@@ -12,7 +12,8 @@
 # golden), then speed (op timings, then a few-layer flash-q2 file generated into /dev/shm).
 # Env: OPS_FILTER (a gtest filter: run only those op tests, e.g. a re-check after a small change),
 # FLASH_LAYERS (default 2; a list such as "2 6" generates and runs each; 0 skips the flash-q2 runs).
-# OPS_SHARDS (default 4) / MODEL_SHARDS (default 2): processes each test binary runs as, side by side.
+# OPS_SHARDS / MODEL_SHARDS (default 1): processes each test binary runs as, side by side (W2: test_cuda_ops as 8
+# shards took 17 s; two tests then raced across their backends' streams, fixed in cuda_test_util.h since).
 # cuda_bench prints the per-stage decode breakdown (general kernels, then the decode kernels) and,
 # per flash-q2 file, load time, prefill of 2048 tokens and greedy decode at context 2K.
 set -u
@@ -48,7 +49,7 @@ echo "gpu_check: commit $COMMIT, GPU: ${GPU:-none}, date $(date -u +%F' '%H:%M' 
 # sharded TEST_BIN LOG SHARDS [ARGS…]: the test binary as SHARDS processes side by side (gtest sharding: every
 # test runs once, in one of them), logs concatenated into LOG; status 0 when every shard passed. Most of a
 # parity test's time is its CPU reference and host-side setup, so shards overlap on the 16 cores; results
-# are per process, so the same bits. OPS_SHARDS / MODEL_SHARDS = 1: one process, as before.
+# are per process, so the same bits. One process by default.
 sharded() {
   local bin=$1 log=$2 n=$3 s rc=0; shift 3
   local pids=()
@@ -61,9 +62,9 @@ sharded() {
   return $rc
 }
 t0=$(date +%s)
-sharded "$BIN/test_cuda_ops" "$OUTD/ops.log" "${OPS_SHARDS:-4}" ${OPS_FILTER:+--gtest_filter="$OPS_FILTER"}; ops_rc=$?
+sharded "$BIN/test_cuda_ops" "$OUTD/ops.log" "${OPS_SHARDS:-1}" ${OPS_FILTER:+--gtest_filter="$OPS_FILTER"}; ops_rc=$?
 t1=$(date +%s)
-sharded "$BIN/test_cuda_model" "$OUTD/model.log" "${MODEL_SHARDS:-2}"; model_rc=$?
+sharded "$BIN/test_cuda_model" "$OUTD/model.log" "${MODEL_SHARDS:-1}"; model_rc=$?
 t2=$(date +%s)
 
 FLASH=""

@@ -74,6 +74,12 @@ class CudaOpsTest : public ::testing::Test {
     rng_.seed(static_cast<uint32_t>(::testing::UnitTest::GetInstance()->random_seed()) * 7919u + 17u);
   }
 
+  // Buffers made here are done when the helper returns: alloc's zero fill, a small upload (through the
+  // pinned ring) and the NaN fill run on gpu_'s stream, and many tests hand the buffers to another backend
+  // (its own stream) — under load (8 test processes on one GPU, W2) such a kernel ran before gpu_'s fill or
+  // copy: NaN counts in CudaCsa, an illegal address in CudaAttention. The errors stay in gpu_ (sticky) for
+  // the test's own sync.
+  void settle() { (void)gpu_->sync(); }
   // Device copy of `h`, alive until the test ends.
   template <typename T>
   T* dev(const std::vector<T>& h) {
@@ -82,6 +88,7 @@ class CudaOpsTest : public ::testing::Test {
     gpu_->upload(b->data(), h.data(), h.size() * sizeof(T));
     T* p = static_cast<T*>(b->data());
     bufs_.push_back(std::move(b).value());
+    settle();
     return p;
   }
   // Device array of n floats filled with NaN (an op that skips an output shows up as NaN).
@@ -91,6 +98,7 @@ class CudaOpsTest : public ::testing::Test {
     gpu_->fill_f32(b->f32(), NAN, static_cast<int64_t>(n));
     float* p = b->f32();
     bufs_.push_back(std::move(b).value());
+    settle();
     return p;
   }
   int32_t* poisoned_i32(size_t n) { return reinterpret_cast<int32_t*>(poisoned(n)); }
@@ -111,6 +119,7 @@ class CudaOpsTest : public ::testing::Test {
     backend::Weight g = w;
     g.data = b->data();
     bufs_.push_back(std::move(b).value());
+    settle();
     return g;
   }
 

@@ -135,7 +135,7 @@ void decode(benchmark::State& state, bool batched) {
 void BM_DecodeBatched(benchmark::State& state) { decode(state, true); }
 void BM_DecodeStepped(benchmark::State& state) { decode(state, false); }
 
-BENCHMARK(BM_DecodeBatched)->RangeMultiplier(2)->Range(1, 32)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeBatched)->RangeMultiplier(2)->Range(1, 64)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DecodeStepped)->RangeMultiplier(2)->Range(1, 32)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

@@ -585,8 +585,14 @@ void Forward::logits_head(std::span<const Segment> segs) {
   int64_t count = 0;
   for (const Segment& s : segs) count += rows_of(s);
   const float* X = nullptr;
-  if (segs.size() == 1) {
-    X = x_.f32() + (static_cast<int64_t>(segs[0].tokens.size()) - count) * HCD;
+  // The head's rows are already consecutive columns of x_ when every segment's rows follow the previous
+  // one's (one session; a batch of decoders, one token each): no per-session copies then.
+  bool consecutive = true;
+  for (size_t s = 0, j = 0; s < segs.size() && consecutive; j += rows_of(segs[s]), ++s)
+    consecutive = off_[s] + static_cast<int64_t>(segs[s].tokens.size()) - rows_of(segs[s]) ==
+                  off_[0] + static_cast<int64_t>(segs[0].tokens.size()) - rows_of(segs[0]) + static_cast<int64_t>(j);
+  if (consecutive) {
+    X = x_.f32() + (off_[0] + static_cast<int64_t>(segs[0].tokens.size()) - rows_of(segs[0])) * HCD;
   } else {
     int64_t j = 0;
     for (size_t s = 0; s < segs.size(); ++s) {

@@ -13,6 +13,8 @@
 //                                         one-token kernels (expert_one_token 1 with and without PDL, 2, 3); once:
 //                                         one untimed call at n = 1 of each one-token variant, then the warp tiles
 //                                         (ncu).
+//        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
+//                                         decode) only, timed (or once each, balanced runs first: for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
 //                                         current vs previous kernels (and vs small_v3 = false).
 //        cuda_bench --hc-once             the same ops once each at n = 1, 8, 32, untimed (run it under ncu).
@@ -102,14 +104,15 @@ void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
 // expert_tiles_pdl = false ("nopdl": the warp tiles launched plainly), two with expert_row_tiles_min = 1
 // ("rows", "rowspdl": the row tiles, plain and as programmatic dependent launches; "rowsperm": with
 // expert_row_tiles_perm, the byte-permute IQ2_XXS decode; "rowsv2", "v2perm": expert_row_tiles_v2, the second
-// shapes, without and with it), one with
+// shapes, without and with it; "v3", "v3perm": expert_row_tiles_v3, the balanced expert-major runs, without and with
+// it at every n), one with
 // expert_tiles_fast = false ("lean": the lean tile kernels, before/after figures of the fast
 // ones), one with expert_tiles_lean = false ("tiles1": the first tile kernels)
 // and one with expert_tiles = false ("previous"), and on a backend with the decode/skinny kernels off
 // ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
 // the distinct experts the batch reads (7.07 MB each).
 void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_only = false, bool once = false,
-                  bool one = false) {
+                  bool one = false, bool v3_only = false) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
   auto general = cuda::make_cuda_backend(go);
@@ -198,6 +201,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   ro.expert_row_tiles_min = 1;
   ro.expert_row_tiles_v2 = false;
   ro.expert_row_tiles_perm = false;
+  ro.expert_row_tiles_v3 = 0;
   auto row_tiles = cuda::make_cuda_backend(ro);
   ro.expert_tiles_pdl = true;  // the same as programmatic dependent launches
   auto rowpdl_tiles = cuda::make_cuda_backend(ro);
@@ -219,6 +223,10 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto one2_tiles = cuda::make_cuda_backend(oo);
   oo.expert_one_token = 3;
   auto one3_tiles = cuda::make_cuda_backend(oo);
+  ro.expert_row_tiles_v3 = 1;  // the balanced expert-major runs, fast decode and byte-permute decode at every n
+  auto v3_tiles = cuda::make_cuda_backend(ro);
+  ro.expert_row_tiles_perm = true;
+  auto v3perm_tiles = cuda::make_cuda_backend(ro);
   std::vector<Side> moe_sides;
   if (one) {
     if (!once) moe_sides.push_back({&be, "default"});
@@ -230,15 +238,17 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warppdl"});
   } else {
     if (!once) moe_sides.push_back({&be, "default"});
-    if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warp"});
+    if (warp_tiles.ok() && !once && !v3_only) moe_sides.push_back({warp_tiles->get(), "warp"});
     // The row tiles first (ncu -c N of `--experts once` then profiles their kernels).
-    if (row_tiles.ok()) moe_sides.push_back({row_tiles->get(), "rows"});
+    if (v3perm_tiles.ok()) moe_sides.push_back({v3perm_tiles->get(), "v3perm"});
+    if (v3_tiles.ok()) moe_sides.push_back({v3_tiles->get(), "v3"});
+    if (row_tiles.ok() && !v3_only) moe_sides.push_back({row_tiles->get(), "rows"});
     if (v2_tiles.ok()) moe_sides.push_back({v2_tiles->get(), "rowsv2"});
     if (v2perm_tiles.ok()) moe_sides.push_back({v2perm_tiles->get(), "v2perm"});
-    if (perm_tiles.ok()) moe_sides.push_back({perm_tiles->get(), "rowsperm"});
-    if (rowpdl_tiles.ok()) moe_sides.push_back({rowpdl_tiles->get(), "rowspdl"});
+    if (perm_tiles.ok() && !v3_only) moe_sides.push_back({perm_tiles->get(), "rowsperm"});
+    if (rowpdl_tiles.ok() && !v3_only) moe_sides.push_back({rowpdl_tiles->get(), "rowspdl"});
     if (nopdl_tiles.ok() && !tiles_only) moe_sides.push_back({nopdl_tiles->get(), "nopdl"});
-    if (block_tiles.ok()) moe_sides.push_back({block_tiles->get(), "block"});
+    if (block_tiles.ok() && !v3_only) moe_sides.push_back({block_tiles->get(), "block"});
     if (lean_tiles.ok() && !tiles_only) moe_sides.push_back({lean_tiles->get(), "lean"});
     if (first_tiles.ok() && !tiles_only) moe_sides.push_back({first_tiles->get(), "tiles1"});
     if (previous.ok() && !tiles_only) moe_sides.push_back({previous->get(), "previous"});
@@ -513,8 +523,9 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
     const bool one = argc > 2 && std::strcmp(argv[2], "one") == 0;
-    const bool once = argc > 2 + one && std::strcmp(argv[2 + one], "once") == 0;
-    bench_skinny(*be, rng, true, once || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once, one);
+    const bool v3 = argc > 2 && std::strncmp(argv[2], "v3", 2) == 0;  // "v3", "v3once"
+    const bool once = (argc > 2 + one && std::strcmp(argv[2 + one], "once") == 0) || (v3 && std::strcmp(argv[2], "v3once") == 0);
+    bench_skinny(*be, rng, true, once || v3 || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once, one, v3);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small4") == 0) {  // session 7's shorter chain: small_v4 vs off

@@ -64,6 +64,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_expert_row_tiles_min(opts.expert_row_tiles_min);
   be->set_expert_row_tiles_perm(opts.expert_row_tiles_perm);
   be->set_expert_row_tiles_v2(opts.expert_row_tiles_v2);
+  be->set_expert_row_tiles_v3(opts.expert_row_tiles_v3);
   be->set_f16_segments(opts.f16_segments);
   be->set_hc_router_v2(opts.hc_router_v2);
   be->set_hc_pdl(opts.hc_pdl);

@@ -96,6 +96,13 @@ struct CudaBackendOptions {
   // cp.async that bypasses L1) instead of read through L1 (the H200 measured them 17–20 % faster from 8
   // tokens). false: the first shapes, for before/after benchmarks. Same bits either way.
   bool expert_row_tiles_v2 = true;
+  // The row tiles' balanced runs (moe_row_tiles.cu balanced_run): items numbered expert-major, so the warps
+  // of a block share one or two experts' activation rows in L1, and each warp's run cut at an equal share of
+  // the estimated work (passes × decode + pairs) instead of an equal count of tile-major items; with
+  // expert_row_tiles_perm the byte-permute decode then runs at every n (its tables no longer crowd out
+  // activation rows spread over many experts). -1: as moe_tiles.cu kRowTilesV3Auto (what the H200 measured
+  // faster); 0: the runs before; 1: the balanced runs. Same bits either way.
+  int expert_row_tiles_v3 = -1;
   // F16 matmuls (ds4 numerics) in the segment order of src/backend/cuda/README.md, one kernel for every
   // batch size (matmul_f16.cu). false: the previous lane order (one warp walks a whole row; matvec below
   // kGemmMinVectors, 16-vector kernel above) — for before/after benchmarks. Either way a token's bits

@@ -343,6 +343,7 @@ class CudaBackend final : public Backend {
   void set_expert_row_tiles_min(int n) { expert_row_tiles_min_ = n; }
   void set_expert_row_tiles_perm(bool on) { expert_row_tiles_perm_ = on; }
   void set_expert_row_tiles_v2(bool on) { expert_row_tiles_v2_ = on; }
+  void set_expert_row_tiles_v3(int mode) { expert_row_tiles_v3_ = mode; }
   void set_f16_segments(bool on) { f16_segments_ = on; }
   void set_hc_router_v2(bool on) { hc_router_v2_ = on; }
   void set_hc_pdl(bool on) { hc_pdl_ = on; }
@@ -406,6 +407,7 @@ class CudaBackend final : public Backend {
   int expert_row_tiles_min_ = -1;         // CudaBackendOptions::expert_row_tiles_min
   bool expert_row_tiles_perm_ = false;    // CudaBackendOptions::expert_row_tiles_perm
   bool expert_row_tiles_v2_ = false;      // CudaBackendOptions::expert_row_tiles_v2
+  int expert_row_tiles_v3_ = -1;          // CudaBackendOptions::expert_row_tiles_v3
   bool f16_segments_ = true;              // CudaBackendOptions::f16_segments
   bool hc_router_v2_ = true;              // CudaBackendOptions::hc_router_v2
   bool hc_pdl_ = true;                    // CudaBackendOptions::hc_pdl

@@ -7,7 +7,9 @@
 // Work item = (group g = one expert and its pairs, row tile t): gate/up 16 rows of gate and the same 16
 // rows of up (lane l < 16: gate row l, lane 16 + l: up row l), down 32 rows. Each warp takes a run of
 // items in tile-major order (item = t·groups + g, as the warp tiles: every warp gets the same share of
-// every expert's pairs) and streams them slab by slab — a slab is the next kSlab blocks of the item's 32
+// every expert's pairs) or, with CudaBackendOptions::expert_row_tiles_v3, a run of expert-major items cut at
+// an equal share of the estimated work (balanced_run: a block's warps then share one or two experts'
+// activation rows in L1, where tile-major runs spread a block over 16 experts), and streams them slab by slab — a slab is the next kSlab blocks of the item's 32
 // rows (IQ2_XXS 2 × 66 B, Q2_K 84 B per row), 4-byte cp.async where each warp instruction copies 128
 // consecutive bytes of one row — through a private kStages-deep ring, the rows at an odd word pitch so
 // the 32 lanes' word loads hit 32 banks. An expert with more pairs than a pass holds (kMaxQ) streams the
@@ -83,9 +85,78 @@ uint64_t row_smem(int32_t n_pairs, int32_t max_groups) {
          uint64_t{W::kWarps} * W::kStages * W::kStageBytes + 16;
 }
 
+// Estimated cost of one item (a row tile) of an expert with `count` pairs, in units of one pair's block
+// terms: every pass of ≤ Q pairs decodes the weights again (kDecode: an IQ2_XXS decode costs about three
+// pairs' dp4a work, a Q2_K one about half of one pair's), each pair adds its own (kPair).
+template <GgmlType T>
+__device__ inline int32_t item_cost(int32_t count, int Q) {
+  constexpr int32_t kDecode = T == GgmlType::IQ2_XXS ? 3 : 1, kPair = T == GgmlType::IQ2_XXS ? 1 : 2;
+  return kDecode * ((count + Q - 1) / Q) + kPair * count;
+}
+
+// The balanced run of items (CudaBackendOptions::expert_row_tiles_v3) of global warp `w` of `nw`: items are
+// numbered expert-major (item = g·n_tiles + t, so the warps of one block work on the same one or two experts
+// and share their activation rows in L1), and warp w takes the items whose estimated start cost (item_cost
+// summed in that order) lies in [C·w/nw, C·(w+1)/nw), C the total: equal shares of the work whatever the
+// pairs per expert. Every lane of the warp calls it (same result); groups in device memory (the
+// prologue's). The boundary of w and w + 1 is one computation, so the runs partition the items exactly.
+template <GgmlType T>
+__device__ void balanced_run(const int32_t* groups, int32_t ng, int32_t n_tiles, int Q, int64_t w, int64_t nw,
+                             int64_t& begin, int64_t& end) {
+  // Lane l's costs of groups l, l + 32, … held in registers for the first kCached chunks (256 groups: every
+  // Flash batch), so their loads are independent and cost one round trip; later chunks load again.
+  constexpr int kCached = 8;
+  const int lane = threadIdx.x % kWarp;
+  auto cost = [&](int32_t g) { return g < ng ? item_cost<T>(groups[3 * g + 2], Q) : 0; };
+  int32_t cached[kCached];
+#pragma unroll
+  for (int i = 0; i < kCached; ++i) cached[i] = cost(i * kWarp + lane);
+  auto chunk_cost = [&](int i) {
+    int32_t c = 0;
+#pragma unroll
+    for (int j = 0; j < kCached; ++j)
+      if (j == i) c = cached[j];
+    return i < kCached ? c : cost(i * kWarp + lane);
+  };
+  const int chunks = (ng + kWarp - 1) / kWarp;
+  int64_t total = 0;
+  for (int i = 0; i < chunks; ++i) total += chunk_cost(i);
+  total = warp_sum<int64_t>(total) * n_tiles;
+  const int64_t lo = total * w / nw, hi = total * (w + 1) / nw;
+  // The first item whose start cost is ≥ x: in group g with start S ≤ x < S + n_tiles·c, item ⌈(x − S)/c⌉
+  // of it (n_tiles: the next group's first); none (x ≥ total): the end of all items.
+  begin = end = static_cast<int64_t>(ng) * n_tiles;
+  bool found_lo = lo >= total, found_hi = hi >= total;
+  int64_t run = 0;  // cost of the groups before this chunk, per tile
+  for (int i = 0; i < chunks && !(found_lo && found_hi); ++i) {
+    const int32_t g = i * kWarp + lane;
+    const int32_t c = chunk_cost(i);
+    int32_t incl = c;
+#pragma unroll
+    for (int d = 1; d < kWarp; d <<= 1) {
+      const int32_t v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    const int64_t s0 = (run + incl - c) * n_tiles, s1 = (run + incl) * n_tiles;
+    auto locate = [&](int64_t x, bool& found, int64_t& at) {
+      const unsigned hit = __ballot_sync(0xffffffffu, !found && c > 0 && x >= s0 && x < s1);
+      if (hit != 0) {
+        const int64_t t = c > 0 ? (x - s0 + c - 1) / c : 0;
+        at = __shfl_sync(0xffffffffu, static_cast<int64_t>(g) * n_tiles + t, __ffs(hit) - 1);
+        found = true;
+      }
+    };
+    locate(lo, found_lo, begin);
+    locate(hi, found_hi, end);
+    run += __shfl_sync(0xffffffffu, incl, kWarp - 1);
+  }
+}
+
 // kPerm (IQ2_XXS only): the block terms by iq2_terms_perm (byte-permute decode) instead of iq2_terms_fast.
+// balanced: the runs of balanced_run (expert-major) instead of equal runs of tile-major items.
 template <GgmlType T, bool kGateUp, bool kPerm, bool kV2>
-__global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) moe_row_tile_kernel(TileParams p) {
+__global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1)
+    moe_row_tile_kernel(TileParams p, bool balanced) {
   using W = RowTile<T, kGateUp, kV2>;
   constexpr int R = W::kRows, S = W::kStages, SW = W::kSlabWords, Q = W::kMaxQ;
   constexpr uint32_t kRowPitch = 4 * W::kPitchWords;
@@ -100,19 +171,36 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) mo
   const int32_t ng = *p.n_groups;
   const int64_t items = static_cast<int64_t>(ng) * p.n_tiles;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * W::kWarps;
-  const int64_t per = (items + warps - 1) / warps;
-  // Runs numbered warp-major across blocks (run wid·blocks + block), so a batch of fewer items than
-  // warps still spreads over every SM (1 token: 768 gate/up items, 5–6 busy warps on each of 132 SMs).
-  const int64_t begin = (static_cast<int64_t>(wid) * gridDim.x + blockIdx.x) * per;
-  const int64_t end = begin + per < items ? begin + per : items;
+  int64_t begin = 0, end = 0;
+  if (balanced) {
+    balanced_run<T>(p.groups, ng, p.n_tiles, Q, static_cast<int64_t>(blockIdx.x) * W::kWarps + wid, warps, begin, end);
+  } else {
+    // Runs numbered warp-major across blocks (run wid·blocks + block), so a batch of fewer items than
+    // warps still spreads over every SM (1 token: 768 gate/up items, 5–6 busy warps on each of 132 SMs).
+    const int64_t per = (items + warps - 1) / warps;
+    begin = (static_cast<int64_t>(wid) * gridDim.x + blockIdx.x) * per;
+    end = begin + per < items ? begin + per : items;
+  }
+  // Item → (group, tile): expert-major when balanced (tile fastest), else tile-major (group fastest).
+  auto group_of = [&](int64_t item) {
+    return static_cast<int32_t>(ng == 0 ? 0 : balanced ? item / p.n_tiles : item % ng);
+  };
+  auto tile_of = [&](int64_t item) { return ng == 0 ? 0 : balanced ? item % p.n_tiles : item / ng; };
+  auto step = [&](int32_t& g, int64_t& t) {
+    if (balanced) {
+      if (++t == p.n_tiles) t = 0, ++g;
+    } else if (++g == ng) {
+      g = 0, ++t;
+    }
+  };
   const int32_t* grp = p.groups;  // sgroups once the block has filled it
   const int32_t* pids = p.order;  // spid once the block has filled it
 
   // The copy side walks the same sequence as the compute side below — per item, per pass of ≤ Q
   // pairs, per slab — kStages − 1 slabs ahead.
   int64_t c_item = begin;
-  int32_t c_g = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;
-  int64_t c_t = ng > 0 ? begin / ng : 0;
+  int32_t c_g = group_of(begin);
+  int64_t c_t = tile_of(begin);
   int32_t c_q0 = 0;
   int c_s = 0;
   // Slab c_s of item (c_g, c_t) into ring buffer `buf`: row i of the stage (gate rows 0 … R − 1, then up's)
@@ -159,7 +247,7 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) mo
       if (c_q0 >= grp[3 * c_g + 2]) {
         c_q0 = 0;
         ++c_item;
-        if (++c_g == ng) c_g = 0, ++c_t;
+        step(c_g, c_t);
       }
     }
   };
@@ -194,8 +282,8 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) mo
   }
   int buf = 0;  // ring buffer of the slab computed next
   const uint8_t* const my_row = ring + lane * kRowPitch;
-  int32_t g = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;
-  int64_t t = ng > 0 ? begin / ng : 0;
+  int32_t g = group_of(begin);
+  int64_t t = tile_of(begin);
   for (int64_t item = begin; item < end; ++item) {
     const int32_t first = sgroups[3 * g + 1], count = sgroups[3 * g + 2];
     const int64_t row0 = t * R;
@@ -265,13 +353,13 @@ __global__ void __launch_bounds__(RowTile<T, kGateUp, kV2>::kWarps* kWarp, 1) mo
       else if (cs <= 4 || Q == 4) pass(std::integral_constant<int, 4>{});
       else pass(std::integral_constant<int, Q>{});
     }
-    if (++g == ng) g = 0, ++t;
+    step(g, t);
   }
   cp_async_wait<0>();
 }
 
 template <GgmlType T, bool kGateUp, bool kPerm, bool kV2>
-bool launch(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, cudaStream_t s) {
+bool launch(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, bool balanced, cudaStream_t s) {
   using W = RowTile<T, kGateUp, kV2>;
   constexpr int threads = W::kWarps * kWarp;
   auto kernel = moe_row_tile_kernel<T, kGateUp, kPerm, kV2>;
@@ -285,7 +373,7 @@ bool launch(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl,
   // items over all blocks first).
   const int64_t cap = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sms);
   const int64_t blocks = std::clamp<int64_t>(items_bound, 1, cap);
-  return be.check(launch_dependent(pdl, dim3(static_cast<unsigned>(blocks)), dim3(threads), smem, s, kernel, p),
+  return be.check(launch_dependent(pdl, dim3(static_cast<unsigned>(blocks)), dim3(threads), smem, s, kernel, p, balanced),
                   kGateUp ? "moe gate/up row tiles" : "moe down row tiles");
 }
 
@@ -301,15 +389,15 @@ cudaError_t allow_smem(int limit) {
 
 // The launch of one (type, projection) by the two switches (kPerm only for IQ2_XXS).
 template <GgmlType T, bool kGateUp>
-bool launch_of(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, bool perm, bool v2,
+bool launch_of(CudaBackend& be, const TileParams& p, int64_t items_bound, bool pdl, bool perm, bool v2, bool v3,
                cudaStream_t s) {
   if constexpr (T == GgmlType::IQ2_XXS) {
     if (perm)
-      return v2 ? launch<T, kGateUp, true, true>(be, p, items_bound, pdl, s)
-                : launch<T, kGateUp, true, false>(be, p, items_bound, pdl, s);
+      return v2 ? launch<T, kGateUp, true, true>(be, p, items_bound, pdl, v3, s)
+                : launch<T, kGateUp, true, false>(be, p, items_bound, pdl, v3, s);
   }
-  return v2 ? launch<T, kGateUp, false, true>(be, p, items_bound, pdl, s)
-            : launch<T, kGateUp, false, false>(be, p, items_bound, pdl, s);
+  return v2 ? launch<T, kGateUp, false, true>(be, p, items_bound, pdl, v3, s)
+            : launch<T, kGateUp, false, false>(be, p, items_bound, pdl, v3, s);
 }
 
 template <GgmlType T, bool kGateUp>
@@ -352,12 +440,12 @@ bool row_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes
 }
 
 bool launch_row_tiles(CudaBackend& be, GgmlType t, bool gate_up, const TileParams& p, int64_t items_bound, bool pdl,
-                      bool perm, bool v2, cudaStream_t s) {
+                      bool perm, bool v2, bool v3, cudaStream_t s) {
   if (t == GgmlType::IQ2_XXS)
-    return gate_up ? launch_of<GgmlType::IQ2_XXS, true>(be, p, items_bound, pdl, perm, v2, s)
-                   : launch_of<GgmlType::IQ2_XXS, false>(be, p, items_bound, pdl, perm, v2, s);
-  return gate_up ? launch_of<GgmlType::Q2_K, true>(be, p, items_bound, pdl, perm, v2, s)
-                 : launch_of<GgmlType::Q2_K, false>(be, p, items_bound, pdl, perm, v2, s);
+    return gate_up ? launch_of<GgmlType::IQ2_XXS, true>(be, p, items_bound, pdl, perm, v2, v3, s)
+                   : launch_of<GgmlType::IQ2_XXS, false>(be, p, items_bound, pdl, perm, v2, v3, s);
+  return gate_up ? launch_of<GgmlType::Q2_K, true>(be, p, items_bound, pdl, perm, v2, v3, s)
+                 : launch_of<GgmlType::Q2_K, false>(be, p, items_bound, pdl, perm, v2, v3, s);
 }
 
 cudaError_t init_row_tile_kernels() {

@@ -27,9 +27,10 @@ bool row_tiles_fit(CudaBackend& be, GgmlType t, bool gate_up, uint64_t row_bytes
 // Launches the gate/up (+ SwiGLU) or down row tiles; p.n_tiles = rows / row_tile_rows(gate_up);
 // items_bound ≥ the device-side item count (groups × n_tiles); pdl: as a programmatic dependent of the
 // kernel before it (sm_90); perm: IQ2_XXS blocks by the byte-permute decode (moe_terms.cuh iq2_terms_perm);
-// v2: the second shapes (CudaBackendOptions::expert_row_tiles_v2). false: a launch error (recorded in be).
+// v2: the second shapes (CudaBackendOptions::expert_row_tiles_v2); v3: the balanced expert-major runs
+// (expert_row_tiles_v3). false: a launch error (recorded in be).
 bool launch_row_tiles(CudaBackend& be, GgmlType t, bool gate_up, const TileParams& p, int64_t items_bound, bool pdl,
-                      bool perm, bool v2, cudaStream_t s);
+                      bool perm, bool v2, bool v3, cudaStream_t s);
 
 // Grid table and shared-memory limits of the row-tile kernels (once, outside any capture).
 cudaError_t init_row_tile_kernels();

@@ -83,6 +83,8 @@ constexpr bool kWarpTilesPdlAuto = true;
 // faster at 8 and 16 tokens and slower at 32 and 64 (2026-11-30 09:47 UTC, µs per layer with the second
 // shapes: 197.0 vs 205.5, 343.4 vs 353.8; 627.1 vs 587.9, 1,032.8 vs 960.0).
 constexpr int64_t kRowPermMax = 16;
+// The row tiles' balanced expert-major runs (expert_row_tiles_v3 = -1), with the byte-permute decode at every n.
+constexpr bool kRowTilesV3Auto = false;
 
 template <bool kGateUp>
 constexpr int rows_of() {
@@ -424,7 +426,8 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // Row tiles (moe_row_tiles.cu) from expert_row_tiles_min tokens where both projections fit them; else
   // warp tiles (moe_warp_tiles.cu) up to expert_tiles_warp_max where both fit them; else the block tiles.
   const int64_t row_min = expert_row_tiles_min_ < 0 ? kRowTilesAutoMin : expert_row_tiles_min_;
-  const bool perm = expert_row_tiles_perm_ && a.n <= kRowPermMax, v2 = expert_row_tiles_v2_;
+  const bool v3 = expert_row_tiles_v3_ < 0 ? kRowTilesV3Auto : expert_row_tiles_v3_ != 0;
+  const bool perm = expert_row_tiles_perm_ && (a.n <= kRowPermMax || v3), v2 = expert_row_tiles_v2_;
   const bool rows = row_min > 0 && a.n >= row_min && var == kFast &&
                     row_tiles_fit(*this, gt, true, a.gate.first.row_bytes, nb_gu, a.ff, pairs, max_groups, perm, v2) &&
                     row_tiles_fit(*this, dt, false, a.down.first.row_bytes, nb_d, a.dim, pairs, max_groups, perm, v2);
@@ -493,7 +496,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     if (!launch_warp_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
   } else if (rows) {
     p.n_tiles = static_cast<int32_t>(a.ff / row_tile_rows(true));
-    if (!launch_row_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, perm, v2, s)) return true;
+    if (!launch_row_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, perm, v2, v3, s)) return true;
   } else if (!launch_tiles_of<true>(*this, var, gt, p, int64_t{max_groups} * p.n_tiles, s)) {
     return true;
   }
@@ -531,7 +534,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     launch_warp_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, s);
   } else if (rows) {
     p.n_tiles = static_cast<int32_t>(a.dim / row_tile_rows(false));
-    launch_row_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, perm, v2, s);
+    launch_row_tiles(*this, dt, false, p, int64_t{max_groups} * p.n_tiles, pdl, perm, v2, v3, s);
   } else {
     launch_tiles_of<false>(*this, var, dt, p, int64_t{max_groups} * p.n_tiles, s);
   }

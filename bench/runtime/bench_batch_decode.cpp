@@ -10,6 +10,7 @@
 // Each session is prefilled with a prompt of its own (--prompt, default 64 tokens); every round appends
 // one greedy token to each session; after 192 rounds the sessions rewind to the prompt (outside the
 // timed region), so the context stays between N and N + 192 tokens.
+// Built with CUDA, each timed batched step is an NVTX range "decode_step" (for Nsight Compute's --nvtx filter).
 // Deliberately not here: scheduling or HTTP (bench for the server lives with it).
 #include <benchmark/benchmark.h>
 
@@ -23,6 +24,10 @@
 
 #include "ds4/engine.h"
 #include "ds4/sampler.h"
+
+#if DS4_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
 
 namespace {
 
@@ -115,7 +120,13 @@ void decode(benchmark::State& state, bool batched) {
     }
     Status st = Status::Ok();
     if (batched) {
+#if DS4_NVTX
+      nvtxRangePushA("decode_step");  // ncu --nvtx --nvtx-include decode_step/: this step's kernels only
+#endif
       st = e.step(items, {});
+#if DS4_NVTX
+      nvtxRangePop();
+#endif
     } else {
       for (int i = 0; i < n && st.ok(); ++i) st = e.step(std::span<const StepItem>(&items[i], 1), {});
     }

@@ -41,7 +41,7 @@ class RowsTest : public CudaOpsTest {
     };
     make(true, true, sides_[0]);
     make(true, false, sides_[1]);
-    make(false, false, sides_[2]);
+    make(false, true, sides_[2]);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{ne_} * ff_, dim_, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{ne_} * ff_, dim_, &u0_);
@@ -62,7 +62,8 @@ class RowsTest : public CudaOpsTest {
     }
   }
 
-  // 0: balanced runs, byte-permute decode; 1: balanced runs, fast decode; 2: the runs before.
+  // 0: balanced runs, byte-permute decode; 1: balanced runs, fast decode; 2: the runs before (the default:
+  // byte-permute decode up to 16 tokens).
   static constexpr int kSides = 3;
   static constexpr const char* kNames[kSides] = {"v3 perm", "v3 fast", "v2"};
 
@@ -195,13 +196,11 @@ TEST_F(CudaMoeRows, ManyExpertsSameRouting) {
 TEST_F(CudaMoeRows, ManyExpertsBadId) { check(50, 8, false, 17); }
 
 TEST_F(CudaMoeRowsFlash, RandomRouting) {
-  for (int64_t n : {8, 16, 33, 64}) check(n, 6, false);
+  for (int64_t n : {8, 33, 64}) check(n, 6, false);
   check(33, 8, false);
 }
 
-TEST_F(CudaMoeRowsFlash, AllTokensOnTheSameExperts) {
-  for (int64_t n : {8, 64}) check(n, 6, true);
-}
+TEST_F(CudaMoeRowsFlash, AllTokensOnTheSameExperts) { check(64, 6, true); }
 
 TEST_F(CudaMoeRowsFlash, BadId) { check(20, 6, false, 7); }
 

@@ -12,6 +12,7 @@
 #                GRAPHS_CTX_MAX=8192: a second ds4-bench walk with BENCH_FLAGS2 (default --no-cuda-graphs) to there
 #                OPS_FILTER (gpu_check.sh), SKIP_PROBE=1 / SKIP_LOAD=1: without the batch probe / the serving series
 #                GEN43=32: greedy decode tokens per frontier of the 43-layer walk
+#                CHECK_FLASH_LAYERS=2: gpu_check's flash-q2 stage bench file (0 skips it)
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" = "--pack" ]; then
@@ -32,7 +33,7 @@ T=$(cd "$(dirname "${1:?usage: gpu_session.sh PACK_TARBALL [OUT_DIR]}")" && pwd)
 O=${2:-${OUT:-/tmp/gpu_session}}; mkdir -p "$O"
 P=/tmp/gpu_session_pack; rm -rf "$P"; mkdir -p "$P" && tar xJf "$T" -C "$P"
 t0=$(date +%s)
-FLASH_LAYERS=2 bash "$HERE/gpu_check.sh" "$P/check" "$O/check" > "$O/check.txt" 2>&1
+FLASH_LAYERS=${CHECK_FLASH_LAYERS:-2} bash "$HERE/gpu_check.sh" "$P/check" "$O/check" > "$O/check.txt" 2>&1
 echo "gpu_check rc=$? in $(( $(date +%s) - t0 )) s"
 if [ -z "${SKIP_PROBE:-}" ]; then
   LAYERS=4 PROMPT=512 NCU_N="" bash "$HERE/gpu_batch_probe.sh" "$P/probe" "$O/probe" > "$O/probe.txt" 2>&1

@@ -38,22 +38,21 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
                           {"comp 1024x4096", 1024, 4096, 42},     {"idx q_b 8192x1024", 8192, 1024, 21},
                           {"comp 512x4096", 512, 4096, 40},       {"idx 64x4096", 64, 4096, 21},
                           {"head hc 4x16384", 4, 16384, 0}};
-  // Paths: the segment order; the MMA order with matmul_f16_mma.cu's decode tiles ("f16-mma-t",
-  // f16_mma_decode = false) and with matmul_f16_mma_decode.cu ("f16-mma", by shape); with `sweep` (N < 64)
-  // also each fixed launch shape of the latter ("mma-rR-sS": R-row tiles, S segments per block).
+  // Paths: the segment order; the MMA order with matmul_f16_mma_decode.cu ("f16-mma", launch shape by
+  // shape) and (N < 64) with matmul_f16_mma.cu's decode tiles ("f16-mma-t", f16_mma_decode = false), or with
+  // `sweep` instead fixed launch shapes of the former ("mma-rR-sS": R-row tiles, S segments per block).
   struct Path {
     const char* name;
     bool mma, decode;
     int rows, segs;
   };
-  std::vector<Path> paths = {{"f16-seg", false, false, 0, 0}, {"f16-mma-t", true, false, 0, 0}, {"f16-mma", true, true, 0, 0}};
-  static const char* kSweepNames[3][3] = {{"mma-r4-s1", "mma-r4-s2", "mma-r4-s4"},
-                                          {"mma-r8-s1", "mma-r8-s2", "mma-r8-s4"},
-                                          {"mma-r16-s1", "mma-r16-s2", "mma-r16-s4"}};
-  if (sweep && N < 64)
-    for (int r = 0; r < 3; ++r)
-      for (int sg = 0; sg < 3; ++sg) paths.push_back({kSweepNames[r][sg], true, true, 4 << r, 1 << sg});
-  if (N >= 64) paths.erase(paths.begin() + 1);  // prefill: the decode kernels play no part
+  std::vector<Path> paths = {{"f16-seg", false, false, 0, 0}, {"f16-mma", true, true, 0, 0}};
+  if (N < 64 && !sweep) paths.push_back({"f16-mma-t", true, false, 0, 0});
+  if (N < 64 && sweep)
+    for (auto [r, sg] : {std::pair<int, int>{16, 4}, {16, 1}, {8, 1}}) {
+      static const char* kNames[] = {"mma-r16-s4", "mma-r16-s1", "mma-r8-s1"};
+      paths.push_back({kNames[paths.size() - 2], true, true, r, sg});
+    }
   for (const Path& pa : paths) {
     cuda::CudaBackendOptions co;
     co.f16_mma = pa.mma;

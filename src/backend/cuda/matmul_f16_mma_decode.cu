@@ -3,9 +3,10 @@
 // head's HC 4 × 16384) and matmul_many (a CSA layer's six projections, the HCA's pair) in one launch of
 // up to 8 jobs. Why a kernel of its own: at n = 1 the order's work is a chain of 32 dependent MMAs per
 // 128-value quarter, so time is load latency — here each warp owns ONE quarter of an R-row tile
-// (R = 4, 8 or 16 rows × 8 vectors) and issues every load of it (R = 16: 8 × 16 bytes of weights per
-// lane, 8 × 16 bytes of activations for lane group g < n) before its first MMA; the four quarters of a
-// segment are four warps, a block holds `segs` segments (≤ 4: 512 threads, ≤ 128 registers).
+// (R = 4, 8 or 16 rows × 8 vectors) and issues every weight load of it (R = 16: 8 × 16 bytes per lane)
+// before its first MMA, the activations (cached, shared by every block) one 32-value block ahead; the four
+// quarters of a segment are four warps, a block holds `segs` segments (1, 2, 4, or 8 with 4- and 8-row
+// tiles: 1,024 threads; ≤ 64 registers, so 1,024 threads per multiprocessor).
 // The order is f16_mma.cuh's, unchanged: each quarter's chain is f16_mma_quarter_loaded (blocks 0 … 3,
 // k-steps in order, hi then lo), seg = ((q0 + q1) + q2) + q3, y = (…((0 + seg_0) + seg_1) + …) in
 // segment order — so a token gets the bits of every other launch shape (batched ≡ solo).
@@ -60,7 +61,7 @@ struct DecParams {
 // Block of 4·kSegs warps; warp w: row tile group w / (4·spb), segment w % (4·spb) / 4 of the block's,
 // quarter w % 4 of it.
 template <int R, int kSegs>
-__global__ void __launch_bounds__(4 * kSegs * kWarp) f16_mma_dec_kernel(DecParams p) {
+__global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kernel(DecParams p) {
   constexpr int kWarps = 4 * kSegs, kH = R == 16 ? 2 : 1;
   __shared__ float qs[kWarps][4][kWarp];  // quarter accumulators: warp, element r, lane
   __shared__ int last;
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp) f16_mma_dec_kernel(DecParam
   if (on) {
     // Every load of the quarter first (weights: rows g, g + 8 of the tile; activations: vector g).
     uint4 w[4][1][2];
-    float x[4][1][8];
+    float x[2][1][8];
     const bool wide = J.wide != 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -89,10 +90,16 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp) f16_mma_dec_kernel(DecParam
       for (int bb = 0; bb < 4; ++bb)
         w[bb][0][h] = wr ? load_w8(wr, u * kF16MmaQ + bb * kF16MmaBlk + 8 * t, J.cols, wide) : make_uint4(0, 0, 0, 0);
     }
+    // Activations (small, cached) one block ahead of the MMAs that read them: 16 registers instead of
+    // 32, so 512- and 1024-thread blocks keep two and one per multiprocessor. The chain is
+    // f16_mma_quarter_loaded's: blocks 0 … 3 in order from c = 0.
     const float* xr = g < p.n_vec ? J.x + (g / J.x_div) * J.x_stride : nullptr;
+    load_x8_mma<false>(xr, u * kF16MmaQ + 8 * t, J.cols, wide, 1.0f, x[0][0]);
 #pragma unroll
-    for (int bb = 0; bb < 4; ++bb) load_x8_mma<false>(xr, u * kF16MmaQ + bb * kF16MmaBlk + 8 * t, J.cols, wide, 1.0f, x[bb][0]);
-    f16_mma_quarter_loaded<1, 1>(c, w, x);
+    for (int bb = 0; bb < 4; ++bb) {
+      if (bb < 3) load_x8_mma<false>(xr, u * kF16MmaQ + (bb + 1) * kF16MmaBlk + 8 * t, J.cols, wide, 1.0f, x[(bb + 1) & 1][0]);
+      f16_mma_block<1, 1>(c, w[bb], x[bb & 1]);
+    }
   }
 #pragma unroll
   for (int r = 0; r < 4; ++r) qs[warp][r][lane] = c[0][0][r];
@@ -144,6 +151,12 @@ void launch_dec(const DecParams& p, unsigned blocks, cudaStream_t s) {
 
 template <int R>
 void launch_dec_segs(const DecParams& p, unsigned blocks, int segs, cudaStream_t s) {
+  if constexpr (R <= 8) {
+    if (segs == 8) {
+      launch_dec<R, 8>(p, blocks, s);
+      return;
+    }
+  }
   if (segs == 1)
     launch_dec<R, 1>(p, blocks, s);
   else if (segs == 2)
@@ -168,31 +181,42 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
   if (sm_count_ == 0 &&
       !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device()), "f16 mma decode: multiprocessors"))
     return true;
-  // Tile rows: 16-row tiles (every MMA row used) where the rows are many; 8 or 4 where 16-row tiles would
-  // leave the device idle (the router's 256 rows, the head's 4). Segments per block: the most (fewer
-  // counters and partial sums) that still gives about a block per multiprocessor.
-  const int R = f16_dec_rows_ ? f16_dec_rows_ : total_rows >= 2048 ? 16 : total_rows >= 64 ? 8 : 4;
-  auto blocks_for = [&](int segs) {
-    int64_t blocks = 0;
-    for (const GemvJob& j : jobs) {
-      const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg, tiles = (j.w.rows + R - 1) / R;
-      if (nseg <= segs) {
-        const int64_t groups = segs / nseg;
-        blocks += (tiles + groups - 1) / groups;
-      } else {
-        blocks += tiles * ((nseg + segs - 1) / segs);
+  int64_t max_seg = 0;
+  for (const GemvJob& j : jobs) max_seg = std::max<int64_t>(max_seg, (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg);
+  int R = 0, segs = 0;
+  if (f16_dec_rows_ == 0 && f16_dec_segs_ == 0 && max_seg <= 8) {
+    // By shape, rows of ≤ 8 segments (4,096 values): whole rows in blocks of 8 segments (1,024 threads, no
+    // combine: the fence, count and re-read of split rows cost more than idle MMA rows); 8-row tiles where
+    // they make about a block per two multiprocessors, else 4 (the router's 256 rows: 64 blocks).
+    R = total_rows / 8 >= sm_count_ / 2 ? 8 : 4;
+    segs = 8;
+  } else {
+    // Tile rows: 16-row tiles (every MMA row used) where the rows are many; 8 or 4 where 16-row tiles would
+    // leave the device idle. Segments per block: the most (fewer counters and partial sums) that still
+    // gives about a block per multiprocessor (the head's HC 4 × 16384: 32 blocks of one segment).
+    R = f16_dec_rows_ ? f16_dec_rows_ : total_rows >= 2048 ? 16 : total_rows >= 64 ? 8 : 4;
+    auto blocks_for = [&](int sp) {
+      int64_t blocks = 0;
+      for (const GemvJob& j : jobs) {
+        const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg, tiles = (j.w.rows + R - 1) / R;
+        if (nseg <= sp) {
+          const int64_t groups = sp / nseg;
+          blocks += (tiles + groups - 1) / groups;
+        } else {
+          blocks += tiles * ((nseg + sp - 1) / sp);
+        }
       }
+      return blocks;
+    };
+    segs = f16_dec_segs_;
+    if (segs == 0) {
+      segs = 1;
+      for (int c : {4, 2})
+        if (blocks_for(c) >= sm_count_) {
+          segs = c;
+          break;
+        }
     }
-    return blocks;
-  };
-  int segs = f16_dec_segs_;
-  if (segs == 0) {
-    segs = 1;
-    for (int c : {4, 2})
-      if (blocks_for(c) >= sm_count_) {
-        segs = c;
-        break;
-      }
   }
   DecParams p{};
   p.n_jobs = static_cast<int32_t>(jobs.size());

@@ -5,8 +5,8 @@
 // 128-value quarter, so time is load latency — here each warp owns ONE quarter of an R-row tile
 // (R = 4, 8 or 16 rows × 8 vectors) and issues every weight load of it (R = 16: 8 × 16 bytes per lane)
 // before its first MMA, the activations (cached, shared by every block) one 32-value block ahead; the four
-// quarters of a segment are four warps, a block holds `segs` segments (1, 2, 4, or 8 with 4- and 8-row
-// tiles: 1,024 threads; ≤ 64 registers, so 1,024 threads per multiprocessor).
+// quarters of a segment are four warps, a block holds `segs` segments (1 by default, 2 or 4; ≤ 64
+// registers, so 1,024 threads per multiprocessor).
 // The order is f16_mma.cuh's, unchanged: each quarter's chain is f16_mma_quarter_loaded (blocks 0 … 3,
 // k-steps in order, hi then lo), seg = ((q0 + q1) + q2) + q3, y = (…((0 + seg_0) + seg_1) + …) in
 // segment order — so a token gets the bits of every other launch shape (batched ≡ solo).
@@ -151,12 +151,6 @@ void launch_dec(const DecParams& p, unsigned blocks, cudaStream_t s) {
 
 template <int R>
 void launch_dec_segs(const DecParams& p, unsigned blocks, int segs, cudaStream_t s) {
-  if constexpr (R <= 8) {
-    if (segs == 8) {
-      launch_dec<R, 8>(p, blocks, s);
-      return;
-    }
-  }
   if (segs == 1)
     launch_dec<R, 1>(p, blocks, s);
   else if (segs == 2)
@@ -178,46 +172,13 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
       return false;
     else
       total_rows += j.w.rows;
-  if (sm_count_ == 0 &&
-      !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device()), "f16 mma decode: multiprocessors"))
-    return true;
-  int64_t max_seg = 0;
-  for (const GemvJob& j : jobs) max_seg = std::max<int64_t>(max_seg, (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg);
-  int R = 0, segs = 0;
-  if (f16_dec_rows_ == 0 && f16_dec_segs_ == 0 && max_seg <= 8) {
-    // By shape, rows of ≤ 8 segments (4,096 values): whole rows in blocks of 8 segments (1,024 threads, no
-    // combine: the fence, count and re-read of split rows cost more than idle MMA rows); 8-row tiles where
-    // they make about a block per two multiprocessors, else 4 (the router's 256 rows: 64 blocks).
-    R = total_rows / 8 >= sm_count_ / 2 ? 8 : 4;
-    segs = 8;
-  } else {
-    // Tile rows: 16-row tiles (every MMA row used) where the rows are many; 8 or 4 where 16-row tiles would
-    // leave the device idle. Segments per block: the most (fewer counters and partial sums) that still
-    // gives about a block per multiprocessor (the head's HC 4 × 16384: 32 blocks of one segment).
-    R = f16_dec_rows_ ? f16_dec_rows_ : total_rows >= 2048 ? 16 : total_rows >= 64 ? 8 : 4;
-    auto blocks_for = [&](int sp) {
-      int64_t blocks = 0;
-      for (const GemvJob& j : jobs) {
-        const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg, tiles = (j.w.rows + R - 1) / R;
-        if (nseg <= sp) {
-          const int64_t groups = sp / nseg;
-          blocks += (tiles + groups - 1) / groups;
-        } else {
-          blocks += tiles * ((nseg + sp - 1) / sp);
-        }
-      }
-      return blocks;
-    };
-    segs = f16_dec_segs_;
-    if (segs == 0) {
-      segs = 1;
-      for (int c : {4, 2})
-        if (blocks_for(c) >= sm_count_) {
-          segs = c;
-          break;
-        }
-    }
-  }
+  // By shape (W2 on the H200, every launch shape measured): one segment per block (4 warps, 128 threads,
+  // many blocks per multiprocessor while chains run; split rows finished by the last block) — the CSA
+  // matmul_many 17.9 µs against 19.4 with 4 segments and 27.6 with whole rows in 1,024-thread blocks; 16-row
+  // tiles where the rows are many, 8 or 4 where 16-row ones would leave the device idle (the router's 256
+  // rows: 8-row tiles, 256 blocks, 5.1 µs).
+  const int R = f16_dec_rows_ ? f16_dec_rows_ : total_rows >= 1024 ? 16 : total_rows >= 64 ? 8 : 4;
+  const int segs = f16_dec_segs_ ? f16_dec_segs_ : 1;
   DecParams p{};
   p.n_jobs = static_cast<int32_t>(jobs.size());
   p.n_vec = static_cast<int32_t>(n);

@@ -26,6 +26,9 @@
 //                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
 //                                         chunks, whole rows); NAME: only the shapes whose name holds it, no layer table.
+//        cuda_bench --rows [NAME]         dense Q8_0 matmuls at n = 1..32, cold weights (and the head): default vs
+//                                         gemv_rows.cu (through L1 / no L1 allocation) at n ≤ 4, then a layer's dense
+//                                         matmuls at n = 1, 2, 4; NAME: only the shapes whose name holds it.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --f16mma              the decode stage table with f16_mma the other way, then default (the
@@ -89,6 +92,8 @@ void bench_small4(Backend& now, Backend& v3, bool once);  // cuda_bench_stages.c
 void bench_small5(Backend& now, Backend& v4);             // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only);  // cuda_bench_stages.cpp
+void bench_dense_rows(Backend* const* sides, const char* const* labels, int n_sides, int64_t rows_max,
+                      const char* only);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
@@ -558,6 +563,20 @@ int main(int argc, char** argv) {
     if (prev.ok())
       bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr, v2.ok() ? v2->get() : nullptr, hc_once);
     if (!hc_once && v2.ok()) bench_small_prefill(*be, **v2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--rows") == 0) {  // dense Q8_0 decode matmuls: default vs gemv_rows
+    cuda::CudaBackendOptions ro, no;
+    ro.gemv_rows = cuda::GemvMma::always;
+    no.gemv_rows = cuda::GemvMma::always;
+    no.gemv_rows_no_l1 = true;
+    auto rows = cuda::make_cuda_backend(ro);
+    auto nol1 = cuda::make_cuda_backend(no);
+    if (rows.ok() && nol1.ok()) {
+      Backend* sides[3] = {be.get(), rows->get(), nol1->get()};
+      const char* labels[3] = {"default", "rows", "rows-noL1"};
+      bench_dense_rows(sides, labels, 3, 4, argc > 2 ? argv[2] : nullptr);
+    }
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs before

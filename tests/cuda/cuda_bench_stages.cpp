@@ -1357,4 +1357,99 @@ void bench_small5(Backend& now, Backend& v4) {
                   gb / b.graph_us, b.graph_us / a.graph_us);
       std::fflush(stdout);
     }
+
+// Dense Q8_0 matmuls at decode sizes on several backends (`sides`, labels), cold weights: the weights are
+// made once on sides[0] (one device, one address space: every backend reads them) in copies cycled
+// through ≥ 128 MB (the head: one 563 MB copy), graph µs per call; `rows_max`: vector counts above it
+// only on side 0 (the other sides fall back there). Then one layer's dense matmuls (q_a + kv and gate +
+// up as matmul_many, out_a grouped) over 4 layers' weights at n = 1, 2, 4. only: shapes whose name holds it.
+void bench_dense_rows(Backend* const* sides, const char* const* labels, int n_sides, int64_t rows_max, const char* only) {
+  struct Mm {
+    const char* name;
+    int64_t rows, cols, group_rows;
+  };
+  const Mm shapes[] = {{"q_a 1024x4096", 1024, 4096, 0},         {"kv 512x4096", 512, 4096, 0},
+                       {"q_b 32768x1024", 32768, 1024, 0},       {"out_a grouped 8x1024x4096", 8192, 4096, 1024},
+                       {"out_b 4096x8192", 4096, 8192, 0},       {"shared gate/up 2048x4096", 2048, 4096, 0},
+                       {"shared down 4096x2048", 4096, 2048, 0}, {"head 129280x4096", 129280, 4096, 0}};
+  const int64_t ns[] = {1, 2, 4, 8, 16, 32};
+  const uint64_t cold_bytes = uint64_t{128} << 20;
+  std::vector<std::unique_ptr<StageBench>> sb;
+  for (int i = 0; i < n_sides; ++i) sb.push_back(std::make_unique<StageBench>(*sides[i]));
+  float* x = sb[0]->buf(32 * 32768);
+  float* y = sb[0]->buf(32 * 131072);
+  for (const Mm& m : shapes) {
+    if (only && !std::strstr(m.name, only)) continue;
+    const uint64_t bytes = *type_bytes(GgmlType::Q8_0, static_cast<uint64_t>(m.cols)) * m.rows;
+    const int copies = static_cast<int>(std::max<uint64_t>(1, (cold_bytes + bytes - 1) / bytes));
+    std::vector<Weight> w;
+    for (int c = 0; c < copies; ++c) w.push_back(sb[0]->weight(GgmlType::Q8_0, m.rows, m.cols));
+    const int64_t xs = m.group_rows > 0 ? 8 * m.cols : m.cols;
+    for (int64_t n : ns) {
+      std::printf("BENCH dense-rows %-26s n=%-2lld", m.name, static_cast<long long>(n));
+      for (int i = 0; i < n_sides; ++i) {
+        if (i > 0 && n > rows_max) break;
+        int k = 0;
+        const double us = sb[i]->time([&] {
+          sides[i]->matmul({w[static_cast<size_t>(k++ % copies)], x, xs, y, m.rows, n, MatmulNumerics::ds4,
+                            m.group_rows, m.cols});
+        }, std::max(copies, 4)).graph_us;
+        std::printf("  %s %7.2f us %5.0f GB/s", labels[i], us, static_cast<double>(bytes) / (us * 1e-6) / 1e9);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  if (only) return;
+  struct Layer {
+    Weight qa, kv, qb, oa, ob, gate, up, down;
+  };
+  const int L = 4;
+  std::vector<Layer> ls(L);
+  sb[0]->reset_bytes();
+  for (Layer& l : ls) {
+    l.qa = sb[0]->weight(GgmlType::Q8_0, 1024, 4096);
+    l.kv = sb[0]->weight(GgmlType::Q8_0, 512, 4096);
+    l.qb = sb[0]->weight(GgmlType::Q8_0, 32768, 1024);
+    l.oa = sb[0]->weight(GgmlType::Q8_0, 8192, 4096);
+    l.ob = sb[0]->weight(GgmlType::Q8_0, 4096, 8192);
+    l.gate = sb[0]->weight(GgmlType::Q8_0, 2048, 4096);
+    l.up = sb[0]->weight(GgmlType::Q8_0, 2048, 4096);
+    l.down = sb[0]->weight(GgmlType::Q8_0, 4096, 2048);
+  }
+  const double layer_bytes = static_cast<double>(sb[0]->bytes()) / L;
+  float* ya = sb[0]->buf(32 * 1024);
+  float* yb = sb[0]->buf(32 * 512);
+  float* yq = sb[0]->buf(32 * 32768);
+  float* yo = sb[0]->buf(32 * 8192);
+  float* yf = sb[0]->buf(32 * 4096);
+  float* yg = sb[0]->buf(32 * 2048);
+  float* yu = sb[0]->buf(32 * 2048);
+  for (int64_t n : {1, 2, 4}) {
+    std::printf("BENCH dense-rows-layer n=%-2lld (%.1f MB)", static_cast<long long>(n), layer_bytes / 1e6);
+    for (int i = 0; i < n_sides; ++i) {
+      Backend& be = *sides[i];
+      auto mm = [&](const Weight& w, int64_t xs, float* out, int64_t ys, int64_t gr = 0) {
+        be.matmul({w, x, xs, out, ys, n, MatmulNumerics::ds4, gr, gr > 0 ? w.cols : 0});
+      };
+      auto pair = [&](const Weight& a, float* ay, int64_t ays, const Weight& b, float* by, int64_t bys) {
+        const MatmulArgs jobs[2] = {{a, x, 4096, ay, ays, n, MatmulNumerics::ds4},
+                                    {b, x, 4096, by, bys, n, MatmulNumerics::ds4}};
+        be.matmul_many(jobs);
+      };
+      int k = 0;
+      const double us = sb[i]->time([&] {
+        const Layer& l = ls[static_cast<size_t>(k++ % L)];
+        pair(l.qa, ya, 1024, l.kv, yb, 512);
+        mm(l.qb, 1024, yq, 32768);
+        mm(l.oa, 8 * 4096, yo, 8192, 1024);
+        mm(l.ob, 8192, yf, 4096);
+        pair(l.gate, yg, 2048, l.up, yu, 2048);
+        mm(l.down, 2048, yf, 4096);
+      }, 2 * L).graph_us;
+      std::printf("  %s %7.2f us %5.0f GB/s", labels[i], us, layer_bytes / (us * 1e-6) / 1e9);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
 }

@@ -10,6 +10,8 @@
 // - gemv_stream.cu (1..16 vectors, forced: gemv_stream = always, PDL launches on sm_90): the same suites
 //   plus q_b and out_b whole, Backend::matmul_many of Q8_0 matrices sharing x (q_a + kv, gate + up, 8
 //   parts; different inputs and 9 jobs falling back), and three launches each reading the one before's y.
+// - gemv_rows.cu (1..4 vectors, forced: gemv_rows = always, with and without L1 allocation): the same
+//   Flash, grouped, odd-shape, matmul_many and chained suites at n ≤ 4 (larger n falling back).
 // Deliberately not here: other weight types and routed experts (test_cuda_matmul.cpp).
 #include <algorithm>
 #include <cstring>
@@ -319,6 +321,41 @@ class CudaGemvStream : public CudaGemvKernel {
       EXPECT_EQ(bit_diffs(g2, w2), 0) << what << ": values differ from the CPU bits";
     }
   }
+
+  void chained() {
+    // y1 = A·x, y2 = B·y1, y3 = C·y2 back to back on the stream (programmatic dependents on sm_90: each
+    // starts its weight copies while the one before runs, and must read its input only after it ends).
+    const int64_t d = 4096;
+    Weight w[3];
+    std::vector<uint8_t> bytes[3];
+    Weight gw[3];
+    for (int i = 0; i < 3; ++i) {
+      bytes[i] = random_weight(GgmlType::Q8_0, d, d, &w[i], 0.02f);
+      w[i].data = bytes[i].data();
+      gw[i] = gpu_weight(w[i], w[i].row_bytes * d);
+    }
+    for (int64_t n : {1, 4}) {
+      auto x = randn(static_cast<size_t>(n * d));
+      std::vector<float> c1(static_cast<size_t>(n * d)), c2(c1.size()), c3(c1.size());
+      cpu_->matmul({w[0], x.data(), d, c1.data(), d, n, MatmulNumerics::ds4});
+      cpu_->matmul({w[1], c1.data(), d, c2.data(), d, n, MatmulNumerics::ds4});
+      cpu_->matmul({w[2], c2.data(), d, c3.data(), d, n, MatmulNumerics::ds4});
+      const float* gx = dev(x);
+      float* y1 = poisoned(c1.size());
+      float* y2 = poisoned(c1.size());
+      float* y3 = poisoned(c1.size());
+      for (int rep = 0; rep < 3; ++rep) {
+        gpu_->matmul({gw[0], gx, d, y1, d, n, MatmulNumerics::ds4});
+        gpu_->matmul({gw[1], y1, d, y2, d, n, MatmulNumerics::ds4});
+        gpu_->matmul({gw[2], y2, d, y3, d, n, MatmulNumerics::ds4});
+      }
+      ASSERT_TRUE(gpu_->sync().ok());
+      const std::string what = "chain of 3, n" + std::to_string(n);
+      const auto got = host(y3, c3.size());
+      expect_close(got, c3, 0, 0, what);
+      EXPECT_EQ(bit_diffs(got, c3), 0) << what;
+    }
+  }
 };
 
 TEST_F(CudaGemvStream, FlashShapesEveryBatchSizeBitIdenticalToCpu) {
@@ -350,40 +387,7 @@ TEST_F(CudaGemvStream, MatmulManySharedInputInOneLaunch) {
   check_many({100, 100, 100, 100, 100, 100, 100, 100, 100}, 256, 1);  // 9 jobs: one matmul each
 }
 
-TEST_F(CudaGemvStream, ChainedLaunchesReadTheOutputOfTheOneBefore) {
-  // y1 = A·x, y2 = B·y1, y3 = C·y2 back to back on the stream (programmatic dependents on sm_90: each
-  // starts its weight copies while the one before runs, and must read its input only after it ends).
-  const int64_t d = 4096;
-  Weight w[3];
-  std::vector<uint8_t> bytes[3];
-  Weight gw[3];
-  for (int i = 0; i < 3; ++i) {
-    bytes[i] = random_weight(GgmlType::Q8_0, d, d, &w[i], 0.02f);
-    w[i].data = bytes[i].data();
-    gw[i] = gpu_weight(w[i], w[i].row_bytes * d);
-  }
-  for (int64_t n : {1, 4}) {
-    auto x = randn(static_cast<size_t>(n * d));
-    std::vector<float> c1(static_cast<size_t>(n * d)), c2(c1.size()), c3(c1.size());
-    cpu_->matmul({w[0], x.data(), d, c1.data(), d, n, MatmulNumerics::ds4});
-    cpu_->matmul({w[1], c1.data(), d, c2.data(), d, n, MatmulNumerics::ds4});
-    cpu_->matmul({w[2], c2.data(), d, c3.data(), d, n, MatmulNumerics::ds4});
-    const float* gx = dev(x);
-    float* y1 = poisoned(c1.size());
-    float* y2 = poisoned(c1.size());
-    float* y3 = poisoned(c1.size());
-    for (int rep = 0; rep < 3; ++rep) {
-      gpu_->matmul({gw[0], gx, d, y1, d, n, MatmulNumerics::ds4});
-      gpu_->matmul({gw[1], y1, d, y2, d, n, MatmulNumerics::ds4});
-      gpu_->matmul({gw[2], y2, d, y3, d, n, MatmulNumerics::ds4});
-    }
-    ASSERT_TRUE(gpu_->sync().ok());
-    const std::string what = "gemv_stream chain of 3, n" + std::to_string(n);
-    const auto got = host(y3, c3.size());
-    expect_close(got, c3, 0, 0, what);
-    EXPECT_EQ(bit_diffs(got, c3), 0) << what;
-  }
-}
+TEST_F(CudaGemvStream, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
 
 // gemv_stream.cu's wide rows (4096 and 8192 columns) as column chunks (the default, gemv_stream_chunks):
 // the whole out_b and shared gate / up matrices, where a block holds more rows than one 40 KB stage (the
@@ -417,3 +421,67 @@ TEST_F(CudaGemvStreamRows, OddRowCountsAndSmallShapes) { odd_shapes(); }
 TEST_F(CudaGemvStreamRows, MatmulManySharedInputInOneLaunch) {
   for (int64_t n : {1, 2, 8}) check_many({2048, 2048}, 4096, n);  // shared gate + up
 }
+
+// gemv_rows.cu (1..4 vectors, forced: gemv_rows = always; weights loaded straight into registers, PDL
+// launches on sm_90): every Flash Q8_0 matrix at n = 1..4 (q_b, out_b and the shared gate/up whole; the
+// head's first 20,000 rows), the grouped out_a in one call, odd row counts (partial tiles, one-row tiles,
+// 96-octet rows), matmul_many's shared-input sets, chained launches; n > 4 falls back to the other kernels.
+class CudaGemvRows : public CudaGemvStream {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvStream::options();
+    o.gemv_rows = backend::cuda::GemvMma::always;
+    return o;
+  }
+  void flash_rows() {
+    for (const auto& c : kFlashQ8)
+      for (int64_t n : {1, 2, 3, 4}) {
+        const int64_t rows = std::min<int64_t>(c.rows, n == 1 ? 20000 : 1000);
+        check(rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+      }
+    check(32768, 1024, 1);  // q_b whole: ~248 rows a block, 64-row tiles
+    check(4096, 8192, 2);   // out_b whole: 8-row tiles, pre-quantized activations
+    check(2048, 4096, 1);   // shared gate / up whole
+  }
+};
+
+TEST_F(CudaGemvRows, FlashShapesBitIdenticalToCpu) { flash_rows(); }
+
+TEST_F(CudaGemvRows, GroupedOutputProjectionInOneCall) {
+  for (int64_t n : {1, 2, 4}) {
+    check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
+    check(4 * 96, 1024, n, 0, 0, 96, 1024 + 64);
+  }
+  check(3 * 37, 512, 3, 0, 0, 37, 512);
+  check(2 * 64, 4096, 5, 0, 0, 64, 4096 + 64);  // 5 vectors: other kernels
+}
+
+TEST_F(CudaGemvRows, OddRowCountsAndSmallShapes) {
+  odd_shapes();
+  check(300, 24576, 1);  // 96 octets a row: 2-row tiles
+  check(300, 24576, 2);
+}
+
+TEST_F(CudaGemvRows, MatmulManySharedInputInOneLaunch) {
+  for (int64_t n : {1, 2, 4, 8}) {
+    check_many({1024, 512}, 4096, n);   // q_a + kv
+    check_many({2048, 2048}, 4096, n);  // shared gate + up
+  }
+  check_many({7, 1, 300, 64, 5, 9, 33, 2}, 1024, 1);  // 8 parts, some of fewer rows than blocks
+  check_many({5, 3}, 768, 3);
+  check_many({100, 100}, 4096, 2, {0, 128});  // different inputs: one matmul each
+}
+
+TEST_F(CudaGemvRows, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+// The same kernel with the weight loads not allocating in L1 (gemv_rows_no_l1): the same CPU bits.
+class CudaGemvRowsNoL1 : public CudaGemvRows {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRows::options();
+    o.gemv_rows_no_l1 = true;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) { flash_rows(); }

@@ -136,6 +136,15 @@ struct CudaBackendOptions {
   // under wins (H200: 17.2 vs 21.3 µs at 1); false: tiles of whole rows (1–4 rows at 8192 columns, each
   // tile one nb-long FADD chain per row) and out_b on the kernels before.
   bool gemv_stream_chunks = true;
+  // Dense Q8_0 matmuls of 1..4 vectors (ds4 numerics; one matrix, out_a's groups, matmul_many's Q8_0
+  // matrices sharing an input) on gemv_rows.cu, ahead of gemv_stream: each thread loads a 272-byte piece
+  // of a row straight into registers (no shared-memory staging), the next tile's loads in flight while
+  // one is computed; block terms and per-row chains in the CPU's block order (same bits). wins: where
+  // it measured faster (gemv_rows_wins); always: every shape it takes; off: gemv_stream and the rest.
+  GemvMma gemv_rows = GemvMma::off;
+  // With gemv_rows: the weight loads as ld.global.nc.L1::no_allocate (each 16-byte load its own L2
+  // request) instead of through L1. Same bits.
+  bool gemv_rows_no_l1 = false;
   // Backend::prefetch (l2_prefetch.cu): 0 = cp.async.bulk.prefetch.L2 pieces (sm_90); 1 = the same with
   // an evict_last L2 policy (the prefetched lines outlast streaming traffic beside them); 2 =
   // prefetch.global.L2::evict_last per 128-byte line (no TMA). Below sm_90 always the per-line form. A hint: same bits.

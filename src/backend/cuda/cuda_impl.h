@@ -156,6 +156,18 @@ bool gemv_stream_supports(const GemvJob& j);
 // Whether a supported job is one where gemv_stream.cu measured faster (CudaBackendOptions::gemv_stream = wins),
 // with column chunks for wide rows or not (gemv_stream_chunks).
 bool gemv_stream_wins(const GemvJob& j, bool chunks);
+// A job's parts (its groups, or the one matrix) as gemv_stream.cu and gemv_rows.cu take them.
+StreamSet stream_set_of(const GemvJob& j);
+// The blocks of a launch of ~grid_target blocks dealt to the parts in proportion to their rows (at least
+// one, at most one per row): blocks[i] for part i; returns their sum.
+int64_t deal_stream_blocks(const StreamSet& s, int64_t grid_target, int64_t* blocks);
+// gemv_rows.cu: dense Q8_0 matmuls of 1..kRowsMaxVec vectors with the weights loaded straight into
+// registers (a thread per 272-byte octet of a row), the StreamSet parts of gemv_stream.cu.
+inline constexpr int kRowsMaxVec = 4;
+// Whether gemv_rows.cu handles `j` (what gemv_stream_supports takes, n_vec ≤ kRowsMaxVec, ≤ 256 octets a row).
+bool gemv_rows_supports(const GemvJob& j);
+// Whether a supported job is one where gemv_rows.cu measured faster (CudaBackendOptions::gemv_rows = wins).
+bool gemv_rows_wins(const GemvJob& j);
 
 // Driver virtual-memory entry points (cuda_region.cpp loads them; types only from cuda.h, no libcuda link).
 struct VmmApi {
@@ -296,6 +308,14 @@ class CudaBackend final : public Backend {
   bool gemv_stream(const GemvJob& j, DeviceScratch& act_scratch);
   bool gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch);
   bool gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch);
+  // gemv_rows.cu: a StreamSet of ≤ kRowsMaxVec vectors; false: declined (nothing launched).
+  bool gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch);
+  // sm_count_, cc_major_ and dense_smem_optin_ read once; false: an error was recorded.
+  bool stream_device_info();
+  // One quantize_act over every part's inputs (n·cols too large to quantize in each block): acts[i] =
+  // part i's activation rows, *act_vec their stride. 1: done; 0: error recorded; −1: the parts' inputs
+  // are not one row of 4-block-aligned offsets (nothing launched).
+  int stream_quantize_parts(const StreamSet& s, DeviceScratch& act_scratch, uint64_t* act_vec, const uint8_t** acts);
   // moe_skinny: routed experts grouped by expert on the device; writes y [n·k][dim] (one row per
   // (token, slot) pair with a valid id) for moe()'s slot sum.
   bool moe_skinny(const MoeArgs& a, float* h, float* y);
@@ -361,6 +381,10 @@ class CudaBackend final : public Backend {
     gemv_stream_ = m;
     gemv_stream_pdl_ = pdl;
     gemv_stream_chunks_ = chunks;
+  }
+  void set_gemv_rows(GemvMma m, bool no_l1) {
+    gemv_rows_ = m;
+    gemv_rows_no_l1_ = no_l1;
   }
   void set_attention_segments(bool mma, bool on, int split_max_blocks, int heads_per_warp) {
     attention_mma_ = mma;
@@ -439,6 +463,9 @@ class CudaBackend final : public Backend {
   bool gemv_stream_chunks_ = true;        // CudaBackendOptions::gemv_stream_chunks
   int l2_prefetch_mode_ = 0;              // CudaBackendOptions::l2_prefetch_mode
   bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
+  GemvMma gemv_rows_ = GemvMma::off;      // CudaBackendOptions::gemv_rows
+  bool gemv_rows_no_l1_ = false;          // CudaBackendOptions::gemv_rows_no_l1
+  bool rows_smem_set_[6] = {};            // gemv_rows.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

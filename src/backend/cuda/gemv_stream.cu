@@ -257,8 +257,7 @@ bool gemv_stream_wins(const GemvJob& j, bool chunks) {
   return chunks && j.w.cols <= 8192 && j.n_vec <= 2;
 }
 
-bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
-  if (!gemv_stream_supports(j)) return false;
+StreamSet stream_set_of(const GemvJob& j) {
   StreamSet s;
   s.cols = j.w.cols;
   s.row_bytes = j.w.row_bytes;
@@ -266,7 +265,7 @@ bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
   s.x_stride = j.x_stride;
   const int64_t groups = j.group_rows > 0 ? j.w.rows / j.group_rows : 1;
   const int64_t part_rows = j.group_rows > 0 ? j.group_rows : j.w.rows;
-  for (int64_t g = 0; g < groups; ++g) {
+  for (int64_t g = 0; g < groups && s.n_parts < kStreamMaxParts; ++g) {
     StreamSet::Part& q = s.part[s.n_parts++];
     q.w = static_cast<const uint8_t*>(j.w.data) + static_cast<uint64_t>(g * part_rows) * j.w.row_bytes;
     q.x = j.x + g * j.group_x_stride;
@@ -274,24 +273,32 @@ bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
     q.y_stride = j.y_stride;
     q.rows = part_rows;
   }
-  return gemv_stream_set(s, act_scratch);
+  return s;
+}
+
+bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
+  if (!gemv_stream_supports(j)) return false;
+  return gemv_stream_set(stream_set_of(j), act_scratch);
 }
 
 bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch) {
-  if (!decode_kernels_ || gemv_stream_ == GemvMma::off || jobs.size() < 2 || jobs.size() > kStreamMaxParts)
-    return false;
+  const bool rows_on = gemv_rows_ != GemvMma::off, stream_on = gemv_stream_ != GemvMma::off;
+  if (!decode_kernels_ || (!rows_on && !stream_on) || jobs.size() < 2 || jobs.size() > kStreamMaxParts) return false;
   const MatmulArgs& a0 = jobs[0];
   StreamSet s;
   s.cols = a0.w.cols;
   s.row_bytes = a0.w.row_bytes;
   s.n_vec = a0.n;
   s.x_stride = a0.x_stride;
+  bool rows = rows_on, stream = stream_on;  // every job supported (and, under wins, winning) on that kernel
   for (const MatmulArgs& a : jobs) {
     if (a.numerics != MatmulNumerics::ds4 || a.group_rows > 0 || a.n != a0.n || a.x != a0.x ||
         a.x_stride != a0.x_stride || a.w.cols != a0.w.cols || a.w.row_bytes != a0.w.row_bytes ||
         !stream_shape_ok(a.w, a.n))
       return false;
-    if (gemv_stream_ == GemvMma::wins && !gemv_stream_wins(gemv_job(a), gemv_stream_chunks_)) return false;
+    const GemvJob j = gemv_job(a);
+    rows = rows && gemv_rows_supports(j) && (gemv_rows_ == GemvMma::always || gemv_rows_wins(j));
+    stream = stream && (gemv_stream_ == GemvMma::always || gemv_stream_wins(j, gemv_stream_chunks_));
     StreamSet::Part& q = s.part[s.n_parts++];
     q.w = static_cast<const uint8_t*>(a.w.data);
     q.x = a.x;
@@ -299,21 +306,64 @@ bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScrat
     q.y_stride = a.y_stride;
     q.rows = a.w.rows;
   }
-  return gemv_stream_set(s, act_scratch);
+  if (rows && gemv_rows_set(s, act_scratch)) return true;
+  return stream && gemv_stream_set(s, act_scratch);
+}
+
+int64_t deal_stream_blocks(const StreamSet& s, int64_t grid_target, int64_t* blocks) {
+  int64_t total_rows = 0, cum = 0, total_blocks = 0;
+  for (int i = 0; i < s.n_parts; ++i) total_rows += s.part[i].rows;
+  for (int i = 0; i < s.n_parts; ++i) {
+    const int64_t b0 = grid_target * cum / total_rows;
+    cum += s.part[i].rows;
+    const int64_t b1 = grid_target * cum / total_rows;
+    blocks[i] = std::clamp<int64_t>(b1 - b0, 1, s.part[i].rows);
+    total_blocks += blocks[i];
+  }
+  return total_blocks;
+}
+
+bool CudaBackend::stream_device_info() {
+  if (sm_count_ == 0 && !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_),
+                               "multiprocessor count"))
+    return false;
+  if (cc_major_ == 0 && !check(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_),
+                               "compute capability"))
+    return false;
+  return dense_smem_optin_ >= 0 ||
+         check(cudaDeviceGetAttribute(&dense_smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
+               "shared memory per block");
+}
+
+int CudaBackend::stream_quantize_parts(const StreamSet& s, DeviceScratch& act_scratch, uint64_t* act_vec,
+                                       const uint8_t** acts) {
+  // One quantize_act over the span of every part's inputs (blocks between two parts' inputs are
+  // quantized too, and unused: each 32-value block is quantized on its own, so a part reads exactly the
+  // blocks its own call would have quantized).
+  const float* x0 = s.part[0].x;
+  const float* x1 = s.part[0].x;
+  for (int i = 0; i < s.n_parts; ++i) {
+    x0 = std::min(x0, s.part[i].x);
+    x1 = std::max(x1, s.part[i].x);
+  }
+  // Each part's first block and every vector's row start on 16 bytes (the kernels copy them by uint4):
+  // offsets and the span in multiples of 4 blocks (4 · 36 bytes).
+  const int64_t span = (x1 - x0) + s.cols;
+  if (span > s.x_stride || span % (4 * kQK8_0) != 0) return -1;  // not one row, or unaligned
+  for (int i = 0; i < s.n_parts; ++i)
+    if ((s.part[i].x - x0) % (4 * kQK8_0) != 0) return -1;
+  const uint64_t stride = quantize_act(GgmlType::Q8_0, x0, s.x_stride, s.n_vec, span, act_scratch);
+  if (stride == 0) return 0;  // error recorded
+  *act_vec = stride;
+  for (int i = 0; i < s.n_parts; ++i)
+    acts[i] = static_cast<const uint8_t*>(act_scratch.ptr) +
+              static_cast<uint64_t>((s.part[i].x - x0) / kQK8_0) * sizeof(BlockQ8_0Act);
+  return 1;
 }
 
 bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch) {
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts) return false;
-  if (sm_count_ == 0 && !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_),
-                               "multiprocessor count"))
-    return true;  // error recorded
-  if (cc_major_ == 0 && !check(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device_),
-                               "compute capability"))
-    return true;
-  if (dense_smem_optin_ < 0 &&
-      !check(cudaDeviceGetAttribute(&dense_smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_),
-             "shared memory per block"))
-    return true;
+  if (!stream_device_info()) return true;  // error recorded
   const int idx = stream_nv_index(s.n_vec);
   if (!stream_smem_set_[idx]) {  // first use (eager: a recorded step always ran once before)
     if (!check(cudaFuncSetAttribute(stream_kernel(idx), cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -335,11 +385,8 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
     dense_occ_[dense_occ_next_++ % dense_occ_.size()] = {smem, 5 + idx, *per_sm};
     return true;
   };
-  int64_t total_rows = 0, max_rows = 0;
-  for (int i = 0; i < s.n_parts; ++i) {
-    total_rows += s.part[i].rows;
-    max_rows = std::max(max_rows, s.part[i].rows);
-  }
+  int64_t max_rows = 0;
+  for (int i = 0; i < s.n_parts; ++i) max_rows = std::max(max_rows, s.part[i].rows);
   // The grid: what is resident at once with many-row blocks (the ring plan), dealt to the parts in
   // proportion to their rows (at least one block, at most one per row).
   const StreamPlan ring = plan_stream(s.cols, s.n_vec, max_rows, gemv_stream_chunks_);
@@ -347,15 +394,9 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   int per_sm = 0;
   if (!resident(ring.smem, &per_sm)) return true;
   const int64_t grid_target = static_cast<int64_t>(per_sm) * sm_count_;
-  int64_t blocks[kStreamMaxParts] = {}, cum = 0, total_blocks = 0, block_rows = 0;
-  for (int i = 0; i < s.n_parts; ++i) {
-    const int64_t b0 = grid_target * cum / total_rows;
-    cum += s.part[i].rows;
-    const int64_t b1 = grid_target * cum / total_rows;
-    blocks[i] = std::clamp<int64_t>(b1 - b0, 1, s.part[i].rows);
-    total_blocks += blocks[i];
-    block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
-  }
+  int64_t blocks[kStreamMaxParts] = {}, block_rows = 0;
+  const int64_t total_blocks = deal_stream_blocks(s, grid_target, blocks);
+  for (int i = 0; i < s.n_parts; ++i) block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
   const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows, gemv_stream_chunks_);
   if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
 
@@ -387,27 +428,11 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
     b += blocks[i];
   }
   if (s.n_vec * s.cols > kFusedMaxValues) {
-    // One quantize_act over the span of every part's inputs (blocks between two parts' inputs are
-    // quantized too, and unused: each 32-value block is quantized on its own, so a part reads exactly the
-    // blocks its own call would have quantized).
-    const float* x0 = s.part[0].x;
-    const float* x1 = s.part[0].x;
-    for (int i = 0; i < s.n_parts; ++i) {
-      x0 = std::min(x0, s.part[i].x);
-      x1 = std::max(x1, s.part[i].x);
-    }
-    // Each part's first block and every vector's row start on 16 bytes (the blocks copy them by uint4):
-    // offsets and the span in multiples of 4 blocks (4 · 36 bytes).
-    const int64_t span = (x1 - x0) + s.cols;
-    if (span > s.x_stride || span % (4 * kQK8_0) != 0) return false;  // not one row, or unaligned: other kernels
-    for (int i = 0; i < s.n_parts; ++i)
-      if ((s.part[i].x - x0) % (4 * kQK8_0) != 0) return false;
-    const uint64_t stride = quantize_act(GgmlType::Q8_0, x0, s.x_stride, s.n_vec, span, act_scratch);
-    if (stride == 0) return true;  // error recorded
-    p.act_vec = stride;
-    for (int i = 0; i < s.n_parts; ++i)
-      p.part[i].act = static_cast<const uint8_t*>(act_scratch.ptr) +
-                      static_cast<uint64_t>((s.part[i].x - x0) / kQK8_0) * sizeof(BlockQ8_0Act);
+    const uint8_t* acts[kStreamMaxParts] = {};
+    const int got = stream_quantize_parts(s, act_scratch, &p.act_vec, acts);
+    if (got < 0) return false;  // inputs one quantize_act cannot cover: other kernels
+    if (got == 0) return true;  // error recorded
+    for (int i = 0; i < s.n_parts; ++i) p.part[i].act = acts[i];
   }
   // Not on the side lane (branches.cpp): its first launch after a fork depends on the main lane through an
   // event, and a programmatic edge there is a case no device run has covered yet; plain order is safe.

@@ -252,6 +252,11 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  // gemv_rows.cu: ≤ 4 vectors with the weights loaded straight into registers, where it measured faster;
+  // same bits.
+  if (decode_kernels_ && gemv_rows_ != GemvMma::off && gemv_rows_supports(j) &&
+      (gemv_rows_ == GemvMma::always || gemv_rows_wins(j)) && gemv_rows_set(stream_set_of(j), act_scratch))
+    return;
   // gemv_stream.cu: the same jobs (and a grouped one) as whole-row ranges per resident block, where it
   // measured faster; same bits.
   if (decode_kernels_ && gemv_stream_ != GemvMma::off && gemv_stream_supports(j) &&

@@ -27,7 +27,7 @@
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
 //                                         chunks, whole rows); NAME: only the shapes whose name holds it, no layer table.
 //        cuda_bench --rows [NAME]         dense Q8_0 matmuls at n = 1..32, cold weights (and the head): default vs
-//                                         gemv_rows.cu (through L1 / no L1 allocation) at n ≤ 4, then a layer's dense
+//                                         gemv_rows.cu (through L1 / no L1 allocation) at n ≤ 8, gemv_mma.cu at 8..32, then a layer's dense
 //                                         matmuls at n = 1, 2, 4; NAME: only the shapes whose name holds it.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
@@ -92,8 +92,8 @@ void bench_small4(Backend& now, Backend& v3, bool once);  // cuda_bench_stages.c
 void bench_small5(Backend& now, Backend& v4);             // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only);  // cuda_bench_stages.cpp
-void bench_dense_rows(Backend* const* sides, const char* const* labels, int n_sides, int64_t rows_max,
-                      const char* only);  // cuda_bench_stages.cpp
+void bench_dense_rows(Backend* const* sides, const char* const* labels, const int64_t* n_lo, const int64_t* n_hi,
+                      int n_sides, const char* only);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
@@ -566,16 +566,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--rows") == 0) {  // dense Q8_0 decode matmuls: default vs gemv_rows
-    cuda::CudaBackendOptions ro, no;
+    cuda::CudaBackendOptions ro, no, mo;
     ro.gemv_rows = cuda::GemvMma::always;
     no.gemv_rows = cuda::GemvMma::always;
     no.gemv_rows_no_l1 = true;
+    mo.gemv_rows = mo.gemv_stream = mo.gemv_dense = cuda::GemvMma::off;  // gemv_mma.cu at every n it takes
+    mo.gemv_mma = cuda::GemvMma::always;
     auto rows = cuda::make_cuda_backend(ro);
     auto nol1 = cuda::make_cuda_backend(no);
-    if (rows.ok() && nol1.ok()) {
-      Backend* sides[3] = {be.get(), rows->get(), nol1->get()};
-      const char* labels[3] = {"default", "rows", "rows-noL1"};
-      bench_dense_rows(sides, labels, 3, 4, argc > 2 ? argv[2] : nullptr);
+    auto mma = cuda::make_cuda_backend(mo);
+    if (rows.ok() && nol1.ok() && mma.ok()) {
+      Backend* sides[4] = {be.get(), rows->get(), nol1->get(), mma->get()};
+      const char* labels[4] = {"default", "rows", "rows-noL1", "mma"};
+      const int64_t lo[4] = {1, 1, 1, 8}, hi[4] = {32, 8, 8, 32};
+      bench_dense_rows(sides, labels, lo, hi, 4, argc > 2 ? argv[2] : nullptr);
     }
     return 0;
   }

@@ -1360,10 +1360,11 @@ void bench_small5(Backend& now, Backend& v4) {
 
 // Dense Q8_0 matmuls at decode sizes on several backends (`sides`, labels), cold weights: the weights are
 // made once on sides[0] (one device, one address space: every backend reads them) in copies cycled
-// through ≥ 128 MB (the head: one 563 MB copy), graph µs per call; `rows_max`: vector counts above it
-// only on side 0 (the other sides fall back there). Then one layer's dense matmuls (q_a + kv and gate +
-// up as matmul_many, out_a grouped) over 4 layers' weights at n = 1, 2, 4. only: shapes whose name holds it.
-void bench_dense_rows(Backend* const* sides, const char* const* labels, int n_sides, int64_t rows_max, const char* only) {
+// through ≥ 128 MB (the head: one 563 MB copy), graph µs per call; side i at n_lo[i] ≤ n ≤ n_hi[i] only.
+// Then one layer's dense matmuls (q_a + kv and gate + up as matmul_many, out_a grouped) over 4 layers'
+// weights at n = 1, 2, 4 on the sides that take n = 4. only: shapes whose name holds it.
+void bench_dense_rows(Backend* const* sides, const char* const* labels, const int64_t* n_lo, const int64_t* n_hi,
+                      int n_sides, const char* only) {
   struct Mm {
     const char* name;
     int64_t rows, cols, group_rows;
@@ -1388,7 +1389,7 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, int n_si
     for (int64_t n : ns) {
       std::printf("BENCH dense-rows %-26s n=%-2lld", m.name, static_cast<long long>(n));
       for (int i = 0; i < n_sides; ++i) {
-        if (i > 0 && n > rows_max) break;
+        if (n < n_lo[i] || n > n_hi[i]) continue;
         int k = 0;
         const double us = sb[i]->time([&] {
           sides[i]->matmul({w[static_cast<size_t>(k++ % copies)], x, xs, y, m.rows, n, MatmulNumerics::ds4,
@@ -1428,6 +1429,7 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, int n_si
   for (int64_t n : {1, 2, 4}) {
     std::printf("BENCH dense-rows-layer n=%-2lld (%.1f MB)", static_cast<long long>(n), layer_bytes / 1e6);
     for (int i = 0; i < n_sides; ++i) {
+      if (n_lo[i] > 1 || n_hi[i] < 4) continue;
       Backend& be = *sides[i];
       auto mm = [&](const Weight& w, int64_t xs, float* out, int64_t ys, int64_t gr = 0) {
         be.matmul({w, x, xs, out, ys, n, MatmulNumerics::ds4, gr, gr > 0 ? w.cols : 0});

@@ -10,8 +10,8 @@
 // - gemv_stream.cu (1..16 vectors, forced: gemv_stream = always, PDL launches on sm_90): the same suites
 //   plus q_b and out_b whole, Backend::matmul_many of Q8_0 matrices sharing x (q_a + kv, gate + up, 8
 //   parts; different inputs and 9 jobs falling back), and three launches each reading the one before's y.
-// - gemv_rows.cu (1..4 vectors, forced: gemv_rows = always, with and without L1 allocation): the same
-//   Flash, grouped, odd-shape, matmul_many and chained suites at n ≤ 4 (larger n falling back).
+// - gemv_rows.cu (1..8 vectors, forced: gemv_rows = always, with and without L1 allocation): the same
+//   Flash, grouped, odd-shape, matmul_many and chained suites at n ≤ 8 (larger n falling back).
 // Deliberately not here: other weight types and routed experts (test_cuda_matmul.cpp).
 #include <algorithm>
 #include <cstring>
@@ -422,10 +422,10 @@ TEST_F(CudaGemvStreamRows, MatmulManySharedInputInOneLaunch) {
   for (int64_t n : {1, 2, 8}) check_many({2048, 2048}, 4096, n);  // shared gate + up
 }
 
-// gemv_rows.cu (1..4 vectors, forced: gemv_rows = always; weights loaded straight into registers, PDL
-// launches on sm_90): every Flash Q8_0 matrix at n = 1..4 (q_b, out_b and the shared gate/up whole; the
-// head's first 20,000 rows), the grouped out_a in one call, odd row counts (partial tiles, one-row tiles,
-// 96-octet rows), matmul_many's shared-input sets, chained launches; n > 4 falls back to the other kernels.
+// gemv_rows.cu (1..8 vectors, forced: gemv_rows = always; weights loaded straight into registers, PDL
+// launches on sm_90): every Flash Q8_0 matrix at n = 1, 2, 3, 4, 5, 8 (q_b, out_b and the shared gate/up
+// whole; the head's first 20,000 rows), the grouped out_a in one call, odd row counts (partial tiles,
+// one-row tiles, 96-octet rows), matmul_many's shared-input sets, chained launches; n > 8 falls back.
 class CudaGemvRows : public CudaGemvStream {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
@@ -435,12 +435,13 @@ class CudaGemvRows : public CudaGemvStream {
   }
   void flash_rows() {
     for (const auto& c : kFlashQ8)
-      for (int64_t n : {1, 2, 3, 4}) {
+      for (int64_t n : {1, 2, 3, 4, 5, 8}) {
         const int64_t rows = std::min<int64_t>(c.rows, n == 1 ? 20000 : 1000);
         check(rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
       }
     check(32768, 1024, 1);  // q_b whole: ~248 rows a block, 64-row tiles
     check(4096, 8192, 2);   // out_b whole: 8-row tiles, pre-quantized activations
+    check(4096, 8192, 8);   // one term buffer (two do not fit at 8 vectors)
     check(2048, 4096, 1);   // shared gate / up whole
   }
 };
@@ -453,7 +454,9 @@ TEST_F(CudaGemvRows, GroupedOutputProjectionInOneCall) {
     check(4 * 96, 1024, n, 0, 0, 96, 1024 + 64);
   }
   check(3 * 37, 512, 3, 0, 0, 37, 512);
-  check(2 * 64, 4096, 5, 0, 0, 64, 4096 + 64);  // 5 vectors: other kernels
+  check(2 * 64, 4096, 5, 0, 0, 64, 4096 + 64);
+  check(8 * 1024, 4096, 8, 8, 5, 1024, 4096);
+  check(2 * 64, 4096, 9, 0, 0, 64, 4096);  // 9 vectors: other kernels
 }
 
 TEST_F(CudaGemvRows, OddRowCountsAndSmallShapes) {
@@ -484,4 +487,7 @@ class CudaGemvRowsNoL1 : public CudaGemvRows {
   }
 };
 
-TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) { flash_rows(); }
+TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) {
+  for (const auto& c : kFlashQ8) check(std::min<int64_t>(c.rows, 20000), c.cols, 1);
+  check(4096, 8192, 2, 8, 3);
+}

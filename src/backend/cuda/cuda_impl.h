@@ -163,7 +163,7 @@ StreamSet stream_set_of(const GemvJob& j);
 int64_t deal_stream_blocks(const StreamSet& s, int64_t grid_target, int64_t* blocks);
 // gemv_rows.cu: dense Q8_0 matmuls of 1..kRowsMaxVec vectors with the weights loaded straight into
 // registers (a thread per 272-byte octet of a row), the StreamSet parts of gemv_stream.cu.
-inline constexpr int kRowsMaxVec = 4;
+inline constexpr int kRowsMaxVec = 8;
 // Whether gemv_rows.cu handles `j` (what gemv_stream_supports takes, n_vec ≤ kRowsMaxVec, ≤ 256 octets a row).
 bool gemv_rows_supports(const GemvJob& j);
 // Whether a supported job is one where gemv_rows.cu measured faster (CudaBackendOptions::gemv_rows = wins).
@@ -465,7 +465,7 @@ class CudaBackend final : public Backend {
   bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
   GemvMma gemv_rows_ = GemvMma::off;      // CudaBackendOptions::gemv_rows
   bool gemv_rows_no_l1_ = false;          // CudaBackendOptions::gemv_rows_no_l1
-  bool rows_smem_set_[6] = {};            // gemv_rows.cu: each instantiation's shared-memory limit is set
+  bool rows_smem_set_[8] = {};            // gemv_rows.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

@@ -1,22 +1,25 @@
-// gemv_rows.cu — dense Q8_0 matmuls of 1..kRowsMaxVec (4) vectors with the weights loaded straight into
-// registers: each thread owns one 8-block "octet" of a row (272 bytes = 17 aligned 16-byte loads), a tile
-// is R rows × O octets (R·O ≤ 256 threads), and the next tile's 17 loads are in flight while the current
-// one is computed. Same parts as gemv_stream.cu (one matrix, the groups of out_a, matmul_many's matrices
-// sharing an input: a StreamSet) and the same numerics: each block's ds4 term (f16(d_w)·d_x)·Σ q_w q_x
-// (dense_block_terms' expression), then a chain per (row, vector) from 0.0f in block order
-// (dense_row_sum) — the CPU's bits.
+// gemv_rows.cu — dense Q8_0 matmuls of 1..kRowsMaxVec (8) vectors with each weight octet in registers:
+// a thread owns one 8-block "octet" of a row (272 bytes = 17 aligned 16-byte chunks) per tile, a tile is
+// R rows × C octets (R·C ≤ 256 threads; C = the whole row, or column chunks of 8 octets for 4096 / 8192
+// columns), and the next tile's loads are in flight while the current one is computed. Same parts as
+// gemv_stream.cu (one matrix, the groups of out_a, matmul_many's matrices sharing an input: a
+// StreamSet) and the same numerics: each block's ds4 term (f16(d_w)·d_x)·Σ q_w q_x (dense_block_terms'
+// expression), then a chain per (row, vector) from 0.0f in block order (dense_row_sum, carried across a
+// row's column chunks) — the CPU's bits.
 //
 // Why (docs/PERF.md, W3 ncu of gemv_stream's out_b): staging every byte in shared memory by cp.async
 // and reading each block back as 9 words cost ~250 instructions per 34-byte block and 82 KB of shared
 // memory per block (25 % occupancy): instruction and latency bound at ~2 TB/s. Here a block's quant
 // words come from registers (odd blocks: 8 aligned words; even blocks: 8 byte permutes), the activation
 // blocks from shared memory in a padded per-octet layout (two conflict-free 16-byte loads per block and
-// vector), ~25 instructions per block; shared memory holds only the activations and two term buffers.
+// vector). The weights are read coalesced (a warp instruction takes 512 consecutive bytes; the first
+// H200 run, each thread reading its own 272 bytes, made every instruction touch 32 cache lines and ran
+// at 1.7–2.2 TB/s) and passed to the owning lanes through an 8.7 KB staging area per warp.
 // The block terms go through shared memory because the chain of a row is serial across its octets (no
 // reassociation is allowed): thread per (row, vector) adds a tile's row after one barrier, while the
-// other warps go on with the next tile (two term buffers).
+// other warps go on with the next tile (two term buffers where they fit).
 // Deliberately not here: choosing jobs (CudaBackend::gemv / gemv_stream_many, gemv_rows_wins), more
-// than 4 vectors (gemv_stream.cu, gemv_mma.cu), other weight types.
+// than 8 vectors (gemv_stream.cu, gemv_mma.cu), other weight types.
 #include <algorithm>
 
 #include "backend/cuda/act_quant.cuh"
@@ -50,14 +53,16 @@ struct RowsParams {
   RowsPart part[kStreamMaxParts];
   int32_t n_parts, n_vec;
   int32_t nb;          // blocks per row (8·O)
-  int32_t octets;      // O
-  int32_t tile_rows;   // R (R·O ≤ kThreads)
-  uint32_t oct_magic;  // dense_div_magic(O)
+  int32_t octets;      // O: octets per row
+  int32_t chunk_oct;   // C: octets of a row per tile (O, or 8 when O is a larger multiple of 8)
+  int32_t tile_rows;   // R = kThreads / C
   uint64_t row_bytes;
   uint32_t act_vec_bytes;  // smem: O · kActOctet per vector
   uint32_t terms_off;      // smem: two buffers of [n_vec][R][term_pitch] floats (the raw activations before them)
-  uint32_t term_pitch;     // nb + 4: 16-byte aligned rows, 4 banks apart
+  uint32_t term_pitch;     // 8·C + 4: 16-byte aligned rows, 4 banks apart
   uint32_t buf_floats;     // n_vec · R · term_pitch
+  int32_t two_buffers;     // 1: tile k's terms in buffer k % 2; 0: one buffer, a second barrier per tile
+  uint32_t stage_off;      // smem: each warp's 8,704-byte staging area (8 warps)
   int64_t x_stride;
   uint64_t act_vec;
 };
@@ -76,12 +81,44 @@ __device__ __forceinline__ uint4 load_w(const uint8_t* p) {
   return v;
 }
 
+// A warp's share of tile (row group g, column chunk c), coalesced: the warp's 32 octet slots q (thread
+// 32·warp + q owns row (32·warp + q) / C, octet (32·warp + q) % C of the tile) as 544 16-byte chunks i =
+// 17q + piece; load k takes chunk 32k + lane, so a warp instruction reads 512 bytes that are consecutive
+// within each row's C octets (C·272 bytes). row0: the tile's first row in the part; rows: the block's.
 template <bool kNoL1>
-__device__ __forceinline__ void load_octet(uint4 (&a)[kOctetLoads], const uint8_t* p, bool live) {
-  if (live) {
+__device__ __forceinline__ void load_chunks(uint4 (&ch)[kOctetLoads], const uint8_t* w, uint64_t row_bytes,
+                                            int row0, int rows, int C, int c) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int first = static_cast<int>(threadIdx.x / kWarp) * kWarp + lane / 17;  // the tile slot of chunk `lane`
+  int r = first / C, o = first - r * C;
+  const uint8_t* src = w + static_cast<uint64_t>(row0 + r) * row_bytes + static_cast<uint64_t>(c * C + o) * 272u +
+                       16u * static_cast<uint32_t>(lane % 17);
+  const uint64_t wrap = row_bytes - static_cast<uint64_t>(C) * 272u;  // from past a row's chunk to the next row's
+  int piece = lane % 17;
 #pragma unroll
-    for (int k = 0; k < kOctetLoads; ++k) a[k] = load_w<kNoL1>(p + 16 * k);
+  for (int k = 0; k < kOctetLoads; ++k) {
+    if (row0 + r < rows) ch[k] = load_w<kNoL1>(src);
+    // chunk i + 32 of the slots: 512 bytes on within a row's C octets (piece + 32 = piece + 15 + 17: one
+    // slot on, or two when piece + 15 ≥ 17), plus a row step for each wrap past the chunk's C octets
+    src += 512;
+    piece += 15;
+    int step = 1;
+    if (piece >= 17) piece -= 17, step = 2;
+    o += step;
+    while (o >= C) o -= C, ++r, src += wrap;
   }
+}
+
+// The chunks of load_chunks through the warp's 8,704-byte staging area into each lane's own octet (lane
+// l: bytes 272l … 272l + 271, 17 16-byte loads at a 68-word pitch — conflict-free per quarter warp).
+__device__ __forceinline__ void chunks_to_octet(const uint4 (&c)[kOctetLoads], uint4 (&a)[kOctetLoads], uint8_t* stage) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  __syncwarp();  // the previous tile's reads of `stage` are done
+#pragma unroll
+  for (int k = 0; k < kOctetLoads; ++k) reinterpret_cast<uint4*>(stage)[32 * k + lane] = c[k];
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < kOctetLoads; ++k) a[k] = reinterpret_cast<const uint4*>(stage + 272 * lane)[k];
 }
 
 // Word m (0 … 67) of a loaded octet (m is a constant once the callers' loops are unrolled).
@@ -151,6 +188,19 @@ __device__ __forceinline__ void octet_terms(const uint4 (&a)[kOctetLoads], const
   }
 }
 
+// octet_terms for up to NV vectors, 2 at a time (the registers of 2 vectors' terms and scales live at once).
+template <int NV>
+__device__ __forceinline__ void octet_terms_all(const uint4 (&a)[kOctetLoads], const uint8_t* act, uint32_t act_vec,
+                                                int n_vec, float* out, uint32_t vstride) {
+  if constexpr (NV <= 2) {
+    octet_terms<NV>(a, act, act_vec, n_vec, out, vstride);
+  } else {
+#pragma unroll 1
+    for (int v0 = 0; v0 < n_vec; v0 += 2)
+      octet_terms<2>(a, act + v0 * act_vec, act_vec, n_vec - v0, out + v0 * vstride, vstride);
+  }
+}
+
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a contiguous row range of one part.
 template <int NV, bool kNoL1>
 __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
@@ -162,18 +212,18 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   const int32_t lb = static_cast<int32_t>(blockIdx.x) - P.block0;
   const int64_t rb = int64_t{P.rows} * lb / blocks, re = int64_t{P.rows} * (lb + 1) / blocks;
   const int rows = static_cast<int>(re - rb);
-  const int R = p.tile_rows, O = p.octets;
-  const int tiles = (rows + R - 1) / R;
-  // Thread t < R·O owns octet o of row r of every tile (the same octet, so the same activation blocks).
+  const int R = p.tile_rows, C = p.chunk_oct, chunks = p.octets / C;
+  const int tiles = (rows + R - 1) / R * chunks;  // tile k: row group k / chunks, column chunk k % chunks
+  // Thread t < R·C owns octet o of row r of every tile (octet c·C + o of the row in chunk c).
   const uint32_t t = threadIdx.x;
-  const bool worker = t < static_cast<uint32_t>(R * O);
-  const int r = static_cast<int>(__umulhi(t, p.oct_magic)), o = static_cast<int>(t) - r * O;  // t / O, t % O
-  const uint8_t* wrow = P.w + static_cast<uint64_t>(rb + r) * p.row_bytes + static_cast<uint64_t>(o) * 272u;
-  const uint64_t tile_bytes = static_cast<uint64_t>(R) * p.row_bytes;
+  const bool worker = t < static_cast<uint32_t>(R * C);
+  const int r = static_cast<int>(t) / C, o = static_cast<int>(t) - r * C;  // once per thread: no magic needed
+  const uint8_t* wb = P.w + static_cast<uint64_t>(rb) * p.row_bytes;
+  uint8_t* stage = sm + p.stage_off + (t / kWarp) * (kWarp * 272u);
 
-  uint4 a[kOctetLoads], b[kOctetLoads];
+  uint4 a[kOctetLoads], ch[kOctetLoads];
   // Tile 0's weights first: they do not depend on the kernel before this one (PDL: it may still run).
-  load_octet<kNoL1>(a, wrow, worker && r < rows);
+  load_chunks<kNoL1>(ch, wb, p.row_bytes, 0, rows, C, 0);
   grid_launch_dependents();
   grid_dependency_wait();  // the activations (and y, which the kernel before may read) from here on
 
@@ -199,38 +249,45 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   }
   __syncthreads();
 
-  const uint8_t* act = sm + static_cast<uint32_t>(o) * kActOctet;
   float* terms = reinterpret_cast<float*>(sm + p.terms_off);
   const uint32_t vstride = static_cast<uint32_t>(R) * p.term_pitch;
   float* my_terms = terms + r * p.term_pitch + o * kOctetBlocks;
   // One tile: its terms into buffer `buf`, a barrier, then the chains of (vector, row) by the first
-  // R·n_vec threads. The next tile's terms go to the other buffer, so one barrier per tile suffices: a
-  // chain reading buffer k % 2 finishes before its thread reaches the barrier after which tile k + 2's
-  // terms overwrite it.
-  auto tile = [&](const uint4 (&w)[kOctetLoads], int k) {
-    float* buf = terms + (k & 1) * p.buf_floats;
-    if (worker) octet_terms<NV>(w, act, p.act_vec_bytes, p.n_vec, my_terms + (k & 1) * p.buf_floats, vstride);
-    __syncthreads();
-    const int r0 = k * R;
-    for (int c = static_cast<int>(t); c < R * p.n_vec; c += kThreads) {
-      const int v = c / R, cr = c - v * R;
-      if (r0 + cr < rows)
-        P.y[v * P.y_stride + rb + r0 + cr] = dense_row_sum(buf + (v * R + cr) * p.term_pitch, p.nb);
+  // R·n_vec threads, each carrying its row's sum across the row group's chunks in `acc` (the host keeps
+  // R·n_vec ≤ kThreads when chunks > 1): the same additions in the same order as one chain over the row.
+  // With two buffers the next tile's terms go to the other one, so one barrier per tile suffices: a chain
+  // reading buffer k % 2 finishes before its thread reaches the barrier after which tile k + 2's terms
+  // overwrite it. With one (two do not fit), a barrier before each write.
+  float acc = 0.0f;
+  for (int k = 0; k < tiles; ++k) {
+    const int g = k / chunks, c = k - g * chunks;
+    chunks_to_octet(ch, a, stage);  // tile k's chunks (waits for their loads) into this thread's octet
+    if (k + 1 < tiles) {            // tile k + 1's loads in flight while tile k is computed
+      const int g1 = (k + 1) / chunks;
+      load_chunks<kNoL1>(ch, wb, p.row_bytes, g1 * R, rows, C, k + 1 - g1 * chunks);
     }
-  };
-  for (int k = 0; k < tiles; k += 2) {
-    load_octet<kNoL1>(b, wrow + (k + 1) * tile_bytes, worker && k + 1 < tiles && (k + 1) * R + r < rows);
-    tile(a, k);
-    if (k + 1 >= tiles) break;
-    load_octet<kNoL1>(a, wrow + (k + 2) * tile_bytes, worker && k + 2 < tiles && (k + 2) * R + r < rows);
-    tile(b, k + 1);
+    const uint32_t off = p.two_buffers ? (k & 1) * p.buf_floats : 0u;
+    float* buf = terms + off;
+    if (!p.two_buffers && k > 0) __syncthreads();  // one buffer: tile k − 1's chains are done with it
+    if (worker)
+      octet_terms_all<NV>(a, sm + static_cast<uint32_t>(c * C + o) * kActOctet, p.act_vec_bytes, p.n_vec,
+                          my_terms + off, vstride);
+    __syncthreads();
+    const int r0 = g * R;
+    for (int q = static_cast<int>(t); q < R * p.n_vec; q += kThreads) {
+      const int v = q / R, cr = q - v * R;
+      if (r0 + cr < rows) {
+        acc = dense_row_sum(buf + (v * R + cr) * p.term_pitch, C * kOctetBlocks, c == 0 ? 0.0f : acc);
+        if (c == chunks - 1) P.y[v * P.y_stride + rb + r0 + cr] = acc;
+      }
+    }
   }
 }
 
 // Tile rows and shared memory for n_vec vectors of nb blocks; smem = 0 when it does not fit.
 struct RowsPlan {
-  int octets = 0, tile_rows = 0;
-  uint32_t act_vec_bytes = 0, terms_off = 0, term_pitch = 0, buf_floats = 0;
+  int octets = 0, chunk_oct = 0, tile_rows = 0, two_buffers = 0;
+  uint32_t act_vec_bytes = 0, terms_off = 0, term_pitch = 0, buf_floats = 0, stage_off = 0;
   uint64_t smem = 0;
 };
 
@@ -238,28 +295,44 @@ RowsPlan plan_rows(int64_t nb, int64_t n_vec) {
   RowsPlan d;
   if (nb % kOctetBlocks != 0 || nb / kOctetBlocks > kThreads || n_vec < 1 || n_vec > kRowsMaxVec) return d;
   d.octets = static_cast<int>(nb / kOctetBlocks);
-  d.tile_rows = kThreads / d.octets;
+  // Wide rows (O a multiple of 8 above 8: 4096 and 8192 columns) as column chunks of 8 octets (64 blocks):
+  // 32-row tiles whose chains are 64 adds long instead of 128–256 (a chain is serial, and the next tile
+  // waits for it), if the chain threads stay one per (row, vector).
+  const bool chunked = d.octets > 8 && d.octets % 8 == 0 && (kThreads / 8) * n_vec <= kThreads;
+  d.chunk_oct = chunked ? 8 : d.octets;
+  d.tile_rows = kThreads / d.chunk_oct;
   d.act_vec_bytes = static_cast<uint32_t>(d.octets) * kActOctet;
   d.terms_off = static_cast<uint32_t>(n_vec) * d.act_vec_bytes;
-  d.term_pitch = static_cast<uint32_t>(nb + 4);
+  d.term_pitch = static_cast<uint32_t>(d.chunk_oct * kOctetBlocks + 4);
   d.buf_floats = static_cast<uint32_t>(n_vec * d.tile_rows) * d.term_pitch;
-  const uint64_t terms = 2ull * d.buf_floats * sizeof(float);
   const uint64_t raw = static_cast<uint64_t>(n_vec * nb) * sizeof(BlockQ8_0Act);  // fused quantization's rows
-  const uint64_t smem = d.terms_off + std::max(terms, raw);
-  d.smem = smem <= kMaxSmem ? smem : 0;
+  constexpr uint64_t kStageBytes = kThreads * 272;  // the warps' staging areas
+  for (int bufs = 2; bufs >= 1; --bufs) {
+    const uint64_t stage = d.terms_off + std::max<uint64_t>(uint64_t{d.buf_floats} * bufs * sizeof(float), raw);
+    if (stage + kStageBytes <= kMaxSmem) {
+      d.two_buffers = bufs == 2;
+      d.stage_off = static_cast<uint32_t>(stage);
+      d.smem = stage + kStageBytes;
+      return d;
+    }
+  }
+  d.smem = 0;
   return d;
 }
 
-int rows_index(int64_t n) { return n <= 1 ? 0 : n <= 2 ? 1 : 2; }
+constexpr int kRowsKernels = 4;  // instantiations per load kind: NV = 1, 2, 4, 8
+int rows_index(int64_t n) { return n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : 3; }
 
-const void* rows_kernel(int index, bool no_l1) {
-  switch (index + (no_l1 ? 3 : 0)) {
+const void* rows_kernel(int index) {  // index + kRowsKernels: the no-L1 loads
+  switch (index) {
     case 0: return reinterpret_cast<const void*>(gemv_rows_kernel<1, false>);
     case 1: return reinterpret_cast<const void*>(gemv_rows_kernel<2, false>);
     case 2: return reinterpret_cast<const void*>(gemv_rows_kernel<4, false>);
-    case 3: return reinterpret_cast<const void*>(gemv_rows_kernel<1, true>);
-    case 4: return reinterpret_cast<const void*>(gemv_rows_kernel<2, true>);
-    default: return reinterpret_cast<const void*>(gemv_rows_kernel<4, true>);
+    case 3: return reinterpret_cast<const void*>(gemv_rows_kernel<8, false>);
+    case 4: return reinterpret_cast<const void*>(gemv_rows_kernel<1, true>);
+    case 5: return reinterpret_cast<const void*>(gemv_rows_kernel<2, true>);
+    case 6: return reinterpret_cast<const void*>(gemv_rows_kernel<4, true>);
+    default: return reinterpret_cast<const void*>(gemv_rows_kernel<8, true>);
   }
 }
 
@@ -280,9 +353,9 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   const RowsPlan d = plan_rows(s.cols / kQK8_0, s.n_vec);
   if (d.smem == 0 || !stream_device_info()) return d.smem != 0;  // no plan: decline; no device info: error recorded
   if (d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
-  const int idx = rows_index(s.n_vec) + (gemv_rows_no_l1_ ? 3 : 0);
+  const int idx = rows_index(s.n_vec) + (gemv_rows_no_l1_ ? kRowsKernels : 0);
   if (!rows_smem_set_[idx]) {  // first use (eager: a recorded step always ran once before)
-    if (!check(cudaFuncSetAttribute(rows_kernel(idx % 3, idx >= 3), cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (!check(cudaFuncSetAttribute(rows_kernel(idx), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(std::min<uint64_t>(kMaxSmem, dense_smem_optin_))),
                "gemv_rows shared memory"))
       return true;
@@ -297,13 +370,15 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   p.n_vec = static_cast<int32_t>(s.n_vec);
   p.nb = static_cast<int32_t>(s.cols / kQK8_0);
   p.octets = d.octets;
+  p.chunk_oct = d.chunk_oct;
   p.tile_rows = d.tile_rows;
-  p.oct_magic = dense_div_magic(static_cast<uint64_t>(d.octets));
   p.row_bytes = s.row_bytes;
   p.act_vec_bytes = d.act_vec_bytes;
   p.terms_off = d.terms_off;
   p.term_pitch = d.term_pitch;
   p.buf_floats = d.buf_floats;
+  p.two_buffers = d.two_buffers;
+  p.stage_off = d.stage_off;
   p.x_stride = s.x_stride;
   int64_t b = 0;
   for (int i = 0; i < s.n_parts; ++i) {
@@ -330,9 +405,11 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
     case 0: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<1, false>, p); break;
     case 1: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<2, false>, p); break;
     case 2: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<4, false>, p); break;
-    case 3: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<1, true>, p); break;
-    case 4: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<2, true>, p); break;
-    default: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<4, true>, p); break;
+    case 3: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<8, false>, p); break;
+    case 4: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<1, true>, p); break;
+    case 5: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<2, true>, p); break;
+    case 6: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<4, true>, p); break;
+    default: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<8, true>, p); break;
   }
   check(e, "gemv (q8_0 rows)");
   return true;

@@ -140,8 +140,9 @@ struct CudaBackendOptions {
   // matrices sharing an input) on gemv_rows.cu, ahead of gemv_stream: each thread loads a 272-byte piece
   // of a row straight into registers (no shared-memory staging), the next tile's loads in flight while
   // one is computed; block terms and per-row chains in the CPU's block order (same bits). wins: where
-  // it measured faster (gemv_rows_wins); always: every shape it takes; off: gemv_stream and the rest.
-  GemvMma gemv_rows = GemvMma::off;
+  // it measured faster (gemv_rows_wins, gemv_rows.cu: the device runs' verdict lives there); always:
+  // every shape it takes; off: gemv_stream and the rest.
+  GemvMma gemv_rows = GemvMma::wins;
   // With gemv_rows: the weight loads as ld.global.nc.L1::no_allocate (each 16-byte load its own L2
   // request) instead of through L1. Same bits.
   bool gemv_rows_no_l1 = false;

@@ -463,7 +463,7 @@ class CudaBackend final : public Backend {
   bool gemv_stream_chunks_ = true;        // CudaBackendOptions::gemv_stream_chunks
   int l2_prefetch_mode_ = 0;              // CudaBackendOptions::l2_prefetch_mode
   bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
-  GemvMma gemv_rows_ = GemvMma::off;      // CudaBackendOptions::gemv_rows
+  GemvMma gemv_rows_ = GemvMma::wins;     // CudaBackendOptions::gemv_rows
   bool gemv_rows_no_l1_ = false;          // CudaBackendOptions::gemv_rows_no_l1
   bool rows_smem_set_[8] = {};            // gemv_rows.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments

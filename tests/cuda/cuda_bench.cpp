@@ -26,7 +26,7 @@
 //                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
 //                                         chunks, whole rows); NAME: only the shapes whose name holds it, no layer table.
-//        cuda_bench --rows [NAME]         dense Q8_0 matmuls at n = 1..32, cold weights (and the head): default vs
+//        cuda_bench --rows [NAME]         dense Q8_0 matmuls at n = 1..32, cold weights (and the head): gemv_rows off, default,
 //                                         gemv_rows.cu (through L1 / no L1 allocation) at n ≤ 8, gemv_mma.cu at 8..32, then a layer's dense
 //                                         matmuls at n = 1, 2, 4; NAME: only the shapes whose name holds it.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
@@ -566,7 +566,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--rows") == 0) {  // dense Q8_0 decode matmuls: default vs gemv_rows
-    cuda::CudaBackendOptions ro, no, mo;
+    cuda::CudaBackendOptions ro, no, mo, po;
+    po.gemv_rows = cuda::GemvMma::off;  // the dispatch before gemv_rows.cu
     ro.gemv_rows = cuda::GemvMma::always;
     no.gemv_rows = cuda::GemvMma::always;
     no.gemv_rows_no_l1 = true;
@@ -575,17 +576,19 @@ int main(int argc, char** argv) {
     auto rows = cuda::make_cuda_backend(ro);
     auto nol1 = cuda::make_cuda_backend(no);
     auto mma = cuda::make_cuda_backend(mo);
-    if (rows.ok() && nol1.ok() && mma.ok()) {
-      Backend* sides[4] = {be.get(), rows->get(), nol1->get(), mma->get()};
-      const char* labels[4] = {"default", "rows", "rows-noL1", "mma"};
-      const int64_t lo[4] = {1, 1, 1, 8}, hi[4] = {32, 8, 8, 32};
-      bench_dense_rows(sides, labels, lo, hi, 4, argc > 2 ? argv[2] : nullptr);
+    auto prev = cuda::make_cuda_backend(po);
+    if (rows.ok() && nol1.ok() && mma.ok() && prev.ok()) {
+      Backend* sides[5] = {prev->get(), be.get(), rows->get(), nol1->get(), mma->get()};
+      const char* labels[5] = {"no-rows", "default", "rows", "rows-noL1", "mma"};
+      const int64_t lo[5] = {1, 1, 1, 1, 8}, hi[5] = {32, 32, 8, 8, 32};
+      bench_dense_rows(sides, labels, lo, hi, 5, argc > 2 ? argv[2] : nullptr);
     }
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--dense") == 0) {  // dense Q8_0 matmuls, cold weights: gemv_stream vs before
     cuda::CudaBackendOptions po, so, no;
     po.gemv_stream_chunks = false;  // the dispatch before the column chunks
+    po.gemv_rows = so.gemv_rows = no.gemv_rows = cuda::GemvMma::off;  // gemv_rows.cu: --rows
     so.gemv_stream = cuda::GemvMma::always;
     so.gemv_stream_chunks = true;
     no.gemv_stream = cuda::GemvMma::always;  // whole-row tiles

@@ -142,6 +142,7 @@ class CudaGemvMma : public CudaGemvKernel {
     o.gemv_mma = backend::cuda::GemvMma::always;  // the default takes it only where it measured faster
     o.gemv_dense = backend::cuda::GemvMma::off;   // ahead of gemv_mma in the dispatch
     o.gemv_stream = backend::cuda::GemvMma::off;  // ahead of both
+    o.gemv_rows = backend::cuda::GemvMma::off;    // ahead of gemv_stream
     return o;
   }
 };
@@ -181,6 +182,7 @@ TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKer
   o.gemv_mma = backend::cuda::GemvMma::off;
   o.gemv_dense = backend::cuda::GemvMma::off;
   o.gemv_stream = backend::cuda::GemvMma::off;
+  o.gemv_rows = backend::cuda::GemvMma::off;
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -224,6 +226,7 @@ class CudaGemvDense : public CudaGemvKernel {
     backend::cuda::CudaBackendOptions o;
     o.gemv_dense = backend::cuda::GemvMma::always;  // every shape it supports, n ≤ 16
     o.gemv_stream = backend::cuda::GemvMma::off;    // ahead of gemv_dense in the dispatch
+    o.gemv_rows = backend::cuda::GemvMma::off;      // ahead of gemv_stream
     return o;
   }
 };
@@ -241,6 +244,7 @@ TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousK
   o.gemv_mma = backend::cuda::GemvMma::off;
   o.gemv_dense = backend::cuda::GemvMma::off;
   o.gemv_stream = backend::cuda::GemvMma::off;
+  o.gemv_rows = backend::cuda::GemvMma::off;
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -281,6 +285,7 @@ class CudaGemvStream : public CudaGemvKernel {
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o;
     o.gemv_stream = backend::cuda::GemvMma::always;  // every shape it takes, n ≤ 16
+    o.gemv_rows = backend::cuda::GemvMma::off;       // ahead of gemv_stream (CudaGemvRows turns it on)
     return o;
   }
 
@@ -441,7 +446,7 @@ class CudaGemvRows : public CudaGemvStream {
       }
     check(32768, 1024, 1);  // q_b whole: ~248 rows a block, 64-row tiles
     check(4096, 8192, 2);   // out_b whole: 8-row tiles, pre-quantized activations
-    check(4096, 8192, 8);   // one term buffer (two do not fit at 8 vectors)
+    check(4096, 8192, 8);   // 8 vectors of 8192 columns: beyond its shared memory (other kernels)
     check(2048, 4096, 1);   // shared gate / up whole
   }
 };

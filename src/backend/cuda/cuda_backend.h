@@ -136,12 +136,12 @@ struct CudaBackendOptions {
   // under wins (H200: 17.2 vs 21.3 µs at 1); false: tiles of whole rows (1–4 rows at 8192 columns, each
   // tile one nb-long FADD chain per row) and out_b on the kernels before.
   bool gemv_stream_chunks = true;
-  // Dense Q8_0 matmuls of 1..4 vectors (ds4 numerics; one matrix, out_a's groups, matmul_many's Q8_0
-  // matrices sharing an input) on gemv_rows.cu, ahead of gemv_stream: each thread loads a 272-byte piece
-  // of a row straight into registers (no shared-memory staging), the next tile's loads in flight while
-  // one is computed; block terms and per-row chains in the CPU's block order (same bits). wins: where
-  // it measured faster (gemv_rows_wins, gemv_rows.cu: the device runs' verdict lives there); always:
-  // every shape it takes; off: gemv_stream and the rest.
+  // Dense Q8_0 matmuls of 1..8 vectors (ds4 numerics; one matrix, out_a's groups, matmul_many's Q8_0
+  // matrices sharing an input) on gemv_rows.cu, ahead of gemv_stream: each thread holds a 272-byte piece
+  // of a row in registers (read coalesced through a small per-warp staging area, no shared-memory ring),
+  // the next tile's loads in flight while one is computed; block terms and per-row chains in the CPU's
+  // block order (same bits). wins: where the H200 measured it faster (gemv_rows_wins, gemv_rows.cu: the
+  // device runs' verdict lives there); always: every shape it takes; off: gemv_stream and the rest.
   GemvMma gemv_rows = GemvMma::wins;
   // With gemv_rows: the weight loads as ld.global.nc.L1::no_allocate (each 16-byte load its own L2
   // request) instead of through L1. Same bits.

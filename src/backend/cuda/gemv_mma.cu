@@ -236,7 +236,12 @@ bool gemv_mma_supports(const GemvJob& j) {
 // (gemv_dense.cu's first) measured the head at n = 16 too: 525 vs 637 µs.
 // With gemv_dense.cu ahead in the dispatch (it takes 1..8 vectors on the other shapes), out_b takes this
 // kernel from 5 vectors: flat here (33.3 / 36.7 µs at 4 / 8) against the skinny kernel's 51 at 8.
+// H200 run of 2026-11-30 13:00 (dense W2, `cuda_bench --rows`, cold weights): at 17..32 vectors the
+// 4096-column matrices of ≤ 2048 rows also come here — q_a 31.95 vs 41.59 µs at 32 (skinny before), kv 31.45
+// vs 41.16, shared gate/up 35.02 vs 45.38, and out_a's 8 groups 258.0 vs 343.3 (each group a q_a-shaped
+// call); at 16 they stay (q_a 23.81 vs 14.00 on gemv_stream), above 32 unmeasured (64 lost before).
 bool gemv_mma_wins(const GemvJob& j) {
+  if (j.n_vec > 16 && j.n_vec <= 32 && j.w.cols == 4096 && j.w.rows <= 2048) return true;
   if (j.n_vec < 5 || j.w.rows < 4096 || j.w.cols < 2048) return false;
   return j.n_vec <= 16 || j.w.rows <= 4096;  // taller (the head): the GEMM from 17 vectors on
 }

@@ -342,10 +342,20 @@ bool gemv_rows_supports(const GemvJob& j) {
   return j.n_vec <= kRowsMaxVec && gemv_stream_supports(j) && plan_rows(j.w.cols / kQK8_0, j.n_vec).smem > 0;
 }
 
-// Not measured yet: wins nowhere until a device run shows where it is faster (CudaBackendOptions::gemv_rows).
+// H200 run of 2026-11-30 13:00 (W2, docs/PERF.md "Dense decode matvecs with register-direct octets"; cold
+// weights, graph µs per call, against the default dispatch of then — gemv_stream / gemv_mma / skinny):
+// faster on the ≥ 32 MB matrices at 1 vector (q_b 13.97 vs 14.42, out_a 14.19 vs 15.49, out_b 16.28 vs
+// 17.03, head 141.6 vs 160.0), at 2 on those of ≤ 4096 columns (q_b 15.89 vs 16.49, out_a 17.72 vs 18.92,
+// head 167.5 vs 189.1; out_b 21.8 vs 19.8), at 4 on the head only (237.4 vs 253.3); slower at 8 where it
+// fits (q_b 31.0 vs 28.2, shared down 16.0 vs 11.7) and on the small matrices (q_a 7.32 vs 4.20, kv 7.20 vs
+// 4.80, gate/up 7.75 vs 5.71 at 1: their few rows per block still take two tiles, two memory latencies in
+// a row); shared down a tie at 1.
 bool gemv_rows_wins(const GemvJob& j) {
-  (void)j;
-  return false;
+  const uint64_t bytes = static_cast<uint64_t>(j.w.rows) * j.w.row_bytes;  // every group of a grouped matrix
+  constexpr uint64_t kBig = uint64_t{32} << 20;
+  if (j.n_vec == 1) return bytes >= kBig;
+  if (j.n_vec == 2) return bytes >= kBig && j.w.cols <= 4096;
+  return j.n_vec <= 4 && j.w.rows >= 65536 && j.w.cols <= 4096;  // the head
 }
 
 bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) {

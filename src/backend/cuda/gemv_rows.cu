@@ -25,6 +25,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/dense_parts.cuh"
 #include "backend/cuda/dense_q8.cuh"
 #include "backend/cuda/mma_s8.cuh"
 
@@ -39,18 +40,8 @@ constexpr uint32_t kActOctet = 304;      // smem bytes per octet and vector: 8 �
 constexpr uint64_t kMaxSmem = 160 * 1024;  // under sm_80's 163 KB opt-in (CI builds compute_80 too)
 constexpr int64_t kFusedMaxValues = 8192;  // n·cols above this: one quantize_act first (as gemv_stream.cu)
 
-struct RowsPart {
-  const uint8_t* w;    // Q8_0 [rows][row_bytes], 16-byte aligned
-  const float* x;      // fused quantization: vector v at x + v·x_stride
-  const uint8_t* act;  // or pre-quantized: vector v at act + v·act_vec (BlockQ8_0Act)
-  float* y;            // [n_vec][y_stride]
-  int64_t y_stride;
-  int32_t rows;
-  int32_t block0;      // the part's first block (its blocks run to the next part's block0 or the grid's end)
-};
-
 struct RowsParams {
-  RowsPart part[kStreamMaxParts];
+  DensePart part[kStreamMaxParts];
   int32_t n_parts, n_vec;
   int32_t nb;          // blocks per row (8·O)
   int32_t octets;      // O: octets per row
@@ -207,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   extern __shared__ __align__(16) uint8_t sm[];
   int pi = 0;
   while (pi + 1 < p.n_parts && static_cast<int32_t>(blockIdx.x) >= p.part[pi + 1].block0) ++pi;
-  const RowsPart& P = p.part[pi];
+  const DensePart& P = p.part[pi];
   const int32_t blocks = (pi + 1 < p.n_parts ? p.part[pi + 1].block0 : static_cast<int32_t>(gridDim.x)) - P.block0;
   const int32_t lb = static_cast<int32_t>(blockIdx.x) - P.block0;
   const int64_t rb = int64_t{P.rows} * lb / blocks, re = int64_t{P.rows} * (lb + 1) / blocks;
@@ -371,7 +362,8 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
       return true;
     rows_smem_set_[idx] = true;
   }
-  // One resident block per SM (__launch_bounds__(256, 1): the two register tiles take ~170 registers).
+  // One resident block per SM (__launch_bounds__(256, 1): the octet, the next tile's chunks and the terms
+  // take 210–230 registers a thread).
   int64_t blocks[kStreamMaxParts] = {};
   const int64_t total_blocks = deal_stream_blocks(s, sm_count_, blocks);
 
@@ -390,24 +382,9 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   p.two_buffers = d.two_buffers;
   p.stage_off = d.stage_off;
   p.x_stride = s.x_stride;
-  int64_t b = 0;
-  for (int i = 0; i < s.n_parts; ++i) {
-    RowsPart& q = p.part[i];
-    q.w = s.part[i].w;
-    q.x = s.part[i].x;
-    q.y = s.part[i].y;
-    q.y_stride = s.part[i].y_stride;
-    q.rows = static_cast<int32_t>(s.part[i].rows);
-    q.block0 = static_cast<int32_t>(b);
-    b += blocks[i];
-  }
-  if (s.n_vec * s.cols > kFusedMaxValues) {
-    const uint8_t* acts[kStreamMaxParts] = {};
-    const int got = stream_quantize_parts(s, act_scratch, &p.act_vec, acts);
-    if (got < 0) return false;  // inputs the one quantize_act cannot cover: other kernels
-    if (got == 0) return true;  // error recorded
-    for (int i = 0; i < s.n_parts; ++i) p.part[i].act = acts[i];
-  }
+  const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
+  if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
+  if (parts == 0) return true;  // error recorded
   const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_;
   const dim3 grid(static_cast<unsigned>(total_blocks));
   cudaError_t e = cudaSuccess;

@@ -30,6 +30,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/dense_parts.cuh"
 #include "backend/cuda/dense_q8.cuh"
 #include "backend/cuda/mma_s8.cuh"
 
@@ -52,18 +53,8 @@ constexpr uint64_t kMaxSmem = 160 * 1024;   // under sm_80's 163 KB opt-in (CI b
 // value) instead of quantizing 4-byte floats itself (gemv_dense.cu measured the crossover).
 constexpr int64_t kFusedMaxValues = 8192;
 
-struct StreamPart {
-  const uint8_t* w;    // Q8_0 [rows][row_bytes], 16-byte aligned
-  const float* x;      // fused quantization: vector v at x + v·x_stride
-  const uint8_t* act;  // or pre-quantized: vector v at act + v·act_vec (BlockQ8_0Act)
-  float* y;            // [n_vec][y_stride]
-  int64_t y_stride;
-  int32_t rows;
-  int32_t block0;      // the part's first block; its blocks run to the next part's block0 (or the grid's end)
-};
-
 struct StreamParams {
-  StreamPart part[kStreamMaxParts];
+  DensePart part[kStreamMaxParts];
   int32_t n_parts, n_vec;
   int32_t nb;            // blocks per row (a multiple of 8: 272-byte, 16-byte aligned chunks)
   int32_t chunk_nb;      // C: blocks of a row a tile holds (nb, or a multiple of 8 dividing it)
@@ -105,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_cons
   extern __shared__ __align__(16) uint8_t sm[];
   int pi = 0;
   while (pi + 1 < p.n_parts && static_cast<int32_t>(blockIdx.x) >= p.part[pi + 1].block0) ++pi;
-  const StreamPart& P = p.part[pi];
+  const DensePart& P = p.part[pi];
   const int32_t blocks = (pi + 1 < p.n_parts ? p.part[pi + 1].block0 : static_cast<int32_t>(gridDim.x)) - P.block0;
   const int32_t lb = static_cast<int32_t>(blockIdx.x) - P.block0;
   // Rows [rb, re): the host gives a part at most one block per row, so every range has a row.
@@ -416,24 +407,9 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   p.cpr_magic = dense_div_magic(static_cast<uint64_t>(d.chunk_nb) * 34 / 16);
   p.chunk_magic = dense_div_magic(static_cast<uint64_t>(d.chunk_nb));
   p.x_stride = s.x_stride;
-  int64_t b = 0;
-  for (int i = 0; i < s.n_parts; ++i) {
-    StreamPart& q = p.part[i];
-    q.w = s.part[i].w;
-    q.x = s.part[i].x;
-    q.y = s.part[i].y;
-    q.y_stride = s.part[i].y_stride;
-    q.rows = static_cast<int32_t>(s.part[i].rows);
-    q.block0 = static_cast<int32_t>(b);
-    b += blocks[i];
-  }
-  if (s.n_vec * s.cols > kFusedMaxValues) {
-    const uint8_t* acts[kStreamMaxParts] = {};
-    const int got = stream_quantize_parts(s, act_scratch, &p.act_vec, acts);
-    if (got < 0) return false;  // inputs one quantize_act cannot cover: other kernels
-    if (got == 0) return true;  // error recorded
-    for (int i = 0; i < s.n_parts; ++i) p.part[i].act = acts[i];
-  }
+  const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
+  if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
+  if (parts == 0) return true;  // error recorded
   // Not on the side lane (branches.cpp): its first launch after a fork depends on the main lane through an
   // event, and a programmatic edge there is a case no device run has covered yet; plain order is safe.
   const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_;

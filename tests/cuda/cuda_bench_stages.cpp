@@ -1357,6 +1357,7 @@ void bench_small5(Backend& now, Backend& v4) {
                   gb / b.graph_us, b.graph_us / a.graph_us);
       std::fflush(stdout);
     }
+}
 
 // Dense Q8_0 matmuls at decode sizes on several backends (`sides`, labels), cold weights: the weights are
 // made once on sides[0] (one device, one address space: every backend reads them) in copies cycled

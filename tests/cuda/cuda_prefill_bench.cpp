@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3 … 6), dense Q8_0 lines only.
-  const std::vector<int> modes = experts_only ? std::vector<int>{0, 13, 15, 14, 8}
-                                 : profile    ? std::vector<int>{13, 0}
+  const std::vector<int> modes = experts_only ? std::vector<int>{0, 13, 16, 15, 14, 8}
+                                 : profile    ? std::vector<int>{13, 0, 16}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 4, 5, 6}
                                               : std::vector<int>{0, 1, 2};
   for (int mode : modes) {
@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
     if (mode >= 9) co.gemm_experts = mode - 7;  // 2 … 6
     if (mode == 14) co.gemm_experts = 0;         // gemm2_kernel with the new glue
     if (mode == 15) co.gemm_experts = 7;
+    if (mode == 16) co.gemm_experts = 8;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
     }
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
-                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "tc-exp-pers", "tc-exp-pl-p", "tc-exp-pl-t", "tc-exp-direct", "tc-exp-alusg", "tc-gemm2-glue", "tc-exp-packg"};
+                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "tc-exp-pers", "tc-exp-pl-p", "tc-exp-pl-t", "tc-exp-direct", "tc-exp-alusg", "tc-gemm2-glue", "tc-exp-packg", "tc-exp-walk"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

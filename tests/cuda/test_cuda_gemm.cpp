@@ -295,7 +295,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  for (int v : {1, 2, 3, 4, 5, 6, 7}) {
+  for (int v : {1, 2, 3, 4, 5, 6, 7, 8}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     variants.push_back(backend_with(o));

@@ -745,6 +745,124 @@ __device__ inline uint32_t grid_half(uint32_t codes4) {  // 4 codes (8 bits) →
   return 0x08080808u + y * 17u + ((y >> 1) & 0x01010101u);
 }
 
+// One ring slot of the direct kernels: the warp's tile rows r0 = 16·warp + g and r0 + 8 (their weight blocks
+// at blk0 / blk1 in the raw slot) × the first 8·nj pairs of quant slot `slot`: the integer block sums of the
+// stage's super-block, then gemm2_kernel's float terms of the stage into acc[j][e] (pair 8j + 2t + (e & 1),
+// row r0 + 8·(e >= 2)).
+template <GgmlType T, bool kAluSigns, bool kPackedGrid>
+__device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
+                                             int nj, int lane, const uint16_t* gcodes, float (&acc)[8][4]) {
+  const int g = lane / 4, t = lane % 4;
+  const int8_t* qb = s.q[slot];
+  int ic[8][4];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ic[j][e] = 0;
+#pragma unroll 2
+  for (int sb = 0; sb < 8; ++sb) {
+    uint32_t af[4];
+    int ls[2] = {0, 0};
+    if constexpr (T == GgmlType::IQ2_XXS) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
+        const uint32_t a1 = ld32_u16(b + 4);
+        uint64_t gr;
+        if constexpr (kPackedGrid) {
+          const uint32_t code = gcodes[b[t]];
+          gr = grid_half(code & 0xff) | (static_cast<uint64_t>(grid_half(code >> 8)) << 32);
+        } else {
+          gr = s.grid[b[t]];
+        }
+        const uint32_t si = (a1 >> (7 * t)) & 127;
+        if constexpr (kAluSigns) {
+          const uint32_t sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
+          const uint32_t slo = byte_bits4(sg & 15), shi = byte_bits4(sg >> 4);
+          af[h] = (static_cast<uint32_t>(gr) ^ (slo * 0xFFu)) + slo;
+          af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ (shi * 0xFFu)) + shi;
+        } else {
+          const uint4 m = s.smask[si];
+          af[h] = (static_cast<uint32_t>(gr) ^ m.x) + m.z;            // values 8t … 8t + 3
+          af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ m.y) + m.w;  // values 8t + 4 … 8t + 7
+        }
+        ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
+      }
+    } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k, bits 2·(sb % 4); scale of k / 16
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* b = h ? blk1 : blk0;
+        const uint32_t sc = b[2 * sb + (t >> 1)] & 15;
+        const uint8_t* qq = b + 16 + 32 * (sb / 4) + 8 * t;
+        const int l2 = 2 * (sb % 4);
+        af[h] = ((ld32(qq) >> l2) & 0x03030303u) * sc;  // bytes q·scale ≤ 45: no carry between bytes
+        af[2 + h] = ((ld32(qq + 4) >> l2) & 0x03030303u) * sc;
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      if (2 * jj >= nj) break;  // uniform
+      uint32_t r[4];
+      ldmatrix_x4(r, qb + (16 * jj + (lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1));
+      const uint32_t bf0[2] = {r[0], r[1]}, bf1[2] = {r[2], r[3]};
+      if constexpr (T == GgmlType::IQ2_XXS) {
+        int c0[4], c1[4];
+        mma_s8_from(c0, af, bf0, 0);
+        mma_s8_from(c1, af, bf1, 0);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ic[2 * jj][e] += ls[e >> 1] * c0[e];
+          ic[2 * jj + 1][e] += ls[e >> 1] * c1[e];
+        }
+      } else {
+        mma_s8(ic[2 * jj], af, bf0);
+        mma_s8(ic[2 * jj + 1], af, bf1);
+      }
+    }
+  }
+  // The stage's float terms, gemm2_kernel's expressions: rows r0, r0 + 8; pairs 8j + 2t + e.
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    const float da[2] = {f16v(ld16(blk0)), f16v(ld16(blk1))};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (j >= nj) break;
+      const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(ic[j][e]);
+    }
+  } else {
+    // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo (bsum = 64·hi + lo, lo in [0, 63]): two MMAs with
+    // K 16 of 32 used, as gemm2_kernel; mins are the high nibbles of the 16 scale bytes.
+    const float da[2] = {f16v(ld16(blk0 + 80)), f16v(ld16(blk1 + 80))};
+    const float dm[2] = {f16v(ld16(blk0 + 82)), f16v(ld16(blk1 + 82))};
+    const uint32_t am[4] = {(ld32(blk0 + 4 * t) >> 4) & 0x0F0F0F0Fu, (ld32(blk1 + 4 * t) >> 4) & 0x0F0F0F0Fu, 0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (j >= nj) break;
+      const int16_t* bs = s.qbs[slot] + (8 * j + g) * 16 + 4 * t;  // pair 8j + g, sub-blocks 4t … 4t + 3
+      uint32_t lo = 0, hi = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int v = bs[k];
+        lo |= static_cast<uint32_t>(v & 63) << (8 * k);
+        hi |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v >> 6))) << (8 * k);
+      }
+      const uint32_t blo[2] = {lo, 0u}, bhi[2] = {hi, 0u};
+      int slo[4] = {0, 0, 0, 0}, shi[4] = {0, 0, 0, 0};
+      mma_s8(slo, am, blo);
+      mma_s8(shi, am, bhi);
+      const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int summs = 64 * shi[e] + slo[e];
+        const float dall = db[e & 1] * da[e >> 1];
+        const float dmin = db[e & 1] * dm[e >> 1];
+        acc[j][e] += dall * static_cast<float>(ic[j][e]) - dmin * static_cast<float>(summs);
+      }
+    }
+  }
+}
+
 template <GgmlType T, bool kAluSigns, bool kPackedGrid = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>();
@@ -805,114 +923,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
     const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
-    const int8_t* qb = s.q[slot];
-    int ic[8][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ic[j][e] = 0;
-#pragma unroll 2
-    for (int sb = 0; sb < 8; ++sb) {
-      uint32_t af[4];
-      int ls[2] = {0, 0};
-      if constexpr (T == GgmlType::IQ2_XXS) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
-          const uint32_t a1 = ld32_u16(b + 4);
-          uint64_t gr;
-          if constexpr (kPackedGrid) {
-            const uint32_t code = gcodes[b[t]];
-            gr = grid_half(code & 0xff) | (static_cast<uint64_t>(grid_half(code >> 8)) << 32);
-          } else {
-            gr = s.grid[b[t]];
-          }
-          const uint32_t si = (a1 >> (7 * t)) & 127;
-          if constexpr (kAluSigns) {
-            const uint32_t sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
-            const uint32_t slo = byte_bits4(sg & 15), shi = byte_bits4(sg >> 4);
-            af[h] = (static_cast<uint32_t>(gr) ^ (slo * 0xFFu)) + slo;
-            af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ (shi * 0xFFu)) + shi;
-          } else {
-            const uint4 m = s.smask[si];
-            af[h] = (static_cast<uint32_t>(gr) ^ m.x) + m.z;            // values 8t … 8t + 3
-            af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ m.y) + m.w;  // values 8t + 4 … 8t + 7
-          }
-          ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
-        }
-      } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k, bits 2·(sb % 4); scale of k / 16
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* b = h ? blk1 : blk0;
-          const uint32_t sc = b[2 * sb + (t >> 1)] & 15;
-          const uint8_t* qq = b + 16 + 32 * (sb / 4) + 8 * t;
-          const int l2 = 2 * (sb % 4);
-          af[h] = ((ld32(qq) >> l2) & 0x03030303u) * sc;  // bytes q·scale ≤ 45: no carry between bytes
-          af[2 + h] = ((ld32(qq + 4) >> l2) & 0x03030303u) * sc;
-        }
-      }
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        if (2 * jj >= nj) break;  // uniform
-        uint32_t r[4];
-        ldmatrix_x4(r, qb + (16 * jj + (lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1));
-        const uint32_t bf0[2] = {r[0], r[1]}, bf1[2] = {r[2], r[3]};
-        if constexpr (T == GgmlType::IQ2_XXS) {
-          int c0[4], c1[4];
-          mma_s8_from(c0, af, bf0, 0);
-          mma_s8_from(c1, af, bf1, 0);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            ic[2 * jj][e] += ls[e >> 1] * c0[e];
-            ic[2 * jj + 1][e] += ls[e >> 1] * c1[e];
-          }
-        } else {
-          mma_s8(ic[2 * jj], af, bf0);
-          mma_s8(ic[2 * jj + 1], af, bf1);
-        }
-      }
-    }
-    // The stage's float terms, gemm2_kernel's expressions: rows r0, r0 + 8; pairs 8j + 2t + e.
-    if constexpr (T == GgmlType::IQ2_XXS) {
-      const float da[2] = {f16v(ld16(blk0)), f16v(ld16(blk1))};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (j >= nj) break;
-        const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(ic[j][e]);
-      }
-    } else {
-      // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo (bsum = 64·hi + lo, lo in [0, 63]): two MMAs with
-      // K 16 of 32 used, as gemm2_kernel; mins are the high nibbles of the 16 scale bytes.
-      const float da[2] = {f16v(ld16(blk0 + 80)), f16v(ld16(blk1 + 80))};
-      const float dm[2] = {f16v(ld16(blk0 + 82)), f16v(ld16(blk1 + 82))};
-      const uint32_t am[4] = {(ld32(blk0 + 4 * t) >> 4) & 0x0F0F0F0Fu, (ld32(blk1 + 4 * t) >> 4) & 0x0F0F0F0Fu, 0u, 0u};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (j >= nj) break;
-        const int16_t* bs = s.qbs[slot] + (8 * j + g) * 16 + 4 * t;  // pair 8j + g, sub-blocks 4t … 4t + 3
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int v = bs[k];
-          lo |= static_cast<uint32_t>(v & 63) << (8 * k);
-          hi |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v >> 6))) << (8 * k);
-        }
-        const uint32_t blo[2] = {lo, 0u}, bhi[2] = {hi, 0u};
-        int slo[4] = {0, 0, 0, 0}, shi[4] = {0, 0, 0, 0};
-        mma_s8(slo, am, blo);
-        mma_s8(shi, am, bhi);
-        const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int summs = 64 * shi[e] + slo[e];
-          const float dall = db[e & 1] * da[e >> 1];
-          const float dmin = db[e & 1] * dm[e >> 1];
-          acc[j][e] += dall * static_cast<float>(ic[j][e]) - dmin * static_cast<float>(summs);
-        }
-      }
-    }
+    direct_stage<T, kAluSigns, kPackedGrid>(s, slot, blk0, blk1, nj, lane, gcodes, acc);
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -924,6 +935,132 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
       if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
       p.y[static_cast<int64_t>(p.order[tl[1] + col]) * p.y_stride + m0 + row] = val;
     }
+}
+
+// ---- variant 8: variant 6 walking several items per block through one continuous ring ----
+// Variant 6 runs a block per (128 rows, tile) item: 8 (Q2_K down, K 2,048) or 16 (IQ2_XXS gate/up)
+// stages, each block paying its table fill, its tile prologue and the latency of its first two stages
+// with nothing of its own to overlap them. Here a grid of two blocks per SM walks the items it =
+// blockIdx.x, + gridDim.x, … (neighbouring blocks share a tile's activations in L2), the stages of its
+// items one sequence G = u·nkb + kb, so the copies of item u + 1's first stages are in flight while the
+// warps finish item u. Each thread copies the activation chunks of the 4 pairs c = tid / 16 + 16i of its
+// copy item (their activation rows in registers, reloaded when the copy sequence enters a new item).
+// The stage arithmetic is variant 6's (direct_stage), so every sum and float term is the same.
+struct WalkItem {
+  const uint8_t* wbase;
+  int32_t m0, first, nvec;
+};
+
+__device__ inline WalkItem walk_item(const GemmParams& p, int it, int row_blocks) {
+  const int32_t* tl = p.tiles + 3 * (it / row_blocks);
+  return WalkItem{p.w + static_cast<uint64_t>(tl[0]) * p.expert_bytes, (it % row_blocks) * kBM, tl[1], tl[2]};
+}
+
+// Stage kb of item `in` into ring slot `slot`; ar[i]: activation row of pair tid / 16 + 16i (−1: absent).
+template <GgmlType T>
+__device__ inline void copy_stage_walk(DSmem<T>& s, const GemmParams& p, const PlaneParams& q, const WalkItem& in,
+                                       const int32_t (&ar)[4], int slot, int kb) {
+  constexpr int PA = raw_a_pitch<T>(), CA = PA / 16;
+  uint8_t* ra = s.raw_a[slot];
+  for (int j = threadIdx.x; j < kBM * CA; j += kDThreads) {
+    const int r = j / CA, k = j % CA;
+    if (in.m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, in.wbase, in.m0 + r, kb), stage_w_bytes<T>(), k);
+  }
+  const int64_t K = p.cols, nb = K / kBK;
+  const int k = threadIdx.x % 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int c = static_cast<int>(threadIdx.x) / 16 + 16 * i;
+    if (ar[i] < 0) continue;
+    const int64_t a = ar[i];
+    cp_async16(s.q[slot] + c * kLd + 16 * k, q.qs + a * K + int64_t{kb} * kBK + 16 * k);
+    if (k == 0) cp_async4(s.qd[slot] + c, q.d + a * nb + kb);
+    if constexpr (T == GgmlType::Q2_K) {
+      if (k == 1 || k == 2)
+        cp_async16(s.qbs[slot] + c * 16 + 8 * (k - 1), q.bsums + a * (K / 16) + int64_t{kb} * 16 + 8 * (k - 1));
+    }
+  }
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
+  constexpr int PA = raw_a_pitch<T>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  DSmem<T>& s = *reinterpret_cast<DSmem<T>*>(smem_raw);
+
+  const int n_items = row_blocks * *p.n_tiles, bid = static_cast<int>(blockIdx.x), nblk = static_cast<int>(gridDim.x);
+  if (bid >= n_items) return;  // the whole block: no barrier reached
+  const int n_mine = (n_items - bid + nblk - 1) / nblk;
+  const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
+  if constexpr (T == GgmlType::IQ2_XXS)
+    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
+
+  // Copy side: the item of the last stage issued (cu) and its pairs' activation rows.
+  int cu = -1;
+  WalkItem ci{};
+  int32_t ar[4];
+  auto copy = [&](int G) {
+    const int u = G / nkb;
+    if (u != cu) {
+      cu = u;
+      ci = walk_item(p, bid + u * nblk, row_blocks);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = static_cast<int>(threadIdx.x) / 16 + 16 * i;
+        const int32_t v = c < ci.nvec ? p.order[ci.first + c] : -1;
+        ar[i] = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div));
+      }
+    }
+    copy_stage_walk<T>(s, p, q, ci, ar, G % kDRing, G - u * nkb);
+  };
+#pragma unroll
+  for (int G = 0; G < kDRing - 1; ++G) {
+    if (G < total) copy(G);
+    cp_async_commit();
+  }
+  __syncthreads();  // the grid table
+
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, t = lane % 4;
+  const int r0 = 16 * warp + lane / 4;  // this lane's tile rows r0 and r0 + 8
+  const uint32_t rb_lo = static_cast<uint32_t>(p.row_bytes & 15);
+  WalkItem mi{};
+  int nj = 0;
+  uint32_t sh0 = 0, sh1 = 0;
+  float acc[8][4];
+  for (int G = 0, kb = 0, u = 0; G < total; ++G) {
+    cp_async_wait<kDRing - 2>();
+    __syncthreads();  // stage G landed everywhere; stage G − 1's slot is no longer read
+    if (G + kDRing - 1 < total) copy(G + kDRing - 1);
+    cp_async_commit();
+    if (kb == 0) {  // a new item: its tile, the fragments holding pairs, its rows' window shifts
+      mi = walk_item(p, bid + u * nblk, row_blocks);
+      nj = min(8, (mi.nvec + 7) / 8);  // uniform over the block
+      sh0 = (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(mi.wbase)) & 15) + static_cast<uint32_t>(mi.m0 + r0) * rb_lo;
+      sh1 = sh0 + 8 * rb_lo;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+    }
+    const int slot = G % kDRing;
+    const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
+    const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
+    const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
+    direct_stage<T, true, false>(s, slot, blk0, blk1, nj, lane, nullptr, acc);
+    if (++kb < nkb) continue;
+    kb = 0;
+    ++u;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+        if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
+        float val = acc[j][e];
+        if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
+        p.y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
+      }
+  }
 }
 
 template <GgmlType T>
@@ -1028,15 +1165,23 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   p.order = j.groups->order;
   p.tiles = j.groups->tiles;
   p.n_tiles = j.groups->n_tiles;
-  if (variant >= 5 && variant <= 7) {
+  if (variant >= 5 && variant <= 8) {
     const size_t dsmem = t == GgmlType::IQ2_XXS ? sizeof(DSmem<GgmlType::IQ2_XXS>) : sizeof(DSmem<GgmlType::Q2_K>);
     auto run_direct = [&](auto kernel) {
       if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dsmem), "gemm experts smem"))
         return;
-      kernel<<<static_cast<unsigned>(items), kDThreads, dsmem, be.stream()>>>(p, q, row_blocks);
+      // Variant 8 walks: two resident blocks per SM (launch bounds, ~90 KB of shared memory each).
+      const int64_t grid = variant == 8 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
+      kernel<<<static_cast<unsigned>(grid), kDThreads, dsmem, be.stream()>>>(p, q, row_blocks);
       be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
     };
-    if (t == GgmlType::IQ2_XXS) {
+    if (variant == 8) {
+      if (t == GgmlType::IQ2_XXS) {
+        run_direct(experts_walk_kernel<GgmlType::IQ2_XXS>);
+      } else {
+        run_direct(experts_walk_kernel<GgmlType::Q2_K>);
+      }
+    } else if (t == GgmlType::IQ2_XXS) {
       if (variant == 7) {
         run_direct(experts_direct_kernel<GgmlType::IQ2_XXS, true, true>);
       } else if (variant == 6) {

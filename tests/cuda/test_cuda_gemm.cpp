@@ -284,24 +284,26 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // gemm_experts.cu, every variant (CudaBackendOptions::gemm_experts 1: a block per (rows, tile); 2:
   // persistent blocks walking several items each; 3 / 4: the same two on activation planes; 5: weights
   // decoded into MMA fragments by each warp, permuted K order; 6: 5 with computed IQ2_XXS signs; 7: 6 with
-  // the grid as 2-bit codes) against
+  // the grid as 2-bit codes; 8 … 10: 6 walking several items per block; 9 … 11 with the lean Q2_K finish, 10 unrolled by 4, 11 with byte-permute IQ2_XXS) against
   // gemm2_kernel at the Flash depths: gate/up 4,096 columns (16 stages: the rings wrap several times),
   // down 2,048 (8 stages); 18 experts, 16 and 17 without pairs. 120 tokens: experts 1 … 15 hold 40 pairs
   // (the second MMA warp column runs 2 of its 4 fragments), expert 0 tiles of 64 + 56; 140 tokens:
   // expert 0 tiles of 64 + 64 + 12 (the first column 2 fragments, the second none). 17–18 tiles × 16 or
-  // 32 row blocks: ~2–4 items per persistent block on the H200.
+  // 32 row blocks: ~2–4 items per persistent block on the H200. 400 tokens: expert 0 in 7 tiles, experts
+  // 1 … 15 in 3 (64 + 64 + 5): 52 tiles, ~3 (gate/up) and ~6 (down) items per block of the walking
+  // variants 8 … 10 (two blocks per SM), so their ring runs on across items of different pair counts.
   cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  for (int v : {1, 2, 3, 4, 5, 6, 7, 8}) {
+  for (int v : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     variants.push_back(backend_with(o));
     ASSERT_TRUE(variants.back());
   }
-  for (const int64_t n : {int64_t{120}, int64_t{140}}) {
+  for (const int64_t n : {int64_t{120}, int64_t{140}, int64_t{400}}) {
     const MoeCase m = moe_case(18, 4096, 2048, n);
     const auto want = m.run(*gemm2);
     for (size_t v = 0; v < variants.size(); ++v) {

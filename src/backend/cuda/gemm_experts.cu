@@ -745,11 +745,23 @@ __device__ inline uint32_t grid_half(uint32_t codes4) {  // 4 codes (8 bits) →
   return 0x08080808u + y * 17u + ((y >> 1) & 0x01010101u);
 }
 
+// Variant 11: an IQ2_XXS grid entry as the 32-bit byte-permute selector of its 8 bytes (nibble k = 0, 1, 2
+// for byte k = 8, 25, 43): one 4-byte table load per 8 values instead of 8 bytes (~4 shared-memory
+// wavefronts per warp instead of ~6 for 32 random entries), the signed bytes by two prmt.
+__device__ inline uint32_t prmt_selector(uint64_t grid) {
+  uint32_t sel = 0;
+  for (int k = 0; k < 8; ++k) {
+    const uint32_t v = static_cast<uint32_t>(grid >> (8 * k)) & 0xff;
+    sel |= (v == 8 ? 0u : v == 25 ? 1u : 2u) << (4 * k);
+  }
+  return sel;
+}
+
 // One ring slot of the direct kernels: the warp's tile rows r0 = 16·warp + g and r0 + 8 (their weight blocks
 // at blk0 / blk1 in the raw slot) × the first 8·nj pairs of quant slot `slot`: the integer block sums of the
 // stage's super-block, then gemm2_kernel's float terms of the stage into acc[j][e] (pair 8j + 2t + (e & 1),
 // row r0 + 8·(e >= 2)).
-template <GgmlType T, bool kAluSigns, bool kPackedGrid>
+template <GgmlType T, bool kAluSigns, bool kPackedGrid, int kUnroll = 2, bool kLean = false, bool kPrmt = false>
 __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
                                              int nj, int lane, const uint16_t* gcodes, float (&acc)[8][4]) {
   const int g = lane / 4, t = lane % 4;
@@ -759,7 +771,7 @@ __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const 
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) ic[j][e] = 0;
-#pragma unroll 2
+#pragma unroll(kUnroll)
   for (int sb = 0; sb < 8; ++sb) {
     uint32_t af[4];
     int ls[2] = {0, 0};
@@ -768,6 +780,19 @@ __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const 
       for (int h = 0; h < 2; ++h) {
         const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
         const uint32_t a1 = ld32_u16(b + 4);
+        ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
+        if constexpr (kPrmt) {
+          // prmt_selectors(): nibble k = code of grid byte k; sign bit k (of ksigns[si] = si | parity << 7)
+          // moved to bit 4k + 2, so nibble k selects byte code + 4·sign of (8, 25, 43, 0, −8, −25, −43, 0).
+          const uint32_t si = (a1 >> (7 * t)) & 127;
+          uint32_t x = (si | (si << 12)) & 0x000F000Fu;  // bits 0–3 stay, 4–6 → 16–18
+          x = (x | (x << 6)) & 0x03030303u;               // two bits per byte
+          x = (x | (x << 3)) & 0x11111111u;               // bit k at 4k
+          const uint32_t sel = reinterpret_cast<const uint32_t*>(s.smask)[b[t]] | (x << 2) | ((__popc(si) & 1u) << 30);
+          af[h] = __byte_perm(0x002B1908u, 0x00D5E7F8u, sel);            // values 8t … 8t + 3
+          af[2 + h] = __byte_perm(0x002B1908u, 0x00D5E7F8u, sel >> 16);  // values 8t + 4 … 8t + 7
+          continue;
+        }
         uint64_t gr;
         if constexpr (kPackedGrid) {
           const uint32_t code = gcodes[b[t]];
@@ -786,7 +811,6 @@ __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const 
           af[h] = (static_cast<uint32_t>(gr) ^ m.x) + m.z;            // values 8t … 8t + 3
           af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ m.y) + m.w;  // values 8t + 4 … 8t + 7
         }
-        ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
       }
     } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k, bits 2·(sb % 4); scale of k / 16
 #pragma unroll
@@ -841,11 +865,19 @@ __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const 
       if (j >= nj) break;
       const int16_t* bs = s.qbs[slot] + (8 * j + g) * 16 + 4 * t;  // pair 8j + g, sub-blocks 4t … 4t + 3
       uint32_t lo = 0, hi = 0;
+      if constexpr (kLean) {
+        // The 4 sums as two words of int16 halves (one 8-byte load): byte k of lo = v_k & 63, of hi = the
+        // low byte of v_k >> 6 (bits 6 … 13 of v_k: the logical shift of the word leaves them in place).
+        const uint2 w = *reinterpret_cast<const uint2*>(bs);
+        lo = __byte_perm(w.x, w.y, 0x6420) & 0x3F3F3F3Fu;
+        hi = __byte_perm(w.x >> 6, w.y >> 6, 0x6420);
+      } else {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int v = bs[k];
-        lo |= static_cast<uint32_t>(v & 63) << (8 * k);
-        hi |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v >> 6))) << (8 * k);
+        for (int k = 0; k < 4; ++k) {
+          const int v = bs[k];
+          lo |= static_cast<uint32_t>(v & 63) << (8 * k);
+          hi |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v >> 6))) << (8 * k);
+        }
       }
       const uint32_t blo[2] = {lo, 0u}, bhi[2] = {hi, 0u};
       int slo[4] = {0, 0, 0, 0}, shi[4] = {0, 0, 0, 0};
@@ -857,7 +889,11 @@ __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const 
         const int summs = 64 * shi[e] + slo[e];
         const float dall = db[e & 1] * da[e >> 1];
         const float dmin = db[e & 1] * dm[e >> 1];
-        acc[j][e] += dall * static_cast<float>(ic[j][e]) - dmin * static_cast<float>(summs);
+        if constexpr (kLean) {  // |ic| ≤ 256·45·128, |summs| ≤ 16·15·2048: both < 2^22, exact by small_i2f
+          acc[j][e] += dall * small_i2f(ic[j][e]) - dmin * small_i2f(summs);
+        } else {
+          acc[j][e] += dall * static_cast<float>(ic[j][e]) - dmin * static_cast<float>(summs);
+        }
       }
     }
   }
@@ -982,7 +1018,7 @@ __device__ inline void copy_stage_walk(DSmem<T>& s, const GemmParams& p, const P
   }
 }
 
-template <GgmlType T>
+template <GgmlType T, int kUnroll, bool kLean, bool kPrmt = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -992,8 +1028,15 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
   if (bid >= n_items) return;  // the whole block: no barrier reached
   const int n_mine = (n_items - bid + nblk - 1) / nblk;
   const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
-  if constexpr (T == GgmlType::IQ2_XXS)
-    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += kDThreads) {
+      if constexpr (kPrmt) {
+        reinterpret_cast<uint32_t*>(s.smask)[i] = prmt_selector(c_grid[i]);
+      } else {
+        s.grid[i] = c_grid[i];
+      }
+    }
+  }
 
   // Copy side: the item of the last stage issued (cu) and its pairs' activation rows.
   int cu = -1;
@@ -1046,7 +1089,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
     const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
-    direct_stage<T, true, false>(s, slot, blk0, blk1, nj, lane, nullptr, acc);
+    direct_stage<T, true, false, kUnroll, kLean, kPrmt>(s, slot, blk0, blk1, nj, lane, nullptr, acc);
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
@@ -1165,21 +1208,29 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   p.order = j.groups->order;
   p.tiles = j.groups->tiles;
   p.n_tiles = j.groups->n_tiles;
-  if (variant >= 5 && variant <= 8) {
+  if (variant >= 5 && variant <= 11) {
     const size_t dsmem = t == GgmlType::IQ2_XXS ? sizeof(DSmem<GgmlType::IQ2_XXS>) : sizeof(DSmem<GgmlType::Q2_K>);
     auto run_direct = [&](auto kernel) {
       if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dsmem), "gemm experts smem"))
         return;
       // Variant 8 walks: two resident blocks per SM (launch bounds, ~90 KB of shared memory each).
-      const int64_t grid = variant == 8 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
+      const int64_t grid = variant >= 8 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
       kernel<<<static_cast<unsigned>(grid), kDThreads, dsmem, be.stream()>>>(p, q, row_blocks);
       be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
     };
-    if (variant == 8) {
+    // 8: sub-block loop unrolled by 2 (as variant 6); 9: 8 with the lean Q2_K finish; 10: 9 unrolled by 4;
+    // 11: 9 with the IQ2_XXS bytes by byte permutes of 32-bit selectors (prmt_selector).
+    if (variant >= 8) {
       if (t == GgmlType::IQ2_XXS) {
-        run_direct(experts_walk_kernel<GgmlType::IQ2_XXS>);
+        run_direct(variant == 11  ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true, true>
+                   : variant == 10 ? experts_walk_kernel<GgmlType::IQ2_XXS, 4, true>
+                   : variant == 9 ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true>
+                                  : experts_walk_kernel<GgmlType::IQ2_XXS, 2, false>);
       } else {
-        run_direct(experts_walk_kernel<GgmlType::Q2_K>);
+        run_direct(variant == 11  ? experts_walk_kernel<GgmlType::Q2_K, 2, true>
+                   : variant == 10 ? experts_walk_kernel<GgmlType::Q2_K, 4, true>
+                   : variant == 9 ? experts_walk_kernel<GgmlType::Q2_K, 2, true>
+                                  : experts_walk_kernel<GgmlType::Q2_K, 2, false>);
       }
     } else if (t == GgmlType::IQ2_XXS) {
       if (variant == 7) {

@@ -12,7 +12,7 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1" … "q8-direct4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 6
-// and 8 … 10; "profile" runs one call each of a few of the defaults and of gemm_experts = 8 and 6 (under
+// and 8 … 10; "profile" runs one call each of a few of the defaults and of gemm_experts = 11 and 6 (under
 // ncu), untimed.
 #include <algorithm>
 #include <cstdio>
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     bench_f16(N, std::strcmp(argv[2], "f16prof") == 0, std::strcmp(argv[2], "f16sweep") == 0);  // the F16 lines: segment vs MMA order (N < 64: decode calls)
     return 0;
   }
-  // "profile": the experts of gemm_experts 8, then 6, then one call of q_b, two F16 shapes and the experts
+  // "profile": the experts of gemm_experts 11, then 6, then one call of q_b, two F16 shapes and the experts
   // of the defaults, for ncu, no timing.
   const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
   // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 13, 15 and 14
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   // shape (modes 3 … 6), dense Q8_0 lines only.
   const std::vector<int> modes = walk_only      ? std::vector<int>{13, 16, 17, 18, 19}
                                  : experts_only ? std::vector<int>{0, 13, 16, 15, 14, 8}
-                                 : profile    ? std::vector<int>{16, 13, 0}
+                                 : profile    ? std::vector<int>{19, 13, 0}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 4, 5, 6}
                                               : std::vector<int>{0, 1, 2};
   for (int mode : modes) {

@@ -80,9 +80,8 @@ int main(int argc, char** argv) {
   // "profile": the experts of gemm_experts 11, then 6, then one call of q_b, two F16 shapes and the experts
   // of the defaults, for ncu, no timing.
   const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
-  // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 13, 15 and 14
-  // (gemm_experts = 6: "tc-exp-alusg", 7: "tc-exp-packg", 0: "tc-gemm2-glue"; 9 … 12 run 2 … 5) and both
-  // of mode 8 ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue —
+  // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 13, 16 and 14
+  // (gemm_experts = 6: "tc-exp-alusg", 8: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue —
   // gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
   // "walk": only the routed-expert lines of gemm_experts 6 (the default) and 8 … 10 (the walking kernels;
@@ -95,7 +94,7 @@ int main(int argc, char** argv) {
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3 … 6), dense Q8_0 lines only.
   const std::vector<int> modes = walk_only      ? std::vector<int>{13, 16, 17, 18, 19}
-                                 : experts_only ? std::vector<int>{0, 13, 16, 15, 14, 8}
+                                 : experts_only ? std::vector<int>{0, 13, 16, 14, 8}
                                  : profile    ? std::vector<int>{19, 13, 0}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 4, 5, 6}
                                               : std::vector<int>{0, 1, 2};
@@ -109,9 +108,8 @@ int main(int argc, char** argv) {
       co.gemm_experts = 0;
       co.prefill_glue = false;
     }
-    if (mode >= 9) co.gemm_experts = mode - 7;  // 2 … 6
-    if (mode == 14) co.gemm_experts = 0;         // gemm2_kernel with the new glue
-    if (mode == 15) co.gemm_experts = 7;
+    if (mode == 13) co.gemm_experts = 6;
+    if (mode == 14) co.gemm_experts = 0;  // gemm2_kernel with the new glue
     if (mode >= 16) co.gemm_experts = mode - 8;  // 8 … 11
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
@@ -120,7 +118,7 @@ int main(int argc, char** argv) {
     }
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
-                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "tc-exp-pers", "tc-exp-pl-p", "tc-exp-pl-t", "tc-exp-direct", "tc-exp-alusg", "tc-gemm2-glue", "tc-exp-packg", "tc-exp-walk", "tc-exp-walkl", "tc-exp-walkl4", "tc-exp-prmt"};
+                                 "q8-direct2",  "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "tc-exp-alusg", "tc-gemm2-glue", "-", "tc-exp-walk", "tc-exp-walkl", "tc-exp-walkl4", "tc-exp-prmt"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

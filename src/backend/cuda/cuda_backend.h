@@ -36,12 +36,11 @@ struct CudaBackendOptions {
   // instead of one thread (ops_gemm.cu), moe_swiglu / moe_sum with 32-bit index math. false: the previous
   // kernels (before/after runs). Same values.
   bool prefill_glue = true;
-  // Routed experts' grouped GEMM (IQ2_XXS gate/up, Q2_K down; with gemm_pipelined) on gemm_experts.cu:
-  // 8 producer warps copy and decode each stage into one of two decoded slots while 8 MMA warps multiply
-  // the other (named barriers, ldmatrix for both operands). 1: a block per (128 rows, tile); 2: one
-  // resident block per SM walking its share of those, the pipeline running on across them; 3, 4: the same
-  // on activation planes (gemm_experts.h); 0: ops_gemm.cu's gemm2_kernel; −1: the one the H200 measured
-  // fastest (gemm_experts.cu kExpertsAuto). Same bits.
+  // Routed experts' grouped GEMM (IQ2_XXS gate/up, Q2_K down; with gemm_pipelined) on gemm_experts.cu,
+  // weights decoded into MMA fragments by the warps that multiply them: 6: a block per (128 rows, tile);
+  // 8 … 11: two resident blocks per SM walking those through one continuous ring (9: lean Q2_K finish,
+  // 10: 9 unrolled by 4, 11: 9 with byte-permute IQ2_XXS decode); 0: ops_gemm.cu's gemm2_kernel; −1: the
+  // one the H200 measured fastest (gemm_experts.cu kExpertsAuto). Same bits.
   int gemm_experts = -1;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.

@@ -112,14 +112,9 @@ bool gemm_supports(const GemvJob& j);
 // Whether gemm_q8.cu takes a job: dense Q8_0, cols a multiple of 256, 16-byte aligned weights, rows,
 // activations and activation stride, and its 218 KiB of shared memory within the device's opt-in limit.
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin);
-// gemm_experts.cu: the grouped experts' warp-specialised GEMM for IQ2_XXS / Q2_K (GemmParams of
-// gemm_tiles.cuh, `tiles` = the tile list's capacity), whether the device's shared memory holds it, and
-// its IQ2_XXS tables.
-struct GemmParams;
-class CudaBackend;
-bool gemm_experts_fits(GgmlType t, int smem_optin);
-int experts_variant(int option);  // CudaBackendOptions::gemm_experts with −1 resolved (kExpertsAuto)
-void gemm_experts(CudaBackend& be, const GemmParams& p, GgmlType t, unsigned tiles, int variant);
+// gemm_experts.cu (its entry is gemm_experts.h): CudaBackendOptions::gemm_experts with −1 resolved
+// (kExpertsAuto), and the upload of its IQ2_XXS grid.
+int experts_variant(int option);
 cudaError_t upload_gemm_experts_tables();
 // Whether gemv_mma.cu handles `j`: Q8_0 under ds4 numerics, dense (no ids, x_div 1), 1 ≤ n_vec ≤
 // kMmaMaxVec, a whole number of 8-block (272-byte) chunks per row, 16-byte aligned rows.

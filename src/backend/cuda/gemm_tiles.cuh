@@ -1,8 +1,8 @@
 // gemm_tiles.cuh — the pieces the int8 tensor-core prefill GEMMs for quantized weights share: the job
 // parameters, the weight decode into int8 tiles (Q8_0, IQ2_XXS, Q2_K: decode_a), the raw-stage copy
 // windows (cp.async of 16-byte chunks around unaligned blocks), ldmatrix and the biased int8 MMA.
-// Used by ops_gemm.cu (gemm_kernel, gemm2_kernel) and gemm_experts.cu (the grouped experts' warp-
-// specialised kernel), so the integer sums and scales are the same code in every kernel.
+// Used by ops_gemm.cu (gemm_kernel, gemm2_kernel) and gemm_experts.cu (the grouped experts' kernels: the
+// parameters, copy windows, ldmatrix and MMA), so the integer sums and scales are the same code everywhere.
 // Deliberately not here: the kernels, their shared-memory layouts and launch logic; the IQ2_XXS tables
 // (each translation unit has its own __constant__ copy, uploaded at backend creation).
 #pragma once

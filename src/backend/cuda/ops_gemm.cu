@@ -778,13 +778,8 @@ void CudaBackend::gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride
     gemm_q8(j, act, act_stride, gemm_q8_);  // (dense Q8_0: the same bits as gemm2_kernel, faster on sm_90)
     return;
   }
-  // gemm_experts 1 and 2 here; 3 … 6 run from gemv() on activation planes (gemm_experts.h), and jobs those
-  // do not take (widths, alignment) come here and run gemm2_kernel.
-  if (gemm_pipelined_ && (gemm_experts_ == 1 || gemm_experts_ == 2) && j.groups && gemm2_fits(j, act, act_stride, gemm_smem_optin_) &&
-      gemm_experts_fits(j.w.type, gemm_smem_optin_)) {
-    gemm_experts(*this, p, j.w.type, gy, gemm_experts_);  // (the same bits as gemm2_kernel)
-    return;
-  }
+  // (Grouped experts run from gemv() on gemm_experts.cu's activation planes; jobs it does not take —
+  // widths, alignment, gemm_experts = 0 — come here and run gemm2_kernel.)
   if (gemm_pipelined_ && gemm2_fits(j, act, act_stride, gemm_smem_optin_)) {
     // Grouped tiles hold ≤ kBN vectors; dense batches of more than 96 take 128-vector tiles.
     const bool wide = !j.groups && j.n_vec > 96;

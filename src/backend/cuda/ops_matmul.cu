@@ -299,9 +299,9 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
 
   const bool use_act = j.numerics == MatmulNumerics::ds4 && quantized(T);
   if (use_act) {
-    // Grouped experts on gemm_experts.cu's planes variants (CudaBackendOptions::gemm_experts 3, 4): their
+    // Grouped experts on gemm_experts.cu (CudaBackendOptions::gemm_experts ≠ 0): their
     // own activation layout, so the quantization is theirs too.
-    if (tensor_cores() && gemm_pipelined_ && gemm_experts_ >= 3 && j.groups && gemm_supports(j) &&
+    if (tensor_cores() && gemm_pipelined_ && gemm_experts_ > 0 && j.groups && gemm_supports(j) &&
         gemm_experts_planes(*this, j, act_scratch, gemm_experts_))
       return;
     const int64_t act_rows = (j.n_vec + j.x_div - 1) / j.x_div;

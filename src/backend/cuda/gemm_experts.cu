@@ -12,7 +12,7 @@
 // through a 3-stage cp.async ring with one barrier per stage.
 // Two kernels (CudaBackendOptions::gemm_experts): experts_direct_kernel, a block per (128 rows, tile)
 // item (6); experts_walk_kernel, two resident blocks per SM walking the items through one continuous
-// ring (8 … 11, docs/PERF.md).
+// ring (8 … 13, docs/PERF.md).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -140,10 +140,14 @@ __device__ inline uint32_t prmt_selector(uint64_t grid) {
 // IQ2_XXS signs: ksigns[si] = si | parity(si) << 7, computed and expanded by integer operations (a sign
 // table's random loads cost more shared-memory wavefronts). kUnroll: the sub-block loop's unrolling;
 // kLean: the Q2_K finish with one 8-byte bsum load and small_i2f; kPrmt: IQ2_XXS bytes by prmt_selector.
-template <GgmlType T, int kUnroll = 2, bool kLean = false, bool kPrmt = false>
+// kNJ > 0: the fragment count fixed at compile time (nj rounded up to it by the caller; the extra columns
+// are never stored), so the fragment loops are straight-line code whose loads and MMAs the compiler can
+// overlap, instead of loops that leave at a runtime count.
+template <GgmlType T, int kUnroll = 2, bool kLean = false, bool kPrmt = false, int kNJ = 0>
 __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
-                                             int nj, int lane, float (&acc)[8][4]) {
+                                             int nj_rt, int lane, float (&acc)[8][4]) {
   const int g = lane / 4, t = lane % 4;
+  const int nj = kNJ > 0 ? kNJ : nj_rt;
   const int8_t* qb = s.q[slot];
   int ic[8][4];
 #pragma unroll
@@ -327,7 +331,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
     }
 }
 
-// ---- variants 8 … 11: variant 6 walking several items per block through one continuous ring ----
+// ---- variants 8 … 13: variant 6 walking several items per block through one continuous ring ----
 // Variant 6 runs a block per (128 rows, tile) item: 8 (Q2_K down, K 2,048) or 16 (IQ2_XXS gate/up)
 // stages, each block paying its table fill, its tile prologue and the latency of its first two stages
 // with nothing of its own to overlap them. Here a grid of two blocks per SM walks the items it =
@@ -372,7 +376,7 @@ __device__ inline void copy_stage_walk(DSmem<T>& s, const GemmParams& p, const P
   }
 }
 
-template <GgmlType T, int kUnroll, bool kLean, bool kPrmt = false>
+template <GgmlType T, int kUnroll, bool kLean, bool kPrmt = false, bool kFixedNJ = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -443,7 +447,16 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
     const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
-    direct_stage<T, kUnroll, kLean, kPrmt>(s, slot, blk0, blk1, nj, lane, acc);
+    if constexpr (kFixedNJ) {  // nj rounded up to even: one ldmatrix.x4 covers two fragments anyway
+      switch ((nj + 1) / 2) {
+        case 1: direct_stage<T, kUnroll, kLean, kPrmt, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
+        case 2: direct_stage<T, kUnroll, kLean, kPrmt, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
+        case 3: direct_stage<T, kUnroll, kLean, kPrmt, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
+        default: direct_stage<T, kUnroll, kLean, kPrmt, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
+      }
+    } else {
+      direct_stage<T, kUnroll, kLean, kPrmt>(s, slot, blk0, blk1, nj, lane, acc);
+    }
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
@@ -477,7 +490,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
-  if (variant != 6 && (variant < 8 || variant > 11)) return false;
+  if (variant != 6 && (variant < 8 || variant > 13)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
@@ -524,15 +537,20 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
     be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
   };
   // 8: sub-block loop unrolled by 2 (as variant 6); 9: 8 with the lean Q2_K finish; 10: 9 unrolled by 4;
-  // 11: 9 with the IQ2_XXS bytes by byte permutes of 32-bit selectors (prmt_selector).
+  // 11: 9 with the IQ2_XXS bytes by byte permutes of 32-bit selectors (prmt_selector); 12 / 13: 9 / 10 with
+  // the fragment count fixed at compile time (direct_stage kNJ).
   if (t == GgmlType::IQ2_XXS) {
     run(variant == 6    ? experts_direct_kernel<GgmlType::IQ2_XXS>
+        : variant == 13 ? experts_walk_kernel<GgmlType::IQ2_XXS, 1, true, false, true>
+        : variant == 12 ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true, false, true>
         : variant == 11 ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true, true>
         : variant == 10 ? experts_walk_kernel<GgmlType::IQ2_XXS, 4, true>
         : variant == 9  ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true>
                         : experts_walk_kernel<GgmlType::IQ2_XXS, 2, false>);
   } else {
     run(variant == 6    ? experts_direct_kernel<GgmlType::Q2_K>
+        : variant == 13 ? experts_walk_kernel<GgmlType::Q2_K, 1, true, false, true>
+        : variant == 12 ? experts_walk_kernel<GgmlType::Q2_K, 2, true, false, true>
         : variant == 11 ? experts_walk_kernel<GgmlType::Q2_K, 2, true>
         : variant == 10 ? experts_walk_kernel<GgmlType::Q2_K, 4, true>
         : variant == 9  ? experts_walk_kernel<GgmlType::Q2_K, 2, true>

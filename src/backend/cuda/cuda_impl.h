@@ -269,7 +269,7 @@ class CudaBackend final : public Backend {
   void gemv(const GemvJob& j, DeviceScratch& act_scratch);
   // Tensor-core GEMM of a job gemm_supports() accepts, on activations gemv() has quantized (ops_gemm.cu).
   void gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
-  // gemm_q8.cu: a dense Q8_0 job gemm_q8_fits() accepts, in launch shape `variant` (1 … 4; −1: by grid
+  // gemm_q8.cu: a dense Q8_0 job gemm_q8_fits() accepts, in launch shape `variant` (1, 3, 4; −1: by grid
   // size). Returns true (an error, if any, recorded).
   bool gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int variant);
   // F16 rows under ds4 numerics, every batch size, in README.md's segment order (matmul_f16.cu).

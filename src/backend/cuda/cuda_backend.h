@@ -37,10 +37,10 @@ struct CudaBackendOptions {
   // kernels (before/after runs). Same values.
   bool prefill_glue = true;
   // Routed experts' grouped GEMM (IQ2_XXS gate/up, Q2_K down; with gemm_pipelined) on gemm_experts.cu,
-  // weights decoded into MMA fragments by the warps that multiply them: 6: a block per (128 rows, tile);
-  // 8 … 13: two resident blocks per SM walking those through one continuous ring (9: lean Q2_K finish,
-  // 10: 9 unrolled by 4, 11: 9 with byte-permute IQ2_XXS decode, 12 / 13: 9 with the fragment count fixed
-  // at compile time, unrolled by 2 / 1); 0: ops_gemm.cu's gemm2_kernel; −1: the
+  // weights decoded into MMA fragments by the warps that multiply them: 13: two resident blocks per SM
+  // walking the (128 rows, tile) items through one continuous ring, the fragment count fixed at compile
+  // time; 6: a block per item (the previous default); 0: ops_gemm.cu's gemm2_kernel; −1 (and any other
+  // value): the
   // one the H200 measured fastest (gemm_experts.cu kExpertsAuto). Same bits.
   int gemm_experts = -1;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general

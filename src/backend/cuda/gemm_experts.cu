@@ -10,9 +10,9 @@
 // each warp decodes its 16 rows × 32 values per sub-block in registers, once per (expert, k-tile), for all
 // of the tile's pairs (ldmatrix fragments of the quants); raw weight bytes and activation planes go
 // through a 3-stage cp.async ring with one barrier per stage.
-// Two kernels (CudaBackendOptions::gemm_experts): experts_direct_kernel, a block per (128 rows, tile)
-// item (6); experts_walk_kernel, two resident blocks per SM walking the items through one continuous
-// ring (8 … 13, docs/PERF.md).
+// Two kernels (CudaBackendOptions::gemm_experts): experts_walk_kernel, two resident blocks per SM walking
+// the (128 rows, tile) items through one continuous ring (13, the default); experts_direct_kernel, a
+// block per item (6, the previous default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -91,8 +91,7 @@ struct DSmem {
   alignas(16) int8_t q[kDRing][kBN * kLd];    // permuted activation quants, pitch kLd (ldmatrix)
   alignas(16) int16_t qbs[kDRing][kBN * 16];  // Q2_K bsums
   float qd[kDRing][kBN];                      // d_x
-  uint64_t grid[256];  // IQ2_XXS grid (kernels without kPrmt)
-  uint32_t sel[256];   // its byte-permute selectors (prmt_selector; kPrmt)
+  uint64_t grid[256];  // IQ2_XXS grid
 };
 
 // Stage kb into ring slot kb % kDRing: weight windows (gemm_tiles.cuh) and the planes' chunks.
@@ -121,29 +120,17 @@ __device__ inline void copy_stage_d(DSmem<T>& s, const GemmParams& p, const Plan
   }
 }
 
-// Variant 11: an IQ2_XXS grid entry as the 32-bit byte-permute selector of its 8 bytes (nibble k = 0, 1, 2
-// for byte k = 8, 25, 43): one 4-byte table load per 8 values instead of 8 bytes (~4 shared-memory
-// wavefronts per warp instead of ~6 for 32 random entries), the signed bytes by two prmt.
-__device__ inline uint32_t prmt_selector(uint64_t grid) {
-  uint32_t sel = 0;
-  for (int k = 0; k < 8; ++k) {
-    const uint32_t v = static_cast<uint32_t>(grid >> (8 * k)) & 0xff;
-    sel |= (v == 8 ? 0u : v == 25 ? 1u : 2u) << (4 * k);
-  }
-  return sel;
-}
-
 // One ring slot of the direct kernels: the warp's tile rows r0 = 16·warp + g and r0 + 8 (their weight blocks
 // at blk0 / blk1 in the raw slot) × the first 8·nj pairs of quant slot `slot`: the integer block sums of the
 // stage's super-block, then gemm2_kernel's float terms of the stage into acc[j][e] (pair 8j + 2t + (e & 1),
 // row r0 + 8·(e >= 2)).
 // IQ2_XXS signs: ksigns[si] = si | parity(si) << 7, computed and expanded by integer operations (a sign
 // table's random loads cost more shared-memory wavefronts). kUnroll: the sub-block loop's unrolling;
-// kLean: the Q2_K finish with one 8-byte bsum load and small_i2f; kPrmt: IQ2_XXS bytes by prmt_selector.
+// kLean: the Q2_K finish with one 8-byte bsum load and small_i2f.
 // kNJ > 0: the fragment count fixed at compile time (nj rounded up to it by the caller; the extra columns
 // are never stored), so the fragment loops are straight-line code whose loads and MMAs the compiler can
 // overlap, instead of loops that leave at a runtime count.
-template <GgmlType T, int kUnroll = 2, bool kLean = false, bool kPrmt = false, int kNJ = 0>
+template <GgmlType T, int kUnroll = 2, bool kLean = false, int kNJ = 0>
 __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
                                              int nj_rt, int lane, float (&acc)[8][4]) {
   const int g = lane / 4, t = lane % 4;
@@ -164,18 +151,6 @@ __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const 
         const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
         const uint32_t a1 = ld32_u16(b + 4);
         ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
-        if constexpr (kPrmt) {
-          // prmt_selectors(): nibble k = code of grid byte k; sign bit k (of ksigns[si] = si | parity << 7)
-          // moved to bit 4k + 2, so nibble k selects byte code + 4·sign of (8, 25, 43, 0, −8, −25, −43, 0).
-          const uint32_t si = (a1 >> (7 * t)) & 127;
-          uint32_t x = (si | (si << 12)) & 0x000F000Fu;  // bits 0–3 stay, 4–6 → 16–18
-          x = (x | (x << 6)) & 0x03030303u;               // two bits per byte
-          x = (x | (x << 3)) & 0x11111111u;               // bit k at 4k
-          const uint32_t sel = s.sel[b[t]] | (x << 2) | ((__popc(si) & 1u) << 30);
-          af[h] = __byte_perm(0x002B1908u, 0x00D5E7F8u, sel);            // values 8t … 8t + 3
-          af[2 + h] = __byte_perm(0x002B1908u, 0x00D5E7F8u, sel >> 16);  // values 8t + 4 … 8t + 7
-          continue;
-        }
         const uint64_t gr = s.grid[b[t]];
         const uint32_t si = (a1 >> (7 * t)) & 127;
         const uint32_t sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
@@ -331,15 +306,16 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
     }
 }
 
-// ---- variants 8 … 13: variant 6 walking several items per block through one continuous ring ----
-// Variant 6 runs a block per (128 rows, tile) item: 8 (Q2_K down, K 2,048) or 16 (IQ2_XXS gate/up)
-// stages, each block paying its table fill, its tile prologue and the latency of its first two stages
-// with nothing of its own to overlap them. Here a grid of two blocks per SM walks the items it =
+// ---- variant 13 (the default): variant 6's stages in blocks walking several items ----
+// A grid of two blocks per SM walks the (128 rows, tile) items it =
 // blockIdx.x, + gridDim.x, … (neighbouring blocks share a tile's activations in L2), the stages of its
 // items one sequence G = u·nkb + kb, so the copies of item u + 1's first stages are in flight while the
 // warps finish item u. Each thread copies the activation chunks of the 4 pairs c = tid / 16 + 16i of its
 // copy item (their activation rows in registers, reloaded when the copy sequence enters a new item).
-// The stage arithmetic is variant 6's (direct_stage), so every sum and float term is the same.
+// The stage arithmetic is variant 6's (direct_stage), so every sum and float term is the same; here with
+// the lean Q2_K finish, the sub-block loop not unrolled and the fragment count fixed at compile time (nj
+// rounded up to 2, 4, 6 or 8: straight-line ldmatrix/MMA sequences). On the H200 (docs/PERF.md) the walk
+// alone gained nothing (the per-item costs it removes do not bound the kernel), the fixed count 6 %.
 struct WalkItem {
   const uint8_t* wbase;
   int32_t m0, first, nvec;
@@ -376,7 +352,7 @@ __device__ inline void copy_stage_walk(DSmem<T>& s, const GemmParams& p, const P
   }
 }
 
-template <GgmlType T, int kUnroll, bool kLean, bool kPrmt = false, bool kFixedNJ = false>
+template <GgmlType T>
 __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -387,13 +363,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
   const int n_mine = (n_items - bid + nblk - 1) / nblk;
   const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
   if constexpr (T == GgmlType::IQ2_XXS) {
-    for (int i = threadIdx.x; i < 256; i += kDThreads) {
-      if constexpr (kPrmt) {
-        s.sel[i] = prmt_selector(c_grid[i]);
-      } else {
-        s.grid[i] = c_grid[i];
-      }
-    }
+    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
   }
 
   // Copy side: the item of the last stage issued (cu) and its pairs' activation rows.
@@ -447,15 +417,11 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
     const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
-    if constexpr (kFixedNJ) {  // nj rounded up to even: one ldmatrix.x4 covers two fragments anyway
-      switch ((nj + 1) / 2) {
-        case 1: direct_stage<T, kUnroll, kLean, kPrmt, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
-        case 2: direct_stage<T, kUnroll, kLean, kPrmt, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
-        case 3: direct_stage<T, kUnroll, kLean, kPrmt, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
-        default: direct_stage<T, kUnroll, kLean, kPrmt, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
-      }
-    } else {
-      direct_stage<T, kUnroll, kLean, kPrmt>(s, slot, blk0, blk1, nj, lane, acc);
+    switch ((nj + 1) / 2) {  // nj rounded up to even: one ldmatrix.x4 covers two fragments anyway
+      case 1: direct_stage<T, 1, true, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
+      case 2: direct_stage<T, 1, true, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
+      case 3: direct_stage<T, 1, true, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
+      default: direct_stage<T, 1, true, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
     }
     if (++kb < nkb) continue;
     kb = 0;
@@ -475,13 +441,13 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: on the H200 (docs/PERF.md) variant 6 (a block per item) ran the
-// MoE of a 2,048-token chunk in 3.988 ms per layer against 4.583 for gemm2_kernel; variants 1–5 and 7 of
-// earlier sessions (producer warps, activation planes walked by one block per SM, a sign-mask table,
-// the grid as 2-bit codes) were slower and are gone.
-constexpr int kExpertsAuto = 6;
+// CudaBackendOptions::gemm_experts = −1: variant 13; on the H200 (docs/PERF.md, gemm W2) the MoE of a
+// 2,048-token chunk per layer 3.721 ms against 3.976 for variant 6 (4.58 ms with gemm2_kernel). Variants
+// 1–5, 7 (producer warps, planes walked by one block per SM, sign-mask table, 2-bit grid codes) and 8–12
+// (13 without the fixed fragment count or with other unrolling, a byte-permute IQ2_XXS decode) were slower.
+constexpr int kExpertsAuto = 13;
 
-int experts_variant(int option) { return option < 0 ? kExpertsAuto : option; }
+int experts_variant(int option) { return option == 0 || option == 6 ? option : kExpertsAuto; }
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
@@ -490,7 +456,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
-  if (variant != 6 && (variant < 8 || variant > 13)) return false;
+  if (variant != 6 && variant != 13) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
@@ -531,30 +497,15 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   auto run = [&](auto kernel) {
     if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm experts smem"))
       return;
-    // The walking kernels: two resident blocks per SM (launch bounds, ~92 KB of shared memory each).
-    const int64_t grid = variant >= 8 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
+    // The walking kernel: two resident blocks per SM (launch bounds, ~92 KB of shared memory each).
+    const int64_t grid = variant == 13 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
     kernel<<<static_cast<unsigned>(grid), kDThreads, smem, be.stream()>>>(p, q, row_blocks);
     be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
   };
-  // 8: sub-block loop unrolled by 2 (as variant 6); 9: 8 with the lean Q2_K finish; 10: 9 unrolled by 4;
-  // 11: 9 with the IQ2_XXS bytes by byte permutes of 32-bit selectors (prmt_selector); 12 / 13: 9 / 10 with
-  // the fragment count fixed at compile time (direct_stage kNJ).
   if (t == GgmlType::IQ2_XXS) {
-    run(variant == 6    ? experts_direct_kernel<GgmlType::IQ2_XXS>
-        : variant == 13 ? experts_walk_kernel<GgmlType::IQ2_XXS, 1, true, false, true>
-        : variant == 12 ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true, false, true>
-        : variant == 11 ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true, true>
-        : variant == 10 ? experts_walk_kernel<GgmlType::IQ2_XXS, 4, true>
-        : variant == 9  ? experts_walk_kernel<GgmlType::IQ2_XXS, 2, true>
-                        : experts_walk_kernel<GgmlType::IQ2_XXS, 2, false>);
+    run(variant == 6 ? experts_direct_kernel<GgmlType::IQ2_XXS> : experts_walk_kernel<GgmlType::IQ2_XXS>);
   } else {
-    run(variant == 6    ? experts_direct_kernel<GgmlType::Q2_K>
-        : variant == 13 ? experts_walk_kernel<GgmlType::Q2_K, 1, true, false, true>
-        : variant == 12 ? experts_walk_kernel<GgmlType::Q2_K, 2, true, false, true>
-        : variant == 11 ? experts_walk_kernel<GgmlType::Q2_K, 2, true>
-        : variant == 10 ? experts_walk_kernel<GgmlType::Q2_K, 4, true>
-        : variant == 9  ? experts_walk_kernel<GgmlType::Q2_K, 2, true>
-                        : experts_walk_kernel<GgmlType::Q2_K, 2, false>);
+    run(variant == 6 ? experts_direct_kernel<GgmlType::Q2_K> : experts_walk_kernel<GgmlType::Q2_K>);
   }
   return true;
 }

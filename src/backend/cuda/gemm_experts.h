@@ -7,7 +7,7 @@
 
 namespace ds4::backend::cuda {
 
-// CudaBackendOptions::gemm_experts 6 (a block per item) or 8 … 13 (blocks walking the items): the grouped
+// CudaBackendOptions::gemm_experts 6 (a block per item) or 13 (blocks walking the items): the grouped
 // expert job j (IQ2_XXS / Q2_K weights, j.groups set) with its activations quantized into Q8_K planes in
 // `scratch`, then gemm_experts.cu's kernel. false: not taken (variant, type, width,
 // alignment or shared memory), the caller runs its usual path; true: done, or a failure recorded on `be`.

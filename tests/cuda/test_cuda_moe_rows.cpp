@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -68,24 +69,11 @@ class RowsTest : public CudaOpsTest {
   static constexpr const char* kNames[kSides] = {"v3 perm", "v3 fast", "v2"};
 
   ExpertWeights experts(Weight w, void* data, int64_t rows) const {
-    ExpertWeights e;
-    e.first = w;
-    e.first.data = data;
-    e.first.rows = rows;
-    e.expert_bytes = rows * w.row_bytes;
-    e.n_expert = ne_;
-    return e;
+    return expert_stack(w, data, rows, ne_);
   }
 
   std::vector<int32_t> routing(int64_t n, int32_t k, bool same) {
-    std::vector<int32_t> all(ne_), ids;
-    for (int32_t e = 0; e < ne_; ++e) all[e] = e;
-    if (same) std::shuffle(all.begin(), all.end(), rng_);
-    for (int64_t i = 0; i < n; ++i) {
-      if (!same) std::shuffle(all.begin(), all.end(), rng_);
-      ids.insert(ids.end(), all.begin(), all.begin() + k);
-    }
-    return ids;
+    return random_routing(rng_, ne_, n, k, same);
   }
 
   std::vector<float> run_gpu(int b, const std::vector<float>& x, const std::vector<int32_t>& ids,

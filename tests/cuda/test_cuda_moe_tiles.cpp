@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -126,25 +127,12 @@ class CudaMoeTiles : public CudaOpsTest {
   }
 
   static ExpertWeights experts(Weight w, void* data, int64_t rows) {
-    ExpertWeights e;
-    e.first = w;
-    e.first.data = data;
-    e.first.rows = rows;
-    e.expert_bytes = rows * w.row_bytes;
-    e.n_expert = kNE;
-    return e;
+    return expert_stack(w, data, rows, kNE);
   }
 
   // Distinct random experts per token, or the same `k` experts for every token.
   std::vector<int32_t> routing(int64_t n, int32_t k, bool same) {
-    std::vector<int32_t> all(kNE), ids;
-    for (int32_t e = 0; e < kNE; ++e) all[e] = e;
-    if (same) std::shuffle(all.begin(), all.end(), rng_);
-    for (int64_t i = 0; i < n; ++i) {
-      if (!same) std::shuffle(all.begin(), all.end(), rng_);
-      ids.insert(ids.end(), all.begin(), all.begin() + k);
-    }
-    return ids;
+    return random_routing(rng_, kNE, n, k, same);
   }
 
   // out [n][dim] of side `b` (see side()).

@@ -1,0 +1,39 @@
+// moe_test_util.h — helpers shared by the routed-expert tests (test_cuda_moe_tiles.cpp, test_cuda_moe_rows.cpp):
+// the ExpertWeights view of one expert-stacked weight and random routings. Not a fixture: each test keeps its
+// own backends, buffers and generator; these only build the plain data they hand to the MoE op.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace ds4::test {
+
+// `w` with its data at `data`: n_expert experts of `rows` rows each, stacked.
+inline backend::ExpertWeights expert_stack(backend::Weight w, void* data, int64_t rows, int32_t n_expert) {
+  backend::ExpertWeights e;
+  e.first = w;
+  e.first.data = data;
+  e.first.rows = rows;
+  e.expert_bytes = rows * w.row_bytes;
+  e.n_expert = n_expert;
+  return e;
+}
+
+// ids [n][k]: k distinct experts of n_expert per token, drawn anew for each token, or (same) one draw for
+// every token — the case where every token lands on the same experts.
+inline std::vector<int32_t> random_routing(std::mt19937& rng, int32_t n_expert, int64_t n, int32_t k, bool same) {
+  std::vector<int32_t> all(n_expert), ids;
+  for (int32_t e = 0; e < n_expert; ++e) all[e] = e;
+  if (same) std::shuffle(all.begin(), all.end(), rng);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!same) std::shuffle(all.begin(), all.end(), rng);
+    ids.insert(ids.end(), all.begin(), all.begin() + k);
+  }
+  return ids;
+}
+
+}  // namespace ds4::test

@@ -36,4 +36,19 @@ inline std::vector<int32_t> random_routing(std::mt19937& rng, int32_t n_expert, 
   return ids;
 }
 
+// `base` (its experts and numerics) with one call's operands: x [n][dim], ids and weights [n][k], out [n][dim].
+inline backend::MoeArgs moe_call(backend::MoeArgs base, const float* x, const int32_t* ids, const float* weights,
+                                 int64_t n, int32_t k, int32_t dim, int32_t ff, float clamp, float* out) {
+  base.x = x;
+  base.ids = ids;
+  base.weights = weights;
+  base.n = n;
+  base.k = k;
+  base.dim = dim;
+  base.ff = ff;
+  base.clamp = clamp;
+  base.out = out;
+  return base;
+}
+
 }  // namespace ds4::test

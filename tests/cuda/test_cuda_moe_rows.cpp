@@ -79,7 +79,6 @@ class RowsTest : public CudaOpsTest {
   std::vector<float> run_gpu(int b, const std::vector<float>& x, const std::vector<int32_t>& ids,
                              const std::vector<float>& wts, int64_t n, int32_t k) {
     Backend& be = *sides_[b];
-    MoeArgs g = side_args_[b];
     auto put = [&](const void* h, uint64_t bytes) {
       auto buf = be.alloc(bytes + 16, MemCategory::scratch);
       EXPECT_TRUE(buf.ok());
@@ -91,16 +90,10 @@ class RowsTest : public CudaOpsTest {
     auto out = be.alloc(static_cast<uint64_t>(n * dim_) * 4, MemCategory::scratch);
     EXPECT_TRUE(out.ok());
     be.fill_f32(out->f32(), NAN, n * dim_);
-    g.x = static_cast<const float*>(put(x.data(), x.size() * 4));
-    g.ids = static_cast<const int32_t*>(put(ids.data(), ids.size() * 4));
-    g.weights = static_cast<const float*>(put(wts.data(), wts.size() * 4));
-    g.n = n;
-    g.k = k;
-    g.dim = dim_;
-    g.ff = ff_;
-    g.clamp = 0.5f;
-    g.out = out->f32();
-    be.moe(g);
+    const auto* dx = static_cast<const float*>(put(x.data(), x.size() * 4));
+    const auto* dids = static_cast<const int32_t*>(put(ids.data(), ids.size() * 4));
+    const auto* dwts = static_cast<const float*>(put(wts.data(), wts.size() * 4));
+    be.moe(moe_call(side_args_[b], dx, dids, dwts, n, k, dim_, ff_, 0.5f, out->f32()));
     EXPECT_TRUE(be.sync().ok());
     std::vector<float> h(static_cast<size_t>(n * dim_));
     be.download(h.data(), out->data(), h.size() * 4);
@@ -110,18 +103,8 @@ class RowsTest : public CudaOpsTest {
 
   std::vector<float> run_cpu(const std::vector<float>& x, const std::vector<int32_t>& ids,
                              const std::vector<float>& wts, int64_t n, int32_t k) {
-    MoeArgs c = cpu_args_;
     std::vector<float> out(static_cast<size_t>(n * dim_));
-    c.x = x.data();
-    c.ids = ids.data();
-    c.weights = wts.data();
-    c.n = n;
-    c.k = k;
-    c.dim = dim_;
-    c.ff = ff_;
-    c.clamp = 0.5f;
-    c.out = out.data();
-    cpu_->moe(c);
+    cpu_->moe(moe_call(cpu_args_, x.data(), ids.data(), wts.data(), n, k, dim_, ff_, 0.5f, out.data()));
     return out;
   }
 

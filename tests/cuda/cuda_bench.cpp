@@ -60,6 +60,7 @@
 #include "ds4/engine.h"
 #include "quant/half.h"
 #include "quant/types.h"
+#include "moe_test_util.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -261,12 +262,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   }
   for (const Side& sd : moe_sides) {
     auto ex = [&](GgmlType t, const std::vector<uint8_t>& h, int64_t rows, int64_t cols) {
-      ExpertWeights e;
-      e.first = bind(*sd.b, t, h, int64_t{NE} * rows, cols);
-      e.first.rows = rows;
-      e.expert_bytes = e.first.row_bytes * rows;
-      e.n_expert = NE;
-      return e;
+      return ds4::test::expert_stack(bind(*sd.b, t, h, int64_t{NE} * rows, cols), rows, NE);
     };
     MoeArgs a;
     a.gate = ex(GgmlType::IQ2_XXS, gh, F, E);
@@ -429,14 +425,7 @@ void bench_ops(std::unique_ptr<Backend>& be, std::mt19937& rng, bool gemv_only) 
     Buffer bid = fbuf(K), bw = fbuf(K);
     be->upload(bid.data(), ids.data(), K * 4);
     be->upload(bw.data(), wts.data(), K * 4);
-    auto ex = [](Weight w, int64_t rows, int ne) {
-      ExpertWeights e;
-      e.first = w;
-      e.first.rows = rows;
-      e.expert_bytes = w.row_bytes * rows;
-      e.n_expert = ne;
-      return e;
-    };
+    auto ex = [](Weight w, int64_t rows, int ne) { return ds4::test::expert_stack(w, rows, ne); };
     MoeArgs a;
     a.gate = ex(g, F, NE);
     a.up = ex(u, F, NE);

@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "quant/half.h"
 #include "quant/types.h"
+#include "moe_test_util.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -416,14 +417,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
   MoeArgs ma;
   run("routed experts (6 of 256)", 43,
       [&] {
-        auto ex = [](Weight w, int64_t r, int64_t ne) {
-          ExpertWeights e;
-          e.first = w;
-          e.first.rows = r;
-          e.expert_bytes = w.row_bytes * r;
-          e.n_expert = static_cast<int32_t>(ne);
-          return e;
-        };
+        auto ex = [](Weight w, int64_t r, int64_t ne) { return ds4::test::expert_stack(w, r, static_cast<int32_t>(ne)); };
         ma.gate = ex(sb.weight(GgmlType::IQ2_XXS, NE * F, E), F, NE);
         ma.up = ex(sb.weight(GgmlType::IQ2_XXS, NE * F, E), F, NE);
         ma.down = ex(sb.weight(GgmlType::Q2_K, NE * E, F), E, NE);

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "quant/half.h"
 #include "quant/types.h"
+#include "moe_test_util.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -189,14 +190,7 @@ int main(int argc, char** argv) {
       Buffer bid = fbuf(static_cast<int64_t>(ids.size())), bw = fbuf(static_cast<int64_t>(ids.size()));
       be->upload(bid.data(), ids.data(), ids.size() * 4);
       be->upload(bw.data(), wts.data(), wts.size() * 4);
-      auto ex = [](Weight w, int64_t rows, int ne) {
-        ExpertWeights e;
-        e.first = w;
-        e.first.rows = rows;
-        e.expert_bytes = w.row_bytes * rows;
-        e.n_expert = ne;
-        return e;
-      };
+      auto ex = [](Weight w, int64_t rows, int ne) { return ds4::test::expert_stack(w, rows, ne); };
       MoeArgs a;
       a.gate = ex(g, F, NE);
       a.up = ex(u, F, NE);

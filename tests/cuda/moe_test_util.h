@@ -12,15 +12,20 @@
 
 namespace ds4::test {
 
-// `w` with its data at `data`: n_expert experts of `rows` rows each, stacked.
-inline backend::ExpertWeights expert_stack(backend::Weight w, void* data, int64_t rows, int32_t n_expert) {
+// `w` (its data already set): n_expert experts of `rows` rows each, stacked.
+inline backend::ExpertWeights expert_stack(backend::Weight w, int64_t rows, int32_t n_expert) {
   backend::ExpertWeights e;
   e.first = w;
-  e.first.data = data;
   e.first.rows = rows;
   e.expert_bytes = rows * w.row_bytes;
   e.n_expert = n_expert;
   return e;
+}
+
+// The same with the stack's data at `data`.
+inline backend::ExpertWeights expert_stack(backend::Weight w, void* data, int64_t rows, int32_t n_expert) {
+  w.data = data;
+  return expert_stack(w, rows, n_expert);
 }
 
 // ids [n][k]: k distinct experts of n_expert per token, drawn anew for each token, or (same) one draw for

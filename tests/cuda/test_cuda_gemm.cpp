@@ -14,6 +14,7 @@
 #include <random>
 
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -154,13 +155,7 @@ class CudaGemm : public CudaOpsTest {
     m.wts.resize(m.ids.size());
     for (auto& v : m.wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
     auto experts = [&](Weight w, const std::vector<uint8_t>& data, int64_t rows) {
-      ExpertWeights e;
-      e.first = w;
-      e.first.data = const_cast<uint8_t*>(data.data());
-      e.first.rows = rows;
-      e.expert_bytes = rows * w.row_bytes;
-      e.n_expert = ne;
-      return e;
+      return expert_stack(w, const_cast<uint8_t*>(data.data()), rows, ne);
     };
     m.a.gate = experts(m.g0, m.gb, ff);
     m.a.up = experts(m.u0, m.ub, ff);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -359,19 +360,10 @@ class CudaMoe : public CudaOpsTest {
     auto gb = random_weight(gate_t, int64_t{n_expert} * ff, dim, &g0);
     auto ub = random_weight(gate_t, int64_t{n_expert} * ff, dim, &u0);
     auto db = random_weight(down_t, int64_t{n_expert} * dim, ff, &d0);
-    auto experts = [](Weight w, void* data, int64_t rows, int32_t ne) {
-      ExpertWeights e;
-      e.first = w;
-      e.first.data = data;
-      e.first.rows = rows;
-      e.expert_bytes = rows * w.row_bytes;
-      e.n_expert = ne;
-      return e;
-    };
     MoeArgs c;
-    c.gate = experts(g0, gb.data(), ff, n_expert);
-    c.up = experts(u0, ub.data(), ff, n_expert);
-    c.down = experts(d0, db.data(), dim, n_expert);
+    c.gate = expert_stack(g0, gb.data(), ff, n_expert);
+    c.up = expert_stack(u0, ub.data(), ff, n_expert);
+    c.down = expert_stack(d0, db.data(), dim, n_expert);
     auto x = randn(static_cast<size_t>(n * dim));
     std::vector<int32_t> ids(static_cast<size_t>(n * k));
     for (int64_t i = 0; i < n; ++i)  // distinct experts per token, as the router gives
@@ -460,12 +452,7 @@ void CudaMoe::check_bad_id(int64_t n) {
   g0.data = gb.data();
   d0.data = db.data();
   auto ex = [&](Weight w, const std::vector<uint8_t>& b, int64_t rows) {
-    ExpertWeights e;
-    e.first = gpu_weight(w, b.size());
-    e.first.rows = rows;
-    e.expert_bytes = rows * w.row_bytes;
-    e.n_expert = ne;
-    return e;
+    return expert_stack(gpu_weight(w, b.size()), rows, ne);
   };
   MoeArgs a;
   a.gate = ex(g0, gb, ff);

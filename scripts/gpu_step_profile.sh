@@ -27,10 +27,19 @@ timeout 120 "${B[@]}" --ctx-start 2048 --ctx-max 2048 --gen-tokens 256 --csv "$O
 st "ds4-bench steady 2K, 256 tokens rc=$?"; cat "$O/steady.csv" | tee -a "$O/summary.txt"
 NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 N=(--clock-control none --cache-control none --metrics gpu__time_duration.sum --print-units base --csv)
-timeout 150 "$NCUB" "${N[@]}" --graph-profiling graph "${B[@]}" --ctx-start 2048 --ctx-max 2048 -n 6 \
-  > "$O/ncu_graph.csv" 2> "$O/ncu_graph.err"
-st "ncu graph mode rc=$? ($(grep -c gpu__time_duration "$O/ncu_graph.csv") results)"
+if [ "${GRAPH_MODE:-1}" = 1 ]; then
+  timeout 150 "$NCUB" "${N[@]}" --graph-profiling graph "${B[@]}" --ctx-start 2048 --ctx-max 2048 -n 6 \
+    > "$O/ncu_graph.csv" 2> "$O/ncu_graph.err"
+  st "ncu graph mode rc=$? ($(grep -c gpu__time_duration "$O/ncu_graph.csv") results)"
+fi
 timeout 300 "$NCUB" "${N[@]}" "${B[@]}" --ctx-start 4096 --ctx-max 4096 -n 2 > "$O/ncu_node.csv" 2> "$O/ncu_node.err"
 st "ncu node mode rc=$? ($(grep -c gpu__time_duration "$O/ncu_node.csv") results)"
-xz -T4 "$O/ncu_graph.csv" "$O/ncu_node.csv"
+# NODE2_FLAGS: the same per-launch profile once more with extra engine flags (e.g. --cuda-f16-mma), to
+# compare two dispatch choices kernel by kernel in one call.
+if [ -n "${NODE2_FLAGS:-}" ]; then
+  timeout 300 "$NCUB" "${N[@]}" "${B[@]}" $NODE2_FLAGS --ctx-start 4096 --ctx-max 4096 -n 2 \
+    > "$O/ncu_node2.csv" 2> "$O/ncu_node2.err"
+  st "ncu node mode with $NODE2_FLAGS rc=$? ($(grep -c gpu__time_duration "$O/ncu_node2.csv") results)"
+fi
+xz -T4 "$O"/ncu_*.csv
 rm -f /dev/shm/flash-q2-l*-*.gguf

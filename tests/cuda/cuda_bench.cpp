@@ -96,6 +96,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
 void bench_dense_rows(Backend* const* sides, const char* const* labels, const int64_t* n_lo, const int64_t* n_hi,
                       int n_sides, const char* only);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
+void bench_small6(Backend& now, Backend& prev);      // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
@@ -536,6 +537,19 @@ int main(int argc, char** argv) {
     auto v5 = cuda::make_cuda_backend(o5);
     auto v4 = cuda::make_cuda_backend(o4);
     if (v5.ok() && v4.ok()) bench_small5(**v5, **v4);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--small6") == 0) {  // session 9's PDL decode launches: default vs hc_pdl off
+    cuda::CudaBackendOptions plain;
+    plain.hc_pdl = false;
+    auto off = cuda::make_cuda_backend(plain);
+    if (!off.ok()) return 1;
+    if (argc > 2 && std::strcmp(argv[2], "stages") == 0) {  // the decode stage table (default)
+      std::printf("BENCH stage --- decode kernels (default) ---\n");
+      bench_decode_stages(*be, 4800.0);
+      return 0;
+    }
+    bench_small6(*be, **off);
     return 0;
   }
   const bool hc_once = argc > 1 && std::strcmp(argv[1], "--hc-once") == 0;

@@ -1450,3 +1450,85 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
     std::fflush(stdout);
   }
 }
+
+// Session 9's programmatic-dependent decode launches on `now` against plain launches on `prev` (hc_pdl = false):
+// the attention output's inverse RoPE (64 × 512) and a CSA layer's two compressors (D512 + D128, ratio 4 with
+// overlap, one session), each behind the element-wise scale that writes its input, as in a step (graph µs per
+// pair of launches, 20 pairs a graph).
+void bench_small6(Backend& now, Backend& prev) {
+  const int64_t H = 64, D = 512, R = 64, NMAX = 32, ID = 128, SLOTS = 16;
+  std::vector<double> freq(R / 2);
+  for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
+  std::vector<int32_t> pos_h(NMAX);
+  for (int64_t t = 0; t < NMAX; ++t) pos_h[t] = 2101 + static_cast<int32_t>(t);
+  struct Side {
+    Backend* be;
+    std::unique_ptr<StageBench> sb;
+    float *q, *ckv, *cg, *ickv, *icg, *ape, *cst_kv, *cst_sc, *ist_kv, *ist_sc, *cout;
+    int32_t *pos, *cpos;
+  } sides[2];
+  Backend* bes[2] = {&now, &prev};
+  for (int i = 0; i < 2; ++i) {
+    Side& s = sides[i];
+    s.be = bes[i];
+    s.sb = std::make_unique<StageBench>(*s.be);
+    StageBench& b = *s.sb;
+    s.q = b.buf(NMAX * H * D, 0.5f);
+    s.ckv = b.buf(2 * D, 0.5f);
+    s.cg = b.buf(2 * D, 0.5f);
+    s.ickv = b.buf(2 * ID, 0.5f);
+    s.icg = b.buf(2 * ID, 0.5f);
+    s.ape = b.buf(4 * 2 * D, 0.1f);
+    s.cst_kv = b.buf(SLOTS * 2 * D);
+    s.cst_sc = b.buf(SLOTS * 2 * D);
+    s.ist_kv = b.buf(SLOTS * 2 * ID);
+    s.ist_sc = b.buf(SLOTS * 2 * ID);
+    s.cout = b.buf(4 * D);
+    s.pos = b.ibuf(pos_h);
+    s.cpos = b.ibuf({0, 0});
+  }
+  auto rope = [&](Side& s, int64_t n) {
+    s.be->scale(s.q, 1.0f, n * H * D);
+    s.be->rope({s.q, s.pos, n, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(),
+                true});
+  };
+  auto compressors = [&](Side& s, int64_t) {
+    s.be->scale(s.ckv, 1.0f, 2 * D);
+    auto job = [&](float* kv, float* g, int32_t dim, float* skv, float* ssc, int32_t* opos) {
+      CompressorArgs a;
+      a.kv = kv;
+      a.score = g;
+      a.ape = s.ape;
+      a.n = 1;
+      a.pos0 = 2101;
+      a.ratio = 4;
+      a.out_dim = dim;
+      a.overlap = true;
+      a.slots = static_cast<int32_t>(SLOTS);
+      a.state_kv = skv;
+      a.state_score = ssc;
+      a.out = s.cout;
+      a.out_pos = opos;
+      return a;
+    };
+    CompressorArgs comp[2] = {job(s.ckv, s.cg, static_cast<int32_t>(D), s.cst_kv, s.cst_sc, s.cpos),
+                              job(s.ickv, s.icg, static_cast<int32_t>(ID), s.ist_kv, s.ist_sc, s.cpos + 1)};
+    s.be->compressor_many(comp);
+  };
+  struct Op {
+    const char* name;
+    std::function<void(Side&, int64_t)> run;
+    bool per_n;
+  };
+  const Op ops[] = {{"scale + rope inverse attn out 64x512", rope, true},
+                    {"scale + compressors D512 + D128 r4", compressors, false}};
+  for (const Op& op : ops)
+    for (int64_t n : {1, 2, 8, 32}) {
+      if (!op.per_n && n > 1) break;
+      const StageTime a = sides[0].sb->time([&] { op.run(sides[0], n); }, 20);
+      const StageTime b = sides[1].sb->time([&] { op.run(sides[1], n); }, 20);
+      std::printf("BENCH small6 %-40s n=%-2lld graph %7.2f us (%2.0f launches), hc_pdl off %7.2f us  %.2fx\n",
+                  op.name, static_cast<long long>(n), a.graph_us, a.launches, b.graph_us, b.graph_us / a.graph_us);
+      std::fflush(stdout);
+    }
+}

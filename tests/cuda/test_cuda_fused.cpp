@@ -25,6 +25,7 @@
 #include "backend/by_pieces.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
+#include "indexer_qat_cases.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -346,35 +347,15 @@ TEST_F(CudaFused, IndexerRopeQatEqualsPieces) {
   auto made = cuda::make_cuda_backend(o4);
   ASSERT_TRUE(made.ok());
   Backend& v3 = **made;
-  struct S {
-    int32_t heads, dim, n_rot;
-    bool f16;
-  };
-  for (S s : {S{64, 128, 64, true}, S{64, 128, 64, false}, S{2, 64, 16, true}, S{3, 32, 32, false}})
+  for (RopeQatShape s : kRopeQatShapes)
     for (int64_t n : {1, 2, 8, 32}) {
-      const std::string tag = "indexer rope+qat H" + std::to_string(s.heads) + " D" + std::to_string(s.dim) + " R" +
-                              std::to_string(s.n_rot) + (s.f16 ? " f16" : "") + " n" + std::to_string(n);
-      const int64_t rows = n * s.heads;
-      const auto x = randn(static_cast<size_t>(rows * s.dim), 2.0f);
-      std::vector<int32_t> pos(n);
-      for (int64_t t = 0; t < n; ++t) pos[t] = randint(0, 1 << 20);
-      std::vector<double> freq(s.n_rot / 2);
-      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / s.n_rot);
-      float *fused = dev(x), *pieces = dev(x), *off = dev(x);
+      const RopeQatCase c = make_rope_qat_case(
+          s, n, [&](size_t k, float sd) { return randn(k, sd); }, [&](int32_t lo, int32_t hi) { return randint(lo, hi); });
+      const std::string& tag = c.tag;
+      float *fused = dev(c.x), *pieces = dev(c.x), *off = dev(c.x);
       // The head weights' scale in the same op (the forward pass's [n][heads] weights) on the f16 cases.
-      const auto wts = randn(static_cast<size_t>(rows), 3.0f);
-      float *wf = dev(wts), *wp = dev(wts), *wo = dev(wts);
-      const int32_t* gpos = dev(pos);
-      IndexerQatArgs q{fused, rows, s.dim, s.f16};
-      q.pos = gpos;
-      q.heads = s.heads;
-      q.n_rot = s.n_rot;
-      q.freq = freq.data();
-      if (s.f16) {
-        q.scale_x = wf;
-        q.scale = 0.0110485f;
-        q.scale_count = rows;
-      }
+      float *wf = dev(c.wts), *wp = dev(c.wts), *wo = dev(c.wts);
+      const IndexerQatArgs q = rope_qat_args(c, fused, dev(c.pos), s.f16 ? wf : nullptr);
       gpu_->indexer_qat(q);
       IndexerQatArgs qp = q;
       qp.x = pieces;
@@ -386,13 +367,13 @@ TEST_F(CudaFused, IndexerRopeQatEqualsPieces) {
       if (s.f16) qo.scale_x = wo;
       v3.indexer_qat(qo);
       ASSERT_TRUE(v3.sync().ok()) << tag;
-      const auto got = host(fused, x.size());
-      expect_same_bits(got, host(pieces, x.size()), tag + " vs pieces");
-      expect_same_bits(got, host(off, x.size()), tag + " vs small_v4 off");
+      const auto got = host(fused, c.x.size());
+      expect_same_bits(got, host(pieces, c.x.size()), tag + " vs pieces");
+      expect_same_bits(got, host(off, c.x.size()), tag + " vs small_v4 off");
       if (s.f16) {
-        const auto gw = host(wf, wts.size());
-        expect_same_bits(gw, host(wp, wts.size()), tag + " weights scale vs pieces");
-        expect_same_bits(gw, host(wo, wts.size()), tag + " weights scale vs small_v4 off");
+        const auto gw = host(wf, c.wts.size());
+        expect_same_bits(gw, host(wp, c.wts.size()), tag + " weights scale vs pieces");
+        expect_same_bits(gw, host(wo, c.wts.size()), tag + " weights scale vs small_v4 off");
       }
     }
 }

@@ -7,11 +7,13 @@
 // Deliberately not here: speed (cuda_bench --small5).
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <tuple>
 
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
+#include "indexer_qat_cases.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -47,42 +49,26 @@ void expect_v5_bits(const std::vector<float>& got, const std::vector<float>& wan
 // kernel, 8 rows a warp), with and without half rounding; tiny (2 × 64, 16 dims), a row rotated whole (3 × 32)
 // and 256 wide (8 values a lane) at 8,192+ rows a warp each (4,096 and 2,731 tokens of 2 and 3 heads, 1,024 of 8).
 TEST_F(CudaSmall5, IndexerRopeQatEqualsPrevious) {
-  struct S {
-    int32_t heads, dim, n_rot;
-    bool f16;
-  };
-  for (S s : {S{64, 128, 64, true}, S{64, 128, 64, false}, S{2, 64, 16, true}, S{3, 32, 32, false}, S{8, 256, 64, true}})
+  std::vector<RopeQatShape> shapes(std::begin(kRopeQatShapes), std::end(kRopeQatShapes));
+  shapes.push_back({8, 256, 64, true});
+  for (RopeQatShape s : shapes)
     for (int64_t n : {1, 2, 8, 32, 2048, 0}) {
       if (n > 32 && s.heads != 64) continue;
       if (n == 0) n = (8192 + s.heads - 1) / s.heads;  // the warp kernel for every shape
-      const std::string tag = "indexer rope+qat H" + std::to_string(s.heads) + " D" + std::to_string(s.dim) + " R" +
-                              std::to_string(s.n_rot) + (s.f16 ? " f16" : "") + " n" + std::to_string(n);
-      const int64_t rows = n * s.heads;
-      const auto x = randn(static_cast<size_t>(rows * s.dim), 2.0f);
-      std::vector<int32_t> pos(n);
-      for (int64_t t = 0; t < n; ++t) pos[t] = randint(0, 1 << 20);
-      std::vector<double> freq(s.n_rot / 2);
-      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / s.n_rot);
-      const auto wts = randn(static_cast<size_t>(rows), 3.0f);
-      float *xa = dev(x), *xb = dev(x), *wa = dev(wts), *wb = dev(wts);
-      IndexerQatArgs q{xa, rows, s.dim, s.f16};
-      q.pos = dev(pos);
-      q.heads = s.heads;
-      q.n_rot = s.n_rot;
-      q.freq = freq.data();
-      q.scale_x = wa;
-      q.scale = 0.0110485f;
-      q.scale_count = rows;
+      const RopeQatCase c = make_rope_qat_case(
+          s, n, [&](size_t k, float sd) { return randn(k, sd); }, [&](int32_t lo, int32_t hi) { return randint(lo, hi); });
+      float *xa = dev(c.x), *xb = dev(c.x), *wa = dev(c.wts), *wb = dev(c.wts);
+      const IndexerQatArgs q = rope_qat_args(c, xa, dev(c.pos), wa);
       ASSERT_TRUE(gpu_->sync().ok());  // the uploads (on this backend's stream) before the others run
       v5_->indexer_qat(q);
-      ASSERT_TRUE(v5_->sync().ok()) << tag;
+      ASSERT_TRUE(v5_->sync().ok()) << c.tag;
       IndexerQatArgs qb = q;
       qb.x = xb;
       qb.scale_x = wb;
       v4_->indexer_qat(qb);
-      ASSERT_TRUE(v4_->sync().ok()) << tag;
-      expect_v5_bits(host(xa, x.size()), host(xb, x.size()), tag);
-      expect_v5_bits(host(wa, wts.size()), host(wb, wts.size()), tag + " weights scale");
+      ASSERT_TRUE(v4_->sync().ok()) << c.tag;
+      expect_v5_bits(host(xa, c.x.size()), host(xb, c.x.size()), c.tag);
+      expect_v5_bits(host(wa, c.wts.size()), host(wb, c.wts.size()), c.tag + " weights scale");
     }
 }
 

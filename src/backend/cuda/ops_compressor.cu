@@ -92,11 +92,17 @@ __global__ void compressor_ring_segments_kernel(Args a) {
   compressor_ring_segment(a, static_cast<int>(blockIdx.x));
 }
 
+// Session 9: whether compressor_ring2_kernel is a programmatic dependent with hc_pdl on sm_90 (same kernel, same
+// bits: test_cuda_small6.cpp); a constant, so turning it off rebuilds one file.
+constexpr bool kRing2Pdl = true;
+
 // Two independent compressors in one launch (compressor_many, small_v4: a CSA layer's attention and indexer
 // compressors, ~3.5 µs each on the decode chain): grid (⌈max blocks⌉, 2), blockIdx.y picks the job, whose
 // blocks run exactly the single launches' bodies (segment s, or the one walking block); blocks past a
-// job's count leave at once (before any barrier).
+// job's count leave at once (before any barrier). With kRing2Pdl a programmatic dependent of the projections
+// before it (a CSA layer's decode chain on the main lane: matmul_many, this, the indexer query's QAT).
 __global__ void compressor_ring2_kernel(CompressorArgs a0, CompressorArgs a1) {
+  grid_dependency_wait();  // the projections and the rings come from the work before; a no-op in a plain launch
   const CompressorArgs& a = blockIdx.y == 0 ? a0 : a1;
   if (a.segments > 0) {
     if (static_cast<int>(blockIdx.x) < a.segments) compressor_ring_segment(a, static_cast<int>(blockIdx.x));
@@ -311,8 +317,10 @@ void CudaBackend::compressor_many(std::span<const CompressorArgs> jobs) {
   for (const CompressorArgs& j : jobs)
     if (j.n_out) *j.n_out = 0;
   const int blocks = std::max({jobs[0].segments, jobs[1].segments, 1});
-  compressor_ring2_kernel<<<dim3(static_cast<unsigned>(blocks), 2), 512, 0, stream()>>>(jobs[0], jobs[1]);
-  if (!launched("compressors (2)")) return;
+  if (!check(launch_dependent(kRing2Pdl && small_v3_ && hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(blocks), 2),
+                              512, 0, stream(), compressor_ring2_kernel, jobs[0], jobs[1]),
+             "compressors (2)"))
+    return;
   for (const CompressorArgs& j : jobs)  // as compressor(): one session's emitted rows (batched calls: none)
     if (j.n_out && j.segments == 0) *j.n_out = (j.pos0 + j.n) / j.ratio - j.pos0 / j.ratio;
 }

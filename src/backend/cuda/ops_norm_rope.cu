@@ -24,8 +24,10 @@ __global__ void rms_norm_kernel(const float* x, float* y, const float* w, int64_
 }
 
 // One thread per (token, pair, head). x: [n][heads][head_dim], the pairs in the last n_rot dims.
+// A programmatic dependent at decode (kRopePdl below): x and the positions come from the work before.
 __global__ void rope_kernel(float* x, const int32_t* pos, int64_t n, int32_t heads, int32_t head_dim, int32_t n_rot,
                             RopeFreqs f, bool inverse) {
+  grid_dependency_wait();  // a no-op in a plain launch
   const int half = n_rot / 2;
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= n * half * heads) return;
@@ -277,6 +279,11 @@ __global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f) {
 // fmod/cos/sin for every head: 64 times per pair at Flash's 64 heads): block = token, its n_rot / 2 cos/sin
 // pairs into shared memory by the first threads, then every (head, pair) rotated. Same expressions.
 constexpr int64_t kRope3MinTokens = 16;
+// Session 9: whether the decode-sized rope (rope_kernel below kRope3MinTokens: the attention output's inverse
+// RoPE, on every layer's critical chain between attention and out_a) is a programmatic dependent with hc_pdl on
+// sm_90 — it starts while the kernel before it finishes, then waits. The same kernel, so the same bits either
+// way (test_cuda_small6.cpp: hc_pdl on vs off); a constant, so turning it off rebuilds one file.
+constexpr bool kRopePdl = true;
 
 __global__ void rope3_kernel(float* x, const int32_t* pos, int32_t heads, int32_t head_dim, int32_t n_rot, RopeFreqs f,
                              bool inverse) {
@@ -351,6 +358,12 @@ void CudaBackend::rope(const RopeArgs& a) {
   if (small_v3_ && pairs8 && a.n >= kRope3MinTokens && a.n <= 0x7fffffff) {
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.n)), 256, 0, stream(), rope3_kernel, a.x,
                            a.pos, a.heads, a.head_dim, a.n_rot, rope_freqs(a.freq, a.n_rot), a.inverse),
+          "rope");
+    return;
+  }
+  if (kRopePdl && small_v3_ && hc_pdl_ && !on_side_ && sm90()) {
+    check(launch_dependent(true, dim3(grid_for(total, 256)), 256, 0, stream(), rope_kernel, a.x, a.pos, a.n, a.heads,
+                           a.head_dim, a.n_rot, rope_freqs(a.freq, a.n_rot), a.inverse),
           "rope");
     return;
   }

@@ -85,13 +85,17 @@ __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* 
 constexpr int kDWarps = 8, kDThreads = kDWarps * kWarp, kDRing = 3;
 static_assert(kDWarps * 16 == kBM, "8 warps of 16 rows");
 
-template <GgmlType T>
+// R: ring slots; GR: copies of the IQ2_XXS grid, entry i's copy c at grid[GR·i + c], read by lane l from
+// copy l % GR — with 16 copies the 16 lanes of a half-warp's 8-byte loads hit 16 different bank pairs
+// whatever the indices (one copy: a 2.7-way average conflict on random indices, docs/PERF.md).
+template <GgmlType T, int R = kDRing, int GR = 1>
 struct DSmem {
-  alignas(16) uint8_t raw_a[kDRing][kBM * raw_a_pitch<T>()];
-  alignas(16) int8_t q[kDRing][kBN * kLd];    // permuted activation quants, pitch kLd (ldmatrix)
-  alignas(16) int16_t qbs[kDRing][kBN * 16];  // Q2_K bsums
-  float qd[kDRing][kBN];                      // d_x
-  uint64_t grid[256];  // IQ2_XXS grid
+  static constexpr int kGridCopies = GR;
+  alignas(16) uint8_t raw_a[R][kBM * raw_a_pitch<T>()];
+  alignas(16) int8_t q[R][kBN * kLd];    // permuted activation quants, pitch kLd (ldmatrix)
+  alignas(16) int16_t qbs[R][kBN * 16];  // Q2_K bsums
+  float qd[R][kBN];                      // d_x
+  uint64_t grid[256 * GR];               // IQ2_XXS grid
 };
 
 // Stage kb into ring slot kb % kDRing: weight windows (gemm_tiles.cuh) and the planes' chunks.
@@ -130,8 +134,66 @@ __device__ inline void copy_stage_d(DSmem<T>& s, const GemmParams& p, const Plan
 // kNJ > 0: the fragment count fixed at compile time (nj rounded up to it by the caller; the extra columns
 // are never stored), so the fragment loops are straight-line code whose loads and MMAs the compiler can
 // overlap, instead of loops that leave at a runtime count.
-template <GgmlType T, int kUnroll = 2, bool kLean = false, int kNJ = 0>
-__device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
+// A sub-block's raw weight words for the lane's two rows (blk0, blk1), read from shared memory: IQ2_XXS
+// the sign/scale word and the grid entry of the lane's 8 values; Q2_K the scale byte and the two words of
+// the lane's 8 quants. decode_sub turns them into the A fragment (and IQ2_XXS's scales ls) — split so
+// that kPre (direct_stage) can load sub-block sb + 1 while sb's MMAs run.
+template <GgmlType T>
+struct RawSub;
+template <>
+struct RawSub<GgmlType::IQ2_XXS> {
+  uint32_t a1[2];
+  uint64_t gr[2];
+};
+template <>
+struct RawSub<GgmlType::Q2_K> {
+  uint32_t sc[2], lo[2], hi[2];
+};
+
+template <GgmlType T, class S>
+__device__ __forceinline__ RawSub<T> load_sub(const S& s, const uint8_t* blk0, const uint8_t* blk1, int sb, int lane) {
+  RawSub<T> r;
+  const int t = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
+      r.a1[h] = ld32_u16(b + 4);
+      r.gr[h] = s.grid[S::kGridCopies * b[t] + lane % S::kGridCopies];
+    } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k; scale of k / 16
+      const uint8_t* b = h ? blk1 : blk0;
+      r.sc[h] = b[2 * sb + (t >> 1)] & 15;
+      const uint8_t* qq = b + 16 + 32 * (sb / 4) + 8 * t;
+      r.lo[h] = ld32(qq);
+      r.hi[h] = ld32(qq + 4);
+    }
+  }
+  return r;
+}
+
+template <GgmlType T>
+__device__ __forceinline__ void decode_sub(const RawSub<T>& r, int sb, int t, uint32_t (&af)[4], int (&ls)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      const uint32_t a1 = r.a1[h];
+      ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
+      const uint32_t si = (a1 >> (7 * t)) & 127;
+      const uint32_t sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
+      const uint32_t slo = byte_bits4(sg & 15), shi = byte_bits4(sg >> 4);
+      // Grid bytes are 8, 25 or 43: (g ^ 0xFF) + 1 = −g in the byte, no carry out.
+      af[h] = (static_cast<uint32_t>(r.gr[h]) ^ (slo * 0xFFu)) + slo;            // values 8t … 8t + 3
+      af[2 + h] = (static_cast<uint32_t>(r.gr[h] >> 32) ^ (shi * 0xFFu)) + shi;  // values 8t + 4 … 8t + 7
+    } else {  // bits 2·(sb % 4) of each byte
+      const int l2 = 2 * (sb % 4);
+      af[h] = ((r.lo[h] >> l2) & 0x03030303u) * r.sc[h];  // bytes q·scale ≤ 45: no carry between bytes
+      af[2 + h] = ((r.hi[h] >> l2) & 0x03030303u) * r.sc[h];
+    }
+  }
+}
+
+template <GgmlType T, int kUnroll = 2, bool kLean = false, int kNJ = 0, bool kPre = false, class S = DSmem<T>>
+__device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
                                              int nj_rt, int lane, float (&acc)[8][4]) {
   const int g = lane / 4, t = lane % 4;
   const int nj = kNJ > 0 ? kNJ : nj_rt;
@@ -141,35 +203,20 @@ __device__ __forceinline__ void direct_stage(const DSmem<T>& s, int slot, const 
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) ic[j][e] = 0;
+  RawSub<T> next{};
+  if constexpr (kPre) next = load_sub<T>(s, blk0, blk1, 0, lane);
 #pragma unroll(kUnroll)
   for (int sb = 0; sb < 8; ++sb) {
     uint32_t af[4];
     int ls[2] = {0, 0};
-    if constexpr (T == GgmlType::IQ2_XXS) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
-        const uint32_t a1 = ld32_u16(b + 4);
-        ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
-        const uint64_t gr = s.grid[b[t]];
-        const uint32_t si = (a1 >> (7 * t)) & 127;
-        const uint32_t sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
-        const uint32_t slo = byte_bits4(sg & 15), shi = byte_bits4(sg >> 4);
-        // Grid bytes are 8, 25 or 43: (g ^ 0xFF) + 1 = −g in the byte, no carry out.
-        af[h] = (static_cast<uint32_t>(gr) ^ (slo * 0xFFu)) + slo;                // values 8t … 8t + 3
-        af[2 + h] = (static_cast<uint32_t>(gr >> 32) ^ (shi * 0xFFu)) + shi;      // values 8t + 4 … 8t + 7
-      }
-    } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k, bits 2·(sb % 4); scale of k / 16
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* b = h ? blk1 : blk0;
-        const uint32_t sc = b[2 * sb + (t >> 1)] & 15;
-        const uint8_t* qq = b + 16 + 32 * (sb / 4) + 8 * t;
-        const int l2 = 2 * (sb % 4);
-        af[h] = ((ld32(qq) >> l2) & 0x03030303u) * sc;  // bytes q·scale ≤ 45: no carry between bytes
-        af[2 + h] = ((ld32(qq + 4) >> l2) & 0x03030303u) * sc;
-      }
+    RawSub<T> raw;
+    if constexpr (kPre) {  // sub-block sb's words were loaded one iteration ago; issue sb + 1's (wrapping: in bounds)
+      raw = next;
+      next = load_sub<T>(s, blk0, blk1, (sb + 1) & 7, lane);
+    } else {
+      raw = load_sub<T>(s, blk0, blk1, sb, lane);
     }
+    decode_sub<T>(raw, sb, t, af, ls);
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       if (2 * jj >= nj) break;  // uniform
@@ -327,8 +374,8 @@ __device__ inline WalkItem walk_item(const GemmParams& p, int it, int row_blocks
 }
 
 // Stage kb of item `in` into ring slot `slot`; ar[i]: activation row of pair tid / 16 + 16i (−1: absent).
-template <GgmlType T>
-__device__ inline void copy_stage_walk(DSmem<T>& s, const GemmParams& p, const PlaneParams& q, const WalkItem& in,
+template <GgmlType T, class S>
+__device__ inline void copy_stage_walk(S& s, const GemmParams& p, const PlaneParams& q, const WalkItem& in,
                                        const int32_t (&ar)[4], int slot, int kb) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16;
   uint8_t* ra = s.raw_a[slot];
@@ -352,18 +399,20 @@ __device__ inline void copy_stage_walk(DSmem<T>& s, const GemmParams& p, const P
   }
 }
 
-template <GgmlType T>
+// R, GR: DSmem's ring slots and grid copies; kPre: direct_stage's sub-block prefetch.
+template <GgmlType T, int R = kDRing, int GR = 1, bool kPre = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>();
+  using S = DSmem<T, R, GR>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  DSmem<T>& s = *reinterpret_cast<DSmem<T>*>(smem_raw);
+  S& s = *reinterpret_cast<S*>(smem_raw);
 
   const int n_items = row_blocks * *p.n_tiles, bid = static_cast<int>(blockIdx.x), nblk = static_cast<int>(gridDim.x);
   if (bid >= n_items) return;  // the whole block: no barrier reached
   const int n_mine = (n_items - bid + nblk - 1) / nblk;
   const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
   if constexpr (T == GgmlType::IQ2_XXS) {
-    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
+    for (int i = threadIdx.x; i < 256 * GR; i += kDThreads) s.grid[i] = c_grid[i / GR];
   }
 
   // Copy side: the item of the last stage issued (cu) and its pairs' activation rows.
@@ -382,10 +431,10 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
         ar[i] = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div));
       }
     }
-    copy_stage_walk<T>(s, p, q, ci, ar, G % kDRing, G - u * nkb);
+    copy_stage_walk<T>(s, p, q, ci, ar, G % R, G - u * nkb);
   };
 #pragma unroll
-  for (int G = 0; G < kDRing - 1; ++G) {
+  for (int G = 0; G < R - 1; ++G) {
     if (G < total) copy(G);
     cp_async_commit();
   }
@@ -399,9 +448,9 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
   uint32_t sh0 = 0, sh1 = 0;
   float acc[8][4];
   for (int G = 0, kb = 0, u = 0; G < total; ++G) {
-    cp_async_wait<kDRing - 2>();
+    cp_async_wait<R - 2>();
     __syncthreads();  // stage G landed everywhere; stage G − 1's slot is no longer read
-    if (G + kDRing - 1 < total) copy(G + kDRing - 1);
+    if (G + R - 1 < total) copy(G + R - 1);
     cp_async_commit();
     if (kb == 0) {  // a new item: its tile, the fragments holding pairs, its rows' window shifts
       mi = walk_item(p, bid + u * nblk, row_blocks);
@@ -413,15 +462,15 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
     }
-    const int slot = G % kDRing;
+    const int slot = G % R;
     const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
     switch ((nj + 1) / 2) {  // nj rounded up to even: one ldmatrix.x4 covers two fragments anyway
-      case 1: direct_stage<T, 1, true, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
-      case 2: direct_stage<T, 1, true, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
-      case 3: direct_stage<T, 1, true, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
-      default: direct_stage<T, 1, true, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
+      case 1: direct_stage<T, 1, true, 2, kPre>(s, slot, blk0, blk1, nj, lane, acc); break;
+      case 2: direct_stage<T, 1, true, 4, kPre>(s, slot, blk0, blk1, nj, lane, acc); break;
+      case 3: direct_stage<T, 1, true, 6, kPre>(s, slot, blk0, blk1, nj, lane, acc); break;
+      default: direct_stage<T, 1, true, 8, kPre>(s, slot, blk0, blk1, nj, lane, acc); break;
     }
     if (++kb < nkb) continue;
     kb = 0;
@@ -439,6 +488,24 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
   }
 }
 
+// The kernel of a variant for weight type T and its dynamic shared memory.
+struct ExpertsKernel {
+  void (*kernel)(GemmParams, PlaneParams, int);
+  size_t smem;
+};
+
+template <GgmlType T>
+ExpertsKernel experts_kernel(int variant) {
+  constexpr int kGrid16 = T == GgmlType::IQ2_XXS ? 16 : 1;  // Q2_K has no grid
+  switch (variant) {
+    case 6: return {experts_direct_kernel<T>, sizeof(DSmem<T>)};
+    case 14: return {experts_walk_kernel<T, 2, kGrid16, false>, sizeof(DSmem<T, 2, kGrid16>)};
+    case 15: return {experts_walk_kernel<T, 2, kGrid16, true>, sizeof(DSmem<T, 2, kGrid16>)};
+    case 16: return {experts_walk_kernel<T, kDRing, 1, true>, sizeof(DSmem<T>)};
+    default: return {experts_walk_kernel<T>, sizeof(DSmem<T>)};
+  }
+}
+
 }  // namespace
 
 // CudaBackendOptions::gemm_experts = −1: variant 13; on the H200 (docs/PERF.md, gemm W2) the MoE of a
@@ -447,7 +514,9 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // (13 without the fixed fragment count or with other unrolling, a byte-permute IQ2_XXS decode) were slower.
 constexpr int kExpertsAuto = 13;
 
-int experts_variant(int option) { return option == 0 || option == 6 ? option : kExpertsAuto; }
+// 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 15: 14 with each
+// sub-block's raw words loaded one sub-block ahead; 16: 13 with that prefetch only.
+int experts_variant(int option) { return option == 0 || option == 6 || (option >= 13 && option <= 16) ? option : kExpertsAuto; }
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
@@ -456,15 +525,16 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
-  if (variant != 6 && variant != 13) return false;
+  if (variant != 6 && (variant < 13 || variant > 16)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  const size_t smem = t == GgmlType::IQ2_XXS ? sizeof(DSmem<GgmlType::IQ2_XXS>) : sizeof(DSmem<GgmlType::Q2_K>);
-  if (static_cast<size_t>(optin) < smem + kBN * sizeof(int64_t)) return false;
+  const ExpertsKernel k =
+      t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant) : experts_kernel<GgmlType::Q2_K>(variant);
+  if (static_cast<size_t>(optin) < k.smem + kBN * sizeof(int64_t)) return false;
   const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
   const int row_blocks = static_cast<int>(grid_for(j.w.rows, kBM));
   const int64_t items = int64_t{row_blocks} * j.groups->max_tiles;
@@ -494,19 +564,15 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   p.order = j.groups->order;
   p.tiles = j.groups->tiles;
   p.n_tiles = j.groups->n_tiles;
-  auto run = [&](auto kernel) {
-    if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "gemm experts smem"))
+  auto run = [&] {
+    if (!be.check(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem), "gemm experts smem"))
       return;
-    // The walking kernel: two resident blocks per SM (launch bounds, ~92 KB of shared memory each).
-    const int64_t grid = variant == 13 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
-    kernel<<<static_cast<unsigned>(grid), kDThreads, smem, be.stream()>>>(p, q, row_blocks);
+    // The walking kernels: two resident blocks per SM (launch bounds, ≤ ~93 KB of shared memory each).
+    const int64_t grid = variant != 6 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
+    k.kernel<<<static_cast<unsigned>(grid), kDThreads, k.smem, be.stream()>>>(p, q, row_blocks);
     be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
   };
-  if (t == GgmlType::IQ2_XXS) {
-    run(variant == 6 ? experts_direct_kernel<GgmlType::IQ2_XXS> : experts_walk_kernel<GgmlType::IQ2_XXS>);
-  } else {
-    run(variant == 6 ? experts_direct_kernel<GgmlType::Q2_K> : experts_walk_kernel<GgmlType::Q2_K>);
-  }
+  run();
   return true;
 }
 

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   // (gemm_experts = 6: "tc-exp-alusg", 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue —
   // gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 13 (the default), 14, 15 and 17.
+  // "walk": only the routed-expert lines of gemm_experts 13 (the default), 17, 14 and 15.
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   const bool gemm_only = profile || experts_only || walk_only || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{21, 22, 23, 25}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{21, 25, 22, 23}
                                  : experts_only ? std::vector<int>{0, 13, 21, 14, 8}
                                  : profile    ? std::vector<int>{21, 25}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6}

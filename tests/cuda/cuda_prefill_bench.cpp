@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     }
     if (mode == 13) co.gemm_experts = 6;
     if (mode == 14) co.gemm_experts = 0;  // gemm2_kernel with the new glue
-    if (mode >= 21 && mode <= 25) co.gemm_experts = mode - 8;  // 13 … 17
+    if (mode >= 21 && mode <= 27) co.gemm_experts = mode - 8;  // 13 … 19
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "tc-exp-alusg", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "tc-exp-grid16", "tc-exp-g16pre", "tc-exp-pre", "tc-exp-m32"};
+                                 "tc-exp-grid16", "tc-exp-g16pre", "tc-exp-pre", "tc-exp-m32",
+                                 "tc-exp-m32r3", "tc-exp-m32pre"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

@@ -543,13 +543,15 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  constexpr int kGrid16 = T == GgmlType::IQ2_XXS ? 16 : 1;  // Q2_K has no grid
+  constexpr int kGrid16 = T == GgmlType::IQ2_XXS ? 16 : 1, kGrid8 = T == GgmlType::IQ2_XXS ? 8 : 1;  // Q2_K: no grid
   switch (variant) {
     case 6: return {experts_direct_kernel<T>, sizeof(DSmem<T>), kDThreads};
     case 14: return {experts_walk_kernel<T, 2, kGrid16, false>, sizeof(DSmem<T, 2, kGrid16>), kDThreads};
     case 15: return {experts_walk_kernel<T, 2, kGrid16, true>, sizeof(DSmem<T, 2, kGrid16>), kDThreads};
     case 16: return {experts_walk_kernel<T, kDRing, 1, true>, sizeof(DSmem<T>), kDThreads};
     case 17: return {experts_walk_kernel<T, 2, kGrid16, false, 2>, sizeof(DSmem<T, 2, kGrid16>), kDThreads / 2};
+    case 18: return {experts_walk_kernel<T, kDRing, kGrid8, false, 2>, sizeof(DSmem<T, kDRing, kGrid8>), kDThreads / 2};
+    case 19: return {experts_walk_kernel<T, 2, kGrid16, true, 2>, sizeof(DSmem<T, 2, kGrid16>), kDThreads / 2};
     default: return {experts_walk_kernel<T>, sizeof(DSmem<T>), kDThreads};
   }
 }
@@ -563,8 +565,10 @@ ExpertsKernel experts_kernel(int variant) {
 constexpr int kExpertsAuto = 13;
 
 // 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 15: 14 with each
-// sub-block's raw words loaded one sub-block ahead; 16: 13 with that prefetch only.
-int experts_variant(int option) { return option == 0 || option == 6 || (option >= 13 && option <= 17) ? option : kExpertsAuto; }
+// sub-block's raw words loaded one sub-block ahead; 16: 13 with that prefetch only; 17: 14 with two row tiles
+// per warp (MT 2, 4 warps per block); 18: 17 with a 3-slot ring and (IQ2_XXS) 8 grid copies; 19: 17 with
+// the prefetch.
+int experts_variant(int option) { return option == 0 || option == 6 || (option >= 13 && option <= 19) ? option : kExpertsAuto; }
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
@@ -573,7 +577,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
-  if (variant != 6 && (variant < 13 || variant > 17)) return false;
+  if (variant != 6 && (variant < 13 || variant > 19)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {

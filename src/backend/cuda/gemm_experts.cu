@@ -53,9 +53,11 @@ __device__ inline void cp_async4(void* dst, const void* src) {
 // One warp per 256-value block of x [rows][x_stride] into the planes of `q` (K = cols), the quants of each
 // 32-value group stored in the fragments' K order (byte 4t + j = value 8t + j, byte 16 + 4t + j = value
 // 8t + 4 + j): lane l, which holds values 8l … 8l + 7 (chunk l % 4 of group l / 4), writes its 8 quants as
-// two 4-byte words at 32·(l / 4) + 4·(l % 4) and + 16. Same values, same d and bsums.
+// two 4-byte words at 32·(l / 4) + 4·(l % 4) and + 16. Same values, same d and bsums. sw.u set: the
+// values are moe_swiglu_value(x, u, weights[row], clamp) — moe_swiglu4_kernel's, quantized without
+// being written (u with x's stride).
 __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows,
-                                                                   int64_t cols, PlaneParams q) {
+                                                                   int64_t cols, PlaneParams q, ExpertsSwiglu sw) {
   __shared__ alignas(16) int8_t stage[256 / kWarp][kQK_K];  // each warp's natural-order quants
   const int64_t nb = cols / kQK_K;
   const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
@@ -65,6 +67,11 @@ __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* 
   const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
   float v[8];
   for (int i = 0; i < 8; ++i) v[i] = src[i];
+  if (sw.u) {
+    const float* us = sw.u + (src - x);
+    const float w = sw.weights[r];
+    for (int i = 0; i < 8; ++i) v[i] = moe_swiglu_value(v[i], us[i], w, sw.clamp);
+  }
   int8_t* qs = const_cast<int8_t*>(q.qs) + blk * kQK_K;
   int8_t* mine = stage[threadIdx.x / kWarp];
   quantize_q8_K_warp_to(v, lane, const_cast<float*>(q.d) + blk, mine, const_cast<int16_t*>(q.bsums) + blk * 16);
@@ -572,11 +579,13 @@ int experts_variant(int option) { return option == 0 || option == 6 || (option >
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
-bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant) {
+bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant,
+                         const ExpertsSwiglu* swiglu) {
   const GgmlType t = j.w.type;
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
+  if (swiglu && (!swiglu->u || !swiglu->weights || j.x_div != 1)) return false;
   if (variant != 6 && (variant < 13 || variant > 19)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
@@ -599,7 +608,8 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   auto* base = static_cast<uint8_t*>(scratch.ptr);
   const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
                       reinterpret_cast<const int16_t*>(base + bs_off)};
-  quantize_q8_K_planes_kernel<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q);
+  quantize_q8_K_planes_kernel<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(
+      j.x, j.x_stride, rows, K, q, swiglu ? *swiglu : ExpertsSwiglu{});
   if (!be.launched("quantize activation planes")) return true;
   GemmParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);

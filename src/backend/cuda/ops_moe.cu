@@ -12,6 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_experts.h"
 
 namespace ds4::backend::cuda {
 
@@ -304,15 +305,6 @@ __global__ void __launch_bounds__(kRouterRankExperts) router_rank_kernel(RouterA
   }
 }
 
-// swiglu(g, u) · w, ds4's expression (the scale applied before the down projection).
-__device__ inline float moe_swiglu_value(float gv, float uv, float w, float clamp) {
-  if (clamp > 0) {
-    gv = fminf(gv, clamp);
-    uv = fminf(fmaxf(uv, -clamp), clamp);
-  }
-  return gv / (1.0f + expf(-gv)) * uv * w;
-}
-
 // g[p][f] ← swiglu(g, u) · weights[p]  (ds4 scales before the down projection).
 __global__ void moe_swiglu_kernel(float* g, const float* u, const float* weights, int64_t pairs, int32_t ff, float clamp) {
   const int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -494,15 +486,7 @@ void CudaBackend::moe(const MoeArgs& a) {
   j.y = u;
   gemv(j, moe_act_);
   if (failed()) return;
-  if (prefill_glue_ && glue4_fits(pairs * a.ff, a.ff, {g, u})) {
-    const uint32_t n4 = static_cast<uint32_t>(pairs * a.ff / 4);
-    moe_swiglu4_kernel<<<grid_for(n4, 256), 256, 0, stream()>>>(g, u, a.weights, n4, static_cast<uint32_t>(a.ff / 4),
-                                                                 a.clamp);
-  } else {
-    moe_swiglu_kernel<<<grid_for(pairs * a.ff, 256), 256, 0, stream()>>>(g, u, a.weights, pairs, a.ff, a.clamp);
-  }
-  if (!launched("moe swiglu")) return;
-  // down: pair p reads its own hidden row.
+  // down: pair p reads its own hidden row, swiglu(g, u)·w.
   j.w = a.down.first;
   j.expert_bytes = a.down.expert_bytes;
   j.n_expert = a.down.n_expert;
@@ -511,7 +495,24 @@ void CudaBackend::moe(const MoeArgs& a) {
   j.x_div = 1;
   j.y = y;
   j.y_stride = a.dim;
-  gemv(j, moe_h_act_);
+  // Where gemv would run the grouped GEMM on gemm_experts.cu's planes (ops_matmul.cu, same condition),
+  // its quantizer takes the SwiGLU from the gate and up rows: no SwiGLU pass, no hidden rows written
+  // (the same values, so the same bits).
+  const ExpertsSwiglu sw{u, a.weights, a.clamp};
+  const bool fused = prefill_glue_ && j.groups && tensor_cores() && gemm_pipelined_ && gemm_experts_ > 0 &&
+                     j.numerics == MatmulNumerics::ds4 && gemm_supports(j) &&
+                     gemm_experts_planes(*this, j, moe_h_act_, gemm_experts_, &sw);
+  if (!fused) {
+    if (prefill_glue_ && glue4_fits(pairs * a.ff, a.ff, {g, u})) {
+      const uint32_t n4 = static_cast<uint32_t>(pairs * a.ff / 4);
+      moe_swiglu4_kernel<<<grid_for(n4, 256), 256, 0, stream()>>>(g, u, a.weights, n4,
+                                                                   static_cast<uint32_t>(a.ff / 4), a.clamp);
+    } else {
+      moe_swiglu_kernel<<<grid_for(pairs * a.ff, 256), 256, 0, stream()>>>(g, u, a.weights, pairs, a.ff, a.clamp);
+    }
+    if (!launched("moe swiglu")) return;
+    gemv(j, moe_h_act_);
+  }
   if (!failed()) sum_slots(y);
 }
 

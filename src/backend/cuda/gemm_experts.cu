@@ -95,9 +95,13 @@ static_assert(kDWarps * 16 == kBM, "8 warps of 16 rows");
 // R: ring slots; GR: copies of the IQ2_XXS grid, entry i's copy c at grid[GR·i + c], read by lane l from
 // copy l % GR — with 16 copies the 16 lanes of a half-warp's 8-byte loads hit 16 different bank pairs
 // whatever the indices (one copy: a 2.7-way average conflict on random indices, docs/PERF.md).
-template <GgmlType T, int R = kDRing, int GR = 1>
+// SC: copies of the IQ2_XXS sign masks (0: none, the masks computed) — entry si's copy c at
+// signs[SC·si + c] = {byte mask of sign bits 0–3, of bits 4–7, each mask & 0x01010101}, read by lane l
+// from copy l % SC (16-byte loads go by quarter warps: 8 copies are conflict-free).
+template <GgmlType T, int R = kDRing, int GR = 1, int SC = 0>
 struct DSmem {
-  static constexpr int kGridCopies = GR;
+  static constexpr int kGridCopies = GR, kSignCopies = SC;
+  alignas(16) uint4 signs[SC > 0 ? 128 * SC : 1];
   alignas(16) uint8_t raw_a[R][kBM * raw_a_pitch<T>()];
   alignas(16) int8_t q[R][kBN * kLd];    // permuted activation quants, pitch kLd (ldmatrix)
   alignas(16) int16_t qbs[R][kBN * 16];  // Q2_K bsums
@@ -151,6 +155,7 @@ template <>
 struct RawSub<GgmlType::IQ2_XXS> {
   uint32_t a1[2];
   uint64_t gr[2];
+  uint4 sm[2];  // sign masks (DSmem with sign copies)
 };
 template <>
 struct RawSub<GgmlType::Q2_K> {
@@ -167,6 +172,8 @@ __device__ __forceinline__ RawSub<T> load_sub(const S& s, const uint8_t* blk0, c
       const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
       r.a1[h] = ld32_u16(b + 4);
       r.gr[h] = s.grid[S::kGridCopies * b[t] + lane % S::kGridCopies];
+      if constexpr (S::kSignCopies > 0)
+        r.sm[h] = s.signs[S::kSignCopies * ((r.a1[h] >> (7 * t)) & 127) + lane % S::kSignCopies];
     } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k; scale of k / 16
       const uint8_t* b = h ? blk1 : blk0;
       r.sc[h] = b[2 * sb + (t >> 1)] & 15;
@@ -178,11 +185,15 @@ __device__ __forceinline__ RawSub<T> load_sub(const S& s, const uint8_t* blk0, c
   return r;
 }
 
-template <GgmlType T>
+template <GgmlType T, bool kSigns = false>
 __device__ __forceinline__ void decode_sub(const RawSub<T>& r, int sb, int t, uint32_t (&af)[4], int (&ls)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if constexpr (T == GgmlType::IQ2_XXS) {
+    if constexpr (T == GgmlType::IQ2_XXS && kSigns) {  // the masks from the table: the same bytes
+      ls[h] = static_cast<int>(2 * (r.a1[h] >> 28) + 1);
+      af[h] = (static_cast<uint32_t>(r.gr[h]) ^ r.sm[h].x) + r.sm[h].z;
+      af[2 + h] = (static_cast<uint32_t>(r.gr[h] >> 32) ^ r.sm[h].y) + r.sm[h].w;
+    } else if constexpr (T == GgmlType::IQ2_XXS) {
       const uint32_t a1 = r.a1[h];
       ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
       const uint32_t si = (a1 >> (7 * t)) & 127;
@@ -231,7 +242,7 @@ __device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t
       } else {
         raw = load_sub<T>(s, blk[m][0], blk[m][1], sb, lane);
       }
-      decode_sub<T>(raw, sb, t, af[m], ls[m]);
+      decode_sub<T, (S::kSignCopies > 0)>(raw, sb, t, af[m], ls[m]);
     }
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
@@ -541,6 +552,143 @@ __global__ void __launch_bounds__(kDThreads / MT, 2) experts_walk_kernel(GemmPar
   }
 }
 
+// ---- variant 20: 14's layout with fewer instructions per stage ----
+// What the H200's SASS and ncu said of 13 (docs/PERF.md): ~1,340 instructions per warp and 256-value stage
+// for IQ2_XXS gate/up, 66 % issue-active — the kernel is bound by its instruction count. Of those, ~750 are
+// the 8 sub-blocks (the sign decode ~20 per row pair), ~250 the copies (64-bit window arithmetic per
+// chunk, a signed division G / nkb per stage). Here: the copy side counts its stage and item instead of
+// dividing; each thread's raw-weight chunks (row, chunk) are fixed for the kernel, their row offsets set
+// per item, and a chunk's window is 32-bit arithmetic on the stage's row address; the activation chunks
+// are 32-bit offsets into the planes (rows·K < 2^31, checked by the caller); IQ2_XXS signs come from a
+// replicated mask table (DSmem SC = 8). Stage arithmetic and the sums: direct_stage's, so the same bits.
+template <GgmlType T, int R, int GR, int SC>
+__global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
+  constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
+  constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
+  using S = DSmem<T, R, GR, SC>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  S& s = *reinterpret_cast<S*>(smem_raw);
+
+  const int n_items = row_blocks * *p.n_tiles, bid = static_cast<int>(blockIdx.x), nblk = static_cast<int>(gridDim.x);
+  if (bid >= n_items) return;  // the whole block: no barrier reached
+  const int n_mine = (n_items - bid + nblk - 1) / nblk;
+  const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
+  const int tid = static_cast<int>(threadIdx.x);
+  if constexpr (T == GgmlType::IQ2_XXS) {
+    for (int i = tid; i < 256 * GR; i += kDThreads) s.grid[i] = c_grid[i / GR];
+    for (int i = tid; i < 128 * SC; i += kDThreads) {
+      const uint32_t si = static_cast<uint32_t>(i / SC), sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
+      const uint32_t lo = byte_bits4(sg & 15), hi = byte_bits4(sg >> 4);
+      s.signs[i] = make_uint4(lo * 0xFFu, hi * 0xFFu, lo, hi);
+    }
+  }
+
+  // Copy side. Raw chunk i of this thread: j = tid + kDThreads·i, tile row j / CA, chunk j % CA (fixed);
+  // ra_off[i]: its row's byte offset from the expert's first row at stage 0 (−1: past the matrix or past
+  // the chunk count).
+  // Activations: pair c_i = tid / 16 + 16i, chunk k = tid % 16; ap[i] = its activation row · K (−1: none).
+  const int ck = tid % 16;
+  int32_t ra_off[NA], ap[4];
+  const uint8_t* cw = nullptr;  // the copy item's expert base
+  int cu = -1, ckb = 0;
+  const uint32_t K = static_cast<uint32_t>(p.cols), nb = K / kBK;
+  auto copy = [&] {  // the next stage of the copy sequence into its ring slot
+    if (ckb == 0) {
+      ++cu;
+      const WalkItem ci = walk_item(p, bid + cu * nblk, row_blocks);
+      cw = ci.wbase;
+#pragma unroll
+      for (int i = 0; i < NA; ++i) {
+        const int j = tid + kDThreads * i, r = j / CA;
+        ra_off[i] = j < kBM * CA && ci.m0 + r < p.rows ? static_cast<int32_t>((ci.m0 + r) * p.row_bytes) : -1;
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = tid / 16 + 16 * i;
+        const int32_t v = c < ci.nvec ? p.order[ci.first + c] : -1;
+        ap[i] = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div) * K);
+      }
+    }
+    const int slot = (cu * nkb + ckb) % R;
+    uint8_t* ra = s.raw_a[slot];
+    const uint8_t* stage = cw + ckb * WB;
+#pragma unroll
+    for (int i = 0; i < NA; ++i) {
+      if (ra_off[i] < 0) continue;
+      const int j = tid + kDThreads * i, r = j / CA, k = j - r * CA;
+      const uint8_t* at = stage + ra_off[i];
+      const int sh = static_cast<int>(reinterpret_cast<uintptr_t>(at) & 15), left = sh + WB - 16 * k;
+      if (left > 0) cp_async16(ra + r * PA + 16 * k, at - sh + 16 * k, left < 16 ? left : 16);
+    }
+    const uint32_t kq = static_cast<uint32_t>(ckb) * kBK;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (ap[i] < 0) continue;
+      const int c = tid / 16 + 16 * i;
+      const uint32_t a = static_cast<uint32_t>(ap[i]);
+      cp_async16(s.q[slot] + c * kLd + 16 * ck, q.qs + a + kq + 16 * ck);
+      if (ck == 0) cp_async4(s.qd[slot] + c, q.d + a / kBK + ckb);
+      if constexpr (T == GgmlType::Q2_K) {
+        if (ck == 1 || ck == 2) cp_async16(s.qbs[slot] + c * 16 + 8 * (ck - 1), q.bsums + a / 16 + ckb * 16 + 8 * (ck - 1));
+      }
+    }
+    if (++ckb == nkb) ckb = 0;
+  };
+  (void)nb;
+#pragma unroll
+  for (int G = 0; G < R - 1; ++G) {
+    if (G < total) copy();
+    cp_async_commit();
+  }
+  __syncthreads();  // the tables
+
+  const int warp = tid / kWarp, lane = tid % kWarp, t = lane % 4;
+  const int r0 = 16 * warp + lane / 4;  // this lane's tile rows r0 and r0 + 8
+  const uint32_t rb_lo = static_cast<uint32_t>(p.row_bytes & 15);
+  WalkItem mi{};
+  int nj = 0;
+  uint32_t sh0 = 0;
+  float acc[1][8][4];
+  for (int G = 0, kb = 0, u = 0; G < total; ++G) {
+    cp_async_wait<R - 2>();
+    __syncthreads();  // stage G landed everywhere; stage G − 1's slot is no longer read
+    if (G + R - 1 < total) copy();
+    cp_async_commit();
+    if (kb == 0) {  // a new item: its tile, the fragments holding pairs, its rows' window shifts
+      mi = walk_item(p, bid + u * nblk, row_blocks);
+      nj = min(8, (mi.nvec + 7) / 8);  // uniform over the block
+      sh0 = (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(mi.wbase)) & 15) + static_cast<uint32_t>(mi.m0 + r0) * rb_lo;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+    }
+    const int slot = G % R;
+    const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * WB;
+    const uint8_t* const blk[1][2] = {{s.raw_a[slot] + r0 * PA + (skb & 15),
+                                       s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15)}};
+    switch ((nj + 1) / 2) {  // nj rounded up to even: one ldmatrix.x4 covers two fragments anyway
+      case 1: direct_stage<T, 1, true, 2>(s, slot, blk, nj, lane, acc); break;
+      case 2: direct_stage<T, 1, true, 4>(s, slot, blk, nj, lane, acc); break;
+      case 3: direct_stage<T, 1, true, 6>(s, slot, blk, nj, lane, acc); break;
+      default: direct_stage<T, 1, true, 8>(s, slot, blk, nj, lane, acc); break;
+    }
+    if (++kb < nkb) continue;
+    kb = 0;
+    ++u;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+        if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
+        float val = acc[0][j][e];
+        if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
+        p.y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
+      }
+  }
+}
+
 // The kernel of a variant for weight type T and its dynamic shared memory.
 struct ExpertsKernel {
   void (*kernel)(GemmParams, PlaneParams, int);
@@ -559,6 +707,16 @@ ExpertsKernel experts_kernel(int variant) {
     case 17: return {experts_walk_kernel<T, 2, kGrid16, false, 2>, sizeof(DSmem<T, 2, kGrid16>), kDThreads / 2};
     case 18: return {experts_walk_kernel<T, kDRing, kGrid8, false, 2>, sizeof(DSmem<T, kDRing, kGrid8>), kDThreads / 2};
     case 19: return {experts_walk_kernel<T, 2, kGrid16, true, 2>, sizeof(DSmem<T, 2, kGrid16>), kDThreads / 2};
+    case 20:
+    case 22:
+    case 23:
+      if constexpr (T == GgmlType::IQ2_XXS) {
+        if (variant == 22) return {experts_fast_kernel<T, kDRing, 1, 8>, sizeof(DSmem<T, kDRing, 1, 8>), kDThreads};
+        if (variant == 23) return {experts_fast_kernel<T, 2, 16, 0>, sizeof(DSmem<T, 2, 16, 0>), kDThreads};
+        return {experts_fast_kernel<T, 2, 16, 8>, sizeof(DSmem<T, 2, 16, 8>), kDThreads};
+      } else {
+        return {experts_fast_kernel<T, kDRing, 1, 0>, sizeof(DSmem<T>), kDThreads};
+      }
     default: return {experts_walk_kernel<T>, sizeof(DSmem<T>), kDThreads};
   }
 }
@@ -574,8 +732,12 @@ constexpr int kExpertsAuto = 13;
 // 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 15: 14 with each
 // sub-block's raw words loaded one sub-block ahead; 16: 13 with that prefetch only; 17: 14 with two row tiles
 // per warp (MT 2, 4 warps per block); 18: 17 with a 3-slot ring and (IQ2_XXS) 8 grid copies; 19: 17 with
-// the prefetch.
-int experts_variant(int option) { return option == 0 || option == 6 || (option >= 13 && option <= 19) ? option : kExpertsAuto; }
+// the prefetch; 20: experts_fast_kernel (14's layout, fewer instructions per stage); 21: 13's kernel; 22: 20
+// with a 3-slot ring and one grid copy; 23: 20 without the sign-mask table. From 20 on, the MoE op also
+// folds its SwiGLU into the down projection's quantizer (ops_moe.cu, experts_fold_swiglu).
+bool experts_fold_swiglu(int variant) { return variant >= 20; }
+
+int experts_variant(int option) { return option == 0 || option == 6 || (option >= 13 && option <= 23) ? option : kExpertsAuto; }
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
@@ -586,17 +748,22 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
   if (swiglu && (!swiglu->u || !swiglu->weights || j.x_div != 1)) return false;
-  if (variant != 6 && (variant < 13 || variant > 19)) return false;
+  if (variant != 6 && (variant < 13 || variant > 23)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
+  const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
+  // experts_fast_kernel's 32-bit offsets: plane quants and an expert's rows below 2^31 bytes, else 13.
+  if (variant == 21) variant = 13;  // (its SwiGLU folding is the MoE op's)
+  if ((variant == 20 || variant == 22 || variant == 23) && (rows * K >= (int64_t{1} << 31) ||
+                        static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31)))
+    variant = 13;
   const ExpertsKernel k =
       t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant) : experts_kernel<GgmlType::Q2_K>(variant);
   if (static_cast<size_t>(optin) < k.smem + kBN * sizeof(int64_t)) return false;
-  const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
   const int row_blocks = static_cast<int>(grid_for(j.w.rows, kBM));
   const int64_t items = int64_t{row_blocks} * j.groups->max_tiles;
   if (rows * nb >= (int64_t{1} << 31) || items >= (int64_t{1} << 30)) return false;

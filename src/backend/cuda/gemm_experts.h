@@ -34,4 +34,8 @@ struct ExpertsSwiglu {
 bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant,
                          const ExpertsSwiglu* swiglu = nullptr);
 
+// Whether the MoE op folds its SwiGLU into the down projection's quantizer (gemm_experts_planes with
+// `swiglu`) at CudaBackendOptions::gemm_experts `variant` (resolved): from 20 on.
+bool experts_fold_swiglu(int variant);
+
 }  // namespace ds4::backend::cuda

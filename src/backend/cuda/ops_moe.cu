@@ -497,10 +497,11 @@ void CudaBackend::moe(const MoeArgs& a) {
   j.y_stride = a.dim;
   // Where gemv would run the grouped GEMM on gemm_experts.cu's planes (ops_matmul.cu, same condition),
   // its quantizer takes the SwiGLU from the gate and up rows: no SwiGLU pass, no hidden rows written
-  // (the same values, so the same bits).
+  // (the same values, so the same bits). At gemm_experts ≥ 20 (experts_fold_swiglu); below, or with
+  // CudaBackendOptions::prefill_glue = false, the SwiGLU pass.
   const ExpertsSwiglu sw{u, a.weights, a.clamp};
-  const bool fused = prefill_glue_ && j.groups && tensor_cores() && gemm_pipelined_ && gemm_experts_ > 0 &&
-                     j.numerics == MatmulNumerics::ds4 && gemm_supports(j) &&
+  const bool fused = experts_fold_swiglu(gemm_experts_) && prefill_glue_ && j.groups && tensor_cores() &&
+                     gemm_pipelined_ && j.numerics == MatmulNumerics::ds4 && gemm_supports(j) &&
                      gemm_experts_planes(*this, j, moe_h_act_, gemm_experts_, &sw);
   if (!fused) {
     if (prefill_glue_ && glue4_fits(pairs * a.ff, a.ff, {g, u})) {

@@ -120,8 +120,7 @@ int main(int argc, char** argv) {
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "tc-exp-alusg", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "tc-exp-grid16", "tc-exp-g16pre", "tc-exp-pre", "tc-exp-m32",
-                                 "tc-exp-m32r3", "tc-exp-m32pre", "tc-exp-fast", "tc-exp-fold",
+                                 "tc-exp-grid16", "-", "-", "-", "-", "-", "tc-exp-fast", "tc-exp-fold",
                                  "tc-exp-fast-r3", "tc-exp-fast-nosg"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };

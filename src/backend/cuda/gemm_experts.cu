@@ -100,7 +100,7 @@ static_assert(kDWarps * 16 == kBM, "8 warps of 16 rows");
 // from copy l % SC (16-byte loads go by quarter warps: 8 copies are conflict-free).
 template <GgmlType T, int R = kDRing, int GR = 1, int SC = 0>
 struct DSmem {
-  static constexpr int kGridCopies = GR, kSignCopies = SC;
+  enum : int { kGridCopies = GR, kSignCopies = SC };
   alignas(16) uint4 signs[SC > 0 ? 128 * SC : 1];
   alignas(16) uint8_t raw_a[R][kBM * raw_a_pitch<T>()];
   alignas(16) int8_t q[R][kBN * kLd];    // permuted activation quants, pitch kLd (ldmatrix)
@@ -147,8 +147,8 @@ __device__ inline void copy_stage_d(DSmem<T>& s, const GemmParams& p, const Plan
 // overlap, instead of loops that leave at a runtime count.
 // A sub-block's raw weight words for the lane's two rows (blk0, blk1), read from shared memory: IQ2_XXS
 // the sign/scale word and the grid entry of the lane's 8 values; Q2_K the scale byte and the two words of
-// the lane's 8 quants. decode_sub turns them into the A fragment (and IQ2_XXS's scales ls) — split so
-// that kPre (direct_stage) can load sub-block sb + 1 while sb's MMAs run.
+// the lane's 8 quants (and, with DSmem sign copies, the IQ2_XXS sign masks). decode_sub turns them into
+// the A fragment (and IQ2_XXS's scales ls).
 template <GgmlType T>
 struct RawSub;
 template <>
@@ -210,98 +210,59 @@ __device__ __forceinline__ void decode_sub(const RawSub<T>& r, int sb, int t, ui
   }
 }
 
-template <GgmlType T, int kUnroll = 2, bool kLean = false, int kNJ = 0, bool kPre = false, int MT = 1,
-          class S = DSmem<T>>
-__device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t* const (&blk)[MT][2], int nj_rt,
-                                             int lane, float (&acc)[MT][8][4]) {
+template <GgmlType T, int kUnroll = 2, bool kLean = false, int kNJ = 0, class S = DSmem<T>>
+__device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
+                                             int nj_rt, int lane, float (&acc)[8][4]) {
   const int g = lane / 4, t = lane % 4;
   const int nj = kNJ > 0 ? kNJ : nj_rt;
   const int8_t* qb = s.q[slot];
-  int ic[MT][8][4];
+  int ic[8][4];
 #pragma unroll
-  for (int m = 0; m < MT; ++m)
+  for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ic[m][j][e] = 0;
-  RawSub<T> next[MT];
-  if constexpr (kPre) {
-#pragma unroll
-    for (int m = 0; m < MT; ++m) next[m] = load_sub<T>(s, blk[m][0], blk[m][1], 0, lane);
-  }
+    for (int e = 0; e < 4; ++e) ic[j][e] = 0;
 #pragma unroll(kUnroll)
   for (int sb = 0; sb < 8; ++sb) {
-    uint32_t af[MT][4];
-    int ls[MT][2];
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      RawSub<T> raw;
-      if constexpr (kPre) {  // sub-block sb's words were loaded one iteration ago; issue sb + 1's (wrapping: in bounds)
-        raw = next[m];
-        next[m] = load_sub<T>(s, blk[m][0], blk[m][1], (sb + 1) & 7, lane);
-      } else {
-        raw = load_sub<T>(s, blk[m][0], blk[m][1], sb, lane);
-      }
-      decode_sub<T, (S::kSignCopies > 0)>(raw, sb, t, af[m], ls[m]);
-    }
+    uint32_t af[4];
+    int ls[2] = {0, 0};
+    decode_sub<T, (S::kSignCopies > 0)>(load_sub<T>(s, blk0, blk1, sb, lane), sb, t, af, ls);
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       if (2 * jj >= nj) break;  // uniform
-      uint32_t r[4];  // the pairs' B fragments, shared by the MT row tiles
+      uint32_t r[4];
       ldmatrix_x4(r, qb + (16 * jj + (lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1));
       const uint32_t bf0[2] = {r[0], r[1]}, bf1[2] = {r[2], r[3]};
+      if constexpr (T == GgmlType::IQ2_XXS) {
+        int c0[4], c1[4];
+        mma_s8_from(c0, af, bf0, 0);
+        mma_s8_from(c1, af, bf1, 0);
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        if constexpr (T == GgmlType::IQ2_XXS) {
-          int c0[4], c1[4];
-          mma_s8_from(c0, af[m], bf0, 0);
-          mma_s8_from(c1, af[m], bf1, 0);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            ic[m][2 * jj][e] += ls[m][e >> 1] * c0[e];
-            ic[m][2 * jj + 1][e] += ls[m][e >> 1] * c1[e];
-          }
-        } else {
-          mma_s8(ic[m][2 * jj], af[m], bf0);
-          mma_s8(ic[m][2 * jj + 1], af[m], bf1);
+        for (int e = 0; e < 4; ++e) {
+          ic[2 * jj][e] += ls[e >> 1] * c0[e];
+          ic[2 * jj + 1][e] += ls[e >> 1] * c1[e];
         }
+      } else {
+        mma_s8(ic[2 * jj], af, bf0);
+        mma_s8(ic[2 * jj + 1], af, bf1);
       }
     }
   }
-  // The stage's float terms, gemm2_kernel's expressions: rows r0, r0 + 8 of each row tile; pairs 8j + 2t + e.
+  // The stage's float terms, gemm2_kernel's expressions: rows r0, r0 + 8; pairs 8j + 2t + e.
   if constexpr (T == GgmlType::IQ2_XXS) {
-    float da[MT][2];
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      da[m][0] = f16v(ld16(blk[m][0]));
-      da[m][1] = f16v(ld16(blk[m][1]));
-    }
+    const float da[2] = {f16v(ld16(blk0)), f16v(ld16(blk1))};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       if (j >= nj) break;
       const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
 #pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[m][j][e] += (da[m][e >> 1] * db[e & 1]) * static_cast<float>(ic[m][j][e]);
+      for (int e = 0; e < 4; ++e) acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(ic[j][e]);
     }
   } else {
     // summs = Σ_16 min·bsum = 64·Σ min·hi + Σ min·lo (bsum = 64·hi + lo, lo in [0, 63]): two MMAs with
     // K 16 of 32 used, as gemm2_kernel; mins are the high nibbles of the 16 scale bytes.
-    float da[MT][2], dm[MT][2];
-    uint32_t am[MT][4];
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      const uint8_t* b0 = blk[m][0];
-      const uint8_t* b1 = blk[m][1];
-      da[m][0] = f16v(ld16(b0 + 80));
-      da[m][1] = f16v(ld16(b1 + 80));
-      dm[m][0] = f16v(ld16(b0 + 82));
-      dm[m][1] = f16v(ld16(b1 + 82));
-      am[m][0] = (ld32(b0 + 4 * t) >> 4) & 0x0F0F0F0Fu;
-      am[m][1] = (ld32(b1 + 4 * t) >> 4) & 0x0F0F0F0Fu;
-      am[m][2] = am[m][3] = 0u;
-    }
+    const float da[2] = {f16v(ld16(blk0 + 80)), f16v(ld16(blk1 + 80))};
+    const float dm[2] = {f16v(ld16(blk0 + 82)), f16v(ld16(blk1 + 82))};
+    const uint32_t am[4] = {(ld32(blk0 + 4 * t) >> 4) & 0x0F0F0F0Fu, (ld32(blk1 + 4 * t) >> 4) & 0x0F0F0F0Fu, 0u, 0u};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       if (j >= nj) break;
@@ -322,22 +283,19 @@ __device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t
         }
       }
       const uint32_t blo[2] = {lo, 0u}, bhi[2] = {hi, 0u};
+      int slo[4] = {0, 0, 0, 0}, shi[4] = {0, 0, 0, 0};
+      mma_s8(slo, am, blo);
+      mma_s8(shi, am, bhi);
       const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        int slo[4] = {0, 0, 0, 0}, shi[4] = {0, 0, 0, 0};
-        mma_s8(slo, am[m], blo);
-        mma_s8(shi, am[m], bhi);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int summs = 64 * shi[e] + slo[e];
-          const float dall = db[e & 1] * da[m][e >> 1];
-          const float dmin = db[e & 1] * dm[m][e >> 1];
-          if constexpr (kLean) {  // |ic| ≤ 256·45·128, |summs| ≤ 16·15·2048: both < 2^22, exact by small_i2f
-            acc[m][j][e] += dall * small_i2f(ic[m][j][e]) - dmin * small_i2f(summs);
-          } else {
-            acc[m][j][e] += dall * static_cast<float>(ic[m][j][e]) - dmin * static_cast<float>(summs);
-          }
+      for (int e = 0; e < 4; ++e) {
+        const int summs = 64 * shi[e] + slo[e];
+        const float dall = db[e & 1] * da[e >> 1];
+        const float dmin = db[e & 1] * dm[e >> 1];
+        if constexpr (kLean) {  // |ic| ≤ 256·45·128, |summs| ≤ 16·15·2048: both < 2^22, exact by small_i2f
+          acc[j][e] += dall * small_i2f(ic[j][e]) - dmin * small_i2f(summs);
+        } else {
+          acc[j][e] += dall * static_cast<float>(ic[j][e]) - dmin * static_cast<float>(summs);
         }
       }
     }
@@ -374,7 +332,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
   const uint32_t base_lo = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(wbase)) & 15;
   const uint32_t rb_lo = static_cast<uint32_t>(p.row_bytes & 15);
   const uint32_t sh0 = base_lo + static_cast<uint32_t>(m0 + r0) * rb_lo, sh1 = sh0 + 8 * rb_lo;
-  float acc[1][8][4] = {};
+  float acc[8][4] = {};
 
 #pragma unroll
   for (int st = 0; st < kDRing - 1; ++st) {
@@ -388,9 +346,9 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
     cp_async_commit();
     const int slot = kb % kDRing;
     const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
-    const uint8_t* const blk[1][2] = {{s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15),
-                                       s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15)}};
-    direct_stage<T>(s, slot, blk, nj, lane, acc);
+    const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
+    const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
+    direct_stage<T>(s, slot, blk0, blk1, nj, lane, acc);
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -398,7 +356,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams
     for (int e = 0; e < 4; ++e) {
       const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
       if (col >= nvec || m0 + row >= p.rows) continue;
-      float val = acc[0][j][e];
+      float val = acc[j][e];
       if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
       p.y[static_cast<int64_t>(p.order[tl[1] + col]) * p.y_stride + m0 + row] = val;
     }
@@ -424,22 +382,50 @@ __device__ inline WalkItem walk_item(const GemmParams& p, int it, int row_blocks
   return WalkItem{p.w + static_cast<uint64_t>(tl[0]) * p.expert_bytes, (it % row_blocks) * kBM, tl[1], tl[2]};
 }
 
-// Stage kb of item `in` into ring slot `slot` by NT threads; ar[i]: activation row of pair tid / 16 +
-// (NT / 16)·i (−1: absent).
-template <GgmlType T, int NT, class S>
+// The walking kernels' stage: direct_stage with the fragment count fixed at nj rounded up to even (one
+// ldmatrix.x4 covers two fragments anyway), the lean Q2_K finish, the sub-block loop not unrolled.
+template <GgmlType T, class S>
+__device__ __forceinline__ void walk_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int nj,
+                                           int lane, float (&acc)[8][4]) {
+  switch ((nj + 1) / 2) {
+    case 1: direct_stage<T, 1, true, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
+    case 2: direct_stage<T, 1, true, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
+    case 3: direct_stage<T, 1, true, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
+    default: direct_stage<T, 1, true, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
+  }
+}
+
+// An item's outputs: this lane's rows r0, r0 + 8 × its pairs 8j + 2t + (e & 1), in the pairs' y rows.
+template <GgmlType T>
+__device__ __forceinline__ void store_item(const GemmParams& p, const WalkItem& mi, int r0, int t,
+                                           const float (&acc)[8][4]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+      if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
+      float val = acc[j][e];
+      if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
+      p.y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
+    }
+}
+
+// Stage kb of item `in` into ring slot `slot`; ar[i]: activation row of pair tid / 16 + 16i (−1: absent).
+template <GgmlType T, class S>
 __device__ inline void copy_stage_walk(S& s, const GemmParams& p, const PlaneParams& q, const WalkItem& in,
-                                       const int32_t (&ar)[kBN * 16 / NT], int slot, int kb) {
+                                       const int32_t (&ar)[4], int slot, int kb) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16;
   uint8_t* ra = s.raw_a[slot];
-  for (int j = threadIdx.x; j < kBM * CA; j += NT) {
+  for (int j = threadIdx.x; j < kBM * CA; j += kDThreads) {
     const int r = j / CA, k = j % CA;
     if (in.m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, in.wbase, in.m0 + r, kb), stage_w_bytes<T>(), k);
   }
   const int64_t K = p.cols, nb = K / kBK;
   const int k = threadIdx.x % 16;
 #pragma unroll
-  for (int i = 0; i < kBN * 16 / NT; ++i) {
-    const int c = static_cast<int>(threadIdx.x) / 16 + (NT / 16) * i;
+  for (int i = 0; i < 4; ++i) {
+    const int c = static_cast<int>(threadIdx.x) / 16 + 16 * i;
     if (ar[i] < 0) continue;
     const int64_t a = ar[i];
     cp_async16(s.q[slot] + c * kLd + 16 * k, q.qs + a * K + int64_t{kb} * kBK + 16 * k);
@@ -451,13 +437,10 @@ __device__ inline void copy_stage_walk(S& s, const GemmParams& p, const PlanePar
   }
 }
 
-// R, GR: DSmem's ring slots and grid copies; kPre: direct_stage's sub-block prefetch; MT: row tiles of 16
-// per warp — 8 / MT warps per 128-row block (MT 2: each warp's B fragments feed two row tiles, half the
-// ldmatrix per MMA, two independent MMA chains; 4 warps per block and up to 255 registers at two blocks
-// per SM).
-template <GgmlType T, int R = kDRing, int GR = 1, bool kPre = false, int MT = 1>
-__global__ void __launch_bounds__(kDThreads / MT, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
-  constexpr int PA = raw_a_pitch<T>(), NT = kDThreads / MT, NC = kBN * 16 / NT;
+// R, GR: DSmem's ring slots and IQ2_XXS grid copies (13: 3, 1; 14: 2, 16).
+template <GgmlType T, int R = kDRing, int GR = 1>
+__global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
+  constexpr int PA = raw_a_pitch<T>();
   using S = DSmem<T, R, GR>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
@@ -467,26 +450,26 @@ __global__ void __launch_bounds__(kDThreads / MT, 2) experts_walk_kernel(GemmPar
   const int n_mine = (n_items - bid + nblk - 1) / nblk;
   const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
   if constexpr (T == GgmlType::IQ2_XXS) {
-    for (int i = threadIdx.x; i < 256 * GR; i += NT) s.grid[i] = c_grid[i / GR];
+    for (int i = threadIdx.x; i < 256 * GR; i += kDThreads) s.grid[i] = c_grid[i / GR];
   }
 
   // Copy side: the item of the last stage issued (cu) and its pairs' activation rows.
   int cu = -1;
   WalkItem ci{};
-  int32_t ar[NC];
+  int32_t ar[4];
   auto copy = [&](int G) {
     const int u = G / nkb;
     if (u != cu) {
       cu = u;
       ci = walk_item(p, bid + u * nblk, row_blocks);
 #pragma unroll
-      for (int i = 0; i < NC; ++i) {
-        const int c = static_cast<int>(threadIdx.x) / 16 + (NT / 16) * i;
+      for (int i = 0; i < 4; ++i) {
+        const int c = static_cast<int>(threadIdx.x) / 16 + 16 * i;
         const int32_t v = c < ci.nvec ? p.order[ci.first + c] : -1;
         ar[i] = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div));
       }
     }
-    copy_stage_walk<T, NT>(s, p, q, ci, ar, G % R, G - u * nkb);
+    copy_stage_walk<T>(s, p, q, ci, ar, G % R, G - u * nkb);
   };
 #pragma unroll
   for (int G = 0; G < R - 1; ++G) {
@@ -496,12 +479,12 @@ __global__ void __launch_bounds__(kDThreads / MT, 2) experts_walk_kernel(GemmPar
   __syncthreads();  // the grid table
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, t = lane % 4;
-  const int r0 = 16 * MT * warp + lane / 4;  // this lane's rows: r0 + 16m and r0 + 16m + 8 of row tile m
+  const int r0 = 16 * warp + lane / 4;  // this lane's tile rows r0 and r0 + 8
   const uint32_t rb_lo = static_cast<uint32_t>(p.row_bytes & 15);
   WalkItem mi{};
   int nj = 0;
-  uint32_t sh0 = 0;  // the window shift of row r0 at stage 0 (row r0 + d: + d·rb_lo)
-  float acc[MT][8][4];
+  uint32_t sh0 = 0, sh1 = 0;
+  float acc[8][4];
   for (int G = 0, kb = 0, u = 0; G < total; ++G) {
     cp_async_wait<R - 2>();
     __syncthreads();  // stage G landed everywhere; stage G − 1's slot is no longer read
@@ -511,44 +494,21 @@ __global__ void __launch_bounds__(kDThreads / MT, 2) experts_walk_kernel(GemmPar
       mi = walk_item(p, bid + u * nblk, row_blocks);
       nj = min(8, (mi.nvec + 7) / 8);  // uniform over the block
       sh0 = (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(mi.wbase)) & 15) + static_cast<uint32_t>(mi.m0 + r0) * rb_lo;
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
-    }
-    const int slot = G % R;
-    const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * stage_w_bytes<T>();
-    const uint8_t* blk[MT][2];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int d = 16 * m + 8 * h;
-        blk[m][h] = s.raw_a[slot] + (r0 + d) * PA + ((skb + d * rb_lo) & 15);
-      }
-    switch ((nj + 1) / 2) {  // nj rounded up to even: one ldmatrix.x4 covers two fragments anyway
-      case 1: direct_stage<T, 1, true, 2, kPre, MT>(s, slot, blk, nj, lane, acc); break;
-      case 2: direct_stage<T, 1, true, 4, kPre, MT>(s, slot, blk, nj, lane, acc); break;
-      case 3: direct_stage<T, 1, true, 6, kPre, MT>(s, slot, blk, nj, lane, acc); break;
-      default: direct_stage<T, 1, true, 8, kPre, MT>(s, slot, blk, nj, lane, acc); break;
-    }
-    if (++kb < nkb) continue;
-    kb = 0;
-    ++u;
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
+      sh1 = sh0 + 8 * rb_lo;
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = r0 + 16 * m + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
-          if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
-          float val = acc[m][j][e];
-          if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
-          p.y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
-        }
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+    }
+    const int slot = G % R;
+    const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
+    const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
+    const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
+    walk_stage<T>(s, slot, blk0, blk1, nj, lane, acc);
+    if (++kb < nkb) continue;
+    kb = 0;
+    ++u;
+    store_item<T>(p, mi, r0, t, acc);
   }
 }
 
@@ -576,10 +536,12 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   const int tid = static_cast<int>(threadIdx.x);
   if constexpr (T == GgmlType::IQ2_XXS) {
     for (int i = tid; i < 256 * GR; i += kDThreads) s.grid[i] = c_grid[i / GR];
-    for (int i = tid; i < 128 * SC; i += kDThreads) {
-      const uint32_t si = static_cast<uint32_t>(i / SC), sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
-      const uint32_t lo = byte_bits4(sg & 15), hi = byte_bits4(sg >> 4);
-      s.signs[i] = make_uint4(lo * 0xFFu, hi * 0xFFu, lo, hi);
+    if constexpr (SC > 0) {
+      for (int i = tid; i < 128 * SC; i += kDThreads) {
+        const uint32_t si = static_cast<uint32_t>(i / SC), sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
+        const uint32_t lo = byte_bits4(sg & 15), hi = byte_bits4(sg >> 4);
+        s.signs[i] = make_uint4(lo * 0xFFu, hi * 0xFFu, lo, hi);
+      }
     }
   }
 
@@ -648,7 +610,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   WalkItem mi{};
   int nj = 0;
   uint32_t sh0 = 0;
-  float acc[1][8][4];
+  float acc[8][4];
   for (int G = 0, kb = 0, u = 0; G < total; ++G) {
     cp_async_wait<R - 2>();
     __syncthreads();  // stage G landed everywhere; stage G − 1's slot is no longer read
@@ -661,31 +623,17 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
     }
     const int slot = G % R;
     const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * WB;
-    const uint8_t* const blk[1][2] = {{s.raw_a[slot] + r0 * PA + (skb & 15),
-                                       s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15)}};
-    switch ((nj + 1) / 2) {  // nj rounded up to even: one ldmatrix.x4 covers two fragments anyway
-      case 1: direct_stage<T, 1, true, 2>(s, slot, blk, nj, lane, acc); break;
-      case 2: direct_stage<T, 1, true, 4>(s, slot, blk, nj, lane, acc); break;
-      case 3: direct_stage<T, 1, true, 6>(s, slot, blk, nj, lane, acc); break;
-      default: direct_stage<T, 1, true, 8>(s, slot, blk, nj, lane, acc); break;
-    }
+    const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + (skb & 15);
+    const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15);
+    walk_stage<T>(s, slot, blk0, blk1, nj, lane, acc);
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
-        if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
-        float val = acc[0][j][e];
-        if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
-        p.y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
-      }
+    store_item<T>(p, mi, r0, t, acc);
   }
 }
 
@@ -698,15 +646,10 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  constexpr int kGrid16 = T == GgmlType::IQ2_XXS ? 16 : 1, kGrid8 = T == GgmlType::IQ2_XXS ? 8 : 1;  // Q2_K: no grid
+  constexpr int kGrid16 = T == GgmlType::IQ2_XXS ? 16 : 1;  // Q2_K has no grid
   switch (variant) {
     case 6: return {experts_direct_kernel<T>, sizeof(DSmem<T>), kDThreads};
-    case 14: return {experts_walk_kernel<T, 2, kGrid16, false>, sizeof(DSmem<T, 2, kGrid16>), kDThreads};
-    case 15: return {experts_walk_kernel<T, 2, kGrid16, true>, sizeof(DSmem<T, 2, kGrid16>), kDThreads};
-    case 16: return {experts_walk_kernel<T, kDRing, 1, true>, sizeof(DSmem<T>), kDThreads};
-    case 17: return {experts_walk_kernel<T, 2, kGrid16, false, 2>, sizeof(DSmem<T, 2, kGrid16>), kDThreads / 2};
-    case 18: return {experts_walk_kernel<T, kDRing, kGrid8, false, 2>, sizeof(DSmem<T, kDRing, kGrid8>), kDThreads / 2};
-    case 19: return {experts_walk_kernel<T, 2, kGrid16, true, 2>, sizeof(DSmem<T, 2, kGrid16>), kDThreads / 2};
+    case 14: return {experts_walk_kernel<T, 2, kGrid16>, sizeof(DSmem<T, 2, kGrid16>), kDThreads};
     case 20:
     case 22:
     case 23:
@@ -729,15 +672,18 @@ ExpertsKernel experts_kernel(int variant) {
 // (13 without the fixed fragment count or with other unrolling, a byte-permute IQ2_XXS decode) were slower.
 constexpr int kExpertsAuto = 13;
 
-// 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 15: 14 with each
-// sub-block's raw words loaded one sub-block ahead; 16: 13 with that prefetch only; 17: 14 with two row tiles
-// per warp (MT 2, 4 warps per block); 18: 17 with a 3-slot ring and (IQ2_XXS) 8 grid copies; 19: 17 with
-// the prefetch; 20: experts_fast_kernel (14's layout, fewer instructions per stage); 21: 13's kernel; 22: 20
-// with a 3-slot ring and one grid copy; 23: 20 without the sign-mask table. From 20 on, the MoE op also
-// folds its SwiGLU into the down projection's quantizer (ops_moe.cu, experts_fold_swiglu).
+// 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 20:
+// experts_fast_kernel (14's layout, fewer instructions per stage); 21: 13's kernel; 22: 20 with a 3-slot
+// ring and one grid copy; 23: 20 without the sign-mask table. From 20 on, the MoE op also folds its SwiGLU
+// into the down projection's quantizer (ops_moe.cu, experts_fold_swiglu). Removed after the H200's W1
+// (docs/PERF.md): 15, 16 (raw words loaded a sub-block ahead: no gain), 17–19 (two row tiles per warp,
+// 4 warps per block: −37 % shared wavefronts, −7 % instructions, but 4 % slower at 2 warps per scheduler).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
-int experts_variant(int option) { return option == 0 || option == 6 || (option >= 13 && option <= 23) ? option : kExpertsAuto; }
+int experts_variant(int option) {
+  return option == 0 || option == 6 || option == 13 || option == 14 || (option >= 20 && option <= 23) ? option
+                                                                                                       : kExpertsAuto;
+}
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
@@ -748,7 +694,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
   if (swiglu && (!swiglu->u || !swiglu->weights || j.x_div != 1)) return false;
-  if (variant != 6 && (variant < 13 || variant > 23)) return false;
+  if (variant != 6 && variant != 13 && variant != 14 && (variant < 20 || variant > 23)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {

@@ -12,7 +12,7 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 13
-// (the default), 20 … 23 and 14; "profile" runs one MoE call each of gemm_experts = 13 and 20 (under
+// (the default) and 20 … 24; "profile" runs one MoE call each of gemm_experts = 13 and 20 (under
 // ncu), untimed.
 #include <algorithm>
 #include <cstdio>
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
   // "walk": only the routed-expert lines of gemm_experts 13 (the default), 20 (experts_fast_kernel and
   // the SwiGLU folded into the down projection's quantizer), 21 (13's kernel, the SwiGLU folded), 22, 23
-  // and 14.
+  // and 24.
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   const bool gemm_only = profile || experts_only || walk_only || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28, 29, 30, 31, 22}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28, 29, 30, 31, 32}
                                  : experts_only ? std::vector<int>{0, 13, 21, 14, 8}
                                  : profile    ? std::vector<int>{21, 28}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6}
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
     }
     if (mode == 13) co.gemm_experts = 6;
     if (mode == 14) co.gemm_experts = 0;  // gemm2_kernel with the new glue
-    if (mode >= 21 && mode <= 31) co.gemm_experts = mode - 8;  // 13 … 23
+    if (mode >= 21 && mode <= 32) co.gemm_experts = mode - 8;  // 13 … 24
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "tc-exp-alusg", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
                                  "tc-exp-grid16", "-", "-", "-", "-", "-", "tc-exp-fast", "tc-exp-fold",
-                                 "tc-exp-fast-r3", "tc-exp-fast-nosg"};
+                                 "tc-exp-fast-r3", "tc-exp-fast-nosg", "tc-exp-fast-u2"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

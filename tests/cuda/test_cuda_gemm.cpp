@@ -282,7 +282,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // ring and the IQ2_XXS grid in 16 copies; 20: experts_fast_kernel — 14's layout with counted copies,
   // 32-bit copy offsets and a sign-mask table; 20 … 23 with the MoE op's SwiGLU folded into the down
   // projection's quantizer, 21 on 13's kernel; 22: 20 with a 3-slot ring, one grid copy; 23: 20 without
-  // the sign table) against
+  // the sign table; 24: 20 with the sub-block loop unrolled by 2) against
   // gemm2_kernel at the Flash depths: gate/up 4,096 columns (16 stages: the rings wrap several times),
   // down 2,048 (8 stages); 18 experts, 16 and 17 without pairs. 120 tokens: experts 1 … 15 hold 40 pairs
   // (5 of 8 n8 fragments), expert 0 tiles of 64 + 56; 140 tokens: expert 0 tiles of 64 + 64 + 12 (2
@@ -294,7 +294,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {6, 13, 14, 20, 21, 22, 23};
+  constexpr int kVariants[] = {6, 13, 14, 20, 21, 22, 23, 24};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;

@@ -383,15 +383,15 @@ __device__ inline WalkItem walk_item(const GemmParams& p, int it, int row_blocks
 }
 
 // The walking kernels' stage: direct_stage with the fragment count fixed at nj rounded up to even (one
-// ldmatrix.x4 covers two fragments anyway), the lean Q2_K finish, the sub-block loop not unrolled.
-template <GgmlType T, class S>
+// ldmatrix.x4 covers two fragments anyway), the lean Q2_K finish, the sub-block loop unrolled by kU.
+template <GgmlType T, int kU = 1, class S>
 __device__ __forceinline__ void walk_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int nj,
                                            int lane, float (&acc)[8][4]) {
   switch ((nj + 1) / 2) {
-    case 1: direct_stage<T, 1, true, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
-    case 2: direct_stage<T, 1, true, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
-    case 3: direct_stage<T, 1, true, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
-    default: direct_stage<T, 1, true, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
+    case 1: direct_stage<T, kU, true, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
+    case 2: direct_stage<T, kU, true, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
+    case 3: direct_stage<T, kU, true, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
+    default: direct_stage<T, kU, true, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
   }
 }
 
@@ -521,7 +521,8 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // per item, and a chunk's window is 32-bit arithmetic on the stage's row address; the activation chunks
 // are 32-bit offsets into the planes (rows·K < 2^31, checked by the caller); IQ2_XXS signs come from a
 // replicated mask table (DSmem SC = 8). Stage arithmetic and the sums: direct_stage's, so the same bits.
-template <GgmlType T, int R, int GR, int SC>
+// kU: the sub-block loop's unrolling (walk_stage).
+template <GgmlType T, int R, int GR, int SC, int kU = 1>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
@@ -629,7 +630,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
     const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * WB;
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + (skb & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15);
-    walk_stage<T>(s, slot, blk0, blk1, nj, lane, acc);
+    walk_stage<T, kU>(s, slot, blk0, blk1, nj, lane, acc);
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
@@ -653,11 +654,14 @@ ExpertsKernel experts_kernel(int variant) {
     case 20:
     case 22:
     case 23:
+    case 24:
       if constexpr (T == GgmlType::IQ2_XXS) {
         if (variant == 22) return {experts_fast_kernel<T, kDRing, 1, 8>, sizeof(DSmem<T, kDRing, 1, 8>), kDThreads};
         if (variant == 23) return {experts_fast_kernel<T, 2, 16, 0>, sizeof(DSmem<T, 2, 16, 0>), kDThreads};
+        if (variant == 24) return {experts_fast_kernel<T, 2, 16, 8, 2>, sizeof(DSmem<T, 2, 16, 8>), kDThreads};
         return {experts_fast_kernel<T, 2, 16, 8>, sizeof(DSmem<T, 2, 16, 8>), kDThreads};
       } else {
+        if (variant == 24) return {experts_fast_kernel<T, kDRing, 1, 0, 2>, sizeof(DSmem<T>), kDThreads};
         return {experts_fast_kernel<T, kDRing, 1, 0>, sizeof(DSmem<T>), kDThreads};
       }
     default: return {experts_walk_kernel<T>, sizeof(DSmem<T>), kDThreads};
@@ -674,14 +678,15 @@ constexpr int kExpertsAuto = 13;
 
 // 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 20:
 // experts_fast_kernel (14's layout, fewer instructions per stage); 21: 13's kernel; 22: 20 with a 3-slot
-// ring and one grid copy; 23: 20 without the sign-mask table. From 20 on, the MoE op also folds its SwiGLU
+// ring and one grid copy; 23: 20 without the sign-mask table; 24: 20 with the sub-block loop unrolled by 2.
+// From 20 on, the MoE op also folds its SwiGLU
 // into the down projection's quantizer (ops_moe.cu, experts_fold_swiglu). Removed after the H200's W1
 // (docs/PERF.md): 15, 16 (raw words loaded a sub-block ahead: no gain), 17–19 (two row tiles per warp,
 // 4 warps per block: −37 % shared wavefronts, −7 % instructions, but 4 % slower at 2 warps per scheduler).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
-  return option == 0 || option == 6 || option == 13 || option == 14 || (option >= 20 && option <= 23) ? option
+  return option == 0 || option == 6 || option == 13 || option == 14 || (option >= 20 && option <= 24) ? option
                                                                                                        : kExpertsAuto;
 }
 
@@ -694,7 +699,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
   if (swiglu && (!swiglu->u || !swiglu->weights || j.x_div != 1)) return false;
-  if (variant != 6 && variant != 13 && variant != 14 && (variant < 20 || variant > 23)) return false;
+  if (variant != 6 && variant != 13 && variant != 14 && (variant < 20 || variant > 24)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
@@ -704,7 +709,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
   // experts_fast_kernel's 32-bit offsets: plane quants and an expert's rows below 2^31 bytes, else 13.
   if (variant == 21) variant = 13;  // (its SwiGLU folding is the MoE op's)
-  if ((variant == 20 || variant == 22 || variant == 23) && (rows * K >= (int64_t{1} << 31) ||
+  if (variant >= 20 && variant != 21 && (rows * K >= (int64_t{1} << 31) ||
                         static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31)))
     variant = 13;
   const ExpertsKernel k =

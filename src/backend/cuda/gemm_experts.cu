@@ -679,10 +679,10 @@ constexpr int kExpertsAuto = 13;
 // 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 20:
 // experts_fast_kernel (14's layout, fewer instructions per stage); 21: 13's kernel; 22: 20 with a 3-slot
 // ring and one grid copy; 23: 20 without the sign-mask table; 24: 20 with the sub-block loop unrolled by 2.
-// From 20 on, the MoE op also folds its SwiGLU
-// into the down projection's quantizer (ops_moe.cu, experts_fold_swiglu). Removed after the H200's W1
-// (docs/PERF.md): 15, 16 (raw words loaded a sub-block ahead: no gain), 17–19 (two row tiles per warp,
-// 4 warps per block: −37 % shared wavefronts, −7 % instructions, but 4 % slower at 2 warps per scheduler).
+// From 20 on, the MoE op also folds its SwiGLU into the down projection's quantizer (ops_moe.cu,
+// experts_fold_swiglu). Removed after the H200's W1 (docs/PERF.md): 15, 16 (raw words loaded a sub-block
+// ahead: no gain), 17–19 (two row tiles per warp, 4 warps per block: −37 % shared wavefronts, −7 %
+// instructions, but 3 % slower at 2 warps per scheduler).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {

@@ -9,10 +9,10 @@
 //                                         shapes, byte-permute decode, PDL) and the fast block tile kernels.
 //        cuda_bench --experts once        one untimed call per n on the row tiles (each variant), then the
 //                                         fast block tiles (for ncu).
-//        cuda_bench --experts one [once]  n = 1, 2, 7: the default, the warp tiles with and without PDL, the
-//                                         one-token kernels (expert_one_token 1 with and without PDL, 2, 3); once:
-//                                         one untimed call at n = 1 of each one-token variant, then the warp tiles
-//                                         (ncu).
+//        cuda_bench --experts one [once]  n = 1, 2, 7: the default (one-token kernels, gate/up variant 4), gate/up
+//                                         variant 2 (the default before), the warp tiles, each with PDL; n = 1 also
+//                                         cold (16 expert sets in turn); once: one untimed call at n = 1 of
+//                                         gate/up variants 2 and 4 (ncu).
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
@@ -219,29 +219,27 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto v2perm_tiles = cuda::make_cuda_backend(ro);
   ro.expert_row_tiles_perm = false;
   auto v2_tiles = cuda::make_cuda_backend(ro);
-  cuda::CudaBackendOptions oo;  // the one-token kernels (moe_one_token.cu), plain and with PDL
-  oo.expert_one_token = 1;
+  cuda::CudaBackendOptions oo;  // the one-token kernels (moe_one_token.cu): gate/up variants 2 and 4
   oo.expert_tiles_pdl = 0;
-  auto one_tiles = cuda::make_cuda_backend(oo);
-  oo.expert_tiles_pdl = true;
-  auto onepdl_tiles = cuda::make_cuda_backend(oo);
-  oo.expert_tiles_pdl = 0;
-  oo.expert_one_token = 2;  // gate/up variants 2 and 3 (moe_one_token.cu GuVariant)
+  oo.expert_one_token = 2;
   auto one2_tiles = cuda::make_cuda_backend(oo);
-  oo.expert_one_token = 3;
-  auto one3_tiles = cuda::make_cuda_backend(oo);
+  oo.expert_one_token = 4;  // two rows per gate/up item
+  auto one4_tiles = cuda::make_cuda_backend(oo);
+  oo.expert_tiles_pdl = true;
+  oo.expert_one_token = 2;  // the default before variant 4 (the down kernel a programmatic dependent)
+  auto one2pdl_tiles = cuda::make_cuda_backend(oo);
   ro.expert_row_tiles_v3 = 1;  // the balanced expert-major runs, fast decode and byte-permute decode at every n
   auto v3_tiles = cuda::make_cuda_backend(ro);
   ro.expert_row_tiles_perm = true;
   auto v3perm_tiles = cuda::make_cuda_backend(ro);
   std::vector<Side> moe_sides;
   if (one) {
+    // Timed: the default (gate/up variant 4, PDL down), variant 2 with PDL (the default before), the warp
+    // tiles with PDL. once (ncu): gate/up variants 2 and 4 (variants 1 and 3: session 8's runs).
     if (!once) moe_sides.push_back({&be, "default"});
-    if (one_tiles.ok()) moe_sides.push_back({one_tiles->get(), "one"});
-    if (onepdl_tiles.ok() && !once) moe_sides.push_back({onepdl_tiles->get(), "onepdl"});
-    if (one2_tiles.ok()) moe_sides.push_back({one2_tiles->get(), "one2"});
-    if (one3_tiles.ok()) moe_sides.push_back({one3_tiles->get(), "one3"});
-    if (nopdl_tiles.ok()) moe_sides.push_back({nopdl_tiles->get(), "warp"});
+    if (one2pdl_tiles.ok() && !once) moe_sides.push_back({one2pdl_tiles->get(), "one2pdl"});
+    if (one2_tiles.ok() && once) moe_sides.push_back({one2_tiles->get(), "one2"});
+    if (one4_tiles.ok() && once) moe_sides.push_back({one4_tiles->get(), "one4"});
     if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warppdl"});
   } else {
     if (!once) moe_sides.push_back({&be, "default"});
@@ -292,8 +290,22 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
         (void)sd.b->sync();
         continue;
       }
-      const double s = median_seconds([&] { sd.b->moe(a); }, [&] { (void)sd.b->sync(); }, 10);
       const double bytes = distinct * (2.0 * a.gate.expert_bytes + a.down.expert_bytes);
+      if (one && n == 1) {  // cold weights: each call on the next of 16 tokens' expert sets (~96 experts, > L2)
+        int call = 0;
+        const double sc = median_seconds(
+            [&] {
+              MoeArgs c = a;
+              c.ids = a.ids + (call % 16) * K;
+              c.weights = a.weights + (call % 16) * K;
+              ++call;
+              sd.b->moe(c);
+            },
+            [&] { (void)sd.b->sync(); }, 16);
+        std::printf("BENCH op %-8s moe iq2_xxs/q2_k 256 experts k6 n=1  cold (16 expert sets) %8.2f us  %7.0f GB/s of weights\n",
+                    sd.tag, sc * 1e6, K * (2.0 * a.gate.expert_bytes + a.down.expert_bytes) / sc / 1e9);
+      }
+      const double s = median_seconds([&] { sd.b->moe(a); }, [&] { (void)sd.b->sync(); }, 10);
       std::printf("BENCH op %-8s moe iq2_xxs/q2_k 256 experts k6 n=%-2d (%3ld experts) %8.2f us  %7.0f GB/s of weights\n",
                   sd.tag, n, static_cast<long>(distinct), s * 1e6, bytes / s / 1e9);
     }

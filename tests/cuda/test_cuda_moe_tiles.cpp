@@ -84,6 +84,14 @@ class CudaMoeTiles : public CudaOpsTest {
       o.expert_one_token = 3;
       o.expert_tiles_pdl = 0;
     }, one3_);
+    make([](cuda::CudaBackendOptions& o) {
+      o.expert_one_token = 4;
+      o.expert_tiles_pdl = 0;
+    }, one4_);
+    make([](cuda::CudaBackendOptions& o) {
+      o.expert_one_token = 2;
+      o.expert_tiles_pdl = true;
+    }, one2pdl_);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -116,13 +124,15 @@ class CudaMoeTiles : public CudaOpsTest {
   // Side 0: the default backend (fast expert tiles), 1: the previous kernels, 2: the first tile kernels,
   // 3: the lean tile kernels, 4: the warp tiles at every n, 5: the fast block tiles at every n, 6: the row
   // tiles' second shapes with the fast decode at every n, 7: their first shapes with the fast decode, 8: the
-  // one-token kernels (n = 1; the default kernels above), 9: the same with expert_tiles_pdl, 10: the default
-  // kernels with expert_tiles_pdl (the warp tiles up to 7 tokens), 11, 12: the one-token kernels' gate/up
-  // variants 2 and 3.
-  static constexpr int kSides = 13;
+  // one-token kernels' variant 1 (n = 1; the default kernels above), 9: the same with expert_tiles_pdl, 10:
+  // the default kernels with expert_tiles_pdl (the warp tiles up to 7 tokens), 11, 12: the one-token kernels' gate/up
+  // variants 2 and 3, 13: variant 4 (two rows per item; side 0's at n = 1, with PDL), 14: variant 2 with PDL
+  // (the default before variant 4).
+  static constexpr int kSides = 15;
   Backend& side(int b) {
-    Backend* s[kSides] = {gpu_.get(),  prev_.get(), first_.get(), lean_.get(),   warp_.get(),    block_.get(), rows_.get(),
-                          v1_.get(),   one_.get(),  onepdl_.get(), warppdl_.get(), one2_.get(), one3_.get()};
+    Backend* s[kSides] = {gpu_.get(), prev_.get(),   first_.get(),   lean_.get(), warp_.get(),
+                          block_.get(), rows_.get(), v1_.get(),      one_.get(),  onepdl_.get(),
+                          warppdl_.get(), one2_.get(), one3_.get(),  one4_.get(), one2pdl_.get()};
     return *s[b];
   }
 
@@ -219,13 +229,15 @@ class CudaMoeTiles : public CudaOpsTest {
     std::printf("PARITY %-44s n=%-9zu v1 row tiles == fast block tiles bit for bit: %s\n", what.c_str(),
                 tiles.size(), same_v1 ? "ok" : "FAIL");
     // The one-token kernels (and PDL launches) where they run; above they equal side 0 by construction.
-    for (int b : {8, 9, 10, 11, 12}) {
+    for (int b : {8, 9, 10, 11, 12, 13, 14}) {
       if (n > (b == 10 ? 7 : 1)) continue;
       const char* name = b == 8    ? "one-token kernels"
                          : b == 9  ? "one-token kernels + PDL"
                          : b == 10 ? "warp tiles + PDL"
                          : b == 11 ? "one-token kernels v2"
-                                   : "one-token kernels v3";
+                         : b == 12 ? "one-token kernels v3"
+                         : b == 13 ? "one-token kernels v4"
+                                   : "one-token kernels v2 + PDL";
       const auto got = run_gpu(b, x, ids, wts, n, k);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << what << ": " << name << " not the CPU's bits";
       const bool same = std::memcmp(got.data(), block.data(), got.size() * 4) == 0;
@@ -235,7 +247,8 @@ class CudaMoeTiles : public CudaOpsTest {
     }
   }
 
-  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_, one2_, one3_;
+  std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_, one2_, one3_, one4_,
+      one2pdl_;
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -311,7 +324,7 @@ TEST_F(CudaMoeTiles, OneTokenKernelsSmallBatches) {
     const std::string what = "moe one-token k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
                              (c.same ? " same experts" : " random");
     EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << what << ": block tiles not the CPU's bits";
-    for (int b : {0, 8, 9, 10, 11, 12}) {
+    for (int b : {0, 8, 9, 10, 11, 12, 13, 14}) {
       const auto got = run_gpu(b, x, ids, wts, c.n, c.k);
       const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
       const bool same = std::memcmp(got.data(), block.data(), want.size() * 4) == 0;
@@ -333,7 +346,7 @@ TEST_F(CudaMoeTiles, OneTokenRepeatedExpert) {
   const auto want = run_cpu(x, ids, wts, 1, 6);
   const auto block = run_gpu(5, x, ids, wts, 1, 6);
   EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << "fast block tiles not the CPU's bits";
-  for (int b : {0, 4, 8, 9, 10, 11, 12}) {
+  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14}) {
     const auto got = run_gpu(b, x, ids, wts, 1, 6);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "side " << b << " not the CPU's bits";
   }
@@ -347,7 +360,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12}) {
+    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)

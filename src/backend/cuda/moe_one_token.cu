@@ -34,6 +34,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/moe_warp_ring.cuh"
 #include "quant/iq2xxs_tables.h"
 #include "quant/iq2xxs_words.h"
 
@@ -44,14 +45,21 @@ namespace {
 __constant__ uint64_t c_one_grid[256];
 
 constexpr int kDnStages = 4;    // down's per-warp ring: 3 items in flight while one is computed
-// Gate/up variants (expert_one_token 1, 2, 3): warps of the one block per SM that shares the 64 KB of perm
-// tables, ring depth, and whether the lane's table copy rides in the lookup offsets (a byte permute puts
-// the index byte next to the lane's 4·l, a LOP3 ORs it into the sign offset: no address add per lookup).
+// Gate/up variants (expert_one_token 1–4): warps of the one block per SM that shares the 64 KB of perm
+// tables, ring depth, whether the lane's table copy rides in the lookup offsets (a byte permute puts the
+// index byte next to the lane's 4·l, a LOP3 ORs it into the sign offset: no address add per lookup), and
+// the rows of gate and of up per item. 2 rows (4): the same activation registers serve twice the weights,
+// and the item's fixed work (ring bookkeeping, group lookups, the routed pair's SwiGLU and store loop) is
+// paid once per two rows; 16 independent groups per lane instead of 8 for the scheduler to interleave. An
+// item is then 4,224 B at the Flash shapes, so 12 warps × 3 stages fit beside the tables (H200, session 9
+// W1: 11.5 M warp instructions against variant 2's 13.2 M, 22.8 µs against 24.7 cold; 8 warps × 4 stages
+// measured 27.7).
 template <int V>
 struct GuVariant {
-  static constexpr int kWarps = V == 3 ? 20 : 16;  // 20 × 3 stages: more warps at the same shared memory
-  static constexpr int kRing = V == 3 ? 3 : 4;
+  static constexpr int kWarps = V == 3 ? 20 : V == 4 ? 12 : 16;
+  static constexpr int kRing = V == 3 || V == 4 ? 3 : 4;
   static constexpr bool kLaneSel = V >= 2;
+  static constexpr int kRows = V == 4 ? 2 : 1;
 };
 // Block counts are compile-time (the Flash shapes: gate/up rows of 16 IQ2_XXS blocks, down rows of 8 Q2_K
 // blocks; others take the warp tiles): with a runtime count every group sat behind its own branch and the
@@ -65,13 +73,13 @@ constexpr uint32_t kIq2Bytes = 66, kQ2kBytes = 84;  // sizeof(BlockIQ2_XXS), siz
 
 constexpr uint32_t align16(uint64_t v) { return static_cast<uint32_t>((v + 15) / 16 * 16); }
 
-// Ring stage of one item: gate/up the two rows (+ 16 spare bytes: a group's third quant word may reach
-// 4 bytes past up's last block), down kDnRows rows.
-uint32_t gu_stage(uint64_t row_bytes) { return align16(2 * row_bytes + 16); }
+// Ring stage of one item: gate/up its `rows` rows of gate then the same rows of up (+ 16 spare bytes: a
+// group's third quant word may reach 4 bytes past up's last block), down kDnRows rows.
+uint32_t gu_stage(uint64_t row_bytes, int rows) { return align16(2 * rows * row_bytes + 16); }
 uint32_t dn_stage(uint64_t row_bytes) { return align16(kDnRows * row_bytes); }
 template <int V>
 uint64_t gu_smem(uint64_t row_bytes) {
-  return kPermTableBytes + uint64_t{GuVariant<V>::kWarps} * GuVariant<V>::kRing * gu_stage(row_bytes);
+  return kPermTableBytes + uint64_t{GuVariant<V>::kWarps} * GuVariant<V>::kRing * gu_stage(row_bytes, GuVariant<V>::kRows);
 }
 uint64_t dn_smem(uint64_t row_bytes) { return uint64_t{kDnWarps} * kDnStages * dn_stage(row_bytes); }
 
@@ -124,31 +132,25 @@ __device__ inline void load_x8(const uint8_t* p, uint32_t (&x)[8]) {  // 32 byte
   x[0] = v0.x, x[1] = v0.y, x[2] = v0.z, x[3] = v0.w, x[4] = v1.x, x[5] = v1.y, x[6] = v1.z, x[7] = v1.w;
 }
 
-// This warp's run [begin, end) of `items` items, cut evenly over the grid's warps.
-__device__ inline void warp_run(int64_t items, int warps_per_block, int wid, int64_t& begin, int64_t& end) {
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * warps_per_block;
-  const int64_t per = (items + warps - 1) / warps;
-  begin = (static_cast<int64_t>(blockIdx.x) * warps_per_block + wid) * per;
-  end = begin + per < items ? begin + per : items;
-}
-
 template <int V>
-__global__ void __launch_bounds__(GuVariant<V>::kWarps* kWarp, 1) moe_one_gate_up_kernel(TileParams p, uint32_t stage) {
-  constexpr int kGuWarps = GuVariant<V>::kWarps, kStages = GuVariant<V>::kRing;
+__global__ void __launch_bounds__(GuVariant<V>::kWarps* kWarp, 1)
+    moe_one_gate_up_kernel(TileParams p, uint32_t stage) {
+  constexpr int kGuWarps = GuVariant<V>::kWarps, kStages = GuVariant<V>::kRing, kR = GuVariant<V>::kRows;
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
   uint8_t* const ring = smem + kPermTableBytes + static_cast<uint32_t>(wid) * kStages * stage;
   constexpr int steps = kGuSteps, nb = 4 * steps;
   const uint64_t rb = p.row_bytes;
-  const uint32_t chunks = static_cast<uint32_t>(rb / 16);  // 16-byte pieces of one row
+  const uint32_t chunks = static_cast<uint32_t>(kR * rb / 16);  // 16-byte pieces of an item's gate rows
   const int32_t ng = *p.n_groups;
   int64_t begin = 0, end = 0;
   warp_run(static_cast<int64_t>(ng) * p.n_tiles, kGuWarps, wid, begin, end);
-  // Items in row-major order (item = row · ng + g): every warp gets rows of every expert alike.
+  // Items in row-major order (item = row tile · ng + g; p.n_tiles = ff / kR): every warp gets rows of every
+  // expert alike.
   int32_t ig = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;  // the next item to copy
   int64_t it = ng > 0 ? begin / ng : 0;
   auto issue_next = [&](int s) {
-    const uint64_t off = static_cast<uint64_t>(p.groups[3 * ig]) * p.expert_bytes + static_cast<uint64_t>(it) * rb;
+    const uint64_t off = static_cast<uint64_t>(p.groups[3 * ig]) * p.expert_bytes + static_cast<uint64_t>(it) * kR * rb;
     uint8_t* dst = ring + s * stage;
     for (uint32_t j = lane; j < 2 * chunks; j += kWarp) {
       const bool up = j >= chunks;
@@ -156,11 +158,7 @@ __global__ void __launch_bounds__(GuVariant<V>::kWarps* kWarp, 1) moe_one_gate_u
     }
     if (++ig == ng) ig = 0, ++it;
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (begin + s < end) issue_next(s);
-    cp_async_commit();
-  }
+  ring_fill<kStages>(begin, end, issue_next);
   fill_perm_tables(reinterpret_cast<uint32_t*>(smem), c_one_grid, threadIdx.x, blockDim.x);
   // The token's values for this lane's groups (one token: every pair reads activation row 0).
   const int oct = lane / 8, gi = lane % 8;
@@ -185,44 +183,49 @@ __global__ void __launch_bounds__(GuVariant<V>::kWarps* kWarp, 1) moe_one_gate_u
   int32_t g = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;  // the item computed
   int64_t row = ng > 0 ? begin / ng : 0;
   for (int64_t item = begin; item < end; ++item) {
-    const int k = static_cast<int>(item - begin);
-    if (item + kStages - 1 < end) issue_next((k + kStages - 1) % kStages);
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();  // this item's group has landed
-    __syncwarp();                  // … for every lane's copies
-    const uint8_t* wt = ring + (k % kStages) * stage;
-    int v[8];  // v[4m + s]: matrix m's group gi of block oct + 4s
+    const uint8_t* wt = ring + ring_step<kStages>(item, begin, end, issue_next) * stage;
+    int v[kR][8];  // v[r][4m + s]: row r of matrix m, group gi of block oct + 4s
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int r = 0; r < kR; ++r) {
 #pragma unroll
-      for (int s = 0; s < kGuSteps; ++s) {
-        int r = 0;
-        if (s < steps) {
-          // The group's 8 quant bytes are 2-byte aligned (blocks of 66 bytes): three aligned words and two
-          // funnel shifts.
-          const uint8_t* q = wt + m * rb + (oct + 4 * s) * kIq2Bytes + 2 + 8 * gi;
-          const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(q) & 3);
-          const uint32_t* qw = reinterpret_cast<const uint32_t*>(q - mis);
-          const uint32_t w0 = qw[0], w1 = qw[1], w2 = qw[2];
-          r = iq2_group_isum<GuVariant<V>::kLaneSel>(__funnelshift_r(w0, w1, 8 * mis), __funnelshift_r(w1, w2, 8 * mis),
-                                                     xa[s], tab, lane4);
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int s = 0; s < kGuSteps; ++s) {
+          int sum = 0;
+          if (s < steps) {
+            // The group's 8 quant bytes are 2-byte aligned (blocks of 66 bytes): three aligned words and two
+            // funnel shifts.
+            const uint8_t* q = wt + (m * kR + r) * rb + (oct + 4 * s) * kIq2Bytes + 2 + 8 * gi;
+            const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(q) & 3);
+            const uint32_t* qw = reinterpret_cast<const uint32_t*>(q - mis);
+            const uint32_t w0 = qw[0], w1 = qw[1], w2 = qw[2];
+            sum = iq2_group_isum<GuVariant<V>::kLaneSel>(__funnelshift_r(w0, w1, 8 * mis),
+                                                         __funnelshift_r(w1, w2, 8 * mis), xa[s], tab, lane4);
+          }
+          v[r][4 * m + s] = sum;
         }
-        v[4 * m + s] = r;
       }
     }
-    octet_reduce(v, lane);
-    // QDot<IQ2_XXS>::finish: (f16(d) · d_x) · sum.
-    const float term =
-        fs < steps ? f16_dev(ld16(wt + fm * rb + fb * kIq2Bytes)) * fda * static_cast<float>(v[0]) : 0.0f;
-    // Block b of matrix m sits on lane 8(b % 4) + 4m + b / 4; the chain from 0.0f in block order.
-    float acc = 0;
+    float gate[kR], up[kR];
 #pragma unroll
-    for (int b = 0; b < nb; ++b) acc += __shfl_sync(0xffffffffu, term, 8 * (b % 4) + b / 4 + mo);
-    const float gate = __shfl_sync(0xffffffffu, acc, 0), up = __shfl_sync(0xffffffffu, acc, kWarp / 2);
+    for (int r = 0; r < kR; ++r) {
+      octet_reduce(v[r], lane);
+      // QDot<IQ2_XXS>::finish: (f16(d) · d_x) · sum.
+      const float term =
+          fs < steps ? f16_dev(ld16(wt + (fm * kR + r) * rb + fb * kIq2Bytes)) * fda * static_cast<float>(v[r][0]) : 0.0f;
+      // Block b of matrix m sits on lane 8(b % 4) + 4m + b / 4; the chain from 0.0f in block order.
+      float acc = 0;
+#pragma unroll
+      for (int b = 0; b < nb; ++b) acc += __shfl_sync(0xffffffffu, term, 8 * (b % 4) + b / 4 + mo);
+      gate[r] = __shfl_sync(0xffffffffu, acc, 0), up[r] = __shfl_sync(0xffffffffu, acc, kWarp / 2);
+    }
     const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
     for (int j = lane; j < count; j += kWarp) {
       const int32_t pair = p.order[first + j];
-      p.y[static_cast<int64_t>(pair) * p.y_stride + row] = tile_row_finish<true, true>(gate, up, p.clamp, p.weights[pair]);
+      const float w = p.weights[pair];
+      float* const y = p.y + static_cast<int64_t>(pair) * p.y_stride + row * kR;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) y[r] = tile_row_finish<true, true>(gate[r], up[r], p.clamp, w);
     }
     __syncwarp();  // this stage is rewritten next
     if (++g == ng) g = 0, ++row;
@@ -249,11 +252,7 @@ __global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TilePa
     for (uint32_t j = lane; j < mat / 16; j += kWarp) cp_async16(dst + 16 * j, src + 16 * j);
     if (++it == nt) it = 0, ++ig;
   };
-#pragma unroll
-  for (int s = 0; s < kDnStages - 1; ++s) {
-    if (begin + s < end) issue_next(s);
-    cp_async_commit();
-  }
+  ring_fill<kDnStages>(begin, end, issue_next);
   // The hidden rows come from the kernel before (a programmatic dependent: its first weights are in flight).
   grid_dependency_wait();
   const int oct = lane / 8, pc = lane % 8, h = pc / 4, l = pc % 4;
@@ -267,12 +266,7 @@ __global__ void __launch_bounds__(kDnWarps* kWarp, 2) moe_one_down_kernel(TilePa
   int32_t g = nt > 0 ? static_cast<int32_t>(begin / nt) : 0;
   int64_t t = nt > 0 ? begin % nt : 0;
   for (int64_t item = begin; item < end; ++item) {
-    const int k = static_cast<int>(item - begin);
-    if (item + kDnStages - 1 < end) issue_next((k + kDnStages - 1) % kDnStages);
-    cp_async_commit();
-    cp_async_wait<kDnStages - 1>();
-    __syncwarp();
-    const uint8_t* wt = ring + (k % kDnStages) * stage;
+    const uint8_t* wt = ring + ring_step<kDnStages>(item, begin, end, issue_next) * stage;
     const int32_t first = p.groups[3 * g + 1], count = p.groups[3 * g + 2];
     for (int32_t q = 0; q < count; ++q) {
       const int32_t pair = p.order[first + q];
@@ -351,8 +345,8 @@ bool launch_one(CudaBackend& be, K kernel, int warps, uint64_t smem, const TileP
     return false;
   const int64_t cap = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sms);
   const int64_t blocks = std::clamp<int64_t>((items_bound + warps - 1) / warps, 1, cap);
-  return be.check(launch_dependent(pdl, dim3(static_cast<unsigned>(blocks)), dim3(warps * kWarp), smem, s, kernel, p, stage),
-                  what);
+  return be.check(
+      launch_dependent(pdl, dim3(static_cast<unsigned>(blocks)), dim3(warps * kWarp), smem, s, kernel, p, stage), what);
 }
 
 }  // namespace
@@ -369,16 +363,27 @@ bool one_token_fits(CudaBackend& be, GgmlType gt, GgmlType dt, const void* gate,
       dn_expert_bytes % 16 != 0 || dn_expert_bytes < kDnRows * dn_row_bytes)
     return false;
   const uint64_t limit = static_cast<uint64_t>(smem_limit(be.device()));
-  return std::max(gu_smem<1>(gu_row_bytes), gu_smem<3>(gu_row_bytes)) <= limit && dn_smem(dn_row_bytes) <= limit;
+  const uint64_t gu = std::max({gu_smem<1>(gu_row_bytes), gu_smem<3>(gu_row_bytes), gu_smem<4>(gu_row_bytes)});
+  return gu <= limit && dn_smem(dn_row_bytes) <= limit;
+}
+
+template <int V>
+bool launch_gate_up_variant(CudaBackend& be, const TileParams& p, int64_t items_bound, cudaStream_t s) {
+  constexpr int kR = GuVariant<V>::kRows;
+  TileParams q = p;  // items of kR rows
+  q.n_tiles = p.n_tiles / kR;
+  return launch_one(be, moe_one_gate_up_kernel<V>, GuVariant<V>::kWarps, gu_smem<V>(p.row_bytes), q,
+                    gu_stage(p.row_bytes, kR), (items_bound + kR - 1) / kR, false, s, "moe one-token gate/up");
 }
 
 bool launch_one_gate_up(CudaBackend& be, const TileParams& p, int64_t items_bound, int variant, cudaStream_t s) {
-  const char* what = "moe one-token gate/up";
-  const uint32_t st = gu_stage(p.row_bytes);
+  // Two-row items need an even ff (2,048 at the Flash shapes); an odd one takes variant 2's single rows.
+  if (variant >= 4 && p.n_tiles % 2 != 0) variant = 2;
   switch (variant) {
-    case 3: return launch_one(be, moe_one_gate_up_kernel<3>, GuVariant<3>::kWarps, gu_smem<3>(p.row_bytes), p, st, items_bound, false, s, what);
-    case 2: return launch_one(be, moe_one_gate_up_kernel<2>, GuVariant<2>::kWarps, gu_smem<2>(p.row_bytes), p, st, items_bound, false, s, what);
-    default: return launch_one(be, moe_one_gate_up_kernel<1>, GuVariant<1>::kWarps, gu_smem<1>(p.row_bytes), p, st, items_bound, false, s, what);
+    case 4: return launch_gate_up_variant<4>(be, p, items_bound, s);
+    case 3: return launch_gate_up_variant<3>(be, p, items_bound, s);
+    case 2: return launch_gate_up_variant<2>(be, p, items_bound, s);
+    default: return launch_gate_up_variant<1>(be, p, items_bound, s);
   }
 }
 
@@ -392,7 +397,7 @@ cudaError_t init_one_token_kernels() {
   cudaError_t e = cudaGetDevice(&device);
   const int limit = e == cudaSuccess ? smem_limit(device) : 0;
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_one_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
-  for (auto k : {moe_one_gate_up_kernel<1>, moe_one_gate_up_kernel<2>, moe_one_gate_up_kernel<3>})
+  for (auto k : {moe_one_gate_up_kernel<1>, moe_one_gate_up_kernel<2>, moe_one_gate_up_kernel<3>, moe_one_gate_up_kernel<4>})
     if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
   if (e == cudaSuccess) e = cudaFuncSetAttribute(moe_one_down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
   return e;

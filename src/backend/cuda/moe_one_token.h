@@ -19,6 +19,7 @@ class CudaBackend;
 // Output rows of one down item (gate/up items are one row of gate and the same row of up).
 int one_token_down_rows();
 
+
 // Whether one token's experts can run on these kernels on be's device: IQ2_XXS gate/up of nb_gu = 16 blocks a
 // row, Q2_K down of nb_d = 8 blocks (the Flash shapes; block counts are compile-time), every copied run 16-byte
 // aligned (the weight pointers, row and expert sizes), the shared memory within the device's limit.
@@ -27,8 +28,9 @@ bool one_token_fits(CudaBackend& be, GgmlType gt, GgmlType dt, const void* gate,
                     uint64_t dn_expert_bytes, int nb_d, int64_t dim);
 
 // Launches the gate/up (+ SwiGLU, routing weight) kernel: p as moe_tiles fills it for the warp tiles, with
-// p.n_tiles = ff (one row per item); items_bound ≥ groups × ff; variant 1, 2 or 3 (CudaBackendOptions::
-// expert_one_token: the same bits, different shapes). false: a launch error (recorded in be).
+// p.n_tiles = ff (rows; variant 4 takes two per item where ff is even); items_bound ≥ groups × ff; variant
+// 1–4 (CudaBackendOptions::expert_one_token: the same bits, different shapes). false: a launch error
+// (recorded in be).
 bool launch_one_gate_up(CudaBackend& be, const TileParams& p, int64_t items_bound, int variant, cudaStream_t s);
 
 // Launches the down kernel: p.n_tiles = dim / one_token_down_rows(); pdl: as a programmatic dependent of the

@@ -67,12 +67,13 @@ constexpr int64_t kWarpTilesAutoMax = 8;
 // tiles' 513.3, 875.6, 1,401.5 at 16, 32, 64; 47.0 vs 41.3 at 1).
 constexpr int64_t kRowTilesAutoMin = 8;
 // One token takes moe_one_token.cu's kernels by default (expert_one_token = -1; the value is the gate/up
-// variant, 0 = the warp tiles), variant 2 with the down kernel as a programmatic dependent launch
-// (expert_tiles_pdl = -1): the H200 measured them bit for bit equal to the CPU and the block tiles
-// (CudaMoeTiles.OneToken*, OutOfRangeIdGivesNaN: variants 1, 2, 3, variant 1 with PDL) and faster (2026-11-30
-// 12:50 UTC, whole op µs per layer at n = 1: 37.1 with PDL, 41.3 without, vs 41.8 for the warp tiles with PDL;
-// ncu cold: gate/up 23.5 (variant 2) / 24.5 (1) vs 27.3, down 12.0 vs 13.9).
-constexpr int kOneTokenAuto = 2;
+// variant, 0 = the warp tiles), variant 4 (two rows of gate and up per item) with the down kernel as a
+// programmatic dependent launch (expert_tiles_pdl = -1): the H200 measured them bit for bit equal to the CPU
+// and the block tiles (CudaMoeTiles.OneToken*, OutOfRangeIdGivesNaN: variants 1–4, variant 1 with PDL) and
+// faster (2026-11-30 12:50 UTC, whole op µs per layer at n = 1: variant 2 37.1 with PDL, 41.3 without, vs
+// 41.8 for the warp tiles with PDL; session 9 W1, 15:45 UTC: variant 4 + PDL 39.5 cold / 36.7 warm vs
+// variant 2's 41.7 / 38.4, ncu cold gate/up 22.8 vs 24.7).
+constexpr int kOneTokenAuto = 4;
 constexpr bool kOneTokenPdlAuto = true;
 // The warp tiles' down launch as a programmatic dependent by default (expert_tiles_pdl = -1): the H200 measured
 // it faster at 1, 2 and 7 tokens (2026-11-30 12:13 UTC, µs per layer: 42.5 vs 43.6, 75.4 vs 77.2, 250.2 vs

@@ -22,6 +22,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/moe_warp_ring.cuh"
 #include "quant/iq2xxs_tables.h"
 
 namespace ds4::backend::cuda {
@@ -125,21 +126,15 @@ __global__ void __launch_bounds__(WarpTile<T, kGateUp>::kWarps* kWarp, WarpTile<
   // items [w·per, (w + 1)·per): every warp gets rows of every expert in the same proportion, so warps
   // finish together whatever the experts' pair counts (a run of one expert's rows per warp left the
   // warps of many-pair experts last: 06:20 UTC run); (g, t) step without divisions.
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * W::kWarps;
-  const int64_t per = (items + warps - 1) / warps;
-  const int64_t begin = (static_cast<int64_t>(blockIdx.x) * W::kWarps + wid) * per;
-  const int64_t end = begin + per < items ? begin + per : items;
+  int64_t begin = 0, end = 0;
+  warp_run(items, W::kWarps, wid, begin, end);
   int32_t ig = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;  // the next item to issue
   int64_t it = ng > 0 ? begin / ng : 0;
   auto issue_next = [&](int s) {
     issue(ig, it, stages + s * lay.stage);
     if (++ig == ng) ig = 0, ++it;
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (begin + s < end) issue_next(s);
-    cp_async_commit();
-  }
+  ring_fill<kStages>(begin, end, issue_next);
   // While the first items are in flight: the block's copy of the groups, the pair ids and their
   // activation rows (read per item from shared memory, not through L2), and the IQ2_XXS tables.
   for (int i = threadIdx.x; i < 3 * ng; i += blockDim.x) sgroups[i] = p.groups[i];
@@ -167,12 +162,7 @@ __global__ void __launch_bounds__(WarpTile<T, kGateUp>::kWarps* kWarp, WarpTile<
   int32_t g = ng > 0 ? static_cast<int32_t>(begin % ng) : 0;  // the item computed
   int64_t t = ng > 0 ? begin / ng : 0;
   for (int64_t item = begin; item < end; ++item) {
-    const int k = static_cast<int>(item - begin);
-    if (item + kStages - 1 < end) issue_next((k + kStages - 1) % kStages);
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();  // this item's group has landed
-    __syncwarp();                  // … for every lane's copies
-    const uint8_t* wt = stages + (k % kStages) * lay.stage;
+    const uint8_t* wt = stages + ring_step<kStages>(item, begin, end, issue_next) * lay.stage;
     const int64_t row0 = t * R;
     const int32_t first = sgroups[3 * g + 1], count = sgroups[3 * g + 2];
     for (int32_t q0 = 0; q0 < count; q0 += Q) {

@@ -10,7 +10,8 @@
 // indexer_select = 0: the kernels before this file), "k1/sel2" (the 8-warp fast attention kernels, sliced
 // merge; the fused decode indexer), "k2/sel1" (16-warp fast kernels; the select in its own launch) and
 // "k3" / "k4" (chunk and split kernels with the softmax once per block, 8 / 16 warps; the prefill indexer
-// on int8 tensor cores).
+// on int8 tensor cores), "k6" (k3 with ldmatrix score fragments; one query's split kernel with the fallback
+// and the lean merge).
 // Usage: cuda_attention_bench [all | decode | prefill] [variant,variant…]. "decode" and "prefill" run each variant's calls
 // 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
     const char* name;
     cuda::CudaBackendOptions o;
   };
-  std::vector<Variant> vars(6);
+  std::vector<Variant> vars(7);
   vars[0].name = "now";
   vars[1].name = "prev";  // the kernels before this file: previous MMA kernels, chunk-kernel merge, select 0
   vars[1].o.attention_mma_kernels = 0;
@@ -59,6 +60,9 @@ int main(int argc, char** argv) {
   vars[5].name = "k4";  // the same with 16 warps
   vars[5].o.attention_mma_kernels = 4;
   vars[5].o.indexer_mma = true;
+  vars[6].name = "k6";  // k3 with the score fragments by ldmatrix; one query's split kernel with the
+  vars[6].o.attention_mma_kernels = 6;  // fallback, then the lean merge
+  vars[6].o.indexer_mma = true;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

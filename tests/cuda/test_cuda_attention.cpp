@@ -8,8 +8,9 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0 … 4: previous, 8-warp fast,
-// 16-warp fast, softmax once per block with 8 and 16 warps; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0 … 4 and 6: previous, 8-warp fast,
+// 16-warp fast, softmax once per block with 8 and 16 warps, and with the score fragments by ldmatrix, the
+// split kernel's fallback and the lean merge; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -43,11 +44,11 @@ class CudaAttention : public CudaOpsTest {
     return *extra_.back();
   }
   // The MMA order's kernel variants: previous kernels with the chunk-kernel merge, 8-warp fast, 16-warp
-  // fast, softmax once per block with 8 and 16 warps (each with its default split bound, and splitting whenever a bound is known).
+  // fast, softmax once per block with 8 and 16 warps, 6 (each with its default split bound, and splitting whenever a bound is known).
   std::vector<std::pair<Backend*, Backend*>> mma_variants() {
     std::vector<std::pair<Backend*, Backend*>> v;
     v.emplace_back(&backend_with(128, true, 2, true, 0, false), &backend_with(INT_MAX, true, 2, true, 0, false));
-    for (int k : {1, 2, 3, 4}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
+    for (int k : {1, 2, 3, 4, 6}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     return v;
   }
   std::vector<std::unique_ptr<Backend>> extra_;

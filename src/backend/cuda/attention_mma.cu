@@ -393,7 +393,9 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_chunk_k
 // 64 heads × 2 KB = 2.6 MB) spread over n·groups·slices blocks instead of n·groups. (m, l) are
 // recomputed per thread (cheap: the head's scalars). A query with more segments than were stored (a host
 // bound below the real counts) is left to slice 0, which runs the chunk kernel's body for its 16 heads.
-template <int DW, int V>
+// kLean (after the kernels-6 split kernel, which computed such a query whole): a query past the stored
+// segments is skipped — no chunk body, so no shared memory and a merge's registers only.
+template <int DW, int V, bool kLean = false>
 __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
   constexpr int D = DW * kWarps, D4 = D / 4;
   const int groups = (a.heads + kHeads - 1) / kHeads;
@@ -401,7 +403,9 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_merge_k
   const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
   const int64_t n_seg = segments_of(query_rows(a, i));
   if (n_seg > st.n_stored) {  // block-uniform
-    if (blockIdx.y == 0) chunk_block<DW, true, V>(a, st, i, h0);
+    if constexpr (!kLean) {
+      if (blockIdx.y == 0) chunk_block<DW, true, V>(a, st, i, h0);
+    }
     return;
   }
   const int per = D4 / slices;  // float4 columns of a head in this slice
@@ -511,9 +515,11 @@ size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPa
 
 // smem_ready: bit per (DW, V) variant, set once the kernels' dynamic shared-memory limits are raised.
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
+// split_once_wps > 0: the split kernel of attention_mma_chunk.cu (ldm: its kernels-6 form, whose fallback
+// lets the sliced merge be the lean one).
 template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
-                bool sliced_merge, int split_once_wps = 0) {
+                bool sliced_merge, int split_once_wps = 0, bool ldm = false) {
   constexpr int threads = kThreads * kWpsOf<V>;
   const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–11
   if (!(smem_ready & bit)) {
@@ -534,7 +540,9 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   if (split_segs > 0) {
     const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
     if (split_once_wps > 0) {  // attention_mma_kernels ≥ 3: the split kernel of attention_mma_chunk.cu, same states
-      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready, split_once_wps);
+      // The fallback only where the lean sliced merge follows (the chunk-kernel merge would read the
+      // states a fallback query never stored).
+      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready, split_once_wps, ldm && sliced_merge);
       if (be.failed()) return;
     } else {
       attention_mma_split_kernel<DW, V><<<grid, threads, split_smem<DW>(), s>>>(a, st);
@@ -547,6 +555,11 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
+      if (ldm && split_once_wps > 0) {
+        attention_mma_merge_kernel<DW, V, true><<<mgrid, threads, 0, s>>>(a, st, slices);
+        be.launched("attention mma (sliced merge, lean)");
+        return;
+      }
       attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW, V>(), s>>>(a, st, slices);
       be.launched("attention mma (sliced merge)");
       return;
@@ -571,10 +584,12 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   // The kernel variant (CudaBackendOptions::attention_mma_kernels); 16 warps only where a slice has ≥ 2
   // dim n-tiles to share (head_dim ≥ 128), else the 8-warp fast kernels. 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel; 4: the same with 16 warps; the
-  // merges are the 8-warp fast ones.
-  const int once_wps = attn_mma_kernels_ == 3 ? 1 : attn_mma_kernels_ == 4 ? 2 : 0;
+  // merges are the 8-warp fast ones; 6: as 3 with the score fragments by ldmatrix and, for one query, the
+  // split kernel's fallback and the lean merge.
+  const int once_wps = attn_mma_kernels_ == 3 || attn_mma_kernels_ == 6 ? 1 : attn_mma_kernels_ == 4 ? 2 : 0;
+  const bool ldm = attn_mma_kernels_ == 6;
   if (once_wps > 0 && split_segs == 0) {
-    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, once_wps);
+    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, once_wps, ldm);
     return true;
   }
   // Its split kernel for one query only: faster there on the H200 (CSA 15.1 → 14.0 µs), slower at 8 queries
@@ -586,7 +601,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
     if (v == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm);
-    else if (v == 1 || DW < 16) launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, split_wps);
+    else if (v == 1 || DW < 16) launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, split_wps, ldm);
     else if constexpr (DW >= 16) launch_mma<DW, 2>(*this, a, split_segs, st, ready, sm);
   };
   switch (dw) {

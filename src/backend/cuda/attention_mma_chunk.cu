@@ -22,6 +22,7 @@
 // state for attention_mma.cu's merges (attention_mma_split3_kernel).
 // Deliberately not here: the merges (attention_mma.cu; the same bits), the scalar order
 // (attention_segments.cu).
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -29,6 +30,7 @@
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_tiles.cuh"
 
 namespace ds4::backend::cuda::attn_mma {
 
@@ -61,7 +63,12 @@ struct Smem {
 // only when every value is exact in TF32 and finite — the caller checks); else each 8 × 8 block is
 // converted and gets its third product where it is not exact, as the contract writes it.
 // WPS = 2: n-tiles nt0 … nt0 + 1 only (part[u] is n-tile nt0 + u).
-template <int DW, bool kAsIs, int WPS>
+// kLdm (attention_mma_kernels = 6), rows as is: the B fragments of two n-tiles by one ldmatrix.x4 —
+// matrix m = lane / 8 of the x4 is n-tile nt0 + 2v + m / 2, floats 8kk + 4(m mod 2) … + 3 of its 8 rows
+// (row address from lane l: row l mod 8), so lane 4g + t receives row g's float t of each: k0 and k1 of
+// both n-tiles, the words the two LDS.32 per n-tile read (pitch D + 4 floats: the 8 rows of a matrix
+// cover the 32 banks once). The same values into the same MMAs, 1 instruction instead of 4.
+template <int DW, bool kAsIs, int WPS, bool kLdm = false>
 __device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, int g, int t, int nt0,
                                     float (&part)[4 / WPS][4], uint32_t& bits) {
   constexpr int P = DW * kWarps + kPad, KK = DW / 8, NT = 4 / WPS;
@@ -70,25 +77,45 @@ __device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, 
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) sa[nt][c] = sb[nt][c] = 0.0f;
+  if constexpr (kAsIs && kLdm) {
+    const int lane = 4 * g + t;
+    const float* lrow = base + (8 * (nt0 + (lane >> 4)) + (lane & 7)) * P + 4 * ((lane >> 3) & 1);
 #pragma unroll
-  for (int kk = 0; kk < KK; ++kk) {
-    uint32_t qhi[4], qlo[4];
-    qf.get(kk, qhi, qlo);
+    for (int kk = 0; kk < KK; ++kk) {
+      uint32_t qhi[4], qlo[4];
+      qf.get(kk, qhi, qlo);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const float* kr = base + (8 * (nt0 + nt) + g) * P + 8 * kk + t;
-      const float k0 = kr[0], k1 = kr[4];
-      if constexpr (kAsIs) {
-        const uint32_t u0 = __float_as_uint(k0), u1 = __float_as_uint(k1);
-        bits |= u0 | u1;
-        mma_tf32(sa[nt], qhi, u0, u1);
-        mma_tf32(sb[nt], qlo, u0, u1);
-      } else {
-        const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
-        const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
-        mma_tf32(sa[nt], qhi, h0, h1);
-        mma_tf32(sb[nt], qlo, h0, h1);
-        if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[nt], qhi, tf32_bits(r0), tf32_bits(r1));
+      for (int v = 0; v < NT / 2; ++v) {
+        uint32_t k[4];
+        ldmatrix_x4(k, lrow + 16 * v * P + 8 * kk);
+        bits |= k[0] | k[1] | k[2] | k[3];
+        mma_tf32(sa[2 * v], qhi, k[0], k[1]);
+        mma_tf32(sb[2 * v], qlo, k[0], k[1]);
+        mma_tf32(sa[2 * v + 1], qhi, k[2], k[3]);
+        mma_tf32(sb[2 * v + 1], qlo, k[2], k[3]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      uint32_t qhi[4], qlo[4];
+      qf.get(kk, qhi, qlo);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float* kr = base + (8 * (nt0 + nt) + g) * P + 8 * kk + t;
+        const float k0 = kr[0], k1 = kr[4];
+        if constexpr (kAsIs) {
+          const uint32_t u0 = __float_as_uint(k0), u1 = __float_as_uint(k1);
+          bits |= u0 | u1;
+          mma_tf32(sa[nt], qhi, u0, u1);
+          mma_tf32(sb[nt], qlo, u0, u1);
+        } else {
+          const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
+          const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
+          mma_tf32(sa[nt], qhi, h0, h1);
+          mma_tf32(sb[nt], qlo, h0, h1);
+          if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[nt], qhi, tf32_bits(r0), tf32_bits(r1));
+        }
       }
     }
   }
@@ -182,7 +209,7 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, in
 // pfr or the rows must follow a barrier after this.
 // WPS = 2: a warp decides for its own score n-tiles; its value product, over all 32 rows of half the
 // slice, takes the slice's decision (both warps' flags, through `flags`). Step 2 runs on threads 0 … 255.
-template <int DW, int WPS, typename OnState>
+template <int DW, int WPS, bool kLdm, typename OnState>
 __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
                                      uint4* pfr, uint32_t* flags, OnState on_state, float (&acc)[DW / 8 / WPS][4]) {
   constexpr int NT = 4 / WPS;
@@ -192,7 +219,7 @@ __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW 
   const float* base = rows + sl * DW;
   float pt[NT][4];
   uint32_t bits = 0;
-  slice_scores<DW, true, WPS>(base, qf, g, t, NT * part, pt, bits);
+  slice_scores<DW, true, WPS, kLdm>(base, qf, g, t, NT * part, pt, bits);
   float sum = 0.0f;  // finite iff every partial is (an inf or NaN read makes its column's partials so)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -219,8 +246,11 @@ __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW 
   slice_values<DW, WPS>(base + 8 * (DW / 8 / WPS) * part, pfr, lane, g, t, as_is, acc);
 }
 
-template <int DW, int WPS>
-__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
+// The chunk shape's block (query i, heads h0 … h0 + 15): every segment staged, steps 1–3, merged in
+// registers, the sink, out. Also the split kernel's fallback (kernels 6) for a query whose segments
+// outrun the stored ones. Dynamic shared memory: Smem<DW>::bytes.
+template <int DW, int WPS, bool kLdm>
+__device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = Smem<DW>;
   constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
@@ -230,9 +260,6 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk3_kernel
   float2* fab = reinterpret_cast<float2*>(pfr + S::pfr);
   float2* mls = fab + kHeads;
   uint32_t* flags = reinterpret_cast<uint32_t*>(mls + kHeads);
-  const int groups = (a.heads + kHeads - 1) / kHeads;
-  const int64_t i = blockIdx.x / groups;
-  const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
   const int g = lane >> 2, t = lane & 3;
   const int hs[2] = {h0 + g, h0 + g + 8};
@@ -275,7 +302,7 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk3_kernel
     const int64_t left = qr.total - seg * kAttnSeg;
     const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
     float acc[KN][4];
-    segment_state<DW, WPS>(buf(seg), cnt, qf, a.scale, red, pfr, flags, [&](float m_s, float l_s) {
+    segment_state<DW, WPS, kLdm>(buf(seg), cnt, qf, a.scale, red, pfr, flags, [&](float m_s, float l_s) {
       float fa, fb;
       merge_step(M, L, m_s, l_s, fa, fb);
       if ((threadIdx.x & 15) == 0) fab[sh] = make_float2(fa, fb);
@@ -303,11 +330,21 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk3_kernel
   }
 }
 
+template <int DW, int WPS, bool kLdm>
+__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  chunk3_block<DW, WPS, kLdm>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+}
+
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
 // Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr, flags.
-template <int DW, int WPS>
+// kFallback (kernels 6): a query with more segments than st stores (a host bound below its rows) is
+// computed whole by its segment-0 block, chunk3_block into out (dynamic shared memory then
+// Smem<DW>::bytes), and stores nothing — the merge that follows (lean, attention_mma.cu) skips such a
+// query, so it carries neither the chunk body's registers nor its shared memory.
+template <int DW, int WPS, bool kLdm, bool kFallback>
 __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
   constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
   extern __shared__ float4 smem4[];
@@ -322,6 +359,12 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel
   const int hs[2] = {h0 + g, h0 + g + 8};
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
+  if constexpr (kFallback) {
+    if (segments_of(qr) > st.n_stored) {  // block-uniform
+      if (seg == 0) chunk3_block<DW, WPS, kLdm>(a, i, h0);
+      return;
+    }
+  }
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
   const int d0 = (wid % kWarps) * DW, dv = d0 + 8 * KN * (wid / kWarps);
   QFrag<KK> qf;  // the index and q loads issued together, then the copies
@@ -339,7 +382,7 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel
   const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
   const int sh = (threadIdx.x >> 4) & (kHeads - 1);
   float acc[KN][4];
-  segment_state<DW, WPS>(rows, cnt, qf, a.scale, red, pfr, flags, [&](float m, float l) {
+  segment_state<DW, WPS, kLdm>(rows, cnt, qf, a.scale, red, pfr, flags, [&](float m, float l) {
     if ((threadIdx.x & 15) == 0 && h0 + sh < a.heads) {
       const int64_t slot = (i * a.heads + h0 + sh) * st.n_stored + seg;
       st.ml[2 * slot] = m;
@@ -357,45 +400,74 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel
 }
 
 template <int DW>
-size_t split3_smem() {
+constexpr size_t split3_smem() {
   return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + static_cast<size_t>(kWarps) * kHeads * kRedPitch) *
              sizeof(float) +
          4 * 2 * kWarp * sizeof(uint4) + 2 * kWarps * sizeof(uint32_t);
 }
 
-// Raises a kernel's dynamic shared-memory limit once (bit of smem_ready); false on an error (recorded).
-template <typename K>
-bool smem_once(CudaBackend& be, K kernel, size_t bytes, uint32_t& smem_ready, uint32_t bit) {
+template <typename F>
+void set_pairs(F&) {}
+template <typename F, typename K, typename... Rest>
+void set_pairs(F& f, K kernel, size_t bytes, Rest... rest) {
+  f(kernel, bytes);
+  set_pairs(f, rest...);
+}
+
+// Raises the dynamic shared-memory limits of kernels (kernel, bytes pairs) once (bit of smem_ready);
+// false on an error (recorded).
+template <typename... KB>
+bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, KB... kb) {
   if (smem_ready & bit) return true;
-  if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-                "attention mma (softmax once) smem"))
-    return false;
+  bool ok = true;
+  auto set = [&](auto kernel, size_t bytes) {
+    ok = ok && be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                        "attention mma (softmax once) smem");
+  };
+  set_pairs(set, kb...);
+  if (!ok) return false;
   smem_ready |= bit;
   return true;
 }
 
-// Bits of smem_ready: 16 + 4·(WPS − 1) + log2(DW / 8) for the chunk kernels, 24 + … for the split ones.
+// Bits of smem_ready: 16 + 4·(WPS − 1) + log2(DW / 8) for the chunk kernels, 24 + … for the split ones;
+// 12 + log2(DW / 8) for the kernels-6 pair (chunk and split with ldmatrix, 8 warps), set together.
 template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
-template <int DW, int WPS>
+// The kernels-6 split kernel needs the chunk body's shared memory for its fallback.
+template <int DW, bool kLdm>
+constexpr size_t split_bytes() { return kLdm ? std::max(split3_smem<DW>(), Smem<DW>::bytes) : split3_smem<DW>(); }
+
+template <int DW, int WPS, bool kLdm>
+bool smem_ready_for(CudaBackend& be, uint32_t& smem_ready, bool split) {
+  if constexpr (kLdm) {
+    static_assert(WPS == 1, "the ldmatrix kernels run 8 warps");
+    return smem_once(be, smem_ready, 1u << (12 + dw_bit<DW>()), attention_mma_chunk3_kernel<DW, 1, true>, Smem<DW>::bytes,
+                     attention_mma_split3_kernel<DW, 1, true, true>, split_bytes<DW, true>());
+  } else if (split) {
+    return smem_once(be, smem_ready, 1u << (24 + 4 * (WPS - 1) + dw_bit<DW>()),
+                     attention_mma_split3_kernel<DW, WPS, false, false>, split_bytes<DW, false>());
+  } else {
+    return smem_once(be, smem_ready, 1u << (16 + 4 * (WPS - 1) + dw_bit<DW>()), attention_mma_chunk3_kernel<DW, WPS, false>,
+                     Smem<DW>::bytes);
+  }
+}
+
+template <int DW, int WPS, bool kLdm>
 void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready) {
-  if (!smem_once(be, attention_mma_split3_kernel<DW, WPS>, split3_smem<DW>(), smem_ready,
-                 1u << (24 + 4 * (WPS - 1) + dw_bit<DW>())))
-    return;
+  if (!smem_ready_for<DW, WPS, kLdm>(be, smem_ready, true)) return;
   const dim3 grid(static_cast<unsigned>(split_segs), static_cast<unsigned>((a.heads + kHeads - 1) / kHeads),
                   static_cast<unsigned>(a.n));
-  attention_mma_split3_kernel<DW, WPS><<<grid, kThreads * WPS, split3_smem<DW>(), be.stream()>>>(a, st);
+  attention_mma_split3_kernel<DW, WPS, kLdm, kLdm><<<grid, kThreads * WPS, split_bytes<DW, kLdm>(), be.stream()>>>(a, st);
   be.launched("attention mma (split, softmax once)");
 }
 
-template <int DW, int WPS>
+template <int DW, int WPS, bool kLdm>
 void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
-  if (!smem_once(be, attention_mma_chunk3_kernel<DW, WPS>, Smem<DW>::bytes, smem_ready,
-                 1u << (16 + 4 * (WPS - 1) + dw_bit<DW>())))
-    return;
+  if (!smem_ready_for<DW, WPS, kLdm>(be, smem_ready, false)) return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk3_kernel<DW, WPS><<<static_cast<unsigned>(blocks), kThreads * WPS, Smem<DW>::bytes, be.stream()>>>(a);
+  attention_mma_chunk3_kernel<DW, WPS, kLdm><<<static_cast<unsigned>(blocks), kThreads * WPS, Smem<DW>::bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, softmax once)");
 }
 
@@ -423,12 +495,24 @@ void by_dw(const AttentionArgs& a, int wps, F f) {
 }  // namespace
 
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready, int wps) {
-  by_dw(a, wps, [&](auto dw, auto w) { launch_split<decltype(dw)::value, decltype(w)::value>(be, a, split_segs, st, smem_ready); });
+                               uint32_t& smem_ready, int wps, bool ldm) {
+  by_dw(a, wps, [&](auto dw, auto w) {
+    constexpr int DW = decltype(dw)::value, WPS = decltype(w)::value;
+    if constexpr (WPS == 1) {
+      if (ldm) return launch_split<DW, 1, true>(be, a, split_segs, st, smem_ready);
+    }
+    launch_split<DW, WPS, false>(be, a, split_segs, st, smem_ready);
+  });
 }
 
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int wps) {
-  by_dw(a, wps, [&](auto dw, auto w) { launch_chunk<decltype(dw)::value, decltype(w)::value>(be, a, smem_ready); });
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int wps, bool ldm) {
+  by_dw(a, wps, [&](auto dw, auto w) {
+    constexpr int DW = decltype(dw)::value, WPS = decltype(w)::value;
+    if constexpr (WPS == 1) {
+      if (ldm) return launch_chunk<DW, 1, true>(be, a, smem_ready);
+    }
+    launch_chunk<DW, WPS, false>(be, a, smem_ready);
+  });
 }
 
 }  // namespace ds4::backend::cuda::attn_mma

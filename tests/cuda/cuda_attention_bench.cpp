@@ -7,11 +7,10 @@
 //   indexer    64 heads × 128, top 512; decode at 2K (525 rows, the forward pass's bucketed bound 1,024)
 //              and 32K (8,192 rows), n = 1 and 8.
 // Variants: "now" (defaults), "prev" (attention_mma_kernels = 0, attention_merge_sliced = false,
-// indexer_select = 0: the kernels before this file), "k1/sel2" (the 8-warp fast attention kernels, sliced
-// merge; the fused decode indexer), "k2/sel1" (16-warp fast kernels; the select in its own launch) and
-// "k3" / "k4" (chunk and split kernels with the softmax once per block, 8 / 16 warps; the prefill indexer
-// on int8 tensor cores), "k6" (k3 with ldmatrix score fragments; one query's split kernel with the fallback
-// and the lean merge).
+// indexer_select = 0: the kernels before this file), "k1/sel2" (the fast attention kernels, sliced merge;
+// the fused decode indexer), "sel1" (the select in its own launch), "k3" (chunk and split kernels with the
+// softmax once per block; the prefill indexer on int8 tensor cores) and "k6" (k3 with one query's split
+// kernel carrying the fallback, then the lean merge: every state's loads in flight at once).
 // Usage: cuda_attention_bench [all | decode | prefill] [variant,variant…]. "decode" and "prefill" run each variant's calls
 // 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
@@ -42,7 +41,7 @@ int main(int argc, char** argv) {
     const char* name;
     cuda::CudaBackendOptions o;
   };
-  std::vector<Variant> vars(7);
+  std::vector<Variant> vars(6);
   vars[0].name = "now";
   vars[1].name = "prev";  // the kernels before this file: previous MMA kernels, chunk-kernel merge, select 0
   vars[1].o.attention_mma_kernels = 0;
@@ -51,18 +50,14 @@ int main(int argc, char** argv) {
   vars[2].name = "k1/sel2";  // 8-warp fast kernels, sliced merge; the fused decode indexer
   vars[2].o.attention_mma_kernels = 1;
   vars[2].o.indexer_select = 2;
-  vars[3].name = "k2/sel1";  // 16-warp fast kernels, sliced merge; the scan select in its own launch
-  vars[3].o.attention_mma_kernels = 2;
+  vars[3].name = "sel1";  // the default attention; the scan select in its own launch
   vars[3].o.indexer_select = 1;
   vars[4].name = "k3";  // the chunk shape with the softmax once per block (attention_mma_chunk.cu); the
   vars[4].o.attention_mma_kernels = 3;  // prefill indexer on int8 tensor cores (indexer_mma.cu)
   vars[4].o.indexer_mma = true;
-  vars[5].name = "k4";  // the same with 16 warps
-  vars[5].o.attention_mma_kernels = 4;
+  vars[5].name = "k6";  // k3; one query's split kernel with the fallback, then the lean merge
+  vars[5].o.attention_mma_kernels = 6;
   vars[5].o.indexer_mma = true;
-  vars[6].name = "k6";  // k3 with the score fragments by ldmatrix; one query's split kernel with the
-  vars[6].o.attention_mma_kernels = 6;  // fallback, then the lean merge
-  vars[6].o.indexer_mma = true;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

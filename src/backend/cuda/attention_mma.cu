@@ -34,65 +34,17 @@ using namespace attn_mma;
 
 constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
 constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
+constexpr int kLeanBatch = 20;  // the lean sliced merge: a CSA decode query's 20 states in one round trip
 
 // Kernel variants (CudaBackendOptions::attention_mma_kernels), the same bits: V = 0 the previous kernels
-// (8 warps, every warp adding all partial scores, comp_idx loaded at each copy); V = 1 (8 warps) and V = 2
-// (16 warps, q fragments in shared memory) "fast": partial scores added once per block, comp_idx a segment
-// ahead, and segments whose staged values are all exact in TF32 (the KV cache's rows) multiplied without
-// splitting them (their TF32 part is their own bits, their remainder zero: no conversion, no vote).
-template <int V>
-inline constexpr int kWpsOf = V == 2 ? 2 : 1;  // warps per dim slice
+// (every warp adding all partial scores, comp_idx loaded at each copy); V = 1 "fast": partial scores added
+// once per block, comp_idx a segment ahead, and segments whose staged values are all exact in TF32 (the KV
+// cache's rows) multiplied without splitting them (their TF32 part is their own bits, their remainder
+// zero: no conversion, no vote).
 template <int V>
 inline constexpr bool kFastOf = V >= 1;
 static_assert(kAttnSeg == 32 && kAttnSeg == modelspec::kCudaAttnSegmentRows,
               "the score tile is 4 n-tiles of 8 rows and the value product 4 k-steps of 8 rows");
-
-// QFrag's fragments in shared memory (the 16-warp chunk kernel: 64 registers a thread fewer, no spills):
-// [slice][kk][hi, lo][lane] as uint4, each lane's 4 words in one conflict-free 16-byte load.
-struct QShared {
-  const uint4* base;  // this warp's slice and lane: k-step kk's hi at base[2kk·32], lo at base[(2kk + 1)·32]
-  __device__ void get(int kk, uint32_t (&h)[4], uint32_t (&l)[4]) const {
-    const uint4 x = base[2 * kk * kWarp], y = base[(2 * kk + 1) * kWarp];
-    h[0] = x.x, h[1] = x.y, h[2] = x.z, h[3] = x.w;
-    l[0] = y.x, l[1] = y.y, l[2] = y.z, l[3] = y.w;
-  }
-};
-template <int KK>
-__device__ inline void store_q(uint4* base, const QFrag<KK>& qf) {  // base as in QShared
-#pragma unroll
-  for (int kk = 0; kk < KK; ++kk) {
-    base[2 * kk * kWarp] = make_uint4(qf.hi[kk][0], qf.hi[kk][1], qf.hi[kk][2], qf.hi[kk][3]);
-    base[(2 * kk + 1) * kWarp] = make_uint4(qf.lo[kk][0], qf.lo[kk][1], qf.lo[kk][2], qf.lo[kk][3]);
-  }
-}
-
-// Issues the copies of segment seg's rows into buf ([kAttnSeg][D + kPad] floats) — warp w copies rows
-// w, w + 8, … — and zero-fills rows past the query's candidates (their scores are masked, but the value
-// product reads them: 0·0, never 0·NaN). first_mod = first mod raw_cap.
-template <int D, int NW>
-__device__ inline void stage_rows(float* buf, const QueryRows& q, int64_t raw_cap, int64_t first_mod, int64_t seg,
-                                  int wid, int lane) {
-  constexpr int P = D + kPad;
-  constexpr int C4 = D / 4;  // 16-byte copies per row
-  for (int r = wid; r < kAttnSeg; r += NW) {
-    const int64_t j = seg * kAttnSeg + r;
-    float* dst = buf + r * P;
-    if (j < q.total) {
-      const float* src;
-      if (j < q.n_raw) {
-        int64_t rr = first_mod + j;
-        if (rr >= raw_cap) rr %= raw_cap;
-        src = q.raw + rr * D;
-      } else {
-        const int64_t c = j - q.n_raw;
-        src = q.comp + (q.idx ? static_cast<int64_t>(q.idx[c]) : c) * D;
-      }
-      for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
-    } else {
-      for (int c4 = lane; c4 < C4; c4 += kWarp) reinterpret_cast<float4*>(dst)[c4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  }
-}
 
 // Whether every value this thread copied into the staged segment (its warp's rows w + NW·k, columns
 // 4·(lane + 32c) …; its own cp.async copies have landed after cp_async_wait, its zero fills are its own
@@ -118,61 +70,28 @@ __device__ inline bool own_rows_exact(const float* buf, int wid, int lane) {
 // The state (m, l, acc) of heads (g, g + 8) over one staged segment of cnt ≥ 1 rows (rows [kAttnSeg][P],
 // padded rows zero), for this warp's dims of acc. Whole block (one or two __syncthreads inside); red: the
 // [kWarps][16][32] partial scores.
-// 1. Slice w's partial score tile [16 heads × 32 rows] over its dims: n-tile nt = rows 8nt … 8nt + 7;
-//    per n-tile two accumulators from 0: A takes q_hi·k for k-steps kk = 0 … KK−1 in order, B takes
-//    q_lo·k then (where k is not exact in TF32) q_hi·k_lo, per k-step in order; partial = A + B.
+// 1. Slice w's partial score tile [16 heads × 32 rows] over its dims (slice_scores, attention_mma.cuh).
 // 2. Score = ((partial_0 + partial_1) + …) + partial_7, times scale; rows ≥ cnt get −inf.
 // 3. m = max of the head's 32 scores; p = expf(s − m); l = Σ p: per lane its 8 values (n-tile order, then
 //    column 2t, 2t + 1) from 0, then the quad's xor butterfly (offsets 1, 2).
-// 4. acc over this warp's dims: per n-tile of 8 dims one accumulator from 0, k-steps j = 0 … 3 in order
-//    (k-step j holds row 8j + 2t at column t and row 8j + 2t + 1 at t + 4, which is where the score tile's
-//    accumulator left them), each p_hi·v, p_lo·v, then p_hi·v_lo where v is not exact.
-// WPS = 1 (the previous kernels): warp w is slice w, owns all 4 score n-tiles and all KK dim n-tiles, and
-// every warp adds the 8 partials of each of its 16 scores itself (128 shared loads per thread).
-// WPS = 2: 16 warps, warp w is slice w mod 8 and part w / 8 of it: score n-tiles 2·part, 2·part + 1 and
-// dim n-tiles [part·KK/2, (part + 1)·KK/2) — every n-tile's accumulator runs the same MMAs on the same
-// operands as with WPS = 1, only in another warp — and the 512 scores are each added once by one thread
-// (the same order of the 8 partials) and written over slice 0's partials, then read back (24 shared loads
-// per thread). The same bits either way. acc: this warp's KK / WPS dim n-tiles.
-// exact (V ≥ 1, block-uniform): every staged value of the segment is exact in TF32 (segment_exact).
-template <int DW, int V, typename Q>
-__device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, float scale, float* red, int wid, int lane,
-                                   bool exact, float (&m)[2], float (&l)[2], float (&acc)[DW / 8 / kWpsOf<V>][4]) {
-  constexpr int WPS = kWpsOf<V>;
-  constexpr int P = DW * kWarps + kPad, KK = DW / 8, NT = 4 / WPS, KN = KK / WPS;
+// 4. acc over this warp's dims (slice_values, p's parts split here from the registers holding p).
+// V = 0 (the previous kernels): every warp adds the 8 partials of each of its 16 scores itself (128 shared
+// loads per thread); V = 1: the 512 scores are each added once by one thread (the same order of the 8
+// partials), written over slice 0's partials and read back.
+// exact (V ≥ 1, block-uniform): every staged value of the segment is exact in TF32 (own_rows_exact).
+template <int DW, int V>
+__device__ inline void segment_mma(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red, int wid,
+                                   int lane, bool exact, float (&m)[2], float (&l)[2], float (&acc)[DW / 8][4]) {
   const int g = lane >> 2, t = lane & 3;
-  const int sl = wid % kWarps, part = wid / kWarps;
-  const float* base = rows + sl * DW;
-  float sa[NT][4], sb[NT][4];
+  const float* base = rows + wid * DW;
+  float pt[4][4];
+  uint32_t bits = 0;  // unused: exact is known
+  if (kFastOf<V> && exact) slice_scores<DW, true>(base, qf, g, t, pt, bits);
+  else slice_scores<DW, false>(base, qf, g, t, pt, bits);
 #pragma unroll
-  for (int u = 0; u < NT; ++u)
+  for (int u = 0; u < 4; ++u)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) sa[u][c] = sb[u][c] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < KK; ++kk) {
-    uint32_t qhi[4], qlo[4];
-    qf.get(kk, qhi, qlo);
-#pragma unroll
-    for (int u = 0; u < NT; ++u) {
-      const int nt = part * NT + u;
-      const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
-      const float k0 = kr[0], k1 = kr[4];
-      if (kFastOf<V> && exact) {  // tf32_bits(k) = k's bits, k − tf32(k) = 0: the same two MMAs, no third
-        mma_tf32(sa[u], qhi, __float_as_uint(k0), __float_as_uint(k1));
-        mma_tf32(sb[u], qlo, __float_as_uint(k0), __float_as_uint(k1));
-        continue;
-      }
-      const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
-      const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
-      mma_tf32(sa[u], qhi, h0, h1);
-      mma_tf32(sb[u], qlo, h0, h1);
-      if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[u], qhi, tf32_bits(r0), tf32_bits(r1));
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < NT; ++u)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) red[(sl * 16 + (part * NT + u) * 4 + c) * kWarp + lane] = sa[u][c] + sb[u][c];
+    for (int c = 0; c < 4; ++c) red[(wid * 16 + u * 4 + c) * kWarp + lane] = pt[u][c];
   __syncthreads();
   float s[4][4];
   if constexpr (!kFastOf<V>) {
@@ -186,10 +105,10 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
         s[nt][c] = 8 * nt + 2 * t + (c & 1) < cnt ? v * scale : -INFINITY;
       }
   } else {
-    // Score k = (nt·4 + c)·32 + lane' by thread k (and k + 256 with 8 warps): read only by this thread
-    // before it is overwritten.
+    // Score k = (nt·4 + c)·32 + lane' by thread k and k + 256: read only by this thread before it is
+    // overwritten.
 #pragma unroll
-    for (int k = static_cast<int>(threadIdx.x); k < 16 * kWarp; k += kThreads * WPS) {
+    for (int k = static_cast<int>(threadIdx.x); k < 16 * kWarp; k += kThreads) {
       float v = red[k];
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) v = v + red[w * 16 * kWarp + k];
@@ -222,33 +141,15 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
     m[r] = mx;
     l[r] = sum;
   }
-#pragma unroll
-  for (int u = 0; u < KN; ++u)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[u][c] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    uint32_t ph[4], pl[4];  // A fragment of k-step j: (g, t) = c0, (g + 8, t) = c2, (g, t + 4) = c1, (g + 8, t + 4) = c3
-    split_tf32(s[j][0], ph[0], pl[0]);
+  slice_values<DW>(base, [&](int j, uint32_t (&ph)[4], uint32_t (&pl)[4]) {
+    split_tf32(s[j][0], ph[0], pl[0]);  // (g, t) = c0, (g + 8, t) = c2, (g, t + 4) = c1, (g + 8, t + 4) = c3
     split_tf32(s[j][2], ph[1], pl[1]);
     split_tf32(s[j][1], ph[2], pl[2]);
     split_tf32(s[j][3], ph[3], pl[3]);
-    const float* vr = base + (8 * j + 2 * t) * P + g + 8 * (part * KN);
-    if (kFastOf<V> && exact) {
-#pragma unroll
-      for (int u = 0; u < KN; ++u) {  // mma_split's first two MMAs (v exact: no third)
-        const uint32_t v0 = __float_as_uint(vr[8 * u]), v1 = __float_as_uint(vr[P + 8 * u]);
-        mma_tf32(acc[u], ph, v0, v1);
-        mma_tf32(acc[u], pl, v0, v1);
-      }
-      continue;
-    }
-#pragma unroll
-    for (int u = 0; u < KN; ++u) mma_split(acc[u], ph, pl, vr[8 * u], vr[P + 8 * u]);
-  }
+  }, g, t, kFastOf<V> && exact, acc);
 }
 
-// Block = (query i, 16 heads), 8·WPS warps. kStored = false (chunk shape): computes every segment from rows
+// Block = (query i, 16 heads), 8 warps. kStored = false (chunk shape): computes every segment from rows
 // staged in shared memory (two buffers: the next segment's copies fly while the current one is
 // computed) and merges each into the running state in registers. kStored = true (the merge after the
 // split kernel): segments 0 … n_stored−1 are read from scratch, any past the host's bound computed here.
@@ -257,8 +158,7 @@ __device__ inline void segment_mma(const float* rows, int cnt, const Q& qf, floa
 // a query whose segments outrun the stored ones (attention_mma_merge_kernel).
 template <int DW, bool kStored, int V>
 __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, int64_t i, int h0) {
-  constexpr int WPS = kWpsOf<V>;
-  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK, NW = kWarps;
   extern __shared__ float4 smem4[];
   float* bufs = reinterpret_cast<float*>(smem4);
   float* red = bufs + 2 * kAttnSeg * P;
@@ -268,8 +168,7 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
   const int64_t n_seg = segments_of(qr);
-  const int d0 = (wid % kWarps) * DW;        // this warp's slice: q fragments
-  const int dv = d0 + 8 * KN * (wid / kWarps);  // its dim n-tiles: acc, run, out
+  const int d0 = wid * DW;  // this warp's slice: q fragments, acc, run, out
 
   float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f}, run[KN][4];
 #pragma unroll
@@ -293,7 +192,7 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
         ls[b][r] = load ? st.ml[2 * slot + 1] : 0.0f;
 #pragma unroll
         for (int nt = 0; nt < KN; ++nt)
-          v[b][nt][r] = load ? *reinterpret_cast<const float2*>(st.acc + slot * D + dv + 8 * nt + 2 * t) : make_float2(0.0f, 0.0f);
+          v[b][nt][r] = load ? *reinterpret_cast<const float2*>(st.acc + slot * D + d0 + 8 * nt + 2 * t) : make_float2(0.0f, 0.0f);
       }
     }
 #pragma unroll
@@ -313,21 +212,15 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
   }
 
   if (n_read < n_seg) {  // block-uniform
-    // WPS = 2: the slice's fragments in shared memory (after the rows and red), written by its part-0
-    // warp; the first segment's __syncthreads below orders them before any read.
     QFrag<KK> qf;
-    uint4* qsm = reinterpret_cast<uint4*>(red + kWarps * 16 * kWarp) + (wid % kWarps) * KK * 2 * kWarp + lane;
-    if (WPS == 1 || wid < kWarps) load_q(qf, a, i, hs, ok, d0, t);
-    if constexpr (WPS == 2) {
-      if (wid < kWarps) store_q(qsm, qf);
-    }
+    load_q(qf, a, i, hs, ok, d0, t);
     const int64_t first_mod = qr.first % a.raw_cap;
     int32_t pre = 0;  // fast kernels: the next segment's comp_idx entries (prefetch_idx)
     if constexpr (kFastOf<V>) {
       stage_rows_pre<D, NW>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane, prefetch_idx<NW>(qr, n_read, wid, lane));
       pre = prefetch_idx<NW>(qr, n_read + 1, wid, lane);
     } else {
-      stage_rows<D, NW>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane);
+      stage_rows_pre<D, NW, false>(bufs, qr, a.raw_cap, first_mod, n_read, wid, lane, 0);
     }
     cp_async_commit();
     for (int64_t seg = n_read; seg < n_seg; ++seg) {
@@ -338,7 +231,7 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
           stage_rows_pre<D, NW>(nxt, qr, a.raw_cap, first_mod, seg + 1, wid, lane, pre);
           pre = prefetch_idx<NW>(qr, seg + 2, wid, lane);  // consumed a whole segment later
         } else {
-          stage_rows<D, NW>(nxt, qr, a.raw_cap, first_mod, seg + 1, wid, lane);
+          stage_rows_pre<D, NW, false>(nxt, qr, a.raw_cap, first_mod, seg + 1, wid, lane, 0);
         }
       }
       cp_async_commit();
@@ -352,11 +245,7 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
       const int64_t left = qr.total - seg * kAttnSeg;
       const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
       float m[2], l[2], acc[KN][4];
-      if constexpr (WPS == 2) {
-        segment_mma<DW, V>(cur, cnt, QShared{qsm}, a.scale, red, wid, lane, exact, m, l, acc);
-      } else {
-        segment_mma<DW, V>(cur, cnt, qf, a.scale, red, wid, lane, exact, m, l, acc);
-      }
+      segment_mma<DW, V>(cur, cnt, qf, a.scale, red, wid, lane, exact, m, l, acc);
       float fa[2], fb[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) merge_step(M[r], L[r], m[r], l[r], fa[r], fb[r]);
@@ -373,7 +262,7 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
     if (!ok[r]) continue;
     float f, denom;
     sink_step(a.sinks[hs[r]], M[r], L[r], f, denom);
-    float* o = a.out + (i * a.heads + hs[r]) * D + dv;
+    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
 #pragma unroll
     for (int nt = 0; nt < KN; ++nt)
       *reinterpret_cast<float2*>(o + 8 * nt + 2 * t) = make_float2(run[nt][2 * r] * f / denom, run[nt][2 * r + 1] * f / denom);
@@ -381,7 +270,7 @@ __device__ inline void chunk_block(const AttentionArgs& a, const SegStates& st, 
 }
 
 template <int DW, bool kStored, int V>
-__global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_chunk_kernel(AttentionArgs a, SegStates st) {
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(AttentionArgs a, SegStates st) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
   chunk_block<DW, kStored, V>(a, st, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
@@ -394,9 +283,10 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_chunk_k
 // recomputed per thread (cheap: the head's scalars). A query with more segments than were stored (a host
 // bound below the real counts) is left to slice 0, which runs the chunk kernel's body for its 16 heads.
 // kLean (after the kernels-6 split kernel, which computed such a query whole): a query past the stored
-// segments is skipped — no chunk body, so no shared memory and a merge's registers only.
+// segments is skipped — no chunk body, so no shared memory and a merge's registers only — and up to
+// kLeanBatch states are loaded before their merges (one memory round trip for a CSA decode query).
 template <int DW, int V, bool kLean = false>
-__global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
   constexpr int D = DW * kWarps, D4 = D / 4;
   const int groups = (a.heads + kHeads - 1) / kHeads;
   const int64_t i = blockIdx.x / groups;
@@ -409,18 +299,19 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_merge_k
     return;
   }
   const int per = D4 / slices;  // float4 columns of a head in this slice
-  for (int e = threadIdx.x; e < kHeads * per; e += kThreads * kWpsOf<V>) {
+  for (int e = threadIdx.x; e < kHeads * per; e += kThreads) {
     const int h = h0 + e / per;
     if (h >= a.heads) break;  // e grows with h
     const int64_t c4 = static_cast<int64_t>(blockIdx.y) * per + e % per;
     const int64_t slot0 = (i * a.heads + h) * st.n_stored;
     float M = -INFINITY, L = 0.0f;
     float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int64_t k0 = 0; k0 < n_seg; k0 += kSliceBatch) {
-      float ms[kSliceBatch], ls[kSliceBatch];
-      float4 v[kSliceBatch];
+    constexpr int B = kLean ? kLeanBatch : kSliceBatch;
+    for (int64_t k0 = 0; k0 < n_seg; k0 += B) {
+      float ms[B], ls[B];
+      float4 v[B];
 #pragma unroll
-      for (int b = 0; b < kSliceBatch; ++b) {
+      for (int b = 0; b < B; ++b) {
         const bool load = k0 + b < n_seg;
         const int64_t slot = slot0 + k0 + b;
         ms[b] = load ? st.ml[2 * slot] : -INFINITY;
@@ -428,7 +319,7 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_merge_k
         v[b] = load ? reinterpret_cast<const float4*>(st.acc + slot * D)[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
-      for (int b = 0; b < kSliceBatch; ++b) {
+      for (int b = 0; b < B; ++b) {
         if (k0 + b >= n_seg) break;
         float fa, fb;
         merge_step(M, L, ms[b], ls[b], fa, fb);
@@ -445,13 +336,12 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_merge_k
   }
 }
 
-// Split kernel: block = (segment k, 16 heads, query i), 8·WPS warps; stores segment k's state of each head
+// Split kernel: block = (segment k, 16 heads, query i), 8 warps; stores segment k's state of each head
 // (segments past the query's rows have nothing to store). Dynamic shared memory: [kAttnSeg][D + kPad]
 // rows, then [kWarps][16][32].
 template <int DW, int V>
-__global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_split_kernel(AttentionArgs a, SegStates st) {
-  constexpr int WPS = kWpsOf<V>;
-  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_split_kernel(AttentionArgs a, SegStates st) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK, NW = kWarps;
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* red = rows + kAttnSeg * P;
@@ -464,7 +354,7 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_split_k
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
-  const int d0 = (wid % kWarps) * DW, dv = d0 + 8 * KN * (wid / kWarps);
+  const int d0 = wid * DW;
   QFrag<KK> qf;  // loaded while the copies fly
   if constexpr (kFastOf<V>) {  // the index and q loads issued together, then the copies
     const int32_t pre = prefetch_idx<NW>(qr, seg, wid, lane);
@@ -474,7 +364,7 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_split_k
     cp_async_commit();
     split_q(qf, x);
   } else {
-    stage_rows<D, NW>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane);
+    stage_rows_pre<D, NW, false>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane, 0);
     cp_async_commit();
     load_q(qf, a, i, hs, ok, d0, t);
   }
@@ -495,7 +385,7 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_split_k
     const int64_t slot = (i * a.heads + hs[r]) * st.n_stored + seg;
 #pragma unroll
     for (int nt = 0; nt < KN; ++nt)
-      *reinterpret_cast<float2*>(st.acc + slot * D + dv + 8 * nt + 2 * t) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
+      *reinterpret_cast<float2*>(st.acc + slot * D + d0 + 8 * nt + 2 * t) = make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]);
     if (wid == 0 && t == 0) {
       st.ml[2 * slot] = m[r];
       st.ml[2 * slot + 1] = l[r];
@@ -503,35 +393,33 @@ __global__ void __launch_bounds__(kThreads * kWpsOf<V>, 1) attention_mma_split_k
   }
 }
 
-// Chunk kernel (and the merges, whose fallback runs its body): two row buffers, red, and for WPS = 2 the
-// q fragments ([8 slices][DW / 8][2][32] uint4: 64 KB at head_dim 512; 212 KB in all, under the H200's 227).
-template <int DW, int V>
+// Chunk kernel (and the merges, whose fallback runs its body): two row buffers and red.
+template <int DW>
 size_t chunk_smem() {
-  return (2 * static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float) +
-         (V == 2 ? static_cast<size_t>(kWarps) * (DW / 8) * 2 * kWarp * sizeof(uint4) : 0);
+  return (2 * static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float);
 }
 template <int DW>
 size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
 
 // smem_ready: bit per (DW, V) variant, set once the kernels' dynamic shared-memory limits are raised.
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
-// split_once_wps > 0: the split kernel of attention_mma_chunk.cu (ldm: its kernels-6 form, whose fallback
-// lets the sliced merge be the lean one).
+// split_once: the split kernel of attention_mma_chunk.cu (lean: with its fallback, so that the sliced merge
+// can be the lean one — attention_mma_kernels = 6).
 template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
-                bool sliced_merge, int split_once_wps = 0, bool ldm = false) {
-  constexpr int threads = kThreads * kWpsOf<V>;
-  const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–11
+                bool sliced_merge, bool split_once = false, bool lean = false) {
+  constexpr int threads = kThreads;
+  const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–7
   if (!(smem_ready & bit)) {
     const bool set =
         be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, false, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW, V>())), "attention mma chunk smem") &&
+                                      static_cast<int>(chunk_smem<DW>())), "attention mma chunk smem") &&
         be.check(cudaFuncSetAttribute(attention_mma_chunk_kernel<DW, true, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW, V>())), "attention mma merge smem") &&
+                                      static_cast<int>(chunk_smem<DW>())), "attention mma merge smem") &&
         be.check(cudaFuncSetAttribute(attention_mma_split_kernel<DW, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(split_smem<DW>())), "attention mma split smem") &&
         be.check(cudaFuncSetAttribute(attention_mma_merge_kernel<DW, V>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(chunk_smem<DW, V>())), "attention mma sliced merge smem");
+                                      static_cast<int>(chunk_smem<DW>())), "attention mma sliced merge smem");
     if (!set) return;
     smem_ready |= bit;
   }
@@ -539,10 +427,10 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   cudaStream_t s = be.stream();
   if (split_segs > 0) {
     const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
-    if (split_once_wps > 0) {  // attention_mma_kernels ≥ 3: the split kernel of attention_mma_chunk.cu, same states
+    if (split_once) {  // attention_mma_kernels 3, 6: the split kernel of attention_mma_chunk.cu, same states
       // The fallback only where the lean sliced merge follows (the chunk-kernel merge would read the
       // states a fallback query never stored).
-      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready, split_once_wps, ldm && sliced_merge);
+      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready, lean && sliced_merge);
       if (be.failed()) return;
     } else {
       attention_mma_split_kernel<DW, V><<<grid, threads, split_smem<DW>(), s>>>(a, st);
@@ -555,20 +443,20 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
-      if (ldm && split_once_wps > 0) {
+      if (lean && split_once) {
         attention_mma_merge_kernel<DW, V, true><<<mgrid, threads, 0, s>>>(a, st, slices);
         be.launched("attention mma (sliced merge, lean)");
         return;
       }
-      attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW, V>(), s>>>(a, st, slices);
+      attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW>(), s>>>(a, st, slices);
       be.launched("attention mma (sliced merge)");
       return;
     }
-    attention_mma_chunk_kernel<DW, true, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, V>(), s>>>(a, st);
+    attention_mma_chunk_kernel<DW, true, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
     be.launched("attention mma (merge)");
     return;
   }
-  attention_mma_chunk_kernel<DW, false, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW, V>(), s>>>(a, st);
+  attention_mma_chunk_kernel<DW, false, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
   be.launched("attention mma (chunk)");
 }
 
@@ -581,28 +469,25 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels); 16 warps only where a slice has ≥ 2
-  // dim n-tiles to share (head_dim ≥ 128), else the 8-warp fast kernels. 3: the chunk shape with the
-  // softmax once per block (attention_mma_chunk.cu), also its split kernel; 4: the same with 16 warps; the
-  // merges are the 8-warp fast ones; 6: as 3 with the score fragments by ldmatrix and, for one query, the
-  // split kernel's fallback and the lean merge.
-  const int once_wps = attn_mma_kernels_ == 3 || attn_mma_kernels_ == 6 ? 1 : attn_mma_kernels_ == 4 ? 2 : 0;
-  const bool ldm = attn_mma_kernels_ == 6;
-  if (once_wps > 0 && split_segs == 0) {
-    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, once_wps, ldm);
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3 or 6). 3: the chunk shape with
+  // the softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges
+  // and larger split calls the fast ones (1); 6: as 3 with, for one query, the split kernel's fallback and
+  // the lean merge (every stored state's loads in flight at once).
+  const bool once = attn_mma_kernels_ == 3 || attn_mma_kernels_ == 6;
+  const bool lean = attn_mma_kernels_ == 6;
+  if (once && split_segs == 0) {
+    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_);
     return true;
   }
   // Its split kernel for one query only: faster there on the H200 (CSA 15.1 → 14.0 µs), slower at 8 queries
   // (40.1 → 43.7 µs: 147 registers, one block per multiprocessor where the 8-warp split kernel fits two).
-  const int split_wps = a.n == 1 ? once_wps : 0;
-  const int v = once_wps > 0 || (attn_mma_kernels_ == 2 && dw < 16) ? 1 : attn_mma_kernels_;
+  const bool split_once = once && a.n == 1;
   uint32_t& ready = attn_mma_smem_;
   const bool sm = attn_merge_sliced_;
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
-    if (v == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm);
-    else if (v == 1 || DW < 16) launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, split_wps, ldm);
-    else if constexpr (DW >= 16) launch_mma<DW, 2>(*this, a, split_segs, st, ready, sm);
+    if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm);
+    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, split_once, lean);
   };
   switch (dw) {
     case 8: go(std::integral_constant<int, 8>{}); break;

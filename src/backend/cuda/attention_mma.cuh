@@ -21,15 +21,14 @@ class CudaBackend;
 
 namespace ds4::backend::cuda::attn_mma {
 
-// attention_mma_chunk.cu: the chunk shape with the softmax once per block (attention_mma_kernels = 3:
-// wps = 1, 8 warps; 4: wps = 2, 16 warps where head_dim ≥ 128; head_dim 64, 128, 256 or 512; ldm
-// (kernels 6): the score B fragments by ldmatrix). smem_ready: the caller's bits of kernels whose
-// shared-memory limit is raised (these launchers use bits 12–31).
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int wps, bool ldm);
-// The split kernel of the same steps: split_segs segments per (query, 16 heads) into st. ldm: also the
-// fallback for queries past the stored segments (computed whole into out; the lean merge skips them).
+// attention_mma_chunk.cu: the chunk shape with the softmax once per block (attention_mma_kernels 3 and 6;
+// head_dim 64, 128, 256 or 512). smem_ready: the caller's bits of kernels whose shared-memory limit is
+// raised (these launchers use bits 12–31).
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready);
+// The split kernel of the same steps: split_segs segments per (query, 16 heads) into st. fallback
+// (kernels 6): a query past the stored segments is computed whole into out (the lean merge skips it).
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready, int wps, bool ldm);
+                               uint32_t& smem_ready, bool fallback);
 
 inline constexpr int kHeads = 16;  // heads per block = the MMA's M: lane 4g + t holds heads g and g + 8
 inline constexpr int kWarps = 8;   // warp w owns dims [w·DW, (w+1)·DW), DW = head_dim / 8
@@ -92,18 +91,92 @@ __device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, 
   split_q(qf, x);
 }
 
-// Segment-index prefetch (16-warp chunk kernel): lane k < kAttnSeg / NW of warp w holds the comp_idx entry
-// of row w + NW·k of a segment (−1 for raw rows and rows past the query's), loaded a whole segment before
-// its copies are issued — the copies of segment s + 1 then wait on no global load (the 8-warp kernel
-// loads each index right before its copy, one serial global latency per segment and warp).
+// Step 1 of the contract for this warp's slice (rows at base = staged segment + slice offset, pitch
+// D + kPad): the partial scores part[nt][c] = A + B of heads (g, g + 8) × rows 8nt + 2t, 8nt + 2t + 1
+// (c = 0, 1 head g; 2, 3 head g + 8). kAsIs: the rows' bits go to the MMAs unconverted and `bits` collects
+// their OR (right only when every value is exact in TF32 and finite — the caller checks or knows); else
+// each 8 × 8 block is converted and gets its third product where it is not exact, as the contract writes it.
+template <int DW, bool kAsIs, typename Q>
+__device__ inline void slice_scores(const float* base, const Q& qf, int g, int t, float (&part)[4][4], uint32_t& bits) {
+  constexpr int P = DW * kWarps + kPad, KK = DW / 8;
+  float sa[4][4], sb[4][4];
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) sa[nt][c] = sb[nt][c] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    uint32_t qhi[4], qlo[4];
+    qf.get(kk, qhi, qlo);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
+      const float k0 = kr[0], k1 = kr[4];
+      if constexpr (kAsIs) {
+        const uint32_t u0 = __float_as_uint(k0), u1 = __float_as_uint(k1);
+        bits |= u0 | u1;
+        mma_tf32(sa[nt], qhi, u0, u1);
+        mma_tf32(sb[nt], qlo, u0, u1);
+      } else {
+        const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
+        const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
+        mma_tf32(sa[nt], qhi, h0, h1);
+        mma_tf32(sb[nt], qlo, h0, h1);
+        if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[nt], qhi, tf32_bits(r0), tf32_bits(r1));
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) part[nt][c] = sa[nt][c] + sb[nt][c];
+}
+
+// Step 3 for this warp's slice: acc[u] over dims 8u … 8u + 7 of base, k-steps j = 0 … 3 (row 8j + 2t at
+// column t, 8j + 2t + 1 at t + 4), p's TF32 parts of k-step j from p_frag(j, hi, lo) (A fragments: (g, t)
+// = word 0, (g + 8, t) = 1, (g, t + 4) = 2, (g + 8, t + 4) = 3); as_is: the rows' bits unconverted (every
+// value exact in TF32 and finite), else mma_split per 8 × 8 block.
+template <int DW, typename PFrag>
+__device__ inline void slice_values(const float* base, PFrag p_frag, int g, int t, bool as_is, float (&acc)[DW / 8][4]) {
+  constexpr int P = DW * kWarps + kPad, KN = DW / 8;
+#pragma unroll
+  for (int u = 0; u < KN; ++u)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[u][c] = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    uint32_t ph[4], pl[4];
+    p_frag(j, ph, pl);
+    const float* vr = base + (8 * j + 2 * t) * P + g;
+    if (as_is) {
+#pragma unroll
+      for (int u = 0; u < KN; ++u) {
+        const uint32_t v0 = __float_as_uint(vr[8 * u]), v1 = __float_as_uint(vr[P + 8 * u]);
+        mma_tf32(acc[u], ph, v0, v1);
+        mma_tf32(acc[u], pl, v0, v1);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < KN; ++u) mma_split(acc[u], ph, pl, vr[8 * u], vr[P + 8 * u]);
+    }
+  }
+}
+
+// Segment-index prefetch (the fast kernels): lane k < kAttnSeg / NW of warp w holds the comp_idx entry of
+// row w + NW·k of a segment (−1 for raw rows and rows past the query's), loaded a whole segment before its
+// copies are issued — the copies of segment s + 1 then wait on no global load (the previous kernels load
+// each index right before its copy, one serial global latency per segment and warp).
 template <int NW>
 __device__ inline int32_t prefetch_idx(const QueryRows& q, int64_t seg, int wid, int lane) {
   const int64_t j = seg * kAttnSeg + wid + NW * lane;
   return lane < kAttnSeg / NW && j >= q.n_raw && j < q.total && q.idx ? q.idx[j - q.n_raw] : -1;
 }
 
-// stage_rows with the compressed rows' ids from prefetch_idx (pre) instead of comp_idx.
-template <int D, int NW>
+// Issues the copies of segment seg's rows into buf ([kAttnSeg][D + kPad] floats) — warp w copies rows
+// w, w + NW, … — and zero-fills rows past the query's candidates (their scores are masked, but the value
+// product reads them: 0·0, never 0·NaN). first_mod = first mod raw_cap. kPre: the compressed rows' ids
+// from prefetch_idx (pre); else each loaded from comp_idx right before its copy (the previous kernels).
+template <int D, int NW, bool kPre = true>
 __device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t raw_cap, int64_t first_mod, int64_t seg,
                                       int wid, int lane, int32_t pre) {
   constexpr int P = D + kPad;
@@ -112,7 +185,7 @@ __device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t ra
   for (int k = 0; k < kAttnSeg / NW; ++k) {
     const int r = wid + NW * k;
     const int64_t j = seg * kAttnSeg + r;
-    const int32_t id = __shfl_sync(0xffffffffu, pre, k);
+    const int32_t id = kPre ? __shfl_sync(0xffffffffu, pre, k) : 0;
     float* dst = buf + r * P;
     if (j < q.total) {
       const float* src;
@@ -121,7 +194,8 @@ __device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t ra
         if (rr >= raw_cap) rr %= raw_cap;
         src = q.raw + rr * D;
       } else {
-        src = q.comp + (q.idx ? static_cast<int64_t>(id) : j - q.n_raw) * D;
+        const int64_t c = j - q.n_raw;
+        src = q.comp + (q.idx ? static_cast<int64_t>(kPre ? id : q.idx[c]) : c) * D;
       }
       for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
     } else {

@@ -1,6 +1,7 @@
 // attention_mma_chunk.cu — the chunk shape (prefill chunks, batches past the split shape) of the MMA
 // attention order of README.md "Attention summation order on tensor cores", with each segment's softmax
-// done once per block (CudaBackendOptions::attention_mma_kernels = 3).
+// done once per block (CudaBackendOptions::attention_mma_kernels = 3, the default; 6 = the same with the
+// split kernel's fallback, see attention_mma_split3_kernel).
 // Block = (query, 16 heads), 8 warps, warp w = dim slice w, as in attention_mma.cu; per 32-row segment:
 //  1. every warp forms its slice's partial scores [16 heads × 32 rows] (the same MMAs on the same
 //     operands) and stores them;
@@ -20,6 +21,7 @@
 // barrier that opens segment s, so a segment needs three barriers, not four.
 // The split shape (decode, small batches) runs the same steps on one segment per block and stores its
 // state for attention_mma.cu's merges (attention_mma_split3_kernel).
+// Steps 1 and 3's MMAs are attention_mma.cuh's slice_scores / slice_values, as in attention_mma.cu.
 // Deliberately not here: the merges (attention_mma.cu; the same bits), the scalar order
 // (attention_segments.cu).
 #include <algorithm>
@@ -30,7 +32,6 @@
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/gemm_tiles.cuh"
 
 namespace ds4::backend::cuda::attn_mma {
 
@@ -42,11 +43,7 @@ constexpr int kRedPitch = 40;  // floats per (slice, head) row of partial scores
 
 // Shared memory of the chunk kernel (floats unless marked): rows [kBufs][kAttnSeg][D + kPad]; red
 // [kWarps slices][16 heads][kRedPitch] partial scores (row pair k of head h at 2k); pfr [4 k-steps][hi,
-// lo][32 lanes] uint4 (p's A fragments); fab [16] (fa, fb) float2 of the segment's merge; mls [16] (M, L);
-// flags [16] uint32 (WPS = 2: each warp's rows-as-is decision, for its slice's other warp).
-// WPS: warps per dim slice — 1 (8 warps) or 2 (16 warps: warp w + 8·part takes score n-tiles 2·part,
-// 2·part + 1 and dim n-tiles [part·KN/2, (part + 1)·KN/2) of slice w — the same MMAs on the same operands
-// in another warp).
+// lo][32 lanes] uint4 (p's A fragments); fab [16] (fa, fb) float2 of the segment's merge; mls [16] (M, L).
 template <int DW>
 struct Smem {
   static constexpr int D = DW * kWarps, P = D + kPad;
@@ -54,106 +51,8 @@ struct Smem {
   static constexpr size_t red = static_cast<size_t>(kWarps) * kHeads * kRedPitch;
   static constexpr size_t pfr = 4 * 2 * kWarp;
   static constexpr size_t bytes =
-      (rows + red) * sizeof(float) + pfr * sizeof(uint4) + 2 * kHeads * sizeof(float2) + 2 * kWarps * sizeof(uint32_t);
+      (rows + red) * sizeof(float) + pfr * sizeof(uint4) + 2 * kHeads * sizeof(float2);
 };
-
-// Step 1 for this warp's slice (rows at base = staged segment + slice offset, pitch D + kPad): the
-// partial scores part[nt][c] = A + B of heads (g, g + 8) × rows 8nt + 2t, 8nt + 2t + 1 (c = 0, 1 head g;
-// 2, 3 head g + 8). kAsIs: the rows' bits go to the MMAs unconverted and `bits` collects their OR (right
-// only when every value is exact in TF32 and finite — the caller checks); else each 8 × 8 block is
-// converted and gets its third product where it is not exact, as the contract writes it.
-// WPS = 2: n-tiles nt0 … nt0 + 1 only (part[u] is n-tile nt0 + u).
-// kLdm (attention_mma_kernels = 6), rows as is: the B fragments of two n-tiles by one ldmatrix.x4 —
-// matrix m = lane / 8 of the x4 is n-tile nt0 + 2v + m / 2, floats 8kk + 4(m mod 2) … + 3 of its 8 rows
-// (row address from lane l: row l mod 8), so lane 4g + t receives row g's float t of each: k0 and k1 of
-// both n-tiles, the words the two LDS.32 per n-tile read (pitch D + 4 floats: the 8 rows of a matrix
-// cover the 32 banks once). The same values into the same MMAs, 1 instruction instead of 4.
-template <int DW, bool kAsIs, int WPS, bool kLdm = false>
-__device__ inline void slice_scores(const float* base, const QFrag<DW / 8>& qf, int g, int t, int nt0,
-                                    float (&part)[4 / WPS][4], uint32_t& bits) {
-  constexpr int P = DW * kWarps + kPad, KK = DW / 8, NT = 4 / WPS;
-  float sa[NT][4], sb[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) sa[nt][c] = sb[nt][c] = 0.0f;
-  if constexpr (kAsIs && kLdm) {
-    const int lane = 4 * g + t;
-    const float* lrow = base + (8 * (nt0 + (lane >> 4)) + (lane & 7)) * P + 4 * ((lane >> 3) & 1);
-#pragma unroll
-    for (int kk = 0; kk < KK; ++kk) {
-      uint32_t qhi[4], qlo[4];
-      qf.get(kk, qhi, qlo);
-#pragma unroll
-      for (int v = 0; v < NT / 2; ++v) {
-        uint32_t k[4];
-        ldmatrix_x4(k, lrow + 16 * v * P + 8 * kk);
-        bits |= k[0] | k[1] | k[2] | k[3];
-        mma_tf32(sa[2 * v], qhi, k[0], k[1]);
-        mma_tf32(sb[2 * v], qlo, k[0], k[1]);
-        mma_tf32(sa[2 * v + 1], qhi, k[2], k[3]);
-        mma_tf32(sb[2 * v + 1], qlo, k[2], k[3]);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < KK; ++kk) {
-      uint32_t qhi[4], qlo[4];
-      qf.get(kk, qhi, qlo);
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float* kr = base + (8 * (nt0 + nt) + g) * P + 8 * kk + t;
-        const float k0 = kr[0], k1 = kr[4];
-        if constexpr (kAsIs) {
-          const uint32_t u0 = __float_as_uint(k0), u1 = __float_as_uint(k1);
-          bits |= u0 | u1;
-          mma_tf32(sa[nt], qhi, u0, u1);
-          mma_tf32(sb[nt], qlo, u0, u1);
-        } else {
-          const uint32_t h0 = tf32_bits(k0), h1 = tf32_bits(k1);
-          const float r0 = k0 - __uint_as_float(h0), r1 = k1 - __uint_as_float(h1);
-          mma_tf32(sa[nt], qhi, h0, h1);
-          mma_tf32(sb[nt], qlo, h0, h1);
-          if (__any_sync(0xffffffffu, r0 != 0.0f || r1 != 0.0f)) mma_tf32(sb[nt], qhi, tf32_bits(r0), tf32_bits(r1));
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) part[nt][c] = sa[nt][c] + sb[nt][c];
-}
-
-// Step 3 for this warp's slice: acc[u] over dims 8u … 8u + 7 of base (the slice, or with WPS = 2 its
-// part's half), k-steps j = 0 … 3 (row 8j + 2t at column t, 8j + 2t + 1 at t + 4), p's parts from pfr;
-// as_is as in slice_scores.
-template <int DW, int WPS>
-__device__ inline void slice_values(const float* base, const uint4* pfr, int lane, int g, int t, bool as_is,
-                                    float (&acc)[DW / 8 / WPS][4]) {
-  constexpr int P = DW * kWarps + kPad, KN = DW / 8 / WPS;
-#pragma unroll
-  for (int u = 0; u < KN; ++u)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[u][c] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint4 h = pfr[2 * j * kWarp + lane], l = pfr[(2 * j + 1) * kWarp + lane];
-    const uint32_t ph[4] = {h.x, h.y, h.z, h.w}, pl[4] = {l.x, l.y, l.z, l.w};
-    const float* vr = base + (8 * j + 2 * t) * P + g;
-    if (as_is) {
-#pragma unroll
-      for (int u = 0; u < KN; ++u) {
-        const uint32_t v0 = __float_as_uint(vr[8 * u]), v1 = __float_as_uint(vr[P + 8 * u]);
-        mma_tf32(acc[u], ph, v0, v1);
-        mma_tf32(acc[u], pl, v0, v1);
-      }
-    } else {
-#pragma unroll
-      for (int u = 0; u < KN; ++u) mma_split(acc[u], ph, pl, vr[8 * u], vr[P + 8 * u]);
-    }
-  }
-}
 
 // Step 2 for head sh of the block, rows r0 = 8·snt + 2·stt and r0 + 1 (thread = 16·sh + 4·snt + stt; the
 // 16 threads of a head are one half-warp): the scores from the slices' partials, the softmax — the
@@ -207,68 +106,64 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, in
 // head's segment state (every thread of a head, after p's fragments are stored; whatever it writes to
 // shared memory is visible once this returns). Three barriers inside; the caller's next writes to red,
 // pfr or the rows must follow a barrier after this.
-// WPS = 2: a warp decides for its own score n-tiles; its value product, over all 32 rows of half the
-// slice, takes the slice's decision (both warps' flags, through `flags`). Step 2 runs on threads 0 … 255.
-template <int DW, int WPS, bool kLdm, typename OnState>
+template <int DW, typename OnState>
 __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
-                                     uint4* pfr, uint32_t* flags, OnState on_state, float (&acc)[DW / 8 / WPS][4]) {
-  constexpr int NT = 4 / WPS;
+                                     uint4* pfr, OnState on_state, float (&acc)[DW / 8][4]) {
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
-  const int sl = wid % kWarps, part = wid / kWarps;
   const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;
-  const float* base = rows + sl * DW;
-  float pt[NT][4];
+  const float* base = rows + wid * DW;
+  float pt[4][4];
   uint32_t bits = 0;
-  slice_scores<DW, true, WPS, kLdm>(base, qf, g, t, NT * part, pt, bits);
+  slice_scores<DW, true>(base, qf, g, t, pt, bits);
   float sum = 0.0f;  // finite iff every partial is (an inf or NaN read makes its column's partials so)
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) sum = sum + pt[nt][c];
-  bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
-  if (!as_is) slice_scores<DW, false, WPS>(base, qf, g, t, NT * part, pt, bits);
-  if (WPS == 2 && lane == 0) flags[wid] = as_is ? 1u : 0u;
-  float* rw = red + sl * kHeads * kRedPitch;
+  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
+  if (!as_is) slice_scores<DW, false>(base, qf, g, t, pt, bits);
+  float* rw = red + wid * kHeads * kRedPitch;
 #pragma unroll
-  for (int u = 0; u < NT; ++u) {
-    const int k = 4 * (NT * part + u) + t;
+  for (int u = 0; u < 4; ++u) {
+    const int k = 4 * u + t;
     *reinterpret_cast<float2*>(rw + g * kRedPitch + 2 * k) = make_float2(pt[u][0], pt[u][1]);
     *reinterpret_cast<float2*>(rw + (g + 8) * kRedPitch + 2 * k) = make_float2(pt[u][2], pt[u][3]);
   }
   __syncthreads();
-  if (WPS == 1 || threadIdx.x < kThreads) {
+  {
     float m, l;
     segment_softmax(red, reinterpret_cast<uint32_t*>(pfr), cnt, scale, sh, snt, stt, m, l);
     on_state(m, l);
   }
-  if constexpr (WPS == 2) as_is = (flags[sl] & flags[sl + kWarps]) != 0;  // read before the barrier below
   __syncthreads();
-  slice_values<DW, WPS>(base + 8 * (DW / 8 / WPS) * part, pfr, lane, g, t, as_is, acc);
+  slice_values<DW>(base, [&](int j, uint32_t (&ph)[4], uint32_t (&pl)[4]) {
+    const uint4 h = pfr[2 * j * kWarp + lane], l = pfr[(2 * j + 1) * kWarp + lane];
+    ph[0] = h.x, ph[1] = h.y, ph[2] = h.z, ph[3] = h.w;
+    pl[0] = l.x, pl[1] = l.y, pl[2] = l.z, pl[3] = l.w;
+  }, g, t, as_is, acc);
 }
 
 // The chunk shape's block (query i, heads h0 … h0 + 15): every segment staged, steps 1–3, merged in
 // registers, the sink, out. Also the split kernel's fallback (kernels 6) for a query whose segments
 // outrun the stored ones. Dynamic shared memory: Smem<DW>::bytes.
-template <int DW, int WPS, bool kLdm>
+template <int DW>
 __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = Smem<DW>;
-  constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
+  constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK, NW = kWarps;
   extern __shared__ float4 smem4[];
   float* bufs = reinterpret_cast<float*>(smem4);
   float* red = bufs + S::rows;
   uint4* pfr = reinterpret_cast<uint4*>(red + S::red);
   float2* fab = reinterpret_cast<float2*>(pfr + S::pfr);
   float2* mls = fab + kHeads;
-  uint32_t* flags = reinterpret_cast<uint32_t*>(mls + kHeads);
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
   const int g = lane >> 2, t = lane & 3;
   const int hs[2] = {h0 + g, h0 + g + 8};
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
   const int64_t n_seg = segments_of(qr);
-  const int d0 = (wid % kWarps) * DW;           // this warp's slice: q fragments
-  const int dv = d0 + 8 * KN * (wid / kWarps);  // its dim n-tiles: acc, run, out
-  const int sh = (threadIdx.x >> 4) & (kHeads - 1);  // step 2's head (threads 0 … 255)
+  const int d0 = wid * DW;            // this warp's slice: q fragments, acc, run, out
+  const int sh = threadIdx.x >> 4;  // step 2's head
   float M = -INFINITY, L = 0.0f;  // head sh's running state (every step-2 thread of the head holds it)
   float run[KN][4];
 #pragma unroll
@@ -302,7 +197,7 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
     const int64_t left = qr.total - seg * kAttnSeg;
     const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
     float acc[KN][4];
-    segment_state<DW, WPS, kLdm>(buf(seg), cnt, qf, a.scale, red, pfr, flags, [&](float m_s, float l_s) {
+    segment_state<DW>(buf(seg), cnt, qf, a.scale, red, pfr, [&](float m_s, float l_s) {
       float fa, fb;
       merge_step(M, L, m_s, l_s, fa, fb);
       if ((threadIdx.x & 15) == 0) fab[sh] = make_float2(fa, fb);
@@ -315,7 +210,7 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
       for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
   }
 
-  if (threadIdx.x < kThreads && (threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
+  if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -323,35 +218,34 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
     const float2 ml = mls[g + 8 * r];
     float f, denom;
     sink_step(a.sinks[hs[r]], ml.x, ml.y, f, denom);
-    float* o = a.out + (i * a.heads + hs[r]) * D + dv;
+    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
 #pragma unroll
     for (int u = 0; u < KN; ++u)
       *reinterpret_cast<float2*>(o + 8 * u + 2 * t) = make_float2(run[u][2 * r] * f / denom, run[u][2 * r + 1] * f / denom);
   }
 }
 
-template <int DW, int WPS, bool kLdm>
-__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
+template <int DW>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk3_block<DW, WPS, kLdm>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+  chunk3_block<DW>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
-// Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr, flags.
+// Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr.
 // kFallback (kernels 6): a query with more segments than st stores (a host bound below its rows) is
 // computed whole by its segment-0 block, chunk3_block into out (dynamic shared memory then
 // Smem<DW>::bytes), and stores nothing — the merge that follows (lean, attention_mma.cu) skips such a
 // query, so it carries neither the chunk body's registers nor its shared memory.
-template <int DW, int WPS, bool kLdm, bool kFallback>
-__global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
-  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK / WPS, NW = kWarps * WPS;
+template <int DW, bool kFallback>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
+  constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK, NW = kWarps;
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* red = rows + kAttnSeg * P;
   uint4* pfr = reinterpret_cast<uint4*>(red + kWarps * kHeads * kRedPitch);
-  uint32_t* flags = reinterpret_cast<uint32_t*>(pfr + 4 * 2 * kWarp);
   const int64_t seg = blockIdx.x, i = blockIdx.z;
   const int h0 = static_cast<int>(blockIdx.y) * kHeads;
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
@@ -361,12 +255,12 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel
   const QueryRows qr = query_rows(a, i);
   if constexpr (kFallback) {
     if (segments_of(qr) > st.n_stored) {  // block-uniform
-      if (seg == 0) chunk3_block<DW, WPS, kLdm>(a, i, h0);
+      if (seg == 0) chunk3_block<DW>(a, i, h0);
       return;
     }
   }
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
-  const int d0 = (wid % kWarps) * DW, dv = d0 + 8 * KN * (wid / kWarps);
+  const int d0 = wid * DW;
   QFrag<KK> qf;  // the index and q loads issued together, then the copies
   {
     const int32_t pre = prefetch_idx<NW>(qr, seg, wid, lane);
@@ -380,9 +274,9 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel
   __syncthreads();
   const int64_t left = qr.total - seg * kAttnSeg;
   const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
-  const int sh = (threadIdx.x >> 4) & (kHeads - 1);
+  const int sh = threadIdx.x >> 4;
   float acc[KN][4];
-  segment_state<DW, WPS, kLdm>(rows, cnt, qf, a.scale, red, pfr, flags, [&](float m, float l) {
+  segment_state<DW>(rows, cnt, qf, a.scale, red, pfr, [&](float m, float l) {
     if ((threadIdx.x & 15) == 0 && h0 + sh < a.heads) {
       const int64_t slot = (i * a.heads + h0 + sh) * st.n_stored + seg;
       st.ml[2 * slot] = m;
@@ -395,7 +289,7 @@ __global__ void __launch_bounds__(kThreads * WPS, 1) attention_mma_split3_kernel
     const int64_t slot = (i * a.heads + hs[r]) * st.n_stored + seg;
 #pragma unroll
     for (int u = 0; u < KN; ++u)
-      *reinterpret_cast<float2*>(st.acc + slot * D + dv + 8 * u + 2 * t) = make_float2(acc[u][2 * r], acc[u][2 * r + 1]);
+      *reinterpret_cast<float2*>(st.acc + slot * D + d0 + 8 * u + 2 * t) = make_float2(acc[u][2 * r], acc[u][2 * r + 1]);
   }
 }
 
@@ -403,116 +297,72 @@ template <int DW>
 constexpr size_t split3_smem() {
   return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + static_cast<size_t>(kWarps) * kHeads * kRedPitch) *
              sizeof(float) +
-         4 * 2 * kWarp * sizeof(uint4) + 2 * kWarps * sizeof(uint32_t);
+         4 * 2 * kWarp * sizeof(uint4);
 }
 
-template <typename F>
-void set_pairs(F&) {}
-template <typename F, typename K, typename... Rest>
-void set_pairs(F& f, K kernel, size_t bytes, Rest... rest) {
-  f(kernel, bytes);
-  set_pairs(f, rest...);
-}
-
-// Raises the dynamic shared-memory limits of kernels (kernel, bytes pairs) once (bit of smem_ready);
-// false on an error (recorded).
-template <typename... KB>
-bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, KB... kb) {
+// Raises a kernel's dynamic shared-memory limit once (bit of smem_ready); false on an error (recorded).
+template <typename K>
+bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, K kernel, size_t bytes) {
   if (smem_ready & bit) return true;
-  bool ok = true;
-  auto set = [&](auto kernel, size_t bytes) {
-    ok = ok && be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-                        "attention mma (softmax once) smem");
-  };
-  set_pairs(set, kb...);
-  if (!ok) return false;
+  if (!be.check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                "attention mma (softmax once) smem"))
+    return false;
   smem_ready |= bit;
   return true;
 }
 
-// Bits of smem_ready: 16 + 4·(WPS − 1) + log2(DW / 8) for the chunk kernels, 24 + … for the split ones;
-// 12 + log2(DW / 8) for the kernels-6 pair (chunk and split with ldmatrix, 8 warps), set together.
+// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels, 24 + … for the split ones, 12 + … for the
+// split ones with the fallback.
 template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
-// The kernels-6 split kernel needs the chunk body's shared memory for its fallback.
-template <int DW, bool kLdm>
-constexpr size_t split_bytes() { return kLdm ? std::max(split3_smem<DW>(), Smem<DW>::bytes) : split3_smem<DW>(); }
+// With the fallback the split kernel needs the chunk body's shared memory.
+template <int DW, bool kFallback>
+constexpr size_t split_bytes() { return kFallback ? std::max(split3_smem<DW>(), Smem<DW>::bytes) : split3_smem<DW>(); }
 
-template <int DW, int WPS, bool kLdm>
-bool smem_ready_for(CudaBackend& be, uint32_t& smem_ready, bool split) {
-  if constexpr (kLdm) {
-    static_assert(WPS == 1, "the ldmatrix kernels run 8 warps");
-    return smem_once(be, smem_ready, 1u << (12 + dw_bit<DW>()), attention_mma_chunk3_kernel<DW, 1, true>, Smem<DW>::bytes,
-                     attention_mma_split3_kernel<DW, 1, true, true>, split_bytes<DW, true>());
-  } else if (split) {
-    return smem_once(be, smem_ready, 1u << (24 + 4 * (WPS - 1) + dw_bit<DW>()),
-                     attention_mma_split3_kernel<DW, WPS, false, false>, split_bytes<DW, false>());
-  } else {
-    return smem_once(be, smem_ready, 1u << (16 + 4 * (WPS - 1) + dw_bit<DW>()), attention_mma_chunk3_kernel<DW, WPS, false>,
-                     Smem<DW>::bytes);
-  }
-}
-
-template <int DW, int WPS, bool kLdm>
+template <int DW, bool kFallback>
 void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready) {
-  if (!smem_ready_for<DW, WPS, kLdm>(be, smem_ready, true)) return;
+  if (!smem_once(be, smem_ready, 1u << ((kFallback ? 12 : 24) + dw_bit<DW>()), attention_mma_split3_kernel<DW, kFallback>,
+                 split_bytes<DW, kFallback>()))
+    return;
   const dim3 grid(static_cast<unsigned>(split_segs), static_cast<unsigned>((a.heads + kHeads - 1) / kHeads),
                   static_cast<unsigned>(a.n));
-  attention_mma_split3_kernel<DW, WPS, kLdm, kLdm><<<grid, kThreads * WPS, split_bytes<DW, kLdm>(), be.stream()>>>(a, st);
+  attention_mma_split3_kernel<DW, kFallback><<<grid, kThreads, split_bytes<DW, kFallback>(), be.stream()>>>(a, st);
   be.launched("attention mma (split, softmax once)");
 }
 
-template <int DW, int WPS, bool kLdm>
+template <int DW>
 void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
-  if (!smem_ready_for<DW, WPS, kLdm>(be, smem_ready, false)) return;
+  if (!smem_once(be, smem_ready, 1u << (16 + dw_bit<DW>()), attention_mma_chunk3_kernel<DW>, Smem<DW>::bytes)) return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk3_kernel<DW, WPS, kLdm><<<static_cast<unsigned>(blocks), kThreads * WPS, Smem<DW>::bytes, be.stream()>>>(a);
+  attention_mma_chunk3_kernel<DW><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, softmax once)");
 }
 
-// head_dim / 8 → DW; 16 warps only where a slice has ≥ 2 dim n-tiles to share (head_dim ≥ 128).
+// head_dim / 8 → DW.
 template <typename F>
-void by_dw(const AttentionArgs& a, int wps, F f) {
-  const bool two = wps == 2;
+void by_dw(const AttentionArgs& a, F f) {
   switch (a.head_dim / kWarps) {
-    case 8: f(std::integral_constant<int, 8>{}, std::integral_constant<int, 1>{}); break;
-    case 16:
-      if (two) f(std::integral_constant<int, 16>{}, std::integral_constant<int, 2>{});
-      else f(std::integral_constant<int, 16>{}, std::integral_constant<int, 1>{});
-      break;
-    case 32:
-      if (two) f(std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{});
-      else f(std::integral_constant<int, 32>{}, std::integral_constant<int, 1>{});
-      break;
-    default:
-      if (two) f(std::integral_constant<int, 64>{}, std::integral_constant<int, 2>{});
-      else f(std::integral_constant<int, 64>{}, std::integral_constant<int, 1>{});
-      break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    default: f(std::integral_constant<int, 64>{}); break;
   }
 }
 
 }  // namespace
 
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready, int wps, bool ldm) {
-  by_dw(a, wps, [&](auto dw, auto w) {
-    constexpr int DW = decltype(dw)::value, WPS = decltype(w)::value;
-    if constexpr (WPS == 1) {
-      if (ldm) return launch_split<DW, 1, true>(be, a, split_segs, st, smem_ready);
-    }
-    launch_split<DW, WPS, false>(be, a, split_segs, st, smem_ready);
+                               uint32_t& smem_ready, bool fallback) {
+  by_dw(a, [&](auto dw) {
+    constexpr int DW = decltype(dw)::value;
+    if (fallback) launch_split<DW, true>(be, a, split_segs, st, smem_ready);
+    else launch_split<DW, false>(be, a, split_segs, st, smem_ready);
   });
 }
 
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int wps, bool ldm) {
-  by_dw(a, wps, [&](auto dw, auto w) {
-    constexpr int DW = decltype(dw)::value, WPS = decltype(w)::value;
-    if constexpr (WPS == 1) {
-      if (ldm) return launch_chunk<DW, 1, true>(be, a, smem_ready);
-    }
-    launch_chunk<DW, WPS, false>(be, a, smem_ready);
-  });
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
+  by_dw(a, [&](auto dw) { launch_chunk<decltype(dw)::value>(be, a, smem_ready); });
 }
 
 }  // namespace ds4::backend::cuda::attn_mma

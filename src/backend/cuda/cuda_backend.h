@@ -172,17 +172,18 @@ struct CudaBackendOptions {
   // dim slices (attention_mma.cu attention_mma_merge_kernel, up to 8 blocks per (query, 16 heads)).
   // false: the chunk kernel merges them, one block per (query, 16 heads). Same bits.
   bool attention_merge_sliced = true;
-  // MMA order kernels (attention_mma.cu). 0: the previous ones (8 warps, each warp a dim slice and adding
-  // all 8 slices' partial scores itself, a row's comp_idx entry loaded right before its copy). 1: 8 warps,
-  // the partial scores added once per block, comp_idx a segment ahead, and segments whose staged values
-  // are all exact in TF32 (the KV cache's f16-rounded rows) multiplied without the TF32 split of the
-  // rows. 2: as 1 with 16 warps (two per dim slice, each half its score and value n-tiles; head_dim ≥ 128)
-  // and the q fragments in shared memory. 3: the chunk shape (prefill, batches past the split shape) with
-  // each segment's softmax once per block instead of once per warp, the exact-in-TF32 decision taken from
-  // the values the score MMAs read, three staged segments (attention_mma_chunk.cu); one query's split shape
-  // the same steps per segment (larger split calls and the merges as 1). 4: 3 with 16 warps (slower on the
-  // H200). Same bits. Default 3 after the H200 run (PERF.md: CSA / HCA prefill chunk 5.76 / 1.62 → 3.84 /
-  // 1.15 ms, one decode query 15.1 → 14.0 µs, 32 queries 98 → 65 µs).
+  // MMA order kernels (attention_mma.cu). 0: the previous ones (every warp adding all 8 slices' partial
+  // scores itself, a row's comp_idx entry loaded right before its copy). 1: the partial scores added once
+  // per block, comp_idx a segment ahead, and segments whose staged values are all exact in TF32 (the KV
+  // cache's f16-rounded rows) multiplied without the TF32 split of the rows. 3: the chunk shape (prefill,
+  // batches past the split shape) with each segment's softmax once per block instead of once per warp, the
+  // exact-in-TF32 decision taken from the values the score MMAs read, three staged segments
+  // (attention_mma_chunk.cu); one query's split shape the same steps per segment (larger split calls and
+  // the merges as 1). 6: 3 with one query's split kernel computing a query past the host's bound whole,
+  // so its sliced merge is a lean kernel (no chunk body: no shared memory, every stored state's loads in
+  // flight at once). Same bits. 2 and 4 (16 warps) were removed in session 9 (slower on the H200);
+  // make_cuda_backend rejects any other value. Default 3 after the H200 run (PERF.md: CSA / HCA prefill
+  // chunk 5.76 / 1.62 → 3.84 / 1.15 ms, one decode query 15.1 → 14.0 µs, 32 queries 98 → 65 µs).
   int attention_mma_kernels = 3;
   // Indexer selection (radix select, indexer_v2): 2 = in decode steps of ≤ 2,048 rows scored by
   // indexer_score_decode (indexer_decode), the last block of each query selects in the scoring launch,

@@ -8,9 +8,8 @@
 //              and 32K (8,192 rows), n = 1 and 8.
 // Variants: "now" (defaults), "prev" (attention_mma_kernels = 0, attention_merge_sliced = false,
 // indexer_select = 0: the kernels before this file), "k1/sel2" (the fast attention kernels, sliced merge;
-// the fused decode indexer), "sel1" (the select in its own launch), "k3" (chunk and split kernels with the
-// softmax once per block; the prefill indexer on int8 tensor cores) and "k6" (k3 with one query's split
-// kernel carrying the fallback, then the lean merge: every state's loads in flight at once).
+// the fused decode indexer), "sel1" (the select in its own launch) and "k3" (chunk and split kernels with
+// the softmax once per block; the prefill indexer on int8 tensor cores).
 // Usage: cuda_attention_bench [all | decode | prefill] [variant,variant…]. "decode" and "prefill" run each variant's calls
 // 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
@@ -41,7 +40,7 @@ int main(int argc, char** argv) {
     const char* name;
     cuda::CudaBackendOptions o;
   };
-  std::vector<Variant> vars(6);
+  std::vector<Variant> vars(5);
   vars[0].name = "now";
   vars[1].name = "prev";  // the kernels before this file: previous MMA kernels, chunk-kernel merge, select 0
   vars[1].o.attention_mma_kernels = 0;
@@ -55,9 +54,6 @@ int main(int argc, char** argv) {
   vars[4].name = "k3";  // the chunk shape with the softmax once per block (attention_mma_chunk.cu); the
   vars[4].o.attention_mma_kernels = 3;  // prefill indexer on int8 tensor cores (indexer_mma.cu)
   vars[4].o.indexer_mma = true;
-  vars[5].name = "k6";  // k3; one query's split kernel with the fallback, then the lean merge
-  vars[5].o.attention_mma_kernels = 6;
-  vars[5].o.indexer_mma = true;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

@@ -34,7 +34,6 @@ using namespace attn_mma;
 
 constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
 constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
-constexpr int kLeanBatch = 20;  // the lean sliced merge: a CSA decode query's 20 states in one round trip
 
 // Kernel variants (CudaBackendOptions::attention_mma_kernels), the same bits: V = 0 the previous kernels
 // (every warp adding all partial scores, comp_idx loaded at each copy); V = 1 "fast": partial scores added
@@ -282,10 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
 // 64 heads × 2 KB = 2.6 MB) spread over n·groups·slices blocks instead of n·groups. (m, l) are
 // recomputed per thread (cheap: the head's scalars). A query with more segments than were stored (a host
 // bound below the real counts) is left to slice 0, which runs the chunk kernel's body for its 16 heads.
-// kLean (after the kernels-6 split kernel, which computed such a query whole): a query past the stored
-// segments is skipped — no chunk body, so no shared memory and a merge's registers only — and up to
-// kLeanBatch states are loaded before their merges (one memory round trip for a CSA decode query).
-template <int DW, int V, bool kLean = false>
+template <int DW, int V>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
   constexpr int D = DW * kWarps, D4 = D / 4;
   const int groups = (a.heads + kHeads - 1) / kHeads;
@@ -293,9 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(Attent
   const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
   const int64_t n_seg = segments_of(query_rows(a, i));
   if (n_seg > st.n_stored) {  // block-uniform
-    if constexpr (!kLean) {
-      if (blockIdx.y == 0) chunk_block<DW, true, V>(a, st, i, h0);
-    }
+    if (blockIdx.y == 0) chunk_block<DW, true, V>(a, st, i, h0);
     return;
   }
   const int per = D4 / slices;  // float4 columns of a head in this slice
@@ -306,12 +300,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(Attent
     const int64_t slot0 = (i * a.heads + h) * st.n_stored;
     float M = -INFINITY, L = 0.0f;
     float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    constexpr int B = kLean ? kLeanBatch : kSliceBatch;
-    for (int64_t k0 = 0; k0 < n_seg; k0 += B) {
-      float ms[B], ls[B];
-      float4 v[B];
+    for (int64_t k0 = 0; k0 < n_seg; k0 += kSliceBatch) {
+      float ms[kSliceBatch], ls[kSliceBatch];
+      float4 v[kSliceBatch];
 #pragma unroll
-      for (int b = 0; b < B; ++b) {
+      for (int b = 0; b < kSliceBatch; ++b) {
         const bool load = k0 + b < n_seg;
         const int64_t slot = slot0 + k0 + b;
         ms[b] = load ? st.ml[2 * slot] : -INFINITY;
@@ -319,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(Attent
         v[b] = load ? reinterpret_cast<const float4*>(st.acc + slot * D)[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
-      for (int b = 0; b < B; ++b) {
+      for (int b = 0; b < kSliceBatch; ++b) {
         if (k0 + b >= n_seg) break;
         float fa, fb;
         merge_step(M, L, ms[b], ls[b], fa, fb);
@@ -403,11 +396,10 @@ size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPa
 
 // smem_ready: bit per (DW, V) variant, set once the kernels' dynamic shared-memory limits are raised.
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
-// split_once: the split kernel of attention_mma_chunk.cu (lean: with its fallback, so that the sliced merge
-// can be the lean one — attention_mma_kernels = 6).
+// split_once: the split kernel of attention_mma_chunk.cu.
 template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
-                bool sliced_merge, bool split_once = false, bool lean = false) {
+                bool sliced_merge, bool split_once = false) {
   constexpr int threads = kThreads;
   const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–7
   if (!(smem_ready & bit)) {
@@ -427,10 +419,8 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   cudaStream_t s = be.stream();
   if (split_segs > 0) {
     const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
-    if (split_once) {  // attention_mma_kernels 3, 6: the split kernel of attention_mma_chunk.cu, same states
-      // The fallback only where the lean sliced merge follows (the chunk-kernel merge would read the
-      // states a fallback query never stored).
-      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready, lean && sliced_merge);
+    if (split_once) {  // attention_mma_kernels = 3: the split kernel of attention_mma_chunk.cu, same states
+      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready);
       if (be.failed()) return;
     } else {
       attention_mma_split_kernel<DW, V><<<grid, threads, split_smem<DW>(), s>>>(a, st);
@@ -443,11 +433,6 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
-      if (lean && split_once) {
-        attention_mma_merge_kernel<DW, V, true><<<mgrid, threads, 0, s>>>(a, st, slices);
-        be.launched("attention mma (sliced merge, lean)");
-        return;
-      }
       attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW>(), s>>>(a, st, slices);
       be.launched("attention mma (sliced merge)");
       return;
@@ -469,12 +454,10 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3 or 6). 3: the chunk shape with
-  // the softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges
-  // and larger split calls the fast ones (1); 6: as 3 with, for one query, the split kernel's fallback and
-  // the lean merge (every stored state's loads in flight at once).
-  const bool once = attn_mma_kernels_ == 3 || attn_mma_kernels_ == 6;
-  const bool lean = attn_mma_kernels_ == 6;
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1 or 3). 3: the chunk shape with the
+  // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
+  // larger split calls the fast ones (1).
+  const bool once = attn_mma_kernels_ == 3;
   if (once && split_segs == 0) {
     attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_);
     return true;
@@ -487,7 +470,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
     if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm);
-    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, split_once, lean);
+    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, split_once);
   };
   switch (dw) {
     case 8: go(std::integral_constant<int, 8>{}); break;

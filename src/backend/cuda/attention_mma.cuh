@@ -21,14 +21,13 @@ class CudaBackend;
 
 namespace ds4::backend::cuda::attn_mma {
 
-// attention_mma_chunk.cu: the chunk shape with the softmax once per block (attention_mma_kernels 3 and 6;
+// attention_mma_chunk.cu: the chunk shape with the softmax once per block (attention_mma_kernels = 3;
 // head_dim 64, 128, 256 or 512). smem_ready: the caller's bits of kernels whose shared-memory limit is
-// raised (these launchers use bits 12–31).
+// raised (these launchers use bits 16–31).
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready);
-// The split kernel of the same steps: split_segs segments per (query, 16 heads) into st. fallback
-// (kernels 6): a query past the stored segments is computed whole into out (the lean merge skips it).
+// The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready, bool fallback);
+                               uint32_t& smem_ready);
 
 inline constexpr int kHeads = 16;  // heads per block = the MMA's M: lane 4g + t holds heads g and g + 8
 inline constexpr int kWarps = 8;   // warp w owns dims [w·DW, (w+1)·DW), DW = head_dim / 8

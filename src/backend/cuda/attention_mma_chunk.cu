@@ -1,7 +1,6 @@
 // attention_mma_chunk.cu — the chunk shape (prefill chunks, batches past the split shape) of the MMA
 // attention order of README.md "Attention summation order on tensor cores", with each segment's softmax
-// done once per block (CudaBackendOptions::attention_mma_kernels = 3, the default; 6 = the same with the
-// split kernel's fallback, see attention_mma_split3_kernel).
+// done once per block (CudaBackendOptions::attention_mma_kernels = 3, the default).
 // Block = (query, 16 heads), 8 warps, warp w = dim slice w, as in attention_mma.cu; per 32-row segment:
 //  1. every warp forms its slice's partial scores [16 heads × 32 rows] (the same MMAs on the same
 //     operands) and stores them;
@@ -24,7 +23,6 @@
 // Steps 1 and 3's MMAs are attention_mma.cuh's slice_scores / slice_values, as in attention_mma.cu.
 // Deliberately not here: the merges (attention_mma.cu; the same bits), the scalar order
 // (attention_segments.cu).
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -144,8 +142,7 @@ __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW 
 }
 
 // The chunk shape's block (query i, heads h0 … h0 + 15): every segment staged, steps 1–3, merged in
-// registers, the sink, out. Also the split kernel's fallback (kernels 6) for a query whose segments
-// outrun the stored ones. Dynamic shared memory: Smem<DW>::bytes.
+// registers, the sink, out. Dynamic shared memory: Smem<DW>::bytes.
 template <int DW>
 __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = Smem<DW>;
@@ -235,11 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
 // Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr.
-// kFallback (kernels 6): a query with more segments than st stores (a host bound below its rows) is
-// computed whole by its segment-0 block, chunk3_block into out (dynamic shared memory then
-// Smem<DW>::bytes), and stores nothing — the merge that follows (lean, attention_mma.cu) skips such a
-// query, so it carries neither the chunk body's registers nor its shared memory.
-template <int DW, bool kFallback>
+template <int DW>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
   constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK, NW = kWarps;
   extern __shared__ float4 smem4[];
@@ -253,12 +246,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(Atten
   const int hs[2] = {h0 + g, h0 + g + 8};
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
   const QueryRows qr = query_rows(a, i);
-  if constexpr (kFallback) {
-    if (segments_of(qr) > st.n_stored) {  // block-uniform
-      if (seg == 0) chunk3_block<DW>(a, i, h0);
-      return;
-    }
-  }
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
   const int d0 = wid * DW;
   QFrag<KK> qf;  // the index and q loads issued together, then the copies
@@ -311,23 +298,16 @@ bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, K kernel, si
   return true;
 }
 
-// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels, 24 + … for the split ones, 12 + … for the
-// split ones with the fallback.
+// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels, 24 + … for the split ones.
 template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
-// With the fallback the split kernel needs the chunk body's shared memory.
-template <int DW, bool kFallback>
-constexpr size_t split_bytes() { return kFallback ? std::max(split3_smem<DW>(), Smem<DW>::bytes) : split3_smem<DW>(); }
-
-template <int DW, bool kFallback>
+template <int DW>
 void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready) {
-  if (!smem_once(be, smem_ready, 1u << ((kFallback ? 12 : 24) + dw_bit<DW>()), attention_mma_split3_kernel<DW, kFallback>,
-                 split_bytes<DW, kFallback>()))
-    return;
+  if (!smem_once(be, smem_ready, 1u << (24 + dw_bit<DW>()), attention_mma_split3_kernel<DW>, split3_smem<DW>())) return;
   const dim3 grid(static_cast<unsigned>(split_segs), static_cast<unsigned>((a.heads + kHeads - 1) / kHeads),
                   static_cast<unsigned>(a.n));
-  attention_mma_split3_kernel<DW, kFallback><<<grid, kThreads, split_bytes<DW, kFallback>(), be.stream()>>>(a, st);
+  attention_mma_split3_kernel<DW><<<grid, kThreads, split3_smem<DW>(), be.stream()>>>(a, st);
   be.launched("attention mma (split, softmax once)");
 }
 
@@ -353,12 +333,8 @@ void by_dw(const AttentionArgs& a, F f) {
 }  // namespace
 
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready, bool fallback) {
-  by_dw(a, [&](auto dw) {
-    constexpr int DW = decltype(dw)::value;
-    if (fallback) launch_split<DW, true>(be, a, split_segs, st, smem_ready);
-    else launch_split<DW, false>(be, a, split_segs, st, smem_ready);
-  });
+                               uint32_t& smem_ready) {
+  by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready); });
 }
 
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {

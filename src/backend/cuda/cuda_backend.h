@@ -179,9 +179,7 @@ struct CudaBackendOptions {
   // batches past the split shape) with each segment's softmax once per block instead of once per warp, the
   // exact-in-TF32 decision taken from the values the score MMAs read, three staged segments
   // (attention_mma_chunk.cu); one query's split shape the same steps per segment (larger split calls and
-  // the merges as 1). 6: 3 with one query's split kernel computing a query past the host's bound whole,
-  // so its sliced merge is a lean kernel (no chunk body: no shared memory, every stored state's loads in
-  // flight at once). Same bits. 2 and 4 (16 warps) were removed in session 9 (slower on the H200);
+  // the merges as 1). Same bits. 2 and 4 (16 warps) were removed in session 9 (slower on the H200);
   // make_cuda_backend rejects any other value. Default 3 after the H200 run (PERF.md: CSA / HCA prefill
   // chunk 5.76 / 1.62 → 3.84 / 1.15 ms, one decode query 15.1 → 14.0 µs, 32 queries 98 → 65 µs).
   int attention_mma_kernels = 3;

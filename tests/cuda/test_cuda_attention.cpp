@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <iterator>
 
 #include "cuda_test_util.h"
 #include "quant/half.h"
@@ -299,7 +300,7 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
     split_be->attention(g);  // n·8 = 48 blocks: the split shape
     ASSERT_TRUE(split_be->sync().ok());
     const auto got = host(g.out, want.size());
-    const std::string what = std::string("attention ") + (split_be == pairs[6].first ? "segments" : "mma") +
+    const std::string what = std::string("attention ") + (split_be == pairs[std::size(pairs) - 1].first ? "segments" : "mma") +
                              " per-query sessions" + (selected ? " selected" : "");
     expect_close(got, want, 1e-5, 1e-7, what);
     g.out = poisoned(want.size());

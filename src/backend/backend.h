@@ -579,6 +579,13 @@ class Backend {
   virtual void compressor_many(std::span<const CompressorArgs> jobs) {
     for (const CompressorArgs& j : jobs) compressor(j);
   }
+  // compressor_many(jobs), then indexer_qat(qat) — a CSA layer's compressors and the indexer query's RoPE + QAT
+  // (IndexerQatArgs::n_rot), which touch disjoint memory: both read the step's projections, neither reads
+  // what the other writes. A backend may run them in one launch; the default calls the two.
+  virtual void compressors_and_qat(std::span<const CompressorArgs> jobs, const IndexerQatArgs& qat) {
+    compressor_many(jobs);
+    indexer_qat(qat);
+  }
   virtual void attention(const AttentionArgs& a) = 0;
   virtual void indexer(const IndexerArgs& a) = 0;
   virtual void router(const RouterArgs& a) = 0;

@@ -213,12 +213,15 @@ void Forward::compressor_proj(size_t l, int64_t n, bool select) {
 // by prepare()). One session: the plain call; several (or a step recorded as a graph, tables_step_): one
 // call with the per-session table uploaded with the step inputs (each session's frontier is sequential in
 // its own positions, the sessions are independent).
-Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n) {
+Status Forward::compress(size_t l, std::span<const Segment> segs, int64_t n, const backend::IndexerQatArgs* qat) {
   const size_t kinds = plan_[l].has_indexer ? 2 : 1;  // [0] the attention compressor, [1] the indexer's
   backend::CompressorArgs args[2];
   int64_t emitted_one[2] = {0, 0};
   for (size_t c = 0; c < kinds; ++c) DS4_RETURN_IF_ERROR(compressor_args(l, segs, c == 1, args[c], &emitted_one[c]));
-  be_.compressor_many({args, kinds});
+  if (qat)  // the indexer query's RoPE + QAT beside them (disjoint memory; a backend may make it one launch)
+    be_.compressors_and_qat({args, kinds}, *qat);
+  else
+    be_.compressor_many({args, kinds});
   for (size_t c = 0; c < kinds; ++c) DS4_RETURN_IF_ERROR(compressed_rows(l, segs, n, c == 1, emitted_one[c]));
   return Status::Ok();
 }
@@ -318,21 +321,22 @@ Status Forward::compressors_and_indexer(size_t l, std::span<const Segment> segs,
   const int32_t R = static_cast<int32_t>(cfg_.n_rot);
   const double* freq = freq_comp_.data();
   compressor_proj(l, n, select);  // both compressors' projections, and the indexer's q and weights
-  DS4_RETURN_IF_ERROR(compress(l, segs, n));
-  if (!select) return Status::Ok();
   const int64_t IH = cfg_.indexer_heads, ID = cfg_.indexer_head_dim;
   const float w_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ID * IH)));
-  if (opts_.numerics.indexer_qat) {  // RoPE + QAT of q and the weights' scale as one op
-    backend::IndexerQatArgs qa{iq_.f32(), n * IH, static_cast<int32_t>(ID)};
-    qa.pos = pos_;
-    qa.heads = static_cast<int32_t>(IH);
-    qa.n_rot = R;
-    qa.freq = freq;
-    qa.scale_x = iw_.f32();
-    qa.scale = w_scale;
-    qa.scale_count = n * IH;
-    be_.indexer_qat(qa);
-  } else {
+  // RoPE + QAT of q and the weights' scale as one op, issued with the compressors: it reads only the
+  // projections (iq_, iw_), which nothing in compress() touches, and the compressors do not read iq_ / iw_.
+  backend::IndexerQatArgs qa{iq_.f32(), n * IH, static_cast<int32_t>(ID)};
+  qa.pos = pos_;
+  qa.heads = static_cast<int32_t>(IH);
+  qa.n_rot = R;
+  qa.freq = freq;
+  qa.scale_x = iw_.f32();
+  qa.scale = w_scale;
+  qa.scale_count = n * IH;
+  const bool qat = select && opts_.numerics.indexer_qat;
+  DS4_RETURN_IF_ERROR(compress(l, segs, n, qat ? &qa : nullptr));
+  if (!select) return Status::Ok();
+  if (!qat) {
     be_.rope({iq_.f32(), pos_, n, static_cast<int32_t>(IH), static_cast<int32_t>(ID), R, freq, false});
     be_.scale(iw_.f32(), w_scale, n * IH);
   }

@@ -171,7 +171,8 @@ class Forward {
   void hc_split(const float* scale, const float* base, int64_t n);
   void hc_post_swap(int64_t n, const float* f_add = nullptr);
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
-  Status compress(size_t l, std::span<const Segment> segs, int64_t n);
+  // With qat (the indexer query's RoPE + QAT, independent of the compressors): issued in the same backend call.
+  Status compress(size_t l, std::span<const Segment> segs, int64_t n, const backend::IndexerQatArgs* qat);
   Status compressor_args(size_t l, std::span<const Segment> segs, bool indexer, backend::CompressorArgs& a,
                          int64_t* emitted_one);
   Status compressed_rows(size_t l, std::span<const Segment> segs, int64_t n, bool indexer, int64_t emitted_one);

@@ -96,7 +96,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
 void bench_dense_rows(Backend* const* sides, const char* const* labels, const int64_t* n_lo, const int64_t* n_hi,
                       int n_sides, const char* only);  // cuda_bench_stages.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
-void bench_small6(Backend& now, Backend& prev);      // cuda_bench_stages.cpp
+void bench_small6(Backend& now, Backend& prev, bool fused);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
@@ -551,17 +551,27 @@ int main(int argc, char** argv) {
     if (v5.ok() && v4.ok()) bench_small5(**v5, **v4);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--small6") == 0) {  // session 9's PDL decode launches: default vs hc_pdl off
-    cuda::CudaBackendOptions plain;
+  if (argc > 1 && std::strcmp(argv[1], "--small6") == 0) {  // session 9's decode launches (bench_small6)
+    cuda::CudaBackendOptions plain, v6, v5;
     plain.hc_pdl = false;
-    auto off = cuda::make_cuda_backend(plain);
-    if (!off.ok()) return 1;
-    if (argc > 2 && std::strcmp(argv[2], "stages") == 0) {  // the decode stage table (default)
-      std::printf("BENCH stage --- decode kernels (default) ---\n");
-      bench_decode_stages(*be, 4800.0);
+    v6.small_v6 = 1;
+    v5.small_v6 = 0;
+    const bool stages = argc > 2 && std::strcmp(argv[2], "stages") == 0;  // the decode stage table, small_v6 0 then 1
+    if (!stages) {
+      if (auto off = cuda::make_cuda_backend(plain); off.ok()) bench_small6(*be, **off, false);
+    }
+    auto on = cuda::make_cuda_backend(v6);
+    auto off = cuda::make_cuda_backend(v5);
+    if (!on.ok() || !off.ok()) return 1;
+    if (!stages) {
+      bench_small6(**on, **off, true);
+      bench_csa_stages(**on, **off);
       return 0;
     }
-    bench_small6(*be, **off);
+    std::printf("BENCH stage --- decode kernels, small_v6 = 0 ---\n");
+    bench_decode_stages(**off, 4800.0);
+    std::printf("BENCH stage --- decode kernels, small_v6 = 1 ---\n");
+    bench_decode_stages(**on, 4800.0);
     return 0;
   }
   const bool hc_once = argc > 1 && std::strcmp(argv[1], "--hc-once") == 0;

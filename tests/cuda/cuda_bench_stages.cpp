@@ -336,14 +336,13 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
                                     job(i_kv, xn, E, ickv, 2 * ID), job(i_g, xn, E, icg, 2 * ID),
                                     job(i_qb, qa, Q, iq, IH * ID),  job(i_proj, xn, E, iw, IH)};
         be.matmul_many(jobs);
-        // As the forward pass: both compressors in one call, the indexer query's RoPE + QAT with the weights' scale.
+        // As the forward pass: both compressors and the indexer query's RoPE + QAT with the weights' scale in one call.
         CompressorArgs comp[2] = {compressor(ckv, cg, 4, static_cast<int32_t>(D), true, 16, cst_kv, cst_sc),
                                   compressor(ickv, icg, 4, static_cast<int32_t>(ID), true, 16, ist_kv, ist_sc)};
         comp[0].n_out = &emitted[0];
         comp[1].n_out = &emitted[1];
         comp[1].out_pos = cpos + 1;
         comp[1].out = cout + 2 * D;  // the two calls of one launch write apart
-        be.compressor_many(comp);
         IndexerQatArgs qat{iq, IH, static_cast<int32_t>(ID)};
         qat.pos = pos_d;
         qat.heads = static_cast<int32_t>(IH);
@@ -352,7 +351,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         qat.scale_x = iw;
         qat.scale = 0.01f;
         qat.scale_count = IH;
-        be.indexer_qat(qat);
+        be.compressors_and_qat(comp, qat);
         IndexerArgs ia{iq, iw, irows, csa_cnt, 1, static_cast<int32_t>(IH), static_cast<int32_t>(ID),
                        static_cast<int32_t>(TK), sel_idx, icount};
         ia.max_rows = csa_rows;
@@ -918,8 +917,8 @@ void bench_csa_stages(Backend& now, Backend& prev) {
           ia.max_rows = bound;
           be.indexer(ia);
         };
-        // The forward pass's order: every projection in one matmul_many, the two compressors, the
-        // indexer's query RoPE + FP4 and weight scale, the indexer.
+        // The forward pass's order: every projection in one matmul_many, the two compressors with the
+        // indexer's query RoPE + FP4 and weight scale (one call), the indexer.
         const MatmulArgs jobs[6] = {mm(s.c_kv, s.xn, E, s.ckv, 2 * D),   mm(s.c_g, s.xn, E, s.cg, 2 * D),
                                     mm(s.i_kv, s.xn, E, s.ickv, 2 * ID), mm(s.i_g, s.xn, E, s.icg, 2 * ID),
                                     mm(s.i_qb, s.qa, Q, s.iq, IH * ID),  mm(s.i_proj, s.xn, E, s.iw, IH)};
@@ -929,7 +928,6 @@ void bench_csa_stages(Backend& now, Backend& prev) {
                             const CompressorArgs comp[2] = {
                                 compressor(s.ckv, s.cg, 4, static_cast<int32_t>(D), true, SLOTS, 0),
                                 compressor(s.ickv, s.icg, 4, static_cast<int32_t>(ID), true, SLOTS, 1)};
-                            be.compressor_many(comp);
                             IndexerQatArgs qat{s.iq, n * IH, static_cast<int32_t>(ID)};
                             qat.pos = pos_d;
                             qat.heads = static_cast<int32_t>(IH);
@@ -938,7 +936,7 @@ void bench_csa_stages(Backend& now, Backend& prev) {
                             qat.scale_x = s.iw;
                             qat.scale = 0.01f;
                             qat.scale_count = n * IH;
-                            be.indexer_qat(qat);
+                            be.compressors_and_qat(comp, qat);
                             indexer();
                           }, 20).graph_us;
         t_idx[side] = sb.time(indexer, 20).graph_us;
@@ -1451,11 +1449,13 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
   }
 }
 
-// Session 9's programmatic-dependent decode launches on `now` against plain launches on `prev` (hc_pdl = false):
-// the attention output's inverse RoPE (64 × 512) and a CSA layer's two compressors (D512 + D128, ratio 4 with
-// overlap, one session), each behind the element-wise scale that writes its input, as in a step (graph µs per
-// pair of launches, 20 pairs a graph).
-void bench_small6(Backend& now, Backend& prev) {
+// Session 9's decode launches, each behind the element-wise scale that writes its input, as in a step (graph µs
+// per repetition, 20 a graph). fused = false: the programmatic-dependent launches on `now` against plain ones on
+// `prev` (hc_pdl = false) — the attention output's inverse RoPE (64 × 512) and a CSA layer's two compressors
+// (D512 + D128, ratio 4 with overlap, one session). fused = true: those compressors and the indexer query's RoPE +
+// QAT (64 × 128, the head weights' scale) by compressors_and_qat, one launch on `now` (small_v6 = 1) against the
+// two ops on `prev` (small_v6 = 0).
+void bench_small6(Backend& now, Backend& prev, bool fused) {
   const int64_t H = 64, D = 512, R = 64, NMAX = 32, ID = 128, SLOTS = 16;
   std::vector<double> freq(R / 2);
   for (int i = 0; i < R / 2; ++i) freq[i] = std::pow(10000.0, -2.0 * i / R);
@@ -1464,7 +1464,7 @@ void bench_small6(Backend& now, Backend& prev) {
   struct Side {
     Backend* be;
     std::unique_ptr<StageBench> sb;
-    float *q, *ckv, *cg, *ickv, *icg, *ape, *cst_kv, *cst_sc, *ist_kv, *ist_sc, *cout;
+    float *q, *ckv, *cg, *ickv, *icg, *ape, *cst_kv, *cst_sc, *ist_kv, *ist_sc, *cout, *iq, *iw;
     int32_t *pos, *cpos;
   } sides[2];
   Backend* bes[2] = {&now, &prev};
@@ -1484,6 +1484,8 @@ void bench_small6(Backend& now, Backend& prev) {
     s.ist_kv = b.buf(SLOTS * 2 * ID);
     s.ist_sc = b.buf(SLOTS * 2 * ID);
     s.cout = b.buf(4 * D);
+    s.iq = b.buf(64 * ID, 0.5f);
+    s.iw = b.buf(64, 0.5f);
     s.pos = b.ibuf(pos_h);
     s.cpos = b.ibuf({0, 0});
   }
@@ -1492,7 +1494,7 @@ void bench_small6(Backend& now, Backend& prev) {
     s.be->rope({s.q, s.pos, n, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(),
                 true});
   };
-  auto compressors = [&](Side& s, int64_t) {
+  auto compressors = [&](Side& s, bool qat) {
     s.be->scale(s.ckv, 1.0f, 2 * D);
     auto job = [&](float* kv, float* g, int32_t dim, float* skv, float* ssc, int32_t* opos) {
       CompressorArgs a;
@@ -1513,7 +1515,19 @@ void bench_small6(Backend& now, Backend& prev) {
     };
     CompressorArgs comp[2] = {job(s.ckv, s.cg, static_cast<int32_t>(D), s.cst_kv, s.cst_sc, s.cpos),
                               job(s.ickv, s.icg, static_cast<int32_t>(ID), s.ist_kv, s.ist_sc, s.cpos + 1)};
-    s.be->compressor_many(comp);
+    if (!qat) {
+      s.be->compressor_many(comp);
+      return;
+    }
+    IndexerQatArgs q{s.iq, 64, static_cast<int32_t>(ID)};
+    q.pos = s.pos;
+    q.heads = 64;
+    q.n_rot = static_cast<int32_t>(R);
+    q.freq = freq.data();
+    q.scale_x = s.iw;
+    q.scale = 0.01f;
+    q.scale_count = 64;
+    s.be->compressors_and_qat(comp, q);
   };
   struct Op {
     const char* name;
@@ -1521,14 +1535,16 @@ void bench_small6(Backend& now, Backend& prev) {
     bool per_n;
   };
   const Op ops[] = {{"scale + rope inverse attn out 64x512", rope, true},
-                    {"scale + compressors D512 + D128 r4", compressors, false}};
+                    {"scale + compressors D512 + D128 r4", [&](Side& s, int64_t) { compressors(s, false); }, false},
+                    {"scale + compressors + idx q rope qat", [&](Side& s, int64_t) { compressors(s, true); }, false}};
   for (const Op& op : ops)
     for (int64_t n : {1, 2, 8, 32}) {
-      if (!op.per_n && n > 1) break;
+      if ((!op.per_n && n > 1) || (&op == &ops[2]) != fused) break;
       const StageTime a = sides[0].sb->time([&] { op.run(sides[0], n); }, 20);
       const StageTime b = sides[1].sb->time([&] { op.run(sides[1], n); }, 20);
-      std::printf("BENCH small6 %-40s n=%-2lld graph %7.2f us (%2.0f launches), hc_pdl off %7.2f us  %.2fx\n",
-                  op.name, static_cast<long long>(n), a.graph_us, a.launches, b.graph_us, b.graph_us / a.graph_us);
+      std::printf("BENCH small6 %-40s n=%-2lld graph %7.2f us (%2.0f launches), %s %7.2f us (%2.0f launches)  %.2fx\n",
+                  op.name, static_cast<long long>(n), a.graph_us, a.launches, fused ? "small_v6 off" : "hc_pdl off",
+                  b.graph_us, b.launches, b.graph_us / a.graph_us);
       std::fflush(stdout);
     }
 }

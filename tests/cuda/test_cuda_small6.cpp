@@ -4,7 +4,8 @@
 // n = 1, 2, 8, 32. Each op runs right behind a programmatic-dependent kernel that writes its input (scale by 2
 // of a halved copy: exact), so an op that read before its wait would see the halved values. The plain
 // launches are checked against the CPU in test_cuda_ops.cpp / test_cuda_batch_ops.cpp, so equal bits carry
-// that over. Deliberately not here: speed (cuda_bench --small6).
+// that over. And Backend::compressors_and_qat's one launch (CudaBackendOptions::small_v6) bit for bit the two
+// ops it stands for. Deliberately not here: speed (cuda_bench --small6).
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -30,8 +31,8 @@ class CudaSmall6 : public CudaOpsTest {
     auto a = cuda::make_cuda_backend(on);
     auto b = cuda::make_cuda_backend(off);
     ASSERT_TRUE(a.ok() && b.ok());
-    v6_ = std::move(a).value();
-    v5_ = std::move(b).value();
+    pdl_ = std::move(a).value();
+    plain_ = std::move(b).value();
   }
   // Halves of `h` on the device: the op's input once `scale` (a programmatic dependent itself) doubles it.
   float* halved(const std::vector<float>& h) {
@@ -124,7 +125,7 @@ class CudaSmall6 : public CudaOpsTest {
       }
     return bad;
   }
-  std::unique_ptr<Backend> v6_, v5_;  // PDL launches, plain launches (on this test's device buffers)
+  std::unique_ptr<Backend> pdl_, plain_;  // PDL launches, plain launches (on this test's device buffers)
 };
 
 void expect_v6_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
@@ -152,7 +153,7 @@ TEST_F(CudaSmall6, DecodeRopeEqualsPlain) {
       float *xa = halved(x), *xb = halved(x);
       const int32_t* p = dev(pos);
       ASSERT_TRUE(gpu_->sync().ok());  // the uploads (on this backend's stream) before the others run
-      for (auto [be, xp] : {std::pair{v6_.get(), xa}, std::pair{v5_.get(), xb}}) {
+      for (auto [be, xp] : {std::pair{pdl_.get(), xa}, std::pair{plain_.get(), xb}}) {
         be->scale(xp, 2.0f, static_cast<int64_t>(x.size()));
         be->rope({xp, p, n, s.heads, s.dim, s.n_rot, freq.data(), s.inverse});
         ASSERT_TRUE(be->sync().ok()) << tag;
@@ -173,7 +174,7 @@ TEST_F(CudaSmall6, DecodeCompressorsEqualPlain) {
       for (int64_t k = 0; k < n; ++k) pos0[k] = r * randint(2, 500) + (closing && k % 2 == 0 ? r - 1 : randint(0, r - 2));
       const CompressorPair p = compressor_pair(pos0);
       ASSERT_TRUE(gpu_->sync().ok());
-      Backend* bes[2] = {v6_.get(), v5_.get()};
+      Backend* bes[2] = {pdl_.get(), plain_.get()};
       for (int c = 0; c < 2; ++c) {
         double_kv(*bes[c], p, c);
         bes[c]->compressor_many(p.a[c]);
@@ -182,5 +183,64 @@ TEST_F(CudaSmall6, DecodeCompressorsEqualPlain) {
       const int bad = pair_mismatches(p);
       EXPECT_EQ(bad, 0) << tag;
       std::printf("PARITY %-44s rows, positions, rings bit for bit: %s\n", tag.c_str(), bad ? "FAIL" : "ok");
+    }
+}
+
+// Backend::compressors_and_qat (one launch with small_v6) bit for bit compressor_many, then indexer_qat (small_v6
+// = 0): the CSA layer's compressors as above and the indexer query's RoPE + QAT (64 heads of 128, 64 RoPE
+// dims, the head weights' scale; and 2 × 64 with 16 dims, no scale, where a block holds 8 rows, some idle).
+TEST_F(CudaSmall6, CompressorsAndQatEqualTheTwoOps) {
+  cuda::CudaBackendOptions on, off;
+  on.small_v6 = 1;
+  off.small_v6 = 0;
+  auto made_on = cuda::make_cuda_backend(on);
+  auto made_off = cuda::make_cuda_backend(off);
+  ASSERT_TRUE(made_on.ok() && made_off.ok());
+  for (int64_t n : {1, 2, 8, 32})
+    for (int shape = 0; shape < 2; ++shape) {
+      const int32_t heads = shape == 0 ? 64 : 2, dim = shape == 0 ? 128 : 64, n_rot = shape == 0 ? 64 : 16;
+      const std::string tag = "compressors + rope qat H" + std::to_string(heads) + " D" + std::to_string(dim) + " n" +
+                              std::to_string(n);
+      const int32_t r = CompressorPair::kRatio;
+      std::vector<int32_t> pos0(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k) pos0[k] = r * randint(2, 500) + randint(0, r - 1);
+      const CompressorPair p = compressor_pair(pos0);
+      const int64_t rows = n * heads;
+      const auto x = randn(static_cast<size_t>(rows * dim), 2.0f);
+      const auto wts = randn(static_cast<size_t>(rows), 3.0f);
+      std::vector<double> freq(static_cast<size_t>(n_rot / 2));
+      for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / n_rot);
+      const int32_t* gpos = dev(pos0);
+      IndexerQatArgs q[2];
+      for (int c = 0; c < 2; ++c) {
+        q[c] = IndexerQatArgs{halved(x), rows, dim, true};
+        q[c].pos = gpos;
+        q[c].heads = heads;
+        q[c].n_rot = n_rot;
+        q[c].freq = freq.data();
+        if (shape == 0) {
+          q[c].scale_x = dev(wts);
+          q[c].scale = 0.0110485f;
+          q[c].scale_count = rows;
+        }
+      }
+      ASSERT_TRUE(gpu_->sync().ok());
+      Backend* bes[2] = {made_on->get(), made_off->get()};
+      for (int c = 0; c < 2; ++c) {
+        double_kv(*bes[c], p, c);
+        bes[c]->scale(q[c].x, 2.0f, rows * dim);
+        if (c == 0) {
+          bes[c]->compressors_and_qat(p.a[c], q[c]);
+        } else {
+          bes[c]->compressor_many(p.a[c]);
+          bes[c]->indexer_qat(q[c]);
+        }
+        ASSERT_TRUE(bes[c]->sync().ok()) << tag;
+      }
+      const int bad = pair_mismatches(p);
+      EXPECT_EQ(bad, 0) << tag;
+      expect_v6_bits(host(q[0].x, x.size()), host(q[1].x, x.size()), tag + " query rows");
+      if (shape == 0) expect_v6_bits(host(q[0].scale_x, wts.size()), host(q[1].scale_x, wts.size()), tag + " weights scale");
+      std::printf("PARITY %-44s rows, positions, rings, query, weights: %s\n", tag.c_str(), bad ? "FAIL" : "ok");
     }
 }

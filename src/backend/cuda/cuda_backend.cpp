@@ -13,6 +13,9 @@ namespace ds4::backend::cuda {
 // default: the H200 (W2) showed them bit for bit the previous kernels (test_cuda_small5.cpp, 248 cases) and
 // faster (a prefill chunk's HC pre 315 against 388 µs, the indexer query's RoPE + QAT 164 against 310; docs/PERF.md).
 constexpr bool kSmallV5Auto = true;
+// CudaBackendOptions::small_v6 = -1: session 9's compressors + indexer query QAT in one launch, off until a
+// device run shows it the same bits and faster.
+constexpr bool kSmallV6Auto = false;
 
 static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
 
@@ -71,6 +74,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v3(opts.small_v3);
   be->set_small_v4(opts.small_v4);
   be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
+  be->set_small_v6(opts.small_v6 < 0 ? kSmallV6Auto : opts.small_v6 != 0);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
   be->set_prefill_glue(opts.prefill_glue);

@@ -261,6 +261,11 @@ struct CudaBackendOptions {
   // 0: the previous kernels; 1: these; -1: cuda_backend.cpp's kSmallV5Auto (the device run's verdict, one
   // constant in one .cpp). Same bits.
   int small_v5 = -1;
+  // Session 9 (issue 5): a CSA layer's two compressors and the indexer query's RoPE + QAT with its head weights'
+  // scale in one launch at decode (Backend::compressors_and_qat; compressors_qat.cu) — two dependent launches on
+  // the layer's critical chain become one. 0: the two ops' launches; 1: the one launch; -1: cuda_backend.cpp's
+  // kSmallV6Auto (the device run's verdict). Same bits (each block runs one of the two ops' device code).
+  int small_v6 = -1;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

@@ -257,6 +257,9 @@ class CudaBackend final : public Backend {
   void scale(float* y, float s, int64_t count) override;        // ops_elementwise.cu
   void compressor(const CompressorArgs& a) override;    // ops_compressor.cu
   void compressor_many(std::span<const CompressorArgs> jobs) override;  // ops_compressor.cu
+  void compressors_and_qat(std::span<const CompressorArgs> jobs, const IndexerQatArgs& qat) override;  // compressors_qat.cu
+  // Whether compressor_many runs `jobs` as one paired walking launch (ops_compressor.cu).
+  bool compressor_pair_ok(std::span<const CompressorArgs> jobs);
   void attention(const AttentionArgs& a) override;      // ops_attention.cu
   void indexer(const IndexerArgs& a) override;          // ops_indexer.cu
   void router(const RouterArgs& a) override;            // ops_moe.cu
@@ -365,6 +368,7 @@ class CudaBackend final : public Backend {
   void set_small_v3(bool on) { small_v3_ = on; }
   void set_small_v4(bool on) { small_v4_ = on; }
   void set_small_v5(bool on) { small_v5_ = on; }
+  void set_small_v6(bool on) { small_v6_ = on; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_prefill_glue(bool on) { prefill_glue_ = on; }
@@ -433,6 +437,7 @@ class CudaBackend final : public Backend {
   bool small_v3_ = true;                  // CudaBackendOptions::small_v3
   bool small_v4_ = true;                  // CudaBackendOptions::small_v4
   bool small_v5_ = false;                 // CudaBackendOptions::small_v5
+  bool small_v6_ = false;                 // CudaBackendOptions::small_v6
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)

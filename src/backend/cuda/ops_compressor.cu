@@ -9,82 +9,16 @@
 #include <string>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/compressor_ring.cuh"
 #include "backend/cuda/cuda_impl.h"
 
 namespace ds4::backend::cuda {
 
 namespace {
 
-// Ring frontier (backend.h with CompressorArgs::slots).
-// kv, score: [n][width]; ape: [ratio][width]; state: ring [slots][width] (token t in row t mod slots);
-// out: [*][out_dim].
-template <typename Args>
-__device__ void compressor_ring_body(const Args& a) {
-  const int64_t D = a.out_dim, r = a.ratio, slots = a.slots;
-  const int64_t width = a.overlap ? 2 * D : D;
-  int64_t emitted = 0;
-  for (int64_t i = 0; i < a.n; ++i) {
-    const int64_t t = a.pos0 + i;
-    const int64_t row = t % slots;
-    for (int64_t d = threadIdx.x; d < width; d += blockDim.x) {
-      a.state_kv[row * width + d] = a.kv[i * width + d];
-      a.state_score[row * width + d] = a.score[i * width + d] + a.ape[(t % r) * width + d];
-    }
-    if ((t + 1) % r != 0) continue;
-    __syncthreads();
-    // Block B is complete. Candidates per output dimension d, in the CPU's order: (overlap, B > 0) the
-    // previous block's series A (column d), then this block's series B (column D+d); (no overlap) this
-    // block's column d.
-    const int64_t B = (t + 1) / r - 1;
-    const int64_t cur = (B * r) % slots, prev = ((B - 1) * r % slots + slots) % slots;
-    const bool has_prev = a.overlap && B > 0;
-    const int64_t cur_col = a.overlap ? D : 0;
-    float* out = a.out + emitted * D;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-      float mx = -INFINITY;
-      if (has_prev)
-        for (int64_t s = 0; s < r; ++s) mx = fmaxf(mx, a.state_score[(prev + s) * width + d]);
-      for (int64_t s = 0; s < r; ++s) mx = fmaxf(mx, a.state_score[(cur + s) * width + cur_col + d]);
-      float denom = 0, acc = 0;
-      if (has_prev)
-        for (int64_t s = 0; s < r; ++s) {
-          const float e = expf(a.state_score[(prev + s) * width + d] - mx);
-          denom += e;
-          acc += e * a.state_kv[(prev + s) * width + d];
-        }
-      for (int64_t s = 0; s < r; ++s) {
-        const float e = expf(a.state_score[(cur + s) * width + cur_col + d] - mx);
-        denom += e;
-        acc += e * a.state_kv[(cur + s) * width + cur_col + d];
-      }
-      out[d] = acc / denom;
-    }
-    if (threadIdx.x == 0) a.out_pos[emitted] = static_cast<int32_t>(B * r);
-    ++emitted;
-    __syncthreads();  // the next token may overwrite a row pooled here
-  }
-}
-
 template <typename Args>
 __global__ void compressor_ring_kernel(Args a) {
   compressor_ring_body(a);
-}
-
-// A batched step: thread block s walks session s (CompressorArgs::seg) with the single-session body.
-template <typename Args>
-__device__ void compressor_ring_segment(const Args& a, int s) {
-  const CompressorSegment sg = a.seg[s];
-  const int64_t width = a.overlap ? 2 * static_cast<int64_t>(a.out_dim) : a.out_dim;
-  Args one = a;
-  one.kv = a.kv + sg.col * width;
-  one.score = a.score + sg.col * width;
-  one.n = sg.n;
-  one.pos0 = sg.pos0;
-  one.state_kv = sg.state_kv;
-  one.state_score = sg.state_score;
-  one.out = sg.out;
-  one.out_pos = sg.out_pos;
-  compressor_ring_body(one);
 }
 
 template <typename Args>
@@ -103,12 +37,7 @@ constexpr bool kRing2Pdl = true;
 // before it (a CSA layer's decode chain on the main lane: matmul_many, this, the indexer query's QAT).
 __global__ void compressor_ring2_kernel(CompressorArgs a0, CompressorArgs a1) {
   grid_dependency_wait();  // the projections and the rings come from the work before; a no-op in a plain launch
-  const CompressorArgs& a = blockIdx.y == 0 ? a0 : a1;
-  if (a.segments > 0) {
-    if (static_cast<int>(blockIdx.x) < a.segments) compressor_ring_segment(a, static_cast<int>(blockIdx.x));
-  } else if (blockIdx.x == 0) {
-    compressor_ring_body(a);
-  }
+  compressor_pair_block(blockIdx.y == 0 ? a0 : a1, static_cast<int>(blockIdx.x));
 }
 
 // Prefill chunks of one session (n ≥ kPoolChunkMin, CudaBackendOptions::compressor_parallel): the rows
@@ -303,22 +232,26 @@ void CudaBackend::compressor(const CompressorArgs& a) {
 // Two jobs that compressor() would each run as one walking launch (a batched step's segments, or a
 // decode-sized call of one session) go out as one compressor_ring2_kernel launch; anything else (a prefill
 // chunk's parallel pooling, a bad call, whose error compressor() reports) runs job by job.
-void CudaBackend::compressor_many(std::span<const CompressorArgs> jobs) {
+bool CudaBackend::compressor_pair_ok(std::span<const CompressorArgs> jobs) {
   auto one_walk = [&](const CompressorArgs& a) {
     const bool ring_ok = a.ratio > 0 && a.out_dim > 0 && a.slots >= (a.overlap ? 2 : 1) * a.ratio &&
                          a.slots % a.ratio == 0;
     if (a.segments > 0) return ring_ok && a.seg != nullptr;
     return ring_ok && a.n > 0 && a.pos0 >= 0 && !(compressor_parallel_ && a.n >= kPoolChunkMin);
   };
-  if (!small_v4_ || jobs.size() != 2 || failed() || !one_walk(jobs[0]) || !one_walk(jobs[1])) {
+  return small_v4_ && jobs.size() == 2 && !failed() && one_walk(jobs[0]) && one_walk(jobs[1]);
+}
+
+void CudaBackend::compressor_many(std::span<const CompressorArgs> jobs) {
+  if (!compressor_pair_ok(jobs)) {
     for (const CompressorArgs& j : jobs) compressor(j);
     return;
   }
   for (const CompressorArgs& j : jobs)
     if (j.n_out) *j.n_out = 0;
   const int blocks = std::max({jobs[0].segments, jobs[1].segments, 1});
-  if (!check(launch_dependent(kRing2Pdl && small_v3_ && hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(blocks), 2),
-                              512, 0, stream(), compressor_ring2_kernel, jobs[0], jobs[1]),
+  if (!check(launch_dependent(kRing2Pdl && small_v3_ && hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(blocks), 2), 512, 0,
+                              stream(), compressor_ring2_kernel, jobs[0], jobs[1]),
              "compressors (2)"))
     return;
   for (const CompressorArgs& j : jobs)  // as compressor(): one session's emitted rows (batched calls: none)

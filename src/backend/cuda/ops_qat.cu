@@ -8,35 +8,12 @@
 #include "backend/by_pieces.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/qat_device.cuh"
 #include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
 
 namespace {
-
-__device__ float round_e2m1_dev(float x) {
-  const float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float a = fminf(fabsf(x), 6.0f);
-  int best = 0;
-  float best_d = a;
-  for (int c = 1; c < 8; ++c) {
-    const float d = fabsf(a - kValues[c]);
-    if (d < best_d || (d == best_d && (c % 2 == 0))) {
-      best = c;
-      best_d = d;
-    }
-  }
-  return x < 0 ? -kValues[best] : kValues[best];
-}
-
-// The FP4 E2M1 round trip of the 32-value block of h held by one warp (power-of-two scale from the block's
-// absmax) and the store of value i, half-rounded with f16: the end of both indexer_qat kernels.
-__device__ inline void fp4_block_store(float h, float* row, int i, bool f16) {
-  const float amax = warp_max(fabsf(h));
-  const float sc = pow2_ceil_dev(fmaxf(amax, 6.0f * ldexpf(1.0f, -126)) / 6.0f);
-  const float v = sc * round_e2m1_dev(fminf(fmaxf(h / sc, -6.0f), 6.0f));
-  row[i] = f16 ? __half2float(__float2half_rn(v)) : v;
-}
 
 // One warp per 64-value block (two values per lane). x: [rows][stride], blocks in [0, n_quant).
 __global__ void fp8_round_kernel(float* x, int64_t rows, int64_t stride, int32_t n_quant) {
@@ -80,64 +57,32 @@ __global__ void indexer_qat_kernel(IndexerQatArgs a, float k) {
 // and its partner i ^ s: the lower index keeps own + partner, the upper partner − own — the same
 // additions), only the stages s ≥ 32 through shared memory: 2·(log2(dim) − 5) barriers instead of
 // 2·log2(dim) (4 instead of 14 at the indexer's 128). Launched as a programmatic dependent.
-// Thread i of a block of dim threads holding value i of the row: the Hadamard stages as above, then the
-// FP4 round trip and the store of value i. Every thread calls it (barriers).
-__device__ inline void hadamard_fp4_store(float v, float* sh, float* row, int32_t dim, float k, bool f16) {
-  const int i = threadIdx.x;
-#pragma unroll
-  for (int s = 1; s < kWarp; s *= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, s);
-    v = (i & s) == 0 ? v + o : o - v;
-  }
-  for (int s = kWarp; s < dim; s *= 2) {
-    sh[i] = v;
-    __syncthreads();
-    const float o = sh[i ^ s];
-    v = (i & s) == 0 ? v + o : o - v;
-    __syncthreads();  // the next stage overwrites sh
-  }
-  fp4_block_store(v * k, row, i, f16);
-}
-
 __global__ void indexer_qat3_kernel(IndexerQatArgs a, float k) {
   extern __shared__ float sh[];
   grid_dependency_wait();  // the rows (and the count) come from the work before
   if (a.count && blockIdx.x >= *a.count) return;
   const int32_t dim = a.dim;
   float* row = a.x_at ? a.x_at[blockIdx.x] : a.x + static_cast<int64_t>(blockIdx.x) * dim;
-  hadamard_fp4_store(row[threadIdx.x], sh, row, dim, k, a.f16);
+  hadamard_fp4_store(row[threadIdx.x], sh, row, dim, k, a.f16, static_cast<int>(threadIdx.x));
 }
 
 // The indexer query's RoPE and QAT (and its head weights' scale) in one launch (IndexerQatArgs::n_rot,
 // scale_x; small_v4): rope_kernel's rotation
 // of the row's last n_rot dims, then indexer_qat3_kernel's steps — one block of dim threads per row
 // [rows = n·heads][dim], as the two kernels one after the other (64 rows of 128 at decode: the RoPE launch,
-// ~3 µs on the CSA layers' chain, goes). The pair (2j, 2j + 1) of the tail starts at an even dim
-// (dim − n_rot), so it sits on lanes i, i ^ 1 of one warp: each lane takes its partner's value by one
-// shuffle and computes its own half of rope_apply's two expressions with rope_cos_sin's angle.
+// ~3 µs on the CSA layers' chain, goes): qat_device.cuh's rope_qat_row.
 // Blocks past the rows (IndexerQatArgs::scale_x): scale_kernel's y[i] *= s over the head weights, each
 // block a strided share, leaving before any barrier.
 __global__ void indexer_rope_qat_kernel(IndexerQatArgs a, RopeFreqs f, float k) {
   extern __shared__ float sh[];
   grid_dependency_wait();  // the rows come from the work before
-  const int32_t dim = a.dim;
   const int64_t r = blockIdx.x;
   if (r >= a.rows) {
     const int64_t step = static_cast<int64_t>(gridDim.x - a.rows) * blockDim.x;
     for (int64_t i = (r - a.rows) * blockDim.x + threadIdx.x; i < a.scale_count; i += step) a.scale_x[i] *= a.scale;
     return;
   }
-  float* row = a.x + r * dim;
-  const int i = threadIdx.x, j = i - (dim - a.n_rot);  // j ≥ 0: index in the rotated tail
-  float v = row[i];
-  const float2 cs = j >= 0 ? rope_cos_sin(a.pos[r / a.heads], f.w[j / 2], false) : make_float2(1.0f, 0.0f);
-  const float o = __shfl_xor_sync(0xffffffffu, v, 1);
-  if (j >= 0) {
-    const bool odd = (j & 1) != 0;
-    const float x0 = odd ? o : v, x1 = odd ? v : o;  // the pair (v[0], v[1]) of rope_apply
-    v = odd ? x0 * cs.y + x1 * cs.x : x0 * cs.x - x1 * cs.y;
-  }
-  hadamard_fp4_store(v, sh, row, dim, k, a.f16);
+  rope_qat_row(a, f, k, r, static_cast<int>(threadIdx.x), sh, true);
 }
 
 // indexer_rope_qat_kernel's values with a warp per row (small_v5): lane l holds values l + 32c of the row

@@ -2,10 +2,11 @@
 // IQ2_XXS gate/up + SwiGLU and Q2_K down, where every lane keeps the same pieces of the activation in
 // registers for all the rows it computes, so the inner loops read only weights and table entries.
 //
-// Gate/up: work item = (expert group, one output row): that row of gate and of up (2 × nb × 66 B; 2,112 B at
-// Flash shapes, nb = 16), streamed per warp through a private 4-deep ring of 16-byte cp.async copies (3
-// items in flight while one is computed, as the warp tiles do). Lane (octet o = lane / 8, group gi =
-// lane % 8) takes 32-value group gi of blocks o + 4s (s < nb / 4) of both rows (nb = 16 at the Flash shapes, the only ones taken): 8 groups of 32 weights, the
+// Gate/up: work item = (expert group, one output row — two in variant 4, the default): that row of gate and
+// of up (2 × nb × 66 B; 2,112 B at Flash shapes, nb = 16), streamed per warp through a private ring of 16-byte
+// cp.async copies (moe_warp_ring.cuh: 2–3 items in flight while one is computed, as the warp tiles do). Lane
+// (octet o = lane / 8, group gi = lane % 8) takes 32-value group gi of blocks o + 4s (s < nb / 4) of every
+// row of the item (nb = 16 at the Flash shapes, the only ones taken): 8 groups of 32 weights a row, the
 // token's 4 × 32 Q8_K values for them loaded once per kernel (32 registers). Per group: the two quant
 // words by aligned loads and a funnel shift; per 8-value chunk the byte-permute decode of the row tiles
 // (moe_terms.cuh iq2_terms_perm, fill_perm_tables: one 4-byte grid-selector and one 4-byte sign-selector

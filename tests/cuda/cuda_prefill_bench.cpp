@@ -11,9 +11,9 @@
 // "gemm", only the GEMM, F16 and routed-expert lines, of the default kernels, of the dense Q8_0 kernel
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
-// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 13
-// (the default) and 20 … 24; "profile" runs one MoE call each of gemm_experts = 13 and 20 (under
-// ncu), untimed.
+// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 20
+// (the default) and 13 (the previous default); "profile" runs one MoE call each of gemm_experts = 13 and
+// 20 (under ncu), untimed.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -80,13 +80,12 @@ int main(int argc, char** argv) {
   }
   // "profile": the experts of gemm_experts 13, then 20, for ncu, no timing.
   const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
-  // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 13, 16 and 14
-  // (gemm_experts = 6: "tc-exp-alusg", 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped experts on gemm2_kernel and the previous prefill glue —
-  // gemm_experts = 0, prefill_glue = false).
+  // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 21 and 14
+  // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
+  // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 13 (the default), 20 (experts_fast_kernel and
-  // the SwiGLU folded into the down projection's quantizer), 21 (13's kernel, the SwiGLU folded), 22, 23
-  // and 24.
+  // "walk": only the routed-expert lines of gemm_experts 13 (the previous default) and 20 (the default:
+  // experts_fast_kernel and the SwiGLU folded into the down projection's quantizer).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   const bool gemm_only = profile || experts_only || walk_only || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
@@ -94,8 +93,8 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28, 29, 30, 31, 32}
-                                 : experts_only ? std::vector<int>{0, 13, 21, 14, 8}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28}
+                                 : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : profile    ? std::vector<int>{21, 28}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6}
                                               : std::vector<int>{0, 1, 2};
@@ -109,9 +108,9 @@ int main(int argc, char** argv) {
       co.gemm_experts = 0;
       co.prefill_glue = false;
     }
-    if (mode == 13) co.gemm_experts = 6;
     if (mode == 14) co.gemm_experts = 0;  // gemm2_kernel with the new glue
-    if (mode >= 21 && mode <= 32) co.gemm_experts = mode - 8;  // 13 … 24
+    if (mode == 21) co.gemm_experts = 13;
+    if (mode == 28) co.gemm_experts = 20;
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -119,9 +118,8 @@ int main(int argc, char** argv) {
     }
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
-                                 "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "tc-exp-alusg", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "tc-exp-grid16", "-", "-", "-", "-", "-", "tc-exp-fast", "tc-exp-fold",
-                                 "tc-exp-fast-r3", "tc-exp-fast-nosg", "tc-exp-fast-u2"};
+                                 "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
+                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

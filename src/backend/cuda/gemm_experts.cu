@@ -10,14 +10,14 @@
 // each warp decodes its 16 rows × 32 values per sub-block in registers, once per (expert, k-tile), for all
 // of the tile's pairs (ldmatrix fragments of the quants); raw weight bytes and activation planes go
 // through a 3-stage cp.async ring with one barrier per stage.
-// Two kernels (CudaBackendOptions::gemm_experts): experts_walk_kernel, two resident blocks per SM walking
-// the (128 rows, tile) items through one continuous ring (13, the default); experts_direct_kernel, a
-// block per item (6, the previous default).
+// Two kernels (CudaBackendOptions::gemm_experts), both two resident blocks per SM walking the (128 rows,
+// tile) items through one continuous ring: experts_fast_kernel (20, the default: fewer instructions per
+// stage, see there) and experts_walk_kernel (13, the previous default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
 // IQ2_XXS once per output.
-// Needs 16-byte aligned weights, K a multiple of 1,024 and ~92 KB of shared memory per block
+// Needs 16-byte aligned weights, K a multiple of 1,024 and ≤ ~108 KB of shared memory per block
 // (gemm_experts_planes checks). Deliberately not here: Q8_0 and dense jobs (gemm_q8.cu, ops_gemm.cu),
 // the grouping (ops_gemm.cu), other widths and alignments (gemm2_kernel).
 #include <algorithm>
@@ -87,21 +87,17 @@ __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* 
 // the group (the planes' K order): one IQ2_XXS grid entry with one sign index (low and high 32 bits), or 8
 // consecutive Q2_K quants under one scale. A block: 8 warps of 16 rows × 64 pairs (1 m16 × 8 n8), raw
 // weight bytes and activation planes through a 3-stage cp.async ring, one barrier per stage; each warp
-// decodes its own rows from the raw bytes in registers (the IQ2_XXS grid, or its byte-permute selectors,
-// in shared memory), ~92 KB of shared memory: two blocks per SM.
+// decodes its own rows from the raw bytes in registers (the IQ2_XXS grid — with experts_fast_kernel also
+// its sign masks — in shared memory), ≤ ~108 KB of shared memory: two blocks per SM.
 constexpr int kDWarps = 8, kDThreads = kDWarps * kWarp, kDRing = 3;
 static_assert(kDWarps * 16 == kBM, "8 warps of 16 rows");
 
 // R: ring slots; GR: copies of the IQ2_XXS grid, entry i's copy c at grid[GR·i + c], read by lane l from
 // copy l % GR — with 16 copies the 16 lanes of a half-warp's 8-byte loads hit 16 different bank pairs
 // whatever the indices (one copy: a 2.7-way average conflict on random indices, docs/PERF.md).
-// SC: copies of the IQ2_XXS sign masks (0: none, the masks computed) — entry si's copy c at
-// signs[SC·si + c] = {byte mask of sign bits 0–3, of bits 4–7, each mask & 0x01010101}, read by lane l
-// from copy l % SC (16-byte loads go by quarter warps: 8 copies are conflict-free).
-template <GgmlType T, int R = kDRing, int GR = 1, int SC = 0>
+template <GgmlType T, int R = kDRing, int GR = 1>
 struct DSmem {
-  enum : int { kGridCopies = GR, kSignCopies = SC };
-  alignas(16) uint4 signs[SC > 0 ? 128 * SC : 1];
+  enum : int { kGridCopies = GR };
   alignas(16) uint8_t raw_a[R][kBM * raw_a_pitch<T>()];
   alignas(16) int8_t q[R][kBN * kLd];    // permuted activation quants, pitch kLd (ldmatrix)
   alignas(16) int16_t qbs[R][kBN * 16];  // Q2_K bsums
@@ -109,53 +105,15 @@ struct DSmem {
   uint64_t grid[256 * GR];               // IQ2_XXS grid
 };
 
-// Stage kb into ring slot kb % kDRing: weight windows (gemm_tiles.cuh) and the planes' chunks.
-template <GgmlType T>
-__device__ inline void copy_stage_d(DSmem<T>& s, const GemmParams& p, const PlaneParams& q, const uint8_t* wbase,
-                                    int64_t m0, const int64_t* arow, int kb) {
-  constexpr int PA = raw_a_pitch<T>(), CA = PA / 16;
-  const int slot = kb % kDRing;
-  uint8_t* ra = s.raw_a[slot];
-  for (int j = threadIdx.x; j < kBM * CA; j += kDThreads) {
-    const int r = j / CA, k = j % CA;
-    if (m0 + r < p.rows) copy_chunk(ra + r * PA, stage_w<T>(p, wbase, m0 + r, kb), stage_w_bytes<T>(), k);
-  }
-  const int64_t K = p.cols, nb = K / kBK;
-  for (int j = threadIdx.x; j < kBN * 16; j += kDThreads) {
-    const int c = j / 16, k = j % 16;
-    if (arow[c] >= 0) cp_async16(s.q[slot] + c * kLd + 16 * k, q.qs + arow[c] * K + int64_t{kb} * kBK + 16 * k);
-  }
-  for (int c = threadIdx.x; c < kBN; c += kDThreads)
-    if (arow[c] >= 0) cp_async4(s.qd[slot] + c, q.d + arow[c] * nb + kb);
-  if constexpr (T == GgmlType::Q2_K) {
-    for (int j = threadIdx.x; j < kBN * 2; j += kDThreads) {
-      const int c = j / 2, h = j % 2;
-      if (arow[c] >= 0) cp_async16(s.qbs[slot] + c * 16 + 8 * h, q.bsums + arow[c] * (K / 16) + int64_t{kb} * 16 + 8 * h);
-    }
-  }
-}
-
-// One ring slot of the direct kernels: the warp's tile rows r0 = 16·warp + g and r0 + 8 (their weight blocks
-// at blk0 / blk1 in the raw slot) × the first 8·nj pairs of quant slot `slot`: the integer block sums of the
-// stage's super-block, then gemm2_kernel's float terms of the stage into acc[j][e] (pair 8j + 2t + (e & 1),
-// row r0 + 8·(e >= 2)).
-// IQ2_XXS signs: ksigns[si] = si | parity(si) << 7, computed and expanded by integer operations (a sign
-// table's random loads cost more shared-memory wavefronts). kUnroll: the sub-block loop's unrolling;
-// kLean: the Q2_K finish with one 8-byte bsum load and small_i2f.
-// kNJ > 0: the fragment count fixed at compile time (nj rounded up to it by the caller; the extra columns
-// are never stored), so the fragment loops are straight-line code whose loads and MMAs the compiler can
-// overlap, instead of loops that leave at a runtime count.
 // A sub-block's raw weight words for the lane's two rows (blk0, blk1), read from shared memory: IQ2_XXS
 // the sign/scale word and the grid entry of the lane's 8 values; Q2_K the scale byte and the two words of
-// the lane's 8 quants (and, with DSmem sign copies, the IQ2_XXS sign masks). decode_sub turns them into
-// the A fragment (and IQ2_XXS's scales ls).
+// the lane's 8 quants. decode_sub turns them into the A fragment (and IQ2_XXS's scales ls).
 template <GgmlType T>
 struct RawSub;
 template <>
 struct RawSub<GgmlType::IQ2_XXS> {
   uint32_t a1[2];
   uint64_t gr[2];
-  uint4 sm[2];  // sign masks (DSmem with sign copies)
 };
 template <>
 struct RawSub<GgmlType::Q2_K> {
@@ -172,8 +130,6 @@ __device__ __forceinline__ RawSub<T> load_sub(const S& s, const uint8_t* blk0, c
       const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
       r.a1[h] = ld32_u16(b + 4);
       r.gr[h] = s.grid[S::kGridCopies * b[t] + lane % S::kGridCopies];
-      if constexpr (S::kSignCopies > 0)
-        r.sm[h] = s.signs[S::kSignCopies * ((r.a1[h] >> (7 * t)) & 127) + lane % S::kSignCopies];
     } else {  // Q2_K: element 32·sb + k in byte 16 + 32·(sb / 4) + k; scale of k / 16
       const uint8_t* b = h ? blk1 : blk0;
       r.sc[h] = b[2 * sb + (t >> 1)] & 15;
@@ -185,15 +141,11 @@ __device__ __forceinline__ RawSub<T> load_sub(const S& s, const uint8_t* blk0, c
   return r;
 }
 
-template <GgmlType T, bool kSigns = false>
+template <GgmlType T>
 __device__ __forceinline__ void decode_sub(const RawSub<T>& r, int sb, int t, uint32_t (&af)[4], int (&ls)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if constexpr (T == GgmlType::IQ2_XXS && kSigns) {  // the masks from the table: the same bytes
-      ls[h] = static_cast<int>(2 * (r.a1[h] >> 28) + 1);
-      af[h] = (static_cast<uint32_t>(r.gr[h]) ^ r.sm[h].x) + r.sm[h].z;
-      af[2 + h] = (static_cast<uint32_t>(r.gr[h] >> 32) ^ r.sm[h].y) + r.sm[h].w;
-    } else if constexpr (T == GgmlType::IQ2_XXS) {
+    if constexpr (T == GgmlType::IQ2_XXS) {
       const uint32_t a1 = r.a1[h];
       ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
       const uint32_t si = (a1 >> (7 * t)) & 127;
@@ -210,11 +162,20 @@ __device__ __forceinline__ void decode_sub(const RawSub<T>& r, int sb, int t, ui
   }
 }
 
-template <GgmlType T, int kUnroll = 2, bool kLean = false, int kNJ = 0, class S = DSmem<T>>
-__device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1,
-                                             int nj_rt, int lane, float (&acc)[8][4]) {
+// One ring slot: the warp's tile rows r0 = 16·warp + g and r0 + 8 (their weight blocks at blk0 / blk1 in
+// the raw slot) × the first 8·kNJ pairs of quant slot `slot`: the integer block sums of the stage's
+// super-block, then gemm2_kernel's float terms of the stage into acc[j][e] (pair 8j + 2t + (e & 1), row
+// r0 + 8·(e >= 2)). IQ2_XXS signs: ksigns[si] = si | parity(si) << 7, expanded by integer operations (a
+// replicated mask table measured slower, docs/PERF.md). kUnroll: the sub-block loop's unrolling. kNJ: the
+// fragment count fixed at compile time (the tile's rounded up by the caller; the extra columns are never
+// stored), so the fragment loops are straight-line code whose loads and MMAs the compiler can overlap. The
+// Q2_K finish: the 4 bsums of a fragment by one 8-byte load, small_i2f for the block sums (both under its
+// 2^22 bound).
+template <GgmlType T, int kUnroll, int kNJ, class S>
+__device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int lane,
+                                             float (&acc)[8][4]) {
   const int g = lane / 4, t = lane % 4;
-  const int nj = kNJ > 0 ? kNJ : nj_rt;
+  constexpr int nj = kNJ;
   const int8_t* qb = s.q[slot];
   int ic[8][4];
 #pragma unroll
@@ -225,7 +186,7 @@ __device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t
   for (int sb = 0; sb < 8; ++sb) {
     uint32_t af[4];
     int ls[2] = {0, 0};
-    decode_sub<T, (S::kSignCopies > 0)>(load_sub<T>(s, blk0, blk1, sb, lane), sb, t, af, ls);
+    decode_sub<T>(load_sub<T>(s, blk0, blk1, sb, lane), sb, t, af, ls);
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       if (2 * jj >= nj) break;  // uniform
@@ -267,21 +228,11 @@ __device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t
     for (int j = 0; j < 8; ++j) {
       if (j >= nj) break;
       const int16_t* bs = s.qbs[slot] + (8 * j + g) * 16 + 4 * t;  // pair 8j + g, sub-blocks 4t … 4t + 3
-      uint32_t lo = 0, hi = 0;
-      if constexpr (kLean) {
-        // The 4 sums as two words of int16 halves (one 8-byte load): byte k of lo = v_k & 63, of hi = the
-        // low byte of v_k >> 6 (bits 6 … 13 of v_k: the logical shift of the word leaves them in place).
-        const uint2 w = *reinterpret_cast<const uint2*>(bs);
-        lo = __byte_perm(w.x, w.y, 0x6420) & 0x3F3F3F3Fu;
-        hi = __byte_perm(w.x >> 6, w.y >> 6, 0x6420);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int v = bs[k];
-          lo |= static_cast<uint32_t>(v & 63) << (8 * k);
-          hi |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(v >> 6))) << (8 * k);
-        }
-      }
+      // The 4 sums as two words of int16 halves (one 8-byte load): byte k of lo = v_k & 63, of hi = the
+      // low byte of v_k >> 6 (bits 6 … 13 of v_k: the logical shift of the word leaves them in place).
+      const uint2 w = *reinterpret_cast<const uint2*>(bs);
+      const uint32_t lo = __byte_perm(w.x, w.y, 0x6420) & 0x3F3F3F3Fu;
+      const uint32_t hi = __byte_perm(w.x >> 6, w.y >> 6, 0x6420);
       const uint32_t blo[2] = {lo, 0u}, bhi[2] = {hi, 0u};
       int slo[4] = {0, 0, 0, 0}, shi[4] = {0, 0, 0, 0};
       mma_s8(slo, am, blo);
@@ -292,86 +243,21 @@ __device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t
         const int summs = 64 * shi[e] + slo[e];
         const float dall = db[e & 1] * da[e >> 1];
         const float dmin = db[e & 1] * dm[e >> 1];
-        if constexpr (kLean) {  // |ic| ≤ 256·45·128, |summs| ≤ 16·15·2048: both < 2^22, exact by small_i2f
-          acc[j][e] += dall * small_i2f(ic[j][e]) - dmin * small_i2f(summs);
-        } else {
-          acc[j][e] += dall * static_cast<float>(ic[j][e]) - dmin * static_cast<float>(summs);
-        }
+        // |ic| ≤ 256·45·128, |summs| ≤ 16·15·2048: both < 2^22, exact by small_i2f
+        acc[j][e] += dall * small_i2f(ic[j][e]) - dmin * small_i2f(summs);
       }
     }
   }
 }
 
-// Variant 6: a block per (128 rows, tile) item.
-template <GgmlType T>
-__global__ void __launch_bounds__(kDThreads, 2) experts_direct_kernel(GemmParams p, PlaneParams q, int row_blocks) {
-  constexpr int PA = raw_a_pitch<T>();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  DSmem<T>& s = *reinterpret_cast<DSmem<T>*>(smem_raw);
-  __shared__ int64_t arow[kBN];
-
-  const int it = static_cast<int>(blockIdx.x);
-  if (it >= row_blocks * *p.n_tiles) return;  // the whole block: no barrier reached
-  const int32_t* tl = p.tiles + 3 * (it / row_blocks);
-  const int64_t m0 = int64_t{it % row_blocks} * kBM;
-  const uint8_t* wbase = p.w + static_cast<uint64_t>(tl[0]) * p.expert_bytes;
-  const int nvec = tl[2];
-  for (int c = threadIdx.x; c < kBN; c += kDThreads) {
-    const int64_t v = c < nvec ? p.order[tl[1] + c] : -1;
-    arow[c] = v < 0 ? -1 : v / p.x_div;
-  }
-  if constexpr (T == GgmlType::IQ2_XXS)
-    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
-  __syncthreads();
-
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
-  const int r0 = 16 * warp + g;                  // this lane's tile rows r0 and r0 + 8
-  const int nj = min(8, (nvec + 7) / 8);         // n8 fragments holding pairs (uniform over the block)
-  const int nkb = static_cast<int>(p.cols / kBK);
-  // Low 4 bits of each row's address at stage 0 (the copy windows put a row's bytes that far in).
-  const uint32_t base_lo = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(wbase)) & 15;
-  const uint32_t rb_lo = static_cast<uint32_t>(p.row_bytes & 15);
-  const uint32_t sh0 = base_lo + static_cast<uint32_t>(m0 + r0) * rb_lo, sh1 = sh0 + 8 * rb_lo;
-  float acc[8][4] = {};
-
-#pragma unroll
-  for (int st = 0; st < kDRing - 1; ++st) {
-    if (st < nkb) copy_stage_d<T>(s, p, q, wbase, m0, arow, st);
-    cp_async_commit();
-  }
-  for (int kb = 0; kb < nkb; ++kb) {
-    cp_async_wait<kDRing - 2>();
-    __syncthreads();  // stage kb landed everywhere; stage kb − 1's slot is no longer read
-    if (kb + kDRing - 1 < nkb) copy_stage_d<T>(s, p, q, wbase, m0, arow, kb + kDRing - 1);
-    cp_async_commit();
-    const int slot = kb % kDRing;
-    const uint32_t skb = static_cast<uint32_t>(kb) * stage_w_bytes<T>();
-    const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + ((sh0 + skb) & 15);
-    const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((sh1 + skb) & 15);
-    direct_stage<T>(s, slot, blk0, blk1, nj, lane, acc);
-  }
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
-      if (col >= nvec || m0 + row >= p.rows) continue;
-      float val = acc[j][e];
-      if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
-      p.y[static_cast<int64_t>(p.order[tl[1] + col]) * p.y_stride + m0 + row] = val;
-    }
-}
-
-// ---- variant 13 (the default): variant 6's stages in blocks walking several items ----
+// ---- variant 13 (the previous default): blocks walking several items ----
 // A grid of two blocks per SM walks the (128 rows, tile) items it =
 // blockIdx.x, + gridDim.x, … (neighbouring blocks share a tile's activations in L2), the stages of its
 // items one sequence G = u·nkb + kb, so the copies of item u + 1's first stages are in flight while the
 // warps finish item u. Each thread copies the activation chunks of the 4 pairs c = tid / 16 + 16i of its
 // copy item (their activation rows in registers, reloaded when the copy sequence enters a new item).
-// The stage arithmetic is variant 6's (direct_stage), so every sum and float term is the same; here with
-// the lean Q2_K finish, the sub-block loop not unrolled and the fragment count fixed at compile time (nj
-// rounded up to 2, 4, 6 or 8: straight-line ldmatrix/MMA sequences). On the H200 (docs/PERF.md) the walk
-// alone gained nothing (the per-item costs it removes do not bound the kernel), the fixed count 6 %.
+// The stage arithmetic: walk_stage (direct_stage with the fragment count fixed at compile time, nj rounded
+// up to 2, 4, 6 or 8: straight-line ldmatrix/MMA sequences; the sub-block loop not unrolled).
 struct WalkItem {
   const uint8_t* wbase;
   int32_t m0, first, nvec;
@@ -383,15 +269,15 @@ __device__ inline WalkItem walk_item(const GemmParams& p, int it, int row_blocks
 }
 
 // The walking kernels' stage: direct_stage with the fragment count fixed at nj rounded up to even (one
-// ldmatrix.x4 covers two fragments anyway), the lean Q2_K finish, the sub-block loop unrolled by kU.
-template <GgmlType T, int kU = 1, class S>
+// ldmatrix.x4 covers two fragments anyway), the sub-block loop not unrolled (unrolled by 2: slower).
+template <GgmlType T, class S>
 __device__ __forceinline__ void walk_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int nj,
                                            int lane, float (&acc)[8][4]) {
   switch ((nj + 1) / 2) {
-    case 1: direct_stage<T, kU, true, 2>(s, slot, blk0, blk1, nj, lane, acc); break;
-    case 2: direct_stage<T, kU, true, 4>(s, slot, blk0, blk1, nj, lane, acc); break;
-    case 3: direct_stage<T, kU, true, 6>(s, slot, blk0, blk1, nj, lane, acc); break;
-    default: direct_stage<T, kU, true, 8>(s, slot, blk0, blk1, nj, lane, acc); break;
+    case 1: direct_stage<T, 1, 2>(s, slot, blk0, blk1, lane, acc); break;
+    case 2: direct_stage<T, 1, 4>(s, slot, blk0, blk1, lane, acc); break;
+    case 3: direct_stage<T, 1, 6>(s, slot, blk0, blk1, lane, acc); break;
+    default: direct_stage<T, 1, 8>(s, slot, blk0, blk1, lane, acc); break;
   }
 }
 
@@ -437,11 +323,10 @@ __device__ inline void copy_stage_walk(S& s, const GemmParams& p, const PlanePar
   }
 }
 
-// R, GR: DSmem's ring slots and IQ2_XXS grid copies (13: 3, 1; 14: 2, 16).
-template <GgmlType T, int R = kDRing, int GR = 1>
+template <GgmlType T>
 __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p, PlaneParams q, int row_blocks) {
-  constexpr int PA = raw_a_pitch<T>();
-  using S = DSmem<T, R, GR>;
+  constexpr int PA = raw_a_pitch<T>(), R = kDRing;
+  using S = DSmem<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
 
@@ -450,7 +335,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
   const int n_mine = (n_items - bid + nblk - 1) / nblk;
   const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
   if constexpr (T == GgmlType::IQ2_XXS) {
-    for (int i = threadIdx.x; i < 256 * GR; i += kDThreads) s.grid[i] = c_grid[i / GR];
+    for (int i = threadIdx.x; i < 256; i += kDThreads) s.grid[i] = c_grid[i];
   }
 
   // Copy side: the item of the last stage issued (cu) and its pairs' activation rows.
@@ -512,21 +397,20 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
   }
 }
 
-// ---- variant 20: 14's layout with fewer instructions per stage ----
+// ---- variant 20 (the default): fewer instructions per stage ----
 // What the H200's SASS and ncu said of 13 (docs/PERF.md): ~1,340 instructions per warp and 256-value stage
 // for IQ2_XXS gate/up, 66 % issue-active — the kernel is bound by its instruction count. Of those, ~750 are
-// the 8 sub-blocks (the sign decode ~20 per row pair), ~250 the copies (64-bit window arithmetic per
-// chunk, a signed division G / nkb per stage). Here: the copy side counts its stage and item instead of
-// dividing; each thread's raw-weight chunks (row, chunk) are fixed for the kernel, their row offsets set
-// per item, and a chunk's window is 32-bit arithmetic on the stage's row address; the activation chunks
-// are 32-bit offsets into the planes (rows·K < 2^31, checked by the caller); IQ2_XXS signs come from a
-// replicated mask table (DSmem SC = 8). Stage arithmetic and the sums: direct_stage's, so the same bits.
-// kU: the sub-block loop's unrolling (walk_stage).
-template <GgmlType T, int R, int GR, int SC, int kU = 1>
+// the 8 sub-blocks, ~250 the copies (64-bit window arithmetic per chunk, a signed division G / nkb per
+// stage). Here: the copy side counts its stage and item instead of dividing; each thread's raw-weight
+// chunks (row, chunk) are fixed for the kernel, their row offsets set per item, and a chunk's window is
+// 32-bit arithmetic on the stage's row address; the activation chunks are 32-bit offsets into the planes
+// (rows·K < 2^31, checked by the caller); for IQ2_XXS a 2-slot ring and the grid in 16 copies
+// (conflict-free lookups: DSmem GR 16). Stage arithmetic and the sums: direct_stage's, so the same bits.
+template <GgmlType T, int R, int GR>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
-  using S = DSmem<T, R, GR, SC>;
+  using S = DSmem<T, R, GR>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
 
@@ -537,13 +421,6 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   const int tid = static_cast<int>(threadIdx.x);
   if constexpr (T == GgmlType::IQ2_XXS) {
     for (int i = tid; i < 256 * GR; i += kDThreads) s.grid[i] = c_grid[i / GR];
-    if constexpr (SC > 0) {
-      for (int i = tid; i < 128 * SC; i += kDThreads) {
-        const uint32_t si = static_cast<uint32_t>(i / SC), sg = si | ((__popc(si) & 1u) << 7);  // kKsignsIq2xs[si]
-        const uint32_t lo = byte_bits4(sg & 15), hi = byte_bits4(sg >> 4);
-        s.signs[i] = make_uint4(lo * 0xFFu, hi * 0xFFu, lo, hi);
-      }
-    }
   }
 
   // Copy side. Raw chunk i of this thread: j = tid + kDThreads·i, tile row j / CA, chunk j % CA (fixed);
@@ -630,7 +507,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
     const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * WB;
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + (skb & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15);
-    walk_stage<T, kU>(s, slot, blk0, blk1, nj, lane, acc);
+    walk_stage<T>(s, slot, blk0, blk1, nj, lane, acc);
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
@@ -642,53 +519,36 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
 struct ExpertsKernel {
   void (*kernel)(GemmParams, PlaneParams, int);
   size_t smem;
-  int threads;
 };
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  constexpr int kGrid16 = T == GgmlType::IQ2_XXS ? 16 : 1;  // Q2_K has no grid
-  switch (variant) {
-    case 6: return {experts_direct_kernel<T>, sizeof(DSmem<T>), kDThreads};
-    case 14: return {experts_walk_kernel<T, 2, kGrid16>, sizeof(DSmem<T, 2, kGrid16>), kDThreads};
-    case 20:
-    case 22:
-    case 23:
-    case 24:
-      if constexpr (T == GgmlType::IQ2_XXS) {
-        if (variant == 22) return {experts_fast_kernel<T, kDRing, 1, 8>, sizeof(DSmem<T, kDRing, 1, 8>), kDThreads};
-        if (variant == 23) return {experts_fast_kernel<T, 2, 16, 0>, sizeof(DSmem<T, 2, 16, 0>), kDThreads};
-        if (variant == 24) return {experts_fast_kernel<T, 2, 16, 8, 2>, sizeof(DSmem<T, 2, 16, 8>), kDThreads};
-        return {experts_fast_kernel<T, 2, 16, 8>, sizeof(DSmem<T, 2, 16, 8>), kDThreads};
-      } else {
-        if (variant == 24) return {experts_fast_kernel<T, kDRing, 1, 0, 2>, sizeof(DSmem<T>), kDThreads};
-        return {experts_fast_kernel<T, kDRing, 1, 0>, sizeof(DSmem<T>), kDThreads};
-      }
-    default: return {experts_walk_kernel<T>, sizeof(DSmem<T>), kDThreads};
+  if (variant == 20) {
+    if constexpr (T == GgmlType::IQ2_XXS) {
+      return {experts_fast_kernel<T, 2, 16>, sizeof(DSmem<T, 2, 16>)};
+    } else {
+      return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
+    }
   }
+  return {experts_walk_kernel<T>, sizeof(DSmem<T>)};
 }
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 13; on the H200 (docs/PERF.md, gemm W2) the MoE of a
-// 2,048-token chunk per layer 3.721 ms against 3.976 for variant 6 (4.58 ms with gemm2_kernel). Variants
-// 1–5, 7 (producer warps, planes walked by one block per SM, sign-mask table, 2-bit grid codes) and 8–12
-// (13 without the fixed fragment count or with other unrolling, a byte-permute IQ2_XXS decode) were slower.
-constexpr int kExpertsAuto = 13;
+// CudaBackendOptions::gemm_experts = −1: variant 20; on the H200 (docs/PERF.md, gemm session 9 W2) the MoE of
+// a 2,048-token chunk per layer 3.465 ms against 3.712 for variant 13 (the previous default). Removed after
+// the H200 runs (docs/PERF.md): 1–12 (sessions 7–8), 6 (a block per item), 14 (13 with a 2-slot ring and
+// the IQ2_XXS grid in 16 copies: +0.4 %), 15, 16 (raw words loaded a sub-block ahead: no gain), 17–19 (two
+// row tiles per warp, 4 warps per block: −37 % shared wavefronts, −7 % instructions, 3 % slower at 2 warps
+// per scheduler), 21 (13 with the SwiGLU folded: 3.669), W2's 20 (today's 20 with a replicated IQ2_XXS
+// sign-mask table: 3.503), 22 (that with a 3-slot ring, one grid copy: 3.593), 24 (that with the sub-block
+// loop unrolled by 2: 3.716); today's 20 is W2's 23.
+constexpr int kExpertsAuto = 20;
 
-// 14: 13 with a 2-slot ring and (IQ2_XXS) the grid in 16 copies — conflict-free lookups; 20:
-// experts_fast_kernel (14's layout, fewer instructions per stage); 21: 13's kernel; 22: 20 with a 3-slot
-// ring and one grid copy; 23: 20 without the sign-mask table; 24: 20 with the sub-block loop unrolled by 2.
-// From 20 on, the MoE op also folds its SwiGLU into the down projection's quantizer (ops_moe.cu,
-// experts_fold_swiglu). Removed after the H200's W1 (docs/PERF.md): 15, 16 (raw words loaded a sub-block
-// ahead: no gain), 17–19 (two row tiles per warp, 4 warps per block: −37 % shared wavefronts, −7 %
-// instructions, but 3 % slower at 2 warps per scheduler).
-bool experts_fold_swiglu(int variant) { return variant >= 20; }
+// 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
+bool experts_fold_swiglu(int variant) { return variant == 20; }
 
-int experts_variant(int option) {
-  return option == 0 || option == 6 || option == 13 || option == 14 || (option >= 20 && option <= 24) ? option
-                                                                                                       : kExpertsAuto;
-}
+int experts_variant(int option) { return option == 0 || option == 13 || option == 20 ? option : kExpertsAuto; }
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
@@ -699,7 +559,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
   if (swiglu && (!swiglu->u || !swiglu->weights || j.x_div != 1)) return false;
-  if (variant != 6 && variant != 13 && variant != 14 && (variant < 20 || variant > 24)) return false;
+  if (variant != 13 && variant != 20) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
@@ -708,8 +568,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   }
   const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
   // experts_fast_kernel's 32-bit offsets: plane quants and an expert's rows below 2^31 bytes, else 13.
-  if (variant == 21) variant = 13;  // (its SwiGLU folding is the MoE op's)
-  if (variant >= 20 && variant != 21 && (rows * K >= (int64_t{1} << 31) ||
+  if (variant == 20 && (rows * K >= (int64_t{1} << 31) ||
                         static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31)))
     variant = 13;
   const ExpertsKernel k =
@@ -747,9 +606,9 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   auto run = [&] {
     if (!be.check(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem), "gemm experts smem"))
       return;
-    // The walking kernels: two resident blocks per SM (launch bounds, ≤ ~93 KB of shared memory each).
-    const int64_t grid = variant != 6 ? std::min<int64_t>(items, int64_t{2} * sms) : items;
-    k.kernel<<<static_cast<unsigned>(grid), static_cast<unsigned>(k.threads), k.smem, be.stream()>>>(p, q, row_blocks);
+    // Two resident blocks per SM walking the items (launch bounds, ≤ ~108 KB of shared memory each).
+    const int64_t grid = std::min<int64_t>(items, int64_t{2} * sms);
+    k.kernel<<<static_cast<unsigned>(grid), kDThreads, k.smem, be.stream()>>>(p, q, row_blocks);
     be.launched("gemm experts (int8 tensor cores, fragments decoded in registers)");
   };
   run();

@@ -26,7 +26,7 @@ struct ExpertsSwiglu {
   float clamp = 0;
 };
 
-// CudaBackendOptions::gemm_experts 6 (a block per item) or 13 … 19 (blocks walking the items): the grouped
+// CudaBackendOptions::gemm_experts 13 or 20 (gemm_experts.cu's kernels): the grouped
 // expert job j (IQ2_XXS / Q2_K weights, j.groups set) with its activations (with `swiglu`: SwiGLU of
 // j.x and swiglu->u, x_div 1) quantized into Q8_K planes in `scratch`, then gemm_experts.cu's kernel.
 // false: not taken (variant, type, width, alignment or shared memory) and nothing launched, the caller

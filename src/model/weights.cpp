@@ -60,7 +60,9 @@ class Binder {
     if (expect_elems && n != expect_elems)
       return invalid_data("model: tensor '" + name + "' has " + std::to_string(n) + " values, expected " +
                           std::to_string(expect_elems));
-    const size_t off = staging_.size();
+    // 16-byte aligned (4 floats): the device kernels take float4 paths only on aligned rows — packed at 4-byte
+    // offsets after a 3-value tensor (hc_*_scale), 64 of a prefill chunk's 86 HC pres took the slow split kernel.
+    const size_t off = (staging_.size() + 3) / 4 * 4;
     staging_.resize(off + n);
     Status st = dequantize_row(t->type, file_.tensor(*t).data, staging_.data() + off, static_cast<int64_t>(n));
     if (!st.ok()) return st.with_context("model: tensor '" + name + "'");

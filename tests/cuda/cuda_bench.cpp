@@ -22,6 +22,9 @@
 //                                         layer's two compressors: small_v4 vs off at n = 1, 2, 8, 32.
 //        cuda_bench --small5              session 8's kernels (small_v5) vs off: indexer RoPE + QAT, the HC
 //                                         state's norm, the HC pre past 32 tokens; n = 1, 8, 32, 2048.
+//        cuda_bench --hc-fuse             the decode HC pre in one launch (hc_fuse) vs two, both F16 orders, alone
+//                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
+//        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
 //        cuda_bench --small5-steps M...   whole steps of model files: small_v5 off, on, on + the HC split on the
 //                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
@@ -91,6 +94,7 @@ void bench_hc_router(Backend& be, Backend& prev, Backend* plain, Backend* v2, bo
 void bench_small_prefill(Backend& now, Backend& v2);  // cuda_bench_stages.cpp
 void bench_small4(Backend& now, Backend& v3, bool once);  // cuda_bench_stages.cpp
 void bench_small5(Backend& now, Backend& v4);             // cuda_bench_stages.cpp
+void bench_hc_fuse(Backend& two, Backend& one, Backend& two_mma, Backend& one_mma);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
 void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only);  // cuda_bench_stages.cpp
 void bench_dense_rows(Backend* const* sides, const char* const* labels, const int64_t* n_lo, const int64_t* n_hi,
@@ -101,6 +105,7 @@ void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
+void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
@@ -574,6 +579,17 @@ int main(int argc, char** argv) {
     bench_decode_stages(**on, 4800.0);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--hc-fuse") == 0) {  // HC pre in one launch vs two, both F16 orders
+    cuda::CudaBackendOptions o[4];
+    for (int i = 0; i < 4; ++i) {
+      o[i].hc_fuse = i % 2 == 0 ? 0 : 2;
+      o[i].f16_mma = i >= 2;
+    }
+    auto b0 = cuda::make_cuda_backend(o[0]), b1 = cuda::make_cuda_backend(o[1]), b2 = cuda::make_cuda_backend(o[2]),
+         b3 = cuda::make_cuda_backend(o[3]);
+    if (b0.ok() && b1.ok() && b2.ok() && b3.ok()) bench_hc_fuse(**b0, **b1, **b2, **b3);
+    return 0;
+  }
   const bool hc_once = argc > 1 && std::strcmp(argv[1], "--hc-once") == 0;
   if (hc_once || (argc > 1 && std::strcmp(argv[1], "--hc") == 0)) {  // HC pre, router, small ops: new vs previous
     cuda::CudaBackendOptions po;
@@ -664,6 +680,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--small5-steps") == 0) {  // whole steps, small_v5 off / on / + HC split
     bench_small5_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hc-fuse-steps") == 0) {  // decode steps, HC pre in two launches / one
+    bench_hc_fuse_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--prefetch") == 0) {  // decode steps with weights prefetched into L2

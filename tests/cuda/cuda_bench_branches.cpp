@@ -12,6 +12,7 @@
 // with none, so drift shows.
 // `cuda_bench --small5-steps M...`: a 2,048-token prefill chunk and decode steps with CudaBackendOptions::small_v5
 // off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
+// `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -255,6 +256,53 @@ void bench_dense_steps(int argc, char** argv) {
           const double t = decode_step_seconds(*fws[k], *s.be, sessions, ctx);
           std::printf("BENCH dense-steps %-10s layers %zu batch %d ctx %lld round %d: %.3f ms/step, %.1f tok/s\n", s.name,
                       plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, t > 0 ? sessions / t : 0.0);
+          std::fflush(stdout);
+        }
+    }
+  }
+}
+
+// `cuda_bench --hc-fuse-steps M...`: decode steps (graphs and branches on) with the HC pre in two launches
+// (CudaBackendOptions::hc_fuse = 0) and in one (2), batch 1 (ctx 2K) and 8 (ctx 512), the two interleaved
+// twice. Each side its own backend and weights (bench_dense_steps' layout).
+void bench_hc_fuse_steps(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    auto file = gguf::File::open(argv[i]);
+    if (!file.ok()) return;
+    auto cfg = modelspec::config_from_gguf(**file);
+    if (!cfg.ok()) return;
+    const auto plan = modelspec::layer_plan(*cfg);
+    struct Side {
+      const char* name;
+      std::unique_ptr<backend::Backend> be;
+      model::ModelWeights w;
+    } sides[2] = {{"two launches", nullptr, {}}, {"one launch", nullptr, {}}};
+    std::unique_ptr<model::Forward> fws[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.hc_fuse = k == 0 ? 0 : 2;
+      auto be = backend::cuda::make_cuda_backend(co);
+      if (!be.ok()) return;
+      sides[k].be = std::move(be).value();
+      auto w = model::bind_weights(**file, *cfg, plan, *sides[k].be);
+      if (!w.ok() || !sides[k].be->sync().ok()) return;
+      sides[k].w = std::move(w).value();
+      model::ForwardOptions fo;
+      fo.max_chunk = 512;
+      fo.graphs = true;
+      auto fw = model::Forward::create(*sides[k].be, *cfg, sides[k].w, fo);
+      if (!fw.ok()) return;
+      fws[k] = std::move(fw).value();
+    }
+    for (int sessions : {1, 8}) {
+      const int64_t ctx = sessions == 1 ? 2048 : 512;
+      for (int round = 0; round < 2; ++round)
+        for (int k = 0; k < 2; ++k) {
+          const double t = decode_step_seconds(*fws[k], *sides[k].be, sessions, ctx);
+          std::printf("BENCH hc-fuse-steps %-12s layers %zu batch %d ctx %lld round %d: %.3f ms/step, %.1f tok/s\n",
+                      sides[k].name, plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3,
+                      t > 0 ? sessions / t : 0.0);
+          if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
           std::fflush(stdout);
         }
     }

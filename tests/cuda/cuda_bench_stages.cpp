@@ -1351,6 +1351,55 @@ void bench_small5(Backend& now, Backend& v4) {
     }
 }
 
+// `cuda_bench --hc-fuse`: the decode HC pre in one launch (CudaBackendOptions::hc_fuse = 2) against two
+// (hc_fuse = 0), each in both F16 orders (f16_mma off / on), graph µs per call (median of 5 replays of 86 calls:
+// a token's sublayers) at n = 1, 2, 8, 32: the HC pre alone (whole op, and split off) and the sublayer boundary
+// (the HC post with the expert sum, then the next HC pre on its output).
+void bench_hc_fuse(Backend& two, Backend& one, Backend& two_mma, Backend& one_mma) {
+  using Side = HcBenchSide;
+  const int64_t NMAX = 32, E = Side::kE, HCD = Side::kHcd;
+  std::vector<int32_t> pos_h(NMAX, 2048);
+  struct Boundary : Side {
+    float *f = nullptr, *f_add = nullptr, *x2 = nullptr;
+  } sides[4];
+  Backend* bes[4] = {&two, &one, &two_mma, &one_mma};
+  for (int i = 0; i < 4; ++i) {
+    sides[i].init(*bes[i], NMAX, pos_h, 0.5f);
+    sides[i].f = sides[i].sb->buf(NMAX * E, 0.25f);
+    sides[i].f_add = sides[i].sb->buf(NMAX * E, 0.125f);
+    sides[i].x2 = sides[i].sb->buf(NMAX * HCD, 0.5f);
+  }
+  auto boundary = [](Boundary& s, int64_t n) {
+    HcPostArgs p{s.x, s.f, s.post, s.comb, s.x2, n, E, static_cast<int32_t>(Side::kNhc)};
+    p.f_add = s.f_add;
+    s.be->hc_post(p);
+    float* keep = s.x;
+    s.x = s.x2;  // the pre reads the post's output
+    s.hc_pre(n, true);
+    s.x = keep;
+  };
+  struct Op {
+    const char* name;
+    std::function<void(Boundary&, int64_t)> run;
+  };
+  const Op ops[] = {{"hc pre whole op", [](Boundary& s, int64_t n) { s.hc_pre(n, true); }},
+                    {"hc pre split off (main lane)", [](Boundary& s, int64_t n) { s.hc_pre(n, false); }},
+                    {"hc post + pre (sublayer boundary)", boundary}};
+  for (int order = 0; order < 2; ++order)
+    for (const Op& op : ops)
+      for (int64_t n : {1, 2, 8, 32}) {
+        Boundary& a = sides[2 * order];
+        Boundary& b = sides[2 * order + 1];
+        const StageTime ta = a.sb->time([&] { op.run(a, n); }, 86);
+        const StageTime tb = b.sb->time([&] { op.run(b, n); }, 86);
+        std::printf("BENCH hc-fuse %-9s %-34s n=%-2lld two launches %6.2f us (%2.0f launches), one %6.2f us (%2.0f "
+                    "launches)  %.2fx\n",
+                    order ? "f16_mma" : "segments", op.name, static_cast<long long>(n), ta.graph_us, ta.launches,
+                    tb.graph_us, tb.launches, ta.graph_us / tb.graph_us);
+        std::fflush(stdout);
+      }
+}
+
 // Dense Q8_0 matmuls at decode sizes on several backends (`sides`, labels), cold weights: the weights are
 // made once on sides[0] (one device, one address space: every backend reads them) in copies cycled
 // through ≥ 128 MB (the head: one 563 MB copy), graph µs per call; side i at n_lo[i] ≤ n ≤ n_hi[i] only.

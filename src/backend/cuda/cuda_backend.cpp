@@ -16,6 +16,8 @@ constexpr bool kSmallV5Auto = true;
 // CudaBackendOptions::small_v6 = -1: session 9's compressors + indexer query QAT in one launch, off until a
 // device run shows it the same bits and faster.
 constexpr bool kSmallV6Auto = false;
+// CudaBackendOptions::hc_fuse = -1: off until a device run shows the one-launch HC pre bit for bit and faster.
+constexpr int kHcFuseAuto = 0;
 
 static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
 
@@ -75,6 +77,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v4(opts.small_v4);
   be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
   be->set_small_v6(opts.small_v6 < 0 ? kSmallV6Auto : opts.small_v6 != 0);
+  be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : std::min(opts.hc_fuse, 2));
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
   be->set_prefill_glue(opts.prefill_glue);

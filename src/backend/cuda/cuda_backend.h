@@ -266,6 +266,11 @@ struct CudaBackendOptions {
   // the layer's critical chain become one. 0: the two ops' launches; 1: the one launch; -1: cuda_backend.cpp's
   // kSmallV6Auto (the device run's verdict). Same bits (each block runs one of the two ops' device code).
   int small_v6 = -1;
+  // Session 9 (issue 5): with hc_router_v2 and small_v5, the decode HC pre's segment sums and its finish
+  // (mix, Sinkhorn, collapse, sublayer norm) in one launch — the last blocks to finish their segment sums
+  // run the finish (ops_hc.cu hc_seg_fused_kernel). 0: two launches; 1: one at n = 1; 2: one at every
+  // n ≤ 32; -1: cuda_backend.cpp's kHcFuseAuto (the device run's verdict). Same bits.
+  int hc_fuse = -1;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

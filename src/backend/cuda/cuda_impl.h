@@ -369,6 +369,7 @@ class CudaBackend final : public Backend {
   void set_small_v4(bool on) { small_v4_ = on; }
   void set_small_v5(bool on) { small_v5_ = on; }
   void set_small_v6(bool on) { small_v6_ = on; }
+  void set_hc_fuse(int mode) { hc_fuse_ = mode; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_prefill_glue(bool on) { prefill_glue_ = on; }
@@ -438,6 +439,7 @@ class CudaBackend final : public Backend {
   bool small_v4_ = true;                  // CudaBackendOptions::small_v4
   bool small_v5_ = false;                 // CudaBackendOptions::small_v5
   bool small_v6_ = false;                 // CudaBackendOptions::small_v6
+  int hc_fuse_ = 0;                       // CudaBackendOptions::hc_fuse (resolved: 0 off, 1 at n = 1, 2 n ≤ 32)
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)
@@ -511,6 +513,7 @@ class CudaBackend final : public Backend {
   DeviceScratch idx_codes_;               // indexer_mma.cu: int8 codes and scales of a call's q heads and rows
   DeviceScratch attn_seg_;                // [n·heads·segments][head_dim + 2] attention segment states
   DeviceScratch f16_part_;                // matmul_f16_mma_decode.cu: row-tile counters, then split rows' segment sums
+  DeviceScratch hc_done_;                 // ops_hc.cu: hc_seg_fused_kernel's per-slice counters (zero between calls)
 
   // Step graphs (step_graphs.cpp). While recording, errors go to capture_error_ (the recording is then
   // discarded and the caller runs the ops eagerly, which reports them for real) and scratch may not grow
@@ -535,7 +538,7 @@ class CudaBackend final : public Backend {
   // Concurrent branches (branches.cpp). While the side lane runs, stream_ and the per-op scratch areas
   // hold the side lane's (swapped in by fork, out by resume_main / join), so every op enqueues on and
   // grows the lane it runs on without knowing about lanes; the lanes never share a scratch area.
-  static constexpr int kScratchAreas = 11;
+  static constexpr int kScratchAreas = 12;
   std::array<DeviceScratch*, kScratchAreas> scratch_areas();  // the areas of the lane ops run on now
   void swap_lanes();
   void release_branches();                // ~CudaBackend: the side lane's stream, events and scratch

@@ -294,6 +294,7 @@ __global__ void hc_pre_split_kernel(HcSplitArgs s, const float* x, const float* 
 //              flight — so Sinkhorn's ~2 µs of dependent divisions overlap the collapse.
 // Each value is the same float expression in the same order as the kernels above: the same bits.
 constexpr int64_t kHcSpreadMaxTokens = 32;
+constexpr uint64_t kHcDoneBytes = 256;  // hc_seg_fused_kernel's counters: 2 per token slice (≤ 8 slices)
 constexpr int kHcSegRows = 4, kHcSegWarps = 8, kHcSegTokens = 4;  // rows × tokens = reduce_scatter16's 16 items
 static_assert(kHcSegRows * kHcSegTokens == 16, "one reduce_scatter16 per segment");
 
@@ -320,9 +321,10 @@ struct HcSegParams {
   float* part;         // [n][rows][nseg] segment sums
 };
 
-// kSelfNorm (n == 1, p.sc null): the block takes the token's norm scale itself.
+// kSelfNorm (n == 1, p.sc null): the block takes the token's norm scale itself. The body of hc_seg_kernel and
+// of hc_seg_fused_kernel (every thread of the block calls it).
 template <bool kSelfNorm>
-__global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams p) {
+__device__ inline void hc_seg_sums(const HcSegParams& p) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kHcSegRows;
   const int64_t s = static_cast<int64_t>(blockIdx.y) * kHcSegWarps + warp;
@@ -386,6 +388,11 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
   if ((lane & 1) == 0 && ti < nt && o0 + r < p.rows) p.part[((t0 + ti) * p.rows + o0 + r) * p.nseg + s] = seg_sum;
 }
 
+template <bool kSelfNorm>
+__global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams p) {
+  hc_seg_sums<kSelfNorm>(p);
+}
+
 // The same segment sums in README.md's F16 MMA order (CudaBackendOptions::f16_mma): block (8 rows,
 // 2 segments, 8 tokens), warp w quarter w % 4 of segment w / 4 — f16_mma.cuh's k order and chain for 8
 // rows × 8 tokens (the m-tile's rows g + 8 are zero rows) — then ((q0 + q1) + q2) + q3 through shared
@@ -394,7 +401,7 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
 // (and, with hc_pdl, the weights before waiting for the kernel before this one).
 constexpr int kHcMmaRows = 8, kHcMmaTokens = 8, kHcMmaSegs = kHcSegWarps / 4;
 template <bool kSelfNorm>
-__global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegParams p) {
+__device__ inline void hc_seg_mma_sums(const HcSegParams& p) {
   __shared__ float qs[kHcSegWarps][kWarp][2];  // quarter sums: warp, lane (row g), tokens 2t, 2t + 1
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kHcMmaRows;
@@ -436,6 +443,11 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegPa
       p.part[((t0 + ti) * p.rows + o) * p.nseg + sk] =
           f16_mma_seg_sum(qs[4 * k][l][r], qs[4 * k + 1][l][r], qs[4 * k + 2][l][r], qs[4 * k + 3][l][r]);
   }
+}
+
+template <bool kSelfNorm>
+__global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegParams p) {
+  hc_seg_mma_sums<kSelfNorm>(p);
 }
 
 // Four values of y = Σ_s w[s]·X[s] (hc_collapse_kernel's order, from 0): xv[s] holds X[s]'s four.
@@ -604,12 +616,12 @@ __device__ inline float seg_total(const float* p, int64_t nseg, bool vec) {
   return total;
 }
 
-// The split block of the finish kernels (hc_finish3_kernel, hc_finish5_kernel), one warp (lane = threadIdx.x):
+// The split block of the finish kernels (hc_finish3_kernel, hc_finish5_kernel), one warp (lane = threadIdx.x % 32):
 // token t's mix rows added from its segment sums pt [rows][nseg] (seg_total's order), written to mix, then the
 // split (Sinkhorn) on copies of scale and base in shared memory (ms: [rows], sb: [3 + rows]).
 __device__ inline void hc_finish_split_warp(const HcSplitArgs& s, const float* pt, int64_t nseg, bool part4, float* mix,
                                             int64_t t, int nhc, float* ms, float* sb) {
-  const int lane = threadIdx.x, rows = (2 + nhc) * nhc;
+  const int lane = threadIdx.x % kWarp, rows = (2 + nhc) * nhc;
   for (int q = lane; q < 3 + rows; q += kWarp) sb[q] = q < 3 ? s.scale[q] : s.base[q - 3];
   grid_dependency_wait();  // the segment sums are the segment kernel's output
   for (int o = lane; o < rows; o += kWarp) {
@@ -688,38 +700,28 @@ __global__ void __launch_bounds__(1024) hc_finish3_kernel(HcSplitArgs s, const f
 // tree) and the stores. X (64 values a thread) and the norm weights load before the wait. Block 0 (with the
 // split): hc_finish_split_warp, as hc_finish3_kernel's. Grid (with_split ? 2 : 1, n), 256 threads.
 constexpr int kFin5Threads = 256, kFin5Per = 16;
-__global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s, const float* part, int64_t nseg,
-                                                                  float* mix, const float* x, const float* norm_w,
-                                                                  float* y, float* xn, int64_t dim, float eps,
-                                                                  bool part4, bool with_split) {
-  constexpr int nhc = 4, rows = (2 + nhc) * nhc;
-  __shared__ float ms[rows];
-  __shared__ float sb[3 + rows];
-  __shared__ float ws[nhc];
-  const int64_t t = blockIdx.y;
-  const float* pt = part + t * rows * nseg;
-  if (with_split && blockIdx.x == 0) {
-    if (threadIdx.x < kWarp) hc_finish_split_warp(s, pt, nseg, part4, mix, t, nhc, ms, sb);
-    return;
-  }
-  const float* xt = x + t * nhc * dim;
-  float xv[nhc][kFin5Per], nw[kFin5Per];
-  // Before the wait: only what the segment kernel does not write (hc_finish_kernel's reasoning).
+
+// hc_finish5_kernel's pieces (also hc_seg_fused_kernel's finish). Token t's X as thread i holds it (xv[k][m] =
+// X[k][i + 256m]) and the norm weights (nw, 1 without them).
+__device__ inline void hc_fin5_load(const float* xt, const float* norm_w, int64_t dim, float (&xv)[4][kFin5Per],
+                                    float (&nw)[kFin5Per]) {
 #pragma unroll
   for (int m = 0; m < kFin5Per; ++m) {
     const int64_t d = threadIdx.x + kFin5Threads * m;
     if (d < dim) {
 #pragma unroll
-      for (int k = 0; k < nhc; ++k) xv[k][m] = __ldcg(xt + k * dim + d);
+      for (int k = 0; k < 4; ++k) xv[k][m] = __ldcg(xt + k * dim + d);
       nw[m] = norm_w ? __ldcg(norm_w + d) : 1.0f;
     }
   }
-  float scale0 = 0.0f, base = 0.0f;
-  if (threadIdx.x < nhc) {
-    scale0 = s.scale[0];
-    base = s.base[threadIdx.x];
-  }
-  grid_dependency_wait();
+}
+
+// Threads < 4 (with_split) or < rows: token t's mix rows added from its segment sums pt [rows][nseg] (seg_total's
+// order; mix written without the split block, which writes it otherwise), pre (hc_split4_token's expression)
+// into ws (and the op's pre without the split block). scale0 = s.scale[0], base = s.base[threadIdx.x] (threads < 4).
+__device__ inline void hc_fin5_pre(const HcSplitArgs& s, const float* pt, int64_t nseg, bool part4, float* mix,
+                                   int64_t t, bool with_split, float scale0, float base, float* ws) {
+  constexpr int nhc = 4, rows = (2 + nhc) * nhc;
   if (static_cast<int>(threadIdx.x) < (with_split ? nhc : rows)) {  // hc_finish3_kernel's mix rows and pre
     const float total = seg_total(pt + threadIdx.x * nseg, nseg, part4);
     if (!with_split) mix[t * rows + threadIdx.x] = total;
@@ -729,7 +731,12 @@ __global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s,
       if (!with_split) s.pre[t * nhc + threadIdx.x] = p;
     }
   }
-  __syncthreads();
+}
+
+// y = Σ_s ws[s]·X[s] (hc_collapse_kernel's order, from 0) and xn = RMSNorm_w(y), thread i owning y[i + 256m]:
+// the norm's chain i summed in registers as the collapse forms y, then block_sum (every thread calls it).
+__device__ inline void hc_fin5_collapse_norm(const float* ws, const float (&xv)[4][kFin5Per], const float (&nw)[kFin5Per],
+                                             bool with_w, int64_t dim, float eps, float* yt, float* xnt) {
   const float w0 = ws[0], w1 = ws[1], w2 = ws[2], w3 = ws[3];
   float yv[kFin5Per];
   double ss = 0;  // rms_scale_row's chain of thread i: y[i], y[i + 256], …
@@ -745,15 +752,128 @@ __global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s,
     ss += static_cast<double>(acc) * acc;
   }
   const float sc = rms_scale_of(ss, dim, eps);
-  float* yt = y + t * dim;
-  float* xnt = xn + t * dim;
 #pragma unroll
   for (int m = 0; m < kFin5Per; ++m) {
     const int64_t d = threadIdx.x + kFin5Threads * m;
     if (d >= dim) break;
     yt[d] = yv[m];
-    xnt[d] = norm_w ? yv[m] * sc * nw[m] : yv[m] * sc;
+    xnt[d] = with_w ? yv[m] * sc * nw[m] : yv[m] * sc;
   }
+}
+
+// hc_finish3_kernel's values with the collapse and norm in registers (small_v5; nhc = 4, dim ≤ 16·256 and
+// rms_norm_threads(dim) = 256): the finish block is 256 threads, thread i owning y[i + 256m] (m < 16) — exactly
+// the norm's chain i, so the sum of squares runs in registers as the collapse produces y (no copy of y to
+// shared memory, no barrier and no second pass over it before the norm), then block_sum (rms_scale_row's
+// tree) and the stores. X (64 values a thread) and the norm weights load before the wait. Block 0 (with the
+// split): hc_finish_split_warp, as hc_finish3_kernel's. Grid (with_split ? 2 : 1, n), 256 threads.
+__global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s, const float* part, int64_t nseg,
+                                                                  float* mix, const float* x, const float* norm_w,
+                                                                  float* y, float* xn, int64_t dim, float eps,
+                                                                  bool part4, bool with_split) {
+  constexpr int nhc = 4, rows = (2 + nhc) * nhc;
+  __shared__ float ms[rows];
+  __shared__ float sb[3 + rows];
+  __shared__ float ws[nhc];
+  const int64_t t = blockIdx.y;
+  const float* pt = part + t * rows * nseg;
+  if (with_split && blockIdx.x == 0) {
+    if (threadIdx.x < kWarp) hc_finish_split_warp(s, pt, nseg, part4, mix, t, nhc, ms, sb);
+    return;
+  }
+  float xv[nhc][kFin5Per], nw[kFin5Per];
+  // Before the wait: only what the segment kernel does not write (hc_finish_kernel's reasoning).
+  hc_fin5_load(x + t * nhc * dim, norm_w, dim, xv, nw);
+  float scale0 = 0.0f, base = 0.0f;
+  if (threadIdx.x < nhc) {
+    scale0 = s.scale[0];
+    base = s.base[threadIdx.x];
+  }
+  grid_dependency_wait();
+  hc_fin5_pre(s, pt, nseg, part4, mix, t, with_split, scale0, base, ws);
+  __syncthreads();
+  hc_fin5_collapse_norm(ws, xv, nw, norm_w != nullptr, dim, eps, y + t * dim, xn + t * dim);
+}
+
+// hc_pre_spread's segment and finish kernels as one launch (CudaBackendOptions::hc_fuse; nhc = 4 and
+// hc_finish5_kernel's shapes): the segment blocks (either F16 order: hc_seg_sums / hc_seg_mma_sums), then each
+// block counts itself done on its token slice's counters, after a fence (its segment sums visible device-wide;
+// the last block reads them at L2, seg_total's __ldcg). The pre rows 0 … 3 all live in the blocks of
+// blockIdx.x = 0 (4 or 8 rows a block), so the last of those runs hc_finish5_kernel's collapse block for the
+// slice's tokens (the first token's X loaded before counting itself) while the other blocks still sum the
+// post and comb rows; the last block of the slice runs its split block (mix + Sinkhorn, a warp per token).
+// Each resets its counter (zero between calls: a new counter area is cleared once, hc_pre_spread). The same
+// expressions in the same order as the two kernels: the same bits. Not here: the HC post before it.
+struct HcFuseArgs {
+  HcSplitArgs s;
+  float* mix;
+  const float* x;       // [n][4][dim] HC state (p.x)
+  const float* norm_w;  // [dim] or null
+  float* y;
+  float* xn;
+  int64_t dim;
+  float eps;
+  bool part4, with_split;
+  int slice_tokens;     // tokens per blockIdx.z (kHcSegTokens or kHcMmaTokens; ≤ kHcSegWarps)
+  int* done;            // [2 · slices]: pre-row blocks done, blocks done
+};
+
+template <bool kSelfNorm, bool kMma>
+__global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_fused_kernel(HcSegParams p, HcFuseArgs f) {
+  static_assert(kHcSegWarps * kWarp == kFin5Threads, "the segment block is the finish block");
+  constexpr int nhc = 4, rows = (2 + nhc) * nhc;
+  __shared__ float ms[kHcSegWarps][rows];
+  __shared__ float sb[kHcSegWarps][3 + rows];
+  __shared__ float ws[nhc];
+  __shared__ int role;  // bit 0: the slice's last pre-row block (collapse + norm); bit 1: its last block (split)
+  if constexpr (kMma)
+    hc_seg_mma_sums<kSelfNorm>(p);
+  else
+    hc_seg_sums<kSelfNorm>(p);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * f.slice_tokens;
+  const int nt = static_cast<int>(p.n - t0 < f.slice_tokens ? p.n - t0 : f.slice_tokens);
+  const bool pre_block = blockIdx.x == 0;
+  float xv[nhc][kFin5Per], nw[kFin5Per];
+  if (pre_block) hc_fin5_load(f.x + t0 * nhc * f.dim, f.norm_w, f.dim, xv, nw);  // X is complete: waited above
+  __threadfence();  // this thread's segment sums visible device-wide before the block counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int r = 0;
+    int* done = f.done + 2 * blockIdx.z;
+    if (pre_block && atomicAdd(done, 1) == static_cast<int>(gridDim.y) - 1) {
+      done[0] = 0;
+      r |= 1;
+    }
+    if (atomicAdd(done + 1, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1) {
+      done[1] = 0;
+      r |= 2;
+    }
+    if (r) __threadfence();
+    role = r;
+  }
+  __syncthreads();
+  const int r = role;
+  if (r & 1) {
+    float scale0 = 0.0f, base = 0.0f;
+    if (threadIdx.x < nhc) {
+      scale0 = f.s.scale[0];
+      base = f.s.base[threadIdx.x];
+    }
+    for (int ti = 0; ti < nt; ++ti) {
+      const int64_t t = t0 + ti;
+      if (ti > 0) {
+        hc_fin5_load(f.x + t * nhc * f.dim, f.norm_w, f.dim, xv, nw);
+        __syncthreads();  // ws of the token before read by every thread
+      }
+      hc_fin5_pre(f.s, p.part + t * rows * p.nseg, p.nseg, f.part4, f.mix, t, f.with_split, scale0, base, ws);
+      __syncthreads();
+      hc_fin5_collapse_norm(ws, xv, nw, f.norm_w != nullptr, f.dim, f.eps, f.y + t * f.dim, f.xn + t * f.dim);
+    }
+  }
+  // Split block (without it, hc_fin5_pre above wrote every mix row): warp w takes token t0 + w.
+  const int w = threadIdx.x / kWarp;
+  if ((r & 2) && f.with_split && w < nt)
+    hc_finish_split_warp(f.s, p.part + (t0 + w) * rows * p.nseg, p.nseg, f.part4, f.mix, t0 + w, nhc, ms[w], sb[w]);
 }
 
 // hc_pre_split_kernel's values with every load in flight (small_v5; prefill chunks): a block of
@@ -843,27 +963,54 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   const bool pdl = hc_pdl_ && cc_major() >= 9;
   const dim3 grid = f16_mma_ ? dim3(grid_for(rows, kHcMmaRows), grid_for(nseg, kHcMmaSegs), grid_for(a.n, kHcMmaTokens))
                              : dim3(grid_for(rows, kHcSegRows), grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
+  const HcSplitArgs s{a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb};
+  const bool fin5 = small_v5_ && a.nhc == 4 && a.dim <= int64_t{kFin5Threads} * kFin5Per &&
+                    rms_norm_threads(a.dim) == kFin5Threads;
+  const bool part4 = nseg % 4 == 0 && aligned16(part);
+  const bool with_split = a.split || !small_v4_;
+  // One launch for segments + finish (hc_seg_fused_kernel): hc_fuse 1 at n = 1, 2 at every n here.
+  const bool fuse = fin5 && (hc_fuse_ == 2 || (hc_fuse_ == 1 && a.n == 1));
+  HcFuseArgs f{s, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps, part4, with_split,
+               f16_mma_ ? kHcMmaTokens : kHcSegTokens, nullptr};
+  if (fuse) {
+    // 2 counters per token slice, zero between calls: a new area is cleared once (ensure never grows while
+    // a graph is recorded: a step's first run is eager), each call's last blocks reset theirs.
+    const DeviceScratch before = hc_done_;
+    if (!ensure(hc_done_, kHcDoneBytes, "hc_pre counters")) return true;
+    if ((hc_done_.ptr != before.ptr || hc_done_.bytes != before.bytes) &&
+        !check(cudaMemsetAsync(hc_done_.ptr, 0, kHcDoneBytes, stream()), "hc_pre counters"))
+      return true;
+    f.done = static_cast<int*>(hc_done_.ptr);
+  }
   if (a.n > 1) {
     hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, stream()>>>(
         a.x, hcd, a.rms_eps, sc, norm_threads, p.norm_v4);
     if (!launched("hc_pre scale")) return true;
     p.sc = sc;
+    if (fuse) {
+      check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
+                             f16_mma_ ? hc_seg_fused_kernel<false, true> : hc_seg_fused_kernel<false, false>, p, f),
+            "hc_pre control segments + finish");
+      return true;
+    }
     if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
                                 f16_mma_ ? hc_seg_mma_kernel<false> : hc_seg_kernel<false>, p),
                "hc_pre control segments"))
       return true;
+  } else if (fuse) {
+    check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
+                           f16_mma_ ? hc_seg_fused_kernel<true, true> : hc_seg_fused_kernel<true, false>, p, f),
+          "hc_pre control segments + finish");
+    return true;
   } else if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
                                      f16_mma_ ? hc_seg_mma_kernel<true> : hc_seg_kernel<true>, p),
                     "hc_pre control segments")) {
     return true;
   }
-  const HcSplitArgs s{a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb};
   const bool vec4 = a.dim % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.xn) &&
                     (a.norm_w == nullptr || aligned16(a.norm_w));
   const int threads = a.dim >= 4096 ? 1024 : 256;  // ≥ rms_norm_threads(dim) below 8192; 1024 above
-  if (small_v5_ && a.nhc == 4 && a.dim <= int64_t{kFin5Threads} * kFin5Per && rms_norm_threads(a.dim) == kFin5Threads) {
-    const bool part4 = nseg % 4 == 0 && aligned16(part);
-    const bool with_split = a.split || !small_v4_;
+  if (fin5) {
     check(launch_dependent(pdl, dim3(with_split ? 2 : 1, static_cast<unsigned>(a.n)), kFin5Threads, 0, stream(),
                            hc_finish5_kernel, s, static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn,
                            a.dim, a.rms_eps, part4, with_split),
@@ -871,9 +1018,7 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
     return true;
   }
   if (small_v3_) {
-    const bool part4 = nseg % 4 == 0 && aligned16(part);
     // rows ≤ 80 ≤ threads: without the split block one thread per mix row.
-    const bool with_split = a.split || !small_v4_;
     check(launch_dependent(pdl, dim3(with_split ? 2 : 1, static_cast<unsigned>(a.n)), threads,
                            static_cast<size_t>(a.dim) * 4, stream(), a.nhc == 4 ? hc_finish3_kernel<4> : hc_finish3_kernel<0>,
                            s, static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps,

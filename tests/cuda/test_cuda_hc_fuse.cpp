@@ -1,0 +1,116 @@
+// test_cuda_hc_fuse.cpp — the one-launch decode HC pre (CudaBackendOptions::hc_fuse, ops_hc.cu
+// hc_seg_fused_kernel: the segment blocks, then the last of them run the finish) bit for bit against the two
+// launches it replaces (hc_fuse = 0), in both F16 orders (segment, f16_mma), with and without the split
+// (HcPreArgs::split), at n = 1 (each block's own norm scale), 2, 8, 32 (the spread kernels' batches) and
+// 2,048 (a prefill chunk: not fused, the same path either way), at the Flash shape (4 × 4096) and a tiny
+// one (4 × 64: one segment row of blocks). Each fused case runs twice on the same backend: the second call
+// finds the per-slice counters the first one reset. Mix also within 2e-5 of the CPU reference (its F16
+// matmul), as test_cuda_fused.cpp's HcPre cases. Not here: the HC post or the forward pass (test_cuda_model).
+#include <cuda_runtime.h>
+
+#include <string>
+#include <tuple>
+
+#include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
+
+using namespace ds4;
+using namespace ds4::backend;
+using namespace ds4::test;
+
+using CudaHcFuse = CudaOpsTest;
+
+TEST_F(CudaHcFuse, OneLaunchEqualsTwoLaunches) {
+  struct S {
+    int32_t nhc;
+    int64_t dim;
+  };
+  for (bool mma : {false, true}) {
+    cuda::CudaBackendOptions of, o2;
+    of.hc_fuse = 2;
+    o2.hc_fuse = 0;
+    of.f16_mma = o2.f16_mma = mma;
+    auto made_f = cuda::make_cuda_backend(of);
+    auto made_2 = cuda::make_cuda_backend(o2);
+    ASSERT_TRUE(made_f.ok());
+    ASSERT_TRUE(made_2.ok());
+    Backend& fused = **made_f;
+    Backend& two = **made_2;
+    for (S s : {S{4, 4096}, S{4, 64}})
+      for (int64_t n : {1, 2, 8, 32, 2048}) {
+        if (n == 2048 && s.dim != 4096) continue;
+        const int64_t hcd = s.nhc * s.dim, mix = (2 + s.nhc) * s.nhc;
+        Weight fn;
+        auto fn_bytes = random_weight(GgmlType::F16, mix, hcd, &fn, 0.01f);
+        fn.data = fn_bytes.data();
+        auto x = randn(static_cast<size_t>(n * hcd));
+        auto scale = randn(3, 0.5f);
+        auto base = randn(static_cast<size_t>(mix), 0.5f);
+        auto norm_w = randn(static_cast<size_t>(s.dim));
+        HcPreArgs g;
+        g.fn = gpu_weight(fn, fn_bytes.size());
+        g.n = n;
+        g.dim = s.dim;
+        g.nhc = s.nhc;
+        g.x = dev(x);
+        g.scale = dev(scale);
+        g.base = dev(base);
+        g.norm_w = dev(norm_w);
+        std::vector<float> cmix;
+        if (n <= 8) {  // the CPU reference's controls
+          HcPreArgs c = g;
+          std::vector<float> flat(n * hcd), m(n * mix), pre(n * s.nhc), post(n * s.nhc), comb(n * s.nhc * s.nhc),
+              y(n * s.dim), xn(n * s.dim);
+          c.fn = fn;
+          c.x = x.data();
+          c.scale = scale.data();
+          c.base = base.data();
+          c.norm_w = norm_w.data();
+          c.flat = flat.data();
+          c.mix = m.data();
+          c.pre = pre.data();
+          c.post = post.data();
+          c.comb = comb.data();
+          c.y = y.data();
+          c.xn = xn.data();
+          cpu_->hc_pre(c);
+          cmix = m;
+        }
+        for (bool split : {true, false}) {
+          const std::string tag = std::string(mma ? "f16_mma " : "segments ") + "hc_pre " + std::to_string(s.nhc) + "x" +
+                                  std::to_string(s.dim) + " n" + std::to_string(n) + (split ? "" : " split off");
+          HcPreArgs want = g, got = g, again = g;
+          for (HcPreArgs* o : {&want, &got, &again}) {
+            o->split = split;
+            o->flat = poisoned(static_cast<size_t>(n * hcd));
+            o->mix = poisoned(static_cast<size_t>(n * mix));
+            o->pre = poisoned(static_cast<size_t>(n * s.nhc));
+            o->post = poisoned(static_cast<size_t>(n * s.nhc));
+            o->comb = poisoned(static_cast<size_t>(n * s.nhc * s.nhc));
+            o->y = poisoned(static_cast<size_t>(n * s.dim));
+            o->xn = poisoned(static_cast<size_t>(n * s.dim));
+          }
+          two.hc_pre(want);
+          ASSERT_TRUE(two.sync().ok()) << tag;
+          fused.hc_pre(got);
+          fused.hc_pre(again);  // the counters the first call left behind must be zero again
+          ASSERT_TRUE(fused.sync().ok()) << tag;
+          std::vector<std::tuple<float*, float*, float*, int64_t, const char*>> outs = {
+              {got.mix, again.mix, want.mix, n * mix, "mix"},
+              {got.pre, again.pre, want.pre, n * s.nhc, "pre"},
+              {got.y, again.y, want.y, n * s.dim, "y"},
+              {got.xn, again.xn, want.xn, n * s.dim, "xn"}};
+          if (split) {  // without the split post and comb are hc_split's, later
+            outs.emplace_back(got.post, again.post, want.post, n * s.nhc, "post");
+            outs.emplace_back(got.comb, again.comb, want.comb, n * s.nhc * s.nhc, "comb");
+          }
+          for (auto [a, b, w, len, what] : outs) {
+            const auto wv = host(w, static_cast<size_t>(len));
+            expect_same_bits(host(a, static_cast<size_t>(len)), wv, tag + " " + what + " fused vs two launches");
+            expect_same_bits(host(b, static_cast<size_t>(len)), wv, tag + " " + what + " fused (second call)");
+          }
+          if (!cmix.empty()) expect_close(host(got.mix, cmix.size()), cmix, 2e-5, 0, tag + " mix vs cpu");
+        }
+      }
+  }
+}

@@ -16,7 +16,9 @@ constexpr bool kSmallV5Auto = true;
 // CudaBackendOptions::small_v6 = -1: session 9's compressors + indexer query QAT in one launch, off until a
 // device run shows it the same bits and faster.
 constexpr bool kSmallV6Auto = false;
-// CudaBackendOptions::hc_fuse = -1: off until a device run shows the one-launch HC pre bit for bit and faster.
+// CudaBackendOptions::hc_fuse = -1: off. The H200 (session 9 W1) showed the one-launch HC pre bit for bit the two
+// launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last
+// blocks' finish runs after every block instead of beside the segment kernel as a programmatic dependent; docs/PERF.md).
 constexpr int kHcFuseAuto = 0;
 
 static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }

@@ -294,7 +294,7 @@ __global__ void hc_pre_split_kernel(HcSplitArgs s, const float* x, const float* 
 //              flight — so Sinkhorn's ~2 µs of dependent divisions overlap the collapse.
 // Each value is the same float expression in the same order as the kernels above: the same bits.
 constexpr int64_t kHcSpreadMaxTokens = 32;
-constexpr uint64_t kHcDoneBytes = 256;  // hc_seg_fused_kernel's counters: 2 per token slice (≤ 8 slices)
+constexpr uint64_t kHcDoneBytes = 256;  // hc_seg_fused_kernel's counters: 4 per token slice (≤ 8 slices)
 constexpr int kHcSegRows = 4, kHcSegWarps = 8, kHcSegTokens = 4;  // rows × tokens = reduce_scatter16's 16 items
 static_assert(kHcSegRows * kHcSegTokens == 16, "one reduce_scatter16 per segment");
 
@@ -801,7 +801,8 @@ __global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s,
 // the last block reads them at L2, seg_total's __ldcg). The pre rows 0 … 3 all live in the blocks of
 // blockIdx.x = 0 (4 or 8 rows a block), so the last of those runs hc_finish5_kernel's collapse block for the
 // slice's tokens (the first token's X loaded before counting itself) while the other blocks still sum the
-// post and comb rows; the last block of the slice runs its split block (mix + Sinkhorn, a warp per token).
+// post and comb rows; the last of the other blocks runs its split block (mix + Sinkhorn, a warp per token) once
+// every block of the slice has counted itself done — beside the collapse, as hc_finish5's two blocks.
 // Each resets its counter (zero between calls: a new counter area is cleared once, hc_pre_spread). The same
 // expressions in the same order as the two kernels: the same bits. Not here: the HC post before it.
 struct HcFuseArgs {
@@ -815,7 +816,7 @@ struct HcFuseArgs {
   float eps;
   bool part4, with_split;
   int slice_tokens;     // tokens per blockIdx.z (kHcSegTokens or kHcMmaTokens; ≤ kHcSegWarps)
-  int* done;            // [2 · slices]: pre-row blocks done, blocks done
+  int* done;            // [4 · slices]: pre-row blocks, all blocks, the other blocks done (zero between calls)
 };
 
 template <bool kSelfNorm, bool kMma>
@@ -825,7 +826,7 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_fused_kernel(HcSeg
   __shared__ float ms[kHcSegWarps][rows];
   __shared__ float sb[kHcSegWarps][3 + rows];
   __shared__ float ws[nhc];
-  __shared__ int role;  // bit 0: the slice's last pre-row block (collapse + norm); bit 1: its last block (split)
+  __shared__ int role;  // bit 0: the slice's last pre-row block (collapse + norm); bit 1: the split block
   if constexpr (kMma)
     hc_seg_mma_sums<kSelfNorm>(p);
   else
@@ -838,15 +839,27 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_fused_kernel(HcSeg
   __threadfence();  // this thread's segment sums visible device-wide before the block counts itself done
   __syncthreads();
   if (threadIdx.x == 0) {
+    // Counters: [0] pre-row blocks done, [1] all blocks done, [2] the other blocks done. The collapse goes to
+    // the last pre-row block, the split to the last of the other blocks (it then waits for the pre-row blocks:
+    // all of the grid's blocks are resident or will be, none waits on it), so the two run side by side as
+    // hc_finish5_kernel's two blocks do; with one row of blocks the collapse block runs both.
     int r = 0;
-    int* done = f.done + 2 * blockIdx.z;
-    if (pre_block && atomicAdd(done, 1) == static_cast<int>(gridDim.y) - 1) {
-      done[0] = 0;
-      r |= 1;
-    }
-    if (atomicAdd(done + 1, 1) == static_cast<int>(gridDim.x * gridDim.y) - 1) {
-      done[1] = 0;
+    int* done = f.done + 4 * blockIdx.z;
+    const int all = static_cast<int>(gridDim.x * gridDim.y), others = all - static_cast<int>(gridDim.y);
+    const int k = atomicAdd(done + 1, 1);
+    if (pre_block) {
+      if (atomicAdd(done, 1) == static_cast<int>(gridDim.y) - 1) {
+        done[0] = 0;
+        r |= others == 0 ? 3 : 1;
+      }
+    } else if (atomicAdd(done + 2, 1) == others - 1) {
+      done[2] = 0;
       r |= 2;
+    }
+    if (r & 2) {  // every block's sums counted before the split reads them; then [1] back to zero
+      if (k != all - 1)
+        while (atomicAdd(done + 1, 0) != all) __nanosleep(64);
+      done[1] = 0;
     }
     if (r) __threadfence();
     role = r;

@@ -37,11 +37,11 @@ struct CudaBackendOptions {
   // kernels (before/after runs). Same values.
   bool prefill_glue = true;
   // Routed experts' grouped GEMM (IQ2_XXS gate/up, Q2_K down; with gemm_pipelined) on gemm_experts.cu,
-  // weights decoded into MMA fragments by the warps that multiply them: 13: two resident blocks per SM
-  // walking the (128 rows, tile) items through one continuous ring, the fragment count fixed at compile
-  // time; 6: a block per item (the previous default); 0: ops_gemm.cu's gemm2_kernel; −1 (and any other
-  // value): the
-  // one the H200 measured fastest (gemm_experts.cu kExpertsAuto). Same bits.
+  // weights decoded into MMA fragments by the warps that multiply them, two resident blocks per SM walking
+  // the (128 rows, tile) items through one continuous ring: 20: experts_fast_kernel (counted copies, the
+  // IQ2_XXS grid in 16 copies) with the SwiGLU folded into the down input's quantizer (with prefill_glue);
+  // 13: the previous kernel and a separate SwiGLU pass; 0: ops_gemm.cu's gemm2_kernel; −1 (and any other
+  // value): the one the H200 measured fastest (gemm_experts.cu kExpertsAuto). Same bits.
   int gemm_experts = -1;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.
@@ -75,8 +75,8 @@ struct CudaBackendOptions {
   // Routed experts of a one-token step on moe_one_token.cu's kernels (with expert_tiles_fast; IQ2_XXS
   // gate/up and Q2_K down whose rows fit them, else the kernels above): every lane keeps its pieces of the
   // token's Q8_K values in registers for all its rows, 8 lanes split each weight block and sum its
-  // integers by shuffles, the block terms added in block order by shuffles. 1, 2, 3: on, gate/up variant
-  // (moe_one_token.cu GuVariant), 0: off (the warp tiles), -1: what the H200 measured fastest (moe_tiles.cu
+  // integers by shuffles, the block terms added in block order by shuffles. 1..4: on, gate/up variant
+  // (moe_one_token.cu GuVariant; 4: two gate and two up rows per item), 0: off (the warp tiles), -1: what the H200 measured fastest (moe_tiles.cu
   // kOneTokenAuto). Same bits either way.
   int expert_one_token = -1;
   // Routed experts of at least this many tokens as row tiles (with expert_tiles_fast; moe_row_tiles.cu,

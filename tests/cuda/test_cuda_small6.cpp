@@ -188,7 +188,8 @@ TEST_F(CudaSmall6, DecodeCompressorsEqualPlain) {
 
 // Backend::compressors_and_qat (one launch with small_v6) bit for bit compressor_many, then indexer_qat (small_v6
 // = 0): the CSA layer's compressors as above and the indexer query's RoPE + QAT (64 heads of 128, 64 RoPE
-// dims, the head weights' scale; and 2 × 64 with 16 dims, no scale, where a block holds 8 rows, some idle).
+// dims, the head weights' scale; and 2 × 64 with 16 dims, no scale, where a block holds 8 rows, some idle). Calls
+// past compressors_qat.cu's kMaxFusedRows (64 heads from n = 2) take the two ops there too: the same bits either way.
 TEST_F(CudaSmall6, CompressorsAndQatEqualTheTwoOps) {
   cuda::CudaBackendOptions on, off;
   on.small_v6 = 1;

@@ -21,7 +21,10 @@ namespace ds4::backend::cuda {
 namespace {
 
 constexpr int kThreads = 512;           // the paired compressor launch's block; kThreads / dim query rows a block
-constexpr int64_t kMaxFusedRows = 4096;  // query rows (tokens × heads): decode batches; larger go to the two ops
+// Query rows (tokens × heads) the one launch takes; larger calls go to the two ops. One decode token (Flash: 64
+// rows): the H200 (W2) measured the CSA chain 35.20 against 36.56 µs at 2K, but batched steps slower (n = 8: 70.1
+// against 65.9 µs, n = 32: 167.5 against 152.5 — 512-thread blocks of 4 query rows beside the walking blocks).
+constexpr int64_t kMaxFusedRows = 64;
 
 // Grid: blocks [0, 2·pair) the compressors (job b / pair, its block b mod pair), then row_blocks blocks of the
 // query's rows (kThreads / dim rows each, a row's dim threads and dim floats of shared memory; rows past the

@@ -13,8 +13,9 @@ namespace ds4::backend::cuda {
 // default: the H200 (W2) showed them bit for bit the previous kernels (test_cuda_small5.cpp, 248 cases) and
 // faster (a prefill chunk's HC pre 315 against 388 µs, the indexer query's RoPE + QAT 164 against 310; docs/PERF.md).
 constexpr bool kSmallV5Auto = true;
-// CudaBackendOptions::small_v6 = -1: session 9's compressors + indexer query QAT in one launch, off until a
-// device run shows it the same bits and faster.
+// CudaBackendOptions::small_v6 = -1: session 9's compressors + indexer query QAT in one launch stays off: the H200 (W2)
+// showed it bit for bit the two ops (test_cuda_small6, 320 PARITY lines) and 1.3 µs faster alone, but not faster in
+// the decode stage table (per-token graph sum 7,641 against 7,637 µs; docs/PERF.md).
 constexpr bool kSmallV6Auto = false;
 // CudaBackendOptions::hc_fuse = -1: off. The H200 (session 9 W1) showed the one-launch HC pre bit for bit the two
 // launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last

@@ -36,6 +36,8 @@
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --f16mma              the decode stage table with f16_mma the other way, then default (the
 //                                         F16 MMA order's decode kernels against the segment order's, in stages).
+//        cuda_bench --f16mma-steps M...   whole steps of model files: f16_mma off, on with plain launches, on, on with
+//                                         clusters (decode batch 1 at 2K, a 2,048-token chunk at 2K).
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa [small4]        only the CSA layer's compressor + indexer lines (now vs previous;
 //                                         small4: vs small_v4 = false).
@@ -106,6 +108,7 @@ void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
+void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
@@ -676,6 +679,10 @@ int main(int argc, char** argv) {
 
   if (argc > 1 && std::strcmp(argv[1], "--dense-steps") == 0) {  // decode steps, column chunks off / on
     bench_dense_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--f16mma-steps") == 0) {  // whole steps, f16_mma off / on (plain) / on / clusters
+    bench_f16mma_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small5-steps") == 0) {  // whole steps, small_v5 off / on / + HC split

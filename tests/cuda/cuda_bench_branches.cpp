@@ -13,12 +13,15 @@
 // `cuda_bench --small5-steps M...`: a 2,048-token prefill chunk and decode steps with CudaBackendOptions::small_v5
 // off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
 // `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
+// `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (plain launches) / on /
+// on with clusters, "BENCH f16mma-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +84,43 @@ double decode_step_seconds(model::Forward& fw, backend::Backend& be, int session
   for (int w = 0; w < 8; ++w) step();
   const double t = ds4::test::median_seconds(step, [&] { (void)be.sync(); }, 16);
   return ok ? t : -1;
+}
+
+// A model file and its config, or nullopt after a "BENCH <tag> <path>: <error>" line.
+struct ModelFile {
+  std::unique_ptr<gguf::File> file;
+  modelspec::ModelConfig cfg;
+};
+std::optional<ModelFile> open_model(const char* path, const char* tag) {
+  auto file = gguf::File::open(path);
+  auto cfg = file.ok() ? modelspec::config_from_gguf(**file) : Result<modelspec::ModelConfig>(file.status());
+  if (!cfg.ok()) {
+    std::printf("BENCH %s %s: %s\n", tag, path, cfg.status().to_string().c_str());
+    return std::nullopt;
+  }
+  return ModelFile{std::move(file).value(), std::move(cfg).value()};
+}
+
+// Seconds of one 2,048-token prefill chunk at 2K → 4K (fw made with max_chunk 2048): the median of 3, each
+// on a fresh state after its first chunk; < 0 on failure.
+double prefill_chunk_seconds(model::Forward& fw, backend::Backend& be) {
+  const int64_t V = fw.config().n_vocab, C = 2048;
+  std::vector<int32_t> toks(static_cast<size_t>(2 * C));
+  for (size_t k = 0; k < toks.size(); ++k) toks[k] = static_cast<int32_t>((k * 7919 + 13) % static_cast<size_t>(V));
+  std::vector<float> logits(static_cast<size_t>(V));
+  std::vector<double> pre;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto st = fw.new_state(2 * C + 64);
+    if (!st.ok()) return -1;
+    if (!fw.eval(*st, std::span<const int32_t>(toks.data(), C), 0, logits.data(), false).ok()) return -1;
+    (void)be.sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!fw.eval(*st, std::span<const int32_t>(toks.data() + C, C), C, logits.data(), false).ok()) return -1;
+    if (!be.sync().ok()) return -1;
+    pre.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(pre.begin(), pre.end());
+  return pre[1];
 }
 
 }  // namespace
@@ -323,13 +363,11 @@ void bench_small5_steps(int argc, char** argv) {
   };
   const Variant variants[] = {{"small_v5 off", 0, all}, {"small_v5", 1, all}, {"small_v5 + HC split side lane", 1, all | model::kBranchHcSplit}};
   for (int i = 0; i < argc; ++i) {
-    auto file = gguf::File::open(argv[i]);
-    auto cfg = file.ok() ? modelspec::config_from_gguf(**file) : Result<modelspec::ModelConfig>(file.status());
-    if (!cfg.ok()) {
-      std::printf("BENCH small5-steps %s: %s\n", argv[i], cfg.status().to_string().c_str());
-      return;
-    }
-    const auto plan = modelspec::layer_plan(*cfg);
+    auto mf = open_model(argv[i], "small5-steps");
+    if (!mf) return;
+    auto& file = mf->file;
+    auto& cfg = mf->cfg;
+    const auto plan = modelspec::layer_plan(cfg);
     std::unique_ptr<backend::Backend> be;
     std::unique_ptr<model::ModelWeights> w;
     int loaded = -1;
@@ -342,7 +380,7 @@ void bench_small5_steps(int argc, char** argv) {
         auto made = backend::cuda::make_cuda_backend(co);
         if (!made.ok()) return;
         be = std::move(made).value();
-        auto bound = model::bind_weights(**file, *cfg, plan, *be);
+        auto bound = model::bind_weights(*file, cfg, plan, *be);
         if (!bound.ok() || !be->sync().ok()) {
           std::printf("BENCH small5-steps: weights: %s\n", bound.ok() ? "sync failed" : bound.status().to_string().c_str());
           return;
@@ -354,26 +392,12 @@ void bench_small5_steps(int argc, char** argv) {
       fo.max_chunk = 2048;
       fo.graphs = true;
       fo.branches = v.parts;
-      auto fw = model::Forward::create(*be, *cfg, *w, fo);
+      auto fw = model::Forward::create(*be, cfg, *w, fo);
       if (!fw.ok()) return;
-      const int64_t V = (*fw)->config().n_vocab, C = 2048;
-      std::vector<int32_t> toks(static_cast<size_t>(2 * C));
-      for (size_t k = 0; k < toks.size(); ++k) toks[k] = static_cast<int32_t>((k * 7919 + 13) % static_cast<size_t>(V));
-      std::vector<float> logits(static_cast<size_t>(V));
-      std::vector<double> pre;
-      for (int rep = 0; rep < 3; ++rep) {
-        auto st = (*fw)->new_state(2 * C + 64);
-        if (!st.ok()) return;
-        if (!(*fw)->eval(*st, std::span<const int32_t>(toks.data(), C), 0, logits.data(), false).ok()) return;
-        (void)be->sync();
-        const auto t0 = std::chrono::steady_clock::now();
-        if (!(*fw)->eval(*st, std::span<const int32_t>(toks.data() + C, C), C, logits.data(), false).ok()) return;
-        (void)be->sync();
-        pre.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      std::sort(pre.begin(), pre.end());
+      const double pre = prefill_chunk_seconds(**fw, *be);
+      if (pre < 0) return;
       std::printf("BENCH small5-steps %-32s layers %zu prefill chunk 2K->4K: %.2f ms (%.0f tok/s)\n", v.name, plan.size(),
-                  pre[1] * 1e3, C / pre[1]);
+                  pre * 1e3, 2048 / pre);
       std::fflush(stdout);
       for (int sessions : {1, 8}) {
         const int64_t ctx = sessions == 1 ? 2048 : 512;
@@ -382,6 +406,68 @@ void bench_small5_steps(int argc, char** argv) {
                     sessions, static_cast<long long>(ctx), t * 1e3, t > 0 ? sessions / t : 0.0);
         std::fflush(stdout);
       }
+    }
+  }
+}
+
+// `cuda_bench --f16mma-steps M...`: whole steps of model files with the F16 matmuls in the segment order
+// (f16_mma off), in the F16 MMA order with plain launches (f16_mma_pdl off), as a programmatic dependent (the
+// default with f16_mma) and with split rows combined in clusters (f16_mma_cluster): decode steps of one
+// session at 2K, then a 2,048-token prefill chunk at 2K → 4K.
+// Every side has its own backend and weights, all held at once, run in turn twice (drift shows), graphs and
+// branches on. "BENCH f16mma-steps" lines.
+void bench_f16mma_steps(int argc, char** argv) {
+  struct Side {
+    const char* name;
+    bool mma, pdl, cluster;
+    std::unique_ptr<backend::Backend> be;
+    std::unique_ptr<model::ModelWeights> w;
+    std::unique_ptr<model::Forward> fw;
+  } sides[4] = {{"segment order", false, false, false, {}, {}, {}},
+                {"mma plain, counter", true, false, false, {}, {}, {}},
+                {"mma pdl, counter", true, true, false, {}, {}, {}},
+                {"mma pdl, clusters", true, true, true, {}, {}, {}}};
+  for (int i = 0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "f16mma-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    // Round 1 as each side is loaded (a time-limited run keeps what it measured), round 2 after all.
+    auto decode = [&](Side& s, int round) {
+      const double t = decode_step_seconds(*s.fw, *s.be, 1, 2048);
+      std::printf("BENCH f16mma-steps %-24s layers %zu round %d decode batch 1 ctx 2048: %.4f ms/step, %.1f tok/s\n",
+                  s.name, plan.size(), round, t * 1e3, t > 0 ? 1 / t : 0.0);
+      std::fflush(stdout);
+    };
+    for (Side& s : sides) {
+      s.fw.reset();
+      s.w.reset();
+      backend::cuda::CudaBackendOptions co;
+      co.f16_mma = s.mma;
+      co.f16_mma_pdl = s.pdl;
+      co.f16_mma_cluster = s.cluster;
+      auto made = backend::cuda::make_cuda_backend(co);
+      if (!made.ok()) return;
+      s.be = std::move(made).value();
+      auto bound = model::bind_weights(*mf->file, mf->cfg, plan, *s.be);
+      if (!bound.ok() || !s.be->sync().ok()) {
+        std::printf("BENCH f16mma-steps: weights: %s\n", bound.ok() ? "sync failed" : bound.status().to_string().c_str());
+        return;
+      }
+      s.w = std::make_unique<model::ModelWeights>(std::move(bound).value());
+      model::ForwardOptions fo;
+      fo.max_chunk = 2048;
+      fo.graphs = true;
+      auto fw = model::Forward::create(*s.be, mf->cfg, *s.w, fo);
+      if (!fw.ok()) return;
+      s.fw = std::move(fw).value();
+      decode(s, 1);
+    }
+    for (Side& s : sides) decode(s, 2);
+    for (Side& s : sides) {
+      const double pre = prefill_chunk_seconds(*s.fw, *s.be);
+      std::printf("BENCH f16mma-steps %-24s layers %zu prefill chunk 2K->4K: %.2f ms (%.0f tok/s)\n", s.name, plan.size(),
+                  pre * 1e3, pre > 0 ? 2048 / pre : 0.0);
+      std::fflush(stdout);
     }
   }
 }

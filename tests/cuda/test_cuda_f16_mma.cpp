@@ -189,8 +189,9 @@ TEST_F(CudaF16Mma, MatmulManyEqualsOneMatmulPerJob) {
 TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
   // matmul_f16_mma_decode.cu (a warp per quarter) at every launch shape — 4-, 8- and 16-row tiles × 1, 2, 4
   // segments per block: rows split over blocks (the last block adds the segment sums), whole rows, several
-  // row tiles per block — vs matmul_f16_mma.cu's decode tiles (f16_mma_decode = false), n = 1, 2, 8, in
-  // matmul and in matmul_many (a CSA layer's six projections and a ragged job in one launch): bit for bit.
+  // row tiles per block; plain launches; split rows combined in clusters — vs matmul_f16_mma.cu's decode
+  // tiles (f16_mma_decode = false), n = 1, 2, 8, in matmul and in matmul_many (a CSA layer's six projections
+  // and a ragged job in one launch): bit for bit.
   const std::pair<int64_t, int64_t> shapes[] = {{24, 16384}, {4, 16384}, {256, 4096}, {1024, 4096}, {8192, 1024},
                                                 {64, 4096},  {13, 1000}, {37, 1000},  {5, 1533},   {1, 700},
                                                 {300, 500},  {2050, 136}};
@@ -211,9 +212,11 @@ TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
     hs.push_back(std::move(h));
   }
   // Results of one backend: [n index][shape] matmul outputs, then [n index][job] matmul_many outputs.
-  auto run = [&](bool decode, int rows, int segs) {
+  auto run = [&](bool decode, int rows, int segs, bool cluster, bool pdl) {
     backend::cuda::CudaBackendOptions o;
     o.f16_mma = true;
+    o.f16_mma_cluster = cluster;
+    o.f16_mma_pdl = pdl;
     o.f16_mma_decode = decode;
     o.f16_mma_decode_rows = rows;
     o.f16_mma_decode_segs = segs;
@@ -265,17 +268,29 @@ TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
     keep.clear();
     return out;
   };
-  const auto want = run(false, 0, 0);
+  const auto want = run(false, 0, 0, false, true);
+  // Every launch shape as a programmatic dependent (the default); the shape's own choice with plain
+  // launches; one segment per block in clusters (f16_mma_cluster: the tiles of 2, 4 or 8 blocks — 5 × 1533
+  // and the 16,384-column rows keep the counter).
+  struct Side {
+    int rows, segs;
+    bool cluster, pdl;
+  };
+  std::vector<Side> sides;
   for (int rows : {0, 4, 8, 16})
-    for (int segs : {0, 1, 2, 4}) {
-      if ((rows == 0) != (segs == 0)) continue;  // the shape's own choice, or one fixed launch shape
-      const auto got = run(true, rows, segs);
-      ASSERT_EQ(got.size(), want.size());
-      size_t differ = 0;
-      for (size_t i = 0; i < got.size(); ++i) differ += count_differing(got[i], want[i]);
-      const std::string what = "f16 mma decode rows " + std::to_string(rows) + " segs " + std::to_string(segs);
-      EXPECT_EQ(differ, 0u) << what;
-      std::printf("PARITY %-44s n=1,2,8 shapes=%zu values differing from the previous tiles: %zu  %s\n", what.c_str(),
-                  std::size(shapes) + n_many, differ, differ == 0 ? "ok" : "FAIL");
-    }
+    for (int segs : {0, 1, 2, 4})
+      if ((rows == 0) == (segs == 0)) sides.push_back({rows, segs, false, true});  // by shape, or one fixed shape
+  sides.push_back({0, 0, false, false});
+  for (int rows : {0, 4, 8, 16}) sides.push_back({rows, rows == 0 ? 0 : 1, true, true});
+  for (const Side& sd : sides) {
+    const auto got = run(true, sd.rows, sd.segs, sd.cluster, sd.pdl);
+    ASSERT_EQ(got.size(), want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += count_differing(got[i], want[i]);
+    const std::string what = "f16 mma decode rows " + std::to_string(sd.rows) + " segs " + std::to_string(sd.segs) +
+                             (sd.cluster ? " clusters" : "") + (sd.pdl ? "" : " plain");
+    EXPECT_EQ(differ, 0u) << what;
+    std::printf("PARITY %-44s n=1,2,8 shapes=%zu values differing from the previous tiles: %zu  %s\n", what.c_str(),
+                std::size(shapes) + n_many, differ, differ == 0 ? "ok" : "FAIL");
+  }
 }

@@ -98,6 +98,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_f16_tiles(opts.f16_tiles);
   be->set_f16_mma(opts.f16_mma);
   be->set_f16_mma_decode(opts.f16_mma_decode, opts.f16_mma_decode_rows, opts.f16_mma_decode_segs);
+  be->set_f16_mma_pdl(opts.f16_mma_pdl, opts.f16_mma_cluster);
   be->set_gemv_mma(opts.gemv_mma);
   be->set_gemv_dense(opts.gemv_dense);
   be->set_gemv_stream(opts.gemv_stream, opts.gemv_stream_pdl, opts.gemv_stream_chunks);

@@ -220,9 +220,9 @@ struct CudaBackendOptions {
   // segments of four 128-value MMA chains (F16 weights exact in TF32, activations split hi + lo), added in
   // segment order; every kernel and batch size gives a token the same bits. Another order than the segment
   // order above (the CPU within 2e-5·max|y| either way). Requires f16_segments. Off by default: on the
-  // H200 (docs/PERF.md) a 2,048-token chunk's F16 matmuls take 53 instead of 204 ms, but the decode kernels
-  // are slower (router 7.8 against 4.0 µs, matmul_many 31 against 18, HC segments 6.3 against 5.3, the
-  // head's HC 22 against 4).
+  // H200 (docs/PERF.md) a 2,048-token chunk's F16 matmuls take 53 instead of 204 ms, but decode steps are
+  // ~3 % slower (session 9, 4 layers: 0.928 against 0.897 ms; router 3.7 against 2.5 µs, CSA matmul_many
+  // 17.3 against 15.2 per call).
   bool f16_mma = false;
   // With f16_mma: matmuls and matmul_many of 1 … 8 vectors (decode) on matmul_f16_mma_decode.cu — a warp per
   // 128-value quarter of a 4/8/16-row tile with all its loads issued before its MMA chain, rows of many
@@ -232,6 +232,18 @@ struct CudaBackendOptions {
   bool f16_mma_decode = true;
   int f16_mma_decode_rows = 0;
   int f16_mma_decode_segs = 0;
+  // With f16_mma_decode on sm_90, on the main lane: the decode kernel as a programmatic dependent of the
+  // kernel before it (common.cuh launch_dependent) — its blocks start while that one finishes and issue
+  // their weight loads (which nothing writes) before griddepcontrol.wait, then let the next kernel start.
+  // The segment order's kernels launch plainly and reach their first load only after the kernel before
+  // has ended. false: plain launches, for before/after step benchmarks. Same bits.
+  bool f16_mma_pdl = true;
+  // With f16_mma_decode on sm_90: rows split over blocks (one segment per block, 2, 4 or 8 blocks a row
+  // tile) launched as thread-block clusters of 8 — the tile's first block adds the others' segment sums
+  // from their shared memory (distributed shared memory, two cluster barriers) instead of global scratch,
+  // a fence and a counter. Same order, same bits. false: the counter (which the shapes clusters do not fit
+  // — rows of 16,384 values, segment counts not dividing 8 — always take).
+  bool f16_mma_cluster = true;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's
   // top-k (ops_moe.cu). false: the previous kernels — for before/after benchmarks. Same bits.

@@ -404,6 +404,10 @@ class CudaBackend final : public Backend {
   void set_compressor_parallel(bool on) { compressor_parallel_ = on; }
   void set_f16_tiles(bool on) { f16_tiles_ = on; }
   void set_f16_mma(bool on) { f16_mma_ = on; }
+  void set_f16_mma_pdl(bool pdl, bool cluster) {
+    f16_mma_pdl_ = pdl;
+    f16_mma_cluster_ = cluster;
+  }
   void set_f16_mma_decode(bool on, int rows, int segs) {
     f16_mma_decode_ = on;
     f16_dec_rows_ = rows == 4 || rows == 8 || rows == 16 ? rows : 0;
@@ -484,6 +488,8 @@ class CudaBackend final : public Backend {
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
   bool f16_mma_ = false;                  // CudaBackendOptions::f16_mma
   bool f16_mma_decode_ = true;            // CudaBackendOptions::f16_mma_decode
+  bool f16_mma_pdl_ = true;               // CudaBackendOptions::f16_mma_pdl
+  bool f16_mma_cluster_ = false;          // CudaBackendOptions::f16_mma_cluster
   int f16_dec_rows_ = 0, f16_dec_segs_ = 0;  // CudaBackendOptions::f16_mma_decode_rows / _segs (0: by shape)
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below

@@ -14,8 +14,17 @@
 // block stores its segment sums to scratch (f16_part_: [counters][sums]), counts itself done on its row
 // tile's counter after a fence, and the tile's last block adds all of the tile's segment sums in segment
 // order and resets the counter (zero between calls; zeroed when the area is allocated).
+// On the main lane (CudaBackendOptions::f16_mma_pdl, sm_90) the kernel is a programmatic dependent: its
+// blocks issue their weight loads while the kernel before ends, wait (griddepcontrol) before reading the
+// activations, and let the kernel after start early.
+// With CudaBackendOptions::f16_mma_cluster (sm_90, one segment per block, split tiles of 2, 4 or 8
+// blocks) the blocks run as clusters of 8, each job's blocks padded to whole clusters: every block keeps
+// its segment sums in shared memory and the tile's first block adds its tile's, read from the others'
+// shared memory between two cluster barriers — the same additions in the same order as the counter path.
 // Deliberately not here: more than 8 vectors, expert-indexed jobs (matmul_f16_mma.cu), prefill shapes
 // (matmul_f16_mma_tiles.cu), the HC controls' segment sums (ops_hc.cu), the scalar segment order.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <string>
 
@@ -60,10 +69,14 @@ struct DecParams {
 
 // Block of 4·kSegs warps; warp w: row tile group w / (4·spb), segment w % (4·spb) / 4 of the block's,
 // quarter w % 4 of it.
-template <int R, int kSegs>
+// kCluster (kSegs = 1 only): launched as clusters of 8 blocks, split tiles combined through distributed
+// shared memory (file comment).
+template <int R, int kSegs, bool kCluster>
 __global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kernel(DecParams p) {
   constexpr int kWarps = 4 * kSegs, kH = R == 16 ? 2 : 1;
+  static_assert(!kCluster || kSegs == 1, "clusters hold one segment per block");
   __shared__ float qs[kWarps][4][kWarp];  // quarter accumulators: warp, element r, lane
+  __shared__ float cs[kCluster ? R * kDecMaxVec : 1];  // kCluster: this block's segment sums [row][vector]
   __shared__ int last;
   DecJob J = p.job[0];
 #pragma unroll
@@ -76,11 +89,12 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kern
   const int64_t tile = tb * J.groups + grp, s = sg * J.spb + lq / 4, u = 4 * s + lq % 4;
   const bool on = grp < J.groups && s < J.nseg && tile * R < J.rows;  // uniform over the warp
   float c[1][1][4] = {{{0.0f, 0.0f, 0.0f, 0.0f}}};
+  // Every load of the quarter first (weights: rows g, g + 8 of the tile; activations: vector g). The
+  // weights are written by nothing, so they are requested before griddepcontrol.wait (f16_mma_pdl: a
+  // programmatic dependent launch; a no-op otherwise); every thread waits before it reads x or writes.
+  uint4 w[4][1][2];
+  const bool wide = J.wide != 0;
   if (on) {
-    // Every load of the quarter first (weights: rows g, g + 8 of the tile; activations: vector g).
-    uint4 w[4][1][2];
-    float x[2][1][8];
-    const bool wide = J.wide != 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t o = tile * R + g + 8 * h;
@@ -90,6 +104,11 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kern
       for (int bb = 0; bb < 4; ++bb)
         w[bb][0][h] = wr ? load_w8(wr, u * kF16MmaQ + bb * kF16MmaBlk + 8 * t, J.cols, wide) : make_uint4(0, 0, 0, 0);
     }
+  }
+  grid_dependency_wait();
+  grid_launch_dependents();
+  if (on) {
+    float x[2][1][8];
     // Activations (small, cached) one block ahead of the MMAs that read them: 16 registers instead of
     // 32, so 512- and 1024-thread blocks keep two and one per multiprocessor. The chain is
     // f16_mma_quarter_loaded's: blocks 0 … 3 in order from c = 0.
@@ -116,14 +135,39 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kern
     for (int k = 0; k < nk; ++k) {
       const int w0 = gi * 4 * J.spb + 4 * k;
       const float seg = f16_mma_seg_sum(qs[w0][rq][ln], qs[w0 + 1][rq][ln], qs[w0 + 2][rq][ln], qs[w0 + 3][rq][ln]);
-      if (split)
+      if (split && kCluster)
+        cs[rr * kDecMaxVec + v] = seg;  // k = 0: the block's one segment
+      else if (split)
         p.part[J.part0 + ((tb * J.nseg + sg * J.spb + k) * R + rr) * kDecMaxVec + v] = seg;
       else
         acc += seg;  // (…((0 + seg_0) + seg_1) + …)
     }
     if (!split) J.y[v * J.y_stride + o] = acc;
   }
-  if (!split) return;
+  if (!split) return;  // uniform over a cluster: a job's blocks fill whole clusters
+  if constexpr (kCluster) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The tile's blocks are ranks first … first + sblocks − 1 of the cluster (sblocks divides 8, jobs start
+    // on a cluster): its first block adds their sums in segment order once all have stored them, and every
+    // block stays until that is done (the second barrier).
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    if (sg == 0) {
+      const unsigned first = cl.block_rank();
+      for (int i = threadIdx.x; i < R * nv; i += blockDim.x) {
+        const int rr = i / nv, v = i % nv;
+        const int64_t o = tb * R + rr;
+        if (o >= J.rows) continue;
+        float acc = 0.0f;
+        for (int k = 0; k < J.sblocks; ++k) acc += cl.map_shared_rank(cs, first + k)[rr * kDecMaxVec + v];
+        J.y[v * J.y_stride + o] = acc;
+      }
+    }
+    cl.sync();
+#endif
+    return;
+  }
   // Split: the tile's last block adds every segment sum in order (the others' stores fenced before
   // their count; this block's fence after seeing the count orders its reads after them).
   __threadfence();
@@ -144,19 +188,36 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kern
   if (threadIdx.x == 0) p.done[J.tile0 + tb] = 0;  // ready for the next call
 }
 
-template <int R, int kSegs>
-void launch_dec(const DecParams& p, unsigned blocks, cudaStream_t s) {
-  f16_mma_dec_kernel<R, kSegs><<<blocks, 4 * kSegs * kWarp, 0, s>>>(p);
+constexpr int kDecCluster = 8;  // blocks per cluster (f16_mma_cluster)
+
+template <int R, int kSegs, bool kCluster>
+cudaError_t launch_dec(const DecParams& p, unsigned blocks, bool pdl, cudaStream_t s) {
+  if constexpr (!kCluster) {
+    return launch_dependent(pdl, dim3(blocks), dim3(4 * kSegs * kWarp), 0, s, f16_mma_dec_kernel<R, kSegs, false>, p);
+  } else {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(4 * kSegs * kWarp);
+    cfg.stream = s;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = kDecCluster;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 2 : 1;
+    return cudaLaunchKernelEx(&cfg, f16_mma_dec_kernel<R, kSegs, true>, p);
+  }
 }
 
 template <int R>
-void launch_dec_segs(const DecParams& p, unsigned blocks, int segs, cudaStream_t s) {
-  if (segs == 1)
-    launch_dec<R, 1>(p, blocks, s);
-  else if (segs == 2)
-    launch_dec<R, 2>(p, blocks, s);
-  else
-    launch_dec<R, 4>(p, blocks, s);
+cudaError_t launch_dec_segs(const DecParams& p, unsigned blocks, int segs, bool cluster, bool pdl, cudaStream_t s) {
+  if (cluster) return launch_dec<R, 1, true>(p, blocks, pdl, s);
+  if (segs == 1) return launch_dec<R, 1, false>(p, blocks, pdl, s);
+  if (segs == 2) return launch_dec<R, 2, false>(p, blocks, pdl, s);
+  return launch_dec<R, 4, false>(p, blocks, pdl, s);
 }
 
 }  // namespace
@@ -179,6 +240,12 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
   // rows: 8-row tiles, 256 blocks, 5.1 µs).
   const int R = f16_dec_rows_ ? f16_dec_rows_ : total_rows >= 1024 ? 16 : total_rows >= 64 ? 8 : 4;
   const int segs = f16_dec_segs_ ? f16_dec_segs_ : 1;
+  // Clusters where every split job's tile is 2, 4 or 8 blocks of one segment (sm_90).
+  bool cluster = f16_mma_cluster_ && segs == 1 && sm90();
+  for (const GemvJob& j : jobs) {
+    const int64_t nseg = (j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg;
+    if (nseg > 1 && kDecCluster % nseg != 0) cluster = false;
+  }
   DecParams p{};
   p.n_jobs = static_cast<int32_t>(jobs.size());
   p.n_vec = static_cast<int32_t>(n);
@@ -205,6 +272,10 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
     J.tile0 = static_cast<int32_t>(tiles_split);
     J.part0 = part;
     blocks += J.sblocks > 1 ? tiles * J.sblocks : (tiles + J.groups - 1) / J.groups;
+    if (cluster) {  // whole clusters per job (the padding blocks find no rows)
+      blocks = (blocks + kDecCluster - 1) / kDecCluster * kDecCluster;
+      continue;
+    }
     if (J.sblocks > 1) {
       tiles_split += tiles;
       part += tiles * nseg * R * kDecMaxVec;
@@ -223,13 +294,13 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
       return true;
   }
   const unsigned grid = static_cast<unsigned>(blocks);
-  if (R == 16)
-    launch_dec_segs<16>(p, grid, segs, stream());
-  else if (R == 8)
-    launch_dec_segs<8>(p, grid, segs, stream());
-  else
-    launch_dec_segs<4>(p, grid, segs, stream());
-  launched("matmul f16 decode (MMA order)");
+  // The side lane keeps plain stream order (as the other programmatic dependents: its kernel before may
+  // be the fork's event).
+  const bool pdl = f16_mma_pdl_ && !on_side_ && sm90();
+  const cudaError_t e = R == 16  ? launch_dec_segs<16>(p, grid, segs, cluster, pdl, stream())
+                        : R == 8 ? launch_dec_segs<8>(p, grid, segs, cluster, pdl, stream())
+                                 : launch_dec_segs<4>(p, grid, segs, cluster, pdl, stream());
+  check(e, "matmul f16 decode (MMA order)");
   return true;
 }
 

@@ -32,6 +32,8 @@
 //        cuda_bench --rows [NAME]         dense Q8_0 matmuls at n = 1..32, cold weights (and the head): gemv_rows off, default,
 //                                         gemv_rows.cu (through L1 / no L1 allocation) at n ≤ 8, gemv_mma.cu at 8..32, then a layer's dense
 //                                         matmuls at n = 1, 2, 4; NAME: only the shapes whose name holds it.
+//        cuda_bench --bulk [NAME]         the same shapes and layer at n = 1..8: default vs gemv_stream.cu's bulk ring
+//                                         (gemv_bulk = always).
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --f16mma              the decode stage table with f16_mma the other way, then default (the
@@ -607,6 +609,18 @@ int main(int argc, char** argv) {
     if (prev.ok())
       bench_hc_router(*be, **prev, plain.ok() ? plain->get() : nullptr, v2.ok() ? v2->get() : nullptr, hc_once);
     if (!hc_once && v2.ok()) bench_small_prefill(*be, **v2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--bulk") == 0) {  // dense Q8_0 decode matmuls: default vs the bulk ring
+    cuda::CudaBackendOptions bo;
+    bo.gemv_bulk = cuda::GemvMma::always;
+    auto bulk = cuda::make_cuda_backend(bo);
+    if (bulk.ok()) {
+      Backend* sides[2] = {be.get(), bulk->get()};
+      const char* labels[2] = {"default", "bulk"};
+      const int64_t lo[2] = {1, 1}, hi[2] = {8, 8};
+      bench_dense_rows(sides, labels, lo, hi, 2, argc > 2 ? argv[2] : nullptr);
+    }
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--rows") == 0) {  // dense Q8_0 decode matmuls: default vs gemv_rows

@@ -12,6 +12,8 @@
 //   parts; different inputs and 9 jobs falling back), and three launches each reading the one before's y.
 // - gemv_rows.cu (1..8 vectors, forced: gemv_rows = always, with and without L1 allocation): the same
 //   Flash, grouped, odd-shape, matmul_many and chained suites at n ≤ 8 (larger n falling back).
+// - gemv_stream.cu's bulk ring (forced: gemv_bulk = always; sm_90): the Flash matrices at n = 1, 2, 4, 8
+//   (q_b, out_b, shared gate/up and down whole), grouped, odd-shape, matmul_many and chained suites.
 // Deliberately not here: other weight types and routed experts (test_cuda_matmul.cpp).
 #include <algorithm>
 #include <cstring>
@@ -496,3 +498,55 @@ TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) {
   for (const auto& c : kFlashQ8) check(std::min<int64_t>(c.rows, 20000), c.cols, 1);
   check(4096, 8192, 2, 8, 3);
 }
+
+// gemv_stream.cu's bulk ring (1..16 vectors, forced: gemv_bulk = always, gemv_rows off; sm_90 only — below
+// it the launch declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1, 2, 4,
+// 8 (every row at 1 — the head's first 20,000 —, 1,000 at more: partial row groups), q_b, out_b and the
+// shared gate/up and down whole (the 6-slot ring refilled many times; 31 rows a block balanced as 16 + 15),
+// the grouped out_a, odd row counts, matmul_many's sets (q_a + kv: every tile requested at the start),
+// chained launches (PDL: the copies start before the previous kernel ends, the activations after it).
+class CudaGemvBulk : public CudaGemvStream {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvStream::options();
+    o.gemv_bulk = backend::cuda::GemvMma::always;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvBulk, FlashShapesBitIdenticalToCpu) {
+  for (const auto& c : kFlashQ8)
+    for (int64_t n : {1, 2, 4, 8}) {
+      const int64_t rows = std::min<int64_t>(c.rows, n == 1 ? 20000 : 1000);
+      check(rows, c.cols, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);
+    }
+  check(32768, 1024, 1);  // q_b whole
+  check(32768, 1024, 4);
+  check(4096, 8192, 1);   // out_b whole: chunked tiles
+  check(4096, 8192, 2);
+  check(2048, 4096, 1);   // shared gate / up whole
+  check(4096, 2048, 1);   // shared down whole
+  check(4096, 8192, 16);  // beyond the bulk ring's shared memory: other kernels
+}
+
+TEST_F(CudaGemvBulk, GroupedOutputProjectionInOneCall) {
+  for (int64_t n : {1, 2, 4, 8}) check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
+  check(4 * 96, 1024, 3, 0, 0, 96, 1024 + 64);
+  check(3 * 37, 512, 3, 0, 0, 37, 512);
+}
+
+TEST_F(CudaGemvBulk, OddRowCountsAndSmallShapes) {
+  odd_shapes();
+  check(300, 24576, 1);  // 26 KB rows: chunked tiles of many rows
+}
+
+TEST_F(CudaGemvBulk, MatmulManySharedInputInOneLaunch) {
+  for (int64_t n : {1, 2, 4, 8, 16}) {
+    check_many({1024, 512}, 4096, n);   // q_a + kv
+    check_many({2048, 2048}, 4096, n);  // shared gate + up
+  }
+  check_many({7, 1, 300, 64, 5, 9, 33, 2}, 1024, 1);  // 8 parts, some of fewer rows than blocks
+  check_many({100, 100}, 4096, 2, {0, 128});          // different inputs: one matmul each
+}
+
+TEST_F(CudaGemvBulk, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }

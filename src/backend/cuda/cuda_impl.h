@@ -151,6 +151,9 @@ bool gemv_stream_supports(const GemvJob& j);
 // Whether a supported job is one where gemv_stream.cu measured faster (CudaBackendOptions::gemv_stream = wins),
 // with column chunks for wide rows or not (gemv_stream_chunks).
 bool gemv_stream_wins(const GemvJob& j, bool chunks);
+// Whether a supported job is one where gemv_stream.cu's bulk ring measured faster (CudaBackendOptions::gemv_bulk
+// = wins; sm_90 only, the caller checks).
+bool gemv_bulk_wins(const GemvJob& j);
 // A job's parts (its groups, or the one matrix) as gemv_stream.cu and gemv_rows.cu take them.
 StreamSet stream_set_of(const GemvJob& j);
 // The blocks of a launch of ~grid_target blocks dealt to the parts in proportion to their rows (at least
@@ -305,7 +308,14 @@ class CudaBackend final : public Backend {
   // that share x (same n, columns and row bytes) in one launch; a StreamSet. False: nothing launched.
   bool gemv_stream(const GemvJob& j, DeviceScratch& act_scratch);
   bool gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch);
-  bool gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch);
+  // bulk: the bulk ring (CudaBackendOptions::gemv_bulk, sm_90 only; false — declined — below it).
+  bool gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch, bool bulk = false);
+  // A dense-part kernel's launch set-up (gemv_stream.cu, gemv_rows.cu): dense_smem raises its dynamic
+  // shared-memory limit to smem_limit (capped by the device) once (*smem_set; false: an error was recorded);
+  // dense_launch runs `kernel` over `blocks` blocks of `threads` with its one argument *params, as a
+  // programmatic dependent where gemv_stream_pdl allows it (sm_90, not the side lane).
+  bool dense_smem(const void* kernel, bool* smem_set, uint64_t smem_limit, const char* what);
+  void dense_launch(const void* kernel, uint64_t smem, int64_t blocks, int threads, void* params, const char* what);
   // gemv_rows.cu: a StreamSet of ≤ kRowsMaxVec vectors; false: declined (nothing launched).
   bool gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch);
   // sm_count_, cc_major_ and dense_smem_optin_ read once; false: an error was recorded.
@@ -382,6 +392,7 @@ class CudaBackend final : public Backend {
     gemv_stream_pdl_ = pdl;
     gemv_stream_chunks_ = chunks;
   }
+  void set_gemv_bulk(GemvMma m) { gemv_bulk_ = m; }
   void set_gemv_rows(GemvMma m, bool no_l1) {
     gemv_rows_ = m;
     gemv_rows_no_l1_ = no_l1;
@@ -468,7 +479,8 @@ class CudaBackend final : public Backend {
   bool gemv_stream_pdl_ = true;           // CudaBackendOptions::gemv_stream_pdl
   bool gemv_stream_chunks_ = true;        // CudaBackendOptions::gemv_stream_chunks
   int l2_prefetch_mode_ = 0;              // CudaBackendOptions::l2_prefetch_mode
-  bool stream_smem_set_[5] = {};          // gemv_stream.cu: each instantiation's shared-memory limit is set
+  bool stream_smem_set_[10] = {};         // gemv_stream.cu: each instantiation's shared-memory limit is set (5.. bulk)
+  GemvMma gemv_bulk_ = GemvMma::off;      // CudaBackendOptions::gemv_bulk
   GemvMma gemv_rows_ = GemvMma::wins;     // CudaBackendOptions::gemv_rows
   bool gemv_rows_no_l1_ = false;          // CudaBackendOptions::gemv_rows_no_l1
   bool rows_smem_set_[8] = {};            // gemv_rows.cu: each instantiation's shared-memory limit is set

@@ -355,13 +355,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   if (d.smem == 0 || !stream_device_info()) return d.smem != 0;  // no plan: decline; no device info: error recorded
   if (d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
   const int idx = rows_index(s.n_vec) + (gemv_rows_no_l1_ ? kRowsKernels : 0);
-  if (!rows_smem_set_[idx]) {  // first use (eager: a recorded step always ran once before)
-    if (!check(cudaFuncSetAttribute(rows_kernel(idx), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(std::min<uint64_t>(kMaxSmem, dense_smem_optin_))),
-               "gemv_rows shared memory"))
-      return true;
-    rows_smem_set_[idx] = true;
-  }
+  if (!dense_smem(rows_kernel(idx), &rows_smem_set_[idx], kMaxSmem, "gemv_rows shared memory")) return true;
   // One resident block per SM (__launch_bounds__(256, 1): the octet, the next tile's chunks and the terms
   // take 210–230 registers a thread).
   int64_t blocks[kStreamMaxParts] = {};
@@ -385,20 +379,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded
-  const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_;
-  const dim3 grid(static_cast<unsigned>(total_blocks));
-  cudaError_t e = cudaSuccess;
-  switch (idx) {
-    case 0: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<1, false>, p); break;
-    case 1: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<2, false>, p); break;
-    case 2: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<4, false>, p); break;
-    case 3: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<8, false>, p); break;
-    case 4: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<1, true>, p); break;
-    case 5: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<2, true>, p); break;
-    case 6: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<4, true>, p); break;
-    default: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_rows_kernel<8, true>, p); break;
-  }
-  check(e, "gemv (q8_0 rows)");
+  dense_launch(rows_kernel(idx), d.smem, total_blocks, kThreads, &p, "gemv (q8_0 rows)");
   return true;
 }
 

@@ -22,12 +22,19 @@
 // blocks, and each chain thread carries its row's sum across the row group's chunks in a register: the
 // same additions in the same order, but a tile's chains are 32 adds long instead of 128 or 256 (out_b's
 // 2-row tiles of whole rows spent ~1,100 cycles per tile in one 256-long FADD chain).
+// With CudaBackendOptions::gemv_bulk (sm_90): the same tiles and the same per-tile steps, but each tile's row
+// pieces are `cp.async.bulk` copies (bulk_copy.cuh) that one warp issues and the SM's TMA unit walks, completing
+// on the slot's mbarrier, in a deeper ring of larger stages (kBulkStages × ~kBulkStageTarget, one block per
+// SM): the bytes in flight no longer cost a thread instruction per 16 bytes (the cp.async ring issued ~250
+// instructions per 34-byte block and ran at ~2 TB/s), and a block's first kBulkStages tiles — every tile of
+// the small matrices (q_a + kv: ~12 rows a block) — are requested before griddepcontrol.wait.
 // Deliberately not here: other weight types, expert-indexed rows (moe_tiles.cu, gemv_decode.cu), ≥ 17
 // vectors (gemv_mma.cu, gemv_skinny.cu, ops_gemm.cu); which jobs come here (CudaBackend::gemv and
 // matmul_many; gemv_stream_wins).
 #include <algorithm>
 
 #include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_parts.cuh"
@@ -52,6 +59,11 @@ constexpr uint64_t kMaxSmem = 160 * 1024;   // under sm_80's 163 KB opt-in (CI b
 // n·cols above this: one quantize_act launch, then each block copies the quantized rows (1.125 B a
 // value) instead of quantizing 4-byte floats itself (gemv_dense.cu measured the crossover).
 constexpr int64_t kFusedMaxValues = 8192;
+// The bulk ring (gemv_bulk, sm_90 only: no sm_80 shared-memory cap): up to this many slots of ~this many
+// bytes, all of them requested at the start; the tile rows of a block balanced over its row groups.
+constexpr int kBulkStages = 6;
+constexpr int64_t kBulkStageTarget = 28 * 1024;
+constexpr uint64_t kBulkMaxSmem = 210 * 1024;  // under sm_90's 227 KB opt-in
 
 struct StreamParams {
   DensePart part[kStreamMaxParts];
@@ -66,6 +78,8 @@ struct StreamParams {
   uint32_t terms_off;    // smem: block terms [n_vec][R][term_pitch] floats
   uint32_t term_pitch;   // C + 4: 16-byte aligned rows, 4 banks apart
   uint32_t cpr_magic, chunk_magic;  // dense_div_magic(34·C / 16), dense_div_magic(C)
+  int32_t slots;         // bulk ring: slots (tiles in flight); the cp.async ring uses kStages
+  uint32_t bar_off;      // bulk ring: smem of the slots' mbarriers [slots] uint64
   int64_t x_stride;
   uint64_t act_vec;
 };
@@ -90,8 +104,26 @@ __device__ inline void stream_tile(const StreamParams& p, const uint8_t* w, int6
   cp_async_commit();
 }
 
-// NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a row range of one part.
-template <int NV>
+// The bulk ring's stream_tile, called by warp 0: tile k (if k < n_tiles) as one bulk copy per row piece
+// (34·C bytes, a multiple of 272: 16-byte sizes and addresses) into `dst`, completing on `bar`, whose one
+// arrival (lane 0) announces the tile's bytes before any copy is issued.
+__device__ inline void bulk_tile(const StreamParams& p, const uint8_t* w, int64_t rows, int k, int n_tiles, uint8_t* dst,
+                                 uint64_t* bar) {
+  if (k >= n_tiles) return;
+  const int chunks = p.nb / p.chunk_nb, g = k / chunks, c = k - g * chunks;
+  const int64_t r0 = int64_t{g} * p.tile_rows;
+  const int rows_here = static_cast<int>(rows - r0 < p.tile_rows ? rows - r0 : p.tile_rows);
+  const uint32_t piece = static_cast<uint32_t>(p.chunk_nb) * 34u;
+  const uint8_t* src = w + static_cast<uint64_t>(r0) * p.row_bytes + static_cast<uint64_t>(c) * piece;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (lane == 0) mbar_expect(bar, piece * static_cast<uint32_t>(rows_here));
+  __syncwarp();
+  for (int r = lane; r < rows_here; r += kWarp) bulk_copy(dst + r * p.pitch, src + r * p.row_bytes, piece, bar);
+}
+
+// NV: the most vectors of the instantiation (p.n_vec ≤ NV); kBulk: the bulk ring (sm_90). One block: a
+// row range of one part.
+template <int NV, bool kBulk>
 __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_constant__ StreamParams p) {
   extern __shared__ __align__(16) uint8_t sm[];
   int pi = 0;
@@ -107,7 +139,16 @@ __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_cons
   const uint8_t* w = P.w + static_cast<uint64_t>(rb) * p.row_bytes;
 
   // The weights first: they do not depend on the kernel before this one (PDL: it may still run).
-  for (int s = 0; s < kStages - 1; ++s) stream_tile(p, w, rows, s, n_tiles, sm + s * p.stage_bytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sm + p.bar_off);
+  if constexpr (kBulk) {
+    if (threadIdx.x == 0)
+      for (int s = 0; s < p.slots; ++s) mbar_init(&bars[s]);
+    __syncthreads();  // the barriers initialised before any thread names them
+    if (threadIdx.x < kWarp)
+      for (int s = 0; s < p.slots; ++s) bulk_tile(p, w, rows, s, n_tiles, sm + s * p.stage_bytes, &bars[s]);
+  } else {
+    for (int s = 0; s < kStages - 1; ++s) stream_tile(p, w, rows, s, n_tiles, sm + s * p.stage_bytes);
+  }
   grid_launch_dependents();  // a programmatic dependent may start its own weight copies now
   grid_dependency_wait();    // the activations (and y, which the kernel before may read) from here on
 
@@ -130,35 +171,51 @@ __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_cons
   // sum across the group's column chunks in `acc` (the host keeps n_vec·R ≤ kThreads).
   const int cv = threadIdx.x / R, cr = threadIdx.x - cv * R;
   float acc = 0.0f;
+  const int slots = kBulk ? p.slots : kStages;
   for (int k = 0; k < n_tiles; ++k) {
-    // Groups committed so far: kStages − 1 + k; at most kStages − 2 pending → tile k's has landed.
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile k visible to all; tile k − 1's terms and chains are done (its slot and `terms` free)
-    stream_tile(p, w, rows, k + kStages - 1, n_tiles, sm + ((k + kStages - 1) % kStages) * p.stage_bytes);
+    if constexpr (kBulk) {
+      mbar_wait(&bars[k % slots], static_cast<uint32_t>(k / slots) & 1u);  // tile k's bytes have landed
+      __syncthreads();  // tile k − 1's chains are done with `terms`
+    } else {
+      // Groups committed so far: kStages − 1 + k; at most kStages − 2 pending → tile k's has landed.
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile k visible to all; tile k − 1's terms and chains are done (its slot and `terms` free)
+      stream_tile(p, w, rows, k + kStages - 1, n_tiles, sm + ((k + kStages - 1) % kStages) * p.stage_bytes);
+    }
     const int g = k / chunks, c = k - g * chunks;
     const int64_t r0 = int64_t{g} * R;
     const int rows_here = static_cast<int>(rows - r0 < R ? rows - r0 : R);
-    dense_tile_terms<NV, kThreads>(sm + (k % kStages) * p.stage_bytes, p.pitch, rows_here, R, C, p.chunk_magic,
+    dense_tile_terms<NV, kThreads>(sm + (k % slots) * p.stage_bytes, p.pitch, rows_here, R, C, p.chunk_magic,
                                    act + static_cast<uint32_t>(c * C) * sizeof(BlockQ8_0Act), act_row, p.n_vec, terms,
                                    p.term_pitch);
     __syncthreads();
+    // Bulk: every thread is done reading slot k % slots: warp 0 refills it with tile k + slots.
+    if constexpr (kBulk) {
+      if (threadIdx.x < kWarp)
+        bulk_tile(p, w, rows, k + slots, n_tiles, sm + (k % slots) * p.stage_bytes, &bars[k % slots]);
+    }
     if (cv < p.n_vec && cr < rows_here) {
       acc = dense_row_sum(terms + (cv * R + cr) * p.term_pitch, C, c == 0 ? 0.0f : acc);
       if (c == chunks - 1) P.y[cv * P.y_stride + rb + r0 + cr] = acc;
     }
   }
-  cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
+  if constexpr (!kBulk) cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
 }
 
 // Tile shape and shared-memory layout for blocks of at most `block_rows` rows; smem = 0 when it does not fit.
 struct StreamPlan {
   int tile_rows = 0, chunk_nb = 0, slots = 0;
-  uint32_t pitch = 0, stage_bytes = 0, act_off = 0, terms_off = 0, term_pitch = 0;
+  uint32_t pitch = 0, stage_bytes = 0, act_off = 0, terms_off = 0, term_pitch = 0, bar_off = 0;
   uint64_t smem = 0;
 };
 
-StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool allow_chunks) {
+// bulk: the bulk ring's plan (larger and more slots, their mbarriers after the terms, the tile rows
+// balanced over a block's row groups so that no group is a sliver).
+StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool allow_chunks, bool bulk = false) {
   StreamPlan d;
+  const int64_t stage_target = bulk ? kBulkStageTarget : kStageTarget;
+  const int64_t max_slots = bulk ? kBulkStages : kStages;
+  const uint64_t max_smem = bulk ? kBulkMaxSmem : kMaxSmem;
   const int64_t nb = cols / kQK8_0;
   const int64_t act_bytes = n_vec * nb * static_cast<int64_t>(sizeof(BlockQ8_0Act));
   const int64_t max_rows = std::min<int64_t>(kMaxTileRows, kThreads / n_vec);  // a chain thread per (vector, row)
@@ -171,7 +228,9 @@ StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool all
     d.stage_bytes = static_cast<uint32_t>(r * d.pitch);
     d.act_off = static_cast<uint32_t>(slots * d.stage_bytes);
     d.terms_off = d.act_off + static_cast<uint32_t>(act_bytes);
-    return d.terms_off + static_cast<uint64_t>(n_vec) * r * d.term_pitch * sizeof(float);
+    const uint64_t end = d.terms_off + static_cast<uint64_t>(n_vec) * r * d.term_pitch * sizeof(float);
+    d.bar_off = static_cast<uint32_t>((end + 7) / 8 * 8);
+    return bulk ? d.bar_off + static_cast<uint64_t>(slots) * sizeof(uint64_t) : end;
   };
   uint64_t smem = 0;
   if (block_rows * (34 * nb + kRowPad) <= kOneStageMax && block_rows <= max_rows) {
@@ -180,31 +239,43 @@ StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool all
     // Ring: whole rows when kMinChainRows of them fit a stage (or allow_chunks, gemv_stream_chunks, is
     // off), else column chunks of kChunkBlocks (the row sums carried across a row group's chunks), so
     // that many short chains run per tile instead of a few nb-long ones.
-    const bool whole = !allow_chunks || (34 * nb + kRowPad) * kMinChainRows <= kStageTarget || nb % kChunkBlocks != 0;
+    const bool whole = !allow_chunks || (34 * nb + kRowPad) * kMinChainRows <= stage_target || nb % kChunkBlocks != 0;
     const int64_t c = whole ? nb : kChunkBlocks;
-    int64_t r = std::clamp<int64_t>(kStageTarget / (34 * c + kRowPad), 1, std::min(max_rows, block_rows));
+    int64_t r = std::clamp<int64_t>(stage_target / (34 * c + kRowPad), 1, std::min(max_rows, block_rows));
+    if (bulk) {  // 31 rows as 16 + 15, not 29 + 2
+      const int64_t groups = (block_rows + r - 1) / r;
+      r = (block_rows + groups - 1) / groups;
+    }
     const int64_t chunks = nb / c;
-    auto slots = [&](int64_t rr) { return std::min<int64_t>(kStages, (block_rows + rr - 1) / rr * chunks); };
+    auto slots = [&](int64_t rr) { return std::min<int64_t>(max_slots, (block_rows + rr - 1) / rr * chunks); };
     smem = layout(r, c, slots(r));
-    while (smem > kMaxSmem && r > 1) {
+    while (smem > max_smem && r > 1) {
       --r;
       smem = layout(r, c, slots(r));
     }
   }
-  d.smem = smem <= kMaxSmem ? smem : 0;
+  d.smem = smem <= max_smem ? smem : 0;
   return d;
 }
 
 int stream_nv_index(int64_t n) { return n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : n <= 8 ? 3 : 4; }
 
-const void* stream_kernel(int index) {
-  switch (index) {
-    case 0: return reinterpret_cast<const void*>(gemv_stream_kernel<1>);
-    case 1: return reinterpret_cast<const void*>(gemv_stream_kernel<2>);
-    case 2: return reinterpret_cast<const void*>(gemv_stream_kernel<4>);
-    case 3: return reinterpret_cast<const void*>(gemv_stream_kernel<8>);
-    default: return reinterpret_cast<const void*>(gemv_stream_kernel<16>);
+constexpr int kStreamKernels = 5;  // instantiations per ring: NV = 1, 2, 4, 8, 16
+
+template <bool kBulk>
+const void* stream_kernel_of(int nv_index) {
+  switch (nv_index) {
+    case 0: return reinterpret_cast<const void*>(gemv_stream_kernel<1, kBulk>);
+    case 1: return reinterpret_cast<const void*>(gemv_stream_kernel<2, kBulk>);
+    case 2: return reinterpret_cast<const void*>(gemv_stream_kernel<4, kBulk>);
+    case 3: return reinterpret_cast<const void*>(gemv_stream_kernel<8, kBulk>);
+    default: return reinterpret_cast<const void*>(gemv_stream_kernel<16, kBulk>);
   }
+}
+
+// index + kStreamKernels: the bulk ring's.
+const void* stream_kernel(int index) {
+  return index < kStreamKernels ? stream_kernel_of<false>(index) : stream_kernel_of<true>(index - kStreamKernels);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -248,6 +319,10 @@ bool gemv_stream_wins(const GemvJob& j, bool chunks) {
   return chunks && j.w.cols <= 8192 && j.n_vec <= 2;
 }
 
+// Before any device run of the bulk ring: every Flash shape it takes up to 8 vectors (CudaBackendOptions::gemv_bulk
+// is off by default until a run shows where it is faster).
+bool gemv_bulk_wins(const GemvJob& j) { return j.w.cols >= 1024 && j.n_vec <= 8; }
+
 StreamSet stream_set_of(const GemvJob& j) {
   StreamSet s;
   s.cols = j.w.cols;
@@ -274,14 +349,16 @@ bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
 
 bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch) {
   const bool rows_on = gemv_rows_ != GemvMma::off, stream_on = gemv_stream_ != GemvMma::off;
-  if (!decode_kernels_ || (!rows_on && !stream_on) || jobs.size() < 2 || jobs.size() > kStreamMaxParts) return false;
+  const bool bulk_on = gemv_bulk_ != GemvMma::off;
+  if (!decode_kernels_ || (!rows_on && !stream_on && !bulk_on) || jobs.size() < 2 || jobs.size() > kStreamMaxParts)
+    return false;
   const MatmulArgs& a0 = jobs[0];
   StreamSet s;
   s.cols = a0.w.cols;
   s.row_bytes = a0.w.row_bytes;
   s.n_vec = a0.n;
   s.x_stride = a0.x_stride;
-  bool rows = rows_on, stream = stream_on;  // every job supported (and, under wins, winning) on that kernel
+  bool rows = rows_on, stream = stream_on, bulk = bulk_on;  // every job supported (and, under wins, winning) there
   for (const MatmulArgs& a : jobs) {
     if (a.numerics != MatmulNumerics::ds4 || a.group_rows > 0 || a.n != a0.n || a.x != a0.x ||
         a.x_stride != a0.x_stride || a.w.cols != a0.w.cols || a.w.row_bytes != a0.w.row_bytes ||
@@ -289,6 +366,7 @@ bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScrat
       return false;
     const GemvJob j = gemv_job(a);
     rows = rows && gemv_rows_supports(j) && (gemv_rows_ == GemvMma::always || gemv_rows_wins(j));
+    bulk = bulk && (gemv_bulk_ == GemvMma::always || gemv_bulk_wins(j));
     stream = stream && (gemv_stream_ == GemvMma::always || gemv_stream_wins(j, gemv_stream_chunks_));
     StreamSet::Part& q = s.part[s.n_parts++];
     q.w = static_cast<const uint8_t*>(a.w.data);
@@ -297,6 +375,7 @@ bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScrat
     q.y_stride = a.y_stride;
     q.rows = a.w.rows;
   }
+  if (bulk && gemv_stream_set(s, act_scratch, true)) return true;
   if (rows && gemv_rows_set(s, act_scratch)) return true;
   return stream && gemv_stream_set(s, act_scratch);
 }
@@ -352,18 +431,40 @@ int CudaBackend::stream_quantize_parts(const StreamSet& s, DeviceScratch& act_sc
   return 1;
 }
 
-bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch) {
+bool CudaBackend::dense_smem(const void* kernel, bool* smem_set, uint64_t smem_limit, const char* what) {
+  if (*smem_set) return true;  // set on first use (eager: a recorded step always ran once before)
+  *smem_set = check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(std::min<uint64_t>(smem_limit, dense_smem_optin_))),
+                    what);
+  return *smem_set;
+}
+
+void CudaBackend::dense_launch(const void* kernel, uint64_t smem, int64_t blocks, int threads, void* params,
+                               const char* what) {
+  // Not on the side lane (branches.cpp): its first launch after a fork depends on the main lane through an
+  // event, and a programmatic edge there is a case no device run has covered yet; plain order is safe.
+  const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream();
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = pdl ? 1 : 0;
+  void* args[1] = {params};
+  check(cudaLaunchKernelExC(&cfg, kernel, args), what);
+}
+
+bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch, bool bulk) {
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts) return false;
   if (!stream_device_info()) return true;  // error recorded
-  const int idx = stream_nv_index(s.n_vec);
-  if (!stream_smem_set_[idx]) {  // first use (eager: a recorded step always ran once before)
-    if (!check(cudaFuncSetAttribute(stream_kernel(idx), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(std::min<uint64_t>(kMaxSmem, dense_smem_optin_))),
-               "gemv_stream shared memory"))
-      return true;
-    stream_smem_set_[idx] = true;
-  }
-  // Resident blocks per SM for (instantiation, smem), cached in the gemv_dense table (its own indices 5..9).
+  if (bulk && cc_major_ < 9) return false;  // cp.async.bulk and mbarrier transactions: sm_90
+  const int idx = stream_nv_index(s.n_vec) + (bulk ? kStreamKernels : 0);
+  const bool chunks = bulk || gemv_stream_chunks_;
+  // Resident blocks per SM for (instantiation, smem), cached in the gemv_dense table (its own indices 5..14).
   auto resident = [&](uint64_t smem, int* per_sm) {
     *per_sm = 0;
     for (const auto& e : dense_occ_)
@@ -380,15 +481,18 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   for (int i = 0; i < s.n_parts; ++i) max_rows = std::max(max_rows, s.part[i].rows);
   // The grid: what is resident at once with many-row blocks (the ring plan), dealt to the parts in
   // proportion to their rows (at least one block, at most one per row).
-  const StreamPlan ring = plan_stream(s.cols, s.n_vec, max_rows, gemv_stream_chunks_);
+  const StreamPlan ring = plan_stream(s.cols, s.n_vec, max_rows, chunks, bulk);
   if (ring.smem == 0 || ring.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
+  // (The occupancy query needs the kernel's shared-memory limit raised first.)
+  if (!dense_smem(stream_kernel(idx), &stream_smem_set_[idx], bulk ? kBulkMaxSmem : kMaxSmem, "gemv_stream shared memory"))
+    return true;
   int per_sm = 0;
   if (!resident(ring.smem, &per_sm)) return true;
   const int64_t grid_target = static_cast<int64_t>(per_sm) * sm_count_;
   int64_t blocks[kStreamMaxParts] = {}, block_rows = 0;
   const int64_t total_blocks = deal_stream_blocks(s, grid_target, blocks);
   for (int i = 0; i < s.n_parts; ++i) block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
-  const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows, gemv_stream_chunks_);
+  const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows, chunks, bulk);
   if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
 
   const int64_t nb = s.cols / kQK8_0;
@@ -406,23 +510,13 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   p.chunk_nb = d.chunk_nb;
   p.cpr_magic = dense_div_magic(static_cast<uint64_t>(d.chunk_nb) * 34 / 16);
   p.chunk_magic = dense_div_magic(static_cast<uint64_t>(d.chunk_nb));
+  p.slots = d.slots;
+  p.bar_off = d.bar_off;
   p.x_stride = s.x_stride;
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded
-  // Not on the side lane (branches.cpp): its first launch after a fork depends on the main lane through an
-  // event, and a programmatic edge there is a case no device run has covered yet; plain order is safe.
-  const bool pdl = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_;
-  const dim3 grid(static_cast<unsigned>(total_blocks));
-  cudaError_t e = cudaSuccess;
-  switch (idx) {
-    case 0: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<1>, p); break;
-    case 1: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<2>, p); break;
-    case 2: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<4>, p); break;
-    case 3: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<8>, p); break;
-    default: e = launch_dependent(pdl, grid, dim3(kThreads), d.smem, stream(), gemv_stream_kernel<16>, p); break;
-  }
-  check(e, "gemv (q8_0 stream)");
+  dense_launch(stream_kernel(idx), d.smem, total_blocks, kThreads, &p, bulk ? "gemv (q8_0 bulk)" : "gemv (q8_0 stream)");
   return true;
 }
 

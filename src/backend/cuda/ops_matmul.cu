@@ -252,6 +252,10 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  // gemv_stream.cu's bulk ring (sm_90): TMA bulk copies into a deep ring, where it measured faster; same bits.
+  if (decode_kernels_ && gemv_bulk_ != GemvMma::off && gemv_stream_supports(j) &&
+      (gemv_bulk_ == GemvMma::always || gemv_bulk_wins(j)) && gemv_stream_set(stream_set_of(j), act_scratch, true))
+    return;
   // gemv_rows.cu: ≤ 4 vectors with the weights loaded straight into registers, where it measured faster;
   // same bits.
   if (decode_kernels_ && gemv_rows_ != GemvMma::off && gemv_rows_supports(j) &&

@@ -1,6 +1,7 @@
 // dense_parts.cuh — a dense Q8_0 launch's parts (one matrix, out_a's groups, matmul_many's jobs sharing x)
 // as the StreamSet kernels read them (gemv_stream.cu, gemv_rows.cu), and their host-side filling: the
 // blocks each part gets, and the one quantize_act when the activations are too many to quantize per block.
+// and, on the device, which part and rows a block of such a launch owns (dense_block_range).
 // Deliberately not here: how many blocks (deal_stream_blocks, the launchers), the kernels' own parameters.
 #pragma once
 
@@ -19,6 +20,22 @@ struct DensePart {
   int32_t rows;
   int32_t block0;      // the part's first block; its blocks run to the next part's block0 (or the grid's end)
 };
+
+// The part of this block and its rows [rb, rb + rows): a part's blocks split its rows evenly (block b of B
+// gets rows ⌊R·b/B⌋ … ⌊R·(b+1)/B⌋ − 1; the host gives a part at most one block per row, so none is empty).
+struct DenseRange {
+  const DensePart* part;
+  int64_t rb, rows;
+};
+__device__ inline DenseRange dense_block_range(const DensePart* parts, int n_parts) {
+  int pi = 0;
+  while (pi + 1 < n_parts && static_cast<int32_t>(blockIdx.x) >= parts[pi + 1].block0) ++pi;
+  const DensePart& P = parts[pi];
+  const int32_t blocks = (pi + 1 < n_parts ? parts[pi + 1].block0 : static_cast<int32_t>(gridDim.x)) - P.block0;
+  const int32_t lb = static_cast<int32_t>(blockIdx.x) - P.block0;
+  const int64_t rb = int64_t{P.rows} * lb / blocks, re = int64_t{P.rows} * (lb + 1) / blocks;
+  return {&P, rb, re - rb};
+}
 
 // parts[i] from s.part[i], block0 from the running sum of blocks[]; when n_vec·cols > fused_max_values one
 // quantize_act over every part's input first (act set, *act_vec its stride). 1: done; 0: an error was

@@ -196,13 +196,10 @@ __device__ __forceinline__ void octet_terms_all(const uint4 (&a)[kOctetLoads], c
 template <int NV, bool kNoL1>
 __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
   extern __shared__ __align__(16) uint8_t sm[];
-  int pi = 0;
-  while (pi + 1 < p.n_parts && static_cast<int32_t>(blockIdx.x) >= p.part[pi + 1].block0) ++pi;
-  const DensePart& P = p.part[pi];
-  const int32_t blocks = (pi + 1 < p.n_parts ? p.part[pi + 1].block0 : static_cast<int32_t>(gridDim.x)) - P.block0;
-  const int32_t lb = static_cast<int32_t>(blockIdx.x) - P.block0;
-  const int64_t rb = int64_t{P.rows} * lb / blocks, re = int64_t{P.rows} * (lb + 1) / blocks;
-  const int rows = static_cast<int>(re - rb);
+  const DenseRange range = dense_block_range(p.part, p.n_parts);
+  const DensePart& P = *range.part;
+  const int64_t rb = range.rb;
+  const int rows = static_cast<int>(range.rows);
   const int R = p.tile_rows, C = p.chunk_oct, chunks = p.octets / C;
   const int tiles = (rows + R - 1) / R * chunks;  // tile k: row group k / chunks, column chunk k % chunks
   // Thread t < R·C owns octet o of row r of every tile (octet c·C + o of the row in chunk c).

@@ -126,14 +126,9 @@ __device__ inline void bulk_tile(const StreamParams& p, const uint8_t* w, int64_
 template <int NV, bool kBulk>
 __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_constant__ StreamParams p) {
   extern __shared__ __align__(16) uint8_t sm[];
-  int pi = 0;
-  while (pi + 1 < p.n_parts && static_cast<int32_t>(blockIdx.x) >= p.part[pi + 1].block0) ++pi;
-  const DensePart& P = p.part[pi];
-  const int32_t blocks = (pi + 1 < p.n_parts ? p.part[pi + 1].block0 : static_cast<int32_t>(gridDim.x)) - P.block0;
-  const int32_t lb = static_cast<int32_t>(blockIdx.x) - P.block0;
-  // Rows [rb, re): the host gives a part at most one block per row, so every range has a row.
-  const int64_t rb = int64_t{P.rows} * lb / blocks, re = int64_t{P.rows} * (lb + 1) / blocks;
-  const int64_t rows = re - rb;
+  const DenseRange range = dense_block_range(p.part, p.n_parts);
+  const DensePart& P = *range.part;
+  const int64_t rb = range.rb, rows = range.rows;
   const int R = p.tile_rows, C = p.chunk_nb, chunks = p.nb / C;
   const int n_tiles = static_cast<int>((rows + R - 1) / R) * chunks;
   const uint8_t* w = P.w + static_cast<uint64_t>(rb) * p.row_bytes;

@@ -32,8 +32,8 @@
 //        cuda_bench --rows [NAME]         dense Q8_0 matmuls at n = 1..32, cold weights (and the head): gemv_rows off, default,
 //                                         gemv_rows.cu (through L1 / no L1 allocation) at n ≤ 8, gemv_mma.cu at 8..32, then a layer's dense
 //                                         matmuls at n = 1, 2, 4; NAME: only the shapes whose name holds it.
-//        cuda_bench --bulk [NAME]         the same shapes and layer at n = 1..8: default vs gemv_stream.cu's bulk ring
-//                                         (gemv_bulk = always).
+//        cuda_bench --bulk [NAME]         the same shapes and layer at n = 1..8: gemv_bulk off, default (wins) and
+//                                         gemv_stream.cu's bulk ring on every shape (always).
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --f16mma              the decode stage table with f16_mma the other way, then default (the
@@ -612,14 +612,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--bulk") == 0) {  // dense Q8_0 decode matmuls: default vs the bulk ring
-    cuda::CudaBackendOptions bo;
+    cuda::CudaBackendOptions bo, no;
     bo.gemv_bulk = cuda::GemvMma::always;
+    no.gemv_bulk = cuda::GemvMma::off;  // the dispatch before the bulk ring
     auto bulk = cuda::make_cuda_backend(bo);
-    if (bulk.ok()) {
-      Backend* sides[2] = {be.get(), bulk->get()};
-      const char* labels[2] = {"default", "bulk"};
-      const int64_t lo[2] = {1, 1}, hi[2] = {8, 8};
-      bench_dense_rows(sides, labels, lo, hi, 2, argc > 2 ? argv[2] : nullptr);
+    auto nobulk = cuda::make_cuda_backend(no);
+    if (bulk.ok() && nobulk.ok()) {
+      Backend* sides[3] = {nobulk->get(), be.get(), bulk->get()};
+      const char* labels[3] = {"no-bulk", "default", "bulk"};
+      const int64_t lo[3] = {1, 1, 1}, hi[3] = {8, 8, 8};
+      bench_dense_rows(sides, labels, lo, hi, 3, argc > 2 ? argv[2] : nullptr);
     }
     return 0;
   }
@@ -631,6 +633,7 @@ int main(int argc, char** argv) {
     no.gemv_rows_no_l1 = true;
     mo.gemv_rows = mo.gemv_stream = mo.gemv_dense = cuda::GemvMma::off;  // gemv_mma.cu at every n it takes
     mo.gemv_mma = cuda::GemvMma::always;
+    for (auto* o : {&po, &ro, &no, &mo}) o->gemv_bulk = cuda::GemvMma::off;  // the bulk ring: --bulk
     auto rows = cuda::make_cuda_backend(ro);
     auto nol1 = cuda::make_cuda_backend(no);
     auto mma = cuda::make_cuda_backend(mo);
@@ -647,6 +650,7 @@ int main(int argc, char** argv) {
     cuda::CudaBackendOptions po, so, no;
     po.gemv_stream_chunks = false;  // the dispatch before the column chunks
     po.gemv_rows = so.gemv_rows = no.gemv_rows = cuda::GemvMma::off;  // gemv_rows.cu: --rows
+    po.gemv_bulk = so.gemv_bulk = no.gemv_bulk = cuda::GemvMma::off;  // the bulk ring: --bulk
     so.gemv_stream = cuda::GemvMma::always;
     so.gemv_stream_chunks = true;
     no.gemv_stream = cuda::GemvMma::always;  // whole-row tiles

@@ -145,6 +145,7 @@ class CudaGemvMma : public CudaGemvKernel {
     o.gemv_dense = backend::cuda::GemvMma::off;   // ahead of gemv_mma in the dispatch
     o.gemv_stream = backend::cuda::GemvMma::off;  // ahead of both
     o.gemv_rows = backend::cuda::GemvMma::off;    // ahead of gemv_stream
+    o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
     return o;
   }
 };
@@ -185,6 +186,7 @@ TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKer
   o.gemv_dense = backend::cuda::GemvMma::off;
   o.gemv_stream = backend::cuda::GemvMma::off;
   o.gemv_rows = backend::cuda::GemvMma::off;
+  o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -229,6 +231,7 @@ class CudaGemvDense : public CudaGemvKernel {
     o.gemv_dense = backend::cuda::GemvMma::always;  // every shape it supports, n ≤ 16
     o.gemv_stream = backend::cuda::GemvMma::off;    // ahead of gemv_dense in the dispatch
     o.gemv_rows = backend::cuda::GemvMma::off;      // ahead of gemv_stream
+    o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
     return o;
   }
 };
@@ -247,6 +250,7 @@ TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousK
   o.gemv_dense = backend::cuda::GemvMma::off;
   o.gemv_stream = backend::cuda::GemvMma::off;
   o.gemv_rows = backend::cuda::GemvMma::off;
+  o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -288,6 +292,7 @@ class CudaGemvStream : public CudaGemvKernel {
     backend::cuda::CudaBackendOptions o;
     o.gemv_stream = backend::cuda::GemvMma::always;  // every shape it takes, n ≤ 16
     o.gemv_rows = backend::cuda::GemvMma::off;       // ahead of gemv_stream (CudaGemvRows turns it on)
+    o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
     return o;
   }
 
@@ -550,3 +555,23 @@ TEST_F(CudaGemvBulk, MatmulManySharedInputInOneLaunch) {
 }
 
 TEST_F(CudaGemvBulk, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+// The bulk ring under the default (gemv_bulk = wins, the other kernels off): the launches where ring 1 measured
+// faster (kv alone at 1–2 vectors, q_a at 2, shared down at 1) run it; the rest take the kernels after it.
+class CudaGemvBulkWins : public CudaGemvStream {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvStream::options();
+    o.gemv_bulk = backend::cuda::GemvMma::wins;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvBulkWins, ItsShapesBitIdenticalToCpu) {
+  for (int64_t n : {1, 2}) check(512, 4096, n, n > 1 ? 8 : 0, n > 1 ? 3 : 0);  // kv
+  check(1024, 4096, 2, 8, 3);                                                  // q_a
+  check(4096, 2048, 1);                                                        // shared down whole
+  check(1001, 2048, 1, 0, 5);
+  check(4096, 2048, 2);  // not its shape: the kernels after it
+  check_many({1024, 512}, 4096, 2);  // q_a + kv: 1,536 rows, not measured on it
+}

@@ -59,10 +59,18 @@ constexpr uint64_t kMaxSmem = 160 * 1024;   // under sm_80's 163 KB opt-in (CI b
 // n·cols above this: one quantize_act launch, then each block copies the quantized rows (1.125 B a
 // value) instead of quantizing 4-byte floats itself (gemv_dense.cu measured the crossover).
 constexpr int64_t kFusedMaxValues = 8192;
-// The bulk ring (gemv_bulk, sm_90 only: no sm_80 shared-memory cap): up to this many slots of ~this many
-// bytes, all of them requested at the start; the tile rows of a block balanced over its row groups.
+// The bulk rings (gemv_bulk, sm_90 only: no sm_80 shared-memory cap), every slot requested at the start,
+// the tile rows of a block balanced over its row groups:
+// - ring 1 ("deep"): up to 6 slots of ~28 KB (one block per SM), tiles of 16-byte-padded row pieces
+//   (column chunks for wide rows): one bulk copy per row piece;
+// - ring 2 ("contiguous"): up to 4 slots of ~24 KB (two blocks per SM), tiles of whole rows at a pitch of
+//   the row's own bytes, so a tile is one contiguous range and one bulk copy (H200 W1: ring 1's ~1 KB
+//   pieces streamed the large matrices at 1.3–1.9 TB/s — ~25 copies per tile).
+enum BulkRing { kRingCpAsync = 0, kRingDeep = 1, kRingContiguous = 2 };
 constexpr int kBulkStages = 6;
 constexpr int64_t kBulkStageTarget = 28 * 1024;
+constexpr int kBulk2Stages = 4;
+constexpr int64_t kBulk2StageTarget = 24 * 1024;
 constexpr uint64_t kBulkMaxSmem = 210 * 1024;  // under sm_90's 227 KB opt-in
 
 struct StreamParams {
@@ -116,6 +124,14 @@ __device__ inline void bulk_tile(const StreamParams& p, const uint8_t* w, int64_
   const uint32_t piece = static_cast<uint32_t>(p.chunk_nb) * 34u;
   const uint8_t* src = w + static_cast<uint64_t>(r0) * p.row_bytes + static_cast<uint64_t>(c) * piece;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (p.pitch == p.row_bytes) {  // ring 2: whole rows staged at their own pitch — one contiguous range
+    if (lane == 0) {
+      const uint32_t bytes = piece * static_cast<uint32_t>(rows_here);
+      mbar_expect(bar, bytes);
+      bulk_copy(dst, src, bytes, bar);
+    }
+    return;
+  }
   if (lane == 0) mbar_expect(bar, piece * static_cast<uint32_t>(rows_here));
   __syncwarp();
   for (int r = lane; r < rows_here; r += kWarp) bulk_copy(dst + r * p.pitch, src + r * p.row_bytes, piece, bar);
@@ -204,13 +220,16 @@ struct StreamPlan {
   uint64_t smem = 0;
 };
 
-// bulk: the bulk ring's plan (larger and more slots, their mbarriers after the terms, the tile rows
-// balanced over a block's row groups so that no group is a sliver).
-StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool allow_chunks, bool bulk = false) {
+// ring: a bulk ring's plan (BulkRing: larger stages, their mbarriers after the terms, the tile rows
+// balanced over a block's row groups so that no group is a sliver; ring 2: whole rows at a pitch of
+// 34·nb, each stage 16 bytes longer for the last block's over-read).
+StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool allow_chunks, int ring = kRingCpAsync) {
   StreamPlan d;
-  const int64_t stage_target = bulk ? kBulkStageTarget : kStageTarget;
-  const int64_t max_slots = bulk ? kBulkStages : kStages;
+  const bool bulk = ring != kRingCpAsync, contiguous = ring == kRingContiguous;
+  const int64_t stage_target = ring == kRingDeep ? kBulkStageTarget : contiguous ? kBulk2StageTarget : kStageTarget;
+  const int64_t max_slots = ring == kRingDeep ? kBulkStages : contiguous ? kBulk2Stages : kStages;
   const uint64_t max_smem = bulk ? kBulkMaxSmem : kMaxSmem;
+  const int64_t pad = contiguous ? 0 : static_cast<int64_t>(kRowPad);
   const int64_t nb = cols / kQK8_0;
   const int64_t act_bytes = n_vec * nb * static_cast<int64_t>(sizeof(BlockQ8_0Act));
   const int64_t max_rows = std::min<int64_t>(kMaxTileRows, kThreads / n_vec);  // a chain thread per (vector, row)
@@ -218,9 +237,9 @@ StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool all
     d.tile_rows = static_cast<int>(r);
     d.chunk_nb = static_cast<int>(c);
     d.slots = static_cast<int>(slots);
-    d.pitch = static_cast<uint32_t>(34 * c + kRowPad);
+    d.pitch = static_cast<uint32_t>(34 * c + pad);
     d.term_pitch = static_cast<uint32_t>(c + 4);
-    d.stage_bytes = static_cast<uint32_t>(r * d.pitch);
+    d.stage_bytes = static_cast<uint32_t>(r * d.pitch + (contiguous ? kRowPad : 0));
     d.act_off = static_cast<uint32_t>(slots * d.stage_bytes);
     d.terms_off = d.act_off + static_cast<uint32_t>(act_bytes);
     const uint64_t end = d.terms_off + static_cast<uint64_t>(n_vec) * r * d.term_pitch * sizeof(float);
@@ -234,9 +253,10 @@ StreamPlan plan_stream(int64_t cols, int64_t n_vec, int64_t block_rows, bool all
     // Ring: whole rows when kMinChainRows of them fit a stage (or allow_chunks, gemv_stream_chunks, is
     // off), else column chunks of kChunkBlocks (the row sums carried across a row group's chunks), so
     // that many short chains run per tile instead of a few nb-long ones.
-    const bool whole = !allow_chunks || (34 * nb + kRowPad) * kMinChainRows <= stage_target || nb % kChunkBlocks != 0;
+    const bool whole = contiguous || !allow_chunks || (34 * nb + kRowPad) * kMinChainRows <= stage_target ||
+                       nb % kChunkBlocks != 0;
     const int64_t c = whole ? nb : kChunkBlocks;
-    int64_t r = std::clamp<int64_t>(stage_target / (34 * c + kRowPad), 1, std::min(max_rows, block_rows));
+    int64_t r = std::clamp<int64_t>(stage_target / (34 * c + pad), 1, std::min(max_rows, block_rows));
     if (bulk) {  // 31 rows as 16 + 15, not 29 + 2
       const int64_t groups = (block_rows + r - 1) / r;
       r = (block_rows + groups - 1) / groups;
@@ -314,9 +334,22 @@ bool gemv_stream_wins(const GemvJob& j, bool chunks) {
   return chunks && j.w.cols <= 8192 && j.n_vec <= 2;
 }
 
-// Before any device run of the bulk ring: every Flash shape it takes up to 8 vectors (CudaBackendOptions::gemv_bulk
-// is off by default until a run shows where it is faster).
-bool gemv_bulk_wins(const GemvJob& j) { return j.w.cols >= 1024 && j.n_vec <= 8; }
+// The bulk ring that measured faster than the default dispatch of then for a launch of these parts, or
+// kRingCpAsync (none). H200 W1 (2026-11-30 15:45, commit cdee0a0, docs/PERF.md "Dense decode matvecs on bulk
+// copies"; cold graph µs, ring 1 vs default): faster on the latency-bound small launches — kv 512×4096 at 1
+// and 2 vectors (3.36 vs 4.50, 4.97 vs 5.79), q_a 1024×4096 at 2 (5.73 vs 6.24), shared down 4096×2048 at 1
+// (5.13 vs 5.61); slower on every ≥ 32 MB matrix (q_b 21.9 vs 14.0, head 299 vs 139 at 1).
+namespace {
+int bulk_ring_wins(const StreamSet& s) {
+  int64_t rows = 0;
+  for (int i = 0; i < s.n_parts; ++i) rows += s.part[i].rows;
+  if (s.cols == 4096 && ((rows <= 512 && s.n_vec <= 2) || (rows <= 1024 && s.n_vec == 2))) return kRingDeep;
+  if (s.cols == 2048 && rows <= 4096 && s.n_vec == 1) return kRingDeep;
+  return kRingCpAsync;
+}
+}  // namespace
+
+bool gemv_bulk_wins(const GemvJob& j) { return bulk_ring_wins(stream_set_of(j)) != kRingCpAsync; }
 
 StreamSet stream_set_of(const GemvJob& j) {
   StreamSet s;
@@ -457,6 +490,9 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts) return false;
   if (!stream_device_info()) return true;  // error recorded
   if (bulk && cc_major_ < 9) return false;  // cp.async.bulk and mbarrier transactions: sm_90
+  // always: ring 2 on every shape; wins: the ring that measured faster for these parts (none: declined).
+  const int ring = !bulk ? kRingCpAsync : gemv_bulk_ == GemvMma::always ? kRingContiguous : bulk_ring_wins(s);
+  if (bulk && ring == kRingCpAsync) return false;
   const int idx = stream_nv_index(s.n_vec) + (bulk ? kStreamKernels : 0);
   const bool chunks = bulk || gemv_stream_chunks_;
   // Resident blocks per SM for (instantiation, smem), cached in the gemv_dense table (its own indices 5..14).
@@ -476,18 +512,18 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   for (int i = 0; i < s.n_parts; ++i) max_rows = std::max(max_rows, s.part[i].rows);
   // The grid: what is resident at once with many-row blocks (the ring plan), dealt to the parts in
   // proportion to their rows (at least one block, at most one per row).
-  const StreamPlan ring = plan_stream(s.cols, s.n_vec, max_rows, chunks, bulk);
-  if (ring.smem == 0 || ring.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
+  const StreamPlan big = plan_stream(s.cols, s.n_vec, max_rows, chunks, ring);
+  if (big.smem == 0 || big.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
   // (The occupancy query needs the kernel's shared-memory limit raised first.)
   if (!dense_smem(stream_kernel(idx), &stream_smem_set_[idx], bulk ? kBulkMaxSmem : kMaxSmem, "gemv_stream shared memory"))
     return true;
   int per_sm = 0;
-  if (!resident(ring.smem, &per_sm)) return true;
+  if (!resident(big.smem, &per_sm)) return true;
   const int64_t grid_target = static_cast<int64_t>(per_sm) * sm_count_;
   int64_t blocks[kStreamMaxParts] = {}, block_rows = 0;
   const int64_t total_blocks = deal_stream_blocks(s, grid_target, blocks);
   for (int i = 0; i < s.n_parts; ++i) block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
-  const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows, chunks, bulk);
+  const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows, chunks, ring);
   if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
 
   const int64_t nb = s.cols / kQK8_0;

@@ -32,8 +32,8 @@
 //        cuda_bench --rows [NAME]         dense Q8_0 matmuls at n = 1..32, cold weights (and the head): gemv_rows off, default,
 //                                         gemv_rows.cu (through L1 / no L1 allocation) at n ≤ 8, gemv_mma.cu at 8..32, then a layer's dense
 //                                         matmuls at n = 1, 2, 4; NAME: only the shapes whose name holds it.
-//        cuda_bench --bulk [NAME]         the same shapes and layer at n = 1..8: gemv_bulk off, default (wins) and
-//                                         gemv_stream.cu's bulk ring on every shape (always).
+//        cuda_bench --bulk [NAME]         the same shapes and layer at n = 1..8: gemv_bulk off, wins (ring 1 where it
+//                                         measured faster) and always (ring 2 on every shape) — gemv_stream.cu's bulk rings.
 //        cuda_bench --stages              the decode stage table (n = 1, ctx 2K) with small_v3 off, then default
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --f16mma              the decode stage table with f16_mma the other way, then default (the
@@ -612,14 +612,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--bulk") == 0) {  // dense Q8_0 decode matmuls: default vs the bulk ring
-    cuda::CudaBackendOptions bo, no;
+    cuda::CudaBackendOptions bo, no, wo;
     bo.gemv_bulk = cuda::GemvMma::always;
-    no.gemv_bulk = cuda::GemvMma::off;  // the dispatch before the bulk ring
+    no.gemv_bulk = cuda::GemvMma::off;   // the dispatch without the bulk rings
+    wo.gemv_bulk = cuda::GemvMma::wins;  // ring 1 where it measured faster
     auto bulk = cuda::make_cuda_backend(bo);
     auto nobulk = cuda::make_cuda_backend(no);
-    if (bulk.ok() && nobulk.ok()) {
-      Backend* sides[3] = {nobulk->get(), be.get(), bulk->get()};
-      const char* labels[3] = {"no-bulk", "default", "bulk"};
+    auto wins = cuda::make_cuda_backend(wo);
+    if (bulk.ok() && nobulk.ok() && wins.ok()) {
+      Backend* sides[3] = {nobulk->get(), wins->get(), bulk->get()};
+      const char* labels[3] = {"no-bulk", "wins", "bulk"};
       const int64_t lo[3] = {1, 1, 1}, hi[3] = {8, 8, 8};
       bench_dense_rows(sides, labels, lo, hi, 3, argc > 2 ? argv[2] : nullptr);
     }

@@ -147,9 +147,8 @@ struct CudaBackendOptions {
   // an input) on gemv_stream.cu's bulk ring, ahead of gemv_rows, sm_90 only: the same tiles and per-tile
   // steps as gemv_stream, the weights as cp.async.bulk copies completing on mbarriers (bulk_copy.cuh), six
   // ~28 KB slots a block, all requested before griddepcontrol.wait. Same bits. wins: where the H200
-  // measured it faster (gemv_bulk_wins, gemv_stream.cu: the device runs' verdict lives there); always:
-  // every shape it takes; off: gemv_rows and the rest.
-  GemvMma gemv_bulk = GemvMma::wins;
+  // measured it faster (gemv_bulk_wins); always: every shape it takes; off: gemv_rows and the rest.
+  GemvMma gemv_bulk = GemvMma::off;
   // With gemv_rows: the weight loads as ld.global.nc.L1::no_allocate (each 16-byte load its own L2
   // request) instead of through L1. Same bits.
   bool gemv_rows_no_l1 = false;

@@ -556,8 +556,9 @@ TEST_F(CudaGemvBulk, MatmulManySharedInputInOneLaunch) {
 
 TEST_F(CudaGemvBulk, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
 
-// The bulk ring under the default (gemv_bulk = wins, the other kernels off): the launches where ring 1 measured
-// faster (kv alone at 1–2 vectors, q_a at 2, shared down at 1) run it; the rest take the kernels after it.
+// The bulk rings under the default (gemv_bulk = wins, the other kernels off): the launches where ring 1 measured
+// faster (kv alone at 1–2 vectors, q_a at 2, shared down at 1) and ring 2 (q_b at 1–4, shared down at 2) run
+// them; the rest take the kernels after them.
 class CudaGemvBulkWins : public CudaGemvStream {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
@@ -572,6 +573,8 @@ TEST_F(CudaGemvBulkWins, ItsShapesBitIdenticalToCpu) {
   check(1024, 4096, 2, 8, 3);                                                  // q_a
   check(4096, 2048, 1);                                                        // shared down whole
   check(1001, 2048, 1, 0, 5);
-  check(4096, 2048, 2);  // not its shape: the kernels after it
-  check_many({1024, 512}, 4096, 2);  // q_a + kv: 1,536 rows, not measured on it
+  check(4096, 2048, 2);                                                 // shared down at 2: ring 2
+  for (int64_t n : {1, 2, 4}) check(32768, 1024, n, n > 1 ? 8 : 0, 0);  // q_b whole: ring 2
+  check(32768, 1024, 8);             // q_b at 8: the kernels after them
+  check_many({1024, 512}, 4096, 2);  // q_a + kv: 1,536 rows, not measured on them
 }

@@ -144,11 +144,12 @@ struct CudaBackendOptions {
   // device runs' verdict lives there); always: every shape it takes; off: gemv_stream and the rest.
   GemvMma gemv_rows = GemvMma::wins;
   // Dense Q8_0 matmuls of 1..16 vectors (one matrix, out_a's groups, matmul_many's Q8_0 matrices sharing
-  // an input) on gemv_stream.cu's bulk ring, ahead of gemv_rows, sm_90 only: the same tiles and per-tile
-  // steps as gemv_stream, the weights as cp.async.bulk copies completing on mbarriers (bulk_copy.cuh), six
-  // ~28 KB slots a block, all requested before griddepcontrol.wait. Same bits. wins: where the H200
-  // measured it faster (gemv_bulk_wins); always: every shape it takes; off: gemv_rows and the rest.
-  GemvMma gemv_bulk = GemvMma::off;
+  // an input) on gemv_stream.cu's bulk rings, ahead of gemv_rows, sm_90 only: the same tiles and per-tile
+  // steps as gemv_stream, the weights as cp.async.bulk copies completing on mbarriers (bulk_copy.cuh), every
+  // slot requested before griddepcontrol.wait. Same bits. wins (default): the ring and launches where the
+  // H200 measured it faster (gemv_bulk_wins / bulk_ring_wins in gemv_stream.cu: q_b at 1–4 vectors, shared
+  // down at 1–2, kv / q_a alone at 1–2); always: ring 2 on every shape it takes; off: gemv_rows and the rest.
+  GemvMma gemv_bulk = GemvMma::wins;
   // With gemv_rows: the weight loads as ld.global.nc.L1::no_allocate (each 16-byte load its own L2
   // request) instead of through L1. Same bits.
   bool gemv_rows_no_l1 = false;

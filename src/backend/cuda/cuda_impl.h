@@ -480,7 +480,7 @@ class CudaBackend final : public Backend {
   bool gemv_stream_chunks_ = true;        // CudaBackendOptions::gemv_stream_chunks
   int l2_prefetch_mode_ = 0;              // CudaBackendOptions::l2_prefetch_mode
   bool stream_smem_set_[10] = {};         // gemv_stream.cu: each instantiation's shared-memory limit is set (5.. bulk)
-  GemvMma gemv_bulk_ = GemvMma::off;      // CudaBackendOptions::gemv_bulk
+  GemvMma gemv_bulk_ = GemvMma::wins;     // CudaBackendOptions::gemv_bulk
   GemvMma gemv_rows_ = GemvMma::wins;     // CudaBackendOptions::gemv_rows
   bool gemv_rows_no_l1_ = false;          // CudaBackendOptions::gemv_rows_no_l1
   bool rows_smem_set_[8] = {};            // gemv_rows.cu: each instantiation's shared-memory limit is set

@@ -338,13 +338,19 @@ bool gemv_stream_wins(const GemvJob& j, bool chunks) {
 // kRingCpAsync (none). H200 W1 (2026-11-30 15:45, commit cdee0a0, docs/PERF.md "Dense decode matvecs on bulk
 // copies"; cold graph µs, ring 1 vs default): faster on the latency-bound small launches — kv 512×4096 at 1
 // and 2 vectors (3.36 vs 4.50, 4.97 vs 5.79), q_a 1024×4096 at 2 (5.73 vs 6.24), shared down 4096×2048 at 1
-// (5.13 vs 5.61); slower on every ≥ 32 MB matrix (q_b 21.9 vs 14.0, head 299 vs 139 at 1).
+// (5.13 vs 5.61); slower on every ≥ 32 MB matrix (q_b 21.9 vs 14.0, head 299 vs 139 at 1). H200 W2 (16:02,
+// commit 9f1f4fd, against gemv_bulk off; ring 1's wins repeated: kv 3.35 vs 4.81, q_a at 2 5.63 vs 6.22, down
+// 5.08 vs 5.61): ring 2 faster on q_b 32768×1024 at 1, 2, 4 vectors (13.18 vs 13.84, 15.00 vs 15.82, 19.12 vs
+// 20.22) and shared down at 2 (5.33 vs 5.89); slower elsewhere (out_a 16.6 vs 14.1, out_b 20.7 vs 16.3, head 144
+// vs 139 at 1 — ncu, head: DRAM 79 % of peak, 45 % of the stalls at the tile barriers).
 namespace {
 int bulk_ring_wins(const StreamSet& s) {
   int64_t rows = 0;
   for (int i = 0; i < s.n_parts; ++i) rows += s.part[i].rows;
   if (s.cols == 4096 && ((rows <= 512 && s.n_vec <= 2) || (rows <= 1024 && s.n_vec == 2))) return kRingDeep;
   if (s.cols == 2048 && rows <= 4096 && s.n_vec == 1) return kRingDeep;
+  if (s.cols == 2048 && rows <= 4096 && s.n_vec == 2) return kRingContiguous;
+  if (s.cols == 1024 && rows >= 16384 && s.n_vec <= 4) return kRingContiguous;
   return kRingCpAsync;
 }
 }  // namespace

@@ -38,8 +38,8 @@
 //                                         (the % of copy ceiling column against a nominal 4,800 GB/s).
 //        cuda_bench --f16mma              the decode stage table with f16_mma the other way, then default (the
 //                                         F16 MMA order's decode kernels against the segment order's, in stages).
-//        cuda_bench --f16mma-steps M...   whole steps of model files: f16_mma off, on with plain launches, on, on with
-//                                         clusters (decode batch 1 at 2K, a 2,048-token chunk at 2K).
+//        cuda_bench --f16mma-steps M...   whole steps of model files: f16_mma off, on (plain + counter, pdl + clusters,
+//                                         plain + clusters) — decode batch 1 at 2K, a 2,048-token chunk at 2K.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa [small4]        only the CSA layer's compressor + indexer lines (now vs previous;
 //                                         small4: vs small_v4 = false).
@@ -701,7 +701,7 @@ int main(int argc, char** argv) {
     bench_dense_steps(argc - 2, argv + 2);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--f16mma-steps") == 0) {  // whole steps, f16_mma off / on (plain) / on / clusters
+  if (argc > 1 && std::strcmp(argv[1], "--f16mma-steps") == 0) {  // whole steps, f16_mma off / on (launch variants)
     bench_f16mma_steps(argc - 2, argv + 2);
     return 0;
   }

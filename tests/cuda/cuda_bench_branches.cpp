@@ -13,8 +13,8 @@
 // `cuda_bench --small5-steps M...`: a 2,048-token prefill chunk and decode steps with CudaBackendOptions::small_v5
 // off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
 // `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
-// `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (plain launches) / on /
-// on with clusters, "BENCH f16mma-steps" lines.
+// `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
+// variants), "BENCH f16mma-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -411,9 +411,10 @@ void bench_small5_steps(int argc, char** argv) {
 }
 
 // `cuda_bench --f16mma-steps M...`: whole steps of model files with the F16 matmuls in the segment order
-// (f16_mma off), in the F16 MMA order with plain launches (f16_mma_pdl off), as a programmatic dependent (the
-// default with f16_mma) and with split rows combined in clusters (f16_mma_cluster): decode steps of one
-// session at 2K, then a 2,048-token prefill chunk at 2K → 4K.
+// (f16_mma off) and in the F16 MMA order: plain launches with split rows combined by the counter (session 8),
+// programmatic dependents with clusters, plain launches with clusters (the defaults with f16_mma): decode
+// steps of one session at 2K (round 1 as each side is loaded, round 2 after all), then a 2,048-token
+// prefill chunk at 2K → 4K.
 // Every side has its own backend and weights, all held at once, run in turn twice (drift shows), graphs and
 // branches on. "BENCH f16mma-steps" lines.
 void bench_f16mma_steps(int argc, char** argv) {
@@ -425,8 +426,8 @@ void bench_f16mma_steps(int argc, char** argv) {
     std::unique_ptr<model::Forward> fw;
   } sides[4] = {{"segment order", false, false, false, {}, {}, {}},
                 {"mma plain, counter", true, false, false, {}, {}, {}},
-                {"mma pdl, counter", true, true, false, {}, {}, {}},
-                {"mma pdl, clusters", true, true, true, {}, {}, {}}};
+                {"mma pdl, clusters", true, true, true, {}, {}, {}},
+                {"mma plain, clusters", true, false, true, {}, {}, {}}};  // the defaults
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "f16mma-steps");
     if (!mf) return;

@@ -8,7 +8,8 @@
 // (launch-bound at N = 1: run under ncu for the kernel times; `f16prof`: 6 calls each, for ncu) and as
 // device time per call of 50 calls replayed from one step graph; three paths: the segment order, the MMA
 // order with matmul_f16_mma.cu's decode tiles, and with matmul_f16_mma_decode.cu (`f16sweep`: also each
-// of its fixed launch shapes, plain launches instead of programmatic dependents, and split rows in clusters).
+// of its fixed launch shapes, split rows combined by the counter instead of clusters, and programmatic
+// dependent launches).
 // Method (METHOD.md): bench_median.h — one warm-up, the median of 5 repetitions of `iters` calls.
 // Deliberately not here: correctness (test_cuda_f16_mma.cpp), the other prefill stages.
 #include <algorithm>
@@ -45,7 +46,7 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
     const char* name;
     bool mma, decode;
     int rows, segs;
-    bool pdl = true, cluster = false;  // CudaBackendOptions::f16_mma_pdl, f16_mma_cluster
+    bool pdl = false, cluster = true;  // CudaBackendOptions::f16_mma_pdl, f16_mma_cluster (the defaults)
   };
   std::vector<Path> paths = {{"f16-seg", false, false, 0, 0}, {"f16-mma", true, true, 0, 0}};
   if (N < 64 && !sweep) paths.push_back({"f16-mma-t", true, false, 0, 0});
@@ -54,8 +55,8 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
       static const char* kNames[] = {"mma-r16-s4", "mma-r16-s1", "mma-r8-s1"};
       paths.push_back({kNames[paths.size() - 2], true, true, r, sg});
     }
-    paths.push_back({"mma-plain", true, true, 0, 0, false, false});   // by shape, plain launches
-    paths.push_back({"mma-cluster", true, true, 0, 0, true, true});   // by shape, split rows in clusters
+    paths.push_back({"mma-counter", true, true, 0, 0, false, false});  // by shape, split rows by the counter
+    paths.push_back({"mma-pdl", true, true, 0, 0, true, true});        // by shape, programmatic dependents
   }
   for (const Path& pa : paths) {
     cuda::CudaBackendOptions co;

@@ -58,7 +58,7 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "on a second stream (default on; same bits)");
   app.add_flag("--cuda-f16-mma,!--no-cuda-f16-mma", f.cuda_f16_mma,
                "CUDA: F16 matmuls on tensor cores in the F16 MMA order (default off: the segment order on CUDA "
-               "cores; prefill faster, decode ~3 % slower)");
+               "cores; prefill faster, decode 3–6 % slower)");
 }
 
 // Reads a whole file as bytes; false when it cannot be opened.

@@ -228,8 +228,8 @@ struct CudaBackendOptions {
   // segment order; every kernel and batch size gives a token the same bits. Another order than the segment
   // order above (the CPU within 2e-5·max|y| either way). Requires f16_segments. Off by default: on the
   // H200 (docs/PERF.md) a 2,048-token chunk's F16 matmuls take 53 instead of 204 ms, but decode steps are
-  // ~3 % slower (session 9, 4 layers: 0.928 against 0.897 ms; router 3.7 against 2.5 µs, CSA matmul_many
-  // 17.3 against 15.2 per call).
+  // 3–6 % slower (session 9, 4 layers: 0.886–0.928 against 0.845–0.897 ms; per call router 3.7 against
+  // 2.5 µs, CSA matmul_many 17.3 against 15.2).
   bool f16_mma = false;
   // With f16_mma: matmuls and matmul_many of 1 … 8 vectors (decode) on matmul_f16_mma_decode.cu — a warp per
   // 128-value quarter of a 4/8/16-row tile with all its loads issued before its MMA chain, rows of many
@@ -242,14 +242,16 @@ struct CudaBackendOptions {
   // With f16_mma_decode on sm_90, on the main lane: the decode kernel as a programmatic dependent of the
   // kernel before it (common.cuh launch_dependent) — its blocks start while that one finishes and issue
   // their weight loads (which nothing writes) before griddepcontrol.wait, then let the next kernel start.
-  // The segment order's kernels launch plainly and reach their first load only after the kernel before
-  // has ended. false: plain launches, for before/after step benchmarks. Same bits.
-  bool f16_mma_pdl = true;
+  // Off by default: faster per call (router 3.7 µs in a graph of its own calls) but whole decode steps
+  // slower (H200 W2, 4 layers: 0.917 against 0.886 ms plain — the early blocks hold the multiprocessors
+  // the side lane's kernels need). Same bits either way.
+  bool f16_mma_pdl = false;
   // With f16_mma_decode on sm_90: rows split over blocks (one segment per block, 2, 4 or 8 blocks a row
   // tile) launched as thread-block clusters of 8 — the tile's first block adds the others' segment sums
   // from their shared memory (distributed shared memory, two cluster barriers) instead of global scratch,
-  // a fence and a counter. Same order, same bits. false: the counter (which the shapes clusters do not fit
-  // — rows of 16,384 values, segment counts not dividing 8 — always take).
+  // a fence and a counter. Same order, same bits (H200 W2: every launch shape). Decode steps 0.893 against
+  // 0.917 ms with the counter (4 layers, pdl on). false: the counter (which the shapes clusters do not fit —
+  // rows of 16,384 values, segment counts not dividing 8 — always take).
   bool f16_mma_cluster = true;
   // Latency-bound per-token ops of decode batches (n ≤ 32) spread over the device: HC pre (ops_hc.cu:
   // control segments in parallel blocks, then mix + Sinkhorn beside collapse + norm) and the router's

@@ -500,8 +500,8 @@ class CudaBackend final : public Backend {
   bool f16_tiles_ = true;                 // CudaBackendOptions::f16_tiles
   bool f16_mma_ = false;                  // CudaBackendOptions::f16_mma
   bool f16_mma_decode_ = true;            // CudaBackendOptions::f16_mma_decode
-  bool f16_mma_pdl_ = true;               // CudaBackendOptions::f16_mma_pdl
-  bool f16_mma_cluster_ = false;          // CudaBackendOptions::f16_mma_cluster
+  bool f16_mma_pdl_ = false;              // CudaBackendOptions::f16_mma_pdl
+  bool f16_mma_cluster_ = true;           // CudaBackendOptions::f16_mma_cluster
   int f16_dec_rows_ = 0, f16_dec_segs_ = 0;  // CudaBackendOptions::f16_mma_decode_rows / _segs (0: by shape)
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below

@@ -14,9 +14,9 @@
 // block stores its segment sums to scratch (f16_part_: [counters][sums]), counts itself done on its row
 // tile's counter after a fence, and the tile's last block adds all of the tile's segment sums in segment
 // order and resets the counter (zero between calls; zeroed when the area is allocated).
-// On the main lane (CudaBackendOptions::f16_mma_pdl, sm_90) the kernel is a programmatic dependent: its
-// blocks issue their weight loads while the kernel before ends, wait (griddepcontrol) before reading the
-// activations, and let the kernel after start early.
+// With CudaBackendOptions::f16_mma_pdl (off by default: whole steps measured slower) on the main lane
+// (sm_90) the kernel is a programmatic dependent: its blocks issue their weight loads while the kernel
+// before ends, wait (griddepcontrol) before reading the activations, and let the kernel after start early.
 // With CudaBackendOptions::f16_mma_cluster (sm_90, one segment per block, split tiles of 2, 4 or 8
 // blocks) the blocks run as clusters of 8, each job's blocks padded to whole clusters: every block keeps
 // its segment sums in shared memory and the tile's first block adds its tile's, read from the others'

@@ -8,13 +8,14 @@
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
 // stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|experts|walk|profile]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
-// "gemm", only the GEMM, F16 and routed-expert lines, of the default kernels, of the dense Q8_0 kernel
+// "gemm", only the GEMM, F16 and routed-expert lines ("q8": only the dense Q8_0 ones), of the default kernels, of the dense Q8_0 kernel
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 20
 // (the default) and 13 (the previous default); "profile" runs one MoE call each of gemm_experts = 13 and
 // 20 (under ncu), untimed.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,8 +79,10 @@ int main(int argc, char** argv) {
     bench_f16(N, std::strcmp(argv[2], "f16prof") == 0, std::strcmp(argv[2], "f16sweep") == 0);  // the F16 lines: segment vs MMA order (N < 64: decode calls)
     return 0;
   }
-  // "profile": the experts of gemm_experts 13, then 20, for ncu, no timing.
-  const bool profile = argc > 2 && std::strcmp(argv[2], "profile") == 0;
+  // "profile": the experts of gemm_experts 13, then 20, for ncu, no timing; "q8prof": q_b's matmul once on
+  // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
+  const bool q8prof = argc > 2 && std::strcmp(argv[2], "q8prof") == 0;
+  const bool profile = q8prof || (argc > 2 && std::strcmp(argv[2], "profile") == 0);
   // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 21 and 14
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
@@ -87,7 +90,10 @@ int main(int argc, char** argv) {
   // "walk": only the routed-expert lines of gemm_experts 13 (the previous default) and 20 (the default:
   // experts_fast_kernel and the SwiGLU folded into the down projection's quantizer).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
-  const bool gemm_only = profile || experts_only || walk_only || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
+  // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
+  const bool q8_lines = q8prof || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
+  const bool gemm_only =
+      profile || experts_only || walk_only || q8_lines || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
   // Paths: the pipelined tensor-core GEMM (default), the previous GEMM kernel (gemm_pipelined = false:
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
@@ -95,15 +101,27 @@ int main(int argc, char** argv) {
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
   const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
+                                 : q8prof     ? std::vector<int>{0, 6}
                                  : profile    ? std::vector<int>{21, 28}
-                                 : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6}
+                                 : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
+                                 : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
                                               : std::vector<int>{0, 1, 2};
+  std::vector<float> xh(static_cast<size_t>(N) * 16384);  // the widest rows: F16 HC controls (once for every mode)
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : xh) v = nd(rng);
   for (int mode : modes) {
     const bool tc = mode != 2;
     cuda::CudaBackendOptions co;
     co.tensor_cores = tc;
     co.gemm_pipelined = mode != 1;
+    // Dense Q8_0 lines only: gemm2_kernel (7) and each gemm_q8.cu launch shape (3, 5, 6: 1, 3, 4; 40 … 43:
+    // 5 … 8), and the default shapes with CudaBackendOptions::gemm_q8_parts off (44: only the parts lines);
+    // 45: only the norm_rope line, norm_rope_loads_first on (mode 0: off).
+    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 45);
     if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
+    if (mode >= 40 && mode <= 43) co.gemm_q8 = mode - 35;              // Cfg5 … Cfg8
+    co.gemm_q8_parts = mode == 44 ? 0 : -1;
+    co.norm_rope_loads_first = mode == 45 ? 1 : 0;
     if (mode == 8) {
       co.gemm_experts = 0;
       co.prefill_glue = false;
@@ -119,7 +137,9 @@ int main(int argc, char** argv) {
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast"};
+                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                                 "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
+                                 "nr-loads1"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
@@ -136,9 +156,6 @@ int main(int argc, char** argv) {
       return w;
     };
     auto fbuf = [&](int64_t n) { return std::move(be->alloc(static_cast<uint64_t>(n) * 4, MemCategory::scratch)).value(); };
-    std::vector<float> xh(static_cast<size_t>(N) * 16384);  // the widest rows: F16 HC controls
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (auto& v : xh) v = nd(rng);
     Buffer x = fbuf(N * 16384), y = fbuf(N * 32768);
     be->upload(x.data(), xh.data(), xh.size() * 4);
     // The matvec path re-reads the weights per token: time it on fewer tokens and scale.
@@ -149,19 +166,48 @@ int main(int argc, char** argv) {
       GgmlType t;
       int64_t rows, cols;
     };
+    if (q8_lines && !profile && (mode == 0 || mode == 45)) {
+      // The prefill glue beside the dense GEMMs: q's norm + RoPE over 2,048 × 64 heads × 512
+      // (CudaBackendOptions::norm_rope_loads_first off in mode 0, on in 45).
+      std::vector<int32_t> ph(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) ph[i] = static_cast<int32_t>(2048 + i);
+      Buffer pos = fbuf(n), nw = fbuf(512);
+      be->upload(pos.data(), ph.data(), ph.size() * 4);
+      be->upload(nw.data(), xh.data(), 512 * 4);
+      static const std::vector<double> freq = [] {
+        std::vector<double> f(32);
+        for (int i = 0; i < 32; ++i) f[i] = std::pow(10000.0, -2.0 * i / 64);
+        return f;
+      }();
+      NormRopeArgs nr;
+      nr.x = y.f32();
+      nr.pos = pos.i32();
+      nr.n = n;
+      nr.heads = 64;
+      nr.head_dim = 512;
+      nr.n_rot = 64;
+      nr.w = nw.f32();
+      nr.freq = freq.data();
+      be->upload(y.data(), xh.data(), static_cast<uint64_t>(n) * 64 * 512 * 4 / 2);  // (rows stay finite)
+      const double s = timed([&] { be->norm_rope(nr); }, 5);
+      std::printf("PBENCH %-11s norm_rope q 64x512 rope64         n=%-5lld %9.3f ms  %7.1f GB/s\n", path,
+                  static_cast<long long>(n), s * 1e3, 2.0 * n * 64 * 512 * 4 / s / 1e9);
+      if (mode == 45) continue;
+    }
     for (Mm m : {Mm{"q_a q8_0 1024x4096", GgmlType::Q8_0, 1024, 4096}, Mm{"q_b q8_0 32768x1024", GgmlType::Q8_0, 32768, 1024},
                  Mm{"out_b q8_0 4096x8192", GgmlType::Q8_0, 4096, 8192}, Mm{"shared q8_0 2048x4096", GgmlType::Q8_0, 2048, 4096},
                  Mm{"kv q8_0 512x4096", GgmlType::Q8_0, 512, 4096},
                  Mm{"iq2_xxs 2048x4096", GgmlType::IQ2_XXS, 2048, 4096}, Mm{"q2_k 4096x2048", GgmlType::Q2_K, 4096, 2048}}) {
-      if (mode >= 3 && mode <= 7 && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
-      if (mode >= 9) break;  // the same matmuls as mode 0
+      if (q8_only && m.t != GgmlType::Q8_0) continue;  // gemm_q8 runs only dense Q8_0
+      if (mode >= 9 && !q8_only) break;  // the same matmuls as mode 0
+      if (mode == 44) break;                // (single matrices: the same launches as mode 0)
       if (profile && m.rows != 32768) continue;
       Weight w = weight(m.t, m.rows, m.cols);
       const double s = timed([&] { be->matmul({w, x.f32(), m.cols, y.f32(), m.rows, n}); }, 3);
       std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, m.name, static_cast<long long>(n),
                   s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
     }
-    if (gemm_only && !experts_only && mode == 0) {  // F16 prefill tiles (matmul_f16.cu) on the Flash F16 shapes
+    if (gemm_only && !experts_only && !q8_lines && mode == 0) {  // F16 prefill tiles (matmul_f16.cu) on the Flash F16 shapes
       for (Mm m : {Mm{"hc 24x16384", GgmlType::F16, 24, 16384}, Mm{"router 256x4096", GgmlType::F16, 256, 4096},
                    Mm{"comp 1024x4096", GgmlType::F16, 1024, 4096}, Mm{"idx q_b 8192x1024", GgmlType::F16, 8192, 1024},
                    Mm{"comp 512x4096", GgmlType::F16, 512, 4096}, Mm{"idx 64x4096", GgmlType::F16, 64, 4096}}) {
@@ -172,7 +218,24 @@ int main(int argc, char** argv) {
                     static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
       }
     }
-    if (mode >= 3 && mode <= 7) continue;
+    if (gemm_only && !experts_only && !profile && (mode == 0 || mode == 44)) {
+      // Several matrices per call (CudaBackendOptions::gemm_q8_parts; mode 44: one launch each): out_a's 8
+      // row groups of 1,024 over 4,096 values of the attention output each, the shared expert's gate + up.
+      const int64_t G = 8, Ro = 1024, gin = 4096, E = 4096, F = 2048;
+      Weight oa = weight(GgmlType::Q8_0, G * Ro, gin);
+      MatmulArgs ga{oa, y.f32(), G * gin, x.f32(), G * Ro, n};  // (y holds finite outputs of the lines above)
+      ga.group_rows = Ro;
+      ga.group_x_stride = gin;
+      double s = timed([&] { be->matmul(ga); }, 3);
+      std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, "out_a 8x(1024x4096)",
+                  static_cast<long long>(n), s * 1e3, 2.0 * G * Ro * gin * n / s / 1e12);
+      Weight wg = weight(GgmlType::Q8_0, F, E), wu = weight(GgmlType::Q8_0, F, E);
+      const MatmulArgs gu[2] = {{wg, x.f32(), E, y.f32(), F, n}, {wu, x.f32(), E, y.f32() + n * F, F, n}};
+      s = timed([&] { be->matmul_many(gu); }, 3);
+      std::printf("PBENCH %-11s matmul %-22s n=%-5lld %9.3f ms  %7.1f TOP/s\n", path, "gate+up 2x(2048x4096)",
+                  static_cast<long long>(n), s * 1e3, 2.0 * 2 * F * E * n / s / 1e12);
+    }
+    if (q8_only || q8_lines) continue;
     // Routed experts of a chunk: 256 Flash experts, k 6, ids spread like a router's; N tokens and a
     // 2048-token chunk (~48 pairs per expert: one partial 64-pair tile each).
     const int NE = 256, E = 4096, F = 2048, K = 6;

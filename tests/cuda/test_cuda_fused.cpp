@@ -267,6 +267,52 @@ TEST_F(CudaFused, NormRopeEqualsPiecesAndCpu) {
     }
 }
 
+TEST_F(CudaFused, NormRopeLoadsFirstEqualsDefault) {
+  // CudaBackendOptions::norm_rope_loads_first: the prefill warp-per-row kernel with each row's loads before
+  // the RoPE angles gives the default's bits — Flash q (64 tokens × 64 heads × 512, unweighted) and a
+  // kv-like call (4,160 tokens × 1 head, FP8 448, half rounding, one ring that wraps).
+  cuda::CudaBackendOptions o;
+  o.norm_rope_loads_first = 1;
+  auto made = cuda::make_cuda_backend(o);
+  ASSERT_TRUE(made.ok());
+  Backend& lf = **made;
+  struct S {
+    int64_t n;
+    int32_t heads, fp8;
+    bool weighted_f16_ring;
+  };
+  for (S s : {S{64, 64, 0, false}, S{4160, 1, 448, true}}) {
+    const std::string tag = "norm_rope loads first n" + std::to_string(s.n) + " H" + std::to_string(s.heads);
+    const int64_t width = int64_t{s.heads} * 512, cap = 4200;  // > n: every token its own row
+    const auto x = randn(static_cast<size_t>(s.n * width), 2.0f);
+    const auto w = randn(512);
+    std::vector<int32_t> pos(s.n);
+    for (int64_t t = 0; t < s.n; ++t) pos[t] = 1000 + static_cast<int32_t>(t);
+    std::vector<double> freq(32);
+    for (size_t i = 0; i < freq.size(); ++i) freq[i] = std::pow(10000.0, -2.0 * i / 64);
+    std::vector<float> ring(s.weighted_f16_ring ? cap * width : 1, 0.0f);
+    std::vector<std::vector<float>> out;
+    for (Backend* be : {gpu_.get(), &lf}) {
+      float* gx = dev(x);
+      float* gr = dev(ring);
+      NormRopeArgs a{gx, dev(pos), s.n, s.heads, 512, 64, s.weighted_f16_ring ? dev(w) : nullptr, 1e-6f, freq.data()};
+      a.fp8_quant = s.fp8;
+      a.f16 = s.weighted_f16_ring;
+      if (s.weighted_f16_ring) {
+        a.ring = gr;
+        a.ring_cap = cap;
+      }
+      ASSERT_TRUE(gpu_->sync().ok()) << tag;  // uploads run on gpu_'s stream
+      be->norm_rope(a);
+      ASSERT_TRUE(be->sync().ok()) << tag;
+      out.push_back(host(gx, x.size()));
+      out.push_back(host(gr, ring.size()));
+    }
+    expect_same_bits(out[2], out[0], tag + " rows");
+    expect_same_bits(out[3], out[1], tag + " ring");
+  }
+}
+
 TEST_F(CudaFused, NormRopeOneRingAndBadArguments) {
   // One ring for every token (a single session's step) and rejected arguments.
   const int64_t n = 3, D = 128, cap = 8;

@@ -188,8 +188,8 @@ TEST_F(CudaGemm, PipelinedKernelIsBitIdenticalToCpuAndPreviousKernel) {
 }
 
 TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
-  // gemm_q8.cu, every launch shape (CudaBackendOptions::gemm_q8 1, 3, 4: warps of 32 or 64 rows, tiles of
-  // 128 or 256 rows × 64 or 128 vectors, rings of 2 or 3): partial row tiles (200, 300, 136), partial vector
+  // gemm_q8.cu, every launch shape (CudaBackendOptions::gemm_q8 1, 3 … 8: warps of 32 or 64 rows × 32 or 64
+  // vectors, tiles of 128 or 256 rows × 64 or 128 vectors, rings of 2 or 3): partial row tiles (200, 300, 136), partial vector
   // tiles (65, 130, 150, 300), 1 … 32 stages (256 … 8192 columns: fewer stages than ring slots, and many
   // laps), equal to the CPU op and to the previous kernel bit for bit.
   const Case cases[] = {
@@ -197,7 +197,7 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
       {GgmlType::Q8_0, 300, 1024, 200}, {GgmlType::Q8_0, 130, 8192, 150}, {GgmlType::Q8_0, 136, 1024, 1000},
       {GgmlType::Q8_0, 128, 256, 128},
   };
-  for (int variant : {1, 3, 4}) {
+  for (int variant : {1, 3, 4, 5, 6, 7, 8}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
@@ -205,6 +205,73 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
     auto q8 = std::move(made).value();
     const std::string label = "gemm_q8 " + std::to_string(variant) + " (other: previous kernel)";
     for (const Case& c : cases) expect_bits(*q8, *old_, c, label);
+  }
+}
+
+static std::unique_ptr<Backend> backend_with(const cuda::CudaBackendOptions& o) {
+  auto made = cuda::make_cuda_backend(o);
+  EXPECT_TRUE(made.ok()) << made.status().to_string();
+  return made.ok() ? std::move(made).value() : nullptr;
+}
+
+TEST_F(CudaGemm, Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) {
+  // CudaBackendOptions::gemm_q8_parts: a grouped matmul (out_a's form: 4 groups of 136 rows — a partial
+  // row tile — over consecutive 512-value ranges of x) and matmul_many's two Q8_0 jobs on one input (200
+  // and 72 rows) in one quantization and one launch each, default shape (64 × 64 warps) and shape 4 (64 × 32):
+  // the CPU op's bits and those of one launch per group / job.
+  const int64_t G = 4, gr = 136, gc = 512, n = 200, cols = 1024;
+  Weight wg;
+  auto gbytes = random_weight(GgmlType::Q8_0, G * gr, gc, &wg);
+  wg.data = gbytes.data();
+  Weight wa, wb;
+  auto abytes = random_weight(GgmlType::Q8_0, 200, cols, &wa);
+  auto bbytes = random_weight(GgmlType::Q8_0, 72, cols, &wb);
+  wa.data = abytes.data();
+  wb.data = bbytes.data();
+  const auto xg = randn(static_cast<size_t>(n * G * gc));
+  const auto xm = randn(static_cast<size_t>(n * cols));
+  // out = [grouped y (n × G·gr)] [job a (n × 200)] [job b (n × 72)] on backend `be`.
+  auto run = [&](Backend& be) {
+    auto map = [&](Weight w, const std::vector<uint8_t>& b) {
+      auto p = be.map_weight(b.data(), b.size());
+      EXPECT_TRUE(p.ok());
+      w.data = *p;
+      return w;
+    };
+    const Weight dg = map(wg, gbytes), da = map(wa, abytes), db = map(wb, bbytes);
+    auto buf = [&](size_t floats) { return std::move(be.alloc(floats * 4, MemCategory::scratch)).value(); };
+    Buffer bxg = buf(xg.size()), bxm = buf(xm.size()), by = buf(static_cast<size_t>(n * (G * gr + 200 + 72)));
+    be.upload(bxg.data(), xg.data(), xg.size() * 4);
+    be.upload(bxm.data(), xm.data(), xm.size() * 4);
+    be.fill_f32(by.f32(), NAN, n * (G * gr + 200 + 72));
+    MatmulArgs g{dg, bxg.f32(), G * gc, by.f32(), G * gr, n, MatmulNumerics::ds4};
+    g.group_rows = gr;
+    g.group_x_stride = gc;
+    be.matmul(g);
+    const MatmulArgs jobs[2] = {{da, bxm.f32(), cols, by.f32() + n * G * gr, 200, n, MatmulNumerics::ds4},
+                                {db, bxm.f32(), cols, by.f32() + n * (G * gr + 200), 72, n, MatmulNumerics::ds4}};
+    be.matmul_many(jobs);
+    std::vector<float> out(static_cast<size_t>(n * (G * gr + 200 + 72)));
+    be.download(out.data(), by.data(), out.size() * 4);
+    EXPECT_TRUE(be.sync().ok());
+    return out;
+  };
+  const auto want = run(*cpu_);
+  cuda::CudaBackendOptions off;
+  off.gemm_q8_parts = 0;
+  auto solo_be = backend_with(off);
+  ASSERT_TRUE(solo_be);
+  const auto solo = run(*solo_be);
+  EXPECT_EQ(bit_diffs(solo, want), 0) << "one launch per part vs CPU";
+  for (int variant : {-1, 4}) {  // (−1: the shape by grid size)
+    cuda::CudaBackendOptions o;
+    o.gemm_q8_parts = 1;
+    o.gemm_q8 = variant;
+    auto be = backend_with(o);
+    ASSERT_TRUE(be);
+    const auto got = run(*be);
+    EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_q8_parts, shape " << variant << ": vs CPU";
+    EXPECT_EQ(bit_diffs(got, solo), 0) << "gemm_q8_parts, shape " << variant << ": vs one launch per part";
   }
 }
 
@@ -229,12 +296,6 @@ TEST_F(CudaGemm, TokenRowAtNOneEqualsItsRowInTheGemm) {
       }
     }
   }
-}
-
-static std::unique_ptr<Backend> backend_with(const cuda::CudaBackendOptions& o) {
-  auto made = cuda::make_cuda_backend(o);
-  EXPECT_TRUE(made.ok()) << made.status().to_string();
-  return made.ok() ? std::move(made).value() : nullptr;
 }
 
 TEST_F(CudaGemm, GroupedExpertsWithUnevenCountsMatchPreviousKernel) {

@@ -21,6 +21,13 @@ constexpr bool kSmallV6Auto = false;
 // launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last
 // blocks' finish runs after every block instead of beside the segment kernel as a programmatic dependent; docs/PERF.md).
 constexpr int kHcFuseAuto = 0;
+// CudaBackendOptions::gemm_q8_parts = -1: on — the H200 (session 9 W1) showed the one-launch parts bit for bit
+// one launch per part (CudaGemm.Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) and faster (out_a's 8 groups at
+// 2,048 vectors 0.754 against 0.868 ms, gate + up 0.352 against 0.366; docs/PERF.md).
+constexpr bool kGemmQ8PartsAuto = true;
+// CudaBackendOptions::norm_rope_loads_first = -1: on — the H200 (session 9 W2) showed it bit for bit the default
+// (CudaFused.NormRopeLoadsFirstEqualsDefault) and faster (q's norm + RoPE at 2,048 × 64 × 512: 0.168 against 0.216 ms).
+constexpr bool kNormRopeLoadsFirstAuto = true;
 
 static std::string mib(uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; }
 
@@ -83,6 +90,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : std::min(opts.hc_fuse, 2));
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
+  be->set_gemm_q8_parts(opts.gemm_q8_parts < 0 ? kGemmQ8PartsAuto : opts.gemm_q8_parts != 0);
+  be->set_norm_rope_loads_first(opts.norm_rope_loads_first < 0 ? kNormRopeLoadsFirstAuto : opts.norm_rope_loads_first != 0);
   be->set_prefill_glue(opts.prefill_glue);
   be->set_gemm_experts(opts.gemm_experts);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);

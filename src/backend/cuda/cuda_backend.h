@@ -28,9 +28,18 @@ struct CudaBackendOptions {
   bool gemm_pipelined = true;
   // Dense Q8_0 GEMMs (with gemm_pipelined) on gemm_q8.cu: weight fragments read straight from the copied
   // blocks (no decode pass), a cp.async ring, one barrier per stage. −1: the launch shape by grid size
-  // (gemm_q8.cu default_shape, as the H200 measured); 1, 3, 4: one shape (gemm_q8.cu Cfg1, Cfg3, Cfg4) for every
-  // job; 0: ops_gemm.cu's gemm2_kernel (before/after runs). Same bits either way.
+  // (gemm_q8.cu default_shape, as the H200 measured); 1, 3 … 10: one shape (gemm_q8.cu Cfg1, Cfg3 … Cfg10) for
+  // every job; 0: ops_gemm.cu's gemm2_kernel (before/after runs). Same bits either way.
   int gemm_q8 = -1;
+  // Prefill Q8_0 matmuls of several matrices on one activation quantization and one gemm_q8.cu launch (up
+  // to 8 parts): out_a's row groups (a grouped matmul) and matmul_many's jobs on one input (the shared
+  // expert's gate + up). 0: one quantization and one launch per group / job; −1: cuda_backend.cpp's
+  // choice from the H200 runs (kGemmQ8PartsAuto). Same bits either way.
+  int gemm_q8_parts = -1;
+  // Prefill norm + RoPE (ops_norm_rope.cu norm_rope_warp_kernel): 1: each warp's row loads issued before the
+  // block's RoPE angles (double-precision fmod / cos / sin) instead of after them; −1: cuda_backend.cpp's
+  // choice (kNormRopeLoadsFirstAuto). Same bits either way.
+  int norm_rope_loads_first = -1;
   // Prefill glue around the int8 GEMMs: the Q8_0 activation quantizer 16 blocks per warp with 16-byte
   // loads (ops_matmul.cu quantize_q8_0_rows_kernel), the routed experts' plan of tiles by one block
   // instead of one thread (ops_gemm.cu), moe_swiglu / moe_sum with 32-bit index math. false: the previous

@@ -112,6 +112,11 @@ bool gemm_supports(const GemvJob& j);
 // Whether gemm_q8.cu takes a job: dense Q8_0, cols a multiple of 256, 16-byte aligned weights, rows,
 // activations and activation stride, and its 218 KiB of shared memory within the device's opt-in limit.
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin);
+// Whether CudaBackend::gemm_q8 takes grouped job j (group_rows > 0) as one launch of its groups
+// (CudaBackendOptions::gemm_q8_parts): 2 … 8 whole groups over consecutive column ranges of x
+// (group_x_stride = cols), ds4 numerics, more vectors than the decode kernels take, weights gemm_q8_fits
+// accepts on `device`. The caller quantizes each row's G·cols values once.
+bool gemm_q8_group_fits(const GemvJob& j, int device);
 // gemm_experts.cu (its entry is gemm_experts.h): CudaBackendOptions::gemm_experts with −1 resolved
 // (kExpertsAuto), and the upload of its IQ2_XXS grid.
 int experts_variant(int option);
@@ -275,9 +280,14 @@ class CudaBackend final : public Backend {
   void gemv(const GemvJob& j, DeviceScratch& act_scratch);
   // Tensor-core GEMM of a job gemm_supports() accepts, on activations gemv() has quantized (ops_gemm.cu).
   void gemm(const GemvJob& j, const uint8_t* act, uint64_t act_stride);
-  // gemm_q8.cu: a dense Q8_0 job gemm_q8_fits() accepts, in launch shape `variant` (1, 3, 4; −1: by grid
-  // size). Returns true (an error, if any, recorded).
+  // gemm_q8.cu: a dense Q8_0 job gemm_q8_fits() accepts, in launch shape `variant` (1, 3 … 8; −1: by grid
+  // size), or a grouped one gemm_q8_group_fits() accepts as one launch of its groups. Returns
+  // true (an error, if any, recorded).
   bool gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int variant);
+  // gemm_q8.cu, CudaBackendOptions::gemm_q8_parts: matmul_many's jobs as one launch (shape gemm_q8_) on one
+  // quantization of their shared input into act_: 2 … 8 Q8_0 jobs on the same x, n and cols, each one
+  // gemm_q8_fits accepts, more vectors than the decode kernels take. false (nothing launched) otherwise.
+  bool gemm_q8_many(std::span<const MatmulArgs> jobs);
   // F16 rows under ds4 numerics, every batch size, in README.md's segment order (matmul_f16.cu).
   void gemv_f16(const GemvJob& j);
   // The same jobs in README.md's F16 MMA order on tensor cores (matmul_f16_mma.cu; CudaBackendOptions::f16_mma).
@@ -382,6 +392,8 @@ class CudaBackend final : public Backend {
   void set_hc_fuse(int mode) { hc_fuse_ = mode; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
+  void set_gemm_q8_parts(bool on) { gemm_q8_parts_ = on; }
+  void set_norm_rope_loads_first(bool on) { norm_rope_loads_first_ = on; }
   void set_prefill_glue(bool on) { prefill_glue_ = on; }
   void set_gemm_experts(int variant) { gemm_experts_ = experts_variant(variant); }
   void set_gemv_mma(GemvMma m) { gemv_mma_ = m; }
@@ -458,6 +470,8 @@ class CudaBackend final : public Backend {
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)
+  bool gemm_q8_parts_ = false;            // CudaBackendOptions::gemm_q8_parts
+  bool norm_rope_loads_first_ = false;    // CudaBackendOptions::norm_rope_loads_first
   bool prefill_glue_ = true;              // CudaBackendOptions::prefill_glue
   int gemm_experts_ = -1;                 // CudaBackendOptions::gemm_experts (resolved: experts_variant)
   int gemm_smem_optin_ = -1;              // the device's shared memory per block (opt-in), read once by gemm()

@@ -14,11 +14,16 @@
 // 12582912 + isum exactly, |isum| ≤ 2^19), the term (d_w·d_x)·isum as dot_ref, added to the output's
 // accumulator in block order (tests/cuda/test_cuda_gemm.cpp, with the previous kernels and the CPU).
 //
-// Launch shapes (Cfg; CudaBackendOptions::gemm_q8 picks one): warps of WM = 32 or 64 rows × 32 vectors
-// (64: half the activation-fragment loads per MMA), tiles of 128 or 256 rows × 64 or 128 vectors, rings
-// of 2 or 3 stages, one or two blocks per SM; up to 216 KiB of shared memory (sm_90's 227 KiB opt-in).
+// Launch shapes (Cfg; CudaBackendOptions::gemm_q8 picks one): warps of WM = 32 or 64 rows × WN = 32 or 64
+// vectors (64 rows: half the activation-fragment loads per MMA; 64 vectors: half the weight-fragment
+// loads), tiles of 128 or 256 rows × 64 or 128 vectors, rings of 2 or 3 stages, one or two blocks per SM
+// (8 warps per block: 255 registers a thread); up to 216 KiB of shared memory (sm_90's 227 KiB opt-in).
+// A launch covers up to 8 parts (blockIdx.z: a grouped matmul's row groups, or matmul_many's jobs on one
+// input), each with its own weights, rows and outputs and an offset into the shared activation rows.
 // Needs 16-byte aligned weights, activation rows and strides (gemm_q8_fits); cols a multiple of 256.
 // Deliberately not here: K-quants and grouped experts (ops_gemm.cu), the dispatch (CudaBackend::gemm).
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
@@ -32,33 +37,54 @@ namespace {
 // 4g: with t = 0..3 conflict-free); 8 act blocks = 288 B padded to 76 words (banks 12g + t: conflict-free).
 constexpr int kPitchA = 8 * 34, kPitchB = 304;
 
-// A launch shape: BM rows × BN vectors per block, warps of WM rows × 32 vectors, a ring of STAGES
-// 256-value stages, MINB blocks per SM (the register cap that implies).
-template <int WM_, int BM_, int BN_, int STAGES_, int MINB_>
+// A launch shape: BM rows × BN vectors per block, warps of WM rows × WN vectors, a ring of STAGES
+// 256-value stages, MINB blocks per SM (the register cap that implies: 16 warps per SM leave 128
+// registers a thread, 8 warps 255).
+template <int WM_, int WN_, int BM_, int BN_, int STAGES_, int MINB_>
 struct Cfg {
-  static constexpr int WM = WM_, BM = BM_, BN = BN_, STAGES = STAGES_, MINB = MINB_;
-  static constexpr int THREADS = (BM / WM) * (BN / 32) * kWarp;
+  static constexpr int WM = WM_, WN = WN_, BM = BM_, BN = BN_, STAGES = STAGES_, MINB = MINB_;
+  static constexpr int THREADS = (BM / WM) * (BN / WN) * kWarp;
   static constexpr int STAGE_A = BM * kPitchA, STAGE_B = BN * kPitchB;
   static constexpr int SMEM = STAGES * (STAGE_A + STAGE_B);
 };
-// CudaBackendOptions::gemm_q8 = 1, 3, 4 (the shapes default_shape picks; 2, 8 warps of 64 × 32 on 128 × 128
-// tiles, measured between 1 and 3 and never picked, is gone).
-using Cfg1 = Cfg<32, 128, 128, 3, 1>;  // 16 warps, 221,184 B
-using Cfg3 = Cfg<32, 128, 64, 2, 2>;   // 8 warps, 108,544 B: two blocks per SM
-using Cfg4 = Cfg<64, 256, 128, 2, 1>;  // 16 warps, 217,088 B
+// CudaBackendOptions::gemm_q8 = 1, 3 … 8 (2, 8 warps of 64 × 32 on 128 × 128 tiles with 2 stages, measured
+// between 1 and 3 and never picked, is gone; default_shape picks 7, 1 or 3). Warps of 64 × 64 outputs (7)
+// load half the fragments per MMA of 64 × 32 (4), and 8 warps a block leave 255 registers a thread (no
+// spills): ncu on q_b (session 9 W1) 23.4 against 26.2 warp instructions per MMA at ~65 % issue. Measured
+// slower on the H200 (W2) and removed: Cfg7 with a stage as a loop of 4 block pairs (198.5 against 204.7
+// TOP/s on q_b) and with each thread copying whole rows (165.3: 10 % fewer instructions, but the LSU and
+// MIO queues throttle).
+using Cfg1 = Cfg<32, 32, 128, 128, 3, 1>;  // 16 warps, 221,184 B
+using Cfg3 = Cfg<32, 32, 128, 64, 2, 2>;   // 8 warps, 108,544 B: two blocks per SM
+using Cfg4 = Cfg<64, 32, 256, 128, 2, 1>;  // 16 warps, 217,088 B (128 registers: spills 148 B)
+using Cfg5 = Cfg<64, 32, 128, 128, 3, 1>;  // 8 warps, 221,184 B
+using Cfg6 = Cfg<32, 64, 256, 128, 2, 1>;  // 16 warps, 217,088 B
+using Cfg7 = Cfg<64, 64, 256, 128, 2, 1>;  // 8 warps, 217,088 B
+using Cfg8 = Cfg<32, 64, 128, 128, 3, 1>;  // 8 warps, 221,184 B
 constexpr int kMaxSmem = Cfg1::SMEM;
-static_assert(Cfg3::SMEM <= kMaxSmem && Cfg4::SMEM <= kMaxSmem, "gemm_q8_fits checks the largest");
+static_assert(Cfg3::SMEM <= kMaxSmem && Cfg4::SMEM <= kMaxSmem && Cfg5::SMEM <= kMaxSmem && Cfg6::SMEM <= kMaxSmem &&
+                  Cfg7::SMEM <= kMaxSmem && Cfg8::SMEM <= kMaxSmem,
+              "gemm_q8_fits checks the largest");
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_0Act) == 36, "Q8_0 block layouts");
 
+// One matrix of a launch (blockIdx.z): a single job's matrix, a grouped job's row group (out_a: group
+// g's rows over activation blocks [g·cols/32, …) of the row), or one of matmul_many's jobs on one input.
+struct Q8Part {
+  const uint8_t* w;   // [rows][row_bytes] Q8_0 blocks
+  float* y;           // [n_vec][y_stride]
+  int64_t rows, y_stride;
+  uint64_t act_off;   // bytes into each activation row
+};
+constexpr int kMaxParts = 8;
+
 struct Q8Params {
-  const uint8_t* w;
   uint64_t row_bytes;
-  int64_t rows, cols;
+  int64_t cols;
   const uint8_t* act;  // Q8_0 act rows [n / x_div][act_stride bytes]
   uint64_t act_stride;
   int32_t x_div;       // vector v reads activation row v / x_div
-  float* y;            // [n_vec][y_stride]
-  int64_t y_stride, n_vec;
+  int64_t n_vec;
+  Q8Part part[kMaxParts];
 };
 
 __device__ inline uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
@@ -82,18 +108,18 @@ __device__ inline void mma_s8_biased(int (&c)[4], const uint32_t (&a)[4], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0x4B400000));
 }
 
-// One 32-value block sb of a stage for the warp's WM × 32 outputs: ra = the warp's row g in the stage's
+// One 32-value block sb of a stage for the warp's WM × WN outputs: ra = the warp's row g in the stage's
 // weight tile, rb = the stage's activation tile. The activation fragments and scales are loaded once
 // for the warp's MI row fragments.
-template <int WM, int SB>
-__device__ inline void q8_block(float (&acc)[WM / 16][4][4], const uint8_t* ra, const uint8_t* rb, int wn, int g,
+template <int WM, int WN, int SB>
+__device__ inline void q8_block(float (&acc)[WM / 16][WN / 8][4], const uint8_t* ra, const uint8_t* rb, int wn, int g,
                                 int t) {
-  constexpr int MI = WM / 16;
+  constexpr int MI = WM / 16, NJ = WN / 8;
   constexpr bool kAligned = (SB & 1) != 0;
-  uint32_t bf[4][2];
-  float db[4][2];
+  uint32_t bf[NJ][2];
+  float db[NJ][2];
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < NJ; ++j) {
     const uint8_t* bq = rb + (wn + 8 * j + g) * kPitchB + 36 * SB + 4 + 4 * t;  // vector wn + 8j + g
     bf[j][0] = lds32(bq);
     bf[j][1] = lds32(bq + 16);
@@ -110,7 +136,7 @@ __device__ inline void q8_block(float (&acc)[WM / 16][4][4], const uint8_t* ra, 
     const float da0 = __half2float(*reinterpret_cast<const __half*>(r0));
     const float da1 = __half2float(*reinterpret_cast<const __half*>(r1));
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < NJ; ++j) {
       int c[4];
       mma_s8_biased(c, af, bf[j]);
       // (d_w·d_x)·isum added in block order, as dot_ref and ops_gemm.cu.
@@ -124,127 +150,199 @@ __device__ inline void q8_block(float (&acc)[WM / 16][4][4], const uint8_t* ra, 
 
 // cp.async of stage kb (values 256·kb …) into ring slot `slot`: 17 chunks per weight row, 18 per
 // activation row; rows past the matrix and vectors past n are not copied (their outputs are not stored).
+// w = the part's weights, act = the activation rows at the part's offset.
 template <class C>
-__device__ inline void copy_stage(uint8_t* smem, int slot, const Q8Params& p, int64_t m0, const int64_t* arow,
-                                  int64_t kb) {
+__device__ inline void copy_stage(uint8_t* smem, int slot, const uint8_t* w, uint64_t row_bytes, int64_t rows,
+                                  const uint8_t* act, uint64_t act_stride, int64_t m0, const int64_t* arow, int64_t kb) {
   uint8_t* sa = smem + slot * (C::STAGE_A + C::STAGE_B);
   uint8_t* sb = sa + C::STAGE_A;
   constexpr int CA = kPitchA / 16, CB = 288 / 16;
   for (int j = threadIdx.x; j < C::BM * CA; j += C::THREADS) {
     const int r = j / CA, k = j % CA;
-    if (m0 + r < p.rows)
-      cp_async16(sa + r * kPitchA + 16 * k, p.w + static_cast<uint64_t>(m0 + r) * p.row_bytes + kb * 272 + 16 * k);
+    if (m0 + r < rows) cp_async16(sa + r * kPitchA + 16 * k, w + static_cast<uint64_t>(m0 + r) * row_bytes + kb * 272 + 16 * k);
   }
   for (int j = threadIdx.x; j < C::BN * CB; j += C::THREADS) {
     const int c = j / CB, k = j % CB;
-    if (arow[c] >= 0)
-      cp_async16(sb + c * kPitchB + 16 * k, p.act + static_cast<uint64_t>(arow[c]) * p.act_stride + kb * 288 + 16 * k);
+    if (arow[c] >= 0) cp_async16(sb + c * kPitchB + 16 * k, act + static_cast<uint64_t>(arow[c]) * act_stride + kb * 288 + 16 * k);
   }
 }
 
+// Block (x, y, z): rows [x·BM, …) of part z (blocks past a shorter part's rows return at once) × vectors
+// [y·BN, …).
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p) {
-  constexpr int WM = C::WM, MI = WM / 16, S = C::STAGES;
+  constexpr int WM = C::WM, WN = C::WN, MI = WM / 16, NJ = WN / 8, S = C::STAGES;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int64_t arow[C::BN];
 
+  const Q8Part& part = p.part[blockIdx.z];
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * C::BM, v0 = static_cast<int64_t>(blockIdx.y) * C::BN;
+  const int64_t rows = part.rows;
+  if (m0 >= rows) return;  // (uniform in the block, before any barrier)
+  const uint8_t* w = part.w;
+  const uint8_t* act = p.act + part.act_off;
   for (int c = threadIdx.x; c < C::BN; c += C::THREADS) arow[c] = v0 + c < p.n_vec ? (v0 + c) / p.x_div : -1;
   __syncthreads();
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
   constexpr int kWarpsM = C::BM / WM;
-  const int wm = (warp % kWarpsM) * WM, wn = (warp / kWarpsM) * 32;
-  float acc[MI][4][4] = {};
+  const int wm = (warp % kWarpsM) * WM, wn = (warp / kWarpsM) * WN;
+  float acc[MI][NJ][4] = {};
 
   const int64_t nkb = p.cols / 256;
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < nkb) copy_stage<C>(smem, s, p, m0, arow, s);
+    if (s < nkb) copy_stage<C>(smem, s, w, p.row_bytes, rows, act, p.act_stride, m0, arow, s);
     cp_async_commit();
   }
   for (int64_t kb = 0; kb < nkb; ++kb) {
     cp_async_wait<S - 2>();  // this thread's copies of stage kb landed
     __syncthreads();         // everyone's did, and stage kb − 1's slot is no longer read
-    if (kb + S - 1 < nkb) copy_stage<C>(smem, static_cast<int>((kb + S - 1) % S), p, m0, arow, kb + S - 1);
+    if (kb + S - 1 < nkb)
+      copy_stage<C>(smem, static_cast<int>((kb + S - 1) % S), w, p.row_bytes, rows, act, p.act_stride, m0, arow, kb + S - 1);
     cp_async_commit();  // (empty groups keep the count: wait<S − 2> always leaves only newer stages in flight)
     const uint8_t* sa = smem + (kb % S) * (C::STAGE_A + C::STAGE_B);
     const uint8_t* ra = sa + (wm + g) * kPitchA;
     const uint8_t* rb = sa + C::STAGE_A;
-    q8_block<WM, 0>(acc, ra, rb, wn, g, t);
-    q8_block<WM, 1>(acc, ra, rb, wn, g, t);
-    q8_block<WM, 2>(acc, ra, rb, wn, g, t);
-    q8_block<WM, 3>(acc, ra, rb, wn, g, t);
-    q8_block<WM, 4>(acc, ra, rb, wn, g, t);
-    q8_block<WM, 5>(acc, ra, rb, wn, g, t);
-    q8_block<WM, 6>(acc, ra, rb, wn, g, t);
-    q8_block<WM, 7>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 0>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 1>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 2>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 3>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 4>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 5>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 6>(acc, ra, rb, wn, g, t);
+    q8_block<WM, WN, 7>(acc, ra, rb, wn, g, t);
   }
 
+  float* y = part.y;
+  const int64_t ys = part.y_stride;
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int64_t row = m0 + wm + 16 * i + g + (q >= 2 ? 8 : 0);
         const int64_t v = v0 + wn + 8 * j + 2 * t + (q & 1);
-        if (row < p.rows && v < p.n_vec) p.y[v * p.y_stride + row] = acc[i][j][q];
+        if (row < rows && v < p.n_vec) y[v * ys + row] = acc[i][j][q];
       }
 }
 
 template <class C>
-bool launch(CudaBackend& be, const Q8Params& p) {
+bool launch(CudaBackend& be, const Q8Params& p, int n_parts, int64_t max_rows) {
   if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM),
                 "gemm q8 smem"))
     return true;  // error recorded
-  const dim3 grid(static_cast<unsigned>((p.rows + C::BM - 1) / C::BM),
-                  static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
+  const dim3 grid(static_cast<unsigned>((max_rows + C::BM - 1) / C::BM),
+                  static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN), static_cast<unsigned>(n_parts));
   gemm_q8_kernel<C><<<grid, C::THREADS, C::SMEM, be.stream()>>>(p);
   be.launched("gemm q8_0 (int8 tensor cores, direct fragments)");
   return true;
 }
 
 // CudaBackendOptions::gemm_q8 = −1: the shape by grid size. On the H200 at 2,048 vectors (cuda_prefill_bench
-// 2048 gemm, docs/PERF.md) Cfg4's 256 × 128 tiles were fastest wherever they make ≥ 128 blocks (q_b, out_b,
-// shared expert: 188 / 189 / 163 TOP/s against Cfg1's 181 / 179 / 154) and slow below (q_a: 83); Cfg1 then
-// where its tiles make ≥ 128 blocks (q_a: 127.5), else Cfg3's 128 × 64 tiles (kv 512 rows: 82.5 against 65).
-int default_shape(int64_t rows, int64_t n) {
-  auto blocks = [&](int64_t bm, int64_t bn) { return ((rows + bm - 1) / bm) * ((n + bn - 1) / bn); };
-  if (blocks(Cfg4::BM, Cfg4::BN) >= 128) return 4;
+// 2048 q8, docs/PERF.md, session 9 W1) Cfg7's 256 × 128 tiles of 8 warps of 64 × 64 were fastest wherever they
+// make ≥ 128 blocks (q_b, out_b, shared expert: 208 / 218 / 198.5 TOP/s against Cfg4's 191 / 205 / 185) and
+// slow below (q_a: 101); Cfg1 then where its tiles make ≥ 128 blocks (q_a: 155.6, Cfg8 157.5, Cfg5 156.0), else
+// Cfg3's 128 × 64 tiles (kv 512 rows: 112.4 against Cfg1's 78.5). A launch of several parts counts the blocks of
+// all of them.
+int default_shape(int64_t rows, int64_t n, int n_parts) {
+  auto blocks = [&](int64_t bm, int64_t bn) { return n_parts * ((rows + bm - 1) / bm) * ((n + bn - 1) / bn); };
+  if (blocks(Cfg7::BM, Cfg7::BN) >= 128) return 7;
   if (blocks(Cfg1::BM, Cfg1::BN) >= 128) return 1;
   return 3;
+}
+
+// The parts p.part[0 … n_parts) in launch shape `variant` (1, 3 … 8; any other value: default_shape).
+bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) {
+  int64_t max_rows = 0;
+  for (int k = 0; k < n_parts; ++k) max_rows = std::max(max_rows, p.part[k].rows);
+  const bool shape = variant == 1 || (variant >= 3 && variant <= 8);
+  switch (shape ? variant : default_shape(max_rows, p.n_vec, n_parts)) {
+    case 3: return launch<Cfg3>(be, p, n_parts, max_rows);
+    case 4: return launch<Cfg4>(be, p, n_parts, max_rows);
+    case 5: return launch<Cfg5>(be, p, n_parts, max_rows);
+    case 6: return launch<Cfg6>(be, p, n_parts, max_rows);
+    case 7: return launch<Cfg7>(be, p, n_parts, max_rows);
+    case 8: return launch<Cfg8>(be, p, n_parts, max_rows);
+    default: return launch<Cfg1>(be, p, n_parts, max_rows);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// gemm_q8_fits without the activations (a parts launch quantizes them itself: rows of cols / 32 · 36
+// bytes, 16-byte aligned when cols is a multiple of 256).
+bool weight_fits(const GemvJob& j, int smem_optin) {
+  if (j.w.type != GgmlType::Q8_0 || j.groups || j.ids || j.w.cols % 256 != 0) return false;
+  if (static_cast<size_t>(smem_optin) < kMaxSmem + 128 * sizeof(int64_t)) return false;
+  if ((j.n_vec + 63) / 64 > 65535) return false;
+  return aligned16(j.w.data) && j.w.row_bytes % 16 == 0;
 }
 
 }  // namespace
 
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin) {
-  if (j.w.type != GgmlType::Q8_0 || j.groups || j.ids || j.w.cols % 256 != 0) return false;
-  if (static_cast<size_t>(smem_optin) < kMaxSmem + 128 * sizeof(int64_t)) return false;
-  if ((j.n_vec + 63) / 64 > 65535) return false;
-  const auto w = reinterpret_cast<uintptr_t>(j.w.data), a = reinterpret_cast<uintptr_t>(act);
-  return w % 16 == 0 && j.w.row_bytes % 16 == 0 && a % 16 == 0 && act_stride % 16 == 0;
+  return weight_fits(j, smem_optin) && aligned16(act) && act_stride % 16 == 0;
 }
 
 bool CudaBackend::gemm_q8(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int variant) {
   Q8Params p{};
-  p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;
-  p.rows = j.w.rows;
   p.cols = j.w.cols;
   p.act = act;
   p.act_stride = act_stride;
   p.x_div = j.x_div;
-  p.y = j.y;
-  p.y_stride = j.y_stride;
   p.n_vec = j.n_vec;
-  const bool shape = variant == 1 || variant == 3 || variant == 4;  // (any other value: the shape by grid size)
-  switch (shape ? variant : default_shape(p.rows, p.n_vec)) {
-    case 3: return launch<Cfg3>(*this, p);
-    case 4: return launch<Cfg4>(*this, p);
-    default: return launch<Cfg1>(*this, p);
+  const auto* w = static_cast<const uint8_t*>(j.w.data);
+  if (j.group_rows <= 0) {
+    p.part[0] = Q8Part{w, j.y, j.w.rows, j.y_stride, 0};
+    return launch_parts(*this, p, 1, variant);
   }
+  // A grouped job (gemm_q8_group_fits): group g = rows [g·group_rows, …) over activation blocks
+  // [g·cols/32, …) of each row, quantized as one row of G·cols values (a Q8_0 act block depends only on its
+  // own 32 values: the bits of one quantization per group).
+  const int64_t G = j.w.rows / j.group_rows;
+  for (int64_t g = 0; g < G; ++g)
+    p.part[g] = Q8Part{w + static_cast<uint64_t>(g * j.group_rows) * j.w.row_bytes, j.y + g * j.group_rows,
+                       j.group_rows, j.y_stride, static_cast<uint64_t>(g * (j.w.cols / 32)) * sizeof(BlockQ8_0Act)};
+  return launch_parts(*this, p, static_cast<int>(G), variant);
+}
+
+bool gemm_q8_group_fits(const GemvJob& j, int device) {
+  const int64_t G = j.group_rows > 0 ? j.w.rows / j.group_rows : 0;
+  if (G < 2 || G > kMaxParts || G * j.group_rows != j.w.rows || j.group_x_stride != j.w.cols ||
+      j.x_stride < G * j.w.cols || j.x_div != 1 || j.numerics != MatmulNumerics::ds4 || j.n_vec <= kSkinnyMaxVec)
+    return false;
+  int smem = 0;
+  if (cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
+  return weight_fits(j, smem);
+}
+
+bool CudaBackend::gemm_q8_many(std::span<const MatmulArgs> jobs) {
+  if (jobs.size() < 2 || jobs.size() > static_cast<size_t>(kMaxParts)) return false;
+  int smem = 0;
+  if (cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device()) != cudaSuccess) return false;
+  const MatmulArgs& a0 = jobs[0];
+  for (const MatmulArgs& a : jobs) {
+    if (a.group_rows != 0 || a.x != a0.x || a.x_stride != a0.x_stride || a.n != a0.n || a.w.cols != a0.w.cols ||
+        a.w.row_bytes != a0.w.row_bytes || a.numerics != MatmulNumerics::ds4 || a.n <= kSkinnyMaxVec ||
+        !weight_fits(gemv_job(a), smem))
+      return false;
+  }
+  const uint64_t stride = quantize_act(GgmlType::Q8_0, a0.x, a0.x_stride, a0.n, a0.w.cols, act_);
+  if (stride == 0) return true;  // error recorded
+  Q8Params p{};
+  p.row_bytes = a0.w.row_bytes;
+  p.cols = a0.w.cols;
+  p.act = static_cast<const uint8_t*>(act_.ptr);
+  p.act_stride = stride;
+  p.x_div = 1;
+  p.n_vec = a0.n;
+  for (size_t k = 0; k < jobs.size(); ++k)
+    p.part[k] = Q8Part{static_cast<const uint8_t*>(jobs[k].w.data), jobs[k].y, jobs[k].w.rows, jobs[k].y_stride, 0};
+  return launch_parts(*this, p, static_cast<int>(jobs.size()), gemm_q8_);
 }
 
 }  // namespace ds4::backend::cuda

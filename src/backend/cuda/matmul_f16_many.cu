@@ -104,6 +104,8 @@ __global__ void __launch_bounds__(kManyWarps * kWarp) f16_many_kernel(F16ManyPar
 void CudaBackend::matmul_many(std::span<const MatmulArgs> jobs) {
   if (failed() || jobs.empty()) return;
   if (gemv_stream_many(jobs, act_)) return;  // Q8_0 jobs sharing one input: gemv_stream.cu, one launch
+  // … prefill batches of them with CudaBackendOptions::gemm_q8_parts: one quantization, one gemm_q8.cu launch.
+  if (gemm_q8_parts_ && gemm_q8_ != 0 && tensor_cores() && gemm_pipelined_ && gemm_q8_many(jobs)) return;
   const int64_t n = jobs[0].n;
   // CudaBackendOptions::f16_mma: the MMA order's one-launch kernel (matmul_f16_mma.cu), else one matmul per job.
   if (f16_mma_ && f16_segments_) {

@@ -273,6 +273,13 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
     return;
   if (j.group_rows > 0) {  // grouped matmul: one decode launch for every group, else one job per row slice
     if (decode_kernels_ && gemv_mma_ != GemvMma::always && gemv_decode_grouped(j)) return;
+    // Prefill batches with CudaBackendOptions::gemm_q8_parts: one quantization and one gemm_q8.cu launch.
+    if (gemm_q8_parts_ && gemm_q8_ != 0 && tensor_cores() && gemm_pipelined_ && gemm_q8_group_fits(j, device())) {
+      const int64_t G = j.w.rows / j.group_rows;
+      const uint64_t stride = quantize_act(GgmlType::Q8_0, j.x, j.x_stride, j.n_vec, G * j.w.cols, act_scratch);
+      if (stride != 0) gemm_q8(j, static_cast<const uint8_t*>(act_scratch.ptr), stride, gemm_q8_);
+      return;
+    }
     for_each_row_group(j, [&](const GemvJob& s) { gemv(s, act_scratch); });
     return;
   }

@@ -88,6 +88,10 @@ constexpr int kNormThreads = 256;    // rms_norm_threads of every row this kerne
 constexpr bool kNormRopeWarpRows = true;
 constexpr int64_t kWarpRowsMin = 4096;  // rows (tokens × heads) from which it is taken
 
+// kLoadsFirst (CudaBackendOptions::norm_rope_loads_first): the warp's row loads go out before warp 0 forms the
+// block's angles (double-precision fmod / cos / sin, ~µs of latency) and the barrier, so the two overlap;
+// otherwise after them. The same values either way.
+template <bool kLoadsFirst>
 __global__ void __launch_bounds__(kWarpRowHeads * kWarp) norm_rope_warp_kernel(NormRopeArgs a, RopeFreqs f) {
   extern __shared__ float xs[];  // [warps][head_dim]
   __shared__ float2 cs[kMaxRopePairs];
@@ -102,16 +106,20 @@ __global__ void __launch_bounds__(kWarpRowHeads * kWarp) norm_rope_warp_kernel(N
   }
   grid_dependency_wait();  // the rows, positions and counts come from the work before
   if (a.count && t >= *a.count) return;  // whole blocks
+  float* xr = a.x_at ? a.x_at[t] + h * D : a.x + (t * a.heads + h) * D;
+  auto load_row = [&] {
+#pragma unroll
+    for (int k = 0; k < kWarpRowPer; ++k) {
+      const int64_t e = lane + k * kWarp;
+      v[k] = e < D ? xr[e] : 0.0f;
+    }
+  };
+  if (kLoadsFirst && h < a.heads) load_row();
   const int32_t p = a.pos[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) cs[i] = rope_cos_sin(p, f.w[i], false);
   __syncthreads();
   if (h >= a.heads) return;  // whole warps; no block barrier below
-  float* xr = a.x_at ? a.x_at[t] + h * D : a.x + (t * a.heads + h) * D;
-#pragma unroll
-  for (int k = 0; k < kWarpRowPer; ++k) {
-    const int64_t e = lane + k * kWarp;
-    v[k] = e < D ? xr[e] : 0.0f;
-  }
+  if (!kLoadsFirst) load_row();
   // Value k of this lane is element e = lane + 32k: the norm's thread e % 256 = lane + 32·(k % 8), its
   // (k / 8)-th term. Chain q adds its terms in that order, as rms_scale_row's loop.
   double ss[kNormThreads / kWarp];
@@ -400,7 +408,8 @@ void CudaBackend::norm_rope(const NormRopeArgs& a) {
     const int warps = a.heads < kWarpRowHeads ? a.heads : kWarpRowHeads;
     const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>((a.heads + kWarpRowHeads - 1) / kWarpRowHeads));
     check(launch_dependent(hc_pdl_ && sm90(), grid, warps * kWarp, static_cast<size_t>(warps) * a.head_dim * 4, stream(),
-                           norm_rope_warp_kernel, a, rope_freqs(a.freq, a.n_rot)),
+                           norm_rope_loads_first_ ? norm_rope_warp_kernel<true> : norm_rope_warp_kernel<false>, a,
+                           rope_freqs(a.freq, a.n_rot)),
           "norm_rope");
     return;
   }

@@ -29,7 +29,7 @@ struct EngineFlags {
   bool cuda_no_tensor_cores = false;
   bool cuda_graphs = true;
   bool cuda_branches = true;
-  bool cuda_f16_mma = false;
+  bool cuda_f16_mma = ds4::EngineOptions{}.cuda_f16_mma;  // the engine's default (on)
 };
 
 inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
@@ -57,8 +57,8 @@ inline void add_engine_flags(CLI::App& app, EngineFlags& f) {
                "CUDA: run independent parts of each step (shared expert, KV path, compressors and indexer) "
                "on a second stream (default on; same bits)");
   app.add_flag("--cuda-f16-mma,!--no-cuda-f16-mma", f.cuda_f16_mma,
-               "CUDA: F16 matmuls on tensor cores in the F16 MMA order (default off: the segment order on CUDA "
-               "cores; prefill faster, decode 3–6 % slower)");
+               "CUDA: F16 matmuls on tensor cores in the F16 MMA order (default on; off: the segment order on CUDA "
+               "cores, prefill ~20 % slower, decode 2–5 % faster)");
 }
 
 // Reads a whole file as bytes; false when it cannot be opened.

@@ -28,7 +28,7 @@ struct CudaBackendOptions {
   bool gemm_pipelined = true;
   // Dense Q8_0 GEMMs (with gemm_pipelined) on gemm_q8.cu: weight fragments read straight from the copied
   // blocks (no decode pass), a cp.async ring, one barrier per stage. −1: the launch shape by grid size
-  // (gemm_q8.cu default_shape, as the H200 measured); 1, 3 … 10: one shape (gemm_q8.cu Cfg1, Cfg3 … Cfg10) for
+  // (gemm_q8.cu default_shape, as the H200 measured); 1, 3 … 8: one shape (gemm_q8.cu Cfg1, Cfg3 … Cfg8) for
   // every job; 0: ops_gemm.cu's gemm2_kernel (before/after runs). Same bits either way.
   int gemm_q8 = -1;
   // Prefill Q8_0 matmuls of several matrices on one activation quantization and one gemm_q8.cu launch (up

@@ -9,7 +9,8 @@
 #   there:  scripts/gpu_session.sh PACK_TARBALL [OUT_DIR]
 #           env: LOAD_LAYERS=43 SERIES="1 8 32" PROMPT=1024 GEN=128 SERIES_TIMEOUT=240
 #                ROUTING=distinct|tied (gpu_pack_common.sh flash_gen: the benchmark files' routing)
-#                GRAPHS_CTX_MAX=8192: a second ds4-bench walk with BENCH_FLAGS2 (default --no-cuda-graphs) to there
+#                GRAPHS_CTX_MAX=8192: a second ds4-bench walk with BENCH_FLAGS2 (default --no-cuda-graphs) to there,
+#                  as many decode tokens as the first (ds4-bench has no warm-up: equal counts compare equal)
 #                OPS_FILTER (gpu_check.sh), SKIP_PROBE=1 / SKIP_LOAD=1: without the batch probe / the serving series
 #                GEN43=32: greedy decode tokens per frontier of the 43-layer walk
 #                CHECK_FLASH_LAYERS=2: gpu_check's flash-q2 stage bench file (0 skips it)
@@ -49,8 +50,8 @@ LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-be
   --csv "$O/bench43/bench_flash_q2_l43.csv" > "$O/bench43/bench.log" 2>&1
 echo "ds4-bench 43 layers rc=$? at $(( $(date +%s) - t0 )) s"
 if [ -n "${GRAPHS_CTX_MAX:-}" ]; then  # the same walk with BENCH_FLAGS2 (graphs off by default), to GRAPHS_CTX_MAX
-  LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 90 "$P/bench/ds4-bench" -m "$F" --cuda ${BENCH_FLAGS2:---no-cuda-graphs} --chunk 2048 \
-    --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max "$GRAPHS_CTX_MAX" --step-mul 2 --gen-tokens 32 \
+  LD_LIBRARY_PATH="$P/bench/lib:${LD_LIBRARY_PATH:-}" timeout 120 "$P/bench/ds4-bench" -m "$F" --cuda ${BENCH_FLAGS2:---no-cuda-graphs} --chunk 2048 \
+    --prompt-file "$P/bench/data/prompt.txt" --ctx-start 2048 --ctx-max "$GRAPHS_CTX_MAX" --step-mul 2 --gen-tokens "${GEN43:-32}" \
     --csv "$O/bench43/bench_flash_q2_l43_b.csv" > "$O/bench43/bench_b.log" 2>&1
   echo "ds4-bench 43 layers ${BENCH_FLAGS2:---no-cuda-graphs} rc=$? at $(( $(date +%s) - t0 )) s"
 fi

@@ -100,9 +100,9 @@ void bench_small4(Backend& now, Backend& v3, bool once);  // cuda_bench_stages.c
 void bench_small5(Backend& now, Backend& v4);             // cuda_bench_stages.cpp
 void bench_hc_fuse(Backend& two, Backend& one, Backend& two_mma, Backend& one_mma);  // cuda_bench_stages.cpp
 void bench_gemv_ops(Backend& dense, Backend* mma, Backend* prev, double ceiling_gbs);  // cuda_bench_stages.cpp
-void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only);  // cuda_bench_stages.cpp
+void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& plain, const char* only);  // cuda_bench_dense.cpp
 void bench_dense_rows(Backend* const* sides, const char* const* labels, const int64_t* n_lo, const int64_t* n_hi,
-                      int n_sides, const char* only);  // cuda_bench_stages.cpp
+                      int n_sides, const char* only);  // cuda_bench_dense.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_small6(Backend& now, Backend& prev, bool fused);  // cuda_bench_stages.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
@@ -111,7 +111,7 @@ void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
-void bench_l2_prefetch(Backend& be);                // cuda_bench_stages.cpp
+void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
 // routed experts (256 Flash experts, 6 random distinct per token) at n = 8, 32, 64 (experts also at 1),

@@ -123,6 +123,61 @@ double prefill_chunk_seconds(model::Forward& fw, backend::Backend& be) {
   return pre[1];
 }
 
+// One side of a whole-step comparison: a backend made with its own options, the model's weights bound to it
+// and a Forward over them (graphs on, the default branches).
+struct StepSide {
+  std::unique_ptr<backend::Backend> be;
+  std::unique_ptr<model::ModelWeights> w;
+  std::unique_ptr<model::Forward> fw;
+};
+
+// (Re)loads `s` with options `co` and chunks of max_chunk tokens; false after a "BENCH <tag>: ..." line.
+bool load_side(StepSide& s, const ModelFile& mf, const std::vector<modelspec::LayerPlan>& plan,
+               const backend::cuda::CudaBackendOptions& co, int64_t max_chunk, const char* tag) {
+  s.fw.reset();
+  s.w.reset();
+  auto made = backend::cuda::make_cuda_backend(co);
+  if (!made.ok()) {
+    std::printf("BENCH %s: backend: %s\n", tag, made.status().to_string().c_str());
+    return false;
+  }
+  s.be = std::move(made).value();
+  auto bound = model::bind_weights(*mf.file, mf.cfg, plan, *s.be);
+  if (!bound.ok() || !s.be->sync().ok()) {
+    std::printf("BENCH %s: weights: %s\n", tag, bound.ok() ? "sync failed" : bound.status().to_string().c_str());
+    return false;
+  }
+  s.w = std::make_unique<model::ModelWeights>(std::move(bound).value());
+  model::ForwardOptions fo;
+  fo.max_chunk = max_chunk;
+  fo.graphs = true;
+  auto fw = model::Forward::create(*s.be, mf.cfg, *s.w, fo);
+  if (!fw.ok()) {
+    std::printf("BENCH %s: forward: %s\n", tag, fw.status().to_string().c_str());
+    return false;
+  }
+  s.fw = std::move(fw).value();
+  return true;
+}
+
+// Decode steps of two sides, one session at 2K and a batch of `batch` at `batch_ctx`, the sides interleaved
+// twice (drift shows): "BENCH <tag> <name> layers … round r: ms/step, tok/s" lines, names padded to `width`.
+void interleaved_decode_steps(const char* tag, const char* const names[2], StepSide sides[2], int width, size_t layers,
+                              int batch, int64_t batch_ctx) {
+  for (int sessions : {1, batch}) {
+    const int64_t ctx = sessions == 1 ? 2048 : batch_ctx;
+    for (int round = 0; round < 2; ++round)
+      for (int k = 0; k < 2; ++k) {
+        const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
+        std::printf("BENCH %s %-*s layers %zu batch %d ctx %lld round %d: %.3f ms/step, %.1f tok/s\n", tag, width,
+                    names[k], layers, sessions, static_cast<long long>(ctx), round + 1, t * 1e3,
+                    t > 0 ? sessions / t : 0.0);
+        if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
+        std::fflush(stdout);
+      }
+  }
+}
+
 }  // namespace
 
 void bench_branches(int argc, char** argv) {
@@ -258,47 +313,18 @@ void bench_prefetch_steps(int argc, char** argv) {
 // before the column chunks (gemv_stream_chunks = false) and as now, batch 1 (ctx 2K) and 2 (ctx 1K), the
 // two interleaved twice.
 void bench_dense_steps(int argc, char** argv) {
+  const char* const names[2] = {"whole rows", "chunks"};
   for (int i = 0; i < argc; ++i) {
-    auto file = gguf::File::open(argv[i]);
-    if (!file.ok()) return;
-    auto cfg = modelspec::config_from_gguf(**file);
-    if (!cfg.ok()) return;
-    const auto plan = modelspec::layer_plan(*cfg);
-    struct Side {
-      const char* name;
-      std::unique_ptr<backend::Backend> be;
-      model::ModelWeights w;
-    } sides[2] = {{"whole rows", nullptr, {}}, {"chunks", nullptr, {}}};
+    auto mf = open_model(argv[i], "dense-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];  // one per side for the whole run (see bench_prefetch_steps)
     for (int k = 0; k < 2; ++k) {
       backend::cuda::CudaBackendOptions co;
       co.gemv_stream_chunks = k == 1;
-      auto be = backend::cuda::make_cuda_backend(co);
-      if (!be.ok()) return;
-      sides[k].be = std::move(be).value();
-      auto w = model::bind_weights(**file, *cfg, plan, *sides[k].be);
-      if (!w.ok() || !sides[k].be->sync().ok()) return;
-      sides[k].w = std::move(w).value();
+      if (!load_side(sides[k], *mf, plan, co, 512, "dense-steps")) return;
     }
-    std::unique_ptr<model::Forward> fws[2];  // one per side for the whole run (see bench_prefetch_steps)
-    for (int k = 0; k < 2; ++k) {
-      model::ForwardOptions fo;
-      fo.max_chunk = 512;
-      fo.graphs = true;
-      auto fw = model::Forward::create(*sides[k].be, *cfg, sides[k].w, fo);
-      if (!fw.ok()) return;
-      fws[k] = std::move(fw).value();
-    }
-    for (int sessions : {1, 2}) {
-      const int64_t ctx = sessions == 1 ? 2048 : 1024;
-      for (int round = 0; round < 2; ++round)
-        for (int k = 0; k < 2; ++k) {
-          Side& s = sides[k];
-          const double t = decode_step_seconds(*fws[k], *s.be, sessions, ctx);
-          std::printf("BENCH dense-steps %-10s layers %zu batch %d ctx %lld round %d: %.3f ms/step, %.1f tok/s\n", s.name,
-                      plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3, t > 0 ? sessions / t : 0.0);
-          std::fflush(stdout);
-        }
-    }
+    interleaved_decode_steps("dense-steps", names, sides, 10, plan.size(), 2, 1024);
   }
 }
 
@@ -306,46 +332,18 @@ void bench_dense_steps(int argc, char** argv) {
 // (CudaBackendOptions::hc_fuse = 0) and in one (2), batch 1 (ctx 2K) and 8 (ctx 512), the two interleaved
 // twice. Each side its own backend and weights (bench_dense_steps' layout).
 void bench_hc_fuse_steps(int argc, char** argv) {
+  const char* const names[2] = {"two launches", "one launch"};
   for (int i = 0; i < argc; ++i) {
-    auto file = gguf::File::open(argv[i]);
-    if (!file.ok()) return;
-    auto cfg = modelspec::config_from_gguf(**file);
-    if (!cfg.ok()) return;
-    const auto plan = modelspec::layer_plan(*cfg);
-    struct Side {
-      const char* name;
-      std::unique_ptr<backend::Backend> be;
-      model::ModelWeights w;
-    } sides[2] = {{"two launches", nullptr, {}}, {"one launch", nullptr, {}}};
-    std::unique_ptr<model::Forward> fws[2];
+    auto mf = open_model(argv[i], "hc-fuse-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
     for (int k = 0; k < 2; ++k) {
       backend::cuda::CudaBackendOptions co;
       co.hc_fuse = k == 0 ? 0 : 2;
-      auto be = backend::cuda::make_cuda_backend(co);
-      if (!be.ok()) return;
-      sides[k].be = std::move(be).value();
-      auto w = model::bind_weights(**file, *cfg, plan, *sides[k].be);
-      if (!w.ok() || !sides[k].be->sync().ok()) return;
-      sides[k].w = std::move(w).value();
-      model::ForwardOptions fo;
-      fo.max_chunk = 512;
-      fo.graphs = true;
-      auto fw = model::Forward::create(*sides[k].be, *cfg, sides[k].w, fo);
-      if (!fw.ok()) return;
-      fws[k] = std::move(fw).value();
+      if (!load_side(sides[k], *mf, plan, co, 512, "hc-fuse-steps")) return;
     }
-    for (int sessions : {1, 8}) {
-      const int64_t ctx = sessions == 1 ? 2048 : 512;
-      for (int round = 0; round < 2; ++round)
-        for (int k = 0; k < 2; ++k) {
-          const double t = decode_step_seconds(*fws[k], *sides[k].be, sessions, ctx);
-          std::printf("BENCH hc-fuse-steps %-12s layers %zu batch %d ctx %lld round %d: %.3f ms/step, %.1f tok/s\n",
-                      sides[k].name, plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3,
-                      t > 0 ? sessions / t : 0.0);
-          if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
-          std::fflush(stdout);
-        }
-    }
+    interleaved_decode_steps("hc-fuse-steps", names, sides, 12, plan.size(), 8, 512);
   }
 }
 
@@ -418,16 +416,14 @@ void bench_small5_steps(int argc, char** argv) {
 // Every side has its own backend and weights, all held at once, run in turn twice (drift shows), graphs and
 // branches on. "BENCH f16mma-steps" lines.
 void bench_f16mma_steps(int argc, char** argv) {
-  struct Side {
+  struct Side : StepSide {
     const char* name;
     bool mma, pdl, cluster;
-    std::unique_ptr<backend::Backend> be;
-    std::unique_ptr<model::ModelWeights> w;
-    std::unique_ptr<model::Forward> fw;
-  } sides[4] = {{"segment order", false, false, false, {}, {}, {}},
-                {"mma plain, counter", true, false, false, {}, {}, {}},
-                {"mma pdl, clusters", true, true, true, {}, {}, {}},
-                {"mma plain, clusters", true, false, true, {}, {}, {}}};  // the defaults
+    Side(const char* n, bool m, bool p, bool c) : name(n), mma(m), pdl(p), cluster(c) {}
+  } sides[4] = {{"segment order", false, false, false},
+                {"mma plain, counter", true, false, false},
+                {"mma pdl, clusters", true, true, true},
+                {"mma plain, clusters", true, false, true}};  // the defaults
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "f16mma-steps");
     if (!mf) return;
@@ -440,27 +436,11 @@ void bench_f16mma_steps(int argc, char** argv) {
       std::fflush(stdout);
     };
     for (Side& s : sides) {
-      s.fw.reset();
-      s.w.reset();
       backend::cuda::CudaBackendOptions co;
       co.f16_mma = s.mma;
       co.f16_mma_pdl = s.pdl;
       co.f16_mma_cluster = s.cluster;
-      auto made = backend::cuda::make_cuda_backend(co);
-      if (!made.ok()) return;
-      s.be = std::move(made).value();
-      auto bound = model::bind_weights(*mf->file, mf->cfg, plan, *s.be);
-      if (!bound.ok() || !s.be->sync().ok()) {
-        std::printf("BENCH f16mma-steps: weights: %s\n", bound.ok() ? "sync failed" : bound.status().to_string().c_str());
-        return;
-      }
-      s.w = std::make_unique<model::ModelWeights>(std::move(bound).value());
-      model::ForwardOptions fo;
-      fo.max_chunk = 2048;
-      fo.graphs = true;
-      auto fw = model::Forward::create(*s.be, mf->cfg, *s.w, fo);
-      if (!fw.ok()) return;
-      s.fw = std::move(fw).value();
+      if (!load_side(s, *mf, plan, co, 2048, "f16mma-steps")) return;
       decode(s, 1);
     }
     for (Side& s : sides) decode(s, 2);

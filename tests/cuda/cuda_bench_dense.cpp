@@ -19,6 +19,52 @@ using namespace ds4;
 using namespace ds4::backend;
 using namespace ds4::bench;
 
+namespace {
+
+// One decode layer's dense Q8_0 matrices at the Flash shapes (q_a, kv, q_b, out_a's 8 groups of 1024 rows,
+// out_b, the shared expert's gate, up, down) and their outputs for up to nmax vectors.
+struct DenseLayer {
+  Weight qa, kv, qb, oa, ob, gate, up, down;
+};
+struct DenseOuts {
+  float *ya, *yb, *yq, *yo, *yf, *yg, *yu;
+};
+// L layers of weights made on `sb` (cycled: a call's matrices are cold when L layers exceed the L2); the
+// bytes of one layer in *layer_bytes.
+std::vector<DenseLayer> dense_layers(StageBench& sb, int L, double* layer_bytes) {
+  std::vector<DenseLayer> ls(static_cast<size_t>(L));
+  sb.reset_bytes();
+  for (DenseLayer& l : ls) {
+    l.qa = sb.weight(GgmlType::Q8_0, 1024, 4096);
+    l.kv = sb.weight(GgmlType::Q8_0, 512, 4096);
+    l.qb = sb.weight(GgmlType::Q8_0, 32768, 1024);
+    l.oa = sb.weight(GgmlType::Q8_0, 8192, 4096);
+    l.ob = sb.weight(GgmlType::Q8_0, 4096, 8192);
+    l.gate = sb.weight(GgmlType::Q8_0, 2048, 4096);
+    l.up = sb.weight(GgmlType::Q8_0, 2048, 4096);
+    l.down = sb.weight(GgmlType::Q8_0, 4096, 2048);
+  }
+  *layer_bytes = static_cast<double>(sb.bytes()) / L;
+  return ls;
+}
+DenseOuts dense_outs(StageBench& sb, int64_t nmax) {
+  return {sb.buf(nmax * 1024), sb.buf(nmax * 512),  sb.buf(nmax * 32768), sb.buf(nmax * 8192),
+          sb.buf(nmax * 4096), sb.buf(nmax * 2048), sb.buf(nmax * 2048)};
+}
+// The layer's matmuls in the forward pass's order: q_a + kv as a pair, q_b, out_a grouped, out_b, gate + up
+// as a pair, down. mm(w, x stride, out, out stride, group rows), pair(a, a out, a rows, b, b out, b rows).
+template <class Mm, class Pair>
+void dense_layer_calls(const DenseLayer& l, const DenseOuts& o, Mm&& mm, Pair&& pair) {
+  pair(l.qa, o.ya, 1024, l.kv, o.yb, 512);
+  mm(l.qb, 1024, o.yq, 32768, 0);
+  mm(l.oa, 8 * 4096, o.yo, 8192, 1024);
+  mm(l.ob, 8192, o.yf, 4096, 0);
+  pair(l.gate, o.yg, 2048, l.up, o.yu, 2048);
+  mm(l.down, 2048, o.yf, 4096, 0);
+}
+
+}  // namespace
+
 // Dense Q8_0 matmuls of the decode layer with cold weights (issues 5 and 8): each call reads its own
 // copy of the matrix, copies cycled so that ≥ 128 MB lie between two reads of one (the H200's 50 MB L2
 // holds none of them, as in a 43-layer step; the --gemv lines reuse one copy and run partly from L2).
@@ -66,30 +112,9 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
       }
     }
     if (only) continue;  // one shape's lines only: no layer table
-    struct Layer {
-      Weight qa, kv, qb, oa, ob, gate, up, down;
-    };
     const int L = 4;
-    std::vector<Layer> ls(L);
-    sb.reset_bytes();
-    for (Layer& l : ls) {
-      l.qa = sb.weight(GgmlType::Q8_0, 1024, 4096);
-      l.kv = sb.weight(GgmlType::Q8_0, 512, 4096);
-      l.qb = sb.weight(GgmlType::Q8_0, 32768, 1024);
-      l.oa = sb.weight(GgmlType::Q8_0, 8192, 4096);
-      l.ob = sb.weight(GgmlType::Q8_0, 4096, 8192);
-      l.gate = sb.weight(GgmlType::Q8_0, 2048, 4096);
-      l.up = sb.weight(GgmlType::Q8_0, 2048, 4096);
-      l.down = sb.weight(GgmlType::Q8_0, 4096, 2048);
-    }
-    layer_bytes = static_cast<double>(sb.bytes()) / L;
-    float* ya = sb.buf(16 * 1024);
-    float* yb = sb.buf(16 * 512);
-    float* yq = sb.buf(16 * 32768);
-    float* yo = sb.buf(16 * 8192);
-    float* yf = sb.buf(16 * 4096);
-    float* yg = sb.buf(16 * 2048);
-    float* yu = sb.buf(16 * 2048);
+    const std::vector<DenseLayer> ls = dense_layers(sb, L, &layer_bytes);
+    const DenseOuts outs = dense_outs(sb, 16);
     float* tiny = sb.buf(64);
     for (int ni = 0; ni < kNs; ++ni) {
       const int64_t n = ns[ni];
@@ -110,15 +135,7 @@ void bench_dense_cold(Backend& prev, Backend& def, Backend& stream, Backend& pla
         be.matmul_many(jobs);
       };
       int k = 0;
-      layer_us[ni][i] = sb.time([&] {
-        const Layer& l = ls[static_cast<size_t>(k++ % L)];
-        pair(l.qa, ya, 1024, l.kv, yb, 512);
-        mm(l.qb, 1024, yq, 32768);
-        mm(l.oa, 8 * 4096, yo, 8192, 1024);
-        mm(l.ob, 8192, yf, 4096);
-        pair(l.gate, yg, 2048, l.up, yu, 2048);
-        mm(l.down, 2048, yf, 4096);
-      }, 2 * L).graph_us;
+      layer_us[ni][i] = sb.time([&] { dense_layer_calls(ls[static_cast<size_t>(k++ % L)], outs, mm, pair); }, 2 * L).graph_us;
     }
   }
   for (int si = 0; si < kShapes; ++si) {
@@ -248,30 +265,10 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
     }
   }
   if (only) return;
-  struct Layer {
-    Weight qa, kv, qb, oa, ob, gate, up, down;
-  };
   const int L = 4;
-  std::vector<Layer> ls(L);
-  sb[0]->reset_bytes();
-  for (Layer& l : ls) {
-    l.qa = sb[0]->weight(GgmlType::Q8_0, 1024, 4096);
-    l.kv = sb[0]->weight(GgmlType::Q8_0, 512, 4096);
-    l.qb = sb[0]->weight(GgmlType::Q8_0, 32768, 1024);
-    l.oa = sb[0]->weight(GgmlType::Q8_0, 8192, 4096);
-    l.ob = sb[0]->weight(GgmlType::Q8_0, 4096, 8192);
-    l.gate = sb[0]->weight(GgmlType::Q8_0, 2048, 4096);
-    l.up = sb[0]->weight(GgmlType::Q8_0, 2048, 4096);
-    l.down = sb[0]->weight(GgmlType::Q8_0, 4096, 2048);
-  }
-  const double layer_bytes = static_cast<double>(sb[0]->bytes()) / L;
-  float* ya = sb[0]->buf(32 * 1024);
-  float* yb = sb[0]->buf(32 * 512);
-  float* yq = sb[0]->buf(32 * 32768);
-  float* yo = sb[0]->buf(32 * 8192);
-  float* yf = sb[0]->buf(32 * 4096);
-  float* yg = sb[0]->buf(32 * 2048);
-  float* yu = sb[0]->buf(32 * 2048);
+  double layer_bytes = 0;
+  const std::vector<DenseLayer> ls = dense_layers(*sb[0], L, &layer_bytes);
+  const DenseOuts outs = dense_outs(*sb[0], 32);
   for (int64_t n : {1, 2, 4}) {
     std::printf("BENCH dense-rows-layer n=%-2lld (%.1f MB)", static_cast<long long>(n), layer_bytes / 1e6);
     for (int i = 0; i < n_sides; ++i) {
@@ -286,15 +283,8 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
         be.matmul_many(jobs);
       };
       int k = 0;
-      const double us = sb[i]->time([&] {
-        const Layer& l = ls[static_cast<size_t>(k++ % L)];
-        pair(l.qa, ya, 1024, l.kv, yb, 512);
-        mm(l.qb, 1024, yq, 32768);
-        mm(l.oa, 8 * 4096, yo, 8192, 1024);
-        mm(l.ob, 8192, yf, 4096);
-        pair(l.gate, yg, 2048, l.up, yu, 2048);
-        mm(l.down, 2048, yf, 4096);
-      }, 2 * L).graph_us;
+      const double us =
+          sb[i]->time([&] { dense_layer_calls(ls[static_cast<size_t>(k++ % L)], outs, mm, pair); }, 2 * L).graph_us;
       std::printf("  %s %7.2f us %5.0f GB/s", labels[i], us, layer_bytes / (us * 1e-6) / 1e9);
     }
     std::printf("\n");

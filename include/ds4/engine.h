@@ -69,9 +69,10 @@ struct EngineOptions {
   // on by default (faster in every case the H200 measured, docs/PERF.md); --no-cuda-branches turns it off.
   bool cuda_branches = true;
   // CUDA: every F16 matmul on TF32 tensor cores in the F16 MMA order (backend::cuda::CudaBackendOptions::
-  // f16_mma): a 2,048-token chunk's F16 matmuls 4× faster (prefill ~20 % faster), decode steps 2–5 % slower
-  // (docs/PERF.md). Another summation order (the CPU within tolerance either way, batched ≡ solo bit for bit
-  // in both); on by default since session 9 — the prefill gain is the larger one; --no-cuda-f16-mma turns it off.
+  // f16_mma): a 2,048-token chunk's F16 matmuls 4× faster (43-layer prefill at 4K +30 %), decode 1.5 % slower
+  // (docs/PERF.md, session 9 final run). Another summation order (the CPU within tolerance either way, batched ≡
+  // solo bit for bit in both); on by default since session 9 — the prefill gain is the larger one;
+  // --no-cuda-f16-mma turns it off.
   bool cuda_f16_mma = true;
   // Weights pulled into the device cache ahead of their matmuls (model::ForwardOptions::l2_prefetch bits,
   // kPrefetch* in model/forward.h); -1: the forward pass's default. Same bits whichever (test_cuda_branches).

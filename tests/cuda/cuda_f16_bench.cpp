@@ -9,7 +9,8 @@
 // device time per call of 50 calls replayed from one step graph; three paths: the segment order, the MMA
 // order with matmul_f16_mma.cu's decode tiles, and with matmul_f16_mma_decode.cu (`f16sweep`: also each
 // of its fixed launch shapes, split rows combined by the counter instead of clusters, and programmatic
-// dependent launches).
+// dependent launches). N ≥ 64 also times the prefill tiles' launch shapes (f16_mma_tiles_launch_shape),
+// "PBENCH tileS" lines.
 // Method (METHOD.md): bench_median.h — one warm-up, the median of 5 repetitions of `iters` calls.
 // Deliberately not here: correctness (test_cuda_f16_mma.cpp), the other prefill stages.
 #include <algorithm>
@@ -18,8 +19,11 @@
 #include <random>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/matmul_f16_mma_tiles.h"
 #include "bench_median.h"
 #include "quant/half.h"
 
@@ -126,6 +130,36 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
                     t * 1e3, 2.0 * s.rows * s.cols * N / t / 1e12);
       }
       std::printf("PBENCH %-8s f16 chunk total (2,048 tokens, 43 layers' calls)  %9.2f ms\n", path, chunk_ms);
+      if (!pa.mma) continue;
+      // The prefill tiles' launch shapes (matmul_f16_mma_tiles.cu f16_mma_tiles_launch_shape; 0 = the
+      // default), launched directly on the legacy stream, twice in turn: the tile shapes' chunk totals.
+      std::vector<Weight> tw;
+      for (const Shape& s : shapes) tw.push_back(s.rows >= 256 ? weight(s.rows, s.cols, keep) : Weight{});
+      (void)be->sync();
+      for (int rep = 0; rep < 2; ++rep)
+        for (int shape = 0; shape < 4; ++shape) {
+          double tiles_ms = 0;
+          for (size_t k = 0; k < std::size(shapes); ++k) {
+            const Shape& s = shapes[k];
+            const Weight& w = tw[k];
+            if (s.rows < 256) continue;
+            cuda::GemvJob j;
+            j.w = w;
+            j.x = x.f32();
+            j.x_stride = s.cols;
+            j.y = y.f32();
+            j.y_stride = s.rows;
+            j.n_vec = N;
+            if (!cuda::f16_mma_tiles_support(j)) continue;
+            const double t = median_seconds([&] { (void)cuda::f16_mma_tiles_launch_shape(j, nullptr, shape); },
+                                            [] { (void)cudaDeviceSynchronize(); }, 5);
+            tiles_ms += t * 1e3 * s.per_chunk * 2048.0 / static_cast<double>(N);
+            std::printf("PBENCH tile%d    f16 %-20s n=%-5lld %9.3f ms  %7.1f TFLOP/s\n", shape, s.name,
+                        static_cast<long long>(N), t * 1e3, 2.0 * s.rows * s.cols * N / t / 1e12);
+          }
+          std::printf("PBENCH tile%d    f16 tiles total (2,048 tokens, 43 layers' calls)  %9.2f ms (%s)\n", shape,
+                      tiles_ms, cudaGetErrorString(cudaGetLastError()));
+        }
       continue;
     }
     // Decode-shaped calls of N tokens.

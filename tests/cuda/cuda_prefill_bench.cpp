@@ -6,7 +6,7 @@
 // rate" of the prefill roofline in docs/PERF.md.
 // "f16" / "f16prof" (few calls, for ncu) / "f16sweep" (also each decode launch shape): cuda_f16_bench.cpp's lines only (the F16 matmuls in the segment and the MMA order; N < 64: decode calls).
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
-// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|experts|walk|profile]. Prints "PBENCH" lines; with
+// stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|experts|walk|profile|q8|q8bulk|…]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
 // "gemm", only the GEMM, F16 and routed-expert lines ("q8": only the dense Q8_0 ones), of the default kernels, of the dense Q8_0 kernel
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
   }
   // "profile": the experts of gemm_experts 13, then 20, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
-  const bool q8prof = argc > 2 && std::strcmp(argv[2], "q8prof") == 0;
+  // "q8bulkprof": q_b's matmul once on the default, then with bulk-copy stages (gemm_q8 = 12; ncu).
+  const bool q8bulkprof = argc > 2 && std::strcmp(argv[2], "q8bulkprof") == 0;
+  const bool q8prof = q8bulkprof || (argc > 2 && std::strcmp(argv[2], "q8prof") == 0);
   const bool profile = q8prof || (argc > 2 && std::strcmp(argv[2], "profile") == 0);
   // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 21 and 14
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
@@ -91,7 +93,10 @@ int main(int argc, char** argv) {
   // experts_fast_kernel and the SwiGLU folded into the down projection's quantizer).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
-  const bool q8_lines = q8prof || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
+  // "q8bulk": the dense Q8_0 lines of the default (cp.async ring) and of the bulk-copy stages (gemm_q8 = 12),
+  // twice in turn (the second pair shows the run's spread).
+  const bool q8bulk = argc > 2 && std::strcmp(argv[2], "q8bulk") == 0;
+  const bool q8_lines = q8prof || q8bulk || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
   const bool gemm_only =
       profile || experts_only || walk_only || q8_lines || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
@@ -101,7 +106,9 @@ int main(int argc, char** argv) {
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
   const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
+                                 : q8bulkprof ? std::vector<int>{0, 46}
                                  : q8prof     ? std::vector<int>{0, 6}
+                                 : q8bulk     ? std::vector<int>{0, 46, 0, 46}
                                  : profile    ? std::vector<int>{21, 28}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
@@ -117,7 +124,9 @@ int main(int argc, char** argv) {
     // Dense Q8_0 lines only: gemm2_kernel (7) and each gemm_q8.cu launch shape (3, 5, 6: 1, 3, 4; 40 … 43:
     // 5 … 8), and the default shapes with CudaBackendOptions::gemm_q8_parts off (44: only the parts lines);
     // 45: only the norm_rope line, norm_rope_loads_first on (mode 0: off).
-    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 45);
+    // 46: the shape by grid size with bulk-copy stages (gemm_q8 = 12).
+    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 46);
+    if (mode == 46) co.gemm_q8 = 12;
     if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
     if (mode >= 40 && mode <= 43) co.gemm_q8 = mode - 35;              // Cfg5 … Cfg8
     co.gemm_q8_parts = mode == 44 ? 0 : -1;
@@ -139,7 +148,7 @@ int main(int argc, char** argv) {
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
                                  "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1"};
+                                 "nr-loads1",   "q8-bulk"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
@@ -218,7 +227,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
       }
     }
-    if (gemm_only && !experts_only && !profile && (mode == 0 || mode == 44)) {
+    if (gemm_only && !experts_only && !profile && (mode == 0 || mode == 44 || mode == 46)) {
       // Several matrices per call (CudaBackendOptions::gemm_q8_parts; mode 44: one launch each): out_a's 8
       // row groups of 1,024 over 4,096 values of the attention output each, the shared expert's gate + up.
       const int64_t G = 8, Ro = 1024, gin = 4096, E = 4096, F = 2048;

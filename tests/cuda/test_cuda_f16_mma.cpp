@@ -5,6 +5,7 @@
 // tiles of 8 and 16 rows, 8/16/32-vector tiles, the prefill block tiles of 128 × 64 and 64 × 64 and the
 // few-row split shape); a token's bits the same at n = 1, 2, 5, 8, 40
 // and 2,048 and with element instead of 16-byte loads; poisoned outputs (every written value checked);
+// the prefill tiles' other launch shapes (matmul_f16_mma_tiles.cu f16_mma_tiles_launch_shape) ≡ the default;
 // matmul_many ≡ one matmul per job. The HC controls' segment sums (ops_hc.cu hc_seg_mma_kernel) are
 // test_cuda_fused.cpp's HcPreEqualsPiecesAndCpu (its f16_mma backend): the fused HC pre ≡ rms_norm then
 // matmul bit for bit, and within 2e-5 of the CPU.
@@ -17,6 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include "backend/cuda/matmul_f16_mma_tiles.h"
 #include "cuda_test_util.h"
 
 using namespace ds4;
@@ -94,6 +98,48 @@ TEST_F(CudaF16Mma, MatchesCpuAtFlashShapesEveryLaunchShape) {
   vs_cpu(530, 1000, 77, 0, 1);
   vs_cpu(530, 1024, 77, 0, 1);
   vs_cpu(2050, 136, 3, 0, 0);
+}
+
+TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
+  // matmul_f16_mma_tiles.cu's launch shapes 1 (two 32-value blocks per ring stage), 2 (16-row warp tiles)
+  // and 3 (both) against shape 0 (the default, checked against the CPU above) bit for bit, every output
+  // written (poisoned y): the Flash tile shapes at a 2,048-token chunk and ragged rows / vectors (300 × 100,
+  // 1,000 × 2,049 — partial row and vector tiles, one segment at K 512).
+  struct Sh {
+    int64_t rows, cols, n;
+  };
+  for (const Sh& sh : {Sh{256, 4096, 2048}, Sh{1024, 4096, 2048}, Sh{512, 4096, 2048}, Sh{8192, 1024, 2048},
+                       Sh{300, 512, 100}, Sh{1000, 2048, 2049}}) {
+    Weight w;
+    auto bytes = random_weight(GgmlType::F16, sh.rows, sh.cols, &w);
+    w.data = bytes.data();
+    const auto x = randn(static_cast<size_t>(sh.n * sh.cols));
+    backend::cuda::GemvJob j;
+    j.w = gpu_weight(w, w.row_bytes * sh.rows);
+    j.x = dev(x);
+    j.x_stride = sh.cols;
+    j.y_stride = sh.rows;
+    j.n_vec = sh.n;
+    ASSERT_TRUE(gpu_->sync().ok());
+    ASSERT_TRUE(backend::cuda::f16_mma_tiles_support(j));
+    std::vector<float> want;
+    for (int shape = 0; shape < 4; ++shape) {
+      j.y = poisoned(static_cast<size_t>(sh.n * sh.rows));
+      ASSERT_TRUE(gpu_->sync().ok());
+      ASSERT_EQ(backend::cuda::f16_mma_tiles_launch_shape(j, nullptr, shape), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto got = host(j.y, static_cast<size_t>(sh.n * sh.rows));
+      const std::string label = std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " n" + std::to_string(sh.n) +
+                                " shape " + std::to_string(shape);
+      size_t nan = 0;
+      for (float v : got) nan += std::isnan(v);
+      EXPECT_EQ(nan, 0u) << label << ": outputs left unwritten";
+      if (shape == 0)
+        want = got;
+      else
+        EXPECT_EQ(count_differing(got, want), 0u) << label << " vs shape 0";
+    }
+  }
 }
 
 TEST_F(CudaF16Mma, RowOfATokenIsTheSameBitsInEveryBatch) {

@@ -3,7 +3,8 @@
 // the CPU op, the previous kernel (CudaBackendOptions::gemm_pipelined = false) and, for one token, the
 // decode kernel at n = 1; routed experts grouped by expert with uneven expert counts (one expert with four
 // tiles, experts with none) equal the previous kernel and stay within the CPU tolerance; the dense Q8_0
-// kernel of gemm_q8.cu (CudaBackendOptions::gemm_q8, both warp shapes) equals the CPU op and the default;
+// kernel of gemm_q8.cu (CudaBackendOptions::gemm_q8, every launch shape, cp.async or bulk copies) equals the
+// CPU op and the default, the bulk copies also on the Flash shapes at 2,048 tokens;
 // the prefill glue (CudaBackendOptions::prefill_glue: activation quantizer, grouping, swiglu, slot sum)
 // gives the same bits as the previous kernels; the grouped experts' kernels of gemm_experts.cu equal
 // gemm2_kernel at the Flash depths.
@@ -197,7 +198,8 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
       {GgmlType::Q8_0, 300, 1024, 200}, {GgmlType::Q8_0, 130, 8192, 150}, {GgmlType::Q8_0, 136, 1024, 1000},
       {GgmlType::Q8_0, 128, 256, 128},
   };
-  for (int variant : {1, 3, 4, 5, 6, 7, 8}) {
+  // 9 … 12: the stages by bulk copies (Cfg7, Cfg1, Cfg3, the shape by grid size).
+  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
@@ -212,6 +214,34 @@ static std::unique_ptr<Backend> backend_with(const cuda::CudaBackendOptions& o) 
   auto made = cuda::make_cuda_backend(o);
   EXPECT_TRUE(made.ok()) << made.status().to_string();
   return made.ok() ? std::move(made).value() : nullptr;
+}
+
+TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
+  // gemm_q8.cu's bulk-copy stages (CudaBackendOptions::gemm_q8 = 12: the shape by grid size, sm_90) on the
+  // Flash Q8_0 shapes at a 2,048-token chunk (q_a / one out_a group 1024×4096 → Cfg1, q_b 32768×1024 and
+  // out_b 4096×8192 → Cfg7, kv 512×4096 → Cfg3) and a partial vector tile (2,049; 77), bit for bit against
+  // the cp.async ring (gemm_q8 = −1); the CPU op is compared on the small shapes above (its 2,048-token
+  // products take minutes on the host).
+  cuda::CudaBackendOptions o;
+  o.gemm_q8 = 12;
+  auto bulk = backend_with(o);
+  ASSERT_TRUE(bulk);
+  struct Shape {
+    int64_t rows, cols, n;
+  };
+  for (const Shape& sh : {Shape{1024, 4096, 2048}, Shape{32768, 1024, 2048}, Shape{4096, 8192, 2049},
+                          Shape{512, 4096, 2048}, Shape{2048, 4096, 77}}) {
+    Weight w;
+    auto bytes = random_weight(GgmlType::Q8_0, sh.rows, sh.cols, &w);
+    w.data = bytes.data();
+    const auto x = randn(static_cast<size_t>(sh.n * sh.cols));
+    const auto want = matmul_on(*gpu_, w, bytes.size(), x.data(), sh.n);
+    const auto got = matmul_on(*bulk, w, bytes.size(), x.data(), sh.n);
+    int64_t nan = 0;
+    for (float v : got) nan += std::isnan(v);
+    EXPECT_EQ(nan, 0) << sh.rows << "x" << sh.cols << " n=" << sh.n << ": outputs left unwritten";
+    EXPECT_EQ(bit_diffs(got, want), 0) << sh.rows << "x" << sh.cols << " n=" << sh.n << ": bulk vs cp.async";
+  }
 }
 
 TEST_F(CudaGemm, Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) {
@@ -263,7 +293,7 @@ TEST_F(CudaGemm, Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) {
   ASSERT_TRUE(solo_be);
   const auto solo = run(*solo_be);
   EXPECT_EQ(bit_diffs(solo, want), 0) << "one launch per part vs CPU";
-  for (int variant : {-1, 4}) {  // (−1: the shape by grid size)
+  for (int variant : {-1, 4, 12}) {  // (−1: the shape by grid size; 12: the same with bulk copies)
     cuda::CudaBackendOptions o;
     o.gemm_q8_parts = 1;
     o.gemm_q8 = variant;

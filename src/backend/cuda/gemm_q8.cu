@@ -24,6 +24,7 @@
 // Deliberately not here: K-quants and grouped experts (ops_gemm.cu), the dispatch (CudaBackend::gemm).
 #include <algorithm>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
@@ -76,6 +77,8 @@ struct Q8Part {
   uint64_t act_off;   // bytes into each activation row
 };
 constexpr int kMaxParts = 8;
+// CudaBackendOptions::gemm_q8 = 12: default_shape's launch shape with bulk copies (9 … 11: Cfg7, Cfg1, Cfg3).
+constexpr int kGemmQ8BulkByGrid = 12;
 
 struct Q8Params {
   uint64_t row_bytes;
@@ -167,13 +170,40 @@ __device__ inline void copy_stage(uint8_t* smem, int slot, const uint8_t* w, uin
   }
 }
 
+// The bulk form of copy_stage (sm_90; CudaBackendOptions::gemm_q8 9 … 12): one `cp.async.bulk` per weight
+// row (272 B) and per activation row (288 B) of the stage, each thread issuing at most ⌈(BM + BN) / THREADS⌉,
+// completing on the slot's mbarrier (`bar`, whose expected bytes the caller announced before): the TMA unit
+// walks the bytes, so a stage costs a thread 1–2 instructions of copy issue instead of 26 cp.async with
+// their index arithmetic (~4 of Cfg7's 23.4 warp instructions per MMA, session 9's ncu). Same bytes in the
+// same places as copy_stage.
+template <class C>
+__device__ inline void bulk_stage(uint8_t* smem, int slot, uint64_t* bar, const uint8_t* w, uint64_t row_bytes,
+                                  int64_t rows, const uint8_t* act, uint64_t act_stride, int64_t m0,
+                                  const int64_t* arow, int64_t kb) {
+  uint8_t* sa = smem + slot * (C::STAGE_A + C::STAGE_B);
+  uint8_t* sb = sa + C::STAGE_A;
+  for (int r = threadIdx.x; r < C::BM + C::BN; r += C::THREADS) {
+    if (r < C::BM) {
+      if (m0 + r < rows) bulk_copy(sa + r * kPitchA, w + static_cast<uint64_t>(m0 + r) * row_bytes + kb * 272, 272, bar);
+    } else {
+      const int c = r - C::BM;
+      if (arow[c] >= 0) bulk_copy(sb + c * kPitchB, act + static_cast<uint64_t>(arow[c]) * act_stride + kb * 288, 288, bar);
+    }
+  }
+}
+
 // Block (x, y, z): rows [x·BM, …) of part z (blocks past a shorter part's rows return at once) × vectors
 // [y·BN, …).
-template <class C>
+// kBulk: the stages by bulk_stage on one mbarrier per ring slot (`full`: stage kb is slot kb % S's
+// (kb / S)-th phase) instead of cp.async groups; the block barrier per stage stays (a slot is refilled
+// only after every warp is done reading it). Thread 0 announces a stage's bytes before the block barrier
+// that precedes its copies, so no copy completes on a phase before its arrival.
+template <class C, bool kBulk>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p) {
   constexpr int WM = C::WM, WN = C::WN, MI = WM / 16, NJ = WN / 8, S = C::STAGES;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int64_t arow[C::BN];
+  __shared__ __align__(8) uint64_t full[kBulk ? S : 1];
 
   const Q8Part& part = p.part[blockIdx.z];
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * C::BM, v0 = static_cast<int64_t>(blockIdx.y) * C::BN;
@@ -182,6 +212,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p
   const uint8_t* w = part.w;
   const uint8_t* act = p.act + part.act_off;
   for (int c = threadIdx.x; c < C::BN; c += C::THREADS) arow[c] = v0 + c < p.n_vec ? (v0 + c) / p.x_div : -1;
+  if (kBulk && threadIdx.x == 0)
+    for (int s = 0; s < S; ++s) mbar_init(&full[s]);
   __syncthreads();
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -191,17 +223,39 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p
   float acc[MI][NJ][4] = {};
 
   const int64_t nkb = p.cols / 256;
+  // kBulk: the bytes of every stage (rows and vectors past the matrix are not copied).
+  [[maybe_unused]] const uint32_t stage_bytes = static_cast<uint32_t>(std::min<int64_t>(C::BM, rows - m0) * 272 +
+                                                     std::min<int64_t>(C::BN, p.n_vec - v0) * 288);
+  if constexpr (kBulk) {
+    if (threadIdx.x == 0)
+      for (int s = 0; s < S - 1 && s < nkb; ++s) mbar_expect(&full[s], stage_bytes);
+    __syncthreads();
+  }
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < nkb) copy_stage<C>(smem, s, w, p.row_bytes, rows, act, p.act_stride, m0, arow, s);
-    cp_async_commit();
+    if constexpr (kBulk) {
+      if (s < nkb) bulk_stage<C>(smem, s, &full[s], w, p.row_bytes, rows, act, p.act_stride, m0, arow, s);
+    } else {
+      if (s < nkb) copy_stage<C>(smem, s, w, p.row_bytes, rows, act, p.act_stride, m0, arow, s);
+      cp_async_commit();
+    }
   }
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    cp_async_wait<S - 2>();  // this thread's copies of stage kb landed
-    __syncthreads();         // everyone's did, and stage kb − 1's slot is no longer read
-    if (kb + S - 1 < nkb)
-      copy_stage<C>(smem, static_cast<int>((kb + S - 1) % S), w, p.row_bytes, rows, act, p.act_stride, m0, arow, kb + S - 1);
-    cp_async_commit();  // (empty groups keep the count: wait<S − 2> always leaves only newer stages in flight)
+    const int refill = static_cast<int>((kb + S - 1) % S);
+    if constexpr (kBulk) {
+      mbar_wait(&full[kb % S], static_cast<uint32_t>(kb / S) & 1u);  // stage kb's bytes landed
+      // Slot `refill` held stage kb − 1, whose phase every thread passed before the previous block barrier.
+      if (threadIdx.x == 0 && kb + S - 1 < nkb) mbar_expect(&full[refill], stage_bytes);
+      __syncthreads();  // stage kb − 1's slot is no longer read (and its next phase is announced)
+      if (kb + S - 1 < nkb)
+        bulk_stage<C>(smem, refill, &full[refill], w, p.row_bytes, rows, act, p.act_stride, m0, arow, kb + S - 1);
+    } else {
+      cp_async_wait<S - 2>();  // this thread's copies of stage kb landed
+      __syncthreads();         // everyone's did, and stage kb − 1's slot is no longer read
+      if (kb + S - 1 < nkb)
+        copy_stage<C>(smem, refill, w, p.row_bytes, rows, act, p.act_stride, m0, arow, kb + S - 1);
+      cp_async_commit();  // (empty groups keep the count: wait<S − 2> always leaves only newer stages in flight)
+    }
     const uint8_t* sa = smem + (kb % S) * (C::STAGE_A + C::STAGE_B);
     const uint8_t* ra = sa + (wm + g) * kPitchA;
     const uint8_t* rb = sa + C::STAGE_A;
@@ -229,15 +283,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p
       }
 }
 
-template <class C>
+template <class C, bool kBulk = false>
 bool launch(CudaBackend& be, const Q8Params& p, int n_parts, int64_t max_rows) {
-  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM),
+  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C, kBulk>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM),
                 "gemm q8 smem"))
     return true;  // error recorded
   const dim3 grid(static_cast<unsigned>((max_rows + C::BM - 1) / C::BM),
                   static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN), static_cast<unsigned>(n_parts));
-  gemm_q8_kernel<C><<<grid, C::THREADS, C::SMEM, be.stream()>>>(p);
-  be.launched("gemm q8_0 (int8 tensor cores, direct fragments)");
+  gemm_q8_kernel<C, kBulk><<<grid, C::THREADS, C::SMEM, be.stream()>>>(p);
+  be.launched(kBulk ? "gemm q8_0 (int8 tensor cores, direct fragments, bulk copies)"
+                    : "gemm q8_0 (int8 tensor cores, direct fragments)");
   return true;
 }
 
@@ -255,9 +310,24 @@ int default_shape(int64_t rows, int64_t n, int n_parts) {
 }
 
 // The parts p.part[0 … n_parts) in launch shape `variant` (1, 3 … 8; any other value: default_shape).
+// With bulk copies (sm_90; the caller checked): 9 … 11 = Cfg7, Cfg1, Cfg3 with bulk_stage; 12 = default_shape's
+// choice with bulk_stage (kGemmQ8BulkByGrid).
 bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) {
   int64_t max_rows = 0;
   for (int k = 0; k < n_parts; ++k) max_rows = std::max(max_rows, p.part[k].rows);
+  if (variant >= 9 && variant <= kGemmQ8BulkByGrid && !be.sm90())  // (bulk copies need sm_90: cp.async twins)
+    variant = variant == 9 ? 7 : variant == 10 ? 1 : variant == 11 ? 3 : -1;
+  if (variant >= 9 && variant <= kGemmQ8BulkByGrid) {
+    const int shape = variant == kGemmQ8BulkByGrid ? default_shape(max_rows, p.n_vec, n_parts)
+                      : variant == 9               ? 7
+                      : variant == 10              ? 1
+                                                   : 3;
+    switch (shape) {
+      case 7: return launch<Cfg7, true>(be, p, n_parts, max_rows);
+      case 1: return launch<Cfg1, true>(be, p, n_parts, max_rows);
+      default: return launch<Cfg3, true>(be, p, n_parts, max_rows);
+    }
+  }
   const bool shape = variant == 1 || (variant >= 3 && variant <= 8);
   switch (shape ? variant : default_shape(max_rows, p.n_vec, n_parts)) {
     case 3: return launch<Cfg3>(be, p, n_parts, max_rows);

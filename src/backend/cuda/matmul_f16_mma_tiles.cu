@@ -21,44 +21,53 @@ namespace ds4::backend::cuda {
 
 namespace {
 
-constexpr int kStages = 4;
-constexpr int kWPitch = 64;   // bytes per weight row per stage: 32 F16 values; 2 rows = one 128-byte bank sweep
-constexpr int kXPitch = 144;  // bytes per vector per stage: 32 floats + 16 (conflict-free LDS.128 of 8 lanes)
+constexpr int kWPitch = 64;   // bytes per weight row per 32-value block: 32 F16 values; 2 rows = one 128-byte bank sweep
+constexpr int kXPitch = 144;  // bytes per vector per 32-value block: 32 floats + 16 (conflict-free LDS.128 of 8 lanes)
 
-constexpr int TM = 2, TN = 4;  // warp tile 32 rows × 32 vectors: chain, segment sum and y in registers (3 × 32)
+// A launch shape (none changes the order): blocks of WM × WN warps, warp tiles of TM m16 × TN n8 tiles (TM = 2:
+// 32 × 32, the chain, segment sum and y in registers, 3 × 32 floats; TM = 1: 16 × 32, twice the warps for
+// a matrix — the 256- and 512-row matrices leave 4 warps per SM with 32-row tiles), KB 32-value blocks per
+// ring stage (one block barrier per stage; a stage = KB sub-tiles, each in the one-block layout below, so
+// the fragment loads stay conflict-free), STAGES ring slots.
+template <int WM_, int WN_, int TM_, int TN_, int KB_, int STAGES_>
+struct TileCfg {
+  static constexpr int WM = WM_, WN = WN_, TM = TM_, TN = TN_, KB = KB_, STAGES = STAGES_;
+  static constexpr int BM = 16 * TM * WM, BN = 8 * TN * WN, THREADS = WM * WN * kWarp;
+  static constexpr int SUB = BM * kWPitch + BN * kXPitch;  // one 32-value block's weights + activations
+  static constexpr int STAGE = KB * SUB, SMEM = STAGES * STAGE;
+};
 
-template <int WM, int WN>
-constexpr int stage_bytes() {
-  return 16 * TM * WM * kWPitch + 8 * TN * WN * kXPitch;
-}
-
-template <int WM, int WN>
-__global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(GemvJob p) {
-  constexpr int BM = 16 * TM * WM, BN = 8 * TN * WN, kThreads = WM * WN * kWarp, kStage = stage_bytes<WM, WN>();
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, 1) f16_mma_smem_kernel(GemvJob p) {
+  constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, kThreads = C::THREADS, KB = C::KB, S = C::STAGES;
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
-  const int wm = warp / WN, wn = warp % WN;
+  const int wm = warp / C::WN, wn = warp % C::WN;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM, n0 = static_cast<int64_t>(blockIdx.y) * BN;
-  const int64_t nblk = p.w.cols / kF16MmaBlk;
+  const int64_t nblk = p.w.cols / kF16MmaBlk, nst = nblk / KB;  // (cols: whole segments, so whole stages)
   const auto* wt = static_cast<const uint8_t*>(p.w.data);
-  auto copy_stage = [&](int64_t b, int slot) {
-    uint8_t* sw = smem + slot * kStage;
-    uint8_t* sx = sw + BM * kWPitch;
-    for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
-      if (idx < 4 * BM) {
-        const int r = idx / 4, c = idx % 4;
-        const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
-        cp_async16(sw + r * kWPitch + 16 * c, wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
-      } else {
-        const int k = idx - 4 * BM, v = k / 8, c = k % 8;
-        const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
-        cp_async16(sx + v * kXPitch + 16 * c, p.x + vec * p.x_stride + b * kF16MmaBlk + 4 * c);
+  auto copy_stage = [&](int64_t st, int slot) {
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+      const int64_t b = st * KB + kb;
+      uint8_t* sw = smem + slot * C::STAGE + kb * C::SUB;
+      uint8_t* sx = sw + BM * kWPitch;
+      for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
+        if (idx < 4 * BM) {
+          const int r = idx / 4, c = idx % 4;
+          const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
+          cp_async16(sw + r * kWPitch + 16 * c, wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
+        } else {
+          const int k = idx - 4 * BM, v = k / 8, c = k % 8;
+          const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
+          cp_async16(sx + v * kXPitch + 16 * c, p.x + vec * p.x_stride + b * kF16MmaBlk + 4 * c);
+        }
       }
     }
   };
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < nblk) copy_stage(st, st);
+  for (int st = 0; st < S - 1; ++st) {
+    if (st < nst) copy_stage(st, st);
     cp_async_commit();
   }
   float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];
@@ -68,40 +77,44 @@ __global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(GemvJo
     for (int j = 0; j < TN; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
-  for (int64_t b = 0; b < nblk; ++b) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage b visible to all; every warp done with the slot the next copy overwrites
-    if (b + kStages - 1 < nblk) copy_stage(b + kStages - 1, static_cast<int>((b + kStages - 1) % kStages));
+  for (int64_t st = 0; st < nst; ++st) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // stage st visible to all; every warp done with the slot the next copy overwrites
+    if (st + S - 1 < nst) copy_stage(st + S - 1, static_cast<int>((st + S - 1) % S));
     cp_async_commit();
-    const uint8_t* sw = smem + (b % kStages) * kStage;
-    const uint8_t* sx = sw + BM * kWPitch;
-    uint4 w[TM][2];
-    float x[TN][8];
 #pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
-#pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
-      const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
-      x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
-      x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
-    }
-    f16_mma_block<TM, TN>(c, w, x);
-    if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
-      const bool first = b % 16 == 3, last = b % 16 == 15;
+    for (int kb = 0; kb < KB; ++kb) {
+      const int64_t b = st * KB + kb;
+      const uint8_t* sw = smem + (st % S) * C::STAGE + kb * C::SUB;
+      const uint8_t* sx = sw + BM * kWPitch;
+      uint4 w[TM][2];
+      float x[TN][8];
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j)
+        for (int h = 0; h < 2; ++h)
+          w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
-            c[i][j][r] = 0.0f;
-            if (last) y[i][j][r] += sg[i][j][r];  // segment order
-          }
+      for (int j = 0; j < TN; ++j) {
+        const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
+        const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
+        x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
+        x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
+      }
+      f16_mma_block<TM, TN>(c, w, x);
+      if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
+        const bool first = b % 16 == 3, last = b % 16 == 15;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
+              c[i][j][r] = 0.0f;
+              if (last) y[i][j][r] += sg[i][j][r];  // segment order
+            }
+      }
     }
   }
 #pragma unroll
@@ -115,15 +128,13 @@ __global__ void __launch_bounds__(WM * WN * kWarp, 1) f16_mma_smem_kernel(GemvJo
       }
 }
 
-template <int WM, int WN>
+template <class C>
 cudaError_t launch_smem(const GemvJob& p, cudaStream_t s) {
-  constexpr int smem = kStages * stage_bytes<WM, WN>();
-  auto k = f16_mma_smem_kernel<WM, WN>;
-  const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  auto k = f16_mma_smem_kernel<C>;
+  const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
   if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((p.w.rows + 16 * TM * WM - 1) / (16 * TM * WM)),
-                  static_cast<unsigned>((p.n_vec + 8 * TN * WN - 1) / (8 * TN * WN)));
-  k<<<grid, WM * WN * kWarp, smem, s>>>(p);
+  const dim3 grid(static_cast<unsigned>((p.w.rows + C::BM - 1) / C::BM), static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
+  k<<<grid, C::THREADS, C::SMEM, s>>>(p);
   return cudaGetLastError();
 }
 
@@ -134,9 +145,20 @@ bool f16_mma_tiles_support(const GemvJob& j) {
          aligned16(j.x) && j.x_stride % 4 == 0 && j.w.rows >= 256 && j.n_vec >= 64 && (j.n_vec + 63) / 64 <= 65535;
 }
 
-cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) {
-  // 128 × 64 tiles (8 warps) from 1,024 rows, else 64 × 64 (4 warps: the 256- and 512-row matrices).
-  return j.w.rows >= 1024 ? launch_smem<4, 2>(j, s) : launch_smem<2, 2>(j, s);
+cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_mma_tiles_launch_shape(j, s, 0); }
+
+cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
+  const bool big = j.w.rows >= 1024;
+  switch (shape) {
+    case 1:  // 2 blocks per stage: half the block barriers
+      return big ? launch_smem<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 2, 3>>(j, s);
+    case 2:  // 16-row warp tiles: twice the warps per matrix
+      return big ? launch_smem<TileCfg<4, 2, 1, 4, 1, 4>>(j, s) : launch_smem<TileCfg<4, 1, 1, 4, 1, 4>>(j, s);
+    case 3:  // both
+      return big ? launch_smem<TileCfg<4, 2, 1, 4, 2, 3>>(j, s) : launch_smem<TileCfg<4, 1, 1, 4, 2, 3>>(j, s);
+    default:  // 128 × 64 tiles (8 warps) from 1,024 rows, else 64 × 64 (4 warps: the 256- and 512-row matrices).
+      return big ? launch_smem<TileCfg<4, 2, 2, 4, 1, 4>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 1, 4>>(j, s);
+  }
 }
 
 }  // namespace ds4::backend::cuda

@@ -504,6 +504,54 @@ TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) {
   check(4096, 8192, 2, 8, 3);
 }
 
+// gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90; W1: reached through gemv_rows_no_l1 with gemv_rows =
+// always): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
+// (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,
+// chained launches (PDL: the copies before the previous kernel ends, the activations after it).
+class CudaGemvWarp : public CudaGemvRows {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRows::options();
+    o.gemv_rows_no_l1 = true;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvWarp, FlashShapesBitIdenticalToCpu) {
+  flash_rows();
+  check(4096, 8192, 1);  // out_b whole: one-row tiles
+  check(4096, 8192, 4, 8, 3);
+  check(4096, 2048, 1);  // shared down whole: 4-row tiles
+  check(4096, 2048, 2);
+  check(32768, 1024, 2);  // q_b whole: 8-row tiles
+  check(32768, 1024, 4);
+}
+
+TEST_F(CudaGemvWarp, GroupedOutputProjectionInOneCall) {
+  for (int64_t n : {1, 2, 3, 4}) check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
+  check(4 * 96, 1024, 3, 0, 0, 96, 1024 + 64);
+  check(3 * 37, 512, 3, 0, 0, 37, 512);
+  check(2 * 64, 4096, 5, 0, 0, 64, 4096 + 64);  // 5 vectors: other kernels
+}
+
+TEST_F(CudaGemvWarp, OddRowCountsAndSmallShapes) {
+  odd_shapes();
+  check(300, 24576, 1);  // 26 KB rows: beyond its shared memory (other kernels)
+  check(1001, 2048, 1, 0, 5);
+}
+
+TEST_F(CudaGemvWarp, MatmulManySharedInputInOneLaunch) {
+  for (int64_t n : {1, 2, 3, 4}) {
+    check_many({1024, 512}, 4096, n);   // q_a + kv
+    check_many({2048, 2048}, 4096, n);  // shared gate + up
+  }
+  check_many({7, 1, 300, 64, 5, 9, 33, 2}, 1024, 1);  // 8 parts, some of fewer rows than blocks
+  check_many({5, 3}, 768, 3);
+  check_many({100, 100}, 4096, 2, {0, 128});  // different inputs: one matmul each
+}
+
+TEST_F(CudaGemvWarp, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
 // gemv_stream.cu's bulk ring (1..16 vectors, forced: gemv_bulk = always, gemv_rows off; sm_90 only — below
 // it the launch declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1, 2, 4,
 // 8 (every row at 1 — the head's first 20,000 —, 1,000 at more: partial row groups), q_b, out_b and the

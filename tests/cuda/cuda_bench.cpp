@@ -46,6 +46,8 @@
 //        cuda_bench --branches M...       decode steps (batch 1 and 8) with concurrent branches off / on.
 //        cuda_bench --prefetch [--mode K] M...  decode steps (batch 1 and 8) with each set of weights prefetched
 //                                         into L2 (K: CudaBackendOptions::l2_prefetch_mode).
+//        cuda_bench --warp [NAME]         dense Q8_0 matmuls at n = 1..4 and one layer: gemv_warp off, default,
+//                                         always (tiles of 8.7, 4.4 and 17.4 KB), cold weights.
 //        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
@@ -611,11 +613,30 @@ int main(int argc, char** argv) {
     if (!hc_once && v2.ok()) bench_small_prefill(*be, **v2);
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--warp") == 0) {  // dense Q8_0 decode matmuls: gemv_warp off / wins / always
+    cuda::CudaBackendOptions fo, ao, ho, lo2;
+    fo.gemv_warp = cuda::GemvMma::off;  // the dispatch before gemv_warp.cu
+    ao.gemv_warp = ho.gemv_warp = lo2.gemv_warp = cuda::GemvMma::always;
+    ho.gemv_warp_tile_bytes = 4352;   // half tiles (more slots a warp)
+    lo2.gemv_warp_tile_bytes = 17408;  // double tiles
+    auto off = cuda::make_cuda_backend(fo);
+    auto all = cuda::make_cuda_backend(ao);
+    auto half = cuda::make_cuda_backend(ho);
+    auto dbl = cuda::make_cuda_backend(lo2);
+    if (off.ok() && all.ok() && half.ok() && dbl.ok()) {
+      Backend* sides[5] = {off->get(), be.get(), all->get(), half->get(), dbl->get()};
+      const char* labels[5] = {"no-warp", "default", "warp", "warp-4K", "warp-17K"};
+      const int64_t lo[5] = {1, 1, 1, 1, 1}, hi[5] = {4, 4, 4, 4, 4};
+      bench_dense_rows(sides, labels, lo, hi, 5, argc > 2 ? argv[2] : nullptr);
+    }
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--bulk") == 0) {  // dense Q8_0 decode matmuls: default vs the bulk ring
     cuda::CudaBackendOptions bo, no, wo;
     bo.gemv_bulk = cuda::GemvMma::always;
     no.gemv_bulk = cuda::GemvMma::off;   // the dispatch without the bulk rings
     wo.gemv_bulk = cuda::GemvMma::wins;  // ring 1 where it measured faster
+    for (auto* o : {&bo, &no, &wo}) o->gemv_warp = cuda::GemvMma::off;  // gemv_warp.cu: --warp
     auto bulk = cuda::make_cuda_backend(bo);
     auto nobulk = cuda::make_cuda_backend(no);
     auto wins = cuda::make_cuda_backend(wo);
@@ -635,7 +656,7 @@ int main(int argc, char** argv) {
     no.gemv_rows_no_l1 = true;
     mo.gemv_rows = mo.gemv_stream = mo.gemv_dense = cuda::GemvMma::off;  // gemv_mma.cu at every n it takes
     mo.gemv_mma = cuda::GemvMma::always;
-    for (auto* o : {&po, &ro, &no, &mo}) o->gemv_bulk = cuda::GemvMma::off;  // the bulk ring: --bulk
+    for (auto* o : {&po, &ro, &no, &mo}) o->gemv_bulk = o->gemv_warp = cuda::GemvMma::off;  // --bulk, --warp
     auto rows = cuda::make_cuda_backend(ro);
     auto nol1 = cuda::make_cuda_backend(no);
     auto mma = cuda::make_cuda_backend(mo);
@@ -653,6 +674,7 @@ int main(int argc, char** argv) {
     po.gemv_stream_chunks = false;  // the dispatch before the column chunks
     po.gemv_rows = so.gemv_rows = no.gemv_rows = cuda::GemvMma::off;  // gemv_rows.cu: --rows
     po.gemv_bulk = so.gemv_bulk = no.gemv_bulk = cuda::GemvMma::off;  // the bulk ring: --bulk
+    po.gemv_warp = so.gemv_warp = no.gemv_warp = cuda::GemvMma::off;  // gemv_warp.cu: --warp
     so.gemv_stream = cuda::GemvMma::always;
     so.gemv_stream_chunks = true;
     no.gemv_stream = cuda::GemvMma::always;  // whole-row tiles

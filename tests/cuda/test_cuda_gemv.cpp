@@ -14,6 +14,8 @@
 //   Flash, grouped, odd-shape, matmul_many and chained suites at n ≤ 8 (larger n falling back).
 // - gemv_stream.cu's bulk ring (forced: gemv_bulk = always; sm_90): the Flash matrices at n = 1, 2, 4, 8
 //   (q_b, out_b, shared gate/up and down whole), grouped, odd-shape, matmul_many and chained suites.
+// - gemv_warp.cu's per-warp rings (forced: gemv_warp = always; sm_90): the gemv_rows suites at n ≤ 4 (5..8 falling
+//   back), q_b, out_b and shared down whole at 1, 2 and 4 vectors; half tiles (gemv_warp_tile_bytes).
 // Deliberately not here: other weight types and routed experts (test_cuda_matmul.cpp).
 #include <algorithm>
 #include <cstring>
@@ -146,6 +148,7 @@ class CudaGemvMma : public CudaGemvKernel {
     o.gemv_stream = backend::cuda::GemvMma::off;  // ahead of both
     o.gemv_rows = backend::cuda::GemvMma::off;    // ahead of gemv_stream
     o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
+    o.gemv_warp = backend::cuda::GemvMma::off;  // ahead of gemv_bulk (CudaGemvWarp turns it on)
     return o;
   }
 };
@@ -187,6 +190,7 @@ TEST_F(CudaGemvMma, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousKer
   o.gemv_stream = backend::cuda::GemvMma::off;
   o.gemv_rows = backend::cuda::GemvMma::off;
   o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
+  o.gemv_warp = backend::cuda::GemvMma::off;  // ahead of gemv_bulk (CudaGemvWarp turns it on)
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -232,6 +236,7 @@ class CudaGemvDense : public CudaGemvKernel {
     o.gemv_stream = backend::cuda::GemvMma::off;    // ahead of gemv_dense in the dispatch
     o.gemv_rows = backend::cuda::GemvMma::off;      // ahead of gemv_stream
     o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
+    o.gemv_warp = backend::cuda::GemvMma::off;  // ahead of gemv_bulk (CudaGemvWarp turns it on)
     return o;
   }
 };
@@ -251,6 +256,7 @@ TEST_F(CudaGemvDense, RowOfAVectorIsTheSameBitsAtEveryBatchSizeAndOnThePreviousK
   o.gemv_stream = backend::cuda::GemvMma::off;
   o.gemv_rows = backend::cuda::GemvMma::off;
   o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
+  o.gemv_warp = backend::cuda::GemvMma::off;  // ahead of gemv_bulk (CudaGemvWarp turns it on)
   auto made = backend::cuda::make_cuda_backend(o);
   ASSERT_TRUE(made.ok());
   auto& old = *made;
@@ -293,6 +299,7 @@ class CudaGemvStream : public CudaGemvKernel {
     o.gemv_stream = backend::cuda::GemvMma::always;  // every shape it takes, n ≤ 16
     o.gemv_rows = backend::cuda::GemvMma::off;       // ahead of gemv_stream (CudaGemvRows turns it on)
     o.gemv_bulk = backend::cuda::GemvMma::off;  // ahead of gemv_rows (CudaGemvBulk turns it on)
+    o.gemv_warp = backend::cuda::GemvMma::off;  // ahead of gemv_bulk (CudaGemvWarp turns it on)
     return o;
   }
 
@@ -504,15 +511,15 @@ TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) {
   check(4096, 8192, 2, 8, 3);
 }
 
-// gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90; W1: reached through gemv_rows_no_l1 with gemv_rows =
-// always): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
+// gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
+// declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,
 // chained launches (PDL: the copies before the previous kernel ends, the activations after it).
 class CudaGemvWarp : public CudaGemvRows {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o = CudaGemvRows::options();
-    o.gemv_rows_no_l1 = true;
+    o.gemv_warp = backend::cuda::GemvMma::always;
     return o;
   }
 };
@@ -551,6 +558,26 @@ TEST_F(CudaGemvWarp, MatmulManySharedInputInOneLaunch) {
 }
 
 TEST_F(CudaGemvWarp, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+// Other tile sizes (gemv_warp_tile_bytes: half tiles with more slots a warp, double tiles): the same CPU bits.
+class CudaGemvWarpTiles : public CudaGemvWarp {
+ protected:
+  int tile_bytes = 4352;
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvWarp::options();
+    o.gemv_warp_tile_bytes = tile_bytes;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvWarpTiles, HalfTilesBitIdenticalToCpu) {
+  for (int64_t n : {1, 2}) {
+    check(32768, 1024, n);
+    check(4096, 8192, n);
+    check(8 * 1024, 4096, n, 0, 0, 1024, 4096);
+    check_many({1024, 512}, 4096, n);
+  }
+}
 
 // gemv_stream.cu's bulk ring (1..16 vectors, forced: gemv_bulk = always, gemv_rows off; sm_90 only — below
 // it the launch declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1, 2, 4,
@@ -612,6 +639,7 @@ class CudaGemvBulkWins : public CudaGemvStream {
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o = CudaGemvStream::options();
     o.gemv_bulk = backend::cuda::GemvMma::wins;
+    o.gemv_warp = backend::cuda::GemvMma::off;
     return o;
   }
 };

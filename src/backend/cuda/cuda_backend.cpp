@@ -113,6 +113,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_gemv_stream(opts.gemv_stream, opts.gemv_stream_pdl, opts.gemv_stream_chunks);
   be->set_gemv_rows(opts.gemv_rows, opts.gemv_rows_no_l1);
   be->set_gemv_bulk(opts.gemv_bulk);
+  be->set_gemv_warp(opts.gemv_warp, opts.gemv_warp_tile_bytes);
   be->set_l2_prefetch_mode(opts.l2_prefetch_mode);
   be->set_max_graphs(opts.max_graphs);
   if (Status st = be->set_branches(opts.branches); !st.ok()) return st;

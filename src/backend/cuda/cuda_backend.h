@@ -159,6 +159,17 @@ struct CudaBackendOptions {
   // H200 measured it faster (gemv_bulk_wins / bulk_ring_wins in gemv_stream.cu: q_b at 1–4 vectors, shared
   // down at 1–2, kv / q_a alone at 1–2); always: ring 2 on every shape it takes; off: gemv_rows and the rest.
   GemvMma gemv_bulk = GemvMma::wins;
+  // Dense Q8_0 matmuls of 1..4 vectors (one matrix, out_a's groups, matmul_many's Q8_0 matrices sharing an
+  // input) on gemv_warp.cu's per-warp bulk rings, ahead of gemv_bulk and gemv_rows, sm_90 only: each warp of a
+  // block streams its own tiles of whole rows (one cp.async.bulk copy and one mbarrier per ring slot), no
+  // block-wide barrier between tiles; block terms and per-row chains in the CPU's block order (same bits).
+  // wins: where the H200 measured it faster (gemv_warp_wins, gemv_warp.cu: the device runs' verdict lives
+  // there); always: every shape it takes; off: gemv_bulk, gemv_rows and the rest.
+  GemvMma gemv_warp = GemvMma::wins;
+  // With gemv_warp: the weight bytes of one warp tile (whole rows, at least one; the ring gets as many slots,
+  // up to 4 a warp, as fit in shared memory); 0: the kernel's default (8,704 bytes: 8 rows of 1024 columns,
+  // 2 of 4096). For before/after runs; same bits.
+  int gemv_warp_tile_bytes = 0;
   // With gemv_rows: the weight loads as ld.global.nc.L1::no_allocate (each 16-byte load its own L2
   // request) instead of through L1. Same bits.
   bool gemv_rows_no_l1 = false;

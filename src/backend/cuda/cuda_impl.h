@@ -169,6 +169,10 @@ int64_t deal_stream_blocks(const StreamSet& s, int64_t grid_target, int64_t* blo
 inline constexpr int kRowsMaxVec = 8;
 // Whether gemv_rows.cu handles `j` (what gemv_stream_supports takes, n_vec ≤ kRowsMaxVec, ≤ 256 octets a row).
 bool gemv_rows_supports(const GemvJob& j);
+// gemv_warp.cu: dense Q8_0 matmuls of 1..kWarpMaxVec vectors on per-warp bulk rings (sm_90; CudaBackendOptions::
+// gemv_warp). Whether a StreamSet is one where it measured faster than the kernels after it (gemv_warp = wins).
+inline constexpr int kWarpMaxVec = 4;
+bool gemv_warp_wins(const StreamSet& s);
 // Whether a supported job is one where gemv_rows.cu measured faster (CudaBackendOptions::gemv_rows = wins).
 bool gemv_rows_wins(const GemvJob& j);
 
@@ -326,6 +330,8 @@ class CudaBackend final : public Backend {
   // programmatic dependent where gemv_stream_pdl allows it (sm_90, not the side lane).
   bool dense_smem(const void* kernel, bool* smem_set, uint64_t smem_limit, const char* what);
   void dense_launch(const void* kernel, uint64_t smem, int64_t blocks, int threads, void* params, const char* what);
+  // gemv_warp.cu: a StreamSet of ≤ kWarpMaxVec vectors (sm_90); false: declined (nothing launched).
+  bool gemv_warp_set(const StreamSet& s, DeviceScratch& act_scratch);
   // gemv_rows.cu: a StreamSet of ≤ kRowsMaxVec vectors; false: declined (nothing launched).
   bool gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch);
   // sm_count_, cc_major_ and dense_smem_optin_ read once; false: an error was recorded.
@@ -405,6 +411,10 @@ class CudaBackend final : public Backend {
     gemv_stream_chunks_ = chunks;
   }
   void set_gemv_bulk(GemvMma m) { gemv_bulk_ = m; }
+  void set_gemv_warp(GemvMma m, int tile_bytes) {
+    gemv_warp_ = m;
+    gemv_warp_tile_bytes_ = tile_bytes;
+  }
   void set_gemv_rows(GemvMma m, bool no_l1) {
     gemv_rows_ = m;
     gemv_rows_no_l1_ = no_l1;
@@ -498,6 +508,9 @@ class CudaBackend final : public Backend {
   GemvMma gemv_rows_ = GemvMma::wins;     // CudaBackendOptions::gemv_rows
   bool gemv_rows_no_l1_ = false;          // CudaBackendOptions::gemv_rows_no_l1
   bool rows_smem_set_[8] = {};            // gemv_rows.cu: each instantiation's shared-memory limit is set
+  GemvMma gemv_warp_ = GemvMma::wins;     // CudaBackendOptions::gemv_warp
+  int gemv_warp_tile_bytes_ = 0;          // CudaBackendOptions::gemv_warp_tile_bytes
+  bool warp_smem_set_[3] = {};            // gemv_warp.cu: each instantiation's shared-memory limit is set
   bool attention_segments_ = true;        // CudaBackendOptions::attention_segments
   int64_t attn_split_max_blocks_ = 128;   // CudaBackendOptions::attention_split_max_blocks
   bool attn_seg_smem_ = false;            // the segment kernels' 64 KiB shared-memory limit is set

@@ -27,7 +27,6 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_parts.cuh"
 #include "backend/cuda/dense_q8.cuh"
-#include "backend/cuda/gemv_warp.h"
 #include "backend/cuda/mma_s8.cuh"
 
 namespace ds4::backend::cuda {
@@ -349,13 +348,6 @@ bool gemv_rows_wins(const GemvJob& j) {
 
 bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) {
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts || s.n_vec < 1 || s.n_vec > kRowsMaxVec) return false;
-  // W1 experiment (session 10, dense): gemv_rows_no_l1 routes to gemv_warp.cu's per-warp rings (sm_90) so that
-  // the tests and benches reach it without a CudaBackendOptions change; replaced by its own option after W1.
-  if (gemv_rows_no_l1_) {
-    if (!stream_device_info()) return true;  // error recorded
-    if (cc_major_ < 9) return false;
-    return gemv_warp_launch(*this, s, act_scratch, sm_count_, dense_smem_optin_, &rows_smem_set_[kRowsKernels]);
-  }
   const RowsPlan d = plan_rows(s.cols / kQK8_0, s.n_vec);
   if (d.smem == 0 || !stream_device_info()) return d.smem != 0;  // no plan: decline; no device info: error recorded
   if (d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;

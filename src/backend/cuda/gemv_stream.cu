@@ -383,8 +383,8 @@ bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
 
 bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch) {
   const bool rows_on = gemv_rows_ != GemvMma::off, stream_on = gemv_stream_ != GemvMma::off;
-  const bool bulk_on = gemv_bulk_ != GemvMma::off;
-  if (!decode_kernels_ || (!rows_on && !stream_on && !bulk_on) || jobs.size() < 2 || jobs.size() > kStreamMaxParts)
+  const bool bulk_on = gemv_bulk_ != GemvMma::off, warp_on = gemv_warp_ != GemvMma::off;
+  if (!decode_kernels_ || (!rows_on && !stream_on && !bulk_on && !warp_on) || jobs.size() < 2 || jobs.size() > kStreamMaxParts)
     return false;
   const MatmulArgs& a0 = jobs[0];
   StreamSet s;
@@ -409,6 +409,9 @@ bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScrat
     q.y_stride = a.y_stride;
     q.rows = a.w.rows;
   }
+  if (warp_on && s.n_vec <= kWarpMaxVec && (gemv_warp_ == GemvMma::always || gemv_warp_wins(s)) &&
+      gemv_warp_set(s, act_scratch))
+    return true;
   if (bulk && gemv_stream_set(s, act_scratch, true)) return true;
   if (rows && gemv_rows_set(s, act_scratch)) return true;
   return stream && gemv_stream_set(s, act_scratch);

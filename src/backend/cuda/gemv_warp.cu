@@ -15,7 +15,7 @@
 // barrier joins the warps after the activations: 8 warps × slots tiles (up to ~200 KB) in flight per SM,
 // refilled one warp at a time, every slot of a block requested before griddepcontrol.wait (the small
 // matrices: every tile of the launch in one memory latency).
-// Deliberately not here: choosing jobs (the dispatch in gemv_rows.cu / ops_matmul.cu), more than 4
+// Deliberately not here: choosing jobs (CudaBackend::gemv and gemv_stream_many; gemv_warp_wins), more than 4
 // vectors (gemv_stream.cu, gemv_mma.cu), other weight types, below sm_90 (the bodies trap; never launched).
 #include <algorithm>
 
@@ -25,7 +25,6 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_parts.cuh"
 #include "backend/cuda/dense_q8.cuh"
-#include "backend/cuda/gemv_warp.h"
 
 namespace ds4::backend::cuda {
 
@@ -33,7 +32,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * kWarp;
-constexpr uint64_t kSlotTarget = 8704;       // weight bytes a tile holds (at least one row): 256 Q8_0 blocks
+constexpr uint64_t kSlotTarget = 8704;       // default weight bytes a tile holds (at least one row): 256 Q8_0 blocks
 constexpr int kMaxSlots = 4;
 constexpr int kMaxTileRows = 32;
 constexpr uint64_t kMaxSmem = 227 * 1024;    // sm_90's opt-in per block
@@ -135,12 +134,14 @@ struct WarpPlan {
   uint64_t smem = 0;
 };
 
-// The tile shape and shared-memory layout for n_vec vectors of nb blocks; smem = 0 when it does not fit.
-WarpPlan plan_warp(int64_t nb, int64_t n_vec) {
+// The tile shape and shared-memory layout for n_vec vectors of nb blocks, tiles of about tile_bytes (0: kSlotTarget);
+// smem = 0 when it does not fit.
+WarpPlan plan_warp(int64_t nb, int64_t n_vec, int tile_bytes) {
   WarpPlan d;
   if (nb % 8 != 0 || n_vec < 1 || n_vec > kWarpMaxVec) return d;
   const uint64_t row_bytes = 34 * static_cast<uint64_t>(nb);
-  d.tile_rows = static_cast<int>(std::clamp<uint64_t>(kSlotTarget / row_bytes, 1, kMaxTileRows));
+  const uint64_t target = tile_bytes > 0 ? static_cast<uint64_t>(tile_bytes) : kSlotTarget;
+  d.tile_rows = static_cast<int>(std::clamp<uint64_t>(target / row_bytes, 1, kMaxTileRows));
   d.slot_bytes = static_cast<uint32_t>(d.tile_rows * row_bytes + 16);
   d.term_pitch = static_cast<uint32_t>(nb + 4);
   d.warp_terms = static_cast<uint32_t>(n_vec * d.tile_rows) * d.term_pitch;
@@ -167,16 +168,24 @@ const void* warp_kernel(int index) {
 
 }  // namespace
 
-bool gemv_warp_launch(CudaBackend& be, const StreamSet& s, DeviceScratch& act_scratch, int sm_count, int smem_optin,
-                      bool* smem_set) {
+// H200 verdict (docs/PERF.md, session 10 "Dense decode matvecs on per-warp rings"): none yet — gemv_warp = wins
+// takes no set until a device run shows a win.
+bool gemv_warp_wins(const StreamSet& s) {
+  (void)s;
+  return false;
+}
+
+bool CudaBackend::gemv_warp_set(const StreamSet& s, DeviceScratch& act_scratch) {
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts || s.n_vec < 1 || s.n_vec > kWarpMaxVec) return false;
   if (s.row_bytes != 34 * static_cast<uint64_t>(s.cols / kQK8_0) || s.row_bytes % 16 != 0) return false;
-  const WarpPlan d = plan_warp(s.cols / kQK8_0, s.n_vec);
-  if (d.smem == 0 || d.smem > static_cast<uint64_t>(smem_optin)) return false;
+  if (!stream_device_info()) return true;  // error recorded
+  if (cc_major_ < 9) return false;         // cp.async.bulk and mbarrier transactions: sm_90
+  const WarpPlan d = plan_warp(s.cols / kQK8_0, s.n_vec, gemv_warp_tile_bytes_);
+  if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
   const int idx = warp_index(s.n_vec);
-  if (!be.dense_smem(warp_kernel(idx), &smem_set[idx], kMaxSmem, "gemv_warp shared memory")) return true;
+  if (!dense_smem(warp_kernel(idx), &warp_smem_set_[idx], kMaxSmem, "gemv_warp shared memory")) return true;
   int64_t blocks[kStreamMaxParts] = {};
-  const int64_t total_blocks = deal_stream_blocks(s, sm_count, blocks);  // one block (8 warps) per SM
+  const int64_t total_blocks = deal_stream_blocks(s, sm_count_, blocks);  // one block (8 warps) per SM
 
   WarpParams p{};
   p.n_parts = s.n_parts;
@@ -193,10 +202,10 @@ bool gemv_warp_launch(CudaBackend& be, const StreamSet& s, DeviceScratch& act_sc
   p.warp_terms = d.warp_terms;
   p.bar_off = d.bar_off;
   p.x_stride = s.x_stride;
-  const int parts = fill_dense_parts(be, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
+  const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded
-  be.dense_launch(warp_kernel(idx), d.smem, total_blocks, kThreads, &p, "gemv (q8_0 warp rings)");
+  dense_launch(warp_kernel(idx), d.smem, total_blocks, kThreads, &p, "gemv (q8_0 warp rings)");
   return true;
 }
 

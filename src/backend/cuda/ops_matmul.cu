@@ -252,6 +252,11 @@ void CudaBackend::gemv(const GemvJob& j, DeviceScratch& act_scratch) {
                           " values is not a whole number of blocks"));
     return;
   }
+  // gemv_warp.cu (sm_90): per-warp bulk rings, ≤ 4 vectors, where it measured faster; same bits.
+  if (decode_kernels_ && gemv_warp_ != GemvMma::off && j.n_vec <= kWarpMaxVec && gemv_stream_supports(j)) {
+    const StreamSet s = stream_set_of(j);
+    if ((gemv_warp_ == GemvMma::always || gemv_warp_wins(s)) && gemv_warp_set(s, act_scratch)) return;
+  }
   // gemv_stream.cu's bulk ring (sm_90): TMA bulk copies into a deep ring, where it measured faster; same bits.
   if (decode_kernels_ && gemv_bulk_ != GemvMma::off && gemv_stream_supports(j) &&
       (gemv_bulk_ == GemvMma::always || gemv_bulk_wins(j)) && gemv_stream_set(stream_set_of(j), act_scratch, true))

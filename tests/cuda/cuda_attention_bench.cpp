@@ -8,8 +8,9 @@
 //              and 32K (8,192 rows), n = 1 and 8.
 // Variants: "now" (defaults), "prev" (attention_mma_kernels = 0, attention_merge_sliced = false,
 // indexer_select = 0: the kernels before this file), "k1/sel2" (the fast attention kernels, sliced merge;
-// the fused decode indexer), "sel1" (the select in its own launch) and "k3" (chunk and split kernels with
-// the softmax once per block; the prefill indexer on int8 tensor cores).
+// the fused decode indexer), "sel1" (the select in its own launch), "k3" (chunk and split kernels with
+// the softmax once per block; the prefill indexer on int8 tensor cores), "sel3" (the fused decode
+// indexer with q and w loaded before the row count) and "sel4" (sel3 with the radix select's lean end).
 // Usage: cuda_attention_bench [all | decode | prefill] [variant,variant…]. "decode" and "prefill" run each variant's calls
 // 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     const char* name;
     cuda::CudaBackendOptions o;
   };
-  std::vector<Variant> vars(5);
+  std::vector<Variant> vars(7);
   vars[0].name = "now";
   vars[1].name = "prev";  // the kernels before this file: previous MMA kernels, chunk-kernel merge, select 0
   vars[1].o.attention_mma_kernels = 0;
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
   vars[4].name = "k3";  // the chunk shape with the softmax once per block (attention_mma_chunk.cu); the
   vars[4].o.attention_mma_kernels = 3;  // prefill indexer on int8 tensor cores (indexer_mma.cu)
   vars[4].o.indexer_mma = true;
+  vars[5].name = "sel3";  // the default attention; the fused decode indexer with q and w loaded first
+  vars[5].o.indexer_select = 3;
+  vars[6].name = "sel4";  // sel3 with the radix select's lean end and one-scan compaction
+  vars[6].o.indexer_select = 4;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;
@@ -114,7 +119,7 @@ int main(int argc, char** argv) {
   };
 
   const int H = 64, D = 512, W = 128, TK = 512, IH = 64, ID = 128;
-  const int64_t nmax = 2048;
+  const int64_t nmax = mode == "decode" ? 32 : 2048;  // decode (ncu): no chunk-sized buffers to fill
   float* q = frand(nmax * H * D, 0.2f, false);
   float* out = fbuf(nmax * H * D);
   float* sinks = frand(H, 1.0f, false);

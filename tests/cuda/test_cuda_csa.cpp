@@ -1,10 +1,11 @@
 // test_cuda_csa.cpp — the decode chain of a CSA layer on CUDA: the indexer of decode and batched decode
 // steps (ops_indexer.cu indexer_score_decode_kernel, CudaBackendOptions::indexer_decode) against the
 // previous kernels (indexer_decode = false, indexer_select = 0), the fused score + select launch
-// (indexer_select = 2) and the CPU op, selected ids equal, at the Flash shapes
-// (64 heads × 128, top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K and 32K; sessions at
-// different positions (per-query row counts and, batched, per-query rows through rows_at), queries that
-// see ≤ top_k rows mixed in, and duplicated rows for exact score ties (the lower id wins).
+// (indexer_select = 2; 3: q and w loaded before the row count; 4: also the radix select's lean end) and the
+// CPU op, selected ids equal, at the Flash shapes (64 heads × 128, top 512) for n = 1, 2,
+// 5, 8, 32 queries and contexts 2K, 8K and 32K; sessions at different positions (per-query row counts and,
+// batched, per-query rows through rows_at), queries that see ≤ top_k rows mixed in, and duplicated rows
+// for exact score ties (the lower id wins).
 // Also the prefill indexer on int8 tensor cores (indexer_mma) against the CUDA-core tiles and the CPU.
 // Deliberately not here: the other prefill-sized indexer calls (test_cuda_ops.cpp) and the compressor.
 #include <algorithm>
@@ -30,6 +31,16 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
   auto made_f = cuda::make_cuda_backend(fo);
   ASSERT_TRUE(made_f.ok());
   auto fused = std::move(made_f).value();
+  // The fused launch with q and w loaded before the row count (3), and with the radix select's lean end
+  // and one-scan compaction (4).
+  std::vector<std::unique_ptr<Backend>> sorts;
+  for (int sel : {3, 4}) {
+    cuda::CudaBackendOptions so;
+    so.indexer_select = sel;
+    auto made_s = cuda::make_cuda_backend(so);
+    ASSERT_TRUE(made_s.ok());
+    sorts.push_back(std::move(made_s).value());
+  }
   for (int64_t ctx : {int64_t{2048 + 100}, int64_t{8192}, int64_t{32768}}) {
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{32}}) {
       for (bool per_query : {false, true}) {
@@ -74,14 +85,29 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
         const auto idx = host(g.idx, n * TK), cnt = host(g.count, n);
         const auto pidx = host(p.idx, n * TK), pcnt = host(p.count, n);
         const auto fidx = host(f.idx, n * TK), fcnt = host(f.count, n);
+        std::vector<std::vector<int32_t>> sidx, scnt;
+        for (auto& be : sorts) {
+          IndexerArgs so_args = g;
+          so_args.idx = poisoned_i32(n * TK);
+          so_args.count = poisoned_i32(n);
+          settle();  // the poisoned outputs were filled on gpu_'s stream
+          be->indexer(so_args);
+          ASSERT_TRUE(be->sync().ok());
+          sidx.push_back(host(so_args.idx, n * TK));
+          scnt.push_back(host(so_args.count, n));
+        }
 
         int64_t differ = 0;
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(cnt[i], pcnt[i]) << "query " << i;
           ASSERT_EQ(cnt[i], fcnt[i]) << "query " << i;
+          for (size_t v = 0; v < sorts.size(); ++v)
+            ASSERT_EQ(cnt[i], scnt[v][i]) << "query " << i << " (select " << 3 + v << ")";
           ASSERT_EQ(cnt[i], std::min(nr[i], TK)) << "query " << i;
           for (int32_t j = 0; j < cnt[i]; ++j)
             differ += (idx[i * TK + j] != pidx[i * TK + j]) + (idx[i * TK + j] != fidx[i * TK + j]);
+          for (int32_t j = 0; j < cnt[i]; ++j)
+            for (const auto& si : sidx) differ += idx[i * TK + j] != si[i * TK + j];
         }
         // The CPU op for the first, a middle and the last query (every query at 32K would be slow here).
         for (int64_t i : {int64_t{0}, n / 2, n - 1}) {
@@ -103,11 +129,21 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
 }
 
 // Shapes the decode kernel does not take (heads 8, head_dim 32) and 16 heads of 64 (which it does) against
-// the CPU: the dispatch falls back without a launch error, and the selection is the CPU's either way.
+// the CPU: the dispatch falls back without a launch error, and the selection is the CPU's either way —
+// with the default select and with indexer_select = 3 and 4.
 TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
   struct S {
     int32_t heads, head_dim, top_k, rows;
   };
+  std::vector<std::unique_ptr<Backend>> sorts;
+  for (int sel : {3, 4}) {
+    cuda::CudaBackendOptions so;
+    so.indexer_select = sel;
+    auto made_s = cuda::make_cuda_backend(so);
+    ASSERT_TRUE(made_s.ok());
+    sorts.push_back(std::move(made_s).value());
+  }
+  for (Backend* be : {static_cast<Backend*>(gpu_.get()), sorts[0].get(), sorts[1].get()})
   for (S s : {S{8, 32, 16, 300}, S{16, 64, 32, 700}, S{32, 128, 64, 1000}}) {
     for (int64_t n : {int64_t{1}, int64_t{3}}) {
       std::vector<int32_t> nr(n);
@@ -120,15 +156,17 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
       IndexerArgs g{dev(q), dev(w), dev(rows), dev(nr), n, s.heads, s.head_dim, s.top_k, poisoned_i32(n * s.top_k),
                     poisoned_i32(n)};
       g.max_rows = s.rows;
-      gpu_->indexer(g);
-      ASSERT_TRUE(gpu_->sync().ok());
+      settle();  // the inputs were filled on gpu_'s stream
+      be->indexer(g);
+      ASSERT_TRUE(be->sync().ok());
       const auto idx = host(g.idx, n * s.top_k), cnt = host(g.count, n);
       int64_t differ = 0;
       for (int64_t i = 0; i < n; ++i) {
         ASSERT_EQ(cnt[i], wcnt[i]);
         for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * s.top_k + j] != want[i * s.top_k + j];
       }
-      EXPECT_EQ(differ, 0) << "heads " << s.heads << " head_dim " << s.head_dim << " n " << n;
+      EXPECT_EQ(differ, 0) << "heads " << s.heads << " head_dim " << s.head_dim << " n " << n
+                           << (be == gpu_.get() ? "" : be == sorts[0].get() ? " (select 3)" : " (select 4)");
     }
   }
 }

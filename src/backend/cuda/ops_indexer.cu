@@ -167,9 +167,13 @@ __host__ __device__ constexpr bool indexer_decode_heads(int heads) {
 // kQSmem (the fused kernel): q_i is first copied into shared memory by the whole block, coalesced
 // ([heads][HD + 4], after w), and each thread takes its head's q from there — the direct loads (a warp's
 // 32 lanes reading 32 heads' rows 512 bytes apart) touch 32 lines per instruction. Same values.
-template <int HD, bool kQSmem>
+// kPre (with kQSmem; indexer_select = 3, 4): q_i's 16-byte pieces k = tid + 256·r (qv[r]) and w_i[tid] (wv) were
+// loaded by the caller before the query's row count arrived (one memory round trip fewer); stored as above.
+constexpr int kIdxQPre = 64 * 128 / 4 / kIdxDecThreads;  // q pieces per thread: 64 heads × 128 dims at most
+template <int HD, bool kQSmem, bool kPre = false>
 __device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, int64_t score_stride, int rb, int64_t i,
-                                         int32_t nr, int64_t r0, float* sh) {
+                                         int32_t nr, int64_t r0, float* sh, const float4 (*qv)[kIdxQPre] = nullptr,
+                                         float wv = 0.0f) {
   const int H = a.heads, tid = static_cast<int>(threadIdx.x);
   const int nrows = static_cast<int>(min(static_cast<int64_t>(rb), nr - r0));
   const int tile = rb * max(HD, H + 1);
@@ -181,14 +185,26 @@ __device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, in
   } else {
     for (int k = tid; k < nrows * HD; k += blockDim.x) sh[k] = src[k];
   }
-  for (int k = tid; k < H; k += blockDim.x) shw[k] = a.w[i * H + k];
+  if constexpr (kPre) {
+    if (tid < H) shw[tid] = wv;
+  } else {
+    for (int k = tid; k < H; k += blockDim.x) shw[k] = a.w[i * H + k];
+  }
   const int h = tid % H, slot = tid / H, slots = kIdxDecThreads / H;
   float q[HD];
   if constexpr (kQSmem) {
     float* sq = shw + H;  // [H][HD + 4]: rows 16-byte aligned, a warp's float4 reads of 32 heads conflict-free
-    const float4* gq = reinterpret_cast<const float4*>(a.q + i * H * HD);
-    for (int k = tid; k < H * HD / 4; k += blockDim.x)
-      reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = gq[k];
+    if constexpr (kPre) {
+#pragma unroll
+      for (int r = 0; r < kIdxQPre; ++r) {
+        const int k = tid + kIdxDecThreads * r;
+        if (k < H * HD / 4) reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = (*qv)[r];
+      }
+    } else {
+      const float4* gq = reinterpret_cast<const float4*>(a.q + i * H * HD);
+      for (int k = tid; k < H * HD / 4; k += blockDim.x)
+        reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = gq[k];
+    }
     __syncthreads();
     load_regs<HD>(q, sq + h * (HD + 4));
   } else {
@@ -289,6 +305,53 @@ __device__ void compact_selected(KeyAt key_at, int nr, uint32_t T, int need_eq, 
   }
 }
 
+// Exclusive prefix sum of v over the block (blockDim.x a multiple of 32, ≤ 1,024); every thread calls it.
+__device__ int block_exclusive_sum(int v) {
+  __shared__ int warp_sum[32];
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  int incl = v;
+#pragma unroll
+  for (int off = 1; off < kWarp; off *= 2) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  __syncthreads();  // warp_sum may still be read by the previous call
+  if (lane == kWarp - 1) warp_sum[wid] = incl;
+  __syncthreads();
+  int before = 0;
+  for (int w = 0; w < wid; ++w) before += warp_sum[w];
+  return before + incl - v;
+}
+
+// compact_selected's output (ids ascending: the keys > T, then among those = T the first need_eq by id) from
+// one block scan: thread t takes the run of ids [t·run, (t + 1)·run), counts its keys > T and = T, one
+// exclusive sum of both counts (packed as gt << 16 | eq: nr < 65,536) gives each run's start, and a key's
+// place is (keys > T before it) + min(keys = T before it, need_eq). Two barriers instead of four per
+// blockDim keys. blockDim.x ≤ 1,024, a multiple of 32.
+template <typename KeyAt>
+__device__ void compact_runs(KeyAt key_at, int nr, uint32_t T, int need_eq, int32_t* out) {
+  const int nt = static_cast<int>(blockDim.x), run = (nr + nt - 1) / nt;
+  const int c0 = static_cast<int>(threadIdx.x) * run, c1 = min(nr, c0 + run);
+  int gt = 0, eq = 0;
+  for (int c = c0; c < c1; ++c) {
+    const uint32_t k = key_at(c);
+    gt += k > T;
+    eq += k == T;
+  }
+  const int before = block_exclusive_sum((gt << 16) | eq);
+  int g = before >> 16, e = before & 0xffff;
+  for (int c = c0; c < c1; ++c) {
+    const uint32_t k = key_at(c);
+    if (k > T) {
+      out[g + min(e, need_eq)] = c;
+      ++g;
+    } else if (k == T) {
+      if (e < need_eq) out[g + e] = c;
+      ++e;
+    }
+  }
+}
+
 // One block per query: idx[i][0..count) ascending, count = min(n_rows, top_k).
 __global__ void indexer_select_kernel(IndexerArgs a, const float* scores, int64_t score_stride) {
   const int64_t i = blockIdx.x;
@@ -336,12 +399,17 @@ constexpr int kSelectSmemKeys = 12288;  // 48 KiB of keys (no opt-in); more rows
 // Whole block (any multiple of 32 threads): query i's selection from its nr > top_k scores s (read
 // through L2: in the fused decode kernel other blocks wrote them); keys staged in skeys when nr ≤
 // smem_keys.
-template <bool kScan>
+// kLean (indexer_select = 4, the fused decode kernel: nr ≤ 2,048, kScan): the passes end as soon as the
+// k-th key's digit is taken whole (its rank among the digit's keys = their count: the selection is every key
+// ≥ the prefix so far, lower bits 0), and the compaction is compact_runs (one block scan, not one pair per
+// blockDim keys). The same selection.
+template <bool kScan, bool kLean = false>
 __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, const float* s, uint32_t* skeys,
                                    int smem_keys) {
   __shared__ int hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_want;
+  __shared__ bool s_whole;  // kLean: the digit just fixed is taken whole
   int32_t* out = a.idx + i * a.top_k;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
   const bool keys_in_smem = nr <= smem_keys;  // the block's dynamic shared memory holds smem_keys keys
@@ -350,6 +418,7 @@ __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, 
   auto key_at = [&](int c) { return keys_in_smem ? skeys[c] : score_key(__ldcg(s + c)); };
   uint32_t prefix = 0;  // the digits of T fixed so far (bits above `shift + 8`)
   int want = a.top_k;   // rank of T among the keys that match `prefix`
+  bool whole = false;   // kLean: every key ≥ prefix is selected, no other
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();  // also: keys staged (first pass), s_prefix/s_want read (later passes)
@@ -384,18 +453,20 @@ __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, 
       const bool holds = above < want && incl >= want;
       const unsigned who = __ballot_sync(0xffffffffu, holds);
       if (lane == __ffs(who) - 1) {
-        int rank = want - above, d = 0;
+        int rank = want - above, d = 0, cd = cnt[0];
         bool found = false;
 #pragma unroll
         for (int b = 7; b > 0; --b) {  // the first digit from the top whose count reaches the rank
           if (!found && cnt[b] >= rank) {
             d = b;
+            cd = cnt[b];
             found = true;
           }
           if (!found) rank -= cnt[b];
         }
         s_prefix = prefix | (static_cast<uint32_t>(8 * lane + d) << shift);
         s_want = rank;
+        s_whole = kLean && rank == cd;
       }
     } else if (!kScan && tid < kWarp) {
       int own = 0;
@@ -423,11 +494,21 @@ __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, 
     __syncthreads();
     prefix = s_prefix;
     want = s_want;
+    if (kLean && kScan && s_whole) {
+      whole = true;
+      break;
+    }
   }
-  // prefix = T; want = how many rows with key = T are taken (the lowest ids).
-  const uint32_t T = prefix;
-  const int need_eq = want;
-  compact_selected(key_at, nr, T, need_eq, out);
+  if (kLean && whole) {  // the keys ≥ prefix (> 0: a prefix of 0 would select all nr > top_k keys)
+    compact_runs(key_at, nr, prefix - 1, 0, out);
+  } else if (kLean) {
+    compact_runs(key_at, nr, prefix, want, out);
+  } else {
+    // prefix = T; want = how many rows with key = T are taken (the lowest ids).
+    const uint32_t T = prefix;
+    const int need_eq = want;
+    compact_selected(key_at, nr, T, need_eq, out);
+  }
   if (tid == 0) a.count[i] = a.top_k;
 }
 
@@ -457,14 +538,27 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_radix_select_kernel(In
 // scores are visible device-wide); the last of the query's ceil(nr / rb) blocks resets the counter for the
 // next call and runs the radix select over the scores with its 256 threads (keys in the block's shared
 // memory when they fit). A query that sees ≤ top_k rows: block 0 writes the identity. The same scores and
-// the same selection function, so the same ids as the two launches.
-template <int HD>
+// the same selection function, so the same ids as the two launches. kPre (indexer_select = 3 and 4): q_i
+// and w_i are loaded before the row count (score_decode_tile; the H200 measured the scoring blocks' chain
+// of dependent memory round trips as most of the kernel). kLean (4): radix_select_block's lean end.
+template <int HD, bool kPre, bool kLean>
 __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_kernel(IndexerArgs a, float* scores,
                                                                                     int64_t score_stride, int rb,
                                                                                     int* done, int smem_keys) {
   extern __shared__ float sh[];
   __shared__ bool s_last;
   const int64_t i = blockIdx.y;
+  float4 qv[kIdxQPre];
+  float wv = 0.0f;
+  if constexpr (kPre) {  // blockDim.x = kIdxDecThreads; heads·HD ≤ 64 × 128
+    const float4* gq = reinterpret_cast<const float4*>(a.q + i * a.heads * HD);
+#pragma unroll
+    for (int r = 0; r < kIdxQPre; ++r) {
+      const int k = static_cast<int>(threadIdx.x) + kIdxDecThreads * r;
+      qv[r] = k < a.heads * HD / 4 ? gq[k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (static_cast<int>(threadIdx.x) < a.heads) wv = a.w[i * a.heads + threadIdx.x];
+  }
   const int32_t nr = a.n_rows[i];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
   if (nr <= a.top_k) {
@@ -472,7 +566,7 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
     return;
   }
   if (r0 >= nr) return;  // not one of the query's blocks
-  score_decode_tile<HD, true>(a, scores, score_stride, rb, i, nr, r0, sh);
+  score_decode_tile<HD, true, kPre>(a, scores, score_stride, rb, i, nr, r0, sh, &qv, wv);
   __threadfence();
   __syncthreads();  // every thread's scores are stored and fenced
   if (threadIdx.x == 0) {
@@ -483,7 +577,7 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  radix_select_block<true>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
+  radix_select_block<true, kLean>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
 }
 
 }  // namespace
@@ -533,13 +627,19 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       auto dec_smem = [&](int r) {
         return (static_cast<size_t>(r) * std::max(a.head_dim, a.heads + 1) + a.heads) * sizeof(float);
       };
-      if (idx_select_ == 2 && max_rows <= kIdxFusedMaxRows) {  // scores and selection in one launch
+      if (idx_select_ >= 2 && max_rows <= kIdxFusedMaxRows) {  // scores and selection in one launch
         // q staged too ([heads][head_dim + 4]): rows per block cut to stay within 48 KB (no opt-in).
         const size_t qsm = static_cast<size_t>(a.heads) * (a.head_dim + 4) * sizeof(float);
         while (rb > unit && dec_smem(rb) + qsm > 48 * 1024) rb -= unit;
         const size_t dshm = dec_smem(rb) + qsm;
         const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
-        auto fused = a.head_dim == 128 ? indexer_score_select_decode_kernel<128> : indexer_score_select_decode_kernel<64>;
+        // 3: q and w loaded before the row count; 4: also the lean radix end (same ids).
+        auto fused = idx_select_ == 4   ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true>
+                                                             : indexer_score_select_decode_kernel<64, true, true>)
+                     : idx_select_ == 3 ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, false>
+                                                             : indexer_score_select_decode_kernel<64, true, false>)
+                                        : (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, false, false>
+                                                             : indexer_score_select_decode_kernel<64, false, false>);
         fused<<<grid, kIdxDecThreads, dshm, stream()>>>(a, scores, max_rows, rb, done, static_cast<int>(dshm / 4));
         launched("indexer scores + select");
         return;

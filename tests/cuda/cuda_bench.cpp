@@ -25,6 +25,8 @@
 //        cuda_bench --hc-fuse             the decode HC pre in one launch (hc_fuse) vs two, both F16 orders, alone
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
+//        cuda_bench --small7              attention's output inverse RoPE folded into the decode merge
+//                                         (small7_folds.h) vs attention + rope, f16_mma on: alone and in a layer's tail.
 //        cuda_bench --small5-steps M...   whole steps of model files: small_v5 off, on, on + the HC split on the
 //                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
@@ -107,6 +109,7 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
                       int n_sides, const char* only);  // cuda_bench_dense.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_small6(Backend& now, Backend& prev, bool fused);  // cuda_bench_stages.cpp
+void bench_small7(Backend& be);  // cuda_bench_small7.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
@@ -561,6 +564,14 @@ int main(int argc, char** argv) {
     auto v5 = cuda::make_cuda_backend(o5);
     auto v4 = cuda::make_cuda_backend(o4);
     if (v5.ok() && v4.ok()) bench_small5(**v5, **v4);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--small7") == 0) {  // session 10's output-RoPE fold (small7_folds.h), f16_mma on
+    cuda::CudaBackendOptions o;
+    o.f16_mma = true;  // the engine's default (EngineOptions::cuda_f16_mma)
+    auto b = cuda::make_cuda_backend(o);
+    if (!b.ok()) return 1;
+    bench_small7(**b);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small6") == 0) {  // session 9's decode launches (bench_small6)

@@ -16,6 +16,7 @@
 // Deliberately not here: the scalar segment order (attention_segments.cu) and the previous kernels
 // (ops_attention.cu, attention_decode.cu), kept behind CudaBackendOptions::attention_mma = false.
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
@@ -24,6 +25,8 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/mma_tf32.cuh"
+#include "backend/cuda/rows_device.cuh"  // RopeFreqs, rope_cos_sin, rope_apply, rope_rotate
+#include "backend/cuda/small7_folds.h"
 #include "modelspec/memory_plan.h"
 
 namespace ds4::backend::cuda {
@@ -281,15 +284,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
 // 64 heads × 2 KB = 2.6 MB) spread over n·groups·slices blocks instead of n·groups. (m, l) are
 // recomputed per thread (cheap: the head's scalars). A query with more segments than were stored (a host
 // bound below the real counts) is left to slice 0, which runs the chunk kernel's body for its 16 heads.
+// out_rot > 0 (attention_out_rope_folded, small7_folds.h; even, ≤ 2·kMaxRopePairs): the output's inverse RoPE
+// (§7.7) at the query's position, each thread rotating the pairs of its own 4 dims before the store —
+// rope_kernel's rope_rotate on the same floats, so its bits — angles rf (the layer's frequencies) formed
+// before the state loads; the chunk-body fallback rotates its heads' tails in place after a barrier.
 template <int DW, int V>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices) {
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices,
+                                                                          int out_rot, RopeFreqs rf) {
   constexpr int D = DW * kWarps, D4 = D / 4;
   const int groups = (a.heads + kHeads - 1) / kHeads;
   const int64_t i = blockIdx.x / groups;
   const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
   const int64_t n_seg = segments_of(query_rows(a, i));
+  const int64_t tail = D - out_rot;  // first rotated dim (out_rot = 0: none)
+  // Folded, the next kernel reads this one's output (out_a: a programmatic dependent that waits before its
+  // activation reads), so it may start and load its weights now. Without the fold the rope launch follows.
+  if (out_rot > 0) grid_launch_dependents();
   if (n_seg > st.n_stored) {  // block-uniform
-    if (blockIdx.y == 0) chunk_block<DW, true, V>(a, st, i, h0);
+    if (blockIdx.y == 0) {
+      chunk_block<DW, true, V>(a, st, i, h0);
+      if (out_rot > 0) {
+        __syncthreads();  // the block's output stores are visible to all its threads
+        const int half = out_rot / 2;
+        for (int k = threadIdx.x; k < kHeads * half; k += kThreads) {
+          const int h = h0 + k / half;
+          if (h < a.heads) rope_rotate(a.out + (i * a.heads + h) * D + tail + 2 * (k % half), a.pos[i], rf.w[k % half], true);
+        }
+      }
+    }
     return;
   }
   const int per = D4 / slices;  // float4 columns of a head in this slice
@@ -297,6 +319,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(Attent
     const int h = h0 + e / per;
     if (h >= a.heads) break;  // e grows with h
     const int64_t c4 = static_cast<int64_t>(blockIdx.y) * per + e % per;
+    // The angles of this thread's two pairs (dims 4·c4 … + 1 and + 2 … + 3) where they lie in the tail.
+    float2 cs[2] = {make_float2(1.0f, 0.0f), make_float2(1.0f, 0.0f)};
+    bool rot[2] = {false, false};
+    if (out_rot > 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t d = 4 * c4 + 2 * r;
+        rot[r] = d >= tail;
+        if (rot[r]) cs[r] = rope_cos_sin(a.pos[i], rf.w[(d - tail) / 2], true);
+      }
+    }
     const int64_t slot0 = (i * a.heads + h) * st.n_stored;
     float M = -INFINITY, L = 0.0f;
     float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -324,8 +357,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(Attent
     }
     float f, denom;
     sink_step(a.sinks[h], M, L, f, denom);
-    reinterpret_cast<float4*>(a.out + (i * a.heads + h) * D)[c4] =
-        make_float4(run.x * f / denom, run.y * f / denom, run.z * f / denom, run.w * f / denom);
+    float o[4] = {run.x * f / denom, run.y * f / denom, run.z * f / denom, run.w * f / denom};
+    if (rot[0]) rope_apply(o, cs[0]);
+    if (rot[1]) rope_apply(o + 2, cs[1]);
+    reinterpret_cast<float4*>(a.out + (i * a.heads + h) * D)[c4] = make_float4(o[0], o[1], o[2], o[3]);
   }
 }
 
@@ -397,9 +432,11 @@ size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPa
 // smem_ready: bit per (DW, V) variant, set once the kernels' dynamic shared-memory limits are raised.
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
 // split_once: the split kernel of attention_mma_chunk.cu.
+// out_rot, rf: the output's inverse RoPE (out_rot > 0: only the sliced merge rotates; *rope_done tells the caller
+// whether it ran).
 template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
-                bool sliced_merge, bool split_once = false) {
+                bool sliced_merge, int out_rot, const RopeFreqs& rf, bool* rope_done, bool split_once = false) {
   constexpr int threads = kThreads;
   const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–7
   if (!(smem_ready & bit)) {
@@ -433,8 +470,8 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
-      attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW>(), s>>>(a, st, slices);
-      be.launched("attention mma (sliced merge)");
+      attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW>(), s>>>(a, st, slices, out_rot, rf);
+      *rope_done = be.launched("attention mma (sliced merge)") && out_rot > 0;
       return;
     }
     attention_mma_chunk_kernel<DW, true, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
@@ -467,10 +504,47 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const bool split_once = once && a.n == 1;
   uint32_t& ready = attn_mma_smem_;
   const bool sm = attn_merge_sliced_;
+  const RopeFreqs rf{};
+  bool done = false;
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
-    if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm);
-    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, split_once);
+    if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm, 0, rf, &done);
+    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, 0, rf, &done, split_once);
+  };
+  switch (dw) {
+    case 8: go(std::integral_constant<int, 8>{}); break;
+    case 16: go(std::integral_constant<int, 16>{}); break;
+    case 32: go(std::integral_constant<int, 32>{}); break;
+    default: go(std::integral_constant<int, 64>{}); break;
+  }
+  return true;
+}
+
+// small7_folds.h: the backend's defaults (attention_split_max_blocks 128, attention_mma_kernels 3, the sliced merge)
+// with the output's inverse RoPE in the merge; only where the split shape runs.
+bool attention_out_rope_folded(Backend& backend, const AttentionArgs& a, int32_t out_rot, const double* out_freq,
+                               AttnFoldScratch& fs) {
+  if (std::strcmp(backend.name(), "cuda") != 0) return false;
+  auto& be = static_cast<CudaBackend&>(backend);
+  if (be.failed()) return true;
+  const int dw = a.head_dim / kWarps;
+  if (a.head_dim % (8 * kWarps) != 0 || (dw != 8 && dw != 16 && dw != 32 && dw != 64)) return false;
+  if ((a.heads + kHeads - 1) / kHeads > 65535 || out_rot <= 0 || out_rot % 2 != 0 || out_rot / 2 > kMaxRopePairs ||
+      out_rot > a.head_dim || a.pos == nullptr || out_freq == nullptr || a.n <= 0)
+    return false;
+  const int64_t split_segs = attention_split_segments(a, 128, modelspec::kCudaAttnSplitScratchMax);
+  if (split_segs == 0) return false;
+  DeviceScratch seg{fs.seg, fs.bytes};
+  SegStates st;
+  const bool ok = split_states(be, seg, a, split_segs, st);
+  fs.seg = seg.ptr;
+  fs.bytes = seg.bytes;
+  if (!ok) return true;  // error recorded
+  const RopeFreqs rf = rope_freqs(out_freq, out_rot);
+  bool done = false;
+  auto go = [&](auto dw_c) {
+    constexpr int DW = decltype(dw_c)::value;
+    launch_mma<DW, 1>(be, a, split_segs, st, fs.smem_ready, true, out_rot, rf, &done, a.n == 1);
   };
   switch (dw) {
     case 8: go(std::integral_constant<int, 8>{}); break;

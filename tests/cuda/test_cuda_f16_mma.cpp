@@ -101,8 +101,8 @@ TEST_F(CudaF16Mma, MatchesCpuAtFlashShapesEveryLaunchShape) {
 }
 
 TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
-  // matmul_f16_mma_tiles.cu's launch shapes 1 (two 32-value blocks per ring stage), 2 (16-row warp tiles)
-  // and 3 (both) against shape 0 (the default, checked against the CPU above) bit for bit, every output
+  // matmul_f16_mma_tiles.cu's launch shapes 1 (two 32-value blocks per ring stage), 2 (16-row warp tiles),
+  // 3 (both), 4 and 5 (1 and 3 with the activations split into TF32 hi / lo once per stage) against shape 0 (the default, checked against the CPU above) bit for bit, every output
   // written (poisoned y): the Flash tile shapes at a 2,048-token chunk and ragged rows / vectors (300 × 100,
   // 1,000 × 2,049 — partial row and vector tiles, one segment at K 512).
   struct Sh {
@@ -123,7 +123,7 @@ TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
     ASSERT_TRUE(gpu_->sync().ok());
     ASSERT_TRUE(backend::cuda::f16_mma_tiles_support(j));
     std::vector<float> want;
-    for (int shape = 0; shape < 4; ++shape) {
+    for (int shape = 0; shape < 6; ++shape) {
       j.y = poisoned(static_cast<size_t>(sh.n * sh.rows));
       ASSERT_TRUE(gpu_->sync().ok());
       ASSERT_EQ(backend::cuda::f16_mma_tiles_launch_shape(j, nullptr, shape), cudaSuccess);

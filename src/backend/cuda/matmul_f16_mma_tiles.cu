@@ -29,13 +29,40 @@ constexpr int kXPitch = 144;  // bytes per vector per 32-value block: 32 floats 
 // a matrix — the 256- and 512-row matrices leave 4 warps per SM with 32-row tiles), KB 32-value blocks per
 // ring stage (one block barrier per stage; a stage = KB sub-tiles, each in the one-block layout below, so
 // the fragment loads stay conflict-free), STAGES ring slots.
-template <int WM_, int WN_, int TM_, int TN_, int KB_, int STAGES_>
+// SPLIT: the stage's activations split x = hi + lo (split_tf32) once by the whole block into shared memory
+// (hi over x, lo beside it; a second block barrier per stage) instead of by each of the WM warps that read
+// them — the same hi and lo words, so the same MMAs.
+template <int WM_, int WN_, int TM_, int TN_, int KB_, int STAGES_, bool SPLIT_ = false>
 struct TileCfg {
   static constexpr int WM = WM_, WN = WN_, TM = TM_, TN = TN_, KB = KB_, STAGES = STAGES_;
+  static constexpr bool SPLIT = SPLIT_;
   static constexpr int BM = 16 * TM * WM, BN = 8 * TN * WN, THREADS = WM * WN * kWarp;
-  static constexpr int SUB = BM * kWPitch + BN * kXPitch;  // one 32-value block's weights + activations
+  // One 32-value block's weights + activations (+ the activations' lo parts with SPLIT).
+  static constexpr int SUB = BM * kWPitch + (SPLIT ? 2 : 1) * BN * kXPitch;
   static constexpr int STAGE = KB * SUB, SMEM = STAGES * STAGE;
 };
+
+// f16_mma_block with the activations already split (xh, xl: the hi and lo words of x, as split_tf32
+// gives them): the same MMAs in the same order.
+template <int TM, int TN>
+__device__ inline void f16_mma_block_split(float (&c)[TM][TN][4], const uint4 (&w)[TM][2], const uint32_t (&xh)[TN][8],
+                                           const uint32_t (&xl)[TN][8]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const uint32_t w0 = word_of(w[i][0], q), w1 = word_of(w[i][1], q);
+      const uint32_t a[4] = {f16_tf32(w0 & 0xffffu), f16_tf32(w1 & 0xffffu), f16_tf32(w0 >> 16), f16_tf32(w1 >> 16)};
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        mma_tf32(c[i][j], a, xh[j][2 * q], xh[j][2 * q + 1]);
+        mma_tf32(c[i][j], a, xl[j][2 * q], xl[j][2 * q + 1]);
+      }
+    }
+  }
+}
+
+__device__ inline void unpack4(const uint4& v, uint32_t* o) { o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w; }
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1) f16_mma_smem_kernel(GemvJob p) {
@@ -80,6 +107,21 @@ __global__ void __launch_bounds__(C::THREADS, 1) f16_mma_smem_kernel(GemvJob p) 
   for (int64_t st = 0; st < nst; ++st) {
     cp_async_wait<S - 2>();
     __syncthreads();  // stage st visible to all; every warp done with the slot the next copy overwrites
+    if constexpr (C::SPLIT) {  // the stage's x → hi (in place) and lo (beside it), 4 values a step
+      for (int idx = threadIdx.x; idx < KB * BN * 8; idx += kThreads) {
+        const int kb = idx / (BN * 8), v = (idx / 8) % BN, c4 = idx % 8;
+        uint8_t* px = smem + (st % S) * C::STAGE + kb * C::SUB + BM * kWPitch + v * kXPitch + 16 * c4;
+        const float4 xv = *reinterpret_cast<const float4*>(px);
+        uint4 h, l;
+        split_tf32(xv.x, h.x, l.x);
+        split_tf32(xv.y, h.y, l.y);
+        split_tf32(xv.z, h.z, l.z);
+        split_tf32(xv.w, h.w, l.w);
+        *reinterpret_cast<uint4*>(px) = h;
+        *reinterpret_cast<uint4*>(px + BN * kXPitch) = l;
+      }
+      __syncthreads();  // the split stage visible to all
+    }
     if (st + S - 1 < nst) copy_stage(st + S - 1, static_cast<int>((st + S - 1) % S));
     cp_async_commit();
 #pragma unroll
@@ -88,20 +130,33 @@ __global__ void __launch_bounds__(C::THREADS, 1) f16_mma_smem_kernel(GemvJob p) 
       const uint8_t* sw = smem + (st % S) * C::STAGE + kb * C::SUB;
       const uint8_t* sx = sw + BM * kWPitch;
       uint4 w[TM][2];
-      float x[TN][8];
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
+      if constexpr (C::SPLIT) {
+        uint32_t xh[TN][8], xl[TN][8];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
-        const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
-        x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
-        x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
+        for (int j = 0; j < TN; ++j) {
+          const uint8_t* xv = sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t;
+          unpack4(*reinterpret_cast<const uint4*>(xv), xh[j]);
+          unpack4(*reinterpret_cast<const uint4*>(xv + 16), xh[j] + 4);
+          unpack4(*reinterpret_cast<const uint4*>(xv + BN * kXPitch), xl[j]);
+          unpack4(*reinterpret_cast<const uint4*>(xv + BN * kXPitch + 16), xl[j] + 4);
+        }
+        f16_mma_block_split<TM, TN>(c, w, xh, xl);
+      } else {
+        float x[TN][8];
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
+          const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
+          x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
+          x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
+        }
+        f16_mma_block<TM, TN>(c, w, x);
       }
-      f16_mma_block<TM, TN>(c, w, x);
       if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
         const bool first = b % 16 == 3, last = b % 16 == 15;
 #pragma unroll
@@ -156,6 +211,10 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
       return big ? launch_smem<TileCfg<4, 2, 1, 4, 1, 4>>(j, s) : launch_smem<TileCfg<4, 1, 1, 4, 1, 4>>(j, s);
     case 3:  // both
       return big ? launch_smem<TileCfg<4, 2, 1, 4, 2, 3>>(j, s) : launch_smem<TileCfg<4, 1, 1, 4, 2, 3>>(j, s);
+    case 4:  // activations split once per stage by the block, 2 blocks per stage
+      return big ? launch_smem<TileCfg<4, 2, 2, 4, 2, 3, true>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 2, 3, true>>(j, s);
+    case 5:  // the same with 16-row warp tiles
+      return big ? launch_smem<TileCfg<4, 2, 1, 4, 2, 3, true>>(j, s) : launch_smem<TileCfg<4, 1, 1, 4, 2, 3, true>>(j, s);
     default:  // 128 × 64 tiles (8 warps) from 1,024 rows, else 64 × 64 (4 warps: the 256- and 512-row matrices).
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 1, 4>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 1, 4>>(j, s);
   }

@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   }
   // "profile": the experts of gemm_experts 13, then 20, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
-  // "q8bulkprof": q_b's matmul once on the default, then with bulk-copy stages (gemm_q8 = 12; ncu).
+  // "q8bulkprof": q_b's matmul once on the default, then with bulk-copy and tensor-copy stages (gemm_q8 = 12,
+  // 15; ncu).
   const bool q8bulkprof = argc > 2 && std::strcmp(argv[2], "q8bulkprof") == 0;
   const bool q8prof = q8bulkprof || (argc > 2 && std::strcmp(argv[2], "q8prof") == 0);
   const bool profile = q8prof || (argc > 2 && std::strcmp(argv[2], "profile") == 0);
@@ -93,8 +94,8 @@ int main(int argc, char** argv) {
   // experts_fast_kernel and the SwiGLU folded into the down projection's quantizer).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
-  // "q8bulk": the dense Q8_0 lines of the default (cp.async ring) and of the bulk-copy stages (gemm_q8 = 12),
-  // twice in turn (the second pair shows the run's spread).
+  // "q8bulk": the dense Q8_0 lines of the default (cp.async ring), of the bulk-copy stages (gemm_q8 = 12) and
+  // of the 2-D tensor-copy stages (15), twice in turn (the second round shows the run's spread).
   const bool q8bulk = argc > 2 && std::strcmp(argv[2], "q8bulk") == 0;
   const bool q8_lines = q8prof || q8bulk || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
   const bool gemm_only =
@@ -106,9 +107,9 @@ int main(int argc, char** argv) {
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
   const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
-                                 : q8bulkprof ? std::vector<int>{0, 46}
+                                 : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8prof     ? std::vector<int>{0, 6}
-                                 : q8bulk     ? std::vector<int>{0, 46, 0, 46}
+                                 : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
                                  : profile    ? std::vector<int>{21, 28}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
@@ -124,9 +125,10 @@ int main(int argc, char** argv) {
     // Dense Q8_0 lines only: gemm2_kernel (7) and each gemm_q8.cu launch shape (3, 5, 6: 1, 3, 4; 40 … 43:
     // 5 … 8), and the default shapes with CudaBackendOptions::gemm_q8_parts off (44: only the parts lines);
     // 45: only the norm_rope line, norm_rope_loads_first on (mode 0: off).
-    // 46: the shape by grid size with bulk-copy stages (gemm_q8 = 12).
-    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 46);
+    // 46, 47: the shape by grid size with bulk-copy / tensor-copy stages (gemm_q8 = 12, 15).
+    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47);
     if (mode == 46) co.gemm_q8 = 12;
+    if (mode == 47) co.gemm_q8 = 15;
     if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
     if (mode >= 40 && mode <= 43) co.gemm_q8 = mode - 35;              // Cfg5 … Cfg8
     co.gemm_q8_parts = mode == 44 ? 0 : -1;
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
                                  "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1",   "q8-bulk"};
+                                 "nr-loads1",   "q8-bulk",     "q8-tensor"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
@@ -227,7 +229,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
       }
     }
-    if (gemm_only && !experts_only && !profile && (mode == 0 || mode == 44 || mode == 46)) {
+    if (gemm_only && !experts_only && !profile && (mode == 0 || mode == 44 || mode == 46 || mode == 47)) {
       // Several matrices per call (CudaBackendOptions::gemm_q8_parts; mode 44: one launch each): out_a's 8
       // row groups of 1,024 over 4,096 values of the attention output each, the shared expert's gate + up.
       const int64_t G = 8, Ro = 1024, gin = 4096, E = 4096, F = 2048;

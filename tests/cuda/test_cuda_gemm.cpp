@@ -198,8 +198,9 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
       {GgmlType::Q8_0, 300, 1024, 200}, {GgmlType::Q8_0, 130, 8192, 150}, {GgmlType::Q8_0, 136, 1024, 1000},
       {GgmlType::Q8_0, 128, 256, 128},
   };
-  // 9 … 12: the stages by bulk copies (Cfg7, Cfg1, Cfg3, the shape by grid size).
-  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+  // 9 … 12: the stages by bulk copies (Cfg7, Cfg1, Cfg3, the shape by grid size); 13 … 15: by 2-D tensor
+  // copies (Cfg7, Cfg1, the shape by grid size).
+  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
@@ -217,7 +218,8 @@ static std::unique_ptr<Backend> backend_with(const cuda::CudaBackendOptions& o) 
 }
 
 TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
-  // gemm_q8.cu's bulk-copy stages (CudaBackendOptions::gemm_q8 = 12: the shape by grid size, sm_90) on the
+  // gemm_q8.cu's bulk-copy and tensor-copy stages (CudaBackendOptions::gemm_q8 = 12, 15: the shape by grid
+  // size, sm_90) on the
   // Flash Q8_0 shapes at a 2,048-token chunk (q_a / one out_a group 1024×4096 → Cfg1, q_b 32768×1024 and
   // out_b 4096×8192 → Cfg7, kv 512×4096 → Cfg3) and a partial vector tile (2,049; 77), bit for bit against
   // the cp.async ring (gemm_q8 = −1); the CPU op is compared on the small shapes above (its 2,048-token
@@ -226,6 +228,9 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
   o.gemm_q8 = 12;
   auto bulk = backend_with(o);
   ASSERT_TRUE(bulk);
+  o.gemm_q8 = 15;  // the same with 2-D tensor copies
+  auto tensor = backend_with(o);
+  ASSERT_TRUE(tensor);
   struct Shape {
     int64_t rows, cols, n;
   };
@@ -236,11 +241,14 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
     w.data = bytes.data();
     const auto x = randn(static_cast<size_t>(sh.n * sh.cols));
     const auto want = matmul_on(*gpu_, w, bytes.size(), x.data(), sh.n);
-    const auto got = matmul_on(*bulk, w, bytes.size(), x.data(), sh.n);
-    int64_t nan = 0;
-    for (float v : got) nan += std::isnan(v);
-    EXPECT_EQ(nan, 0) << sh.rows << "x" << sh.cols << " n=" << sh.n << ": outputs left unwritten";
-    EXPECT_EQ(bit_diffs(got, want), 0) << sh.rows << "x" << sh.cols << " n=" << sh.n << ": bulk vs cp.async";
+    for (Backend* be : {bulk.get(), tensor.get()}) {
+      const auto got = matmul_on(*be, w, bytes.size(), x.data(), sh.n);
+      const char* what = be == bulk.get() ? ": bulk" : ": tensor";
+      int64_t nan = 0;
+      for (float v : got) nan += std::isnan(v);
+      EXPECT_EQ(nan, 0) << sh.rows << "x" << sh.cols << " n=" << sh.n << what << ": outputs left unwritten";
+      EXPECT_EQ(bit_diffs(got, want), 0) << sh.rows << "x" << sh.cols << " n=" << sh.n << what << " vs cp.async";
+    }
   }
 }
 
@@ -293,7 +301,7 @@ TEST_F(CudaGemm, Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) {
   ASSERT_TRUE(solo_be);
   const auto solo = run(*solo_be);
   EXPECT_EQ(bit_diffs(solo, want), 0) << "one launch per part vs CPU";
-  for (int variant : {-1, 4, 12}) {  // (−1: the shape by grid size; 12: the same with bulk copies)
+  for (int variant : {-1, 4, 12, 15}) {  // (−1: the shape by grid size; 12, 15: the same with bulk / tensor copies)
     cuda::CudaBackendOptions o;
     o.gemm_q8_parts = 1;
     o.gemm_q8 = variant;

@@ -22,6 +22,8 @@
 // input), each with its own weights, rows and outputs and an offset into the shared activation rows.
 // Needs 16-byte aligned weights, activation rows and strides (gemm_q8_fits); cols a multiple of 256.
 // Deliberately not here: K-quants and grouped experts (ops_gemm.cu), the dispatch (CudaBackend::gemm).
+#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types (reached through the runtime's entry point)
+
 #include <algorithm>
 
 #include "backend/cuda/bulk_copy.cuh"
@@ -79,6 +81,8 @@ struct Q8Part {
 constexpr int kMaxParts = 8;
 // CudaBackendOptions::gemm_q8 = 12: default_shape's launch shape with bulk copies (9 … 11: Cfg7, Cfg1, Cfg3).
 constexpr int kGemmQ8BulkByGrid = 12;
+// … = 15: default_shape's launch shape with 2-D tensor copies (13, 14: Cfg7, Cfg1).
+constexpr int kGemmQ8TensorByGrid = 15;
 
 struct Q8Params {
   uint64_t row_bytes;
@@ -88,7 +92,16 @@ struct Q8Params {
   int32_t x_div;       // vector v reads activation row v / x_div
   int64_t n_vec;
   Q8Part part[kMaxParts];
+  // kCopyTensor only (CudaBackendOptions::gemm_q8 13 … 15): 2-D tensor maps of 8-byte elements — each part's
+  // weights (rows × row_bytes / 8, box BM rows × 34: a stage's 272 bytes) and the activation rows (n × act_stride
+  // / 8, box BN rows × 38: a stage's 288 bytes + 16, the tile's padded pitch; past a row's end the TMA fills zeros).
+  CUtensorMap tw[kMaxParts];
+  CUtensorMap ta;
 };
+
+// How a stage reaches shared memory: cp.async (16 bytes a thread and instruction), one bulk copy per row
+// (bulk_stage), or one 2-D tensor copy per operand and stage (tensor_stage).
+enum : int { kCopyAsync = 0, kCopyBulk = 1, kCopyTensor = 2 };
 
 __device__ inline uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
@@ -192,16 +205,36 @@ __device__ inline void bulk_stage(uint8_t* smem, int slot, uint64_t* bar, const 
   }
 }
 
+// The tensor-map form (sm_90; CudaBackendOptions::gemm_q8 13 … 15): thread 0 issues two 2-D tensor copies
+// per stage — the part's BM × 272-byte weight box and the BN × 304-byte activation box (rows past the matrix
+// or past n arrive as zeros; their outputs are not stored) — so the TMA unit takes 2 requests a stage
+// instead of bulk_stage's BM + BN (W1: bulk_stage's 384 row copies per Cfg7 stage left the warps waiting,
+// issue 54 % against 64 %). Same bytes in the used places as copy_stage.
+__device__ inline void tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Block (x, y, z): rows [x·BM, …) of part z (blocks past a shorter part's rows return at once) × vectors
 // [y·BN, …).
 // kBulk: the stages by bulk_stage on one mbarrier per ring slot (`full`: stage kb is slot kb % S's
 // (kb / S)-th phase) instead of cp.async groups; the block barrier per stage stays (a slot is refilled
 // only after every warp is done reading it). Thread 0 announces a stage's bytes before the block barrier
 // that precedes its copies, so no copy completes on a phase before its arrival.
-template <class C, bool kBulk>
-__global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p) {
+template <class C, int kCopy>
+__global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(const __grid_constant__ Q8Params p) {
   constexpr int WM = C::WM, WN = C::WN, MI = WM / 16, NJ = WN / 8, S = C::STAGES;
-  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr bool kBulk = kCopy != kCopyAsync, kTensor = kCopy == kCopyTensor;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  // Tensor copies need 128-byte aligned destinations: the launch adds 128 bytes to round up into.
+  uint8_t* smem = kTensor ? smem_raw + ((128u - (smem_addr(smem_raw) & 127u)) & 127u) : smem_raw;
   __shared__ int64_t arow[C::BN];
   __shared__ __align__(8) uint64_t full[kBulk ? S : 1];
 
@@ -224,8 +257,24 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p
 
   const int64_t nkb = p.cols / 256;
   // kBulk: the bytes of every stage (rows and vectors past the matrix are not copied).
-  [[maybe_unused]] const uint32_t stage_bytes = static_cast<uint32_t>(std::min<int64_t>(C::BM, rows - m0) * 272 +
-                                                     std::min<int64_t>(C::BN, p.n_vec - v0) * 288);
+  // (tensor copies: whole boxes, zeros included)
+  [[maybe_unused]] const uint32_t stage_bytes =
+      kTensor ? static_cast<uint32_t>(C::BM * kPitchA + C::BN * kPitchB)
+              : static_cast<uint32_t>(std::min<int64_t>(C::BM, rows - m0) * 272 + std::min<int64_t>(C::BN, p.n_vec - v0) * 288);
+  [[maybe_unused]] const CUtensorMap* tw = &p.tw[blockIdx.z];
+  [[maybe_unused]] const int ax0 = static_cast<int>(part.act_off / 8);  // the part's activation columns, 8-byte units
+  // Stage st into `slot` (thread 0 alone for tensor copies; its bytes announced on full[slot] before).
+  auto issue = [&](int slot, int64_t st) {
+    if constexpr (kTensor) {
+      if (threadIdx.x == 0) {
+        uint8_t* sa = smem + slot * (C::STAGE_A + C::STAGE_B);
+        tensor_copy_2d(sa, tw, static_cast<int>(st * 34), static_cast<int>(m0), &full[slot]);
+        tensor_copy_2d(sa + C::STAGE_A, &p.ta, ax0 + static_cast<int>(st * 36), static_cast<int>(v0), &full[slot]);
+      }
+    } else {
+      bulk_stage<C>(smem, slot, &full[slot], w, p.row_bytes, rows, act, p.act_stride, m0, arow, st);
+    }
+  };
   if constexpr (kBulk) {
     if (threadIdx.x == 0)
       for (int s = 0; s < S - 1 && s < nkb; ++s) mbar_expect(&full[s], stage_bytes);
@@ -234,7 +283,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if constexpr (kBulk) {
-      if (s < nkb) bulk_stage<C>(smem, s, &full[s], w, p.row_bytes, rows, act, p.act_stride, m0, arow, s);
+      if (s < nkb) issue(s, s);
     } else {
       if (s < nkb) copy_stage<C>(smem, s, w, p.row_bytes, rows, act, p.act_stride, m0, arow, s);
       cp_async_commit();
@@ -248,7 +297,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p
       if (threadIdx.x == 0 && kb + S - 1 < nkb) mbar_expect(&full[refill], stage_bytes);
       __syncthreads();  // stage kb − 1's slot is no longer read (and its next phase is announced)
       if (kb + S - 1 < nkb)
-        bulk_stage<C>(smem, refill, &full[refill], w, p.row_bytes, rows, act, p.act_stride, m0, arow, kb + S - 1);
+        issue(refill, kb + S - 1);
     } else {
       cp_async_wait<S - 2>();  // this thread's copies of stage kb landed
       __syncthreads();         // everyone's did, and stage kb − 1's slot is no longer read
@@ -283,17 +332,54 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(Q8Params p
       }
 }
 
-template <class C, bool kBulk = false>
+template <class C, int kCopy = kCopyAsync>
 bool launch(CudaBackend& be, const Q8Params& p, int n_parts, int64_t max_rows) {
-  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C, kBulk>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM),
+  constexpr int smem = C::SMEM + (kCopy == kCopyTensor ? 128 : 0);
+  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C, kCopy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                 "gemm q8 smem"))
     return true;  // error recorded
   const dim3 grid(static_cast<unsigned>((max_rows + C::BM - 1) / C::BM),
                   static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN), static_cast<unsigned>(n_parts));
-  gemm_q8_kernel<C, kBulk><<<grid, C::THREADS, C::SMEM, be.stream()>>>(p);
-  be.launched(kBulk ? "gemm q8_0 (int8 tensor cores, direct fragments, bulk copies)"
-                    : "gemm q8_0 (int8 tensor cores, direct fragments)");
+  gemm_q8_kernel<C, kCopy><<<grid, C::THREADS, smem, be.stream()>>>(p);
+  be.launched(kCopy == kCopyTensor ? "gemm q8_0 (int8 tensor cores, direct fragments, tensor copies)"
+              : kCopy == kCopyBulk ? "gemm q8_0 (int8 tensor cores, direct fragments, bulk copies)"
+                                   : "gemm q8_0 (int8 tensor cores, direct fragments)");
   return true;
+}
+
+// A 2-D tensor map of 8-byte elements over `rows` rows of `stride` bytes at `base` (16-byte aligned), box
+// `box_x` elements × `box_rows` rows, zeros past the ends. false: the driver has no tensor maps or refused.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+bool tensor_map(EncodeTiled encode, CUtensorMap* map, const void* base, uint64_t stride, int64_t rows, uint32_t box_x,
+                uint32_t box_rows) {
+  const cuuint64_t dim[2] = {stride / 8, static_cast<cuuint64_t>(rows)}, strides[1] = {stride};
+  const cuuint32_t box[2] = {box_x, box_rows}, estride[2] = {1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<void*>(base), dim, strides, box, estride,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Shape C with tensor copies: the maps into a copy of p, then the launch; false (nothing launched) where the
+// maps cannot be made (no entry point, x_div ≠ 1: vectors sharing activation rows are not a 2-D box).
+template <class C>
+bool launch_tensor(CudaBackend& be, const Q8Params& p0, int n_parts, int64_t max_rows) {
+  if (p0.x_div != 1) return false;
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || !fn) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const auto encode = reinterpret_cast<EncodeTiled>(fn);
+  Q8Params p = p0;
+  const int64_t act_rows = p.n_vec;
+  if (!tensor_map(encode, &p.ta, p.act, p.act_stride, act_rows, kPitchB / 8, C::BN)) return false;
+  for (int k = 0; k < n_parts; ++k)
+    if (!tensor_map(encode, &p.tw[k], p.part[k].w, p.row_bytes, p.part[k].rows, kPitchA / 8, C::BM)) return false;
+  return launch<C, kCopyTensor>(be, p, n_parts, max_rows);
 }
 
 // CudaBackendOptions::gemm_q8 = −1: the shape by grid size. On the H200 at 2,048 vectors (cuda_prefill_bench
@@ -311,10 +397,23 @@ int default_shape(int64_t rows, int64_t n, int n_parts) {
 
 // The parts p.part[0 … n_parts) in launch shape `variant` (1, 3 … 8; any other value: default_shape).
 // With bulk copies (sm_90; the caller checked): 9 … 11 = Cfg7, Cfg1, Cfg3 with bulk_stage; 12 = default_shape's
-// choice with bulk_stage (kGemmQ8BulkByGrid).
+// choice with bulk_stage (kGemmQ8BulkByGrid); with tensor copies 13, 14 = Cfg7, Cfg1, 15 = default_shape's choice
+// (kGemmQ8TensorByGrid) — below sm_90, without tensor maps or with x_div ≠ 1 their cp.async twins.
 bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) {
   int64_t max_rows = 0;
   for (int k = 0; k < n_parts; ++k) max_rows = std::max(max_rows, p.part[k].rows);
+  if (variant >= 13 && variant <= kGemmQ8TensorByGrid && be.sm90()) {
+    const int shape = variant == 13 ? 7 : variant == 14 ? 1 : default_shape(max_rows, p.n_vec, n_parts);
+    bool done = false;
+    switch (shape) {
+      case 7: done = launch_tensor<Cfg7>(be, p, n_parts, max_rows); break;
+      case 1: done = launch_tensor<Cfg1>(be, p, n_parts, max_rows); break;
+      default: done = launch_tensor<Cfg3>(be, p, n_parts, max_rows); break;
+    }
+    if (done) return true;
+    variant = shape;  // (no tensor maps: the cp.async twin)
+  }
+  if (variant >= 13 && variant <= kGemmQ8TensorByGrid) variant = variant == 13 ? 7 : variant == 14 ? 1 : -1;
   if (variant >= 9 && variant <= kGemmQ8BulkByGrid && !be.sm90())  // (bulk copies need sm_90: cp.async twins)
     variant = variant == 9 ? 7 : variant == 10 ? 1 : variant == 11 ? 3 : -1;
   if (variant >= 9 && variant <= kGemmQ8BulkByGrid) {
@@ -323,9 +422,9 @@ bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) 
                       : variant == 10              ? 1
                                                    : 3;
     switch (shape) {
-      case 7: return launch<Cfg7, true>(be, p, n_parts, max_rows);
-      case 1: return launch<Cfg1, true>(be, p, n_parts, max_rows);
-      default: return launch<Cfg3, true>(be, p, n_parts, max_rows);
+      case 7: return launch<Cfg7, kCopyBulk>(be, p, n_parts, max_rows);
+      case 1: return launch<Cfg1, kCopyBulk>(be, p, n_parts, max_rows);
+      default: return launch<Cfg3, kCopyBulk>(be, p, n_parts, max_rows);
     }
   }
   const bool shape = variant == 1 || (variant >= 3 && variant <= 8);

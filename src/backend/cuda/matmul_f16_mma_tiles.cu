@@ -200,10 +200,15 @@ bool f16_mma_tiles_support(const GemvJob& j) {
          aligned16(j.x) && j.x_stride % 4 == 0 && j.w.rows >= 256 && j.n_vec >= 64 && (j.n_vec + 63) / 64 <= 65535;
 }
 
-cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_mma_tiles_launch_shape(j, s, 0); }
+cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_mma_tiles_launch_shape(j, s, -1); }
 
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
   const bool big = j.w.rows >= 1024;
+  // −1, the default, by rows (cuda_prefill_bench 2048 f16 on the H200, session 10 W1, ms per call at 2,048
+  // vectors, shape 0 → the one picked): up to 256 rows shape 3 (router / indexer compressor 256 × 4096: 0.144
+  // → 0.118: 16-row warp tiles give those 128 blocks twice the warps), else shape 1 (indexer q_b 8192 × 1024:
+  // 0.656 → 0.615, compressor 1024 × 4096: 0.324 → 0.319, 512 × 4096: 0.166 both; shape 3 lost there).
+  if (shape < 0) shape = j.w.rows <= 256 ? 3 : 1;
   switch (shape) {
     case 1:  // 2 blocks per stage: half the block barriers
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 2, 3>>(j, s);

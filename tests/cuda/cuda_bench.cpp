@@ -9,10 +9,10 @@
 //                                         shapes, byte-permute decode, PDL) and the fast block tile kernels.
 //        cuda_bench --experts once        one untimed call per n on the row tiles (each variant), then the
 //                                         fast block tiles (for ncu).
-//        cuda_bench --experts one [once]  n = 1, 2, 7: the default (one-token kernels, gate/up variant 4), gate/up
-//                                         variant 2 (the default before), the warp tiles, each with PDL; n = 1 also
-//                                         cold (16 expert sets in turn); once: one untimed call at n = 1 of
-//                                         gate/up variants 2 and 4 (ncu).
+//        cuda_bench --experts one [once]  the default (one-token kernels, gate/up variant 4, PDL) at n = 1, 2, 7 and at
+//                                         n = 1 the session-10 sides (expert_one_token 14, 24, 34, 44, 71, 73, 74, 6, 36:
+//                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
+//                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
@@ -234,15 +234,25 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto v2perm_tiles = cuda::make_cuda_backend(ro);
   ro.expert_row_tiles_perm = false;
   auto v2_tiles = cuda::make_cuda_backend(ro);
-  cuda::CudaBackendOptions oo;  // the one-token kernels (moe_one_token.cu): gate/up variants 2 and 4
+  cuda::CudaBackendOptions oo;  // the one-token kernels (moe_one_token.cu): gate/up variant 4 without PDL (ncu)
   oo.expert_tiles_pdl = 0;
-  oo.expert_one_token = 2;
-  auto one2_tiles = cuda::make_cuda_backend(oo);
   oo.expert_one_token = 4;  // two rows per gate/up item
   auto one4_tiles = cuda::make_cuda_backend(oo);
   oo.expert_tiles_pdl = true;
-  oo.expert_one_token = 2;  // the default before variant 4 (the down kernel a programmatic dependent)
-  auto one2pdl_tiles = cuda::make_cuda_backend(oo);
+  auto one4pdl_tiles = cuda::make_cuda_backend(oo);  // variant 4 + PDL: the default before session 10
+  // Session 10: the down kernel adding the slots (expert_one_token 4 + 10·F: F = 1 a warp per tile, 2 two warps,
+  // 3 / 4 the same quantizing the hidden rows inside), gate/up variant 6 (explicit shared addresses), gate/up
+  // variant 7 (no prologue launch: the slots and x quantized inside; with a slot-summing down kernel).
+  constexpr int kFolds = 9;
+  // (variant 6 last: it is the one that addresses shared memory by hand)
+  const int one_folds[kFolds] = {14, 24, 34, 44, 71, 73, 74, 6, 36};
+  const char* one_fold_tags[kFolds] = {"one14", "one24", "one34", "one44", "one71", "one73", "one74", "one6", "one36"};
+  std::unique_ptr<Backend> fold_tiles[kFolds];
+  for (int i = 0; i < kFolds; ++i) {
+    oo.expert_one_token = one_folds[i];
+    auto b = cuda::make_cuda_backend(oo);
+    if (b.ok()) fold_tiles[i] = std::move(b).value();
+  }
   ro.expert_row_tiles_v3 = 1;  // the balanced expert-major runs, fast decode and byte-permute decode at every n
   auto v3_tiles = cuda::make_cuda_backend(ro);
   ro.expert_row_tiles_perm = true;
@@ -252,10 +262,10 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     // Timed: the default (gate/up variant 4, PDL down), variant 2 with PDL (the default before), the warp
     // tiles with PDL. once (ncu): gate/up variants 2 and 4 (variants 1 and 3: session 8's runs).
     if (!once) moe_sides.push_back({&be, "default"});
-    if (one2pdl_tiles.ok() && !once) moe_sides.push_back({one2pdl_tiles->get(), "one2pdl"});
-    if (one2_tiles.ok() && once) moe_sides.push_back({one2_tiles->get(), "one2"});
+    if (one4pdl_tiles.ok() && !once) moe_sides.push_back({one4pdl_tiles->get(), "one4pdl"});
     if (one4_tiles.ok() && once) moe_sides.push_back({one4_tiles->get(), "one4"});
-    if (warp_tiles.ok() && !once) moe_sides.push_back({warp_tiles->get(), "warppdl"});
+    for (int i = 0; i < kFolds; ++i)
+      if (fold_tiles[i]) moe_sides.push_back({fold_tiles[i].get(), one_fold_tags[i]});
   } else {
     if (!once) moe_sides.push_back({&be, "default"});
     if (warp_tiles.ok() && !once && !v3_only) moe_sides.push_back({warp_tiles->get(), "warp"});
@@ -295,7 +305,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     a.clamp = 10;
     a.out = out.f32();
     for (int n : one ? std::vector<int>{1, 2, 7} : std::vector<int>{1, 8, 16, 32, 64}) {
-      if (one && once && n > 1) break;
+      if (one && (once || sd.tag != std::string("default")) && n > 1) break;  // n > 1: the warp tiles
       a.n = n;
       std::vector<int32_t> used(ids.begin(), ids.begin() + n * K);
       std::sort(used.begin(), used.end());

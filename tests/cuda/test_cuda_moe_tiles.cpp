@@ -92,6 +92,18 @@ class CudaMoeTiles : public CudaOpsTest {
       o.expert_one_token = 2;
       o.expert_tiles_pdl = true;
     }, one2pdl_);
+    for (int f = 0; f < 4; ++f) {
+      cuda::CudaBackendOptions o;
+      o.expert_one_token = 4 + 10 * (f + 1);
+      auto p = cuda::make_cuda_backend(o);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      fold_[f] = std::move(p).value();
+    }
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 6; }, one6_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 36; }, one6f_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 73; }, slots_[0]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 74; }, slots_[1]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 71; }, slots_[2]);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -128,11 +140,17 @@ class CudaMoeTiles : public CudaOpsTest {
   // the default kernels with expert_tiles_pdl (the warp tiles up to 7 tokens), 11, 12: the one-token kernels' gate/up
   // variants 2 and 3, 13: variant 4 (two rows per item; side 0's at n = 1, with PDL), 14: variant 2 with PDL
   // (the default before variant 4).
-  static constexpr int kSides = 15;
+  // 15 … 18: variant 4 with the down kernel adding the slots (expert_one_token 14, 24, 34, 44: a warp per tile,
+  // two warps per tile, each with the hidden rows quantized inside it; PDL as the default), 19: gate/up variant 6
+  // (variant 4 with the tables read at explicit shared addresses), 20: variant 6 with fold 3, 21 … 23: gate/up
+  // variant 7 (no prologue: slots and x quantized inside) with folds 3, 4 and 1 (expert_one_token 73, 74, 71).
+  static constexpr int kSides = 24;
   Backend& side(int b) {
-    Backend* s[kSides] = {gpu_.get(), prev_.get(),   first_.get(),   lean_.get(), warp_.get(),
-                          block_.get(), rows_.get(), v1_.get(),      one_.get(),  onepdl_.get(),
-                          warppdl_.get(), one2_.get(), one3_.get(),  one4_.get(), one2pdl_.get()};
+    Backend* s[kSides] = {gpu_.get(),     prev_.get(),     first_.get(),    lean_.get(),     warp_.get(),
+                          block_.get(),   rows_.get(),     v1_.get(),       one_.get(),      onepdl_.get(),
+                          warppdl_.get(), one2_.get(),     one3_.get(),     one4_.get(),     one2pdl_.get(),
+                          fold_[0].get(), fold_[1].get(),  fold_[2].get(),  fold_[3].get(),  one6_.get(),
+                          one6f_.get(),   slots_[0].get(), slots_[1].get(), slots_[2].get()};
     return *s[b];
   }
 
@@ -249,6 +267,7 @@ class CudaMoeTiles : public CudaOpsTest {
 
   std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_, one2_, one3_, one4_,
       one2pdl_;
+  std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[3];
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -324,7 +343,7 @@ TEST_F(CudaMoeTiles, OneTokenKernelsSmallBatches) {
     const std::string what = "moe one-token k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
                              (c.same ? " same experts" : " random");
     EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << what << ": block tiles not the CPU's bits";
-    for (int b : {0, 8, 9, 10, 11, 12, 13, 14}) {
+    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 19, 20}) {
       const auto got = run_gpu(b, x, ids, wts, c.n, c.k);
       const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
       const bool same = std::memcmp(got.data(), block.data(), want.size() * 4) == 0;
@@ -346,7 +365,7 @@ TEST_F(CudaMoeTiles, OneTokenRepeatedExpert) {
   const auto want = run_cpu(x, ids, wts, 1, 6);
   const auto block = run_gpu(5, x, ids, wts, 1, 6);
   EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << "fast block tiles not the CPU's bits";
-  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14}) {
+  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 19, 20}) {
     const auto got = run_gpu(b, x, ids, wts, 1, 6);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "side " << b << " not the CPU's bits";
   }
@@ -360,7 +379,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
+    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 19, 20}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)

@@ -83,10 +83,10 @@ struct CudaBackendOptions {
   int expert_tiles_pdl = -1;
   // Routed experts of a one-token step on moe_one_token.cu's kernels (with expert_tiles_fast; IQ2_XXS
   // gate/up and Q2_K down whose rows fit them, else the kernels above): every lane keeps its pieces of the
-  // token's Q8_K values in registers for all its rows, 8 lanes split each weight block and sum its
-  // integers by shuffles, the block terms added in block order by shuffles. 1..4: on, gate/up variant
-  // (moe_one_token.cu GuVariant; 4: two gate and two up rows per item), 0: off (the warp tiles), -1: what the H200 measured fastest (moe_tiles.cu
-  // kOneTokenAuto). Same bits either way.
+  // token's Q8_K values in registers for all its rows, 8 lanes split each weight block and sum its integers.
+  // V + 10·F: gate/up variant V = 1..4, 6, 7 (moe_one_token.cu GuVariant; 4: two gate and two up rows per item;
+  // 7: no prologue launch, only with F ≥ 1); F = 1..4: the down kernel adds the slots (moe_tiles.cu). 0: off
+  // (the warp tiles), -1: what the H200 measured fastest (moe_tiles.cu kOneTokenAuto). Same bits either way.
   int expert_one_token = -1;
   // Routed experts of at least this many tokens as row tiles (with expert_tiles_fast; moe_row_tiles.cu,
   // IQ2_XXS and Q2_K; before the warp tiles where both would run): a lane per output row walks its row's

@@ -5,7 +5,9 @@
 // Launches: (1) prologue — block 0 groups the pairs by expert (moe_group.cuh, no host sync), the
 // other blocks quantize x (Q8_K / Q8_0 act, bit-exact with the CPU); (2) gate+up+SwiGLU tiles;
 // (3) the hidden rows quantized once per pair; (4) down tiles; moe() then
-// adds the slots in slot order (its moe_sum_kernel).
+// adds the slots in slot order (its moe_sum_kernel). One token with CudaBackendOptions::expert_one_token
+// V + 10·F, F ≥ 1 (moe() asks by y == nullptr): the down kernel adds the slots itself, F = 3, 4 also
+// quantizes the hidden rows (no (3)), gate/up variant 7 needs no (1) (moe_one_token.cu).
 //
 // Tile kernels: work item = (group g = one expert and its pairs, tile of R output rows), grid-stride
 // over a grid of about SMs × blocks per SM; the next item's weight rows are copied (cp.async,
@@ -439,12 +441,21 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // One token (expert_one_token): moe_one_token.cu's kernels, its values in registers, where they fit. By
   // default (-1) only where the warp and row tiles are left to their defaults too: an explicit choice of
   // those (tests, benchmarks) keeps them at n = 1.
+  // expert_one_token = V + 10·F: gate/up variant V, and F ≥ 1 the down kernel with moe()'s slot sum (F = 1: a
+  // warp per tile of rows, 2: two warps a tile, 3 / 4: as 1 / 2 with the hidden rows quantized inside it, no
+  // quantization launch) — taken only when moe() asks for it by y == nullptr (it then adds no slot sum).
   const bool others_auto = expert_tiles_warp_max_ < 0 && expert_row_tiles_min_ < 0;
-  const int one_variant = expert_one_token_ < 0 ? (others_auto ? kOneTokenAuto : 0) : expert_one_token_;
+  const int one_option = expert_one_token_ < 0 ? (others_auto ? kOneTokenAuto : 0) : expert_one_token_;
+  const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 : 0;
   const bool one = !rows && one_variant > 0 && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
                                   a.down.expert_bytes, nb_d, a.dim);
+  // y == nullptr: the one-token kernels with the slot sum into a.out, or nothing (moe() then calls again).
+  if (y == nullptr && !(one && fold > 0 && a.k <= kOneSumMaxSlots &&
+                        one_token_sum_fits(*this, fold, static_cast<int32_t>(a.k), nb_d * act_pitch_of(dt),
+                                           a.down.first.row_bytes)))
+    return false;
   // the down tiles' weights copied early
   const bool pdl_on = expert_tiles_pdl_ < 0 ? (one ? kOneTokenPdlAuto : warp && kWarpTilesPdlAuto) : expert_tiles_pdl_ > 0;
   const bool pdl = (one || warp || rows) && pdl_on && cc_major() >= 9;
@@ -461,11 +472,17 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   auto* h_act = static_cast<uint8_t*>(moe_h_act_.ptr);
   cudaStream_t s = stream();
 
+  // Gate/up variant 7 with the slot-summing down kernel: no prologue (the gate/up kernel takes the slots and
+  // quantizes x itself; nothing reads the groups).
+  const bool slots = one && fold > 0 && one_variant == 7 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const OneTokenSum sa{a.ids, static_cast<int32_t>(a.k), a.down.n_expert, h, a.out, a.x};
   PrologueParams q{a.ids, static_cast<int32_t>(pairs), n_expert, order, groups, n_groups, a.x, a.n, a.dim, x_act};
   const unsigned pro_blocks = 1 + grid_for(a.n * nb_gu, kMaxGroupExperts / kWarp);
-  if (gt == GgmlType::Q8_0) moe_prologue_kernel<true><<<pro_blocks, kMaxGroupExperts, 0, s>>>(q);
-  else moe_prologue_kernel<false><<<pro_blocks, kMaxGroupExperts, 0, s>>>(q);
-  if (!launched("moe prologue (group pairs, quantize x)")) return true;
+  if (!slots) {
+    if (gt == GgmlType::Q8_0) moe_prologue_kernel<true><<<pro_blocks, kMaxGroupExperts, 0, s>>>(q);
+    else moe_prologue_kernel<false><<<pro_blocks, kMaxGroupExperts, 0, s>>>(q);
+    if (!launched("moe prologue (group pairs, quantize x)")) return true;
+  }
 
   // gate/up + SwiGLU: pair p reads token p / k; h [pairs][ff].
   TileParams p{};
@@ -489,7 +506,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.ff;
   p.weights = a.weights;
   p.clamp = a.clamp;
-  if (one) {
+  if (slots) {
+    p.n_tiles = static_cast<int32_t>(a.ff);
+    if (!launch_one_gate_up_slots(*this, p, sa, pdl, s)) return true;
+  } else if (one) {
     p.n_tiles = static_cast<int32_t>(a.ff);
     if (!launch_one_gate_up(*this, p, int64_t{max_groups} * p.n_tiles, one_variant, s)) return true;
   } else if (warp) {
@@ -505,7 +525,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // The hidden rows quantized once per pair. Rows of pairs with a bad id hold whatever h had: they are
   // quantized but belong to no group (the slot sum gives those tokens NaN).
   const unsigned hq = grid_for(pairs * nb_d * kWarp, 256);
-  if (!check(launch_dependent(pdl, hq, 256, 0, s,
+  if (fold < 3 && !check(launch_dependent(pdl, hq, 256, 0, s,
                               dt == GgmlType::Q8_0 ? moe_quantize_hidden_kernel<true> : moe_quantize_hidden_kernel<false>,
                               static_cast<const float*>(h), pairs, a.ff, h_act),
              "moe quantize hidden rows"))
@@ -527,7 +547,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.dim;
   p.weights = nullptr;
   p.clamp = 0;
-  if (one) {
+  if (one && fold > 0) {
+    p.n_tiles = static_cast<int32_t>(a.dim / one_token_down_rows());
+    launch_one_down_sum(*this, p, sa, fold, pdl, s);
+  } else if (one) {
     p.n_tiles = static_cast<int32_t>(a.dim / one_token_down_rows());
     launch_one_down(*this, p, int64_t{max_groups} * p.n_tiles, pdl, s);
   } else if (warp) {

@@ -430,6 +430,9 @@ void CudaBackend::moe(const MoeArgs& a) {
     if (!ensure(moe_g_, static_cast<uint64_t>(pairs * a.ff) * 4, "expert hidden rows") ||
         !ensure(moe_y_, static_cast<uint64_t>(pairs * a.dim) * 4, "expert outputs"))
       return;
+    // One token with the slot sum inside the down kernel (expert_one_token V + 10·F, F ≥ 1; moe_tiles.cu): no
+    // sum here. moe_tiles(…, nullptr) launches nothing and returns false where that path does not run.
+    if (a.n == 1 && moe_tiles(a, static_cast<float*>(moe_g_.ptr), nullptr)) return;
     if (moe_tiles(a, static_cast<float*>(moe_g_.ptr), static_cast<float*>(moe_y_.ptr))) {
       if (!failed()) sum_slots(static_cast<const float*>(moe_y_.ptr));
       return;

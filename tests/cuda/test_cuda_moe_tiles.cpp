@@ -11,7 +11,9 @@
 // expert_row_tiles_min = 0; the default side runs the second shapes from 8 tokens, with the byte-permute
 // IQ2_XXS decode up to 16), and the one-token kernels (CudaBackendOptions::expert_one_token,
 // moe_one_token.cu; with and without expert_tiles_pdl) and the warp tiles as programmatic dependent launches
-// (expert_tiles_pdl) against the CPU and the fast block tiles bit for bit at the batch sizes they run. The
+// (expert_tiles_pdl) against the CPU and the fast block tiles bit for bit at the batch sizes they run, and
+// session 10's one-token paths (expert_one_token V + 10·F: the down kernel adding the slots, gate/up variant 7
+// without the prologue, variant 6 with explicit shared addresses) likewise, with a bad id and a repeated expert. The
 // default backend runs the one-token kernels (variant 2, PDL) at 1 token, the warp tiles (PDL) at 2..7, the
 // row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
@@ -101,9 +103,10 @@ class CudaMoeTiles : public CudaOpsTest {
     }
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 6; }, one6_);
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 36; }, one6f_);
-    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 73; }, slots_[0]);
-    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 74; }, slots_[1]);
-    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 71; }, slots_[2]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 17; }, slots_[0]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 27; }, slots_[1]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 37; }, slots_[2]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 47; }, slots_[3]);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -142,15 +145,15 @@ class CudaMoeTiles : public CudaOpsTest {
   // (the default before variant 4).
   // 15 … 18: variant 4 with the down kernel adding the slots (expert_one_token 14, 24, 34, 44: a warp per tile,
   // two warps per tile, each with the hidden rows quantized inside it; PDL as the default), 19: gate/up variant 6
-  // (variant 4 with the tables read at explicit shared addresses), 20: variant 6 with fold 3, 21 … 23: gate/up
-  // variant 7 (no prologue: slots and x quantized inside) with folds 3, 4 and 1 (expert_one_token 73, 74, 71).
-  static constexpr int kSides = 24;
+  // (variant 4 with the tables read at explicit shared addresses), 20: variant 6 with fold 3, 21 … 24: gate/up
+  // variant 7 (no prologue: slots and x quantized inside) with folds 1 … 4 (expert_one_token 17, 27, 37, 47).
+  static constexpr int kSides = 25;
   Backend& side(int b) {
     Backend* s[kSides] = {gpu_.get(),     prev_.get(),     first_.get(),    lean_.get(),     warp_.get(),
                           block_.get(),   rows_.get(),     v1_.get(),       one_.get(),      onepdl_.get(),
                           warppdl_.get(), one2_.get(),     one3_.get(),     one4_.get(),     one2pdl_.get(),
                           fold_[0].get(), fold_[1].get(),  fold_[2].get(),  fold_[3].get(),  one6_.get(),
-                          one6f_.get(),   slots_[0].get(), slots_[1].get(), slots_[2].get()};
+                          one6f_.get(),   slots_[0].get(), slots_[1].get(), slots_[2].get(), slots_[3].get()};
     return *s[b];
   }
 
@@ -267,7 +270,7 @@ class CudaMoeTiles : public CudaOpsTest {
 
   std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_, one2_, one3_, one4_,
       one2pdl_;
-  std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[3];
+  std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[4];
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -343,7 +346,7 @@ TEST_F(CudaMoeTiles, OneTokenKernelsSmallBatches) {
     const std::string what = "moe one-token k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
                              (c.same ? " same experts" : " random");
     EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << what << ": block tiles not the CPU's bits";
-    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 19, 20}) {
+    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20}) {
       const auto got = run_gpu(b, x, ids, wts, c.n, c.k);
       const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
       const bool same = std::memcmp(got.data(), block.data(), want.size() * 4) == 0;
@@ -365,7 +368,7 @@ TEST_F(CudaMoeTiles, OneTokenRepeatedExpert) {
   const auto want = run_cpu(x, ids, wts, 1, 6);
   const auto block = run_gpu(5, x, ids, wts, 1, 6);
   EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << "fast block tiles not the CPU's bits";
-  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 19, 20}) {
+  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20}) {
     const auto got = run_gpu(b, x, ids, wts, 1, 6);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "side " << b << " not the CPU's bits";
   }
@@ -379,7 +382,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 21, 22, 23, 19, 20}) {
+    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)

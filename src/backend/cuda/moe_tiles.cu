@@ -75,7 +75,11 @@ constexpr int64_t kRowTilesAutoMin = 8;
 // faster (2026-11-30 12:50 UTC, whole op µs per layer at n = 1: variant 2 37.1 with PDL, 41.3 without, vs
 // 41.8 for the warp tiles with PDL; session 9 W1, 15:45 UTC: variant 4 + PDL 39.5 cold / 36.7 warm vs
 // variant 2's 41.7 / 38.4, ncu cold gate/up 22.8 vs 24.7).
-constexpr int kOneTokenAuto = 4;
+// Session 10 W2 (moe1): 27 = gate/up variant 7 (no prologue launch) with the down kernel adding the slots,
+// two warps a tile (F = 2): bit for bit with the CPU and the block tiles (CudaMoeTiles one-token cases, 90
+// PARITY lines) and faster, whole op at n = 1 (2026-11-30 19:35 UTC): 31.9 µs cold / 29.9 warm against variant
+// 4's 38.5–38.9 / 35.8–37.0 — 3 launches instead of 5.
+constexpr int kOneTokenAuto = 27;
 constexpr bool kOneTokenPdlAuto = true;
 // The warp tiles' down launch as a programmatic dependent by default (expert_tiles_pdl = -1): the H200 measured
 // it faster at 1, 2 and 7 tokens (2026-11-30 12:13 UTC, µs per layer: 42.5 vs 43.6, 75.4 vs 77.2, 250.2 vs

@@ -12,8 +12,8 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 20
-// (the default) and 13 (the previous default); "profile" runs one MoE call each of gemm_experts = 13 and
-// 20 (under ncu), untimed.
+// (the default), 25, 26, 27 (the lean stage variants) and 20 again; "profile" runs one MoE call each of
+// gemm_experts = 20, 25 and 27 (under ncu), untimed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     bench_f16(N, std::strcmp(argv[2], "f16prof") == 0, std::strcmp(argv[2], "f16sweep") == 0);  // the F16 lines: segment vs MMA order (N < 64: decode calls)
     return 0;
   }
-  // "profile": the experts of gemm_experts 13, then 20, for ncu, no timing; "q8prof": q_b's matmul once on
+  // "profile": the experts of gemm_experts 20, 25, then 27, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
   // "q8bulkprof": q_b's matmul once on the default, then with bulk-copy and tensor-copy stages (gemm_q8 = 12,
   // 15; ncu).
@@ -90,8 +90,9 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 13 (the previous default) and 20 (the default:
-  // experts_fast_kernel and the SwiGLU folded into the down projection's quantizer).
+  // "walk": only the routed-expert lines of gemm_experts 20 (the default: experts_fast_kernel and the SwiGLU
+  // folded into the down projection's quantizer), 25, 26, 27 (gemm_experts.cu's lean stage) and 20 again
+  // (the drift of the run).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
   // "q8bulk": the dense Q8_0 lines of the default (cp.async ring), of the bulk-copy stages (gemm_q8 = 12) and
@@ -105,12 +106,12 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{21, 28}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{28, 29, 30, 31, 28}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
-                                 : profile    ? std::vector<int>{21, 28}
+                                 : profile    ? std::vector<int>{28, 29, 31}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
                                               : std::vector<int>{0, 1, 2};
@@ -140,6 +141,9 @@ int main(int argc, char** argv) {
     if (mode == 14) co.gemm_experts = 0;  // gemm2_kernel with the new glue
     if (mode == 21) co.gemm_experts = 13;
     if (mode == 28) co.gemm_experts = 20;
+    if (mode == 29) co.gemm_experts = 25;  // the lean stage
+    if (mode == 30) co.gemm_experts = 26;  // the lean stage, sub-blocks unrolled
+    if (mode == 31) co.gemm_experts = 27;  // the lean stage, items by an atomic counter
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -148,7 +152,7 @@ int main(int argc, char** argv) {
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "tc-exp-lean", "tc-exp-lean7", "tc-exp-dyn", "-", "-", "-", "-", "-", "-", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
                                  "nr-loads1",   "q8-bulk",     "q8-tensor"};
     const char* path = names[mode];

@@ -21,6 +21,8 @@
 // (gemm_experts_planes checks). Deliberately not here: Q8_0 and dense jobs (gemm_q8.cu, ops_gemm.cu),
 // the grouping (ops_gemm.cu), other widths and alignments (gemm2_kernel).
 #include <algorithm>
+#include <climits>
+#include <type_traits>
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
@@ -44,6 +46,8 @@ struct PlaneParams {
   const int8_t* qs;       // [act rows][K]
   const float* d;         // [act rows][K / 256]
   const int16_t* bsums;   // [act rows][K / 16]
+  int* next_item;         // experts_fast_kernel kDyn: the items handed out past the first gridDim.x (zeroed
+                          // before each launch), else unused
 };
 
 __device__ inline void cp_async4(void* dst, const void* src) {
@@ -250,6 +254,106 @@ __device__ __forceinline__ void direct_stage(const S& s, int slot, const uint8_t
   }
 }
 
+// ---- variants 25 and 26: the lean stage (experts_fast_kernel's copies, fewer instructions per stage) ----
+// Same integer sums and float expressions as direct_stage (so the same bits), fewer instructions:
+//  * sub-block 0 peeled: its MMAs set the integer block sums (IQ2_XXS ic = ls·c; Q2_K from the bias
+//    below) instead of zeroing 4·kNJ registers per stage and adding;
+//  * Q2_K: the block sums start at kI2fBias, so their exact int→float (small_i2f, |v| < 2^22) is one FADD;
+//  * Q2_K mins: Σ_16 min·bsum as ONE u8·s8 MMA (direct_stage: two s8 MMAs with K 16 of 32 and a 64·hi + lo
+//    combine): A = {min (k 0–15), 16·min (k 16–31)} — both a nibble mask of the 16 scale bytes, 16·min ≤ 240
+//    as u8 — and B = {bsum & 15, bsum >> 4} (bsum ∈ [−2032, 2032]: bsum >> 4 fits s8), started at the bias.
+// kUnroll: the sub-block loop's unrolling after the peeled sub-block 0 (1 or 7).
+constexpr int kI2fBias = 0x4B400000;  // __int_as_float(kI2fBias + v) − 12582912 = v for |v| < 2^22 (small_i2f)
+__device__ __forceinline__ float biased_i2f(int b) { return __int_as_float(b) - 12582912.0f; }
+
+// d = a·b + (c, c, c, c), a unsigned (u8), b signed (s8).
+__device__ inline void mma_u8s8_from(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], int c) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c), "r"(c), "r"(c), "r"(c));
+}
+
+template <GgmlType T, int kUnroll, int kNJ, class S>
+__device__ __forceinline__ void lean_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int lane,
+                                           float (&acc)[8][4]) {
+  const int g = lane / 4, t = lane % 4;
+  constexpr int nj = kNJ;
+  const int8_t* qb = s.q[slot];
+  int ic[8][4];
+  // Sub-block sb's MMAs into ic; kFirst: the first of the stage (sets ic instead of adding).
+  auto sub = [&](int sb, auto first) {
+    constexpr bool kFirst = decltype(first)::value;
+    uint32_t af[4];
+    int ls[2] = {0, 0};
+    decode_sub<T>(load_sub<T>(s, blk0, blk1, sb, lane), sb, t, af, ls);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      if (2 * jj >= nj) break;  // uniform
+      uint32_t r[4];
+      ldmatrix_x4(r, qb + (16 * jj + (lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1));
+      const uint32_t bf0[2] = {r[0], r[1]}, bf1[2] = {r[2], r[3]};
+      if constexpr (T == GgmlType::IQ2_XXS) {
+        int c0[4], c1[4];
+        mma_s8_from(c0, af, bf0, 0);
+        mma_s8_from(c1, af, bf1, 0);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kFirst) {
+            ic[2 * jj][e] = ls[e >> 1] * c0[e];
+            ic[2 * jj + 1][e] = ls[e >> 1] * c1[e];
+          } else {
+            ic[2 * jj][e] += ls[e >> 1] * c0[e];
+            ic[2 * jj + 1][e] += ls[e >> 1] * c1[e];
+          }
+        }
+      } else if constexpr (kFirst) {
+        mma_s8_from(ic[2 * jj], af, bf0, kI2fBias);
+        mma_s8_from(ic[2 * jj + 1], af, bf1, kI2fBias);
+      } else {
+        mma_s8(ic[2 * jj], af, bf0);
+        mma_s8(ic[2 * jj + 1], af, bf1);
+      }
+    }
+  };
+  sub(0, std::true_type{});
+#pragma unroll(kUnroll)
+  for (int sb = 1; sb < 8; ++sb) sub(sb, std::false_type{});
+  if constexpr (T == GgmlType::IQ2_XXS) {  // direct_stage's finish
+    const float da[2] = {f16v(ld16(blk0)), f16v(ld16(blk1))};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (j >= nj) break;
+      const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(ic[j][e]);
+    }
+  } else {
+    const float da[2] = {f16v(ld16(blk0 + 80)), f16v(ld16(blk1 + 80))};
+    const float dm[2] = {f16v(ld16(blk0 + 82)), f16v(ld16(blk1 + 82))};
+    const uint32_t m0 = ld32(blk0 + 4 * t), m1 = ld32(blk1 + 4 * t);  // scale bytes 4t … 4t + 3: min << 4 | scale
+    const uint32_t am[4] = {(m0 >> 4) & 0x0F0F0F0Fu, (m1 >> 4) & 0x0F0F0F0Fu, m0 & 0xF0F0F0F0u, m1 & 0xF0F0F0F0u};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (j >= nj) break;
+      const int16_t* bs = s.qbs[slot] + (8 * j + g) * 16 + 4 * t;  // pair 8j + g, sub-blocks 4t … 4t + 3
+      // Byte k of lo = bsum_k & 15, of hi = bits 4 … 11 of bsum_k (= bsum_k >> 4 as s8): the logical
+      // shift of the word leaves the high half's bits 4 … 11 in its byte 2.
+      const uint2 w = *reinterpret_cast<const uint2*>(bs);
+      const uint32_t b[2] = {__byte_perm(w.x, w.y, 0x6420) & 0x0F0F0F0Fu, __byte_perm(w.x >> 4, w.y >> 4, 0x6420)};
+      int summs[4];
+      mma_u8s8_from(summs, am, b, kI2fBias);
+      const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float dall = db[e & 1] * da[e >> 1];
+        const float dmin = db[e & 1] * dm[e >> 1];
+        acc[j][e] += dall * biased_i2f(ic[j][e]) - dmin * biased_i2f(summs[e]);
+      }
+    }
+  }
+}
+
 // ---- variant 13 (the previous default): blocks walking several items ----
 // A grid of two blocks per SM walks the (128 rows, tile) items it =
 // blockIdx.x, + gridDim.x, … (neighbouring blocks share a tile's activations in L2), the stages of its
@@ -270,9 +374,19 @@ __device__ inline WalkItem walk_item(const GemmParams& p, int it, int row_blocks
 
 // The walking kernels' stage: direct_stage with the fragment count fixed at nj rounded up to even (one
 // ldmatrix.x4 covers two fragments anyway), the sub-block loop not unrolled (unrolled by 2: slower).
-template <GgmlType T, class S>
+// kLean (0: direct_stage; U ≥ 1: lean_stage with its sub-block loop unrolled by U).
+template <GgmlType T, int kLean = 0, class S>
 __device__ __forceinline__ void walk_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int nj,
                                            int lane, float (&acc)[8][4]) {
+  if constexpr (kLean > 0) {
+    switch ((nj + 1) / 2) {
+      case 1: lean_stage<T, kLean, 2>(s, slot, blk0, blk1, lane, acc); break;
+      case 2: lean_stage<T, kLean, 4>(s, slot, blk0, blk1, lane, acc); break;
+      case 3: lean_stage<T, kLean, 6>(s, slot, blk0, blk1, lane, acc); break;
+      default: lean_stage<T, kLean, 8>(s, slot, blk0, blk1, lane, acc); break;
+    }
+    return;
+  }
   switch ((nj + 1) / 2) {
     case 1: direct_stage<T, 1, 2>(s, slot, blk0, blk1, lane, acc); break;
     case 2: direct_stage<T, 1, 4>(s, slot, blk0, blk1, lane, acc); break;
@@ -406,22 +520,30 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // 32-bit arithmetic on the stage's row address; the activation chunks are 32-bit offsets into the planes
 // (rows·K < 2^31, checked by the caller); for IQ2_XXS a 2-slot ring and the grid in 16 copies
 // (conflict-free lookups: DSmem GR 16). Stage arithmetic and the sums: direct_stage's, so the same bits.
-template <GgmlType T, int R, int GR>
+// kLean: the stage arithmetic (walk_stage: 0 direct_stage, U ≥ 1 lean_stage unrolled by U; variants 25, 26).
+// kDyn (variant 27): items handed out as blocks free up (q.next_item) instead of it = bid, + gridDim.x, …:
+// ~15 items per block at 2,048 tokens with pair counts of 1 … 64 per tile, so a static share ends unevenly.
+// The copy side runs ahead of the warps; thread 0 takes item u + 1's id when the copies enter item u and
+// leaves it in ids[(u + 1) % 4] (read by all threads ≥ 1 barrier later: an item has ≥ 4 stages, the ring ≤ 3).
+template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
   using S = DSmem<T, R, GR>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
+  __shared__ int ids[4];  // kDyn: item ids by u % 4
 
   const int n_items = row_blocks * *p.n_tiles, bid = static_cast<int>(blockIdx.x), nblk = static_cast<int>(gridDim.x);
   if (bid >= n_items) return;  // the whole block: no barrier reached
   const int n_mine = (n_items - bid + nblk - 1) / nblk;
-  const int nkb = static_cast<int>(p.cols / kBK), total = n_mine * nkb;
+  const int nkb = static_cast<int>(p.cols / kBK), total = kDyn ? INT_MAX : n_mine * nkb;
   const int tid = static_cast<int>(threadIdx.x);
   if constexpr (T == GgmlType::IQ2_XXS) {
     for (int i = tid; i < 256 * GR; i += kDThreads) s.grid[i] = c_grid[i / GR];
   }
+  auto item_id = [&](int u) { return kDyn ? (u == 0 ? bid : ids[u & 3]) : bid + u * nblk; };
+  bool copy_done = false;  // kDyn: the copy side passed the last item
 
   // Copy side. Raw chunk i of this thread: j = tid + kDThreads·i, tile row j / CA, chunk j % CA (fixed);
   // ra_off[i]: its row's byte offset from the expert's first row at stage 0 (−1: past the matrix or past
@@ -433,9 +555,16 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   int cu = -1, ckb = 0;
   const uint32_t K = static_cast<uint32_t>(p.cols), nb = K / kBK;
   auto copy = [&] {  // the next stage of the copy sequence into its ring slot
+    if (kDyn && copy_done) return;
     if (ckb == 0) {
       ++cu;
-      const WalkItem ci = walk_item(p, bid + cu * nblk, row_blocks);
+      const int it = item_id(cu);
+      if (kDyn && it >= n_items) {
+        copy_done = true;
+        return;
+      }
+      if (kDyn && tid == 0) ids[(cu + 1) & 3] = nblk + atomicAdd(q.next_item, 1);
+      const WalkItem ci = walk_item(p, it, row_blocks);
       cw = ci.wbase;
 #pragma unroll
       for (int i = 0; i < NA; ++i) {
@@ -490,12 +619,17 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   uint32_t sh0 = 0;
   float acc[8][4];
   for (int G = 0, kb = 0, u = 0; G < total; ++G) {
+    int it = 0;
+    if (kDyn && kb == 0) {  // ids[u % 4] was left ≥ 1 barrier ago: uniform over the block
+      it = item_id(u);
+      if (it >= n_items) break;
+    }
     cp_async_wait<R - 2>();
     __syncthreads();  // stage G landed everywhere; stage G − 1's slot is no longer read
     if (G + R - 1 < total) copy();
     cp_async_commit();
     if (kb == 0) {  // a new item: its tile, the fragments holding pairs, its rows' window shifts
-      mi = walk_item(p, bid + u * nblk, row_blocks);
+      mi = walk_item(p, kDyn ? it : bid + u * nblk, row_blocks);
       nj = min(8, (mi.nvec + 7) / 8);  // uniform over the block
       sh0 = (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(mi.wbase)) & 15) + static_cast<uint32_t>(mi.m0 + r0) * rb_lo;
 #pragma unroll
@@ -507,7 +641,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
     const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * WB;
     const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + (skb & 15);
     const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15);
-    walk_stage<T>(s, slot, blk0, blk1, nj, lane, acc);
+    walk_stage<T, kLean>(s, slot, blk0, blk1, nj, lane, acc);
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
@@ -523,10 +657,16 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  if (variant == 20) {
+  if (variant == 20 || variant == 25 || variant == 26 || variant == 27) {
     if constexpr (T == GgmlType::IQ2_XXS) {
+      if (variant == 25) return {experts_fast_kernel<T, 2, 16, 1>, sizeof(DSmem<T, 2, 16>)};
+      if (variant == 26) return {experts_fast_kernel<T, 2, 16, 7>, sizeof(DSmem<T, 2, 16>)};
+      if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
       return {experts_fast_kernel<T, 2, 16>, sizeof(DSmem<T, 2, 16>)};
     } else {
+      if (variant == 25) return {experts_fast_kernel<T, kDRing, 1, 1>, sizeof(DSmem<T>)};
+      if (variant == 26) return {experts_fast_kernel<T, kDRing, 1, 7>, sizeof(DSmem<T>)};
+      if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
   }
@@ -546,9 +686,11 @@ ExpertsKernel experts_kernel(int variant) {
 constexpr int kExpertsAuto = 20;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
-bool experts_fold_swiglu(int variant) { return variant == 20; }
+bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
-int experts_variant(int option) { return option == 0 || option == 13 || option == 20 ? option : kExpertsAuto; }
+int experts_variant(int option) {
+  return option == 0 || option == 13 || option == 20 || (option >= 25 && option <= 27) ? option : kExpertsAuto;
+}
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
@@ -559,7 +701,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
   if (swiglu && (!swiglu->u || !swiglu->weights || j.x_div != 1)) return false;
-  if (variant != 13 && variant != 20) return false;
+  if (variant != 13 && variant != 20 && (variant < 25 || variant > 27)) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
@@ -568,7 +710,7 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   }
   const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
   // experts_fast_kernel's 32-bit offsets: plane quants and an expert's rows below 2^31 bytes, else 13.
-  if (variant == 20 && (rows * K >= (int64_t{1} << 31) ||
+  if (variant != 13 && (rows * K >= (int64_t{1} << 31) ||
                         static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31)))
     variant = 13;
   const ExpertsKernel k =
@@ -580,11 +722,15 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   // Planes: quants, then d and bsums each on a 256-byte boundary.
   const uint64_t d_off = (static_cast<uint64_t>(rows * K) + 255) / 256 * 256;
   const uint64_t bs_off = (d_off + static_cast<uint64_t>(rows * nb) * 4 + 255) / 256 * 256;
-  if (!be.ensure(scratch, bs_off + static_cast<uint64_t>(rows * (K / 16)) * 2, "quantized activation planes"))
+  // Then variant 27's item counter.
+  const uint64_t ctr_off = (bs_off + static_cast<uint64_t>(rows * (K / 16)) * 2 + 255) / 256 * 256;
+  if (!be.ensure(scratch, ctr_off + 256, "quantized activation planes"))
     return true;  // the failure is recorded
   auto* base = static_cast<uint8_t*>(scratch.ptr);
   const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
-                      reinterpret_cast<const int16_t*>(base + bs_off)};
+                      reinterpret_cast<const int16_t*>(base + bs_off), reinterpret_cast<int*>(base + ctr_off)};
+  if (variant == 27 && !be.check(cudaMemsetAsync(q.next_item, 0, sizeof(int), be.stream()), "gemm experts item counter"))
+    return true;
   quantize_q8_K_planes_kernel<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(
       j.x, j.x_stride, rows, K, q, swiglu ? *swiglu : ExpertsSwiglu{});
   if (!be.launched("quantize activation planes")) return true;

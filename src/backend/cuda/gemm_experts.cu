@@ -11,8 +11,9 @@
 // of the tile's pairs (ldmatrix fragments of the quants); raw weight bytes and activation planes go
 // through a 3-stage cp.async ring with one barrier per stage.
 // Two kernels (CudaBackendOptions::gemm_experts), both two resident blocks per SM walking the (128 rows,
-// tile) items through one continuous ring: experts_fast_kernel (20, the default: fewer instructions per
-// stage, see there) and experts_walk_kernel (13, the previous default).
+// tile) items through one continuous ring: experts_fast_kernel (20: fewer instructions per stage, see
+// there; 27, 29 … 33: its lean stage and items handed out by a counter, see there) and experts_walk_kernel
+// (13, an earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -48,10 +49,24 @@ struct PlaneParams {
   const int16_t* bsums;   // [act rows][K / 16]
   int* next_item;         // experts_fast_kernel kDyn: the items handed out past the first gridDim.x (zeroed
                           // before each launch), else unused
+  // Variant 30 (experts_fast_kernel): the up projection in the gate's launch — its expert 0 (same shape,
+  // row and expert bytes as the gate's) and its outputs (the gate's y stride); items row_blocks·n_tiles …
+  // are its own. Null: one matrix.
+  const uint8_t* w2;
+  float* y2;
 };
 
 __device__ inline void cp_async4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+// The lean copies' forms (experts_fast_kernel kLeanCopy): shared addresses as 32-bit offsets from the
+// block's base (no generic→shared conversion per copy), and a byte count n (0: the destination zero-filled,
+// nothing read) instead of a branch around absent pairs and rows.
+__device__ inline void cp_async16_n(uint32_t dst, const void* src, int n) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ inline void cp_async4_n(uint32_t dst, const void* src, int n) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
 }
 
 // One warp per 256-value block of x [rows][x_stride] into the planes of `q` (K = cols), the quants of each
@@ -274,9 +289,10 @@ __device__ inline void mma_u8s8_from(int (&d)[4], const uint32_t (&a)[4], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c), "r"(c), "r"(c), "r"(c));
 }
 
-template <GgmlType T, int kUnroll, int kNJ, class S>
+template <GgmlType T, int kUnroll, int kNJ, class S, int kAJ>
 __device__ __forceinline__ void lean_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int lane,
-                                           float (&acc)[8][4]) {
+                                           float (&acc)[kAJ][4]) {
+  static_assert(kNJ <= kAJ, "accumulators for every fragment");
   const int g = lane / 4, t = lane % 4;
   constexpr int nj = kNJ;
   const int8_t* qb = s.q[slot];
@@ -395,19 +411,20 @@ __device__ __forceinline__ void walk_stage(const S& s, int slot, const uint8_t* 
   }
 }
 
-// An item's outputs: this lane's rows r0, r0 + 8 × its pairs 8j + 2t + (e & 1), in the pairs' y rows.
-template <GgmlType T>
+// An item's outputs: this lane's rows r0, r0 + 8 × its pairs 8j + 2t + (e & 1), in the pairs' rows of y
+// (p.y, or the second matrix's outputs).
+template <GgmlType T, int kAJ>
 __device__ __forceinline__ void store_item(const GemmParams& p, const WalkItem& mi, int r0, int t,
-                                           const float (&acc)[8][4]) {
+                                           const float (&acc)[kAJ][4], float* y) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < kAJ; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
       if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
       float val = acc[j][e];
       if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
-      p.y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
+      y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
     }
 }
 
@@ -507,7 +524,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
-    store_item<T>(p, mi, r0, t, acc);
+    store_item<T>(p, mi, r0, t, acc, p.y);
   }
 }
 
@@ -525,7 +542,18 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // ~15 items per block at 2,048 tokens with pair counts of 1 … 64 per tile, so a static share ends unevenly.
 // The copy side runs ahead of the warps; thread 0 takes item u + 1's id when the copies enter item u and
 // leaves it in ids[(u + 1) % 4] (read by all threads ≥ 1 barrier later: an item has ≥ 4 stages, the ring ≤ 3).
-template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false>
+// kPerItem (variant 28, with kLean ≥ 1): the stage loop of an item specialised on its fragment count (2, 4, 6
+// or 8), its float accumulators sized by it (acc[NJ][4]: 24 registers instead of 32 at ~48 pairs, for the
+// unrolled sub-blocks), instead of one loop switching per stage.
+// kPair (variant 30): items past row_blocks·n_tiles are the second matrix's (PlaneParams::w2, y2).
+// kLeanCopy (variants 32, 33): the copy side without branches per chunk (the SASS of 25: ~240 instructions
+// per warp and stage, ~20 %: per cp.async a generic→shared conversion, 3 padding slots, a divergent branch
+// around absent pairs, rows and window tails, 4 d copies by 1 thread in 16): absent pairs and rows
+// zero-filled (cp.async byte count 0), the window tails' byte counts without a test (every chunk of a
+// window holds bytes: (CA − 1)·16 < WB), shared addresses as offsets from one base, d copied by threads
+// 0 … 63 for pair tid and Q2_K bsums by 64 … 191 for pair (tid − 64) / 2 (their activation rows set per item).
+template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
+          bool kLeanCopy = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
@@ -534,7 +562,14 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   S& s = *reinterpret_cast<S*>(smem_raw);
   __shared__ int ids[4];  // kDyn: item ids by u % 4
 
-  const int n_items = row_blocks * *p.n_tiles, bid = static_cast<int>(blockIdx.x), nblk = static_cast<int>(gridDim.x);
+  const int n_one = row_blocks * *p.n_tiles, n_items = kPair ? 2 * n_one : n_one;
+  const int bid = static_cast<int>(blockIdx.x), nblk = static_cast<int>(gridDim.x);
+  auto item = [&](int it) {  // item `it`, of the second matrix from n_one on
+    if (!kPair || it < n_one) return walk_item(p, it, row_blocks);
+    WalkItem w = walk_item(p, it - n_one, row_blocks);
+    w.wbase = q.w2 + (w.wbase - p.w);
+    return w;
+  };
   if (bid >= n_items) return;  // the whole block: no barrier reached
   const int n_mine = (n_items - bid + nblk - 1) / nblk;
   const int nkb = static_cast<int>(p.cols / kBK), total = kDyn ? INT_MAX : n_mine * nkb;
@@ -551,6 +586,10 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   // Activations: pair c_i = tid / 16 + 16i, chunk k = tid % 16; ap[i] = its activation row · K (−1: none).
   const int ck = tid % 16;
   int32_t ra_off[NA], ap[4];
+  int32_t apx = -1;  // kLeanCopy: the activation row · K of pair tid (d) or (tid − 64) / 2 (Q2_K bsums), −1: none
+  const uint32_t sbase = smem_addr(smem_raw);
+  auto soff = [&](const void* q) { return sbase + static_cast<uint32_t>(static_cast<const unsigned char*>(q) - smem_raw); };
+  static_assert(!kLeanCopy || (CA - 1) * 16 < WB, "every chunk of a raw window holds bytes");
   const uint8_t* cw = nullptr;  // the copy item's expert base
   int cu = -1, ckb = 0;
   const uint32_t K = static_cast<uint32_t>(p.cols), nb = K / kBK;
@@ -564,7 +603,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
         return;
       }
       if (kDyn && tid == 0) ids[(cu + 1) & 3] = nblk + atomicAdd(q.next_item, 1);
-      const WalkItem ci = walk_item(p, it, row_blocks);
+      const WalkItem ci = item(it);
       cw = ci.wbase;
 #pragma unroll
       for (int i = 0; i < NA; ++i) {
@@ -577,8 +616,44 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
         const int32_t v = c < ci.nvec ? p.order[ci.first + c] : -1;
         ap[i] = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div) * K);
       }
+      if constexpr (kLeanCopy) {
+        const int c = tid < 64 ? tid : (tid - 64) / 2;
+        const int32_t v = (tid < 64 || (T == GgmlType::Q2_K && tid < 192)) && c < ci.nvec ? p.order[ci.first + c] : -1;
+        apx = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div) * K);
+      }
     }
     const int slot = (cu * nkb + ckb) % R;
+    if constexpr (kLeanCopy) {
+      const uint8_t* stage = cw + ckb * WB;
+#pragma unroll
+      for (int i = 0; i < NA; ++i) {
+        const int j = tid + kDThreads * i, r = j / CA, k = j - r * CA;
+        if (j >= kBM * CA) break;  // (warp-uniform at the Flash shapes)
+        const bool ok = ra_off[i] >= 0;
+        const uint8_t* at = stage + (ok ? ra_off[i] : 0);
+        const int sh = static_cast<int>(reinterpret_cast<uintptr_t>(at) & 15), left = sh + WB - 16 * k;
+        cp_async16_n(soff(s.raw_a[slot] + r * PA + 16 * k), at - sh + 16 * k, ok ? min(left, 16) : 0);
+      }
+      const uint32_t kq = static_cast<uint32_t>(ckb) * kBK;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = tid / 16 + 16 * i;
+        const bool ok = ap[i] >= 0;
+        cp_async16_n(soff(s.q[slot] + c * kLd + 16 * ck), q.qs + (ok ? static_cast<uint32_t>(ap[i]) + kq + 16 * ck : 0u),
+                     ok ? 16 : 0);
+      }
+      const bool okx = apx >= 0;
+      const uint32_t ax = okx ? static_cast<uint32_t>(apx) : 0u;
+      if (tid < 64) cp_async4_n(soff(s.qd[slot] + tid), q.d + (okx ? ax / kBK + ckb : 0u), okx ? 4 : 0);
+      if constexpr (T == GgmlType::Q2_K) {
+        if (tid >= 64 && tid < 192) {
+          const int c = (tid - 64) / 2, h = tid % 2;
+          cp_async16_n(soff(s.qbs[slot] + c * 16 + 8 * h), q.bsums + (okx ? ax / 16 + ckb * 16 + 8 * h : 0u), okx ? 16 : 0);
+        }
+      }
+      if (++ckb == nkb) ckb = 0;
+      return;
+    }
     uint8_t* ra = s.raw_a[slot];
     const uint8_t* stage = cw + ckb * WB;
 #pragma unroll
@@ -614,6 +689,48 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   const int warp = tid / kWarp, lane = tid % kWarp, t = lane % 4;
   const int r0 = 16 * warp + lane / 4;  // this lane's tile rows r0 and r0 + 8
   const uint32_t rb_lo = static_cast<uint32_t>(p.row_bytes & 15);
+  if constexpr (kPerItem) {
+    for (int G = 0, u = 0;; ++u) {
+      int it;
+      if constexpr (kDyn) {
+        it = item_id(u);  // ids[u % 4] was left ≥ 1 barrier ago: uniform over the block
+        if (it >= n_items) break;
+      } else {
+        if (u >= n_mine) break;
+        it = bid + u * nblk;
+      }
+      const WalkItem mi = item(it);
+      const uint32_t sh0 =
+          (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(mi.wbase)) & 15) + static_cast<uint32_t>(mi.m0 + r0) * rb_lo;
+      auto run = [&](auto nj_c) {
+        constexpr int NJ = decltype(nj_c)::value;
+        float acc[NJ][4];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+        for (int kb = 0; kb < nkb; ++kb, ++G) {
+          cp_async_wait<R - 2>();
+          __syncthreads();  // stage G landed everywhere; stage G − 1's slot is no longer read
+          if (G + R - 1 < total) copy();
+          cp_async_commit();
+          const int slot = G % R;
+          const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * WB;
+          const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + (skb & 15);
+          const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15);
+          lean_stage<T, kLean, NJ>(s, slot, blk0, blk1, lane, acc);
+        }
+        store_item<T>(p, mi, r0, t, acc, kPair && it >= n_one ? q.y2 : p.y);
+      };
+      switch ((min(8, (mi.nvec + 7) / 8) + 1) / 2) {  // uniform over the block
+        case 1: run(std::integral_constant<int, 2>{}); break;
+        case 2: run(std::integral_constant<int, 4>{}); break;
+        case 3: run(std::integral_constant<int, 6>{}); break;
+        default: run(std::integral_constant<int, 8>{}); break;
+      }
+    }
+    return;
+  }
   WalkItem mi{};
   int nj = 0;
   uint32_t sh0 = 0;
@@ -629,7 +746,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
     if (G + R - 1 < total) copy();
     cp_async_commit();
     if (kb == 0) {  // a new item: its tile, the fragments holding pairs, its rows' window shifts
-      mi = walk_item(p, kDyn ? it : bid + u * nblk, row_blocks);
+      mi = item(kDyn ? it : bid + u * nblk);
       nj = min(8, (mi.nvec + 7) / 8);  // uniform over the block
       sh0 = (static_cast<uint32_t>(reinterpret_cast<uintptr_t>(mi.wbase)) & 15) + static_cast<uint32_t>(mi.m0 + r0) * rb_lo;
 #pragma unroll
@@ -645,7 +762,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
     if (++kb < nkb) continue;
     kb = 0;
     ++u;
-    store_item<T>(p, mi, r0, t, acc);
+    store_item<T>(p, mi, r0, t, acc, p.y);
   }
 }
 
@@ -657,16 +774,20 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  if (variant == 20 || variant == 25 || variant == 26 || variant == 27) {
+  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 33)) {
     if constexpr (T == GgmlType::IQ2_XXS) {
-      if (variant == 25) return {experts_fast_kernel<T, 2, 16, 1>, sizeof(DSmem<T, 2, 16>)};
-      if (variant == 26) return {experts_fast_kernel<T, 2, 16, 7>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
+      if (variant == 29) return {experts_fast_kernel<T, 2, 16, 1, true, true>, sizeof(DSmem<T, 2, 16>)};
+      if (variant == 31) return {experts_fast_kernel<T, 2, 16, 7, true>, sizeof(DSmem<T, 2, 16>)};
+      if (variant == 32) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true>, sizeof(DSmem<T, 2, 16>)};
+      if (variant == 33) return {experts_fast_kernel<T, 2, 16, 7, true, false, false, true>, sizeof(DSmem<T, 2, 16>)};
+      if (variant == 30) return {experts_fast_kernel<T, 2, 16, 1, true, true, true>, sizeof(DSmem<T, 2, 16>)};
       return {experts_fast_kernel<T, 2, 16>, sizeof(DSmem<T, 2, 16>)};
     } else {
-      if (variant == 25) return {experts_fast_kernel<T, kDRing, 1, 1>, sizeof(DSmem<T>)};
-      if (variant == 26) return {experts_fast_kernel<T, kDRing, 1, 7>, sizeof(DSmem<T>)};
-      if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
+      if (variant == 27 || variant == 31) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
+      if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
+      if (variant == 33) return {experts_fast_kernel<T, kDRing, 1, 7, true, false, false, true>, sizeof(DSmem<T>)};
+      if (variant == 29 || variant == 30) return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};  // 30: one matrix
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
   }
@@ -682,26 +803,41 @@ ExpertsKernel experts_kernel(int variant) {
 // row tiles per warp, 4 warps per block: −37 % shared wavefronts, −7 % instructions, 3 % slower at 2 warps
 // per scheduler), 21 (13 with the SwiGLU folded: 3.669), W2's 20 (today's 20 with a replicated IQ2_XXS
 // sign-mask table: 3.503), 22 (that with a 3-slot ring, one grid copy: 3.593), 24 (that with the sub-block
-// loop unrolled by 2: 3.716); today's 20 is W2's 23.
+// loop unrolled by 2: 3.716); today's 20 is W2's 23. Session 10 (docs/PERF.md, experts W1): 25 (the lean
+// stage: 3.431), 26 (25 with the sub-blocks unrolled: 3.224) and 28 (each item's stage loop specialised,
+// both types unrolled: IQ2_XXS spills 88 bytes) removed.
 constexpr int kExpertsAuto = 20;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
-  return option == 0 || option == 13 || option == 20 || (option >= 25 && option <= 27) ? option : kExpertsAuto;
+  return option == 0 || option == 13 || option == 20 || option == 27 || (option >= 29 && option <= 33) ? option
+                                                                                                   : kExpertsAuto;
 }
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }
 
-bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant,
-                         const ExpertsSwiglu* swiglu) {
+bool experts_gate_up_one_launch(int variant) { return variant == 30; }
+
+namespace {
+
+// gemm_experts_planes, and with `second` (variant 30) that job's matrix in the same launch on the same
+// planes (same activations, groups, shapes and y stride; checked).
+bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant, const ExpertsSwiglu* swiglu,
+                const GemvJob* second) {
   const GgmlType t = j.w.type;
+  if (second && (variant != 30 || swiglu || t != GgmlType::IQ2_XXS || second->w.type != t || second->w.rows != j.w.rows ||
+                 second->w.cols != j.w.cols || second->w.row_bytes != j.w.row_bytes ||
+                 second->expert_bytes != j.expert_bytes || second->x != j.x || second->x_stride != j.x_stride ||
+                 second->x_div != j.x_div || second->n_vec != j.n_vec || second->groups != j.groups ||
+                 second->y_stride != j.y_stride || reinterpret_cast<uintptr_t>(second->w.data) % 16 != 0))
+    return false;
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
   if (swiglu && (!swiglu->u || !swiglu->weights || j.x_div != 1)) return false;
-  if (variant != 13 && variant != 20 && (variant < 25 || variant > 27)) return false;
+  if (experts_variant(variant) != variant || variant == 0) return false;
   int optin = 0, sms = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, be.device()) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()) != cudaSuccess) {
@@ -711,13 +847,15 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   const int64_t rows = (j.n_vec + j.x_div - 1) / j.x_div, K = j.w.cols, nb = K / kQK_K;
   // experts_fast_kernel's 32-bit offsets: plane quants and an expert's rows below 2^31 bytes, else 13.
   if (variant != 13 && (rows * K >= (int64_t{1} << 31) ||
-                        static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31)))
+                        static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31))) {
+    if (second) return false;
     variant = 13;
+  }
   const ExpertsKernel k =
       t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant) : experts_kernel<GgmlType::Q2_K>(variant);
   if (static_cast<size_t>(optin) < k.smem + kBN * sizeof(int64_t)) return false;
   const int row_blocks = static_cast<int>(grid_for(j.w.rows, kBM));
-  const int64_t items = int64_t{row_blocks} * j.groups->max_tiles;
+  const int64_t items = int64_t{row_blocks} * j.groups->max_tiles * (second ? 2 : 1);
   if (rows * nb >= (int64_t{1} << 31) || items >= (int64_t{1} << 30)) return false;
   // Planes: quants, then d and bsums each on a 256-byte boundary.
   const uint64_t d_off = (static_cast<uint64_t>(rows * K) + 255) / 256 * 256;
@@ -728,8 +866,9 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
     return true;  // the failure is recorded
   auto* base = static_cast<uint8_t*>(scratch.ptr);
   const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
-                      reinterpret_cast<const int16_t*>(base + bs_off), reinterpret_cast<int*>(base + ctr_off)};
-  if (variant == 27 && !be.check(cudaMemsetAsync(q.next_item, 0, sizeof(int), be.stream()), "gemm experts item counter"))
+                      reinterpret_cast<const int16_t*>(base + bs_off), reinterpret_cast<int*>(base + ctr_off),
+                      second ? static_cast<const uint8_t*>(second->w.data) : nullptr, second ? second->y : nullptr};
+  if (variant >= 27 && !be.check(cudaMemsetAsync(q.next_item, 0, sizeof(int), be.stream()), "gemm experts item counter"))
     return true;
   quantize_q8_K_planes_kernel<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(
       j.x, j.x_stride, rows, K, q, swiglu ? *swiglu : ExpertsSwiglu{});
@@ -759,6 +898,18 @@ bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scrat
   };
   run();
   return true;
+}
+
+}  // namespace
+
+bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant,
+                         const ExpertsSwiglu* swiglu) {
+  return run_planes(be, j, scratch, variant, swiglu, nullptr);
+}
+
+bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
+                          int variant) {
+  return run_planes(be, gate, scratch, variant, nullptr, &up);
 }
 
 }  // namespace ds4::backend::cuda

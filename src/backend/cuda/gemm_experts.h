@@ -26,13 +26,24 @@ struct ExpertsSwiglu {
   float clamp = 0;
 };
 
-// CudaBackendOptions::gemm_experts 13 or 20 (gemm_experts.cu's kernels): the grouped
+// CudaBackendOptions::gemm_experts 13, 20, 25 … 30 (gemm_experts.cu's kernels): the grouped
 // expert job j (IQ2_XXS / Q2_K weights, j.groups set) with its activations (with `swiglu`: SwiGLU of
 // j.x and swiglu->u, x_div 1) quantized into Q8_K planes in `scratch`, then gemm_experts.cu's kernel.
 // false: not taken (variant, type, width, alignment or shared memory) and nothing launched, the caller
 // runs its usual path; true: done, or a failure recorded on `be`.
 bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant,
                          const ExpertsSwiglu* swiglu = nullptr);
+
+// CudaBackendOptions::gemm_experts 30: the gate and up jobs (same shapes, activations, groups and y
+// stride; their own weights and outputs) on one quantization into Q8_K planes and one launch of
+// gemm_experts.cu's kernel whose items cover both matrices. false: not taken, nothing launched (the
+// caller runs each job as usual); true: done, or a failure recorded on `be`.
+bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
+                          int variant);
+
+// Whether the MoE op runs its gate and up projections as one gemm_experts_gate_up call at
+// CudaBackendOptions::gemm_experts `variant` (resolved): 30.
+bool experts_gate_up_one_launch(int variant);
 
 // Whether the MoE op folds its SwiGLU into the down projection's quantizer (gemm_experts_planes with
 // `swiglu`) at CudaBackendOptions::gemm_experts `variant` (resolved): from 20 on.

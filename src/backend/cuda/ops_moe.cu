@@ -483,11 +483,20 @@ void CudaBackend::moe(const MoeArgs& a) {
   j.w = a.gate.first;
   j.expert_bytes = a.gate.expert_bytes;
   j.y = g;
-  gemv(j, moe_act_);
-  j.w = a.up.first;
-  j.expert_bytes = a.up.expert_bytes;
-  j.y = u;
-  gemv(j, moe_act_);
+  GemvJob ju = j;
+  ju.w = a.up.first;
+  ju.expert_bytes = a.up.expert_bytes;
+  ju.y = u;
+  // Where gemv would run both on gemm_experts.cu's planes (ops_matmul.cu, same condition) and the variant
+  // takes both matrices in one launch (experts_gate_up_one_launch): one quantization, one launch; the same
+  // kernel arithmetic, so the same bits.
+  const bool gate_up = experts_gate_up_one_launch(gemm_experts_) && j.groups && tensor_cores() && gemm_pipelined_ &&
+                       j.numerics == MatmulNumerics::ds4 && gemm_supports(j) && gemm_supports(ju) &&
+                       gemm_experts_gate_up(*this, j, ju, moe_act_, gemm_experts_);
+  if (!gate_up) {
+    gemv(j, moe_act_);
+    gemv(ju, moe_act_);
+  }
   if (failed()) return;
   // down: pair p reads its own hidden row, swiglu(g, u)·w.
   j.w = a.down.first;

@@ -12,7 +12,7 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 20
-// (the default), 27 … 33 (gemm_experts.cu's lean stage variants) and 20 again; "profile" runs one MoE call
+// (the previous default), 27 (the default) … 33 (gemm_experts.cu's lean stage variants) and 20 again; "profile" runs one MoE call
 // each of gemm_experts = 29, 31, 32 and 33 (under ncu), untimed.
 #include <algorithm>
 #include <cmath>
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 20 (the default: experts_fast_kernel and the SwiGLU
+  // "walk": only the routed-expert lines of gemm_experts 20 (the previous default: experts_fast_kernel and the SwiGLU
   // folded into the down projection's quantizer), 27 … 33 (gemm_experts.cu's lean stage) and 20 again
   // (the drift of the run).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;

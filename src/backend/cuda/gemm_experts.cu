@@ -12,8 +12,8 @@
 // through a 3-stage cp.async ring with one barrier per stage.
 // Two kernels (CudaBackendOptions::gemm_experts), both two resident blocks per SM walking the (128 rows,
 // tile) items through one continuous ring: experts_fast_kernel (20: fewer instructions per stage, see
-// there; 27, 29 … 33: its lean stage and items handed out by a counter, see there) and experts_walk_kernel
-// (13, an earlier default).
+// there; 27 (the default), 29 … 33: its lean stage and items handed out by a counter, see there) and
+// experts_walk_kernel (13, an earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -796,8 +796,9 @@ ExpertsKernel experts_kernel(int variant) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 20; on the H200 (docs/PERF.md, gemm session 9 W2) the MoE of
-// a 2,048-token chunk per layer 3.465 ms against 3.712 for variant 13 (the previous default). Removed after
+// CudaBackendOptions::gemm_experts = −1: variant 27; on the H200 (docs/PERF.md, experts session 10 W1) the MoE
+// of a 2,048-token chunk per layer 3.134 ms against 3.458 / 3.487 for variant 20 (the previous default; gate
+// or up 1.02 vs 1.10 ms, down 0.90 vs 1.11 by ncu). 20 had: 3.465 against 3.712 for variant 13 (gemm session 9). Removed after
 // the H200 runs (docs/PERF.md): 1–12 (sessions 7–8), 6 (a block per item), 14 (13 with a 2-slot ring and
 // the IQ2_XXS grid in 16 copies: +0.4 %), 15, 16 (raw words loaded a sub-block ahead: no gain), 17–19 (two
 // row tiles per warp, 4 warps per block: −37 % shared wavefronts, −7 % instructions, 3 % slower at 2 warps
@@ -806,7 +807,7 @@ ExpertsKernel experts_kernel(int variant) {
 // loop unrolled by 2: 3.716); today's 20 is W2's 23. Session 10 (docs/PERF.md, experts W1): 25 (the lean
 // stage: 3.431), 26 (25 with the sub-blocks unrolled: 3.224) and 28 (each item's stage loop specialised,
 // both types unrolled: IQ2_XXS spills 88 bytes) removed.
-constexpr int kExpertsAuto = 20;
+constexpr int kExpertsAuto = 27;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }

@@ -387,14 +387,14 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // across items of different pair counts. 27 … 33: experts_fast_kernel with the lean stage (sub-block 0
   // peeled, Q2_K block sums from the int→float bias, its mins as one u8·s8 MMA, Q2_K's sub-blocks unrolled)
   // and items handed out by an atomic counter; 29: each item's stage loop specialised on its fragment count;
-  // 30: 29 with gate and up in one launch on one quantization; 31: 27 with IQ2_XXS's sub-blocks unrolled;
-  // 32, 33: 29, 31 with the lean copies (absent pairs and rows zero-filled instead of skipped).
+  // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
+  // rows zero-filled instead of skipped).
   cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 31, 32, 33};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;

@@ -774,19 +774,16 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 33)) {
+  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31)) {
     if constexpr (T == GgmlType::IQ2_XXS) {
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 29) return {experts_fast_kernel<T, 2, 16, 1, true, true>, sizeof(DSmem<T, 2, 16>)};
-      if (variant == 31) return {experts_fast_kernel<T, 2, 16, 7, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 32) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true>, sizeof(DSmem<T, 2, 16>)};
-      if (variant == 33) return {experts_fast_kernel<T, 2, 16, 7, true, false, false, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 30) return {experts_fast_kernel<T, 2, 16, 1, true, true, true>, sizeof(DSmem<T, 2, 16>)};
       return {experts_fast_kernel<T, 2, 16>, sizeof(DSmem<T, 2, 16>)};
     } else {
-      if (variant == 27 || variant == 31) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
+      if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
-      if (variant == 33) return {experts_fast_kernel<T, kDRing, 1, 7, true, false, false, true>, sizeof(DSmem<T>)};
       if (variant == 29 || variant == 30) return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};  // 30: one matrix
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -806,15 +803,17 @@ ExpertsKernel experts_kernel(int variant) {
 // sign-mask table: 3.503), 22 (that with a 3-slot ring, one grid copy: 3.593), 24 (that with the sub-block
 // loop unrolled by 2: 3.716); today's 20 is W2's 23. Session 10 (docs/PERF.md, experts W1): 25 (the lean
 // stage: 3.431), 26 (25 with the sub-blocks unrolled: 3.224) and 28 (each item's stage loop specialised,
-// both types unrolled: IQ2_XXS spills 88 bytes) removed.
+// both types unrolled: IQ2_XXS spills 88 bytes) removed; after W2, 31 (27 with IQ2_XXS's sub-blocks unrolled:
+// 3.169, spills) and 33 (31 with the lean copies: 3.120) removed.
 constexpr int kExpertsAuto = 27;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
-  return option == 0 || option == 13 || option == 20 || option == 27 || (option >= 29 && option <= 33) ? option
-                                                                                                   : kExpertsAuto;
+  return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32
+             ? option
+             : kExpertsAuto;
 }
 
 cudaError_t upload_gemm_experts_tables() { return cudaMemcpyToSymbol(c_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid)); }

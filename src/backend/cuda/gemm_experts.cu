@@ -12,7 +12,7 @@
 // through a 3-stage cp.async ring with one barrier per stage.
 // Two kernels (CudaBackendOptions::gemm_experts), both two resident blocks per SM walking the (128 rows,
 // tile) items through one continuous ring: experts_fast_kernel (20: fewer instructions per stage, see
-// there; 27 (the default), 29 … 33: its lean stage and items handed out by a counter, see there) and
+// there; 32 (the default), 27, 29, 30: its lean stage and items handed out by a counter, see there) and
 // experts_walk_kernel (13, an earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
@@ -793,9 +793,10 @@ ExpertsKernel experts_kernel(int variant) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 27; on the H200 (docs/PERF.md, experts session 10 W1) the MoE
-// of a 2,048-token chunk per layer 3.134 ms against 3.458 / 3.487 for variant 20 (the previous default; gate
-// or up 1.02 vs 1.10 ms, down 0.90 vs 1.11 by ncu). 20 had: 3.465 against 3.712 for variant 13 (gemm session 9). Removed after
+// CudaBackendOptions::gemm_experts = −1: variant 32; on the H200 (docs/PERF.md, experts session 10 W2) the MoE
+// of a 2,048-token chunk per layer 3.063 ms against 3.164 for 27 (the default after W1), 3.101 for 29, 3.094
+// for 30 and 3.511 / 3.499 for 20 (the default before session 10; ncu: gate or up 0.98 vs 1.10 ms, down 0.89
+// vs 1.11). 27 had (W1): 3.134 against 3.458 / 3.487 for 20. 20 had: 3.465 against 3.712 for variant 13 (gemm session 9). Removed after
 // the H200 runs (docs/PERF.md): 1–12 (sessions 7–8), 6 (a block per item), 14 (13 with a 2-slot ring and
 // the IQ2_XXS grid in 16 copies: +0.4 %), 15, 16 (raw words loaded a sub-block ahead: no gain), 17–19 (two
 // row tiles per warp, 4 warps per block: −37 % shared wavefronts, −7 % instructions, 3 % slower at 2 warps
@@ -805,7 +806,7 @@ ExpertsKernel experts_kernel(int variant) {
 // stage: 3.431), 26 (25 with the sub-blocks unrolled: 3.224) and 28 (each item's stage loop specialised,
 // both types unrolled: IQ2_XXS spills 88 bytes) removed; after W2, 31 (27 with IQ2_XXS's sub-blocks unrolled:
 // 3.169, spills) and 33 (31 with the lean copies: 3.120) removed.
-constexpr int kExpertsAuto = 27;
+constexpr int kExpertsAuto = 32;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }

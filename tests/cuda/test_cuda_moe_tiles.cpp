@@ -14,7 +14,8 @@
 // (expert_tiles_pdl) against the CPU and the fast block tiles bit for bit at the batch sizes they run, and
 // session 10's one-token paths (expert_one_token V + 10·F: the down kernel adding the slots, gate/up variant 7
 // without the prologue, variant 6 with explicit shared addresses) likewise, with a bad id and a repeated expert. The
-// default backend runs the one-token kernels (variant 2, PDL) at 1 token, the warp tiles (PDL) at 2..7, the
+// default backend runs the one-token kernels (gate/up variant 7 + the slot-summing down kernel, expert_one_token
+// 27) at 1 token, the warp tiles (PDL) at 2..7, the
 // row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),

@@ -8,8 +8,8 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3: previous, fast, softmax
-// once per block; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 10: previous, fast, softmax
+// once per block, its chunk loop on 32-bit counters; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -49,6 +49,9 @@ class CudaAttention : public CudaOpsTest {
     std::vector<std::pair<Backend*, Backend*>> v;
     v.emplace_back(&backend_with(128, true, 2, true, 0, false), &backend_with(INT_MAX, true, 2, true, 0, false));
     for (int k : {1, 3}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
+    // 10 (kernel 3's chunk loop on 32-bit counters): the chunk shape at every n (the random-float cases: its
+    // converted rows path), and whenever a bound is known the split shape.
+    v.emplace_back(&backend_with(0, true, 2, true, 10), &backend_with(INT_MAX, true, 2, true, 10));
     return v;
   }
   std::vector<std::unique_ptr<Backend>> extra_;
@@ -220,7 +223,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
 }
 
 TEST_F(CudaAttention, RemovedKernelVariantsAreRejected) {
-  for (int k : {2, 4, 5, 6, -1}) {  // 2 and 4 (16 warps) were removed; 5 and 6 never landed
+  for (int k : {2, 4, 5, 6, 7, 8, -1}) {  // 2 and 4 (16 warps) were removed; 5, 6, 7, 8 never landed
     cuda::CudaBackendOptions o;
     o.attention_mma_kernels = k;
     auto made = cuda::make_cuda_backend(o);

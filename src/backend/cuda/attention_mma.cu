@@ -491,12 +491,13 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1 or 3). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3 or 10). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
-  const bool once = attn_mma_kernels_ == 3;
+  // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu).
+  const bool once = attn_mma_kernels_ == 3 || attn_mma_kernels_ == 10;
   if (once && split_segs == 0) {
-    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_);
+    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, attn_mma_kernels_ == 10);
     return true;
   }
   // Its split kernel for one query only: faster there on the H200 (CSA 15.1 → 14.0 µs), slower at 8 queries

@@ -24,7 +24,8 @@ namespace ds4::backend::cuda::attn_mma {
 // attention_mma_chunk.cu: the chunk shape with the softmax once per block (attention_mma_kernels = 3;
 // head_dim 64, 128, 256 or 512). smem_ready: the caller's bits of kernels whose shared-memory limit is
 // raised (these launchers use bits 16–31).
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready);
+// loop32 (attention_mma_kernels = 10): its segment loop on 32-bit counters and a rotating buffer index (same bits).
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32 = false);
 // The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
                                uint32_t& smem_ready);
@@ -198,6 +199,41 @@ __device__ inline void stage_rows_pre(float* buf, const QueryRows& q, int64_t ra
       }
       for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
     } else {
+      for (int c4 = lane; c4 < C4; c4 += kWarp) reinterpret_cast<float4*>(dst)[c4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+}
+
+// 32-bit forms of prefetch_idx / stage_rows_pre for the chunk loops of kernels 7 and 10 (session 10 W2 probe:
+// what the per-warp, per-segment 64-bit index and buffer arithmetic costs).
+// n_raw, total, first_mod, raw_cap: the query's counts (each < 2^31).
+template <int NW>
+__device__ inline int32_t prefetch_idx32(const int32_t* idx, int n_raw, int total, int seg, int wid, int lane) {
+  const int j = seg * kAttnSeg + wid + NW * lane;
+  return lane < kAttnSeg / NW && j >= n_raw && j < total && idx ? idx[j - n_raw] : -1;
+}
+template <int D, int NW>
+__device__ inline void stage_rows32(float* buf, const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod,
+                                    int seg, int wid, int lane, int32_t pre) {
+  constexpr int P = D + kPad, C4 = D / 4;
+#pragma unroll
+  for (int k = 0; k < kAttnSeg / NW; ++k) {
+    const int r = wid + NW * k, j = seg * kAttnSeg + r;
+    const int32_t id = __shfl_sync(0xffffffffu, pre, k);
+    float* dst = buf + r * P;
+    if (j < total) {
+      const float* src;
+      if (j < n_raw) {
+        int rr = first_mod + j;
+        if (rr >= raw_cap) rr %= raw_cap;
+        src = q.raw + static_cast<int64_t>(rr) * D;
+      } else {
+        src = q.comp + static_cast<int64_t>(q.idx ? id : j - n_raw) * D;
+      }
+#pragma unroll
+      for (int c4 = lane; c4 < C4; c4 += kWarp) cp_async16(dst + 4 * c4, src + 4 * c4);
+    } else {
+#pragma unroll
       for (int c4 = lane; c4 < C4; c4 += kWarp) reinterpret_cast<float4*>(dst)[c4] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }

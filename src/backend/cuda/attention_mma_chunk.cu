@@ -143,7 +143,9 @@ __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW 
 
 // The chunk shape's block (query i, heads h0 … h0 + 15): every segment staged, steps 1–3, merged in
 // registers, the sink, out. Dynamic shared memory: Smem<DW>::bytes.
-template <int DW>
+// k32 (attention_mma_kernels = 10): the segment loop on 32-bit counters and a rotating buffer index
+// (stage_rows32, prefetch_idx32): the same copies and steps.
+template <int DW, bool k32>
 __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = Smem<DW>;
   constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK, NW = kWarps;
@@ -183,6 +185,39 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   }
   int32_t pre = prefetch_idx<NW>(qr, 2, wid, lane);  // consumed a segment later
 
+  auto merge_run = [&](const float (&acc)[KN][4]) {
+    const float2 fg = fab[g], fg8 = fab[g + 8];
+    const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
+  };
+  auto on_state = [&](float m_s, float l_s) {
+    float fa, fb;
+    merge_step(M, L, m_s, l_s, fa, fb);
+    if ((threadIdx.x & 15) == 0) fab[sh] = make_float2(fa, fb);
+  };
+  if constexpr (k32) {
+    const int ns = static_cast<int>(n_seg), n_raw = static_cast<int>(qr.n_raw), total = static_cast<int>(qr.total);
+    const int cap = static_cast<int>(a.raw_cap), fm = static_cast<int>(first_mod);
+    int bc = 0;  // seg's buffer
+    for (int seg = 0; seg < ns; ++seg) {
+      cp_async_wait<1>();
+      __syncthreads();
+      if (seg + 2 < ns) {
+        const int b2 = bc == 0 ? 2 : bc - 1;
+        stage_rows32<D, NW>(bufs + b2 * (kAttnSeg * P), qr, n_raw, total, cap, fm, seg + 2, wid, lane, pre);
+        pre = prefetch_idx32<NW>(qr.idx, n_raw, total, seg + 3, wid, lane);
+      }
+      cp_async_commit();
+      const int left = total - seg * kAttnSeg;
+      float acc[KN][4];
+      segment_state<DW>(bufs + bc * (kAttnSeg * P), left < kAttnSeg ? left : kAttnSeg, qf, a.scale, red, pfr, on_state, acc);
+      merge_run(acc);
+      bc = bc == 2 ? 0 : bc + 1;
+    }
+  } else {
   for (int64_t seg = 0; seg < n_seg; ++seg) {
     cp_async_wait<1>();  // this thread's copies of seg have landed (only seg + 1's may fly)
     __syncthreads();     // everyone's have; every warp is done with seg − 1 (its rows, red, pfr, fab)
@@ -194,17 +229,10 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
     const int64_t left = qr.total - seg * kAttnSeg;
     const int cnt = left < kAttnSeg ? static_cast<int>(left) : kAttnSeg;
     float acc[KN][4];
-    segment_state<DW>(buf(seg), cnt, qf, a.scale, red, pfr, [&](float m_s, float l_s) {
-      float fa, fb;
-      merge_step(M, L, m_s, l_s, fa, fb);
-      if ((threadIdx.x & 15) == 0) fab[sh] = make_float2(fa, fb);
-    }, acc);
-    const float2 fg = fab[g], fg8 = fab[g + 8];
-    const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
-#pragma unroll
-    for (int u = 0; u < KN; ++u)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
+    segment_state<DW>(buf(seg), cnt, qf, a.scale, red, pfr, on_state, acc);
+    merge_run(acc);
+  }
+
   }
 
   if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
@@ -222,10 +250,10 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   }
 }
 
-template <int DW>
+template <int DW, bool k32>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk3_block<DW>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+  chunk3_block<DW, k32>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
@@ -298,7 +326,7 @@ bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, K kernel, si
   return true;
 }
 
-// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels, 24 + … for the split ones.
+// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels (+ 4 with the 32-bit loop), 24 + … for the split ones.
 template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
@@ -311,11 +339,13 @@ void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, c
   be.launched("attention mma (split, softmax once)");
 }
 
-template <int DW>
+template <int DW, bool k32>
 void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
-  if (!smem_once(be, smem_ready, 1u << (16 + dw_bit<DW>()), attention_mma_chunk3_kernel<DW>, Smem<DW>::bytes)) return;
+  if (!smem_once(be, smem_ready, 1u << (16 + dw_bit<DW>() + (k32 ? 4 : 0)), attention_mma_chunk3_kernel<DW, k32>,
+                 Smem<DW>::bytes))
+    return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk3_kernel<DW><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a);
+  attention_mma_chunk3_kernel<DW, k32><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, softmax once)");
 }
 
@@ -337,8 +367,11 @@ void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t 
   by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready); });
 }
 
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
-  by_dw(a, [&](auto dw) { launch_chunk<decltype(dw)::value>(be, a, smem_ready); });
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32) {
+  by_dw(a, [&](auto dw) {
+    if (loop32) launch_chunk<decltype(dw)::value, true>(be, a, smem_ready);
+    else launch_chunk<decltype(dw)::value, false>(be, a, smem_ready);
+  });
 }
 
 }  // namespace ds4::backend::cuda::attn_mma

@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
   }
   // "profile": the experts of gemm_experts 27, 29, then 32, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
-  // "q8bulkprof": q_b's matmul once on the default, then with bulk-copy and tensor-copy stages (gemm_q8 = 12,
-  // 15; ncu).
+  // "q8bulkprof": q_b's matmul once on the default (tensor copies), then with bulk-copy stages and the cp.async
+  // ring (gemm_q8 = 12, 16; ncu).
   const bool q8bulkprof = argc > 2 && std::strcmp(argv[2], "q8bulkprof") == 0;
   const bool q8prof = q8bulkprof || (argc > 2 && std::strcmp(argv[2], "q8prof") == 0);
   const bool profile = q8prof || (argc > 2 && std::strcmp(argv[2], "profile") == 0);
@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
   // (the drift of the run).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
-  // "q8bulk": the dense Q8_0 lines of the default (cp.async ring), of the bulk-copy stages (gemm_q8 = 12) and
-  // of the 2-D tensor-copy stages (15), twice in turn (the second round shows the run's spread).
+  // "q8bulk": the dense Q8_0 lines of the default (2-D tensor copies on sm_90), of the bulk-copy stages (gemm_q8
+  // = 12) and of the previous default (16: the cp.async ring), twice in turn (the second round shows the spread).
   const bool q8bulk = argc > 2 && std::strcmp(argv[2], "q8bulk") == 0;
   const bool q8_lines = q8prof || q8bulk || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
   const bool gemm_only =
@@ -126,10 +126,10 @@ int main(int argc, char** argv) {
     // Dense Q8_0 lines only: gemm2_kernel (7) and each gemm_q8.cu launch shape (3, 5, 6: 1, 3, 4; 40 … 43:
     // 5 … 8), and the default shapes with CudaBackendOptions::gemm_q8_parts off (44: only the parts lines);
     // 45: only the norm_rope line, norm_rope_loads_first on (mode 0: off).
-    // 46, 47: the shape by grid size with bulk-copy / tensor-copy stages (gemm_q8 = 12, 15).
+    // 46, 47: the shape by grid size with bulk-copy stages / the cp.async ring (gemm_q8 = 12, 16).
     const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47);
     if (mode == 46) co.gemm_q8 = 12;
-    if (mode == 47) co.gemm_q8 = 15;
+    if (mode == 47) co.gemm_q8 = 16;  // the previous default: default_shape with the cp.async ring
     if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
     if (mode >= 40 && mode <= 43) co.gemm_q8 = mode - 35;              // Cfg5 … Cfg8
     co.gemm_q8_parts = mode == 44 ? 0 : -1;
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
                                  "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "-", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1",   "q8-bulk",     "q8-tensor"};
+                                 "nr-loads1",   "q8-bulk",     "q8-async"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

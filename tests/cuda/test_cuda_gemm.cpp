@@ -200,7 +200,7 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
   };
   // 9 … 12: the stages by bulk copies (Cfg7, Cfg1, Cfg3, the shape by grid size); 13 … 15: by 2-D tensor
   // copies (Cfg7, Cfg1, the shape by grid size).
-  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}) {
+  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) {  // (16: by grid size, cp.async)
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
@@ -225,6 +225,9 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
   // the cp.async ring (gemm_q8 = −1); the CPU op is compared on the small shapes above (its 2,048-token
   // products take minutes on the host).
   cuda::CudaBackendOptions o;
+  o.gemm_q8 = 16;  // the cp.async ring by grid size (the reference here; gpu_'s default takes tensor copies)
+  auto async = backend_with(o);
+  ASSERT_TRUE(async);
   o.gemm_q8 = 12;
   auto bulk = backend_with(o);
   ASSERT_TRUE(bulk);
@@ -240,7 +243,7 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
     auto bytes = random_weight(GgmlType::Q8_0, sh.rows, sh.cols, &w);
     w.data = bytes.data();
     const auto x = randn(static_cast<size_t>(sh.n * sh.cols));
-    const auto want = matmul_on(*gpu_, w, bytes.size(), x.data(), sh.n);
+    const auto want = matmul_on(*async, w, bytes.size(), x.data(), sh.n);
     for (Backend* be : {bulk.get(), tensor.get()}) {
       const auto got = matmul_on(*be, w, bytes.size(), x.data(), sh.n);
       const char* what = be == bulk.get() ? ": bulk" : ": tensor";
@@ -301,7 +304,7 @@ TEST_F(CudaGemm, Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) {
   ASSERT_TRUE(solo_be);
   const auto solo = run(*solo_be);
   EXPECT_EQ(bit_diffs(solo, want), 0) << "one launch per part vs CPU";
-  for (int variant : {-1, 4, 12, 15}) {  // (−1: the shape by grid size; 12, 15: the same with bulk / tensor copies)
+  for (int variant : {-1, 4, 12, 16}) {  // (−1: the default, tensor copies on sm_90; 12, 16: bulk copies, cp.async)
     cuda::CudaBackendOptions o;
     o.gemm_q8_parts = 1;
     o.gemm_q8 = variant;

@@ -83,6 +83,8 @@ constexpr int kMaxParts = 8;
 constexpr int kGemmQ8BulkByGrid = 12;
 // … = 15: default_shape's launch shape with 2-D tensor copies (13, 14: Cfg7, Cfg1).
 constexpr int kGemmQ8TensorByGrid = 15;
+// … = 16: default_shape's launch shape with cp.async (the default before session 10's W2).
+constexpr int kGemmQ8AsyncByGrid = 16;
 
 struct Q8Params {
   uint64_t row_bytes;
@@ -395,13 +397,21 @@ int default_shape(int64_t rows, int64_t n, int n_parts) {
   return 3;
 }
 
-// The parts p.part[0 … n_parts) in launch shape `variant` (1, 3 … 8; any other value: default_shape).
+// The parts p.part[0 … n_parts) in launch shape `variant` (1, 3 … 8; 16 or, below sm_90, any other value:
+// default_shape with cp.async; by default tensor copies, below).
 // With bulk copies (sm_90; the caller checked): 9 … 11 = Cfg7, Cfg1, Cfg3 with bulk_stage; 12 = default_shape's
 // choice with bulk_stage (kGemmQ8BulkByGrid); with tensor copies 13, 14 = Cfg7, Cfg1, 15 = default_shape's choice
 // (kGemmQ8TensorByGrid) — below sm_90, without tensor maps or with x_div ≠ 1 their cp.async twins.
 bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) {
   int64_t max_rows = 0;
   for (int k = 0; k < n_parts; ++k) max_rows = std::max(max_rows, p.part[k].rows);
+  // The default (−1, or any value not named here) on sm_90: default_shape's shape with tensor copies — the H200
+  // (session 10 W2, cuda_prefill_bench 2048 q8bulk) measured them 12–22 % faster than the cp.async ring on every
+  // Flash shape (q_b 0.667 → 0.585 ms, out_b 0.625 → 0.519, out_a's 8 groups 0.70 → 0.602, kv 0.073 → 0.057);
+  // kGemmQ8AsyncByGrid keeps the previous default (default_shape with cp.async) for before/after runs.
+  const bool named = variant == 1 || (variant >= 3 && variant <= kGemmQ8TensorByGrid) || variant == kGemmQ8AsyncByGrid;
+  if (!named) variant = kGemmQ8TensorByGrid;
+  if (variant == kGemmQ8AsyncByGrid) variant = -1;
   if (variant >= 13 && variant <= kGemmQ8TensorByGrid && be.sm90()) {
     const int shape = variant == 13 ? 7 : variant == 14 ? 1 : default_shape(max_rows, p.n_vec, n_parts);
     bool done = false;

@@ -11,7 +11,7 @@
 // the fused decode indexer), "sel1" (the select in its own launch), "k3" (chunk and split kernels with
 // the softmax once per block; the prefill indexer on int8 tensor cores), "sel3" (the fused decode
 // indexer with q and w loaded before the row count), "sel4" (sel3 with the radix select's lean end) and
-// "k10" (kernel 3's chunk loop on 32-bit counters).
+// "k10" / "k9" (kernel 3's chunk loop on 32-bit counters, the default / on int64, the previous one).
 // Usage: cuda_attention_bench [all | decode | prefill] [variant,variant…]. "decode" and "prefill" run each variant's calls
 // 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
   vars[6].o.indexer_select = 4;
   vars.push_back({"k10", {}});  // kernel 3's chunk kernel with its segment loop on 32-bit counters
   vars.back().o.attention_mma_kernels = 10;
+  vars.push_back({"k9", {}});  // kernel 3's chunk kernel with its previous int64 segment loop
+  vars.back().o.attention_mma_kernels = 9;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

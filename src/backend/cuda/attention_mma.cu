@@ -35,6 +35,10 @@ namespace {
 
 using namespace attn_mma;
 
+// Kernel 3's chunk loop: on 32-bit counters (as 10) since the session-10 H200 run (−0.7 % per chunk, the same
+// bits: PERF.md "Session 10: prefill chunk attention on 16 warps …").
+constexpr bool kChunkLoop32Auto = true;
+
 constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
 constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
 
@@ -491,13 +495,15 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3 or 10). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9 or 10). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
-  // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu).
-  const bool once = attn_mma_kernels_ == 3 || attn_mma_kernels_ == 10;
+  // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
+  // with the previous int64 loop. 3 takes the 32-bit loop (kChunkLoop32Auto).
+  const int k = attn_mma_kernels_;
+  const bool once = k == 3 || k == 9 || k == 10;
   if (once && split_segs == 0) {
-    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, attn_mma_kernels_ == 10);
+    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k == 10 || (k == 3 && kChunkLoop32Auto));
     return true;
   }
   // Its split kernel for one query only: faster there on the H200 (CSA 15.1 → 14.0 µs), slower at 8 queries

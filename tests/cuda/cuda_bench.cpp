@@ -49,7 +49,8 @@
 //        cuda_bench --prefetch [--mode K] M...  decode steps (batch 1 and 8) with each set of weights prefetched
 //                                         into L2 (K: CudaBackendOptions::l2_prefetch_mode).
 //        cuda_bench --warp [NAME]         dense Q8_0 matmuls at n = 1..4 and one layer: gemv_warp off, default,
-//                                         always (tiles of 8.7, 4.4 and 17.4 KB), cold weights.
+//                                         always (8.7 KB tiles; 4.4 KB tiles, two blocks an SM), gemv_rows on
+//                                         every shape below gemv_warp's wins (bulk rings off), cold weights.
 //        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
@@ -634,18 +635,19 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--warp") == 0) {  // dense Q8_0 decode matmuls: gemv_warp off / wins / always
-    cuda::CudaBackendOptions fo, ao, ho, lo2;
+    cuda::CudaBackendOptions fo, ao, ho, ro;
     fo.gemv_warp = cuda::GemvMma::off;  // the dispatch before gemv_warp.cu
-    ao.gemv_warp = ho.gemv_warp = lo2.gemv_warp = cuda::GemvMma::always;
-    ho.gemv_warp_tile_bytes = 4352;   // half tiles (more slots a warp)
-    lo2.gemv_warp_tile_bytes = 17408;  // double tiles
+    ao.gemv_warp = ho.gemv_warp = cuda::GemvMma::always;
+    ho.gemv_warp_tile_bytes = 4352;  // half tiles, two slots a warp, two blocks an SM (a launch beside the one before)
+    ro.gemv_rows = cuda::GemvMma::always;  // gemv_rows.cu on every shape it takes below gemv_warp's wins
+    ro.gemv_bulk = cuda::GemvMma::off;
     auto off = cuda::make_cuda_backend(fo);
     auto all = cuda::make_cuda_backend(ao);
     auto half = cuda::make_cuda_backend(ho);
-    auto dbl = cuda::make_cuda_backend(lo2);
-    if (off.ok() && all.ok() && half.ok() && dbl.ok()) {
-      Backend* sides[5] = {off->get(), be.get(), all->get(), half->get(), dbl->get()};
-      const char* labels[5] = {"no-warp", "default", "warp", "warp-4K", "warp-17K"};
+    auto rows = cuda::make_cuda_backend(ro);
+    if (off.ok() && all.ok() && half.ok() && rows.ok()) {
+      Backend* sides[5] = {off->get(), be.get(), all->get(), half->get(), rows->get()};
+      const char* labels[5] = {"no-warp", "default", "warp", "warp-4K", "rows-all"};
       const int64_t lo[5] = {1, 1, 1, 1, 1}, hi[5] = {4, 4, 4, 4, 4};
       bench_dense_rows(sides, labels, lo, hi, 5, argc > 2 ? argv[2] : nullptr);
     }

@@ -36,6 +36,10 @@ constexpr uint64_t kSlotTarget = 8704;       // default weight bytes a tile hold
 constexpr int kMaxSlots = 4;
 constexpr int kMaxTileRows = 32;
 constexpr uint64_t kMaxSmem = 227 * 1024;    // sm_90's opt-in per block
+// Tiles of ≤ kPairTileBytes (gemv_warp_tile_bytes): two slots a warp and ≤ kPairSmem a block, so that two blocks
+// fit on an SM — the next launch's block (a programmatic dependent) starts its weight copies beside this one's tail.
+constexpr uint64_t kPairTileBytes = 4352;
+constexpr uint64_t kPairSmem = 112 * 1024;
 constexpr int64_t kFusedMaxValues = 8192;    // n·cols above this: one quantize_act first (as gemv_stream.cu)
 
 struct WarpParams {
@@ -58,7 +62,7 @@ struct WarpParams {
 
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV).
 template <int NV>
-__global__ void __launch_bounds__(kThreads, 1) gemv_warp_kernel(const __grid_constant__ WarpParams p) {
+__global__ void __launch_bounds__(kThreads, 2) gemv_warp_kernel(const __grid_constant__ WarpParams p) {
   extern __shared__ __align__(16) uint8_t sm[];
   const DenseRange range = dense_block_range(p.part, p.n_parts);
   const DensePart& P = *range.part;
@@ -147,8 +151,10 @@ WarpPlan plan_warp(int64_t nb, int64_t n_vec, int tile_bytes) {
   d.warp_terms = static_cast<uint32_t>(n_vec * d.tile_rows) * d.term_pitch;
   const uint64_t act = static_cast<uint64_t>(n_vec * nb) * sizeof(BlockQ8_0Act);
   const uint64_t fixed = act + uint64_t{kWarps} * d.warp_terms * sizeof(float) + uint64_t{kWarps} * kMaxSlots * 8;
-  if (fixed + uint64_t{kWarps} * d.slot_bytes > kMaxSmem) return d;
-  d.slots = static_cast<int>(std::min<uint64_t>(kMaxSlots, (kMaxSmem - fixed) / (uint64_t{kWarps} * d.slot_bytes)));
+  const bool pair = tile_bytes > 0 && static_cast<uint64_t>(tile_bytes) <= kPairTileBytes;
+  const uint64_t budget = pair ? kPairSmem : kMaxSmem;
+  if (fixed + uint64_t{kWarps} * d.slot_bytes * (pair ? 2 : 1) > budget) return d;
+  d.slots = pair ? 2 : static_cast<int>(std::min<uint64_t>(kMaxSlots, (kMaxSmem - fixed) / (uint64_t{kWarps} * d.slot_bytes)));
   d.act_off = static_cast<uint32_t>(kWarps * d.slots) * d.slot_bytes;
   d.terms_off = d.act_off + static_cast<uint32_t>(act);
   d.bar_off = d.terms_off + static_cast<uint32_t>(kWarps * d.warp_terms * sizeof(float));
@@ -168,11 +174,18 @@ const void* warp_kernel(int index) {
 
 }  // namespace
 
-// H200 verdict (docs/PERF.md, session 10 "Dense decode matvecs on per-warp rings"): none yet — gemv_warp = wins
-// takes no set until a device run shows a win.
+// H200 W1 (2026-11-30 18:52 UTC, docs/PERF.md "Session 10: dense decode matvecs on per-warp rings"; cold graph µs,
+// 8.7 KB tiles against the default dispatch of then): faster at 4 vectors on every launch of ≥ 2,048 rows (q_b
+// 18.66 vs 19.07, out_a 24.80 vs 25.51, out_b 26.64 vs 27.94, shared down 8.74 vs 9.70, gate/up 11.09 vs 11.16,
+// head 221.1 vs 238.3; one layer back to back 104.5 vs 121.2), at 2 on the head (164.5 vs 167.2); slower at 1 (q_b
+// 14.14 vs 13.07, out_b 18.86 vs 16.03, kv 4.69 vs 3.35), at 2 elsewhere (q_b 16.13 vs 14.95) and on q_a / kv alone
+// at 4 (9.74 vs 8.25, 8.96 vs 7.23).
 bool gemv_warp_wins(const StreamSet& s) {
-  (void)s;
-  return false;
+  int64_t rows = 0;
+  for (int i = 0; i < s.n_parts; ++i) rows += s.part[i].rows;
+  if (s.cols < 1024) return false;  // only the measured shapes
+  if (s.n_vec >= 3) return rows >= 2048;
+  return s.n_vec == 2 && rows >= 65536;
 }
 
 bool CudaBackend::gemv_warp_set(const StreamSet& s, DeviceScratch& act_scratch) {

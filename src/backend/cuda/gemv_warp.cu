@@ -174,19 +174,14 @@ const void* warp_kernel(int index) {
 
 }  // namespace
 
-// H200 W1 (2026-11-30 18:52 UTC, docs/PERF.md "Session 10: dense decode matvecs on per-warp rings"; cold graph µs,
-// 8.7 KB tiles against the default dispatch of then): faster at 4 vectors on every launch of ≥ 2,048 rows (q_b
-// 18.66 vs 19.07, out_a 24.80 vs 25.51, out_b 26.64 vs 27.94, shared down 8.74 vs 9.70, gate/up 11.09 vs 11.16,
-// head 221.1 vs 238.3; one layer back to back 104.5 vs 121.2), at 2 on the head (164.5 vs 167.2); slower at 1 (q_b
-// 14.14 vs 13.07, out_b 18.86 vs 16.03, kv 4.69 vs 3.35), at 2 elsewhere (q_b 16.13 vs 14.95) and on q_a / kv alone
-// at 4 (9.74 vs 8.25, 8.96 vs 7.23).
-bool gemv_warp_wins(const StreamSet& s) {
-  int64_t rows = 0;
-  for (int i = 0; i < s.n_parts; ++i) rows += s.part[i].rows;
-  if (s.cols < 1024) return false;  // only the measured shapes
-  if (s.n_vec >= 3) return rows >= 2048;
-  return s.n_vec == 2 && rows >= 65536;
-}
+// H200 W1 (2026-11-30 18:52 UTC) and W2 (19:35, three repeats), docs/PERF.md "Session 10: dense decode matvecs on
+// per-warp rings"; cold graph µs. One decode layer's dense matmuls back to back (q_a + kv, q_b, out_a, out_b,
+// gate + up, down) — the line that decides — with gemv_warp on every launch against the default before it: 4 vectors
+// 104.4–104.9 vs 116.0–116.7 (W1: 104.5 vs 121.2; with it only on the ≥ 2,048-row launches 110.9–111.4), 2 vectors
+// 78.0–78.6 vs 80.0–80.4 (W1: 79.0 vs 80.5), though q_a and kv alone are slower here (n = 4: 9.7 vs 7.5, 9.0 vs 6.5).
+// 1 vector: slower (65.5–65.8 vs 66.5–66.9; gemv_rows on every shape: 61.4–61.6, gemv_rows_wins). Tiles of
+// 4.4 KB (two blocks an SM): slower on the layer at every n (75 µs at 1). Only the measured shapes (≥ 1024 columns).
+bool gemv_warp_wins(const StreamSet& s) { return s.n_vec >= 2 && s.cols >= 1024; }
 
 bool CudaBackend::gemv_warp_set(const StreamSet& s, DeviceScratch& act_scratch) {
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts || s.n_vec < 1 || s.n_vec > kWarpMaxVec) return false;

@@ -632,8 +632,8 @@ TEST_F(CudaGemvBulk, MatmulManySharedInputInOneLaunch) {
 TEST_F(CudaGemvBulk, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
 
 // The bulk rings under the default (gemv_bulk = wins, the other kernels off): the launches where ring 1 measured
-// faster (kv and q_a alone at 2 vectors) and ring 2 (q_b at 2–4, shared down at 2) run them; the rest (every launch
-// at 1 vector since session 10: gemv_rows.cu's) take the kernels after them.
+// faster (kv alone at 1–2 vectors, q_a at 2, shared down at 1) and ring 2 (q_b at 1–4, shared down at 2) run
+// them; the rest take the kernels after them.
 class CudaGemvBulkWins : public CudaGemvStream {
  protected:
   backend::cuda::CudaBackendOptions options() const override {

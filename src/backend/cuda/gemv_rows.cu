@@ -338,15 +338,10 @@ bool gemv_rows_supports(const GemvJob& j) {
 // fits (q_b 31.0 vs 28.2, shared down 16.0 vs 11.7) and on the small matrices (q_a 7.32 vs 4.20, kv 7.20 vs
 // 4.80, gate/up 7.75 vs 5.71 at 1: their few rows per block still take two tiles, two memory latencies in
 // a row); shared down a tie at 1.
-// At 1 vector on every measured shape since session 10 (docs/PERF.md "Session 10: dense decode matvecs on per-warp
-// rings"): one decode layer's dense matmuls back to back (q_a + kv, q_b, out_a, out_b, gate + up, down; cold) took
-// 61.76 µs with gemv_rows on all of them against 67.05 with the default of then (W1 18:52 UTC; session 8 W2: 61.78
-// vs 69.07; W2 19:35, three repeats: 61.41–61.56 vs 66.38–66.88) although each small matrix alone is 0.5–3 µs slower
-// here (q_a 7.31 vs 4.18, kv 7.21 vs 3.36, gate/up 7.75 vs 5.44): the layer line decides.
 bool gemv_rows_wins(const GemvJob& j) {
   const uint64_t bytes = static_cast<uint64_t>(j.w.rows) * j.w.row_bytes;  // every group of a grouped matrix
   constexpr uint64_t kBig = uint64_t{32} << 20;
-  if (j.n_vec == 1) return j.w.cols >= 1024;
+  if (j.n_vec == 1) return bytes >= kBig;
   if (j.n_vec == 2) return bytes >= kBig && j.w.cols <= 4096;
   return j.n_vec <= 4 && j.w.rows >= 65536 && j.w.cols <= 4096;  // the head
 }

@@ -347,10 +347,10 @@ namespace {
 int bulk_ring_wins(const StreamSet& s) {
   int64_t rows = 0;
   for (int i = 0; i < s.n_parts; ++i) rows += s.part[i].rows;
-  // 1 vector: gemv_rows.cu on every shape since session 10 (gemv_rows_wins: the layer back to back measured faster).
-  if (s.cols == 4096 && rows <= 1024 && s.n_vec == 2) return kRingDeep;
+  if (s.cols == 4096 && ((rows <= 512 && s.n_vec <= 2) || (rows <= 1024 && s.n_vec == 2))) return kRingDeep;
+  if (s.cols == 2048 && rows <= 4096 && s.n_vec == 1) return kRingDeep;
   if (s.cols == 2048 && rows <= 4096 && s.n_vec == 2) return kRingContiguous;
-  if (s.cols == 1024 && rows >= 16384 && s.n_vec >= 2 && s.n_vec <= 4) return kRingContiguous;
+  if (s.cols == 1024 && rows >= 16384 && s.n_vec <= 4) return kRingContiguous;
   return kRingCpAsync;
 }
 }  // namespace

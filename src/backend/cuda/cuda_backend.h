@@ -27,9 +27,11 @@ struct CudaBackendOptions {
   // tiles, ldmatrix). false: the previous gemm_kernel — for before/after benchmarks. Same bits either way.
   bool gemm_pipelined = true;
   // Dense Q8_0 GEMMs (with gemm_pipelined) on gemm_q8.cu: weight fragments read straight from the copied
-  // blocks (no decode pass), a cp.async ring, one barrier per stage. −1: the launch shape by grid size
-  // (gemm_q8.cu default_shape, as the H200 measured); 1, 3 … 8: one shape (gemm_q8.cu Cfg1, Cfg3 … Cfg8) for
-  // every job; 0: ops_gemm.cu's gemm2_kernel (before/after runs). Same bits either way.
+  // blocks (no decode pass), a ring of stages, one barrier per stage. −1: the launch shape by grid size
+  // (gemm_q8.cu default_shape, as the H200 measured), its stages by 2-D tensor copies on sm_90 (session 10:
+  // −17 ms per 2,048-token chunk), by cp.async below; 1, 3 … 8: one shape (Cfg1, Cfg3 … Cfg8) with cp.async;
+  // 9 … 12: per-row bulk copies, 13 … 15: tensor copies (one shape each, the last by grid); 16: cp.async by
+  // grid (the default before); 0: ops_gemm.cu's gemm2_kernel (before/after runs). Same bits either way.
   int gemm_q8 = -1;
   // Prefill Q8_0 matmuls of several matrices on one activation quantization and one gemm_q8.cu launch (up
   // to 8 parts): out_a's row groups (a grouped matmul) and matmul_many's jobs on one input (the shared
@@ -214,7 +216,9 @@ struct CudaBackendOptions {
   // indexer_score_decode (indexer_decode), the last block of each query selects in the scoring launch,
   // elsewhere as 1; 1 = its own launch, the digit holding the k-th key found by a warp scan (5 shuffles)
   // instead of a 32-step shuffle loop per pass; 0 = the previous select. Same selection. Default 2 after
-  // the H200 run (CSA decode indexer at 2K: 9.5 + 7.5 → 12.9 µs of device time).
+  // the H200 run (CSA decode indexer at 2K: 9.5 + 7.5 → 12.9 µs of device time). 3 = 2 with q and the head
+  // weights loaded before the query's row count; 4 = 3 with a lean radix end (ops_indexer.cu). The engine
+  // sets 4 (session 10: 17.9 → 13.8 µs per CSA layer); a bare CudaBackendOptions keeps 2.
   int indexer_select = 2;
   // Indexer: scores of 4 heads interleaved per row and the top-k by a radix select over keys held in
   // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection
@@ -246,10 +250,9 @@ struct CudaBackendOptions {
   // cores in README.md's F16 MMA order (matmul_f16_mma.cu, matmul_f16_mma_tiles.cu, f16_mma.cuh): 512-value
   // segments of four 128-value MMA chains (F16 weights exact in TF32, activations split hi + lo), added in
   // segment order; every kernel and batch size gives a token the same bits. Another order than the segment
-  // order above (the CPU within 2e-5·max|y| either way). Requires f16_segments. Off by default: on the
-  // H200 (docs/PERF.md) a 2,048-token chunk's F16 matmuls take 53 instead of 204 ms, but decode steps are
-  // 3–6 % slower (session 9, 4 layers: 0.886–0.928 against 0.845–0.897 ms; per call router 3.7 against
-  // 2.5 µs, CSA matmul_many 17.3 against 15.2).
+  // order above (the CPU within 2e-5·max|y| either way). Requires f16_segments. Off in a bare
+  // CudaBackendOptions (op tests and benches name it); the engine turns it on (EngineOptions::cuda_f16_mma):
+  // on the H200, 43 layers, prefill at 4K +30 %, decode −1.5 % (docs/PERF.md, session 9 final run).
   bool f16_mma = false;
   // With f16_mma: matmuls and matmul_many of 1 … 8 vectors (decode) on matmul_f16_mma_decode.cu — a warp per
   // 128-value quarter of a 4/8/16-row tile with all its loads issued before its MMA chain, rows of many

@@ -89,8 +89,11 @@ class UlpNoiseBackend final : public ForwardingBackend {
   void hc_pre(const HcPreArgs& a) override { hc_pre_by_pieces(*this, a); }
   void norm_rope(const NormRopeArgs& a) override { norm_rope_by_pieces(*this, a); }
   void attention(const AttentionArgs& a) override {
-    in_.attention(a);
+    AttentionArgs core = a;  // the noise goes on attention's own output, before the folded inverse RoPE
+    core.out_rot = 0;
+    in_.attention(core);
     if (target_ == Target::attention) perturb(a.out, a.n * a.heads * a.head_dim);
+    if (a.out_rot > 0) rope({a.out, a.pos, a.n, a.heads, a.head_dim, a.out_rot, a.out_freq, true});
   }
   void router(const RouterArgs& a) override {
     in_.router(a);

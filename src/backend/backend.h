@@ -184,6 +184,10 @@ struct HcPreArgs {
   // post and comb before the sublayer's HC post), so the op may leave post and comb unwritten (a backend
   // may still write them: the same values); mix, pre, y and xn are written either way.
   bool split = true;
+  // The previous sublayer's HC post folded into the op: with prev_post.n > 0 the op first does what
+  // hc_post(prev_post) does (prev_post.out must be x: the new state is this pre's input and is written there),
+  // so a backend may form the new state where the pre reads it instead of in a launch of its own. n = 0: none.
+  HcPostArgs prev_post;
 };
 
 // Per row of x [n][heads][head_dim] (token t, head h), in this order: RMSNorm over head_dim (⊙ w when
@@ -313,6 +317,11 @@ struct AttentionArgs {
   const float* const* comp_at = nullptr;  // [n]
   int64_t max_comp = 0;            // host: an upper bound of every comp_count[i] (0: unknown); a device
                                    // backend sizes per-call scratch by it, nothing is read back
+  // §7.7's inverse RoPE of the output folded into the op: with out_rot > 0 the op ends as the call
+  // rope({out, pos, n, heads, head_dim, out_rot, out_freq, inverse = true}) would (the same values), so a
+  // backend may rotate each output row before storing it instead of launching a pass over it. 0: none.
+  int32_t out_rot = 0;
+  const double* out_freq = nullptr;  // [out_rot/2] host memory, as RopeArgs::freq
 };
 
 // Lightning-indexer selection (MODEL.md §7.5): per query, the top_k of its visible rows by

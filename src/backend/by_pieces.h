@@ -1,4 +1,4 @@
-// by_pieces.h — the fused backend ops (HcPreArgs, NormRopeArgs, IndexerQatArgs::n_rot in backend.h) written as the calls of
+// by_pieces.h — the fused backend ops (HcPreArgs, NormRopeArgs, IndexerQatArgs::n_rot, AttentionArgs::out_rot in backend.h) written as the calls of
 // their pieces, in the order backend.h states. The CPU backend runs them this way (it stays the
 // readable reference), and so can any backend that wraps another one (bench/numerics).
 // Deliberately not here: any fused kernel; norm_rope_by_pieces reads pos/ring_at on the host, so it
@@ -12,6 +12,7 @@
 namespace ds4::backend {
 
 inline void hc_pre_by_pieces(Backend& be, const HcPreArgs& a) {
+  if (a.prev_post.n > 0) be.hc_post(a.prev_post);  // the previous sublayer's post first: it writes x
   const int64_t hcd = int64_t{a.nhc} * a.dim, mix = int64_t{2 + a.nhc} * a.nhc;
   be.rms_norm({a.x, a.flat, nullptr, a.n, hcd, hcd, a.rms_eps});
   be.matmul({a.fn, a.flat, hcd, a.mix, mix, a.n, a.numerics});
@@ -29,6 +30,14 @@ inline void indexer_qat_by_pieces(Backend& be, const IndexerQatArgs& a) {
   q.scale_x = nullptr;
   be.indexer_qat(q);
   if (a.scale_x && a.scale_count > 0) be.scale(a.scale_x, a.scale, a.scale_count);
+}
+
+// AttentionArgs::out_rot > 0: the attention without it, then the output's inverse RoPE.
+inline void attention_by_pieces(Backend& be, const AttentionArgs& a) {
+  AttentionArgs core = a;
+  core.out_rot = 0;
+  be.attention(core);
+  if (a.out_rot > 0) be.rope({a.out, a.pos, a.n, a.heads, a.head_dim, a.out_rot, a.out_freq, true});
 }
 
 // pos, ring_at, x_at and count must be host-readable (be.host_memory()).

@@ -157,6 +157,8 @@ void Forward::hc_pre(const Weight& fn, const float* scale, const float* base, co
   a.y = y_.f32();
   a.xn = xn_.f32();
   a.split = split;
+  a.prev_post = pending_post_;  // the previous sublayer's post (it writes x_), folded into the op
+  pending_post_.n = 0;
   be_.hc_pre(a);
 }
 
@@ -165,13 +167,20 @@ void Forward::hc_split(const float* scale, const float* base, int64_t n) {
                 static_cast<float>(cfg_.hc_eps), pre_.f32(), post_.f32(), comb_.f32()});
 }
 
-// §6.2 "Post": X' = post ⊗ (f + f_add) + Cᵀ·X, into x2_, then swap so x_ holds the new state.
+// §6.2 "Post": X' = post ⊗ (f + f_add) + Cᵀ·X, into x2_, then swap so x_ holds the new state. Issued by the
+// next hc_pre (HcPreArgs::prev_post) or flush_post: until then nothing writes what it reads (x2_ after the swap,
+// f_, f_add, post_, comb_) — the next sublayer starts with its hc_pre, the head with flush_post.
 void Forward::hc_post_swap(int64_t n, const float* f_add) {
   backend::HcPostArgs a{x_.f32(), f_.f32(), post_.f32(), comb_.f32(), x2_.f32(), n, cfg_.n_embd,
                         static_cast<int32_t>(cfg_.n_hc)};
   a.f_add = f_add;
-  be_.hc_post(a);
+  pending_post_ = a;
   std::swap(x_, x2_);
+}
+
+void Forward::flush_post() {
+  if (pending_post_.n > 0) be_.hc_post(pending_post_);
+  pending_post_.n = 0;
 }
 
 // Where one compressor's projections of the step live in ckv_ / cgate_ ([n][width] each): the attention
@@ -485,10 +494,12 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   aa.raw_at = raw_at;
   aa.comp_at = p.has_compressor ? comp_at : nullptr;
   aa.max_comp = comp_bound;
+  // §7.7 inverse RoPE at the query position, inside the op (a backend may rotate each row before storing it).
+  aa.out_rot = R;
+  aa.out_freq = freq;
   be_.attention(aa);
 
-  // §7.7 inverse RoPE at the query position, grouped output projection.
-  be_.rope({attn_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, freq, true});
+  // §7.7 grouped output projection.
   const int64_t G = cfg_.out_groups, Ro = cfg_.o_lora_rank, gin = cfg_.out_group_in();
   MatmulArgs oa{w.out_a, attn_.f32(), HD, low_.f32(), G * Ro, n, opts_.numerics.matmul};
   oa.group_rows = Ro;  // group g: rows [g·Ro, (g+1)·Ro) over attn_[g·gin, (g+1)·gin) — one call for all groups
@@ -903,12 +914,14 @@ Result<bool> Forward::fetch_logits(uint64_t serial, int64_t row, float* dst) {
 }
 
 Status Forward::run_step(std::span<const Segment> segs, int64_t n) {
+  pending_post_.n = 0;  // a step that failed half-way left nothing to run
   be_.embed({w_.token_embd, tok_, n, static_cast<int32_t>(cfg_.n_hc), x_.f32()});
   for (size_t l = 0; l < plan_.size(); ++l) {
     Status st = attention_layer(l, segs, n);
     if (!st.ok()) return st.with_context("layer " + std::to_string(l));
     ffn_layer(l, n);
   }
+  flush_post();  // the last layer's post: the head reads x_
   logits_head(segs);
   pick_tokens(segs);
   return Status::Ok();

@@ -170,6 +170,7 @@ class Forward {
   // What hc_pre(…, split = false) left to the caller: post and comb from mix_, on the current lane.
   void hc_split(const float* scale, const float* base, int64_t n);
   void hc_post_swap(int64_t n, const float* f_add = nullptr);
+  void flush_post();  // the deferred HC post (pending_post_) as its own op, before anything else reads x_
   Status attention_layer(size_t l, std::span<const Segment> segs, int64_t n);
   // With qat (the indexer query's RoPE + QAT, independent of the compressors): issued in the same backend call.
   Status compress(size_t l, std::span<const Segment> segs, int64_t n, const backend::IndexerQatArgs* qat);
@@ -203,6 +204,10 @@ class Forward {
 
   // Scratch, all sized for max_chunk tokens (C). Shapes per buffer:
   backend::Buffer x_, x2_;        // [C][NHC][E] HC state (ping-pong)
+  // The last sublayer's HC post (x2_ → x_ after the swap), not yet issued: the next hc_pre takes it as
+  // HcPreArgs::prev_post (a backend may fold it in), the head's flush_post otherwise. n = 0: none. Set by
+  // hc_post_swap, cleared by its consumer and at the start of every step.
+  backend::HcPostArgs pending_post_;
   backend::Buffer flat_;          // [C][NHC·E] RMSNorm(flat(X))
   backend::Buffer mix_;           // [C][M] HC controls
   backend::Buffer pre_, post_;    // [C][NHC]

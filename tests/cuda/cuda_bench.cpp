@@ -25,8 +25,10 @@
 //        cuda_bench --hc-fuse             the decode HC pre in one launch (hc_fuse) vs two, both F16 orders, alone
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
-//        cuda_bench --small7              attention's output inverse RoPE folded into the decode merge
-//                                         (small7_folds.h) vs attention + rope, f16_mma on: alone and in a layer's tail.
+//        cuda_bench --small7-steps M...   decode steps of model files with session 10's folds off / on (f16_mma on).
+//        cuda_bench --small7 [ops]        session 10's folds (attention's output RoPE in its merge, the HC post in
+//                                         the next pre) on vs off, f16_mma on: the ops at n = 1, 8, then the
+//                                         decode stage table off and on (ops: without the tables).
 //        cuda_bench --small5-steps M...   whole steps of model files: small_v5 off, on, on + the HC split on the
 //                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
@@ -110,12 +112,13 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
                       int n_sides, const char* only);  // cuda_bench_dense.cpp
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_small6(Backend& now, Backend& prev, bool fused);  // cuda_bench_stages.cpp
-void bench_small7(Backend& be);  // cuda_bench_small7.cpp
+void bench_small7(Backend& on, Backend& off);  // cuda_bench_small7.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
+void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
 
@@ -576,12 +579,20 @@ int main(int argc, char** argv) {
     if (v5.ok() && v4.ok()) bench_small5(**v5, **v4);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--small7") == 0) {  // session 10's output-RoPE fold (small7_folds.h), f16_mma on
-    cuda::CudaBackendOptions o;
-    o.f16_mma = true;  // the engine's default (EngineOptions::cuda_f16_mma)
-    auto b = cuda::make_cuda_backend(o);
-    if (!b.ok()) return 1;
-    bench_small7(**b);
+  if (argc > 1 && std::strcmp(argv[1], "--small7") == 0) {  // session 10's folds: attn_out_rope + hc_post_fold on vs off
+    cuda::CudaBackendOptions on, off;
+    on.f16_mma = off.f16_mma = true;  // the engine's default (EngineOptions::cuda_f16_mma)
+    on.attn_out_rope = on.hc_post_fold = 1;
+    off.attn_out_rope = off.hc_post_fold = 0;
+    auto b_on = cuda::make_cuda_backend(on);
+    auto b_off = cuda::make_cuda_backend(off);
+    if (!b_on.ok() || !b_off.ok()) return 1;
+    bench_small7(**b_on, **b_off);
+    if (argc > 2 && std::strcmp(argv[2], "ops") == 0) return 0;
+    std::printf("BENCH stage --- decode kernels, f16_mma on, folds off ---\n");
+    bench_decode_stages(**b_off, 4800.0);
+    std::printf("BENCH stage --- decode kernels, f16_mma on, folds on ---\n");
+    bench_decode_stages(**b_on, 4800.0);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small6") == 0) {  // session 9's decode launches (bench_small6)
@@ -751,6 +762,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--small5-steps") == 0) {  // whole steps, small_v5 off / on / + HC split
     bench_small5_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--small7-steps") == 0) {  // decode steps, session 10's folds off / on
+    bench_small7_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc-fuse-steps") == 0) {  // decode steps, HC pre in two launches / one

@@ -13,6 +13,7 @@
 // `cuda_bench --small5-steps M...`: a 2,048-token prefill chunk and decode steps with CudaBackendOptions::small_v5
 // off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
 // `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
+// `cuda_bench --small7-steps M...`: decode steps with session 10's folds off and on (attn_out_rope, hc_post_fold).
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
 // variants), "BENCH f16mma-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
@@ -344,6 +345,26 @@ void bench_hc_fuse_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 512, "hc-fuse-steps")) return;
     }
     interleaved_decode_steps("hc-fuse-steps", names, sides, 12, plan.size(), 8, 512);
+  }
+}
+
+// `cuda_bench --small7-steps M...`: decode steps of each model file (graphs and branches on, f16_mma on as the
+// engine runs) with session 10's folds off and on (CudaBackendOptions::attn_out_rope, hc_post_fold), interleaved:
+// batch 1 at 2K and 8 sessions at 512. "BENCH small7-steps" lines.
+void bench_small7_steps(int argc, char** argv) {
+  const char* const names[2] = {"folds off", "folds on"};
+  for (int i = 0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "small7-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.f16_mma = true;
+      co.attn_out_rope = co.hc_post_fold = k;
+      if (!load_side(sides[k], *mf, plan, co, 512, "small7-steps")) return;
+    }
+    interleaved_decode_steps("small7-steps", names, sides, 12, plan.size(), 8, 512);
   }
 }
 

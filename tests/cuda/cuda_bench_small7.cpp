@@ -1,18 +1,17 @@
-// cuda_bench_small7.cpp — session 10's fold of attention's output inverse RoPE into the decode merge
-// (cuda_bench --small7; small7_folds.h): graph µs per call against the launches it replaces, on the engine's backend
-// (f16_mma on): attention with its output's inverse RoPE at Flash's decode shapes (64 heads × 512, ctx ≈ 2K: CSA
-// 128 raw + 512 selected, HCA 128 raw + 16 compressed), n = 1 and 8; the attention sublayer's tail as the forward
-// pass runs it on the main lane — attention, inverse RoPE, out_a (8 groups), out_b, HC post, the next HC pre —
-// unfolded and folded (CSA and HCA layers).
-// Each row is its calls in a graph of 20 repetitions (StageBench). Deliberately not here: correctness
-// (test_cuda_small7.cpp), the whole token (the stage table, bench_decode_stages).
+// cuda_bench_small7.cpp — session 10's folds of small decode launches (cuda_bench --small7): graph µs per call of
+// the folded ops against the launches they replace, on two backends with the engine's f16_mma on —
+// `on` (CudaBackendOptions::attn_out_rope = 1, hc_post_fold = 1) and `off` (both 0):
+//   attention with its output's inverse RoPE (AttentionArgs::out_rot) at Flash's decode shapes (64 heads × 512,
+//   ctx ≈ 2K: CSA 128 raw + 512 selected, HCA 128 raw + 16 compressed), n = 1 and 8;
+//   the sublayer boundary: HC pre with the previous HC post (HcPreArgs::prev_post, the FFN's expert sum), n = 1, 8.
+// Each row is the op alone in a graph of 20 calls (StageBench). Deliberately not here: correctness
+// (test_cuda_small7.cpp), the whole token (the stage table, bench_decode_stages, which cuda_bench --small7 runs next).
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/small7_folds.h"
 #include "stage_bench.h"
 
 using namespace ds4;
@@ -53,7 +52,7 @@ struct Small7Side {
     comp = s.buf(1024 * kD, 0.05f);
     sinks = s.buf(kH, 0.1f);
     attn = s.buf(kN * kH * kD);
-    std::vector<int32_t> p(kN), hca(kN, 16), idx(static_cast<size_t>(kN * kTopK));
+    std::vector<int32_t> p(kN), csa(kN, 525), hca(kN, 16), idx(static_cast<size_t>(kN * kTopK));
     for (int64_t i = 0; i < kN; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(kPos + i);
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>((i * 2 + 1) % 525);
     std::vector<int32_t> sel_cnt(kN, static_cast<int32_t>(kTopK));
@@ -62,15 +61,9 @@ struct Small7Side {
     hca_cnt = s.ibuf(hca);
     sel = s.ibuf(idx);
     fn = s.weight(GgmlType::F16, kM, kHcd);
-    low = s.buf(8 * 1024);
-    out_a = s.weight(GgmlType::Q8_0, 8 * 1024, kH * kD / 8);
-    out_b = s.weight(GgmlType::Q8_0, kE, 8 * 1024);
   }
 
-  cuda::AttnFoldScratch fold_scratch;
-  Weight out_a, out_b;
-
-  void attention(int64_t n, bool csa, const std::vector<double>& freq, bool fold) {
+  void attention(int64_t n, bool csa, const std::vector<double>& freq) {
     AttentionArgs a;
     a.q = q;
     a.pos = pos;
@@ -88,16 +81,15 @@ struct Small7Side {
     a.comp_idx_stride = kTopK;
     a.out = attn;
     a.max_comp = csa ? 525 : 16;
-    if (fold && cuda::attention_out_rope_folded(*be, a, static_cast<int32_t>(kR), freq.data(), fold_scratch)) return;
+    a.out_rot = static_cast<int32_t>(kR);
+    a.out_freq = freq.data();
     be->attention(a);
-    be->rope({attn, pos, n, static_cast<int32_t>(kH), static_cast<int32_t>(kD), static_cast<int32_t>(kR), freq.data(), true});
   }
 
-  // The HC post (x, f + so → x2) and the next HC pre on x2.
   void post_pre(int64_t n) {
-    HcPostArgs q{x, f, post, comb, x2, n, kE, static_cast<int32_t>(kNhc)};
-    q.f_add = so;
     HcPreArgs a;
+    a.prev_post = HcPostArgs{x, f, post, comb, x2, n, kE, static_cast<int32_t>(kNhc)};
+    a.prev_post.f_add = so;
     a.x = x2;
     a.fn = fn;
     a.scale = hc_scale;
@@ -113,42 +105,27 @@ struct Small7Side {
     a.comb = comb;
     a.y = y;
     a.xn = xn;
-    be->hc_post(q);
     be->hc_pre(a);
   }
-
-  // attention → out_a (8 groups of 1024 rows over 4096) → out_b (4096 × 8192) → HC post + pre, one token.
-  void tail(bool csa, const std::vector<double>& freq, bool fold) {
-    attention(1, csa, freq, fold);
-    MatmulArgs oa{out_a, attn, kH * kD, low, 8 * 1024, 1, MatmulNumerics::ds4};
-    oa.group_rows = 1024;
-    oa.group_x_stride = kH * kD / 8;
-    be->matmul(oa);
-    be->matmul({out_b, low, 8 * 1024, f, kE, 1, MatmulNumerics::ds4});
-    post_pre(1);
-  }
-  float* low = nullptr;
 };
 
 }  // namespace
 
-void bench_small7(Backend& be) {
+void bench_small7(Backend& on, Backend& off) {
   std::vector<double> freq(Small7Side::kR / 2);
   for (int i = 0; i < Small7Side::kR / 2; ++i) freq[static_cast<size_t>(i)] = std::pow(10000.0, -2.0 * i / Small7Side::kR);
-  Small7Side side(be);
-  std::printf("BENCH small7 %-52s %10s %9s %10s %9s\n", "(graph us per repetition, 20 a graph)", "unfolded", "launches",
-              "folded", "launches");
+  Small7Side sides[2] = {Small7Side(on), Small7Side(off)};
+  std::printf("BENCH small7 %-52s %12s %12s %9s\n", "op (graph us per call, 20 calls a graph)", "folded", "launches",
+              "off");
   auto row = [&](const char* name, int64_t n, auto&& body) {
     StageTime t[2];
-    for (int k = 0; k < 2; ++k) t[k] = side.sb->time([&] { body(k == 1); }, 20);
-    std::printf("BENCH small7 %-46s n=%-3lld %10.2f %9.0f %10.2f %9.0f\n", name, static_cast<long long>(n), t[0].graph_us,
-                t[0].launches, t[1].graph_us, t[1].launches);
+    for (int k = 0; k < 2; ++k) t[k] = sides[k].sb->time([&] { body(sides[k], n); }, 20);
+    std::printf("BENCH small7 %-46s n=%-3lld %12.2f %12.0f %9.2f (%.0f launches)\n", name, static_cast<long long>(n),
+                t[0].graph_us, t[0].launches, t[1].graph_us, t[1].launches);
   };
-  for (int rep = 0; rep < 2; ++rep) {
-    row("attention + out rope (CSA: 128 raw + 512 sel)", 1, [&](bool fold) { side.attention(1, true, freq, fold); });
-    row("attention + out rope (HCA: 128 raw + 16)", 1, [&](bool fold) { side.attention(1, false, freq, fold); });
-    row("attention + out rope (CSA: 128 raw + 512 sel)", 8, [&](bool fold) { side.attention(8, true, freq, fold); });
-    row("attn tail: attn, rope, out_a, out_b, post, pre (CSA)", 1, [&](bool fold) { side.tail(true, freq, fold); });
-    row("attn tail: attn, rope, out_a, out_b, post, pre (HCA)", 1, [&](bool fold) { side.tail(false, freq, fold); });
+  for (int64_t n : {int64_t{1}, int64_t{8}}) {
+    row("attention + out rope (CSA: 128 raw + 512 sel)", n, [&](Small7Side& s, int64_t m) { s.attention(m, true, freq); });
+    row("attention + out rope (HCA: 128 raw + 16)", n, [&](Small7Side& s, int64_t m) { s.attention(m, false, freq); });
+    row("hc post + pre (FFN expert sum)", n, [&](Small7Side& s, int64_t m) { s.post_pre(m); });
   }
 }

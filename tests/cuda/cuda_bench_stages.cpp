@@ -6,8 +6,8 @@
 //   graph — the same N calls captured into one CUDA graph on the backend's stream and replayed,
 //           timed with device events, median of 5 (kernel time plus the minimal gaps between them).
 // host − graph is the stage's launch overhead; `launches` is the graph's kernel + copy nodes per stage
-// call (what the engine launches for that stage today). Stages run the forward pass's fused ops (HC pre,
-// q/kv norm + RoPE + FP8 + ring write, HC post with the expert sum); the "(pieces)" rows run the single
+// call (what the engine launches for that stage today). Stages run the forward pass's fused ops (HC post + pre,
+// q/kv norm + RoPE + FP8 + ring write, attention with its output's inverse RoPE); the "(pieces)" rows run the single
 // ops those replace, for before/after, and count nowhere in the per-token sums. Per-token totals weight the stages by Flash's layer
 // mix (2 layers without compressor, 21 CSA ratio-4 layers with indexer, 20 HCA ratio-128 layers) and
 // add the output head; each stage is also given as a fraction of its bandwidth roofline (weight
@@ -96,9 +96,14 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
     be.hc_collapse({x, pre, y, 1, E, 4});
     be.rms_norm({y, xn, norm_w, 1, E, E, 1e-6f});
   };
+  // The forward pass's HC pre with the previous sublayer's HC post folded in (HcPreArgs::prev_post: the post
+  // reads x and writes x2, the pre's input; the expert sum f + so as the FFN's post adds it) — one op per
+  // sublayer boundary, which a backend runs as the post's launch and the pre's or folded (hc_post_fold).
   auto hc_pre = [&](const Weight& fn) {
     HcPreArgs a;
-    a.x = x;
+    a.prev_post = HcPostArgs{x, f, post, comb, x2, 1, E, 4};
+    a.prev_post.f_add = so;
+    a.x = x2;
     a.fn = fn;
     a.scale = hc_scale;
     a.base = hc_base;
@@ -117,7 +122,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
   };
 
   Weight hc_fn;
-  run("hc pre (attn + ffn)", 2.0 * 43, [&] { hc_fn = sb.weight(GgmlType::F16, M, HCD); }, [&] { hc_pre(hc_fn); });
+  run("hc post + pre (attn + ffn)", 2.0 * 43, [&] { hc_fn = sb.weight(GgmlType::F16, M, HCD); }, [&] { hc_pre(hc_fn); });
   run("hc pre (pieces)", 0, [] {}, [&] { hc_pre_pieces(hc_fn); });
 
   Weight q_a, q_b, wkv;
@@ -155,19 +160,17 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
       });
 
   Weight out_a, out_b;
-  run("attn output projections + hc post", 43,
+  run("attn output projections", 43,
       [&] {
         out_a = sb.weight(GgmlType::Q8_0, G * Ro, gin);
         out_b = sb.weight(GgmlType::Q8_0, E, G * Ro);
       },
-      [&] {
-        be.rope({attn, pos_d, 1, static_cast<int32_t>(H), static_cast<int32_t>(D), static_cast<int32_t>(R), freq.data(), true});
+      [&] {  // the inverse RoPE is attention's (AttentionArgs::out_rot), the HC post the next pre's (prev_post)
         MatmulArgs oa{out_a, attn, HD, low, G * Ro, 1, MatmulNumerics::ds4};
         oa.group_rows = Ro;  // the forward pass's one grouped call for the 8 groups
         oa.group_x_stride = gin;
         be.matmul(oa);
         mm(out_b, low, G * Ro, f, E);
-        be.hc_post({x, f, post, comb, x2, 1, E, 4});
       });
 
   // The forward pass's order: every projection of the layer in one matmul_many (ckv/cg: the attention
@@ -264,6 +267,8 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
     a.comp_idx_stride = TK;
     a.out = attn;
     a.max_comp = max_comp;
+    a.out_rot = static_cast<int32_t>(R);  // §7.7's inverse RoPE, as the forward pass passes it
+    a.out_freq = freq.data();
     be.attention(a);
   };
   run("attention core (CSA: 128 raw + 512 selected)", 21, [] {}, [&] { attention(sel_cnt, sel_idx, csa_rows); });
@@ -307,7 +312,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
   rows.back().bytes = rows.back().bytes * K / NE;  // bytes read: 6 of the 16 resident experts
 
   Weight shg, shu, shd;
-  run("shared expert + hc post", 43,
+  run("shared expert", 43,
       [&] {
         shg = sb.weight(GgmlType::Q8_0, F, E);
         shu = sb.weight(GgmlType::Q8_0, F, E);
@@ -317,10 +322,7 @@ void bench_decode_stages(Backend& be, double ceiling_gbs) {
         mm(shg, xn, E, sg, F);
         mm(shu, xn, E, su, F);
         be.swiglu({sg, su, sg, F, 0});
-        mm(shd, sg, F, so, E);
-        HcPostArgs hp{x, f, post, comb, x2, 1, E, 4};
-        hp.f_add = so;  // the expert sum inside the post (the forward pass's FFN)
-        be.hc_post(hp);
+        mm(shd, sg, F, so, E);  // the expert sum is the next HC pre's folded post's (prev_post.f_add)
       });
 
   Weight ofn, out;

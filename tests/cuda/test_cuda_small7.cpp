@@ -1,8 +1,10 @@
-// test_cuda_small7.cpp — session 10's fold of attention's output inverse RoPE into the decode merge
-// (small7_folds.h attention_out_rope_folded), bit for bit the launches it replaces (attention then rope) on the same
-// inputs, at Flash's shapes (64 heads × 512, RoPE on the last 64 dims; CSA / HCA / raw-window / short rows) and
-// decode batches n = 1, 2, 4, 8 (and 32: the chunk shape, where the fold declines), with the merge's chunk-body
-// fallback (a host bound below the counts); also held to the CPU's attention then rope.
+// test_cuda_small7.cpp — session 10's folds of small decode launches into their neighbours, bit for bit the
+// launches they replace on the same inputs: attention's output inverse RoPE inside the decode merge
+// (AttentionArgs::out_rot, CudaBackendOptions::attn_out_rope) against attention then rope; the HC post inside
+// the next HC pre (HcPreArgs::prev_post, CudaBackendOptions::hc_post_fold) against hc_post then hc_pre. The
+// unfolded ops are checked against the CPU in test_cuda_attention.cpp / test_cuda_fused.cpp, so equal bits
+// carry that over; the folded results are also held to the CPU's here. Shapes: Flash's (64 heads × 512, RoPE
+// on the last 64 dims; HC state 4 × 4096, 24 controls), decode batches n = 1, 2, 4, 8, 32.
 // Deliberately not here: speed (cuda_bench --small7).
 #include <algorithm>
 #include <cmath>
@@ -13,8 +15,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/small7_folds.h"
 #include "cuda_test_util.h"
+#include "quant/half.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -24,8 +26,11 @@ namespace {
 
 class CudaSmall7 : public CudaOpsTest {
  protected:
-  std::unique_ptr<Backend> make(bool f16_mma) {
+  // Backends with the fold on and off (f16_mma: the HC controls' order, the engine's default on).
+  std::unique_ptr<Backend> make(bool fold, bool f16_mma) {
     cuda::CudaBackendOptions o;
+    o.attn_out_rope = fold ? 1 : 0;
+    o.hc_post_fold = fold ? 1 : 0;
     o.f16_mma = f16_mma;
     auto b = cuda::make_cuda_backend(o);
     EXPECT_TRUE(b.ok());
@@ -33,7 +38,7 @@ class CudaSmall7 : public CudaOpsTest {
   }
 };
 
-// The inverse RoPE's frequencies of a layer (θ = 10000).
+// The inverse RoPE's frequencies of a layer (θ = 10000, as the forward pass's main table).
 std::vector<double> rope_freq(int n_rot) {
   std::vector<double> f(static_cast<size_t>(n_rot / 2));
   for (int i = 0; i < n_rot / 2; ++i) f[static_cast<size_t>(i)] = std::pow(10000.0, -2.0 * i / n_rot);
@@ -42,7 +47,7 @@ std::vector<double> rope_freq(int n_rot) {
 
 }  // namespace
 
-TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsAttentionThenRope) {
+TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsRopeAfter) {
   struct Shape {
     const char* name;
     int32_t window, comp_rows, top_k, pos0, count0;
@@ -55,9 +60,8 @@ TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsAttentionThenRope) {
   };
   const int32_t H = 64, D = 512, R = 64;
   const auto freq = rope_freq(R);
-  auto be = make(true);
-  ASSERT_TRUE(be);
-  cuda::AttnFoldScratch scratch;
+  auto on = make(true, true), off = make(false, true);
+  ASSERT_TRUE(on && off);
   for (const Shape& s : shapes)
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{32}}) {
       const int64_t cap = s.window + n - 1;
@@ -88,10 +92,11 @@ TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsAttentionThenRope) {
       a.comp = s.comp_rows ? comp.data() : nullptr;
       a.comp_count = s.comp_rows ? count.data() : nullptr;
       a.comp_idx = s.top_k > 0 ? idx.data() : nullptr;
+      a.out_rot = R;
+      a.out_freq = freq.data();
       std::vector<float> want(q.size());
       a.out = want.data();
       cpu_->attention(a);
-      cpu_->rope({a.out, a.pos, n, H, D, R, freq.data(), true});
 
       AttentionArgs g = a;
       g.q = dev(q);
@@ -101,29 +106,112 @@ TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsAttentionThenRope) {
       g.comp = s.comp_rows ? dev(comp) : nullptr;
       g.comp_count = s.comp_rows ? dev(count) : nullptr;
       g.comp_idx = s.top_k > 0 ? dev(idx) : nullptr;
-      const std::string where = std::string("attn out rope ") + s.name + " n" + std::to_string(n);
-      auto run = [&](AttentionArgs r, bool folded) {
+      auto run = [&](Backend& be, AttentionArgs r, bool pieces) {
         r.out = poisoned(want.size());
         EXPECT_TRUE(gpu_->sync().ok());
-        bool took = true;
-        if (folded) took = cuda::attention_out_rope_folded(*be, r, R, freq.data(), scratch);
-        if (!folded || !took) {  // the launches the fold replaces
-          be->attention(r);
-          be->rope({r.out, r.pos, r.n, r.heads, r.head_dim, R, freq.data(), true});
+        if (pieces) {  // the launches the fold replaces
+          r.out_rot = 0;
+          be.attention(r);
+          be.rope({r.out, r.pos, r.n, r.heads, r.head_dim, R, freq.data(), true});
+        } else {
+          be.attention(r);
         }
-        // The split shape (n·heads/8 ≤ 128 blocks, CudaBackendOptions::attention_split_max_blocks) takes it.
-        EXPECT_EQ(took, !folded || n * (H / 8) <= 128) << where << ": the fold and the split shape disagree";
-        EXPECT_TRUE(be->sync().ok()) << where;
+        EXPECT_TRUE(be.sync().ok());
         return host(r.out, want.size());
       };
-      const auto prev = run(g, false);
-      const auto folded = run(g, true);
+      const std::string where = std::string("attn out rope ") + s.name + " n" + std::to_string(n);
+      const auto prev = run(*off, g, true);
+      const auto folded = run(*on, g, false);
       expect_same_bits(folded, prev, where, "folded == attention then rope");
+      expect_same_bits(run(*off, g, false), prev, where + " (fold off)", "out_rot off == attention then rope");
       expect_close(folded, want, 1e-5, 1e-7, where + " vs cpu");
       if (s.comp_rows > 0) {  // a host bound below the counts: the merge's chunk-body fallback rotates in place
         AttentionArgs low = g;
         low.max_comp = 1;
-        expect_same_bits(run(low, true), prev, where + " max_comp 1", "folded == attention then rope");
+        expect_same_bits(run(*on, low, false), prev, where + " max_comp 1", "folded == attention then rope");
       }
     }
+}
+
+TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
+  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
+  for (bool mma : {true, false}) {
+    auto on = make(true, mma), off = make(false, mma);
+    ASSERT_TRUE(on && off);
+    // F16 control weights [24][16384], small so the mix stays in Sinkhorn's range.
+    std::vector<uint16_t> fn16(static_cast<size_t>(M * HCD));
+    {
+      const auto r = randn(fn16.size(), 0.02f);
+      for (size_t i = 0; i < fn16.size(); ++i) fn16[i] = f32_to_f16(r[i]);
+    }
+    Weight fn;
+    fn.type = GgmlType::F16;
+    fn.rows = M;
+    fn.cols = HCD;
+    fn.row_bytes = static_cast<uint64_t>(HCD) * 2;
+    fn.data = dev(fn16);
+    std::vector<float> scale = {0.5f, 0.25f, 0.125f}, base = randn(static_cast<size_t>(M), 0.1f),
+                       norm_w = randn(static_cast<size_t>(E), 0.5f);
+    for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{32}})
+      for (bool f_add : {true, false}) {
+        const auto x = randn(static_cast<size_t>(n * HCD)), f = randn(static_cast<size_t>(n * E)),
+                   fa = randn(static_cast<size_t>(n * E)), post = randn(static_cast<size_t>(n * NHC), 0.5f),
+                   comb = randn(static_cast<size_t>(n * NHC * NHC), 0.5f);
+        const float* x_d = dev(x);
+        const float* f_d = dev(f);
+        const float* fa_d = dev(fa);
+        const float* post_d = dev(post);
+        const float* comb_d = dev(comb);
+        const float* scale_d = dev(scale);
+        const float* base_d = dev(base);
+        const float* nw_d = dev(norm_w);
+        struct Out {
+          std::vector<float> x, mix, pre, post, comb, xn;
+        };
+        auto run = [&](Backend& be, bool pieces) {
+          float* state = poisoned(static_cast<size_t>(n * HCD));  // the new state: the post's out, the pre's x
+          HcPostArgs pa{x_d, f_d, post_d, comb_d, state, n, E, static_cast<int32_t>(NHC)};
+          pa.f_add = f_add ? fa_d : nullptr;
+          HcPreArgs p;
+          p.x = state;
+          p.fn = fn;
+          p.scale = scale_d;
+          p.base = base_d;
+          p.norm_w = nw_d;
+          p.n = n;
+          p.dim = E;
+          p.nhc = static_cast<int32_t>(NHC);
+          p.flat = poisoned(static_cast<size_t>(n * HCD));
+          p.mix = poisoned(static_cast<size_t>(n * M));
+          p.pre = poisoned(static_cast<size_t>(n * NHC));
+          p.post = poisoned(static_cast<size_t>(n * NHC));
+          p.comb = poisoned(static_cast<size_t>(n * NHC * NHC));
+          p.y = poisoned(static_cast<size_t>(n * E));
+          p.xn = poisoned(static_cast<size_t>(n * E));
+          EXPECT_TRUE(gpu_->sync().ok());
+          if (pieces) {
+            be.hc_post(pa);
+          } else {
+            p.prev_post = pa;
+          }
+          be.hc_pre(p);
+          EXPECT_TRUE(be.sync().ok());
+          return Out{host(state, static_cast<size_t>(n * HCD)), host(p.mix, static_cast<size_t>(n * M)),
+                     host(p.pre, static_cast<size_t>(n * NHC)), host(p.post, static_cast<size_t>(n * NHC)),
+                     host(p.comb, static_cast<size_t>(n * NHC * NHC)), host(p.xn, static_cast<size_t>(n * E))};
+        };
+        const std::string where = std::string("hc post fold ") + (mma ? "f16_mma" : "segments") + " n" +
+                                  std::to_string(n) + (f_add ? " f_add" : "");
+        const Out want = run(*off, true), got = run(*on, false), unfolded = run(*off, false);
+        const char* rel = "folded == post then pre";
+        expect_same_bits(got.x, want.x, where + " state", rel);
+        expect_same_bits(got.mix, want.mix, where + " mix", rel);
+        expect_same_bits(got.pre, want.pre, where + " pre", rel);
+        expect_same_bits(got.post, want.post, where + " post", rel);
+        expect_same_bits(got.comb, want.comb, where + " comb", rel);
+        expect_same_bits(got.xn, want.xn, where + " xn", rel);
+        expect_same_bits(unfolded.xn, want.xn, where + " xn (fold off)", "prev_post off == post then pre");
+        expect_same_bits(unfolded.x, want.x, where + " state (fold off)", "prev_post off == post then pre");
+      }
+  }
 }

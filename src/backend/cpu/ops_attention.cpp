@@ -56,6 +56,8 @@ void CpuBackend::attention(const AttentionArgs& a) {
       }
     }
   }, ThreadPool::kMinWorkPerPart);
+  // §7.7's inverse RoPE of the output (AttentionArgs::out_rot), as its own op would do it.
+  if (a.out_rot > 0) rope({a.out, a.pos, a.n, a.heads, a.head_dim, a.out_rot, a.out_freq, true});
 }
 
 }  // namespace ds4::backend::cpu

@@ -16,7 +16,6 @@
 // Deliberately not here: the scalar segment order (attention_segments.cu) and the previous kernels
 // (ops_attention.cu, attention_decode.cu), kept behind CudaBackendOptions::attention_mma = false.
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #include "backend/cuda/attention_mma.cuh"
@@ -26,7 +25,6 @@
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/mma_tf32.cuh"
 #include "backend/cuda/rows_device.cuh"  // RopeFreqs, rope_cos_sin, rope_apply, rope_rotate
-#include "backend/cuda/small7_folds.h"
 #include "modelspec/memory_plan.h"
 
 namespace ds4::backend::cuda {
@@ -288,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
 // 64 heads × 2 KB = 2.6 MB) spread over n·groups·slices blocks instead of n·groups. (m, l) are
 // recomputed per thread (cheap: the head's scalars). A query with more segments than were stored (a host
 // bound below the real counts) is left to slice 0, which runs the chunk kernel's body for its 16 heads.
-// out_rot > 0 (attention_out_rope_folded, small7_folds.h; even, ≤ 2·kMaxRopePairs): the output's inverse RoPE
+// out_rot > 0 (AttentionArgs::out_rot with CudaBackendOptions::attn_out_rope; even, ≤ 2·kMaxRopePairs): the output's inverse RoPE
 // (§7.7) at the query's position, each thread rotating the pairs of its own 4 dims before the store —
 // rope_kernel's rope_rotate on the same floats, so its bits — angles rf (the layer's frequencies) formed
 // before the state loads; the chunk-body fallback rotates its heads' tails in place after a barrier.
@@ -488,7 +486,8 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
 
 }  // namespace
 
-bool CudaBackend::attention_mma(const AttentionArgs& a) {
+bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
+  if (out_rope_done) *out_rope_done = false;
   const int dw = a.head_dim / kWarps;
   if (a.head_dim % (8 * kWarps) != 0 || (dw != 8 && dw != 16 && dw != 32 && dw != 64)) return false;
   if ((a.heads + kHeads - 1) / kHeads > 65535) return false;
@@ -511,12 +510,16 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
   const bool split_once = once && a.n == 1;
   uint32_t& ready = attn_mma_smem_;
   const bool sm = attn_merge_sliced_;
-  const RopeFreqs rf{};
+  // The output's inverse RoPE where the sliced merge can take it (else it is left to the caller: rot = 0).
+  const bool fold = attn_out_rope_ && a.out_rot > 0 && a.out_rot % 2 == 0 && a.out_rot / 2 <= kMaxRopePairs &&
+                    a.out_rot <= a.head_dim && a.pos != nullptr && a.out_freq != nullptr;
+  const int rot = fold ? a.out_rot : 0;
+  const RopeFreqs rf = fold ? rope_freqs(a.out_freq, a.out_rot) : RopeFreqs{};
   bool done = false;
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
-    if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm, 0, rf, &done);
-    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, 0, rf, &done, split_once);
+    if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm, rot, rf, &done);
+    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, rot, rf, &done, split_once);
   };
   switch (dw) {
     case 8: go(std::integral_constant<int, 8>{}); break;
@@ -524,41 +527,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a) {
     case 32: go(std::integral_constant<int, 32>{}); break;
     default: go(std::integral_constant<int, 64>{}); break;
   }
-  return true;
-}
-
-// small7_folds.h: the backend's defaults (attention_split_max_blocks 128, attention_mma_kernels 3, the sliced merge)
-// with the output's inverse RoPE in the merge; only where the split shape runs.
-bool attention_out_rope_folded(Backend& backend, const AttentionArgs& a, int32_t out_rot, const double* out_freq,
-                               AttnFoldScratch& fs) {
-  if (std::strcmp(backend.name(), "cuda") != 0) return false;
-  auto& be = static_cast<CudaBackend&>(backend);
-  if (be.failed()) return true;
-  const int dw = a.head_dim / kWarps;
-  if (a.head_dim % (8 * kWarps) != 0 || (dw != 8 && dw != 16 && dw != 32 && dw != 64)) return false;
-  if ((a.heads + kHeads - 1) / kHeads > 65535 || out_rot <= 0 || out_rot % 2 != 0 || out_rot / 2 > kMaxRopePairs ||
-      out_rot > a.head_dim || a.pos == nullptr || out_freq == nullptr || a.n <= 0)
-    return false;
-  const int64_t split_segs = attention_split_segments(a, 128, modelspec::kCudaAttnSplitScratchMax);
-  if (split_segs == 0) return false;
-  DeviceScratch seg{fs.seg, fs.bytes};
-  SegStates st;
-  const bool ok = split_states(be, seg, a, split_segs, st);
-  fs.seg = seg.ptr;
-  fs.bytes = seg.bytes;
-  if (!ok) return true;  // error recorded
-  const RopeFreqs rf = rope_freqs(out_freq, out_rot);
-  bool done = false;
-  auto go = [&](auto dw_c) {
-    constexpr int DW = decltype(dw_c)::value;
-    launch_mma<DW, 1>(be, a, split_segs, st, fs.smem_ready, true, out_rot, rf, &done, a.n == 1);
-  };
-  switch (dw) {
-    case 8: go(std::integral_constant<int, 8>{}); break;
-    case 16: go(std::integral_constant<int, 16>{}); break;
-    case 32: go(std::integral_constant<int, 32>{}); break;
-    default: go(std::integral_constant<int, 64>{}); break;
-  }
+  if (out_rope_done) *out_rope_done = done;
   return true;
 }
 

@@ -21,6 +21,10 @@ constexpr bool kSmallV6Auto = false;
 // launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last
 // blocks' finish runs after every block instead of beside the segment kernel as a programmatic dependent; docs/PERF.md).
 constexpr int kHcFuseAuto = 0;
+// CudaBackendOptions::attn_out_rope / hc_post_fold = -1: off until a device run shows each bit for bit and faster
+// (session 10).
+constexpr bool kAttnOutRopeAuto = false;
+constexpr int kHcPostFoldAuto = 0;
 // CudaBackendOptions::gemm_q8_parts = -1: on — the H200 (session 9 W1) showed the one-launch parts bit for bit
 // one launch per part (CudaGemm.Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) and faster (out_a's 8 groups at
 // 2,048 vectors 0.754 against 0.868 ms, gate + up 0.352 against 0.366; docs/PERF.md).
@@ -88,6 +92,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
   be->set_small_v6(opts.small_v6 < 0 ? kSmallV6Auto : opts.small_v6 != 0);
   be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : std::min(opts.hc_fuse, 2));
+  be->set_attn_out_rope(opts.attn_out_rope < 0 ? kAttnOutRopeAuto : opts.attn_out_rope != 0);
+  be->set_hc_post_fold(opts.hc_post_fold < 0 ? kHcPostFoldAuto : opts.hc_post_fold);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   be->set_gemm_q8(opts.gemm_q8);
   be->set_gemm_q8_parts(opts.gemm_q8_parts < 0 ? kGemmQ8PartsAuto : opts.gemm_q8_parts != 0);
@@ -109,7 +115,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_compressor_parallel(opts.compressor_parallel);
   be->set_f16_tiles(opts.f16_tiles);
   be->set_f16_mma(opts.f16_mma);
-  be->set_f16_mma_decode(opts.f16_mma_decode, opts.f16_mma_decode_rows, opts.f16_mma_decode_segs);
+  be->set_f16_mma_decode(opts.f16_mma_decode, opts.f16_mma_decode_rows, opts.f16_mma_decode_segs,
+                         opts.f16_mma_decode_kernel);
   be->set_f16_mma_pdl(opts.f16_mma_pdl, opts.f16_mma_cluster);
   be->set_gemv_mma(opts.gemv_mma);
   be->set_gemv_dense(opts.gemv_dense);

@@ -262,6 +262,10 @@ struct CudaBackendOptions {
   bool f16_mma_decode = true;
   int f16_mma_decode_rows = 0;
   int f16_mma_decode_segs = 0;
+  // With f16_mma_decode: which decode kernel form runs the tiles (0: the register-direct kernel above;
+  // 1 and up: other forms, e.g. weights staged through shared memory, each where it takes the shape).
+  // Same bits.
+  int f16_mma_decode_kernel = 0;
   // With f16_mma_decode on sm_90, on the main lane: the decode kernel as a programmatic dependent of the
   // kernel before it (common.cuh launch_dependent) — its blocks start while that one finishes and issue
   // their weight loads (which nothing writes) before griddepcontrol.wait, then let the next kernel start.
@@ -315,6 +319,17 @@ struct CudaBackendOptions {
   // run the finish (ops_hc.cu hc_seg_fused_kernel). 0: two launches; 1: one at n = 1; 2: one at every
   // n ≤ 32; -1: cuda_backend.cpp's kHcFuseAuto (the device run's verdict). Same bits.
   int hc_fuse = -1;
+  // Session 10 (issue 5): attention's output inverse RoPE (AttentionArgs::out_rot) inside the decode merge
+  // kernel's stores (attention_mma.cu attention_mma_merge_kernel: each thread rotates its own dims' pairs),
+  // one launch less on every layer's critical chain. 0: attention, then the rope launch; 1: folded where the
+  // sliced merge runs (elsewhere the rope launch); -1: cuda_backend.cpp's kAttnOutRopeAuto. Same bits.
+  int attn_out_rope = -1;
+  // Session 10 (issue 5): the HC post folded into the next HC pre (HcPreArgs::prev_post) at decode — the pre's
+  // kernels form the new state from the old one where they read it (ops_hc.cu). 0: the post's own launch,
+  // then the pre; 1: folded where the pre's spread kernels take it (session 10: slower, 13.6 against 9.5 µs);
+  // 2 and up: other forms of the sublayer boundary (post + pre), each where it takes the shape (else as 0);
+  // -1: cuda_backend.cpp's kHcPostFoldAuto. Same bits.
+  int hc_post_fold = -1;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

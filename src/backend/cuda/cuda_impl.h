@@ -352,6 +352,7 @@ class CudaBackend final : public Backend {
   // ops_hc.cu: HC pre of n ≤ 32 tokens spread over the device (hc_router_v2); false when the shape is
   // not one it takes (then nothing was launched).
   bool hc_pre_spread(const HcPreArgs& a);
+  bool hc_pre_post_folded(const HcPreArgs& a);  // ops_hc.cu: HcPreArgs::prev_post inside the spread pre's kernels
   // Whether the device is sm_90 or newer (programmatic dependent launch); false with an error recorded when
   // the attribute cannot be read.
   bool sm90() { return cc_major() >= 9; }
@@ -359,8 +360,9 @@ class CudaBackend final : public Backend {
   // head_dim is not 64, 128, 256 or 512 (then nothing was launched).
   bool attention_segments(const AttentionArgs& a);
   // attention_mma.cu: README.md's MMA order on TF32 tensor cores, split or chunk shape by batch size;
-  // false when head_dim is not 64, 128, 256 or 512 (then nothing was launched).
-  bool attention_mma(const AttentionArgs& a);
+  // false when head_dim is not 64, 128, 256 or 512 (then nothing was launched). *out_rope_done (when given):
+  // whether a.out_rot's inverse RoPE was done inside the kernels (the sliced merge); else it is left to the caller.
+  bool attention_mma(const AttentionArgs& a, bool* out_rope_done = nullptr);
   // indexer_mma.cu: a prefill chunk's scores ([n][score_stride] floats) on int8 tensor cores, the CPU's
   // bits; false when the shape is not one it takes (the caller then runs the CUDA-core kernels).
   bool indexer_scores_mma(const IndexerArgs& a, float* scores, int64_t score_stride, int64_t max_rows);
@@ -396,6 +398,8 @@ class CudaBackend final : public Backend {
   void set_small_v5(bool on) { small_v5_ = on; }
   void set_small_v6(bool on) { small_v6_ = on; }
   void set_hc_fuse(int mode) { hc_fuse_ = mode; }
+  void set_attn_out_rope(bool on) { attn_out_rope_ = on; }
+  void set_hc_post_fold(int mode) { hc_post_fold_ = mode; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
   void set_gemm_q8(int variant) { gemm_q8_ = variant; }
   void set_gemm_q8_parts(bool on) { gemm_q8_parts_ = on; }
@@ -441,8 +445,9 @@ class CudaBackend final : public Backend {
     f16_mma_pdl_ = pdl;
     f16_mma_cluster_ = cluster;
   }
-  void set_f16_mma_decode(bool on, int rows, int segs) {
+  void set_f16_mma_decode(bool on, int rows, int segs, int kernel) {
     f16_mma_decode_ = on;
+    f16_dec_kernel_ = kernel;
     f16_dec_rows_ = rows == 4 || rows == 8 || rows == 16 ? rows : 0;
     f16_dec_segs_ = segs == 1 || segs == 2 || segs == 4 ? segs : 0;
   }
@@ -477,6 +482,8 @@ class CudaBackend final : public Backend {
   bool small_v5_ = false;                 // CudaBackendOptions::small_v5
   bool small_v6_ = false;                 // CudaBackendOptions::small_v6
   int hc_fuse_ = 0;                       // CudaBackendOptions::hc_fuse (resolved: 0 off, 1 at n = 1, 2 n ≤ 32)
+  bool attn_out_rope_ = false;            // CudaBackendOptions::attn_out_rope (resolved)
+  int hc_post_fold_ = 0;                  // CudaBackendOptions::hc_post_fold (resolved: 0 off, 1 …)
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
   bool gemm_pipelined_ = true;            // CudaBackendOptions::gemm_pipelined
   int gemm_q8_ = -1;                      // CudaBackendOptions::gemm_q8 (−1: shape by grid size)
@@ -530,6 +537,7 @@ class CudaBackend final : public Backend {
   bool f16_mma_pdl_ = false;              // CudaBackendOptions::f16_mma_pdl
   bool f16_mma_cluster_ = true;           // CudaBackendOptions::f16_mma_cluster
   int f16_dec_rows_ = 0, f16_dec_segs_ = 0;  // CudaBackendOptions::f16_mma_decode_rows / _segs (0: by shape)
+  int f16_dec_kernel_ = 0;                   // CudaBackendOptions::f16_mma_decode_kernel
   MemBytes counted_;                      // live alloc() bytes by category
   uint64_t scratch_bytes_ = 0;            // capacity of the scratch areas below
   std::vector<void*> weights_;            // map_weight copies, freed with the backend

@@ -175,10 +175,18 @@ void CudaBackend::attention(const AttentionArgs& a) {
     fail(invalid_argument("cuda attention: bad batch or raw ring size"));
     return;
   }
+  // AttentionArgs::out_rot: the output's inverse RoPE inside the MMA order's sliced merge where it runs
+  // (attn_out_rope), else the rope op after the kernels — the same values either way.
+  bool rope_done = false;
+  auto out_rope = [&] {
+    if (a.out_rot > 0 && !rope_done) rope({a.out, a.pos, a.n, a.heads, a.head_dim, a.out_rot, a.out_freq, true});
+  };
+  AttentionArgs folded = a;
+  if (!attn_out_rope_) folded.out_rot = 0;
   // The MMA order (tensor cores), else the scalar segment order: every batch size, split (few queries)
   // or chunk shape, the same bits either way.
-  if (attention_mma_ && tensor_cores() && attention_mma(a)) return;
-  if (attention_segments_ && tensor_cores() && attention_segments(a)) return;
+  if (attention_mma_ && tensor_cores() && attention_mma(folded, &rope_done)) return out_rope();
+  if (attention_segments_ && tensor_cores() && attention_segments(a)) return out_rope();
   const int pl = a.head_dim / kWarp;
   if (tensor_cores() && a.heads % kHeadsPerBlock == 0 && (pl == 2 || pl == 4 || pl == 8 || pl == 16)) {
     const size_t rows_bytes = static_cast<size_t>(kRowTile) * a.head_dim * sizeof(float);
@@ -192,14 +200,15 @@ void CudaBackend::attention(const AttentionArgs& a) {
       default: attention_heads_kernel<16><<<blocks, threads, rows_bytes, s>>>(a); break;
     }
     launched("attention (8 heads per block)");
-    return;
+    return out_rope();
   }
   // Without tensor cores, or heads not a multiple of 8: the split-rows kernels for every batch size
   // (attention_decode.cu); a query's output is the same whatever the batch, as with the 8-head kernel.
-  if (decode_kernels_ && attention_decode(a)) return;
+  if (decode_kernels_ && attention_decode(a)) return out_rope();
   const size_t shmem = (kAttnWarps * a.head_dim + 2 * kAttnWarps) * sizeof(float);
   attention_kernel<<<static_cast<unsigned>(a.n * a.heads), kAttnWarps * kWarp, shmem, stream()>>>(a);
   launched("attention");
+  out_rope();
 }
 
 }  // namespace ds4::backend::cuda

@@ -319,11 +319,78 @@ struct HcSegParams {
   bool norm_v4;        // norm_threads = 4 · 256, cols % 4 == 0, x 16-byte aligned: rms_scale_row_v4
   const float* sc;     // [n] scales, or null: n == 1 and each block takes the scale itself
   float* part;         // [n][rows][nseg] segment sums
+  // With kPost (CudaBackendOptions::hc_post_fold; n = 1, nhc = 4, dim 4096): x is the state the previous
+  // sublayer's HC post writes (HcPreArgs::prev_post); the blocks form its values from the post's inputs instead
+  // of reading them, and the blocks of blockIdx.x = 0 store their segments of it.
+  HcPostArgs post;
 };
+
+// ---- CudaBackendOptions::hc_post_fold: the HC post's values where the pre reads them (n = 1, nhc = 4) ----
+// X'[k][d … d + 3] = post[k]·(f + f_add) + Σ_j C[j][k]·X[j] for k = 0 … 3, hc_post4_kernel's expressions in its
+// order, from loads issued together. pc: post[0 … 3] then C[0 … 15] (loaded once per thread).
+struct PostIn4 {
+  float4 f, x[4];
+};
+__device__ inline PostIn4 post_load4(const HcPostArgs& q, int64_t d) {
+  PostIn4 in;
+  in.f = *reinterpret_cast<const float4*>(q.f + d);
+  if (q.f_add) {
+    const float4 g = *reinterpret_cast<const float4*>(q.f_add + d);
+    in.f = make_float4(in.f.x + g.x, in.f.y + g.y, in.f.z + g.z, in.f.w + g.w);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) in.x[j] = *reinterpret_cast<const float4*>(q.x + j * q.dim + d);
+  return in;
+}
+__device__ inline void post_load_pc(const HcPostArgs& q, float (&pc)[20]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) pc[k] = q.post[k];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) pc[4 + k] = q.comb[k];
+}
+__device__ inline float4 post_value4(const PostIn4& in, const float (&pc)[20], int k) {
+  const float pk = pc[k];
+  float4 acc = make_float4(pk * in.f.x, pk * in.f.y, pk * in.f.z, pk * in.f.w);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float cj = pc[4 + j * 4 + k];
+    acc.x += cj * in.x[j].x;
+    acc.y += cj * in.x[j].y;
+    acc.z += cj * in.x[j].z;
+    acc.w += cj * in.x[j].w;
+  }
+  return acc;
+}
+// X'[e … e + 7] of the 16384-value state row (e % 8 = 0): two float4 of one stream k = e / 4096.
+__device__ inline void post_value8(const HcPostArgs& q, const float (&pc)[20], int64_t e, float4& a, float4& b) {
+  const int k = static_cast<int>(e / q.dim);
+  const int64_t d = e % q.dim;
+  const PostIn4 i0 = post_load4(q, d), i1 = post_load4(q, d + 4);
+  a = post_value4(i0, pc, k);
+  b = post_value4(i1, pc, k);
+}
+// rms_scale_row_v4's bits (1,024 emulated threads over the 16384 values, one round of 16 float4 a thread) of
+// the state X' formed here: thread j's float4 k is X'[1024k + 4j …] = stream k / 4 at d = 4j + 1024·(k % 4).
+__device__ inline float post_norm_scale(const HcPostArgs& q, const float (&pc)[20], float eps) {
+  const int64_t j4 = 4 * static_cast<int64_t>(threadIdx.x);
+  PostIn4 in[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) in[m] = post_load4(q, j4 + 1024 * m);
+  double s[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {  // each chain in rms_scale_row_v4's order
+    const float4 v = post_value4(in[k % 4], pc, k / 4);
+    s[0] += static_cast<double>(v.x) * v.x;
+    s[1] += static_cast<double>(v.y) * v.y;
+    s[2] += static_cast<double>(v.z) * v.z;
+    s[3] += static_cast<double>(v.w) * v.w;
+  }
+  return rms_scale_v4_of(s, 4 * q.dim, eps, 1024);
+}
 
 // kSelfNorm (n == 1, p.sc null): the block takes the token's norm scale itself. The body of hc_seg_kernel and
 // of hc_seg_fused_kernel (every thread of the block calls it).
-template <bool kSelfNorm>
+template <bool kSelfNorm, bool kPost = false>
 __device__ inline void hc_seg_sums(const HcSegParams& p) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kHcSegRows;
@@ -349,17 +416,35 @@ __device__ inline void hc_seg_sums(const HcSegParams& p) {
   grid_dependency_wait();
   grid_launch_dependents();
   float4 v[kHcSegTokens][4];
+  float pc[20];
+  if (kPost) post_load_pc(p.post, pc);
 #pragma unroll
   for (int ti = 0; ti < kHcSegTokens; ++ti) {
     v[ti][0] = v[ti][1] = v[ti][2] = v[ti][3] = make_float4(0, 0, 0, 0);
-    if (active && ti < nt) {
+    if (kPost) {  // n = 1: the post's values of this warp's segment, stored once (the blocks of blockIdx.x = 0)
+      if (active && ti == 0) {
+        post_value8(p.post, pc, e0, v[0][0], v[0][1]);
+        post_value8(p.post, pc, e1, v[0][2], v[0][3]);
+        if (blockIdx.x == 0) {
+          float* xo = p.post.out;
+          *reinterpret_cast<float4*>(xo + e0) = v[0][0];
+          *reinterpret_cast<float4*>(xo + e0 + 4) = v[0][1];
+          *reinterpret_cast<float4*>(xo + e1) = v[0][2];
+          *reinterpret_cast<float4*>(xo + e1 + 4) = v[0][3];
+        }
+      }
+    } else if (active && ti < nt) {
       const float* xr = p.x + (t0 + ti) * p.cols;
       load_x8(xr, e0, p.cols, p.wide_loads, v[ti][0], v[ti][1]);
       load_x8(xr, e1, p.cols, p.wide_loads, v[ti][2], v[ti][3]);
     }
   }
   float sc[kHcSegTokens];
-  if (!kSelfNorm) {
+  if (kPost) {
+    sc[0] = post_norm_scale(p.post, pc, p.eps);
+#pragma unroll
+    for (int ti = 1; ti < kHcSegTokens; ++ti) sc[ti] = 0.0f;
+  } else if (!kSelfNorm) {
 #pragma unroll
     for (int ti = 0; ti < kHcSegTokens; ++ti) sc[ti] = ti < nt ? p.sc[t0 + ti] : 0.0f;
   } else {  // the block takes the scale itself, with the norm's bits (norm_v4 is uniform)
@@ -388,9 +473,9 @@ __device__ inline void hc_seg_sums(const HcSegParams& p) {
   if ((lane & 1) == 0 && ti < nt && o0 + r < p.rows) p.part[((t0 + ti) * p.rows + o0 + r) * p.nseg + s] = seg_sum;
 }
 
-template <bool kSelfNorm>
+template <bool kSelfNorm, bool kPost = false>
 __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams p) {
-  hc_seg_sums<kSelfNorm>(p);
+  hc_seg_sums<kSelfNorm, kPost>(p);
 }
 
 // The same segment sums in README.md's F16 MMA order (CudaBackendOptions::f16_mma): block (8 rows,
@@ -400,7 +485,7 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_kernel(HcSegParams
 // of rms_norm then the MMA matmul's segments. Weights and raw activations are loaded before the norm scale
 // (and, with hc_pdl, the weights before waiting for the kernel before this one).
 constexpr int kHcMmaRows = 8, kHcMmaTokens = 8, kHcMmaSegs = kHcSegWarps / 4;
-template <bool kSelfNorm>
+template <bool kSelfNorm, bool kPost = false>
 __device__ inline void hc_seg_mma_sums(const HcSegParams& p) {
   __shared__ float qs[kHcSegWarps][kWarp][2];  // quarter sums: warp, lane (row g), tokens 2t, 2t + 1
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
@@ -418,10 +503,31 @@ __device__ inline void hc_seg_mma_sums(const HcSegParams& p) {
   grid_launch_dependents();
   const float* xr = on && g < nt ? p.x + (t0 + g) * p.cols : nullptr;
   float x[4][1][8];
+  float pc[20];
+  if (kPost) {  // n = 1: lanes g = 0 hold the quarter's post values; the blocks of blockIdx.x = 0 store them
+    post_load_pc(p.post, pc);
 #pragma unroll
-  for (int b = 0; b < 4; ++b) load_x8_mma<false>(xr, u * kF16MmaQ + b * kF16MmaBlk + 8 * t, p.cols, p.wide_loads, 1.0f, x[b][0]);
+    for (int b = 0; b < 4; ++b) {
+      float4 va = make_float4(0, 0, 0, 0), vb = va;
+      const int64_t e = u * kF16MmaQ + b * kF16MmaBlk + 8 * t;
+      if (xr) {
+        post_value8(p.post, pc, e, va, vb);
+        if (blockIdx.x == 0) {
+          *reinterpret_cast<float4*>(p.post.out + e) = va;
+          *reinterpret_cast<float4*>(p.post.out + e + 4) = vb;
+        }
+      }
+      x[b][0][0] = va.x, x[b][0][1] = va.y, x[b][0][2] = va.z, x[b][0][3] = va.w;
+      x[b][0][4] = vb.x, x[b][0][5] = vb.y, x[b][0][6] = vb.z, x[b][0][7] = vb.w;
+    }
+  } else {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) load_x8_mma<false>(xr, u * kF16MmaQ + b * kF16MmaBlk + 8 * t, p.cols, p.wide_loads, 1.0f, x[b][0]);
+  }
   float sc = 0.0f;
-  if (!kSelfNorm) {
+  if (kPost) {
+    sc = post_norm_scale(p.post, pc, p.eps);
+  } else if (!kSelfNorm) {
     if (g < nt) sc = p.sc[t0 + g];
   } else {  // the block takes the scale itself, with the norm's bits (norm_v4 is uniform)
     sc = p.norm_v4 ? rms_scale_row_v4(p.x, p.cols, p.eps, p.norm_threads)
@@ -445,9 +551,9 @@ __device__ inline void hc_seg_mma_sums(const HcSegParams& p) {
   }
 }
 
-template <bool kSelfNorm>
+template <bool kSelfNorm, bool kPost = false>
 __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_mma_kernel(HcSegParams p) {
-  hc_seg_mma_sums<kSelfNorm>(p);
+  hc_seg_mma_sums<kSelfNorm, kPost>(p);
 }
 
 // Four values of y = Σ_s w[s]·X[s] (hc_collapse_kernel's order, from 0): xv[s] holds X[s]'s four.
@@ -770,7 +876,7 @@ __device__ inline void hc_fin5_collapse_norm(const float* ws, const float (&xv)[
 __global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s, const float* part, int64_t nseg,
                                                                   float* mix, const float* x, const float* norm_w,
                                                                   float* y, float* xn, int64_t dim, float eps,
-                                                                  bool part4, bool with_split) {
+                                                                  bool part4, bool with_split, bool x_late) {
   constexpr int nhc = 4, rows = (2 + nhc) * nhc;
   __shared__ float ms[rows];
   __shared__ float sb[3 + rows];
@@ -782,14 +888,16 @@ __global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s,
     return;
   }
   float xv[nhc][kFin5Per], nw[kFin5Per];
-  // Before the wait: only what the segment kernel does not write (hc_finish_kernel's reasoning).
-  hc_fin5_load(x + t * nhc * dim, norm_w, dim, xv, nw);
+  // Before the wait: only what the segment kernel does not write (hc_finish_kernel's reasoning). x_late
+  // (hc_post_fold): the segment kernel writes X, so it loads after the wait, beside the segment sums.
+  if (!x_late) hc_fin5_load(x + t * nhc * dim, norm_w, dim, xv, nw);
   float scale0 = 0.0f, base = 0.0f;
   if (threadIdx.x < nhc) {
     scale0 = s.scale[0];
     base = s.base[threadIdx.x];
   }
   grid_dependency_wait();
+  if (x_late) hc_fin5_load(x + t * nhc * dim, norm_w, dim, xv, nw);
   hc_fin5_pre(s, pt, nseg, part4, mix, t, with_split, scale0, base, ws);
   __syncthreads();
   hc_fin5_collapse_norm(ws, xv, nw, norm_w != nullptr, dim, eps, y + t * dim, xn + t * dim);
@@ -966,7 +1074,10 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   float* part = a.flat;
   float* sc = a.flat + a.n * rows * nseg;
   HcSegParams p{a.x, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes, rows, hcd, a.n, nseg, a.rms_eps,
-                norm_threads, false, false, nullptr, part};
+                norm_threads, false, false, nullptr, part, HcPostArgs{}};
+  // HcPreArgs::prev_post folded in (hc_pre_post_folded checked the shape): the segment kernel forms the state.
+  const bool fold = a.prev_post.n > 0;
+  if (fold) p.post = a.prev_post;
   p.wide_loads = hcd % 8 == 0 && a.fn.row_bytes % 16 == 0 && aligned16(a.fn.data) && aligned16(a.x);
   // One round of float4 loads for the scale where the 1024-thread order maps onto 256 threads.
   p.norm_v4 = norm_threads == 4 * kHcSegWarps * kWarp && hcd % 4 == 0 && aligned16(a.x);
@@ -983,6 +1094,7 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   const bool with_split = a.split || !small_v4_;
   // One launch for segments + finish (hc_seg_fused_kernel): hc_fuse 1 at n = 1, 2 at every n here.
   const bool fuse = fin5 && (hc_fuse_ == 2 || (hc_fuse_ == 1 && a.n == 1));
+  if (fold && (fuse || !fin5 || a.n != 1 || !p.norm_v4)) return false;  // nothing launched yet
   HcFuseArgs f{s, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps, part4, with_split,
                f16_mma_ ? kHcMmaTokens : kHcSegTokens, nullptr};
   if (fuse) {
@@ -1015,6 +1127,13 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
                            f16_mma_ ? hc_seg_fused_kernel<true, true> : hc_seg_fused_kernel<true, false>, p, f),
           "hc_pre control segments + finish");
     return true;
+  } else if (fold) {
+    // Its inputs come from before the post it replaces — with concurrent branches through a join (an event):
+    // a programmatic edge there is hc_post's case (plain launches, hc_post), so the same rule here.
+    if (!check(launch_dependent(pdl && !branches_ && !on_side_, grid, kHcSegWarps * kWarp, 0, stream(),
+                                f16_mma_ ? hc_seg_mma_kernel<true, true> : hc_seg_kernel<true, true>, p),
+               "hc_pre control segments (HC post folded)"))
+      return true;
   } else if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
                                      f16_mma_ ? hc_seg_mma_kernel<true> : hc_seg_kernel<true>, p),
                     "hc_pre control segments")) {
@@ -1026,7 +1145,7 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   if (fin5) {
     check(launch_dependent(pdl, dim3(with_split ? 2 : 1, static_cast<unsigned>(a.n)), kFin5Threads, 0, stream(),
                            hc_finish5_kernel, s, static_cast<const float*>(part), nseg, a.mix, a.x, a.norm_w, a.y, a.xn,
-                           a.dim, a.rms_eps, part4, with_split),
+                           a.dim, a.rms_eps, part4, with_split, fold),
           with_split ? "hc_pre mix + split + collapse + norm (v5)" : "hc_pre mix + collapse + norm (v5)");
     return true;
   }
@@ -1062,6 +1181,14 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
     fail(invalid_argument("cuda hc_pre: too many tokens"));
     return;
   }
+  if (a.prev_post.n > 0) {  // the previous sublayer's HC post: folded into the spread kernels, else its own launch
+    if (hc_post_fold_ == 1 && hc_pre_post_folded(a)) return;
+    hc_post(a.prev_post);
+    HcPreArgs rest = a;
+    rest.prev_post.n = 0;
+    hc_pre(rest);
+    return;
+  }
   if (hc_router_v2_ && hc_pre_spread(a)) return;  // decode batches (n ≤ 32): the spread kernels
   // Decode batches: norm and F16 controls in one kernel (each block re-reads its token's state row from
   // L2 for the norm). Larger batches (prefill) and other weight types or numerics: rms_norm then matmul,
@@ -1090,6 +1217,16 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
   hc_pre_split_kernel<<<static_cast<unsigned>(a.n), rms_norm_threads(a.dim), 0, stream()>>>(s, a.x, a.norm_w, a.y,
                                                                                            a.xn, a.dim, a.rms_eps);
   launched("hc_pre split + collapse + norm");
+}
+
+// HcPreArgs::prev_post inside the spread pre's segment kernel (hc_post_fold): one token of Flash's state (4 × 4096),
+// the post writing the pre's input, 16-byte aligned rows; false (nothing launched) for any other shape.
+bool CudaBackend::hc_pre_post_folded(const HcPreArgs& a) {
+  const HcPostArgs& q = a.prev_post;
+  const bool shape = hc_router_v2_ && small_v5_ && a.n == 1 && q.n == 1 && a.nhc == 4 && q.nhc == 4 && a.dim == 4096 &&
+                     q.dim == a.dim && q.out == a.x && q.x != q.out && aligned16(q.x) && aligned16(q.f) &&
+                     aligned16(q.out) && (q.f_add == nullptr || aligned16(q.f_add)) && q.post && q.comb;
+  return shape && hc_pre_spread(a);
 }
 
 void CudaBackend::hc_split(const HcSplitArgs& a) {

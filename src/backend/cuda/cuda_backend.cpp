@@ -25,6 +25,8 @@ constexpr int kHcFuseAuto = 0;
 // (session 10).
 constexpr bool kAttnOutRopeAuto = false;
 constexpr int kHcPostFoldAuto = 0;
+// CudaBackendOptions::f16_mma_decode_kernel = -1: the register-direct decode kernel (0) until another form wins.
+constexpr int kF16DecKernelAuto = 0;
 // CudaBackendOptions::gemm_q8_parts = -1: on — the H200 (session 9 W1) showed the one-launch parts bit for bit
 // one launch per part (CudaGemm.Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) and faster (out_a's 8 groups at
 // 2,048 vectors 0.754 against 0.868 ms, gate + up 0.352 against 0.366; docs/PERF.md).
@@ -116,7 +118,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_f16_tiles(opts.f16_tiles);
   be->set_f16_mma(opts.f16_mma);
   be->set_f16_mma_decode(opts.f16_mma_decode, opts.f16_mma_decode_rows, opts.f16_mma_decode_segs,
-                         opts.f16_mma_decode_kernel);
+                         opts.f16_mma_decode_kernel < 0 ? kF16DecKernelAuto : opts.f16_mma_decode_kernel);
   be->set_f16_mma_pdl(opts.f16_mma_pdl, opts.f16_mma_cluster);
   be->set_gemv_mma(opts.gemv_mma);
   be->set_gemv_dense(opts.gemv_dense);

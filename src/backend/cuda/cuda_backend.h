@@ -263,9 +263,9 @@ struct CudaBackendOptions {
   int f16_mma_decode_rows = 0;
   int f16_mma_decode_segs = 0;
   // With f16_mma_decode: which decode kernel form runs the tiles (0: the register-direct kernel above;
-  // 1 and up: other forms, e.g. weights staged through shared memory, each where it takes the shape).
-  // Same bits.
-  int f16_mma_decode_kernel = 0;
+  // 1 and up: other forms, e.g. weights staged through shared memory, each where it takes the shape;
+  // -1: cuda_backend.cpp's kF16DecKernelAuto, the device runs' verdict). Same bits.
+  int f16_mma_decode_kernel = -1;
   // With f16_mma_decode on sm_90, on the main lane: the decode kernel as a programmatic dependent of the
   // kernel before it (common.cuh launch_dependent) — its blocks start while that one finishes and issue
   // their weight loads (which nothing writes) before griddepcontrol.wait, then let the next kernel start.

@@ -10,10 +10,15 @@
 // indexer_select = 0: the kernels before this file), "k1/sel2" (the fast attention kernels, sliced merge;
 // the fused decode indexer), "sel1" (the select in its own launch), "k3" (chunk and split kernels with
 // the softmax once per block; the prefill indexer on int8 tensor cores), "sel3" (the fused decode
-// indexer with q and w loaded before the row count), "sel4" (sel3 with the radix select's lean end) and
-// "k10" / "k9" (kernel 3's chunk loop on 32-bit counters, the default / on int64, the previous one).
-// Usage: cuda_attention_bench [all | decode | prefill] [variant,variant…]. "decode" and "prefill" run each variant's calls
-// 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for ncu.
+// indexer with q and w loaded before the row count), "sel4" (sel3 with the radix select's lean end),
+// "k10" / "k9" (kernel 3's chunk loop on 32-bit counters, the default / on int64, the previous one), "sel5" (the
+// wide decode indexer — scores, a global histogram of the keys' top bits, the last block's select — at every row
+// count), "sel6" (sel4 up to 2,048 rows, the wide kernel above), "sel7" / "sel8" (sel5 / sel6 with fused dot steps
+// where exact: the FP4 operands the decode indexer lines use, q and rows through indexer_qat as the model makes them).
+// Usage: cuda_attention_bench [all | decode | prefill | idx | idx-once] [variant,variant…]. "decode" and "prefill" run
+// each variant's calls 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for
+// ncu. "idx": only the decode indexer, timed, at 2K (525 rows, bound 1,024), 8K, 16K and 32K (ctx / 4 rows), n = 1
+// and 8; "idx-once": the same at n = 1, 3 untimed calls each (ncu).
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
 #include <cstdio>
 #include <cstring>
@@ -34,8 +39,8 @@ using namespace ds4::backend;
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each ABENCH line out as soon as it is measured
   const std::string mode = argc > 1 ? argv[1] : "all";
-  if (mode != "all" && mode != "decode" && mode != "prefill") {
-    std::fprintf(stderr, "usage: cuda_attention_bench [all | decode | prefill] [variant,variant...]\n");
+  if (mode != "all" && mode != "decode" && mode != "prefill" && mode != "idx" && mode != "idx-once") {
+    std::fprintf(stderr, "usage: cuda_attention_bench [all | decode | prefill | idx | idx-once] [variant,variant...]\n");
     return 2;
   }
   struct Variant {
@@ -64,6 +69,14 @@ int main(int argc, char** argv) {
   vars.back().o.attention_mma_kernels = 10;
   vars.push_back({"k9", {}});  // kernel 3's chunk kernel with its previous int64 segment loop
   vars.back().o.attention_mma_kernels = 9;
+  vars.push_back({"sel5", {}});  // the wide decode indexer at every row count
+  vars.back().o.indexer_select = 5;
+  vars.push_back({"sel6", {}});  // sel4 up to 2,048 rows, the wide decode indexer above
+  vars.back().o.indexer_select = 6;
+  vars.push_back({"sel7", {}});  // sel5 with fused dot steps where exact
+  vars.back().o.indexer_select = 7;
+  vars.push_back({"sel8", {}});  // sel6 with fused dot steps where exact
+  vars.back().o.indexer_select = 8;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;
@@ -107,13 +120,13 @@ int main(int argc, char** argv) {
     be.upload(d, h.data(), h.size() * 4);
     return d;
   };
-  const bool timed = mode == "all";
+  const bool timed = mode == "all" || mode == "idx";
   // Runs body on each variant's backend: timed (median µs per call) or once (for ncu).
   auto each = [&](const std::function<void(Backend&)>& body, int iters) {
     for (size_t v = 0; v < vars.size(); ++v) {
       Backend& b = *bes[v];
       if (!timed) {  // ncu: a few warm calls (the first one sets the kernels' shared-memory limits)
-        for (int r = 0; r < (mode == "decode" ? 5 : 1); ++r) body(b);
+        for (int r = 0; r < (mode == "decode" ? 5 : mode == "idx-once" ? 3 : 1); ++r) body(b);
         (void)b.sync();
         continue;
       }
@@ -124,6 +137,35 @@ int main(int argc, char** argv) {
   };
 
   const int H = 64, D = 512, W = 128, TK = 512, IH = 64, ID = 128;
+  // Decode indexer at ctx: 2K → 525 rows under the forward pass's bucketed bound (1,024); else ctx / 4 rows (bound the
+  // same: 32K's 8,192 is its own bucket). q and rows FP4 round trips (rows also through f16), as the model makes them.
+  auto decode_indexer = [&](int64_t ctx, int64_t n) {
+    const int32_t rows_n = static_cast<int32_t>(ctx == 2048 ? 525 : ctx / 4);
+    const int64_t bound = ctx == 2048 ? 1024 : ctx / 4;
+    float* iq = frand(n * IH * ID, 1.0f, false);
+    float* iw = frand(n * IH, 0.1f, false);
+    float* irows = frand(bound * ID, 1.0f, false);
+    be.indexer_qat({iq, n * IH, ID});
+    IndexerQatArgs rq{irows, bound, ID};
+    rq.f16 = true;
+    be.indexer_qat(rq);
+    (void)be.sync();
+    int32_t* nr = ibuf(std::vector<int32_t>(n, rows_n));
+    int32_t* oidx = reinterpret_cast<int32_t*>(fbuf(n * TK));
+    int32_t* ocnt = reinterpret_cast<int32_t*>(fbuf(n));
+    IndexerArgs ia{iq, iw, irows, nr, n, IH, ID, TK, oidx, ocnt};
+    ia.max_rows = bound;
+    if (timed)
+      std::printf("ABENCH indexer   top512 ctx=%-3lldK n=%-5lld rows=%-5d", static_cast<long long>(ctx / 1024),
+                  static_cast<long long>(n), rows_n);
+    each([&](Backend& b) { b.indexer(ia); }, 50);
+  };
+  if (mode == "idx" || mode == "idx-once") {
+    for (int64_t ctx : {int64_t{2048}, int64_t{8192}, int64_t{16384}, int64_t{32768}})
+      for (int64_t n : {int64_t{1}, int64_t{8}})
+        if (timed || n == 1) decode_indexer(ctx, n);
+    return 0;
+  }
   const int64_t nmax = mode == "decode" ? 32 : 2048;  // decode (ncu): no chunk-sized buffers to fill
   float* q = frand(nmax * H * D, 0.2f, false);
   float* out = fbuf(nmax * H * D);
@@ -195,23 +237,8 @@ int main(int argc, char** argv) {
       each([&](Backend& b) { b.indexer(ia); }, 3);
     }
     if (mode == "prefill") continue;
-    for (int64_t n : {int64_t{1}, int64_t{8}}) {
-      if (!timed && n != 1) continue;
-      // Decode indexer: 2K → 525 rows under the forward pass's bucketed bound (1,024); 32K → 8,192.
-      const int32_t rows_n = static_cast<int32_t>(ctx == 2048 ? 525 : ctx / 4);
-      const int64_t bound = ctx == 2048 ? 1024 : ctx / 4;
-      float* iq = frand(n * IH * ID, 1.0f, false);
-      float* iw = frand(n * IH, 0.1f, false);
-      float* irows = frand(bound * ID, 1.0f, false);
-      int32_t* nr = ibuf(std::vector<int32_t>(n, rows_n));
-      int32_t* oidx = reinterpret_cast<int32_t*>(fbuf(n * TK));
-      int32_t* ocnt = reinterpret_cast<int32_t*>(fbuf(n));
-      IndexerArgs ia{iq, iw, irows, nr, n, IH, ID, TK, oidx, ocnt};
-      ia.max_rows = bound;
-      if (timed)
-        std::printf("ABENCH indexer   top512 ctx=%-3s n=%-5lld rows=%-5d", cn, static_cast<long long>(n), rows_n);
-      each([&](Backend& b) { b.indexer(ia); }, 50);
-    }
+    for (int64_t n : {int64_t{1}, int64_t{8}})
+      if (timed || n == 1) decode_indexer(ctx, n);
   }
   return 0;
 }

@@ -1,9 +1,12 @@
 // test_cuda_csa.cpp — the decode chain of a CSA layer on CUDA: the indexer of decode and batched decode
 // steps (ops_indexer.cu indexer_score_decode_kernel, CudaBackendOptions::indexer_decode) against the
 // previous kernels (indexer_decode = false, indexer_select = 0), the fused score + select launch
-// (indexer_select = 2; 3: q and w loaded before the row count; 4: also the radix select's lean end) and the
-// CPU op, selected ids equal, at the Flash shapes (64 heads × 128, top 512) for n = 1, 2,
-// 5, 8, 32 queries and contexts 2K, 8K and 32K; sessions at different positions (per-query row counts and,
+// (indexer_select = 2; 3: q and w loaded before the row count; 4: also the radix select's lean end; 5: the wide
+// kernel — scores, a global histogram of the keys' top bits, the last block's select — for every decode call; 6: 4
+// up to 2,048 rows, the wide kernel above; 7, 8: 5, 6 with fused dot steps where exact — here the plain floats
+// make every block take the plain chain) and the CPU op, selected ids equal, at the Flash shapes (64 heads × 128,
+// top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K, 32K and 33K (8,250 rows: the wide kernel's 64-key
+// runs, a row stride not a multiple of 4); sessions at different positions (per-query row counts and,
 // batched, per-query rows through rows_at), queries that see ≤ top_k rows mixed in, and duplicated rows
 // for exact score ties (the lower id wins).
 // Also the prefill indexer on int8 tensor cores (indexer_mma) against the CUDA-core tiles and the CPU.
@@ -32,16 +35,17 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
   ASSERT_TRUE(made_f.ok());
   auto fused = std::move(made_f).value();
   // The fused launch with q and w loaded before the row count (3), and with the radix select's lean end
-  // and one-scan compaction (4).
+  // and one-scan compaction (4); the wide kernel always (5) and above 2,048 rows (6), both with the fused dot steps
+  // where exact (7, 8).
   std::vector<std::unique_ptr<Backend>> sorts;
-  for (int sel : {3, 4}) {
+  for (int sel : {3, 4, 5, 6, 7, 8}) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);
     ASSERT_TRUE(made_s.ok());
     sorts.push_back(std::move(made_s).value());
   }
-  for (int64_t ctx : {int64_t{2048 + 100}, int64_t{8192}, int64_t{32768}}) {
+  for (int64_t ctx : {int64_t{2048 + 100}, int64_t{8192}, int64_t{32768}, int64_t{33000}}) {
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{32}}) {
       for (bool per_query : {false, true}) {
         if (per_query && n == 1) continue;
@@ -130,21 +134,25 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
 
 // Shapes the decode kernel does not take (heads 8, head_dim 32) and 16 heads of 64 (which it does) against
 // the CPU: the dispatch falls back without a launch error, and the selection is the CPU's either way —
-// with the default select and with indexer_select = 3 and 4.
+// with the default select and with indexer_select = 3 … 8 (32 heads of 128: the wide kernel with 8 slots a head,
+// 1,000 and 3,000 rows, top 64).
 TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
   struct S {
     int32_t heads, head_dim, top_k, rows;
   };
   std::vector<std::unique_ptr<Backend>> sorts;
-  for (int sel : {3, 4}) {
+  std::vector<Backend*> bes = {gpu_.get()};
+  for (int sel : {3, 4, 5, 6, 7, 8}) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);
     ASSERT_TRUE(made_s.ok());
     sorts.push_back(std::move(made_s).value());
+    bes.push_back(sorts.back().get());
   }
-  for (Backend* be : {static_cast<Backend*>(gpu_.get()), sorts[0].get(), sorts[1].get()})
-  for (S s : {S{8, 32, 16, 300}, S{16, 64, 32, 700}, S{32, 128, 64, 1000}}) {
+  for (size_t bi = 0; bi < bes.size(); ++bi)
+  for (S s : {S{8, 32, 16, 300}, S{16, 64, 32, 700}, S{32, 128, 64, 1000}, S{32, 128, 64, 3000}}) {
+    Backend* be = bes[bi];
     for (int64_t n : {int64_t{1}, int64_t{3}}) {
       std::vector<int32_t> nr(n);
       for (int64_t i = 0; i < n; ++i) nr[i] = s.rows - static_cast<int32_t>(5 * i);
@@ -165,8 +173,98 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
         ASSERT_EQ(cnt[i], wcnt[i]);
         for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * s.top_k + j] != want[i * s.top_k + j];
       }
-      EXPECT_EQ(differ, 0) << "heads " << s.heads << " head_dim " << s.head_dim << " n " << n
-                           << (be == gpu_.get() ? "" : be == sorts[0].get() ? " (select 3)" : " (select 4)");
+      EXPECT_EQ(differ, 0) << "heads " << s.heads << " head_dim " << s.head_dim << " rows " << s.rows << " n " << n
+                           << " (select " << (bi == 0 ? 2 : static_cast<int>(bi) + 2) << ")";
+    }
+  }
+}
+
+// The wide decode kernel (indexer_select 5 … 8) at the edges of its selection, against the CPU op and select 4:
+// host bounds above the counts (the forward pass's bucketed max_rows: grids with idle blocks, key runs past the
+// count), every score equal (q = 0: one histogram bin, T = 0, the 512 lowest ids), three distinct rows only (ties
+// across bins and passes), all scores ≤ 0 (negative keys), a query that sees ≤ top_k rows beside two that do not,
+// and the row counts at the kernel's run sizes (2,048, 8,192, 16,384). FP4 operands as the model makes them (the
+// CPU's indexer_qat; rows also through f16): the fused dot steps of 7 and 8 — with one row, or one q head, of plain
+// floats (that block, or that query, takes the plain chain), a row with a value 2^70 (exponent out of range), and
+// FP4 ties (copies of earlier rows).
+TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
+  const int32_t IH = 64, ID = 128, TK = 512;
+  std::vector<std::unique_ptr<Backend>> bes;
+  for (int sel : {4, 5, 6, 7, 8}) {
+    cuda::CudaBackendOptions so;
+    so.indexer_select = sel;
+    auto made_s = cuda::make_cuda_backend(so);
+    ASSERT_TRUE(made_s.ok());
+    bes.push_back(std::move(made_s).value());
+  }
+  enum class Data { random, q_zero, three_rows, negative, fp4, fp4_plain_row, fp4_plain_q, fp4_huge, fp4_ties };
+  struct Case {
+    int32_t rows;
+    int64_t bound;
+    Data data;
+  };
+  const Case cases[] = {{8193, 10240, Data::random},    {5000, 16384, Data::random},    {2049, 2560, Data::random},
+                        {600, 1024, Data::random},      {2048, 2048, Data::random},     {8192, 8192, Data::random},
+                        {16384, 16384, Data::random},   {8192, 8192, Data::q_zero},     {9000, 10240, Data::three_rows},
+                        {3000, 4096, Data::negative},   {700, 1024, Data::three_rows},  {8192, 8192, Data::fp4},
+                        {8193, 10240, Data::fp4_plain_row}, {2100, 2560, Data::fp4_plain_q}, {600, 1024, Data::fp4},
+                        {5000, 8192, Data::fp4_huge},   {16000, 16384, Data::fp4_ties}};
+  for (const Case& cs : cases) {
+    const int64_t n = 3;
+    const std::vector<int32_t> nr = {cs.rows, TK - 20, cs.rows - 77};
+    auto q = randn(static_cast<size_t>(n * IH * ID));
+    auto w = randn(static_cast<size_t>(n * IH), 0.1f);
+    auto rows = randn(static_cast<size_t>(int64_t{cs.rows} * ID));
+    if (cs.data == Data::q_zero) std::fill(q.begin(), q.end(), 0.0f);
+    if (cs.data == Data::three_rows)
+      for (int32_t c = 3; c < cs.rows; ++c) std::copy_n(rows.begin() + int64_t{c % 3} * ID, ID, rows.begin() + int64_t{c} * ID);
+    if (cs.data == Data::negative)
+      for (float& v : w) v = -std::fabs(v);
+    if (cs.data >= Data::fp4) {
+      cpu_->indexer_qat({q.data(), n * IH, ID});
+      IndexerQatArgs rq{rows.data(), cs.rows, ID};
+      rq.f16 = true;
+      cpu_->indexer_qat(rq);
+    }
+    if (cs.data == Data::fp4_plain_row) {  // row 4,100 (block 64 at 64 rows a block): plain floats
+      const auto plain = randn(ID);
+      std::copy(plain.begin(), plain.end(), rows.begin() + int64_t{4100} * ID);
+    }
+    if (cs.data == Data::fp4_plain_q) {  // query 2's head 7: plain floats
+      const auto plain = randn(ID);
+      std::copy(plain.begin(), plain.end(), q.begin() + (2 * IH + 7) * ID);
+    }
+    if (cs.data == Data::fp4_huge) rows[int64_t{1234} * ID + 5] = std::ldexp(1.0f, 70);
+    if (cs.data == Data::fp4_ties)
+      for (int32_t c = cs.rows - cs.rows / 4; c < cs.rows; ++c)
+        std::copy_n(rows.begin() + int64_t{c % 131} * ID, ID, rows.begin() + int64_t{c} * ID);
+    std::vector<int32_t> want(n * TK, -7), wcnt(n, -7);
+    cpu_->indexer({q.data(), w.data(), rows.data(), nr.data(), n, IH, ID, TK, want.data(), wcnt.data()});
+    const float *gq = dev(q), *gw = dev(w), *grows = dev(rows);
+    const int32_t* gnr = dev(nr);
+    for (size_t b = 0; b < bes.size(); ++b) {
+      IndexerArgs g{gq, gw, grows, gnr, n, IH, ID, TK, nullptr, nullptr};
+      g.max_rows = cs.bound;
+      for (int rep = 0; rep < 2; ++rep) {  // twice, fresh outputs: the counters and histograms left at zero for the next call
+        g.idx = poisoned_i32(n * TK);
+        g.count = poisoned_i32(n);
+        settle();  // the inputs and poisoned outputs were filled on gpu_'s stream
+        bes[b]->indexer(g);
+        ASSERT_TRUE(bes[b]->sync().ok());
+      }
+      const auto idx = host(g.idx, n * TK), cnt = host(g.count, n);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(cnt[i], wcnt[i]) << "query " << i;
+        for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * TK + j] != want[i * TK + j];
+      }
+      EXPECT_EQ(differ, 0) << "rows " << cs.rows << " bound " << cs.bound << " data " << static_cast<int>(cs.data)
+                           << " select " << (b + 4);
+      std::printf("PARITY %-44s n=%-9lld selected ids differing: %lld  %s\n",
+                  ("indexer wide rows" + std::to_string(cs.rows) + " bound" + std::to_string(cs.bound) + " data" +
+                   std::to_string(static_cast<int>(cs.data)) + " sel" + std::to_string(b + 4))
+                      .c_str(),
+                  static_cast<long long>(n * TK), static_cast<long long>(differ), differ ? "FAIL" : "ok");
     }
   }
 }

@@ -9,7 +9,12 @@
 // decode steps (≤ 32 queries) score in indexer_score_decode_kernel (CudaBackendOptions::indexer_decode):
 // one launch of ~one block per multiprocessor over all queries' rows, q held in registers.
 // Scratch is sized by IndexerArgs::max_rows (a host bound); only without it does the op read the
-// per-query row counts back (one small synchronous copy).
+// per-query row counts back (one small synchronous copy). Its layout: the fused kernels' per-query counters,
+// the wide kernel's per-query histograms (both kept at zero between calls), then the scores (or keys).
+// CudaBackendOptions::indexer_select (passed through unfiltered; no header change): 0 … 4 as its header text says,
+// 5 / 6 the wide decode kernel (indexer_score_select_wide_kernel: scores and select in one launch past 2,048 rows,
+// the 32K context's 8,192) for every decode call up to 16,384 rows / above 2,048 rows only (else as 4); 7 / 8 as
+// 5 / 6 with the dots as fused multiply-adds where that is exact (FP4 operands: the same bits, half the instructions).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -170,20 +175,91 @@ __host__ __device__ constexpr bool indexer_decode_heads(int heads) {
 // kPre (with kQSmem; indexer_select = 3, 4): q_i's 16-byte pieces k = tid + 256·r (qv[r]) and w_i[tid] (wv) were
 // loaded by the caller before the query's row count arrived (one memory round trip fewer); stored as above.
 constexpr int kIdxQPre = 64 * 128 / 4 / kIdxDecThreads;  // q pieces per thread: 64 heads × 128 dims at most
-template <int HD, bool kQSmem, bool kPre = false>
-__device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, int64_t score_stride, int rb, int64_t i,
-                                         int32_t nr, int64_t r0, float* sh, const float4 (*qv)[kIdxQPre] = nullptr,
-                                         float wv = 0.0f) {
+// score_decode_dots: the tile's dots of every (row, head) into sh ([rb][heads + 1], after the last barrier) and w_i
+// at sh + decode_w_offset; returns the tile's row count. score_decode_tile adds them per row (head_sum) and stores.
+__host__ __device__ constexpr int decode_w_offset(int rb, int hd, int heads) { return rb * (hd > heads + 1 ? hd : heads + 1); }
+
+// One row's score from its dots (dr: [heads]) and the head weights: Σ_h w_h·max(0, dot_h) in head order (the CPU's).
+__device__ inline float head_sum(const float* dr, const float* shw, int heads) {
+  float sc = 0;
+  for (int hh = 0; hh < heads; ++hh) sc += shw[hh] * fmaxf(0.0f, dr[hh]);
+  return sc;
+}
+
+// kFma (the wide kernel, indexer_select 7 and 8): a product q·k of two floats whose significands have ≤ 12 bits
+// each (the low 12 mantissa bits zero) and whose exponents lie in [−63, 63] (or that are zero) is exact in float,
+// and then the fused dot += q·k (one rounding of q·k + dot) equals the CPU's dot + fl(q·k): the same chain with one
+// instruction a product instead of two (this build has no contraction). The indexer's operands are FP4 round
+// trips (§5.5: e2m1 codes times a power of two; the rows also through f16), 2-bit significands, so with the
+// official numerics every product qualifies. A block checks its staged values (q_i and its row tile) and takes
+// the fused chain only when all qualify, else the plain one: the same bits either way.
+__device__ inline bool fma_exact_value(float x) {
+  const uint32_t u = __float_as_uint(x) & 0x7fffffffu, e = u >> 23;
+  return u == 0 || ((u & 0xfffu) == 0 && e >= 127 - 63 && e <= 127 + 63);
+}
+__device__ inline bool fma_exact4(const float4& v) {
+  return fma_exact_value(v.x) && fma_exact_value(v.y) && fma_exact_value(v.z) && fma_exact_value(v.w);
+}
+
+// dot += q·k: the CPU's two roundings, or (kF, the operands checked above) one fused instruction with the same bits.
+template <bool kF>
+__device__ inline void dot_step(float& dot, float q, float k) {
+  if constexpr (kF) {
+    dot = __fmaf_rn(q, k, dot);
+  } else {
+    dot += q * k;
+  }
+}
+
+// A thread's dots of head q (its registers) with rows 4·(slot + slots·it) … +3 of the staged tile (it = 0 … 3): four
+// independent sequential chains over d, the row values read as float4 broadcasts.
+template <int HD, bool kF>
+__device__ inline void tile_dots(const float* sh, const float (&q)[HD], int slot, int slots, int nrows,
+                                 float (&dv)[4][4]) {
+#pragma unroll
+  for (int it = 0; it < 4; ++it) {
+    const int rbase = 4 * (slot + slots * it);
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+    if (rbase < nrows) {  // rows past nrows in this group of 4 read stale shared values, never stored
+      const float4* k0 = reinterpret_cast<const float4*>(sh + rbase * HD);
+#pragma unroll
+      for (int d4 = 0; d4 < HD / 4; ++d4) {
+        const float4 a0 = k0[d4], a1 = k0[HD / 4 + d4], a2 = k0[HD / 2 + d4], a3 = k0[3 * HD / 4 + d4];
+        const float q0 = q[4 * d4], q1 = q[4 * d4 + 1], q2 = q[4 * d4 + 2], q3 = q[4 * d4 + 3];
+        dot_step<kF>(d0, q0, a0.x); dot_step<kF>(d1, q0, a1.x); dot_step<kF>(d2, q0, a2.x); dot_step<kF>(d3, q0, a3.x);
+        dot_step<kF>(d0, q1, a0.y); dot_step<kF>(d1, q1, a1.y); dot_step<kF>(d2, q1, a2.y); dot_step<kF>(d3, q1, a3.y);
+        dot_step<kF>(d0, q2, a0.z); dot_step<kF>(d1, q2, a1.z); dot_step<kF>(d2, q2, a2.z); dot_step<kF>(d3, q2, a3.z);
+        dot_step<kF>(d0, q3, a0.w); dot_step<kF>(d1, q3, a1.w); dot_step<kF>(d2, q3, a2.w); dot_step<kF>(d3, q3, a3.w);
+      }
+    }
+    dv[it][0] = d0;
+    dv[it][1] = d1;
+    dv[it][2] = d2;
+    dv[it][3] = d3;
+  }
+}
+
+template <int HD, bool kQSmem, bool kPre = false, bool kFma = false>
+__device__ inline int score_decode_dots(const IndexerArgs& a, int rb, int64_t i, int32_t nr, int64_t r0, float* sh,
+                                        const float4 (*qv)[kIdxQPre] = nullptr, float wv = 0.0f) {
+  static_assert(!kFma || kQSmem, "the fused chain's check reads q as it is staged");
   const int H = a.heads, tid = static_cast<int>(threadIdx.x);
   const int nrows = static_cast<int>(min(static_cast<int64_t>(rb), nr - r0));
-  const int tile = rb * max(HD, H + 1);
-  float* shw = sh + tile;
+  float* shw = sh + decode_w_offset(rb, HD, H);
   const float* src = (a.rows_at ? a.rows_at[i] : a.rows) + r0 * HD;  // per-query rows in a batched step
+  bool exact = true;  // kFma: every value this thread staged qualifies for the fused chain
   if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-    for (int k = tid; k < nrows * HD / 4; k += blockDim.x)
-      reinterpret_cast<float4*>(sh)[k] = reinterpret_cast<const float4*>(src)[k];
+    for (int k = tid; k < nrows * HD / 4; k += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(src)[k];
+      reinterpret_cast<float4*>(sh)[k] = v;
+      if constexpr (kFma) exact = exact && fma_exact4(v);
+    }
   } else {
-    for (int k = tid; k < nrows * HD; k += blockDim.x) sh[k] = src[k];
+    for (int k = tid; k < nrows * HD; k += blockDim.x) {
+      const float v = src[k];
+      sh[k] = v;
+      if constexpr (kFma) exact = exact && fma_exact_value(v);
+    }
   }
   if constexpr (kPre) {
     if (tid < H) shw[tid] = wv;
@@ -198,40 +274,34 @@ __device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, in
 #pragma unroll
       for (int r = 0; r < kIdxQPre; ++r) {
         const int k = tid + kIdxDecThreads * r;
-        if (k < H * HD / 4) reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = (*qv)[r];
+        if (k < H * HD / 4) {
+          reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = (*qv)[r];
+          if constexpr (kFma) exact = exact && fma_exact4((*qv)[r]);
+        }
       }
     } else {
       const float4* gq = reinterpret_cast<const float4*>(a.q + i * H * HD);
-      for (int k = tid; k < H * HD / 4; k += blockDim.x)
-        reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = gq[k];
+      for (int k = tid; k < H * HD / 4; k += blockDim.x) {
+        const float4 v = gq[k];
+        reinterpret_cast<float4*>(sq + (k / (HD / 4)) * (HD + 4))[k % (HD / 4)] = v;
+        if constexpr (kFma) exact = exact && fma_exact4(v);
+      }
     }
-    __syncthreads();
+    if constexpr (kFma) {
+      exact = __syncthreads_and(exact) != 0;  // the whole block's staged values
+    } else {
+      __syncthreads();
+    }
     load_regs<HD>(q, sq + h * (HD + 4));
   } else {
     load_regs<HD>(q, a.q + (i * H + h) * HD);
   }
   __syncthreads();
   float dv[4][4];
-#pragma unroll
-  for (int it = 0; it < 4; ++it) {
-    const int rbase = 4 * (slot + slots * it);
-    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-    if (rbase < nrows) {  // rows past nrows in this group of 4 read stale shared values, never stored
-      const float4* k0 = reinterpret_cast<const float4*>(sh + rbase * HD);
-#pragma unroll
-      for (int d4 = 0; d4 < HD / 4; ++d4) {
-        const float4 a0 = k0[d4], a1 = k0[HD / 4 + d4], a2 = k0[HD / 2 + d4], a3 = k0[3 * HD / 4 + d4];
-        const float q0 = q[4 * d4], q1 = q[4 * d4 + 1], q2 = q[4 * d4 + 2], q3 = q[4 * d4 + 3];
-        d0 += q0 * a0.x; d1 += q0 * a1.x; d2 += q0 * a2.x; d3 += q0 * a3.x;
-        d0 += q1 * a0.y; d1 += q1 * a1.y; d2 += q1 * a2.y; d3 += q1 * a3.y;
-        d0 += q2 * a0.z; d1 += q2 * a1.z; d2 += q2 * a2.z; d3 += q2 * a3.z;
-        d0 += q3 * a0.w; d1 += q3 * a1.w; d2 += q3 * a2.w; d3 += q3 * a3.w;
-      }
-    }
-    dv[it][0] = d0;
-    dv[it][1] = d1;
-    dv[it][2] = d2;
-    dv[it][3] = d3;
+  if (kFma && exact) {
+    tile_dots<HD, true>(sh, q, slot, slots, nrows, dv);
+  } else {
+    tile_dots<HD, false>(sh, q, slot, slots, nrows, dv);
   }
   __syncthreads();  // every thread has read the tile: the dots go over it
   float* dots = sh;  // [rb][H + 1]: a warp's 32 heads of one row are consecutive words
@@ -243,12 +313,19 @@ __device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, in
       if (row < nrows) dots[row * (H + 1) + h] = dv[it][j];
     }
   __syncthreads();
-  for (int row = tid; row < nrows; row += blockDim.x) {
-    const float* dr = dots + row * (H + 1);
-    float sc = 0;
-    for (int hh = 0; hh < H; ++hh) sc += shw[hh] * fmaxf(0.0f, dr[hh]);
-    scores[i * score_stride + r0 + row] = sc;
-  }
+  return nrows;
+}
+
+// The scores of rows r0 … r0 + rb − 1 (< nr) of query i by this block (score_decode_dots, then a thread per row).
+template <int HD, bool kQSmem, bool kPre = false>
+__device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, int64_t score_stride, int rb, int64_t i,
+                                         int32_t nr, int64_t r0, float* sh, const float4 (*qv)[kIdxQPre] = nullptr,
+                                         float wv = 0.0f) {
+  const int nrows = score_decode_dots<HD, kQSmem, kPre>(a, rb, i, nr, r0, sh, qv, wv);
+  const int H = a.heads;
+  const float* shw = sh + decode_w_offset(rb, HD, H);
+  for (int row = static_cast<int>(threadIdx.x); row < nrows; row += blockDim.x)
+    scores[i * score_stride + r0 + row] = head_sum(sh + row * (H + 1), shw, H);
 }
 
 template <int HD>
@@ -403,6 +480,46 @@ constexpr int kSelectSmemKeys = 12288;  // 48 KiB of keys (no opt-in); more rows
 // k-th key's digit is taken whole (its rank among the digit's keys = their count: the selection is every key
 // ≥ the prefix so far, lower bits 0), and the compaction is compact_runs (one block scan, not one pair per
 // blockDim keys). The same selection.
+// Warp 0 of a radix pass (kScan): lane l owns digits 8l … 8l+7 of hist[256]; finds the digit holding rank `want`
+// (from the top) by a 5-step suffix scan of the lanes' counts and a walk of the lane's 8 counts in registers, and
+// writes the prefix with that digit at `shift`, the rank among the digit's keys, and whether that rank is the digit's
+// whole count (every key of the digit is selected: the lean end).
+__device__ inline void scan_digit_warp(const int* hist, uint32_t prefix, int shift, int want, uint32_t* s_prefix,
+                                       int* s_want, bool* s_whole) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  int cnt[8], own = 0;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    cnt[b] = hist[8 * lane + b];
+    own += cnt[b];
+  }
+  int incl = own;  // keys whose digit is in this lane or above
+#pragma unroll
+  for (int off = 1; off < kWarp; off *= 2) {
+    const int v = __shfl_down_sync(0xffffffffu, incl, off);
+    if (lane + off < kWarp) incl += v;
+  }
+  const int above = incl - own;
+  const bool holds = above < want && incl >= want;
+  const unsigned who = __ballot_sync(0xffffffffu, holds);
+  if (lane == __ffs(who) - 1) {
+    int rank = want - above, d = 0, cd = cnt[0];
+    bool found = false;
+#pragma unroll
+    for (int b = 7; b > 0; --b) {  // the first digit from the top whose count reaches the rank
+      if (!found && cnt[b] >= rank) {
+        d = b;
+        cd = cnt[b];
+        found = true;
+      }
+      if (!found) rank -= cnt[b];
+    }
+    *s_prefix = prefix | (static_cast<uint32_t>(8 * lane + d) << shift);
+    *s_want = rank;
+    *s_whole = rank == cd;
+  }
+}
+
 template <bool kScan, bool kLean = false>
 __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, const float* s, uint32_t* skeys,
                                    int smem_keys) {
@@ -436,38 +553,8 @@ __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, 
       }
     }
     __syncthreads();
-    if (kScan && tid < kWarp) {  // warp 0: lane l owns digits 8l … 8l+7; find the digit holding rank `want`
-      int cnt[8], own = 0;
-#pragma unroll
-      for (int b = 0; b < 8; ++b) {
-        cnt[b] = hist[8 * lane + b];
-        own += cnt[b];
-      }
-      int incl = own;  // keys whose digit is in this lane or above
-#pragma unroll
-      for (int off = 1; off < kWarp; off *= 2) {
-        const int v = __shfl_down_sync(0xffffffffu, incl, off);
-        if (lane + off < kWarp) incl += v;
-      }
-      const int above = incl - own;
-      const bool holds = above < want && incl >= want;
-      const unsigned who = __ballot_sync(0xffffffffu, holds);
-      if (lane == __ffs(who) - 1) {
-        int rank = want - above, d = 0, cd = cnt[0];
-        bool found = false;
-#pragma unroll
-        for (int b = 7; b > 0; --b) {  // the first digit from the top whose count reaches the rank
-          if (!found && cnt[b] >= rank) {
-            d = b;
-            cd = cnt[b];
-            found = true;
-          }
-          if (!found) rank -= cnt[b];
-        }
-        s_prefix = prefix | (static_cast<uint32_t>(8 * lane + d) << shift);
-        s_want = rank;
-        s_whole = kLean && rank == cd;
-      }
+    if (kScan && tid < kWarp) {
+      scan_digit_warp(hist, prefix, shift, want, &s_prefix, &s_want, &s_whole);
     } else if (!kScan && tid < kWarp) {
       int own = 0;
 #pragma unroll
@@ -533,6 +620,36 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_radix_select_kernel(In
   radix_select_block<kScan>(a, i, nr, scores + i * score_stride, skeys, smem_keys);
 }
 
+// kPre: thread tid's 16-byte pieces k = tid + 256·r of q_i (64 heads × 128 at most) and w_i[tid], loaded before the
+// query's row count (blockDim.x = kIdxDecThreads).
+template <int HD>
+__device__ inline void load_q_pre(const IndexerArgs& a, int64_t i, float4 (&qv)[kIdxQPre], float& wv) {
+  const float4* gq = reinterpret_cast<const float4*>(a.q + i * a.heads * HD);
+#pragma unroll
+  for (int r = 0; r < kIdxQPre; ++r) {
+    const int k = static_cast<int>(threadIdx.x) + kIdxDecThreads * r;
+    qv[r] = k < a.heads * HD / 4 ? gq[k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if (static_cast<int>(threadIdx.x) < a.heads) wv = a.w[i * a.heads + threadIdx.x];
+}
+
+// Whole block, after its stores (and global adds) for query i: counts the block done on the query's counter (a
+// fence first: what it wrote is visible device-wide) and tells whether it was the last of the query's `blocks`; that
+// one resets the counter for the next call (every block of this call has counted) and fences again before reading.
+__device__ inline bool last_block_of_query(int* done, int64_t i, int blocks) {
+  __shared__ bool s_last;
+  __threadfence();
+  __syncthreads();  // every thread's stores are fenced
+  if (threadIdx.x == 0) {
+    s_last = atomicAdd(done + i, 1) == blocks - 1;
+    if (s_last) done[i] = 0;
+  }
+  __syncthreads();
+  if (!s_last) return false;
+  __threadfence();
+  return true;
+}
+
 // Decode scores and selection in one launch (CudaBackendOptions::indexer_select = 2): the blocks of
 // indexer_score_decode_kernel, each then counting itself done on its query's counter (after a fence: its
 // scores are visible device-wide); the last of the query's ceil(nr / rb) blocks resets the counter for the
@@ -546,19 +663,10 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
                                                                                     int64_t score_stride, int rb,
                                                                                     int* done, int smem_keys) {
   extern __shared__ float sh[];
-  __shared__ bool s_last;
   const int64_t i = blockIdx.y;
   float4 qv[kIdxQPre];
   float wv = 0.0f;
-  if constexpr (kPre) {  // blockDim.x = kIdxDecThreads; heads·HD ≤ 64 × 128
-    const float4* gq = reinterpret_cast<const float4*>(a.q + i * a.heads * HD);
-#pragma unroll
-    for (int r = 0; r < kIdxQPre; ++r) {
-      const int k = static_cast<int>(threadIdx.x) + kIdxDecThreads * r;
-      qv[r] = k < a.heads * HD / 4 ? gq[k] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    if (static_cast<int>(threadIdx.x) < a.heads) wv = a.w[i * a.heads + threadIdx.x];
-  }
+  if constexpr (kPre) load_q_pre<HD>(a, i, qv, wv);  // heads·HD ≤ 64 × 128
   const int32_t nr = a.n_rows[i];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
   if (nr <= a.top_k) {
@@ -567,17 +675,161 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
   }
   if (r0 >= nr) return;  // not one of the query's blocks
   score_decode_tile<HD, true, kPre>(a, scores, score_stride, rb, i, nr, r0, sh, &qv, wv);
-  __threadfence();
-  __syncthreads();  // every thread's scores are stored and fenced
-  if (threadIdx.x == 0) {
-    const int blocks = static_cast<int>((nr + rb - 1) / rb);
-    s_last = atomicAdd(done + i, 1) == blocks - 1;
-    if (s_last) done[i] = 0;  // every block of this call has counted
+  if (!last_block_of_query(done, i, static_cast<int>((nr + rb - 1) / rb))) return;
+  radix_select_block<true, kLean>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
+}
+
+// The decode indexer past 2,048 rows in one launch (CudaBackendOptions::indexer_select 5: every decode call up to
+// kIdxWideMaxRows rows; 6: 4's fused kernel up to 2,048 rows, this one above). At 32K context a CSA query scores
+// 8,192 rows and keeps 512; the fused kernel's selecting block (256 threads, 4 radix passes over keys in shared
+// memory, the first pass's histogram on the few top digits that float keys share: serialized shared atomics) does
+// not scale to that, and the two-launch path took ~46 µs at n = 1. Here the selection is spread over the scoring:
+//   1. each block scores its ≤ 64 rows (score_decode_dots with q and w loaded first, one block per multiprocessor
+//      at 8K rows), stores their keys (score_key, [n][key_stride] u32) and adds them to the query's histogram of
+//      the keys' top 11 bits in global memory (sign, exponent and two mantissa bits; one add per distinct bin per
+//      warp, __match_any_sync);
+//   2. the query's last block (last_block_of_query) reads that histogram (8 bins a thread, higher bins on lower
+//      threads), clears it for the next call, and finds the bin holding the top_k-th largest key by one block
+//      scan — what the first two 8-bit passes did — while its keys arrive in registers: thread t holds the run of
+//      ids [t·run, (t + 1)·run) (run ≤ KPT, a multiple of 4: 16-byte loads);
+//   3. at most three more passes (8, 8 and 5 bits) over the keys matching the prefix (a shared histogram, few
+//      keys: no contention), stopping once the k-th key's digit is taken whole (radix_select_block's lean end);
+//   4. compact_runs' placement from the registers: one block scan of (keys > T) << 16 | (keys = T).
+// T and the ties are as in every other select (the top_k-th largest key; among keys = T the lowest ids), and the
+// scores are score_decode_tile's, so the same ids. Head dim 128 (Flash) only.
+constexpr int kWideBins = 2048;  // 2^11
+constexpr int kWideShift = 32 - 11;
+constexpr uint64_t kIdxWideHistBytes = uint64_t{kIdxDecodeMaxQueries} * kWideBins * 4;  // [32][2048] i32, after the counters
+constexpr int64_t kIdxWideMaxRows = 16384;  // 256 threads × 64 keys in registers
+
+// Steps 2–4 above for query i (nr > top_k keys at `keys`, its histogram at `hist`); blockDim.x = kIdxDecThreads.
+template <int KPT>
+__device__ void wide_select(const IndexerArgs& a, int64_t i, int32_t nr, const uint32_t* keys, int* hist) {
+  static_assert(kWideBins == 8 * kIdxDecThreads && KPT % 4 == 0, "8 bins a thread; runs of 16-byte loads");
+  __shared__ int pass_hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_want;
+  __shared__ bool s_whole;
+  const int tid = static_cast<int>(threadIdx.x);
+  int4* hp = reinterpret_cast<int4*>(hist + (kWideBins - 8 - 8 * tid));  // bins 2040 − 8t … 2047 − 8t
+  const int4 h0 = __ldcg(hp), h1 = __ldcg(hp + 1);
+  const int run = min(KPT, ((nr + kIdxDecThreads - 1) / kIdxDecThreads + 3) & ~3);
+  const int c0 = tid * run;
+  uint32_t k[KPT];
+#pragma unroll
+  for (int j4 = 0; j4 < KPT / 4; ++j4) {
+    const int c = c0 + 4 * j4;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (4 * j4 < run && c < nr) v = __ldcg(reinterpret_cast<const uint4*>(keys + c));  // key_stride: a multiple of 4
+    k[4 * j4] = v.x;
+    k[4 * j4 + 1] = v.y;
+    k[4 * j4 + 2] = v.z;
+    k[4 * j4 + 3] = v.w;
+  }
+  hp[0] = make_int4(0, 0, 0, 0);  // the next call's histogram starts at zero (this thread read these bins above)
+  hp[1] = make_int4(0, 0, 0, 0);
+  const int cnt[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+  int own = 0;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) own += cnt[b];
+  const int above = block_exclusive_sum(own);  // keys in higher bins (the lower threads')
+  if (above < a.top_k && above + own >= a.top_k) {  // exactly one thread: the bin holding rank top_k
+    int rank = a.top_k - above, d = 0, cd = cnt[0];
+    bool found = false;
+#pragma unroll
+    for (int b = 7; b > 0; --b) {
+      if (!found && cnt[b] >= rank) {
+        d = b;
+        cd = cnt[b];
+        found = true;
+      }
+      if (!found) rank -= cnt[b];
+    }
+    s_prefix = static_cast<uint32_t>(kWideBins - 8 - 8 * tid + d) << kWideShift;
+    s_want = rank;
+    s_whole = rank == cd;
   }
   __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  radix_select_block<true, kLean>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
+  uint32_t prefix = s_prefix;
+  int want = s_want;
+  bool whole = s_whole;
+#pragma unroll
+  for (int p = 0; p < 3; ++p) {  // bits 20…13, 12…5, 4…0
+    if (whole) break;            // the same for every thread
+    const int shift = p == 0 ? 13 : p == 1 ? 5 : 0, bits = p == 2 ? 5 : 8;
+    const uint32_t hi_mask = ~0u << (shift + bits), dmask = (1u << bits) - 1u;
+    pass_hist[tid] = 0;  // 256 threads, 256 digits
+    __syncthreads();     // also: s_prefix / s_want / s_whole read by every thread
+#pragma unroll
+    for (int j = 0; j < KPT; ++j)
+      if (j < run && c0 + j < nr && (k[j] & hi_mask) == prefix) atomicAdd(&pass_hist[(k[j] >> shift) & dmask], 1);
+    __syncthreads();
+    if (tid < kWarp) scan_digit_warp(pass_hist, prefix, shift, want, &s_prefix, &s_want, &s_whole);
+    __syncthreads();
+    prefix = s_prefix;
+    want = s_want;
+    whole = s_whole;
+  }
+  // Whole: the keys ≥ prefix (> 0: a bin of 0 taken whole would be every one of the nr > top_k keys). Else T = prefix
+  // and the `want` lowest ids among the keys = T.
+  const uint32_t T = whole ? prefix - 1u : prefix;
+  const int need_eq = whole ? 0 : want;
+  int gt = 0, eq = 0;
+#pragma unroll
+  for (int j = 0; j < KPT; ++j)
+    if (j < run && c0 + j < nr) {
+      gt += k[j] > T;
+      eq += k[j] == T;
+    }
+  const int before = block_exclusive_sum((gt << 16) | eq);  // nr < 65,536
+  int g = before >> 16, e = before & 0xffff;
+  int32_t* out = a.idx + i * a.top_k;
+#pragma unroll
+  for (int j = 0; j < KPT; ++j)
+    if (j < run && c0 + j < nr) {
+      if (k[j] > T) {
+        out[g + min(e, need_eq)] = c0 + j;
+        ++g;
+      } else if (k[j] == T) {
+        if (e < need_eq) out[g + e] = c0 + j;
+        ++e;
+      }
+    }
+  if (tid == 0) a.count[i] = a.top_k;
+}
+
+template <int KPT, bool kFma>
+__global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_wide_kernel(IndexerArgs a, uint32_t* keys,
+                                                                                  int64_t key_stride, int rb, int* done,
+                                                                                  int* hist) {
+  constexpr int HD = 128;
+  extern __shared__ float sh[];
+  const int64_t i = blockIdx.y;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
+  float4 qv[kIdxQPre];
+  float wv = 0.0f;
+  load_q_pre<HD>(a, i, qv, wv);
+  const int32_t nr = a.n_rows[i];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
+  if (nr <= a.top_k) {
+    if (blockIdx.x == 0) select_all_rows(a, i, nr);
+    return;
+  }
+  if (r0 >= nr) return;  // not one of the query's blocks
+  const int nrows = score_decode_dots<HD, true, true, kFma>(a, rb, i, nr, r0, sh, &qv, wv);
+  const bool mine = tid < nrows;  // rb ≤ kIdxDecMaxRows < blockDim: a thread per row
+  uint32_t key = 0u;
+  if (mine) {
+    key = score_key(head_sum(sh + tid * (a.heads + 1), sh + decode_w_offset(rb, HD, a.heads), a.heads));
+    keys[i * key_stride + r0 + tid] = key;
+  }
+  if (tid - lane < nrows) {  // the warps holding rows (whole warps: the match below)
+    const uint32_t bin = mine ? key >> kWideShift : 0xffffffffu;
+    const unsigned peers = __match_any_sync(0xffffffffu, bin);
+    if (mine && lane == __ffs(peers) - 1) atomicAdd(hist + i * kWideBins + bin, __popc(peers));
+  }
+  if (!last_block_of_query(done, i, static_cast<int>((nr + rb - 1) / rb))) return;
+  wide_select<KPT>(a, i, nr, keys + i * key_stride, hist + i * kWideBins);
 }
 
 }  // namespace
@@ -596,18 +848,22 @@ void CudaBackend::indexer(const IndexerArgs& a) {
     max_rows = *std::max_element(counts.begin(), counts.end());
   }
   float* scores = nullptr;
-  int* done = nullptr;  // the fused decode kernel's per-query counters: kIdxDoneBytes at the scratch's start
+  int* done = nullptr;  // the fused decode kernels' per-query counters: kIdxDoneBytes at the scratch's start
+  int* hist = nullptr;  // then the wide kernel's per-query histograms (kIdxWideHistBytes), then the scores
   const bool dec_shape = (a.head_dim == 128 || a.head_dim == 64) && indexer_decode_heads(a.heads);
   const bool dec = indexer_decode_ && dec_shape && a.n <= kIdxDecodeMaxQueries;
   if (max_rows > a.top_k) {
     const DeviceScratch before = idx_scores_;
-    if (!ensure(idx_scores_, kIdxDoneBytes + static_cast<uint64_t>(a.n * max_rows) * 4, "indexer scores")) return;
+    constexpr uint64_t head = kIdxDoneBytes + kIdxWideHistBytes;
+    const int64_t stride4 = (max_rows + 3) / 4 * 4;  // the wide kernel's key rows: 16-byte aligned
+    if (!ensure(idx_scores_, head + static_cast<uint64_t>(a.n * stride4) * 4, "indexer scores")) return;
     done = static_cast<int*>(idx_scores_.ptr);
-    scores = reinterpret_cast<float*>(static_cast<char*>(idx_scores_.ptr) + kIdxDoneBytes);
-    // A new area (a growth always changes the size; eager: ensure never grows while a graph is
-    // recorded): its counters start at zero, and the fused kernel leaves them at zero after each call.
+    hist = reinterpret_cast<int*>(static_cast<char*>(idx_scores_.ptr) + kIdxDoneBytes);
+    scores = reinterpret_cast<float*>(static_cast<char*>(idx_scores_.ptr) + head);
+    // A new area (a growth always changes the size; eager: ensure never grows while a graph is recorded): its
+    // counters and histograms start at zero, and the fused kernels leave them at zero after each call.
     if ((idx_scores_.ptr != before.ptr || idx_scores_.bytes != before.bytes) &&
-        !check(cudaMemsetAsync(done, 0, kIdxDoneBytes, stream()), "indexer counters"))
+        !check(cudaMemsetAsync(done, 0, head, stream()), "indexer counters"))
       return;
     const size_t shmem =
         (static_cast<size_t>(a.heads) * (a.head_dim + 1) + a.heads + static_cast<size_t>(kIdxRows) * a.heads) * sizeof(float);
@@ -627,6 +883,31 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       auto dec_smem = [&](int r) {
         return (static_cast<size_t>(r) * std::max(a.head_dim, a.heads + 1) + a.heads) * sizeof(float);
       };
+      // 5: the wide kernel for every call it takes; 6: above the fused kernel's 2,048 rows only; 7, 8: as 5, 6 with
+      // the fused dot chain where exact (kFma).
+      const bool fma = idx_select_ == 7 || idx_select_ == 8;
+      const bool wide = a.head_dim == 128 && max_rows <= kIdxWideMaxRows &&
+                        (idx_select_ == 5 || idx_select_ == 7 ||
+                         ((idx_select_ == 6 || idx_select_ == 8) && max_rows > kIdxFusedMaxRows));
+      if (wide) {  // q staged in shared memory too, rows per block not cut: > 48 KB (opt-in)
+        const size_t dshm = dec_smem(rb) + static_cast<size_t>(a.heads) * (128 + 4) * sizeof(float);
+        auto k = max_rows <= 2048   ? (fma ? indexer_score_select_wide_kernel<8, true> : indexer_score_select_wide_kernel<8, false>)
+                 : max_rows <= 8192 ? (fma ? indexer_score_select_wide_kernel<32, true> : indexer_score_select_wide_kernel<32, false>)
+                                    : (fma ? indexer_score_select_wide_kernel<64, true> : indexer_score_select_wide_kernel<64, false>);
+        // The limit: the largest call's (64 heads, kIdxDecMaxRows rows), the same value every time, raised when no
+        // graph is being recorded (a recorded step always ran once eagerly before).
+        constexpr int kWideSmemMax = (kIdxDecMaxRows * 128 + 64 + 64 * (128 + 4)) * static_cast<int>(sizeof(float));
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        if (!check(cudaStreamIsCapturing(stream(), &capturing), "indexer wide: capture status")) return;
+        if (capturing == cudaStreamCaptureStatusNone &&
+            !check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmemMax), "indexer wide smem"))
+          return;
+        const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
+        k<<<grid, kIdxDecThreads, dshm, stream()>>>(a, reinterpret_cast<uint32_t*>(scores), (max_rows + 3) / 4 * 4, rb,
+                                                    done, hist);
+        launched("indexer scores + select (wide)");
+        return;
+      }
       if (idx_select_ >= 2 && max_rows <= kIdxFusedMaxRows) {  // scores and selection in one launch
         // q staged too ([heads][head_dim + 4]): rows per block cut to stay within 48 KB (no opt-in).
         const size_t qsm = static_cast<size_t>(a.heads) * (a.head_dim + 4) * sizeof(float);
@@ -634,7 +915,7 @@ void CudaBackend::indexer(const IndexerArgs& a) {
         const size_t dshm = dec_smem(rb) + qsm;
         const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
         // 3: q and w loaded before the row count; 4: also the lean radix end (same ids).
-        auto fused = idx_select_ == 4   ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true>
+        auto fused = idx_select_ >= 4   ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true>
                                                              : indexer_score_select_decode_kernel<64, true, true>)
                      : idx_select_ == 3 ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, false>
                                                              : indexer_score_select_decode_kernel<64, true, false>)

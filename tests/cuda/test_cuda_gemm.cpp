@@ -77,6 +77,7 @@ struct MoeCase {
     g.ids = bi->i32();
     g.weights = bw->f32();
     g.out = bo->f32();
+    be.fill_f32(g.out, NAN, n * dim);  // poisoned: every output must be written
     be.moe(g);
     std::vector<float> out(static_cast<size_t>(n * dim));
     be.download(out.data(), bo->data(), out_bytes);
@@ -391,20 +392,24 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // peeled, Q2_K block sums from the int→float bias, its mins as one u8·s8 MMA, Q2_K's sub-blocks unrolled)
   // and items handed out by an atomic counter; 29: each item's stage loop specialised on its fragment count;
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
-  // rows zero-filled instead of skipped).
+  // rows zero-filled instead of skipped); 34 … 36: 32 with IQ2_XXS decoded by shared tables (experts_iq2.cuh:
+  // selector words, PRMT), 35 and 36 with the scale folded into lo/hi fragments (two MMA chains) at ≤ 6 / ≤ 7
+  // fragments, 36 running 49 … 56 pairs as 7 fragments. 80 tokens: experts 1 … 15 hold ~27 pairs (4
+  // fragments), so every fragment count runs (80: 2, 4, 8; 120: 6, 8; 140: 2, 6, 8; 400: 2, 8); 160 tokens:
+  // experts 1 … 15 hold ~53 pairs (7), expert 0 64 + 64 + 32 (8, 4).
   cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 35, 36};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     variants.push_back(backend_with(o));
     ASSERT_TRUE(variants.back());
   }
-  for (const int64_t n : {int64_t{120}, int64_t{140}, int64_t{400}}) {
+  for (const int64_t n : {int64_t{80}, int64_t{120}, int64_t{140}, int64_t{160}, int64_t{400}}) {
     const MoeCase m = moe_case(18, 4096, 2048, n);
     const auto want = m.run(*gemm2);
     for (size_t v = 0; v < variants.size(); ++v) {

@@ -394,22 +394,23 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
   // rows zero-filled instead of skipped); 34 … 36: 32 with IQ2_XXS decoded by shared tables (experts_iq2.cuh:
   // selector words, PRMT), 35 and 36 with the scale folded into lo/hi fragments (two MMA chains) at ≤ 6 / ≤ 7
-  // fragments, 36 running 49 … 56 pairs as 7 fragments. 80 tokens: experts 1 … 15 hold ~27 pairs (4
-  // fragments), so every fragment count runs (80: 2, 4, 8; 120: 6, 8; 140: 2, 6, 8; 400: 2, 8); 160 tokens:
-  // experts 1 … 15 hold ~53 pairs (7), expert 0 64 + 64 + 32 (8, 4).
+  // fragments, 36 running 49 … 56 pairs as 7 fragments; 37: 35 on each tile's exact fragment count (1 … 8, odd
+  // ones ending on an x2 ldmatrix). 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every
+  // fragment count runs (exact counts — 60: 3, 8; 80: 2, 4, 8; 120: 5, 8; 140: 2, 6, 8; 160: 4, 7, 8; 400: 1, 2,
+  // 8 — and the even-rounded 2, 4, 6, 8).
   cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 35, 36};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 35, 36, 37};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     variants.push_back(backend_with(o));
     ASSERT_TRUE(variants.back());
   }
-  for (const int64_t n : {int64_t{80}, int64_t{120}, int64_t{140}, int64_t{160}, int64_t{400}}) {
+  for (const int64_t n : {int64_t{60}, int64_t{80}, int64_t{120}, int64_t{140}, int64_t{160}, int64_t{400}}) {
     const MoeCase m = moe_case(18, 4096, 2048, n);
     const auto want = m.run(*gemm2);
     for (size_t v = 0; v < variants.size(); ++v) {

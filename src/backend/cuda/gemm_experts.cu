@@ -424,59 +424,42 @@ __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t*
         al[2 + h] = iq2_pick(kIq2Pos, kIq2Neg, sel >> 16);  // values 8t + 4 … 8t + 7
       }
     }
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      if (2 * jj >= kNJ) break;  // uniform
-      const int8_t* qa = qb + (16 * jj + (lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1);
-      if (2 * jj + 1 == kNJ) {  // (compile time) the last fragment of an odd count
-        uint32_t bf0[2];
-        ldmatrix_x2(bf0, qa);
-        if constexpr (kSplit) {
-          if constexpr (kFirst) {
-            mma_s8_from(ic[2 * jj], al, bf0, 0);
-            mma_s8_from(ih[2 * jj], ah, bf0, 0);
-          } else {
-            mma_s8(ic[2 * jj], al, bf0);
-            mma_s8(ih[2 * jj], ah, bf0);
-          }
-        } else {
-          int c0[4];
-          mma_s8_from(c0, al, bf0, 0);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) ic[2 * jj][e] = (kFirst ? 0 : ic[2 * jj][e]) + ls[e >> 1] * c0[e];
-        }
-        break;
-      }
-      uint32_t r[4];
-      ldmatrix_x4(r, qa);
-      const uint32_t bf0[2] = {r[0], r[1]}, bf1[2] = {r[2], r[3]};
+    // Fragment j's MMAs on its B fragment bf (pairs 8j … 8j + 7).
+    auto frag = [&](int j, const uint32_t(&bf)[2]) {
       if constexpr (kSplit) {
         if constexpr (kFirst) {
-          mma_s8_from(ic[2 * jj], al, bf0, 0);
-          mma_s8_from(ih[2 * jj], ah, bf0, 0);
-          mma_s8_from(ic[2 * jj + 1], al, bf1, 0);
-          mma_s8_from(ih[2 * jj + 1], ah, bf1, 0);
+          mma_s8_from(ic[j], al, bf, 0);
+          mma_s8_from(ih[j], ah, bf, 0);
         } else {
-          mma_s8(ic[2 * jj], al, bf0);
-          mma_s8(ih[2 * jj], ah, bf0);
-          mma_s8(ic[2 * jj + 1], al, bf1);
-          mma_s8(ih[2 * jj + 1], ah, bf1);
+          mma_s8(ic[j], al, bf);
+          mma_s8(ih[j], ah, bf);
         }
       } else {
-        int c0[4], c1[4];
-        mma_s8_from(c0, al, bf0, 0);
-        mma_s8_from(c1, al, bf1, 0);
+        int c[4];
+        mma_s8_from(c, al, bf, 0);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if constexpr (kFirst) {
-            ic[2 * jj][e] = ls[e >> 1] * c0[e];
-            ic[2 * jj + 1][e] = ls[e >> 1] * c1[e];
+            ic[j][e] = ls[e >> 1] * c[e];
           } else {
-            ic[2 * jj][e] += ls[e >> 1] * c0[e];
-            ic[2 * jj + 1][e] += ls[e >> 1] * c1[e];
+            ic[j][e] += ls[e >> 1] * c[e];
           }
         }
       }
+    };
+    const int8_t* qa = qb + ((lane & 7) + 8 * (lane >> 4)) * kLd + 32 * sb + 16 * ((lane >> 3) & 1);
+#pragma unroll
+    for (int jj = 0; jj < kNJ / 2; ++jj) {
+      uint32_t r[4];
+      ldmatrix_x4(r, qa + 16 * jj * kLd);
+      const uint32_t bf0[2] = {r[0], r[1]}, bf1[2] = {r[2], r[3]};
+      frag(2 * jj, bf0);
+      frag(2 * jj + 1, bf1);
+    }
+    if constexpr (kNJ % 2 == 1) {  // the last fragment of an odd count (lanes 0 … 15's addresses)
+      uint32_t bf[2];
+      ldmatrix_x2(bf, qa + 16 * (kNJ / 2) * kLd);
+      frag(kNJ - 1, bf);
     }
   };
   sub(0, std::true_type{});
@@ -679,13 +662,16 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // 0 … 63 for pair tid and Q2_K bsums by 64 … 191 for pair (tid − 64) / 2 (their activation rows set per item).
 // kSplitNJ ≥ 0 (variants 34 … 36, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead
 // of the grid), the split form at fragment counts ≤ kSplitNJ; kSplitNJ 7: tiles of 49 … 56 pairs run 7 fragments.
+// kExact (variant 37, with kTab): every tile runs its own fragment count, 1 … 8 (odd ones end on an x2 ldmatrix),
+// not the count rounded up to even: 33 … 40 pairs run 5 MMAs per sub-block instead of 6, 49 … 56 run 7.
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
-          bool kLeanCopy = false, int kSplitNJ = -1>
+          bool kLeanCopy = false, int kSplitNJ = -1, bool kExact = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
   constexpr bool kTab = kSplitNJ >= 0;
   static_assert(!kTab || (T == GgmlType::IQ2_XXS && kPerItem), "the tables: IQ2_XXS, per-item stage loops");
+  static_assert(!kExact || kTab, "exact fragment counts: table_stage");
   using S = std::conditional_t<kTab, DSmemTab<R>, DSmem<T, R, GR>>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
@@ -858,6 +844,19 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
         store_item<T>(p, mi, r0, t, acc, kPair && it >= n_one ? q.y2 : p.y);
       };
       const int nf = min(8, (mi.nvec + 7) / 8);  // uniform over the block
+      if constexpr (kExact) {
+        switch (nf) {
+          case 1: run(std::integral_constant<int, 1>{}); break;
+          case 2: run(std::integral_constant<int, 2>{}); break;
+          case 3: run(std::integral_constant<int, 3>{}); break;
+          case 4: run(std::integral_constant<int, 4>{}); break;
+          case 5: run(std::integral_constant<int, 5>{}); break;
+          case 6: run(std::integral_constant<int, 6>{}); break;
+          case 7: run(std::integral_constant<int, 7>{}); break;
+          default: run(std::integral_constant<int, 8>{}); break;
+        }
+        continue;
+      }
       if constexpr (kSplitNJ == 7) {  // variant 36: 49 … 56 pairs as 7 fragments (the split form's registers)
         if (nf == 7) {
           run(std::integral_constant<int, 7>{});
@@ -916,7 +915,7 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || (variant >= 34 && variant <= 36)) {
+  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || (variant >= 34 && variant <= 37)) {
     if constexpr (T == GgmlType::IQ2_XXS) {
       // 34 … 36: 32 with table_stage — the split form at no fragment count (34), at ≤ 6 (35), at ≤ 7 with 49 … 56
       // pairs as 7 fragments (36). (Not kept: the split at 8 fragments and 34 unrolled — 144 and 136 bytes of
@@ -924,6 +923,8 @@ ExpertsKernel experts_kernel(int variant) {
       if (variant == 34) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 0>, sizeof(DSmemTab<2>)};
       if (variant == 35) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 6>, sizeof(DSmemTab<2>)};
       if (variant == 36) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 7>, sizeof(DSmemTab<2>)};
+      // 37: 35 with every tile on its exact fragment count (odd ones too).
+      if (variant == 37) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 6, true>, sizeof(DSmemTab<2>)};
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 29) return {experts_fast_kernel<T, 2, 16, 1, true, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 32) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true>, sizeof(DSmem<T, 2, 16>)};
@@ -932,7 +933,7 @@ ExpertsKernel experts_kernel(int variant) {
     } else {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
-      // 30: one matrix; 34 … 36: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
+      // 30: one matrix; 34 … 37: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
       if (variant == 29 || variant == 30 || variant >= 34)
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
@@ -963,7 +964,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 (option >= 34 && option <= 36)
+                 (option >= 34 && option <= 37)
              ? option
              : kExpertsAuto;
 }

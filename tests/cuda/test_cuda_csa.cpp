@@ -4,7 +4,8 @@
 // (indexer_select = 2; 3: q and w loaded before the row count; 4: also the radix select's lean end; 5: the wide
 // kernel — scores, a global histogram of the keys' top bits, the last block's select — for every decode call; 6: 4
 // up to 2,048 rows, the wide kernel above; 7, 8: 5, 6 with fused dot steps where exact — here the plain floats
-// make every block take the plain chain) and the CPU op, selected ids equal, at the Flash shapes (64 heads × 128,
+// make every block take the plain chain; 9 … 12: 5 … 8's with the register-blocked tile where a block has 32 or 64
+// rows) and the CPU op, selected ids equal, at the Flash shapes (64 heads × 128,
 // top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K, 32K and 33K (8,250 rows: the wide kernel's 64-key
 // runs, a row stride not a multiple of 4); sessions at different positions (per-query row counts and,
 // batched, per-query rows through rows_at), queries that see ≤ top_k rows mixed in, and duplicated rows
@@ -36,9 +37,9 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
   auto fused = std::move(made_f).value();
   // The fused launch with q and w loaded before the row count (3), and with the radix select's lean end
   // and one-scan compaction (4); the wide kernel always (5) and above 2,048 rows (6), both with the fused dot steps
-  // where exact (7, 8).
+  // where exact (7, 8), and those four with the register-blocked tile (9 … 12).
   std::vector<std::unique_ptr<Backend>> sorts;
-  for (int sel : {3, 4, 5, 6, 7, 8}) {
+  for (int sel : {3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);
@@ -134,15 +135,15 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
 
 // Shapes the decode kernel does not take (heads 8, head_dim 32) and 16 heads of 64 (which it does) against
 // the CPU: the dispatch falls back without a launch error, and the selection is the CPU's either way —
-// with the default select and with indexer_select = 3 … 8 (32 heads of 128: the wide kernel with 8 slots a head,
-// 1,000 and 3,000 rows, top 64).
+// with the default select and with indexer_select = 3 … 10 (32 heads of 128: the wide kernel with 8 slots a head,
+// 1,000 and 3,000 rows, top 64; 9 and 10 keep the unblocked tile at 32 heads).
 TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
   struct S {
     int32_t heads, head_dim, top_k, rows;
   };
   std::vector<std::unique_ptr<Backend>> sorts;
   std::vector<Backend*> bes = {gpu_.get()};
-  for (int sel : {3, 4, 5, 6, 7, 8}) {
+  for (int sel : {3, 4, 5, 6, 7, 8, 9, 10}) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);
@@ -179,18 +180,19 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
   }
 }
 
-// The wide decode kernel (indexer_select 5 … 8) at the edges of its selection, against the CPU op and select 4:
+// The wide decode kernel (indexer_select 5 … 12) at the edges of its selection, against the CPU op and select 4:
 // host bounds above the counts (the forward pass's bucketed max_rows: grids with idle blocks, key runs past the
 // count), every score equal (q = 0: one histogram bin, T = 0, the 512 lowest ids), three distinct rows only (ties
 // across bins and passes), all scores ≤ 0 (negative keys), a query that sees ≤ top_k rows beside two that do not,
 // and the row counts at the kernel's run sizes (2,048, 8,192, 16,384). FP4 operands as the model makes them (the
 // CPU's indexer_qat; rows also through f16): the fused dot steps of 7 and 8 — with one row, or one q head, of plain
 // floats (that block, or that query, takes the plain chain), a row with a value 2^70 (exponent out of range), and
-// FP4 ties (copies of earlier rows).
+// FP4 ties (copies of earlier rows). 9 … 12: the register-blocked tile (64-row blocks from ~8K rows, 32-row ones
+// from ~4K at n = 3; a count that ends a block mid-group of 4).
 TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
   const int32_t IH = 64, ID = 128, TK = 512;
   std::vector<std::unique_ptr<Backend>> bes;
-  for (int sel : {4, 5, 6, 7, 8}) {
+  for (int sel : {4, 5, 6, 7, 8, 9, 10, 11, 12}) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);
@@ -208,7 +210,8 @@ TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
                         {16384, 16384, Data::random},   {8192, 8192, Data::q_zero},     {9000, 10240, Data::three_rows},
                         {3000, 4096, Data::negative},   {700, 1024, Data::three_rows},  {8192, 8192, Data::fp4},
                         {8193, 10240, Data::fp4_plain_row}, {2100, 2560, Data::fp4_plain_q}, {600, 1024, Data::fp4},
-                        {5000, 8192, Data::fp4_huge},   {16000, 16384, Data::fp4_ties}};
+                        {5000, 8192, Data::fp4_huge},   {16000, 16384, Data::fp4_ties}, {6003, 6144, Data::fp4},
+                        {4097, 4608, Data::random}};
   for (const Case& cs : cases) {
     const int64_t n = 3;
     const std::vector<int32_t> nr = {cs.rows, TK - 20, cs.rows - 77};

@@ -14,7 +14,9 @@
 // CudaBackendOptions::indexer_select (passed through unfiltered; no header change): 0 … 4 as its header text says,
 // 5 / 6 the wide decode kernel (indexer_score_select_wide_kernel: scores and select in one launch past 2,048 rows,
 // the 32K context's 8,192) for every decode call up to 16,384 rows / above 2,048 rows only (else as 4); 7 / 8 as
-// 5 / 6 with the dots as fused multiply-adds where that is exact (FP4 operands: the same bits, half the instructions).
+// 5 / 6 with the dots as fused multiply-adds where that is exact (FP4 operands: the same bits, half the instructions);
+// 9, 10 / 11, 12 as 5, 7 / 6, 8 with a register-blocked tile (4 rows × 2 or 4 heads a thread) where a block has 32
+// or 64 rows.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -798,10 +800,104 @@ __device__ void wide_select(const IndexerArgs& a, int64_t i, int32_t nr, const u
   if (tid == 0) a.count[i] = a.top_k;
 }
 
-template <int KPT, bool kFma>
-__global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_wide_kernel(IndexerArgs a, uint32_t* keys,
-                                                                                  int64_t key_stride, int rb, int* done,
-                                                                                  int* hist) {
+// The register-blocked tile (indexer_select 9 … 12; 64 heads of 128): W1 measured the decode tile bound by
+// shared-memory delivery — a thread holds one head's q in registers and reads every row value it multiplies, one
+// float4 per 4 products. Here thread (hg, rg) takes rows 4rg … 4rg + 3 and heads hg + NHG·g (g < G; NHG = 64 / G
+// head groups, consecutive heads on consecutive lanes: their padded q rows fall in distinct bank groups) with q
+// and the rows both in shared memory ([rows][132], [heads][132]): per 4 dims 4 + G float4 loads for 16·G products
+// (G = 4: 8 loads per 64 instead of 4 per 16). Each (row, head) dot is still one sequential chain over d from 0
+// (dot_step: the CPU's order, or the exact fused step), so the same dots. rb = 4 · 256 / NHG rows (64 or 32).
+constexpr int kBlkPitch = 128 + 4;  // floats per staged row / q head (16-byte aligned rows, bank groups spread)
+
+template <int G, bool kF>
+__device__ inline void blocked_dots(const float4* rp, const float4* qp, float (&acc)[4][G]) {
+  constexpr int P4 = kBlkPitch / 4, NHG = 64 / G;
+#pragma unroll
+  for (int d4 = 0; d4 < 128 / 4; ++d4) {
+    float4 kr[4], qg[G];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) kr[r] = rp[r * P4 + d4];
+#pragma unroll
+    for (int g = 0; g < G; ++g) qg[g] = qp[g * NHG * P4 + d4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        dot_step<kF>(acc[r][g], qg[g].x, kr[r].x);
+        dot_step<kF>(acc[r][g], qg[g].y, kr[r].y);
+        dot_step<kF>(acc[r][g], qg[g].z, kr[r].z);
+        dot_step<kF>(acc[r][g], qg[g].w, kr[r].w);
+      }
+  }
+}
+
+// score_decode_dots' contract (the dots into sh as [rb][65], w_i after the tile at sh + rb·kBlkPitch, returns the
+// tile's row count) for the blocked layout; q and w loaded before the row count (qv, wv), heads = 64, HD = 128.
+template <int G, bool kFma>
+__device__ inline int score_decode_dots_blocked(const IndexerArgs& a, int rb, int64_t i, int32_t nr, int64_t r0,
+                                                float* sh, const float4 (*qv)[kIdxQPre], float wv) {
+  constexpr int HD = 128, H = 64, P4 = kBlkPitch / 4, NHG = H / G;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nrows = static_cast<int>(min(static_cast<int64_t>(rb), nr - r0));
+  float* shw = sh + rb * kBlkPitch;
+  float4* sq = reinterpret_cast<float4*>(shw + H);  // [H][kBlkPitch]
+  float4* st = reinterpret_cast<float4*>(sh);       // [rb][kBlkPitch]
+  const float* src = (a.rows_at ? a.rows_at[i] : a.rows) + r0 * HD;
+  bool exact = true;
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    for (int k = tid; k < nrows * HD / 4; k += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(src)[k];
+      st[(k / (HD / 4)) * P4 + k % (HD / 4)] = v;
+      if constexpr (kFma) exact = exact && fma_exact4(v);
+    }
+  } else {
+    for (int k = tid; k < nrows * HD; k += blockDim.x) {
+      const float v = src[k];
+      sh[(k / HD) * kBlkPitch + k % HD] = v;
+      if constexpr (kFma) exact = exact && fma_exact_value(v);
+    }
+  }
+  if (tid < H) shw[tid] = wv;
+#pragma unroll
+  for (int r = 0; r < kIdxQPre; ++r) {
+    const int k = tid + kIdxDecThreads * r;  // < H·HD/4 = 2,048 = 8 × 256: every piece
+    sq[(k / (HD / 4)) * P4 + k % (HD / 4)] = (*qv)[r];
+    if constexpr (kFma) exact = exact && fma_exact4((*qv)[r]);
+  }
+  if constexpr (kFma) {
+    exact = __syncthreads_and(exact) != 0;
+  } else {
+    __syncthreads();
+  }
+  const int hg = tid % NHG, rg = tid / NHG;
+  float acc[4][G];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int g = 0; g < G; ++g) acc[r][g] = 0.0f;
+  if (4 * rg < nrows) {  // rows past nrows in this group of 4 read stale shared values, never stored
+    if (kFma && exact) {
+      blocked_dots<G, true>(st + 4 * rg * P4, sq + hg * P4, acc);
+    } else {
+      blocked_dots<G, false>(st + 4 * rg * P4, sq + hg * P4, acc);
+    }
+  }
+  __syncthreads();  // every thread has read the tile: the dots go over it
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int row = 4 * rg + r;
+      if (row < nrows) sh[row * (H + 1) + hg + NHG * g] = acc[r][g];
+    }
+  __syncthreads();
+  return nrows;
+}
+
+// G = 0: score_decode_dots (q in registers, any decode head count); G = 2, 4: the register-blocked tile (64 heads).
+template <int KPT, bool kFma, int G>
+__global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && KPT <= 32) ? 2 : 1)
+    indexer_score_select_wide_kernel(IndexerArgs a, uint32_t* keys, int64_t key_stride, int rb, int* done, int* hist) {
   constexpr int HD = 128;
   extern __shared__ float sh[];
   const int64_t i = blockIdx.y;
@@ -816,11 +912,19 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_wide_kern
     return;
   }
   if (r0 >= nr) return;  // not one of the query's blocks
-  const int nrows = score_decode_dots<HD, true, true, kFma>(a, rb, i, nr, r0, sh, &qv, wv);
+  int nrows = 0;
+  const float* shw = nullptr;
+  if constexpr (G == 0) {
+    nrows = score_decode_dots<HD, true, true, kFma>(a, rb, i, nr, r0, sh, &qv, wv);
+    shw = sh + decode_w_offset(rb, HD, a.heads);
+  } else {
+    nrows = score_decode_dots_blocked<G, kFma>(a, rb, i, nr, r0, sh, &qv, wv);
+    shw = sh + rb * kBlkPitch;
+  }
   const bool mine = tid < nrows;  // rb ≤ kIdxDecMaxRows < blockDim: a thread per row
   uint32_t key = 0u;
   if (mine) {
-    key = score_key(head_sum(sh + tid * (a.heads + 1), sh + decode_w_offset(rb, HD, a.heads), a.heads));
+    key = score_key(head_sum(sh + tid * (a.heads + 1), shw, a.heads));
     keys[i * key_stride + r0 + tid] = key;
   }
   if (tid - lane < nrows) {  // the warps holding rows (whole warps: the match below)
@@ -884,19 +988,36 @@ void CudaBackend::indexer(const IndexerArgs& a) {
         return (static_cast<size_t>(r) * std::max(a.head_dim, a.heads + 1) + a.heads) * sizeof(float);
       };
       // 5: the wide kernel for every call it takes; 6: above the fused kernel's 2,048 rows only; 7, 8: as 5, 6 with
-      // the fused dot chain where exact (kFma).
-      const bool fma = idx_select_ == 7 || idx_select_ == 8;
+      // the fused dot chain where exact (kFma); 9, 10: as 5, 7 and 11, 12: as 6, 8 with the register-blocked tile
+      // where a block has 32 or 64 rows (64 heads).
+      const int sel = idx_select_;
+      const bool fma = sel == 7 || sel == 8 || sel == 10 || sel == 12;
       const bool wide = a.head_dim == 128 && max_rows <= kIdxWideMaxRows &&
-                        (idx_select_ == 5 || idx_select_ == 7 ||
-                         ((idx_select_ == 6 || idx_select_ == 8) && max_rows > kIdxFusedMaxRows));
+                        (sel == 5 || sel == 7 || sel == 9 || sel == 10 ||
+                         ((sel == 6 || sel == 8 || sel == 11 || sel == 12) && max_rows > kIdxFusedMaxRows));
       if (wide) {  // q staged in shared memory too, rows per block not cut: > 48 KB (opt-in)
-        const size_t dshm = dec_smem(rb) + static_cast<size_t>(a.heads) * (128 + 4) * sizeof(float);
-        auto k = max_rows <= 2048   ? (fma ? indexer_score_select_wide_kernel<8, true> : indexer_score_select_wide_kernel<8, false>)
-                 : max_rows <= 8192 ? (fma ? indexer_score_select_wide_kernel<32, true> : indexer_score_select_wide_kernel<32, false>)
-                                    : (fma ? indexer_score_select_wide_kernel<64, true> : indexer_score_select_wide_kernel<64, false>);
-        // The limit: the largest call's (64 heads, kIdxDecMaxRows rows), the same value every time, raised when no
-        // graph is being recorded (a recorded step always ran once eagerly before).
-        constexpr int kWideSmemMax = (kIdxDecMaxRows * 128 + 64 + 64 * (128 + 4)) * static_cast<int>(sizeof(float));
+        const bool blocked = sel >= 9 && sel <= 12 && a.heads == 64 && rb > unit;
+        const int g = !blocked ? 0 : rb > 2 * unit ? 4 : 2;
+        if (g > 0) rb = 16 * g;  // the blocked tile's rows: 4 · 256 / (64 / G)
+        const size_t dshm = g == 0 ? dec_smem(rb) + static_cast<size_t>(a.heads) * (128 + 4) * sizeof(float)
+                                   : (static_cast<size_t>(rb) * kBlkPitch + 64 + 64 * kBlkPitch) * sizeof(float);
+        const int kpt = max_rows <= 2048 ? 8 : max_rows <= 8192 ? 32 : 64;
+        auto pick = [&](auto k8, auto k32, auto k64) { return kpt == 8 ? k8 : kpt == 32 ? k32 : k64; };
+        auto k = g == 0 ? (fma ? pick(indexer_score_select_wide_kernel<8, true, 0>, indexer_score_select_wide_kernel<32, true, 0>,
+                                      indexer_score_select_wide_kernel<64, true, 0>)
+                               : pick(indexer_score_select_wide_kernel<8, false, 0>, indexer_score_select_wide_kernel<32, false, 0>,
+                                      indexer_score_select_wide_kernel<64, false, 0>))
+                 : g == 2 ? (fma ? pick(indexer_score_select_wide_kernel<8, true, 2>, indexer_score_select_wide_kernel<32, true, 2>,
+                                        indexer_score_select_wide_kernel<64, true, 2>)
+                                 : pick(indexer_score_select_wide_kernel<8, false, 2>, indexer_score_select_wide_kernel<32, false, 2>,
+                                        indexer_score_select_wide_kernel<64, false, 2>))
+                          : (fma ? pick(indexer_score_select_wide_kernel<8, true, 4>, indexer_score_select_wide_kernel<32, true, 4>,
+                                        indexer_score_select_wide_kernel<64, true, 4>)
+                                 : pick(indexer_score_select_wide_kernel<8, false, 4>, indexer_score_select_wide_kernel<32, false, 4>,
+                                        indexer_score_select_wide_kernel<64, false, 4>));
+        // The limit: the largest call's (64 heads, 64 rows, the blocked tile's pitch), the same value every time,
+        // raised when no graph is being recorded (a recorded step always ran once eagerly before).
+        constexpr int kWideSmemMax = (64 * kBlkPitch + 64 + 64 * kBlkPitch) * static_cast<int>(sizeof(float));
         cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
         if (!check(cudaStreamIsCapturing(stream(), &capturing), "indexer wide: capture status")) return;
         if (capturing == cudaStreamCaptureStatusNone &&

@@ -684,8 +684,8 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
 // The decode indexer past 2,048 rows in one launch (CudaBackendOptions::indexer_select 5: every decode call up to
 // kIdxWideMaxRows rows; 6: 4's fused kernel up to 2,048 rows, this one above). At 32K context a CSA query scores
 // 8,192 rows and keeps 512; the fused kernel's selecting block (256 threads, 4 radix passes over keys in shared
-// memory, the first pass's histogram on the few top digits that float keys share: serialized shared atomics) does
-// not scale to that, and the two-launch path took ~46 µs at n = 1. Here the selection is spread over the scoring:
+// memory, the first pass's histogram on the few top digits that float keys share) is sized for ≤ 2,048, and the
+// two-launch path took ~46 µs at n = 1 (H200). Here the selection is spread over the scoring:
 //   1. each block scores its ≤ 64 rows (score_decode_dots with q and w loaded first, one block per multiprocessor
 //      at 8K rows), stores their keys (score_key, [n][key_stride] u32) and adds them to the query's histogram of
 //      the keys' top 11 bits in global memory (sign, exponent and two mantissa bits; one add per distinct bin per

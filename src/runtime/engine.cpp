@@ -60,10 +60,11 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
       co.f16_mma = opts.cuda_f16_mma;
       // The decode indexer's fused score + select launch with q and the head weights loaded before the row count
       // and the radix select's lean end (ops_indexer.cu; session 10 on the H200: 17.9 → 13.8 µs per CSA layer at
-      // 2K, the same ids), and past 2,048 rows (contexts above 8K) the wide kernel: scores and selection in one
-      // launch there too (session 11 on the H200, one query: 47.0 → 22.4 µs at 32K, 29.2 → 14.5 at 16K; 8 queries
-      // 144.5 → 92.9 at 32K; the same ids). A bare CudaBackendOptions keeps 2, the previous launch, for before/after runs.
-      co.indexer_select = 6;
+      // 2K, the same ids), and past 2,048 rows (contexts above 8K) the wide kernel with its register-blocked tile:
+      // scores and selection in one launch there too (session 11 on the H200, one query: 46.0 → 19.0 µs at 32K,
+      // 29.1 → 12.9 at 16K; 8 queries 144.0 → 65.1 at 32K; the same ids). A bare CudaBackendOptions keeps 2, the
+      // previous launch, for before/after runs.
+      co.indexer_select = 11;
       auto be = backend::cuda::make_cuda_backend(co);
       if (!be.ok()) return be.status().with_context("engine");
       e->backend_ = std::move(be).value();

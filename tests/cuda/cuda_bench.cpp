@@ -13,6 +13,10 @@
 //                                         n = 1 the session-10 sides (expert_one_token 17, 27, 37, 47, 14, 24, 44, 6:
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
+//        cuda_bench --experts lean [once] the default and session 11's sides at n = 1 (expert_one_token 28, 57, 59, 58:
+//                                         moe_one_lean.cu's gate/up variants 8, 9, fold-5 down kernel), then the
+//                                         default and 58 again; once: one untimed call of each (ncu).
+//        cuda_bench --moe-steps A B M...  decode steps (batch 1 at 2K) with expert_one_token A and B, interleaved.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
@@ -118,6 +122,7 @@ void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
+void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
@@ -138,7 +143,7 @@ void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
 // ("general": the tensor-core GEMM / grouped GEMM / per-pair matvec) for comparison. Expert GB/s count the bytes of
 // the distinct experts the batch reads (7.07 MB each).
 void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_only = false, bool once = false,
-                  bool one = false, bool v3_only = false) {
+                  bool one = false, bool v3_only = false, bool lean = false) {
   cuda::CudaBackendOptions go;
   go.decode_kernels = false;
   auto general = cuda::make_cuda_backend(go);
@@ -256,12 +261,32 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     auto b = cuda::make_cuda_backend(oo);
     if (b.ok()) fold_tiles[i] = std::move(b).value();
   }
+  // Session 11 (moe_one_lean.cu): gate/up variant 8 with fold 2, variant 7 with the fold-5 down kernel, variant 9
+  // (16 warps × 2 stages) with fold 5, variant 8 with fold 5.
+  constexpr int kLean = 4;
+  const int lean_opts[kLean] = {28, 57, 59, 58};
+  const char* lean_tags[kLean] = {"one28", "one57", "one59", "one58"};
+  std::unique_ptr<Backend> lean_one[kLean];
+  for (int i = 0; i < kLean && lean; ++i) {
+    oo.expert_one_token = lean_opts[i];
+    auto b = cuda::make_cuda_backend(oo);
+    if (b.ok()) lean_one[i] = std::move(b).value();
+  }
   ro.expert_row_tiles_v3 = 1;  // the balanced expert-major runs, fast decode and byte-permute decode at every n
   auto v3_tiles = cuda::make_cuda_backend(ro);
   ro.expert_row_tiles_perm = true;
   auto v3perm_tiles = cuda::make_cuda_backend(ro);
   std::vector<Side> moe_sides;
-  if (one) {
+  if (lean) {
+    // The default (27), then each lean side, then the default and 58 again (drift shows); once (ncu): each once.
+    moe_sides.push_back({&be, "default"});
+    for (int i = 0; i < kLean; ++i)
+      if (lean_one[i]) moe_sides.push_back({lean_one[i].get(), lean_tags[i]});
+    if (!once) {
+      moe_sides.push_back({&be, "default"});
+      if (lean_one[kLean - 1]) moe_sides.push_back({lean_one[kLean - 1].get(), lean_tags[kLean - 1]});
+    }
+  } else if (one) {
     // Timed: the default (gate/up variant 4, PDL down), variant 2 with PDL (the default before), the warp
     // tiles with PDL. once (ncu): gate/up variants 2 and 4 (variants 1 and 3: session 8's runs).
     if (!once) moe_sides.push_back({&be, "default"});
@@ -308,7 +333,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     a.clamp = 10;
     a.out = out.f32();
     for (int n : one ? std::vector<int>{1, 2, 7} : std::vector<int>{1, 8, 16, 32, 64}) {
-      if (one && (once || sd.tag != std::string("default")) && n > 1) break;  // n > 1: the warp tiles
+      if (one && (once || lean || sd.tag != std::string("default")) && n > 1) break;  // n > 1: the warp tiles
       a.n = n;
       std::vector<int32_t> used(ids.begin(), ids.begin() + n * K);
       std::sort(used.begin(), used.end());
@@ -557,10 +582,11 @@ int main(int argc, char** argv) {
   std::printf("BENCH device %s cc %d.%d, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.total / 1073741824.0);
   std::mt19937 rng(1);
   if (argc > 1 && std::strcmp(argv[1], "--experts") == 0) {
-    const bool one = argc > 2 && std::strcmp(argv[2], "one") == 0;
+    const bool lean = argc > 2 && std::strcmp(argv[2], "lean") == 0;
+    const bool one = lean || (argc > 2 && std::strcmp(argv[2], "one") == 0);
     const bool v3 = argc > 2 && std::strncmp(argv[2], "v3", 2) == 0;  // "v3", "v3once"
     const bool once = (argc > 2 + one && std::strcmp(argv[2 + one], "once") == 0) || (v3 && std::strcmp(argv[2], "v3once") == 0);
-    bench_skinny(*be, rng, true, once || v3 || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once, one, v3);
+    bench_skinny(*be, rng, true, once || v3 || (argc > 2 && std::strcmp(argv[2], "tiles") == 0), once, one, v3, lean);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small4") == 0) {  // session 7's shorter chain: small_v4 vs off
@@ -766,6 +792,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--small7-steps") == 0) {  // decode steps, session 10's folds off / on
     bench_small7_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--moe-steps") == 0) {  // decode steps, two expert_one_token values
+    bench_moe_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc-fuse-steps") == 0) {  // decode steps, HC pre in two launches / one

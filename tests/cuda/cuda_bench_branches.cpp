@@ -14,6 +14,7 @@
 // off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
 // `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
 // `cuda_bench --small7-steps M...`: decode steps with session 10's folds off and on (attn_out_rope, hc_post_fold).
+// `cuda_bench --moe-steps A B M...`: decode steps with expert_one_token A and B, "BENCH moe-steps" lines.
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
 // variants), "BENCH f16mma-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
@@ -365,6 +366,39 @@ void bench_small7_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 512, "small7-steps")) return;
     }
     interleaved_decode_steps("small7-steps", names, sides, 12, plan.size(), 8, 512);
+  }
+}
+
+// `cuda_bench --moe-steps A B M...`: decode steps of one session at 2K (graphs and branches on, f16_mma and the
+// indexer select as the engine sets them) with CudaBackendOptions::expert_one_token A and B — the routed experts
+// of a one-token step — interleaved three times (drift shows): "BENCH moe-steps" lines. Per-call wins of these
+// kernels have not always shown in whole steps (the experts run beside the shared expert's branch).
+void bench_moe_steps(int argc, char** argv) {
+  if (argc < 3) {
+    std::printf("BENCH moe-steps: usage --moe-steps A B model.gguf...\n");
+    return;
+  }
+  const int vals[2] = {std::atoi(argv[0]), std::atoi(argv[1])};
+  for (int i = 2; i < argc; ++i) {
+    auto mf = open_model(argv[i], "moe-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.expert_one_token = vals[k];
+      co.f16_mma = true;
+      co.indexer_select = 4;
+      if (!load_side(sides[k], *mf, plan, co, 512, "moe-steps")) return;
+    }
+    for (int round = 0; round < 3; ++round)
+      for (int k = 0; k < 2; ++k) {
+        const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, 2048);
+        std::printf("BENCH moe-steps expert_one_token %3d layers %zu batch 1 ctx 2048 round %d: %.3f ms/step, %.1f tok/s\n",
+                    vals[k], plan.size(), round + 1, t * 1e3, t > 0 ? 1 / t : 0.0);
+        if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
+        std::fflush(stdout);
+      }
   }
 }
 

@@ -42,6 +42,7 @@
 #include "backend/cuda/moe_group.cuh"
 #include "backend/cuda/moe_terms.cuh"
 #include "backend/cuda/moe_row_tiles.h"
+#include "backend/cuda/moe_one_lean.h"
 #include "backend/cuda/moe_one_token.h"
 #include "backend/cuda/moe_warp_tiles.h"
 #include "quant/iq2xxs_tables.h"
@@ -328,10 +329,14 @@ __global__ void __launch_bounds__(kMaxGroupExperts) moe_prologue_kernel(Prologue
 // The hidden rows h [pairs][ff] quantized once per pair, one warp per block. Behind the warp tiles it may
 // be a programmatic dependent of the gate/up tiles (it waits for them before reading h) and lets the down
 // tiles start early (they wait for it before reading act); both calls are no-ops otherwise.
-template <bool kQ80>
+// kEarly (the one-token fold-5 path): the down kernel is let in before this one waits, so its blocks take the
+// SMs the gate/up kernel leaves and copy their first weights while the last gate/up items and this kernel run
+// (it waits for this grid's end before reading act either way).
+template <bool kQ80, bool kEarly = false>
 __global__ void moe_quantize_hidden_kernel(const float* h, int64_t pairs, int64_t ff, uint8_t* act) {
+  if constexpr (kEarly) grid_launch_dependents();
   grid_dependency_wait();
-  grid_launch_dependents();
+  if constexpr (!kEarly) grid_launch_dependents();
   const int64_t blk = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   quantize_padded<kQ80>(h, ff, pairs, ff, act, blk, threadIdx.x % kWarp);
 }
@@ -410,6 +415,7 @@ cudaError_t init_tile_kernels() {
   if (e == cudaSuccess) e = allow_tile_smem<GgmlType::IQ2_XXS>();
   if (e == cudaSuccess) e = init_warp_tile_kernels();
   if (e == cudaSuccess) e = init_one_token_kernels();
+  if (e == cudaSuccess) e = init_one_lean_kernels();
   if (e == cudaSuccess) e = init_row_tile_kernels();
   return e;
 }
@@ -448,6 +454,8 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // expert_one_token = V + 10·F: gate/up variant V, and F ≥ 1 the down kernel with moe()'s slot sum (F = 1: a
   // warp per tile of rows, 2: two warps a tile, 3 / 4: as 1 / 2 with the hidden rows quantized inside it, no
   // quantization launch) — taken only when moe() asks for it by y == nullptr (it then adds no slot sum).
+  // Session 11 (moe_one_lean.cu): V = 8, 9 the lean gate/up kernels (variant 7's work and bits, compile-time
+  // shapes, a lane per whole block), F = 5 the lean down + slot sum kernel (fold 2's work and bits).
   const bool others_auto = expert_tiles_warp_max_ < 0 && expert_row_tiles_min_ < 0;
   const int one_option = expert_one_token_ < 0 ? (others_auto ? kOneTokenAuto : 0) : expert_one_token_;
   const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 : 0;
@@ -456,9 +464,11 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
                                   a.down.expert_bytes, nb_d, a.dim);
   // y == nullptr: the one-token kernels with the slot sum into a.out, or nothing (moe() then calls again).
+  // Fold 5 (session 11): moe_one_lean.cu's down kernel; the others moe_one_token.cu's.
   if (y == nullptr && !(one && fold > 0 && a.k <= kOneSumMaxSlots &&
-                        one_token_sum_fits(*this, fold, static_cast<int32_t>(a.k), nb_d * act_pitch_of(dt),
-                                           a.down.first.row_bytes)))
+                        (fold == 5 ? one_lean_down_fits(*this, static_cast<int32_t>(a.k), a.down.first.row_bytes)
+                                   : one_token_sum_fits(*this, fold, static_cast<int32_t>(a.k), nb_d * act_pitch_of(dt),
+                                                        a.down.first.row_bytes))))
     return false;
   // the down tiles' weights copied early
   const bool pdl_on = expert_tiles_pdl_ < 0 ? (one ? kOneTokenPdlAuto : warp && kWarpTilesPdlAuto) : expert_tiles_pdl_ > 0;
@@ -478,7 +488,9 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
 
   // Gate/up variant 7 with the slot-summing down kernel: no prologue (the gate/up kernel takes the slots and
   // quantizes x itself; nothing reads the groups).
-  const bool slots = one && fold > 0 && one_variant == 7 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  // Variants 8, 9 (session 11, moe_one_lean.cu): variant 7's work at fewer instructions, where they fit (else 7).
+  const bool slots = one && fold > 0 && one_variant >= 7 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const bool lean_gu = slots && one_variant >= 8 && one_lean_gate_up_fits(*this, one_variant, a.ff);
   const OneTokenSum sa{a.ids, static_cast<int32_t>(a.k), a.down.n_expert, h, a.out, a.x};
   PrologueParams q{a.ids, static_cast<int32_t>(pairs), n_expert, order, groups, n_groups, a.x, a.n, a.dim, x_act};
   const unsigned pro_blocks = 1 + grid_for(a.n * nb_gu, kMaxGroupExperts / kWarp);
@@ -512,10 +524,13 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.clamp = a.clamp;
   if (slots) {
     p.n_tiles = static_cast<int32_t>(a.ff);
-    if (!launch_one_gate_up_slots(*this, p, sa, pdl, s)) return true;
+    if (!(lean_gu ? launch_one_lean_gate_up(*this, p, sa, one_variant, pdl, s) : launch_one_gate_up_slots(*this, p, sa, pdl, s)))
+      return true;
   } else if (one) {
     p.n_tiles = static_cast<int32_t>(a.ff);
-    if (!launch_one_gate_up(*this, p, int64_t{max_groups} * p.n_tiles, one_variant, s)) return true;
+    // Variants 7 … 9 need the slot-summing down kernel: without it, variant 4's kernel.
+    if (!launch_one_gate_up(*this, p, int64_t{max_groups} * p.n_tiles, one_variant >= 7 ? 4 : one_variant, s))
+      return true;
   } else if (warp) {
     p.n_tiles = static_cast<int32_t>(a.ff / warp_tile_rows(true));
     if (!launch_warp_tiles(*this, gt, true, p, int64_t{max_groups} * p.n_tiles, false, s)) return true;
@@ -529,8 +544,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // The hidden rows quantized once per pair. Rows of pairs with a bad id hold whatever h had: they are
   // quantized but belong to no group (the slot sum gives those tokens NaN).
   const unsigned hq = grid_for(pairs * nb_d * kWarp, 256);
-  if (fold < 3 && !check(launch_dependent(pdl, hq, 256, 0, s,
-                              dt == GgmlType::Q8_0 ? moe_quantize_hidden_kernel<true> : moe_quantize_hidden_kernel<false>,
+  if ((fold < 3 || fold == 5) && !check(launch_dependent(pdl, hq, 256, 0, s,
+                              dt == GgmlType::Q8_0 ? moe_quantize_hidden_kernel<true>
+                              : fold == 5          ? moe_quantize_hidden_kernel<false, true>
+                                                   : moe_quantize_hidden_kernel<false>,
                               static_cast<const float*>(h), pairs, a.ff, h_act),
              "moe quantize hidden rows"))
     return true;
@@ -551,7 +568,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.dim;
   p.weights = nullptr;
   p.clamp = 0;
-  if (one && fold > 0) {
+  if (one && fold == 5) {
+    p.n_tiles = static_cast<int32_t>(a.dim / one_token_down_rows());
+    launch_one_lean_down(*this, p, sa, pdl, s);
+  } else if (one && fold > 0) {
     p.n_tiles = static_cast<int32_t>(a.dim / one_token_down_rows());
     launch_one_down_sum(*this, p, sa, fold, pdl, s);
   } else if (one) {

@@ -1,0 +1,38 @@
+// moe_one_lean.h — entry points of the lean one-token routed-expert kernels (moe_one_lean.cu): gate/up
+// variants 8, 9 and the down kernel with the slot sum, fold 5 (CudaBackendOptions::expert_one_token V + 10·F
+// with V = 8, 9 and / or F = 5), called by moe_tiles.cu's CudaBackend::moe_tiles at n = 1 beside moe_one_token.cu's.
+// Deliberately not here: the choice of kernels (moe_tiles.cu), the other variants (moe_one_token.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/moe_one_token.h"
+
+namespace ds4::backend::cuda {
+
+class CudaBackend;
+
+// Whether gate/up variant 8 or 9 fits be's device (its shared memory) and ff rows (two per item); the other
+// shapes are one_token_fits's.
+bool one_lean_gate_up_fits(CudaBackend& be, int variant, int64_t ff);
+
+// Whether the fold-5 down kernel fits k slots (≤ kOneSumMaxSlots) and down rows of dn_row_bytes (672 at the
+// Flash shapes: 8 Q2_K blocks, the only ones taken).
+bool one_lean_down_fits(CudaBackend& be, int32_t k, uint64_t dn_row_bytes);
+
+// Gate/up variant 8 or 9 (+ SwiGLU, routing weight): as launch_one_gate_up_slots (p.n_tiles = ff rows; items of
+// two rows over sa's k slots, x quantized inside; pdl: a programmatic dependent of the kernel before).
+// false: a launch error (recorded in be).
+bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, int variant, bool pdl,
+                             cudaStream_t s);
+
+// The fold-5 down kernel with moe()'s slot sum: as launch_one_down_sum with fold 2 (p.act: the quantized
+// hidden rows; p.n_tiles = dim / one_token_down_rows()). false: a launch error.
+bool launch_one_lean_down(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, bool pdl, cudaStream_t s);
+
+// Grid table and shared-memory limits of these kernels (once, outside any capture).
+cudaError_t init_one_lean_kernels();
+
+}  // namespace ds4::backend::cuda

@@ -143,18 +143,24 @@ int main(int argc, char** argv) {
   };
 
   const int H = 64, D = 512, W = 128, TK = 512, IH = 64, ID = 128;
+  // q [n][64][128], head weights [n][64] and rows [rows_n][128] (drawn in that order); q and the rows as the model
+  // makes them: FP4 round trips (the rows also through f16).
+  auto fp4_inputs = [&](int64_t n, int64_t rows_n, float*& iq, float*& iw, float*& irows) {
+    iq = frand(n * IH * ID, 1.0f, false);
+    iw = frand(n * IH, 0.1f, false);
+    irows = frand(rows_n * ID, 1.0f, false);
+    be.indexer_qat({iq, n * IH, ID});
+    IndexerQatArgs rq{irows, rows_n, ID};
+    rq.f16 = true;
+    be.indexer_qat(rq);
+  };
   // Decode indexer at ctx: 2K → 525 rows under the forward pass's bucketed bound (1,024); else ctx / 4 rows (bound the
-  // same: 32K's 8,192 is its own bucket). q and rows FP4 round trips (rows also through f16), as the model makes them.
+  // same: 32K's 8,192 is its own bucket); fp4_inputs.
   auto decode_indexer = [&](int64_t ctx, int64_t n) {
     const int32_t rows_n = static_cast<int32_t>(ctx == 2048 ? 525 : ctx / 4);
     const int64_t bound = ctx == 2048 ? 1024 : ctx / 4;
-    float* iq = frand(n * IH * ID, 1.0f, false);
-    float* iw = frand(n * IH, 0.1f, false);
-    float* irows = frand(bound * ID, 1.0f, false);
-    be.indexer_qat({iq, n * IH, ID});
-    IndexerQatArgs rq{irows, bound, ID};
-    rq.f16 = true;
-    be.indexer_qat(rq);
+    float *iq = nullptr, *iw = nullptr, *irows = nullptr;
+    fp4_inputs(n, bound, iq, iw, irows);
     (void)be.sync();
     int32_t* nr = ibuf(std::vector<int32_t>(n, rows_n));
     int32_t* oidx = reinterpret_cast<int32_t*>(fbuf(n * TK));
@@ -222,13 +228,8 @@ int main(int argc, char** argv) {
     }
     if (ctx == 2048 && mode != "decode") {  // a prefill chunk's indexer: 2,048 queries at 2K (512 … 1,023 rows), FP4 operands
       const int64_t n = nmax, rows_n = (ctx + n) / 4;
-      float* iq = frand(n * IH * ID, 1.0f, false);
-      float* iw = frand(n * IH, 0.1f, false);
-      float* irows = frand(rows_n * ID, 1.0f, false);
-      be.indexer_qat({iq, n * IH, ID});
-      IndexerQatArgs rq{irows, rows_n, ID};
-      rq.f16 = true;
-      be.indexer_qat(rq);
+      float *iq = nullptr, *iw = nullptr, *irows = nullptr;
+      fp4_inputs(n, rows_n, iq, iw, irows);
       std::vector<int32_t> nrs(n);
       for (int64_t i = 0; i < n; ++i) nrs[i] = static_cast<int32_t>((ctx + i + 1) / 4);
       int32_t* nr = ibuf(nrs);

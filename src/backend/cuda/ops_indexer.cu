@@ -635,6 +635,16 @@ __device__ inline void load_q_pre(const IndexerArgs& a, int64_t i, float4 (&qv)[
   if (static_cast<int>(threadIdx.x) < a.heads) wv = a.w[i * a.heads + threadIdx.x];
 }
 
+// Whole block, before scoring rows r0 … of query i (nr visible rows): false when the block has none to score — the
+// query sees ≤ top_k rows (block 0 then writes the identity selection) or r0 is past its rows.
+__device__ inline bool block_scores_rows(const IndexerArgs& a, int64_t i, int32_t nr, int64_t r0) {
+  if (nr <= a.top_k) {
+    if (blockIdx.x == 0) select_all_rows(a, i, nr);
+    return false;
+  }
+  return r0 < nr;
+}
+
 // Whole block, after its stores (and global adds) for query i: counts the block done on the query's counter (a
 // fence first: what it wrote is visible device-wide) and tells whether it was the last of the query's `blocks`; that
 // one resets the counter for the next call (every block of this call has counted) and fences again before reading.
@@ -671,11 +681,7 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
   if constexpr (kPre) load_q_pre<HD>(a, i, qv, wv);  // heads·HD ≤ 64 × 128
   const int32_t nr = a.n_rows[i];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
-  if (nr <= a.top_k) {
-    if (blockIdx.x == 0) select_all_rows(a, i, nr);
-    return;
-  }
-  if (r0 >= nr) return;  // not one of the query's blocks
+  if (!block_scores_rows(a, i, nr, r0)) return;
   score_decode_tile<HD, true, kPre>(a, scores, score_stride, rb, i, nr, r0, sh, &qv, wv);
   if (!last_block_of_query(done, i, static_cast<int>((nr + rb - 1) / rb))) return;
   radix_select_block<true, kLean>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
@@ -907,11 +913,7 @@ __global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && KPT <= 32) ? 2 : 1)
   load_q_pre<HD>(a, i, qv, wv);
   const int32_t nr = a.n_rows[i];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
-  if (nr <= a.top_k) {
-    if (blockIdx.x == 0) select_all_rows(a, i, nr);
-    return;
-  }
-  if (r0 >= nr) return;  // not one of the query's blocks
+  if (!block_scores_rows(a, i, nr, r0)) return;
   int nrows = 0;
   const float* shw = nullptr;
   if constexpr (G == 0) {

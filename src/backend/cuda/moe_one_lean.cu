@@ -97,16 +97,18 @@ __device__ inline uint32_t tab_ld_sign(uint32_t a) {  // the sign half of an ent
 
 // acc + the exact integer sum of one IQ2_XXS group (a0: 4 grid indices, a1: 4 × 7 sign bits and the 4-bit
 // scale) with the token's 32 Q8_K values x, times 2·(a1 >> 28) + 1: moe_one_token.cu's iq2_group_isum, the
-// tables read at tab + offset (tab: their shared address, lane4 = 4 × lane: the lane's copy).
-__device__ inline int group_isum(uint32_t a0, uint32_t a1, const uint32_t (&x)[8], uint32_t tab, uint32_t lane4, int acc) {
+// tables read at tab + offset (tab: their shared address, lane4 = 4 × lane: the lane's copy); pos =
+// kIq2xxsPermPos, held in a register (a byte permute takes one immediate, the other candidate word a register).
+__device__ inline int group_isum(uint32_t a0, uint32_t a1, const uint32_t (&x)[8], uint32_t tab, uint32_t lane4, uint32_t pos,
+                                 int acc) {
   int sum = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t go = prmt(a0, lane4, 0x5504u | (k << 4));  // bytes: 4·lane, index k, 0, 0
     const uint32_t so = ((k == 0 ? a1 << 8 : k == 1 ? a1 << 1 : a1 >> (7 * k - 8)) & 0x7f00u) | lane4;
     const uint32_t sel = tab_ld(tab + go) | tab_ld_sign(tab + so);
-    sum = __dp4a(static_cast<int>(prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel)), static_cast<int>(x[2 * k]), sum);
-    sum = __dp4a(static_cast<int>(prmt(kIq2xxsPermPos, kIq2xxsPermNeg, sel >> 16)), static_cast<int>(x[2 * k + 1]), sum);
+    sum = __dp4a(static_cast<int>(prmt(pos, kIq2xxsPermNeg, sel)), static_cast<int>(x[2 * k]), sum);
+    sum = __dp4a(static_cast<int>(prmt(pos, kIq2xxsPermNeg, sel >> 16)), static_cast<int>(x[2 * k + 1]), sum);
   }
   // 2·(a1 >> 28) + 1 = (a1 >> 27) | 1 (bit 27 — a sign bit — lands on the 1): two operations and the multiply-add.
   return acc + sum * static_cast<int>((a1 >> 27) | 1u);
@@ -136,6 +138,11 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1) moe_one_lean_gat
   float* const terms = reinterpret_cast<float*>(sact + kGuAct + static_cast<uint32_t>(wid) * kGuTerms);
   // The tables while the kernel before finishes; then its outputs (ids, weights, x).
   fill_perm_tables(reinterpret_cast<uint32_t*>(smem), c_lean_grid, threadIdx.x, blockDim.x);
+  // kIq2xxsPermPos in an unused word of the tables (entry 128's sign half: sign entries stop at 127), read back
+  // below: a loaded value stays in a register, where a constant was rematerialised before each of the decode's
+  // byte permutes (W1 SASS: 103 IMADs an item).
+  constexpr uint32_t kPosAt = 128 * 256 + 128;
+  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(smem + kPosAt) = kIq2xxsPermPos;
   grid_dependency_wait();
   grid_launch_dependents();  // the hidden rows' quantization may be placed; it waits for this grid's end
   const int32_t k = sa.k;    // ≤ kOneSumMaxSlots
@@ -201,6 +208,7 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1) moe_one_lean_gat
   const uint32_t qb = static_cast<uint32_t>(m) * kGuUp + static_cast<uint32_t>(bl) * kIq2Blk;
   const uint32_t qb4 = (qb + 2) & ~3u, sh = 8 * ((qb + 2) & 3u);
   const uint32_t lane4 = 4u * static_cast<uint32_t>(lane);
+  const uint32_t pos = *reinterpret_cast<volatile const uint32_t*>(smem + kPosAt);
   uint8_t* const ring = smem + ring_off;
   int32_t g = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the item computed
   int64_t row = k > 0 ? begin / k : 0;
@@ -220,7 +228,7 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1) moe_one_lean_gat
 #pragma unroll
         for (int gi = 0; gi < 8; ++gi) {
           const uint32_t w_mid = qw[2 * gi + 1], w_hi = qw[2 * gi + 2];
-          isum = group_isum(__funnelshift_r(w_lo, w_mid, sh), __funnelshift_r(w_mid, w_hi, sh), xa[gi], tab, lane4, isum);
+          isum = group_isum(__funnelshift_r(w_lo, w_mid, sh), __funnelshift_r(w_mid, w_hi, sh), xa[gi], tab, lane4, pos, isum);
           w_lo = w_hi;
         }
         // QDot<IQ2_XXS>::finish: (f16(d) · d_x) · sum, at terms[row r][matrix m][block bl].

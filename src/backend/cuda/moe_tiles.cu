@@ -80,7 +80,12 @@ constexpr int64_t kRowTilesAutoMin = 8;
 // two warps a tile (F = 2): bit for bit with the CPU and the block tiles (CudaMoeTiles one-token cases, 90
 // PARITY lines) and faster, whole op at n = 1 (2026-11-30 19:35 UTC): 31.9 µs cold / 29.9 warm against variant
 // 4's 38.5–38.9 / 35.8–37.0 — 3 launches instead of 5.
-constexpr int kOneTokenAuto = 27;
+// Session 11 W1 (moe1, 21:52 UTC): 58 = gate/up variant 8 (moe_one_lean.cu: a lane per IQ2_XXS block, compile-time
+// shapes) with the fold-5 down kernel — bit for bit with the CPU and the block tiles (170 PARITY lines, every k 1 … 8,
+// bad ids) and faster: whole op at n = 1 27.96 / 27.93 µs cold against 31.62 / 31.79 for 27 (warm 26.55 / 26.26 vs
+// 28.98 / 29.52); ncu gate/up 19.4–20.2 µs (8.14 M warp instructions) vs 22.4–23.6 (10.69 M); decode steps of a
+// 4-layer flash-q2 file at 2K 0.845–0.850 ms vs 0.866–0.869 (three interleaved rounds).
+constexpr int kOneTokenAuto = 58;
 constexpr bool kOneTokenPdlAuto = true;
 // The warp tiles' down launch as a programmatic dependent by default (expert_tiles_pdl = -1): the H200 measured
 // it faster at 1, 2 and 7 tokens (2026-11-30 12:13 UTC, µs per layer: 42.5 vs 43.6, 75.4 vs 77.2, 250.2 vs

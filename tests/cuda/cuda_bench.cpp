@@ -13,9 +13,9 @@
 //                                         n = 1 the session-10 sides (expert_one_token 17, 27, 37, 47, 14, 24, 44, 6:
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
-//        cuda_bench --experts lean [once] the default and session 11's sides at n = 1 (expert_one_token 28, 57, 59, 58:
-//                                         moe_one_lean.cu's gate/up variants 8, 9, fold-5 down kernel), then the
-//                                         default and 58 again; once: one untimed call of each (ncu).
+//        cuda_bench --experts lean [once] the default (58: moe_one_lean.cu's gate/up variant 8, fold-5 down kernel),
+//                                         27 (the default before) and 59 (variant 9) at n = 1, twice; once: one
+//                                         untimed call of each (ncu).
 //        cuda_bench --moe-steps A B M...  decode steps (batch 1 at 2K) with expert_one_token A and B, interleaved.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
@@ -261,11 +261,11 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     auto b = cuda::make_cuda_backend(oo);
     if (b.ok()) fold_tiles[i] = std::move(b).value();
   }
-  // Session 11 (moe_one_lean.cu): gate/up variant 8 with fold 2, variant 7 with the fold-5 down kernel, variant 9
-  // (16 warps × 2 stages) with fold 5, variant 8 with fold 5.
-  constexpr int kLean = 4;
-  const int lean_opts[kLean] = {28, 57, 59, 58};
-  const char* lean_tags[kLean] = {"one28", "one57", "one59", "one58"};
+  // Session 11 (moe_one_lean.cu; the default is 58 = gate/up variant 8 + the fold-5 down kernel): 27 (the default
+  // before) and 59 (variant 9: 16 warps × 2 stages, with fold 5). W1's other sides: 28, 57.
+  constexpr int kLean = 2;
+  const int lean_opts[kLean] = {27, 59};  // the default before session 11; variant 9 with fold 5
+  const char* lean_tags[kLean] = {"one27", "one59"};
   std::unique_ptr<Backend> lean_one[kLean];
   for (int i = 0; i < kLean && lean; ++i) {
     oo.expert_one_token = lean_opts[i];
@@ -278,13 +278,11 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto v3perm_tiles = cuda::make_cuda_backend(ro);
   std::vector<Side> moe_sides;
   if (lean) {
-    // The default (27), then each lean side, then the default and 58 again (drift shows); once (ncu): each once.
-    moe_sides.push_back({&be, "default"});
-    for (int i = 0; i < kLean; ++i)
-      if (lean_one[i]) moe_sides.push_back({lean_one[i].get(), lean_tags[i]});
-    if (!once) {
+    // The default (58), 27 and 59, twice (drift shows); once (ncu): each once.
+    for (int rep = 0; rep < (once ? 1 : 2); ++rep) {
       moe_sides.push_back({&be, "default"});
-      if (lean_one[kLean - 1]) moe_sides.push_back({lean_one[kLean - 1].get(), lean_tags[kLean - 1]});
+      for (int i = 0; i < kLean; ++i)
+        if (lean_one[i]) moe_sides.push_back({lean_one[i].get(), lean_tags[i]});
     }
   } else if (one) {
     // Timed: the default (gate/up variant 4, PDL down), variant 2 with PDL (the default before), the warp

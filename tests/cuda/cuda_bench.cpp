@@ -29,10 +29,10 @@
 //        cuda_bench --hc-fuse             the decode HC pre in one launch (hc_fuse) vs two, both F16 orders, alone
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
-//        cuda_bench --small7-steps M...   decode steps of model files with session 10's folds off / on (f16_mma on).
-//        cuda_bench --small7 [ops]        session 10's folds (attention's output RoPE in its merge, the HC post in
-//                                         the next pre) on vs off, f16_mma on: the ops at n = 1, 8, then the
-//                                         decode stage table off and on (ops: without the tables).
+//        cuda_bench --small7-steps [rope|hcb|both] M...   decode steps of model files with the folds off / on (f16_mma on).
+//        cuda_bench --small7 [ops]        the folds (attention's output RoPE in its merge; the sublayer boundary
+//                                         as one cluster launch, hc_post_fold 2) on vs off, f16_mma on: the ops at
+//                                         n = 1, 8, then the decode stage table off and on (ops: without the tables).
 //        cuda_bench --small5-steps M...   whole steps of model files: small_v5 off, on, on + the HC split on the
 //                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
@@ -603,10 +603,11 @@ int main(int argc, char** argv) {
     if (v5.ok() && v4.ok()) bench_small5(**v5, **v4);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--small7") == 0) {  // session 10's folds: attn_out_rope + hc_post_fold on vs off
+  if (argc > 1 && std::strcmp(argv[1], "--small7") == 0) {  // the folds: attn_out_rope + hc_post_fold on vs off
     cuda::CudaBackendOptions on, off;
     on.f16_mma = off.f16_mma = true;  // the engine's default (EngineOptions::cuda_f16_mma)
-    on.attn_out_rope = on.hc_post_fold = 1;
+    on.attn_out_rope = 1;
+    on.hc_post_fold = 2;  // session 11's boundary kernel (hc_boundary.cu); 1 (session 10's fold) measured slower
     off.attn_out_rope = off.hc_post_fold = 0;
     auto b_on = cuda::make_cuda_backend(on);
     auto b_off = cuda::make_cuda_backend(off);

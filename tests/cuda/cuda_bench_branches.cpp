@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -349,11 +350,20 @@ void bench_hc_fuse_steps(int argc, char** argv) {
   }
 }
 
-// `cuda_bench --small7-steps M...`: decode steps of each model file (graphs and branches on, f16_mma on as the
-// engine runs) with session 10's folds off and on (CudaBackendOptions::attn_out_rope, hc_post_fold), interleaved:
-// batch 1 at 2K and 8 sessions at 512. "BENCH small7-steps" lines.
+// `cuda_bench --small7-steps [rope|hcb|both] M...`: decode steps of each model file (graphs and branches on, f16_mma
+// on as the engine runs) with the folds off and on — rope: CudaBackendOptions::attn_out_rope; hcb: hc_post_fold = 2
+// (hc_boundary.cu); both (the default) — interleaved: batch 1 at 2K and 8 sessions at 512. "BENCH small7-steps" lines.
 void bench_small7_steps(int argc, char** argv) {
   const char* const names[2] = {"folds off", "folds on"};
+  bool rope = true, hcb = true;
+  if (argc > 0 && (std::strcmp(argv[0], "rope") == 0 || std::strcmp(argv[0], "hcb") == 0 || std::strcmp(argv[0], "both") == 0)) {
+    rope = std::strcmp(argv[0], "hcb") != 0;
+    hcb = std::strcmp(argv[0], "rope") != 0;
+    std::printf("BENCH small7-steps: folds on = %s%s%s\n", rope ? "attn_out_rope 1" : "", rope && hcb ? " + " : "",
+                hcb ? "hc_post_fold 2" : "");
+    --argc;
+    ++argv;
+  }
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "small7-steps");
     if (!mf) return;
@@ -362,7 +372,8 @@ void bench_small7_steps(int argc, char** argv) {
     for (int k = 0; k < 2; ++k) {
       backend::cuda::CudaBackendOptions co;
       co.f16_mma = true;
-      co.attn_out_rope = co.hc_post_fold = k;
+      co.attn_out_rope = k == 1 && rope ? 1 : 0;
+      co.hc_post_fold = k == 1 && hcb ? 2 : 0;
       if (!load_side(sides[k], *mf, plan, co, 512, "small7-steps")) return;
     }
     interleaved_decode_steps("small7-steps", names, sides, 12, plan.size(), 8, 512);

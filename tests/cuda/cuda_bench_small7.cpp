@@ -3,8 +3,10 @@
 // `on` (CudaBackendOptions::attn_out_rope = 1, hc_post_fold = 1) and `off` (both 0):
 //   attention with its output's inverse RoPE (AttentionArgs::out_rot) at Flash's decode shapes (64 heads × 512,
 //   ctx ≈ 2K: CSA 128 raw + 512 selected, HCA 128 raw + 16 compressed), n = 1 and 8;
-//   the sublayer boundary: HC pre with the previous HC post (HcPreArgs::prev_post, the FFN's expert sum), n = 1, 8.
-// Each row is the op alone in a graph of 20 calls (StageBench). Deliberately not here: correctness
+//   the sublayer boundary: HC pre with the previous HC post (HcPreArgs::prev_post, the FFN's expert sum), n = 1, 8;
+//   at n = 1 also over 86 control matrices in turn (a token's 86 boundaries: 66 MB of weights, more than the L2, as
+//   in a decode step; the other rows re-read one 768 KB matrix from the L2).
+// Each row is the op alone in a graph of 20 calls (StageBench; the 86-matrix row: 86 calls). Deliberately not here: correctness
 // (test_cuda_small7.cpp), the whole token (the stage table, bench_decode_stages, which cuda_bench --small7 runs next).
 #include <cmath>
 #include <cstdio>
@@ -30,6 +32,9 @@ struct Small7Side {
   float *q, *raw, *comp, *sinks, *attn;
   int32_t *pos, *csa_cnt, *hca_cnt, *sel;
   Weight fn;
+  std::vector<Weight> fns;  // kBoundaries control matrices (made on first use), cycled by post_pre_many
+  size_t next_fn = 0;
+  static constexpr size_t kBoundaries = 86;
 
   explicit Small7Side(Backend& b) : be(&b), sb(std::make_unique<StageBench>(b)) {
     StageBench& s = *sb;
@@ -86,12 +91,18 @@ struct Small7Side {
     be->attention(a);
   }
 
-  void post_pre(int64_t n) {
+  // post_pre with the next of kBoundaries control matrices.
+  void post_pre_many() {
+    while (fns.size() < kBoundaries) fns.push_back(sb->weight(GgmlType::F16, kM, kHcd));
+    post_pre(1, &fns[next_fn++ % kBoundaries]);
+  }
+
+  void post_pre(int64_t n, const Weight* w = nullptr) {
     HcPreArgs a;
     a.prev_post = HcPostArgs{x, f, post, comb, x2, n, kE, static_cast<int32_t>(kNhc)};
     a.prev_post.f_add = so;
     a.x = x2;
-    a.fn = fn;
+    a.fn = w ? *w : fn;
     a.scale = hc_scale;
     a.base = hc_base;
     a.norm_w = norm_w;
@@ -117,9 +128,9 @@ void bench_small7(Backend& on, Backend& off) {
   Small7Side sides[2] = {Small7Side(on), Small7Side(off)};
   std::printf("BENCH small7 %-52s %12s %12s %9s\n", "op (graph us per call, 20 calls a graph)", "folded", "launches",
               "off");
-  auto row = [&](const char* name, int64_t n, auto&& body) {
+  auto row = [&](const char* name, int64_t n, auto&& body, int calls = 20) {
     StageTime t[2];
-    for (int k = 0; k < 2; ++k) t[k] = sides[k].sb->time([&] { body(sides[k], n); }, 20);
+    for (int k = 0; k < 2; ++k) t[k] = sides[k].sb->time([&] { body(sides[k], n); }, calls);
     std::printf("BENCH small7 %-46s n=%-3lld %12.2f %12.0f %9.2f (%.0f launches)\n", name, static_cast<long long>(n),
                 t[0].graph_us, t[0].launches, t[1].graph_us, t[1].launches);
   };
@@ -127,5 +138,8 @@ void bench_small7(Backend& on, Backend& off) {
     row("attention + out rope (CSA: 128 raw + 512 sel)", n, [&](Small7Side& s, int64_t m) { s.attention(m, true, freq); });
     row("attention + out rope (HCA: 128 raw + 16)", n, [&](Small7Side& s, int64_t m) { s.attention(m, false, freq); });
     row("hc post + pre (FFN expert sum)", n, [&](Small7Side& s, int64_t m) { s.post_pre(m); });
+    if (n == 1)
+      row("hc post + pre, 86 matrices (> L2)", n, [&](Small7Side& s, int64_t) { s.post_pre_many(); },
+          static_cast<int>(Small7Side::kBoundaries));
   }
 }

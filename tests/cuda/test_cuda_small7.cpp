@@ -4,7 +4,9 @@
 // the next HC pre (HcPreArgs::prev_post, CudaBackendOptions::hc_post_fold) against hc_post then hc_pre. The
 // unfolded ops are checked against the CPU in test_cuda_attention.cpp / test_cuda_fused.cpp, so equal bits
 // carry that over; the folded results are also held to the CPU's here. Shapes: Flash's (64 heads × 512, RoPE
-// on the last 64 dims; HC state 4 × 4096, 24 controls), decode batches n = 1, 2, 4, 8, 32.
+// on the last 64 dims; HC state 4 × 4096, 24 controls), decode batches n = 1, 2, 4, 8, 32. The sublayer boundary as one
+// cluster launch (hc_post_fold = 2, hc_boundary.cu) against hc_post then hc_pre, in the engine's buffer layout too
+// (the pre's post/comb outputs are the post's inputs).
 // Deliberately not here: speed (cuda_bench --small7).
 #include <algorithm>
 #include <cmath>
@@ -27,14 +29,28 @@ namespace {
 class CudaSmall7 : public CudaOpsTest {
  protected:
   // Backends with the fold on and off (f16_mma: the HC controls' order, the engine's default on).
-  std::unique_ptr<Backend> make(bool fold, bool f16_mma) {
+  // post_fold: the CudaBackendOptions::hc_post_fold mode of the folded side (1: session 10's; 2: hc_boundary.cu).
+  std::unique_ptr<Backend> make(bool fold, bool f16_mma, int post_fold = 1) {
     cuda::CudaBackendOptions o;
     o.attn_out_rope = fold ? 1 : 0;
-    o.hc_post_fold = fold ? 1 : 0;
+    o.hc_post_fold = fold ? post_fold : 0;
     o.f16_mma = f16_mma;
     auto b = cuda::make_cuda_backend(o);
     EXPECT_TRUE(b.ok());
     return b.ok() ? std::move(b).value() : nullptr;
+  }
+  // F16 HC control weights [rows][cols] on the device, small so the mix stays in Sinkhorn's range.
+  Weight hc_controls(int64_t rows, int64_t cols) {
+    std::vector<uint16_t> fn16(static_cast<size_t>(rows * cols));
+    const auto r = randn(fn16.size(), 0.02f);
+    for (size_t i = 0; i < fn16.size(); ++i) fn16[i] = f32_to_f16(r[i]);
+    Weight fn;
+    fn.type = GgmlType::F16;
+    fn.rows = rows;
+    fn.cols = cols;
+    fn.row_bytes = static_cast<uint64_t>(cols) * 2;
+    fn.data = dev(fn16);
+    return fn;
   }
 };
 
@@ -138,18 +154,7 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
   for (bool mma : {true, false}) {
     auto on = make(true, mma), off = make(false, mma);
     ASSERT_TRUE(on && off);
-    // F16 control weights [24][16384], small so the mix stays in Sinkhorn's range.
-    std::vector<uint16_t> fn16(static_cast<size_t>(M * HCD));
-    {
-      const auto r = randn(fn16.size(), 0.02f);
-      for (size_t i = 0; i < fn16.size(); ++i) fn16[i] = f32_to_f16(r[i]);
-    }
-    Weight fn;
-    fn.type = GgmlType::F16;
-    fn.rows = M;
-    fn.cols = HCD;
-    fn.row_bytes = static_cast<uint64_t>(HCD) * 2;
-    fn.data = dev(fn16);
+    const Weight fn = hc_controls(M, HCD);
     std::vector<float> scale = {0.5f, 0.25f, 0.125f}, base = randn(static_cast<size_t>(M), 0.1f),
                        norm_w = randn(static_cast<size_t>(E), 0.5f);
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{32}})
@@ -213,5 +218,109 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
         expect_same_bits(unfolded.xn, want.xn, where + " xn (fold off)", "prev_post off == post then pre");
         expect_same_bits(unfolded.x, want.x, where + " state (fold off)", "prev_post off == post then pre");
       }
+  }
+}
+
+// hc_post_fold = 2 / 3: the boundary kernel as a cluster of 8 / 16 blocks (n = 1; other n and f16_mma off fall back
+// to the two ops) against hc_post then hc_pre on a backend without the fold: every output bit for bit (state, mix, pre,
+// post, comb, y, xn), with and without the expert sum, the split and the sublayer norm's weights; `aliased` is the
+// forward pass's layout, where the pre's post and comb outputs are the buffers the post reads (each run gets fresh
+// copies). Each folded call of the other layout runs twice (the second on re-poisoned outputs).
+TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
+  const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
+  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}};  // (hc_post_fold, f16_mma): 2 without
+  for (const auto& [fold, mma] : sides) {                                   // f16_mma is the fallback
+    auto on = make(true, mma, fold), off = make(false, mma);
+    ASSERT_TRUE(on && off);
+    const Weight fn = hc_controls(M, HCD);
+    std::vector<float> scale = {0.5f, 0.25f, 0.125f}, base = randn(static_cast<size_t>(M), 0.1f),
+                       norm_w = randn(static_cast<size_t>(E), 0.5f);
+    const float* scale_d = dev(scale);
+    const float* base_d = dev(base);
+    const float* nw_d = dev(norm_w);
+    struct Case {
+      int64_t n;
+      bool f_add, split, with_w, aliased;
+    };
+    std::vector<Case> cases;
+    for (bool aliased : {true, false})
+      for (bool f_add : {true, false})
+        for (bool split : {true, false}) cases.push_back({1, f_add, split, true, aliased});
+    cases.push_back({1, true, true, false, true});  // no sublayer norm weights
+    for (int64_t n : {int64_t{2}, int64_t{8}}) cases.push_back({n, true, true, true, true});  // fall back
+    for (const Case& c : cases) {
+      const int64_t n = c.n;
+      const auto x = randn(static_cast<size_t>(n * HCD)), f = randn(static_cast<size_t>(n * E)),
+                 fa = randn(static_cast<size_t>(n * E)), post = randn(static_cast<size_t>(n * NHC), 0.5f),
+                 comb = randn(static_cast<size_t>(n * NHC * NHC), 0.5f);
+      const float* x_d = dev(x);
+      const float* f_d = dev(f);
+      const float* fa_d = dev(fa);
+      struct Out {
+        std::vector<float> x, mix, pre, post, comb, y, xn;
+      };
+      auto run = [&](Backend& be, bool pieces, int calls) {
+        float* state = poisoned(static_cast<size_t>(n * HCD));
+        float* post_in = dev(post);  // fresh: in the aliased layout the pre overwrites them
+        float* comb_in = dev(comb);
+        HcPostArgs pa{x_d, f_d, post_in, comb_in, state, n, E, static_cast<int32_t>(NHC)};
+        pa.f_add = c.f_add ? fa_d : nullptr;
+        HcPreArgs p;
+        p.x = state;
+        p.fn = fn;
+        p.scale = scale_d;
+        p.base = base_d;
+        p.norm_w = c.with_w ? nw_d : nullptr;
+        p.n = n;
+        p.dim = E;
+        p.nhc = static_cast<int32_t>(NHC);
+        p.split = c.split;
+        p.flat = poisoned(static_cast<size_t>(n * HCD));
+        p.mix = poisoned(static_cast<size_t>(n * M));
+        p.pre = poisoned(static_cast<size_t>(n * NHC));
+        p.post = c.aliased ? post_in : poisoned(static_cast<size_t>(n * NHC));
+        p.comb = c.aliased ? comb_in : poisoned(static_cast<size_t>(n * NHC * NHC));
+        p.y = poisoned(static_cast<size_t>(n * E));
+        p.xn = poisoned(static_cast<size_t>(n * E));
+        EXPECT_TRUE(gpu_->sync().ok());
+        for (int k = 0; k < calls; ++k) {  // aliased, a second call would read the first one's post: one call
+          if (k > 0) {
+            EXPECT_TRUE(be.sync().ok());
+            gpu_->fill_f32(state, NAN, n * HCD);
+            gpu_->fill_f32(p.xn, NAN, n * E);
+            EXPECT_TRUE(gpu_->sync().ok());
+          }
+          if (pieces) {
+            be.hc_post(pa);
+            HcPreArgs q = p;
+            be.hc_pre(q);
+          } else {
+            HcPreArgs q = p;
+            q.prev_post = pa;
+            be.hc_pre(q);
+          }
+        }
+        EXPECT_TRUE(be.sync().ok());
+        return Out{host(state, static_cast<size_t>(n * HCD)), host(p.mix, static_cast<size_t>(n * M)),
+                   host(p.pre, static_cast<size_t>(n * NHC)), host(p.post, static_cast<size_t>(n * NHC)),
+                   host(p.comb, static_cast<size_t>(n * NHC * NHC)), host(p.y, static_cast<size_t>(n * E)),
+                   host(p.xn, static_cast<size_t>(n * E))};
+      };
+      const std::string where = std::string("hc boundary c") + (fold == 3 ? "16 " : "8 ") + (mma ? "f16_mma" : "segments") +
+                                " n" + std::to_string(n) +
+                                (c.f_add ? " f_add" : "") + (c.split ? " split" : " nosplit") +
+                                (c.with_w ? "" : " no_w") + (c.aliased ? " aliased" : "");
+      const Out want = run(*off, true, 1), got = run(*on, false, c.aliased ? 1 : 2);
+      const char* rel = "boundary == post then pre";
+      expect_same_bits(got.x, want.x, where + " state", rel);
+      expect_same_bits(got.mix, want.mix, where + " mix", rel);
+      expect_same_bits(got.pre, want.pre, where + " pre", rel);
+      if (c.split) {
+        expect_same_bits(got.post, want.post, where + " post", rel);
+        expect_same_bits(got.comb, want.comb, where + " comb", rel);
+      }
+      expect_same_bits(got.y, want.y, where + " y", rel);
+      expect_same_bits(got.xn, want.xn, where + " xn", rel);
+    }
   }
 }

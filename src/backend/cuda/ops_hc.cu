@@ -11,20 +11,19 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_mma.cuh"
 #include "backend/cuda/f16_segment.cuh"
+#include "backend/cuda/hc_boundary.h"
+#include "backend/cuda/hc_device.cuh"
 #include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
 
 namespace {
 
-constexpr int kMaxHc = 8;
 // Up to this many tokens the fused HC pre runs its one norm + controls kernel: 24 × 8 blocks of 1024
 // threads are one wave on an H200 (132 SMs × 2). Beyond, every block re-reading its token's 64 KiB state
 // row costs more waves than the separate norm + 16-vector F16 kernel (same bits either way; the H200 run
 // checked both paths bit for bit at n = 1 … 80, not their speed beyond n = 1).
 constexpr int64_t kHcPreFusedMaxTokens = 8;
-
-__device__ float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 // One thread per token: the CPU's hc_split_one (nhc ≤ kMaxHc). NHC > 0 fixes nhc at compile time so
 // the loops unroll and C stays in registers (with a runtime nhc it lives in local memory and the 20
@@ -76,42 +75,6 @@ template <int NHC>
 __global__ void hc_split_kernel(HcSplitArgs a) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t < a.n) hc_split_token<NHC>(a, t, a.m + t * (2 + a.nhc) * a.nhc);
-}
-
-// nhc = 4 (Flash), one warp per token, lane l < 16 holding C[j][k] with j = l / 4, k = l % 4: the
-// same float operations in the same order as hc_split_kernel (each row/column sum is gathered by
-// shuffles and added in index order), with the 16 divisions of every Sinkhorn step in parallel
-// instead of one after another in a single thread (the split was ~15 µs of serial divisions, 86
-// calls per Flash token). Lanes 16…31 mirror lanes 0…15 and write nothing. Called by a whole warp;
-// m is token t's mix row [24] (a.m's row t, or a copy of it in shared memory).
-__device__ void hc_split4_token(const HcSplitArgs& a, int64_t t, int lane, const float* m) {
-  constexpr int N = 4;
-  const int l = lane % 16, j = l / N, k = l % N;
-  if (lane < N) {
-    a.pre[t * N + lane] = sigmoid_dev(m[lane] * a.scale[0] + a.base[lane]) + a.eps;
-    a.post[t * N + lane] = 2.0f * sigmoid_dev(m[N + lane] * a.scale[1] + a.base[N + lane]);
-  }
-  const int off = 2 * N;
-  // Value of C[r][k'] held by lane 4r + k' (same half of the warp).
-  auto at = [&](float v, int r, int kk) { return __shfl_sync(0xffffffffu, v, (lane & 16) | (r * N + kk)); };
-  float c = m[off + j * N + k] * a.scale[2] + a.base[off + j * N + k];
-  float mx = -INFINITY;
-  for (int kk = 0; kk < N; ++kk) mx = fmaxf(mx, at(c, j, kk));
-  c = expf(c - mx);
-  float sum = 0;
-  for (int kk = 0; kk < N; ++kk) sum += at(c, j, kk);
-  c = c / sum + a.eps;
-  for (int it = 0; it < (a.iters > 1 ? a.iters : 1); ++it) {
-    if (it > 0) {  // rows, then columns (the first iteration normalizes columns only)
-      float rs = 0;
-      for (int kk = 0; kk < N; ++kk) rs += at(c, j, kk);
-      c /= (rs + a.eps);
-    }
-    float cs = 0;
-    for (int r = 0; r < N; ++r) cs += at(c, r, k);
-    c /= (cs + a.eps);
-  }
-  if (lane < 16) a.comb[t * N * N + l] = c;
 }
 
 __global__ void hc_split4_kernel(HcSplitArgs a) {
@@ -326,41 +289,6 @@ struct HcSegParams {
 };
 
 // ---- CudaBackendOptions::hc_post_fold: the HC post's values where the pre reads them (n = 1, nhc = 4) ----
-// X'[k][d … d + 3] = post[k]·(f + f_add) + Σ_j C[j][k]·X[j] for k = 0 … 3, hc_post4_kernel's expressions in its
-// order, from loads issued together. pc: post[0 … 3] then C[0 … 15] (loaded once per thread).
-struct PostIn4 {
-  float4 f, x[4];
-};
-__device__ inline PostIn4 post_load4(const HcPostArgs& q, int64_t d) {
-  PostIn4 in;
-  in.f = *reinterpret_cast<const float4*>(q.f + d);
-  if (q.f_add) {
-    const float4 g = *reinterpret_cast<const float4*>(q.f_add + d);
-    in.f = make_float4(in.f.x + g.x, in.f.y + g.y, in.f.z + g.z, in.f.w + g.w);
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) in.x[j] = *reinterpret_cast<const float4*>(q.x + j * q.dim + d);
-  return in;
-}
-__device__ inline void post_load_pc(const HcPostArgs& q, float (&pc)[20]) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k) pc[k] = q.post[k];
-#pragma unroll
-  for (int k = 0; k < 16; ++k) pc[4 + k] = q.comb[k];
-}
-__device__ inline float4 post_value4(const PostIn4& in, const float (&pc)[20], int k) {
-  const float pk = pc[k];
-  float4 acc = make_float4(pk * in.f.x, pk * in.f.y, pk * in.f.z, pk * in.f.w);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float cj = pc[4 + j * 4 + k];
-    acc.x += cj * in.x[j].x;
-    acc.y += cj * in.x[j].y;
-    acc.z += cj * in.x[j].z;
-    acc.w += cj * in.x[j].w;
-  }
-  return acc;
-}
 // X'[e … e + 7] of the 16384-value state row (e % 8 = 0): two float4 of one stream k = e / 4096.
 __device__ inline void post_value8(const HcPostArgs& q, const float (&pc)[20], int64_t e, float4& a, float4& b) {
   const int k = static_cast<int>(e / q.dim);
@@ -1183,6 +1111,13 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
   }
   if (a.prev_post.n > 0) {  // the previous sublayer's HC post: folded into the spread kernels, else its own launch
     if (hc_post_fold_ == 1 && hc_pre_post_folded(a)) return;
+    // 2, 3: the whole boundary as one launch of a cluster of 8, 16 blocks (hc_boundary.cu), where the pre would take
+    // the spread kernels in the F16 MMA order with the v5 finish — the path whose bits it reproduces; programmatic
+    // launches only where hc_post's are.
+    if (hc_post_fold_ >= 2 && hc_router_v2_ && f16_segments_ && f16_mma_ && small_v5_ && sm90() &&
+        hc_boundary(*this, a,
+                    HcBoundaryLaunch{hc_pdl_ && !branches_ && !on_side_, a.split || !small_v4_, hc_post_fold_ >= 3 ? 16 : 8}))
+      return;
     hc_post(a.prev_post);
     HcPreArgs rest = a;
     rest.prev_post.n = 0;

@@ -1,0 +1,26 @@
+// hc_boundary.h — a decode token's sublayer boundary (the previous sublayer's HC post + the next HC pre,
+// HcPreArgs::prev_post) as one launch: CudaBackendOptions::hc_post_fold = 2 (hc_boundary.cu). CudaBackend::hc_pre
+// calls it where its options select the spread HC pre in the F16 MMA order (the path whose bits it reproduces);
+// hc_post_fold = 3 runs it as a cluster of 16 blocks.
+// Deliberately not here: the decision which options allow it (ops_hc.cu, where the backend's flags are).
+#pragma once
+
+#include "backend/backend.h"
+
+namespace ds4::backend::cuda {
+
+class CudaBackend;
+
+struct HcBoundaryLaunch {
+  bool pdl = false;         // a programmatic dependent of the kernel before it (hc_post's rule: main lane, no branches)
+  bool with_split = true;   // the Sinkhorn split (post, comb) inside, as the spread pre's split block
+  int cluster = 8;          // blocks of the cluster: 8 (portable) or 16 (half the weights and loads a block)
+};
+
+// One cluster of 8 (or 16) blocks forms the new state X' (hc_post4_kernel's values, written to prev_post.out = a.x), its
+// RMSNorm scale, the 24 F16 MMA control sums, mix, pre (and with_split post, comb), y and xn — the bits of hc_post
+// then the spread pre (hc_seg_mma_kernel + hc_finish5_kernel). False (nothing launched) unless n = 1, nhc = 4,
+// dim = 4096, F16 controls [24][16384], ds4 numerics and 16-byte aligned rows.
+bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l);
+
+}  // namespace ds4::backend::cuda

@@ -29,10 +29,11 @@
 //        cuda_bench --hc-fuse             the decode HC pre in one launch (hc_fuse) vs two, both F16 orders, alone
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
-//        cuda_bench --small7-steps [rope|hcb|both] M...   decode steps of model files with the folds off / on (f16_mma on).
-//        cuda_bench --small7 [ops]        the folds (attention's output RoPE in its merge; the sublayer boundary
-//                                         as one cluster launch, hc_post_fold 2) on vs off, f16_mma on: the ops at
-//                                         n = 1, 8, then the decode stage table off and on (ops: without the tables).
+//        cuda_bench --small7-steps [rope|hcb|hcb16|both] M...   decode steps of model files with the folds off / on (f16_mma on).
+//        cuda_bench --small7 [ops|stages [FOLD]]  the folds (attention's output RoPE in its merge; the sublayer
+//                                         boundary as one cluster launch, hc_post_fold FOLD, default 2) on vs off,
+//                                         f16_mma on: the ops at n = 1, 8, then the decode stage table off and on
+//                                         (ops: without the tables).
 //        cuda_bench --small5-steps M...   whole steps of model files: small_v5 off, on, on + the HC split on the
 //                                         side lane (a 2,048-token chunk at 2K, decode batch 1 at 2K and 8 at 512).
 //        cuda_bench --dense [NAME]        dense Q8_0 matmuls, cold weights: previous / default / gemv_stream (column
@@ -607,7 +608,9 @@ int main(int argc, char** argv) {
     cuda::CudaBackendOptions on, off;
     on.f16_mma = off.f16_mma = true;  // the engine's default (EngineOptions::cuda_f16_mma)
     on.attn_out_rope = 1;
-    on.hc_post_fold = 2;  // session 11's boundary kernel (hc_boundary.cu); 1 (session 10's fold) measured slower
+    // Session 11's boundary kernel (hc_boundary.cu): 2 = a cluster of 8 blocks, 3 = 16 (`--small7 ops 3`); 1 (session
+    // 10's fold) measured slower.
+    on.hc_post_fold = argc > 3 ? std::atoi(argv[3]) : 2;
     off.attn_out_rope = off.hc_post_fold = 0;
     auto b_on = cuda::make_cuda_backend(on);
     auto b_off = cuda::make_cuda_backend(off);

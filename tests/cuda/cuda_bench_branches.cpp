@@ -350,17 +350,18 @@ void bench_hc_fuse_steps(int argc, char** argv) {
   }
 }
 
-// `cuda_bench --small7-steps [rope|hcb|both] M...`: decode steps of each model file (graphs and branches on, f16_mma
-// on as the engine runs) with the folds off and on — rope: CudaBackendOptions::attn_out_rope; hcb: hc_post_fold = 2
-// (hc_boundary.cu); both (the default) — interleaved: batch 1 at 2K and 8 sessions at 512. "BENCH small7-steps" lines.
+// `cuda_bench --small7-steps [rope|hcb|hcb16|both] M...`: decode steps of each model file (graphs and branches on,
+// f16_mma on as the engine runs) with the folds off and on — rope: CudaBackendOptions::attn_out_rope; hcb / hcb16:
+// hc_post_fold = 2 / 3 (hc_boundary.cu, 8 / 16 blocks); both (the default: rope + hcb) — interleaved: batch 1 at 2K and 8 sessions at 512. "BENCH small7-steps" lines.
 void bench_small7_steps(int argc, char** argv) {
   const char* const names[2] = {"folds off", "folds on"};
-  bool rope = true, hcb = true;
-  if (argc > 0 && (std::strcmp(argv[0], "rope") == 0 || std::strcmp(argv[0], "hcb") == 0 || std::strcmp(argv[0], "both") == 0)) {
-    rope = std::strcmp(argv[0], "hcb") != 0;
-    hcb = std::strcmp(argv[0], "rope") != 0;
-    std::printf("BENCH small7-steps: folds on = %s%s%s\n", rope ? "attn_out_rope 1" : "", rope && hcb ? " + " : "",
-                hcb ? "hc_post_fold 2" : "");
+  bool rope = true;
+  int fold = 2;  // hc_post_fold of the "on" side (hcb16: 3, the 16-block cluster)
+  const char* v = argc > 0 ? argv[0] : "";
+  if (!std::strcmp(v, "rope") || !std::strcmp(v, "hcb") || !std::strcmp(v, "hcb16") || !std::strcmp(v, "both")) {
+    rope = std::strcmp(v, "hcb") != 0 && std::strcmp(v, "hcb16") != 0;
+    fold = !std::strcmp(v, "rope") ? 0 : !std::strcmp(v, "hcb16") ? 3 : 2;
+    std::printf("BENCH small7-steps: folds on = attn_out_rope %d, hc_post_fold %d\n", rope ? 1 : 0, fold);
     --argc;
     ++argv;
   }
@@ -373,7 +374,7 @@ void bench_small7_steps(int argc, char** argv) {
       backend::cuda::CudaBackendOptions co;
       co.f16_mma = true;
       co.attn_out_rope = k == 1 && rope ? 1 : 0;
-      co.hc_post_fold = k == 1 && hcb ? 2 : 0;
+      co.hc_post_fold = k == 1 ? fold : 0;
       if (!load_side(sides[k], *mf, plan, co, 512, "small7-steps")) return;
     }
     interleaved_decode_steps("small7-steps", names, sides, 12, plan.size(), 8, 512);

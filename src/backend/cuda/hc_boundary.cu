@@ -63,7 +63,8 @@ struct BoundaryParams {
                         // out [4][4096] the new state (the pre's x)
   const uint8_t* w;     // [24][row_bytes] F16 controls fn
   uint64_t row_bytes;
-  HcSplitArgs s;        // the pre's mix [24], scale [3], base [24], pre [4], post [4], comb [16], eps, iters
+  HcSplitArgs s;        // the pre's scale [3], base [24], pre [4], post [4], comb [16], eps, iters (m unused)
+  float* mix;           // [24] the pre's mix output
   const float* norm_w;  // [4096] or null
   float* y;             // [4096]
   float* xn;            // [4096]
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     if (lane < kRows) {
       const float m = mix_row(segs[lane]);
       ms[lane] = m;
-      p.s.mix[lane] = m;
+      p.mix[lane] = m;
     }
     __syncwarp();
     cluster_arrive();  // (3) its remote reads are done
@@ -355,7 +356,7 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
   if (!shape) return false;
   BoundaryParams p{q, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes,
                    HcSplitArgs{a.mix, a.scale, a.base, 1, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb},
-                   a.norm_w, a.y, a.xn, a.rms_eps, l.with_split};
+                   a.mix, a.norm_w, a.y, a.xn, a.rms_eps, l.with_split};
   void (*kernel)(BoundaryParams) = l.cluster == 16 ? hc_boundary_kernel<16> : hc_boundary_kernel<8>;
   // 16 blocks is above the portable cluster size: allowed per kernel (a host-side attribute, no stream work).
   if (l.cluster == 16 &&

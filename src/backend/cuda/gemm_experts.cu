@@ -944,7 +944,11 @@ ExpertsKernel experts_kernel(int variant) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 32; on the H200 (docs/PERF.md, experts session 10 W2) the MoE
+// CudaBackendOptions::gemm_experts = −1: variant 34 (session 11 W1 on the H200, docs/PERF.md: the MoE of a
+// 2,048-token chunk per layer 2.952 / 2.922 ms against 3.055 / 3.047 for 32 in the same run; ncu: gate or up
+// 0.945 vs 0.982 ms — 584 vs 609 M instructions —, down (29's Q2_K) 0.884 vs 0.896; 35 (the scale split into
+// lo/hi MMA chains) 3.111 / 3.098: 7 % fewer instructions, 60 % issue instead of 68 %; 36, 37 spill or lose
+// likewise). Before: 32; on the H200 (docs/PERF.md, experts session 10 W2) the MoE
 // of a 2,048-token chunk per layer 3.063 ms against 3.164 for 27 (the default after W1), 3.101 for 29, 3.094
 // for 30 and 3.511 / 3.499 for 20 (the default before session 10; ncu: gate or up 0.98 vs 1.10 ms, down 0.89
 // vs 1.11). 27 had (W1): 3.134 against 3.458 / 3.487 for 20. 20 had: 3.465 against 3.712 for variant 13 (gemm session 9). Removed after
@@ -957,7 +961,7 @@ ExpertsKernel experts_kernel(int variant) {
 // stage: 3.431), 26 (25 with the sub-blocks unrolled: 3.224) and 28 (each item's stage loop specialised,
 // both types unrolled: IQ2_XXS spills 88 bytes) removed; after W2, 31 (27 with IQ2_XXS's sub-blocks unrolled:
 // 3.169, spills) and 33 (31 with the lean copies: 3.120) removed.
-constexpr int kExpertsAuto = 32;
+constexpr int kExpertsAuto = 34;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }

@@ -59,6 +59,7 @@
 //                                         always (8.7 KB tiles; 4.4 KB tiles, two blocks an SM), gemv_rows on
 //                                         every shape below gemv_warp's wins (bulk rings off), cold weights.
 //        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
+//        cuda_bench --warp-steps M...     decode steps (batch 2, 4 and 1) with gemv_warp off / on, as the engine.
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>
@@ -121,6 +122,7 @@ void bench_small7(Backend& on, Backend& off);  // cuda_bench_small7.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
+void bench_warp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
@@ -782,6 +784,10 @@ int main(int argc, char** argv) {
 
   if (argc > 1 && std::strcmp(argv[1], "--dense-steps") == 0) {  // decode steps, column chunks off / on
     bench_dense_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--warp-steps") == 0) {  // decode steps at 2-4 vectors, gemv_warp off / on
+    bench_warp_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--f16mma-steps") == 0) {  // whole steps, f16_mma off / on (launch variants)

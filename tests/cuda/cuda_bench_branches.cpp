@@ -17,6 +17,8 @@
 // `cuda_bench --moe-steps A B M...`: decode steps with expert_one_token A and B, "BENCH moe-steps" lines.
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
 // variants), "BENCH f16mma-steps" lines.
+// `cuda_bench --warp-steps M...`: decode steps at batch 2 and 4 with gemv_warp off / on (the default), "BENCH
+// warp-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -26,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -163,12 +166,11 @@ bool load_side(StepSide& s, const ModelFile& mf, const std::vector<modelspec::La
   return true;
 }
 
-// Decode steps of two sides, one session at 2K and a batch of `batch` at `batch_ctx`, the sides interleaved
-// twice (drift shows): "BENCH <tag> <name> layers … round r: ms/step, tok/s" lines, names padded to `width`.
-void interleaved_decode_steps(const char* tag, const char* const names[2], StepSide sides[2], int width, size_t layers,
-                              int batch, int64_t batch_ctx) {
-  for (int sessions : {1, batch}) {
-    const int64_t ctx = sessions == 1 ? 2048 : batch_ctx;
+// Decode steps of two sides for each (sessions, ctx) case, the sides interleaved twice (drift shows): "BENCH <tag>
+// <name> layers … round r: ms/step, tok/s" lines, names padded to `width`.
+void interleaved_steps(const char* tag, const char* const names[2], StepSide sides[2], int width, size_t layers,
+                       const std::vector<std::pair<int, int64_t>>& cases) {
+  for (const auto& [sessions, ctx] : cases) {
     for (int round = 0; round < 2; ++round)
       for (int k = 0; k < 2; ++k) {
         const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
@@ -179,6 +181,12 @@ void interleaved_decode_steps(const char* tag, const char* const names[2], StepS
         std::fflush(stdout);
       }
   }
+}
+
+// interleaved_steps for one session at 2K and a batch of `batch` at `batch_ctx`.
+void interleaved_decode_steps(const char* tag, const char* const names[2], StepSide sides[2], int width, size_t layers,
+                              int batch, int64_t batch_ctx) {
+  interleaved_steps(tag, names, sides, width, layers, {{1, 2048}, {batch, batch_ctx}});
 }
 
 }  // namespace
@@ -328,6 +336,29 @@ void bench_dense_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 512, "dense-steps")) return;
     }
     interleaved_decode_steps("dense-steps", names, sides, 10, plan.size(), 2, 1024);
+  }
+}
+
+// `cuda_bench --warp-steps M...`: decode steps as the engine runs them (graphs, branches and f16_mma on, its
+// indexer_select 4) with the dense Q8_0 matmuls of 2–4 vectors on gemv_warp.cu's per-warp rings (gemv_warp =
+// wins, the default since session 10, chosen on a layer line) and without them (off: gemv_bulk / gemv_rows /
+// gemv_stream as before): batches 2 and 4 at ctx 1K, and one session at 2K (gemv_warp takes no 1-vector
+// matmul: the two sides' noise). The sides interleaved twice.
+void bench_warp_steps(int argc, char** argv) {
+  const char* const names[2] = {"gemv_warp off", "gemv_warp on"};
+  for (int i = 0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "warp-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.f16_mma = true;       // EngineOptions::cuda_f16_mma's default
+      co.indexer_select = 4;   // the engine's (engine.cpp)
+      co.gemv_warp = k == 0 ? backend::cuda::GemvMma::off : backend::cuda::GemvMma::wins;
+      if (!load_side(sides[k], *mf, plan, co, 512, "warp-steps")) return;
+    }
+    interleaved_steps("warp-steps", names, sides, 13, plan.size(), {{2, 1024}, {4, 1024}, {1, 2048}});
   }
 }
 

@@ -7,7 +7,9 @@
 // routing, all tokens on the same experts (one group of many pairs: its passes), k 6 and 8, and a bad id (NaN
 // for its token only). test_cuda_moe_tiles.cpp holds the other expert kernels' checks.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "cuda_test_util.h"
 #include "moe_test_util.h"
@@ -108,6 +110,58 @@ class RowsTest : public CudaOpsTest {
     return out;
   }
 
+  // Where `got` differs from `want` ([n][dim], routing ids [n][k]; token `bad` not compared): "" when equal bit
+  // for bit, else the count, the tokens that differ with the 32-row output tiles (a down item's rows) of each, or
+  // "all" when a token's whole row differs (its hidden rows: a gate/up item or their quantization), the token's
+  // experts, and the first values. Localises a wrong item: a down pass of ≤ 4 pairs shows as ≤ 4 tokens in one
+  // tile, a gate/up pass of ≤ 8 pairs as ≤ 8 whole rows.
+  std::string mismatch(const std::vector<float>& got, const std::vector<float>& want, const std::vector<int32_t>& ids,
+                       int64_t n, int32_t k, int64_t bad) const {
+    if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+    const int64_t tiles = dim_ / 32;
+    int64_t diff = 0, nan = 0;
+    std::string tokens, first;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int64_t> bad_tiles;
+      for (int64_t d = 0; d < dim_; ++d) {
+        const size_t at = static_cast<size_t>(i * dim_ + d);
+        const bool differs = i == bad ? !std::isnan(got[at]) : std::memcmp(&got[at], &want[at], 4) != 0;
+        if (!differs) continue;
+        ++diff;
+        nan += std::isnan(got[at]);
+        if (bad_tiles.empty() || bad_tiles.back() != d / 32) bad_tiles.push_back(d / 32);
+        if (first.size() < 200) {
+          uint32_t gb = 0, wb = 0;
+          std::memcpy(&gb, &got[at], 4);
+          std::memcpy(&wb, &want[at], 4);
+          char buf[96];
+          std::snprintf(buf, sizeof buf, " [%ld][%ld] %.9g (%08x) vs %.9g (%08x);", static_cast<long>(i),
+                        static_cast<long>(d), got[at], gb, want[at], wb);
+          first += buf;
+        }
+      }
+      if (bad_tiles.empty()) continue;
+      tokens += " t" + std::to_string(i) + "(e";
+      for (int32_t j = 0; j < k; ++j) {
+        if (j) tokens += ',';
+        tokens += std::to_string(ids[static_cast<size_t>(i * k + j)]);
+      }
+      tokens += "):";
+      if (static_cast<int64_t>(bad_tiles.size()) == tiles) {
+        tokens += "all";
+      } else {
+        for (size_t j = 0; j < bad_tiles.size() && j < 8; ++j) {
+          if (j) tokens += ',';
+          tokens += std::to_string(bad_tiles[j]);
+        }
+        if (bad_tiles.size() > 8) tokens += ",…(" + std::to_string(bad_tiles.size()) + " tiles)";
+      }
+    }
+    if (diff == 0) return "";
+    return std::to_string(diff) + " values differ (" + std::to_string(nan) + " NaN); tokens (experts): tiles of 32 rows" +
+           tokens + "; first:" + first;
+  }
+
   // Every side equals the CPU bit for bit; a bad id's token is NaN on the GPU (the CPU op leaves that slot's
   // row as whatever its scratch held, so its token is not compared).
   void check(int64_t n, int32_t k, bool same, int64_t bad = -1) {
@@ -126,21 +180,128 @@ class RowsTest : public CudaOpsTest {
                              std::to_string(n) + (same ? " same experts" : " random") + (bad >= 0 ? " bad id" : "");
     for (int b = 0; b < kSides; ++b) {
       const auto got = run_gpu(b, x, ids, wts, n, k);
-      bool same_bits = got.size() == want.size();
-      for (size_t i = 0; same_bits && i < got.size(); ++i) {
-        if (static_cast<int64_t>(i) / dim_ == bad) same_bits = std::isnan(got[i]);
-        else same_bits = std::memcmp(&got[i], &want[i], 4) == 0;
-      }
-      EXPECT_TRUE(same_bits) << what << ": " << kNames[b] << " not the CPU's bits";
+      const std::string diff = mismatch(got, want, ids, n, k, bad);
+      EXPECT_TRUE(diff.empty()) << what << ": " << kNames[b] << " not the CPU's bits: " << diff;
       std::printf("PARITY %-44s n=%-7zu (%3ld experts) %s row tiles == CPU bit for bit: %s\n", what.c_str(),
-                  got.size(), static_cast<long>(distinct), kNames[b], same_bits ? "ok" : "FAIL");
+                  got.size(), static_cast<long>(distinct), kNames[b], diff.empty() ? "ok" : "FAIL");
     }
+  }
+
+  // The intermittent case of session 10 (64 tokens on the same 6 experts: one group of 64 pairs per expert, 8
+  // gate/up and 16 down passes per item) `rounds` times on every side against one CPU result, which is itself
+  // computed twice (a flaky reference would fail every side); between rounds every side runs a randomly routed
+  // call of another size (33 tokens, k 8), so the scratch rows and the SMs' shared memory hold other values than
+  // the case's own — a read of anything not written in this call shows. `load`: meanwhile another backend on
+  // its own stream runs randomly routed calls without pause (kernels of two streams share the SMs: other timing
+  // than a GPU alone or time-sliced between processes). Every mismatch is printed with mismatch()'s
+  // localisation and its side and round.
+  void repeated(int rounds, bool load) {
+    constexpr int64_t n = 64, n2 = 33;
+    constexpr int32_t k = 6, k2 = 8;
+    const auto x = randn(static_cast<size_t>(n * dim_));
+    const auto ids = routing(n, k, true);
+    std::vector<float> wts(ids.size());
+    for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
+    const auto x2 = randn(static_cast<size_t>(n2 * dim_));
+    const auto ids2 = routing(n2, k2, false);
+    std::vector<float> wts2(ids2.size());
+    for (auto& v : wts2) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
+    const auto want = run_cpu(x, ids, wts, n, k);
+    const std::string cpu_diff = mismatch(run_cpu(x, ids, wts, n, k), want, ids, n, k, -1);
+    EXPECT_TRUE(cpu_diff.empty()) << "the CPU op is not repeatable: " << cpu_diff;
+    std::atomic<bool> stop{false};
+    std::atomic<int64_t> load_calls{0};
+    std::thread noise;
+    if (load) {
+      cuda::CudaBackendOptions o;
+      o.expert_row_tiles_min = 1;
+      auto p = cuda::make_cuda_backend(o);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      noise_ = std::move(p).value();
+      MoeArgs na = cpu_args_;
+      auto up = [&](ExpertWeights& e, const std::vector<uint8_t>& bytes) {
+        auto d = noise_->map_weight(bytes.data(), bytes.size());
+        ASSERT_TRUE(d.ok());
+        e.first.data = *d;
+      };
+      up(na.gate, gb_);
+      up(na.up, ub_);
+      up(na.down, db_);
+      if (HasFatalFailure()) return;
+      noise = std::thread([&, na] {
+        Backend& be = *noise_;
+        auto put = [&](const void* h, uint64_t bytes) {
+          auto buf = be.alloc(bytes + 16, MemCategory::scratch);
+          be.upload(buf->data(), h, bytes);
+          void* p = buf->data();
+          noise_bufs_.push_back(std::move(buf).value());
+          return p;
+        };
+        auto out = be.alloc(static_cast<uint64_t>(n2 * dim_) * 4, MemCategory::scratch);
+        auto* o = out->f32();
+        noise_bufs_.push_back(std::move(out).value());
+        const auto* dx = static_cast<const float*>(put(x2.data(), x2.size() * 4));
+        const auto* di = static_cast<const int32_t*>(put(ids2.data(), ids2.size() * 4));
+        const auto* dw = static_cast<const float*>(put(wts2.data(), wts2.size() * 4));
+        while (!stop.load()) {
+          for (int i = 0; i < 8; ++i) be.moe(moe_call(na, dx, di, dw, n2, k2, dim_, ff_, 0.5f, o));
+          (void)be.sync();
+          load_calls += 8;
+        }
+      });
+    }
+    int fails[kSides] = {};
+    std::vector<float> first_gpu;  // round 0's first side: whether a wrong round agrees with the other GPU runs
+    for (int r = 0; r < rounds; ++r) {
+      for (int b = 0; b < kSides; ++b) {
+        const auto got = run_gpu(b, x, ids, wts, n, k);
+        if (first_gpu.empty()) first_gpu = got;
+        const std::string diff = mismatch(got, want, ids, n, k, -1);
+        if (!diff.empty()) {
+          ++fails[b];
+          ADD_FAILURE() << "round " << r << " " << kNames[b] << " not the CPU's bits: " << diff
+                        << " | against round 0's " << kNames[0] << ": " << mismatch(got, first_gpu, ids, n, k, -1);
+        }
+        (void)run_gpu(b, x2, ids2, wts2, n2, k2);  // other values into the scratch and shared memory
+      }
+    }
+    stop = true;
+    if (noise.joinable()) noise.join();
+    for (int b = 0; b < kSides; ++b)
+      std::printf("PARITY moe rows %dx%ld k6 n64 same experts, %d rounds%s %s row tiles == CPU bit for bit: %s (%d "
+                  "rounds differ)\n",
+                  ne_, static_cast<long>(dim_), rounds, load ? " under load" : "", kNames[b], fails[b] ? "FAIL" : "ok",
+                  fails[b]);
+    if (load) std::printf("load: %ld calls on a second stream\n", static_cast<long>(load_calls.load()));
+  }
+
+  // The CPU reference of the same case `times` times (its thread pool over all cores; under 4 test processes
+  // the cores are oversubscribed, as in session 10's final check, where every GPU side of this case differed
+  // from the CPU's result at once): each run against the first, bit for bit, a difference localised.
+  void cpu_repeated(int times) {
+    constexpr int64_t n = 64;
+    constexpr int32_t k = 6;
+    const auto x = randn(static_cast<size_t>(n * dim_));
+    const auto ids = routing(n, k, true);
+    std::vector<float> wts(ids.size());
+    for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
+    const auto first = run_cpu(x, ids, wts, n, k);
+    int fails = 0;
+    for (int r = 1; r < times; ++r) {
+      const std::string diff = mismatch(run_cpu(x, ids, wts, n, k), first, ids, n, k, -1);
+      if (!diff.empty()) {
+        ++fails;
+        ADD_FAILURE() << "CPU run " << r << " differs from run 0: " << diff;
+      }
+    }
+    std::printf("PARITY moe rows %dx%ld k6 n64 same experts, CPU op %d times == its first run bit for bit: %s (%d "
+                "differ)\n", ne_, static_cast<long>(dim_), times, fails ? "FAIL" : "ok", fails);
   }
 
   const int32_t ne_;
   const int64_t dim_, ff_;
-  std::unique_ptr<Backend> sides_[kSides];
-  std::vector<Buffer> bufs_[kSides];  // declared after the backends: destroyed first
+  std::unique_ptr<Backend> sides_[kSides], noise_;
+  std::vector<Buffer> bufs_[kSides], noise_bufs_;  // declared after the backends: destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
   MoeArgs cpu_args_, side_args_[kSides];
@@ -175,5 +336,14 @@ TEST_F(CudaMoeRowsFlash, RandomRouting) {
 TEST_F(CudaMoeRowsFlash, AllTokensOnTheSameExperts) { check(64, 6, true); }
 
 TEST_F(CudaMoeRowsFlash, BadId) { check(20, 6, false, 7); }
+
+// The case that failed once in session 10's final check (4 test processes on one GPU), repeated: alone, and
+// with a second stream's expert calls running beside it.
+TEST_F(CudaMoeRowsFlash, SameExpertsRepeated) { repeated(30, false); }
+
+TEST_F(CudaMoeRowsFlash, SameExpertsRepeatedUnderLoad) { repeated(30, true); }
+
+// Its CPU reference, repeated.
+TEST_F(CudaMoeRowsFlash, CpuReferenceRepeated) { cpu_repeated(4); }
 
 }  // namespace

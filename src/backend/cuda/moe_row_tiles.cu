@@ -54,10 +54,14 @@ struct RowTile {
   static constexpr bool kActStaged = kV2 && !kGateUp;
   static constexpr uint32_t kActSlot = kQ8KPitch;  // 304 = 19 × 16
   static constexpr uint32_t kActBytes = kActStaged ? kMaxQ * kSlab * kActSlot : 0;
-  static constexpr uint32_t kStageBytes = kWeightBytes + kActBytes;
+  // A stage's bytes, then 16 never written: the last row's IQ2_XXS word read past its second block (iq2_terms_*:
+  // used only for a block 2 bytes off a word, which a second block never is here) lands there instead of on the
+  // next stage's first word, which lane 0's cp.async of a later slab may be writing — harmless, but compute-sanitizer
+  // racecheck reported it as a memcpy_async RAW hazard (5,766 warnings, session 11 W1), hiding real ones.
+  static constexpr uint32_t kStageBytes = kWeightBytes + kActBytes + 16;
   // IQ2_XXS: one block per SM shares the 48 KB of tables; 12 warps × 3 stages = 152 KB of rings (v2: 16
   // warps × 2 stages = 135 KB, more warps to hide latency: one slab in flight outlasts its copy).
-  // Q2_K: 16 warps × 4 stages = 172 KB (v2 with the activation blocks: 16 × 3 × 3,904 = 187 KB).
+  // Q2_K: 16 warps × 4 stages = 172 KB (v2 with the activation blocks: 16 × 3 × 3,920 = 188 KB).
   static constexpr int kWarps = kIq2 && !kV2 ? 12 : 16;
   static constexpr int kStages = kIq2 ? (kV2 ? 2 : 3) : (kV2 ? 3 : 4);
 };

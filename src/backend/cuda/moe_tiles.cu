@@ -309,6 +309,15 @@ __device__ inline void quantize_padded(const float* x, int64_t x_stride, int64_t
     for (int i = 0; i < 8; ++i) v[i] = src[i];
     quantize_q8_K_warp(v, lane, o);
   }
+  // The 12 padding bytes after the block zeroed (the first block: also the 12 before it, kActLead; the last: the 4
+  // that round the region to 16): no kernel reads them as values, but the down row tiles stage each block from its
+  // 16-byte aligned start 12 bytes before it and the warp tiles copy the whole region, and compute-sanitizer
+  // initcheck reported those reads of never-written bytes (session 11 W1), which would hide a real one.
+  constexpr uint64_t kBytes = kQ80 ? sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K);
+  static_assert(kPitch - kBytes == 12 && kActLead == 12, "12-byte lead and pads, blocks 16-byte aligned");
+  if (lane < 3) reinterpret_cast<uint32_t*>(o + kBytes)[lane] = 0;
+  else if (lane < 6 && blk == 0) reinterpret_cast<uint32_t*>(act)[lane - 3] = 0;
+  else if (lane == 6 && blk == rows * nb - 1) *reinterpret_cast<uint32_t*>(o + kPitch) = 0;
 }
 
 // Block 0 (kMaxGroupExperts threads): pairs grouped by expert. Blocks ≥ 1: x [n][dim] quantized.

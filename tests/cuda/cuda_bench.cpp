@@ -59,7 +59,7 @@
 //                                         always (8.7 KB tiles; 4.4 KB tiles, two blocks an SM), gemv_rows on
 //                                         every shape below gemv_warp's wins (bulk rings off), cold weights.
 //        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
-//        cuda_bench --warp-steps M...     decode steps (batch 2, 4 and 1) with gemv_warp off / on, as the engine.
+//        cuda_bench --warp-steps M...     decode steps (batch 2, 3, 4 and 1) with gemv_warp off / on, as the engine.
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>

@@ -17,7 +17,7 @@
 // `cuda_bench --moe-steps A B M...`: decode steps with expert_one_token A and B, "BENCH moe-steps" lines.
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
 // variants), "BENCH f16mma-steps" lines.
-// `cuda_bench --warp-steps M...`: decode steps at batch 2 and 4 with gemv_warp off / on (the default), "BENCH
+// `cuda_bench --warp-steps M...`: decode steps at batch 2, 3 and 4 with gemv_warp off / on (the default), "BENCH
 // warp-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
@@ -341,8 +341,8 @@ void bench_dense_steps(int argc, char** argv) {
 
 // `cuda_bench --warp-steps M...`: decode steps as the engine runs them (graphs, branches and f16_mma on, its
 // indexer_select 4) with the dense Q8_0 matmuls of 2–4 vectors on gemv_warp.cu's per-warp rings (gemv_warp =
-// wins, the default since session 10, chosen on a layer line) and without them (off: gemv_bulk / gemv_rows /
-// gemv_stream as before): batches 2 and 4 at ctx 1K, and one session at 2K (gemv_warp takes no 1-vector
+// wins: since session 11 from 3 vectors, gemv_warp.cu gemv_warp_wins) and without them (off: gemv_bulk / gemv_rows /
+// gemv_stream as before): batches 2, 3 and 4 at ctx 1K, and one session at 2K (gemv_warp takes no 1-vector
 // matmul: the two sides' noise). The sides interleaved twice.
 void bench_warp_steps(int argc, char** argv) {
   const char* const names[2] = {"gemv_warp off", "gemv_warp on"};
@@ -358,7 +358,7 @@ void bench_warp_steps(int argc, char** argv) {
       co.gemv_warp = k == 0 ? backend::cuda::GemvMma::off : backend::cuda::GemvMma::wins;
       if (!load_side(sides[k], *mf, plan, co, 512, "warp-steps")) return;
     }
-    interleaved_steps("warp-steps", names, sides, 13, plan.size(), {{2, 1024}, {4, 1024}, {1, 2048}});
+    interleaved_steps("warp-steps", names, sides, 13, plan.size(), {{2, 1024}, {3, 1024}, {4, 1024}, {1, 2048}});
   }
 }
 

@@ -181,7 +181,12 @@ const void* warp_kernel(int index) {
 // 78.0–78.6 vs 80.0–80.4 (W1: 79.0 vs 80.5), though q_a and kv alone are slower here (n = 4: 9.7 vs 7.5, 9.0 vs 6.5).
 // 1 vector: slower (65.5–65.8 vs 66.5–66.9; gemv_rows on every shape: 61.4–61.6, gemv_rows_wins). Tiles of
 // 4.4 KB (two blocks an SM): slower on the layer at every n (75 µs at 1). Only the measured shapes (≥ 1024 columns).
-bool gemv_warp_wins(const StreamSet& s) { return s.n_vec >= 2 && s.cols >= 1024; }
+// Session 11 W1 (21:49 UTC), whole decode steps as the engine runs them (cuda_bench --warp-steps: graphs, branches,
+// f16_mma; a 4-layer flash-q2 file, tied routing; off / on interleaved twice): batch 2 at 1K **slower** with it
+// (1.120 / 1.128 against 1.062 / 1.061 ms per step: the layer line's 2-vector gain does not survive the step's
+// concurrent branches), batch 4 faster (1.490 / 1.489 against 1.496 / 1.509), batch 1 equal (0.857–0.859 against
+// 0.855–0.856: the noise). So from 3 vectors only.
+bool gemv_warp_wins(const StreamSet& s) { return s.n_vec >= 3 && s.cols >= 1024; }
 
 bool CudaBackend::gemv_warp_set(const StreamSet& s, DeviceScratch& act_scratch) {
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts || s.n_vec < 1 || s.n_vec > kWarpMaxVec) return false;

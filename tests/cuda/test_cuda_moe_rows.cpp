@@ -5,7 +5,11 @@
 // holds in registers; and at the Flash widths (CudaMoeRowsFlash: 32 experts, E 4096, F 2048). Every variant
 // (balanced runs with the byte-permute and with the fast IQ2_XXS decode, the runs before) with distinct
 // routing, all tokens on the same experts (one group of many pairs: its passes), k 6 and 8, and a bad id (NaN
-// for its token only). test_cuda_moe_tiles.cpp holds the other expert kernels' checks.
+// for its token only). A mismatch is localised (tokens, 32-row output tiles, experts, first values) and says
+// whether the CPU op, run again, gives its first result. The case that failed once in session 10 (64 tokens on the
+// same 6 experts; every side at once differed from the CPU) repeated: 30 rounds on every side against one CPU result
+// computed twice, alone and beside a second stream's expert calls, and its CPU reference rerun (SameExpertsRepeated*,
+// CpuReferenceRepeated). test_cuda_moe_tiles.cpp holds the other expert kernels' checks.
 #include <algorithm>
 #include <atomic>
 #include <cstring>

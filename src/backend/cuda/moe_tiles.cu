@@ -85,7 +85,12 @@ constexpr int64_t kRowTilesAutoMin = 8;
 // bad ids) and faster: whole op at n = 1 27.96 / 27.93 µs cold against 31.62 / 31.79 for 27 (warm 26.55 / 26.26 vs
 // 28.98 / 29.52); ncu gate/up 19.4–20.2 µs (8.14 M warp instructions) vs 22.4–23.6 (10.69 M); decode steps of a
 // 4-layer flash-q2 file at 2K 0.845–0.850 ms vs 0.866–0.869 (three interleaved rounds).
-constexpr int kOneTokenAuto = 58;
+// Session 11 W2 (22:05 UTC, kIq2xxsPermPos in a register): 59 = gate/up variant 9 (16 warps × 2 stages) with fold 5 —
+// bit for bit (171 PARITY lines, the default side and n = 1 / 40 / 64 included) and the fastest: whole op 27.77 /
+// 27.50 µs cold against 58's 28.98 / 27.94 and 27's 32.10 / 31.76; ncu gate/up 17.3 µs (7.55 M instructions) vs
+// variant 8's 19.9 (7.51 M); steps 0.847 / 0.850 / 0.848 ms vs 58's 0.850 / 0.849 / 0.851 (27 vs 58 in the same run:
+// 0.884 / 0.884 / 0.880 vs 0.875 / 0.870 / 0.862).
+constexpr int kOneTokenAuto = 59;
 constexpr bool kOneTokenPdlAuto = true;
 // The warp tiles' down launch as a programmatic dependent by default (expert_tiles_pdl = -1): the H200 measured
 // it faster at 1, 2 and 7 tokens (2026-11-30 12:13 UTC, µs per layer: 42.5 vs 43.6, 75.4 vs 77.2, 250.2 vs

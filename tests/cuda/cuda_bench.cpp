@@ -29,7 +29,7 @@
 //        cuda_bench --hc-fuse             the decode HC pre in one launch (hc_fuse) vs two, both F16 orders, alone
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
-//        cuda_bench --small7-steps [rope|hcb|hcb16|both] M...   decode steps of model files with the folds off / on (f16_mma on).
+//        cuda_bench --small7-steps [rope|hcb|hcbN|both] M...   decode steps of model files with the folds off / on (f16_mma on).
 //        cuda_bench --small7 [ops|stages [FOLD]]  the folds (attention's output RoPE in its merge; the sublayer
 //                                         boundary as one cluster launch, hc_post_fold FOLD, default 2) on vs off,
 //                                         f16_mma on: the ops at n = 1, 8, then the decode stage table off and on

@@ -381,17 +381,17 @@ void bench_hc_fuse_steps(int argc, char** argv) {
   }
 }
 
-// `cuda_bench --small7-steps [rope|hcb|hcb16|both] M...`: decode steps of each model file (graphs and branches on,
-// f16_mma on as the engine runs) with the folds off and on — rope: CudaBackendOptions::attn_out_rope; hcb / hcb16:
-// hc_post_fold = 2 / 3 (hc_boundary.cu, 8 / 16 blocks); both (the default: rope + hcb) — interleaved: batch 1 at 2K and 8 sessions at 512. "BENCH small7-steps" lines.
+// `cuda_bench --small7-steps [rope|hcb|hcbN|both] M...`: decode steps of each model file (graphs and branches on,
+// f16_mma on as the engine runs) with the folds off and on — rope: CudaBackendOptions::attn_out_rope; hcb / hcbN:
+// hc_post_fold = 2 / N (hc_boundary.cu); both (the default: rope + hcb) — interleaved: batch 1 at 2K and 8 sessions at 512. "BENCH small7-steps" lines.
 void bench_small7_steps(int argc, char** argv) {
   const char* const names[2] = {"folds off", "folds on"};
   bool rope = true;
-  int fold = 2;  // hc_post_fold of the "on" side (hcb16: 3, the 16-block cluster)
+  int fold = 2;  // hc_post_fold of the "on" side (hcbN: N)
   const char* v = argc > 0 ? argv[0] : "";
-  if (!std::strcmp(v, "rope") || !std::strcmp(v, "hcb") || !std::strcmp(v, "hcb16") || !std::strcmp(v, "both")) {
-    rope = std::strcmp(v, "hcb") != 0 && std::strcmp(v, "hcb16") != 0;
-    fold = !std::strcmp(v, "rope") ? 0 : !std::strcmp(v, "hcb16") ? 3 : 2;
+  if (!std::strcmp(v, "rope") || !std::strncmp(v, "hcb", 3) || !std::strcmp(v, "both")) {
+    rope = std::strncmp(v, "hcb", 3) != 0;
+    fold = !std::strcmp(v, "rope") ? 0 : v[0] == 'h' && v[3] ? std::atoi(v + 3) : 2;
     std::printf("BENCH small7-steps: folds on = attn_out_rope %d, hc_post_fold %d\n", rope ? 1 : 0, fold);
     --argc;
     ++argv;

@@ -6,14 +6,18 @@
 //   the sublayer boundary: HC pre with the previous HC post (HcPreArgs::prev_post, the FFN's expert sum), n = 1, 8;
 //   at n = 1 also over 86 control matrices in turn (a token's 86 boundaries: 66 MB of weights, more than the L2, as
 //   in a decode step; the other rows re-read one 768 KB matrix from the L2).
-// Each row is the op alone in a graph of 20 calls (StageBench; the 86-matrix row: 86 calls). Deliberately not here: correctness
+// Each row is the op alone in a graph of 20 calls (StageBench; the 86-matrix row: 86 calls). Then the boundary kernel's
+// phases (its clock64 stamps), clusters of 8 and 16. Deliberately not here: correctness
 // (test_cuda_small7.cpp), the whole token (the stage table, bench_decode_stages, which cuda_bench --small7 runs next).
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/hc_boundary.h"
 #include "stage_bench.h"
 
 using namespace ds4;
@@ -97,7 +101,9 @@ struct Small7Side {
     post_pre(1, &fns[next_fn++ % kBoundaries]);
   }
 
-  void post_pre(int64_t n, const Weight* w = nullptr) {
+  void post_pre(int64_t n, const Weight* w = nullptr) { be->hc_pre(post_pre_args(n, w)); }
+
+  HcPreArgs post_pre_args(int64_t n, const Weight* w = nullptr) {
     HcPreArgs a;
     a.prev_post = HcPostArgs{x, f, post, comb, x2, n, kE, static_cast<int32_t>(kNhc)};
     a.prev_post.f_add = so;
@@ -116,11 +122,31 @@ struct Small7Side {
     a.comb = comb;
     a.y = y;
     a.xn = xn;
-    be->hc_pre(a);
+    return a;
   }
 };
 
 }  // namespace
+
+// Block 0's phase ends in the boundary kernel (hc_boundary.cu's HcBoundaryLaunch::stamps, clock64 on one SM) for the
+// last of 20 back-to-back calls, as µs since the block started (at 1,980 MHz): where its time goes.
+void boundary_phases(Small7Side& s, int cluster) {
+  float* buf = s.sb->buf(2 * cuda::kHcBoundaryStamps + 2);
+  long long* st = reinterpret_cast<long long*>((reinterpret_cast<uintptr_t>(buf) + 7) / 8 * 8);
+  cuda::HcBoundaryLaunch l;
+  l.cluster = cluster;
+  l.stamps = st;
+  auto& cb = static_cast<cuda::CudaBackend&>(*s.be);
+  const HcPreArgs a = s.post_pre_args(1);
+  for (int i = 0; i < 20; ++i) cuda::hc_boundary(cb, a, l);
+  std::vector<long long> h(cuda::kHcBoundaryStamps, 0);
+  if (!s.be->sync().ok()) return;
+  s.be->download(h.data(), st, h.size() * sizeof(long long));
+  const char* names[cuda::kHcBoundaryStamps] = {"start", "wait", "state", "bar1", "mma", "bar2", "mix", "sinkhorn", "xn"};
+  std::printf("BENCH small7 boundary phases c%d (us from block 0's start, 1980 MHz):", cluster);
+  for (int i = 1; i < cuda::kHcBoundaryStamps; ++i) std::printf(" %s %.2f", names[i], (h[i] - h[0]) / 1980.0);
+  std::printf("\n");
+}
 
 void bench_small7(Backend& on, Backend& off) {
   std::vector<double> freq(Small7Side::kR / 2);
@@ -142,4 +168,5 @@ void bench_small7(Backend& on, Backend& off) {
       row("hc post + pre, 86 matrices (> L2)", n, [&](Small7Side& s, int64_t) { s.post_pre_many(); },
           static_cast<int>(Small7Side::kBoundaries));
   }
+  for (int cluster : {8, 16}) boundary_phases(sides[0], cluster);
 }

@@ -221,15 +221,17 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
   }
 }
 
-// hc_post_fold = 2 / 3: the boundary kernel as a cluster of 8 / 16 blocks (n = 1; other n and f16_mma off fall back
+// hc_post_fold = 2 / 3 (4 / 5): the boundary kernel as a cluster of 8 / 16 blocks (programmatic launches) (n = 1; other
+// n and f16_mma off fall back
 // to the two ops) against hc_post then hc_pre on a backend without the fold: every output bit for bit (state, mix, pre,
 // post, comb, y, xn), with and without the expert sum, the split and the sublayer norm's weights; `aliased` is the
 // forward pass's layout, where the pre's post and comb outputs are the buffers the post reads (each run gets fresh
 // copies). Each folded call of the other layout runs twice (the second on re-poisoned outputs).
 TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
   const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
-  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}};  // (hc_post_fold, f16_mma): 2 without
-  for (const auto& [fold, mma] : sides) {                                   // f16_mma is the fallback
+  // (hc_post_fold, f16_mma): 2 without f16_mma is the fallback; 4, 5 = 2, 3 as programmatic dependents.
+  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true}, {5, true}};
+  for (const auto& [fold, mma] : sides) {
     auto on = make(true, mma, fold), off = make(false, mma);
     ASSERT_TRUE(on && off);
     const Weight fn = hc_controls(M, HCD);
@@ -306,7 +308,8 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
                    host(p.comb, static_cast<size_t>(n * NHC * NHC)), host(p.y, static_cast<size_t>(n * E)),
                    host(p.xn, static_cast<size_t>(n * E))};
       };
-      const std::string where = std::string("hc boundary c") + (fold == 3 ? "16 " : "8 ") + (mma ? "f16_mma" : "segments") +
+      const std::string where = std::string("hc boundary c") + (fold == 3 || fold == 5 ? "16" : "8") +
+                                (fold >= 4 ? " pdl " : " ") + (mma ? "f16_mma" : "segments") +
                                 " n" + std::to_string(n) +
                                 (c.f_add ? " f_add" : "") + (c.split ? " split" : " nosplit") +
                                 (c.with_w ? "" : " no_w") + (c.aliased ? " aliased" : "");

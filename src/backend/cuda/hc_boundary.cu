@@ -70,7 +70,13 @@ struct BoundaryParams {
   float* xn;            // [4096]
   float eps;            // rms_eps (both norms)
   bool with_split;
+  long long* stamps;    // HcBoundaryLaunch::stamps (null: none)
 };
+
+// Block 0's thread `tid0` records clock64 as stamp i (diagnostics, HcBoundaryLaunch::stamps).
+__device__ inline void stamp(const BoundaryParams& p, int r, int i, int tid0 = 0) {
+  if (p.stamps && r == 0 && static_cast<int>(threadIdx.x) == tid0) p.stamps[i] = clock64();
+}
 
 __device__ inline void cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -135,6 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   const int r = static_cast<int>(cl.block_rank()), r8 = r % 8, h = r / 8;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp, g = lane >> 2, t = lane & 3;
   const int d_m0 = 512 * r8 + S::DM * h;  // first MMA dim
+  stamp(p, r, 0);
 
   // MMA weights (the contract's fragment layout, f16_mma_load_w): warp w takes stream k = w / 2, local quarters
   // (w % 2)·Qw + qq; m-tile 0 = rows g, g + 8; m-tile 1 = row 16 + g (its rows g + 8: zero rows).
@@ -163,6 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     for (int q = lane; q < 3 + kRows; q += kWarp) sb[q] = q < 3 ? p.s.scale[q] : p.s.base[q - 3];
   grid_dependency_wait();  // the post's inputs are the outputs of the kernels before this one
   grid_launch_dependents();
+  stamp(p, r, 1);
 
   // (B) X' at the thread's 4 dims of every stream (hc_post4_kernel's expressions): the MMA dims (stored as the new
   // state, and for the MMAs), the state norm's dims, y's dims (H = 1: the state norm's).
@@ -203,7 +211,9 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       if (lane == 0) part_n[wl] = ss;
     }
   }
+  stamp(p, r, 2);
   cluster_sync_all();  // (1) every block's norm sums and this block's xm
+  stamp(p, r, 3);
 
   // (C) The state's scale (rms_scale_v4_of: emulated warp ew = lane, at rank ew % 8 + 8·(w / WN), slot w % WN for
   // w = ew / 8), flat = X'·scale, the MMA chains of the warp's quarters, then the block's part of each segment sum.
@@ -242,7 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       part_q[o][k][1] = qs[k][1][o];
     }
   }
+  stamp(p, r, 4);
   cluster_sync_all();  // (2) every block's segment sums
+  stamp(p, r, 5);
 
   // (D) mix row o = (…((0 + seg_0) + seg_1) + …) + seg_31 (seg_total's order): segment s = 8k + r8' from rank r8'
   // (H = 2: (q0 + q1) from r8', then + q2 + q3 from r8' + 8), gathered by lane s (all loads in flight), then lane o
@@ -261,6 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       p.mix[lane] = m;
     }
     __syncwarp();
+    stamp(p, r, 6);
     cluster_arrive();  // (3) its remote reads are done
     if (p.with_split) {
       HcSplitArgs sl = p.s;  // the same values, read from shared memory
@@ -270,6 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     } else if (lane < kNhc) {  // without the split block the pre's own expression writes pre
       p.s.pre[lane] = sigmoid_dev(ms[lane] * sb[0] + sb[3 + lane]) + p.s.eps;
     }
+    __syncwarp();
+    stamp(p, r, 7);
     cluster_wait();
     cluster_sync_all();  // (4)
     return;
@@ -335,6 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       for (int c = 0; c < 4; ++c)
         if (c % 2 == h) p.xn[dy + c] = xo[c];
     }
+    stamp(p, r, 8, 128);
     cluster_wait();  // every block's shared memory stays until no block reads it
     return;
   }
@@ -356,7 +372,7 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
   if (!shape) return false;
   BoundaryParams p{q, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes,
                    HcSplitArgs{a.mix, a.scale, a.base, 1, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb},
-                   a.mix, a.norm_w, a.y, a.xn, a.rms_eps, l.with_split};
+                   a.mix, a.norm_w, a.y, a.xn, a.rms_eps, l.with_split, l.stamps};
   void (*kernel)(BoundaryParams) = l.cluster == 16 ? hc_boundary_kernel<16> : hc_boundary_kernel<8>;
   // 16 blocks is above the portable cluster size: allowed per kernel (a host-side attribute, no stream work).
   if (l.cluster == 16 &&

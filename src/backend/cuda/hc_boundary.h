@@ -1,7 +1,8 @@
 // hc_boundary.h — a decode token's sublayer boundary (the previous sublayer's HC post + the next HC pre,
 // HcPreArgs::prev_post) as one launch: CudaBackendOptions::hc_post_fold = 2 (hc_boundary.cu). CudaBackend::hc_pre
 // calls it where its options select the spread HC pre in the F16 MMA order (the path whose bits it reproduces);
-// hc_post_fold = 3 runs it as a cluster of 16 blocks.
+// hc_post_fold = 3 runs it as a cluster of 16 blocks; 4 / 5 as 2 / 3, launched as programmatic dependents wherever
+// hc_pdl allows (also after a concurrent branch's join, where hc_post's launch stays plain).
 // Deliberately not here: the decision which options allow it (ops_hc.cu, where the backend's flags are).
 #pragma once
 
@@ -15,7 +16,12 @@ struct HcBoundaryLaunch {
   bool pdl = false;         // a programmatic dependent of the kernel before it (hc_post's rule: main lane, no branches)
   bool with_split = true;   // the Sinkhorn split (post, comb) inside, as the spread pre's split block
   int cluster = 8;          // blocks of the cluster: 8 (portable) or 16 (half the weights and loads a block)
+  // Diagnostics (benches only; null in the backend): device array [kHcBoundaryStamps] receiving block 0's clock64 at
+  // the phase ends — start, after the wait, the state formed, barrier 1, MMAs done, barrier 2, the split warp's mix,
+  // its Sinkhorn end, xn stored.
+  long long* stamps = nullptr;
 };
+inline constexpr int kHcBoundaryStamps = 9;
 
 // One cluster of 8 (or 16) blocks forms the new state X' (hc_post4_kernel's values, written to prev_post.out = a.x), its
 // RMSNorm scale, the 24 F16 MMA control sums, mix, pre (and with_split post, comb), y and xn — the bits of hc_post

@@ -1113,11 +1113,14 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
     if (hc_post_fold_ == 1 && hc_pre_post_folded(a)) return;
     // 2, 3: the whole boundary as one launch of a cluster of 8, 16 blocks (hc_boundary.cu), where the pre would take
     // the spread kernels in the F16 MMA order with the v5 finish — the path whose bits it reproduces; programmatic
-    // launches only where hc_post's are.
-    if (hc_post_fold_ >= 2 && hc_router_v2_ && f16_segments_ && f16_mma_ && small_v5_ && sm90() &&
-        hc_boundary(*this, a,
-                    HcBoundaryLaunch{hc_pdl_ && !branches_ && !on_side_, a.split || !small_v4_, hc_post_fold_ >= 3 ? 16 : 8}))
-      return;
+    // launches only where hc_post's are. 4, 5: as 2, 3, programmatic wherever hc_pdl allows (also after a join).
+    if (hc_post_fold_ >= 2 && hc_router_v2_ && f16_segments_ && f16_mma_ && small_v5_ && sm90()) {
+      HcBoundaryLaunch l;
+      l.pdl = hc_pdl_ && (hc_post_fold_ >= 4 || (!branches_ && !on_side_));
+      l.with_split = a.split || !small_v4_;
+      l.cluster = hc_post_fold_ == 3 || hc_post_fold_ == 5 ? 16 : 8;
+      if (hc_boundary(*this, a, l)) return;
+    }
     hc_post(a.prev_post);
     HcPreArgs rest = a;
     rest.prev_post.n = 0;

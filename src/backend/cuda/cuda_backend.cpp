@@ -21,9 +21,11 @@ constexpr bool kSmallV6Auto = false;
 // launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last
 // blocks' finish runs after every block instead of beside the segment kernel as a programmatic dependent; docs/PERF.md).
 constexpr int kHcFuseAuto = 0;
-// CudaBackendOptions::attn_out_rope / hc_post_fold = -1: off until a device run shows each bit for bit and faster
-// (session 10).
-constexpr bool kAttnOutRopeAuto = false;
+// CudaBackendOptions::attn_out_rope = -1: on — the output's inverse RoPE inside the sliced decode merge. The H200
+// (session 11 W1, W2) showed it bit for bit attention then rope (CudaSmall7, CudaAttention), the engine path through
+// test_cuda_model with it on (26 passed), −0.8 / −0.9 µs per HCA / CSA layer alone and 4-layer decode steps at 2K
+// 0.861 / 0.867 against 0.883 / 0.885 ms (docs/PERF.md).
+constexpr bool kAttnOutRopeAuto = true;
 constexpr int kHcPostFoldAuto = 0;
 // CudaBackendOptions::f16_mma_decode_kernel = -1: the register-direct decode kernel (0) until another form wins.
 constexpr int kF16DecKernelAuto = 0;

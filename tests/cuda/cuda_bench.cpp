@@ -49,6 +49,9 @@
 //                                         F16 MMA order's decode kernels against the segment order's, in stages).
 //        cuda_bench --f16mma-steps M...   whole steps of model files: f16_mma off, on (plain + counter, pdl + clusters,
 //                                         plain + clusters) — decode batch 1 at 2K, a 2,048-token chunk at 2K.
+//        cuda_bench --f16dec [K,K…]       decode F16 MMA calls (CSA matmul_many n = 1, 8; router) per
+//                                         f16_mma_decode_kernel 0 … 9, cold weights, graph µs per call.
+//        cuda_bench --f16dec-steps M...   whole decode steps (batch 1, 2K) with f16_mma_decode_kernel 0, 7, 8, 9.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa [small4]        only the CSA layer's compressor + indexer lines (now vs previous;
 //                                         small4: vs small_v4 = false).
@@ -128,6 +131,8 @@ void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
+void bench_f16dec_steps(int argc, char** argv);    // cuda_bench_branches.cpp
+void bench_f16dec_calls(const std::vector<int>& kernels);  // cuda_bench_f16dec.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
 
 // Decode batches of several sessions (gemv_skinny.cu): q_a, the shared expert, the output head and the
@@ -788,6 +793,24 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--warp-steps") == 0) {  // decode steps at 2-4 vectors, gemv_warp off / on
     bench_warp_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--f16dec") == 0) {  // decode F16 MMA calls per f16_mma_decode_kernel
+    std::vector<int> kernels = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    if (argc > 2) {  // a comma-separated list
+      kernels.clear();
+      for (const char* c = argv[2]; *c;) {
+        char* end = nullptr;
+        kernels.push_back(static_cast<int>(std::strtol(c, &end, 10)));
+        c = *end == ',' ? end + 1 : end;
+        if (end == c && *c) break;
+      }
+    }
+    bench_f16dec_calls(kernels);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--f16dec-steps") == 0) {  // whole steps per f16_mma_decode_kernel
+    bench_f16dec_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--f16mma-steps") == 0) {  // whole steps, f16_mma off / on (launch variants)

@@ -550,3 +550,36 @@ void bench_f16mma_steps(int argc, char** argv) {
     }
   }
 }
+
+// `cuda_bench --f16dec-steps M...`: whole decode steps of model files with the decode F16 matmuls on
+// CudaBackendOptions::f16_mma_decode_kernel 0 (the register-direct kernel) and 7, 8, 9 (the streaming ring kernel
+// with tensor copies: tiles by a counter, static, by a counter at 2 blocks per multiprocessor); f16_mma on and
+// indexer_select 4 as the engine runs them. One session at 2K, round 1 as each side is loaded, round 2 after
+// all (drift shows). "BENCH f16dec-steps" lines.
+void bench_f16dec_steps(int argc, char** argv) {
+  struct Side : StepSide {
+    int kernel;
+    explicit Side(int k) : kernel(k) {}
+  } sides[4] = {Side(0), Side(7), Side(8), Side(9)};
+  for (int i = 0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "f16dec-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    auto decode = [&](Side& s, int round) {
+      const double t = decode_step_seconds(*s.fw, *s.be, 1, 2048);
+      std::printf("BENCH f16dec-steps kernel %d layers %zu round %d decode batch 1 ctx 2048: %.4f ms/step, %.1f tok/s\n",
+                  s.kernel, plan.size(), round, t * 1e3, t > 0 ? 1 / t : 0.0);
+      std::fflush(stdout);
+    };
+    for (Side& s : sides) {
+      backend::cuda::CudaBackendOptions co;
+      co.f16_mma = true;
+      co.indexer_select = 4;
+      co.f16_mma_decode_kernel = s.kernel;
+      if (!load_side(s, *mf, plan, co, 2048, "f16dec-steps")) return;
+      decode(s, 1);
+    }
+    for (Side& s : sides) decode(s, 2);
+    for (Side& s : sides) decode(s, 3);
+  }
+}

@@ -6,9 +6,9 @@
 // few-row split shape); a token's bits the same at n = 1, 2, 5, 8, 40
 // and 2,048 and with element instead of 16-byte loads; poisoned outputs (every written value checked);
 // the prefill tiles' other launch shapes (matmul_f16_mma_tiles.cu f16_mma_tiles_launch_shape) ≡ the default;
-// matmul_many ≡ one matmul per job. The HC controls' segment sums (ops_hc.cu hc_seg_mma_kernel) are
-// test_cuda_fused.cpp's HcPreEqualsPiecesAndCpu (its f16_mma backend): the fused HC pre ≡ rms_norm then
-// matmul bit for bit, and within 2e-5 of the CPU.
+// matmul_many ≡ one matmul per job; the streaming ring kernel (f16_mma_decode_kernel 1 … 9) ≡ the decode kernel.
+// The HC controls' segment sums (ops_hc.cu hc_seg_mma_kernel) are test_cuda_fused.cpp's HcPreEqualsPiecesAndCpu
+// (its f16_mma backend): the fused HC pre ≡ rms_norm then matmul bit for bit, and within 2e-5 of the CPU.
 // Model level (W2 on the H200, binaries with f16_mma on by default): test_cuda_model's CUDA ≡ CPU in prefill,
 // chunked and decode, golden logits, batched ≡ solo, graphs on ≡ off.
 #include <algorithm>
@@ -338,5 +338,114 @@ TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
     EXPECT_EQ(differ, 0u) << what;
     std::printf("PARITY %-44s n=1,2,8 shapes=%zu values differing from the previous tiles: %zu  %s\n", what.c_str(),
                 std::size(shapes) + n_many, differ, differ == 0 ? "ok" : "FAIL");
+  }
+}
+
+TEST_F(CudaF16Mma, RingKernelEqualsDecodeKernel) {
+  // matmul_f16_mma_ring.cu (CudaBackendOptions::f16_mma_decode_kernel 1: tiles by a counter, 2: static tiles;
+  // 3: 1 with the decode kernel's launches of few blocks loading every activation before the chain, 4: 3 with
+  // those as programmatic dependents; 5, 6: 3 with 2 or 3 ring blocks per multiprocessor; 7 … 9: the ring with
+  // 2-D tensor copies — partial last tiles arrive zero-filled) against the register-direct decode kernel (0), bit for bit, and kernel 0
+  // against the CPU (2e-5·max|y|) at n = 1: matmul_many of a CSA layer's six projections plus a ragged-row
+  // one-segment job and a three-segment job (the ring's shape: whole tiles of 8, 2, 1 and 3 segments, a partial
+  // last tile), the same set twice in a row (the counter is left at zero by each call), the HCA pair (512 × 4096
+  // twice: few blocks, clusters), at n = 1, 2, 3, 8; and single matmuls: q_b 8192 × 1024 (enough tiles: the ring), the
+  // router 256 × 4096 (clusters) and the head's HC 4 × 16384 (rows split over 32 blocks: the counter).
+  // Poisoned outputs: an unwritten value shows as NaN, which never equals.
+  const std::pair<int64_t, int64_t> shapes[] = {{1024, 4096}, {1024, 4096}, {256, 4096}, {256, 4096}, {8192, 1024},
+                                                {64, 4096},   {37, 512},    {300, 1536}, {4, 16384},  {512, 4096}};
+  const size_t n_ring = 8;                       // shapes[0 … 7]: one matmul_many (the ring)
+  const std::vector<size_t> hca = {9, 9};        // the HCA pair: one matmul_many of few blocks (clusters)
+  const size_t singles[] = {4, 2, 8};            // q_b (the ring), the router's shape and the head's HC (few blocks)
+  const int64_t n_max = 8;
+  struct Host {
+    Weight w;
+    std::vector<uint8_t> bytes;
+    std::vector<float> x;
+  };
+  std::vector<Host> hs;
+  for (auto [r, c] : shapes) {
+    Host h;
+    h.bytes = random_weight(GgmlType::F16, r, c, &h.w);
+    h.w.data = h.bytes.data();
+    h.x = randn(static_cast<size_t>(n_max * c));
+    hs.push_back(std::move(h));
+  }
+  auto run = [&](int kernel) {
+    backend::cuda::CudaBackendOptions o;
+    o.f16_mma = true;
+    o.f16_mma_decode_kernel = kernel;
+    auto made = backend::cuda::make_cuda_backend(o);
+    EXPECT_TRUE(made.ok());
+    auto be = std::move(made).value();
+    std::vector<Buffer> keep;
+    auto buf = [&](size_t bytes) {
+      keep.push_back(std::move(be->alloc(bytes + 16, MemCategory::scratch)).value());
+      return keep.back().data();
+    };
+    std::vector<Weight> gw;
+    std::vector<float*> gx;
+    for (const Host& h : hs) {
+      Weight g = h.w;
+      g.data = *be->map_weight(h.w.data, h.w.row_bytes * h.w.rows);
+      gw.push_back(g);
+      gx.push_back(static_cast<float*>(buf(h.x.size() * 4)));
+      be->upload(gx.back(), h.x.data(), h.x.size() * 4);
+    }
+    std::vector<std::vector<float>> out;
+    auto poisoned_out = [&](int64_t count) {
+      float* y = static_cast<float*>(buf(static_cast<size_t>(count) * 4));
+      be->fill_f32(y, NAN, count);
+      return y;
+    };
+    for (int64_t n : {1, 2, 3, 8}) {
+      std::vector<std::vector<size_t>> sets = {{}, {}, hca};  // the ring set twice, then the HCA pair
+      for (size_t m = 0; m < n_ring; ++m) sets[0].push_back(m), sets[1].push_back(m);
+      for (const auto& set : sets) {
+        std::vector<MatmulArgs> jobs;
+        std::vector<float*> ys;
+        for (size_t m : set) {
+          const int64_t rows = hs[m].w.rows, cols = hs[m].w.cols;
+          ys.push_back(poisoned_out(n * rows));
+          jobs.push_back({gw[m], gx[m], cols, ys.back(), rows, n, MatmulNumerics::ds4});
+        }
+        be->matmul_many(jobs);
+        for (size_t j = 0; j < jobs.size(); ++j) {
+          out.emplace_back(static_cast<size_t>(n * jobs[j].w.rows));
+          be->download(out.back().data(), ys[j], out.back().size() * 4);
+        }
+      }
+      for (size_t k : singles) {
+        const int64_t rows = hs[k].w.rows, cols = hs[k].w.cols;
+        float* y = poisoned_out(n * rows);
+        be->matmul({gw[k], gx[k], cols, y, rows, n, MatmulNumerics::ds4});
+        out.emplace_back(static_cast<size_t>(n * rows));
+        be->download(out.back().data(), y, out.back().size() * 4);
+      }
+    }
+    EXPECT_TRUE(be->sync().ok());
+    keep.clear();
+    return out;
+  };
+  const auto want = run(0);
+  size_t nan_want = 0;
+  for (const auto& v : want)
+    for (float f : v) nan_want += std::isnan(f) ? 1 : 0;
+  EXPECT_EQ(nan_want, 0u) << "the decode kernel left values unwritten";
+  for (size_t m = 0; m < n_ring; ++m) {  // n = 1's first ring set: out[m]
+    const int64_t rows = hs[m].w.rows, cols = hs[m].w.cols;
+    std::vector<float> ref(static_cast<size_t>(rows));
+    cpu_->matmul({hs[m].w, hs[m].x.data(), cols, ref.data(), rows, 1, MatmulNumerics::ds4});
+    expect_close(want[m], ref, 2e-5, 1e-7, "f16 mma decode kernel 0 job " + std::to_string(m));
+  }
+  for (int kernel : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+    const auto got = run(kernel);
+    ASSERT_EQ(got.size(), want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += count_differing(got[i], want[i]);
+    const std::string what = "f16 mma decode kernel " + std::to_string(kernel);
+    EXPECT_EQ(differ, 0u) << what;
+    std::printf("PARITY %-44s n=1,2,3,8 calls=%zu values differing from kernel 0: %zu  %s\n", what.c_str(), got.size(),
+                differ, differ == 0 ? "ok" : "FAIL");
   }
 }

@@ -21,6 +21,9 @@
 // blocks) the blocks run as clusters of 8, each job's blocks padded to whole clusters: every block keeps
 // its segment sums in shared memory and the tile's first block adds its tile's, read from the others'
 // shared memory between two cluster barriers — the same additions in the same order as the counter path.
+// With CudaBackendOptions::f16_mma_decode_kernel 1 … 9 (sm_90) the calls of many 16-row tiles of whole
+// segments (a CSA layer's six projections) go to matmul_f16_mma_ring.cu's weight stream instead, and with 3 … 6
+// this kernel's launches of few blocks load all of a quarter's activations before its chain (kXAll).
 // Deliberately not here: more than 8 vectors, expert-indexed jobs (matmul_f16_mma.cu), prefill shapes
 // (matmul_f16_mma_tiles.cu), the HC controls' segment sums (ops_hc.cu), the scalar segment order.
 #include <cooperative_groups.h>
@@ -31,6 +34,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_mma.cuh"
+#include "backend/cuda/matmul_f16_mma_ring.h"
 
 namespace ds4::backend::cuda {
 
@@ -40,6 +44,7 @@ constexpr int kDecJobs = 8;
 constexpr int kDecMaxVec = 8;                  // one MMA n-tile
 constexpr int kDecCounters = 4096;             // row-tile counters at the scratch's start
 constexpr uint64_t kDecCounterBytes = kDecCounters * 4;
+constexpr int kDecRingCounter = kDecCounters - 2;  // the last two: matmul_f16_mma_ring.cu's tile counter and exit count
 
 struct DecJob {
   const uint8_t* w;
@@ -71,8 +76,12 @@ struct DecParams {
 // quarter w % 4 of it.
 // kCluster (kSegs = 1 only): launched as clusters of 8 blocks, split tiles combined through distributed
 // shared memory (file comment).
-template <int R, int kSegs, bool kCluster>
-__global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kernel(DecParams p) {
+// kXAll (f16_mma_decode_kernel ≥ 3, launches of few blocks: the router, the head's HC, the HCA pair): every
+// activation load of the quarter issued at once before the chain (32 registers) instead of one block ahead —
+// one memory latency before the 32 MMAs instead of one between each 8 of them; few blocks, so the
+// registers cost no occupancy.
+template <int R, int kSegs, bool kCluster, bool kXAll>
+__global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_mma_dec_kernel(DecParams p) {
   constexpr int kWarps = 4 * kSegs, kH = R == 16 ? 2 : 1;
   static_assert(!kCluster || kSegs == 1, "clusters hold one segment per block");
   __shared__ float qs[kWarps][4][kWarp];  // quarter accumulators: warp, element r, lane
@@ -107,7 +116,14 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kern
   }
   grid_dependency_wait();
   grid_launch_dependents();
-  if (on) {
+  if (on && kXAll) {
+    const float* xr = g < p.n_vec ? J.x + (g / J.x_div) * J.x_stride : nullptr;
+    float x[4][1][8];
+#pragma unroll
+    for (int bb = 0; bb < 4; ++bb) load_x8_mma<false>(xr, u * kF16MmaQ + bb * kF16MmaBlk + 8 * t, J.cols, wide, 1.0f, x[bb][0]);
+#pragma unroll
+    for (int bb = 0; bb < 4; ++bb) f16_mma_block<1, 1>(c, w[bb], x[bb]);
+  } else if (on) {
     float x[2][1][8];
     // Activations (small, cached) one block ahead of the MMAs that read them: 16 registers instead of
     // 32, so 512- and 1024-thread blocks keep two and one per multiprocessor. The chain is
@@ -190,10 +206,10 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, 8 / kSegs) f16_mma_dec_kern
 
 constexpr int kDecCluster = 8;  // blocks per cluster (f16_mma_cluster)
 
-template <int R, int kSegs, bool kCluster>
+template <int R, int kSegs, bool kCluster, bool kXAll = false>
 cudaError_t launch_dec(const DecParams& p, unsigned blocks, bool pdl, cudaStream_t s) {
   if constexpr (!kCluster) {
-    return launch_dependent(pdl, dim3(blocks), dim3(4 * kSegs * kWarp), 0, s, f16_mma_dec_kernel<R, kSegs, false>, p);
+    return launch_dependent(pdl, dim3(blocks), dim3(4 * kSegs * kWarp), 0, s, f16_mma_dec_kernel<R, kSegs, false, kXAll>, p);
   } else {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks);
@@ -208,12 +224,15 @@ cudaError_t launch_dec(const DecParams& p, unsigned blocks, bool pdl, cudaStream
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, f16_mma_dec_kernel<R, kSegs, true>, p);
+    return cudaLaunchKernelEx(&cfg, f16_mma_dec_kernel<R, kSegs, true, kXAll>, p);
   }
 }
 
 template <int R>
-cudaError_t launch_dec_segs(const DecParams& p, unsigned blocks, int segs, bool cluster, bool pdl, cudaStream_t s) {
+cudaError_t launch_dec_segs(const DecParams& p, unsigned blocks, int segs, bool cluster, bool pdl, bool x_all,
+                            cudaStream_t s) {
+  if (x_all && segs == 1)
+    return cluster ? launch_dec<R, 1, true, true>(p, blocks, pdl, s) : launch_dec<R, 1, false, true>(p, blocks, pdl, s);
   if (cluster) return launch_dec<R, 1, true>(p, blocks, pdl, s);
   if (segs == 1) return launch_dec<R, 1, false>(p, blocks, pdl, s);
   if (segs == 2) return launch_dec<R, 2, false>(p, blocks, pdl, s);
@@ -233,6 +252,38 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
       return false;
     else
       total_rows += j.w.rows;
+  // The scratch area (f16_part_): counters, then split rows' segment sums. A new area (eager: ensure never grows
+  // while a graph is recorded): its counters start at zero, and every call leaves them at zero.
+  auto ensure_dec_scratch = [&](uint64_t bytes) {
+    const DeviceScratch before = f16_part_;
+    if (!ensure(f16_part_, bytes, "f16 mma decode segment sums")) return false;
+    return (f16_part_.ptr == before.ptr && f16_part_.bytes == before.bytes) ||
+           check(cudaMemsetAsync(f16_part_.ptr, 0, kDecCounterBytes, stream()), "f16 mma decode counters");
+  };
+  // f16_mma_decode_kernel 1 / 2 (sm_90): the streaming ring kernel where it takes the shape (matmul_f16_mma_ring.cu:
+  // many 16-row tiles of whole segments — a CSA layer's six projections), tiles by a counter (1) or static (2);
+  // 3 = 1, and the launches of few blocks left to this kernel (the router, the head's HC, the HCA pair) with
+  // every activation load issued before the chain (kXAll); 4 = 3 with those launched as programmatic
+  // dependents on the main lane (their weight loads before griddepcontrol.wait); 5 / 6 = 3 with 2 / 3 ring blocks
+  // per multiprocessor instead of 4 (room for the other lane's kernel beside it). 7 … 9: the ring with one 2-D
+  // tensor copy per segment instead of 16 row copies (W1: the row copies left the blocks waiting, 31–52 µs against
+  // this kernel's 21), tiles by a counter with 4 blocks per multiprocessor (7), static (8), by a counter with 2 (9);
+  // the other launches as by kernel 0.
+  const int variant = f16_dec_kernel_;
+  if (variant >= 1 && variant <= 9 && sm90() && stream_device_info() &&
+      f16_mma_ring_takes(jobs, sm_count_)) {
+    if (!ensure_dec_scratch(kDecCounterBytes)) return true;  // error recorded
+    F16RingLaunch l;
+    l.sm_count = sm_count_;
+    l.blocks_per_sm = variant == 5 || variant == 9 ? 2 : variant == 6 ? 3 : 4;
+    l.tensor = variant >= 7;
+    l.counters = static_cast<int*>(f16_part_.ptr) + kDecRingCounter;
+    l.pdl = f16_mma_pdl_ && !on_side_;
+    l.variant = variant == 2 || variant == 8 ? 2 : 1;
+    l.stream = stream();
+    check(f16_mma_ring_launch(jobs, l), "matmul f16 decode (MMA order, ring)");
+    return true;
+  }
   // By shape (W2 on the H200, every launch shape measured): one segment per block (4 warps, 128 threads,
   // many blocks per multiprocessor while chains run; split rows finished by the last block) — the CSA
   // matmul_many 17.9 µs against 19.4 with 4 segments and 27.6 with whole rows in 1,024-thread blocks; 16-row
@@ -281,25 +332,20 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
       part += tiles * nseg * R * kDecMaxVec;
     }
   }
-  if (tiles_split > kDecCounters || blocks > (int64_t{1} << 30)) return false;  // not a decode shape: the other kernels
+  if (tiles_split > kDecRingCounter || blocks > (int64_t{1} << 30)) return false;  // not a decode shape: the other kernels
   if (tiles_split > 0) {
-    const DeviceScratch before = f16_part_;
-    if (!ensure(f16_part_, kDecCounterBytes + static_cast<uint64_t>(part) * 4, "f16 mma decode segment sums")) return true;
+    if (!ensure_dec_scratch(kDecCounterBytes + static_cast<uint64_t>(part) * 4)) return true;  // error recorded
     p.done = static_cast<int*>(f16_part_.ptr);
     p.part = reinterpret_cast<float*>(static_cast<char*>(f16_part_.ptr) + kDecCounterBytes);
-    // A new area (eager: ensure never grows while a graph is recorded): its counters start at zero, and
-    // every call leaves them at zero.
-    if ((f16_part_.ptr != before.ptr || f16_part_.bytes != before.bytes) &&
-        !check(cudaMemsetAsync(p.done, 0, kDecCounterBytes, stream()), "f16 mma decode counters"))
-      return true;
   }
   const unsigned grid = static_cast<unsigned>(blocks);
   // The side lane keeps plain stream order (as the other programmatic dependents: its kernel before may
   // be the fork's event).
-  const bool pdl = f16_mma_pdl_ && !on_side_ && sm90();
-  const cudaError_t e = R == 16  ? launch_dec_segs<16>(p, grid, segs, cluster, pdl, stream())
-                        : R == 8 ? launch_dec_segs<8>(p, grid, segs, cluster, pdl, stream())
-                                 : launch_dec_segs<4>(p, grid, segs, cluster, pdl, stream());
+  const bool pdl = (f16_mma_pdl_ || variant == 4) && !on_side_ && sm90();
+  const bool x_all = variant >= 3 && variant <= 6 && (sm_count_ == 0 || blocks <= int64_t{4} * sm_count_);
+  const cudaError_t e = R == 16  ? launch_dec_segs<16>(p, grid, segs, cluster, pdl, x_all, stream())
+                        : R == 8 ? launch_dec_segs<8>(p, grid, segs, cluster, pdl, x_all, stream())
+                                 : launch_dec_segs<4>(p, grid, segs, cluster, pdl, x_all, stream());
   check(e, "matmul f16 decode (MMA order)");
   return true;
 }

@@ -15,7 +15,9 @@
 // wide decode indexer — scores, a global histogram of the keys' top bits, the last block's select — at every row
 // count), "sel6" (sel4 up to 2,048 rows, the wide kernel above), "sel7" / "sel8" (sel5 / sel6 with fused dot steps
 // where exact: the FP4 operands the decode indexer lines use, q and rows through indexer_qat as the model makes them),
-// "sel9" … "sel12" (sel5, sel7, sel6, sel8 with the register-blocked tile where a block has 32 or 64 rows).
+// "sel9" … "sel12" (sel5, sel7, sel6, sel8 with the register-blocked tile where a block has 32 or 64 rows), "k14" (the
+// chunk kernel with each warp's segments pipelined: a segment's values, the next one's softmax and the one after's scores
+// between the same barriers; rows staged per warp, 16 lanes per row).
 // Usage: cuda_attention_bench [all | decode | prefill | idx | idx-once] [variant,variant…]. "decode" and "prefill" run
 // each variant's calls 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for
 // ncu. "idx": only the decode indexer, timed, at 2K (525 rows, bound 1,024), 8K, 16K and 32K (ctx / 4 rows), n = 1
@@ -83,6 +85,8 @@ int main(int argc, char** argv) {
     vars.push_back({names[sel - 9], {}});
     vars.back().o.indexer_select = sel;
   }
+  vars.push_back({"k14", {}});  // the chunk kernel with each warp's segments pipelined (session 11)
+  vars.back().o.attention_mma_kernels = 14;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

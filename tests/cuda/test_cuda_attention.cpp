@@ -8,8 +8,8 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10: previous, fast,
-// softmax once per block, its chunk loop on int64 / 32-bit counters; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14: previous, fast,
+// softmax once per block, its chunk loop on int64 / 32-bit counters, its segments pipelined per warp; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -51,8 +51,9 @@ class CudaAttention : public CudaOpsTest {
     for (int k : {1, 3}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     // 10 (kernel 3's chunk loop on 32-bit counters): the chunk shape at every n (the random-float cases: its
     // converted rows path), and whenever a bound is known the split shape.
-    // 9: the previous int64 loop (3 takes 10's).
-    for (int k : {9, 10}) v.emplace_back(&backend_with(0, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
+    // 9: the previous int64 loop (3 takes 10's). 14: each warp's segments pipelined (chunk shape at every n; the
+    // random-float cases run its converted-rows path, the f16 rows its as-is path).
+    for (int k : {9, 10, 14}) v.emplace_back(&backend_with(0, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     return v;
   }
   std::vector<std::unique_ptr<Backend>> extra_;
@@ -224,7 +225,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
 }
 
 TEST_F(CudaAttention, RemovedKernelVariantsAreRejected) {
-  for (int k : {2, 4, 5, 6, 7, 8, -1}) {  // 2 and 4 (16 warps) were removed; 5, 6, 7, 8 never landed
+  for (int k : {2, 4, 5, 6, 7, 8, 11, 12, 13, -1}) {  // 2 and 4 (16 warps) were removed; 5–8, 11–13 never landed
     cuda::CudaBackendOptions o;
     o.attention_mma_kernels = k;
     auto made = cuda::make_cuda_backend(o);
@@ -266,6 +267,7 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
                                                  {&backend_with(128, true, 2, true, 0, false), &backend_with(0, true, 2, true, 0)},
                                                  {&backend_with(128, true, 2, true, 1), &backend_with(0, true, 2, true, 1)},
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 3)},
+                                                 {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 14)},
                                                  {&backend_with(128, true, 2, false), &backend_with(0, true, 2, false)}};
   for (const auto& [split_be, chunk_be] : pairs)
   for (bool selected : {false, true}) {

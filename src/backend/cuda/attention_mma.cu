@@ -494,15 +494,19 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9 or 10). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10 or 14). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
   // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
   // with the previous int64 loop. 3 takes the 32-bit loop (kChunkLoop32Auto).
   const int k = attn_mma_kernels_;
-  const bool once = k == 3 || k == 9 || k == 10;
+  // 14: the chunk shape with each warp's segments pipelined (attention_mma_chunk.cu; its ring index needs
+  // raw_cap ≥ window, else 10's kernel).
+  const bool piped = k == 14;
+  const bool once = k == 3 || k == 9 || k == 10 || piped;
   if (once && split_segs == 0) {
-    attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k == 10 || (k == 3 && kChunkLoop32Auto));
+    if (piped && a.raw_cap >= a.window) attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_);
+    else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (k != 3 || kChunkLoop32Auto));
     return true;
   }
   // Its split kernel for one query only: faster there on the H200 (CSA 15.1 → 14.0 µs), slower at 8 queries

@@ -26,6 +26,10 @@ namespace ds4::backend::cuda::attn_mma {
 // raised (these launchers use bits 16–31).
 // loop32 (attention_mma_kernels = 10): its segment loop on 32-bit counters and a rotating buffer index (same bits).
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32 = false);
+// attention_mma_kernels = 14: the same steps with each warp's segments pipelined (between one pair of barriers the
+// value product of segment s − 1, the softmax of s and the scores of s + 1; rows staged per warp slice); needs
+// raw_cap ≥ window.
+void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready);
 // The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
                                uint32_t& smem_ready);
@@ -96,9 +100,10 @@ __device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, 
 // (c = 0, 1 head g; 2, 3 head g + 8). kAsIs: the rows' bits go to the MMAs unconverted and `bits` collects
 // their OR (right only when every value is exact in TF32 and finite — the caller checks or knows); else
 // each 8 × 8 block is converted and gets its third product where it is not exact, as the contract writes it.
-template <int DW, bool kAsIs, typename Q>
+// P: the staged rows' pitch in floats (the block's rows, or one warp's slice of them: attention_mma_chunk.cu kernel 14).
+template <int DW, bool kAsIs, int P = DW * kWarps + kPad, typename Q>
 __device__ inline void slice_scores(const float* base, const Q& qf, int g, int t, float (&part)[4][4], uint32_t& bits) {
-  constexpr int P = DW * kWarps + kPad, KK = DW / 8;
+  constexpr int KK = DW / 8;
   float sa[4][4], sb[4][4];
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt)
@@ -136,9 +141,9 @@ __device__ inline void slice_scores(const float* base, const Q& qf, int g, int t
 // column t, 8j + 2t + 1 at t + 4), p's TF32 parts of k-step j from p_frag(j, hi, lo) (A fragments: (g, t)
 // = word 0, (g + 8, t) = 1, (g, t + 4) = 2, (g + 8, t + 4) = 3); as_is: the rows' bits unconverted (every
 // value exact in TF32 and finite), else mma_split per 8 × 8 block.
-template <int DW, typename PFrag>
+template <int DW, int P = DW * kWarps + kPad, typename PFrag>
 __device__ inline void slice_values(const float* base, PFrag p_frag, int g, int t, bool as_is, float (&acc)[DW / 8][4]) {
-  constexpr int P = DW * kWarps + kPad, KN = DW / 8;
+  constexpr int KN = DW / 8;
 #pragma unroll
   for (int u = 0; u < KN; ++u)
 #pragma unroll

@@ -55,8 +55,11 @@ struct Smem {
 // Step 2 for head sh of the block, rows r0 = 8·snt + 2·stt and r0 + 1 (thread = 16·sh + 4·snt + stt; the
 // 16 threads of a head are one half-warp): the scores from the slices' partials, the softmax — the
 // segment's (m, l) of head sh, in every thread of the head — and p's parts into pfr.
-__device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, int cnt, float scale, int sh, int snt,
-                                       int stt, float& m, float& l) {
+// slot(k): the 4 words of p's fragment slot k (k = 2·j·32 + lane for the hi parts of k-step j, + 32 for the lo
+// parts) — contiguous uint4s for kernel 3, the staged rows' pads for kernel 11.
+template <typename Slot>
+__device__ inline void segment_softmax_at(const float* red, Slot slot, int cnt, float scale, int sh, int snt, int stt,
+                                          float& m, float& l) {
   const int spair = 4 * snt + stt;
   const float* rr = red + sh * kRedPitch + 2 * spair;
   float2 v = *reinterpret_cast<const float2*>(rr);
@@ -91,12 +94,16 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, in
   split_tf32(p0, hi0, lo0);
   split_tf32(p1, hi1, lo1);
   const int fl = 4 * (sh & 7) + stt, e = sh >> 3;
-  uint32_t* hw = pfr_words + (2 * snt * kWarp + fl) * 4;
-  uint32_t* lw = pfr_words + ((2 * snt + 1) * kWarp + fl) * 4;
+  uint32_t* hw = slot(2 * snt * kWarp + fl);
+  uint32_t* lw = slot((2 * snt + 1) * kWarp + fl);
   hw[e] = hi0;
   hw[e + 2] = hi1;
   lw[e] = lo0;
   lw[e + 2] = lo1;
+}
+__device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, int cnt, float scale, int sh, int snt,
+                                       int stt, float& m, float& l) {
+  segment_softmax_at(red, [pfr_words](int k) { return pfr_words + 4 * k; }, cnt, scale, sh, snt, stt, m, l);
 }
 
 // Steps 1–3 of one staged segment (rows: [kAttnSeg][D + kPad], cnt ≥ 1 of them real) for the block's 16
@@ -256,6 +263,254 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
   chunk3_block<DW, k32>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
+// ---- Kernel 14 (attention_mma_kernels = 14): the chunk shape's segments pipelined within each warp ----
+// Kernel 3 runs a segment's three steps between three block barriers: the score MMAs, then (barrier) the
+// softmax on CUDA cores while the tensor cores idle, then (barrier) the value MMAs. Kernel 14 runs the same
+// steps on the same operands in the same order per segment, but shifted: between one pair of barriers a
+// warp forms the value product of segment s − 1 (and merges it into its running output), the softmax of
+// segment s and the score product of segment s + 1 — the softmax's dependent chains and the merge run beside
+// the MMAs of the neighbouring segments. A warp reads only its dim slice of a staged row (both products), so
+// each warp stages that slice itself ([kAttnSeg][DW + kPad] floats per warp and segment) and waits only on
+// its own copies (no block barrier for the rows); three staged segments (s − 1, s, s + 1 in use, s + 2
+// copied into s − 1's slices once its value product is formed). p's fragments of two segments sit in the
+// pads of two staged segments' rows (kWarps × kAttnSeg pads of 16 bytes = one segment's 256 fragment slots).
+// Per-warp pitch DW + 4 keeps both products' fragment loads conflict-free (rows 68 words apart at DW = 64).
+// The copies: DW/4 lanes per row, so one cp.async instruction copies 32 / (DW/4) whole row slices (4 cache
+// lines at DW = 64, as kernel 3's row copies), each row's source from its lane by a shuffle.
+// Session 11 on the H200 (PERF.md): the same bits as kernel 3 in every test shape; CSA chunk (20 segments a
+// query) 3,641 vs 3,807 µs, HCA at 32K (13) 2,458 vs 2,527, HCA at 2K (5) 1,184 vs 1,145 — a short query
+// pays the pipeline's fill and drain, so the default takes it from kChunkPipelinedMinRows (attention_mma.cu).
+// Measured and removed: two lanes per row (11, 12: 16 lines an instruction, LSU-bound, +26 %) and one
+// cp.async.bulk per row slice (13: +3.5 %).
+template <int DW>
+struct PipeSmem {
+  static constexpr int D = DW * kWarps, PW = DW + kPad, WS = kAttnSeg * PW, BS = kWarps * WS;
+  static constexpr size_t rows = static_cast<size_t>(kBufs) * BS;
+  static constexpr size_t red = static_cast<size_t>(kWarps) * kHeads * kRedPitch;
+  // rows, red (as Smem), fab [2 segments][16] (fa, fb), mls [16] (M, L).
+  static constexpr size_t bytes = (rows + red) * sizeof(float) + 3 * kHeads * sizeof(float2);
+  static_assert(kPad * sizeof(float) == sizeof(uint4) && kWarps * kAttnSeg == 4 * 2 * kWarp,
+                "a staged segment's row pads hold one segment's p fragments");
+};
+
+// 16-byte copy, or 16 zero bytes when !full (src must still be a valid address).
+__device__ inline void cp_async16_or_zero(float* dst, const float* src, bool full) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+
+// Lane r's comp_idx entry of row r of segment seg (−1 for raw rows and rows past the query's), loaded a
+// segment ahead of its copies.
+__device__ inline int32_t prefetch_id(const int32_t* idx, int n_raw, int total, int seg, int lane) {
+  const int j = seg * kAttnSeg + lane;
+  return idx && j >= n_raw && j < total ? idx[j - n_raw] : -1;
+}
+// Row j's slice source (dims d0 …; rows past the query's: q.raw, never read). raw_cap ≥ window: one subtraction wraps.
+template <int D>
+__device__ inline const float* row_source(const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod, int j,
+                                          int32_t id, int d0) {
+  int rr = first_mod + j;
+  rr = rr >= raw_cap ? rr - raw_cap : rr;
+  if (j >= total) return q.raw;
+  return (j < n_raw ? q.raw + static_cast<int64_t>(rr) * D : q.comp + static_cast<int64_t>(q.idx ? id : j - n_raw) * D) + d0;
+}
+
+// Issues the copies of this warp's slice (dims d0 … d0 + DW − 1) of segment seg's rows into wb
+// ([kAttnSeg][DW + kPad]); rows past the query's candidates (or a segment past the last) are zero-filled.
+// C = DW/4 lanes per row: lane l copies 16-byte chunk l mod C of rows k·(32/C) + l/C, k = 0 … C − 1.
+template <int DW>
+__device__ inline void stage_slice_wide(float* wb, const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod,
+                                        int seg, int d0, int lane, int32_t id) {
+  constexpr int D = DW * kWarps, PW = DW + kPad, C = DW / 4, RPI = kWarp / C;  // rows per instruction
+  const int left = total - seg * kAttnSeg;
+  const float* mine = row_source<D>(q, n_raw, total, raw_cap, first_mod, seg * kAttnSeg + lane, id, d0);
+  const int chunk = lane % C, sub = lane / C;
+  float* dst = wb + sub * PW + 4 * chunk;
+#pragma unroll
+  for (int k = 0; k < C; ++k) {
+    const int r = k * RPI + sub;
+    const float* src = reinterpret_cast<const float*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), r));
+    const bool full = r < left;
+    cp_async16_or_zero(dst + k * RPI * PW, full ? src + 4 * chunk : q.raw, full);
+  }
+}
+
+// Step 1 for this warp's slice with its exactness decision (as segment_state): true when the rows' bits
+// went to the MMAs unconverted — then also for the value product of the same segment.
+template <int DW, int P>
+__device__ inline bool slice_scores_checked(const float* base, const QFrag<DW / 8>& qf, int g, int t, float (&pt)[4][4]) {
+  uint32_t bits = 0;
+  slice_scores<DW, true, P>(base, qf, g, t, pt, bits);
+  float sum = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) sum = sum + pt[nt][c];
+  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
+  if (!as_is) slice_scores<DW, false, P>(base, qf, g, t, pt, bits);
+  return as_is;
+}
+
+// This warp's partial scores into red (kernel 3's layout: [slice][head][kRedPitch], row pair k at 2k).
+__device__ inline void store_partials(float* red, int wid, int g, int t, const float (&pt)[4][4]) {
+  float* rw = red + wid * kHeads * kRedPitch;
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int k = 4 * u + t;
+    *reinterpret_cast<float2*>(rw + g * kRedPitch + 2 * k) = make_float2(pt[u][0], pt[u][1]);
+    *reinterpret_cast<float2*>(rw + (g + 8) * kRedPitch + 2 * k) = make_float2(pt[u][2], pt[u][3]);
+  }
+}
+
+// The chunk shape's block (query i, heads h0 … h0 + 15) of kernel 14. Dynamic shared memory: PipeSmem<DW>::bytes.
+template <int DW>
+__device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) {
+  using S = PipeSmem<DW>;
+  constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK;
+  extern __shared__ float4 smem4[];
+  float* bufs = reinterpret_cast<float*>(smem4);
+  float* red = bufs + S::rows;
+  float2* fab = reinterpret_cast<float2*>(red + S::red);  // [segment parity][head]
+  float2* mls = fab + 2 * kHeads;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const int hs[2] = {h0 + g, h0 + g + 8};
+  const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
+  const QueryRows qr = query_rows(a, i);
+  const int ns = static_cast<int>(segments_of(qr)), n_raw = static_cast<int>(qr.n_raw), total = static_cast<int>(qr.total);
+  const int cap = static_cast<int>(a.raw_cap), fm = static_cast<int>(qr.first % a.raw_cap);
+  const int d0 = wid * DW;
+  const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;  // step 2's thread
+  float* wrows = bufs + wid * S::WS;  // this warp's slice of staged segment b: wrows + b·BS
+  // p's fragment slot k of segment parity e: the pad of row k mod 32 of warp slice k / 32 in staged segment e.
+  auto slots = [bufs](int e) {
+    return [p = bufs + e * S::BS + DW](int k) { return reinterpret_cast<uint32_t*>(p + (k >> 5) * S::WS + (k & 31) * PW); };
+  };
+  float M = -INFINITY, L = 0.0f;  // head sh's running state (every step-2 thread of the head holds it)
+  float run[KN][4];
+#pragma unroll
+  for (int u = 0; u < KN; ++u)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
+
+  // Staging of segment seg into staged segment b (issue only), and the wait for the oldest one in flight.
+  auto stage = [&](int b, int seg, int32_t id) {
+    stage_slice_wide<DW>(wrows + b * S::BS, qr, n_raw, total, cap, fm, seg, d0, lane, id);
+    cp_async_commit();
+  };
+  auto ids_of = [&](int seg) { return prefetch_id(qr.idx, n_raw, total, seg, lane); };
+  auto wait_staged = [&]() {  // the next staging may still fly
+    cp_async_wait<1>();
+    __syncwarp();
+  };
+  QFrag<KK> qf;
+  int32_t pre;  // lane's id of segment s + 2, loaded an interval ahead of its copies
+  {
+    const int32_t p0 = ids_of(0), p1 = ids_of(1);
+    float x[KK][4];
+    load_q_floats(x, a, i, hs, ok, d0, t);
+    stage(0, 0, p0);
+    stage(1, 1, p1);
+    split_q(qf, x);
+    pre = ids_of(2);
+  }
+  bool as_is_cur = true;  // segment s's products from the rows' bits (decided by its score product)
+  if (ns > 0) {
+    wait_staged();
+    float pt[4][4];
+    as_is_cur = slice_scores_checked<DW, PW>(wrows, qf, g, t, pt);
+    store_partials(red, wid, g, t, pt);
+  }
+  __syncthreads();
+
+  // Value product of segment sp (staged in b) merged into run with its factors (fab of its parity).
+  auto values_merge = [&](int sp, int b, bool as_is) {
+    const float* pb = reinterpret_cast<const float*>(slots(sp & 1)(lane));
+    float acc[KN][4];
+    auto p_frag = [&](int j, uint32_t (&ph)[4], uint32_t (&pl)[4]) {
+      const uint4 h = *reinterpret_cast<const uint4*>(pb + 2 * j * S::WS), l = *reinterpret_cast<const uint4*>(pb + (2 * j + 1) * S::WS);
+      ph[0] = h.x, ph[1] = h.y, ph[2] = h.z, ph[3] = h.w;
+      pl[0] = l.x, pl[1] = l.y, pl[2] = l.z, pl[3] = l.w;
+    };
+    if (as_is) slice_values<DW, PW>(wrows + b * S::BS, p_frag, g, t, true, acc);
+    else slice_values<DW, PW>(wrows + b * S::BS, p_frag, g, t, false, acc);
+    const float2 fg = fab[(sp & 1) * kHeads + g], fg8 = fab[(sp & 1) * kHeads + g + 8];
+    const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
+  };
+  // Step 2 of segment s (its partials in red): p into its parity's slots, (M, L) advanced, the merge factors.
+  auto softmax = [&](int s) {
+    const int left = total - s * kAttnSeg;
+    float m, l, fa, fb;
+    segment_softmax_at(red, slots(s & 1), left < kAttnSeg ? left : kAttnSeg, a.scale, sh, snt, stt, m, l);
+    merge_step(M, L, m, l, fa, fb);
+    if ((threadIdx.x & 15) == 0) fab[(s & 1) * kHeads + sh] = make_float2(fa, fb);
+  };
+
+  int b_prev = 2, b_cur = 0, b_next = 1;  // staged segments of s − 1, s, s + 1
+  bool as_is_prev = true;
+  // Interval s (s + 1 < ns): values of s − 1 (unless kFirst) with as_is_prev = kAsIs, softmax of s, s + 2's copies,
+  // scores of s + 1 — one straight stretch of code for the scheduler (the rows' branch is the rare converted path).
+  auto interval = [&](auto as_is_c, auto first_c, int s) {
+    if constexpr (!decltype(first_c)::value) values_merge(s - 1, b_prev, decltype(as_is_c)::value);
+    softmax(s);
+    __syncwarp();  // the warp's reads of s − 1's slices are done: copy s + 2 over them
+    stage(b_prev, s + 2, pre);
+    pre = ids_of(s + 3);
+    wait_staged();  // s + 1's copies (only s + 2's may fly)
+    float pt[4][4];
+    const bool as_is_next = slice_scores_checked<DW, PW>(wrows + b_next * S::BS, qf, g, t, pt);
+    __syncthreads();  // every softmax of s has read red
+    store_partials(red, wid, g, t, pt);
+    __syncthreads();  // s + 1's partials, s's p fragments and factors visible
+    as_is_prev = as_is_cur;
+    as_is_cur = as_is_next;
+    const int b_free = b_prev;
+    b_prev = b_cur;
+    b_cur = b_next;
+    b_next = b_free;
+  };
+  using True = std::integral_constant<bool, true>;
+  using False = std::integral_constant<bool, false>;
+  for (int s = 0; s + 1 < ns; ++s) {
+    if (s == 0) interval(True{}, True{}, 0);
+    else if (as_is_prev) interval(True{}, False{}, s);
+    else interval(False{}, False{}, s);
+  }
+  if (ns > 0) {  // the last interval: values of ns − 2, softmax of ns − 1, then its values
+    const int s = ns - 1;
+    if (s > 0) values_merge(s - 1, b_prev, as_is_prev);
+    softmax(s);
+    __syncthreads();
+    values_merge(s, b_cur, as_is_cur);
+  }
+  cp_async_wait<0>();  // the last (zero-fill) copies land before the block ends
+
+  if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!ok[r]) continue;
+    const float2 ml = mls[g + 8 * r];
+    float f, denom;
+    sink_step(a.sinks[hs[r]], ml.x, ml.y, f, denom);
+    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+      *reinterpret_cast<float2*>(o + 8 * u + 2 * t) = make_float2(run[u][2 * r] * f / denom, run[u][2 * r + 1] * f / denom);
+  }
+}
+
+template <int DW>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(AttentionArgs a) {
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  chunk14_block<DW>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+}
+
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
@@ -326,7 +581,8 @@ bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, K kernel, si
   return true;
 }
 
-// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels (+ 4 with the 32-bit loop), 24 + … for the split ones.
+// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels (+ 4 with the 32-bit loop), 24 + … for the split ones,
+// 28 + … for kernel 14 (attention_mma.cu's launchers take bits 0–7).
 template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
@@ -349,6 +605,15 @@ void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready)
   be.launched("attention mma (chunk, softmax once)");
 }
 
+template <int DW>
+void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
+  constexpr size_t bytes = PipeSmem<DW>::bytes;
+  if (!smem_once(be, smem_ready, 1u << (28 + dw_bit<DW>()), attention_mma_chunk14_kernel<DW>, bytes)) return;
+  const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
+  attention_mma_chunk14_kernel<DW><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
+  be.launched("attention mma (chunk, pipelined warps)");
+}
+
 // head_dim / 8 → DW.
 template <typename F>
 void by_dw(const AttentionArgs& a, F f) {
@@ -365,6 +630,10 @@ void by_dw(const AttentionArgs& a, F f) {
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
                                uint32_t& smem_ready) {
   by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready); });
+}
+
+void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
+  by_dw(a, [&](auto dw) { launch_chunk14<decltype(dw)::value>(be, a, smem_ready); });
 }
 
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32) {

@@ -113,9 +113,10 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   // 10: 3 with its chunk loop on 32-bit counters (attention_mma_chunk.cu; 3's default), 9: with the previous
   // int64 loop; 7 and 8 (16 warps) lost in session 10.
   const int amk = opts.attention_mma_kernels;
-  if (amk != 0 && amk != 1 && amk != 3 && amk != 9 && amk != 10)
+  // 14: 3 with each warp's segments pipelined (attention_mma_chunk.cu, session 11; 11, 12 and 13 lost on the H200).
+  if (amk != 0 && amk != 1 && amk != 3 && amk != 9 && amk != 10 && amk != 14)
     return invalid_argument("cuda backend: attention_mma_kernels " + std::to_string(amk) +
-                            " is not one of 0, 1, 3, 9, 10 (2 and 4 were removed: slower on the H200)");
+                            " is not one of 0, 1, 3, 9, 10, 14 (2 and 4 were removed: slower on the H200)");
   be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_kernels, opts.indexer_select);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_indexer_decode(opts.indexer_decode);

@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
     vars.push_back({names[sel - 9], {}});
     vars.back().o.indexer_select = sel;
   }
-  vars.push_back({"k14", {}});  // the chunk kernel with each warp's segments pipelined (session 11)
+  vars.push_back({"k14", {}});  // the chunk kernel with each warp's segments pipelined (session 11; the default's from
+                                // 384 rows a query, so "k10" is the previous default there)
   vars.back().o.attention_mma_kernels = 14;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";

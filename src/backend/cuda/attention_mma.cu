@@ -37,6 +37,22 @@ using namespace attn_mma;
 // bits: PERF.md "Session 10: prefill chunk attention on 16 warps …").
 constexpr bool kChunkLoop32Auto = true;
 
+// Kernel 3's chunk shape takes kernel 14 (attention_mma_chunk.cu: each warp's segments pipelined, the same bits)
+// where the host's bound of a query's rows reaches this: the session-11 H200 run (PERF.md "Session 11: prefill chunk
+// attention …") measured CSA chunks (640 rows, 20 segments a query) −4.4 %, HCA at 32K (400 rows) −2.7 %, HCA at 2K
+// (160 rows) +3.4 % — a short query pays the pipeline's fill and drain. 0: kernel 3's own loop everywhere.
+constexpr int64_t kChunkPipelinedMinRows = 384;
+
+// Host: a query's candidate rows under the host's bound (window + compressed rows bounded by the selection width
+// and/or AttentionArgs::max_comp, as attention_split_segments), or −1 when unknown.
+int64_t rows_bound(const AttentionArgs& a) {
+  int64_t comp = -1;
+  if (!a.comp_count) comp = 0;
+  if (a.comp_count && a.comp_idx) comp = a.comp_idx_stride;
+  if (a.comp_count && a.max_comp > 0) comp = comp < 0 ? a.max_comp : std::min<int64_t>(comp, a.max_comp);
+  return comp < 0 ? -1 : std::max<int64_t>(a.window, 0) + comp;
+}
+
 constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
 constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
 
@@ -501,8 +517,8 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   // with the previous int64 loop. 3 takes the 32-bit loop (kChunkLoop32Auto).
   const int k = attn_mma_kernels_;
   // 14: the chunk shape with each warp's segments pipelined (attention_mma_chunk.cu; its ring index needs
-  // raw_cap ≥ window, else 10's kernel).
-  const bool piped = k == 14;
+  // raw_cap ≥ window, else 10's kernel); 3 takes it from kChunkPipelinedMinRows rows.
+  const bool piped = k == 14 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
   const bool once = k == 3 || k == 9 || k == 10 || piped;
   if (once && split_segs == 0) {
     if (piped && a.raw_cap >= a.window) attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_);

@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
     if (mode >= 33 && mode <= 36) co.gemm_experts = mode - 4;  // 29, 30, 32 (gemm_experts.cu: per-item stage loops, 30 gate + up in one launch, 32 the lean copies)
     if (mode >= 37 && mode <= 39) co.gemm_experts = mode - 3;  // 34, 35, 36 (IQ2_XXS by shared tables; 35, 36 split; 36 at 7 fragments)
     if (mode == 48) co.gemm_experts = 37;                      // 35 on each tile's exact fragment count
+    if (mode == 49) co.gemm_experts = 38;                      // 37 with Q2_K's exact counts too
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -155,7 +156,7 @@ int main(int argc, char** argv) {
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
                                  "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "tc-exp-spl6", "tc-exp-spl7",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1",   "q8-bulk",     "q8-async",    "tc-exp-exact"};
+                                 "nr-loads1",   "q8-bulk",     "q8-async",    "tc-exp-exact", "tc-exp-exq2"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

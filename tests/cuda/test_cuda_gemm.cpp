@@ -395,7 +395,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // rows zero-filled instead of skipped); 34 … 36: 32 with IQ2_XXS decoded by shared tables (experts_iq2.cuh:
   // selector words, PRMT), 35 and 36 with the scale folded into lo/hi fragments (two MMA chains) at ≤ 6 / ≤ 7
   // fragments, 36 running 49 … 56 pairs as 7 fragments; 37: 35 on each tile's exact fragment count (1 … 8, odd
-  // ones ending on an x2 ldmatrix), 38 with Q2_K's too. 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every
+  // ones ending on an x2 ldmatrix), 38 with Q2_K's too; 39: 34 on exact counts (both types). 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every
   // fragment count runs (exact counts — 60: 3, 8; 80: 2, 4, 8; 120: 5, 8; 140: 2, 6, 8; 160: 4, 7, 8; 400: 1, 2,
   // 8 — and the even-rounded 2, 4, 6, 8).
   cuda::CudaBackendOptions off;
@@ -403,7 +403,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 35, 36, 37, 38};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 35, 36, 37, 38, 39};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;

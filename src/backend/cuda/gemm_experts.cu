@@ -662,7 +662,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // 0 … 63 for pair tid and Q2_K bsums by 64 … 191 for pair (tid − 64) / 2 (their activation rows set per item).
 // kSplitNJ ≥ 0 (variants 34 … 36, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead
 // of the grid), the split form at fragment counts ≤ kSplitNJ; kSplitNJ 7: tiles of 49 … 56 pairs run 7 fragments.
-// kExact (variant 37, with kTab; 38 also Q2_K): every tile runs its own fragment count, 1 … 8, not the count
+// kExact (variants 37 and 39, with kTab; 38, 39 also Q2_K): every tile runs its own fragment count, 1 … 8, not the count
 // rounded up to even: IQ2_XXS's 33 … 40 pairs run 5 MMAs per sub-block instead of 6, 49 … 56 run 7; Q2_K saves
 // the odd count's float finish (the mins MMA and 8 float operations per output and stage) and 4 accumulators.
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
@@ -918,7 +918,7 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || (variant >= 34 && variant <= 38)) {
+  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || (variant >= 34 && variant <= 39)) {
     if constexpr (T == GgmlType::IQ2_XXS) {
       // 34 … 36: 32 with table_stage — the split form at no fragment count (34), at ≤ 6 (35), at ≤ 7 with 49 … 56
       // pairs as 7 fragments (36). (Not kept: the split at 8 fragments and 34 unrolled — 144 and 136 bytes of
@@ -926,6 +926,8 @@ ExpertsKernel experts_kernel(int variant) {
       if (variant == 34) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 0>, sizeof(DSmemTab<2>)};
       if (variant == 35) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 6>, sizeof(DSmemTab<2>)};
       if (variant == 36) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 7>, sizeof(DSmemTab<2>)};
+      // 39: 34 with every tile on its exact fragment count (odd ones end on an x2 ldmatrix), Q2_K's too.
+      if (variant == 39) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 0, true>, sizeof(DSmemTab<2>)};
       // 37: 35 with every tile on its exact fragment count (odd ones too); 38: 37 with Q2_K's exact counts.
       if (variant == 37 || variant == 38) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 6, true>, sizeof(DSmemTab<2>)};
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
@@ -936,8 +938,9 @@ ExpertsKernel experts_kernel(int variant) {
     } else {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
-      // 38: 29's Q2_K on each tile's exact fragment count.
-      if (variant == 38) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, false, -1, true>, sizeof(DSmem<T>)};
+      // 38, 39: 29's Q2_K on each tile's exact fragment count.
+      if (variant == 38 || variant == 39)
+        return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, false, -1, true>, sizeof(DSmem<T>)};
       // 30: one matrix; 34 … 37: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
       if (variant == 29 || variant == 30 || variant >= 34)
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
@@ -973,7 +976,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 (option >= 34 && option <= 38)
+                 (option >= 34 && option <= 39)
              ? option
              : kExpertsAuto;
 }

@@ -956,7 +956,9 @@ ExpertsKernel experts_kernel(int variant) {
 // 2,048-token chunk per layer 2.952 / 2.922 ms against 3.055 / 3.047 for 32 in the same run; ncu: gate or up
 // 0.945 vs 0.982 ms — 584 vs 609 M instructions —, down (29's Q2_K) 0.884 vs 0.896; 35 (the scale split into
 // lo/hi MMA chains) 3.111 / 3.098: 7 % fewer instructions, 60 % issue instead of 68 %; 36, 37 spill or lose
-// likewise). Before: 32; on the H200 (docs/PERF.md, experts session 10 W2) the MoE
+// likewise). W2 (same run, twice): 34 2.951 / 2.941, 39 (34 on exact fragment counts) 2.920 / 2.926, 38 3.046 /
+// 3.050, 32 3.059 / 3.042 — but ncu had 39's kernels slower than 34's (gate 0.950 vs 0.936 ms, down 0.880 vs
+// 0.876), so 34 stays. Before: 32; on the H200 (docs/PERF.md, experts session 10 W2) the MoE
 // of a 2,048-token chunk per layer 3.063 ms against 3.164 for 27 (the default after W1), 3.101 for 29, 3.094
 // for 30 and 3.511 / 3.499 for 20 (the default before session 10; ncu: gate or up 0.98 vs 1.10 ms, down 0.89
 // vs 1.11). 27 had (W1): 3.134 against 3.458 / 3.487 for 20. 20 had: 3.465 against 3.712 for variant 13 (gemm session 9). Removed after

@@ -22,7 +22,6 @@
 // input), each with its own weights, rows and outputs and an offset into the shared activation rows.
 // Needs 16-byte aligned weights, activation rows and strides (gemm_q8_fits); cols a multiple of 256.
 // Deliberately not here: K-quants and grouped experts (ops_gemm.cu), the dispatch (CudaBackend::gemm).
-#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types (reached through the runtime's entry point)
 
 #include <algorithm>
 
@@ -30,6 +29,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/tensor_copy.cuh"
 #include "quant/blocks.h"
 
 namespace ds4::backend::cuda {
@@ -211,18 +211,7 @@ __device__ inline void bulk_stage(uint8_t* smem, int slot, uint64_t* bar, const 
 // per stage — the part's BM × 272-byte weight box and the BN × 304-byte activation box (rows past the matrix
 // or past n arrive as zeros; their outputs are not stored) — so the TMA unit takes 2 requests a stage
 // instead of bulk_stage's BM + BN (W1: bulk_stage's 384 row copies per Cfg7 stage left the warps waiting,
-// issue 54 % against 64 %). Same bytes in the used places as copy_stage.
-__device__ inline void tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
-      : "memory");
-#else
-  __trap();
-#endif
-}
+// issue 54 % against 64 %). Same bytes in the used places as copy_stage. The copy: tensor_copy.cuh.
 
 // Block (x, y, z): rows [x·BM, …) of part z (blocks past a shorter part's rows return at once) × vectors
 // [y·BN, …).
@@ -349,38 +338,23 @@ bool launch(CudaBackend& be, const Q8Params& p, int n_parts, int64_t max_rows) {
   return true;
 }
 
-// A 2-D tensor map of 8-byte elements over `rows` rows of `stride` bytes at `base` (16-byte aligned), box
-// `box_x` elements × `box_rows` rows, zeros past the ends. false: the driver has no tensor maps or refused.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-bool tensor_map(EncodeTiled encode, CUtensorMap* map, const void* base, uint64_t stride, int64_t rows, uint32_t box_x,
-                uint32_t box_rows) {
-  const cuuint64_t dim[2] = {stride / 8, static_cast<cuuint64_t>(rows)}, strides[1] = {stride};
-  const cuuint32_t box[2] = {box_x, box_rows}, estride[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<void*>(base), dim, strides, box, estride,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 // Shape C with tensor copies: the maps into a copy of p, then the launch; false (nothing launched) where the
 // maps cannot be made (no entry point, x_div ≠ 1: vectors sharing activation rows are not a 2-D box).
 template <class C>
 bool launch_tensor(CudaBackend& be, const Q8Params& p0, int n_parts, int64_t max_rows) {
   if (p0.x_div != 1) return false;
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess || !fn) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  const auto encode = reinterpret_cast<EncodeTiled>(fn);
+  const EncodeTiled encode = tensor_map_encoder();
+  if (!encode) return false;
   Q8Params p = p0;
   const int64_t act_rows = p.n_vec;
-  if (!tensor_map(encode, &p.ta, p.act, p.act_stride, act_rows, kPitchB / 8, C::BN)) return false;
+  // 8-byte elements: a row's stride / 8 of them, box kPitch / 8 × the tile's rows (zeros past the ends).
+  if (!tensor_map_2d(encode, &p.ta, CU_TENSOR_MAP_DATA_TYPE_UINT64, p.act, p.act_stride / 8, act_rows, p.act_stride,
+                     kPitchB / 8, C::BN))
+    return false;
   for (int k = 0; k < n_parts; ++k)
-    if (!tensor_map(encode, &p.tw[k], p.part[k].w, p.row_bytes, p.part[k].rows, kPitchA / 8, C::BM)) return false;
+    if (!tensor_map_2d(encode, &p.tw[k], CU_TENSOR_MAP_DATA_TYPE_UINT64, p.part[k].w, p.row_bytes / 8, p.part[k].rows,
+                       p.row_bytes, kPitchA / 8, C::BM))
+      return false;
   return launch<C, kCopyTensor>(be, p, n_parts, max_rows);
 }
 

@@ -28,14 +28,13 @@
 // bulk copies trap; never launched there).
 #include "backend/cuda/matmul_f16_mma_ring.h"
 
-#include <cuda.h>  // CUtensorMap, cuTensorMapEncodeTiled's types (reached through the runtime's entry point)
-
 #include <algorithm>
 #include <numeric>
 
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/f16_mma.cuh"
+#include "backend/cuda/tensor_copy.cuh"
 
 namespace ds4::backend::cuda {
 
@@ -89,18 +88,6 @@ __device__ inline RingJob ring_job(const RingParams& p, int T) {
 struct RingPos {
   int k, T, s, nseg;
 };
-
-__device__ inline void tensor_copy_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
-      : "memory");
-#else
-  __trap();
-#endif
-}
 
 // Thread 0: slot `slot` ← the weights of unit (T, s), counted on full[slot]: one bulk copy per row of the tile, or
 // (kTensor) one tensor copy of the whole 16 × 1 KB box (rows past the matrix arrive as zeros and count as bytes).
@@ -248,19 +235,6 @@ __global__ void __launch_bounds__(kRingThreads, kRingBlocksPerSm) f16_mma_ring_k
 
 constexpr int kRingSlots = 3;
 
-// A 2-D tensor map of 4-byte elements (F16 pairs) over `rows` rows of `stride` bytes at `base` (16-byte aligned),
-// box 256 × 16 (one unit), zeros past the ends. false: the driver has no tensor maps or refused.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-bool ring_tensor_map(EncodeTiled encode, CUtensorMap* map, const void* base, uint64_t stride, int64_t cols, int64_t rows) {
-  const cuuint64_t dim[2] = {static_cast<cuuint64_t>(cols / 2), static_cast<cuuint64_t>(rows)}, strides[1] = {stride};
-  const cuuint32_t box[2] = {kRingRowBytes / 4, kRingRows}, estride[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<void*>(base), dim, strides, box, estride,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 }  // namespace
 
 bool f16_mma_ring_takes(std::span<const GemvJob> jobs, int sm_count) {
@@ -308,15 +282,13 @@ cudaError_t f16_mma_ring_launch(std::span<const GemvJob> jobs, const F16RingLaun
   const int per_sm = std::clamp(l.blocks_per_sm, 1, kRingBlocksPerSm);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{l.sm_count} * per_sm));
   if (l.tensor) {  // the maps (host encodes; no stream work)
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn)
-      return cudaErrorNotSupported;
+    const EncodeTiled encode = tensor_map_encoder();
+    if (!encode) return cudaErrorNotSupported;
     for (size_t k = 0; k < jobs.size(); ++k) {
+      // 4-byte elements (F16 pairs), box 256 × 16 rows = one unit, zeros past the ends.
       const RingJob& J = p.job[k];
-      if (!ring_tensor_map(reinterpret_cast<EncodeTiled>(fn), &p.map[k], J.w, J.row_bytes, int64_t{J.nseg} * kF16MmaSeg,
-                           J.rows))
+      if (!tensor_map_2d(encode, &p.map[k], CU_TENSOR_MAP_DATA_TYPE_UINT32, J.w, int64_t{J.nseg} * kF16MmaSeg / 2, J.rows,
+                         J.row_bytes, kRingRowBytes / 4, kRingRows))
         return cudaErrorInvalidValue;
     }
   }

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +42,43 @@ size_t count_differing(const std::vector<float>& a, const std::vector<float>& b)
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) d += std::memcmp(&a[i], &b[i], 4) != 0;
   return d + (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
 }
+
+// F16 weights of one shape and n_max input vectors, on the host (the decode-kernel tests' cases: host_cases).
+struct HostCase {
+  Weight w;
+  std::vector<uint8_t> bytes;
+  std::vector<float> x;
+};
+
+// One CUDA backend with the cases' weights mapped (w) and inputs uploaded (x); out(count) hands out a
+// NaN-poisoned output buffer (an unwritten value never equals), kept until the side goes.
+struct DeviceSide {
+  std::unique_ptr<Backend> be;
+  std::vector<Buffer> keep;
+  std::vector<Weight> w;
+  std::vector<float*> x;
+  DeviceSide(const backend::cuda::CudaBackendOptions& o, const std::vector<HostCase>& hs) {
+    auto made = backend::cuda::make_cuda_backend(o);
+    EXPECT_TRUE(made.ok());
+    be = std::move(made).value();
+    for (const HostCase& h : hs) {
+      Weight g = h.w;
+      g.data = *be->map_weight(h.w.data, h.w.row_bytes * h.w.rows);
+      w.push_back(g);
+      x.push_back(static_cast<float*>(buf(h.x.size() * 4)));
+      be->upload(x.back(), h.x.data(), h.x.size() * 4);
+    }
+  }
+  void* buf(size_t bytes) {
+    keep.push_back(std::move(be->alloc(bytes + 16, MemCategory::scratch)).value());
+    return keep.back().data();
+  }
+  float* out(int64_t count) {
+    float* y = static_cast<float*>(buf(static_cast<size_t>(count) * 4));
+    be->fill_f32(y, NAN, count);
+    return y;
+  }
+};
 
 }  // namespace
 
@@ -76,6 +115,19 @@ class CudaF16Mma : public CudaOpsTest {
       }
     expect_close(g2, w2, 2e-5, 1e-7,
                  "f16 mma " + std::to_string(rows) + "x" + std::to_string(cols) + " n" + std::to_string(n));
+  }
+
+  // F16 weights of each shape and n_max input vectors each.
+  std::vector<HostCase> host_cases(std::span<const std::pair<int64_t, int64_t>> shapes, int64_t n_max) {
+    std::vector<HostCase> hs;
+    for (auto [r, c] : shapes) {
+      HostCase h;
+      h.bytes = random_weight(GgmlType::F16, r, c, &h.w);
+      h.w.data = h.bytes.data();
+      h.x = randn(static_cast<size_t>(n_max * c));
+      hs.push_back(std::move(h));
+    }
+    return hs;
   }
 };
 
@@ -244,19 +296,7 @@ TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
   const size_t n_many = 7;  // a CSA layer: compressor kv, gate; indexer compressor kv, gate; q_b; weights; a ragged job
   const size_t many_idx[n_many] = {3, 3, 2, 2, 4, 5, 6};
   const int64_t n_max = 8;
-  struct Host {
-    Weight w;
-    std::vector<uint8_t> bytes;
-    std::vector<float> x;
-  };
-  std::vector<Host> hs;
-  for (auto [r, c] : shapes) {
-    Host h;
-    h.bytes = random_weight(GgmlType::F16, r, c, &h.w);
-    h.w.data = h.bytes.data();
-    h.x = randn(static_cast<size_t>(n_max * c));
-    hs.push_back(std::move(h));
-  }
+  const std::vector<HostCase> hs = host_cases(shapes, n_max);
   // Results of one backend: [n index][shape] matmul outputs, then [n index][job] matmul_many outputs.
   auto run = [&](bool decode, int rows, int segs, bool cluster, bool pdl) {
     backend::cuda::CudaBackendOptions o;
@@ -266,30 +306,13 @@ TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
     o.f16_mma_decode = decode;
     o.f16_mma_decode_rows = rows;
     o.f16_mma_decode_segs = segs;
-    auto made = backend::cuda::make_cuda_backend(o);
-    EXPECT_TRUE(made.ok());
-    auto be = std::move(made).value();
-    std::vector<Buffer> keep;
-    auto buf = [&](size_t bytes) {
-      keep.push_back(std::move(be->alloc(bytes + 16, MemCategory::scratch)).value());
-      return keep.back().data();
-    };
-    std::vector<Weight> gw;
-    std::vector<float*> gx;
-    for (const Host& h : hs) {
-      Weight g = h.w;
-      g.data = *be->map_weight(h.w.data, h.w.row_bytes * h.w.rows);
-      gw.push_back(g);
-      gx.push_back(static_cast<float*>(buf(h.x.size() * 4)));
-      be->upload(gx.back(), h.x.data(), h.x.size() * 4);
-    }
+    DeviceSide d(o, hs);
+    Backend* be = d.be.get();
+    const std::vector<Weight>& gw = d.w;
+    const std::vector<float*>& gx = d.x;
+    auto poisoned_out = [&](int64_t count) { return d.out(count); };
     std::vector<std::vector<float>> out;
     for (int64_t n : {1, 2, 8}) {
-      auto poisoned_out = [&](int64_t count) {
-        float* y = static_cast<float*>(buf(static_cast<size_t>(count) * 4));
-        be->fill_f32(y, NAN, count);
-        return y;
-      };
       for (size_t k = 0; k < hs.size(); ++k) {
         const int64_t rows = hs[k].w.rows, cols = hs[k].w.cols;
         float* y = poisoned_out(n * rows);
@@ -311,7 +334,6 @@ TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
       }
     }
     EXPECT_TRUE(be->sync().ok());
-    keep.clear();
     return out;
   };
   const auto want = run(false, 0, 0, false, true);
@@ -358,46 +380,17 @@ TEST_F(CudaF16Mma, RingKernelEqualsDecodeKernel) {
   const std::vector<size_t> hca = {9, 9};        // the HCA pair: one matmul_many of few blocks (clusters)
   const size_t singles[] = {4, 2, 8};            // q_b (the ring), the router's shape and the head's HC (few blocks)
   const int64_t n_max = 8;
-  struct Host {
-    Weight w;
-    std::vector<uint8_t> bytes;
-    std::vector<float> x;
-  };
-  std::vector<Host> hs;
-  for (auto [r, c] : shapes) {
-    Host h;
-    h.bytes = random_weight(GgmlType::F16, r, c, &h.w);
-    h.w.data = h.bytes.data();
-    h.x = randn(static_cast<size_t>(n_max * c));
-    hs.push_back(std::move(h));
-  }
+  const std::vector<HostCase> hs = host_cases(shapes, n_max);
   auto run = [&](int kernel) {
     backend::cuda::CudaBackendOptions o;
     o.f16_mma = true;
     o.f16_mma_decode_kernel = kernel;
-    auto made = backend::cuda::make_cuda_backend(o);
-    EXPECT_TRUE(made.ok());
-    auto be = std::move(made).value();
-    std::vector<Buffer> keep;
-    auto buf = [&](size_t bytes) {
-      keep.push_back(std::move(be->alloc(bytes + 16, MemCategory::scratch)).value());
-      return keep.back().data();
-    };
-    std::vector<Weight> gw;
-    std::vector<float*> gx;
-    for (const Host& h : hs) {
-      Weight g = h.w;
-      g.data = *be->map_weight(h.w.data, h.w.row_bytes * h.w.rows);
-      gw.push_back(g);
-      gx.push_back(static_cast<float*>(buf(h.x.size() * 4)));
-      be->upload(gx.back(), h.x.data(), h.x.size() * 4);
-    }
+    DeviceSide d(o, hs);
+    Backend* be = d.be.get();
+    const std::vector<Weight>& gw = d.w;
+    const std::vector<float*>& gx = d.x;
+    auto poisoned_out = [&](int64_t count) { return d.out(count); };
     std::vector<std::vector<float>> out;
-    auto poisoned_out = [&](int64_t count) {
-      float* y = static_cast<float*>(buf(static_cast<size_t>(count) * 4));
-      be->fill_f32(y, NAN, count);
-      return y;
-    };
     for (int64_t n : {1, 2, 3, 8}) {
       std::vector<std::vector<size_t>> sets = {{}, {}, hca};  // the ring set twice, then the HCA pair
       for (size_t m = 0; m < n_ring; ++m) sets[0].push_back(m), sets[1].push_back(m);
@@ -424,7 +417,6 @@ TEST_F(CudaF16Mma, RingKernelEqualsDecodeKernel) {
       }
     }
     EXPECT_TRUE(be->sync().ok());
-    keep.clear();
     return out;
   };
   const auto want = run(0);

@@ -12,9 +12,8 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 32
-// (the default before session 11), 34 (the default: IQ2_XXS by shared tables), 39 (34 on exact fragment counts)
-// and 38 (the split form on exact counts, Q2_K's too), then all four again; "profile" runs one MoE call each of
-// gemm_experts = 34, 39 and 38 (under ncu), untimed.
+// (the default before session 11) and 34 (the default: IQ2_XXS by shared tables), then both again; "profile"
+// runs one MoE call each of gemm_experts = 32 and 34 (under ncu), untimed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -80,7 +79,7 @@ int main(int argc, char** argv) {
     bench_f16(N, std::strcmp(argv[2], "f16prof") == 0, std::strcmp(argv[2], "f16sweep") == 0);  // the F16 lines: segment vs MMA order (N < 64: decode calls)
     return 0;
   }
-  // "profile": the experts of gemm_experts 34, 39, then 38, for ncu, no timing; "q8prof": q_b's matmul once on
+  // "profile": the experts of gemm_experts 32, then 34, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
   // "q8bulkprof": q_b's matmul once on the default (tensor copies), then with bulk-copy stages and the cp.async
   // ring (gemm_q8 = 12, 16; ncu).
@@ -91,8 +90,8 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 32, 34 (the default), 39 and 38 (gemm_experts.cu's table
-  // stages), twice in turn (the second round shows the drift of the run).
+  // "walk": only the routed-expert lines of gemm_experts 32 and 34 (the default: gemm_experts.cu's table stage),
+  // twice in turn (the second round shows the drift of the run).
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
   // "q8bulk": the dense Q8_0 lines of the default (2-D tensor copies on sm_90), of the bulk-copy stages (gemm_q8
@@ -106,12 +105,12 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{36, 37, 50, 49, 36, 37, 50, 49}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{36, 37, 36, 37}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
-                                 : profile    ? std::vector<int>{37, 50, 49}
+                                 : profile    ? std::vector<int>{36, 37}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
                                               : std::vector<int>{0, 1, 2};
@@ -143,10 +142,7 @@ int main(int argc, char** argv) {
     if (mode == 28) co.gemm_experts = 20;
     if (mode == 31) co.gemm_experts = 27;  // the lean stage, items by an atomic counter
     if (mode >= 33 && mode <= 36) co.gemm_experts = mode - 4;  // 29, 30, 32 (gemm_experts.cu: per-item stage loops, 30 gate + up in one launch, 32 the lean copies)
-    if (mode >= 37 && mode <= 39) co.gemm_experts = mode - 3;  // 34, 35, 36 (IQ2_XXS by shared tables; 35, 36 split; 36 at 7 fragments)
-    if (mode == 48) co.gemm_experts = 37;                      // 35 on each tile's exact fragment count
-    if (mode == 49) co.gemm_experts = 38;                      // 37 with Q2_K's exact counts too
-    if (mode == 50) co.gemm_experts = 39;                      // 34 on exact fragment counts (both types)
+    if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 48 … 50: removed variants)
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -155,9 +151,9 @@ int main(int argc, char** argv) {
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "tc-exp-spl6", "tc-exp-spl7",
+                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1",   "q8-bulk",     "q8-async",    "tc-exp-exact", "tc-exp-exq2", "tc-exp-tabx"};
+                                 "nr-loads1",   "q8-bulk",     "q8-async"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "moe_test_util.h"
@@ -392,18 +393,15 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // peeled, Q2_K block sums from the int→float bias, its mins as one u8·s8 MMA, Q2_K's sub-blocks unrolled)
   // and items handed out by an atomic counter; 29: each item's stage loop specialised on its fragment count;
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
-  // rows zero-filled instead of skipped); 34 … 36: 32 with IQ2_XXS decoded by shared tables (experts_iq2.cuh:
-  // selector words, PRMT), 35 and 36 with the scale folded into lo/hi fragments (two MMA chains) at ≤ 6 / ≤ 7
-  // fragments, 36 running 49 … 56 pairs as 7 fragments; 37: 35 on each tile's exact fragment count (1 … 8, odd
-  // ones ending on an x2 ldmatrix), 38 with Q2_K's too; 39: 34 on exact counts (both types). 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every
-  // fragment count runs (exact counts — 60: 3, 8; 80: 2, 4, 8; 120: 5, 8; 140: 2, 6, 8; 160: 4, 7, 8; 400: 1, 2,
-  // 8 — and the even-rounded 2, 4, 6, 8).
+  // rows zero-filled instead of skipped); 34 (the default): 32 with IQ2_XXS decoded by shared tables
+  // (experts_iq2.cuh: selector words, PRMT). 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs,
+  // so every even-rounded fragment count (2, 4, 6, 8) runs.
   cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 35, 36, 37, 38, 39};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
@@ -418,5 +416,17 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
       EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_experts " << kVariants[v] << " vs gemm2_kernel, n " << n;
       for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "gemm_experts " << kVariants[v] << ": non-finite, n " << n;
     }
+  }
+}
+
+TEST_F(CudaGemm, RemovedExpertsVariantsAreRejected) {
+  // gemm_experts 35 … 39 (session 11: the split form, exact fragment counts) were removed after the H200 runs;
+  // make_cuda_backend refuses them instead of running the default under their name.
+  for (int v : {35, 36, 37, 38, 39}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_experts = v;
+    auto made = cuda::make_cuda_backend(o);
+    ASSERT_FALSE(made.ok()) << v;
+    EXPECT_NE(made.status().to_string().find("gemm_experts"), std::string::npos) << made.status().to_string();
   }
 }

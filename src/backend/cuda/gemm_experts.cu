@@ -12,10 +12,9 @@
 // through a 3-stage cp.async ring with one barrier per stage.
 // Two kernels (CudaBackendOptions::gemm_experts), both two resident blocks per SM walking the (128 rows,
 // tile) items through one continuous ring: experts_fast_kernel (20: fewer instructions per stage, see
-// there; 32 (the default), 27, 29, 30: its lean stage and items handed out by a counter, see there; 34 … 36:
-// 32 with IQ2_XXS decoded by shared tables, its scale folded into lo/hi fragments in 35 / 36 (36 also with 7
-// fragments for 49 … 56 pairs) — table_stage,
-// experts_iq2.cuh) and experts_walk_kernel (13, an earlier default).
+// there; 32, 27, 29, 30: its lean stage and items handed out by a counter, see there; 34 (the default): 32
+// with IQ2_XXS decoded by shared tables — table_stage, experts_iq2.cuh) and experts_walk_kernel (13, an
+// earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -42,7 +41,7 @@ namespace ds4::backend::cuda {
 namespace {
 
 __constant__ uint64_t c_grid[256];
-__constant__ Iq2TableSrc c_iq2;  // variants 34 … 36 (experts_iq2.cuh)
+__constant__ Iq2TableSrc c_iq2;  // variant 34 (experts_iq2.cuh)
 
 // The Q8_K activation rows as three planes (gemm_experts_planes) — quants [rows][K] int8, d [rows][K/256]
 // f32, bsums [rows][K/16] int16: the values of quantize_act's BlockQ8_K (quantize_q8_K_warp_to), so a
@@ -374,9 +373,9 @@ __device__ __forceinline__ void lean_stage(const S& s, int slot, const uint8_t* 
   }
 }
 
-// ---- variants 34 … 36: IQ2_XXS by shared tables (experts_iq2.cuh) ----
+// ---- variant 34: IQ2_XXS by shared tables (experts_iq2.cuh) ----
 // The shared memory of the table kernels (IQ2_XXS only): lean_stage's ring without the Q2_K bsums, and the
-// decode tables instead of the grid (~105 KB at 2 slots: two blocks per SM).
+// decode tables instead of the grid (~103 KB at 2 slots: two blocks per SM).
 template <int R>
 struct DSmemTab {
   alignas(16) uint8_t raw_a[R][kBM * raw_a_pitch<GgmlType::IQ2_XXS>()];
@@ -387,63 +386,39 @@ struct DSmemTab {
 
 // lean_stage's IQ2_XXS stage (sub-block 0 peeled, the same integer block sums and float terms, so the same
 // bits) with the values picked by selector words (iq2_sel, iq2_pick: ~11 instead of ~21 ALU per row and
-// sub-block). kNJ ≤ kSplitNJ: the split form — the scale folded into the values (lo, hi fragments, two MMA
-// chains per fragment, ic = lo + 64·hi once per stage) instead of an IMAD per output and sub-block; 4·kNJ
-// more registers (kSplitNJ picks the fragment counts that take it). kUnroll: the sub-block loop's unrolling
-// after the peeled sub-block 0 (1 or 7). kNJ odd (7, variant 36): the last fragment by an x2 ldmatrix.
-__device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* p) {  // matrices of lanes 0 … 15's addresses
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
-}
-
-template <int kSplitNJ, int kUnroll, int kNJ, class S, int kAJ>
+// sub-block). kUnroll: the sub-block loop's unrolling after the peeled sub-block 0 (1 or 7); kNJ even.
+// (Removed after session 11's H200 runs, docs/PERF.md: the split form — the scale folded into lo/hi fragments,
+// two MMA chains — and odd fragment counts ending on an x2 ldmatrix, variants 35 … 39.)
+template <int kUnroll, int kNJ, class S, int kAJ>
 __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int lane,
                                             float (&acc)[kAJ][4]) {
-  static_assert(kNJ <= kAJ, "accumulators for every fragment");
-  constexpr bool kSplit = kNJ <= kSplitNJ;
-  const int g = lane / 4, t = lane % 4;
+  static_assert(kNJ <= kAJ && kNJ % 2 == 0, "accumulators for every fragment, fragments in pairs");
+  const int t = lane % 4;
   const int8_t* qb = s.q[slot];
-  int ic[kNJ][4], ih[kNJ][4];  // ih: the split form's hi sums
+  int ic[kNJ][4];
   auto sub = [&](int sb, auto first) {
     constexpr bool kFirst = decltype(first)::value;
-    uint32_t al[4], ah[4];
-    int ls[2] = {0, 0};
+    uint32_t al[4];
+    int ls[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
       const uint32_t a1 = ld32_u16(b + 4);
       const uint32_t sel = iq2_sel(s.tab, b[t], (a1 >> (7 * t)) & 127, lane);
-      if constexpr (kSplit) {
-        const uint4 sp = s.tab.split[kIq2SplitCopies * (a1 >> 28) + g];
-        al[h] = iq2_pick(sp.x, sp.y, sel);
-        al[2 + h] = iq2_pick(sp.x, sp.y, sel >> 16);
-        ah[h] = iq2_pick(sp.z, sp.w, sel);
-        ah[2 + h] = iq2_pick(sp.z, sp.w, sel >> 16);
-      } else {
-        ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
-        al[h] = iq2_pick(kIq2Pos, kIq2Neg, sel);             // values 8t … 8t + 3
-        al[2 + h] = iq2_pick(kIq2Pos, kIq2Neg, sel >> 16);  // values 8t + 4 … 8t + 7
-      }
+      ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
+      al[h] = iq2_pick(kIq2Pos, kIq2Neg, sel);             // values 8t … 8t + 3
+      al[2 + h] = iq2_pick(kIq2Pos, kIq2Neg, sel >> 16);  // values 8t + 4 … 8t + 7
     }
     // Fragment j's MMAs on its B fragment bf (pairs 8j … 8j + 7).
     auto frag = [&](int j, const uint32_t(&bf)[2]) {
-      if constexpr (kSplit) {
-        if constexpr (kFirst) {
-          mma_s8_from(ic[j], al, bf, 0);
-          mma_s8_from(ih[j], ah, bf, 0);
-        } else {
-          mma_s8(ic[j], al, bf);
-          mma_s8(ih[j], ah, bf);
-        }
-      } else {
-        int c[4];
-        mma_s8_from(c, al, bf, 0);
+      int c[4];
+      mma_s8_from(c, al, bf, 0);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if constexpr (kFirst) {
-            ic[j][e] = ls[e >> 1] * c[e];
-          } else {
-            ic[j][e] += ls[e >> 1] * c[e];
-          }
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kFirst) {
+          ic[j][e] = ls[e >> 1] * c[e];
+        } else {
+          ic[j][e] += ls[e >> 1] * c[e];
         }
       }
     };
@@ -456,24 +431,18 @@ __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t*
       frag(2 * jj, bf0);
       frag(2 * jj + 1, bf1);
     }
-    if constexpr (kNJ % 2 == 1) {  // the last fragment of an odd count (lanes 0 … 15's addresses)
-      uint32_t bf[2];
-      ldmatrix_x2(bf, qa + 16 * (kNJ / 2) * kLd);
-      frag(kNJ - 1, bf);
-    }
   };
   sub(0, std::true_type{});
 #pragma unroll(kUnroll)
   for (int sb = 1; sb < 8; ++sb) sub(sb, std::false_type{});
-  // direct_stage's float terms: |lo + 64·hi| = |Σ ls·grid·q| < 2^31 (256 · 1,333 · 128).
+  // direct_stage's float terms: |Σ ls·grid·q| < 2^31 (256 · 1,333 · 128).
   const float da[2] = {f16v(ld16(blk0)), f16v(ld16(blk1))};
 #pragma unroll
   for (int j = 0; j < kNJ; ++j) {
     const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int v = kSplit ? ic[j][e] + 64 * ih[j][e] : ic[j][e];
-      acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(v);
+      acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(ic[j][e]);
     }
   }
 }
@@ -660,21 +629,13 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // zero-filled (cp.async byte count 0), the window tails' byte counts without a test (every chunk of a
 // window holds bytes: (CA − 1)·16 < WB), shared addresses as offsets from one base, d copied by threads
 // 0 … 63 for pair tid and Q2_K bsums by 64 … 191 for pair (tid − 64) / 2 (their activation rows set per item).
-// kSplitNJ ≥ 0 (variants 34 … 36, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead
-// of the grid), the split form at fragment counts ≤ kSplitNJ; kSplitNJ 7: tiles of 49 … 56 pairs run 7 fragments.
-// kExact (variants 37 and 39, with kTab; 38, 39 also Q2_K): every tile runs its own fragment count, 1 … 8, not the count
-// rounded up to even: IQ2_XXS's 33 … 40 pairs run 5 MMAs per sub-block instead of 6, 49 … 56 run 7; Q2_K saves
-// the odd count's float finish (the mins MMA and 8 float operations per output and stage) and 4 accumulators.
+// kTab (variant 34, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead of the grid).
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
-          bool kLeanCopy = false, int kSplitNJ = -1, bool kExact = false>
+          bool kLeanCopy = false, bool kTab = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
-  constexpr bool kTab = kSplitNJ >= 0;
   static_assert(!kTab || (T == GgmlType::IQ2_XXS && kPerItem), "the tables: IQ2_XXS, per-item stage loops");
-  // (Exact counts: table_stage's odd ones end on an x2 ldmatrix; lean_stage — Q2_K — runs an odd count's last
-  // ldmatrix.x4 whole, its extra fragment's MMA into ic[kNJ] and never finished or stored.)
-  static_assert(!kExact || kTab || T == GgmlType::Q2_K, "exact fragment counts: table_stage or Q2_K's lean_stage");
   using S = std::conditional_t<kTab, DSmemTab<R>, DSmem<T, R, GR>>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
@@ -839,7 +800,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
           const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + (skb & 15);
           const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15);
           if constexpr (kTab) {
-            table_stage<kSplitNJ, kLean, NJ>(s, slot, blk0, blk1, lane, acc);
+            table_stage<kLean, NJ>(s, slot, blk0, blk1, lane, acc);
           } else {
             lean_stage<T, kLean, NJ>(s, slot, blk0, blk1, lane, acc);
           }
@@ -847,25 +808,6 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
         store_item<T>(p, mi, r0, t, acc, kPair && it >= n_one ? q.y2 : p.y);
       };
       const int nf = min(8, (mi.nvec + 7) / 8);  // uniform over the block
-      if constexpr (kExact) {
-        switch (nf) {
-          case 1: run(std::integral_constant<int, 1>{}); break;
-          case 2: run(std::integral_constant<int, 2>{}); break;
-          case 3: run(std::integral_constant<int, 3>{}); break;
-          case 4: run(std::integral_constant<int, 4>{}); break;
-          case 5: run(std::integral_constant<int, 5>{}); break;
-          case 6: run(std::integral_constant<int, 6>{}); break;
-          case 7: run(std::integral_constant<int, 7>{}); break;
-          default: run(std::integral_constant<int, 8>{}); break;
-        }
-        continue;
-      }
-      if constexpr (kSplitNJ == 7) {  // variant 36: 49 … 56 pairs as 7 fragments (the split form's registers)
-        if (nf == 7) {
-          run(std::integral_constant<int, 7>{});
-          continue;
-        }
-      }
       switch ((nf + 1) / 2) {
         case 1: run(std::integral_constant<int, 2>{}); break;
         case 2: run(std::integral_constant<int, 4>{}); break;
@@ -918,18 +860,10 @@ struct ExpertsKernel {
 
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
-  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || (variant >= 34 && variant <= 39)) {
+  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34) {
     if constexpr (T == GgmlType::IQ2_XXS) {
-      // 34 … 36: 32 with table_stage — the split form at no fragment count (34), at ≤ 6 (35), at ≤ 7 with 49 … 56
-      // pairs as 7 fragments (36). (Not kept: the split at 8 fragments and 34 unrolled — 144 and 136 bytes of
-      // spills at 128 registers, ptxas.)
-      if (variant == 34) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 0>, sizeof(DSmemTab<2>)};
-      if (variant == 35) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 6>, sizeof(DSmemTab<2>)};
-      if (variant == 36) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 7>, sizeof(DSmemTab<2>)};
-      // 39: 34 with every tile on its exact fragment count (odd ones end on an x2 ldmatrix), Q2_K's too.
-      if (variant == 39) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 0, true>, sizeof(DSmemTab<2>)};
-      // 37: 35 with every tile on its exact fragment count (odd ones too); 38: 37 with Q2_K's exact counts.
-      if (variant == 37 || variant == 38) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, 6, true>, sizeof(DSmemTab<2>)};
+      // 34: 32 with table_stage. (Not kept: 34 unrolled — 136 bytes of spills at 128 registers, ptxas.)
+      if (variant == 34) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true>, sizeof(DSmemTab<2>)};
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 29) return {experts_fast_kernel<T, 2, 16, 1, true, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 32) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true>, sizeof(DSmem<T, 2, 16>)};
@@ -938,11 +872,8 @@ ExpertsKernel experts_kernel(int variant) {
     } else {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
-      // 38, 39: 29's Q2_K on each tile's exact fragment count.
-      if (variant == 38 || variant == 39)
-        return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, false, -1, true>, sizeof(DSmem<T>)};
-      // 30: one matrix; 34 … 37: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant >= 34)
+      // 30: one matrix; 34: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
+      if (variant == 29 || variant == 30 || variant == 34)
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -970,7 +901,8 @@ ExpertsKernel experts_kernel(int variant) {
 // loop unrolled by 2: 3.716); today's 20 is W2's 23. Session 10 (docs/PERF.md, experts W1): 25 (the lean
 // stage: 3.431), 26 (25 with the sub-blocks unrolled: 3.224) and 28 (each item's stage loop specialised,
 // both types unrolled: IQ2_XXS spills 88 bytes) removed; after W2, 31 (27 with IQ2_XXS's sub-blocks unrolled:
-// 3.169, spills) and 33 (31 with the lean copies: 3.120) removed.
+// 3.169, spills) and 33 (31 with the lean copies: 3.120) removed. Session 11 (experts W1/W2 above): 35 … 38
+// (the split form) and 39 (exact fragment counts: no measured win) removed; make_cuda_backend rejects them.
 constexpr int kExpertsAuto = 34;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
@@ -978,19 +910,16 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 (option >= 34 && option <= 39)
+                 option == 34
              ? option
              : kExpertsAuto;
 }
 
 namespace {
 
-// experts_iq2.cuh's tables from the CPU's (kIq2xxsGrid: every byte 8, 25 or 43; kKsignsIq2xs). Split entry
-// of ls = 2s + 1 and code c (magnitude m): v = ±ls·m = 64·hi + lo with lo = v & 63 (never 0: ls odd, m
-// not a multiple of 64) and hi = v >> 6 (floor), both int8.
+// experts_iq2.cuh's tables from the CPU's (kIq2xxsGrid: every byte 8, 25 or 43; kKsignsIq2xs).
 Iq2TableSrc build_iq2_tables() {
   Iq2TableSrc t{};
-  constexpr int kMag[3] = {8, 25, 43};
   for (int i = 0; i < 256; ++i)
     for (int j = 0; j < 8; ++j) {
       const int m = static_cast<int>((kIq2xxsGrid[i] >> (8 * j)) & 0xff);
@@ -999,17 +928,6 @@ Iq2TableSrc build_iq2_tables() {
   for (int si = 0; si < 128; ++si)
     for (int j = 0; j < 8; ++j)
       if ((kKsignsIq2xs[si] >> j) & 1) t.signs[si] |= 4u << (4 * j);
-  for (int s = 0; s < 16; ++s) {
-    uint32_t w[4] = {0, 0, 0, 0};  // lo +, lo −, hi +, hi −
-    for (int c = 0; c < 3; ++c)
-      for (int neg = 0; neg < 2; ++neg) {
-        const int v = (neg ? -1 : 1) * (2 * s + 1) * kMag[c];
-        const int lo = v & 63, hi = (v - lo) / 64;
-        w[neg] |= static_cast<uint32_t>(lo & 0xff) << (8 * c);
-        w[2 + neg] |= static_cast<uint32_t>(hi & 0xff) << (8 * c);
-      }
-    t.split[s] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
   return t;
 }
 

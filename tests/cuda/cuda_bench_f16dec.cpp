@@ -17,9 +17,11 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "bench_graph.h"
 
 using namespace ds4;
 using namespace ds4::backend;
+using ds4::test::graph_median_us;
 
 void bench_f16dec_calls(const std::vector<int>& kernels) {
   std::mt19937 rng(1);
@@ -70,28 +72,7 @@ void bench_f16dec_calls(const std::vector<int>& kernels) {
     Buffer x = fbuf(8 * 4096), y = fbuf(8 * 8192 * 6);
     be->upload(x.data(), xh.data(), xh.size() * 4);
     int64_t graph_key = 100;
-    auto graph_us = [&](const std::function<void(int)>& call) {
-      const int64_t key[1] = {++graph_key};
-      auto step = [&] {
-        if (be->graph_begin(key) == Backend::GraphMode::replayed) return;
-        for (int i = 0; i < kCalls; ++i) call(i);
-        if (!be->graph_end())
-          for (int i = 0; i < kCalls; ++i) call(i);
-      };
-      step();  // eager (sizes scratch)
-      step();  // recorded
-      (void)be->sync();
-      std::vector<double> t;
-      for (int rep = 0; rep < 5; ++rep) {
-        be->time_mark(0);
-        step();
-        be->time_mark(1);
-        (void)be->sync();
-        t.push_back(be->time_ms(0, 1));
-      }
-      std::sort(t.begin(), t.end());
-      return t[2] * 1e3 / kCalls;
-    };
+    auto graph_us = [&](const std::function<void(int)>& call) { return graph_median_us(*be, ++graph_key, kCalls, call); };
     for (int64_t n : {1, 8}) {
       auto many = [&](int i) {
         std::vector<MatmulArgs> jobs;

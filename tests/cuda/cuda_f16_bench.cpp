@@ -24,11 +24,13 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/matmul_f16_mma_tiles.h"
+#include "bench_graph.h"
 #include "bench_median.h"
 #include "quant/half.h"
 
 using namespace ds4;
 using namespace ds4::backend;
+using ds4::test::graph_median_us;
 using ds4::test::median_seconds;
 
 void bench_f16(int64_t N, bool profile, bool sweep) {
@@ -82,27 +84,7 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
     // launch-bound at N = 1.
     int64_t graph_key = 0;
     auto graph_us = [&](const std::function<void()>& body) {
-      const int graph_iters = profile ? 1 : 50;
-      const int64_t key[1] = {++graph_key};
-      auto step = [&] {
-        if (be->graph_begin(key) == Backend::GraphMode::replayed) return;
-        for (int i = 0; i < graph_iters; ++i) body();
-        if (!be->graph_end())
-          for (int i = 0; i < graph_iters; ++i) body();
-      };
-      step();  // eager (sizes scratch)
-      step();  // recorded
-      (void)be->sync();
-      std::vector<double> t;
-      for (int rep = 0; rep < 5; ++rep) {
-        be->time_mark(0);
-        step();
-        be->time_mark(1);
-        (void)be->sync();
-        t.push_back(be->time_ms(0, 1));
-      }
-      std::sort(t.begin(), t.end());
-      return t[2] * 1e3 / graph_iters;
+      return graph_median_us(*be, ++graph_key, profile ? 1 : 50, [&](int) { body(); });
     };
     auto sync = [&] { (void)be->sync(); };
     auto fbuf = [&](int64_t n) { return std::move(be->alloc(static_cast<uint64_t>(n) * 4, MemCategory::scratch)).value(); };

@@ -78,6 +78,30 @@ struct DeviceSide {
     be->fill_f32(y, NAN, count);
     return y;
   }
+  // Case k's matmul at n vectors into a poisoned output; its values appended to `res`.
+  void matmul(const std::vector<HostCase>& hs, size_t k, int64_t n, std::vector<std::vector<float>>& res) {
+    const int64_t rows = hs[k].w.rows, cols = hs[k].w.cols;
+    float* y = out(n * rows);
+    be->matmul({w[k], x[k], cols, y, rows, n, MatmulNumerics::ds4});
+    res.emplace_back(static_cast<size_t>(n * rows));
+    be->download(res.back().data(), y, res.back().size() * 4);
+  }
+  // The cases of `set` as one matmul_many at n vectors into poisoned outputs; their values appended to `res`.
+  void matmul_many(const std::vector<HostCase>& hs, const std::vector<size_t>& set, int64_t n,
+                   std::vector<std::vector<float>>& res) {
+    std::vector<MatmulArgs> jobs;
+    std::vector<float*> ys;
+    for (size_t m : set) {
+      const int64_t rows = hs[m].w.rows, cols = hs[m].w.cols;
+      ys.push_back(out(n * rows));
+      jobs.push_back({w[m], x[m], cols, ys.back(), rows, n, MatmulNumerics::ds4});
+    }
+    be->matmul_many(jobs);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      res.emplace_back(static_cast<size_t>(n * jobs[j].w.rows));
+      be->download(res.back().data(), ys[j], res.back().size() * 4);
+    }
+  }
 };
 
 }  // namespace
@@ -307,33 +331,12 @@ TEST_F(CudaF16Mma, DecodeKernelsEqualPreviousTilesAtEveryLaunchShape) {
     o.f16_mma_decode_rows = rows;
     o.f16_mma_decode_segs = segs;
     DeviceSide d(o, hs);
-    Backend* be = d.be.get();
-    const std::vector<Weight>& gw = d.w;
-    const std::vector<float*>& gx = d.x;
-    auto poisoned_out = [&](int64_t count) { return d.out(count); };
     std::vector<std::vector<float>> out;
     for (int64_t n : {1, 2, 8}) {
-      for (size_t k = 0; k < hs.size(); ++k) {
-        const int64_t rows = hs[k].w.rows, cols = hs[k].w.cols;
-        float* y = poisoned_out(n * rows);
-        be->matmul({gw[k], gx[k], cols, y, rows, n, MatmulNumerics::ds4});
-        out.emplace_back(static_cast<size_t>(n * rows));
-        be->download(out.back().data(), y, out.back().size() * 4);
-      }
-      std::vector<MatmulArgs> jobs;
-      std::vector<float*> ys;
-      for (size_t m : many_idx) {
-        const int64_t rows = hs[m].w.rows, cols = hs[m].w.cols;
-        ys.push_back(poisoned_out(n * rows));
-        jobs.push_back({gw[m], gx[m], cols, ys.back(), rows, n, MatmulNumerics::ds4});
-      }
-      be->matmul_many(jobs);
-      for (size_t j = 0; j < jobs.size(); ++j) {
-        out.emplace_back(static_cast<size_t>(n * jobs[j].w.rows));
-        be->download(out.back().data(), ys[j], out.back().size() * 4);
-      }
+      for (size_t k = 0; k < hs.size(); ++k) d.matmul(hs, k, n, out);
+      d.matmul_many(hs, std::vector<size_t>(std::begin(many_idx), std::end(many_idx)), n, out);
     }
-    EXPECT_TRUE(be->sync().ok());
+    EXPECT_TRUE(d.be->sync().ok());
     return out;
   };
   const auto want = run(false, 0, 0, false, true);
@@ -386,37 +389,14 @@ TEST_F(CudaF16Mma, RingKernelEqualsDecodeKernel) {
     o.f16_mma = true;
     o.f16_mma_decode_kernel = kernel;
     DeviceSide d(o, hs);
-    Backend* be = d.be.get();
-    const std::vector<Weight>& gw = d.w;
-    const std::vector<float*>& gx = d.x;
-    auto poisoned_out = [&](int64_t count) { return d.out(count); };
     std::vector<std::vector<float>> out;
     for (int64_t n : {1, 2, 3, 8}) {
       std::vector<std::vector<size_t>> sets = {{}, {}, hca};  // the ring set twice, then the HCA pair
       for (size_t m = 0; m < n_ring; ++m) sets[0].push_back(m), sets[1].push_back(m);
-      for (const auto& set : sets) {
-        std::vector<MatmulArgs> jobs;
-        std::vector<float*> ys;
-        for (size_t m : set) {
-          const int64_t rows = hs[m].w.rows, cols = hs[m].w.cols;
-          ys.push_back(poisoned_out(n * rows));
-          jobs.push_back({gw[m], gx[m], cols, ys.back(), rows, n, MatmulNumerics::ds4});
-        }
-        be->matmul_many(jobs);
-        for (size_t j = 0; j < jobs.size(); ++j) {
-          out.emplace_back(static_cast<size_t>(n * jobs[j].w.rows));
-          be->download(out.back().data(), ys[j], out.back().size() * 4);
-        }
-      }
-      for (size_t k : singles) {
-        const int64_t rows = hs[k].w.rows, cols = hs[k].w.cols;
-        float* y = poisoned_out(n * rows);
-        be->matmul({gw[k], gx[k], cols, y, rows, n, MatmulNumerics::ds4});
-        out.emplace_back(static_cast<size_t>(n * rows));
-        be->download(out.back().data(), y, out.back().size() * 4);
-      }
+      for (const auto& set : sets) d.matmul_many(hs, set, n, out);
+      for (size_t k : singles) d.matmul(hs, k, n, out);
     }
-    EXPECT_TRUE(be->sync().ok());
+    EXPECT_TRUE(d.be->sync().ok());
     return out;
   };
   const auto want = run(0);

@@ -52,6 +52,29 @@ class CudaSmall7 : public CudaOpsTest {
     fn.data = dev(fn16);
     return fn;
   }
+  // An HC pre of n tokens on state x (4 streams of dim E, controls fn: 24 mix values) with every output poisoned;
+  // post / comb: the given buffers (the forward pass's aliased layout) or, null, poisoned ones.
+  HcPreArgs poisoned_pre(float* x, const Weight& fn, const float* scale, const float* base, const float* norm_w,
+                         int64_t n, int64_t E, float* post = nullptr, float* comb = nullptr) {
+    const int64_t NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
+    HcPreArgs p;
+    p.x = x;
+    p.fn = fn;
+    p.scale = scale;
+    p.base = base;
+    p.norm_w = norm_w;
+    p.n = n;
+    p.dim = E;
+    p.nhc = static_cast<int32_t>(NHC);
+    p.flat = poisoned(static_cast<size_t>(n * HCD));
+    p.mix = poisoned(static_cast<size_t>(n * M));
+    p.pre = poisoned(static_cast<size_t>(n * NHC));
+    p.post = post ? post : poisoned(static_cast<size_t>(n * NHC));
+    p.comb = comb ? comb : poisoned(static_cast<size_t>(n * NHC * NHC));
+    p.y = poisoned(static_cast<size_t>(n * E));
+    p.xn = poisoned(static_cast<size_t>(n * E));
+    return p;
+  }
 };
 
 // The inverse RoPE's frequencies of a layer (θ = 10000, as the forward pass's main table).
@@ -177,22 +200,7 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
           float* state = poisoned(static_cast<size_t>(n * HCD));  // the new state: the post's out, the pre's x
           HcPostArgs pa{x_d, f_d, post_d, comb_d, state, n, E, static_cast<int32_t>(NHC)};
           pa.f_add = f_add ? fa_d : nullptr;
-          HcPreArgs p;
-          p.x = state;
-          p.fn = fn;
-          p.scale = scale_d;
-          p.base = base_d;
-          p.norm_w = nw_d;
-          p.n = n;
-          p.dim = E;
-          p.nhc = static_cast<int32_t>(NHC);
-          p.flat = poisoned(static_cast<size_t>(n * HCD));
-          p.mix = poisoned(static_cast<size_t>(n * M));
-          p.pre = poisoned(static_cast<size_t>(n * NHC));
-          p.post = poisoned(static_cast<size_t>(n * NHC));
-          p.comb = poisoned(static_cast<size_t>(n * NHC * NHC));
-          p.y = poisoned(static_cast<size_t>(n * E));
-          p.xn = poisoned(static_cast<size_t>(n * E));
+          HcPreArgs p = poisoned_pre(state, fn, scale_d, base_d, nw_d, n, E);
           EXPECT_TRUE(gpu_->sync().ok());
           if (pieces) {
             be.hc_post(pa);
@@ -267,23 +275,9 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
         float* comb_in = dev(comb);
         HcPostArgs pa{x_d, f_d, post_in, comb_in, state, n, E, static_cast<int32_t>(NHC)};
         pa.f_add = c.f_add ? fa_d : nullptr;
-        HcPreArgs p;
-        p.x = state;
-        p.fn = fn;
-        p.scale = scale_d;
-        p.base = base_d;
-        p.norm_w = c.with_w ? nw_d : nullptr;
-        p.n = n;
-        p.dim = E;
-        p.nhc = static_cast<int32_t>(NHC);
+        HcPreArgs p = poisoned_pre(state, fn, scale_d, base_d, c.with_w ? nw_d : nullptr, n, E,
+                                   c.aliased ? post_in : nullptr, c.aliased ? comb_in : nullptr);
         p.split = c.split;
-        p.flat = poisoned(static_cast<size_t>(n * HCD));
-        p.mix = poisoned(static_cast<size_t>(n * M));
-        p.pre = poisoned(static_cast<size_t>(n * NHC));
-        p.post = c.aliased ? post_in : poisoned(static_cast<size_t>(n * NHC));
-        p.comb = c.aliased ? comb_in : poisoned(static_cast<size_t>(n * NHC * NHC));
-        p.y = poisoned(static_cast<size_t>(n * E));
-        p.xn = poisoned(static_cast<size_t>(n * E));
         EXPECT_TRUE(gpu_->sync().ok());
         for (int k = 0; k < calls; ++k) {  // aliased, a second call would read the first one's post: one call
           if (k > 0) {

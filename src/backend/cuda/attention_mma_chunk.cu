@@ -150,6 +150,27 @@ __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW 
 
 // The chunk shape's block (query i, heads h0 … h0 + 15): every segment staged, steps 1–3, merged in
 // registers, the sink, out. Dynamic shared memory: Smem<DW>::bytes.
+// The block's end (kernels 3 and 14): head sh's running (M, L) from its step-2 threads through mls to the lanes
+// holding the head's run (rows g, g + 8 of this warp's dims d0 …), the sink's step, out = run·f / denom.
+template <int D, int KN>
+__device__ __forceinline__ void store_heads(const AttentionArgs& a, int64_t i, float2* mls, float M, float L, int sh,
+                                            const int (&hs)[2], const bool (&ok)[2], int g, int t, int d0,
+                                            const float (&run)[KN][4]) {
+  if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!ok[r]) continue;
+    const float2 ml = mls[g + 8 * r];
+    float f, denom;
+    sink_step(a.sinks[hs[r]], ml.x, ml.y, f, denom);
+    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+      *reinterpret_cast<float2*>(o + 8 * u + 2 * t) = make_float2(run[u][2 * r] * f / denom, run[u][2 * r + 1] * f / denom);
+  }
+}
+
 // k32 (attention_mma_kernels = 10): the segment loop on 32-bit counters and a rotating buffer index
 // (stage_rows32, prefetch_idx32): the same copies and steps.
 template <int DW, bool k32>
@@ -242,19 +263,7 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
 
   }
 
-  if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!ok[r]) continue;
-    const float2 ml = mls[g + 8 * r];
-    float f, denom;
-    sink_step(a.sinks[hs[r]], ml.x, ml.y, f, denom);
-    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
-#pragma unroll
-    for (int u = 0; u < KN; ++u)
-      *reinterpret_cast<float2*>(o + 8 * u + 2 * t) = make_float2(run[u][2 * r] * f / denom, run[u][2 * r + 1] * f / denom);
-  }
+  store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
 template <int DW, bool k32>
@@ -490,19 +499,7 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
   }
   cp_async_wait<0>();  // the last (zero-fill) copies land before the block ends
 
-  if ((threadIdx.x & 15) == 0) mls[sh] = make_float2(M, L);
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!ok[r]) continue;
-    const float2 ml = mls[g + 8 * r];
-    float f, denom;
-    sink_step(a.sinks[hs[r]], ml.x, ml.y, f, denom);
-    float* o = a.out + (i * a.heads + hs[r]) * D + d0;
-#pragma unroll
-    for (int u = 0; u < KN; ++u)
-      *reinterpret_cast<float2*>(o + 8 * u + 2 * t) = make_float2(run[u][2 * r] * f / denom, run[u][2 * r + 1] * f / denom);
-  }
+  store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
 template <int DW>

@@ -30,6 +30,7 @@
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
 //        cuda_bench --small7-steps [rope|hcb|hcbN|both] M...   decode steps of model files with the folds off / on (f16_mma on).
+//        cuda_bench --hcsplit-steps M...   decode steps, each HC pre's split in the op / on the side lane (kBranchHcSplit).
 //        cuda_bench --small7 [ops|stages [FOLD]]  the folds (attention's output RoPE in its merge; the sublayer
 //                                         boundary as one cluster launch, hc_post_fold FOLD, default 2) on vs off,
 //                                         f16_mma on: the ops at n = 1, 8, then the decode stage table off and on
@@ -130,6 +131,7 @@ void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
+void bench_hcsplit_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16dec_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16dec_calls(const std::vector<int>& kernels);  // cuda_bench_f16dec.cpp
@@ -819,6 +821,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--small5-steps") == 0) {  // whole steps, small_v5 off / on / + HC split
     bench_small5_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hcsplit-steps") == 0) {  // decode steps, the HC split in op / side lane
+    bench_hcsplit_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small7-steps") == 0) {  // decode steps, session 10's folds off / on

@@ -14,6 +14,7 @@
 // off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
 // `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
 // `cuda_bench --small7-steps M...`: decode steps with session 10's folds off and on (attn_out_rope, hc_post_fold).
+// `cuda_bench --hcsplit-steps M...`: decode steps with each HC pre's split in the op / on the side lane.
 // `cuda_bench --moe-steps A B M...`: decode steps with expert_one_token A and B, "BENCH moe-steps" lines.
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
 // variants), "BENCH f16mma-steps" lines.
@@ -139,7 +140,8 @@ struct StepSide {
 
 // (Re)loads `s` with options `co` and chunks of max_chunk tokens; false after a "BENCH <tag>: ..." line.
 bool load_side(StepSide& s, const ModelFile& mf, const std::vector<modelspec::LayerPlan>& plan,
-               const backend::cuda::CudaBackendOptions& co, int64_t max_chunk, const char* tag) {
+               const backend::cuda::CudaBackendOptions& co, int64_t max_chunk, const char* tag,
+               uint32_t extra_branches = 0) {
   s.fw.reset();
   s.w.reset();
   auto made = backend::cuda::make_cuda_backend(co);
@@ -157,6 +159,7 @@ bool load_side(StepSide& s, const ModelFile& mf, const std::vector<modelspec::La
   model::ForwardOptions fo;
   fo.max_chunk = max_chunk;
   fo.graphs = true;
+  fo.branches |= extra_branches;
   auto fw = model::Forward::create(*s.be, mf.cfg, *s.w, fo);
   if (!fw.ok()) {
     std::printf("BENCH %s: forward: %s\n", tag, fw.status().to_string().c_str());
@@ -409,6 +412,26 @@ void bench_small7_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 512, "small7-steps")) return;
     }
     interleaved_decode_steps("small7-steps", names, sides, 12, plan.size(), 8, 512);
+  }
+}
+
+// `cuda_bench --hcsplit-steps M...`: decode steps of each model file (graphs, branches, f16_mma on; the backend's
+// defaults: hc_post_fold 4 = the boundary kernel) with each HC pre's Sinkhorn split in the op (off) and on the side
+// lane beside the sublayer (ForwardOptions::branches + kBranchHcSplit: the boundary kernel ends at xn) — interleaved:
+// batch 1 at 2K and 8 sessions at 512 (session 8's batch-8 fault case). "BENCH hcsplit-steps" lines.
+void bench_hcsplit_steps(int argc, char** argv) {
+  const char* const names[2] = {"split in op", "split side"};
+  for (int i = 0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "hcsplit-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.f16_mma = true;
+      if (!load_side(sides[k], *mf, plan, co, 512, "hcsplit-steps", k == 1 ? model::kBranchHcSplit : 0)) return;
+    }
+    interleaved_decode_steps("hcsplit-steps", names, sides, 12, plan.size(), 8, 512);
   }
 }
 

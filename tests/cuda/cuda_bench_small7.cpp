@@ -103,6 +103,15 @@ struct Small7Side {
 
   void post_pre(int64_t n, const Weight* w = nullptr) { be->hc_pre(post_pre_args(n, w)); }
 
+  // The boundary without its Sinkhorn split (HcPreArgs::split off: the kernel ends at xn); with `then_split` the
+  // split as hc_split after it in the same lane (the forward's kBranchHcSplit runs it on the side lane instead).
+  void post_pre_nosplit(int64_t n, bool then_split) {
+    HcPreArgs a = post_pre_args(n);
+    a.split = false;
+    be->hc_pre(a);
+    if (then_split) be->hc_split({a.mix, a.scale, a.base, n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb});
+  }
+
   HcPreArgs post_pre_args(int64_t n, const Weight* w = nullptr) {
     HcPreArgs a;
     a.prev_post = HcPostArgs{x, f, post, comb, x2, n, kE, static_cast<int32_t>(kNhc)};
@@ -164,9 +173,12 @@ void bench_small7(Backend& on, Backend& off) {
     row("attention + out rope (CSA: 128 raw + 512 sel)", n, [&](Small7Side& s, int64_t m) { s.attention(m, true, freq); });
     row("attention + out rope (HCA: 128 raw + 16)", n, [&](Small7Side& s, int64_t m) { s.attention(m, false, freq); });
     row("hc post + pre (FFN expert sum)", n, [&](Small7Side& s, int64_t m) { s.post_pre(m); });
-    if (n == 1)
+    if (n == 1) {
       row("hc post + pre, 86 matrices (> L2)", n, [&](Small7Side& s, int64_t) { s.post_pre_many(); },
           static_cast<int>(Small7Side::kBoundaries));
+      row("hc post + pre, split off (ends at xn)", n, [&](Small7Side& s, int64_t m) { s.post_pre_nosplit(m, false); });
+      row("hc post + pre, split off, then hc_split", n, [&](Small7Side& s, int64_t m) { s.post_pre_nosplit(m, true); });
+    }
   }
   for (int cluster : {8, 16}) boundary_phases(sides[0], cluster);
 }

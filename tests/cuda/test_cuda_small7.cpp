@@ -269,7 +269,9 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
       struct Out {
         std::vector<float> x, mix, pre, post, comb, y, xn;
       };
-      auto run = [&](Backend& be, bool pieces, int calls) {
+      // split_op: the op without its split (c.split off), then hc_split on its mix — the forward pass's late split
+      // (kBranchHcSplit: the split beside the sublayer on the side lane); post and comb must be the split's bits.
+      auto run = [&](Backend& be, bool pieces, int calls, bool split_op) {
         float* state = poisoned(static_cast<size_t>(n * HCD));
         float* post_in = dev(post);  // fresh: in the aliased layout the pre overwrites them
         float* comb_in = dev(comb);
@@ -277,7 +279,7 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
         pa.f_add = c.f_add ? fa_d : nullptr;
         HcPreArgs p = poisoned_pre(state, fn, scale_d, base_d, c.with_w ? nw_d : nullptr, n, E,
                                    c.aliased ? post_in : nullptr, c.aliased ? comb_in : nullptr);
-        p.split = c.split;
+        p.split = c.split && !split_op;
         EXPECT_TRUE(gpu_->sync().ok());
         for (int k = 0; k < calls; ++k) {  // aliased, a second call would read the first one's post: one call
           if (k > 0) {
@@ -295,6 +297,8 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
             q.prev_post = pa;
             be.hc_pre(q);
           }
+          if (split_op)
+            be.hc_split({p.mix, p.scale, p.base, n, p.nhc, p.iters, p.hc_eps, p.pre, p.post, p.comb});
         }
         EXPECT_TRUE(be.sync().ok());
         return Out{host(state, static_cast<size_t>(n * HCD)), host(p.mix, static_cast<size_t>(n * M)),
@@ -307,8 +311,19 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
                                 " n" + std::to_string(n) +
                                 (c.f_add ? " f_add" : "") + (c.split ? " split" : " nosplit") +
                                 (c.with_w ? "" : " no_w") + (c.aliased ? " aliased" : "");
-      const Out want = run(*off, true, 1), got = run(*on, false, c.aliased ? 1 : 2);
+      const Out want = run(*off, true, 1, false), got = run(*on, false, c.aliased ? 1 : 2, false);
       const char* rel = "boundary == post then pre";
+      if (c.split) {  // the boundary without its split + hc_split (another launch) == the split inside, every output
+        const Out late = run(*on, false, 1, true);
+        const char* lrel = "boundary nosplit + hc_split == post then pre";
+        expect_same_bits(late.x, want.x, where + " late split state", lrel);
+        expect_same_bits(late.mix, want.mix, where + " late split mix", lrel);
+        expect_same_bits(late.pre, want.pre, where + " late split pre", lrel);
+        expect_same_bits(late.post, want.post, where + " late split post", lrel);
+        expect_same_bits(late.comb, want.comb, where + " late split comb", lrel);
+        expect_same_bits(late.y, want.y, where + " late split y", lrel);
+        expect_same_bits(late.xn, want.xn, where + " late split xn", lrel);
+      }
       expect_same_bits(got.x, want.x, where + " state", rel);
       expect_same_bits(got.mix, want.mix, where + " mix", rel);
       expect_same_bits(got.pre, want.pre, where + " pre", rel);

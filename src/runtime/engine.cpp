@@ -100,6 +100,11 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
                                                       : model::ForwardNumerics::official();
   fo.numerics.shared_expert_clamp = opts.shared_expert_clamp;
   fo.graphs = opts.cuda_graphs;
+  // CUDA: each HC pre's Sinkhorn split (post, comb: read only by the next sublayer boundary) on the side lane beside
+  // the sublayer (hc_split), so the decode boundary kernel ends at xn: 6.39 against 9.15 µs a boundary in a graph, and
+  // 4-layer decode steps at 2K 0.804 against 0.823 … 0.833 ms, batch 8 unchanged (H200, session 11 hcb2, docs/PERF.md;
+  // the same bits: CudaSmall7.HcBoundaryEqualsPostThenPre, test_cuda_model). ForwardOptions' own default leaves it off.
+  if (opts.backend == BackendKind::cuda) fo.branches |= model::kBranchHcSplit;
   if (opts.l2_prefetch >= 0) fo.l2_prefetch = static_cast<uint32_t>(opts.l2_prefetch);
   fo.profile = opts.profile_steps;
   DS4_ASSIGN_OR_RETURN(e->forward_, model::Forward::create(*e->backend_, e->cfg_, e->weights_, fo));

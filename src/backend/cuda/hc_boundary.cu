@@ -101,6 +101,9 @@ __device__ inline float comp(const float4& v, int c) { return c == 0 ? v.x : c =
 
 // Segment sums of mix rows 0 … NR − 1 into sg [NR][32] from every block's part_q (layout in the kernel), lane s
 // loading segment s of each row (NR loads, 3·NR with H = 2, in flight together); the whole warp calls it.
+// Clusters and distributed shared memory are sm_90's: the compute_80 PTX (CI's default archs) gets a kernel that
+// traps, never launched there (ops_hc.cu takes this path only when CudaBackend::sm90()).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 template <int H, int NR>
 __device__ inline void gather_segs(const cooperative_groups::cluster_group& cl, float (&part_q)[kRows][kNhc][2],
                                    float (&sg)[NR][kNseg], int lane) {
@@ -120,9 +123,13 @@ __device__ inline void gather_segs(const cooperative_groups::cluster_group& cl, 
   for (int o = 0; o < NR; ++o) sg[o][lane] = v[o];
   __syncwarp();
 }
+#endif
 
 template <int C>
 __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   using S = Shape<C>;
   constexpr int H = S::H;
   namespace cg = cooperative_groups;
@@ -356,6 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   }
   cluster_sync_all();  // (3)
   cluster_sync_all();  // (4)
+#endif
 }
 
 }  // namespace

@@ -88,6 +88,13 @@ int main(int argc, char** argv) {
   vars.push_back({"k14", {}});  // the chunk kernel with each warp's segments pipelined (session 11; the default's from
                                 // 384 rows a query, so "k10" is the previous default there)
   vars.back().o.attention_mma_kernels = 14;
+  // Session 12: kernel 3's steps with each block walking items (one / two blocks per multiprocessor; "k17": 7 blocks,
+  // slow, only for ncu or a test), and 14 with its copies 8 lanes a row.
+  for (int k : {15, 16, 17, 18}) {
+    static const char* const names[] = {"k15", "k16", "k17", "k18"};
+    vars.push_back({names[k - 15], {}});
+    vars.back().o.attention_mma_kernels = k;
+  }
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

@@ -510,7 +510,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10 or 14). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14 … 18). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
   // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
@@ -518,10 +518,14 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int k = attn_mma_kernels_;
   // 14: the chunk shape with each warp's segments pipelined (attention_mma_chunk.cu; its ring index needs
   // raw_cap ≥ window, else 10's kernel); 3 takes it from kChunkPipelinedMinRows rows.
-  const bool piped = k == 14 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
-  const bool once = k == 3 || k == 9 || k == 10 || piped;
+  // 18: 14 with its row copies 8 lanes a row (attention_mma_chunk.cu stage_slice_8).
+  const bool piped = k == 14 || k == 18 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
+  // 15, 16, 17: 3's steps with blocks walking items (attention_mma_chunk.cu kernel 15; 7 blocks for 17).
+  const int walk = k == 15 ? kChunkWalkOnePerSm : k == 16 ? kChunkWalkTwoPerSm : k == 17 ? kChunkWalkTest : 0;
+  const bool once = k == 3 || k == 9 || k == 10 || piped || walk != 0;
   if (once && split_segs == 0) {
-    if (piped && a.raw_cap >= a.window) attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_);
+    if (walk != 0 && a.n * ((a.heads + kHeads - 1) / kHeads) < (int64_t{1} << 31)) attn_mma::launch_chunk_walk(*this, a, attn_mma_smem_, walk);
+    else if (piped && a.raw_cap >= a.window) attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18);
     else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (k != 3 || kChunkLoop32Auto));
     return true;
   }

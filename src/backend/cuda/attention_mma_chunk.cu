@@ -345,6 +345,31 @@ __device__ inline void stage_slice_wide(float* wb, const QueryRows& q, int n_raw
   }
 }
 
+// Kernel 18: stage_slice_wide with at most 8 lanes per row (DW = 64: 16 chunks a row slice, two copies a lane at +0
+// and +128 bytes off one shuffled row source — each cp.async still copies 4 whole 128-byte lines, with half the
+// shuffles and each source register read by two copies; session 11's SASS put 22 % of kernel 14's stall samples at
+// the copies, each waiting for the previous one to release the one source register pair). DW ≤ 32: the same copies
+// as stage_slice_wide.
+template <int DW>
+__device__ inline void stage_slice_8(float* wb, const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod,
+                                     int seg, int d0, int lane, int32_t id) {
+  constexpr int D = DW * kWarps, PW = DW + kPad, C = DW / 4, LPR = C < 8 ? C : 8, CPL = C / LPR, RPI = kWarp / LPR;
+  const int left = total - seg * kAttnSeg;
+  const float* mine = row_source<D>(q, n_raw, total, raw_cap, first_mod, seg * kAttnSeg + lane, id, d0);
+  const int chunk = lane % LPR, sub = lane / LPR;
+  float* dst = wb + sub * PW + 4 * chunk;
+#pragma unroll
+  for (int k = 0; k < LPR; ++k) {
+    const int r = k * RPI + sub;
+    const float* src = reinterpret_cast<const float*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), r));
+    const bool full = r < left;
+    const float* s = full ? src + 4 * chunk : q.raw;  // !full: 0 bytes read (q.raw + 32 floats is inside its first row)
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) cp_async16_or_zero(dst + k * RPI * PW + 4 * LPR * c, s + 4 * LPR * c, full);
+  }
+}
+
 // Step 1 for this warp's slice with its exactness decision (as segment_state): true when the rows' bits
 // went to the MMAs unconverted — then also for the value product of the same segment.
 template <int DW, int P>
@@ -373,7 +398,8 @@ __device__ inline void store_partials(float* red, int wid, int g, int t, const f
 }
 
 // The chunk shape's block (query i, heads h0 … h0 + 15) of kernel 14. Dynamic shared memory: PipeSmem<DW>::bytes.
-template <int DW>
+// k8: the copies of stage_slice_8 (kernel 18).
+template <int DW, bool k8>
 __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = PipeSmem<DW>;
   constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK;
@@ -405,7 +431,8 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
 
   // Staging of segment seg into staged segment b (issue only), and the wait for the oldest one in flight.
   auto stage = [&](int b, int seg, int32_t id) {
-    stage_slice_wide<DW>(wrows + b * S::BS, qr, n_raw, total, cap, fm, seg, d0, lane, id);
+    if constexpr (k8) stage_slice_8<DW>(wrows + b * S::BS, qr, n_raw, total, cap, fm, seg, d0, lane, id);
+    else stage_slice_wide<DW>(wrows + b * S::BS, qr, n_raw, total, cap, fm, seg, d0, lane, id);
     cp_async_commit();
   };
   auto ids_of = [&](int seg) { return prefetch_id(qr.idx, n_raw, total, seg, lane); };
@@ -502,10 +529,187 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
   store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
-template <int DW>
+template <int DW, bool k8>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(AttentionArgs a) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk14_block<DW>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+  chunk14_block<DW, k8>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+}
+
+// ---- Kernels 15–17 (attention_mma_kernels = 15, 16, 17): kernel 3's steps, a block walking several items ----
+// Kernel 3 gives every (query, 16 heads) item its own block: the block's start (q's loads and the first two
+// segments' copies, waited on with nothing else to do) and its end (the last segment's softmax and value
+// product, the sink, the stores, the block's retirement, the next block's launch) sit on the critical path of
+// every item. The session-11 figures fit ≈ 2.9 µs a segment + ≈ 4 µs an item: 20 % of an HCA query at 2K
+// (5 segments). Kernels 15–17 run the same steps (chunk3_block's 32-bit loop, segment_state, store_heads: the same
+// MMAs on the same operands, the same merges in the same order, so the same bits), but a block walks the
+// items b, b + G, b + 2G, … (G = the grid) and its three-deep row staging runs on across items: the copies of the
+// next item's first two segments are issued during the current item's last two, and the next item's q is loaded
+// (after an L2 prefetch an item earlier) while the current item's heads are stored. G: one block per
+// multiprocessor (15; the kernel holds one, by registers), two (16), or 7 blocks (17: a test of long walks over
+// items of every head group, never a default).
+
+// A position in a block's stream of staged segments: item k of the block (k = nk: past the last item with rows),
+// its query i and segment seg, the query's row counts and its ring's first row (first mod raw_cap).
+struct StreamPos {
+  int k, i, seg, n_raw, total, fm;
+};
+
+// The first position at or after the block's item k whose query has rows (items without rows have no segments:
+// their heads' outputs are the sink's zeros, stored by the walk without staging anything).
+__device__ inline StreamPos stream_seek(const AttentionArgs& a, int k, int nk, int stride, int groups) {
+  for (; k < nk; ++k) {
+    const int i = (static_cast<int>(blockIdx.x) + k * stride) / groups;
+    const QueryRows r = query_rows(a, i);
+    if (r.total > 0)
+      return {k, i, 0, static_cast<int>(r.n_raw), static_cast<int>(r.total), static_cast<int>(r.first % a.raw_cap)};
+  }
+  return {nk, 0, 0, 0, 0, 0};
+}
+__device__ inline StreamPos stream_next(const AttentionArgs& a, const StreamPos& p, int nk, int stride, int groups) {
+  if (p.k >= nk) return p;
+  if ((p.seg + 1) * kAttnSeg < p.total) return {p.k, p.i, p.seg + 1, p.n_raw, p.total, p.fm};
+  return stream_seek(a, p.k + 1, nk, stride, groups);
+}
+
+// items = n · head groups; item = (query item / groups, heads 16 · (item mod groups) …). Dynamic shared memory: Smem<DW>::bytes.
+template <int DW>
+__device__ inline void chunk3_walk(const AttentionArgs& a, int items) {
+  using S = Smem<DW>;
+  constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK, NW = kWarps;
+  extern __shared__ float4 smem4[];
+  float* bufs = reinterpret_cast<float*>(smem4);
+  float* red = bufs + S::rows;
+  uint4* pfr = reinterpret_cast<uint4*>(red + S::red);
+  float2* fab = reinterpret_cast<float2*>(pfr + S::pfr);
+  float2* mls = fab + kHeads;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const int d0 = wid * DW, sh = threadIdx.x >> 4;
+  const int groups = (a.heads + kHeads - 1) / kHeads, stride = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int nk = (items - b + stride - 1) / stride;  // the block's items (b < items: the grid is ≤ items)
+  const int cap = static_cast<int>(a.raw_cap);
+  auto stage = [&](int bi, const StreamPos& p, int32_t id) {
+    QueryRows q;
+    q.raw = a.raw_at ? a.raw_at[p.i] : a.raw;
+    q.comp = a.comp_at ? a.comp_at[p.i] : a.comp;
+    q.idx = a.comp_idx ? a.comp_idx + static_cast<int64_t>(p.i) * a.comp_idx_stride : nullptr;
+    stage_rows32<D, NW>(bufs + bi * (kAttnSeg * P), q, p.n_raw, p.total, cap, p.fm, p.seg, wid, lane, id);
+  };
+  auto ids_of = [&](const StreamPos& p) {
+    const int32_t* idx = a.comp_idx ? a.comp_idx + static_cast<int64_t>(p.i) * a.comp_idx_stride : nullptr;
+    return p.k < nk ? prefetch_idx32<NW>(idx, p.n_raw, p.total, p.seg, wid, lane) : -1;
+  };
+  // Item k's query and heads.
+  int i = 0, hs[2] = {0, 0};
+  bool ok[2] = {false, false};
+  auto item_at = [&](int k, int& qi, int (&h)[2], bool (&o)[2]) {
+    const int it = b + k * stride;
+    qi = it / groups;
+    const int h0 = (it - qi * groups) * kHeads;
+    h[0] = h0 + g;
+    h[1] = h0 + g + 8;
+    o[0] = h[0] < a.heads;
+    o[1] = h[1] < a.heads;
+  };
+  // L2 prefetch of item k's q slice of this warp: 16 heads × DW floats, lane l the half-row l mod 2 of head l / 2.
+  auto prefetch_q = [&](int k) {
+    if (k >= nk) return;
+    const int it = b + k * stride, qi = it / groups, h = (it - qi * groups) * kHeads + (lane >> 1);
+    if (h < a.heads)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a.q + (static_cast<int64_t>(qi) * a.heads + h) * D + d0 +
+                                                   (lane & 1) * (DW / 2)));
+  };
+
+  float M = -INFINITY, L = 0.0f;  // head sh's running state (every step-2 thread of the head holds it)
+  float run[KN][4];
+#pragma unroll
+  for (int u = 0; u < KN; ++u)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
+  auto merge_run = [&](const float (&acc)[KN][4]) {
+    const float2 fg = fab[g], fg8 = fab[g + 8];
+    const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
+  };
+  auto on_state = [&](float m_s, float l_s) {
+    float fa, fb;
+    merge_step(M, L, m_s, l_s, fa, fb);
+    if ((threadIdx.x & 15) == 0) fab[sh] = make_float2(fa, fb);
+  };
+
+  QFrag<KK> qf;  // item 0's; the stream's first two segments' copies are issued before q's loads are waited on
+  StreamPos s2;  // the stream's position staged at the next segment's opening (two ahead of the computed one)
+  int32_t pre;   // its ids, loaded a segment before its copies
+  int total;     // the current item's rows
+  {
+    item_at(0, i, hs, ok);
+    const StreamPos p0 = stream_seek(a, 0, nk, stride, groups);
+    const StreamPos p1 = stream_next(a, p0, nk, stride, groups);
+    const int32_t pre0 = ids_of(p0), pre1 = ids_of(p1);
+    float x[KK][4];
+    load_q_floats(x, a, i, hs, ok, d0, t);
+    total = static_cast<int>(query_rows(a, i).total);
+    if (p0.k < nk) stage(0, p0, pre0);
+    cp_async_commit();
+    if (p1.k < nk) stage(1, p1, pre1);
+    cp_async_commit();
+    split_q(qf, x);
+    s2 = stream_next(a, p1, nk, stride, groups);
+    pre = ids_of(s2);
+  }
+  int bc = 0;  // the computed segment's buffer
+  for (int k = 0; k < nk; ++k) {
+    prefetch_q(k + 1);
+    const int ns = (total + kAttnSeg - 1) / kAttnSeg;
+    for (int seg = 0; seg < ns; ++seg) {
+      cp_async_wait<1>();  // this thread's copies of the segment have landed (only the next one's may fly)
+      __syncthreads();     // everyone's have; every warp is done with the previous segment (its rows, red, pfr, fab)
+      if (s2.k < nk) stage(bc == 0 ? 2 : bc - 1, s2, pre);
+      s2 = stream_next(a, s2, nk, stride, groups);
+      pre = ids_of(s2);
+      cp_async_commit();
+      const int left = total - seg * kAttnSeg;
+      float acc[KN][4];
+      segment_state<DW>(bufs + bc * (kAttnSeg * P), left < kAttnSeg ? left : kAttnSeg, qf, a.scale, red, pfr, on_state, acc);
+      merge_run(acc);
+      bc = bc == 2 ? 0 : bc + 1;
+    }
+    // The next item's q and rows are loaded while this item's heads are stored (q's fragments are dead here).
+    const bool more = k + 1 < nk;
+    int i_n = 0, hs_n[2] = {0, 0}, total_n = 0;
+    bool ok_n[2] = {false, false};
+    float x[KK][4];
+    if (more) {
+      item_at(k + 1, i_n, hs_n, ok_n);
+      load_q_floats(x, a, i_n, hs_n, ok_n, d0, t);
+      total_n = static_cast<int>(query_rows(a, i_n).total);
+    }
+    store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
+    if (!more) break;
+    if (total_n == 0) __syncthreads();  // no segment barrier before the next item's mls stores
+    M = -INFINITY;
+    L = 0.0f;
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
+    i = i_n;
+    hs[0] = hs_n[0];
+    hs[1] = hs_n[1];
+    ok[0] = ok_n[0];
+    ok[1] = ok_n[1];
+    total = total_n;
+    split_q(qf, x);
+  }
+  cp_async_wait<0>();
+}
+
+template <int DW>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk15_kernel(AttentionArgs a, int items) {
+  chunk3_walk<DW>(a, items);
 }
 
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
@@ -579,7 +783,7 @@ bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, K kernel, si
 }
 
 // Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels (+ 4 with the 32-bit loop), 24 + … for the split ones,
-// 28 + … for kernel 14 (attention_mma.cu's launchers take bits 0–7).
+// 28 + … for kernel 14, 12 + … for 18, 8 + … for 15–17 (attention_mma.cu's launchers take bits 0–7).
 template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
@@ -602,13 +806,29 @@ void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready)
   be.launched("attention mma (chunk, softmax once)");
 }
 
-template <int DW>
+template <int DW, bool k8>
 void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
   constexpr size_t bytes = PipeSmem<DW>::bytes;
-  if (!smem_once(be, smem_ready, 1u << (28 + dw_bit<DW>()), attention_mma_chunk14_kernel<DW>, bytes)) return;
+  if (!smem_once(be, smem_ready, 1u << ((k8 ? 12 : 28) + dw_bit<DW>()), attention_mma_chunk14_kernel<DW, k8>, bytes)) return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk14_kernel<DW><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
+  attention_mma_chunk14_kernel<DW, k8><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, pipelined warps)");
+}
+
+// Kernels 15–17: grid = min(items, blocks) with blocks from `walk` (kChunkWalk*: attention_mma.cuh); smem bits 8 + ….
+template <int DW>
+void launch_chunk15(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int walk) {
+  constexpr size_t bytes = Smem<DW>::bytes;
+  if (!smem_once(be, smem_ready, 1u << (8 + dw_bit<DW>()), attention_mma_chunk15_kernel<DW>, bytes)) return;
+  const int64_t items = a.n * ((a.heads + kHeads - 1) / kHeads);
+  int sms = 0;
+  if (!be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "attention walk: multiprocessors"))
+    return;
+  const int64_t blocks = walk == kChunkWalkTest ? 7 : static_cast<int64_t>(sms) * (walk == kChunkWalkTwoPerSm ? 2 : 1);
+  const int64_t grid = items < blocks ? items : blocks;
+  if (grid <= 0) return;
+  attention_mma_chunk15_kernel<DW><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, static_cast<int>(items));
+  be.launched("attention mma (chunk, blocks walking items)");
 }
 
 // head_dim / 8 → DW.
@@ -629,8 +849,15 @@ void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t 
   by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready); });
 }
 
-void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
-  by_dw(a, [&](auto dw) { launch_chunk14<decltype(dw)::value>(be, a, smem_ready); });
+void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8) {
+  by_dw(a, [&](auto dw) {
+    if (lanes8) launch_chunk14<decltype(dw)::value, true>(be, a, smem_ready);
+    else launch_chunk14<decltype(dw)::value, false>(be, a, smem_ready);
+  });
+}
+
+void launch_chunk_walk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int walk) {
+  by_dw(a, [&](auto dw) { launch_chunk15<decltype(dw)::value>(be, a, smem_ready, walk); });
 }
 
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32) {

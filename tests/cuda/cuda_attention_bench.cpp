@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
   vars.back().o.attention_mma_kernels = 14;
   // Session 12: kernel 3's steps with each block walking items (one / two blocks per multiprocessor; "k17": 7 blocks,
   // slow, only for ncu or a test), and 14 with its copies 8 lanes a row.
-  for (int k : {15, 16, 17, 18}) {
-    static const char* const names[] = {"k15", "k16", "k17", "k18"};
+  for (int k : {15, 16, 17, 18, 19, 20}) {  // 19, 20: 18's steps walking items (one block per SM; 7 blocks)
+    static const char* const names[] = {"k15", "k16", "k17", "k18", "k19", "k20"};
     vars.push_back({names[k - 15], {}});
     vars.back().o.attention_mma_kernels = k;
   }

@@ -10,7 +10,7 @@
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
 // order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14 … 18: previous, fast,
 // softmax once per block, its chunk loop on int64 / 32-bit counters, its segments pipelined per warp, blocks walking
-// several items (15 … 17), 14 with 8-lane copies (18); the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// several items (15 … 17; 18's steps: 19, 20), 14 with 8-lane copies (18); the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -57,7 +57,8 @@ class CudaAttention : public CudaOpsTest {
     // 15, 16, 17: kernel 3's steps with blocks walking items (one and two blocks per multiprocessor; 7 blocks, so
     // every call here walks several items a block, across head groups, short and row-less queries). 18: 14 with its
     // copies 8 lanes a row.
-    for (int k : {9, 10, 14, 15, 16, 17, 18})
+    // 19, 20: 18's steps walking items (one block per multiprocessor; 7 blocks).
+    for (int k : {9, 10, 14, 15, 16, 17, 18, 19, 20})
       v.emplace_back(&backend_with(0, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     return v;
   }
@@ -230,7 +231,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
 }
 
 TEST_F(CudaAttention, RemovedKernelVariantsAreRejected) {
-  for (int k : {2, 4, 5, 6, 7, 8, 11, 12, 13, 19, -1}) {  // 2 and 4 (16 warps) were removed; 5–8, 11–13 never landed
+  for (int k : {2, 4, 5, 6, 7, 8, 11, 12, 13, 21, -1}) {  // 2 and 4 (16 warps) were removed; 5–8, 11–13 never landed
     cuda::CudaBackendOptions o;
     o.attention_mma_kernels = k;
     auto made = cuda::make_cuda_backend(o);
@@ -275,6 +276,7 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 14)},
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 17)},
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 18)},
+                                                 {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 20)},
                                                  {&backend_with(128, true, 2, false), &backend_with(0, true, 2, false)}};
   for (const auto& [split_be, chunk_be] : pairs)
   for (bool selected : {false, true}) {

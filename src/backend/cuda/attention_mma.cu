@@ -510,7 +510,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14 … 18). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14 … 20). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
   // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
@@ -521,10 +521,13 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   // 18: 14 with its row copies 8 lanes a row (attention_mma_chunk.cu stage_slice_8).
   const bool piped = k == 14 || k == 18 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
   // 15, 16, 17: 3's steps with blocks walking items (attention_mma_chunk.cu kernel 15; 7 blocks for 17).
-  const int walk = k == 15 ? kChunkWalkOnePerSm : k == 16 ? kChunkWalkTwoPerSm : k == 17 ? kChunkWalkTest : 0;
+  // 19, 20: 18's steps walking items the same way (one block per multiprocessor; 7 blocks).
+  const int walk = k == 15 || k == 19 ? kChunkWalkOnePerSm : k == 16 ? kChunkWalkTwoPerSm : k == 17 || k == 20 ? kChunkWalkTest : 0;
+  const bool walk_piped = (k == 19 || k == 20) && a.raw_cap >= a.window;
   const bool once = k == 3 || k == 9 || k == 10 || piped || walk != 0;
   if (once && split_segs == 0) {
-    if (walk != 0 && a.n * ((a.heads + kHeads - 1) / kHeads) < (int64_t{1} << 31)) attn_mma::launch_chunk_walk(*this, a, attn_mma_smem_, walk);
+    if (walk != 0 && a.n * ((a.heads + kHeads - 1) / kHeads) < (int64_t{1} << 31))
+      attn_mma::launch_chunk_walk(*this, a, attn_mma_smem_, walk, walk_piped);
     else if (piped && a.raw_cap >= a.window) attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18);
     else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (k != 3 || kChunkLoop32Auto));
     return true;

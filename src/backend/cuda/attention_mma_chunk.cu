@@ -712,6 +712,214 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk15_kernel(Atte
   chunk3_walk<DW>(a, items);
 }
 
+// ---- Kernels 19, 20 (attention_mma_kernels = 19, 20): kernel 18's steps, a block walking several items ----
+// Kernel 18 (14: each warp's segments pipelined, with stage_slice_8's copies) with kernel 15's walk: block b runs items b, b + G, … (G = one block per
+// multiprocessor; 20: 7 blocks, a test), each warp's slice staging running on across items — the last interval of
+// an item copies the next item's second segment (its first was copied an interval earlier), and the next item's q
+// is loaded during the item's last value products (q's fragments are dead once its last scores are formed). Per
+// item the same steps on the same operands in the same order as kernel 14, so the same bits. Session 12's first H200
+// run: kernel 15 (kernel 3 walking) lost 2–8 % to kernel 3 in every shape, so what the walk saves per item (the q
+// load, the first copies, a block's launch) is small there; 19 asks the same of the pipelined kernel, whose fill
+// and drain per item are larger.
+template <int DW>
+__device__ inline void chunk14_walk(const AttentionArgs& a, int items) {
+  using S = PipeSmem<DW>;
+  constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK;
+  extern __shared__ float4 smem4[];
+  float* bufs = reinterpret_cast<float*>(smem4);
+  float* red = bufs + S::rows;
+  float2* fab = reinterpret_cast<float2*>(red + S::red);  // [segment parity][head]
+  float2* mls = fab + 2 * kHeads;
+  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
+  const int g = lane >> 2, t = lane & 3;
+  const int d0 = wid * DW;
+  const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;  // step 2's thread
+  const int groups = (a.heads + kHeads - 1) / kHeads, stride = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  const int nk = (items - b + stride - 1) / stride;
+  const int cap = static_cast<int>(a.raw_cap);
+  float* wrows = bufs + wid * S::WS;  // this warp's slice of staged segment x: wrows + x·BS
+  auto slots = [bufs](int e) {
+    return [p = bufs + e * S::BS + DW](int k) { return reinterpret_cast<uint32_t*>(p + (k >> 5) * S::WS + (k & 31) * PW); };
+  };
+  auto idx_of = [&](int qi) { return a.comp_idx ? a.comp_idx + static_cast<int64_t>(qi) * a.comp_idx_stride : nullptr; };
+  auto stage = [&](int x, const StreamPos& p, int32_t id) {  // one commit group per stream position
+    if (p.k < nk) {
+      QueryRows q;
+      q.raw = a.raw_at ? a.raw_at[p.i] : a.raw;
+      q.comp = a.comp_at ? a.comp_at[p.i] : a.comp;
+      q.idx = idx_of(p.i);
+      stage_slice_8<DW>(wrows + x * S::BS, q, p.n_raw, p.total, cap, p.fm, p.seg, d0, lane, id);
+    }
+    cp_async_commit();
+  };
+  auto ids_of = [&](const StreamPos& p) { return p.k < nk ? prefetch_id(idx_of(p.i), p.n_raw, p.total, p.seg, lane) : -1; };
+  auto wait_staged = [&]() {  // the next staging may still fly
+    cp_async_wait<1>();
+    __syncwarp();
+  };
+  auto item_at = [&](int k, int& qi, int (&h)[2], bool (&o)[2]) {
+    const int it = b + k * stride;
+    qi = it / groups;
+    const int h0 = (it - qi * groups) * kHeads;
+    h[0] = h0 + g;
+    h[1] = h0 + g + 8;
+    o[0] = h[0] < a.heads;
+    o[1] = h[1] < a.heads;
+  };
+  auto prefetch_q = [&](int k) {  // L2: item k's q slice of this warp, lane l the half-row l mod 2 of head l / 2
+    if (k >= nk) return;
+    const int it = b + k * stride, qi = it / groups, h = (it - qi * groups) * kHeads + (lane >> 1);
+    if (h < a.heads)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a.q + (static_cast<int64_t>(qi) * a.heads + h) * D + d0 +
+                                                   (lane & 1) * (DW / 2)));
+  };
+
+  float M = -INFINITY, L = 0.0f;  // head sh's running state (every step-2 thread of the head holds it)
+  float run[KN][4];
+#pragma unroll
+  for (int u = 0; u < KN; ++u)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
+
+  QFrag<KK> qf;
+  StreamPos s2;  // the stream position staged next (two ahead of the one whose softmax runs)
+  int32_t pre;   // its ids
+  int i, hs[2], total;
+  bool ok[2];
+  {
+    item_at(0, i, hs, ok);
+    const StreamPos p0 = stream_seek(a, 0, nk, stride, groups);
+    const StreamPos p1 = stream_next(a, p0, nk, stride, groups);
+    const int32_t id0 = ids_of(p0), id1 = ids_of(p1);
+    float x[KK][4];
+    load_q_floats(x, a, i, hs, ok, d0, t);
+    total = static_cast<int>(query_rows(a, i).total);
+    stage(0, p0, id0);
+    stage(1, p1, id1);
+    split_q(qf, x);
+    s2 = stream_next(a, p1, nk, stride, groups);
+    pre = ids_of(s2);
+  }
+  auto stage_next = [&](int x) {
+    stage(x, s2, pre);
+    s2 = stream_next(a, s2, nk, stride, groups);
+    pre = ids_of(s2);
+  };
+
+  // Value product of segment sp (staged in x) merged into run with its factors (fab of its parity).
+  auto values_merge = [&](int sp, int x, bool as_is) {
+    const float* pb = reinterpret_cast<const float*>(slots(sp & 1)(lane));
+    float acc[KN][4];
+    auto p_frag = [&](int j, uint32_t (&ph)[4], uint32_t (&pl)[4]) {
+      const uint4 h = *reinterpret_cast<const uint4*>(pb + 2 * j * S::WS), l = *reinterpret_cast<const uint4*>(pb + (2 * j + 1) * S::WS);
+      ph[0] = h.x, ph[1] = h.y, ph[2] = h.z, ph[3] = h.w;
+      pl[0] = l.x, pl[1] = l.y, pl[2] = l.z, pl[3] = l.w;
+    };
+    if (as_is) slice_values<DW, PW>(wrows + x * S::BS, p_frag, g, t, true, acc);
+    else slice_values<DW, PW>(wrows + x * S::BS, p_frag, g, t, false, acc);
+    const float2 fg = fab[(sp & 1) * kHeads + g], fg8 = fab[(sp & 1) * kHeads + g + 8];
+    const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
+  };
+  auto softmax = [&](int s) {
+    const int left = total - s * kAttnSeg;
+    float m, l, fa, fb;
+    segment_softmax_at(red, slots(s & 1), left < kAttnSeg ? left : kAttnSeg, a.scale, sh, snt, stt, m, l);
+    merge_step(M, L, m, l, fa, fb);
+    if ((threadIdx.x & 15) == 0) fab[(s & 1) * kHeads + sh] = make_float2(fa, fb);
+  };
+
+  int b_prev = 2, b_cur = 0, b_next = 1;  // staged segments of stream positions e − 1, e, e + 1
+  bool as_is_prev = true, as_is_cur = true;
+  auto rotate = [&]() {
+    const int b_free = b_prev;
+    b_prev = b_cur;
+    b_cur = b_next;
+    b_next = b_free;
+  };
+  auto interval = [&](auto as_is_c, auto first_c, int s) {
+    if constexpr (!decltype(first_c)::value) values_merge(s - 1, b_prev, decltype(as_is_c)::value);
+    softmax(s);
+    __syncwarp();  // the warp's reads of s − 1's slices are done: copy over them
+    stage_next(b_prev);
+    wait_staged();  // s + 1's copies (only the newest may fly)
+    float pt[4][4];
+    const bool as_is_next = slice_scores_checked<DW, PW>(wrows + b_next * S::BS, qf, g, t, pt);
+    __syncthreads();  // every softmax of s has read red
+    store_partials(red, wid, g, t, pt);
+    __syncthreads();  // s + 1's partials, s's p fragments and factors visible
+    as_is_prev = as_is_cur;
+    as_is_cur = as_is_next;
+    rotate();
+  };
+  using True = std::integral_constant<bool, true>;
+  using False = std::integral_constant<bool, false>;
+  for (int k = 0; k < nk; ++k) {
+    prefetch_q(k + 1);
+    const int ns = (total + kAttnSeg - 1) / kAttnSeg;
+    if (ns > 0) {
+      wait_staged();
+      float pt[4][4];
+      as_is_cur = slice_scores_checked<DW, PW>(wrows + b_cur * S::BS, qf, g, t, pt);
+      store_partials(red, wid, g, t, pt);
+    }
+    __syncthreads();
+    for (int s = 0; s + 1 < ns; ++s) {
+      if (s == 0) interval(True{}, True{}, 0);
+      else if (as_is_prev) interval(True{}, False{}, s);
+      else interval(False{}, False{}, s);
+    }
+    const bool more = k + 1 < nk;
+    int i_n = 0, hs_n[2] = {0, 0}, total_n = 0;
+    bool ok_n[2] = {false, false};
+    float x[KK][4];
+    auto load_next = [&]() {  // the next item's q and rows (q's fragments are dead: the item's scores are formed)
+      if (!more) return;
+      item_at(k + 1, i_n, hs_n, ok_n);
+      load_q_floats(x, a, i_n, hs_n, ok_n, d0, t);
+      total_n = static_cast<int>(query_rows(a, i_n).total);
+    };
+    if (ns > 0) {  // the last interval: values of ns − 2, softmax of ns − 1, the stream's next copies, its values
+      load_next();
+      const int s = ns - 1;
+      if (s > 0) values_merge(s - 1, b_prev, as_is_prev);
+      softmax(s);
+      __syncwarp();
+      stage_next(b_prev);
+      __syncthreads();
+      values_merge(s, b_cur, as_is_cur);
+      rotate();
+    } else {
+      load_next();
+    }
+    store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
+    if (!more) break;
+    if (total_n == 0) __syncthreads();  // no barrier of a segment before the next item's mls stores
+    M = -INFINITY;
+    L = 0.0f;
+#pragma unroll
+    for (int u = 0; u < KN; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
+    i = i_n;
+    hs[0] = hs_n[0];
+    hs[1] = hs_n[1];
+    ok[0] = ok_n[0];
+    ok[1] = ok_n[1];
+    total = total_n;
+    split_q(qf, x);
+  }
+  cp_async_wait<0>();
+}
+
+template <int DW>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk19_kernel(AttentionArgs a, int items) {
+  chunk14_walk<DW>(a, items);
+}
+
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
@@ -816,10 +1024,13 @@ void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_read
 }
 
 // Kernels 15–17: grid = min(items, blocks) with blocks from `walk` (kChunkWalk*: attention_mma.cuh); smem bits 8 + ….
+// piped: kernel 19 / 20 (kernel 14's steps; no bit of smem_ready is left: its limit is set at every launch).
 template <int DW>
-void launch_chunk15(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int walk) {
-  constexpr size_t bytes = Smem<DW>::bytes;
-  if (!smem_once(be, smem_ready, 1u << (8 + dw_bit<DW>()), attention_mma_chunk15_kernel<DW>, bytes)) return;
+void launch_chunk15(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int walk, bool piped) {
+  const size_t bytes = piped ? PipeSmem<DW>::bytes : Smem<DW>::bytes;
+  if (piped ? !smem_once(be, smem_ready, 0u, attention_mma_chunk19_kernel<DW>, bytes)
+            : !smem_once(be, smem_ready, 1u << (8 + dw_bit<DW>()), attention_mma_chunk15_kernel<DW>, bytes))
+    return;
   const int64_t items = a.n * ((a.heads + kHeads - 1) / kHeads);
   int sms = 0;
   if (!be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), "attention walk: multiprocessors"))
@@ -827,7 +1038,8 @@ void launch_chunk15(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_read
   const int64_t blocks = walk == kChunkWalkTest ? 7 : static_cast<int64_t>(sms) * (walk == kChunkWalkTwoPerSm ? 2 : 1);
   const int64_t grid = items < blocks ? items : blocks;
   if (grid <= 0) return;
-  attention_mma_chunk15_kernel<DW><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, static_cast<int>(items));
+  if (piped) attention_mma_chunk19_kernel<DW><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, static_cast<int>(items));
+  else attention_mma_chunk15_kernel<DW><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, static_cast<int>(items));
   be.launched("attention mma (chunk, blocks walking items)");
 }
 
@@ -856,8 +1068,8 @@ void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& s
   });
 }
 
-void launch_chunk_walk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int walk) {
-  by_dw(a, [&](auto dw) { launch_chunk15<decltype(dw)::value>(be, a, smem_ready, walk); });
+void launch_chunk_walk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int walk, bool piped) {
+  by_dw(a, [&](auto dw) { launch_chunk15<decltype(dw)::value>(be, a, smem_ready, walk, piped); });
 }
 
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32) {

@@ -42,6 +42,10 @@ constexpr bool kChunkLoop32Auto = true;
 // attention …") measured CSA chunks (640 rows, 20 segments a query) −4.4 %, HCA at 32K (400 rows) −2.7 %, HCA at 2K
 // (160 rows) +3.4 % — a short query pays the pipeline's fill and drain. 0: kernel 3's own loop everywhere.
 constexpr int64_t kChunkPipelinedMinRows = 384;
+// …and copies its rows 8 lanes a row (attention_mma_chunk.cu stage_slice_8, kernel 18) since session 12's first H200
+// run (PERF.md "Session 12: prefill chunk attention …"): the same bits, CSA chunks 3,647 → 3,543 µs at 2K, HCA at 32K
+// 2,463 → 2,402. false: kernel 14's copies (16 lanes a row).
+constexpr bool kChunkPipelinedLanes8 = true;
 
 // Host: a query's candidate rows under the host's bound (window + compressed rows bounded by the selection width
 // and/or AttentionArgs::max_comp, as attention_split_segments), or −1 when unknown.
@@ -528,7 +532,8 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   if (once && split_segs == 0) {
     if (walk != 0 && a.n * ((a.heads + kHeads - 1) / kHeads) < (int64_t{1} << 31))
       attn_mma::launch_chunk_walk(*this, a, attn_mma_smem_, walk, walk_piped);
-    else if (piped && a.raw_cap >= a.window) attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18);
+    else if (piped && a.raw_cap >= a.window)
+      attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18 || (k == 3 && kChunkPipelinedLanes8));
     else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (k != 3 || kChunkLoop32Auto));
     return true;
   }

@@ -42,9 +42,9 @@ constexpr bool kChunkLoop32Auto = true;
 // attention …") measured CSA chunks (640 rows, 20 segments a query) −4.4 %, HCA at 32K (400 rows) −2.7 %, HCA at 2K
 // (160 rows) +3.4 % — a short query pays the pipeline's fill and drain. 0: kernel 3's own loop everywhere.
 constexpr int64_t kChunkPipelinedMinRows = 384;
-// …and copies its rows 8 lanes a row (attention_mma_chunk.cu stage_slice_8, kernel 18) since session 12's first H200
-// run (PERF.md "Session 12: prefill chunk attention …"): the same bits, CSA chunks 3,647 → 3,543 µs at 2K, HCA at 32K
-// 2,463 → 2,402. false: kernel 14's copies (16 lanes a row).
+// …and copies its rows 8 lanes a row (attention_mma_chunk.cu stage_slice_8, kernel 18) since session 12's H200 runs
+// (PERF.md "Session 12: prefill chunk attention …"): the same bits, CSA chunks at 2K 3,656 → 3,553 µs, HCA at 32K
+// 2,471 → 2,408 (−2.8 %, −2.5 %; both runs alike). false: kernel 14's copies (16 lanes a row).
 constexpr bool kChunkPipelinedLanes8 = true;
 
 // Host: a query's candidate rows under the host's bound (window + compressed rows bounded by the selection width
@@ -514,7 +514,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14 … 20). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14 or 18). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
   // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
@@ -523,16 +523,11 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   // 14: the chunk shape with each warp's segments pipelined (attention_mma_chunk.cu; its ring index needs
   // raw_cap ≥ window, else 10's kernel); 3 takes it from kChunkPipelinedMinRows rows.
   // 18: 14 with its row copies 8 lanes a row (attention_mma_chunk.cu stage_slice_8).
-  const bool piped = k == 14 || k == 18 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
-  // 15, 16, 17: 3's steps with blocks walking items (attention_mma_chunk.cu kernel 15; 7 blocks for 17).
-  // 19, 20: 18's steps walking items the same way (one block per multiprocessor; 7 blocks).
-  const int walk = k == 15 || k == 19 ? kChunkWalkOnePerSm : k == 16 ? kChunkWalkTwoPerSm : k == 17 || k == 20 ? kChunkWalkTest : 0;
-  const bool walk_piped = (k == 19 || k == 20) && a.raw_cap >= a.window;
-  const bool once = k == 3 || k == 9 || k == 10 || piped || walk != 0;
+  const bool piped =
+      k == 14 || k == 18 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
+  const bool once = k == 3 || k == 9 || k == 10 || piped;
   if (once && split_segs == 0) {
-    if (walk != 0 && a.n * ((a.heads + kHeads - 1) / kHeads) < (int64_t{1} << 31))
-      attn_mma::launch_chunk_walk(*this, a, attn_mma_smem_, walk, walk_piped);
-    else if (piped && a.raw_cap >= a.window)
+    if (piped && a.raw_cap >= a.window)
       attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18 || (k == 3 && kChunkPipelinedLanes8));
     else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (k != 3 || kChunkLoop32Auto));
     return true;

@@ -30,13 +30,6 @@ void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t
 // value product of segment s − 1, the softmax of s and the scores of s + 1; rows staged per warp slice); needs
 // raw_cap ≥ window. lanes8 (attention_mma_kernels = 18): its row copies 8 lanes a row (two copies a lane).
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8 = false);
-// attention_mma_kernels = 15, 16, 17: kernel 3's steps (the 32-bit loop) with each block walking items (query, 16
-// heads) b, b + G, … and its row staging running on across them (the next item's first segments copied during the
-// current item's last ones). walk: G = one block per multiprocessor, two, or 7 blocks (a test of long walks).
-// Needs n · head groups < 2^31. piped (attention_mma_kernels = 19, 20): kernel 18's steps walking items the same way
-// (one block per multiprocessor, 7 blocks); needs raw_cap ≥ window.
-inline constexpr int kChunkWalkOnePerSm = 1, kChunkWalkTwoPerSm = 2, kChunkWalkTest = 3;
-void launch_chunk_walk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int walk, bool piped = false);
 // The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
                                uint32_t& smem_ready);

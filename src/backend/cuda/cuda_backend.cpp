@@ -119,11 +119,11 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   // int64 loop; 7 and 8 (16 warps) lost in session 10.
   const int amk = opts.attention_mma_kernels;
   // 14: 3 with each warp's segments pipelined (attention_mma_chunk.cu, session 11; 11, 12 and 13 lost on the H200).
-  // 15, 16, 17: 3's steps with each block walking several items (attention_mma_chunk.cu, session 12; 17 = 7 blocks, a test);
-  // 18: 14 with its row copies 8 lanes a row; 19, 20: 18's steps walking items as 15 and 17.
-  if (amk != 0 && amk != 1 && amk != 3 && amk != 9 && amk != 10 && (amk < 14 || amk > 20))
+  // 18: 14 with its row copies 8 lanes a row (session 12; 3's pipelined form takes its copies). 15–17 and 19, 20 (blocks
+  // walking several items, kernel 3's and 18's steps) lost on the H200 in session 12.
+  if (amk != 0 && amk != 1 && amk != 3 && amk != 9 && amk != 10 && amk != 14 && amk != 18)
     return invalid_argument("cuda backend: attention_mma_kernels " + std::to_string(amk) +
-                            " is not one of 0, 1, 3, 9, 10, 14 … 20 (2 and 4 were removed: slower on the H200)");
+                            " is not one of 0, 1, 3, 9, 10, 14, 18 (2 and 4 were removed: slower on the H200)");
   be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_kernels, opts.indexer_select);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_indexer_decode(opts.indexer_decode);

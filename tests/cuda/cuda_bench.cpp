@@ -64,6 +64,7 @@
 //                                         every shape below gemv_warp's wins (bulk rings off), cold weights.
 //        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
 //        cuda_bench --warp-steps M...     decode steps (batch 2, 3, 4 and 1) with gemv_warp off / on, as the engine.
+//        cuda_bench --ramp-steps M...     decode steps (batch 1, 2, 4) with the dense ramp bits (dense_ramp.h) off / on.
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>
@@ -127,6 +128,7 @@ void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_warp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
+void bench_ramp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
@@ -795,6 +797,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--warp-steps") == 0) {  // decode steps at 2-4 vectors, gemv_warp off / on
     bench_warp_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--ramp-steps") == 0) {  // decode steps, the dense ramp bits off / on
+    bench_ramp_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--f16dec") == 0) {  // decode F16 MMA calls per f16_mma_decode_kernel

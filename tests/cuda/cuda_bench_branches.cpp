@@ -20,6 +20,7 @@
 // variants), "BENCH f16mma-steps" lines.
 // `cuda_bench --warp-steps M...`: decode steps at batch 2, 3 and 4 with gemv_warp off / on (the default), "BENCH
 // warp-steps" lines.
+// `cuda_bench --ramp-steps M...`: decode steps with the dense matvecs' ramp bits (dense_ramp.h) off and on.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -362,6 +363,46 @@ void bench_warp_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 512, "warp-steps")) return;
     }
     interleaved_steps("warp-steps", names, sides, 13, plan.size(), {{2, 1024}, {3, 1024}, {4, 1024}, {1, 2048}});
+  }
+}
+
+// `cuda_bench --ramp-steps M...`: decode steps as the engine runs them (graphs, branches + the HC split on the
+// side lane, f16_mma on, indexer_select 11) with the dense matvecs' ramp bits (dense_ramp.h, in
+// CudaBackendOptions::l2_prefetch_mode; each side's exact set: kRampExplicit) off and on: one session at 2K
+// (three rounds) and a batch of 2 at 1K (one), every side once per round (drift shows). "BENCH ramp-steps" lines.
+void bench_ramp_steps(int argc, char** argv) {
+  struct Side {
+    const char* name;
+    int mode;
+  };
+  const Side sides_of[] = {{"base", 128},           {"norm-trigger", 128 | 16}, {"rows-L2", 128 | 32},
+                           {"rows-2tiles", 128 | 64}, {"direct-quant", 128 | 256},
+                           {"trig+2tiles+quant", 128 | 16 | 64 | 256}};
+  constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
+  for (int i = 0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "ramp-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[kSides];
+    for (int k = 0; k < kSides; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.f16_mma = true;       // EngineOptions::cuda_f16_mma's default
+      co.indexer_select = 11;  // the engine's (engine.cpp)
+      co.l2_prefetch_mode = sides_of[k].mode;
+      if (!load_side(sides[k], *mf, plan, co, 512, "ramp-steps", model::kBranchHcSplit)) return;
+    }
+    const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}};
+    for (const auto& [sessions, ctx] : cases) {
+      for (int round = 0; round < (sessions == 1 ? 3 : 1); ++round)
+        for (int k = 0; k < kSides; ++k) {
+          const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
+          std::printf("BENCH ramp-steps %-17s layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",
+                      sides_of[k].name, plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3,
+                      t > 0 ? sessions / t : 0.0);
+          if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
+          std::fflush(stdout);
+        }
+    }
   }
 }
 

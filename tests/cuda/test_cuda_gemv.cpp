@@ -511,6 +511,68 @@ TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) {
   check(4096, 8192, 2, 8, 3);
 }
 
+// The dense ramp bits (dense_ramp.h, in l2_prefetch_mode: 16 | 32 | 64 | 256, exactly: 128): q_a's norm lets its
+// programmatic dependent launch at its start; gemv_rows asks its rows into L2 and moves two tiles before
+// griddepcontrol.wait (sm_90; below it those two are ignored) and quantizes its activations straight into the
+// per-octet layout. The CPU bits on every Flash matrix (q_b whole: one-chunk tiles; out_b and out_a's groups
+// whole: column chunks), blocks of one tile, chains.
+class CudaGemvRowsRamp : public CudaGemvRows {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRows::options();
+    o.l2_prefetch_mode = 128 | 16 | 32 | 64 | 256;  // kRampExplicit | every ramp bit
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsRamp, FlashShapesBitIdenticalToCpu) {
+  flash_rows();
+  check(4096, 8192, 1);  // out_b whole at one token
+}
+
+TEST_F(CudaGemvRowsRamp, GroupedOutputProjectionInOneCall) {
+  for (int64_t n : {1, 2}) check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
+  check(3 * 37, 512, 1, 0, 0, 37, 512);
+}
+
+TEST_F(CudaGemvRowsRamp, OddRowCountsAndSmallShapes) { odd_shapes(); }
+
+TEST_F(CudaGemvRowsRamp, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+// q_a → its RMSNorm in place → q_b (the forward pass's query path at one token, Flash shapes), three times back
+// to back: the norm triggers its dependent at its start, q_b must still read the normed row.
+TEST_F(CudaGemvRowsRamp, NormBetweenTwoMatvecsTriggeringEarly) {
+  const int64_t E = 4096, Q = 1024, HD = 32768;
+  Weight wa, wb;
+  auto ba = random_weight(GgmlType::Q8_0, Q, E, &wa, 0.02f);
+  auto bb = random_weight(GgmlType::Q8_0, HD, Q, &wb, 0.02f);
+  wa.data = ba.data();
+  wb.data = bb.data();
+  const Weight ga = gpu_weight(wa, wa.row_bytes * Q), gb = gpu_weight(wb, wb.row_bytes * HD);
+  const auto nw = randn(static_cast<size_t>(Q));
+  for (int64_t n : {1, 2}) {
+    const auto x = randn(static_cast<size_t>(n * E));
+    std::vector<float> qa(static_cast<size_t>(n * Q)), q(static_cast<size_t>(n * HD));
+    cpu_->matmul({wa, x.data(), E, qa.data(), Q, n, MatmulNumerics::ds4});
+    cpu_->rms_norm({qa.data(), qa.data(), nw.data(), n, Q, Q, 1e-6f});
+    cpu_->matmul({wb, qa.data(), Q, q.data(), HD, n, MatmulNumerics::ds4});
+    const float* gx = dev(x);
+    const float* gw = dev(nw);
+    float* gqa = poisoned(qa.size());
+    float* gq = poisoned(q.size());
+    for (int rep = 0; rep < 3; ++rep) {
+      gpu_->matmul({ga, gx, E, gqa, Q, n, MatmulNumerics::ds4});
+      gpu_->rms_norm({gqa, gqa, gw, n, Q, Q, 1e-6f});
+      gpu_->matmul({gb, gqa, Q, gq, HD, n, MatmulNumerics::ds4});
+    }
+    ASSERT_TRUE(gpu_->sync().ok());
+    const std::string what = "q_a, norm, q_b n" + std::to_string(n);
+    const auto got = host(gq, q.size());
+    expect_close(got, q, 0, 0, what);
+    EXPECT_EQ(bit_diffs(got, q), 0) << what;
+  }
+}
+
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,

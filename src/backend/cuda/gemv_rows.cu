@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_parts.cuh"
 #include "backend/cuda/dense_q8.cuh"
+#include "backend/cuda/dense_ramp.h"
 #include "backend/cuda/mma_s8.cuh"
 
 namespace ds4::backend::cuda {
@@ -56,6 +57,7 @@ struct RowsParams {
   uint32_t stage_off;      // smem: each warp's 8,704-byte staging area (8 warps)
   int64_t x_stride;
   uint64_t act_vec;
+  int32_t ramp;  // dense_ramp.h bits (kRampRowsL2, kRampRowsTwoTiles, kRampDirectQuant)
 };
 
 // One 16-byte weight load: through L1 (the two halves of a 32-byte sector are read by consecutive
@@ -192,6 +194,57 @@ __device__ __forceinline__ void octet_terms_all(const uint4 (&a)[kOctetLoads], c
   }
 }
 
+// kRampDirectQuant: rows x[v] (v < n_vec, nb blocks of 32 floats each) quantized straight into the per-octet
+// layout at act (vector v at v·act_vec_bytes: block b's quants at octet b / 8, byte 32·(b % 8); its d at 256 +
+// 4·(b % 8)) with quantize_q8_0_rows_warps' expressions (8 lanes a block, 4 values a lane; the amax a max from 0
+// over the 4 values then xor-shuffles 4, 2, 1; d = amax / 127, 1/d, the same rounding) — its bits — but every
+// load of a warp's ≤ kSteps four-block steps issued before the first shuffle (out_b's 8,192 values at one vector:
+// one memory round trip a warp instead of two) and no raw rows, second pass or barrier between them.
+template <int kSteps>
+__device__ inline void quantize_to_octets(const float* x, int64_t x_stride, int n_vec, int nb, uint8_t* act,
+                                          uint32_t act_vec_bytes) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp), sub = lane % 8;
+  const uint32_t warp = threadIdx.x / kWarp, step = 4u * (kThreads / kWarp);
+  const uint32_t total = static_cast<uint32_t>(n_vec) * static_cast<uint32_t>(nb), unb = static_cast<uint32_t>(nb);
+  for (uint32_t base = 4u * warp; base < total; base += step * kSteps) {
+    float vals[kSteps][4];
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      const uint32_t q = base + step * u + static_cast<uint32_t>(lane / 8);
+      const bool live = q < total;
+      const uint32_t v = live ? q / unb : 0, b = live ? q - v * unb : 0;
+      const float* src = x + static_cast<int64_t>(v) * x_stride + b * kQK8_0 + 4 * sub;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) vals[u][i] = live ? src[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      const uint32_t q0 = base + step * u;
+      if (q0 >= total) break;  // uniform over the warp: no step left
+      const uint32_t q = q0 + static_cast<uint32_t>(lane / 8);
+      const bool live = q < total;
+      float amax = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(vals[u][i]));
+      for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      if (!live) continue;
+      const float d = amax / 127.0f;
+      const float id = d != 0 ? 1.0f / d : 0.0f;
+      const uint32_t v = q / unb, b = q - v * unb;
+      uint8_t* o = act + v * act_vec_bytes + (b / kOctetBlocks) * kActOctet;
+      const uint32_t bi = b % kOctetBlocks;
+      if (sub == 0) *reinterpret_cast<float*>(o + 256 + 4 * bi) = d;
+      uint32_t packed = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        packed |= static_cast<uint32_t>(static_cast<uint8_t>(
+                      static_cast<int8_t>(clamp_int_dev(nearest_int_dev(vals[u][i] * id), -128, 127))))
+                  << (8 * i);
+      *reinterpret_cast<uint32_t*>(o + 32 * bi + 4 * sub) = packed;
+    }
+  }
+}
+
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a contiguous row range of one part.
 template <int NV, bool kNoL1>
 __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
@@ -212,6 +265,24 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   uint4 a[kOctetLoads], ch[kOctetLoads];
   // Tile 0's weights first: they do not depend on the kernel before this one (PDL: it may still run).
   load_chunks<kNoL1>(ch, wb, p.row_bytes, 0, rows, C, 0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // kRampRowsL2: the block's whole row range (rows · row_bytes contiguous bytes: 16-byte multiples, 16-byte
+  // aligned) asked into L2 in 16 KB pieces, a piece per lane of warp 0 — no thread waits for them.
+  if ((p.ramp & kRampRowsL2) != 0 && t < static_cast<uint32_t>(kWarp)) {
+    const uint64_t bytes = static_cast<uint64_t>(rows) * p.row_bytes;
+    for (uint64_t off = uint64_t{t} * 16384u; off < bytes; off += uint64_t{kWarp} * 16384u) {
+      const uint32_t size = static_cast<uint32_t>(bytes - off < 16384u ? bytes - off : 16384u);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wb + off), "r"(size) : "memory");
+    }
+  }
+#endif
+  // kRampRowsTwoTiles: tile 0 into the octet registers now (waiting for its bytes) and tile 1's loads in flight,
+  // so that two tiles move while the kernel before may still run; the loop below then starts at tile 1's.
+  const bool two = (p.ramp & kRampRowsTwoTiles) != 0 && tiles > 1;
+  if (two) {
+    chunks_to_octet(ch, a, stage);
+    load_chunks<kNoL1>(ch, wb, p.row_bytes, chunks == 1 ? R : 0, rows, C, chunks == 1 ? 0 : 1);
+  }
   grid_launch_dependents();
   grid_dependency_wait();  // the activations (and y, which the kernel before may read) from here on
 
@@ -220,12 +291,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   const uint32_t act_row = static_cast<uint32_t>(p.nb) * sizeof(BlockQ8_0Act);
   const uint8_t* raw = P.act;
   uint64_t raw_vec = p.act_vec;
-  if (!raw) {
+  if (!raw && (p.ramp & kRampDirectQuant) != 0) {
+    quantize_to_octets<8>(P.x, p.x_stride, p.n_vec, p.nb, sm, p.act_vec_bytes);
+  } else if (!raw) {
     quantize_q8_0_rows_to_smem(P.x, p.x_stride, p.n_vec, int64_t{p.nb} * kQK8_0, sm + p.terms_off, act_row);
     raw = sm + p.terms_off;
     raw_vec = act_row;
   }
-  {
+  if (raw) {
     const uint32_t per_vec = static_cast<uint32_t>(p.nb) * 9u;  // 9 words per block: d, then 8 quant words
     for (uint32_t i = t; i < static_cast<uint32_t>(p.n_vec) * per_vec; i += kThreads) {
       const uint32_t v = i / per_vec, k = i - v * per_vec, blk = k / 9u, m = k - blk * 9u;
@@ -249,8 +322,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   float acc = 0.0f;
   for (int k = 0; k < tiles; ++k) {
     const int g = k / chunks, c = k - g * chunks;
-    chunks_to_octet(ch, a, stage);  // tile k's chunks (waits for their loads) into this thread's octet
-    if (k + 1 < tiles) {            // tile k + 1's loads in flight while tile k is computed
+    if (!(two && k == 0)) {         // (two: tile 0 is in `a` and tile 1's loads in flight already)
+      chunks_to_octet(ch, a, stage);  // tile k's chunks (waits for their loads) into this thread's octet
+    }
+    if (k + 1 < tiles && !(two && k == 0)) {  // tile k + 1's loads in flight while tile k is computed
       const int g1 = (k + 1) / chunks;
       load_chunks<kNoL1>(ch, wb, p.row_bytes, g1 * R, rows, C, k + 1 - g1 * chunks);
     }
@@ -373,6 +448,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   p.two_buffers = d.two_buffers;
   p.stage_off = d.stage_off;
   p.x_stride = s.x_stride;
+  p.ramp = dense_ramp_bits(l2_prefetch_mode_) & ((cc_major_ >= 9 ? kRampRowsL2 | kRampRowsTwoTiles : 0) | kRampDirectQuant);
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded

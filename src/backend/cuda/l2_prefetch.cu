@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/dense_ramp.h"
 
 namespace ds4::backend::cuda {
 
@@ -80,7 +81,7 @@ void CudaBackend::prefetch(std::span<const Weight> ws) {
     ++p.n;
   }
   if (p.n == 0) return;
-  p.mode = l2_prefetch_mode_;
+  p.mode = l2_prefetch_base_mode(l2_prefetch_mode_);  // the bits above are dense_ramp.h's
   if (sm_count_ == 0 && !check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_),
                                "multiprocessor count"))
     return;

@@ -1,0 +1,44 @@
+// dense_ramp.h — how a decode step's dense Q8_0 matvecs start under the kernel before them (their "ramp"):
+// bits of CudaBackendOptions::l2_prefetch_mode above its low nibble (the Backend::prefetch mode, 0 … 2, which
+// l2_prefetch.cu reads masked). A 35 MB matvec at one token pays ~4–5 µs over its bytes (docs/PERF.md
+// session 10/12 dense sections), most of it before its first tiles land and after its last; these let more of
+// its weight bytes move while the kernel before it still runs. Scheduling only: every bit gives the same bits.
+// Session 12 (engineer dense) measures them on whole decode steps (cuda_bench --ramp-steps); the defaults stay
+// the previous behaviour until a device run shows a win.
+// Deliberately not here: the kernels (ops_norm_rope.cu, gemv_rows.cu), the option itself (cuda_backend.h).
+#pragma once
+
+namespace ds4::backend::cuda {
+
+// The low nibble: Backend::prefetch's mode (l2_prefetch.cu).
+constexpr int kL2PrefetchModeMask = 15;
+// q_a's RMSNorm (rms_norm3_kernel, decode-sized rows) calls griddepcontrol.launch_dependents at its start: its
+// programmatic dependent (q_b on gemv_stream's bulk ring, which requests its first four ring slots — ~70 % of
+// q_b's bytes — before griddepcontrol.wait) launches while the norm (one block) still waits for q_a. Without it
+// the norm triggers only by exiting, so q_b's copies start after the norm's whole run.
+constexpr int kRampNormTrigger = 16;
+// gemv_rows: before griddepcontrol.wait a block asks for its whole row range in L2 (cp.async.bulk.prefetch.L2,
+// sm_90), beside tile 0's loads into registers: the later tiles' loads then hit L2 or lines already in flight.
+constexpr int kRampRowsL2 = 32;
+// gemv_rows: before griddepcontrol.wait a block moves tile 0 into its octet registers (waiting for the bytes)
+// and puts tile 1's loads in flight: two tiles (~140 KB an SM) move under the kernel before instead of one.
+constexpr int kRampRowsTwoTiles = 64;
+// gemv_rows, activations quantized in the kernel (n·cols ≤ 8,192: out_a, out_b at one token): straight into the
+// per-octet layout with one memory round trip a warp (gemv_rows.cu quantize_to_octets) instead of BlockQ8_0Act
+// rows in two rounds, a barrier and a rearranging pass — the post-wait prologue every block runs before tile 0.
+constexpr int kRampDirectQuant = 256;
+
+// With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
+// (the option's default 0) they are kRampDefault, whatever else is set.
+constexpr int kRampExplicit = 128;
+// The ramp bits a backend uses by default (none until a device run shows a whole-step win).
+constexpr int kRampDefault = 0;
+
+inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
+// The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
+inline int dense_ramp_bits(int mode) {
+  return (mode & kRampExplicit) != 0 ? mode & (kRampNormTrigger | kRampRowsL2 | kRampRowsTwoTiles | kRampDirectQuant)
+                                      : kRampDefault;
+}
+
+}  // namespace ds4::backend::cuda

@@ -368,16 +368,17 @@ void bench_warp_steps(int argc, char** argv) {
 
 // `cuda_bench --ramp-steps M...`: decode steps as the engine runs them (graphs, branches + the HC split on the
 // side lane, f16_mma on, indexer_select 11) with the dense matvecs' ramp bits (dense_ramp.h, in
-// CudaBackendOptions::l2_prefetch_mode; each side's exact set: kRampExplicit) off and on: one session at 2K
-// (three rounds) and a batch of 2 at 1K (one), every side once per round (drift shows). "BENCH ramp-steps" lines.
+// CudaBackendOptions::l2_prefetch_mode; each side's exact set: kRampExplicit; "default": the option's 0) off and
+// on: one session at 2K and a batch of 2 at 1K, every side once per round, three rounds (drift shows). "BENCH
+// ramp-steps" lines.
 void bench_ramp_steps(int argc, char** argv) {
   struct Side {
     const char* name;
     int mode;
   };
-  const Side sides_of[] = {{"base", 128},           {"norm-trigger", 128 | 16}, {"rows-L2", 128 | 32},
-                           {"rows-2tiles", 128 | 64}, {"direct-quant", 128 | 256},
-                           {"trig+2tiles+quant", 128 | 16 | 64 | 256}};
+  const Side sides_of[] = {{"base", 128},        {"default", 0},               {"norm-trigger", 128 | 16},
+                           {"rows-2tiles", 128 | 64}, {"2tiles-n1", 128 | 64 | 512}, {"direct-quant", 128 | 256},
+                           {"2tiles+quant", 128 | 64 | 256}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");
@@ -393,7 +394,7 @@ void bench_ramp_steps(int argc, char** argv) {
     }
     const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}};
     for (const auto& [sessions, ctx] : cases) {
-      for (int round = 0; round < (sessions == 1 ? 3 : 1); ++round)
+      for (int round = 0; round < 3; ++round)
         for (int k = 0; k < kSides; ++k) {
           const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
           std::printf("BENCH ramp-steps %-17s layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",

@@ -511,16 +511,15 @@ TEST_F(CudaGemvRowsNoL1, FlashShapesBitIdenticalToCpu) {
   check(4096, 8192, 2, 8, 3);
 }
 
-// The dense ramp bits (dense_ramp.h, in l2_prefetch_mode: 16 | 32 | 64 | 256, exactly: 128): q_a's norm lets its
-// programmatic dependent launch at its start; gemv_rows asks its rows into L2 and moves two tiles before
-// griddepcontrol.wait (sm_90; below it those two are ignored) and quantizes its activations straight into the
-// per-octet layout. The CPU bits on every Flash matrix (q_b whole: one-chunk tiles; out_b and out_a's groups
+// The dense ramp bits (dense_ramp.h, in l2_prefetch_mode: 16 | 64 | 256, exactly: 128): q_a's norm lets its
+// programmatic dependent launch at its start; gemv_rows moves two tiles before griddepcontrol.wait (sm_90, PDL
+// launches; elsewhere ignored) and quantizes its activations straight into the per-octet layout. The CPU bits on every Flash matrix (q_b whole: one-chunk tiles; out_b and out_a's groups
 // whole: column chunks), blocks of one tile, chains.
 class CudaGemvRowsRamp : public CudaGemvRows {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o = CudaGemvRows::options();
-    o.l2_prefetch_mode = 128 | 16 | 32 | 64 | 256;  // kRampExplicit | every ramp bit
+    o.l2_prefetch_mode = 128 | 16 | 64 | 256;  // kRampExplicit | every ramp bit
     return o;
   }
 };

@@ -17,12 +17,13 @@ constexpr int kL2PrefetchModeMask = 15;
 // q_b's bytes — before griddepcontrol.wait) launches while the norm (one block) still waits for q_a. Without it
 // the norm triggers only by exiting, so q_b's copies start after the norm's whole run.
 constexpr int kRampNormTrigger = 16;
-// gemv_rows: before griddepcontrol.wait a block asks for its whole row range in L2 (cp.async.bulk.prefetch.L2,
-// sm_90), beside tile 0's loads into registers: the later tiles' loads then hit L2 or lines already in flight.
-constexpr int kRampRowsL2 = 32;
+// (32 was gemv_rows asking its whole row range into L2 before griddepcontrol.wait: 5.5 % slower decode steps
+// in the session-12 W1 run, as every L2 prefetch of the dense weights measured before — removed.)
 // gemv_rows: before griddepcontrol.wait a block moves tile 0 into its octet registers (waiting for the bytes)
 // and puts tile 1's loads in flight: two tiles (~140 KB an SM) move under the kernel before instead of one.
 constexpr int kRampRowsTwoTiles = 64;
+// With kRampRowsTwoTiles: only in launches of one vector (batch 1; W1 measured batch 2 once, slower).
+constexpr int kRampTwoTilesOneVector = 512;
 // gemv_rows, activations quantized in the kernel (n·cols ≤ 8,192: out_a, out_b at one token): straight into the
 // per-octet layout with one memory round trip a warp (gemv_rows.cu quantize_to_octets) instead of BlockQ8_0Act
 // rows in two rounds, a barrier and a rearranging pass — the post-wait prologue every block runs before tile 0.
@@ -37,8 +38,8 @@ constexpr int kRampDefault = 0;
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
-  return (mode & kRampExplicit) != 0 ? mode & (kRampNormTrigger | kRampRowsL2 | kRampRowsTwoTiles | kRampDirectQuant)
-                                      : kRampDefault;
+  constexpr int kAll = kRampNormTrigger | kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector;
+  return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 
 }  // namespace ds4::backend::cuda

@@ -57,7 +57,7 @@ struct RowsParams {
   uint32_t stage_off;      // smem: each warp's 8,704-byte staging area (8 warps)
   int64_t x_stride;
   uint64_t act_vec;
-  int32_t ramp;  // dense_ramp.h bits (kRampRowsL2, kRampRowsTwoTiles, kRampDirectQuant)
+  int32_t ramp;  // dense_ramp.h bits (kRampRowsTwoTiles, kRampDirectQuant)
 };
 
 // One 16-byte weight load: through L1 (the two halves of a 32-byte sector are read by consecutive
@@ -265,17 +265,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   uint4 a[kOctetLoads], ch[kOctetLoads];
   // Tile 0's weights first: they do not depend on the kernel before this one (PDL: it may still run).
   load_chunks<kNoL1>(ch, wb, p.row_bytes, 0, rows, C, 0);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // kRampRowsL2: the block's whole row range (rows · row_bytes contiguous bytes: 16-byte multiples, 16-byte
-  // aligned) asked into L2 in 16 KB pieces, a piece per lane of warp 0 — no thread waits for them.
-  if ((p.ramp & kRampRowsL2) != 0 && t < static_cast<uint32_t>(kWarp)) {
-    const uint64_t bytes = static_cast<uint64_t>(rows) * p.row_bytes;
-    for (uint64_t off = uint64_t{t} * 16384u; off < bytes; off += uint64_t{kWarp} * 16384u) {
-      const uint32_t size = static_cast<uint32_t>(bytes - off < 16384u ? bytes - off : 16384u);
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wb + off), "r"(size) : "memory");
-    }
-  }
-#endif
   // kRampRowsTwoTiles: tile 0 into the octet registers now (waiting for its bytes) and tile 1's loads in flight,
   // so that two tiles move while the kernel before may still run; the loop below then starts at tile 1's.
   const bool two = (p.ramp & kRampRowsTwoTiles) != 0 && tiles > 1;
@@ -448,7 +437,12 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   p.two_buffers = d.two_buffers;
   p.stage_off = d.stage_off;
   p.x_stride = s.x_stride;
-  p.ramp = dense_ramp_bits(l2_prefetch_mode_) & ((cc_major_ >= 9 ? kRampRowsL2 | kRampRowsTwoTiles : 0) | kRampDirectQuant);
+  // Two tiles before griddepcontrol.wait only where the launch is a programmatic dependent (dense_launch's rule):
+  // elsewhere nothing runs under them and tile 0's wait would only delay the activations.
+  const int ramp = dense_ramp_bits(l2_prefetch_mode_);
+  const bool two = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_ && (ramp & kRampRowsTwoTiles) != 0 &&
+                   ((ramp & kRampTwoTilesOneVector) == 0 || s.n_vec == 1);
+  p.ramp = (ramp & kRampDirectQuant) | (two ? kRampRowsTwoTiles : 0);
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded

@@ -3,20 +3,18 @@
 // l2_prefetch.cu reads masked). A 35 MB matvec at one token pays ~4–5 µs over its bytes (docs/PERF.md
 // session 10/12 dense sections), most of it before its first tiles land and after its last; these let more of
 // its weight bytes move while the kernel before it still runs. Scheduling only: every bit gives the same bits.
-// Session 12 (engineer dense) measures them on whole decode steps (cuda_bench --ramp-steps); the defaults stay
-// the previous behaviour until a device run shows a win.
-// Deliberately not here: the kernels (ops_norm_rope.cu, gemv_rows.cu), the option itself (cuda_backend.h).
+// Session 12 (engineer dense) measured them on whole decode steps (cuda_bench --ramp-steps): kRampDefault below.
+// Deliberately not here: the kernels (gemv_rows.cu), the option itself (cuda_backend.h).
 #pragma once
 
 namespace ds4::backend::cuda {
 
 // The low nibble: Backend::prefetch's mode (l2_prefetch.cu).
 constexpr int kL2PrefetchModeMask = 15;
-// q_a's RMSNorm (rms_norm3_kernel, decode-sized rows) calls griddepcontrol.launch_dependents at its start: its
-// programmatic dependent (q_b on gemv_stream's bulk ring, which requests its first four ring slots — ~70 % of
-// q_b's bytes — before griddepcontrol.wait) launches while the norm (one block) still waits for q_a. Without it
-// the norm triggers only by exiting, so q_b's copies start after the norm's whole run.
-constexpr int kRampNormTrigger = 16;
+// (16 was q_a's RMSNorm calling griddepcontrol.launch_dependents at its start, so that q_b — gemv_stream's bulk
+// ring, ~70 % of its bytes requested before griddepcontrol.wait — launched while the norm waited for q_a: decode
+// steps at batch 1 +8 and +30 µs on 4 layers in the session-12 W1 and W2 runs (q_b's early blocks and copies
+// under q_a and beside the side lane's KV path cost more than the ramp they hid) — removed.)
 // (32 was gemv_rows asking its whole row range into L2 before griddepcontrol.wait: 5.5 % slower decode steps
 // in the session-12 W1 run, as every L2 prefetch of the dense weights measured before — removed.)
 // gemv_rows: before griddepcontrol.wait a block moves tile 0 into its octet registers (waiting for the bytes)
@@ -40,7 +38,7 @@ constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector;
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
-  constexpr int kAll = kRampNormTrigger | kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector;
+  constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

@@ -8,7 +8,6 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/dense_ramp.h"
 #include "backend/cuda/f16_segment.cuh"  // aligned16
 #include "backend/cuda/rows_device.cuh"
 
@@ -171,11 +170,7 @@ __global__ void __launch_bounds__(kWarpRowHeads * kWarp) norm_rope_warp_kernel(N
 constexpr int kRowPer = 4;
 
 // rms_norm_kernel's values; dim ≤ kRowPer·blockDim.x. x may equal y (every load precedes the barrier).
-// trigger (dense_ramp.h kRampNormTrigger, decode-sized launches): the programmatic dependent may launch at once
-// (q_a's norm → q_b, whose weight copies need nothing of this kernel; it still waits for this grid's end).
-__global__ void rms_norm3_kernel(const float* x, float* y, const float* w, int64_t dim, int64_t stride, float eps,
-                                 bool trigger) {
-  if (trigger) grid_launch_dependents();
+__global__ void rms_norm3_kernel(const float* x, float* y, const float* w, int64_t dim, int64_t stride, float eps) {
   const float* xr = x + blockIdx.x * stride;
   float* yr = y + blockIdx.x * stride;
   const int64_t bd = blockDim.x;
@@ -339,9 +334,8 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
   }
   const int threads = rms_norm_threads(a.dim);
   if (small_v3_ && a.dim <= int64_t{kRowPer} * threads) {
-    const bool trigger = (dense_ramp_bits(l2_prefetch_mode_) & kRampNormTrigger) != 0 && a.rows <= 64;
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), threads, 0, stream(), rms_norm3_kernel,
-                           a.x, a.y, a.w, a.dim, a.stride, a.eps, trigger),
+                           a.x, a.y, a.w, a.dim, a.stride, a.eps),
           "rms_norm");
     return;
   }

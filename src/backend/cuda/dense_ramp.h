@@ -30,10 +30,13 @@ constexpr int kRampDirectQuant = 256;
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
 constexpr int kRampExplicit = 128;
-// The ramp bits a backend uses by default: gemv_rows' two tiles before griddepcontrol.wait at one vector (W1,
-// 4-layer flash-q2 decode steps at 2K, three rounds: 0.8163 against 0.8273 ms a step, −2.75 µs a layer; batch 2
-// measured once, slower, so batch 1 only).
-constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector;
+// The ramp bits a backend uses by default: gemv_rows' two tiles before griddepcontrol.wait at one vector and its
+// activations quantized straight into the octet layout. Session-12 runs, 4-layer flash-q2 decode steps with the
+// engine's options (cuda_bench --ramp-steps, ms a step, three rounds each): W1 batch 1 at 2K two tiles 0.8170 /
+// 0.8185 / 0.8134 against 0.8264 / 0.8280 / 0.8275; W2 two tiles + direct quantization 0.8013 / 0.8006 / 0.7998
+// against 0.8067 / 0.8009 / 0.8091; batch 2 at 1K: two tiles 1.1924 against 1.1738 in W1's one round and even in
+// W2, direct quantization even (1.1578 / 1.1653 / 1.1501 against 1.1595 / 1.1569 / 1.1455) — so tiles at one vector.
+constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampDirectQuant;
 
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.

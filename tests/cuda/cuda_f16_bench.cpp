@@ -33,7 +33,7 @@ using namespace ds4::backend;
 using ds4::test::graph_median_us;
 using ds4::test::median_seconds;
 
-void bench_f16(int64_t N, bool profile, bool sweep) {
+void bench_f16(int64_t N, bool profile, bool sweep, bool shapes_only) {
   const int iters = profile ? 1 : 200;  // profile: few launches, for ncu
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -55,6 +55,7 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
     bool pdl = false, cluster = true;  // CudaBackendOptions::f16_mma_pdl, f16_mma_cluster (the defaults)
   };
   std::vector<Path> paths = {{"f16-seg", false, false, 0, 0}, {"f16-mma", true, true, 0, 0}};
+  if (shapes_only) paths.erase(paths.begin());  // `f16shapes`: the MMA order's prefill launch shapes only
   if (N < 64 && !sweep) paths.push_back({"f16-mma-t", true, false, 0, 0});
   if (N < 64 && sweep) {
     for (auto [r, sg] : {std::pair<int, int>{16, 4}, {16, 1}, {8, 1}}) {
@@ -119,7 +120,7 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
       for (const Shape& s : shapes) tw.push_back(s.rows >= 256 ? weight(s.rows, s.cols, keep) : Weight{});
       (void)be->sync();
       for (int rep = 0; rep < 2; ++rep)
-        for (int shape = 0; shape < 6; ++shape) {  // (the "f16-mma" lines above: the default, by rows)
+        for (int shape = 0; shape < 12; ++shape) {  // (the "f16-mma" lines above: the default, by rows)
           double tiles_ms = 0;
           for (size_t k = 0; k < std::size(shapes); ++k) {
             const Shape& s = shapes[k];
@@ -141,6 +142,32 @@ void bench_f16(int64_t N, bool profile, bool sweep) {
           }
           std::printf("PBENCH tile%d    f16 tiles total (2,048 tokens, 43 layers' calls)  %9.2f ms (%s)\n", shape,
                       tiles_ms, cudaGetErrorString(cudaGetLastError()));
+        }
+      // The few-row prefill shapes (matmul_f16_mma.cu f16_mma_few_rows_launch_shape: the HC controls, the
+      // indexer weights), twice in turn: "PBENCH rowsS" lines.
+      for (int rep = 0; rep < 2; ++rep)
+        for (int shape = 0; shape < 4; ++shape) {
+          double rows_ms = 0;
+          for (size_t k = 0; k < std::size(shapes); ++k) {
+            const Shape& s = shapes[k];
+            if (s.rows >= 256 || s.per_chunk == 0) continue;
+            if (rep == 0 && shape == 0) tw[k] = weight(s.rows, s.cols, keep);
+            cuda::GemvJob j;
+            j.w = tw[k];
+            j.x = x.f32();
+            j.x_stride = s.cols;
+            j.y = y.f32();
+            j.y_stride = s.rows;
+            j.n_vec = N;
+            if (!cuda::f16_mma_few_rows_support(j)) continue;
+            const double t = median_seconds([&] { (void)cuda::f16_mma_few_rows_launch_shape(j, nullptr, shape); },
+                                            [] { (void)cudaDeviceSynchronize(); }, 5);
+            rows_ms += t * 1e3 * s.per_chunk * 2048.0 / static_cast<double>(N);
+            std::printf("PBENCH rows%d    f16 %-20s n=%-5lld %9.3f ms  %7.1f TFLOP/s\n", shape, s.name,
+                        static_cast<long long>(N), t * 1e3, 2.0 * s.rows * s.cols * N / t / 1e12);
+          }
+          std::printf("PBENCH rows%d    f16 few-row total (2,048 tokens, 43 layers' calls)  %9.2f ms (%s)\n", shape,
+                      rows_ms, cudaGetErrorString(cudaGetLastError()));
         }
       continue;
     }

@@ -4,7 +4,8 @@
 // (tensor cores off) and the one-head-per-block attention; the GEMM and expert lines also with the
 // previous GEMM kernel ("tc-previous", gemm_pipelined = false). These rates are the "measured GEMM
 // rate" of the prefill roofline in docs/PERF.md.
-// "f16" / "f16prof" (few calls, for ncu) / "f16sweep" (also each decode launch shape): cuda_f16_bench.cpp's lines only (the F16 matmuls in the segment and the MMA order; N < 64: decode calls).
+// "f16" / "f16prof" (few calls, for ncu) / "f16sweep" (also each decode launch shape) / "f16shapes" (the MMA order only: its
+// prefill tile and few-row launch shapes): cuda_f16_bench.cpp's lines only (the F16 matmuls in the segment and the MMA order; N < 64: decode calls).
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
 // stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|experts|walk|profile|q8|q8bulk|…]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
@@ -64,7 +65,7 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_prefill_stages(int64_t N);  // cuda_prefill_stages.cpp: "PSTAGE" lines
-void bench_f16(int64_t N, bool profile, bool sweep);  // cuda_f16_bench.cpp: "PBENCH f16" lines, segment vs MMA order
+void bench_f16(int64_t N, bool profile, bool sweep, bool shapes_only);  // cuda_f16_bench.cpp: "PBENCH f16" lines, segment vs MMA order
 
 int main(int argc, char** argv) {
   // A line at a time: a run cut short by a timeout (the device queue's 55 s) keeps the lines it printed.
@@ -75,8 +76,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 2 && (std::strcmp(argv[2], "f16") == 0 || std::strcmp(argv[2], "f16prof") == 0 ||
-                   std::strcmp(argv[2], "f16sweep") == 0)) {
-    bench_f16(N, std::strcmp(argv[2], "f16prof") == 0, std::strcmp(argv[2], "f16sweep") == 0);  // the F16 lines: segment vs MMA order (N < 64: decode calls)
+                   std::strcmp(argv[2], "f16sweep") == 0 || std::strcmp(argv[2], "f16shapes") == 0)) {
+    // the F16 lines: segment vs MMA order (N < 64: decode calls); "f16shapes": the MMA order's lines only
+    bench_f16(N, std::strcmp(argv[2], "f16prof") == 0, std::strcmp(argv[2], "f16sweep") == 0,
+              std::strcmp(argv[2], "f16shapes") == 0);
     return 0;
   }
   // "profile": the experts of gemm_experts 32, then 34, for ncu, no timing; "q8prof": q_b's matmul once on

@@ -178,7 +178,9 @@ TEST_F(CudaF16Mma, MatchesCpuAtFlashShapesEveryLaunchShape) {
 
 TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
   // matmul_f16_mma_tiles.cu's launch shapes 1 (two 32-value blocks per ring stage), 2 (16-row warp tiles),
-  // 3 (both), 4 and 5 (1 and 3 with the activations split into TF32 hi / lo once per stage) against shape 0 (the default, checked against the CPU above) bit for bit, every output
+  // 3 (both), 4 and 5 (1 and 3 with the activations split into TF32 hi / lo once per stage), 6 (four blocks per
+  // stage), 7 (64 × 16 warp tiles), 8 (32 × 16 warp tiles, several blocks per multiprocessor), 9 (16 warps of
+  // 32 × 16; 32 × 8 warp tiles), 10 and 11 (quarter pairs: two warps per warp tile) against shape 0 (the default, checked against the CPU above) bit for bit, every output
   // written (poisoned y): the Flash tile shapes at a 2,048-token chunk and ragged rows / vectors (300 × 100,
   // 1,000 × 2,049 — partial row and vector tiles, one segment at K 512).
   struct Sh {
@@ -199,7 +201,7 @@ TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
     ASSERT_TRUE(gpu_->sync().ok());
     ASSERT_TRUE(backend::cuda::f16_mma_tiles_support(j));
     std::vector<float> want;
-    for (int shape : {0, -1, 1, 2, 3, 4, 5}) {  // (−1: the default, by rows)
+    for (int shape : {0, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {  // (−1: the default, by rows)
       j.y = poisoned(static_cast<size_t>(sh.n * sh.rows));
       ASSERT_TRUE(gpu_->sync().ok());
       ASSERT_EQ(backend::cuda::f16_mma_tiles_launch_shape(j, nullptr, shape), cudaSuccess);
@@ -214,6 +216,50 @@ TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
         want = got;
       else
         EXPECT_EQ(count_differing(got, want), 0u) << label << " vs shape 0";
+    }
+  }
+}
+
+TEST_F(CudaF16Mma, FewRowShapesEqualTheDefaultShape) {
+  // matmul_f16_mma.cu's prefill shapes for jobs of few rows (f16_mma_few_rows_launch_shape 1 … 3: 8-vector
+  // blocks at 2 per multiprocessor, 16 warps × 1 quarter with every load first, shape 0 with every load first)
+  // against shape 0 (checked against the CPU above) bit for bit, every output written (poisoned y): the HC
+  // controls and the indexer weights at a 2,048-token chunk, ragged K (not a multiple of 512 / 8), rows
+  // and vectors.
+  struct Sh {
+    int64_t rows, cols, n;
+  };
+  for (const Sh& sh : {Sh{24, 16384, 2048}, Sh{64, 4096, 2048}, Sh{24, 16384, 67}, Sh{13, 1000, 70}, Sh{40, 1533, 129}}) {
+    Weight w;
+    auto bytes = random_weight(GgmlType::F16, sh.rows, sh.cols, &w);
+    w.data = bytes.data();
+    const auto x = randn(static_cast<size_t>(sh.n * sh.cols));
+    backend::cuda::GemvJob j;
+    j.w = gpu_weight(w, w.row_bytes * sh.rows);
+    j.x = dev(x);
+    j.x_stride = sh.cols;
+    j.y_stride = sh.rows;
+    j.n_vec = sh.n;
+    ASSERT_TRUE(gpu_->sync().ok());
+    ASSERT_TRUE(backend::cuda::f16_mma_few_rows_support(j));
+    std::vector<float> want;
+    for (int shape : {0, -1, 1, 2, 3}) {  // (−1: the default)
+      j.y = poisoned(static_cast<size_t>(sh.n * sh.rows));
+      ASSERT_TRUE(gpu_->sync().ok());
+      ASSERT_EQ(backend::cuda::f16_mma_few_rows_launch_shape(j, nullptr, shape), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto got = host(j.y, static_cast<size_t>(sh.n * sh.rows));
+      const std::string label = std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " n" + std::to_string(sh.n) +
+                                " few-row shape " + std::to_string(shape);
+      size_t nan = 0;
+      for (float v : got) nan += std::isnan(v);
+      EXPECT_EQ(nan, 0u) << label << ": outputs left unwritten";
+      if (shape == 0)
+        want = got;
+      else
+        EXPECT_EQ(count_differing(got, want), 0u) << label << " vs shape 0";
+      std::printf("PARITY %-40s values differing from shape 0: %zu\n", label.c_str(),
+                  shape == 0 ? size_t{0} : count_differing(got, want));
     }
   }
 }

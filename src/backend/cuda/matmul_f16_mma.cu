@@ -37,9 +37,10 @@ struct F16MmaParams {
   bool wide;
 };
 
-// Grid (row blocks, vector blocks); blockDim = warps × 32 (template bound kThreads).
-template <int P, int TM, int TN, bool kUnroll, int kThreads>
-__global__ void __launch_bounds__(kThreads) f16_mma_kernel(F16MmaParams p) {
+// Grid (row blocks, vector blocks); blockDim = warps × 32 (template bound kThreads; kMinB blocks per
+// multiprocessor the registers must allow).
+template <int P, int TM, int TN, bool kUnroll, int kThreads, int kMinB = 1>
+__global__ void __launch_bounds__(kThreads, kMinB) f16_mma_kernel(F16MmaParams p) {
   extern __shared__ float sh[];
   const GemvJob& j = p.j;
   F16MmaTile T;
@@ -111,21 +112,52 @@ __global__ void __launch_bounds__(256) f16_mma_many_kernel(F16MmaManyParams p) {
 }
 
 // Dynamic shared memory: (warps·P + 1) warp tiles of segment sums (≤ 37 KB for every shape above: no opt-in).
-template <int P, int TM, int TN, bool kUnroll, int kThreads>
+template <int P, int TM, int TN, bool kUnroll, int kThreads, int kMinB = 1>
 cudaError_t launch_mma(const F16MmaParams& p, dim3 grid, int warps, cudaStream_t s) {
   const int per_round = warps * P;
   const size_t smem = per_round == 1 ? 0 : static_cast<size_t>(per_round + 1) * 128 * TM * TN * sizeof(float);
-  f16_mma_kernel<P, TM, TN, kUnroll, kThreads><<<grid, warps * kWarp, smem, s>>>(p);
+  f16_mma_kernel<P, TM, TN, kUnroll, kThreads, kMinB><<<grid, warps * kWarp, smem, s>>>(p);
   return cudaGetLastError();
+}
+
+bool wide_job(const GemvJob& j) {
+  return j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) && j.x_stride % 4 == 0 &&
+         (!j.ids || j.expert_bytes % 16 == 0);
 }
 
 }  // namespace
 
+bool f16_mma_few_rows_support(const GemvJob& j) { return !j.ids && j.n_vec >= kMmaPrefillVecs; }
+
+cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
+  F16MmaParams p{};
+  p.j = j;
+  p.wide = wide_job(j);
+  auto grid = [&](int64_t rpb, int64_t vpb) {
+    p.rows_per_block = static_cast<int32_t>(rpb);
+    p.vecs_per_block = static_cast<int32_t>(vpb);
+    return dim3(static_cast<unsigned>((j.w.rows + rpb - 1) / rpb), static_cast<unsigned>((j.n_vec + vpb - 1) / vpb));
+  };
+  if ((j.n_vec + 7) / 8 > 65535) return cudaErrorInvalidConfiguration;
+  // The HC controls (24 × 16384 at 2,048 vectors: 134 MB of activations, 0.8 MB of weights) are bound by
+  // the activations' loads in flight: the 128 blocks of shape 0 (one per multiprocessor, 8 warps) wait on
+  // 32 serial load rounds each (session 11 profile: 74.6 µs a call, ~1.8 TB/s).
+  switch (shape) {
+    case 1:  // 256 blocks of 8 vectors, 2 per multiprocessor (≤ 128 registers)
+      return launch_mma<2, 2, 1, false, 256, 2>(p, grid(32, 8), 8, s);
+    case 2:  // 256 blocks of 8 vectors, 16 warps × 1 quarter, the quarter's 4 blocks of loads issued at once
+      return launch_mma<1, 2, 1, true, 512>(p, grid(32, 8), 16, s);
+    case 3:  // shape 0 with the quarter's 4 blocks of loads issued at once
+      return launch_mma<2, 2, 2, true, 256>(p, grid(32, 16), 8, s);
+    default:  // −1, 0: 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
+      return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
+  }
+}
+
 void CudaBackend::gemv_f16_mma(const GemvJob& j) {
   F16MmaParams p{};
   p.j = j;
-  p.wide = j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) &&
-           j.x_stride % 4 == 0 && (!j.ids || j.expert_bytes % 16 == 0);
+  p.wide = wide_job(j);
   const int64_t nq = 4 * ((j.w.cols + kF16MmaSeg - 1) / kF16MmaSeg);  // quarters, whole segments
   cudaStream_t s = stream();
   auto grid = [&](int64_t rpb, int64_t vpb) {
@@ -142,8 +174,8 @@ void CudaBackend::gemv_f16_mma(const GemvJob& j) {
   if (f16_mma_decode(std::span<const GemvJob>(&j, 1))) return;  // ≤ 8 vectors: matmul_f16_mma_decode.cu
   if (f16_mma_tiles_support(j)) {  // prefill, ≥ 256 rows: shared-memory tiles (matmul_f16_mma_tiles.cu)
     e = f16_mma_tiles_launch(j, s);
-  } else if (!j.ids && j.n_vec >= kMmaPrefillVecs) {  // prefill, few rows (HC controls): 32 × 16 per block
-    e = launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
+  } else if (f16_mma_few_rows_support(j)) {  // prefill, few rows (HC controls): 32 × 16 per block
+    e = f16_mma_few_rows_launch_shape(j, s, -1);
   } else {
     // Decode: 8- or 4-row tiles where 16-row ones would leave the device mostly idle (the router's 256 rows
     // in 64 blocks): bandwidth-bound, the idle MMA rows cost nothing.

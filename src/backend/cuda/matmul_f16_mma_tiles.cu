@@ -32,9 +32,12 @@ constexpr int kXPitch = 144;  // bytes per vector per 32-value block: 32 floats 
 // SPLIT: the stage's activations split x = hi + lo (split_tf32) once by the whole block into shared memory
 // (hi over x, lo beside it; a second block barrier per stage) instead of by each of the WM warps that read
 // them — the same hi and lo words, so the same MMAs.
-template <int WM_, int WN_, int TM_, int TN_, int KB_, int STAGES_, bool SPLIT_ = false>
+// MINB: blocks per multiprocessor the registers must allow (__launch_bounds__; > 1: ≤ 65,536 / (MINB·THREADS)
+// registers a thread, so that more warps hide the shared-memory and MMA latencies — the session 10 ncu put
+// these tiles at 6–12 % warps active).
+template <int WM_, int WN_, int TM_, int TN_, int KB_, int STAGES_, bool SPLIT_ = false, int MINB_ = 1>
 struct TileCfg {
-  static constexpr int WM = WM_, WN = WN_, TM = TM_, TN = TN_, KB = KB_, STAGES = STAGES_;
+  static constexpr int WM = WM_, WN = WN_, TM = TM_, TN = TN_, KB = KB_, STAGES = STAGES_, MINB = MINB_;
   static constexpr bool SPLIT = SPLIT_;
   static constexpr int BM = 16 * TM * WM, BN = 8 * TN * WN, THREADS = WM * WN * kWarp;
   // One 32-value block's weights + activations (+ the activations' lo parts with SPLIT).
@@ -65,7 +68,7 @@ __device__ inline void f16_mma_block_split(float (&c)[TM][TN][4], const uint4 (&
 __device__ inline void unpack4(const uint4& v, uint32_t* o) { o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w; }
 
 template <class C>
-__global__ void __launch_bounds__(C::THREADS, 1) f16_mma_smem_kernel(GemvJob p) {
+__global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJob p) {
   constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, kThreads = C::THREADS, KB = C::KB, S = C::STAGES;
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
@@ -183,12 +186,154 @@ __global__ void __launch_bounds__(C::THREADS, 1) f16_mma_smem_kernel(GemvJob p) 
       }
 }
 
+// Quarter pairs: twice the warps for the same output tiles without smaller warp tiles. Warps [0, NW) (group A,
+// NW = WM·WN) run quarters 0 and 1 of every segment, warps [NW, 2·NW) (group B) quarters 2 and 3 of the same
+// segment for the same warp tile, each chain from 0 in block order as f16_mma_block does everywhere; B hands
+// its q2 and q3 to A through shared memory and A adds seg = ((q0 + q1) + q2) + q3, y += seg — the same
+// additions in the same order as f16_mma_smem_kernel. A ring stage holds two 32-value blocks of A's quarter
+// and the same two of B's (stage 4s + r of segment s: quarters r / 2 and r / 2 + 2, blocks 2·(r % 2) and
+// 2·(r % 2) + 1), so both groups read one stage between the same two block barriers. B's q2, q3 of segment s
+// are stored at the end of stage 4s + 3 and read by A after the next barrier, before B can write them again
+// (three barriers later). Only C's WM, WN, TM, TN, STAGES and MINB are used (a stage is 4 block layouts).
+template <class C>
+__global__ void __launch_bounds__(2 * C::THREADS, C::MINB) f16_mma_pair_kernel(GemvJob p) {
+  constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, NW = C::WM * C::WN, kThreads = 2 * C::THREADS;
+  static_assert(C::KB == 4 && !C::SPLIT, "a quarter-pair stage holds 4 blocks of the one-block layout");
+  constexpr int S = C::STAGES, kSub = C::SUB, kStage = C::STAGE, kTile = TM * TN * 4 * kWarp;
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* xch = reinterpret_cast<float*>(smem + S * kStage);  // [NW][2][kTile]: B's q2, q3 (lane-major)
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
+  const int grp = warp / NW, wq = warp % NW, wm = wq / C::WN, wn = wq % C::WN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM, n0 = static_cast<int64_t>(blockIdx.y) * BN;
+  const int64_t nst = 4 * (p.w.cols / kF16MmaSeg);  // (cols: whole segments)
+  const auto* wt = static_cast<const uint8_t*>(p.w.data);
+  auto copy_stage = [&](int64_t st, int slot) {
+    const int64_t seg = st / 4;
+    const int r = static_cast<int>(st % 4), qa = r / 2, bb0 = 2 * (r % 2);
+#pragma unroll
+    for (int kb = 0; kb < 4; ++kb) {
+      const int64_t b = seg * 16 + (kb < 2 ? qa : qa + 2) * 4 + bb0 + (kb & 1);  // 32-value block of K
+      uint8_t* sw = smem + slot * kStage + kb * kSub;
+      uint8_t* sx = sw + BM * kWPitch;
+      for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
+        if (idx < 4 * BM) {
+          const int rr = idx / 4, c = idx % 4;
+          const int64_t row = std::min<int64_t>(m0 + rr, p.w.rows - 1);
+          cp_async16(sw + rr * kWPitch + 16 * c, wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
+        } else {
+          const int k = idx - 4 * BM, v = k / 8, c = k % 8;
+          const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
+          cp_async16(sx + v * kXPitch + 16 * c, p.x + vec * p.x_stride + b * kF16MmaBlk + 4 * c);
+        }
+      }
+    }
+  };
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (st < nst) copy_stage(st, st);
+    cp_async_commit();
+  }
+  float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];  // B: sg holds q2
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
+  float* mine = xch + static_cast<int64_t>(wq) * 2 * kTile;
+  // A: the segment before, y += ((q0 + q1) + q2) + q3 (B's q2, q3 stored before the last barrier).
+  auto finish_segment = [&] {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = ((i * TN + j) * 4 + r) * kWarp + lane;
+          y[i][j][r] += (sg[i][j][r] + mine[e]) + mine[kTile + e];  // ((q0 + q1) + q2) + q3
+        }
+  };
+  for (int64_t st = 0; st < nst; ++st) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // stage st visible to all; every warp done with the slot the next copy overwrites
+    if (grp == 0 && st % 4 == 0 && st > 0) finish_segment();
+    if (st + S - 1 < nst) copy_stage(st + S - 1, static_cast<int>((st + S - 1) % S));
+    cp_async_commit();
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+      const uint8_t* sw = smem + (st % S) * kStage + (2 * grp + kb) * kSub;
+      const uint8_t* sx = sw + BM * kWPitch;
+      uint4 w[TM][2];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
+      float x[TN][8];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
+        const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
+        x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
+        x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
+      }
+      f16_mma_block<TM, TN>(c, w, x);
+    }
+    const int r = static_cast<int>(st % 4);
+    if (r % 2 == 1) {  // the end of a quarter (A: q0 or q1; B: q2 or q3); the chain restarts at 0
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+#pragma unroll
+          for (int rr = 0; rr < 4; ++rr) {
+            const int e = ((i * TN + j) * 4 + rr) * kWarp + lane;
+            if (r == 1)
+              sg[i][j][rr] = c[i][j][rr];  // A: q0; B: q2
+            else if (grp == 0)
+              sg[i][j][rr] = sg[i][j][rr] + c[i][j][rr];  // q0 + q1
+            else
+              mine[e] = sg[i][j][rr], mine[kTile + e] = c[i][j][rr];  // q2, q3 for A
+            c[i][j][rr] = 0.0f;
+          }
+    }
+  }
+  __syncthreads();  // B's last q2, q3
+  if (grp != 0) return;
+  if (nst > 0) finish_segment();
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t o = m0 + wm * 16 * TM + f16_mma_row(i, g, r), v = n0 + wn * 8 * TN + f16_mma_vec(j, t, r);
+        if (o < p.w.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
+      }
+}
+
+template <class C>
+cudaError_t launch_pair(const GemvJob& p, cudaStream_t s) {
+  auto k = f16_mma_pair_kernel<C>;
+  constexpr int kSmem = C::SMEM + C::WM * C::WN * 2 * C::TM * C::TN * 4 * kWarp * 4;  // the ring + B's q2, q3
+  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((p.w.rows + C::BM - 1) / C::BM), static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
+  if ((p.n_vec + C::BN - 1) / C::BN > 65535) return cudaErrorInvalidConfiguration;
+  k<<<grid, 2 * C::THREADS, kSmem, s>>>(p);
+  return cudaGetLastError();
+}
+
 template <class C>
 cudaError_t launch_smem(const GemvJob& p, cudaStream_t s) {
   auto k = f16_mma_smem_kernel<C>;
-  const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+  if (e == cudaSuccess && C::MINB > 1)  // room for MINB blocks' rings (the carveout otherwise may hold fewer)
+    e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.w.rows + C::BM - 1) / C::BM), static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
+  if ((p.n_vec + C::BN - 1) / C::BN > 65535) return cudaErrorInvalidConfiguration;
   k<<<grid, C::THREADS, C::SMEM, s>>>(p);
   return cudaGetLastError();
 }
@@ -220,6 +365,21 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 2, 3, true>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 2, 3, true>>(j, s);
     case 5:  // the same with 16-row warp tiles
       return big ? launch_smem<TileCfg<4, 2, 1, 4, 2, 3, true>>(j, s) : launch_smem<TileCfg<4, 1, 1, 4, 2, 3, true>>(j, s);
+    // Session 12 (f16): more warps per multiprocessor, fewer instructions per MMA, fewer barriers.
+    case 6:  // four 32-value blocks per ring stage (one block barrier per 128 values; 204 / 156 KB rings)
+      return big ? launch_smem<TileCfg<4, 2, 2, 4, 4, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 4, 3>>(j, s);
+    case 7:  // 64 × 16 warp tiles: an activation's split serves 4 m-tiles (not 2), a weight's conversion 2 n-tiles
+      return big ? launch_smem<TileCfg<2, 4, 4, 2, 2, 3>>(j, s) : launch_smem<TileCfg<1, 4, 4, 2, 2, 3>>(j, s);
+    case 8:  // 32 × 16 warp tiles at ≤ 128 registers: 2 blocks of 8 warps (big) / 4 of 4 warps per multiprocessor
+      return big ? launch_smem<TileCfg<4, 2, 2, 2, 2, 3, false, 2>>(j, s)
+                 : launch_smem<TileCfg<2, 2, 2, 2, 2, 3, false, 4>>(j, s);
+    case 9:  // big: 16 warps of 32 × 16 in one 128 × 64 block; else 32 × 8 warp tiles, 4 blocks of 4 warps per SM
+      return big ? launch_smem<TileCfg<4, 4, 2, 2, 2, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 1, 2, 3, false, 4>>(j, s);
+    case 10:  // quarter pairs (f16_mma_pair_kernel): big 16 warps of 32 × 16 (128 × 32 tiles), else 8 warps of 32 × 16
+              // (64 × 32 tiles, two-stage ring, 2 blocks per multiprocessor)
+      return big ? launch_pair<TileCfg<4, 2, 2, 2, 4, 3>>(j, s) : launch_pair<TileCfg<2, 2, 2, 2, 4, 2, false, 2>>(j, s);
+    case 11:  // quarter pairs with 32 × 32 warp tiles: big 8 warps (64 × 64 tiles), else 8 warps (64 × 64 tiles)
+      return big ? launch_pair<TileCfg<2, 2, 2, 4, 4, 3>>(j, s) : launch_pair<TileCfg<2, 2, 2, 4, 4, 2>>(j, s);
     default:  // 128 × 64 tiles (8 warps) from 1,024 rows, else 64 × 64 (4 warps: the 256- and 512-row matrices).
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 1, 4>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 1, 4>>(j, s);
   }

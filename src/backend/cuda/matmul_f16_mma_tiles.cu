@@ -380,6 +380,9 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
       return big ? launch_pair<TileCfg<4, 2, 2, 2, 4, 3>>(j, s) : launch_pair<TileCfg<2, 2, 2, 2, 4, 2, false, 2>>(j, s);
     case 11:  // quarter pairs with 32 × 32 warp tiles: big 8 warps (64 × 64 tiles), else 8 warps (64 × 64 tiles)
       return big ? launch_pair<TileCfg<2, 2, 2, 4, 4, 3>>(j, s) : launch_pair<TileCfg<2, 2, 2, 4, 4, 2>>(j, s);
+    case 12:  // 9 and 6 together: big 16 warps of 32 × 16 with four blocks per stage; else 8 with four blocks per
+              // stage in a two-stage ring, 3 blocks per multiprocessor
+      return big ? launch_smem<TileCfg<4, 4, 2, 2, 4, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 2, 4, 2, false, 3>>(j, s);
     default:  // 128 × 64 tiles (8 warps) from 1,024 rows, else 64 × 64 (4 warps: the 256- and 512-row matrices).
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 1, 4>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 1, 4>>(j, s);
   }

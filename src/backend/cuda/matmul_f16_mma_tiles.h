@@ -20,7 +20,7 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s);
 // 5: 3 likewise; 6: four 32-value blocks per stage; 7: 64 × 16 warp tiles; 8: 32 × 16 warp tiles, 2 / 4 blocks
 // per multiprocessor; 9: 16 warps of 32 × 16 (≥ 1,024 rows), else 32 × 8 warp tiles, 4 blocks per multiprocessor;
 // 10, 11: quarter pairs — two warps per warp tile, one on quarters 0 and 1 of each segment, one on 2 and 3 —
-// with 32 × 16 and 32 × 32 warp tiles)
+// with 32 × 16 and 32 × 32 warp tiles; 12: 9 and 6 together (≥ 1,024 rows), else 8 with four blocks per stage)
 // — for the benches and tests comparing shapes; none changes the order.
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape);
 // Prefill jobs of few rows that the tiles do not take (the HC controls 24 × 16384, the indexer weights

@@ -7,8 +7,8 @@
 // solo run bit for bit.
 // Launch shapes (by job; none changes the order):
 //  * prefill, ≥ 256 rows (K a multiple of 512, aligned): matmul_f16_mma_tiles.cu's shared-memory tiles;
-//  * prefill, other jobs (64-row indexer weights, 24-row HC controls): 32 rows × 16 vectors per block,
-//    8 warps × 2 quarters per round (4 segments);
+//  * prefill, other jobs (64-row indexer weights, 24-row HC controls): f16_mma_few_rows_launch_shape, by
+//    default 32 rows × 8 vectors per block, 8 warps × 2 quarters per round (4 segments), 2 blocks per SM;
 //  * decode (≤ 8 vectors, with f16_mma_decode): matmul_f16_mma_decode.cu, a warp per quarter;
 //  * decode and decode batches (< 64 vectors): 16 rows (8 or 4 where rows are few) × 8 … 32 vectors per block,
 //    up to 16 warps × 2 quarters each in flight, loads straight from global memory into the fragments.
@@ -143,13 +143,15 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
   // the activations' loads in flight: the 128 blocks of shape 0 (one per multiprocessor, 8 warps) wait on
   // 32 serial load rounds each (session 11 profile: 74.6 µs a call, ~1.8 TB/s).
   switch (shape) {
+    case -1:  // the default (session 12 W1 on the H200, ms per call at 2,048 vectors: HC controls 0.073 → 0.066,
+              // indexer weights 64 × 4096 0.037 → 0.034; shapes 2 and 3 slower: 0.083, 0.076)
     case 1:  // 256 blocks of 8 vectors, 2 per multiprocessor (≤ 128 registers)
       return launch_mma<2, 2, 1, false, 256, 2>(p, grid(32, 8), 8, s);
     case 2:  // 256 blocks of 8 vectors, 16 warps × 1 quarter, the quarter's 4 blocks of loads issued at once
       return launch_mma<1, 2, 1, true, 512>(p, grid(32, 8), 16, s);
     case 3:  // shape 0 with the quarter's 4 blocks of loads issued at once
       return launch_mma<2, 2, 2, true, 256>(p, grid(32, 16), 8, s);
-    default:  // −1, 0: 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
+    default:  // 0: 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
       return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
   }
 }

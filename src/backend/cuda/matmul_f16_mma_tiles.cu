@@ -349,11 +349,13 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_
 
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
   const bool big = j.w.rows >= 1024;
-  // −1, the default, by rows (cuda_prefill_bench 2048 f16 on the H200, session 10 W1, ms per call at 2,048
-  // vectors, shape 0 → the one picked): up to 256 rows shape 3 (router / indexer compressor 256 × 4096: 0.144
-  // → 0.118: 16-row warp tiles give those 128 blocks twice the warps), else shape 1 (indexer q_b 8192 × 1024:
-  // 0.656 → 0.615, compressor 1024 × 4096: 0.324 → 0.319, 512 × 4096: 0.166 both; shape 3 lost there).
-  if (shape < 0) shape = j.w.rows <= 256 ? 3 : 1;
+  // −1, the default, by rows (cuda_prefill_bench 2048 f16shapes on the H200, session 12 W1, ms per call at 2,048
+  // vectors, two rounds, the previous default → the one picked): up to 256 rows shape 8 (router / indexer
+  // compressor 256 × 4096: shape 3's 0.118 → 0.105: 32 × 16 warp tiles at 4 blocks of 4 warps per
+  // multiprocessor), below 1,024 rows shape 7 (HCA compressor 512 × 4096: 0.165 → 0.160, 64 × 16 warp tiles),
+  // else shape 6 (indexer q_b 8192 × 1024: 0.613 → 0.576, compressor 1024 × 4096: 0.317 → 0.290: four blocks
+  // per stage). Session 10: shape 3 (0.144 → 0.118 on 256 rows) and 1 (q_b 0.656 → 0.615) against 0.
+  if (shape < 0) shape = j.w.rows <= 256 ? 8 : j.w.rows < 1024 ? 7 : 6;
   switch (shape) {
     case 1:  // 2 blocks per stage: half the block barriers
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 2, 3>>(j, s);

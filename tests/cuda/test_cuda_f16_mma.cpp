@@ -222,8 +222,9 @@ TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
 }
 
 TEST_F(CudaF16Mma, FewRowShapesEqualTheDefaultShape) {
-  // matmul_f16_mma.cu's prefill shapes for jobs of few rows (f16_mma_few_rows_launch_shape 1 … 3: 8-vector
-  // blocks at 2 per multiprocessor, 16 warps × 1 quarter with every load first, shape 0 with every load first)
+  // matmul_f16_mma.cu's prefill shapes for jobs of few rows (f16_mma_few_rows_launch_shape 1 … 6: 8-vector
+  // blocks at 2 per multiprocessor, 16 warps × 1 quarter with every load first, shape 0 with every load first,
+  // 16 warps × 1 quarter, 8-vector blocks of 1 quarter per warp at 4 per multiprocessor, 1 at 3)
   // against shape 0 (checked against the CPU above) bit for bit, every output written (poisoned y): the HC
   // controls and the indexer weights at a 2,048-token chunk, ragged K (not a multiple of 512 / 8), rows
   // and vectors.
@@ -244,7 +245,7 @@ TEST_F(CudaF16Mma, FewRowShapesEqualTheDefaultShape) {
     ASSERT_TRUE(gpu_->sync().ok());
     ASSERT_TRUE(backend::cuda::f16_mma_few_rows_support(j));
     std::vector<float> want;
-    for (int shape : {0, -1, 1, 2, 3}) {  // (−1: the default)
+    for (int shape : {0, -1, 1, 2, 3, 4, 5, 6}) {  // (−1: the default)
       j.y = poisoned(static_cast<size_t>(sh.n * sh.rows));
       ASSERT_TRUE(gpu_->sync().ok());
       ASSERT_EQ(backend::cuda::f16_mma_few_rows_launch_shape(j, nullptr, shape), cudaSuccess);

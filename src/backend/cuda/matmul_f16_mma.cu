@@ -151,6 +151,12 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
       return launch_mma<1, 2, 1, true, 512>(p, grid(32, 8), 16, s);
     case 3:  // shape 0 with the quarter's 4 blocks of loads issued at once
       return launch_mma<2, 2, 2, true, 256>(p, grid(32, 16), 8, s);
+    case 4:  // 128 blocks of 16 vectors (the weights read once per 16 vectors), 16 warps × 1 quarter
+      return launch_mma<1, 2, 2, false, 512>(p, grid(32, 16), 16, s);
+    case 5:  // 256 blocks of 8 vectors, 8 warps × 1 quarter, 4 per multiprocessor (≤ 64 registers)
+      return launch_mma<1, 2, 1, false, 256, 4>(p, grid(32, 8), 8, s);
+    case 6:  // 256 blocks of 8 vectors, 8 warps × 2 quarters, 3 per multiprocessor (≤ 80 registers)
+      return launch_mma<2, 2, 1, false, 256, 3>(p, grid(32, 8), 8, s);
     default:  // 0: 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
       return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
   }

@@ -349,13 +349,14 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_
 
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
   const bool big = j.w.rows >= 1024;
-  // −1, the default, by rows (cuda_prefill_bench 2048 f16shapes on the H200, session 12 W1, ms per call at 2,048
-  // vectors, two rounds, the previous default → the one picked): up to 256 rows shape 8 (router / indexer
-  // compressor 256 × 4096: shape 3's 0.118 → 0.105: 32 × 16 warp tiles at 4 blocks of 4 warps per
-  // multiprocessor), below 1,024 rows shape 7 (HCA compressor 512 × 4096: 0.165 → 0.160, 64 × 16 warp tiles),
-  // else shape 6 (indexer q_b 8192 × 1024: 0.613 → 0.576, compressor 1024 × 4096: 0.317 → 0.290: four blocks
-  // per stage). Session 10: shape 3 (0.144 → 0.118 on 256 rows) and 1 (q_b 0.656 → 0.615) against 0.
-  if (shape < 0) shape = j.w.rows <= 256 ? 8 : j.w.rows < 1024 ? 7 : 6;
+  // −1, the default, by rows (cuda_prefill_bench 2048 f16shapes on the H200, session 12, ms per call at 2,048
+  // vectors, two rounds each; session 11's default → the one picked): up to 256 rows shape 10 (router / indexer
+  // compressor 256 × 4096: shape 3's 0.120 → 0.097 in W2 — quarter pairs: 16 warps per multiprocessor without
+  // smaller warp tiles; shape 8 0.107), below 1,024 rows shape 7 (HCA compressor 512 × 4096: shape 1's 0.168 →
+  // 0.161, 64 × 16 warp tiles), else shape 12 (compressor 1024 × 4096: 0.321 → 0.271, indexer q_b 8192 × 1024:
+  // 0.620 → 0.536 in W2: 16 warps of 32 × 16 with four blocks per stage; shape 6 0.293 / 0.581). Session 10:
+  // shape 3 (0.144 → 0.118 on 256 rows) and 1 (q_b 0.656 → 0.615) against 0.
+  if (shape < 0) shape = j.w.rows <= 256 ? 10 : j.w.rows < 1024 ? 7 : 12;
   switch (shape) {
     case 1:  // 2 blocks per stage: half the block barriers
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 2, 3>>(j, s);

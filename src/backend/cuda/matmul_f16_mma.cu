@@ -140,25 +140,23 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
   };
   if ((j.n_vec + 7) / 8 > 65535) return cudaErrorInvalidConfiguration;
   // The HC controls (24 × 16384 at 2,048 vectors: 134 MB of activations, 0.8 MB of weights) are bound by
-  // the activations' loads in flight: the 128 blocks of shape 0 (one per multiprocessor, 8 warps) wait on
-  // 32 serial load rounds each (session 11 profile: 74.6 µs a call, ~1.8 TB/s).
+  // the activations' loads in flight and the weights' re-reads from L2 (once per block's vectors). −1, the
+  // default: shape 1 (session 12 W1 on the H200, ms per call at 2,048 vectors: HC controls 0.073 → 0.066,
+  // indexer weights 64 × 4096 0.037 → 0.034). Measured slower and removed: 16 warps × 1 quarter on 8-vector
+  // blocks with the quarter's loads first (0.084), shape 0 with them first (0.077), 8-vector blocks at 3 per
+  // SM (0.133).
+  if (shape < 0) shape = 1;
   switch (shape) {
-    case -1:  // the default (session 12 W1 on the H200, ms per call at 2,048 vectors: HC controls 0.073 → 0.066,
-              // indexer weights 64 × 4096 0.037 → 0.034; shapes 2 and 3 slower: 0.083, 0.076)
+    case 0:  // 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
+      return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
     case 1:  // 256 blocks of 8 vectors, 2 per multiprocessor (≤ 128 registers)
       return launch_mma<2, 2, 1, false, 256, 2>(p, grid(32, 8), 8, s);
-    case 2:  // 256 blocks of 8 vectors, 16 warps × 1 quarter, the quarter's 4 blocks of loads issued at once
-      return launch_mma<1, 2, 1, true, 512>(p, grid(32, 8), 16, s);
-    case 3:  // shape 0 with the quarter's 4 blocks of loads issued at once
-      return launch_mma<2, 2, 2, true, 256>(p, grid(32, 16), 8, s);
     case 4:  // 128 blocks of 16 vectors (the weights read once per 16 vectors), 16 warps × 1 quarter
       return launch_mma<1, 2, 2, false, 512>(p, grid(32, 16), 16, s);
     case 5:  // 256 blocks of 8 vectors, 8 warps × 1 quarter, 4 per multiprocessor (≤ 64 registers)
       return launch_mma<1, 2, 1, false, 256, 4>(p, grid(32, 8), 8, s);
-    case 6:  // 256 blocks of 8 vectors, 8 warps × 2 quarters, 3 per multiprocessor (≤ 80 registers)
-      return launch_mma<2, 2, 1, false, 256, 3>(p, grid(32, 8), 8, s);
-    default:  // 0: 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
-      return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
+    default:  // 2, 3, 6: removed (slower, session 12)
+      return cudaErrorInvalidValue;
   }
 }
 

@@ -376,16 +376,15 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
     case 8:  // 32 × 16 warp tiles at ≤ 128 registers: 2 blocks of 8 warps (big) / 4 of 4 warps per multiprocessor
       return big ? launch_smem<TileCfg<4, 2, 2, 2, 2, 3, false, 2>>(j, s)
                  : launch_smem<TileCfg<2, 2, 2, 2, 2, 3, false, 4>>(j, s);
-    case 9:  // big: 16 warps of 32 × 16 in one 128 × 64 block; else 32 × 8 warp tiles, 4 blocks of 4 warps per SM
-      return big ? launch_smem<TileCfg<4, 4, 2, 2, 2, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 1, 2, 3, false, 4>>(j, s);
     case 10:  // quarter pairs (f16_mma_pair_kernel): big 16 warps of 32 × 16 (128 × 32 tiles), else 8 warps of 32 × 16
               // (64 × 32 tiles, two-stage ring, 2 blocks per multiprocessor)
       return big ? launch_pair<TileCfg<4, 2, 2, 2, 4, 3>>(j, s) : launch_pair<TileCfg<2, 2, 2, 2, 4, 2, false, 2>>(j, s);
-    case 11:  // quarter pairs with 32 × 32 warp tiles: big 8 warps (64 × 64 tiles), else 8 warps (64 × 64 tiles)
-      return big ? launch_pair<TileCfg<2, 2, 2, 4, 4, 3>>(j, s) : launch_pair<TileCfg<2, 2, 2, 4, 4, 2>>(j, s);
-    case 12:  // 9 and 6 together: big 16 warps of 32 × 16 with four blocks per stage; else 8 with four blocks per
-              // stage in a two-stage ring, 3 blocks per multiprocessor
+    case 12:  // big: 16 warps of 32 × 16 in one 128 × 64 block with four blocks per stage; else 8's warps with four
+              // blocks per stage in a two-stage ring, 3 blocks per multiprocessor
       return big ? launch_smem<TileCfg<4, 4, 2, 2, 4, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 2, 4, 2, false, 3>>(j, s);
+    case 9:   // removed (session 12: 16 warps of 32 × 16 with two blocks per stage, 32 × 8 warp tiles — 12 and 8 won)
+    case 11:  // removed (quarter pairs of 32 × 32 warp tiles: slower than 10 everywhere)
+      return cudaErrorInvalidValue;
     default:  // 128 × 64 tiles (8 warps) from 1,024 rows, else 64 × 64 (4 warps: the 256- and 512-row matrices).
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 1, 4>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 1, 4>>(j, s);
   }

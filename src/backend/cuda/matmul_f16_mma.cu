@@ -8,7 +8,8 @@
 // Launch shapes (by job; none changes the order):
 //  * prefill, ≥ 256 rows (K a multiple of 512, aligned): matmul_f16_mma_tiles.cu's shared-memory tiles;
 //  * prefill, other jobs (64-row indexer weights, 24-row HC controls): f16_mma_few_rows_launch_shape, by
-//    default 32 rows × 8 vectors per block, 8 warps × 2 quarters per round (4 segments), 2 blocks per SM;
+//    default 32 rows × 16 vectors per block, 16 warps × 1 quarter per round (4 segments) up to 32 rows,
+//    else 32 × 8 per block, 8 warps × 1 quarter, 4 blocks per SM;
 //  * decode (≤ 8 vectors, with f16_mma_decode): matmul_f16_mma_decode.cu, a warp per quarter;
 //  * decode and decode batches (< 64 vectors): 16 rows (8 or 4 where rows are few) × 8 … 32 vectors per block,
 //    up to 16 warps × 2 quarters each in flight, loads straight from global memory into the fragments.
@@ -141,11 +142,11 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
   if ((j.n_vec + 7) / 8 > 65535) return cudaErrorInvalidConfiguration;
   // The HC controls (24 × 16384 at 2,048 vectors: 134 MB of activations, 0.8 MB of weights) are bound by
   // the activations' loads in flight and the weights' re-reads from L2 (once per block's vectors). −1, the
-  // default: shape 1 (session 12 W1 on the H200, ms per call at 2,048 vectors: HC controls 0.073 → 0.066,
-  // indexer weights 64 × 4096 0.037 → 0.034). Measured slower and removed: 16 warps × 1 quarter on 8-vector
-  // blocks with the quarter's loads first (0.084), shape 0 with them first (0.077), 8-vector blocks at 3 per
-  // SM (0.133).
-  if (shape < 0) shape = 1;
+  // default (session 12 on the H200, ms per call at 2,048 vectors, W2 two rounds): up to 32 rows shape 4 (HC
+  // controls 0.075 → 0.061 against shape 0, the session 11 default; shape 1 0.068), else 5 (indexer weights
+  // 64 × 4096 0.037 → 0.029). Measured slower and removed: 16 warps × 1 quarter on 8-vector blocks with the
+  // quarter's loads first (0.084), shape 0 with them first (0.077), 8-vector blocks at 3 per SM (0.133).
+  if (shape < 0) shape = j.w.rows <= 32 ? 4 : 5;
   switch (shape) {
     case 0:  // 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
       return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);

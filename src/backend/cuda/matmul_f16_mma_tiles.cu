@@ -356,7 +356,12 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
   // 0.161, 64 × 16 warp tiles), else shape 12 (compressor 1024 × 4096: 0.321 → 0.271, indexer q_b 8192 × 1024:
   // 0.620 → 0.536 in W2: 16 warps of 32 × 16 with four blocks per stage; shape 6 0.293 / 0.581). Session 10:
   // shape 3 (0.144 → 0.118 on 256 rows) and 1 (q_b 0.656 → 0.615) against 0.
-  if (shape < 0) shape = j.w.rows <= 256 ? 10 : j.w.rows < 1024 ? 7 : 12;
+  if (shape < 0) {
+    const cudaError_t e = f16_mma_tiles_launch_shape(j, s, j.w.rows <= 256 ? 10 : j.w.rows < 1024 ? 7 : 12);
+    if (e != cudaErrorInvalidValue) return e;
+    (void)cudaGetLastError();  // 10 and 12 take 186 / 209 KB of shared memory: sm_80 allows 163 KB a block
+    shape = 1;
+  }
   switch (shape) {
     case 1:  // 2 blocks per stage: half the block barriers
       return big ? launch_smem<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 4, 2, 3>>(j, s);

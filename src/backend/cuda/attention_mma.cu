@@ -42,7 +42,7 @@ constexpr bool kChunkLoop32Auto = true;
 // attention …") measured CSA chunks (640 rows, 20 segments a query) −4.4 %, HCA at 32K (400 rows) −2.7 %, HCA at 2K
 // (160 rows) +3.4 % — a short query pays the pipeline's fill and drain. 0: kernel 3's own loop everywhere.
 constexpr int64_t kChunkPipelinedMinRows = 384;
-// …and copies its rows 8 lanes a row (attention_mma_chunk.cu stage_slice_8, kernel 18) since session 12's H200 runs
+// …and copies its rows 8 lanes a row (attention_mma_chunk.cu stage_slice, kernel 18) since session 12's H200 runs
 // (PERF.md "Session 12: prefill chunk attention …"): the same bits, CSA chunks at 2K 3,656 → 3,553 µs, HCA at 32K
 // 2,471 → 2,408 (−2.8 %, −2.5 %; both runs alike). false: kernel 14's copies (16 lanes a row).
 constexpr bool kChunkPipelinedLanes8 = true;
@@ -522,7 +522,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int k = attn_mma_kernels_;
   // 14: the chunk shape with each warp's segments pipelined (attention_mma_chunk.cu; its ring index needs
   // raw_cap ≥ window, else 10's kernel); 3 takes it from kChunkPipelinedMinRows rows.
-  // 18: 14 with its row copies 8 lanes a row (attention_mma_chunk.cu stage_slice_8).
+  // 18: 14 with its row copies 8 lanes a row (attention_mma_chunk.cu stage_slice).
   const bool piped =
       k == 14 || k == 18 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
   const bool once = k == 3 || k == 9 || k == 10 || piped;

@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(Atten
 // pays the pipeline's fill and drain, so the default takes it from kChunkPipelinedMinRows (attention_mma.cu).
 // Measured and removed: two lanes per row (11, 12: 16 lines an instruction, LSU-bound, +26 %) and one
 // cp.async.bulk per row slice (13: +3.5 %).
-// Session 12: kernel 18 = these steps with stage_slice_8's copies (8 lanes a row; the default's pipelined form since:
+// Session 12: kernel 18 = these steps with stage_slice's copies 8 lanes a row (the default's pipelined form since:
 // CSA chunks −2.8 %). Measured and removed: a block walking several items with its row staging and q loads running
 // on across them (15–17 on kernel 3's steps, 19, 20 on 18's: +2 … +8 % in every chunk shape — an item's start and
 // end cost less than the walk's stream bookkeeping added a segment).
@@ -330,34 +330,16 @@ __device__ inline const float* row_source(const QueryRows& q, int n_raw, int tot
 
 // Issues the copies of this warp's slice (dims d0 … d0 + DW − 1) of segment seg's rows into wb
 // ([kAttnSeg][DW + kPad]); rows past the query's candidates (or a segment past the last) are zero-filled.
-// C = DW/4 lanes per row: lane l copies 16-byte chunk l mod C of rows k·(32/C) + l/C, k = 0 … C − 1.
-template <int DW>
-__device__ inline void stage_slice_wide(float* wb, const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod,
-                                        int seg, int d0, int lane, int32_t id) {
-  constexpr int D = DW * kWarps, PW = DW + kPad, C = DW / 4, RPI = kWarp / C;  // rows per instruction
-  const int left = total - seg * kAttnSeg;
-  const float* mine = row_source<D>(q, n_raw, total, raw_cap, first_mod, seg * kAttnSeg + lane, id, d0);
-  const int chunk = lane % C, sub = lane / C;
-  float* dst = wb + sub * PW + 4 * chunk;
-#pragma unroll
-  for (int k = 0; k < C; ++k) {
-    const int r = k * RPI + sub;
-    const float* src = reinterpret_cast<const float*>(
-        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), r));
-    const bool full = r < left;
-    cp_async16_or_zero(dst + k * RPI * PW, full ? src + 4 * chunk : q.raw, full);
-  }
-}
-
-// Kernel 18: stage_slice_wide with at most 8 lanes per row (DW = 64: 16 chunks a row slice, two copies a lane at +0
-// and +128 bytes off one shuffled row source — each cp.async still copies 4 whole 128-byte lines, with half the
-// shuffles and each source register read by two copies; session 11's SASS put 22 % of kernel 14's stall samples at
-// the copies, each waiting for the previous one to release the one source register pair). DW ≤ 32: the same copies
-// as stage_slice_wide.
-template <int DW>
-__device__ inline void stage_slice_8(float* wb, const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod,
-                                     int seg, int d0, int lane, int32_t id) {
-  constexpr int D = DW * kWarps, PW = DW + kPad, C = DW / 4, LPR = C < 8 ? C : 8, CPL = C / LPR, RPI = kWarp / LPR;
+// LPR lanes per row, C = DW/4 16-byte chunks a row slice: lane l copies chunks l mod LPR + LPR·c (c < C / LPR) of rows
+// k·(32/LPR) + l/LPR, k = 0 … LPR − 1, each row's source shuffled from its lane once. LPR = C (kernel 14): one copy a
+// lane and row; LPR = 8 (kernel 18, DW = 64): two copies a lane at +0 / +128 bytes off one shuffled source — each
+// cp.async still copies 4 whole 128-byte lines, with half the shuffles (session 11's SASS put 22 % of kernel 14's
+// stall samples at its copies, each waiting for the previous one to release the one source register pair).
+template <int DW, int LPR>
+__device__ inline void stage_slice(float* wb, const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod,
+                                   int seg, int d0, int lane, int32_t id) {
+  constexpr int D = DW * kWarps, PW = DW + kPad, C = DW / 4, CPL = C / LPR, RPI = kWarp / LPR;  // rows per instruction
+  static_assert(C % LPR == 0 && kWarp % LPR == 0, "whole chunks a lane, whole rows an instruction");
   const int left = total - seg * kAttnSeg;
   const float* mine = row_source<D>(q, n_raw, total, raw_cap, first_mod, seg * kAttnSeg + lane, id, d0);
   const int chunk = lane % LPR, sub = lane / LPR;
@@ -368,11 +350,16 @@ __device__ inline void stage_slice_8(float* wb, const QueryRows& q, int n_raw, i
     const float* src = reinterpret_cast<const float*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), r));
     const bool full = r < left;
-    const float* s = full ? src + 4 * chunk : q.raw;  // !full: 0 bytes read (q.raw + 32 floats is inside its first row)
+    const float* s = full ? src + 4 * chunk : q.raw;  // !full: 0 bytes read (q.raw + 4·(C − LPR) floats: inside its first row)
 #pragma unroll
     for (int c = 0; c < CPL; ++c) cp_async16_or_zero(dst + k * RPI * PW + 4 * LPR * c, s + 4 * LPR * c, full);
   }
 }
+// Kernel 14's copies (DW/4 lanes a row) and kernel 18's (at most 8).
+template <int DW>
+inline constexpr int kLanesWide = DW / 4;
+template <int DW>
+inline constexpr int kLanes8 = DW / 4 < 8 ? DW / 4 : 8;
 
 // Step 1 for this warp's slice with its exactness decision (as segment_state): true when the rows' bits
 // went to the MMAs unconverted — then also for the value product of the same segment.
@@ -402,7 +389,7 @@ __device__ inline void store_partials(float* red, int wid, int g, int t, const f
 }
 
 // The chunk shape's block (query i, heads h0 … h0 + 15) of kernel 14. Dynamic shared memory: PipeSmem<DW>::bytes.
-// k8: the copies of stage_slice_8 (kernel 18).
+// k8: 8 lanes a row copied (kernel 18).
 template <int DW, bool k8>
 __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = PipeSmem<DW>;
@@ -435,8 +422,7 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
 
   // Staging of segment seg into staged segment b (issue only), and the wait for the oldest one in flight.
   auto stage = [&](int b, int seg, int32_t id) {
-    if constexpr (k8) stage_slice_8<DW>(wrows + b * S::BS, qr, n_raw, total, cap, fm, seg, d0, lane, id);
-    else stage_slice_wide<DW>(wrows + b * S::BS, qr, n_raw, total, cap, fm, seg, d0, lane, id);
+    stage_slice<DW, k8 ? kLanes8<DW> : kLanesWide<DW>>(wrows + b * S::BS, qr, n_raw, total, cap, fm, seg, d0, lane, id);
     cp_async_commit();
   };
   auto ids_of = [&](int seg) { return prefetch_id(qr.idx, n_raw, total, seg, lane); };

@@ -12,9 +12,11 @@
 // "gemm", only the GEMM, F16 and routed-expert lines ("q8": only the dense Q8_0 ones), of the default kernels, of the dense Q8_0 kernel
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
-// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 32
-// (the default before session 11) and 34 (the default: IQ2_XXS by shared tables), then both again; "profile"
-// runs one MoE call each of gemm_experts = 32 and 34 (under ncu), untimed.
+// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 34
+// (the default: IQ2_XXS by shared tables) and 40 (34 with one gate/up quantization, the SwiGLU in the up
+// projection's epilogue, tiles dearest first), then both again, each with ids spread like a router's and with
+// routing like a text prompt's ("moe-zipf": Zipf-distributed token types, each with its own 6 experts drawn
+// with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 34 and 40 (under ncu).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -82,7 +84,7 @@ int main(int argc, char** argv) {
               std::strcmp(argv[2], "f16shapes") == 0);
     return 0;
   }
-  // "profile": the experts of gemm_experts 32, then 34, for ncu, no timing; "q8prof": q_b's matmul once on
+  // "profile": the experts of gemm_experts 34, then 40, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
   // "q8bulkprof": q_b's matmul once on the default (tensor copies), then with bulk-copy stages and the cp.async
   // ring (gemm_q8 = 12, 16; ncu).
@@ -93,8 +95,8 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 32 and 34 (the default: gemm_experts.cu's table stage),
-  // twice in turn (the second round shows the drift of the run).
+  // "walk": only the routed-expert lines of gemm_experts 34 (the default: gemm_experts.cu's table stage) and 40,
+  // twice in turn (the second round shows the drift of the run), each also with routing like a text prompt's.
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
   // "q8bulk": the dense Q8_0 lines of the default (2-D tensor copies on sm_90), of the bulk-copy stages (gemm_q8
@@ -108,18 +110,21 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{36, 37, 36, 37}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{37, 38, 37, 38}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
-                                 : profile    ? std::vector<int>{36, 37}
+                                 : profile    ? std::vector<int>{37, 38}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
                                               : std::vector<int>{0, 1, 2};
   std::vector<float> xh(static_cast<size_t>(N) * 16384);  // the widest rows: F16 HC controls (once for every mode)
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : xh) v = nd(rng);
+  // walk / profile: every mode's routed-expert lines on the same weights, ids and x (a seed of their own), each
+  // line's output compared bit for bit with the first mode's for the same routing ("PARITY" lines).
+  std::vector<std::vector<float>> first_out;
   for (int mode : modes) {
     const bool tc = mode != 2;
     cuda::CudaBackendOptions co;
@@ -145,7 +150,8 @@ int main(int argc, char** argv) {
     if (mode == 28) co.gemm_experts = 20;
     if (mode == 31) co.gemm_experts = 27;  // the lean stage, items by an atomic counter
     if (mode >= 33 && mode <= 36) co.gemm_experts = mode - 4;  // 29, 30, 32 (gemm_experts.cu: per-item stage loops, 30 gate + up in one launch, 32 the lean copies)
-    if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 48 … 50: removed variants)
+    if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (39, 48 … 50: removed variants)
+    if (mode == 38) co.gemm_experts = 40;                      // 34, one gate/up quantization, SwiGLU in up, tiles by cost
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -154,7 +160,7 @@ int main(int argc, char** argv) {
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "-", "-",
+                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "tc-exp-swi", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
                                  "nr-loads1",   "q8-bulk",     "q8-async"};
     const char* path = names[mode];
@@ -165,8 +171,9 @@ int main(int argc, char** argv) {
       sync();
       return 0.0;
     };
-    auto weight = [&](GgmlType t, int64_t rows, int64_t cols) {
-      auto host = random_blocks(t, rows, cols, rng);
+    std::mt19937 erng(11);  // walk / profile: the experts' weights and uniform ids, the same in every mode
+    auto weight = [&](GgmlType t, int64_t rows, int64_t cols, std::mt19937* r = nullptr) {
+      auto host = random_blocks(t, rows, cols, r ? *r : rng);
       Weight w{t, nullptr, rows, cols, *type_bytes(t, cols)};
       auto p = be->map_weight(host.data(), host.size());
       w.data = p.ok() ? *p : nullptr;
@@ -256,16 +263,56 @@ int main(int argc, char** argv) {
     // Routed experts of a chunk: 256 Flash experts, k 6, ids spread like a router's; N tokens and a
     // 2048-token chunk (~48 pairs per expert: one partial 64-pair tile each).
     const int NE = 256, E = 4096, F = 2048, K = 6;
-    Weight g = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E), u = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E);
-    Weight d = weight(GgmlType::Q2_K, int64_t{NE} * E, F);
-    for (int64_t chunk : {N, std::min<int64_t>(N, 2048)}) {
-      if (!tc && chunk != N) break;
+    const bool same_inputs = walk_only || profile;
+    std::mt19937* er = same_inputs ? &erng : nullptr;
+    Weight g = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E, er), u = weight(GgmlType::IQ2_XXS, int64_t{NE} * F, E, er);
+    Weight d = weight(GgmlType::Q2_K, int64_t{NE} * E, F, er);
+    // The chunks: N tokens, then 2,048 when N is larger; walk / profile: N tokens again with routing like a
+    // text prompt's (skewed).
+    struct Run {
+      int64_t chunk;
+      bool skewed;
+    };
+    std::vector<Run> runs{{N, false}};
+    if (tc && N > 2048) runs.push_back({2048, false});
+    if (tc && (walk_only || profile)) runs.push_back({N, true});
+    for (const Run& run : runs) {
+      const int64_t chunk = run.chunk;
+      const bool skewed = run.skewed;
       const int64_t nt = tc ? chunk : std::min<int64_t>(N, 64);
       std::vector<int32_t> ids(static_cast<size_t>(nt) * K);
+      // skewed: token types Zipf-distributed over 800 (a 2,048-token chunk of the Italian benchmark prompt
+      // has 844 distinct tokens), each type with its own 6 experts drawn by a popularity skew (a router's
+      // bias): ~300 tiles of every class instead of ~259 mostly of 33 … 64 pairs.
+      std::mt19937 zr(7);
+      std::vector<std::vector<int32_t>> type_experts;
+      std::vector<double> type_w;
+      if (skewed) {
+        std::vector<double> ew(NE);
+        for (int e = 0; e < NE; ++e) ew[e] = 1.0 / (1.0 + e / 16.0);
+        std::shuffle(ew.begin(), ew.end(), zr);
+        for (int t = 0; t < 800; ++t) {
+          type_w.push_back(1.0 / (t + 1));
+          std::vector<double> w = ew;
+          std::vector<int32_t> ex;
+          for (int j = 0; j < K; ++j) {
+            const int e = std::discrete_distribution<int>(w.begin(), w.end())(zr);
+            ex.push_back(e);
+            w[e] = 0;
+          }
+          type_experts.push_back(ex);
+        }
+      }
+      std::discrete_distribution<int> type_of(type_w.begin(), type_w.end());
       for (int64_t i = 0; i < nt; ++i) {
+        if (skewed) {
+          const auto& ex = type_experts[type_of(zr)];
+          for (int j = 0; j < K; ++j) ids[i * K + j] = ex[j];
+          continue;
+        }
         std::vector<int32_t> perm(NE);
         for (int e = 0; e < NE; ++e) perm[e] = e;
-        std::shuffle(perm.begin(), perm.end(), rng);
+        std::shuffle(perm.begin(), perm.end(), same_inputs ? erng : rng);
         for (int j = 0; j < K; ++j) ids[i * K + j] = perm[j];
       }
       std::vector<float> wts(ids.size(), 0.2f);
@@ -287,9 +334,29 @@ int main(int argc, char** argv) {
       a.clamp = 10;
       a.out = y.f32();
       const double s = timed([&] { be->moe(a); }, 2);
-      std::printf("PBENCH %-11s moe iq2_xxs/q2_k 256 experts k6     n=%-5lld %9.3f ms  %7.1f TOP/s  %8.0f tok/s per layer\n",
-                  path, static_cast<long long>(nt), s * 1e3, 2.0 * 3 * E * F * K * nt / s / 1e12, nt / s);
-      if (chunk == N && N <= 2048) break;
+      std::printf("PBENCH %-11s %s iq2_xxs/q2_k 256 experts k6 n=%-5lld %9.3f ms  %7.1f TOP/s  %8.0f tok/s per layer\n",
+                  path, skewed ? "moe-zipf" : "moe     ", static_cast<long long>(nt), s * 1e3, 2.0 * 3 * E * F * K * nt / s / 1e12, nt / s);
+      if (same_inputs) {  // the output against the first mode's on the same inputs
+        std::vector<float> out(static_cast<size_t>(nt * E));
+        be->download(out.data(), y.data(), out.size() * 4);
+        sync();
+        const size_t at = static_cast<size_t>(&run - runs.data());
+        if (first_out.size() <= at) {
+          first_out.push_back(out);
+        } else {
+          int64_t diff = 0, nonfinite = 0;
+          for (size_t i = 0; i < out.size(); ++i) {
+            uint32_t a, b;
+            std::memcpy(&a, &out[i], 4);
+            std::memcpy(&b, &first_out[at][i], 4);
+            diff += a != b;
+            nonfinite += !std::isfinite(out[i]);
+          }
+          std::printf("PARITY %s %-11s %s vs the first mode: %lld of %zu outputs differ, %lld non-finite\n",
+                      diff == 0 && nonfinite == 0 ? "ok  " : "FAIL", path, skewed ? "moe-zipf" : "moe", static_cast<long long>(diff),
+                      out.size(), static_cast<long long>(nonfinite));
+        }
+      }
     }
     if (mode == 1 || gemm_only) continue;  // indexer and attention do not use the GEMM
     {  // Indexer of a chunk at 4K context: 64 heads × 128, 1,024 visible compressed rows, top 512.

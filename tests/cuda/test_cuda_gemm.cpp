@@ -9,6 +9,7 @@
 // gives the same bits as the previous kernels; the grouped experts' kernels of gemm_experts.cu equal
 // gemm2_kernel at the Flash depths.
 // Not here: tolerance tests of every path (test_cuda_matmul.cpp), speed (cuda_prefill_bench).
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -394,14 +395,15 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // and items handed out by an atomic counter; 29: each item's stage loop specialised on its fragment count;
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
   // rows zero-filled instead of skipped); 34 (the default): 32 with IQ2_XXS decoded by shared tables
-  // (experts_iq2.cuh: selector words, PRMT). 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs,
-  // so every even-rounded fragment count (2, 4, 6, 8) runs.
+  // (experts_iq2.cuh: selector words, PRMT); 40: 34 with gate and up on one quantization, the SwiGLU in the up
+  // projection's epilogue and the tiles dearest first. 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and
+  // ~53 pairs, so every even-rounded fragment count (2, 4, 6, 8) runs.
   cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 40};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
@@ -417,6 +419,43 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
       for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "gemm_experts " << kVariants[v] << ": non-finite, n " << n;
     }
   }
+}
+
+TEST_F(CudaGemm, ExpertsSwigluInUpMatchAtSkewedRouting) {
+  // gemm_experts 40 (gate and up on one quantization, SwiGLU in the up projection's epilogue, tiles ordered
+  // dearest first by group_tiles_kernel) against 34 and gemm2_kernel at the Flash widths (gate/up 4,096, down
+  // 2,048 columns) with routing like a text prompt's: 1,024 tokens of Zipf-distributed types over 300, each
+  // type with its own 6 of 64 experts drawn with a popularity skew — tiles of every class (full, 49 … 64,
+  // 33 … 48, 17 … 32, 1 … 16 pairs) and several tiles for the popular experts; ~24 items per block.
+  cuda::CudaBackendOptions o0, o34, o40;
+  o0.gemm_experts = 0;
+  o34.gemm_experts = 34;
+  o40.gemm_experts = 40;
+  auto gemm2 = backend_with(o0), b34 = backend_with(o34), b40 = backend_with(o40);
+  ASSERT_TRUE(gemm2 && b34 && b40);
+  MoeCase m = moe_case(64, 4096, 2048, 1024);
+  constexpr int kTypes = 300;
+  std::vector<double> type_w(kTypes), expert_w(64);
+  for (int t = 0; t < kTypes; ++t) type_w[t] = 1.0 / (t + 1);
+  for (int e = 0; e < 64; ++e) expert_w[e] = 1.0 / (1.0 + e / 4.0);
+  std::discrete_distribution<int> type_of(type_w.begin(), type_w.end());
+  std::vector<std::array<int32_t, 6>> experts_of(kTypes);
+  for (auto& ex : experts_of) {
+    std::vector<double> w = expert_w;
+    for (int j = 0; j < 6; ++j) {
+      const int e = std::discrete_distribution<int>(w.begin(), w.end())(rng_);
+      ex[j] = e;
+      w[e] = 0;  // distinct experts per token
+    }
+  }
+  for (int64_t i = 0; i < m.n; ++i) {
+    const auto& ex = experts_of[type_of(rng_)];
+    for (int j = 0; j < m.k; ++j) m.ids[i * m.k + j] = ex[j];
+  }
+  const auto want = m.run(*gemm2), got34 = m.run(*b34), got = m.run(*b40);
+  EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_experts 40 vs gemm2_kernel, skewed routing";
+  EXPECT_EQ(bit_diffs(got, got34), 0) << "gemm_experts 40 vs 34, skewed routing";
+  for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "gemm_experts 40: non-finite, skewed routing";
 }
 
 TEST_F(CudaGemm, RemovedExpertsVariantsAreRejected) {

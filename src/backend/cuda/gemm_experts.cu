@@ -29,6 +29,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/experts_gate_up.h"
 #include "backend/cuda/experts_iq2.cuh"
 #include "backend/cuda/gemm_experts.h"
 #include "backend/cuda/gemm_tiles.cuh"
@@ -57,6 +58,11 @@ struct PlaneParams {
   // are its own. Null: one matrix.
   const uint8_t* w2;
   float* y2;
+  // Variant 40 (experts_fast_kernel kSwi): the up projection's epilogue stores moe_swiglu_value(gate_y[o],
+  // up value, sw.weights[pair], sw.clamp) at o instead of the up value — the down projection's input (gate_y:
+  // the gate's outputs, the up job's y stride; sw.u unused). Null: plain outputs.
+  const float* gate_y;
+  ExpertsSwiglu sw;
 };
 
 __device__ inline void cp_async4(void* dst, const void* src) {
@@ -78,6 +84,9 @@ __device__ inline void cp_async4_n(uint32_t dst, const void* src, int n) {
 // two 4-byte words at 32·(l / 4) + 4·(l % 4) and + 16. Same values, same d and bsums. sw.u set: the
 // values are moe_swiglu_value(x, u, weights[row], clamp) — moe_swiglu4_kernel's, quantized without
 // being written (u with x's stride).
+// kVec4 (variant 40): a lane's 8 values (and u's) by two 16-byte loads (x, u and x_stride 16-byte aligned,
+// checked by the caller) instead of 8 scalar ones; the same values, so the same bits.
+template <bool kVec4 = false>
 __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows,
                                                                    int64_t cols, PlaneParams q, ExpertsSwiglu sw) {
   __shared__ alignas(16) int8_t stage[256 / kWarp][kQK_K];  // each warp's natural-order quants
@@ -88,9 +97,18 @@ __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* 
   const int64_t r = static_cast<uint32_t>(blk) / static_cast<uint32_t>(nb), b = blk - r * nb;  // rows·nb < 2^31
   const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
   float v[8];
-  for (int i = 0; i < 8; ++i) v[i] = src[i];
+  auto load8 = [](const float* a, float (&o)[8]) {
+    if constexpr (kVec4) {
+      const float4 l = reinterpret_cast<const float4*>(a)[0], h = reinterpret_cast<const float4*>(a)[1];
+      o[0] = l.x, o[1] = l.y, o[2] = l.z, o[3] = l.w, o[4] = h.x, o[5] = h.y, o[6] = h.z, o[7] = h.w;
+    } else {
+      for (int i = 0; i < 8; ++i) o[i] = a[i];
+    }
+  };
+  load8(src, v);
   if (sw.u) {
-    const float* us = sw.u + (src - x);
+    float us[8];
+    load8(sw.u + (src - x), us);
     const float w = sw.weights[r];
     for (int i = 0; i < 8; ++i) v[i] = moe_swiglu_value(v[i], us[i], w, sw.clamp);
   }
@@ -505,6 +523,25 @@ __device__ __forceinline__ void store_item(const GemmParams& p, const WalkItem& 
     }
 }
 
+// Variant 40's up projection: store_item's outputs (IQ2_XXS) as the down projection's input,
+// moe_swiglu_value(gate output, up value, the pair's weight, clamp) at the up value's place — what
+// quantize_q8_K_planes_kernel with ExpertsSwiglu computed from the two rows (the same expression on the same
+// floats, so the same bits); the down quantizer then reads one row per pair and no SwiGLU.
+template <int kAJ>
+__device__ __forceinline__ void store_item_swiglu(const GemmParams& p, const PlaneParams& q, const WalkItem& mi, int r0,
+                                                  int t, const float (&acc)[kAJ][4]) {
+#pragma unroll
+  for (int j = 0; j < kAJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
+      if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
+      const int32_t v = p.order[mi.first + col];
+      const int64_t o = static_cast<int64_t>(v) * p.y_stride + mi.m0 + row;
+      p.y[o] = moe_swiglu_value(q.gate_y[o], 0.125f * acc[j][e], q.sw.weights[v], q.sw.clamp);
+    }
+}
+
 // Stage kb of item `in` into ring slot `slot`; ar[i]: activation row of pair tid / 16 + 16i (−1: absent).
 template <GgmlType T, class S>
 __device__ inline void copy_stage_walk(S& s, const GemmParams& p, const PlaneParams& q, const WalkItem& in,
@@ -630,12 +667,14 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // window holds bytes: (CA − 1)·16 < WB), shared addresses as offsets from one base, d copied by threads
 // 0 … 63 for pair tid and Q2_K bsums by 64 … 191 for pair (tid − 64) / 2 (their activation rows set per item).
 // kTab (variant 34, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead of the grid).
+// kSwi (variant 40's up projection, with kPerItem): outputs by store_item_swiglu (PlaneParams::gate_y, sw).
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
-          bool kLeanCopy = false, bool kTab = false>
+          bool kLeanCopy = false, bool kTab = false, bool kSwi = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
   static_assert(!kTab || (T == GgmlType::IQ2_XXS && kPerItem), "the tables: IQ2_XXS, per-item stage loops");
+  static_assert(!kSwi || (T == GgmlType::IQ2_XXS && kPerItem && !kPair), "the SwiGLU epilogue: IQ2_XXS up, per item");
   using S = std::conditional_t<kTab, DSmemTab<R>, DSmem<T, R, GR>>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
@@ -805,7 +844,11 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
             lean_stage<T, kLean, NJ>(s, slot, blk0, blk1, lane, acc);
           }
         }
-        store_item<T>(p, mi, r0, t, acc, kPair && it >= n_one ? q.y2 : p.y);
+        if constexpr (kSwi) {
+          store_item_swiglu(p, q, mi, r0, t, acc);
+        } else {
+          store_item<T>(p, mi, r0, t, acc, kPair && it >= n_one ? q.y2 : p.y);
+        }
       };
       const int nf = min(8, (mi.nvec + 7) / 8);  // uniform over the block
       switch ((nf + 1) / 2) {
@@ -858,12 +901,18 @@ struct ExpertsKernel {
   size_t smem;
 };
 
+// swi: variant 40's up projection (the SwiGLU epilogue).
 template <GgmlType T>
-ExpertsKernel experts_kernel(int variant) {
-  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34) {
+ExpertsKernel experts_kernel(int variant, bool swi = false) {
+  if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34 ||
+      variant == 40) {
     if constexpr (T == GgmlType::IQ2_XXS) {
+      // 40: 34's kernel; its up projection with the SwiGLU epilogue.
+      if (variant == 40 && swi)
+        return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true, true>, sizeof(DSmemTab<2>)};
       // 34: 32 with table_stage. (Not kept: 34 unrolled — 136 bytes of spills at 128 registers, ptxas.)
-      if (variant == 34) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true>, sizeof(DSmemTab<2>)};
+      if (variant == 34 || variant == 40)
+        return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true>, sizeof(DSmemTab<2>)};
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 29) return {experts_fast_kernel<T, 2, 16, 1, true, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 32) return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true>, sizeof(DSmem<T, 2, 16>)};
@@ -873,7 +922,7 @@ ExpertsKernel experts_kernel(int variant) {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
       // 30: one matrix; 34: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant == 34)
+      if (variant == 29 || variant == 30 || variant == 34 || variant == 40)
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -910,7 +959,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 option == 34
+                 option == 34 || option == 40
              ? option
              : kExpertsAuto;
 }
@@ -948,10 +997,23 @@ bool experts_gate_up_one_launch(int variant) { return variant == 30; }
 
 namespace {
 
+// How run_planes runs a job (all unset: gemm_experts_planes).
+struct PlaneRun {
+  const ExpertsSwiglu* swiglu = nullptr;  // the quantizer's SwiGLU (the MoE op's down projection)
+  const GemvJob* second = nullptr;        // variant 30: that job's matrix in the same launch on the same planes
+  bool quantize = true;   // false (variant 40's up): the planes in `scratch` are those of the previous call's job,
+                          // whose activations, shapes and groups are this job's (checked by the caller)
+  const float* gate_y = nullptr;          // variant 40's up: the SwiGLU epilogue (PlaneParams::gate_y, sw)
+  const ExpertsSwiglu* epi = nullptr;
+  bool dry = false;  // only whether the job would be taken: nothing allocated or launched
+};
+
 // gemm_experts_planes, and with `second` (variant 30) that job's matrix in the same launch on the same
 // planes (same activations, groups, shapes and y stride; checked).
-bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant, const ExpertsSwiglu* swiglu,
-                const GemvJob* second) {
+bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant, const PlaneRun& how) {
+  const ExpertsSwiglu* swiglu = how.swiglu;
+  const GemvJob* second = how.second;
+  const bool special = second || !how.quantize || how.epi;  // no fallback to variant 13 for these
   const GgmlType t = j.w.type;
   if (second && (variant != 30 || swiglu || t != GgmlType::IQ2_XXS || second->w.type != t || second->w.rows != j.w.rows ||
                  second->w.cols != j.w.cols || second->w.row_bytes != j.w.row_bytes ||
@@ -959,6 +1021,7 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
                  second->x_div != j.x_div || second->n_vec != j.n_vec || second->groups != j.groups ||
                  second->y_stride != j.y_stride || reinterpret_cast<uintptr_t>(second->w.data) % 16 != 0))
     return false;
+  if (how.epi && (variant != 40 || t != GgmlType::IQ2_XXS || swiglu || !how.gate_y || !how.epi->weights)) return false;
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
@@ -974,15 +1037,16 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
   // experts_fast_kernel's 32-bit offsets: plane quants and an expert's rows below 2^31 bytes, else 13.
   if (variant != 13 && (rows * K >= (int64_t{1} << 31) ||
                         static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31))) {
-    if (second) return false;
+    if (special) return false;
     variant = 13;
   }
-  const ExpertsKernel k =
-      t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant) : experts_kernel<GgmlType::Q2_K>(variant);
+  const ExpertsKernel k = t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant, how.epi != nullptr)
+                                                 : experts_kernel<GgmlType::Q2_K>(variant);
   if (static_cast<size_t>(optin) < k.smem + kBN * sizeof(int64_t)) return false;
   const int row_blocks = static_cast<int>(grid_for(j.w.rows, kBM));
   const int64_t items = int64_t{row_blocks} * j.groups->max_tiles * (second ? 2 : 1);
   if (rows * nb >= (int64_t{1} << 31) || items >= (int64_t{1} << 30)) return false;
+  if (how.dry) return true;
   // Planes: quants, then d and bsums each on a 256-byte boundary.
   const uint64_t d_off = (static_cast<uint64_t>(rows * K) + 255) / 256 * 256;
   const uint64_t bs_off = (d_off + static_cast<uint64_t>(rows * nb) * 4 + 255) / 256 * 256;
@@ -991,14 +1055,21 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
   if (!be.ensure(scratch, ctr_off + 256, "quantized activation planes"))
     return true;  // the failure is recorded
   auto* base = static_cast<uint8_t*>(scratch.ptr);
-  const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
-                      reinterpret_cast<const int16_t*>(base + bs_off), reinterpret_cast<int*>(base + ctr_off),
-                      second ? static_cast<const uint8_t*>(second->w.data) : nullptr, second ? second->y : nullptr};
+  PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
+                reinterpret_cast<const int16_t*>(base + bs_off), reinterpret_cast<int*>(base + ctr_off),
+                second ? static_cast<const uint8_t*>(second->w.data) : nullptr, second ? second->y : nullptr,
+                how.gate_y, how.epi ? *how.epi : ExpertsSwiglu{}};
   if (variant >= 27 && !be.check(cudaMemsetAsync(q.next_item, 0, sizeof(int), be.stream()), "gemm experts item counter"))
     return true;
-  quantize_q8_K_planes_kernel<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(
-      j.x, j.x_stride, rows, K, q, swiglu ? *swiglu : ExpertsSwiglu{});
-  if (!be.launched("quantize activation planes")) return true;
+  if (how.quantize) {
+    // Variant 40: 16-byte loads where x (and u) and the row stride allow them.
+    const bool vec4 = variant >= 40 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
+                      (!swiglu || reinterpret_cast<uintptr_t>(swiglu->u) % 16 == 0);
+    auto* qk = vec4 ? quantize_q8_K_planes_kernel<true> : quantize_q8_K_planes_kernel<false>;
+    qk<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q,
+                                                                   swiglu ? *swiglu : ExpertsSwiglu{});
+    if (!be.launched("quantize activation planes")) return true;
+  }
   GemmParams p{};
   p.w = static_cast<const uint8_t*>(j.w.data);
   p.row_bytes = j.w.row_bytes;
@@ -1030,12 +1101,38 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
 
 bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant,
                          const ExpertsSwiglu* swiglu) {
-  return run_planes(be, j, scratch, variant, swiglu, nullptr);
+  PlaneRun how;
+  how.swiglu = swiglu;
+  return run_planes(be, j, scratch, variant, how);
 }
 
 bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
                           int variant) {
-  return run_planes(be, gate, scratch, variant, nullptr, &up);
+  PlaneRun how;
+  how.second = &up;
+  return run_planes(be, gate, scratch, variant, how);
+}
+
+bool experts_swiglu_in_up(int variant) { return variant == 40; }
+
+bool gemm_experts_gate_up_swiglu(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
+                                 int variant, const ExpertsSwiglu& sw) {
+  // The up job reads the gate's planes: the same activations, shapes and groups; and its outputs' rows are
+  // the gate's (o = pair · y_stride + row in both).
+  if (!experts_swiglu_in_up(variant) || up.w.type != gate.w.type || up.w.rows != gate.w.rows ||
+      up.w.cols != gate.w.cols || up.x != gate.x || up.x_stride != gate.x_stride || up.x_div != gate.x_div ||
+      up.n_vec != gate.n_vec || up.groups != gate.groups || up.y_stride != gate.y_stride || !sw.weights)
+    return false;
+  PlaneRun g_how, u_how;
+  g_how.dry = u_how.dry = true;
+  u_how.quantize = false;
+  u_how.gate_y = gate.y;
+  u_how.epi = &sw;
+  if (!run_planes(be, gate, scratch, variant, g_how) || !run_planes(be, up, scratch, variant, u_how)) return false;
+  g_how.dry = u_how.dry = false;
+  run_planes(be, gate, scratch, variant, g_how);
+  if (!be.failed()) run_planes(be, up, scratch, variant, u_how);
+  return true;
 }
 
 }  // namespace ds4::backend::cuda

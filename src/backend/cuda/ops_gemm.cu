@@ -615,44 +615,90 @@ __global__ void plan_tiles_kernel(const int32_t* cnt, int32_t n_expert, int32_t*
   *n_tiles = nt;
 }
 
-// group_by_expert in one block (CudaBackendOptions::prefill_glue; n_expert ≤ kMaxGroupExperts): the pairs
-// grouped by expert (moe_group.cuh: groups[g] = expert, first, count for the non-empty experts in expert
-// order), then group g's tiles of ≤ kBN pairs written at the sum of the tile counts of the groups before it
-// (a warp-shuffle scan over the groups' tile counts). The same tile list as count / plan / scatter above,
-// whose plan walked the experts in one thread (46 µs per call at 256 experts on the H200).
-__global__ void __launch_bounds__(kMaxGroupExperts) group_tiles_kernel(const int32_t* ids, int32_t n, int32_t n_expert,
-                                                                       int32_t* groups, int32_t* order, int32_t* tiles,
-                                                                       int32_t* n_tiles) {
-  constexpr int kWarps = kMaxGroupExperts / kWarp;
-  static_assert(kWarps == kWarp, "one warp scans the warps' totals");
-  __shared__ int32_t n_groups, warp_tot[kWarps];
-  group_pairs_block(ids, n, n_expert, order, groups, &n_groups);
-  __syncthreads();  // groups (global) and n_groups written
-  const int g = threadIdx.x, lane = g % kWarp, w = g / kWarp;
-  const int32_t cnt = g < n_groups ? groups[3 * g + 2] : 0, nt = (cnt + kBN - 1) / kBN;
-  int32_t incl = nt;  // inclusive scan of the tile counts within the warp
+// Inclusive scan of v over the block's threads (kMaxGroupExperts, one warp per 32), and the block's total;
+// warp_tot: kMaxGroupExperts / kWarp words of shared memory (free on entry; reused after the last barrier).
+__device__ inline int32_t block_incl_scan(int32_t v, int32_t* warp_tot, int32_t* total) {
+  const int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
+  int32_t incl = v;  // inclusive scan within the warp
   for (int o = 1; o < kWarp; o <<= 1) {
-    const int32_t v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
+    const int32_t x = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += x;
   }
   if (lane == kWarp - 1) warp_tot[w] = incl;
   __syncthreads();
   if (w == 0) {
     int32_t t = warp_tot[lane];
     for (int o = 1; o < kWarp; o <<= 1) {
-      const int32_t v = __shfl_up_sync(0xffffffffu, t, o);
-      if (lane >= o) t += v;
+      const int32_t x = __shfl_up_sync(0xffffffffu, t, o);
+      if (lane >= o) t += x;
     }
     warp_tot[lane] = t;  // inclusive over the warps
   }
   __syncthreads();
-  const int32_t first = incl - nt + (w > 0 ? warp_tot[w - 1] : 0);
-  for (int32_t s = 0; s < nt; ++s) {
-    tiles[3 * (first + s)] = groups[3 * g];
-    tiles[3 * (first + s) + 1] = groups[3 * g + 1] + s * kBN;
-    tiles[3 * (first + s) + 2] = min(kBN, cnt - s * kBN);
+  const int32_t r = incl + (w > 0 ? warp_tot[w - 1] : 0);
+  *total = warp_tot[kMaxGroupExperts / kWarp - 1];
+  __syncthreads();  // warp_tot free again
+  return r;
+}
+
+// group_by_expert in one block (CudaBackendOptions::prefill_glue; n_expert ≤ kMaxGroupExperts): the pairs
+// grouped by expert (moe_group.cuh: groups[g] = expert, first, count for the non-empty experts in expert
+// order), then group g's tiles of ≤ kBN pairs written at the sum of the tile counts of the groups before it
+// (a warp-shuffle scan over the groups' tile counts). The same tile list as count / plan / scatter above,
+// whose plan walked the experts in one thread (46 µs per call at 256 experts on the H200).
+// by_cost (CudaBackendOptions::gemm_experts 40; tile order does not change any sum): the tiles ordered by
+// their pair count's class, dearest first — every full tile and each group's last tile of 49 … 64 pairs,
+// then last tiles of 33 … 48, 17 … 32, 1 … 16 (8, 6, 4, 2 MMA fragments in gemm_experts.cu), each class in
+// group order — so the items walked last by gemm_experts.cu's blocks (handed out in tile order) are the
+// cheapest and the launch's tail shorter. Else group g's tiles at the sum of the groups' before it.
+__global__ void __launch_bounds__(kMaxGroupExperts) group_tiles_kernel(const int32_t* ids, int32_t n, int32_t n_expert,
+                                                                       int32_t* groups, int32_t* order, int32_t* tiles,
+                                                                       int32_t* n_tiles, int by_cost) {
+  constexpr int kWarps = kMaxGroupExperts / kWarp;
+  static_assert(kWarps == kWarp, "one warp scans the warps' totals");
+  __shared__ int32_t n_groups, warp_tot[kWarps];
+  group_pairs_block(ids, n, n_expert, order, groups, &n_groups);
+  __syncthreads();  // groups (global) and n_groups written
+  const int g = threadIdx.x;
+  const int32_t cnt = g < n_groups ? groups[3 * g + 2] : 0, nt = (cnt + kBN - 1) / kBN;
+  const int32_t e = g < n_groups ? groups[3 * g] : 0, first = g < n_groups ? groups[3 * g + 1] : 0;
+  if (!by_cost) {
+    int32_t total;
+    const int32_t at = block_incl_scan(nt, warp_tot, &total) - nt;
+    for (int32_t s = 0; s < nt; ++s) {
+      tiles[3 * (at + s)] = e;
+      tiles[3 * (at + s) + 1] = first + s * kBN;
+      tiles[3 * (at + s) + 2] = min(kBN, cnt - s * kBN);
+    }
+    if (g == kMaxGroupExperts - 1) *n_tiles = total;
+    return;
   }
-  if (g == kMaxGroupExperts - 1) *n_tiles = warp_tot[kWarps - 1];
+  // Class 0: the full tiles and a last tile of > 48 pairs; classes 1 … 3: a last tile of 33 … 48, 17 … 32,
+  // 1 … 16 pairs. One scan per class: this group's place in it and the class's total.
+  const int32_t full = cnt / kBN, rem = cnt - full * kBN;
+  const int cls = rem == 0 ? -1 : rem > 48 ? 0 : rem > 32 ? 1 : rem > 16 ? 2 : 3;
+  int32_t at = 0, start = 0;  // this group's first tile of class 0 (or of its last tile's class)
+  for (int c = 0; c < 4; ++c) {
+    const int32_t mine = c == 0 ? full + (cls == 0) : cls == c;
+    int32_t total;
+    const int32_t excl = block_incl_scan(mine, warp_tot, &total) - mine;
+    if (c == 0 || c == cls) at = start + excl;
+    if (c == 0) {
+      for (int32_t s = 0; s < full; ++s) {
+        tiles[3 * (at + s)] = e;
+        tiles[3 * (at + s) + 1] = first + s * kBN;
+        tiles[3 * (at + s) + 2] = kBN;
+      }
+      at += full;  // the last tile, if of class 0
+    }
+    if (c == cls) {
+      tiles[3 * at] = e;
+      tiles[3 * at + 1] = first + full * kBN;
+      tiles[3 * at + 2] = rem;
+    }
+    start += total;
+  }
+  if (g == kMaxGroupExperts - 1) *n_tiles = start;
 }
 
 __global__ void scatter_experts_kernel(const int32_t* ids, int64_t n, int32_t n_expert, int32_t* cursor,
@@ -718,7 +764,9 @@ bool CudaBackend::group_by_expert(const int32_t* ids, int64_t n, int32_t n_exper
   cudaStream_t s = stream();
   if (prefill_glue_ && n_expert <= kMaxGroupExperts && n < (int64_t{1} << 31)) {
     // cnt, start and cursor (3 · n_expert words) hold the groups.
-    group_tiles_kernel<<<1, kMaxGroupExperts, 0, s>>>(ids, static_cast<int32_t>(n), n_expert, cnt, order, tiles, n_tiles);
+    // gemm_experts 40: the tiles dearest first (group_tiles_kernel by_cost).
+    group_tiles_kernel<<<1, kMaxGroupExperts, 0, s>>>(ids, static_cast<int32_t>(n), n_expert, cnt, order, tiles, n_tiles,
+                                                      gemm_experts_ == 40 ? 1 : 0);
     return launched("group by expert");
   }
   if (!check(cudaMemsetAsync(cnt, 0, sizeof(int32_t) * n_expert, s), "expert groups memset")) return false;

@@ -395,15 +395,15 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // and items handed out by an atomic counter; 29: each item's stage loop specialised on its fragment count;
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
   // rows zero-filled instead of skipped); 34 (the default): 32 with IQ2_XXS decoded by shared tables
-  // (experts_iq2.cuh: selector words, PRMT); 40: 34 with gate and up on one quantization, the SwiGLU in the up
-  // projection's epilogue and the tiles dearest first. 60, 80 and 160 tokens: experts 1 … 15 hold 20, ~27 and
-  // ~53 pairs, so every even-rounded fragment count (2, 4, 6, 8) runs.
+  // (experts_iq2.cuh: selector words, PRMT); 42: 34 with gate and up on one quantization and the tiles dearest
+  // first; 43: 42 with 4-byte word loads where aligned; 44: 43 with gate and up in one launch. 60, 80 and 160
+  // tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every even-rounded fragment count (2, 4, 6, 8) runs.
   cuda::CudaBackendOptions off;
   off.gemm_experts = 0;
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 40};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 42, 43, 44};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
@@ -421,18 +421,18 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   }
 }
 
-TEST_F(CudaGemm, ExpertsSwigluInUpMatchAtSkewedRouting) {
-  // gemm_experts 40 (gate and up on one quantization, SwiGLU in the up projection's epilogue, tiles ordered
-  // dearest first by group_tiles_kernel) against 34 and gemm2_kernel at the Flash widths (gate/up 4,096, down
-  // 2,048 columns) with routing like a text prompt's: 1,024 tokens of Zipf-distributed types over 300, each
-  // type with its own 6 of 64 experts drawn with a popularity skew — tiles of every class (full, 49 … 64,
-  // 33 … 48, 17 … 32, 1 … 16 pairs) and several tiles for the popular experts; ~24 items per block.
-  cuda::CudaBackendOptions o0, o34, o40;
+TEST_F(CudaGemm, ExpertsByCostMatchAtSkewedRouting) {
+  // gemm_experts 42 (gate and up on one quantization, tiles ordered dearest first by group_tiles_kernel), 43
+  // (42 with 4-byte word loads where aligned) and 44 (43 with gate and up in one launch) against 34 and
+  // gemm2_kernel at the Flash widths (gate/up 4,096, down 2,048 columns) with routing like a text prompt's:
+  // 1,024 tokens of Zipf-distributed types over 300, each type with its own 6 of 64 experts drawn with a
+  // popularity skew — tiles of every class (full, 49 … 64, 33 … 48, 17 … 32, 1 … 16 pairs) and several tiles
+  // for the popular experts; ~24 items per block. Outputs poisoned (MoeCase::run).
+  cuda::CudaBackendOptions o0, o34;
   o0.gemm_experts = 0;
   o34.gemm_experts = 34;
-  o40.gemm_experts = 40;
-  auto gemm2 = backend_with(o0), b34 = backend_with(o34), b40 = backend_with(o40);
-  ASSERT_TRUE(gemm2 && b34 && b40);
+  auto gemm2 = backend_with(o0), b34 = backend_with(o34);
+  ASSERT_TRUE(gemm2 && b34);
   MoeCase m = moe_case(64, 4096, 2048, 1024);
   constexpr int kTypes = 300;
   std::vector<double> type_w(kTypes), expert_w(64);
@@ -452,10 +452,17 @@ TEST_F(CudaGemm, ExpertsSwigluInUpMatchAtSkewedRouting) {
     const auto& ex = experts_of[type_of(rng_)];
     for (int j = 0; j < m.k; ++j) m.ids[i * m.k + j] = ex[j];
   }
-  const auto want = m.run(*gemm2), got34 = m.run(*b34), got = m.run(*b40);
-  EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_experts 40 vs gemm2_kernel, skewed routing";
-  EXPECT_EQ(bit_diffs(got, got34), 0) << "gemm_experts 40 vs 34, skewed routing";
-  for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "gemm_experts 40: non-finite, skewed routing";
+  const auto want = m.run(*gemm2), got34 = m.run(*b34);
+  EXPECT_EQ(bit_diffs(got34, want), 0) << "gemm_experts 34 vs gemm2_kernel, skewed routing";
+  for (int v : {42, 43, 44}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_experts = v;
+    auto be = backend_with(o);
+    ASSERT_TRUE(be);
+    const auto got = m.run(*be);
+    EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_experts " << v << " vs gemm2_kernel, skewed routing";
+    for (const float x : got) ASSERT_TRUE(std::isfinite(x)) << "gemm_experts " << v << ": non-finite, skewed routing";
+  }
 }
 
 TEST_F(CudaGemm, RemovedExpertsVariantsAreRejected) {

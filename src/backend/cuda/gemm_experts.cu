@@ -58,11 +58,6 @@ struct PlaneParams {
   // are its own. Null: one matrix.
   const uint8_t* w2;
   float* y2;
-  // Variant 40 (experts_fast_kernel kSwi): the up projection's epilogue stores moe_swiglu_value(gate_y[o],
-  // up value, sw.weights[pair], sw.clamp) at o instead of the up value — the down projection's input (gate_y:
-  // the gate's outputs, the up job's y stride; sw.u unused). Null: plain outputs.
-  const float* gate_y;
-  ExpertsSwiglu sw;
 };
 
 __device__ inline void cp_async4(void* dst, const void* src) {
@@ -84,7 +79,7 @@ __device__ inline void cp_async4_n(uint32_t dst, const void* src, int n) {
 // two 4-byte words at 32·(l / 4) + 4·(l % 4) and + 16. Same values, same d and bsums. sw.u set: the
 // values are moe_swiglu_value(x, u, weights[row], clamp) — moe_swiglu4_kernel's, quantized without
 // being written (u with x's stride).
-// kVec4 (variant 40): a lane's 8 values (and u's) by two 16-byte loads (x, u and x_stride 16-byte aligned,
+// kVec4 (variants 42 … 44): a lane's 8 values (and u's) by two 16-byte loads (x, u and x_stride 16-byte aligned,
 // checked by the caller) instead of 8 scalar ones; the same values, so the same bits.
 template <bool kVec4 = false>
 __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows,
@@ -405,9 +400,11 @@ struct DSmemTab {
 // lean_stage's IQ2_XXS stage (sub-block 0 peeled, the same integer block sums and float terms, so the same
 // bits) with the values picked by selector words (iq2_sel, iq2_pick: ~11 instead of ~21 ALU per row and
 // sub-block). kUnroll: the sub-block loop's unrolling after the peeled sub-block 0 (1 or 7); kNJ even.
+// kA4 (variants 43, 44: the stages whose sign/scale words sit on 4 bytes: blk0 and blk1 ≡ 2 mod 4): each word
+// by one 4-byte load instead of two 2-byte loads and a merge.
 // (Removed after session 11's H200 runs, docs/PERF.md: the split form — the scale folded into lo/hi fragments,
 // two MMA chains — and odd fragment counts ending on an x2 ldmatrix, variants 35 … 39.)
-template <int kUnroll, int kNJ, class S, int kAJ>
+template <int kUnroll, int kNJ, bool kA4 = false, class S, int kAJ>
 __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int lane,
                                             float (&acc)[kAJ][4]) {
   static_assert(kNJ <= kAJ && kNJ % 2 == 0, "accumulators for every fragment, fragments in pairs");
@@ -421,7 +418,7 @@ __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t*
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
-      const uint32_t a1 = ld32_u16(b + 4);
+      const uint32_t a1 = kA4 ? ld32(b + 4) : ld32_u16(b + 4);
       const uint32_t sel = iq2_sel(s.tab, b[t], (a1 >> (7 * t)) & 127, lane);
       ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
       al[h] = iq2_pick(kIq2Pos, kIq2Neg, sel);             // values 8t … 8t + 3
@@ -520,25 +517,6 @@ __device__ __forceinline__ void store_item(const GemmParams& p, const WalkItem& 
       float val = acc[j][e];
       if constexpr (T == GgmlType::IQ2_XXS) val = 0.125f * val;  // once per row, as dot_iq2_xxs_ref
       y[static_cast<int64_t>(p.order[mi.first + col]) * p.y_stride + mi.m0 + row] = val;
-    }
-}
-
-// Variant 40's up projection: store_item's outputs (IQ2_XXS) as the down projection's input,
-// moe_swiglu_value(gate output, up value, the pair's weight, clamp) at the up value's place — what
-// quantize_q8_K_planes_kernel with ExpertsSwiglu computed from the two rows (the same expression on the same
-// floats, so the same bits); the down quantizer then reads one row per pair and no SwiGLU.
-template <int kAJ>
-__device__ __forceinline__ void store_item_swiglu(const GemmParams& p, const PlaneParams& q, const WalkItem& mi, int r0,
-                                                  int t, const float (&acc)[kAJ][4]) {
-#pragma unroll
-  for (int j = 0; j < kAJ; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = r0 + (e >= 2 ? 8 : 0), col = 8 * j + 2 * t + (e & 1);
-      if (col >= mi.nvec || mi.m0 + row >= p.rows) continue;
-      const int32_t v = p.order[mi.first + col];
-      const int64_t o = static_cast<int64_t>(v) * p.y_stride + mi.m0 + row;
-      p.y[o] = moe_swiglu_value(q.gate_y[o], 0.125f * acc[j][e], q.sw.weights[v], q.sw.clamp);
     }
 }
 
@@ -667,14 +645,17 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // window holds bytes: (CA − 1)·16 < WB), shared addresses as offsets from one base, d copied by threads
 // 0 … 63 for pair tid and Q2_K bsums by 64 … 191 for pair (tid − 64) / 2 (their activation rows set per item).
 // kTab (variant 34, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead of the grid).
-// kSwi (variant 40's up projection, with kPerItem): outputs by store_item_swiglu (PlaneParams::gate_y, sw).
+// kAlign (variants 43, 44, with kTab): the stages whose IQ2_XXS words sit on 4 bytes by table_stage's kA4 form
+// (with 16-byte aligned rows of 1,056 bytes — K 4,096 — every odd stage kb: a block starts 66·kb bytes in).
+// kSkip (variants 43, 44: IQ2_XXS, with kLeanCopy; 29's Q2_K copies skip absent pairs already): no activation copies for the pair rows past the item's fragments
+// (rows ≥ 16·⌈nvec / 16⌉, never read by its ldmatrix: left as they are, warp-uniform) — a 1 … 16-pair tile
+// copies a quarter of the rows instead of all 64 zero-filled.
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
-          bool kLeanCopy = false, bool kTab = false, bool kSwi = false>
+          bool kLeanCopy = false, bool kTab = false, bool kAlign = false, bool kSkip = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
   static_assert(!kTab || (T == GgmlType::IQ2_XXS && kPerItem), "the tables: IQ2_XXS, per-item stage loops");
-  static_assert(!kSwi || (T == GgmlType::IQ2_XXS && kPerItem && !kPair), "the SwiGLU epilogue: IQ2_XXS up, per item");
   using S = std::conditional_t<kTab, DSmemTab<R>, DSmem<T, R, GR>>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   S& s = *reinterpret_cast<S*>(smem_raw);
@@ -711,6 +692,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   auto soff = [&](const void* q) { return sbase + static_cast<uint32_t>(static_cast<const unsigned char*>(q) - smem_raw); };
   static_assert(!kLeanCopy || (CA - 1) * 16 < WB, "every chunk of a raw window holds bytes");
   const uint8_t* cw = nullptr;  // the copy item's expert base
+  int cnr = kBN;                // kSkip: the copy item's pair rows read by its fragments
   int cu = -1, ckb = 0;
   const uint32_t K = static_cast<uint32_t>(p.cols), nb = K / kBK;
   auto copy = [&] {  // the next stage of the copy sequence into its ring slot
@@ -736,6 +718,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
         const int32_t v = c < ci.nvec ? p.order[ci.first + c] : -1;
         ap[i] = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div) * K);
       }
+      if constexpr (kSkip) cnr = min(kBN, (ci.nvec + 15) / 16 * 16);
       if constexpr (kLeanCopy) {
         const int c = tid < 64 ? tid : (tid - 64) / 2;
         const int32_t v = (tid < 64 || (T == GgmlType::Q2_K && tid < 192)) && c < ci.nvec ? p.order[ci.first + c] : -1;
@@ -758,6 +741,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int c = tid / 16 + 16 * i;
+        if (kSkip && 16 * i + 2 * (tid / kWarp) >= cnr) break;  // rows c ≥ cnr (warp-uniform: cnr % 16 == 0)
         const bool ok = ap[i] >= 0;
         cp_async16_n(soff(s.q[slot] + c * kLd + 16 * ck), q.qs + (ok ? static_cast<uint32_t>(ap[i]) + kq + 16 * ck : 0u),
                      ok ? 16 : 0);
@@ -838,17 +822,21 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
           const uint32_t skb = sh0 + static_cast<uint32_t>(kb) * WB;
           const uint8_t* blk0 = s.raw_a[slot] + r0 * PA + (skb & 15);
           const uint8_t* blk1 = s.raw_a[slot] + (r0 + 8) * PA + ((skb + 8 * rb_lo) & 15);
-          if constexpr (kTab) {
+          if constexpr (kTab && kAlign) {
+            // blk0's and blk1's word addresses (+ 6 + 8·sb) mod 4 (rows PA apart, slots 16-byte aligned).
+            const bool a4 = (skb & 3) == 2 && ((skb + 8 * rb_lo) & 3) == 2;  // uniform over the block
+            if (a4) {
+              table_stage<kLean, NJ, true>(s, slot, blk0, blk1, lane, acc);
+            } else {
+              table_stage<kLean, NJ, false>(s, slot, blk0, blk1, lane, acc);
+            }
+          } else if constexpr (kTab) {
             table_stage<kLean, NJ>(s, slot, blk0, blk1, lane, acc);
           } else {
             lean_stage<T, kLean, NJ>(s, slot, blk0, blk1, lane, acc);
           }
         }
-        if constexpr (kSwi) {
-          store_item_swiglu(p, q, mi, r0, t, acc);
-        } else {
-          store_item<T>(p, mi, r0, t, acc, kPair && it >= n_one ? q.y2 : p.y);
-        }
+        store_item<T>(p, mi, r0, t, acc, kPair && it >= n_one ? q.y2 : p.y);
       };
       const int nf = min(8, (mi.nvec + 7) / 8);  // uniform over the block
       switch ((nf + 1) / 2) {
@@ -901,17 +889,18 @@ struct ExpertsKernel {
   size_t smem;
 };
 
-// swi: variant 40's up projection (the SwiGLU epilogue).
 template <GgmlType T>
-ExpertsKernel experts_kernel(int variant, bool swi = false) {
+ExpertsKernel experts_kernel(int variant) {
   if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34 ||
-      variant == 40) {
+      (variant >= 42 && variant <= 44)) {
     if constexpr (T == GgmlType::IQ2_XXS) {
-      // 40: 34's kernel; its up projection with the SwiGLU epilogue.
-      if (variant == 40 && swi)
-        return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true, true>, sizeof(DSmemTab<2>)};
-      // 34: 32 with table_stage. (Not kept: 34 unrolled — 136 bytes of spills at 128 registers, ptxas.)
-      if (variant == 34 || variant == 40)
+      // 43: 34 with the aligned stages' 4-byte word loads; 44: 43 with gate and up in one launch.
+      if (variant == 44)
+        return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, true, true>, sizeof(DSmemTab<2>)};
+      if (variant == 43)
+        return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true, true, true>, sizeof(DSmemTab<2>)};
+      // 34: 32 with table_stage (42: 34's kernel). (Not kept: 34 unrolled — 136 bytes of spills at 128 registers.)
+      if (variant == 34 || variant == 42)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true>, sizeof(DSmemTab<2>)};
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 29) return {experts_fast_kernel<T, 2, 16, 1, true, true>, sizeof(DSmem<T, 2, 16>)};
@@ -922,7 +911,7 @@ ExpertsKernel experts_kernel(int variant, bool swi = false) {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
       // 30: one matrix; 34: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant == 34 || variant == 40)
+      if (variant == 29 || variant == 30 || variant == 34 || (variant >= 42 && variant <= 44))
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -959,7 +948,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 option == 34 || option == 40
+                 option == 34 || (option >= 42 && option <= 44)
              ? option
              : kExpertsAuto;
 }
@@ -993,7 +982,7 @@ cudaError_t upload_gemm_experts_tables() {
   return e != cudaSuccess ? e : cudaMemcpyToSymbol(c_iq2, &t, sizeof(t));
 }
 
-bool experts_gate_up_one_launch(int variant) { return variant == 30; }
+bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44; }
 
 namespace {
 
@@ -1001,10 +990,8 @@ namespace {
 struct PlaneRun {
   const ExpertsSwiglu* swiglu = nullptr;  // the quantizer's SwiGLU (the MoE op's down projection)
   const GemvJob* second = nullptr;        // variant 30: that job's matrix in the same launch on the same planes
-  bool quantize = true;   // false (variant 40's up): the planes in `scratch` are those of the previous call's job,
-                          // whose activations, shapes and groups are this job's (checked by the caller)
-  const float* gate_y = nullptr;          // variant 40's up: the SwiGLU epilogue (PlaneParams::gate_y, sw)
-  const ExpertsSwiglu* epi = nullptr;
+  bool quantize = true;   // false (variants 42, 43: the up job): the planes in `scratch` are those of the previous
+                          // call's job, whose activations, shapes and groups are this job's (checked by the caller)
   bool dry = false;  // only whether the job would be taken: nothing allocated or launched
 };
 
@@ -1013,15 +1000,14 @@ struct PlaneRun {
 bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant, const PlaneRun& how) {
   const ExpertsSwiglu* swiglu = how.swiglu;
   const GemvJob* second = how.second;
-  const bool special = second || !how.quantize || how.epi;  // no fallback to variant 13 for these
+  const bool special = second || !how.quantize;  // no fallback to variant 13 for these
   const GgmlType t = j.w.type;
-  if (second && (variant != 30 || swiglu || t != GgmlType::IQ2_XXS || second->w.type != t || second->w.rows != j.w.rows ||
+  if (second && (!experts_gate_up_one_launch(variant) || swiglu || t != GgmlType::IQ2_XXS || second->w.type != t || second->w.rows != j.w.rows ||
                  second->w.cols != j.w.cols || second->w.row_bytes != j.w.row_bytes ||
                  second->expert_bytes != j.expert_bytes || second->x != j.x || second->x_stride != j.x_stride ||
                  second->x_div != j.x_div || second->n_vec != j.n_vec || second->groups != j.groups ||
                  second->y_stride != j.y_stride || reinterpret_cast<uintptr_t>(second->w.data) % 16 != 0))
     return false;
-  if (how.epi && (variant != 40 || t != GgmlType::IQ2_XXS || swiglu || !how.gate_y || !how.epi->weights)) return false;
   if ((t != GgmlType::IQ2_XXS && t != GgmlType::Q2_K) || !j.groups || j.w.cols % 1024 != 0 ||
       reinterpret_cast<uintptr_t>(j.w.data) % 16 != 0)  // (the weight windows read ≤ 15 bytes before a row)
     return false;
@@ -1040,7 +1026,7 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
     if (special) return false;
     variant = 13;
   }
-  const ExpertsKernel k = t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant, how.epi != nullptr)
+  const ExpertsKernel k = t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant)
                                                  : experts_kernel<GgmlType::Q2_K>(variant);
   if (static_cast<size_t>(optin) < k.smem + kBN * sizeof(int64_t)) return false;
   const int row_blocks = static_cast<int>(grid_for(j.w.rows, kBM));
@@ -1057,13 +1043,12 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
   auto* base = static_cast<uint8_t*>(scratch.ptr);
   PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
                 reinterpret_cast<const int16_t*>(base + bs_off), reinterpret_cast<int*>(base + ctr_off),
-                second ? static_cast<const uint8_t*>(second->w.data) : nullptr, second ? second->y : nullptr,
-                how.gate_y, how.epi ? *how.epi : ExpertsSwiglu{}};
+                second ? static_cast<const uint8_t*>(second->w.data) : nullptr, second ? second->y : nullptr};
   if (variant >= 27 && !be.check(cudaMemsetAsync(q.next_item, 0, sizeof(int), be.stream()), "gemm experts item counter"))
     return true;
   if (how.quantize) {
-    // Variant 40: 16-byte loads where x (and u) and the row stride allow them.
-    const bool vec4 = variant >= 40 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
+    // Variants 42 … 44: 16-byte loads where x (and u) and the row stride allow them.
+    const bool vec4 = variant >= 42 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
                       (!swiglu || reinterpret_cast<uintptr_t>(swiglu->u) % 16 == 0);
     auto* qk = vec4 ? quantize_q8_K_planes_kernel<true> : quantize_q8_K_planes_kernel<false>;
     qk<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q,
@@ -1113,21 +1098,20 @@ bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& u
   return run_planes(be, gate, scratch, variant, how);
 }
 
-bool experts_swiglu_in_up(int variant) { return variant == 40; }
+bool experts_gate_up_once(int variant) { return variant == 42 || variant == 43; }
 
-bool gemm_experts_gate_up_swiglu(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
-                                 int variant, const ExpertsSwiglu& sw) {
-  // The up job reads the gate's planes: the same activations, shapes and groups; and its outputs' rows are
-  // the gate's (o = pair · y_stride + row in both).
-  if (!experts_swiglu_in_up(variant) || up.w.type != gate.w.type || up.w.rows != gate.w.rows ||
+bool experts_tiles_by_cost(int variant) { return variant >= 42 && variant <= 44; }
+
+bool gemm_experts_gate_up_once(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
+                               int variant) {
+  // The up job reads the gate's planes: the same activations, shapes and groups.
+  if (!experts_gate_up_once(variant) || up.w.type != gate.w.type || up.w.rows != gate.w.rows ||
       up.w.cols != gate.w.cols || up.x != gate.x || up.x_stride != gate.x_stride || up.x_div != gate.x_div ||
-      up.n_vec != gate.n_vec || up.groups != gate.groups || up.y_stride != gate.y_stride || !sw.weights)
+      up.n_vec != gate.n_vec || up.groups != gate.groups)
     return false;
   PlaneRun g_how, u_how;
   g_how.dry = u_how.dry = true;
   u_how.quantize = false;
-  u_how.gate_y = gate.y;
-  u_how.epi = &sw;
   if (!run_planes(be, gate, scratch, variant, g_how) || !run_planes(be, up, scratch, variant, u_how)) return false;
   g_how.dry = u_how.dry = false;
   run_planes(be, gate, scratch, variant, g_how);

@@ -494,14 +494,11 @@ void CudaBackend::moe(const MoeArgs& a) {
   const bool gate_up = experts_gate_up_one_launch(gemm_experts_) && j.groups && tensor_cores() && gemm_pipelined_ &&
                        j.numerics == MatmulNumerics::ds4 && gemm_supports(j) && gemm_supports(ju) &&
                        gemm_experts_gate_up(*this, j, ju, moe_act_, gemm_experts_);
-  // gemm_experts 40 (experts_swiglu_in_up): gate and up on one quantization, the up projection's outputs
-  // swiglu(g, u)·w (the down projection's input, in u) — the same values, so the same bits.
-  const ExpertsSwiglu sw{u, a.weights, a.clamp};
-  const bool swiglu_in_up = !gate_up && experts_swiglu_in_up(gemm_experts_) && prefill_glue_ && j.groups &&
-                            tensor_cores() && gemm_pipelined_ && j.numerics == MatmulNumerics::ds4 &&
-                            gemm_supports(j) && gemm_supports(ju) &&
-                            gemm_experts_gate_up_swiglu(*this, j, ju, moe_act_, gemm_experts_, sw);
-  if (!gate_up && !swiglu_in_up) {
+  // gemm_experts 42, 43 (experts_gate_up_once): gate and up on one quantization, two launches.
+  const bool once = !gate_up && experts_gate_up_once(gemm_experts_) && j.groups && tensor_cores() &&
+                    gemm_pipelined_ && j.numerics == MatmulNumerics::ds4 && gemm_supports(j) && gemm_supports(ju) &&
+                    gemm_experts_gate_up_once(*this, j, ju, moe_act_, gemm_experts_);
+  if (!gate_up && !once) {
     gemv(j, moe_act_);
     gemv(ju, moe_act_);
   }
@@ -519,12 +516,7 @@ void CudaBackend::moe(const MoeArgs& a) {
   // its quantizer takes the SwiGLU from the gate and up rows: no SwiGLU pass, no hidden rows written
   // (the same values, so the same bits). At gemm_experts ≥ 20 (experts_fold_swiglu); below, or with
   // CudaBackendOptions::prefill_glue = false, the SwiGLU pass.
-  if (swiglu_in_up) {  // u holds swiglu(g, u)·w
-    j.x = u;
-    gemv(j, moe_h_act_);
-    if (!failed()) sum_slots(y);
-    return;
-  }
+  const ExpertsSwiglu sw{u, a.weights, a.clamp};
   const bool fused = experts_fold_swiglu(gemm_experts_) && prefill_glue_ && j.groups && tensor_cores() &&
                      gemm_pipelined_ && j.numerics == MatmulNumerics::ds4 && gemm_supports(j) &&
                      gemm_experts_planes(*this, j, moe_h_act_, gemm_experts_, &sw);

@@ -79,7 +79,7 @@ __device__ inline void cp_async4_n(uint32_t dst, const void* src, int n) {
 // two 4-byte words at 32·(l / 4) + 4·(l % 4) and + 16. Same values, same d and bsums. sw.u set: the
 // values are moe_swiglu_value(x, u, weights[row], clamp) — moe_swiglu4_kernel's, quantized without
 // being written (u with x's stride).
-// kVec4 (variants 42 … 44): a lane's 8 values (and u's) by two 16-byte loads (x, u and x_stride 16-byte aligned,
+// kVec4 (variants 42 … 45): a lane's 8 values (and u's) by two 16-byte loads (x, u and x_stride 16-byte aligned,
 // checked by the caller) instead of 8 scalar ones; the same values, so the same bits.
 template <bool kVec4 = false>
 __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows,
@@ -647,7 +647,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // kTab (variant 34, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead of the grid).
 // kAlign (variants 43, 44, with kTab): the stages whose IQ2_XXS words sit on 4 bytes by table_stage's kA4 form
 // (with 16-byte aligned rows of 1,056 bytes — K 4,096 — every odd stage kb: a block starts 66·kb bytes in).
-// kSkip (variants 43, 44: IQ2_XXS, with kLeanCopy; 29's Q2_K copies skip absent pairs already): no activation copies for the pair rows past the item's fragments
+// kSkip (variants 43 … 45: IQ2_XXS, with kLeanCopy; 29's Q2_K copies skip absent pairs already): no activation copies for the pair rows past the item's fragments
 // (rows ≥ 16·⌈nvec / 16⌉, never read by its ldmatrix: left as they are, warp-uniform) — a 1 … 16-pair tile
 // copies a quarter of the rows instead of all 64 zero-filled.
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
@@ -892,9 +892,12 @@ struct ExpertsKernel {
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
   if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34 ||
-      (variant >= 42 && variant <= 44)) {
+      (variant >= 42 && variant <= 45)) {
     if constexpr (T == GgmlType::IQ2_XXS) {
-      // 43: 34 with the aligned stages' 4-byte word loads; 44: 43 with gate and up in one launch.
+      // 43: 34 with the aligned stages' 4-byte word loads; 44: 43 with gate and up in one launch; 45: 44
+      // without the aligned loads.
+      if (variant == 45)
+        return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, false, true>, sizeof(DSmemTab<2>)};
       if (variant == 44)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, true, true>, sizeof(DSmemTab<2>)};
       if (variant == 43)
@@ -911,7 +914,7 @@ ExpertsKernel experts_kernel(int variant) {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
       // 30: one matrix; 34: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant == 34 || (variant >= 42 && variant <= 44))
+      if (variant == 29 || variant == 30 || variant == 34 || (variant >= 42 && variant <= 45))
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -948,7 +951,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 option == 34 || (option >= 42 && option <= 44)
+                 option == 34 || (option >= 42 && option <= 45)
              ? option
              : kExpertsAuto;
 }
@@ -982,7 +985,7 @@ cudaError_t upload_gemm_experts_tables() {
   return e != cudaSuccess ? e : cudaMemcpyToSymbol(c_iq2, &t, sizeof(t));
 }
 
-bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44; }
+bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44 || variant == 45; }
 
 namespace {
 
@@ -1047,7 +1050,7 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
   if (variant >= 27 && !be.check(cudaMemsetAsync(q.next_item, 0, sizeof(int), be.stream()), "gemm experts item counter"))
     return true;
   if (how.quantize) {
-    // Variants 42 … 44: 16-byte loads where x (and u) and the row stride allow them.
+    // Variants 42 … 45: 16-byte loads where x (and u) and the row stride allow them.
     const bool vec4 = variant >= 42 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
                       (!swiglu || reinterpret_cast<uintptr_t>(swiglu->u) % 16 == 0);
     auto* qk = vec4 ? quantize_q8_K_planes_kernel<true> : quantize_q8_K_planes_kernel<false>;
@@ -1100,7 +1103,7 @@ bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& u
 
 bool experts_gate_up_once(int variant) { return variant == 42 || variant == 43; }
 
-bool experts_tiles_by_cost(int variant) { return variant >= 42 && variant <= 44; }
+bool experts_tiles_by_cost(int variant) { return variant >= 42 && variant <= 45; }
 
 bool gemm_experts_gate_up_once(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
                                int variant) {

@@ -924,7 +924,7 @@ ExpertsKernel experts_kernel(int variant) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 34 (session 11 W1 on the H200, docs/PERF.md: the MoE of a
+// CudaBackendOptions::gemm_experts = −1: variant 45 (below). Before: 34 (session 11 W1 on the H200, docs/PERF.md: the MoE of a
 // 2,048-token chunk per layer 2.952 / 2.922 ms against 3.055 / 3.047 for 32 in the same run; ncu: gate or up
 // 0.945 vs 0.982 ms — 584 vs 609 M instructions —, down (29's Q2_K) 0.884 vs 0.896; 35 (the scale split into
 // lo/hi MMA chains) 3.111 / 3.098: 7 % fewer instructions, 60 % issue instead of 68 %; 36, 37 spill or lose
@@ -944,7 +944,14 @@ ExpertsKernel experts_kernel(int variant) {
 // both types unrolled: IQ2_XXS spills 88 bytes) removed; after W2, 31 (27 with IQ2_XXS's sub-blocks unrolled:
 // 3.169, spills) and 33 (31 with the lean copies: 3.120) removed. Session 11 (experts W1/W2 above): 35 … 38
 // (the split form) and 39 (exact fragment counts: no measured win) removed; make_cuda_backend rejects them.
-constexpr int kExpertsAuto = 34;
+// Session 12 (engineer pexperts, docs/PERF.md): 45 — 34's kernels with gate and up on one activation
+// quantization in one launch, the tiles dearest first, no copies of pair rows past a tile's fragments, the
+// plane quantizer by 16-byte loads. H200 W2 (cuda_prefill_bench 2048 walk, the MoE of a layer): 44 (45 with
+// the aligned-stage loads) 2.862 / 2.864 ms against 34's 2.909 / 2.912 with ids spread like a router's, 3.328 /
+// 3.324 against 3.430 / 3.431 with routing like a text prompt's; 42 (two launches, no skipped copies) 2.848 /
+// 3.346, 43 (42 + the aligned loads and skipped copies) 2.897 / 3.332. W1: 40 (42 with the SwiGLU in the up
+// projection's epilogue) 3.064 / 3.563 — the up kernel +0.19 ms (expf and an IEEE division per output), removed.
+constexpr int kExpertsAuto = 45;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }

@@ -13,11 +13,10 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 34
-// (the default: IQ2_XXS by shared tables), 42 (34 with one gate/up quantization and the tiles dearest
-// first), 43 (42 with 4-byte word loads where aligned), 44 (43, gate + up in one launch) and 45 (44 without the
-// aligned loads), then again, each with ids spread like a router's and with
-// routing like a text prompt's ("moe-zipf": Zipf-distributed token types, each with its own 6 experts drawn
-// with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 34, 42, 44 and 45 (under ncu).
+// (the default before session 12: IQ2_XXS by shared tables) and 44 (the default: 34 with gate and up on one
+// quantization in one launch, the tiles dearest first, 4-byte word loads where aligned), then again, each
+// with ids spread like a router's and with routing like a text prompt's ("moe-zipf": Zipf-distributed token
+// types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 34 and 44 (under ncu).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -85,7 +84,7 @@ int main(int argc, char** argv) {
               std::strcmp(argv[2], "f16shapes") == 0);
     return 0;
   }
-  // "profile": the experts of gemm_experts 34, 42, 44, 45, for ncu, no timing; "q8prof": q_b's matmul once on
+  // "profile": the experts of gemm_experts 34, then 44, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
   // "q8bulkprof": q_b's matmul once on the default (tensor copies), then with bulk-copy stages and the cp.async
   // ring (gemm_q8 = 12, 16; ncu).
@@ -96,7 +95,7 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 34 (the default: gemm_experts.cu's table stage), 42 … 45,
+  // "walk": only the routed-expert lines of gemm_experts 34 (gemm_experts.cu's table stage) and 44 (the default),
   // twice in turn (the second round shows the drift of the run), each also with routing like a text prompt's.
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
@@ -111,12 +110,12 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{37, 38, 39, 48, 49, 37, 38, 48, 49}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{37, 48, 37, 48}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
-                                 : profile    ? std::vector<int>{37, 38, 48, 49}
+                                 : profile    ? std::vector<int>{37, 48}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
                                               : std::vector<int>{0, 1, 2};
@@ -151,11 +150,8 @@ int main(int argc, char** argv) {
     if (mode == 28) co.gemm_experts = 20;
     if (mode == 31) co.gemm_experts = 27;  // the lean stage, items by an atomic counter
     if (mode >= 33 && mode <= 36) co.gemm_experts = mode - 4;  // 29, 30, 32 (gemm_experts.cu: per-item stage loops, 30 gate + up in one launch, 32 the lean copies)
-    if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (39, 48 … 50: removed variants)
-    if (mode == 38) co.gemm_experts = 42;                      // 34, one gate/up quantization, tiles dearest first
-    if (mode == 39) co.gemm_experts = 43;                      // 42 with the aligned stages' 4-byte word loads
-    if (mode == 48) co.gemm_experts = 44;                      // 43 with gate + up in one launch
-    if (mode == 49) co.gemm_experts = 45;                      // 44 without the aligned loads
+    if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 49, 50: removed variants)
+    if (mode == 48) co.gemm_experts = 44;                      // the default: one gate/up launch, tiles by cost (38, 39, 49: removed)
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -164,9 +160,9 @@ int main(int argc, char** argv) {
     auto be = std::move(made).value();
     const char* const names[] = {"tensor-core", "tc-previous", "matvec",     "q8-direct1",
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
-                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "tc-exp-once", "tc-exp-a4",
+                                 "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1", "tc-exp-gu2"};
+                                 "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {

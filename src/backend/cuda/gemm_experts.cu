@@ -12,9 +12,10 @@
 // through a 3-stage cp.async ring with one barrier per stage.
 // Two kernels (CudaBackendOptions::gemm_experts), both two resident blocks per SM walking the (128 rows,
 // tile) items through one continuous ring: experts_fast_kernel (20: fewer instructions per stage, see
-// there; 32, 27, 29, 30: its lean stage and items handed out by a counter, see there; 34 (the default): 32
-// with IQ2_XXS decoded by shared tables — table_stage, experts_iq2.cuh) and experts_walk_kernel (13, an
-// earlier default).
+// there; 32, 27, 29, 30: its lean stage and items handed out by a counter, see there; 34: 32 with IQ2_XXS
+// decoded by shared tables — table_stage, experts_iq2.cuh; 44 (the default): 34 with gate and up on one
+// quantization in one launch, the tiles dearest first, see experts_fast_kernel's kAlign / kSkip) and
+// experts_walk_kernel (13, an earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -29,7 +30,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/experts_gate_up.h"
+#include "backend/cuda/experts_order.h"
 #include "backend/cuda/experts_iq2.cuh"
 #include "backend/cuda/gemm_experts.h"
 #include "backend/cuda/gemm_tiles.cuh"
@@ -79,7 +80,7 @@ __device__ inline void cp_async4_n(uint32_t dst, const void* src, int n) {
 // two 4-byte words at 32·(l / 4) + 4·(l % 4) and + 16. Same values, same d and bsums. sw.u set: the
 // values are moe_swiglu_value(x, u, weights[row], clamp) — moe_swiglu4_kernel's, quantized without
 // being written (u with x's stride).
-// kVec4 (variants 42 … 45): a lane's 8 values (and u's) by two 16-byte loads (x, u and x_stride 16-byte aligned,
+// kVec4 (variant 44): a lane's 8 values (and u's) by two 16-byte loads (x, u and x_stride 16-byte aligned,
 // checked by the caller) instead of 8 scalar ones; the same values, so the same bits.
 template <bool kVec4 = false>
 __global__ void __launch_bounds__(256) quantize_q8_K_planes_kernel(const float* x, int64_t x_stride, int64_t rows,
@@ -400,7 +401,7 @@ struct DSmemTab {
 // lean_stage's IQ2_XXS stage (sub-block 0 peeled, the same integer block sums and float terms, so the same
 // bits) with the values picked by selector words (iq2_sel, iq2_pick: ~11 instead of ~21 ALU per row and
 // sub-block). kUnroll: the sub-block loop's unrolling after the peeled sub-block 0 (1 or 7); kNJ even.
-// kA4 (variants 43, 44: the stages whose sign/scale words sit on 4 bytes: blk0 and blk1 ≡ 2 mod 4): each word
+// kA4 (variant 44: the stages whose sign/scale words sit on 4 bytes: blk0 and blk1 ≡ 2 mod 4): each word
 // by one 4-byte load instead of two 2-byte loads and a merge.
 // (Removed after session 11's H200 runs, docs/PERF.md: the split form — the scale folded into lo/hi fragments,
 // two MMA chains — and odd fragment counts ending on an x2 ldmatrix, variants 35 … 39.)
@@ -645,11 +646,11 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // window holds bytes: (CA − 1)·16 < WB), shared addresses as offsets from one base, d copied by threads
 // 0 … 63 for pair tid and Q2_K bsums by 64 … 191 for pair (tid − 64) / 2 (their activation rows set per item).
 // kTab (variant 34, IQ2_XXS with kPerItem): the stages by table_stage (tables in DSmemTab instead of the grid).
-// kAlign (variants 43, 44, with kTab): the stages whose IQ2_XXS words sit on 4 bytes by table_stage's kA4 form
+// kAlign (variant 44, with kTab): the stages whose IQ2_XXS words sit on 4 bytes by table_stage's kA4 form
 // (with 16-byte aligned rows of 1,056 bytes — K 4,096 — every odd stage kb: a block starts 66·kb bytes in).
-// kSkip (variants 43 … 45: IQ2_XXS, with kLeanCopy; 29's Q2_K copies skip absent pairs already): no activation copies for the pair rows past the item's fragments
-// (rows ≥ 16·⌈nvec / 16⌉, never read by its ldmatrix: left as they are, warp-uniform) — a 1 … 16-pair tile
-// copies a quarter of the rows instead of all 64 zero-filled.
+// kSkip (variant 44: IQ2_XXS, with kLeanCopy; 29's Q2_K copies skip absent pairs already): no activation
+// copies for the pair rows past the item's fragments (rows ≥ 16·⌈nvec / 16⌉, never read by its ldmatrix:
+// left as they are, warp-uniform) — a 1 … 16-pair tile copies a quarter of the rows instead of all 64.
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
           bool kLeanCopy = false, bool kTab = false, bool kAlign = false, bool kSkip = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
@@ -892,18 +893,14 @@ struct ExpertsKernel {
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
   if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34 ||
-      (variant >= 42 && variant <= 45)) {
+      variant == 44) {
     if constexpr (T == GgmlType::IQ2_XXS) {
-      // 43: 34 with the aligned stages' 4-byte word loads; 44: 43 with gate and up in one launch; 45: 44
-      // without the aligned loads.
-      if (variant == 45)
-        return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, false, true>, sizeof(DSmemTab<2>)};
+      // 44: 34 with gate and up in one launch, the aligned stages' 4-byte word loads and no copies of pair
+      // rows past the fragments.
       if (variant == 44)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, true, true>, sizeof(DSmemTab<2>)};
-      if (variant == 43)
-        return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true, true, true>, sizeof(DSmemTab<2>)};
-      // 34: 32 with table_stage (42: 34's kernel). (Not kept: 34 unrolled — 136 bytes of spills at 128 registers.)
-      if (variant == 34 || variant == 42)
+      // 34: 32 with table_stage. (Not kept: 34 unrolled — 136 bytes of spills at 128 registers, ptxas.)
+      if (variant == 34)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true>, sizeof(DSmemTab<2>)};
       if (variant == 27) return {experts_fast_kernel<T, 2, 16, 1, true>, sizeof(DSmem<T, 2, 16>)};
       if (variant == 29) return {experts_fast_kernel<T, 2, 16, 1, true, true>, sizeof(DSmem<T, 2, 16>)};
@@ -913,8 +910,8 @@ ExpertsKernel experts_kernel(int variant) {
     } else {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
-      // 30: one matrix; 34: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant == 34 || (variant >= 42 && variant <= 45))
+      // 30: one matrix; 34, 44: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
+      if (variant == 29 || variant == 30 || variant == 34 || variant == 44)
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -924,8 +921,8 @@ ExpertsKernel experts_kernel(int variant) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 45 (below). Before: 34 (session 11 W1 on the H200, docs/PERF.md: the MoE of a
-// 2,048-token chunk per layer 2.952 / 2.922 ms against 3.055 / 3.047 for 32 in the same run; ncu: gate or up
+// CudaBackendOptions::gemm_experts = −1: variant 44 (below). Before: 34 (session 11 W1 on the H200, docs/PERF.md:
+// the MoE of a 2,048-token chunk per layer 2.952 / 2.922 ms against 3.055 / 3.047 for 32 in the same run; ncu: gate or up
 // 0.945 vs 0.982 ms — 584 vs 609 M instructions —, down (29's Q2_K) 0.884 vs 0.896; 35 (the scale split into
 // lo/hi MMA chains) 3.111 / 3.098: 7 % fewer instructions, 60 % issue instead of 68 %; 36, 37 spill or lose
 // likewise). W2 (same run, twice): 34 2.951 / 2.941, 39 (34 on exact fragment counts) 2.920 / 2.926, 38 3.046 /
@@ -944,21 +941,23 @@ ExpertsKernel experts_kernel(int variant) {
 // both types unrolled: IQ2_XXS spills 88 bytes) removed; after W2, 31 (27 with IQ2_XXS's sub-blocks unrolled:
 // 3.169, spills) and 33 (31 with the lean copies: 3.120) removed. Session 11 (experts W1/W2 above): 35 … 38
 // (the split form) and 39 (exact fragment counts: no measured win) removed; make_cuda_backend rejects them.
-// Session 12 (engineer pexperts, docs/PERF.md): 45 — 34's kernels with gate and up on one activation
-// quantization in one launch, the tiles dearest first, no copies of pair rows past a tile's fragments, the
-// plane quantizer by 16-byte loads. H200 W2 (cuda_prefill_bench 2048 walk, the MoE of a layer): 44 (45 with
-// the aligned-stage loads) 2.862 / 2.864 ms against 34's 2.909 / 2.912 with ids spread like a router's, 3.328 /
-// 3.324 against 3.430 / 3.431 with routing like a text prompt's; 42 (two launches, no skipped copies) 2.848 /
-// 3.346, 43 (42 + the aligned loads and skipped copies) 2.897 / 3.332. W1: 40 (42 with the SwiGLU in the up
-// projection's epilogue) 3.064 / 3.563 — the up kernel +0.19 ms (expf and an IEEE division per output), removed.
-constexpr int kExpertsAuto = 45;
+// Session 12 (engineer pexperts, docs/PERF.md): 44 — 34's kernels with gate and up on one activation
+// quantization in one launch, the tiles dearest first (group_tiles_kernel by_cost), the aligned stages' IQ2_XXS
+// words by 4-byte loads, no copies of pair rows past a tile's fragments, the plane quantizer by 16-byte loads.
+// H200, cuda_prefill_bench 2048 walk (the MoE of a layer, ms): W2 44 2.862 / 2.864 against 34's 2.909 / 2.912
+// with ids spread like a router's, 3.328 / 3.324 against 3.430 / 3.431 with routing like a text prompt's; W3 2.876
+// / 3.353 against 2.944 / 3.456. Removed after those runs: 40 (one quantization, the SwiGLU in the up epilogue:
+// 3.064 / 3.563 in W1 — the up kernel +0.19 ms, an expf and an IEEE division per output), 42 (two launches, no
+// aligned loads or skipped copies: 2.848 / 3.346 in W2, 2.874 / 3.387 in W3), 43 (42 with them: 2.897 / 3.332,
+// 2.923 / 3.369), 45 (44 without the aligned loads: 2.934 / 3.415 in W3).
+constexpr int kExpertsAuto = 44;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 option == 34 || (option >= 42 && option <= 45)
+                 option == 34 || option == 44
              ? option
              : kExpertsAuto;
 }
@@ -992,27 +991,17 @@ cudaError_t upload_gemm_experts_tables() {
   return e != cudaSuccess ? e : cudaMemcpyToSymbol(c_iq2, &t, sizeof(t));
 }
 
-bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44 || variant == 45; }
+bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44; }
 
 namespace {
 
-// How run_planes runs a job (all unset: gemm_experts_planes).
-struct PlaneRun {
-  const ExpertsSwiglu* swiglu = nullptr;  // the quantizer's SwiGLU (the MoE op's down projection)
-  const GemvJob* second = nullptr;        // variant 30: that job's matrix in the same launch on the same planes
-  bool quantize = true;   // false (variants 42, 43: the up job): the planes in `scratch` are those of the previous
-                          // call's job, whose activations, shapes and groups are this job's (checked by the caller)
-  bool dry = false;  // only whether the job would be taken: nothing allocated or launched
-};
-
-// gemm_experts_planes, and with `second` (variant 30) that job's matrix in the same launch on the same
+// gemm_experts_planes, and with `second` (variants 30, 44) that job's matrix in the same launch on the same
 // planes (same activations, groups, shapes and y stride; checked).
-bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant, const PlaneRun& how) {
-  const ExpertsSwiglu* swiglu = how.swiglu;
-  const GemvJob* second = how.second;
-  const bool special = second || !how.quantize;  // no fallback to variant 13 for these
+bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant, const ExpertsSwiglu* swiglu,
+                const GemvJob* second) {
   const GgmlType t = j.w.type;
-  if (second && (!experts_gate_up_one_launch(variant) || swiglu || t != GgmlType::IQ2_XXS || second->w.type != t || second->w.rows != j.w.rows ||
+  if (second && (!experts_gate_up_one_launch(variant) || swiglu || t != GgmlType::IQ2_XXS || second->w.type != t ||
+                 second->w.rows != j.w.rows ||
                  second->w.cols != j.w.cols || second->w.row_bytes != j.w.row_bytes ||
                  second->expert_bytes != j.expert_bytes || second->x != j.x || second->x_stride != j.x_stride ||
                  second->x_div != j.x_div || second->n_vec != j.n_vec || second->groups != j.groups ||
@@ -1033,7 +1022,7 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
   // experts_fast_kernel's 32-bit offsets: plane quants and an expert's rows below 2^31 bytes, else 13.
   if (variant != 13 && (rows * K >= (int64_t{1} << 31) ||
                         static_cast<uint64_t>(j.w.rows) * j.w.row_bytes >= (uint64_t{1} << 31))) {
-    if (special) return false;
+    if (second) return false;
     variant = 13;
   }
   const ExpertsKernel k = t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant)
@@ -1042,7 +1031,6 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
   const int row_blocks = static_cast<int>(grid_for(j.w.rows, kBM));
   const int64_t items = int64_t{row_blocks} * j.groups->max_tiles * (second ? 2 : 1);
   if (rows * nb >= (int64_t{1} << 31) || items >= (int64_t{1} << 30)) return false;
-  if (how.dry) return true;
   // Planes: quants, then d and bsums each on a 256-byte boundary.
   const uint64_t d_off = (static_cast<uint64_t>(rows * K) + 255) / 256 * 256;
   const uint64_t bs_off = (d_off + static_cast<uint64_t>(rows * nb) * 4 + 255) / 256 * 256;
@@ -1051,14 +1039,14 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
   if (!be.ensure(scratch, ctr_off + 256, "quantized activation planes"))
     return true;  // the failure is recorded
   auto* base = static_cast<uint8_t*>(scratch.ptr);
-  PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
+  const PlaneParams q{reinterpret_cast<const int8_t*>(base), reinterpret_cast<const float*>(base + d_off),
                 reinterpret_cast<const int16_t*>(base + bs_off), reinterpret_cast<int*>(base + ctr_off),
                 second ? static_cast<const uint8_t*>(second->w.data) : nullptr, second ? second->y : nullptr};
   if (variant >= 27 && !be.check(cudaMemsetAsync(q.next_item, 0, sizeof(int), be.stream()), "gemm experts item counter"))
     return true;
-  if (how.quantize) {
-    // Variants 42 … 45: 16-byte loads where x (and u) and the row stride allow them.
-    const bool vec4 = variant >= 42 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
+  {
+    // Variant 44: 16-byte loads where x (and u) and the row stride allow them.
+    const bool vec4 = variant == 44 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
                       (!swiglu || reinterpret_cast<uintptr_t>(swiglu->u) % 16 == 0);
     auto* qk = vec4 ? quantize_q8_K_planes_kernel<true> : quantize_q8_K_planes_kernel<false>;
     qk<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q,
@@ -1096,37 +1084,14 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
 
 bool gemm_experts_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int variant,
                          const ExpertsSwiglu* swiglu) {
-  PlaneRun how;
-  how.swiglu = swiglu;
-  return run_planes(be, j, scratch, variant, how);
+  return run_planes(be, j, scratch, variant, swiglu, nullptr);
 }
 
 bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
                           int variant) {
-  PlaneRun how;
-  how.second = &up;
-  return run_planes(be, gate, scratch, variant, how);
+  return run_planes(be, gate, scratch, variant, nullptr, &up);
 }
 
-bool experts_gate_up_once(int variant) { return variant == 42 || variant == 43; }
-
-bool experts_tiles_by_cost(int variant) { return variant >= 42 && variant <= 45; }
-
-bool gemm_experts_gate_up_once(CudaBackend& be, const GemvJob& gate, const GemvJob& up, DeviceScratch& scratch,
-                               int variant) {
-  // The up job reads the gate's planes: the same activations, shapes and groups.
-  if (!experts_gate_up_once(variant) || up.w.type != gate.w.type || up.w.rows != gate.w.rows ||
-      up.w.cols != gate.w.cols || up.x != gate.x || up.x_stride != gate.x_stride || up.x_div != gate.x_div ||
-      up.n_vec != gate.n_vec || up.groups != gate.groups)
-    return false;
-  PlaneRun g_how, u_how;
-  g_how.dry = u_how.dry = true;
-  u_how.quantize = false;
-  if (!run_planes(be, gate, scratch, variant, g_how) || !run_planes(be, up, scratch, variant, u_how)) return false;
-  g_how.dry = u_how.dry = false;
-  run_planes(be, gate, scratch, variant, g_how);
-  if (!be.failed()) run_planes(be, up, scratch, variant, u_how);
-  return true;
-}
+bool experts_tiles_by_cost(int variant) { return variant == 44; }
 
 }  // namespace ds4::backend::cuda

@@ -18,7 +18,7 @@ inline constexpr int kMaxGroupExperts = 1024;
 // expert order. Called by every thread of one block of kMaxGroupExperts threads: shared-memory
 // counts, block-wide inclusive scans (Hillis–Steele) of the counts and of the non-empty flags, then a
 // scatter. The order inside a group is not deterministic and need not be: each pair's sums are its own.
-// kPre > 0 (ops_gemm.cu's group_tiles_kernel for gemm_experts 42 … 45): a thread's first kPre ids are loaded
+// kPre > 0 (ops_gemm.cu's group_tiles_kernel for gemm_experts 44): a thread's first kPre ids are loaded
 // at once into registers and reused by the scatter (kPre dependent global loads per loop become one wait;
 // ids past kPre·blockDim as before) — the same groups, the same kind of order.
 template <int kPre = 0>

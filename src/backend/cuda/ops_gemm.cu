@@ -34,7 +34,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/experts_gate_up.h"
+#include "backend/cuda/experts_order.h"
 #include "backend/cuda/gemm_tiles.cuh"
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/moe_group.cuh"
@@ -647,7 +647,7 @@ __device__ inline int32_t block_incl_scan(int32_t v, int32_t* warp_tot, int32_t*
 // order), then group g's tiles of ≤ kBN pairs written at the sum of the tile counts of the groups before it
 // (a warp-shuffle scan over the groups' tile counts). The same tile list as count / plan / scatter above,
 // whose plan walked the experts in one thread (46 µs per call at 256 experts on the H200).
-// by_cost (CudaBackendOptions::gemm_experts 42 … 45; tile order does not change any sum): the tiles ordered by
+// by_cost (CudaBackendOptions::gemm_experts 44; tile order does not change any sum): the tiles ordered by
 // their pair count's class, dearest first — every full tile and each group's last tile of 49 … 64 pairs,
 // then last tiles of 33 … 48, 17 … 32, 1 … 16 (8, 6, 4, 2 MMA fragments in gemm_experts.cu), each class in
 // group order — so the items walked last by gemm_experts.cu's blocks (handed out in tile order) are the
@@ -658,7 +658,7 @@ __global__ void __launch_bounds__(kMaxGroupExperts) group_tiles_kernel(const int
   constexpr int kWarps = kMaxGroupExperts / kWarp;
   static_assert(kWarps == kWarp, "one warp scans the warps' totals");
   __shared__ int32_t n_groups, warp_tot[kWarps];
-  if (by_cost) {  // (gemm_experts 42 … 45: the ids of up to 16 pairs a thread loaded at once)
+  if (by_cost) {  // (gemm_experts 44: the ids of up to 16 pairs a thread loaded at once)
     group_pairs_block<16>(ids, n, n_expert, order, groups, &n_groups);
   } else {
     group_pairs_block(ids, n, n_expert, order, groups, &n_groups);
@@ -769,7 +769,7 @@ bool CudaBackend::group_by_expert(const int32_t* ids, int64_t n, int32_t n_exper
   cudaStream_t s = stream();
   if (prefill_glue_ && n_expert <= kMaxGroupExperts && n < (int64_t{1} << 31)) {
     // cnt, start and cursor (3 · n_expert words) hold the groups.
-    // gemm_experts 42 … 45: the tiles dearest first (group_tiles_kernel by_cost).
+    // gemm_experts 44: the tiles dearest first (group_tiles_kernel by_cost).
     group_tiles_kernel<<<1, kMaxGroupExperts, 0, s>>>(ids, static_cast<int32_t>(n), n_expert, cnt, order, tiles, n_tiles,
                                                       experts_tiles_by_cost(gemm_experts_) ? 1 : 0);
     return launched("group by expert");

@@ -12,7 +12,6 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/experts_gate_up.h"
 #include "backend/cuda/gemm_experts.h"
 
 namespace ds4::backend::cuda {
@@ -494,11 +493,7 @@ void CudaBackend::moe(const MoeArgs& a) {
   const bool gate_up = experts_gate_up_one_launch(gemm_experts_) && j.groups && tensor_cores() && gemm_pipelined_ &&
                        j.numerics == MatmulNumerics::ds4 && gemm_supports(j) && gemm_supports(ju) &&
                        gemm_experts_gate_up(*this, j, ju, moe_act_, gemm_experts_);
-  // gemm_experts 42, 43 (experts_gate_up_once): gate and up on one quantization, two launches.
-  const bool once = !gate_up && experts_gate_up_once(gemm_experts_) && j.groups && tensor_cores() &&
-                    gemm_pipelined_ && j.numerics == MatmulNumerics::ds4 && gemm_supports(j) && gemm_supports(ju) &&
-                    gemm_experts_gate_up_once(*this, j, ju, moe_act_, gemm_experts_);
-  if (!gate_up && !once) {
+  if (!gate_up) {
     gemv(j, moe_act_);
     gemv(ju, moe_act_);
   }

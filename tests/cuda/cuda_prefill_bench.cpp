@@ -5,7 +5,7 @@
 // previous GEMM kernel ("tc-previous", gemm_pipelined = false). These rates are the "measured GEMM
 // rate" of the prefill roofline in docs/PERF.md.
 // "f16" / "f16prof" (few calls, for ncu) / "f16sweep" (also each decode launch shape) / "f16shapes" (the MMA order only: its
-// prefill tile and few-row launch shapes): cuda_f16_bench.cpp's lines only (the F16 matmuls in the segment and the MMA order; N < 64: decode calls).
+// prefill tile and few-row launch shapes; "f16shapesprof": each Flash shape's default call once, for ncu): cuda_f16_bench.cpp's lines only (the F16 matmuls in the segment and the MMA order; N < 64: decode calls).
 // Method (METHOD.md): warm-up, then the median of 5 repetitions of N back-to-back calls timed around a
 // stream sync. Usage: cuda_prefill_bench [N_TOKENS=4096] [stages|gemm|experts|walk|profile|q8|q8bulk|…]. Prints "PBENCH" lines; with
 // "stages", only cuda_prefill_stages.cpp's "PSTAGE" lines (attention, indexer, compressor at 2K/32K); with
@@ -78,10 +78,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 2 && (std::strcmp(argv[2], "f16") == 0 || std::strcmp(argv[2], "f16prof") == 0 ||
-                   std::strcmp(argv[2], "f16sweep") == 0 || std::strcmp(argv[2], "f16shapes") == 0)) {
+                   std::strcmp(argv[2], "f16sweep") == 0 || std::strcmp(argv[2], "f16shapes") == 0 ||
+                   std::strcmp(argv[2], "f16shapesprof") == 0)) {
     // the F16 lines: segment vs MMA order (N < 64: decode calls); "f16shapes": the MMA order's lines only
-    bench_f16(N, std::strcmp(argv[2], "f16prof") == 0, std::strcmp(argv[2], "f16sweep") == 0,
-              std::strcmp(argv[2], "f16shapes") == 0);
+    const bool shapes_prof = std::strcmp(argv[2], "f16shapesprof") == 0;  // each default F16 prefill call once (ncu)
+    bench_f16(N, std::strcmp(argv[2], "f16prof") == 0 || shapes_prof, std::strcmp(argv[2], "f16sweep") == 0,
+              std::strcmp(argv[2], "f16shapes") == 0 || shapes_prof);
     return 0;
   }
   // "profile": the experts of gemm_experts 34, then 44, for ncu, no timing; "q8prof": q_b's matmul once on

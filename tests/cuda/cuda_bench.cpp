@@ -30,6 +30,8 @@
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
 //        cuda_bench --small7-steps [rope|hcb|hcbN|both] M...   decode steps of model files with the folds off / on (f16_mma on).
+//        cuda_bench --hcb-forms FOLD...        the boundary kernel's forms (hc_post_fold 4, 6, 7, 8), graph µs + phases.
+//        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
 //        cuda_bench --hcsplit-steps M...   decode steps, each HC pre's split in the op / on the side lane (kBranchHcSplit).
 //        cuda_bench --small7 [ops|stages [FOLD]]  the folds (attention's output RoPE in its merge; the sublayer
 //                                         boundary as one cluster launch, hc_post_fold FOLD, default 2) on vs off,
@@ -124,6 +126,7 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
 void bench_csa_stages(Backend& now, Backend& prev);  // cuda_bench_stages.cpp
 void bench_small6(Backend& now, Backend& prev, bool fused);  // cuda_bench_stages.cpp
 void bench_small7(Backend& on, Backend& off);  // cuda_bench_small7.cpp
+void bench_hcb_forms(const std::vector<int>& folds);  // cuda_bench_small7.cpp
 void bench_branches(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_prefetch_steps(int argc, char** argv);  // cuda_bench_branches.cpp
 void bench_dense_steps(int argc, char** argv);     // cuda_bench_branches.cpp
@@ -133,6 +136,7 @@ void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
+void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_hcsplit_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16dec_steps(int argc, char** argv);    // cuda_bench_branches.cpp
@@ -831,6 +835,16 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--hcsplit-steps") == 0) {  // decode steps, the HC split in op / side lane
     bench_hcsplit_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hcb-forms") == 0) {  // session 12's boundary kernel forms, side by side
+    std::vector<int> folds;
+    for (int i = 2; i < argc; ++i) folds.push_back(std::atoi(argv[i]));
+    bench_hcb_forms(folds);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hcb-steps") == 0) {  // decode steps, two hc_post_fold values, engine options
+    bench_hcb_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small7-steps") == 0) {  // decode steps, session 10's folds off / on

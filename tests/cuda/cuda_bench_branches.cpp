@@ -14,6 +14,7 @@
 // off / on / on with the HC split on the side lane, "BENCH small5-steps" lines.
 // `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
 // `cuda_bench --small7-steps M...`: decode steps with session 10's folds off and on (attn_out_rope, hc_post_fold).
+// `cuda_bench --hcb-steps A B M...`: decode steps with hc_post_fold A vs B as the engine runs them, "BENCH hcb-steps".
 // `cuda_bench --hcsplit-steps M...`: decode steps with each HC pre's split in the op / on the side lane.
 // `cuda_bench --moe-steps A B M...`: decode steps with expert_one_token A and B, "BENCH moe-steps" lines.
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
@@ -453,6 +454,38 @@ void bench_small7_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 512, "small7-steps")) return;
     }
     interleaved_decode_steps("small7-steps", names, sides, 12, plan.size(), 8, 512);
+  }
+}
+
+// `cuda_bench --hcb-steps A B M...`: decode steps of each model file as the engine runs them (graphs, branches with
+// kBranchHcSplit, f16_mma on, indexer_select 11) with CudaBackendOptions::hc_post_fold A and B (the boundary kernel's
+// forms: 4 = session 11's, 6 / 7 / 8 = session 12's), batch 1 at 2K, interleaved three times. "BENCH hcb-steps" lines.
+void bench_hcb_steps(int argc, char** argv) {
+  if (argc < 3) {
+    std::printf("BENCH hcb-steps: usage --hcb-steps A B model.gguf...\n");
+    return;
+  }
+  const int vals[2] = {std::atoi(argv[0]), std::atoi(argv[1])};
+  for (int i = 2; i < argc; ++i) {
+    auto mf = open_model(argv[i], "hcb-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co;
+      co.hc_post_fold = vals[k];
+      co.f16_mma = true;
+      co.indexer_select = 11;  // the engine's (engine.cpp)
+      if (!load_side(sides[k], *mf, plan, co, 512, "hcb-steps", model::kBranchHcSplit)) return;
+    }
+    for (int round = 0; round < 3; ++round)
+      for (int k = 0; k < 2; ++k) {
+        const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, 2048);
+        std::printf("BENCH hcb-steps hc_post_fold %d layers %zu batch 1 ctx 2048 round %d: %.4f ms/step, %.1f tok/s\n",
+                    vals[k], plan.size(), round + 1, t * 1e3, t > 0 ? 1 / t : 0.0);
+        if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
+        std::fflush(stdout);
+      }
   }
 }
 

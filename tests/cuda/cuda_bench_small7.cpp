@@ -103,6 +103,14 @@ struct Small7Side {
 
   void post_pre(int64_t n, const Weight* w = nullptr) { be->hc_pre(post_pre_args(n, w)); }
 
+  // post_pre_many without the split (the engine's boundary since kBranchHcSplit: the kernel ends at xn).
+  void post_pre_many_nosplit() {
+    while (fns.size() < kBoundaries) fns.push_back(sb->weight(GgmlType::F16, kM, kHcd));
+    HcPreArgs a = post_pre_args(1, &fns[next_fn++ % kBoundaries]);
+    a.split = false;
+    be->hc_pre(a);
+  }
+
   // The boundary without its Sinkhorn split (HcPreArgs::split off: the kernel ends at xn); with `then_split` the
   // split as hc_split after it in the same lane (the forward's kBranchHcSplit runs it on the side lane instead).
   void post_pre_nosplit(int64_t n, bool then_split) {
@@ -139,20 +147,24 @@ struct Small7Side {
 
 // Block 0's phase ends in the boundary kernel (hc_boundary.cu's HcBoundaryLaunch::stamps, clock64 on one SM) for the
 // last of 20 back-to-back calls, as µs since the block started (at 1,980 MHz): where its time goes.
-void boundary_phases(Small7Side& s, int cluster) {
+void boundary_phases(Small7Side& s, int cluster, int form = 0, bool split = true) {
   float* buf = s.sb->buf(2 * cuda::kHcBoundaryStamps + 2);
   long long* st = reinterpret_cast<long long*>((reinterpret_cast<uintptr_t>(buf) + 7) / 8 * 8);
   cuda::HcBoundaryLaunch l;
   l.cluster = cluster;
+  l.form = form;
+  l.with_split = split;
   l.stamps = st;
   auto& cb = static_cast<cuda::CudaBackend&>(*s.be);
-  const HcPreArgs a = s.post_pre_args(1);
+  HcPreArgs a = s.post_pre_args(1);
+  a.split = split;
   for (int i = 0; i < 20; ++i) cuda::hc_boundary(cb, a, l);
   std::vector<long long> h(cuda::kHcBoundaryStamps, 0);
   if (!s.be->sync().ok()) return;
   s.be->download(h.data(), st, h.size() * sizeof(long long));
   const char* names[cuda::kHcBoundaryStamps] = {"start", "wait", "state", "bar1", "mma", "bar2", "mix", "sinkhorn", "xn"};
-  std::printf("BENCH small7 boundary phases c%d (us from block 0's start, 1980 MHz):", cluster);
+  std::printf("BENCH small7 boundary phases c%d form %d%s (us from block 0's start, 1980 MHz):", cluster, form,
+              split ? "" : " nosplit");
   for (int i = 1; i < cuda::kHcBoundaryStamps; ++i) std::printf(" %s %.2f", names[i], (h[i] - h[0]) / 1980.0);
   std::printf("\n");
 }
@@ -181,4 +193,49 @@ void bench_small7(Backend& on, Backend& off) {
     }
   }
   for (int cluster : {8, 16}) boundary_phases(sides[0], cluster);
+}
+
+// `cuda_bench --hcb-forms FOLD...`: the boundary kernel's forms (hc_post_fold 4 = session 11's; 6, 7, 8 = session
+// 12's HcBoundaryLaunch::form 1, 3, 5) side by side, one backend each (f16_mma and attn_out_rope on, as the engine):
+// graph µs per call of the boundary with and without its split (the engine's: kBranchHcSplit), one matrix (L2) and
+// 86 in turn (> L2), the forms interleaved over 3 rounds; then block 0's phases of each form without the split.
+void bench_hcb_forms(const std::vector<int>& folds) {
+  std::vector<std::unique_ptr<Backend>> bes;
+  std::vector<std::unique_ptr<Small7Side>> sides;
+  for (int f : folds) {
+    cuda::CudaBackendOptions o;
+    o.f16_mma = true;
+    o.attn_out_rope = 1;
+    o.hc_post_fold = f;
+    auto b = cuda::make_cuda_backend(o);
+    if (!b.ok()) return;
+    bes.push_back(std::move(b).value());
+    sides.push_back(std::make_unique<Small7Side>(*bes.back()));
+  }
+  struct Row {
+    const char* name;
+    int calls;
+    void (*body)(Small7Side&);
+  };
+  const Row rows[] = {
+      {"split off (engine), n=1", 20, [](Small7Side& s) { s.post_pre_nosplit(1, false); }},
+      {"split off, 86 matrices (> L2)", static_cast<int>(Small7Side::kBoundaries),
+       [](Small7Side& s) { s.post_pre_many_nosplit(); }},
+      {"split in, n=1", 20, [](Small7Side& s) { s.post_pre(1); }},
+  };
+  for (int round = 0; round < 3; ++round)
+    for (const Row& r : rows) {
+      std::printf("BENCH hcb-forms round %d %-32s", round + 1, r.name);
+      for (size_t k = 0; k < sides.size(); ++k) {
+        Small7Side& s = *sides[k];
+        const StageTime t = s.sb->time([&] { r.body(s); }, r.calls);
+        std::printf("  fold %d %6.2f", folds[k], t.graph_us);
+      }
+      std::printf(" (graph us per call)\n");
+      std::fflush(stdout);
+    }
+  for (size_t k = 0; k < sides.size(); ++k) {
+    const int f = folds[k];
+    boundary_phases(*sides[k], 8, f == 6 ? 1 : f == 7 ? 3 : f == 8 ? 5 : 0, false);
+  }
 }

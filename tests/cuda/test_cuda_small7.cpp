@@ -238,7 +238,10 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
 TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
   const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
   // (hc_post_fold, f16_mma): 2 without f16_mma is the fallback; 4, 5 = 2, 3 as programmatic dependents.
-  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true}, {5, true}};
+  // 6, 7, 8: 4 in session 12's forms (HcBoundaryLaunch::form 1, 3, 5: the split warp off y's barrier, the MMA chains
+  // interleaved, the vector as the MMA's A operand).
+  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true}, {5, true},
+                                        {6, true}, {7, true},  {8, true}};
   for (const auto& [fold, mma] : sides) {
     auto on = make(true, mma, fold), off = make(false, mma);
     ASSERT_TRUE(on && off);
@@ -307,7 +310,8 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
                    host(p.xn, static_cast<size_t>(n * E))};
       };
       const std::string where = std::string("hc boundary c") + (fold == 3 || fold == 5 ? "16" : "8") +
-                                (fold >= 4 ? " pdl " : " ") + (mma ? "f16_mma" : "segments") +
+                                (fold >= 4 ? " pdl " : " ") + (fold >= 6 ? "fold" + std::to_string(fold) + " " : "") +
+                                (mma ? "f16_mma" : "segments") +
                                 " n" + std::to_string(n) +
                                 (c.f_add ? " f_add" : "") + (c.split ? " split" : " nosplit") +
                                 (c.with_w ? "" : " no_w") + (c.aliased ? " aliased" : "");

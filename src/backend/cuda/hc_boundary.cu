@@ -208,7 +208,13 @@ __device__ inline void mma_chains_t(float (&c)[Q][3][4], const uint4 (&w)[Q][4][
 // kForm (HcBoundaryLaunch::form): bit 1 — block 0's split warp arrives at barrier (3) before its remote gather of the
 // 24 × 32 segment sums (nothing it computes feeds y's norm; barrier (4) keeps every block's shared memory until its
 // reads end), so y's warps pass (3) without waiting on the mix; bit 2 — the MMA chains interleaved (mma_chains_ilp);
-// bit 4 — interleaved with the operands swapped (mma_chains_t). 0 = session 11's kernel.
+// bit 4 — interleaved with the operands swapped (mma_chains_t); bit 8 (8 blocks only) — partial sums pushed, not
+// pulled: each block stores its norm sums, segment sums and y norm sum into the shared memory of the blocks that add
+// them (remote stores before the barrier's release) instead of those blocks loading them after the barrier (a
+// round trip of distributed shared memory after each of the three barriers on the chain); the same values in the
+// same lanes, added in the same order. A first barrier, arrived at the kernel's start and waited for before the
+// first remote store, makes sure every block of the cluster runs; no remote access follows barrier (3), so
+// barrier (4) goes. 0 = session 11's kernel.
 template <int C, int kForm>
 __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -216,6 +222,8 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
 #else
   using S = Shape<C>;
   constexpr int H = S::H;
+  constexpr bool kPush = (kForm & 8) != 0;
+  static_assert(!kPush || (H == 1 && (kForm & 1) != 0), "push: 8 blocks, the split warp off barrier (3)");
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
   __shared__ __align__(16) float xm[kNhc][S::DM];        // X' of the MMA dims: [k][i] = X'[k][512·r8 + DM·h + i]
@@ -229,10 +237,13 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   __shared__ float segs[kRows][kNseg];                   // segment sums of every mix row (block 0's split warp)
   __shared__ float pre_segs[kNhc][kNseg];                // segment sums of the pre rows (warp 4)
   __shared__ float ms[kRows], sb[3 + kRows], ws[kNhc];   // split warp: mix rows, scale + base; pre
+  __shared__ double all_n[kPush ? 32 : 1];               // push: emulated warp ew's state norm sum at [ew]
+  __shared__ double all_y[kPush ? 8 : 1];                // push: y norm warp j's sum at [j]
   const int r = static_cast<int>(cl.block_rank()), r8 = r % 8, h = r / 8;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp, g = lane >> 2, t = lane & 3;
   const int d_m0 = 512 * r8 + S::DM * h;  // first MMA dim
   stamp(p, r, 0);
+  if constexpr (kPush) cluster_arrive();  // (0) this block runs (waited for before the first remote store)
 
   // MMA weights (the contract's fragment layout, f16_mma_load_w): warp w takes stream k = w / 2, local quarters
   // (w % 2)·Qw + qq; m-tile 0 = rows g, g + 8; m-tile 1 = row 16 + g (its rows g + 8: zero rows).
@@ -299,8 +310,16 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
         ss += static_cast<double>(v) * v;
       }
       ss = warp_sum(ss);
-      if (lane == 0) part_n[wl] = ss;
+      if constexpr (kPush) {  // emulated warp r8 + 8·wl's sum into every block's all_n (lane j → block j)
+        cluster_wait();       // (0)
+        if (lane < 8) *cl.map_shared_rank(&all_n[r8 + 8 * wl], lane) = ss;
+      } else if (lane == 0) {
+        part_n[wl] = ss;
+      }
     }
+  }
+  if constexpr (kPush) {
+    if (!npos) cluster_wait();  // (0)
   }
   stamp(p, r, 2);
   cluster_sync_all();  // (1) every block's norm sums and this block's xm
@@ -310,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   // w = ew / 8), flat = X'·scale, the MMA chains of the warp's quarters, then the block's part of each segment sum.
   {
     const int ew8 = lane / 8;
-    double tn = *cl.map_shared_rank(&part_n[ew8 % S::WN], lane % 8 + 8 * (ew8 / S::WN));
+    double tn = kPush ? all_n[lane] : *cl.map_shared_rank(&part_n[ew8 % S::WN], lane % 8 + 8 * (ew8 / S::WN));
     tn = warp_sum(tn);
     const float sc = 1.0f / sqrtf(static_cast<float>(tn / static_cast<double>(kHcd)) + p.eps);
     if constexpr ((kForm & 6) != 0) {
@@ -367,7 +386,13 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   __syncthreads();
   if (tid < kNhc * kRows) {  // seg = ((q0 + q1) + q2) + q3 (f16_mma_seg_sum), the block's part of it
     const int k = tid / kRows, o = tid % kRows;
-    if (H == 1) {
+    if constexpr (kPush) {  // segment 8k + r8 of row o: to block 0 (the split warp's mix), pre rows to every block
+      const float v = f16_mma_seg_sum(qs[k][0][o], qs[k][1][o], qs[k][2][o], qs[k][3][o]);
+      *cl.map_shared_rank(&segs[o][8 * k + r8], 0) = v;
+      if (o < kNhc)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) *cl.map_shared_rank(&pre_segs[o][8 * k + r8], j) = v;
+    } else if (H == 1) {
       part_q[o][k][0] = f16_mma_seg_sum(qs[k][0][o], qs[k][1][o], qs[k][2][o], qs[k][3][o]);
     } else if (h == 0) {
       part_q[o][k][0] = qs[k][0][o] + qs[k][1][o];
@@ -391,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   };
   if (r == 0 && warp == 0) {  // the split warp (hc_finish_split_warp's values): mix, then Sinkhorn beside y and xn
     if constexpr ((kForm & 1) != 0) cluster_arrive();  // (3) early: its remote reads end before its arrival at (4)
-    gather_segs<H, kRows>(cl, part_q, segs, lane);
+    if constexpr (!kPush) gather_segs<H, kRows>(cl, part_q, segs, lane);
     if (lane < kRows) {
       const float m = mix_row(segs[lane]);
       ms[lane] = m;
@@ -411,12 +436,12 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     __syncwarp();
     stamp(p, r, 7);
     cluster_wait();
-    cluster_sync_all();  // (4)
+    if constexpr (!kPush) cluster_sync_all();  // (4)
     return;
   }
   if (ywarp) {
     if (warp == 4) {
-      gather_segs<H, kNhc>(cl, part_q, pre_segs, lane);  // the pre rows
+      if constexpr (!kPush) gather_segs<H, kNhc>(cl, part_q, pre_segs, lane);  // the pre rows
       if (lane < kNhc) ws[lane] = sigmoid_dev(mix_row(pre_segs[lane]) * scale0 + base) + p.s.eps;  // pre
     }
     named_sync<128>(1);
@@ -456,15 +481,23 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
         }
       }
       ss = warp_sum(ss);
-      if (lane == 0) part_y = ss;
+      if constexpr (kPush) {
+        if (lane < 8) *cl.map_shared_rank(&all_y[r8], lane) = ss;  // warp r8's sum into every block (lane j → j)
+      } else if (lane == 0) {
+        part_y = ss;
+      }
     }
     cluster_sync_all();  // (3) every block's y norm sum
     double ty = 0.0;  // block_sum's last warp_sum over the 8 warp sums (H = 2: even lanes' + odd lanes')
-    if (lane < 8) ty = H == 1 ? *cl.map_shared_rank(&part_y, lane)
-                              : *cl.map_shared_rank(&part_y, lane) + *cl.map_shared_rank(&part_y, lane + 8);
+    if (kPush) {
+      if (lane < 8) ty = all_y[lane];
+    } else if (lane < 8) {
+      ty = H == 1 ? *cl.map_shared_rank(&part_y, lane)
+                  : *cl.map_shared_rank(&part_y, lane) + *cl.map_shared_rank(&part_y, lane + 8);
+    }
     ty = warp_sum(ty);
     const float sy = rms_scale_from_sum(ty, kE, p.eps);
-    cluster_arrive();  // (4) its remote reads are done
+    if constexpr (!kPush) cluster_arrive();  // (4) its remote reads are done
     float xo[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) xo[c] = p.norm_w ? yv[c] * sy * comp(nw, c) : yv[c] * sy;
@@ -476,11 +509,11 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
         if (c % 2 == h) p.xn[dy + c] = xo[c];
     }
     stamp(p, r, 8, 128);
-    cluster_wait();  // every block's shared memory stays until no block reads it
+    if constexpr (!kPush) cluster_wait();  // every block's shared memory stays until no block reads it
     return;
   }
   cluster_sync_all();  // (3)
-  cluster_sync_all();  // (4)
+  if constexpr (!kPush) cluster_sync_all();  // (4)
 #endif
 }
 
@@ -505,6 +538,8 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
   else if (l.form == 1) kernel = hc_boundary_kernel<8, 1>;
   else if (l.form == 3) kernel = hc_boundary_kernel<8, 3>;
   else if (l.form == 5) kernel = hc_boundary_kernel<8, 5>;
+  else if (l.form == 11) kernel = hc_boundary_kernel<8, 11>;
+  else if (l.form == 13) kernel = hc_boundary_kernel<8, 13>;
   else return false;
   // 16 blocks is above the portable cluster size: allowed per kernel (a host-side attribute, no stream work).
   if (l.cluster == 16 &&

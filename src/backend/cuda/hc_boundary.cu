@@ -533,6 +533,7 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
                    HcSplitArgs{a.mix, a.scale, a.base, 1, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb},
                    a.mix, a.norm_w, a.y, a.xn, a.rms_eps, l.with_split, l.stamps};
   void (*kernel)(BoundaryParams) = nullptr;
+  if (l.cluster == 16 && l.form != 0) return false;
   if (l.cluster == 16) kernel = hc_boundary_kernel<16, 0>;
   else if (l.form == 0) kernel = hc_boundary_kernel<8, 0>;
   else if (l.form == 1) kernel = hc_boundary_kernel<8, 1>;

@@ -459,7 +459,7 @@ void bench_small7_steps(int argc, char** argv) {
 
 // `cuda_bench --hcb-steps A B M...`: decode steps of each model file as the engine runs them (graphs, branches with
 // kBranchHcSplit, f16_mma on, indexer_select 11) with CudaBackendOptions::hc_post_fold A and B (the boundary kernel's
-// forms: 4 = session 11's, 6 / 7 / 8 = session 12's), batch 1 at 2K, interleaved three times. "BENCH hcb-steps" lines.
+// forms: 4 = session 11's, 6 / 7 = session 12's), batch 1 at 2K, interleaved three times. "BENCH hcb-steps" lines.
 void bench_hcb_steps(int argc, char** argv) {
   if (argc < 3) {
     std::printf("BENCH hcb-steps: usage --hcb-steps A B model.gguf...\n");

@@ -195,8 +195,8 @@ void bench_small7(Backend& on, Backend& off) {
   for (int cluster : {8, 16}) boundary_phases(sides[0], cluster);
 }
 
-// `cuda_bench --hcb-forms FOLD...`: the boundary kernel's forms (hc_post_fold 4 = session 11's; 6 … 10 = session
-// 12's HcBoundaryLaunch::form 1, 3, 5, 11, 13) side by side, one backend each (f16_mma and attn_out_rope on, as the engine):
+// `cuda_bench --hcb-forms FOLD...`: the boundary kernel's forms (hc_post_fold 4 = session 11's; 6, 7 = session 12's
+// HcBoundaryLaunch::form 1, 9) side by side, one backend each (f16_mma and attn_out_rope on, as the engine):
 // graph µs per call of the boundary with and without its split (the engine's: kBranchHcSplit), one matrix (L2) and
 // 86 in turn (> L2), the forms interleaved over 3 rounds; then block 0's phases of each form without the split.
 void bench_hcb_forms(const std::vector<int>& folds) {
@@ -236,6 +236,6 @@ void bench_hcb_forms(const std::vector<int>& folds) {
     }
   for (size_t k = 0; k < sides.size(); ++k) {
     const int f = folds[k];
-    boundary_phases(*sides[k], 8, f == 6 ? 1 : f == 7 ? 3 : f == 8 ? 5 : f == 9 ? 11 : f == 10 ? 13 : 0, false);
+    boundary_phases(*sides[k], f == 3 || f == 5 ? 16 : 8, f == 6 ? 1 : f == 7 ? 9 : 0, false);
   }
 }

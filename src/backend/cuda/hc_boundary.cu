@@ -125,96 +125,15 @@ __device__ inline void gather_segs(const cooperative_groups::cluster_group& cl, 
 }
 #endif
 
-// The warp's MMA chains (S::Qw quarters × 2 m-tiles of rows; x[qq][b] = the lane's 8 values of block b, zero
-// unless g = 0) in the order of f16_mma_quarter_loaded — per chain: blocks 0 … 3, k-steps 0 … 3, the hi MMA then the
-// lo MMA, from 0 — with every chain advanced one k-step at a time (the hi MMAs of all chains, then their lo MMAs)
-// instead of one quarter's 32-MMA chain after the other's: the same MMAs into the same accumulators in the same
-// order (bits unchanged), 2·Q independent MMAs between dependent ones (kForm bit 2).
-template <int Q>
-__device__ inline void mma_chains_ilp(float (&c)[Q][2][4], const uint4 (&w)[Q][4][2][2], const float (&x)[Q][4][8]) {
-#pragma unroll
-  for (int qq = 0; qq < Q; ++qq)
-#pragma unroll
-    for (int i = 0; i < 2; ++i) c[qq][i][0] = c[qq][i][1] = c[qq][i][2] = c[qq][i][3] = 0.0f;
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t bh[Q][2], bl[Q][2], a[Q][2][4];
-#pragma unroll
-      for (int qq = 0; qq < Q; ++qq) {
-        split_tf32(x[qq][b][2 * q], bh[qq][0], bl[qq][0]);
-        split_tf32(x[qq][b][2 * q + 1], bh[qq][1], bl[qq][1]);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const uint32_t w0 = word_of(w[qq][b][i][0], q), w1 = word_of(w[qq][b][i][1], q);
-          a[qq][i][0] = f16_tf32(w0 & 0xffffu);
-          a[qq][i][1] = f16_tf32(w1 & 0xffffu);
-          a[qq][i][2] = f16_tf32(w0 >> 16);
-          a[qq][i][3] = f16_tf32(w1 >> 16);
-        }
-      }
-#pragma unroll
-      for (int qq = 0; qq < Q; ++qq)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) mma_tf32(c[qq][i], a[qq][i], bh[qq][0], bh[qq][1]);
-#pragma unroll
-      for (int qq = 0; qq < Q; ++qq)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) mma_tf32(c[qq][i], a[qq][i], bl[qq][0], bl[qq][1]);
-    }
-}
-
-// The same chains with the operands' roles swapped (kForm bit 4): the vector is A's row 0 (lanes g = 0: a0 = value
-// 8t + 2q at k index t, a2 = 8t + 2q + 1 at t + 4; rows 1 … 15 zero) and the 24 control rows are B's columns in three
-// n-tiles (lane (g, t)'s loads: rows g, g + 8, 16 + g — b0 = k index t, b1 = t + 4 of the same word): D[0][row] is
-// the sum of the same 8 products at the same k indices as D[row][0] of the other form, chained the same way; 3 MMAs a
-// k-step half instead of 4 (the other form's m-tile 1 holds zero rows 24 … 31). c[qq][j]: elements 0, 1 of lanes
-// g = 0 are rows 8j + 2t, 8j + 2t + 1.
-template <int Q>
-__device__ inline void mma_chains_t(float (&c)[Q][3][4], const uint4 (&w)[Q][4][2][2], const float (&x)[Q][4][8]) {
-#pragma unroll
-  for (int qq = 0; qq < Q; ++qq)
-#pragma unroll
-    for (int j = 0; j < 3; ++j) c[qq][j][0] = c[qq][j][1] = c[qq][j][2] = c[qq][j][3] = 0.0f;
-#pragma unroll
-  for (int b = 0; b < 4; ++b)
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      uint32_t ah[Q][4], al[Q][4], bw[Q][3][2];
-#pragma unroll
-      for (int qq = 0; qq < Q; ++qq) {
-        split_tf32(x[qq][b][2 * q], ah[qq][0], al[qq][0]);
-        split_tf32(x[qq][b][2 * q + 1], ah[qq][2], al[qq][2]);
-        ah[qq][1] = ah[qq][3] = al[qq][1] = al[qq][3] = 0u;
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-          const uint32_t wd = word_of(w[qq][b][j / 2][j % 2], q);
-          bw[qq][j][0] = f16_tf32(wd & 0xffffu);
-          bw[qq][j][1] = f16_tf32(wd >> 16);
-        }
-      }
-#pragma unroll
-      for (int qq = 0; qq < Q; ++qq)
-#pragma unroll
-        for (int j = 0; j < 3; ++j) mma_tf32(c[qq][j], ah[qq], bw[qq][j][0], bw[qq][j][1]);
-#pragma unroll
-      for (int qq = 0; qq < Q; ++qq)
-#pragma unroll
-        for (int j = 0; j < 3; ++j) mma_tf32(c[qq][j], al[qq], bw[qq][j][0], bw[qq][j][1]);
-    }
-}
-
 // kForm (HcBoundaryLaunch::form): bit 1 — block 0's split warp arrives at barrier (3) before its remote gather of the
 // 24 × 32 segment sums (nothing it computes feeds y's norm; barrier (4) keeps every block's shared memory until its
-// reads end), so y's warps pass (3) without waiting on the mix; bit 2 — the MMA chains interleaved (mma_chains_ilp);
-// bit 4 — interleaved with the operands swapped (mma_chains_t); bit 8 (8 blocks only) — partial sums pushed, not
-// pulled: each block stores its norm sums, segment sums and y norm sum into the shared memory of the blocks that add
-// them (remote stores before the barrier's release) instead of those blocks loading them after the barrier (a
+// reads end), so y's warps pass (3) without waiting on the mix; bit 8 (8 blocks, with bit 1) — partial sums pushed,
+// not pulled: each block stores its norm sums, segment sums and y norm sum into the shared memory of the blocks that
+// add them (remote stores before the barrier's release) instead of those blocks loading them after the barrier (a
 // round trip of distributed shared memory after each of the three barriers on the chain); the same values in the
-// same lanes, added in the same order. A first barrier, arrived at the kernel's start and waited for before the
-// first remote store, makes sure every block of the cluster runs; no remote access follows barrier (3), so
-// barrier (4) goes. 0 = session 11's kernel.
+// same lanes, added in the same order. A first barrier, arrived at at the kernel's start and waited for before the
+// first remote store, makes sure every block of the cluster runs; no remote access follows barrier (3), so barrier
+// (4) goes. 0 = session 11's kernel.
 template <int C, int kForm>
 __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -332,38 +251,6 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     double tn = kPush ? all_n[lane] : *cl.map_shared_rank(&part_n[ew8 % S::WN], lane % 8 + 8 * (ew8 / S::WN));
     tn = warp_sum(tn);
     const float sc = 1.0f / sqrtf(static_cast<float>(tn / static_cast<double>(kHcd)) + p.eps);
-    if constexpr ((kForm & 6) != 0) {
-      float x[S::Qw][4][8];
-#pragma unroll
-      for (int qq = 0; qq < S::Qw; ++qq)
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-#pragma unroll
-          for (int i = 0; i < 8; ++i)
-            x[qq][b][i] = g == 0 ? xm[mk][kF16MmaQ * (ql0 + qq) + kF16MmaBlk * b + 8 * t + i] * sc : 0.0f;
-      if constexpr ((kForm & 4) != 0) {
-        float c[S::Qw][3][4];
-        mma_chains_t<S::Qw>(c, wq, x);
-        if (g == 0)
-#pragma unroll
-          for (int qq = 0; qq < S::Qw; ++qq)
-#pragma unroll
-            for (int j = 0; j < 3; ++j) {
-              qs[mk][ql0 + qq][8 * j + 2 * t] = c[qq][j][0];
-              qs[mk][ql0 + qq][8 * j + 2 * t + 1] = c[qq][j][1];
-            }
-      } else {
-        float c[S::Qw][2][4];
-        mma_chains_ilp<S::Qw>(c, wq, x);
-        if (t == 0)
-#pragma unroll
-          for (int qq = 0; qq < S::Qw; ++qq) {
-            qs[mk][ql0 + qq][g] = c[qq][0][0];
-            qs[mk][ql0 + qq][g + 8] = c[qq][0][2];
-            qs[mk][ql0 + qq][16 + g] = c[qq][1][0];
-          }
-      }
-    } else {
 #pragma unroll
     for (int qq = 0; qq < S::Qw; ++qq) {
       float x[4][1][8];
@@ -380,7 +267,6 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
         qrow[g + 8] = c[0][0][2];
         qrow[16 + g] = c[1][0][0];
       }
-    }
     }
   }
   __syncthreads();
@@ -537,10 +423,7 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
   if (l.cluster == 16) kernel = hc_boundary_kernel<16, 0>;
   else if (l.form == 0) kernel = hc_boundary_kernel<8, 0>;
   else if (l.form == 1) kernel = hc_boundary_kernel<8, 1>;
-  else if (l.form == 3) kernel = hc_boundary_kernel<8, 3>;
-  else if (l.form == 5) kernel = hc_boundary_kernel<8, 5>;
-  else if (l.form == 11) kernel = hc_boundary_kernel<8, 11>;
-  else if (l.form == 13) kernel = hc_boundary_kernel<8, 13>;
+  else if (l.form == 9) kernel = hc_boundary_kernel<8, 9>;
   else return false;
   // 16 blocks is above the portable cluster size: allowed per kernel (a host-side attribute, no stream work).
   if (l.cluster == 16 &&

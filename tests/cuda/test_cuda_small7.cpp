@@ -239,8 +239,9 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
   const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
   // (hc_post_fold, f16_mma): 2 without f16_mma is the fallback; 4, 5 = 2, 3 as programmatic dependents.
   // 6, 7: 4 in session 12's forms (HcBoundaryLaunch::form 1, 9: the split warp off y's barrier; the partial sums
-  // pushed into the blocks that add them).
-  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true}, {5, true}, {6, true}, {7, true}};
+  // pushed into the blocks that add them); 8: 5 (16 blocks) in form 9.
+  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true},
+                                        {5, true}, {6, true},  {7, true}, {8, true}};
   for (const auto& [fold, mma] : sides) {
     auto on = make(true, mma, fold), off = make(false, mma);
     ASSERT_TRUE(on && off);
@@ -308,7 +309,7 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
                    host(p.comb, static_cast<size_t>(n * NHC * NHC)), host(p.y, static_cast<size_t>(n * E)),
                    host(p.xn, static_cast<size_t>(n * E))};
       };
-      const std::string where = std::string("hc boundary c") + (fold == 3 || fold == 5 ? "16" : "8") +
+      const std::string where = std::string("hc boundary c") + (fold == 3 || fold == 5 || fold == 8 ? "16" : "8") +
                                 (fold >= 4 ? " pdl " : " ") + (fold >= 6 ? "fold" + std::to_string(fold) + " " : "") +
                                 (mma ? "f16_mma" : "segments") +
                                 " n" + std::to_string(n) +

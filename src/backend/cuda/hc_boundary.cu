@@ -127,7 +127,7 @@ __device__ inline void gather_segs(const cooperative_groups::cluster_group& cl, 
 
 // kForm (HcBoundaryLaunch::form): bit 1 — block 0's split warp arrives at barrier (3) before its remote gather of the
 // 24 × 32 segment sums (nothing it computes feeds y's norm; barrier (4) keeps every block's shared memory until its
-// reads end), so y's warps pass (3) without waiting on the mix; bit 8 (8 blocks, with bit 1) — partial sums pushed,
+// reads end), so y's warps pass (3) without waiting on the mix; bit 8 (with bit 1) — partial sums pushed,
 // not pulled: each block stores its norm sums, segment sums and y norm sum into the shared memory of the blocks that
 // add them (remote stores before the barrier's release) instead of those blocks loading them after the barrier (a
 // round trip of distributed shared memory after each of the three barriers on the chain); the same values in the
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   using S = Shape<C>;
   constexpr int H = S::H;
   constexpr bool kPush = (kForm & 8) != 0;
-  static_assert(!kPush || (H == 1 && (kForm & 1) != 0), "push: 8 blocks, the split warp off barrier (3)");
+  static_assert(!kPush || (kForm & 1) != 0, "push: with the split warp off barrier (3)");
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
   __shared__ __align__(16) float xm[kNhc][S::DM];        // X' of the MMA dims: [k][i] = X'[k][512·r8 + DM·h + i]
@@ -157,7 +157,10 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   __shared__ float pre_segs[kNhc][kNseg];                // segment sums of the pre rows (warp 4)
   __shared__ float ms[kRows], sb[3 + kRows], ws[kNhc];   // split warp: mix rows, scale + base; pre
   __shared__ double all_n[kPush ? 32 : 1];               // push: emulated warp ew's state norm sum at [ew]
-  __shared__ double all_y[kPush ? 8 : 1];                // push: y norm warp j's sum at [j]
+  __shared__ double all_y[kPush ? C : 1];                // push: y norm warp r8's sum (H = 2: lanes ≡ h) at [r]
+  // push, H = 2: q2, q3 of segment s of each mix row (block 0) and pre row (every block); segs / pre_segs hold q0 + q1.
+  __shared__ float segs_b[kPush && H == 2 ? kRows : 1][kNseg][2];
+  __shared__ float pre_b[kPush && H == 2 ? kNhc : 1][kNseg][2];
   const int r = static_cast<int>(cl.block_rank()), r8 = r % 8, h = r / 8;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp, g = lane >> 2, t = lane & 3;
   const int d_m0 = 512 * r8 + S::DM * h;  // first MMA dim
@@ -229,9 +232,9 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
         ss += static_cast<double>(v) * v;
       }
       ss = warp_sum(ss);
-      if constexpr (kPush) {  // emulated warp r8 + 8·wl's sum into every block's all_n (lane j → block j)
+      if constexpr (kPush) {  // emulated warp r8 + 8·(WN·h + wl)'s sum into every block's all_n (lane j → block j)
         cluster_wait();       // (0)
-        if (lane < 8) *cl.map_shared_rank(&all_n[r8 + 8 * wl], lane) = ss;
+        if (lane < C) *cl.map_shared_rank(&all_n[r8 + 8 * (S::WN * h + wl)], lane) = ss;
       } else if (lane == 0) {
         part_n[wl] = ss;
       }
@@ -273,11 +276,21 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   if (tid < kNhc * kRows) {  // seg = ((q0 + q1) + q2) + q3 (f16_mma_seg_sum), the block's part of it
     const int k = tid / kRows, o = tid % kRows;
     if constexpr (kPush) {  // segment 8k + r8 of row o: to block 0 (the split warp's mix), pre rows to every block
-      const float v = f16_mma_seg_sum(qs[k][0][o], qs[k][1][o], qs[k][2][o], qs[k][3][o]);
-      *cl.map_shared_rank(&segs[o][8 * k + r8], 0) = v;
-      if (o < kNhc)
+      const int sg = 8 * k + r8;
+      if (H == 1 || h == 0) {  // the whole sum; H = 2: q0 + q1
+        const float v = H == 1 ? f16_mma_seg_sum(qs[k][0][o], qs[k][1][o], qs[k][2][o], qs[k][3][o])
+                               : qs[k][0][o] + qs[k][1][o];
+        *cl.map_shared_rank(&segs[o][sg], 0) = v;
+        if (o < kNhc)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) *cl.map_shared_rank(&pre_segs[o][8 * k + r8], j) = v;
+          for (int j = 0; j < C; ++j) *cl.map_shared_rank(&pre_segs[o][sg], j) = v;
+      } else {  // H = 2, h = 1: q2, q3
+        const float2 v = make_float2(qs[k][0][o], qs[k][1][o]);
+        *reinterpret_cast<float2*>(cl.map_shared_rank(&segs_b[o][sg][0], 0)) = v;
+        if (o < kNhc)
+#pragma unroll
+          for (int j = 0; j < C; ++j) *reinterpret_cast<float2*>(cl.map_shared_rank(&pre_b[o][sg][0], j)) = v;
+      }
     } else if (H == 1) {
       part_q[o][k][0] = f16_mma_seg_sum(qs[k][0][o], qs[k][1][o], qs[k][2][o], qs[k][3][o]);
     } else if (h == 0) {
@@ -303,6 +316,11 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   if (r == 0 && warp == 0) {  // the split warp (hc_finish_split_warp's values): mix, then Sinkhorn beside y and xn
     if constexpr ((kForm & 1) != 0) cluster_arrive();  // (3) early: its remote reads end before its arrival at (4)
     if constexpr (!kPush) gather_segs<H, kRows>(cl, part_q, segs, lane);
+    if constexpr (kPush && H == 2) {  // lane s: seg = (q0 + q1) + q2 + q3 (gather_segs' expression)
+#pragma unroll
+      for (int o = 0; o < kRows; ++o) segs[o][lane] = (segs[o][lane] + segs_b[o][lane][0]) + segs_b[o][lane][1];
+      __syncwarp();
+    }
     if (lane < kRows) {
       const float m = mix_row(segs[lane]);
       ms[lane] = m;
@@ -328,6 +346,11 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   if (ywarp) {
     if (warp == 4) {
       if constexpr (!kPush) gather_segs<H, kNhc>(cl, part_q, pre_segs, lane);  // the pre rows
+      if constexpr (kPush && H == 2) {
+#pragma unroll
+        for (int o = 0; o < kNhc; ++o) pre_segs[o][lane] = (pre_segs[o][lane] + pre_b[o][lane][0]) + pre_b[o][lane][1];
+        __syncwarp();
+      }
       if (lane < kNhc) ws[lane] = sigmoid_dev(mix_row(pre_segs[lane]) * scale0 + base) + p.s.eps;  // pre
     }
     named_sync<128>(1);
@@ -368,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       }
       ss = warp_sum(ss);
       if constexpr (kPush) {
-        if (lane < 8) *cl.map_shared_rank(&all_y[r8], lane) = ss;  // warp r8's sum into every block (lane j → j)
+        if (lane < C) *cl.map_shared_rank(&all_y[r], lane) = ss;  // into every block (lane j → block j)
       } else if (lane == 0) {
         part_y = ss;
       }
@@ -376,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     cluster_sync_all();  // (3) every block's y norm sum
     double ty = 0.0;  // block_sum's last warp_sum over the 8 warp sums (H = 2: even lanes' + odd lanes')
     if (kPush) {
-      if (lane < 8) ty = all_y[lane];
+      if (lane < 8) ty = H == 1 ? all_y[lane] : all_y[lane] + all_y[lane + 8];
     } else if (lane < 8) {
       ty = H == 1 ? *cl.map_shared_rank(&part_y, lane)
                   : *cl.map_shared_rank(&part_y, lane) + *cl.map_shared_rank(&part_y, lane + 8);
@@ -419,8 +442,8 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
                    HcSplitArgs{a.mix, a.scale, a.base, 1, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb},
                    a.mix, a.norm_w, a.y, a.xn, a.rms_eps, l.with_split, l.stamps};
   void (*kernel)(BoundaryParams) = nullptr;
-  if (l.cluster == 16 && l.form != 0) return false;
-  if (l.cluster == 16) kernel = hc_boundary_kernel<16, 0>;
+  if (l.cluster == 16 && l.form != 0 && l.form != 9) return false;
+  if (l.cluster == 16) kernel = l.form == 9 ? hc_boundary_kernel<16, 9> : hc_boundary_kernel<16, 0>;
   else if (l.form == 0) kernel = hc_boundary_kernel<8, 0>;
   else if (l.form == 1) kernel = hc_boundary_kernel<8, 1>;
   else if (l.form == 9) kernel = hc_boundary_kernel<8, 9>;

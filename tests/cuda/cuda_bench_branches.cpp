@@ -459,7 +459,7 @@ void bench_small7_steps(int argc, char** argv) {
 
 // `cuda_bench --hcb-steps A B M...`: decode steps of each model file as the engine runs them (graphs, branches with
 // kBranchHcSplit, f16_mma on, indexer_select 11) with CudaBackendOptions::hc_post_fold A and B (the boundary kernel's
-// forms: 4 = session 11's, 6 / 7 = session 12's), batch 1 at 2K, interleaved three times. "BENCH hcb-steps" lines.
+// forms: 4 = session 11's, 6 … 9 = session 12's), batch 1 at 2K, interleaved eight times. "BENCH hcb-steps" lines.
 void bench_hcb_steps(int argc, char** argv) {
   if (argc < 3) {
     std::printf("BENCH hcb-steps: usage --hcb-steps A B model.gguf...\n");
@@ -478,7 +478,7 @@ void bench_hcb_steps(int argc, char** argv) {
       co.indexer_select = 11;  // the engine's (engine.cpp)
       if (!load_side(sides[k], *mf, plan, co, 512, "hcb-steps", model::kBranchHcSplit)) return;
     }
-    for (int round = 0; round < 3; ++round)
+    for (int round = 0; round < 8; ++round)
       for (int k = 0; k < 2; ++k) {
         const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, 2048);
         std::printf("BENCH hcb-steps hc_post_fold %d layers %zu batch 1 ctx 2048 round %d: %.4f ms/step, %.1f tok/s\n",

@@ -239,9 +239,9 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
   const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
   // (hc_post_fold, f16_mma): 2 without f16_mma is the fallback; 4, 5 = 2, 3 as programmatic dependents.
   // 6, 7: 4 in session 12's forms (HcBoundaryLaunch::form 1, 9: the split warp off y's barrier; the partial sums
-  // pushed into the blocks that add them); 8: 5 (16 blocks) in form 9.
-  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true},
-                                        {5, true}, {6, true},  {7, true}, {8, true}};
+  // pushed into the blocks that add them); 8: 5 (16 blocks) in form 9; 9: 7 with the TF32 split in shared memory.
+  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true}, {5, true},
+                                        {6, true}, {7, true},  {8, true}, {9, true}};
   for (const auto& [fold, mma] : sides) {
     auto on = make(true, mma, fold), off = make(false, mma);
     ASSERT_TRUE(on && off);

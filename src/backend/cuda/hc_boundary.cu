@@ -83,6 +83,11 @@ __device__ inline void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 #endif
 }
+__device__ inline void cluster_arrive_relaxed() {  // no memory order (barrier (0): only that the block runs)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+#endif
+}
 __device__ inline void cluster_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
@@ -133,7 +138,9 @@ __device__ inline void gather_segs(const cooperative_groups::cluster_group& cl, 
 // round trip of distributed shared memory after each of the three barriers on the chain); the same values in the
 // same lanes, added in the same order. A first barrier, arrived at at the kernel's start and waited for before the
 // first remote store, makes sure every block of the cluster runs; no remote access follows barrier (3), so barrier
-// (4) goes. 0 = session 11's kernel.
+// (4) goes. Bit 16 — the activations' TF32 split (x·scale = hi + lo) formed once per value by the whole block into
+// shared memory after barrier (1), not by every lane of the MMA warps for its 64 fragment values (7 of 8 of them zero
+// columns): the MMA warps load hi and lo; the same split of the same product. 0 = session 11's kernel.
 template <int C, int kForm>
 __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -142,6 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   using S = Shape<C>;
   constexpr int H = S::H;
   constexpr bool kPush = (kForm & 8) != 0;
+  constexpr bool kSplitShared = (kForm & 16) != 0;
   static_assert(!kPush || (kForm & 1) != 0, "push: with the split warp off barrier (3)");
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
@@ -156,6 +164,8 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   __shared__ float segs[kRows][kNseg];                   // segment sums of every mix row (block 0's split warp)
   __shared__ float pre_segs[kNhc][kNseg];                // segment sums of the pre rows (warp 4)
   __shared__ float ms[kRows], sb[3 + kRows], ws[kNhc];   // split warp: mix rows, scale + base; pre
+  __shared__ __align__(16) uint32_t xh[kSplitShared ? kNhc : 1][S::DM];  // split: TF32 hi / lo of xm·scale
+  __shared__ __align__(16) uint32_t xl[kSplitShared ? kNhc : 1][S::DM];
   __shared__ double all_n[kPush ? 32 : 1];               // push: emulated warp ew's state norm sum at [ew]
   __shared__ double all_y[kPush ? C : 1];                // push: y norm warp r8's sum (H = 2: lanes ≡ h) at [r]
   // push, H = 2: q2, q3 of segment s of each mix row (block 0) and pre row (every block); segs / pre_segs hold q0 + q1.
@@ -165,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp, g = lane >> 2, t = lane & 3;
   const int d_m0 = 512 * r8 + S::DM * h;  // first MMA dim
   stamp(p, r, 0);
-  if constexpr (kPush) cluster_arrive();  // (0) this block runs (waited for before the first remote store)
+  if constexpr (kPush) cluster_arrive_relaxed();  // (0) this block runs (waited for before the first remote store)
 
   // MMA weights (the contract's fragment layout, f16_mma_load_w): warp w takes stream k = w / 2, local quarters
   // (w % 2)·Qw + qq; m-tile 0 = rows g, g + 8; m-tile 1 = row 16 + g (its rows g + 8: zero rows).
@@ -254,8 +264,57 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     double tn = kPush ? all_n[lane] : *cl.map_shared_rank(&part_n[ew8 % S::WN], lane % 8 + 8 * (ew8 / S::WN));
     tn = warp_sum(tn);
     const float sc = 1.0f / sqrtf(static_cast<float>(tn / static_cast<double>(kHcd)) + p.eps);
+    if constexpr (kSplitShared) {
+      constexpr int kF4 = kNhc * S::DM / 4;  // float4s of xm
 #pragma unroll
-    for (int qq = 0; qq < S::Qw; ++qq) {
+      for (int i4 = tid; i4 < kF4; i4 += kThreads) {
+        const float4 v = reinterpret_cast<const float4*>(&xm[0][0])[i4];
+        uint4 hi, lo;
+        split_tf32(v.x * sc, hi.x, lo.x);
+        split_tf32(v.y * sc, hi.y, lo.y);
+        split_tf32(v.z * sc, hi.z, lo.z);
+        split_tf32(v.w * sc, hi.w, lo.w);
+        reinterpret_cast<uint4*>(&xh[0][0])[i4] = hi;
+        reinterpret_cast<uint4*>(&xl[0][0])[i4] = lo;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int qq = 0; qq < S::Qw; ++qq) {
+        float c[2][4] = {};  // f16_mma_quarter_loaded<2, 1>'s chains (f16_mma_block's order) on the split values
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          uint4 h4[2] = {}, l4[2] = {};
+          if (g == 0) {  // vector 0 only; the other vectors are zero columns (split of 0: 0 + 0)
+            const int e = kF16MmaQ * (ql0 + qq) + kF16MmaBlk * b + 8 * t;
+            h4[0] = *reinterpret_cast<const uint4*>(&xh[mk][e]);
+            h4[1] = *reinterpret_cast<const uint4*>(&xh[mk][e + 4]);
+            l4[0] = *reinterpret_cast<const uint4*>(&xl[mk][e]);
+            l4[1] = *reinterpret_cast<const uint4*>(&xl[mk][e + 4]);
+          }
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const uint32_t bh0 = word_of(h4[q / 2], 2 * (q % 2)), bh1 = word_of(h4[q / 2], 2 * (q % 2) + 1);
+            const uint32_t bl0 = word_of(l4[q / 2], 2 * (q % 2)), bl1 = word_of(l4[q / 2], 2 * (q % 2) + 1);
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const uint32_t w0 = word_of(wq[qq][b][i][0], q), w1 = word_of(wq[qq][b][i][1], q);
+              const uint32_t a[4] = {f16_tf32(w0 & 0xffffu), f16_tf32(w1 & 0xffffu), f16_tf32(w0 >> 16),
+                                     f16_tf32(w1 >> 16)};
+              mma_tf32(c[i], a, bh0, bh1);
+              mma_tf32(c[i], a, bl0, bl1);
+            }
+          }
+        }
+        if (t == 0) {
+          float* qrow = qs[mk][ql0 + qq];
+          qrow[g] = c[0][0];
+          qrow[g + 8] = c[0][2];
+          qrow[16 + g] = c[1][0];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int qq = 0; qq < S::Qw; ++qq) {
       float x[4][1][8];
 #pragma unroll
       for (int b = 0; b < 4; ++b)
@@ -269,6 +328,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
         qrow[g] = c[0][0][0];
         qrow[g + 8] = c[0][0][2];
         qrow[16 + g] = c[1][0][0];
+      }
       }
     }
   }
@@ -447,6 +507,7 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
   else if (l.form == 0) kernel = hc_boundary_kernel<8, 0>;
   else if (l.form == 1) kernel = hc_boundary_kernel<8, 1>;
   else if (l.form == 9) kernel = hc_boundary_kernel<8, 9>;
+  else if (l.form == 25) kernel = hc_boundary_kernel<8, 25>;
   else return false;
   // 16 blocks is above the portable cluster size: allowed per kernel (a host-side attribute, no stream work).
   if (l.cluster == 16 &&

@@ -3,7 +3,7 @@
 // calls it where its options select the spread HC pre in the F16 MMA order (the path whose bits it reproduces);
 // hc_post_fold = 3 runs it as a cluster of 16 blocks; 4 / 5 as 2 / 3, launched as programmatic dependents wherever
 // hc_pdl allows (also after a concurrent branch's join, where hc_post's launch stays plain); 6 / 7 as 4 in the forms
-// of HcBoundaryLaunch::form 1 / 9, 8 as 5 in form 9.
+// of HcBoundaryLaunch::form 1 / 9, 8 as 5 in form 9, 9 as 4 in form 25.
 // Deliberately not here: the decision which options allow it (ops_hc.cu, where the backend's flags are).
 #pragma once
 
@@ -17,10 +17,11 @@ struct HcBoundaryLaunch {
   bool pdl = false;         // a programmatic dependent of the kernel before it (hc_post's rule: main lane, no branches)
   bool with_split = true;   // the Sinkhorn split (post, comb) inside, as the spread pre's split block
   int cluster = 8;          // blocks of the cluster: 8 (portable) or 16 (half the weights and loads a block)
-  // Session 12's forms (same bits; hc_post_fold 6 / 7 = 1 / 9 on 8 blocks, 8 = 9 on 16): bit 1 — the split warp arrives
-  // at the y norm's cluster barrier before gathering the mix; bit 8 (with bit 1) — the partial sums pushed into the
-  // blocks that add them (remote stores before each barrier, not loads after it). 0: session 11's kernel; other values
-  // (and 16 blocks with form 1) launch nothing (false).
+  // Session 12's forms (same bits; hc_post_fold 6 / 7 / 9 = 1 / 9 / 25 on 8 blocks, 8 = 9 on 16): bit 1 — the split
+  // warp arrives at the y norm's cluster barrier before gathering the mix; bit 8 (with bit 1) — the partial sums pushed
+  // into the blocks that add them (remote stores before each barrier, not loads after it); bit 16 — the activations'
+  // TF32 split formed once per value in shared memory. 0: session 11's kernel; other values (and 16 blocks with a form
+  // other than 9) launch nothing (false).
   int form = 0;
   // Diagnostics (benches only; null in the backend): device array [kHcBoundaryStamps] receiving block 0's clock64 at
   // the phase ends — start, after the wait, the state formed, barrier 1, MMAs done, barrier 2, the split warp's mix,

@@ -315,20 +315,20 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     } else {
 #pragma unroll
       for (int qq = 0; qq < S::Qw; ++qq) {
-      float x[4][1][8];
+        float x[4][1][8];
 #pragma unroll
-      for (int b = 0; b < 4; ++b)
+        for (int b = 0; b < 4; ++b)
 #pragma unroll
-        for (int i = 0; i < 8; ++i)  // vector 0 only (lanes g = 0); the other vectors are zero columns
-          x[b][0][i] = g == 0 ? xm[mk][kF16MmaQ * (ql0 + qq) + kF16MmaBlk * b + 8 * t + i] * sc : 0.0f;
-      float c[2][1][4];
-      f16_mma_quarter_loaded<2, 1>(c, wq[qq], x);
-      if (t == 0) {  // vector 0: accumulator elements 0 (row 16i + g) and 2 (row 16i + g + 8)
-        float* qrow = qs[mk][ql0 + qq];
-        qrow[g] = c[0][0][0];
-        qrow[g + 8] = c[0][0][2];
-        qrow[16 + g] = c[1][0][0];
-      }
+          for (int i = 0; i < 8; ++i)  // vector 0 only (lanes g = 0); the other vectors are zero columns
+            x[b][0][i] = g == 0 ? xm[mk][kF16MmaQ * (ql0 + qq) + kF16MmaBlk * b + 8 * t + i] * sc : 0.0f;
+        float c[2][1][4];
+        f16_mma_quarter_loaded<2, 1>(c, wq[qq], x);
+        if (t == 0) {  // vector 0: accumulator elements 0 (row 16i + g) and 2 (row 16i + g + 8)
+          float* qrow = qs[mk][ql0 + qq];
+          qrow[g] = c[0][0][0];
+          qrow[g + 8] = c[0][0][2];
+          qrow[16 + g] = c[1][0][0];
+        }
       }
     }
   }

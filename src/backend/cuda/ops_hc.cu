@@ -1121,9 +1121,8 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
       l.pdl = hc_pdl_ && (hc_post_fold_ >= 4 || (!branches_ && !on_side_));
       l.with_split = a.split || !small_v4_;
       l.cluster = hc_post_fold_ == 3 || hc_post_fold_ == 5 || hc_post_fold_ == 8 ? 16 : 8;
-      l.form = hc_post_fold_ == 6   ? 1
-               : hc_post_fold_ == 9 ? 25
-               : hc_post_fold_ == 7 || hc_post_fold_ == 8 ? 9 : 0;  // session 12's forms (hc_boundary.h)
+      // session 12's forms (hc_boundary.h): 6 → 1, 7 and 8 → 9, 9 → 25
+      l.form = hc_post_fold_ == 6 ? 1 : hc_post_fold_ == 7 || hc_post_fold_ == 8 ? 9 : hc_post_fold_ == 9 ? 25 : 0;
       if (hc_boundary(*this, a, l)) return;
     }
     hc_post(a.prev_post);

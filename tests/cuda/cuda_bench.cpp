@@ -54,6 +54,8 @@
 //                                         plain + clusters) — decode batch 1 at 2K, a 2,048-token chunk at 2K.
 //        cuda_bench --f16dec [K,K…]       decode F16 MMA calls (CSA matmul_many n = 1, 8; router) per
 //                                         f16_mma_decode_kernel 0 … 9, cold weights, graph µs per call.
+//        cuda_bench --ctx-steps [S...] M...  decode steps (batch 1) at 2K, 16K, 32K per indexer_select S (default 11).
+//        cuda_bench --ctx-profile M CTX...  one decode step at each CTX between cudaProfilerStart / Stop (ncu).
 //        cuda_bench --f16dec-steps M...   whole decode steps (batch 1, 2K) with f16_mma_decode_kernel 0, 7, 8, 9.
 //        cuda_bench --models-only M...   only the whole-model lines (prefill, decode graphs off / on).
 //        cuda_bench --csa [small4]        only the CSA layer's compressor + indexer lines (now vs previous;
@@ -140,6 +142,8 @@ void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_hcsplit_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16dec_steps(int argc, char** argv);    // cuda_bench_branches.cpp
+void bench_ctx_steps(int argc, char** argv);       // cuda_bench_branches.cpp
+void bench_ctx_profile(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_f16dec_calls(const std::vector<int>& kernels);  // cuda_bench_f16dec.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
 
@@ -819,6 +823,14 @@ int main(int argc, char** argv) {
       }
     }
     bench_f16dec_calls(kernels);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--ctx-steps") == 0) {  // decode steps at 2K … 32K per indexer_select
+    bench_ctx_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--ctx-profile") == 0) {  // one decode step per context, for ncu
+    bench_ctx_profile(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--f16dec-steps") == 0) {  // whole steps per f16_mma_decode_kernel

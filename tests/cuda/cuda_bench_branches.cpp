@@ -22,6 +22,8 @@
 // `cuda_bench --warp-steps M...`: decode steps at batch 2, 3 and 4 with gemv_warp off / on (the default), "BENCH
 // warp-steps" lines.
 // `cuda_bench --ramp-steps M...`: decode steps with the dense matvecs' ramp bits (dense_ramp.h) off and on.
+// `cuda_bench --ctx-steps [S...] M...`: decode steps of one session at 2K … 32K as the engine runs them, per indexer_select
+// S; `--ctx-profile M CTX...`: one such step at each CTX between cudaProfilerStart / Stop (for ncu).
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -33,6 +35,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <cuda_profiler_api.h>
 
 #include "backend/cuda/cuda_backend.h"
 #include "bench_median.h"
@@ -47,7 +51,10 @@ using namespace ds4;
 namespace {
 
 // Seconds per decode step of `sessions` sessions after prompts of `prompt` tokens, or < 0 on failure.
-double decode_step_seconds(model::Forward& fw, backend::Backend& be, int sessions, int64_t prompt) {
+// `profile_one`: after the warm-up, one step between cudaProfilerStart / Stop (ncu --profile-from-start off sees
+// that step's launches only), no timing (returns 0).
+double decode_step_seconds(model::Forward& fw, backend::Backend& be, int sessions, int64_t prompt,
+                           bool profile_one = false) {
   const int64_t V = fw.config().n_vocab, C = fw.max_chunk();
   std::vector<model::KvState> kv;
   std::vector<float> logits(static_cast<size_t>(V * sessions));
@@ -91,6 +98,14 @@ double decode_step_seconds(model::Forward& fw, backend::Backend& be, int session
     }
   };
   for (int w = 0; w < 8; ++w) step();
+  if (profile_one) {
+    (void)be.sync();
+    cudaProfilerStart();
+    step();
+    (void)be.sync();
+    cudaProfilerStop();
+    return ok ? 0.0 : -1;
+  }
   const double t = ds4::test::median_seconds(step, [&] { (void)be.sync(); }, 16);
   return ok ? t : -1;
 }
@@ -678,5 +693,62 @@ void bench_f16dec_steps(int argc, char** argv) {
     }
     for (Side& s : sides) decode(s, 2);
     for (Side& s : sides) decode(s, 3);
+  }
+}
+
+// Options of a whole decode step as the engine sets them (src/runtime/engine.cpp): f16_mma on, `indexer_select`,
+// and (load_side's extra_branches) each HC pre's split on the side lane.
+backend::cuda::CudaBackendOptions engine_like_options(int indexer_select) {
+  backend::cuda::CudaBackendOptions co;
+  co.f16_mma = true;
+  co.indexer_select = indexer_select;
+  return co;
+}
+
+// `cuda_bench --ctx-steps [S...] M...` (issue 5: 32K decode within 10 % of 2K): decode steps of one session at 2K,
+// 16K and 32K with the engine's options and CudaBackendOptions::indexer_select S (default 11, the engine's; numbers
+// before the model files), the sides interleaved twice per context (drift shows): "BENCH ctx-steps" lines. At 32K a
+// CSA layer's indexer scores 8,192 rows (2K: 512) and an HCA layer attends 256 compressed rows (2K: 16).
+void bench_ctx_steps(int argc, char** argv) {
+  std::vector<int> sels;
+  int a0 = 0;
+  for (; a0 < argc && std::strspn(argv[a0], "0123456789") == std::strlen(argv[a0]); ++a0) sels.push_back(std::atoi(argv[a0]));
+  if (sels.empty()) sels.push_back(11);
+  for (int i = a0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "ctx-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    std::vector<StepSide> sides(sels.size());
+    for (size_t k = 0; k < sels.size(); ++k)
+      if (!load_side(sides[k], *mf, plan, engine_like_options(sels[k]), 2048, "ctx-steps", model::kBranchHcSplit)) return;
+    for (int64_t ctx : {2048, 16384, 32768})
+      for (int round = 0; round < 2; ++round)
+        for (size_t k = 0; k < sels.size(); ++k) {
+          const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, ctx);
+          std::printf("BENCH ctx-steps indexer_select %2d layers %zu ctx %5lld round %d: %.4f ms/step, %.1f tok/s\n",
+                      sels[k], plan.size(), static_cast<long long>(ctx), round + 1, t * 1e3, t > 0 ? 1 / t : 0.0);
+          std::fflush(stdout);
+        }
+  }
+}
+
+// `cuda_bench --ctx-profile M CTX...`: for each CTX, one session prefilled to CTX, 8 decode steps (graphs recorded),
+// then one step (a graph replay) between cudaProfilerStart / Stop, with the engine's options: `ncu
+// --profile-from-start off` times exactly that step's kernels at each context.
+void bench_ctx_profile(int argc, char** argv) {
+  if (argc < 2) {
+    std::printf("BENCH ctx-profile: usage --ctx-profile model.gguf CTX...\n");
+    return;
+  }
+  auto mf = open_model(argv[0], "ctx-profile");
+  if (!mf) return;
+  const auto plan = modelspec::layer_plan(mf->cfg);
+  StepSide side;
+  if (!load_side(side, *mf, plan, engine_like_options(11), 2048, "ctx-profile", model::kBranchHcSplit)) return;
+  for (int i = 1; i < argc; ++i) {
+    const int64_t ctx = std::atoll(argv[i]);
+    const double t = decode_step_seconds(*side.fw, *side.be, 1, ctx, true);
+    std::printf("BENCH ctx-profile layers %zu ctx %lld: %s\n", plan.size(), static_cast<long long>(ctx), t < 0 ? "failed" : "profiled");
+    std::fflush(stdout);
   }
 }

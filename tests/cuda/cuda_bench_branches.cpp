@@ -23,7 +23,7 @@
 // warp-steps" lines.
 // `cuda_bench --ramp-steps M...`: decode steps with the dense matvecs' ramp bits (dense_ramp.h) off and on.
 // `cuda_bench --ctx-steps [S...] M...`: decode steps of one session at 2K … 32K as the engine runs them, per indexer_select
-// S; `--ctx-profile M CTX...`: one such step at each CTX between cudaProfilerStart / Stop (for ncu).
+// S; `--ctx-profile S M CTX...`: one such step at each CTX between cudaProfilerStart / Stop (for ncu).
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -705,15 +705,25 @@ backend::cuda::CudaBackendOptions engine_like_options(int indexer_select) {
   return co;
 }
 
-// `cuda_bench --ctx-steps [S...] M...` (issue 5: 32K decode within 10 % of 2K): decode steps of one session at 2K,
-// 16K and 32K with the engine's options and CudaBackendOptions::indexer_select S (default 11, the engine's; numbers
-// before the model files), the sides interleaved twice per context (drift shows): "BENCH ctx-steps" lines. At 32K a
-// CSA layer's indexer scores 8,192 rows (2K: 512) and an HCA layer attends 256 compressed rows (2K: 16).
+// `cuda_bench --ctx-steps [S...] [CTX...] M...` (issue 5: 32K decode within 10 % of 2K): decode steps of one session
+// at each context CTX (numbers ≥ 1,024; default 32K, 2K, 16K) with the engine's options and
+// CudaBackendOptions::indexer_select S (numbers below 1,024; default 11, the engine's), the sides interleaved twice
+// per context (drift shows): "BENCH ctx-steps" lines. At 32K a CSA layer's indexer scores 8,192 rows (2K: 512) and
+// an HCA layer attends 256 compressed rows (2K: 16).
 void bench_ctx_steps(int argc, char** argv) {
   std::vector<int> sels;
+  std::vector<int64_t> ctxs;
   int a0 = 0;
-  for (; a0 < argc && std::strspn(argv[a0], "0123456789") == std::strlen(argv[a0]); ++a0) sels.push_back(std::atoi(argv[a0]));
+  for (; a0 < argc && std::strspn(argv[a0], "0123456789") == std::strlen(argv[a0]); ++a0) {
+    const int64_t v = std::atoll(argv[a0]);
+    if (v >= 1024) {
+      ctxs.push_back(v);
+    } else {
+      sels.push_back(static_cast<int>(v));
+    }
+  }
   if (sels.empty()) sels.push_back(11);
+  if (ctxs.empty()) ctxs = {32768, 2048, 16384};  // 32K first: the case that matters most if a run is cut
   for (int i = a0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ctx-steps");
     if (!mf) return;
@@ -721,7 +731,7 @@ void bench_ctx_steps(int argc, char** argv) {
     std::vector<StepSide> sides(sels.size());
     for (size_t k = 0; k < sels.size(); ++k)
       if (!load_side(sides[k], *mf, plan, engine_like_options(sels[k]), 2048, "ctx-steps", model::kBranchHcSplit)) return;
-    for (int64_t ctx : {2048, 16384, 32768})
+    for (int64_t ctx : ctxs)
       for (int round = 0; round < 2; ++round)
         for (size_t k = 0; k < sels.size(); ++k) {
           const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, ctx);
@@ -732,20 +742,21 @@ void bench_ctx_steps(int argc, char** argv) {
   }
 }
 
-// `cuda_bench --ctx-profile M CTX...`: for each CTX, one session prefilled to CTX, 8 decode steps (graphs recorded),
-// then one step (a graph replay) between cudaProfilerStart / Stop, with the engine's options: `ncu
-// --profile-from-start off` times exactly that step's kernels at each context.
+// `cuda_bench --ctx-profile S M CTX...`: for each CTX, one session prefilled to CTX, 8 decode steps (graphs recorded),
+// then one step (a graph replay) between cudaProfilerStart / Stop, with the engine's options and indexer_select S:
+// `ncu --profile-from-start off` times exactly that step's kernels at each context.
 void bench_ctx_profile(int argc, char** argv) {
-  if (argc < 2) {
-    std::printf("BENCH ctx-profile: usage --ctx-profile model.gguf CTX...\n");
+  if (argc < 3) {
+    std::printf("BENCH ctx-profile: usage --ctx-profile S model.gguf CTX...\n");
     return;
   }
-  auto mf = open_model(argv[0], "ctx-profile");
+  auto mf = open_model(argv[1], "ctx-profile");
   if (!mf) return;
   const auto plan = modelspec::layer_plan(mf->cfg);
   StepSide side;
-  if (!load_side(side, *mf, plan, engine_like_options(11), 2048, "ctx-profile", model::kBranchHcSplit)) return;
-  for (int i = 1; i < argc; ++i) {
+  if (!load_side(side, *mf, plan, engine_like_options(std::atoi(argv[0])), 2048, "ctx-profile", model::kBranchHcSplit))
+    return;
+  for (int i = 2; i < argc; ++i) {
     const int64_t ctx = std::atoll(argv[i]);
     const double t = decode_step_seconds(*side.fw, *side.be, 1, ctx, true);
     std::printf("BENCH ctx-profile layers %zu ctx %lld: %s\n", plan.size(), static_cast<long long>(ctx), t < 0 ? "failed" : "profiled");

@@ -5,7 +5,8 @@
 // kernel — scores, a global histogram of the keys' top bits, the last block's select — for every decode call; 6: 4
 // up to 2,048 rows, the wide kernel above; 7, 8: 5, 6 with fused dot steps where exact — here the plain floats
 // make every block take the plain chain; 9 … 12: 5 … 8's with the register-blocked tile where a block has 32 or 64
-// rows) and the CPU op, selected ids equal, at the Flash shapes (64 heads × 128,
+// rows; 13: 11 with the tiles' rows by asynchronous copies; 14: 13 with 32-row blocked tiles, two blocks an SM) and
+// the CPU op, selected ids equal, at the Flash shapes (64 heads × 128,
 // top 512) for n = 1, 2, 5, 8, 32 queries and contexts 2K, 8K, 32K and 33K (8,250 rows: the wide kernel's 64-key
 // runs, a row stride not a multiple of 4); sessions at different positions (per-query row counts and,
 // batched, per-query rows through rows_at), queries that see ≤ top_k rows mixed in, and duplicated rows
@@ -37,9 +38,11 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
   auto fused = std::move(made_f).value();
   // The fused launch with q and w loaded before the row count (3), and with the radix select's lean end
   // and one-scan compaction (4); the wide kernel always (5) and above 2,048 rows (6), both with the fused dot steps
-  // where exact (7, 8), and those four with the register-blocked tile (9 … 12).
+  // where exact (7, 8), and those four with the register-blocked tile (9 … 12); 11 with the tiles' rows by
+  // asynchronous copies (13), and with 32-row blocked tiles two per multiprocessor (14).
+  const std::vector<int> sels = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
   std::vector<std::unique_ptr<Backend>> sorts;
-  for (int sel : {3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+  for (int sel : sels) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);
@@ -107,7 +110,7 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
           ASSERT_EQ(cnt[i], pcnt[i]) << "query " << i;
           ASSERT_EQ(cnt[i], fcnt[i]) << "query " << i;
           for (size_t v = 0; v < sorts.size(); ++v)
-            ASSERT_EQ(cnt[i], scnt[v][i]) << "query " << i << " (select " << 3 + v << ")";
+            ASSERT_EQ(cnt[i], scnt[v][i]) << "query " << i << " (select " << sels[v] << ")";
           ASSERT_EQ(cnt[i], std::min(nr[i], TK)) << "query " << i;
           for (int32_t j = 0; j < cnt[i]; ++j)
             differ += (idx[i * TK + j] != pidx[i * TK + j]) + (idx[i * TK + j] != fidx[i * TK + j]);
@@ -135,15 +138,17 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
 
 // Shapes the decode kernel does not take (heads 8, head_dim 32) and 16 heads of 64 (which it does) against
 // the CPU: the dispatch falls back without a launch error, and the selection is the CPU's either way —
-// with the default select and with indexer_select = 3 … 10 (32 heads of 128: the wide kernel with 8 slots a head,
-// 1,000 and 3,000 rows, top 64; 9 and 10 keep the unblocked tile at 32 heads).
+// with the default select and with indexer_select = 3 … 10, 13 and 14 (32 heads of 128: the wide kernel with 8 slots
+// a head, 1,000 and 3,000 rows, top 64; 9, 10, 13 and 14 keep the unblocked tile at 32 heads).
 TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
   struct S {
     int32_t heads, head_dim, top_k, rows;
   };
   std::vector<std::unique_ptr<Backend>> sorts;
   std::vector<Backend*> bes = {gpu_.get()};
-  for (int sel : {3, 4, 5, 6, 7, 8, 9, 10}) {
+  const std::vector<int> sels = {2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 14};  // [0]: gpu_'s (the default, 2)
+  for (size_t si = 1; si < sels.size(); ++si) {
+    const int sel = sels[si];
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);
@@ -175,7 +180,7 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
         for (int32_t j = 0; j < cnt[i]; ++j) differ += idx[i * s.top_k + j] != want[i * s.top_k + j];
       }
       EXPECT_EQ(differ, 0) << "heads " << s.heads << " head_dim " << s.head_dim << " rows " << s.rows << " n " << n
-                           << " (select " << (bi == 0 ? 2 : static_cast<int>(bi) + 2) << ")";
+                           << " (select " << sels[bi] << ")";
     }
   }
 }
@@ -188,11 +193,12 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
 // CPU's indexer_qat; rows also through f16): the fused dot steps of 7 and 8 — with one row, or one q head, of plain
 // floats (that block, or that query, takes the plain chain), a row with a value 2^70 (exponent out of range), and
 // FP4 ties (copies of earlier rows). 9 … 12: the register-blocked tile (64-row blocks from ~8K rows, 32-row ones
-// from ~4K at n = 3; a count that ends a block mid-group of 4).
+// from ~4K at n = 3; a count that ends a block mid-group of 4); 13: 11 with the tiles' rows by asynchronous copies;
+// 14: 13 with 32-row blocked tiles at every bound (two blocks an SM; 64 keys a thread past 8,192 rows).
 TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
   const int32_t IH = 64, ID = 128, TK = 512;
   std::vector<std::unique_ptr<Backend>> bes;
-  for (int sel : {4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+  for (int sel : {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
     auto made_s = cuda::make_cuda_backend(so);

@@ -16,13 +16,15 @@
 // the 32K context's 8,192) for every decode call up to 16,384 rows / above 2,048 rows only (else as 4); 7 / 8 as
 // 5 / 6 with the dots as fused multiply-adds where that is exact (FP4 operands: the same bits, half the instructions);
 // 9, 10 / 11, 12 as 5, 7 / 6, 8 with a register-blocked tile (4 rows × 2 or 4 heads a thread) where a block has 32
-// or 64 rows.
+// or 64 rows; 13 as 11 with every decode tile's rows staged by asynchronous copies (stage_rows_async); 14 as 13 with
+// the blocked tile at 32 rows and two blocks per multiprocessor at every wide row count.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/mma_s8.cuh"
 
 namespace ds4::backend::cuda {
 
@@ -241,16 +243,33 @@ __device__ inline void tile_dots(const float* sh, const float (&q)[HD], int slot
   }
 }
 
-template <int HD, bool kQSmem, bool kPre = false, bool kFma = false>
+// kAsync (indexer_select 13, 14): a decode tile's nrows rows of HD floats (src 16-byte aligned) into shared memory, row r's
+// piece c at dst[r·p4 + c], as asynchronous 16-byte copies all issued at once (≤ 64·128 / 4 / 256 = 8 a thread); the
+// caller waits (cp_async_wait<0>) before its barrier. The plain loop's `ld; st.shared` pairs are not unrolled (the
+// PTX: one generic load, its store, the next iteration), so a tile of 64 rows took 8 dependent memory round trips a
+// thread — from DRAM in a decode step, where a layer's indexer rows were written tokens ago. The same values.
+template <int HD>
+__device__ inline void stage_rows_async(float4* dst, int p4, const float* src, int nrows) {
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  for (int k = static_cast<int>(threadIdx.x); k < nrows * HD / 4; k += blockDim.x)
+    cp_async16(dst + (k / (HD / 4)) * p4 + k % (HD / 4), s4 + k);
+  cp_async_commit();
+}
+
+template <int HD, bool kQSmem, bool kPre = false, bool kFma = false, bool kAsync = false>
 __device__ inline int score_decode_dots(const IndexerArgs& a, int rb, int64_t i, int32_t nr, int64_t r0, float* sh,
                                         const float4 (*qv)[kIdxQPre] = nullptr, float wv = 0.0f) {
   static_assert(!kFma || kQSmem, "the fused chain's check reads q as it is staged");
+  static_assert(!kAsync || (kQSmem && !kFma), "the asynchronous tile: the fused kernels' plain chain");
   const int H = a.heads, tid = static_cast<int>(threadIdx.x);
   const int nrows = static_cast<int>(min(static_cast<int64_t>(rb), nr - r0));
   float* shw = sh + decode_w_offset(rb, HD, H);
   const float* src = (a.rows_at ? a.rows_at[i] : a.rows) + r0 * HD;  // per-query rows in a batched step
   bool exact = true;  // kFma: every value this thread staged qualifies for the fused chain
-  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) & 15) == 0;
+  if (kAsync && aligned) {
+    stage_rows_async<HD>(reinterpret_cast<float4*>(sh), HD / 4, src, nrows);
+  } else if (aligned) {
     for (int k = tid; k < nrows * HD / 4; k += blockDim.x) {
       const float4 v = reinterpret_cast<const float4*>(src)[k];
       reinterpret_cast<float4*>(sh)[k] = v;
@@ -289,6 +308,7 @@ __device__ inline int score_decode_dots(const IndexerArgs& a, int rb, int64_t i,
         if constexpr (kFma) exact = exact && fma_exact4(v);
       }
     }
+    if constexpr (kAsync) cp_async_wait<0>();  // this thread's tile copies, published by the barrier
     if constexpr (kFma) {
       exact = __syncthreads_and(exact) != 0;  // the whole block's staged values
     } else {
@@ -319,11 +339,11 @@ __device__ inline int score_decode_dots(const IndexerArgs& a, int rb, int64_t i,
 }
 
 // The scores of rows r0 … r0 + rb − 1 (< nr) of query i by this block (score_decode_dots, then a thread per row).
-template <int HD, bool kQSmem, bool kPre = false>
+template <int HD, bool kQSmem, bool kPre = false, bool kAsync = false>
 __device__ inline void score_decode_tile(const IndexerArgs& a, float* scores, int64_t score_stride, int rb, int64_t i,
                                          int32_t nr, int64_t r0, float* sh, const float4 (*qv)[kIdxQPre] = nullptr,
                                          float wv = 0.0f) {
-  const int nrows = score_decode_dots<HD, kQSmem, kPre>(a, rb, i, nr, r0, sh, qv, wv);
+  const int nrows = score_decode_dots<HD, kQSmem, kPre, false, kAsync>(a, rb, i, nr, r0, sh, qv, wv);
   const int H = a.heads;
   const float* shw = sh + decode_w_offset(rb, HD, H);
   for (int row = static_cast<int>(threadIdx.x); row < nrows; row += blockDim.x)
@@ -669,8 +689,9 @@ __device__ inline bool last_block_of_query(int* done, int64_t i, int blocks) {
 // memory when they fit). A query that sees ≤ top_k rows: block 0 writes the identity. The same scores and
 // the same selection function, so the same ids as the two launches. kPre (indexer_select = 3 and 4): q_i
 // and w_i are loaded before the row count (score_decode_tile; the H200 measured the scoring blocks' chain
-// of dependent memory round trips as most of the kernel). kLean (4): radix_select_block's lean end.
-template <int HD, bool kPre, bool kLean>
+// of dependent memory round trips as most of the kernel). kLean (4): radix_select_block's lean end. kAsync (13): the
+// tile's rows by asynchronous copies (stage_rows_async).
+template <int HD, bool kPre, bool kLean, bool kAsync = false>
 __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_kernel(IndexerArgs a, float* scores,
                                                                                     int64_t score_stride, int rb,
                                                                                     int* done, int smem_keys) {
@@ -682,7 +703,7 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
   const int32_t nr = a.n_rows[i];
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rb;
   if (!block_scores_rows(a, i, nr, r0)) return;
-  score_decode_tile<HD, true, kPre>(a, scores, score_stride, rb, i, nr, r0, sh, &qv, wv);
+  score_decode_tile<HD, true, kPre, kAsync>(a, scores, score_stride, rb, i, nr, r0, sh, &qv, wv);
   if (!last_block_of_query(done, i, static_cast<int>((nr + rb - 1) / rb))) return;
   radix_select_block<true, kLean>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
 }
@@ -839,7 +860,7 @@ __device__ inline void blocked_dots(const float4* rp, const float4* qp, float (&
 
 // score_decode_dots' contract (the dots into sh as [rb][65], w_i after the tile at sh + rb·kBlkPitch, returns the
 // tile's row count) for the blocked layout; q and w loaded before the row count (qv, wv), heads = 64, HD = 128.
-template <int G, bool kFma>
+template <int G, bool kFma, bool kAsync = false>
 __device__ inline int score_decode_dots_blocked(const IndexerArgs& a, int rb, int64_t i, int32_t nr, int64_t r0,
                                                 float* sh, const float4 (*qv)[kIdxQPre], float wv) {
   constexpr int HD = 128, H = 64, P4 = kBlkPitch / 4, NHG = H / G;
@@ -850,7 +871,11 @@ __device__ inline int score_decode_dots_blocked(const IndexerArgs& a, int rb, in
   float4* st = reinterpret_cast<float4*>(sh);       // [rb][kBlkPitch]
   const float* src = (a.rows_at ? a.rows_at[i] : a.rows) + r0 * HD;
   bool exact = true;
-  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+  static_assert(!(kAsync && kFma), "the asynchronous tile: the plain chain");
+  const bool aligned = (reinterpret_cast<uintptr_t>(src) & 15) == 0;
+  if (kAsync && aligned) {
+    stage_rows_async<HD>(st, P4, src, nrows);
+  } else if (aligned) {
     for (int k = tid; k < nrows * HD / 4; k += blockDim.x) {
       const float4 v = reinterpret_cast<const float4*>(src)[k];
       st[(k / (HD / 4)) * P4 + k % (HD / 4)] = v;
@@ -870,6 +895,7 @@ __device__ inline int score_decode_dots_blocked(const IndexerArgs& a, int rb, in
     sq[(k / (HD / 4)) * P4 + k % (HD / 4)] = (*qv)[r];
     if constexpr (kFma) exact = exact && fma_exact4((*qv)[r]);
   }
+  if constexpr (kAsync) cp_async_wait<0>();  // this thread's tile copies, published by the barrier
   if constexpr (kFma) {
     exact = __syncthreads_and(exact) != 0;
   } else {
@@ -901,8 +927,11 @@ __device__ inline int score_decode_dots_blocked(const IndexerArgs& a, int rb, in
 }
 
 // G = 0: score_decode_dots (q in registers, any decode head count); G = 2, 4: the register-blocked tile (64 heads).
-template <int KPT, bool kFma, int G>
-__global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && KPT <= 32) ? 2 : 1)
+// kStage 1 (13, with G = 2, 4): the tile's rows by asynchronous copies (stage_rows_async); 2 (14, G = 2): also two
+// blocks per multiprocessor with 64 keys a thread (the 32K step's bound of 10,240 rows: 257 blocks of 32 rows, 16
+// warps an SM where 64-row blocks ran 8; the select's 64 registers of keys may spill, in the last block only).
+template <int KPT, bool kFma, int G, int kStage = 0>
+__global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && (KPT <= 32 || kStage == 2)) ? 2 : 1)
     indexer_score_select_wide_kernel(IndexerArgs a, uint32_t* keys, int64_t key_stride, int rb, int* done, int* hist) {
   constexpr int HD = 128;
   extern __shared__ float sh[];
@@ -920,7 +949,7 @@ __global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && KPT <= 32) ? 2 : 1)
     nrows = score_decode_dots<HD, true, true, kFma>(a, rb, i, nr, r0, sh, &qv, wv);
     shw = sh + decode_w_offset(rb, HD, a.heads);
   } else {
-    nrows = score_decode_dots_blocked<G, kFma>(a, rb, i, nr, r0, sh, &qv, wv);
+    nrows = score_decode_dots_blocked<G, kFma, (kStage > 0)>(a, rb, i, nr, r0, sh, &qv, wv);
     shw = sh + rb * kBlkPitch;
   }
   const bool mine = tid < nrows;  // rb ≤ kIdxDecMaxRows < blockDim: a thread per row
@@ -992,20 +1021,32 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       // 5: the wide kernel for every call it takes; 6: above the fused kernel's 2,048 rows only; 7, 8: as 5, 6 with
       // the fused dot chain where exact (kFma); 9, 10: as 5, 7 and 11, 12: as 6, 8 with the register-blocked tile
       // where a block has 32 or 64 rows (64 heads).
+      // 13: as 11 with the tiles' rows by asynchronous copies (the fused kernel's and the blocked tile's); 14: as 13
+      // with 32-row blocked tiles, two blocks per multiprocessor.
       const int sel = idx_select_;
       const bool fma = sel == 7 || sel == 8 || sel == 10 || sel == 12;
+      const bool async_rows = sel == 13 || sel == 14;
       const bool wide = a.head_dim == 128 && max_rows <= kIdxWideMaxRows &&
                         (sel == 5 || sel == 7 || sel == 9 || sel == 10 ||
-                         ((sel == 6 || sel == 8 || sel == 11 || sel == 12) && max_rows > kIdxFusedMaxRows));
+                         ((sel == 6 || sel == 8 || (sel >= 11 && sel <= 14)) && max_rows > kIdxFusedMaxRows));
       if (wide) {  // q staged in shared memory too, rows per block not cut: > 48 KB (opt-in)
-        const bool blocked = sel >= 9 && sel <= 12 && a.heads == 64 && rb > unit;
-        const int g = !blocked ? 0 : rb > 2 * unit ? 4 : 2;
+        const bool blocked = sel >= 9 && sel <= 14 && a.heads == 64 && rb > unit;
+        const int g = !blocked ? 0 : rb > 2 * unit && sel != 14 ? 4 : 2;
         if (g > 0) rb = 16 * g;  // the blocked tile's rows: 4 · 256 / (64 / G)
         const size_t dshm = g == 0 ? dec_smem(rb) + static_cast<size_t>(a.heads) * (128 + 4) * sizeof(float)
                                    : (static_cast<size_t>(rb) * kBlkPitch + 64 + 64 * kBlkPitch) * sizeof(float);
         const int kpt = max_rows <= 2048 ? 8 : max_rows <= 8192 ? 32 : 64;
         auto pick = [&](auto k8, auto k32, auto k64) { return kpt == 8 ? k8 : kpt == 32 ? k32 : k64; };
-        auto k = g == 0 ? (fma ? pick(indexer_score_select_wide_kernel<8, true, 0>, indexer_score_select_wide_kernel<32, true, 0>,
+        auto k = sel == 14 && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 2>,
+                                            indexer_score_select_wide_kernel<32, false, 2, 2>,
+                                            indexer_score_select_wide_kernel<64, false, 2, 2>)
+                 : async_rows && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 1>,
+                                               indexer_score_select_wide_kernel<32, false, 2, 1>,
+                                               indexer_score_select_wide_kernel<64, false, 2, 1>)
+                 : async_rows && g == 4 ? pick(indexer_score_select_wide_kernel<8, false, 4, 1>,
+                                               indexer_score_select_wide_kernel<32, false, 4, 1>,
+                                               indexer_score_select_wide_kernel<64, false, 4, 1>)
+                 : g == 0 ? (fma ? pick(indexer_score_select_wide_kernel<8, true, 0>, indexer_score_select_wide_kernel<32, true, 0>,
                                       indexer_score_select_wide_kernel<64, true, 0>)
                                : pick(indexer_score_select_wide_kernel<8, false, 0>, indexer_score_select_wide_kernel<32, false, 0>,
                                       indexer_score_select_wide_kernel<64, false, 0>))
@@ -1037,8 +1078,11 @@ void CudaBackend::indexer(const IndexerArgs& a) {
         while (rb > unit && dec_smem(rb) + qsm > 48 * 1024) rb -= unit;
         const size_t dshm = dec_smem(rb) + qsm;
         const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
-        // 3: q and w loaded before the row count; 4: also the lean radix end (same ids).
-        auto fused = idx_select_ >= 4   ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true>
+        // 3: q and w loaded before the row count; 4: also the lean radix end; 13: also the tile by asynchronous
+        // copies (same ids).
+        auto fused = async_rows ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true, true>
+                                                     : indexer_score_select_decode_kernel<64, true, true, true>)
+                     : idx_select_ >= 4 ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true>
                                                              : indexer_score_select_decode_kernel<64, true, true>)
                      : idx_select_ == 3 ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, false>
                                                              : indexer_score_select_decode_kernel<64, true, false>)

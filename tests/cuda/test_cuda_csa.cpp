@@ -194,7 +194,8 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
 // floats (that block, or that query, takes the plain chain), a row with a value 2^70 (exponent out of range), and
 // FP4 ties (copies of earlier rows). 9 … 12: the register-blocked tile (64-row blocks from ~8K rows, 32-row ones
 // from ~4K at n = 3; a count that ends a block mid-group of 4); 13: 11 with the tiles' rows by asynchronous copies;
-// 14: 13 with 32-row blocked tiles at every bound (two blocks an SM; 64 keys a thread past 8,192 rows).
+// 14: 13 with 32-row blocked tiles at every bound (two blocks an SM; 64 keys a thread past 8,192 rows). Every score
+// equal also at 1,500 rows (the fused kernel's select: one digit in every pass).
 TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
   const int32_t IH = 64, ID = 128, TK = 512;
   std::vector<std::unique_ptr<Backend>> bes;
@@ -217,7 +218,7 @@ TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
                         {3000, 4096, Data::negative},   {700, 1024, Data::three_rows},  {8192, 8192, Data::fp4},
                         {8193, 10240, Data::fp4_plain_row}, {2100, 2560, Data::fp4_plain_q}, {600, 1024, Data::fp4},
                         {5000, 8192, Data::fp4_huge},   {16000, 16384, Data::fp4_ties}, {6003, 6144, Data::fp4},
-                        {4097, 4608, Data::random}};
+                        {4097, 4608, Data::random},     {1500, 2048, Data::q_zero}};
   for (const Case& cs : cases) {
     const int64_t n = 3;
     const std::vector<int32_t> nr = {cs.rows, TK - 20, cs.rows - 77};

@@ -247,7 +247,9 @@ __device__ inline void tile_dots(const float* sh, const float (&q)[HD], int slot
 // piece c at dst[r·p4 + c], as asynchronous 16-byte copies all issued at once (≤ 64·128 / 4 / 256 = 8 a thread); the
 // caller waits (cp_async_wait<0>) before its barrier. The plain loop's `ld; st.shared` pairs are not unrolled (the
 // PTX: one generic load, its store, the next iteration), so a tile of 64 rows took 8 dependent memory round trips a
-// thread — from DRAM in a decode step, where a layer's indexer rows were written tokens ago. The same values.
+// thread — from DRAM in a decode step, where a layer's indexer rows were written tokens ago. The same values. Measured
+// (session 12 W2, H200, whole 4-layer decode steps): alone (13) no gain at 32K or 2K — those round trips were not
+// the cost; kept as the tile of 14.
 template <int HD>
 __device__ inline void stage_rows_async(float4* dst, int p4, const float* src, int nrows) {
   const float4* s4 = reinterpret_cast<const float4*>(src);
@@ -929,7 +931,8 @@ __device__ inline int score_decode_dots_blocked(const IndexerArgs& a, int rb, in
 // G = 0: score_decode_dots (q in registers, any decode head count); G = 2, 4: the register-blocked tile (64 heads).
 // kStage 1 (13, with G = 2, 4): the tile's rows by asynchronous copies (stage_rows_async); 2 (14, G = 2): also two
 // blocks per multiprocessor with 64 keys a thread (the 32K step's bound of 10,240 rows: 257 blocks of 32 rows, 16
-// warps an SM where 64-row blocks ran 8; the select's 64 registers of keys may spill, in the last block only).
+// warps an SM where 64-row blocks ran 8; the select's 64 registers of keys may spill, in the last block only). H200,
+// session 12 (W2, W3): the 32K step's indexer launch 54–55 → 46.8 µs, 4-layer decode steps at 32K −8 / −10 µs.
 template <int KPT, bool kFma, int G, int kStage = 0>
 __global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && (KPT <= 32 || kStage == 2)) ? 2 : 1)
     indexer_score_select_wide_kernel(IndexerArgs a, uint32_t* keys, int64_t key_stride, int rb, int* done, int* hist) {

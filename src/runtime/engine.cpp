@@ -62,9 +62,12 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
       // and the radix select's lean end (ops_indexer.cu; session 10 on the H200: 17.9 → 13.8 µs per CSA layer at
       // 2K, the same ids), and past 2,048 rows (contexts above 8K) the wide kernel with its register-blocked tile:
       // scores and selection in one launch there too (session 11 on the H200, one query: 46.0 → 19.0 µs at 32K,
-      // 29.1 → 12.9 at 16K; 8 queries 144.0 → 65.1 at 32K; the same ids). A bare CudaBackendOptions keeps 2, the
-      // previous launch, for before/after runs.
-      co.indexer_select = 11;
+      // 29.1 → 12.9 at 16K; 8 queries 144.0 → 65.1 at 32K; the same ids). Since session 12 (14) the wide kernel's
+      // blocked tiles have 32 rows, two blocks per multiprocessor, at every bound: in a 32K decode step the indexer
+      // launch took ~54 µs with 11 where the op bench had 19 (the step's whole 32K − 2K difference); 32 rows take
+      // 8–10 µs off it (H200, 4-layer whole steps at 32K in two runs; 2K unchanged; the same ids). A bare CudaBackendOptions
+      // keeps 2, the previous launch, for before/after runs.
+      co.indexer_select = 14;
       auto be = backend::cuda::make_cuda_backend(co);
       if (!be.ok()) return be.status().with_context("engine");
       e->backend_ = std::move(be).value();

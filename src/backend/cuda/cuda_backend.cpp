@@ -26,12 +26,17 @@ constexpr int kHcFuseAuto = 0;
 // test_cuda_model with it on (26 passed), −0.8 / −0.9 µs per HCA / CSA layer alone and 4-layer decode steps at 2K
 // 0.861 / 0.867 against 0.883 / 0.885 ms (docs/PERF.md).
 constexpr bool kAttnOutRopeAuto = true;
-// CudaBackendOptions::hc_post_fold = -1: 4 — a decode token's sublayer boundary (HC post + next HC pre) as one launch
+// CudaBackendOptions::hc_post_fold = -1: 9 — a decode token's sublayer boundary (HC post + next HC pre) as one launch
 // of an 8-block cluster, a programmatic dependent also after a join (hc_boundary.cu). The H200 (session 11 W2): bit for
 // bit hc_post then hc_pre (CudaSmall7.HcBoundaryEqualsPostThenPre), test_cuda_model 26 passed with it on, 9.15 against
 // 9.54 µs a boundary in a graph (9.00 / 9.35 over 86 matrices > L2); 16 blocks (5) measured the same and needs the
-// non-portable cluster size; the plain launch (2) was slower, 10.44 (docs/PERF.md).
-constexpr int kHcPostFoldAuto = 4;
+// non-portable cluster size; the plain launch (2) was slower, 10.44 (docs/PERF.md). Session 12: 9 (was 4) — the kernel
+// block 0's split warp off y's norm barrier, the partial sums pushed into the blocks that add them and the TF32 split
+// of the activations formed once in shared memory (HcBoundaryLaunch::form 25). The H200 (session 12 W3): bit for bit
+// (CudaSmall7.HcBoundaryEqualsPostThenPre, 472 cases of forms 6 … 9), test_cuda_model 26 passed with 9 compiled in
+// (its tiny models never take the kernel: dim ≠ 4096), 5.92 against 6.34 µs a boundary without the split (the
+// engine's; 5.77 / 6.20 over 86 matrices > L2), 4-layer decode steps at 2K 0.8009 against 0.8037 ms (8 of 8 rounds).
+constexpr int kHcPostFoldAuto = 9;
 // CudaBackendOptions::f16_mma_decode_kernel = -1: the register-direct decode kernel (0) until another form wins.
 constexpr int kF16DecKernelAuto = 0;
 // CudaBackendOptions::gemm_q8_parts = -1: on — the H200 (session 9 W1) showed the one-launch parts bit for bit

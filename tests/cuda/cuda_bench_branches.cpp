@@ -392,8 +392,8 @@ void bench_ramp_steps(int argc, char** argv) {
     const char* name;
     int mode;
   };
-  const Side sides_of[] = {{"base", 128},           {"default", 0},           {"rows-2tiles", 128 | 64},
-                           {"2tiles-n1", 128 | 64 | 512}, {"direct-quant", 128 | 256}, {"2tiles+quant", 128 | 64 | 256}};
+  const Side sides_of[] = {{"base", 128},         {"default", 0},          {"ring", 128 | 1024},
+                           {"ring+default", 128 | 64 | 512 | 256 | 1024}, {"ring+quant", 128 | 256 | 1024}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");

@@ -572,6 +572,52 @@ TEST_F(CudaGemvRowsRamp, NormBetweenTwoMatvecs) {
   }
 }
 
+// The ring (dense_ramp.h kRampRowsRing, sm_90; below it the register path): two whole-tile slots filled by
+// cp.async, with the two tiles before the wait and the direct quantization — the ramp fixture's cases.
+class CudaGemvRowsRing : public CudaGemvRowsRamp {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsRamp::options();
+    o.l2_prefetch_mode = 128 | 64 | 256 | 1024;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsRing, FlashShapesBitIdenticalToCpu) {
+  flash_rows();
+  check(4096, 8192, 1);
+}
+
+TEST_F(CudaGemvRowsRing, GroupedOutputProjectionInOneCall) {
+  for (int64_t n : {1, 2, 4}) check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);
+  check(3 * 37, 512, 1, 0, 0, 37, 512);
+}
+
+TEST_F(CudaGemvRowsRing, OddRowCountsAndSmallShapes) {
+  odd_shapes();
+  check(300, 24576, 1);
+}
+
+TEST_F(CudaGemvRowsRing, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+// The ring alone (no two tiles before the wait, the rearranged quantization).
+class CudaGemvRowsRingOnly : public CudaGemvRowsRamp {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsRamp::options();
+    o.l2_prefetch_mode = 128 | 1024;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsRingOnly, FlashShapesBitIdenticalToCpu) {
+  for (const auto& c : kFlashQ8) check(std::min<int64_t>(c.rows, 20000), c.cols, 1);
+  check(32768, 1024, 1);
+  check(4096, 8192, 1);
+  check(4096, 8192, 2, 8, 3);
+  check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
+}
+
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,

@@ -26,6 +26,10 @@ constexpr int kRampTwoTilesOneVector = 512;
 // per-octet layout with one memory round trip a warp (gemv_rows.cu quantize_to_octets) instead of BlockQ8_0Act
 // rows in two rounds, a barrier and a rearranging pass — the post-wait prologue every block runs before tile 0.
 constexpr int kRampDirectQuant = 256;
+// gemv_rows (sm_90): the staging area as a ring of two whole-tile slots filled by cp.async (gemv_rows.cu
+// copy_chunks), so two tiles are in flight in the steady state too while one is computed, instead of the one in the
+// `ch` registers: the per-tile loads, not the start, are most of a 35 MB matvec's time (W1/W2 above).
+constexpr int kRampRowsRing = 1024;
 
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
@@ -41,7 +45,7 @@ constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampD
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
-  constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector;
+  constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

@@ -39,6 +39,11 @@ constexpr int kOctetBlocks = 8;          // Q8_0 blocks a thread owns: 272 bytes
 constexpr int kOctetLoads = 17;          // 16-byte loads per octet
 constexpr uint32_t kActOctet = 304;      // smem bytes per octet and vector: 8 × 32 quants, 8 d, 16 pad
 constexpr uint64_t kMaxSmem = 160 * 1024;  // under sm_80's 163 KB opt-in (CI builds compute_80 too)
+// kRampRowsRing (sm_90 only: above sm_80's opt-in): the staging area as a ring of kRingSlots whole-tile slots
+// (69,632 bytes each) filled by cp.async, so kRingSlots tiles are in flight while one is computed.
+constexpr int kRingSlots = 2;
+constexpr uint64_t kRingMaxSmem = 220 * 1024;
+constexpr uint32_t kStageBytes = kThreads * 272;  // one tile: every thread's octet
 constexpr int64_t kFusedMaxValues = 8192;  // n·cols above this: one quantize_act first (as gemv_stream.cu)
 
 struct RowsParams {
@@ -112,6 +117,30 @@ __device__ __forceinline__ void chunks_to_octet(const uint4 (&c)[kOctetLoads], u
   __syncwarp();
 #pragma unroll
   for (int k = 0; k < kOctetLoads; ++k) a[k] = reinterpret_cast<const uint4*>(stage + 272 * lane)[k];
+}
+
+// kRampRowsRing: load_chunks' chunks as cp.async copies straight into the warp's slice `slot` of a ring slot, at
+// the places chunks_to_octet's stores would put them (chunk 32k + lane at 16·(32k + lane)), L2 only (.cg); one
+// group, committed by the caller. Rows past the block's keep the slot's old bytes (their chains never run).
+__device__ __forceinline__ void copy_chunks(uint8_t* slot, const uint8_t* w, uint64_t row_bytes, int row0, int rows,
+                                            int C, int c) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int first = static_cast<int>(threadIdx.x / kWarp) * kWarp + lane / 17;
+  int r = first / C, o = first - r * C;
+  const uint8_t* src = w + static_cast<uint64_t>(row0 + r) * row_bytes + static_cast<uint64_t>(c * C + o) * 272u +
+                       16u * static_cast<uint32_t>(lane % 17);
+  const uint64_t wrap = row_bytes - static_cast<uint64_t>(C) * 272u;
+  int piece = lane % 17;
+#pragma unroll
+  for (int k = 0; k < kOctetLoads; ++k) {
+    if (row0 + r < rows) cp_async16(slot + 16 * (32 * k + lane), src);
+    src += 512;
+    piece += 15;
+    int step = 1;
+    if (piece >= 17) piece -= 17, step = 2;
+    o += step;
+    while (o >= C) o -= C, ++r, src += wrap;
+  }
 }
 
 // Word m (0 … 67) of a loaded octet (m is a constant once the callers' loops are unrolled).
@@ -246,7 +275,8 @@ __device__ inline void quantize_to_octets(const float* x, int64_t x_stride, int 
 }
 
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a contiguous row range of one part.
-template <int NV, bool kNoL1>
+// kRing: the ring of kRampRowsRing (kNoL1 unused: the copies are L2-only).
+template <int NV, bool kNoL1, bool kRing = false>
 __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
   extern __shared__ __align__(16) uint8_t sm[];
   const DenseRange range = dense_block_range(p.part, p.n_parts);
@@ -262,15 +292,43 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   const uint8_t* wb = P.w + static_cast<uint64_t>(rb) * p.row_bytes;
   uint8_t* stage = sm + p.stage_off + (t / kWarp) * (kWarp * 272u);
 
-  uint4 a[kOctetLoads], ch[kOctetLoads];
+  uint4 a[kOctetLoads], ch[kRing ? 1 : kOctetLoads];
+  // Ring: tile k's copies into slot k % kRingSlots (the warp's slice of it at `stage`); take(k) waits for them,
+  // moves this thread's octet into `a`, and refills the slot with tile k + kRingSlots. Groups: one per tile, in
+  // tile order (empty past the last), so at take(k) k + kRingSlots are committed and waiting until at most
+  // kRingSlots − 1 are pending leaves tile k's done.
+  auto ring_copy = [&](int k) {
+    if (k < tiles) {
+      const int g = k / chunks;
+      copy_chunks(stage + (k % kRingSlots) * kStageBytes, wb, p.row_bytes, g * R, rows, C, k - g * chunks);
+    }
+    cp_async_commit();
+  };
+  auto take = [&](int k) {
+    cp_async_wait<kRingSlots - 1>();
+    __syncwarp();  // every lane's copies of the warp's slice have landed
+    const uint8_t* slot = stage + (k % kRingSlots) * kStageBytes;
+#pragma unroll
+    for (int j = 0; j < kOctetLoads; ++j) a[j] = reinterpret_cast<const uint4*>(slot + 272 * (t % kWarp))[j];
+    __syncwarp();  // every lane has read its octet: the slot may be refilled
+    ring_copy(k + kRingSlots);
+  };
   // Tile 0's weights first: they do not depend on the kernel before this one (PDL: it may still run).
-  load_chunks<kNoL1>(ch, wb, p.row_bytes, 0, rows, C, 0);
+  if constexpr (kRing) {
+    for (int s = 0; s < kRingSlots; ++s) ring_copy(s);
+  } else {
+    load_chunks<kNoL1>(ch, wb, p.row_bytes, 0, rows, C, 0);
+  }
   // kRampRowsTwoTiles: tile 0 into the octet registers now (waiting for its bytes) and tile 1's loads in flight,
   // so that two tiles move while the kernel before may still run; the loop below then starts at tile 1's.
   const bool two = (p.ramp & kRampRowsTwoTiles) != 0 && tiles > 1;
   if (two) {
-    chunks_to_octet(ch, a, stage);
-    load_chunks<kNoL1>(ch, wb, p.row_bytes, chunks == 1 ? R : 0, rows, C, chunks == 1 ? 0 : 1);
+    if constexpr (kRing) {
+      take(0);
+    } else {
+      chunks_to_octet(ch, a, stage);
+      load_chunks<kNoL1>(ch, wb, p.row_bytes, chunks == 1 ? R : 0, rows, C, chunks == 1 ? 0 : 1);
+    }
   }
   grid_launch_dependents();
   grid_dependency_wait();  // the activations (and y, which the kernel before may read) from here on
@@ -311,12 +369,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   float acc = 0.0f;
   for (int k = 0; k < tiles; ++k) {
     const int g = k / chunks, c = k - g * chunks;
-    if (!(two && k == 0)) {         // (two: tile 0 is in `a` and tile 1's loads in flight already)
-      chunks_to_octet(ch, a, stage);  // tile k's chunks (waits for their loads) into this thread's octet
-    }
-    if (k + 1 < tiles && !(two && k == 0)) {  // tile k + 1's loads in flight while tile k is computed
-      const int g1 = (k + 1) / chunks;
-      load_chunks<kNoL1>(ch, wb, p.row_bytes, g1 * R, rows, C, k + 1 - g1 * chunks);
+    if constexpr (kRing) {
+      if (!(two && k == 0)) take(k);  // (two: tile 0 is in `a` already)
+    } else {
+      if (!(two && k == 0)) {         // (two: tile 0 is in `a` and tile 1's loads in flight already)
+        chunks_to_octet(ch, a, stage);  // tile k's chunks (waits for their loads) into this thread's octet
+      }
+      if (k + 1 < tiles && !(two && k == 0)) {  // tile k + 1's loads in flight while tile k is computed
+        const int g1 = (k + 1) / chunks;
+        load_chunks<kNoL1>(ch, wb, p.row_bytes, g1 * R, rows, C, k + 1 - g1 * chunks);
+      }
     }
     const uint32_t off = p.two_buffers ? (k & 1) * p.buf_floats : 0u;
     float* buf = terms + off;
@@ -334,6 +396,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
       }
     }
   }
+  if constexpr (kRing) cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
 }
 
 // Tile rows and shared memory for n_vec vectors of nb blocks; smem = 0 when it does not fit.
@@ -343,7 +406,8 @@ struct RowsPlan {
   uint64_t smem = 0;
 };
 
-RowsPlan plan_rows(int64_t nb, int64_t n_vec) {
+// slots: whole-tile staging slots (1: the register path's one area; kRingSlots: the ring) under max_smem.
+RowsPlan plan_rows(int64_t nb, int64_t n_vec, int slots = 1, uint64_t max_smem = kMaxSmem) {
   RowsPlan d;
   if (nb % kOctetBlocks != 0 || nb / kOctetBlocks > kThreads || n_vec < 1 || n_vec > kRowsMaxVec) return d;
   d.octets = static_cast<int>(nb / kOctetBlocks);
@@ -358,13 +422,12 @@ RowsPlan plan_rows(int64_t nb, int64_t n_vec) {
   d.term_pitch = static_cast<uint32_t>(d.chunk_oct * kOctetBlocks + 4);
   d.buf_floats = static_cast<uint32_t>(n_vec * d.tile_rows) * d.term_pitch;
   const uint64_t raw = static_cast<uint64_t>(n_vec * nb) * sizeof(BlockQ8_0Act);  // fused quantization's rows
-  constexpr uint64_t kStageBytes = kThreads * 272;  // the warps' staging areas
   for (int bufs = 2; bufs >= 1; --bufs) {
     const uint64_t stage = d.terms_off + std::max<uint64_t>(uint64_t{d.buf_floats} * bufs * sizeof(float), raw);
-    if (stage + kStageBytes <= kMaxSmem) {
+    if (stage + uint64_t{kStageBytes} * slots <= max_smem) {  // the warps' staging areas (or ring slots)
       d.two_buffers = bufs == 2;
       d.stage_off = static_cast<uint32_t>(stage);
-      d.smem = stage + kStageBytes;
+      d.smem = stage + uint64_t{kStageBytes} * slots;
       return d;
     }
   }
@@ -374,6 +437,16 @@ RowsPlan plan_rows(int64_t nb, int64_t n_vec) {
 
 constexpr int kRowsKernels = 4;  // instantiations per load kind: NV = 1, 2, 4, 8
 int rows_index(int64_t n) { return n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : 3; }
+
+// The ring's instantiations (kRampRowsRing), by rows_index.
+const void* ring_kernel(int index) {
+  switch (index) {
+    case 0: return reinterpret_cast<const void*>(gemv_rows_kernel<1, false, true>);
+    case 1: return reinterpret_cast<const void*>(gemv_rows_kernel<2, false, true>);
+    case 2: return reinterpret_cast<const void*>(gemv_rows_kernel<4, false, true>);
+    default: return reinterpret_cast<const void*>(gemv_rows_kernel<8, false, true>);
+  }
+}
 
 const void* rows_kernel(int index) {  // index + kRowsKernels: the no-L1 loads
   switch (index) {
@@ -412,11 +485,21 @@ bool gemv_rows_wins(const GemvJob& j) {
 
 bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) {
   if (s.n_parts < 1 || s.n_parts > kStreamMaxParts || s.n_vec < 1 || s.n_vec > kRowsMaxVec) return false;
-  const RowsPlan d = plan_rows(s.cols / kQK8_0, s.n_vec);
+  RowsPlan d = plan_rows(s.cols / kQK8_0, s.n_vec);
   if (d.smem == 0 || !stream_device_info()) return d.smem != 0;  // no plan: decline; no device info: error recorded
   if (d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
-  const int idx = rows_index(s.n_vec) + (gemv_rows_no_l1_ ? kRowsKernels : 0);
-  if (!dense_smem(rows_kernel(idx), &rows_smem_set_[idx], kMaxSmem, "gemv_rows shared memory")) return true;
+  const int ramp = dense_ramp_bits(l2_prefetch_mode_);
+  // kRampRowsRing (sm_90): the ring plan where it fits, else the register path. The ring's kernels take the no-L1
+  // kernels' smem flags (a backend with the ring never launches those: its fallback is the L1 kernel).
+  bool ring = (ramp & kRampRowsRing) != 0 && cc_major_ >= 9;
+  if (ring) {
+    const RowsPlan rd = plan_rows(s.cols / kQK8_0, s.n_vec, kRingSlots, kRingMaxSmem);
+    ring = rd.smem != 0 && rd.smem <= static_cast<uint64_t>(dense_smem_optin_);
+    if (ring) d = rd;
+  }
+  const int idx = rows_index(s.n_vec) + (ring || (gemv_rows_no_l1_ && (ramp & kRampRowsRing) == 0) ? kRowsKernels : 0);
+  const void* kernel = ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
+  if (!dense_smem(kernel, &rows_smem_set_[idx], ring ? kRingMaxSmem : kMaxSmem, "gemv_rows shared memory")) return true;
   // One resident block per SM (__launch_bounds__(256, 1): the octet, the next tile's chunks and the terms
   // take 210–230 registers a thread).
   int64_t blocks[kStreamMaxParts] = {};
@@ -439,14 +522,13 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   p.x_stride = s.x_stride;
   // Two tiles before griddepcontrol.wait only where the launch is a programmatic dependent (dense_launch's rule):
   // elsewhere nothing runs under them and tile 0's wait would only delay the activations.
-  const int ramp = dense_ramp_bits(l2_prefetch_mode_);
   const bool two = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_ && (ramp & kRampRowsTwoTiles) != 0 &&
                    ((ramp & kRampTwoTilesOneVector) == 0 || s.n_vec == 1);
   p.ramp = (ramp & kRampDirectQuant) | (two ? kRampRowsTwoTiles : 0);
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded
-  dense_launch(rows_kernel(idx), d.smem, total_blocks, kThreads, &p, "gemv (q8_0 rows)");
+  dense_launch(kernel, d.smem, total_blocks, kThreads, &p, ring ? "gemv (q8_0 rows, ring)" : "gemv (q8_0 rows)");
   return true;
 }
 

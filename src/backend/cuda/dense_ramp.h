@@ -30,6 +30,8 @@ constexpr int kRampDirectQuant = 256;
 // copy_chunks), so two tiles are in flight in the steady state too while one is computed, instead of the one in the
 // `ch` registers: the per-tile loads, not the start, are most of a 35 MB matvec's time (W1/W2 above).
 constexpr int kRampRowsRing = 1024;
+// With kRampRowsRing: only in launches of two or more vectors (W3: batch 2 faster in every round, batch 1 mixed).
+constexpr int kRampRingFromTwoVectors = 2048;
 
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
@@ -45,7 +47,8 @@ constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampD
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
-  constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing;
+  constexpr int kAll =
+      kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing | kRampRingFromTwoVectors;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

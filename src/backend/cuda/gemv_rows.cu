@@ -489,15 +489,18 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   if (d.smem == 0 || !stream_device_info()) return d.smem != 0;  // no plan: decline; no device info: error recorded
   if (d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
   const int ramp = dense_ramp_bits(l2_prefetch_mode_);
-  // kRampRowsRing (sm_90): the ring plan where it fits, else the register path. The ring's kernels take the no-L1
-  // kernels' smem flags (a backend with the ring never launches those: its fallback is the L1 kernel).
-  bool ring = (ramp & kRampRowsRing) != 0 && cc_major_ >= 9;
-  if (ring) {
+  // kRampRowsRing (sm_90): the ring plan where it fits, else the register path with L1 loads. The ring's kernels
+  // take the no-L1 kernels' smem flags: whether a launch asks for the ring depends only on the bits and n_vec,
+  // so for one rows_index a backend launches either a ring kernel (or, not fitting, the L1 one) or a no-L1 one.
+  const bool ring_asked =
+      (ramp & kRampRowsRing) != 0 && cc_major_ >= 9 && ((ramp & kRampRingFromTwoVectors) == 0 || s.n_vec >= 2);
+  bool ring = false;
+  if (ring_asked) {
     const RowsPlan rd = plan_rows(s.cols / kQK8_0, s.n_vec, kRingSlots, kRingMaxSmem);
     ring = rd.smem != 0 && rd.smem <= static_cast<uint64_t>(dense_smem_optin_);
     if (ring) d = rd;
   }
-  const int idx = rows_index(s.n_vec) + (ring || (gemv_rows_no_l1_ && (ramp & kRampRowsRing) == 0) ? kRowsKernels : 0);
+  const int idx = rows_index(s.n_vec) + (ring || (gemv_rows_no_l1_ && !ring_asked) ? kRowsKernels : 0);
   const void* kernel = ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
   if (!dense_smem(kernel, &rows_smem_set_[idx], ring ? kRingMaxSmem : kMaxSmem, "gemv_rows shared memory")) return true;
   // One resident block per SM (__launch_bounds__(256, 1): the octet, the next tile's chunks and the terms

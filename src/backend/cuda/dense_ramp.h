@@ -42,7 +42,11 @@ constexpr int kRampExplicit = 128;
 // 0.8185 / 0.8134 against 0.8264 / 0.8280 / 0.8275; W2 two tiles + direct quantization 0.8013 / 0.8006 / 0.7998
 // against 0.8067 / 0.8009 / 0.8091; batch 2 at 1K: two tiles 1.1924 against 1.1738 in W1's one round and even in
 // W2, direct quantization even (1.1578 / 1.1653 / 1.1501 against 1.1595 / 1.1569 / 1.1455) — so tiles at one vector.
-constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampDirectQuant;
+// And the ring from two vectors: W3 (08d09ce) batch 2 at 1K, the ring with those bits 1.1455 / 1.1454 / 1.1458
+// against 1.1574 / 1.1599 / 1.1740 (those bits alone) and 1.1574 / 1.1779 / 1.1642 (none); at batch 1 the ring was
+// faster than those bits in two rounds of three (0.8356 / 0.8240 / 0.8063 against 0.8049 / 0.8348 / 0.8106): not taken.
+constexpr int kRampDefault =
+    kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampDirectQuant | kRampRowsRing | kRampRingFromTwoVectors;
 
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.

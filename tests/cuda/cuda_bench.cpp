@@ -13,9 +13,9 @@
 //                                         n = 1 the session-10 sides (expert_one_token 17, 27, 37, 47, 14, 24, 44, 6:
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
-//        cuda_bench --experts lean [once] the default (59: moe_one_lean.cu's gate/up variant 9, fold-5 down kernel),
-//                                         27 (the default before) and 58 (variant 8) at n = 1, twice; once: one
-//                                         untimed call of each (ncu).
+//        cuda_bench --experts lean [once] the default (59: moe_one_lean.cu's gate/up variant 9, fold-5 down kernel)
+//                                         and 159, 259, 359, 459 (59 with the gate/up kernel's L2 prefetches) at
+//                                         n = 1, twice; once: one untimed call of each (ncu).
 //        cuda_bench --moe-steps A B M...  decode steps (batch 1 at 2K) with expert_one_token A and B, interleaved.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
@@ -283,11 +283,12 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     auto b = cuda::make_cuda_backend(oo);
     if (b.ok()) fold_tiles[i] = std::move(b).value();
   }
-  // Session 11 (moe_one_lean.cu; the default is 59 = gate/up variant 9 + the fold-5 down kernel): 27 (the default
-  // before) and 58 (variant 8: 12 warps × 3 stages, with fold 5). W1's other sides: 28, 57.
-  constexpr int kLean = 2;
-  const int lean_opts[kLean] = {27, 58};  // the default before session 11; variant 8 with fold 5
-  const char* lean_tags[kLean] = {"one27", "one58"};
+  // Session 12 (the default is 59 = moe_one_lean.cu's gate/up variant 9 + the fold-5 down kernel): 59 with the gate/up
+  // kernel's L2 prefetches (LeanPrefetch modes 1 … 4: the down weights once a warp's last item is asked for, right
+  // after the wait, 1 plus the warp's own later items, 1 with evict_last). Session 11's sides: 27, 28, 57, 58.
+  constexpr int kLean = 4;
+  const int lean_opts[kLean] = {159, 259, 359, 459};
+  const char* lean_tags[kLean] = {"one159", "one259", "one359", "one459"};
   std::unique_ptr<Backend> lean_one[kLean];
   for (int i = 0; i < kLean && lean; ++i) {
     oo.expert_one_token = lean_opts[i];
@@ -300,7 +301,7 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   auto v3perm_tiles = cuda::make_cuda_backend(ro);
   std::vector<Side> moe_sides;
   if (lean) {
-    // The default (59), 27 and 58, twice (drift shows); once (ncu): each once.
+    // The default (59) and the prefetching sides, twice (drift shows); once (ncu): each once.
     for (int rep = 0; rep < (once ? 1 : 2); ++rep) {
       moe_sides.push_back({&be, "default"});
       for (int i = 0; i < kLean; ++i)

@@ -16,7 +16,7 @@
 // `cuda_bench --small7-steps M...`: decode steps with session 10's folds off and on (attn_out_rope, hc_post_fold).
 // `cuda_bench --hcb-steps A B M...`: decode steps with hc_post_fold A vs B as the engine runs them, "BENCH hcb-steps".
 // `cuda_bench --hcsplit-steps M...`: decode steps with each HC pre's split in the op / on the side lane.
-// `cuda_bench --moe-steps A B M...`: decode steps with expert_one_token A and B, "BENCH moe-steps" lines.
+// `cuda_bench --moe-steps A B [C …] M...`: decode steps with expert_one_token A, B, …, "BENCH moe-steps" lines.
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
 // variants), "BENCH f16mma-steps" lines.
 // `cuda_bench --warp-steps M...`: decode steps at batch 2, 3 and 4 with gemv_warp off / on (the default), "BENCH
@@ -524,32 +524,40 @@ void bench_hcsplit_steps(int argc, char** argv) {
   }
 }
 
-// `cuda_bench --moe-steps A B M...`: decode steps of one session at 2K (graphs and branches on, f16_mma and the
-// indexer select as the engine sets them) with CudaBackendOptions::expert_one_token A and B — the routed experts
-// of a one-token step — interleaved three times (drift shows): "BENCH moe-steps" lines. Per-call wins of these
-// kernels have not always shown in whole steps (the experts run beside the shared expert's branch).
+// `cuda_bench --moe-steps A B [C …] M...`: decode steps of one session at 2K (graphs and branches on, f16_mma, the
+// indexer select 11 and the HC split on the side lane as the engine sets them) with CudaBackendOptions::
+// expert_one_token A, B, … (the leading integer arguments) — the routed experts of a one-token step — interleaved
+// three times (drift shows): "BENCH moe-steps" lines. Per-call wins of these kernels have not always shown in whole
+// steps (the experts run beside the shared expert's branch).
 void bench_moe_steps(int argc, char** argv) {
-  if (argc < 3) {
-    std::printf("BENCH moe-steps: usage --moe-steps A B model.gguf...\n");
+  std::vector<int> vals;
+  int first_file = 0;
+  for (; first_file < argc; ++first_file) {
+    char* end = nullptr;
+    const long v = std::strtol(argv[first_file], &end, 10);
+    if (end == argv[first_file] || *end != '\0') break;
+    vals.push_back(static_cast<int>(v));
+  }
+  if (vals.size() < 2 || first_file == argc) {
+    std::printf("BENCH moe-steps: usage --moe-steps A B [C ...] model.gguf...\n");
     return;
   }
-  const int vals[2] = {std::atoi(argv[0]), std::atoi(argv[1])};
-  for (int i = 2; i < argc; ++i) {
+  for (int i = first_file; i < argc; ++i) {
     auto mf = open_model(argv[i], "moe-steps");
     if (!mf) return;
     const auto plan = modelspec::layer_plan(mf->cfg);
-    StepSide sides[2];
-    for (int k = 0; k < 2; ++k) {
+    std::vector<StepSide> sides(vals.size());
+    for (size_t k = 0; k < vals.size(); ++k) {
       backend::cuda::CudaBackendOptions co;
       co.expert_one_token = vals[k];
       co.f16_mma = true;
-      co.indexer_select = 4;
-      if (!load_side(sides[k], *mf, plan, co, 512, "moe-steps")) return;
+      co.indexer_select = 11;
+      if (!load_side(sides[k], *mf, plan, co, 512, "moe-steps", model::kBranchHcSplit)) return;
     }
     for (int round = 0; round < 3; ++round)
-      for (int k = 0; k < 2; ++k) {
+      for (size_t k = 0; k < vals.size(); ++k) {
         const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, 2048);
-        std::printf("BENCH moe-steps expert_one_token %3d layers %zu batch 1 ctx 2048 round %d: %.3f ms/step, %.1f tok/s\n",
+        std::printf("BENCH moe-steps expert_one_token %3d layers %zu batch 1 ctx 2048 round %d: %.4f ms/step, %.1f tok/s\n",
                     vals[k], plan.size(), round + 1, t * 1e3, t > 0 ? 1 / t : 0.0);
         if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
         std::fflush(stdout);

@@ -126,8 +126,37 @@ __device__ inline void quad_reduce4(int (&v)[4], int lane) {
   v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
 }
 
+// An L2 prefetch of the 128-byte line at a (no data comes back to the SM; the bits are untouched); kLast: with
+// the evict_last priority (so this kernel's own streamed weights leave L2 first).
+template <bool kLast = false>
+__device__ inline void l2_line(const uint8_t* a) {
+  if constexpr (kLast) asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
+  else asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+}
+
+// Session 12 (pf.mode 1, 2, 3): the token's down weights — k experts × dim rows × 672 B = 16.5 MB at k = 6 — asked
+// into L2 by every thread of the gate/up grid, a line each per slot (21,504 lines an expert, 67,584 threads), so
+// the down kernel, which can only start its copies as gate/up blocks leave the SMs, finds them in L2. Bad ids
+// are skipped (nothing outside the tensor is touched).
+template <int kWarps>
+__device__ inline void prefetch_down(const LeanPrefetch& pf, int32_t k, int32_t my_id, uint32_t ok_mask, int wid, int lane) {
+  const uint64_t t = (static_cast<uint64_t>(blockIdx.x) * kWarps + wid) * kWarp + lane;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kWarps * kWarp;
+  const uint64_t lines = (pf.dn_expert_bytes + 127) / 128;
+  for (int32_t j = 0; j < k; ++j) {
+    const int32_t e = __shfl_sync(0xffffffffu, my_id, j);
+    if (!((ok_mask >> j) & 1u)) continue;
+    const uint8_t* base = pf.dn + static_cast<uint64_t>(e) * pf.dn_expert_bytes;
+    for (uint64_t l = t; l < lines; l += stride) {
+      if (pf.mode == 4) l2_line<true>(base + 128 * l);
+      else l2_line(base + 128 * l);
+    }
+  }
+}
+
 template <int V>
-__global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1) moe_one_lean_gate_up_kernel(TileParams p, OneTokenSum sa) {
+__global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
+    moe_one_lean_gate_up_kernel(TileParams p, OneTokenSum sa, LeanPrefetch pf) {
   constexpr int kGuWarps = GuShape<V>::kWarps, kGuRing = GuShape<V>::kRing;
   constexpr uint32_t kGuRings = GuShape<V>::kRings;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -155,6 +184,21 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1) moe_one_lean_gat
   const int n = static_cast<int>(end - begin);
   int32_t ig = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the next item to copy
   int64_t it = k > 0 ? begin / k : 0;
+  // pf.mode 2: the down weights asked for now (they compete with this kernel's first copies); 1, 3: once the
+  // warp's last item is asked for (below; a warp without items asks now).
+  if (pf.mode == 2 || (pf.mode != 0 && n == 0)) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
+  // pf.mode 3: this warp's items past the first two asked into L2 now (2 × 2,112 B an item: 17 lines of each
+  // matrix), so every item's bytes are requested at the start instead of one item a warp.
+  if (pf.mode == 3) {
+    for (int i = kGuRing; i < n; ++i) {  // item kGuRing − 1 is asked for at once
+      const int64_t item = begin + i;
+      const int32_t e = __shfl_sync(0xffffffffu, my_id, static_cast<int>(item % k));
+      if (!((ok_mask >> (item % k)) & 1u)) continue;
+      const uint64_t off = static_cast<uint64_t>(e) * p.expert_bytes + static_cast<uint64_t>(item / k) * kGuMat;
+      for (int l = lane; l < 34; l += kWarp)
+        l2_line((l < 17 ? p.w : p.w2) + off + min(128u * static_cast<uint32_t>(l % 17), kGuMat - 1));
+    }
+  }
   auto issue = [&](int stage) {
     const int32_t e = __shfl_sync(0xffffffffu, my_id, ig);
     if ((ok_mask >> ig) & 1u) {  // a bad id's items copy nothing
@@ -213,9 +257,11 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1) moe_one_lean_gat
   int32_t g = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the item computed
   int64_t row = k > 0 ? begin / k : 0;
   int cs = 0, is = kGuRing - 1;  // stage computed, stage of the next copy
+  const int pf_at = pf.mode == 1 || pf.mode >= 3 ? max(n - kGuRing, 0) : -1;  // issues the last item
   for (int i = 0; i < n; ++i) {
     if (i + kGuRing - 1 < n) issue(is);
     cp_async_commit();
+    if (i == pf_at) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
     cp_async_wait<kGuRing - 1>();  // this item's copies have landed …
     __syncwarp();                  // … for every lane
     const uint8_t* const wt = ring + static_cast<uint32_t>(cs) * kGuStage;
@@ -433,13 +479,13 @@ int smem_optin(int device) {
 }
 
 // One block per SM at most (their shared memory), no more blocks than `per_block` units of work fill.
-bool launch_lean(CudaBackend& be, bool pdl, void (*kernel)(TileParams, OneTokenSum), int warps, uint64_t smem,
-                 int64_t units, int64_t per_block, const TileParams& p, const OneTokenSum& sa, cudaStream_t s,
-                 const char* what) {
+template <typename... A>
+bool launch_lean(CudaBackend& be, bool pdl, void (*kernel)(A...), int warps, uint64_t smem, int64_t units,
+                 int64_t per_block, cudaStream_t s, const char* what, const A&... args) {
   int sms = 0;
   if (!be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, be.device()), what)) return false;
   const int64_t blocks = std::clamp<int64_t>((units + per_block - 1) / per_block, 1, std::max(sms, 1));
-  return be.check(launch_dependent(pdl, dim3(static_cast<unsigned>(blocks)), dim3(warps * kWarp), smem, s, kernel, p, sa),
+  return be.check(launch_dependent(pdl, dim3(static_cast<unsigned>(blocks)), dim3(warps * kWarp), smem, s, kernel, args...),
                   what);
 }
 
@@ -458,22 +504,23 @@ bool one_lean_down_fits(CudaBackend& be, int32_t k, uint64_t dn_row_bytes) {
 }
 
 template <int V>
-bool launch_gate_up_shape(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, bool pdl, cudaStream_t s) {
+bool launch_gate_up_shape(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, const LeanPrefetch& pf, bool pdl,
+                          cudaStream_t s) {
   TileParams q = p;  // items of two rows
   q.n_tiles = p.n_tiles / 2;
   using S = GuShape<V>;
-  return launch_lean(be, pdl, moe_one_lean_gate_up_kernel<V>, S::kWarps, S::kSmem, int64_t{sa.k} * q.n_tiles, S::kWarps, q,
-                     sa, s, "moe one-token gate/up (variant 8, 9)");
+  return launch_lean(be, pdl, moe_one_lean_gate_up_kernel<V>, S::kWarps, S::kSmem, int64_t{sa.k} * q.n_tiles, S::kWarps, s,
+                     "moe one-token gate/up (variant 8, 9)", q, sa, pf);
 }
 
 bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, int variant, bool pdl,
-                             cudaStream_t s) {
-  return variant == 9 ? launch_gate_up_shape<9>(be, p, sa, pdl, s) : launch_gate_up_shape<8>(be, p, sa, pdl, s);
+                             cudaStream_t s, const LeanPrefetch& pf) {
+  return variant == 9 ? launch_gate_up_shape<9>(be, p, sa, pf, pdl, s) : launch_gate_up_shape<8>(be, p, sa, pf, pdl, s);
 }
 
 bool launch_one_lean_down(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, bool pdl, cudaStream_t s) {
-  return launch_lean(be, pdl, moe_one_lean_down_kernel, kDnWarps, kDnSmem, p.n_tiles, kDnUnits, p, sa, s,
-                     "moe one-token down + slot sum (fold 5)");
+  return launch_lean(be, pdl, moe_one_lean_down_kernel, kDnWarps, kDnSmem, p.n_tiles, kDnUnits, s,
+                     "moe one-token down + slot sum (fold 5)", p, sa);
 }
 
 cudaError_t init_one_lean_kernels() {

@@ -22,11 +22,21 @@ bool one_lean_gate_up_fits(CudaBackend& be, int variant, int64_t ff);
 // Flash shapes: 8 Q2_K blocks, the only ones taken).
 bool one_lean_down_fits(CudaBackend& be, int32_t k, uint64_t dn_row_bytes);
 
+// L2 prefetches the gate/up kernel issues (session 12; expert_one_token P·100 + V + 10·F, P = mode): the down
+// weights (dn: down's expert 0, dn_expert_bytes apart) of the token's slots — mode 1 once a warp has asked for its
+// last item, 2 right after the wait, 3 as 1 plus the warp's own items past the first two, 4 as 1 with the
+// evict_last L2 priority. 0: none.
+struct LeanPrefetch {
+  const uint8_t* dn = nullptr;
+  uint64_t dn_expert_bytes = 0;
+  int mode = 0;
+};
+
 // Gate/up variant 8 or 9 (+ SwiGLU, routing weight): as launch_one_gate_up_slots (p.n_tiles = ff rows; items of
-// two rows over sa's k slots, x quantized inside; pdl: a programmatic dependent of the kernel before).
-// false: a launch error (recorded in be).
+// two rows over sa's k slots, x quantized inside; pdl: a programmatic dependent of the kernel before), with pf's
+// L2 prefetches. false: a launch error (recorded in be).
 bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, int variant, bool pdl,
-                             cudaStream_t s);
+                             cudaStream_t s, const LeanPrefetch& pf = {});
 
 // The fold-5 down kernel with moe()'s slot sum: as launch_one_down_sum with fold 2 (p.act: the quantized
 // hidden rows; p.n_tiles = dim / one_token_down_rows()). false: a launch error.

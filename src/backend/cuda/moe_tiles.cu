@@ -477,7 +477,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // shapes, a lane per whole block), F = 5 the lean down + slot sum kernel (fold 2's work and bits).
   const bool others_auto = expert_tiles_warp_max_ < 0 && expert_row_tiles_min_ < 0;
   const int one_option = expert_one_token_ < 0 ? (others_auto ? kOneTokenAuto : 0) : expert_one_token_;
-  const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 : 0;
+  // Session 12: P·100 + V + 10·F — the gate/up kernel's L2 prefetches (moe_one_lean.h LeanPrefetch, mode P;
+  // variants 8, 9 with fold 5 only).
+  const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 % 10 : 0;
+  const int prefetch_mode = one_option / 100;
   const bool one = !rows && one_variant > 0 && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
@@ -543,7 +546,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.clamp = a.clamp;
   if (slots) {
     p.n_tiles = static_cast<int32_t>(a.ff);
-    if (!(lean_gu ? launch_one_lean_gate_up(*this, p, sa, one_variant, pdl, s) : launch_one_gate_up_slots(*this, p, sa, pdl, s)))
+    LeanPrefetch pf;
+    if (fold == 5) pf = {static_cast<const uint8_t*>(a.down.first.data), a.down.expert_bytes, prefetch_mode};
+    if (!(lean_gu ? launch_one_lean_gate_up(*this, p, sa, one_variant, pdl, s, pf)
+                  : launch_one_gate_up_slots(*this, p, sa, pdl, s)))
       return true;
   } else if (one) {
     p.n_tiles = static_cast<int32_t>(a.ff);

@@ -14,7 +14,7 @@
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
 //        cuda_bench --experts lean [once] the default (59: moe_one_lean.cu's gate/up variant 9, fold-5 down kernel)
-//                                         and 159, 259, 359, 459 (59 with the gate/up kernel's L2 prefetches) at
+//                                         and 159, 459, 559 (59 with the gate/up kernel's L2 prefetches) at
 //                                         n = 1, twice; once: one untimed call of each (ncu).
 //        cuda_bench --moe-steps A B M...  decode steps (batch 1 at 2K) with expert_one_token A and B, interleaved.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
@@ -284,11 +284,11 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     if (b.ok()) fold_tiles[i] = std::move(b).value();
   }
   // Session 12 (the default is 59 = moe_one_lean.cu's gate/up variant 9 + the fold-5 down kernel): 59 with the gate/up
-  // kernel's L2 prefetches (LeanPrefetch modes 1 … 4: the down weights once a warp's last item is asked for, right
-  // after the wait, 1 plus the warp's own later items, 1 with evict_last). Session 11's sides: 27, 28, 57, 58.
-  constexpr int kLean = 4;
-  const int lean_opts[kLean] = {159, 259, 359, 459};
-  const char* lean_tags[kLean] = {"one159", "one259", "one359", "one459"};
+  // kernel's L2 prefetches of the down weights (LeanPrefetch modes 1, 4, 5: once a warp's last item is asked for, the
+  // same with evict_last, evict_last once the last item has landed). Session 11's sides: 27, 28, 57, 58.
+  constexpr int kLean = 3;
+  const int lean_opts[kLean] = {159, 459, 559};
+  const char* lean_tags[kLean] = {"one159", "one459", "one559"};
   std::unique_ptr<Backend> lean_one[kLean];
   for (int i = 0; i < kLean && lean; ++i) {
     oo.expert_one_token = lean_opts[i];

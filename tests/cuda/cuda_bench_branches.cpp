@@ -527,7 +527,7 @@ void bench_hcsplit_steps(int argc, char** argv) {
 // `cuda_bench --moe-steps A B [C …] M...`: decode steps of one session at 2K (graphs and branches on, f16_mma, the
 // indexer select 11 and the HC split on the side lane as the engine sets them) with CudaBackendOptions::
 // expert_one_token A, B, … (the leading integer arguments) — the routed experts of a one-token step — interleaved
-// three times (drift shows): "BENCH moe-steps" lines. Per-call wins of these kernels have not always shown in whole
+// five times (drift shows): "BENCH moe-steps" lines. Per-call wins of these kernels have not always shown in whole
 // steps (the experts run beside the shared expert's branch).
 void bench_moe_steps(int argc, char** argv) {
   std::vector<int> vals;
@@ -554,7 +554,7 @@ void bench_moe_steps(int argc, char** argv) {
       co.indexer_select = 11;
       if (!load_side(sides[k], *mf, plan, co, 512, "moe-steps", model::kBranchHcSplit)) return;
     }
-    for (int round = 0; round < 3; ++round)
+    for (int round = 0; round < 5; ++round)
       for (size_t k = 0; k < vals.size(); ++k) {
         const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, 2048);
         std::printf("BENCH moe-steps expert_one_token %3d layers %zu batch 1 ctx 2048 round %d: %.4f ms/step, %.1f tok/s\n",

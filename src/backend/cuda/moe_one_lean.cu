@@ -134,7 +134,7 @@ __device__ inline void l2_line(const uint8_t* a) {
   else asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
 }
 
-// Session 12 (pf.mode 1, 2, 3): the token's down weights — k experts × dim rows × 672 B = 16.5 MB at k = 6 — asked
+// Session 12 (pf.mode 1, 4, 5): the token's down weights — k experts × dim rows × 672 B = 16.5 MB at k = 6 — asked
 // into L2 by every thread of the gate/up grid, a line each per slot (21,504 lines an expert, 67,584 threads), so
 // the down kernel, which can only start its copies as gate/up blocks leave the SMs, finds them in L2. Bad ids
 // are skipped (nothing outside the tensor is touched).
@@ -148,7 +148,7 @@ __device__ inline void prefetch_down(const LeanPrefetch& pf, int32_t k, int32_t 
     if (!((ok_mask >> j) & 1u)) continue;
     const uint8_t* base = pf.dn + static_cast<uint64_t>(e) * pf.dn_expert_bytes;
     for (uint64_t l = t; l < lines; l += stride) {
-      if (pf.mode == 4) l2_line<true>(base + 128 * l);
+      if (pf.mode >= 4) l2_line<true>(base + 128 * l);
       else l2_line(base + 128 * l);
     }
   }
@@ -184,21 +184,9 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
   const int n = static_cast<int>(end - begin);
   int32_t ig = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the next item to copy
   int64_t it = k > 0 ? begin / k : 0;
-  // pf.mode 2: the down weights asked for now (they compete with this kernel's first copies); 1, 3: once the
-  // warp's last item is asked for (below; a warp without items asks now).
-  if (pf.mode == 2 || (pf.mode != 0 && n == 0)) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
-  // pf.mode 3: this warp's items past the first two asked into L2 now (2 × 2,112 B an item: 17 lines of each
-  // matrix), so every item's bytes are requested at the start instead of one item a warp.
-  if (pf.mode == 3) {
-    for (int i = kGuRing; i < n; ++i) {  // item kGuRing − 1 is asked for at once
-      const int64_t item = begin + i;
-      const int32_t e = __shfl_sync(0xffffffffu, my_id, static_cast<int>(item % k));
-      if (!((ok_mask >> (item % k)) & 1u)) continue;
-      const uint64_t off = static_cast<uint64_t>(e) * p.expert_bytes + static_cast<uint64_t>(item / k) * kGuMat;
-      for (int l = lane; l < 34; l += kWarp)
-        l2_line((l < 17 ? p.w : p.w2) + off + min(128u * static_cast<uint32_t>(l % 17), kGuMat - 1));
-    }
-  }
+  // pf.mode 1, 4: the down weights asked for once the warp's last item is, 5: once its last item has landed
+  // (below; a warp without items asks now).
+  if (pf.mode != 0 && n == 0) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
   auto issue = [&](int stage) {
     const int32_t e = __shfl_sync(0xffffffffu, my_id, ig);
     if ((ok_mask >> ig) & 1u) {  // a bad id's items copy nothing
@@ -257,13 +245,14 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
   int32_t g = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the item computed
   int64_t row = k > 0 ? begin / k : 0;
   int cs = 0, is = kGuRing - 1;  // stage computed, stage of the next copy
-  const int pf_at = pf.mode == 1 || pf.mode >= 3 ? max(n - kGuRing, 0) : -1;  // issues the last item
+  const int pf_at = pf.mode == 1 || pf.mode == 4 ? max(n - kGuRing, 0) : -1;  // issues the last item
   for (int i = 0; i < n; ++i) {
     if (i + kGuRing - 1 < n) issue(is);
     cp_async_commit();
     if (i == pf_at) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
     cp_async_wait<kGuRing - 1>();  // this item's copies have landed …
     __syncwarp();                  // … for every lane
+    if (pf.mode == 5 && i == n - 1) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
     const uint8_t* const wt = ring + static_cast<uint32_t>(cs) * kGuStage;
     if ((ok_mask >> g) & 1u) {
 #pragma unroll

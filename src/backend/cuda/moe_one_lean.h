@@ -24,8 +24,9 @@ bool one_lean_down_fits(CudaBackend& be, int32_t k, uint64_t dn_row_bytes);
 
 // L2 prefetches the gate/up kernel issues (session 12; expert_one_token P·100 + V + 10·F, P = mode): the down
 // weights (dn: down's expert 0, dn_expert_bytes apart) of the token's slots — mode 1 once a warp has asked for its
-// last item, 2 right after the wait, 3 as 1 plus the warp's own items past the first two, 4 as 1 with the
-// evict_last L2 priority. 0: none.
+// last item, 4 the same with the evict_last L2 priority, 5 with evict_last once the warp's last item has landed.
+// 0: none. (W1 2026-12-01 00:30 UTC measured modes 2 — right after the wait — and 3 — 1 plus the warp's own
+// later items — slower in the op and in decode steps: removed.)
 struct LeanPrefetch {
   const uint8_t* dn = nullptr;
   uint64_t dn_expert_bytes = 0;

@@ -126,18 +126,14 @@ __device__ inline void quad_reduce4(int (&v)[4], int lane) {
   v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
 }
 
-// An L2 prefetch of the 128-byte line at a (no data comes back to the SM; the bits are untouched); kLast: with
-// the evict_last priority (so this kernel's own streamed weights leave L2 first).
-template <bool kLast = false>
-__device__ inline void l2_line(const uint8_t* a) {
-  if constexpr (kLast) asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a));
-  else asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-}
+// An L2 prefetch of the 128-byte line at a with the evict_last priority (so this kernel's own streamed weights
+// leave L2 first); no data comes back to the SM, the bits are untouched.
+__device__ inline void l2_line_last(const uint8_t* a) { asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(a)); }
 
-// Session 12 (pf.mode 1, 4, 5): the token's down weights — k experts × dim rows × 672 B = 16.5 MB at k = 6 — asked
-// into L2 by every thread of the gate/up grid, a line each per slot (21,504 lines an expert, 67,584 threads), so
-// the down kernel, which can only start its copies as gate/up blocks leave the SMs, finds them in L2. Bad ids
-// are skipped (nothing outside the tensor is touched).
+// Session 12 (pf.mode 5): the token's down weights — k experts × dim rows × 672 B = 16.5 MB at k = 6 — asked into
+// L2 by every thread of the gate/up grid once its warp's last item has landed, a line each per slot (21,504 lines
+// an expert, 67,584 threads), so the down kernel, which can only start its copies as gate/up blocks leave the
+// SMs, finds them in L2. Bad ids are skipped (nothing outside the tensor is touched).
 template <int kWarps>
 __device__ inline void prefetch_down(const LeanPrefetch& pf, int32_t k, int32_t my_id, uint32_t ok_mask, int wid, int lane) {
   const uint64_t t = (static_cast<uint64_t>(blockIdx.x) * kWarps + wid) * kWarp + lane;
@@ -147,10 +143,7 @@ __device__ inline void prefetch_down(const LeanPrefetch& pf, int32_t k, int32_t 
     const int32_t e = __shfl_sync(0xffffffffu, my_id, j);
     if (!((ok_mask >> j) & 1u)) continue;
     const uint8_t* base = pf.dn + static_cast<uint64_t>(e) * pf.dn_expert_bytes;
-    for (uint64_t l = t; l < lines; l += stride) {
-      if (pf.mode >= 4) l2_line<true>(base + 128 * l);
-      else l2_line(base + 128 * l);
-    }
+    for (uint64_t l = t; l < lines; l += stride) l2_line_last(base + 128 * l);
   }
 }
 
@@ -184,9 +177,9 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
   const int n = static_cast<int>(end - begin);
   int32_t ig = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the next item to copy
   int64_t it = k > 0 ? begin / k : 0;
-  // pf.mode 1, 4: the down weights asked for once the warp's last item is, 5: once its last item has landed
-  // (below; a warp without items asks now).
-  if (pf.mode != 0 && n == 0) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
+  // pf.mode 5: the down weights asked for once the warp's last item has landed (below; a warp without items
+  // asks now).
+  if (pf.mode == 5 && n == 0) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
   auto issue = [&](int stage) {
     const int32_t e = __shfl_sync(0xffffffffu, my_id, ig);
     if ((ok_mask >> ig) & 1u) {  // a bad id's items copy nothing
@@ -245,11 +238,9 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
   int32_t g = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the item computed
   int64_t row = k > 0 ? begin / k : 0;
   int cs = 0, is = kGuRing - 1;  // stage computed, stage of the next copy
-  const int pf_at = pf.mode == 1 || pf.mode == 4 ? max(n - kGuRing, 0) : -1;  // issues the last item
   for (int i = 0; i < n; ++i) {
     if (i + kGuRing - 1 < n) issue(is);
     cp_async_commit();
-    if (i == pf_at) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);
     cp_async_wait<kGuRing - 1>();  // this item's copies have landed …
     __syncwarp();                  // … for every lane
     if (pf.mode == 5 && i == n - 1) prefetch_down<kGuWarps>(pf, k, my_id, ok_mask, wid, lane);

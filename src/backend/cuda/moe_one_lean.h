@@ -22,11 +22,12 @@ bool one_lean_gate_up_fits(CudaBackend& be, int variant, int64_t ff);
 // Flash shapes: 8 Q2_K blocks, the only ones taken).
 bool one_lean_down_fits(CudaBackend& be, int32_t k, uint64_t dn_row_bytes);
 
-// L2 prefetches the gate/up kernel issues (session 12; expert_one_token P·100 + V + 10·F, P = mode): the down
-// weights (dn: down's expert 0, dn_expert_bytes apart) of the token's slots — mode 1 once a warp has asked for its
-// last item, 4 the same with the evict_last L2 priority, 5 with evict_last once the warp's last item has landed.
-// 0: none. (W1 2026-12-01 00:30 UTC measured modes 2 — right after the wait — and 3 — 1 plus the warp's own
-// later items — slower in the op and in decode steps: removed.)
+// The L2 prefetch the gate/up kernel issues (session 12; expert_one_token P·100 + V + 10·F with V = 8, 9, F = 5):
+// mode 5 asks for the down weights (dn: down's expert 0, dn_expert_bytes apart) of the token's slots with the
+// evict_last L2 priority once a warp's last item has landed. 0 (or any other value): none. (Measured on the H200,
+// 2026-12-01, docs/PERF.md session 12 moe1: modes 1 — the normal priority once a warp's last item is asked for —,
+// 2 — right after the wait —, 3 — 1 plus the warp's own later items — and 4 — 1 with evict_last — were slower in
+// the op and no faster in decode steps: removed.)
 struct LeanPrefetch {
   const uint8_t* dn = nullptr;
   uint64_t dn_expert_bytes = 0;

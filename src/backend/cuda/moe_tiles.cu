@@ -477,8 +477,8 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // shapes, a lane per whole block), F = 5 the lean down + slot sum kernel (fold 2's work and bits).
   const bool others_auto = expert_tiles_warp_max_ < 0 && expert_row_tiles_min_ < 0;
   const int one_option = expert_one_token_ < 0 ? (others_auto ? kOneTokenAuto : 0) : expert_one_token_;
-  // Session 12: P·100 + V + 10·F — the gate/up kernel's L2 prefetches (moe_one_lean.h LeanPrefetch, mode P;
-  // variants 8, 9 with fold 5 only).
+  // Session 12: P·100 + V + 10·F — P = 5: the gate/up kernel's L2 prefetch of the down weights (moe_one_lean.h
+  // LeanPrefetch; variants 8, 9 with fold 5 only).
   const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 % 10 : 0;
   const int prefetch_mode = one_option / 100;
   const bool one = !rows && one_variant > 0 && a.n == 1 && var == kFast &&

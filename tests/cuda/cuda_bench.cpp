@@ -13,10 +13,10 @@
 //                                         n = 1 the session-10 sides (expert_one_token 17, 27, 37, 47, 14, 24, 44, 6:
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
-//        cuda_bench --experts lean [once] the default (59: moe_one_lean.cu's gate/up variant 9, fold-5 down kernel)
-//                                         and 159, 459, 559 (59 with the gate/up kernel's L2 prefetches) at
-//                                         n = 1, twice; once: one untimed call of each (ncu).
-//        cuda_bench --moe-steps A B M...  decode steps (batch 1 at 2K) with expert_one_token A and B, interleaved.
+//        cuda_bench --experts lean [once] the default (559: moe_one_lean.cu's gate/up variant 9 with the L2 prefetch, fold 5)
+//                                         and 59, 559 (59 with the gate/up kernel's L2 prefetch) at n = 1,
+//                                         twice; once: one untimed call of each (ncu).
+//        cuda_bench --moe-steps A B … M... decode steps (batch 1 at 2K) with expert_one_token A, B, …, interleaved.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:

@@ -17,8 +17,8 @@
 // session 11's lean one-token kernels (moe_one_lean.cu: expert_one_token 28, 57, 58, 59) likewise, at every slot
 // count 1 … 8 too (OneTokenLeanEverySlotCount), and session 12's 59 with the gate/up kernel's L2 prefetches
 // (559) likewise. The
-// default backend runs the one-token kernels (moe_one_lean.cu's gate/up variant 9 + the fold-5 slot-summing down
-// kernel, expert_one_token 59) at 1 token, the warp tiles (PDL) at 2..7, the
+// default backend runs the one-token kernels (moe_one_lean.cu's gate/up variant 9 with its L2 prefetch of the down
+// weights + the fold-5 slot-summing down kernel, expert_one_token 559) at 1 token, the warp tiles (PDL) at 2..7, the
 // row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),

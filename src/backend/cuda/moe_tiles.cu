@@ -90,7 +90,11 @@ constexpr int64_t kRowTilesAutoMin = 8;
 // 27.50 µs cold against 58's 28.98 / 27.94 and 27's 32.10 / 31.76; ncu gate/up 17.3 µs (7.55 M instructions) vs
 // variant 8's 19.9 (7.51 M); steps 0.847 / 0.850 / 0.848 ms vs 58's 0.850 / 0.849 / 0.851 (27 vs 58 in the same run:
 // 0.884 / 0.884 / 0.880 vs 0.875 / 0.870 / 0.862).
-constexpr int kOneTokenAuto = 59;
+// Session 12 (moe1, W2 00:42 / W3 00:55 UTC 2026-12-01): 559 = 59 with the gate/up kernel's evict_last L2 prefetch of
+// the token's down weights once a warp's last item has landed — bit for bit (221 and 187 PARITY lines) and faster in
+// decode steps of a 4-layer flash-q2 file at 2K (engine options): 0.7956 vs 0.7983 ms (five rounds, 5 of 5) and
+// 0.8020 vs 0.8050 (ten, 8 of 10), ≈ −0.7 µs a layer, though the op alone, called back to back, is 0.5–1.5 µs slower.
+constexpr int kOneTokenAuto = 559;
 constexpr bool kOneTokenPdlAuto = true;
 // The warp tiles' down launch as a programmatic dependent by default (expert_tiles_pdl = -1): the H200 measured
 // it faster at 1, 2 and 7 tokens (2026-11-30 12:13 UTC, µs per layer: 42.5 vs 43.6, 75.4 vs 77.2, 250.2 vs

@@ -32,6 +32,8 @@
 //        cuda_bench --small7-steps [rope|hcb|hcbN|both] M...   decode steps of model files with the folds off / on (f16_mma on).
 //        cuda_bench --hcb-forms FOLD...        the boundary kernel's forms (hc_post_fold 4, 6, 7), graph µs + phases.
 //        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
+//        cuda_bench --dattn [A B]         one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31).
+//        cuda_bench --dattn-steps A B [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B.
 //        cuda_bench --hcsplit-steps M...   decode steps, each HC pre's split in the op / on the side lane (kBranchHcSplit).
 //        cuda_bench --small7 [ops|stages [FOLD]]  the folds (attention's output RoPE in its merge; the sublayer
 //                                         boundary as one cluster launch, hc_post_fold FOLD, default 2) on vs off,
@@ -146,6 +148,8 @@ void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16dec_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_ctx_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_ctx_profile(int argc, char** argv);     // cuda_bench_branches.cpp
+void bench_dattn_steps(int argc, char** argv);     // cuda_bench_branches.cpp
+void bench_dattn(int argc, char** argv);           // cuda_bench_dattn.cpp
 void bench_f16dec_calls(const std::vector<int>& kernels);  // cuda_bench_f16dec.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
 
@@ -860,6 +864,14 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--hcb-steps") == 0) {  // decode steps, two hc_post_fold values, engine options
     bench_hcb_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--dattn") == 0) {  // one decode query's attention, two attention_mma_kernels
+    bench_dattn(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--dattn-steps") == 0) {  // decode steps, two attention_mma_kernels values
+    bench_dattn_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small7-steps") == 0) {  // decode steps, session 10's folds off / on

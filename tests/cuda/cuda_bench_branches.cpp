@@ -24,6 +24,8 @@
 // `cuda_bench --ramp-steps M...`: decode steps with the dense matvecs' ramp bits (dense_ramp.h) off and on.
 // `cuda_bench --ctx-steps [S...] M...`: decode steps of one session at 2K … 32K as the engine runs them, per indexer_select
 // S; `--ctx-profile S M CTX...`: one such step at each CTX between cudaProfilerStart / Stop (for ncu).
+// `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps (batch 1 at 2K and 32K, as the engine runs them) with
+// attention_mma_kernels A and B, "BENCH dattn-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -186,12 +188,12 @@ bool load_side(StepSide& s, const ModelFile& mf, const std::vector<modelspec::La
   return true;
 }
 
-// Decode steps of two sides for each (sessions, ctx) case, the sides interleaved twice (drift shows): "BENCH <tag>
+// Decode steps of two sides for each (sessions, ctx) case, the sides interleaved `rounds` times (drift shows): "BENCH <tag>
 // <name> layers … round r: ms/step, tok/s" lines, names padded to `width`.
 void interleaved_steps(const char* tag, const char* const names[2], StepSide sides[2], int width, size_t layers,
-                       const std::vector<std::pair<int, int64_t>>& cases) {
+                       const std::vector<std::pair<int, int64_t>>& cases, int rounds = 2) {
   for (const auto& [sessions, ctx] : cases) {
-    for (int round = 0; round < 2; ++round)
+    for (int round = 0; round < rounds; ++round)
       for (int k = 0; k < 2; ++k) {
         const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
         std::printf("BENCH %s %-*s layers %zu batch %d ctx %lld round %d: %.3f ms/step, %.1f tok/s\n", tag, width,
@@ -769,5 +771,37 @@ void bench_ctx_profile(int argc, char** argv) {
     const double t = decode_step_seconds(*side.fw, *side.be, 1, ctx, true);
     std::printf("BENCH ctx-profile layers %zu ctx %lld: %s\n", plan.size(), static_cast<long long>(ctx), t < 0 ? "failed" : "profiled");
     std::fflush(stdout);
+  }
+}
+
+// `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps of one session at 2K and at 32K as the engine runs
+// them (graphs, branches, f16_mma on, indexer_select 14, each HC pre's split on the side lane: engine.cpp) with
+// CudaBackendOptions::attention_mma_kernels A and B (10: one decode query's split kernel then the sliced merge; 31:
+// the merge a programmatic dependent of the split kernel, attention_mma.cu), the sides interleaved N times (3). "BENCH dattn-steps" lines.
+void bench_dattn_steps(int argc, char** argv) {
+  if (argc < 3) {
+    std::printf("BENCH dattn-steps: usage --dattn-steps A B [--rounds N] model.gguf...\n");
+    return;
+  }
+  const int vals[2] = {std::atoi(argv[0]), std::atoi(argv[1])};
+  int rounds = 3, first = 2;  // `--rounds N` after A B: N rounds instead
+  if (argc > 4 && !std::strcmp(argv[2], "--rounds")) {
+    rounds = std::max(1, std::atoi(argv[3]));
+    first = 4;
+  }
+  const std::string n0 = "attention_mma_kernels " + std::to_string(vals[0]);
+  const std::string n1 = "attention_mma_kernels " + std::to_string(vals[1]);
+  const char* const names[2] = {n0.c_str(), n1.c_str()};
+  for (int i = first; i < argc; ++i) {
+    auto mf = open_model(argv[i], "dattn-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co = engine_like_options(14);  // engine.cpp's indexer_select
+      co.attention_mma_kernels = vals[k];
+      if (!load_side(sides[k], *mf, plan, co, 512, "dattn-steps", model::kBranchHcSplit)) return;
+    }
+    interleaved_steps("dattn-steps", names, sides, 24, plan.size(), {{1, 2048}, {1, 32768}}, rounds);
   }
 }

@@ -8,9 +8,10 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18: previous, fast,
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18, 31: previous, fast,
 // softmax once per block, its chunk loop on int64 / 32-bit counters, its segments pipelined per warp, with 16 / 8
-// lanes a row copied; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// lanes a row copied, one decode query's sliced merge a programmatic dependent of its split kernel; the split shape's
+// merge spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -49,7 +50,9 @@ class CudaAttention : public CudaOpsTest {
   std::vector<std::pair<Backend*, Backend*>> mma_variants() {
     std::vector<std::pair<Backend*, Backend*>> v;
     v.emplace_back(&backend_with(128, true, 2, true, 0, false), &backend_with(INT_MAX, true, 2, true, 0, false));
-    for (int k : {1, 3}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
+    // 31: 3 with one query's sliced merge a programmatic dependent of its split kernel (n = 1, sm_90; with a bound
+    // below the counts the merge's chunk-body fallback).
+    for (int k : {1, 3, 31}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     // 10 (kernel 3's chunk loop on 32-bit counters): the chunk shape at every n (the random-float cases: its
     // converted rows path), and whenever a bound is known the split shape.
     // 9: the previous int64 loop (3 takes 10's). 14: each warp's segments pipelined (chunk shape at every n; the

@@ -6,7 +6,8 @@
 // carry that over; the folded results are also held to the CPU's here. Shapes: Flash's (64 heads × 512, RoPE
 // on the last 64 dims; HC state 4 × 4096, 24 controls), decode batches n = 1, 2, 4, 8, 32. The sublayer boundary as one
 // cluster launch (hc_post_fold = 2, hc_boundary.cu) against hc_post then hc_pre, in the engine's buffer layout too
-// (the pre's post/comb outputs are the post's inputs).
+// (the pre's post/comb outputs are the post's inputs). The attention fold also with attention_mma_kernels 31 (one
+// decode query's sliced merge a programmatic dependent of its split kernel) and 10 (the previous split + merge).
 // Deliberately not here: speed (cuda_bench --small7).
 #include <algorithm>
 #include <cmath>
@@ -30,8 +31,11 @@ class CudaSmall7 : public CudaOpsTest {
  protected:
   // Backends with the fold on and off (f16_mma: the HC controls' order, the engine's default on).
   // post_fold: the CudaBackendOptions::hc_post_fold mode of the folded side (1: session 10's; 2: hc_boundary.cu).
-  std::unique_ptr<Backend> make(bool fold, bool f16_mma, int post_fold = 1) {
+  // attn_kernels: CudaBackendOptions::attention_mma_kernels (31: one decode query's merge a programmatic dependent).
+  std::unique_ptr<Backend> make(bool fold, bool f16_mma, int post_fold = 1,
+                                int attn_kernels = cuda::CudaBackendOptions{}.attention_mma_kernels) {
     cuda::CudaBackendOptions o;
+    o.attention_mma_kernels = attn_kernels;
     o.attn_out_rope = fold ? 1 : 0;
     o.hc_post_fold = fold ? post_fold : 0;
     o.f16_mma = f16_mma;
@@ -100,7 +104,9 @@ TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsRopeAfter) {
   const int32_t H = 64, D = 512, R = 64;
   const auto freq = rope_freq(R);
   auto on = make(true, true), off = make(false, true);
-  ASSERT_TRUE(on && off);
+  // The sliced merge a programmatic dependent of the split kernel (attention_mma_kernels 31; one query), with the fold and without.
+  auto on31 = make(true, true, 1, 31), off31 = make(false, true, 1, 31), prev10 = make(false, true, 1, 10);
+  ASSERT_TRUE(on && off && on31 && off31 && prev10);
   for (const Shape& s : shapes)
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{32}}) {
       const int64_t cap = s.window + n - 1;
@@ -164,10 +170,15 @@ TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsRopeAfter) {
       expect_same_bits(folded, prev, where, "folded == attention then rope");
       expect_same_bits(run(*off, g, false), prev, where + " (fold off)", "out_rot off == attention then rope");
       expect_close(folded, want, 1e-5, 1e-7, where + " vs cpu");
+      expect_same_bits(run(*prev10, g, true), prev, where + " (kernels 10)", "== attention then rope");
+      expect_same_bits(run(*on31, g, false), prev, where + " (kernels 31)", "folded == attention then rope");
+      expect_same_bits(run(*off31, g, false), prev, where + " (kernels 31, fold off)", "== attention then rope");
+      expect_same_bits(run(*off31, g, true), prev, where + " (kernels 31, pieces)", "== attention then rope");
       if (s.comp_rows > 0) {  // a host bound below the counts: the merge's chunk-body fallback rotates in place
         AttentionArgs low = g;
         low.max_comp = 1;
         expect_same_bits(run(*on, low, false), prev, where + " max_comp 1", "folded == attention then rope");
+        expect_same_bits(run(*on31, low, false), prev, where + " max_comp 1 (kernels 31)", "folded == attention then rope");
       }
     }
 }

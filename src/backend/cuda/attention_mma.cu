@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/common.cuh"
@@ -47,6 +48,11 @@ constexpr int64_t kChunkPipelinedMinRows = 384;
 // 2,471 → 2,408 (−2.8 %, −2.5 %; both runs alike). false: kernel 14's copies (16 lanes a row).
 constexpr bool kChunkPipelinedLanes8 = true;
 
+// Kernel 3's split shape of one decode query: the sliced merge as a programmatic dependent of the split kernel
+// (attention_mma_kernels 31; sm_90, the main lane): its blocks launch while the split runs and form their RoPE angles
+// before they wait — the same kernels, the same bits. false until an H200 run shows it faster on whole decode steps.
+constexpr bool kMergePdlAuto = false;
+
 // Host: a query's candidate rows under the host's bound (window + compressed rows bounded by the selection width
 // and/or AttentionArgs::max_comp, as attention_split_segments), or −1 when unknown.
 int64_t rows_bound(const AttentionArgs& a) {
@@ -57,8 +63,7 @@ int64_t rows_bound(const AttentionArgs& a) {
   return comp < 0 ? -1 : std::max<int64_t>(a.window, 0) + comp;
 }
 
-constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only)
-constexpr int kSliceBatch = 8;  // the same in the sliced merge (a thread's states: 8 × 6 registers)
+constexpr int kMergeBatch = 4;  // stored states loaded ahead of their merges (ILP only; the sliced merge's: kSliceBatch)
 
 // Kernel variants (CudaBackendOptions::attention_mma_kernels), the same bits: V = 0 the previous kernels
 // (every warp adding all partial scores, comp_idx loaded at each copy); V = 1 "fast": partial scores added
@@ -310,79 +315,51 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
 // (§7.7) at the query's position, each thread rotating the pairs of its own 4 dims before the store —
 // rope_kernel's rope_rotate on the same floats, so its bits — angles rf (the layer's frequencies) formed
 // before the state loads; the chunk-body fallback rotates its heads' tails in place after a barrier.
+// pdl (attention_mma_kernels 31): launched as a programmatic dependent of the split kernel — the blocks start while it
+// runs, form their first column's angles, then wait for its end (griddepcontrol.wait) before any state read, and
+// let out_a start only after that wait (not during the split's row copies); else a plain launch (the wait returns at
+// once) that lets out_a start at its start.
 template <int DW, int V>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices,
-                                                                          int out_rot, RopeFreqs rf) {
+                                                                          int out_rot, RopeFreqs rf, int pdl) {
   constexpr int D = DW * kWarps, D4 = D / 4;
   const int groups = (a.heads + kHeads - 1) / kHeads;
   const int64_t i = blockIdx.x / groups;
   const int h0 = static_cast<int>(blockIdx.x % groups) * kHeads;
-  const int64_t n_seg = segments_of(query_rows(a, i));
-  const int64_t tail = D - out_rot;  // first rotated dim (out_rot = 0: none)
   // Folded, the next kernel reads this one's output (out_a: a programmatic dependent that waits before its
-  // activation reads), so it may start and load its weights now. Without the fold the rope launch follows.
-  if (out_rot > 0) grid_launch_dependents();
-  if (n_seg > st.n_stored) {  // block-uniform
+  // activation reads), so it may start and load its weights now (pdl: after the wait below, not during the split's
+  // row copies). Without the fold the rope launch follows.
+  if (out_rot > 0 && !pdl) grid_launch_dependents();
+  const int64_t n_seg = segments_of(query_rows(a, i));  // the step's inputs: written before the split kernel ran
+  const bool sliced = n_seg <= st.n_stored;            // block-uniform; else slice 0 runs the chunk body
+  const int per = D4 / slices;                          // float4 columns of a head in this slice
+  // Column e of this slice: head h0 + e / per (< a.heads), dims 4·c4 … of it.
+  auto column = [&](int e, MergeCol& c) {
+    c.h = h0 + e / per;
+    c.c4 = static_cast<int64_t>(blockIdx.y) * per + e % per;
+    return e < kHeads * per && c.h < a.heads;
+  };
+  MergeCol c0;
+  const bool has0 = sliced && column(threadIdx.x, c0);
+  if (has0) merge_angles<D>(c0, a, i, out_rot, rf);
+  grid_dependency_wait();  // the split kernel's states (pdl); a plain launch returns at once
+  if (out_rot > 0 && pdl) grid_launch_dependents();
+  if (!sliced) {
     if (blockIdx.y == 0) {
       chunk_block<DW, true, V>(a, st, i, h0);
       if (out_rot > 0) {
         __syncthreads();  // the block's output stores are visible to all its threads
-        const int half = out_rot / 2;
-        for (int k = threadIdx.x; k < kHeads * half; k += kThreads) {
-          const int h = h0 + k / half;
-          if (h < a.heads) rope_rotate(a.out + (i * a.heads + h) * D + tail + 2 * (k % half), a.pos[i], rf.w[k % half], true);
-        }
+        rope_heads_in_place<D, kHeads, kThreads>(a, i, h0, out_rot, rf);
       }
     }
     return;
   }
-  const int per = D4 / slices;  // float4 columns of a head in this slice
-  for (int e = threadIdx.x; e < kHeads * per; e += kThreads) {
-    const int h = h0 + e / per;
-    if (h >= a.heads) break;  // e grows with h
-    const int64_t c4 = static_cast<int64_t>(blockIdx.y) * per + e % per;
-    // The angles of this thread's two pairs (dims 4·c4 … + 1 and + 2 … + 3) where they lie in the tail.
-    float2 cs[2] = {make_float2(1.0f, 0.0f), make_float2(1.0f, 0.0f)};
-    bool rot[2] = {false, false};
-    if (out_rot > 0) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t d = 4 * c4 + 2 * r;
-        rot[r] = d >= tail;
-        if (rot[r]) cs[r] = rope_cos_sin(a.pos[i], rf.w[(d - tail) / 2], true);
-      }
-    }
-    const int64_t slot0 = (i * a.heads + h) * st.n_stored;
-    float M = -INFINITY, L = 0.0f;
-    float4 run = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int64_t k0 = 0; k0 < n_seg; k0 += kSliceBatch) {
-      float ms[kSliceBatch], ls[kSliceBatch];
-      float4 v[kSliceBatch];
-#pragma unroll
-      for (int b = 0; b < kSliceBatch; ++b) {
-        const bool load = k0 + b < n_seg;
-        const int64_t slot = slot0 + k0 + b;
-        ms[b] = load ? st.ml[2 * slot] : -INFINITY;
-        ls[b] = load ? st.ml[2 * slot + 1] : 0.0f;
-        v[b] = load ? reinterpret_cast<const float4*>(st.acc + slot * D)[c4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int b = 0; b < kSliceBatch; ++b) {
-        if (k0 + b >= n_seg) break;
-        float fa, fb;
-        merge_step(M, L, ms[b], ls[b], fa, fb);
-        run.x = merged(run.x, fa, v[b].x, fb);
-        run.y = merged(run.y, fa, v[b].y, fb);
-        run.z = merged(run.z, fa, v[b].z, fb);
-        run.w = merged(run.w, fa, v[b].w, fb);
-      }
-    }
-    float f, denom;
-    sink_step(a.sinks[h], M, L, f, denom);
-    float o[4] = {run.x * f / denom, run.y * f / denom, run.z * f / denom, run.w * f / denom};
-    if (rot[0]) rope_apply(o, cs[0]);
-    if (rot[1]) rope_apply(o + 2, cs[1]);
-    reinterpret_cast<float4*>(a.out + (i * a.heads + h) * D)[c4] = make_float4(o[0], o[1], o[2], o[3]);
+  if (has0) merge_column<D>(a, st, i, c0, n_seg);
+  for (int e = threadIdx.x + kThreads; e < kHeads * per; e += kThreads) {
+    MergeCol c;
+    if (!column(e, c)) break;  // e grows with h
+    merge_angles<D>(c, a, i, out_rot, rf);
+    merge_column<D>(a, st, i, c, n_seg);
   }
 }
 
@@ -453,12 +430,13 @@ size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPa
 
 // smem_ready: bit per (DW, V) variant, set once the kernels' dynamic shared-memory limits are raised.
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
-// split_once: the split kernel of attention_mma_chunk.cu.
+// split_once: the split kernel of attention_mma_chunk.cu. merge_pdl: the sliced merge as its programmatic dependent.
 // out_rot, rf: the output's inverse RoPE (out_rot > 0: only the sliced merge rotates; *rope_done tells the caller
 // whether it ran).
 template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
-                bool sliced_merge, int out_rot, const RopeFreqs& rf, bool* rope_done, bool split_once = false) {
+                bool sliced_merge, int out_rot, const RopeFreqs& rf, bool* rope_done, bool split_once = false,
+                bool merge_pdl = false) {
   constexpr int threads = kThreads;
   const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–7
   if (!(smem_ready & bit)) {
@@ -492,8 +470,11 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
-      attention_mma_merge_kernel<DW, V><<<mgrid, threads, chunk_smem<DW>(), s>>>(a, st, slices, out_rot, rf);
-      *rope_done = be.launched("attention mma (sliced merge)") && out_rot > 0;
+      *rope_done = be.check(launch_dependent(merge_pdl, mgrid, dim3(threads), chunk_smem<DW>(), s,
+                                             attention_mma_merge_kernel<DW, V>, a, st, slices, out_rot, rf,
+                                             merge_pdl ? 1 : 0),
+                            "attention mma (sliced merge)") &&
+                   out_rot > 0;
       return;
     }
     attention_mma_chunk_kernel<DW, true, V><<<static_cast<unsigned>(a.n * groups), threads, chunk_smem<DW>(), s>>>(a, st);
@@ -523,13 +504,16 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   // 14: the chunk shape with each warp's segments pipelined (attention_mma_chunk.cu; its ring index needs
   // raw_cap ≥ window, else 10's kernel); 3 takes it from kChunkPipelinedMinRows rows.
   // 18: 14 with its row copies 8 lanes a row (attention_mma_chunk.cu stage_slice).
+  // 31: 3 with one decode query's sliced merge a programmatic dependent of its split kernel (sm_90); 3 takes it with
+  // kMergePdlAuto.
+  const bool k3 = k == 3 || k == 31;
   const bool piped =
-      k == 14 || k == 18 || (k == 3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
-  const bool once = k == 3 || k == 9 || k == 10 || piped;
+      k == 14 || k == 18 || (k3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
+  const bool once = k3 || k == 9 || k == 10 || piped;
   if (once && split_segs == 0) {
     if (piped && a.raw_cap >= a.window)
-      attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18 || (k == 3 && kChunkPipelinedLanes8));
-    else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (k != 3 || kChunkLoop32Auto));
+      attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18 || (k3 && kChunkPipelinedLanes8));
+    else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (!k3 || kChunkLoop32Auto));
     return true;
   }
   // Its split kernel for one query only: faster there on the H200 (CSA 15.1 → 14.0 µs), slower at 8 queries
@@ -542,11 +526,12 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
                     a.out_rot <= a.head_dim && a.pos != nullptr && a.out_freq != nullptr;
   const int rot = fold ? a.out_rot : 0;
   const RopeFreqs rf = fold ? rope_freqs(a.out_freq, a.out_rot) : RopeFreqs{};
+  const bool merge_pdl = split_once && (k == 31 || (k == 3 && kMergePdlAuto)) && sm90() && !on_side_;
   bool done = false;
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
     if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm, rot, rf, &done);
-    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, rot, rf, &done, split_once);
+    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, rot, rf, &done, split_once, merge_pdl);
   };
   switch (dw) {
     case 8: go(std::integral_constant<int, 8>{}); break;

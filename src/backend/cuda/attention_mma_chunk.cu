@@ -528,10 +528,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(Atte
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
-// Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr.
+// Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr. The sliced merge after it may be its programmatic
+// dependent (attention_mma_kernels 31): its blocks start now, form their RoPE angles, then wait for this grid's end.
 template <int DW>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
   constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK, NW = kWarps;
+  grid_launch_dependents();
   extern __shared__ float4 smem4[];
   float* rows = reinterpret_cast<float*>(smem4);
   float* red = rows + kAttnSeg * P;

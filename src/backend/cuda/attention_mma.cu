@@ -50,8 +50,10 @@ constexpr bool kChunkPipelinedLanes8 = true;
 
 // Kernel 3's split shape of one decode query: the sliced merge as a programmatic dependent of the split kernel
 // (attention_mma_kernels 31; sm_90, the main lane): its blocks launch while the split runs and form their RoPE angles
-// before they wait — the same kernels, the same bits. false until an H200 run shows it faster on whole decode steps.
-constexpr bool kMergePdlAuto = false;
+// before they wait — the same kernels, the same bits. On since session 12's H200 runs (PERF.md "Session 12: decode
+// attention of one token …"): −3.1 µs a layer alone in every Flash shape (CSA 15.5 → 12.4 µs at 2K), test_cuda_model
+// with it. false: the plain launch after the split (attention_mma_kernels 10 keeps it too).
+constexpr bool kMergePdlAuto = true;
 
 // Host: a query's candidate rows under the host's bound (window + compressed rows bounded by the selection width
 // and/or AttentionArgs::max_comp, as attention_split_segments), or −1 when unknown.

@@ -175,9 +175,9 @@ struct CudaBackendOptions {
   // With gemv_rows: the weight loads as ld.global.nc.L1::no_allocate (each 16-byte load its own L2
   // request) instead of through L1. Same bits.
   bool gemv_rows_no_l1 = false;
-  // Backend::prefetch (l2_prefetch.cu): 0 = cp.async.bulk.prefetch.L2 pieces (sm_90); 1 = the same with
+  // Backend::prefetch (l2_prefetch.cu): 0 = cp.async.bulk.prefetch.L2 pieces (sm_90; below, 2); 1 = the same with
   // an evict_last L2 policy (the prefetched lines outlast streaming traffic beside them); 2 =
-  // prefetch.global.L2::evict_last per 128-byte line (no TMA). Below sm_90 always the per-line form. A hint: same bits.
+  // prefetch.global.L2::evict_last per 128-byte line (no TMA); bits above the low nibble: dense_ramp.h. Same bits.
   int l2_prefetch_mode = 0;
   // Attention (with tensor_cores) on TF32 tensor cores in the MMA order of src/backend/cuda/README.md,
   // for every batch size and launch shape (attention_mma.cu; head_dim 64, 128, 256 or 512). false: the
@@ -217,8 +217,8 @@ struct CudaBackendOptions {
   // elsewhere as 1; 1 = its own launch, the digit holding the k-th key found by a warp scan (5 shuffles)
   // instead of a 32-step shuffle loop per pass; 0 = the previous select. Same selection. Default 2 after
   // the H200 run (CSA decode indexer at 2K: 9.5 + 7.5 → 12.9 µs of device time). 3 = 2 with q and the head
-  // weights loaded before the query's row count; 4 = 3 with a lean radix end (ops_indexer.cu). The engine
-  // sets 4 (session 10: 17.9 → 13.8 µs per CSA layer); a bare CudaBackendOptions keeps 2.
+  // weights loaded before the query's row count; 4 = 3 with a lean radix end; 11–14 wide (ops_indexer.cu).
+  // The engine sets 14 (PERF.md session 12: the 32K CSA decode indexer); a bare CudaBackendOptions keeps 2.
   int indexer_select = 2;
   // Indexer: scores of 4 heads interleaved per row and the top-k by a radix select over keys held in
   // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection

@@ -67,6 +67,61 @@ __device__ inline void f16_mma_block_split(float (&c)[TM][TN][4], const uint4 (&
 
 __device__ inline void unpack4(const uint4& v, uint32_t* o) { o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w; }
 
+// One 32-value block b of K into a sub-tile at sw: BM weight rows of 64 bytes, then (sx = sw + BM·kWPitch) BN
+// activation vectors of 128 bytes, by the block's kThreads threads; rows / vectors past the ends repeat the last one.
+template <int BM, int BN, int kThreads>
+__device__ inline void copy_block(uint8_t* sw, const GemvJob& p, const uint8_t* wt, int64_t b, int64_t m0, int64_t n0) {
+  uint8_t* sx = sw + BM * kWPitch;
+  for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
+    if (idx < 4 * BM) {
+      const int r = idx / 4, c = idx % 4;
+      const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
+      cp_async16(sw + r * kWPitch + 16 * c, wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
+    } else {
+      const int k = idx - 4 * BM, v = k / 8, c = k % 8;
+      const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
+      cp_async16(sx + v * kXPitch + 16 * c, p.x + vec * p.x_stride + b * kF16MmaBlk + 4 * c);
+    }
+  }
+}
+
+// A warp's fragments of one staged block: weights of its TM m16 tiles (rows wm·16·TM + 16·i + g and + 8), the
+// activations of its TN n8 tiles (vectors wn·8·TN + 8·j + g, 8 values from 8·t) as f16_mma_block takes them.
+template <int TM>
+__device__ inline void load_w_frags(uint4 (&w)[TM][2], const uint8_t* sw, int wm, int g, int t) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
+}
+
+template <int TN>
+__device__ inline void load_x_frags(float (&x)[TN][8], const uint8_t* sx, int wn, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < TN; ++j) {
+    const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
+    const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
+    x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
+    x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
+  }
+}
+
+// The warp tile's outputs y (m16n8 fragment layout) into p.y, rows and vectors past the ends skipped.
+template <int TM, int TN>
+__device__ inline void store_tile(const GemvJob& p, const float (&y)[TM][TN][4], int64_t m0, int64_t n0, int wm, int wn,
+                                  int g, int t) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t o = m0 + wm * 16 * TM + f16_mma_row(i, g, r), v = n0 + wn * 8 * TN + f16_mma_vec(j, t, r);
+        if (o < p.w.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
+      }
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJob p) {
   constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, kThreads = C::THREADS, KB = C::KB, S = C::STAGES;
@@ -78,22 +133,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJ
   const auto* wt = static_cast<const uint8_t*>(p.w.data);
   auto copy_stage = [&](int64_t st, int slot) {
 #pragma unroll
-    for (int kb = 0; kb < KB; ++kb) {
-      const int64_t b = st * KB + kb;
-      uint8_t* sw = smem + slot * C::STAGE + kb * C::SUB;
-      uint8_t* sx = sw + BM * kWPitch;
-      for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
-        if (idx < 4 * BM) {
-          const int r = idx / 4, c = idx % 4;
-          const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
-          cp_async16(sw + r * kWPitch + 16 * c, wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
-        } else {
-          const int k = idx - 4 * BM, v = k / 8, c = k % 8;
-          const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
-          cp_async16(sx + v * kXPitch + 16 * c, p.x + vec * p.x_stride + b * kF16MmaBlk + 4 * c);
-        }
-      }
-    }
+    for (int kb = 0; kb < KB; ++kb)
+      copy_block<BM, BN, kThreads>(smem + slot * C::STAGE + kb * C::SUB, p, wt, st * KB + kb, m0, n0);
   };
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
@@ -133,11 +174,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJ
       const uint8_t* sw = smem + (st % S) * C::STAGE + kb * C::SUB;
       const uint8_t* sx = sw + BM * kWPitch;
       uint4 w[TM][2];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
+      load_w_frags<TM>(w, sw, wm, g, t);
       if constexpr (C::SPLIT) {
         uint32_t xh[TN][8], xl[TN][8];
 #pragma unroll
@@ -151,13 +188,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJ
         f16_mma_block_split<TM, TN>(c, w, xh, xl);
       } else {
         float x[TN][8];
-#pragma unroll
-        for (int j = 0; j < TN; ++j) {
-          const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
-          const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
-          x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
-          x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
-        }
+        load_x_frags<TN>(x, sx, wn, g, t);
         f16_mma_block<TM, TN>(c, w, x);
       }
       if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
@@ -175,15 +206,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJ
       }
     }
   }
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int64_t o = m0 + wm * 16 * TM + f16_mma_row(i, g, r), v = n0 + wn * 8 * TN + f16_mma_vec(j, t, r);
-        if (o < p.w.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
-      }
+  store_tile<TM, TN>(p, y, m0, n0, wm, wn, g, t);
 }
 
 // Quarter pairs: twice the warps for the same output tiles without smaller warp tiles. Warps [0, NW) (group A,
@@ -213,19 +236,7 @@ __global__ void __launch_bounds__(2 * C::THREADS, C::MINB) f16_mma_pair_kernel(G
 #pragma unroll
     for (int kb = 0; kb < 4; ++kb) {
       const int64_t b = seg * 16 + (kb < 2 ? qa : qa + 2) * 4 + bb0 + (kb & 1);  // 32-value block of K
-      uint8_t* sw = smem + slot * kStage + kb * kSub;
-      uint8_t* sx = sw + BM * kWPitch;
-      for (int idx = threadIdx.x; idx < 4 * BM + 8 * BN; idx += kThreads) {
-        if (idx < 4 * BM) {
-          const int rr = idx / 4, c = idx % 4;
-          const int64_t row = std::min<int64_t>(m0 + rr, p.w.rows - 1);
-          cp_async16(sw + rr * kWPitch + 16 * c, wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (b * kF16MmaBlk + 8 * c));
-        } else {
-          const int k = idx - 4 * BM, v = k / 8, c = k % 8;
-          const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
-          cp_async16(sx + v * kXPitch + 16 * c, p.x + vec * p.x_stride + b * kF16MmaBlk + 4 * c);
-        }
-      }
+      copy_block<BM, BN, kThreads>(smem + slot * kStage + kb * kSub, p, wt, b, m0, n0);
     }
   };
 #pragma unroll
@@ -264,19 +275,9 @@ __global__ void __launch_bounds__(2 * C::THREADS, C::MINB) f16_mma_pair_kernel(G
       const uint8_t* sw = smem + (st % S) * kStage + (2 * grp + kb) * kSub;
       const uint8_t* sx = sw + BM * kWPitch;
       uint4 w[TM][2];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          w[i][h] = *reinterpret_cast<const uint4*>(sw + (wm * 16 * TM + 16 * i + g + 8 * h) * kWPitch + 16 * t);
+      load_w_frags<TM>(w, sw, wm, g, t);
       float x[TN][8];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const float* xv = reinterpret_cast<const float*>(sx + (wn * 8 * TN + 8 * j + g) * kXPitch + 32 * t);
-        const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
-        x[j][0] = a.x, x[j][1] = a.y, x[j][2] = a.z, x[j][3] = a.w;
-        x[j][4] = bb.x, x[j][5] = bb.y, x[j][6] = bb.z, x[j][7] = bb.w;
-      }
+      load_x_frags<TN>(x, sx, wn, g, t);
       f16_mma_block<TM, TN>(c, w, x);
     }
     const int r = static_cast<int>(st % 4);
@@ -301,15 +302,7 @@ __global__ void __launch_bounds__(2 * C::THREADS, C::MINB) f16_mma_pair_kernel(G
   __syncthreads();  // B's last q2, q3
   if (grp != 0) return;
   if (nst > 0) finish_segment();
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int64_t o = m0 + wm * 16 * TM + f16_mma_row(i, g, r), v = n0 + wn * 8 * TN + f16_mma_vec(j, t, r);
-        if (o < p.w.rows && v < p.n_vec) p.y[v * p.y_stride + o] = y[i][j][r];
-      }
+  store_tile<TM, TN>(p, y, m0, n0, wm, wn, g, t);
 }
 
 template <class C>

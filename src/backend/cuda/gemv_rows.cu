@@ -83,9 +83,10 @@ __device__ __forceinline__ uint4 load_w(const uint8_t* p) {
 // 32·warp + q owns row (32·warp + q) / C, octet (32·warp + q) % C of the tile) as 544 16-byte chunks i =
 // 17q + piece; load k takes chunk 32k + lane, so a warp instruction reads 512 bytes that are consecutive
 // within each row's C octets (C·272 bytes). row0: the tile's first row in the part; rows: the block's.
-template <bool kNoL1>
-__device__ __forceinline__ void load_chunks(uint4 (&ch)[kOctetLoads], const uint8_t* w, uint64_t row_bytes,
-                                            int row0, int rows, int C, int c) {
+// each(k, src) runs for the lane's chunk 32k + lane at src when its row is one of the block's.
+template <class Each>
+__device__ __forceinline__ void walk_chunks(const uint8_t* w, uint64_t row_bytes, int row0, int rows, int C, int c,
+                                            Each&& each) {
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   const int first = static_cast<int>(threadIdx.x / kWarp) * kWarp + lane / 17;  // the tile slot of chunk `lane`
   int r = first / C, o = first - r * C;
@@ -95,7 +96,7 @@ __device__ __forceinline__ void load_chunks(uint4 (&ch)[kOctetLoads], const uint
   int piece = lane % 17;
 #pragma unroll
   for (int k = 0; k < kOctetLoads; ++k) {
-    if (row0 + r < rows) ch[k] = load_w<kNoL1>(src);
+    if (row0 + r < rows) each(k, src);
     // chunk i + 32 of the slots: 512 bytes on within a row's C octets (piece + 32 = piece + 15 + 17: one
     // slot on, or two when piece + 15 ≥ 17), plus a row step for each wrap past the chunk's C octets
     src += 512;
@@ -105,6 +106,13 @@ __device__ __forceinline__ void load_chunks(uint4 (&ch)[kOctetLoads], const uint
     o += step;
     while (o >= C) o -= C, ++r, src += wrap;
   }
+}
+
+// walk_chunks' chunks into registers: ch[k] = chunk 32k + lane.
+template <bool kNoL1>
+__device__ __forceinline__ void load_chunks(uint4 (&ch)[kOctetLoads], const uint8_t* w, uint64_t row_bytes,
+                                            int row0, int rows, int C, int c) {
+  walk_chunks(w, row_bytes, row0, rows, C, c, [&](int k, const uint8_t* src) { ch[k] = load_w<kNoL1>(src); });
 }
 
 // The chunks of load_chunks through the warp's 8,704-byte staging area into each lane's own octet (lane
@@ -125,22 +133,8 @@ __device__ __forceinline__ void chunks_to_octet(const uint4 (&c)[kOctetLoads], u
 __device__ __forceinline__ void copy_chunks(uint8_t* slot, const uint8_t* w, uint64_t row_bytes, int row0, int rows,
                                             int C, int c) {
   const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const int first = static_cast<int>(threadIdx.x / kWarp) * kWarp + lane / 17;
-  int r = first / C, o = first - r * C;
-  const uint8_t* src = w + static_cast<uint64_t>(row0 + r) * row_bytes + static_cast<uint64_t>(c * C + o) * 272u +
-                       16u * static_cast<uint32_t>(lane % 17);
-  const uint64_t wrap = row_bytes - static_cast<uint64_t>(C) * 272u;
-  int piece = lane % 17;
-#pragma unroll
-  for (int k = 0; k < kOctetLoads; ++k) {
-    if (row0 + r < rows) cp_async16(slot + 16 * (32 * k + lane), src);
-    src += 512;
-    piece += 15;
-    int step = 1;
-    if (piece >= 17) piece -= 17, step = 2;
-    o += step;
-    while (o >= C) o -= C, ++r, src += wrap;
-  }
+  walk_chunks(w, row_bytes, row0, rows, C, c,
+              [&](int k, const uint8_t* src) { cp_async16(slot + 16 * (32 * k + lane), src); });
 }
 
 // Word m (0 … 67) of a loaded octet (m is a constant once the callers' loops are unrolled).

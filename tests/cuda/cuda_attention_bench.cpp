@@ -21,8 +21,13 @@
 // Usage: cuda_attention_bench [all | decode | prefill | idx | idx-once] [variant,variant…]. "decode" and "prefill" run
 // each variant's calls 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for
 // ncu. "idx": only the decode indexer, timed, at 2K (525 rows, bound 1,024), 8K, 16K and 32K (ctx / 4 rows), n = 1
-// and 8; "idx-once": the same at n = 1, 3 untimed calls each (ncu).
+// and 8; "idx-once": the same at n = 1, 3 untimed calls each (ncu). "idx-eq", "idx-few" (and "-once"): the same with
+// tie-heavy scores — q and w zero, every score 0 (the benchmark file's: its indexer weights are zero), or the rows
+// 64 distinct ones repeated (64 score values, ~128 rows each at 32K: the top 512 ends inside a run of ties).
+// "sel13" / "sel14" / "sel17": the wide kernel with the tile by asynchronous copies / also 32-row blocks two per SM (the
+// engine's) / also the select's all-equal check.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -41,9 +46,15 @@ using namespace ds4::backend;
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each ABENCH line out as soon as it is measured
-  const std::string mode = argc > 1 ? argv[1] : "all";
+  std::string mode = argc > 1 ? argv[1] : "all";
+  std::string ties;  // "eq" / "few": the decode indexer's tie-heavy inputs
+  for (const char* t : {"eq", "few"})
+    if (mode == std::string("idx-") + t || mode == std::string("idx-") + t + "-once") {
+      ties = t;
+      mode = mode.size() > 8 && mode.substr(mode.size() - 5) == "-once" ? "idx-once" : "idx";
+    }
   if (mode != "all" && mode != "decode" && mode != "prefill" && mode != "idx" && mode != "idx-once") {
-    std::fprintf(stderr, "usage: cuda_attention_bench [all | decode | prefill | idx | idx-once] [variant,variant...]\n");
+    std::fprintf(stderr, "usage: cuda_attention_bench [all | decode | prefill | idx[-eq|-few][-once]] [variant,variant...]\n");
     return 2;
   }
   struct Variant {
@@ -83,6 +94,11 @@ int main(int argc, char** argv) {
   for (int sel : {9, 10, 11, 12}) {  // sel5, sel7, sel6, sel8 with the register-blocked tile
     static const char* const names[] = {"sel9", "sel10", "sel11", "sel12"};
     vars.push_back({names[sel - 9], {}});
+    vars.back().o.indexer_select = sel;
+  }
+  for (int sel : {13, 14, 17}) {  // the tile by cp.async; also 32-row blocks two per SM; also the all-equal check
+    static const char* const names[] = {"sel13", "sel14", "sel17"};
+    vars.push_back({names[sel == 13 ? 0 : sel == 14 ? 1 : 2], {}});
     vars.back().o.indexer_select = sel;
   }
   vars.push_back({"k14", {}});  // the chunk kernel with each warp's segments pipelined (session 11; the default's from
@@ -164,11 +180,22 @@ int main(int argc, char** argv) {
   };
   // Decode indexer at ctx: 2K → 525 rows under the forward pass's bucketed bound (1,024); else ctx / 4 rows (bound the
   // same: 32K's 8,192 is its own bucket); fp4_inputs.
-  auto decode_indexer = [&](int64_t ctx, int64_t n) {
+  // bound_at (> 0): that bound instead (the 32K decode step's is 10,240: 64 keys a thread in the wide select).
+  auto decode_indexer = [&](int64_t ctx, int64_t n, int64_t bound_at = 0) {
     const int32_t rows_n = static_cast<int32_t>(ctx == 2048 ? 525 : ctx / 4);
-    const int64_t bound = ctx == 2048 ? 1024 : ctx / 4;
+    const int64_t bound = bound_at > 0 ? bound_at : ctx == 2048 ? 1024 : ctx / 4;
     float *iq = nullptr, *iw = nullptr, *irows = nullptr;
     fp4_inputs(n, bound, iq, iw, irows);
+    if (ties == "eq") {  // every score 0
+      iq = upload(std::vector<float>(static_cast<size_t>(n * IH * ID), 0.0f));
+      iw = upload(std::vector<float>(static_cast<size_t>(n * IH), 0.0f));
+    } else if (ties == "few") {  // row r = row r % 64
+      std::vector<float> h(static_cast<size_t>(bound * ID));
+      be.download(h.data(), irows, h.size() * 4);
+      for (int64_t r = 64; r < bound; ++r)
+        std::copy_n(h.begin() + (r % 64) * ID, ID, h.begin() + r * ID);
+      irows = upload(h);
+    }
     (void)be.sync();
     int32_t* nr = ibuf(std::vector<int32_t>(n, rows_n));
     int32_t* oidx = reinterpret_cast<int32_t*>(fbuf(n * TK));
@@ -176,14 +203,15 @@ int main(int argc, char** argv) {
     IndexerArgs ia{iq, iw, irows, nr, n, IH, ID, TK, oidx, ocnt};
     ia.max_rows = bound;
     if (timed)
-      std::printf("ABENCH indexer   top512 ctx=%-3lldK n=%-5lld rows=%-5d", static_cast<long long>(ctx / 1024),
-                  static_cast<long long>(n), rows_n);
+      std::printf("ABENCH indexer%-4s top512 ctx=%-3lldK n=%-5lld rows=%-5d bound=%-5lld", ties.c_str(),
+                  static_cast<long long>(ctx / 1024), static_cast<long long>(n), rows_n, static_cast<long long>(bound));
     each([&](Backend& b) { b.indexer(ia); }, 50);
   };
   if (mode == "idx" || mode == "idx-once") {
     for (int64_t ctx : {int64_t{2048}, int64_t{8192}, int64_t{16384}, int64_t{32768}})
       for (int64_t n : {int64_t{1}, int64_t{8}})
         if (timed || n == 1) decode_indexer(ctx, n);
+    decode_indexer(32768, 1, 10240);  // the 32K step's bound
     return 0;
   }
   const int64_t nmax = mode == "decode" ? 32 : 2048;  // decode (ncu): no chunk-sized buffers to fill

@@ -734,13 +734,19 @@ constexpr uint64_t kIdxWideHistBytes = uint64_t{kIdxDecodeMaxQueries} * kWideBin
 constexpr int64_t kIdxWideMaxRows = 16384;  // 256 threads × 64 keys in registers
 
 // Steps 2–4 above for query i (nr > top_k keys at `keys`, its histogram at `hist`); blockDim.x = kIdxDecThreads.
-template <int KPT>
+// kTie (indexer_select 17): when the 11-bit bin holding rank top_k holds more than half the keys, one min / max
+// over that bin's keys first; if they are all equal, that key is T and the (up to three) passes are skipped — the
+// same T and `want`, so the same ids. The benchmark file's indexer weights are zero: every score is 0, every key
+// in one bin, and each pass then added all ~8,200 keys to one shared counter.
+template <int KPT, bool kTie = false>
 __device__ void wide_select(const IndexerArgs& a, int64_t i, int32_t nr, const uint32_t* keys, int* hist) {
   static_assert(kWideBins == 8 * kIdxDecThreads && KPT % 4 == 0, "8 bins a thread; runs of 16-byte loads");
   __shared__ int pass_hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_want;
   __shared__ bool s_whole;
+  __shared__ int s_bin;               // kTie: the keys in the rank's 11-bit bin
+  __shared__ uint32_t s_min, s_max;   // kTie: their least and greatest key
   const int tid = static_cast<int>(threadIdx.x);
   int4* hp = reinterpret_cast<int4*>(hist + (kWideBins - 8 - 8 * tid));  // bins 2040 − 8t … 2047 − 8t
   const int4 h0 = __ldcg(hp), h1 = __ldcg(hp + 1);
@@ -779,14 +785,42 @@ __device__ void wide_select(const IndexerArgs& a, int64_t i, int32_t nr, const u
     s_prefix = static_cast<uint32_t>(kWideBins - 8 - 8 * tid + d) << kWideShift;
     s_want = rank;
     s_whole = rank == cd;
+    if constexpr (kTie) s_bin = cd;
+  }
+  if (kTie && tid == 0) {
+    s_min = ~0u;
+    s_max = 0u;
   }
   __syncthreads();
   uint32_t prefix = s_prefix;
   int want = s_want;
   bool whole = s_whole;
+  bool exact = false;  // kTie: prefix is T itself (every key of the rank's bin equal)
+  if constexpr (kTie) {
+    if (!whole && 2 * s_bin > nr) {  // the same for every thread
+      uint32_t mn = ~0u, mx = 0u;
+#pragma unroll
+      for (int j = 0; j < KPT; ++j)
+        if (j < run && c0 + j < nr && (k[j] & (~0u << kWideShift)) == prefix) {
+          mn = min(mn, k[j]);
+          mx = max(mx, k[j]);
+        }
+      mn = __reduce_min_sync(0xffffffffu, mn);
+      mx = __reduce_max_sync(0xffffffffu, mx);
+      if (tid % kWarp == 0) {
+        atomicMin(&s_min, mn);
+        atomicMax(&s_max, mx);
+      }
+      __syncthreads();
+      if (s_min == s_max) {
+        prefix = s_min;
+        exact = true;
+      }
+    }
+  }
 #pragma unroll
   for (int p = 0; p < 3; ++p) {  // bits 20…13, 12…5, 4…0
-    if (whole) break;            // the same for every thread
+    if (whole || exact) break;   // the same for every thread
     const int shift = p == 0 ? 13 : p == 1 ? 5 : 0, bits = p == 2 ? 5 : 8;
     const uint32_t hi_mask = ~0u << (shift + bits), dmask = (1u << bits) - 1u;
     pass_hist[tid] = 0;  // 256 threads, 256 digits
@@ -933,8 +967,9 @@ __device__ inline int score_decode_dots_blocked(const IndexerArgs& a, int rb, in
 // blocks per multiprocessor with 64 keys a thread (the 32K step's bound of 10,240 rows: 257 blocks of 32 rows, 16
 // warps an SM where 64-row blocks ran 8; the select's 64 registers of keys may spill, in the last block only). H200,
 // session 12 (W2, W3): the 32K step's indexer launch 54–55 → 46.8 µs, 4-layer decode steps at 32K −8 / −10 µs.
+// kStage 3 (17): 2 with wide_select's all-equal check (kTie).
 template <int KPT, bool kFma, int G, int kStage = 0>
-__global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && (KPT <= 32 || kStage == 2)) ? 2 : 1)
+__global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && (KPT <= 32 || kStage >= 2)) ? 2 : 1)
     indexer_score_select_wide_kernel(IndexerArgs a, uint32_t* keys, int64_t key_stride, int rb, int* done, int* hist) {
   constexpr int HD = 128;
   extern __shared__ float sh[];
@@ -967,7 +1002,7 @@ __global__ void __launch_bounds__(kIdxDecThreads, (G > 0 && (KPT <= 32 || kStage
     if (mine && lane == __ffs(peers) - 1) atomicAdd(hist + i * kWideBins + bin, __popc(peers));
   }
   if (!last_block_of_query(done, i, static_cast<int>((nr + rb - 1) / rb))) return;
-  wide_select<KPT>(a, i, nr, keys + i * key_stride, hist + i * kWideBins);
+  wide_select<KPT, kStage == 3>(a, i, nr, keys + i * key_stride, hist + i * kWideBins);
 }
 
 }  // namespace
@@ -1025,22 +1060,26 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       // the fused dot chain where exact (kFma); 9, 10: as 5, 7 and 11, 12: as 6, 8 with the register-blocked tile
       // where a block has 32 or 64 rows (64 heads).
       // 13: as 11 with the tiles' rows by asynchronous copies (the fused kernel's and the blocked tile's); 14: as 13
-      // with 32-row blocked tiles, two blocks per multiprocessor.
+      // with 32-row blocked tiles, two blocks per multiprocessor; 17: as 14 with the wide select's all-equal check.
       const int sel = idx_select_;
       const bool fma = sel == 7 || sel == 8 || sel == 10 || sel == 12;
-      const bool async_rows = sel == 13 || sel == 14;
+      const bool s14 = sel == 14 || sel == 17;
+      const bool async_rows = sel == 13 || s14;
       const bool wide = a.head_dim == 128 && max_rows <= kIdxWideMaxRows &&
                         (sel == 5 || sel == 7 || sel == 9 || sel == 10 ||
-                         ((sel == 6 || sel == 8 || (sel >= 11 && sel <= 14)) && max_rows > kIdxFusedMaxRows));
+                         ((sel == 6 || sel == 8 || (sel >= 11 && sel <= 14) || sel == 17) && max_rows > kIdxFusedMaxRows));
       if (wide) {  // q staged in shared memory too, rows per block not cut: > 48 KB (opt-in)
-        const bool blocked = sel >= 9 && sel <= 14 && a.heads == 64 && rb > unit;
-        const int g = !blocked ? 0 : rb > 2 * unit && sel != 14 ? 4 : 2;
+        const bool blocked = ((sel >= 9 && sel <= 14) || sel == 17) && a.heads == 64 && rb > unit;
+        const int g = !blocked ? 0 : rb > 2 * unit && !s14 ? 4 : 2;
         if (g > 0) rb = 16 * g;  // the blocked tile's rows: 4 · 256 / (64 / G)
         const size_t dshm = g == 0 ? dec_smem(rb) + static_cast<size_t>(a.heads) * (128 + 4) * sizeof(float)
                                    : (static_cast<size_t>(rb) * kBlkPitch + 64 + 64 * kBlkPitch) * sizeof(float);
         const int kpt = max_rows <= 2048 ? 8 : max_rows <= 8192 ? 32 : 64;
         auto pick = [&](auto k8, auto k32, auto k64) { return kpt == 8 ? k8 : kpt == 32 ? k32 : k64; };
-        auto k = sel == 14 && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 2>,
+        auto k = sel == 17 && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 3>,
+                                            indexer_score_select_wide_kernel<32, false, 2, 3>,
+                                            indexer_score_select_wide_kernel<64, false, 2, 3>)
+                 : sel == 14 && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 2>,
                                             indexer_score_select_wide_kernel<32, false, 2, 2>,
                                             indexer_score_select_wide_kernel<64, false, 2, 2>)
                  : async_rows && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 1>,

@@ -24,8 +24,8 @@
 // and 8; "idx-once": the same at n = 1, 3 untimed calls each (ncu). "idx-eq", "idx-few" (and "-once"): the same with
 // tie-heavy scores — q and w zero, every score 0 (the benchmark file's: its indexer weights are zero), or the rows
 // 64 distinct ones repeated (64 score values, ~128 rows each at 32K: the top 512 ends inside a run of ties).
-// "sel13" / "sel14" / "sel17": the wide kernel with the tile by asynchronous copies / also 32-row blocks two per SM (the
-// engine's) / also the select's all-equal check.
+// "sel13" / "sel14" / "sel17" / "sel18": the wide kernel with the tile by asynchronous copies / also 32-row blocks two per
+// SM (the engine's) / also the selects' all-equal checks / also 40 keys a thread up to 10,240 rows.
 // Prints "ABENCH" lines. Deliberately not here: correctness (tests/cuda/test_cuda_attention.cpp).
 #include <algorithm>
 #include <cstdio>
@@ -96,9 +96,10 @@ int main(int argc, char** argv) {
     vars.push_back({names[sel - 9], {}});
     vars.back().o.indexer_select = sel;
   }
-  for (int sel : {13, 14, 17}) {  // the tile by cp.async; also 32-row blocks two per SM; also the all-equal check
-    static const char* const names[] = {"sel13", "sel14", "sel17"};
-    vars.push_back({names[sel == 13 ? 0 : sel == 14 ? 1 : 2], {}});
+  for (int sel : {13, 14, 17, 18}) {  // the tile by cp.async; also 32-row blocks two per SM; also the all-equal check;
+                                      // also 40 keys a thread up to 10,240 rows
+    static const char* const names[] = {"sel13", "sel14", "sel17", "sel18"};
+    vars.push_back({names[sel == 13 ? 0 : sel == 14 ? 1 : sel == 17 ? 2 : 3], {}});
     vars.back().o.indexer_select = sel;
   }
   vars.push_back({"k14", {}});  // the chunk kernel with each warp's segments pipelined (session 11; the default's from

@@ -40,7 +40,7 @@ TEST_F(CudaCsa, IndexerDecodeEqualsPreviousKernelsAndCpu) {
   // and one-scan compaction (4); the wide kernel always (5) and above 2,048 rows (6), both with the fused dot steps
   // where exact (7, 8), and those four with the register-blocked tile (9 … 12); 11 with the tiles' rows by
   // asynchronous copies (13), and with 32-row blocked tiles two per multiprocessor (14).
-  const std::vector<int> sels = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17};
+  const std::vector<int> sels = {3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 18};
   std::vector<std::unique_ptr<Backend>> sorts;
   for (int sel : sels) {
     cuda::CudaBackendOptions so;
@@ -146,7 +146,7 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
   };
   std::vector<std::unique_ptr<Backend>> sorts;
   std::vector<Backend*> bes = {gpu_.get()};
-  const std::vector<int> sels = {2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 14, 17};  // [0]: gpu_'s (the default, 2)
+  const std::vector<int> sels = {2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 14, 17, 18};  // [0]: gpu_'s (the default, 2)
   for (size_t si = 1; si < sels.size(); ++si) {
     const int sel = sels[si];
     cuda::CudaBackendOptions so;
@@ -195,13 +195,14 @@ TEST_F(CudaCsa, IndexerDecodeOtherShapesMatchCpu) {
 // FP4 ties (copies of earlier rows). 9 … 12: the register-blocked tile (64-row blocks from ~8K rows, 32-row ones
 // from ~4K at n = 3; a count that ends a block mid-group of 4); 13: 11 with the tiles' rows by asynchronous copies;
 // 14: 13 with 32-row blocked tiles at every bound (two blocks an SM; 64 keys a thread past 8,192 rows). Every score
-// equal also at 1,500 rows (the fused kernel's select: one digit in every pass). 17: 14 with the wide select's
-// all-equal check — every score equal at the 32K step's bound (10,240: 64 keys a thread), and near_equal: a fifth of
-// the rows row 0 scaled by 1 + 2^-18, the rest row 0 (one 11-bit bin, > half the keys, not all equal: the passes).
+// equal also at 1,500 rows (the fused kernel's select: one digit in every pass). 17: 14 with the selects' all-equal
+// checks (the wide and the fused kernel's) — every score equal at the 32K step's bound (10,240: 64 keys a thread), and
+// near_equal: a fifth of the rows row 0 scaled by 1 + 2^-18, the rest row 0 (one 11-bit bin, > half the keys, not all
+// equal: the passes), also at 1,500 rows; 18: 17 with 40 keys a thread up to 10,240 rows (10,240 rows: 40 each).
 TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
   const int32_t IH = 64, ID = 128, TK = 512;
   std::vector<std::unique_ptr<Backend>> bes;
-  const std::vector<int> sels = {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17};
+  const std::vector<int> sels = {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 17, 18};
   for (int sel : sels) {
     cuda::CudaBackendOptions so;
     so.indexer_select = sel;
@@ -222,7 +223,8 @@ TEST_F(CudaCsa, IndexerDecodeWideEdgesMatchCpu) {
                         {8193, 10240, Data::fp4_plain_row}, {2100, 2560, Data::fp4_plain_q}, {600, 1024, Data::fp4},
                         {5000, 8192, Data::fp4_huge},   {16000, 16384, Data::fp4_ties}, {6003, 6144, Data::fp4},
                         {4097, 4608, Data::random},     {1500, 2048, Data::q_zero},     {8192, 10240, Data::q_zero},
-                        {8190, 10240, Data::near_equal}, {3000, 4096, Data::near_equal}, {16384, 16384, Data::q_zero}};
+                        {8190, 10240, Data::near_equal}, {3000, 4096, Data::near_equal}, {16384, 16384, Data::q_zero},
+                        {10240, 10240, Data::random},   {10240, 10240, Data::q_zero},   {1500, 2048, Data::near_equal}};
   for (const Case& cs : cases) {
     const int64_t n = 3;
     const std::vector<int32_t> nr = {cs.rows, TK - 20, cs.rows - 77};

@@ -544,13 +544,17 @@ __device__ inline void scan_digit_warp(const int* hist, uint32_t prefix, int shi
   }
 }
 
-template <bool kScan, bool kLean = false>
+// kTie (indexer_select 17, with kLean): the first pass also takes the keys' least and greatest; if they are equal,
+// every key is T and the other three passes are skipped (the benchmark file's zero indexer weights: every score 0).
+template <bool kScan, bool kLean = false, bool kTie = false>
 __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, const float* s, uint32_t* skeys,
                                    int smem_keys) {
+  static_assert(!kTie || (kScan && kLean), "the all-equal check: the lean end");
   __shared__ int hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int s_want;
   __shared__ bool s_whole;  // kLean: the digit just fixed is taken whole
+  __shared__ uint32_t s_min, s_max;  // kTie
   int32_t* out = a.idx + i * a.top_k;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp;
   const bool keys_in_smem = nr <= smem_keys;  // the block's dynamic shared memory holds smem_keys keys
@@ -560,15 +564,24 @@ __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, 
   uint32_t prefix = 0;  // the digits of T fixed so far (bits above `shift + 8`)
   int want = a.top_k;   // rank of T among the keys that match `prefix`
   bool whole = false;   // kLean: every key ≥ prefix is selected, no other
+  if (kTie && tid == 0) {
+    s_min = ~0u;
+    s_max = 0u;
+  }
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = tid; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();  // also: keys staged (first pass), s_prefix/s_want read (later passes)
     const uint32_t hi_mask = shift == 24 ? 0u : ~0u << (shift + 8);
+    uint32_t mn = ~0u, mx = 0u;  // kTie, first pass
     for (int base = 0; base < nr; base += blockDim.x) {  // uniform trip count: whole warps shuffle
       const int c = base + tid;
       const uint32_t key = c < nr ? key_at(c) : 0u;
       const bool match = c < nr && (key & hi_mask) == prefix;
       const int digit = match ? static_cast<int>((key >> shift) & 255u) : 256;
+      if (kTie && shift == 24 && c < nr) {
+        mn = min(mn, key);
+        mx = max(mx, key);
+      }
       if constexpr (kScan) {  // a shared atomic per key (match.any costs more than the conflicts it saves)
         if (match) atomicAdd(&hist[digit], 1);
       } else {
@@ -576,7 +589,20 @@ __device__ void radix_select_block(const IndexerArgs& a, int64_t i, int32_t nr, 
         if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
       }
     }
+    if (kTie && shift == 24) {
+      mn = __reduce_min_sync(0xffffffffu, mn);
+      mx = __reduce_max_sync(0xffffffffu, mx);
+      if (lane == 0) {
+        atomicMin(&s_min, mn);
+        atomicMax(&s_max, mx);
+      }
+    }
     __syncthreads();
+    if (kTie && shift == 24 && s_min == s_max) {  // every key equal: T = that key, the top_k lowest ids
+      prefix = s_min;
+      want = a.top_k;
+      break;
+    }
     if (kScan && tid < kWarp) {
       scan_digit_warp(hist, prefix, shift, want, &s_prefix, &s_want, &s_whole);
     } else if (!kScan && tid < kWarp) {
@@ -693,7 +719,7 @@ __device__ inline bool last_block_of_query(int* done, int64_t i, int blocks) {
 // and w_i are loaded before the row count (score_decode_tile; the H200 measured the scoring blocks' chain
 // of dependent memory round trips as most of the kernel). kLean (4): radix_select_block's lean end. kAsync (13): the
 // tile's rows by asynchronous copies (stage_rows_async).
-template <int HD, bool kPre, bool kLean, bool kAsync = false>
+template <int HD, bool kPre, bool kLean, bool kAsync = false, bool kTie = false>
 __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_kernel(IndexerArgs a, float* scores,
                                                                                     int64_t score_stride, int rb,
                                                                                     int* done, int smem_keys) {
@@ -707,7 +733,7 @@ __global__ void __launch_bounds__(kIdxDecThreads) indexer_score_select_decode_ke
   if (!block_scores_rows(a, i, nr, r0)) return;
   score_decode_tile<HD, true, kPre, kAsync>(a, scores, score_stride, rb, i, nr, r0, sh, &qv, wv);
   if (!last_block_of_query(done, i, static_cast<int>((nr + rb - 1) / rb))) return;
-  radix_select_block<true, kLean>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
+  radix_select_block<true, kLean, kTie>(a, i, nr, scores + i * score_stride, reinterpret_cast<uint32_t*>(sh), smem_keys);
 }
 
 // The decode indexer past 2,048 rows in one launch (CudaBackendOptions::indexer_select 5: every decode call up to
@@ -1060,23 +1086,28 @@ void CudaBackend::indexer(const IndexerArgs& a) {
       // the fused dot chain where exact (kFma); 9, 10: as 5, 7 and 11, 12: as 6, 8 with the register-blocked tile
       // where a block has 32 or 64 rows (64 heads).
       // 13: as 11 with the tiles' rows by asynchronous copies (the fused kernel's and the blocked tile's); 14: as 13
-      // with 32-row blocked tiles, two blocks per multiprocessor; 17: as 14 with the wide select's all-equal check.
+      // with 32-row blocked tiles, two blocks per multiprocessor; 17: as 14 with the selects' all-equal checks (the wide
+      // and the fused kernel's); 18: 17 with 40 keys a thread in the wide select up to 10,240 rows.
       const int sel = idx_select_;
       const bool fma = sel == 7 || sel == 8 || sel == 10 || sel == 12;
-      const bool s14 = sel == 14 || sel == 17;
+      const bool s14 = sel == 14 || sel == 17 || sel == 18;
       const bool async_rows = sel == 13 || s14;
       const bool wide = a.head_dim == 128 && max_rows <= kIdxWideMaxRows &&
                         (sel == 5 || sel == 7 || sel == 9 || sel == 10 ||
-                         ((sel == 6 || sel == 8 || (sel >= 11 && sel <= 14) || sel == 17) && max_rows > kIdxFusedMaxRows));
+                         ((sel == 6 || sel == 8 || (sel >= 11 && sel <= 14) || sel == 17 || sel == 18) &&
+                          max_rows > kIdxFusedMaxRows));
       if (wide) {  // q staged in shared memory too, rows per block not cut: > 48 KB (opt-in)
-        const bool blocked = ((sel >= 9 && sel <= 14) || sel == 17) && a.heads == 64 && rb > unit;
+        const bool blocked = ((sel >= 9 && sel <= 14) || sel == 17 || sel == 18) && a.heads == 64 && rb > unit;
         const int g = !blocked ? 0 : rb > 2 * unit && !s14 ? 4 : 2;
         if (g > 0) rb = 16 * g;  // the blocked tile's rows: 4 · 256 / (64 / G)
         const size_t dshm = g == 0 ? dec_smem(rb) + static_cast<size_t>(a.heads) * (128 + 4) * sizeof(float)
                                    : (static_cast<size_t>(rb) * kBlkPitch + 64 + 64 * kBlkPitch) * sizeof(float);
         const int kpt = max_rows <= 2048 ? 8 : max_rows <= 8192 ? 32 : 64;
         auto pick = [&](auto k8, auto k32, auto k64) { return kpt == 8 ? k8 : kpt == 32 ? k32 : k64; };
-        auto k = sel == 17 && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 3>,
+        // 18: 17 with 40 keys a thread up to 10,240 rows (the 32K step's bound; 64 above), not 64 that may spill.
+        auto k = sel == 18 && g == 2 && kpt == 64 && max_rows <= 40 * kIdxDecThreads
+                     ? indexer_score_select_wide_kernel<40, false, 2, 3>
+                 : (sel == 17 || sel == 18) && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 3>,
                                             indexer_score_select_wide_kernel<32, false, 2, 3>,
                                             indexer_score_select_wide_kernel<64, false, 2, 3>)
                  : sel == 14 && g == 2 ? pick(indexer_score_select_wide_kernel<8, false, 2, 2>,
@@ -1122,7 +1153,9 @@ void CudaBackend::indexer(const IndexerArgs& a) {
         const dim3 grid(grid_for(max_rows, rb), static_cast<unsigned>(a.n));
         // 3: q and w loaded before the row count; 4: also the lean radix end; 13: also the tile by asynchronous
         // copies (same ids).
-        auto fused = async_rows ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true, true>
+        auto fused = sel == 17 || sel == 18 ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true, true, true>
+                                                    : indexer_score_select_decode_kernel<64, true, true, true, true>)
+                     : async_rows ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true, true>
                                                      : indexer_score_select_decode_kernel<64, true, true, true>)
                      : idx_select_ >= 4 ? (a.head_dim == 128 ? indexer_score_select_decode_kernel<128, true, true>
                                                              : indexer_score_select_decode_kernel<64, true, true>)

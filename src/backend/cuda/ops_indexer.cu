@@ -17,7 +17,10 @@
 // 5 / 6 with the dots as fused multiply-adds where that is exact (FP4 operands: the same bits, half the instructions);
 // 9, 10 / 11, 12 as 5, 7 / 6, 8 with a register-blocked tile (4 rows × 2 or 4 heads a thread) where a block has 32
 // or 64 rows; 13 as 11 with every decode tile's rows staged by asynchronous copies (stage_rows_async); 14 as 13 with
-// the blocked tile at 32 rows and two blocks per multiprocessor at every wide row count.
+// the blocked tile at 32 rows and two blocks per multiprocessor at every wide row count; 17 as 14 with the selects'
+// all-equal checks (wide_select: when the k-th key's 11-bit bin holds more than half the keys, their min and max;
+// radix_select_block: the first pass's min and max) — equal: that key is T, the other passes skipped; 18 as 17 with
+// 40 keys a thread in the wide select up to 10,240 rows (the 32K decode step's bound).
 #include <algorithm>
 #include <string>
 #include <vector>

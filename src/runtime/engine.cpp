@@ -65,9 +65,13 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
       // 29.1 → 12.9 at 16K; 8 queries 144.0 → 65.1 at 32K; the same ids). Since session 12 (14) the wide kernel's
       // blocked tiles have 32 rows, two blocks per multiprocessor, at every bound: in a 32K decode step the indexer
       // launch took ~54 µs with 11 where the op bench had 19 (the step's whole 32K − 2K difference); 32 rows take
-      // 8–10 µs off it (H200, 4-layer whole steps at 32K in two runs; 2K unchanged; the same ids). A bare CudaBackendOptions
-      // keeps 2, the previous launch, for before/after runs.
-      co.indexer_select = 14;
+      // 8–10 µs off it (H200, 4-layer whole steps at 32K in two runs; 2K unchanged; the same ids). Since session 12 (18)
+      // the selects check for all-equal keys (the benchmark file's zero indexer weights make every score 0: the radix
+      // passes then added every key to one shared counter) and the wide select holds 40 keys a thread up to 10,240 rows
+      // (the 32K step's bound; 64 spilled): 4-layer whole steps at 32K −19 … −21 µs against 14 (H200, session 12
+      // longctx2), 2K unchanged, the same ids. A bare CudaBackendOptions keeps 2, the previous launch, for before/after
+      // runs.
+      co.indexer_select = 18;
       auto be = backend::cuda::make_cuda_backend(co);
       if (!be.ok()) return be.status().with_context("engine");
       e->backend_ = std::move(be).value();

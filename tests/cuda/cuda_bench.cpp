@@ -57,7 +57,7 @@
 //        cuda_bench --f16dec [K,K…]       decode F16 MMA calls (CSA matmul_many n = 1, 8; router) per
 //                                         f16_mma_decode_kernel 0 … 9, cold weights, graph µs per call.
 //        cuda_bench --ctx-steps [S...] [CTX...] M...  decode steps (batch 1) at each CTX (≥ 1,024; default 32K, 2K,
-//                                         16K) per indexer_select S (< 1,024; default 14).
+//                                         16K) per indexer_select S (< 1,024; default 18).
 //        cuda_bench --ctx-profile S M CTX...  one decode step at each CTX (indexer_select S) between cudaProfilerStart /
 //                                         Stop (ncu).
 //        cuda_bench --f16dec-steps M...   whole decode steps (batch 1, 2K) with f16_mma_decode_kernel 0, 7, 8, 9.

@@ -717,7 +717,7 @@ backend::cuda::CudaBackendOptions engine_like_options(int indexer_select) {
 
 // `cuda_bench --ctx-steps [S...] [CTX...] M...` (issue 5: 32K decode within 10 % of 2K): decode steps of one session
 // at each context CTX (numbers ≥ 1,024; default 32K, 2K, 16K) with the engine's options and
-// CudaBackendOptions::indexer_select S (numbers below 1,024; default 14, the engine's), the sides interleaved twice
+// CudaBackendOptions::indexer_select S (numbers below 1,024; default 18, the engine's), the sides interleaved twice
 // per context (drift shows): "BENCH ctx-steps" lines. At 32K a CSA layer's indexer scores 8,192 rows (2K: 512) and
 // an HCA layer attends 256 compressed rows (2K: 16).
 void bench_ctx_steps(int argc, char** argv) {
@@ -732,7 +732,7 @@ void bench_ctx_steps(int argc, char** argv) {
       sels.push_back(static_cast<int>(v));
     }
   }
-  if (sels.empty()) sels.push_back(14);
+  if (sels.empty()) sels.push_back(18);
   if (ctxs.empty()) ctxs = {32768, 2048, 16384};  // 32K first: the case that matters most if a run is cut
   for (int i = a0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ctx-steps");

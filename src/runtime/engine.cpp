@@ -8,6 +8,7 @@
 #ifdef DS4_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
+#include "runtime/engine_cuda_options.h"
 #include "runtime/engine_impl.h"
 #include "runtime/model_identity.h"
 
@@ -26,6 +27,31 @@ int cuda_device_count() {
 }  // namespace ds4
 
 namespace ds4::runtime {
+
+#ifdef DS4_HAVE_CUDA
+backend::cuda::CudaBackendOptions engine_cuda_options(const EngineOptions& opts) {
+  backend::cuda::CudaBackendOptions co;
+  co.device = opts.cuda_device;
+  co.tensor_cores = opts.cuda_tensor_cores;
+  co.branches = opts.cuda_branches;
+  co.f16_mma = opts.cuda_f16_mma;
+  // The decode indexer's fused score + select launch with q and the head weights loaded before the row count
+  // and the radix select's lean end (ops_indexer.cu; session 10 on the H200: 17.9 → 13.8 µs per CSA layer at
+  // 2K, the same ids), and past 2,048 rows (contexts above 8K) the wide kernel with its register-blocked tile:
+  // scores and selection in one launch there too (session 11 on the H200, one query: 46.0 → 19.0 µs at 32K,
+  // 29.1 → 12.9 at 16K; 8 queries 144.0 → 65.1 at 32K; the same ids). Since session 12 (14) the wide kernel's
+  // blocked tiles have 32 rows, two blocks per multiprocessor, at every bound: in a 32K decode step the indexer
+  // launch took ~54 µs with 11 where the op bench had 19 (the step's whole 32K − 2K difference); 32 rows take
+  // 8–10 µs off it (H200, 4-layer whole steps at 32K in two runs; 2K unchanged; the same ids). Since session 12 (18)
+  // the selects check for all-equal keys (the benchmark file's zero indexer weights make every score 0: the radix
+  // passes then added every key to one shared counter) and the wide select holds 40 keys a thread up to 10,240 rows
+  // (the 32K step's bound; 64 spilled): 4-layer whole steps at 32K −19 … −21 µs against 14 (H200, session 12
+  // longctx2), 2K unchanged, the same ids. A bare CudaBackendOptions keeps 2, the previous launch, for before/after
+  // runs.
+  co.indexer_select = 18;
+  return co;
+}
+#endif
 
 Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
   if (opts.model_path.empty()) return invalid_argument("engine: no model path given");
@@ -53,25 +79,7 @@ Result<std::unique_ptr<Engine>> EngineImpl::open(const EngineOptions& opts) {
     }
     case BackendKind::cuda: {
 #ifdef DS4_HAVE_CUDA
-      backend::cuda::CudaBackendOptions co;
-      co.device = opts.cuda_device;
-      co.tensor_cores = opts.cuda_tensor_cores;
-      co.branches = opts.cuda_branches;
-      co.f16_mma = opts.cuda_f16_mma;
-      // The decode indexer's fused score + select launch with q and the head weights loaded before the row count
-      // and the radix select's lean end (ops_indexer.cu; session 10 on the H200: 17.9 → 13.8 µs per CSA layer at
-      // 2K, the same ids), and past 2,048 rows (contexts above 8K) the wide kernel with its register-blocked tile:
-      // scores and selection in one launch there too (session 11 on the H200, one query: 46.0 → 19.0 µs at 32K,
-      // 29.1 → 12.9 at 16K; 8 queries 144.0 → 65.1 at 32K; the same ids). Since session 12 (14) the wide kernel's
-      // blocked tiles have 32 rows, two blocks per multiprocessor, at every bound: in a 32K decode step the indexer
-      // launch took ~54 µs with 11 where the op bench had 19 (the step's whole 32K − 2K difference); 32 rows take
-      // 8–10 µs off it (H200, 4-layer whole steps at 32K in two runs; 2K unchanged; the same ids). Since session 12 (18)
-      // the selects check for all-equal keys (the benchmark file's zero indexer weights make every score 0: the radix
-      // passes then added every key to one shared counter) and the wide select holds 40 keys a thread up to 10,240 rows
-      // (the 32K step's bound; 64 spilled): 4-layer whole steps at 32K −19 … −21 µs against 14 (H200, session 12
-      // longctx2), 2K unchanged, the same ids. A bare CudaBackendOptions keeps 2, the previous launch, for before/after
-      // runs.
-      co.indexer_select = 18;
+      const backend::cuda::CudaBackendOptions co = engine_cuda_options(opts);
       auto be = backend::cuda::make_cuda_backend(co);
       if (!be.ok()) return be.status().with_context("engine");
       e->backend_ = std::move(be).value();

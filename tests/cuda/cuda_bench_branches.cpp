@@ -47,6 +47,7 @@
 #include "model/weights.h"
 #include "modelspec/config.h"
 #include "modelspec/layer_plan.h"
+#include "runtime/engine_cuda_options.h"
 
 using namespace ds4;
 
@@ -361,8 +362,8 @@ void bench_dense_steps(int argc, char** argv) {
   }
 }
 
-// `cuda_bench --warp-steps M...`: decode steps as the engine runs them (graphs, branches and f16_mma on, its
-// indexer_select 4) with the dense Q8_0 matmuls of 2–4 vectors on gemv_warp.cu's per-warp rings (gemv_warp =
+// `cuda_bench --warp-steps M...`: decode steps as the engine runs them (graphs, branches, its CUDA options:
+// runtime::engine_cuda_options) with the dense Q8_0 matmuls of 2–4 vectors on gemv_warp.cu's per-warp rings (gemv_warp =
 // wins: since session 11 from 3 vectors, gemv_warp.cu gemv_warp_wins) and without them (off: gemv_bulk / gemv_rows /
 // gemv_stream as before): batches 2, 3 and 4 at ctx 1K, and one session at 2K (gemv_warp takes no 1-vector
 // matmul: the two sides' noise). The sides interleaved twice.
@@ -374,9 +375,7 @@ void bench_warp_steps(int argc, char** argv) {
     const auto plan = modelspec::layer_plan(mf->cfg);
     StepSide sides[2];
     for (int k = 0; k < 2; ++k) {
-      backend::cuda::CudaBackendOptions co;
-      co.f16_mma = true;       // EngineOptions::cuda_f16_mma's default
-      co.indexer_select = 4;   // the engine's (engine.cpp)
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.gemv_warp = k == 0 ? backend::cuda::GemvMma::off : backend::cuda::GemvMma::wins;
       if (!load_side(sides[k], *mf, plan, co, 512, "warp-steps")) return;
     }
@@ -385,7 +384,7 @@ void bench_warp_steps(int argc, char** argv) {
 }
 
 // `cuda_bench --ramp-steps M...`: decode steps as the engine runs them (graphs, branches + the HC split on the
-// side lane, f16_mma on, indexer_select 11) with the dense matvecs' ramp bits (dense_ramp.h, in
+// side lane, runtime::engine_cuda_options) with the dense matvecs' ramp bits (dense_ramp.h, in
 // CudaBackendOptions::l2_prefetch_mode; each side's exact set: kRampExplicit; "default": the option's 0) off and
 // on: one session at 2K and a batch of 2 at 1K, every side once per round, three rounds (drift shows). "BENCH
 // ramp-steps" lines.
@@ -403,9 +402,7 @@ void bench_ramp_steps(int argc, char** argv) {
     const auto plan = modelspec::layer_plan(mf->cfg);
     StepSide sides[kSides];
     for (int k = 0; k < kSides; ++k) {
-      backend::cuda::CudaBackendOptions co;
-      co.f16_mma = true;       // EngineOptions::cuda_f16_mma's default
-      co.indexer_select = 11;  // the engine's (engine.cpp)
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.l2_prefetch_mode = sides_of[k].mode;
       if (!load_side(sides[k], *mf, plan, co, 512, "ramp-steps", model::kBranchHcSplit)) return;
     }
@@ -475,7 +472,7 @@ void bench_small7_steps(int argc, char** argv) {
 }
 
 // `cuda_bench --hcb-steps A B M...`: decode steps of each model file as the engine runs them (graphs, branches with
-// kBranchHcSplit, f16_mma on, indexer_select 11) with CudaBackendOptions::hc_post_fold A and B (the boundary kernel's
+// kBranchHcSplit, runtime::engine_cuda_options) with CudaBackendOptions::hc_post_fold A and B (the boundary kernel's
 // forms: 4 = session 11's, 6 … 9 = session 12's), batch 1 at 2K, interleaved eight times. "BENCH hcb-steps" lines.
 void bench_hcb_steps(int argc, char** argv) {
   if (argc < 3) {
@@ -489,10 +486,8 @@ void bench_hcb_steps(int argc, char** argv) {
     const auto plan = modelspec::layer_plan(mf->cfg);
     StepSide sides[2];
     for (int k = 0; k < 2; ++k) {
-      backend::cuda::CudaBackendOptions co;
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.hc_post_fold = vals[k];
-      co.f16_mma = true;
-      co.indexer_select = 11;  // the engine's (engine.cpp)
       if (!load_side(sides[k], *mf, plan, co, 512, "hcb-steps", model::kBranchHcSplit)) return;
     }
     for (int round = 0; round < 8; ++round)
@@ -550,10 +545,8 @@ void bench_moe_steps(int argc, char** argv) {
     const auto plan = modelspec::layer_plan(mf->cfg);
     std::vector<StepSide> sides(vals.size());
     for (size_t k = 0; k < vals.size(); ++k) {
-      backend::cuda::CudaBackendOptions co;
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.expert_one_token = vals[k];
-      co.f16_mma = true;
-      co.indexer_select = 11;
       if (!load_side(sides[k], *mf, plan, co, 512, "moe-steps", model::kBranchHcSplit)) return;
     }
     for (int round = 0; round < 5; ++round)
@@ -675,8 +668,8 @@ void bench_f16mma_steps(int argc, char** argv) {
 
 // `cuda_bench --f16dec-steps M...`: whole decode steps of model files with the decode F16 matmuls on
 // CudaBackendOptions::f16_mma_decode_kernel 0 (the register-direct kernel) and 7, 8, 9 (the streaming ring kernel
-// with tensor copies: tiles by a counter, static, by a counter at 2 blocks per multiprocessor); f16_mma on and
-// indexer_select 4 as the engine runs them. One session at 2K, round 1 as each side is loaded, round 2 after
+// with tensor copies: tiles by a counter, static, by a counter at 2 blocks per multiprocessor); the other options
+// as the engine runs them (runtime::engine_cuda_options). One session at 2K, round 1 as each side is loaded, round 2 after
 // all (drift shows). "BENCH f16dec-steps" lines.
 void bench_f16dec_steps(int argc, char** argv) {
   struct Side : StepSide {
@@ -694,9 +687,7 @@ void bench_f16dec_steps(int argc, char** argv) {
       std::fflush(stdout);
     };
     for (Side& s : sides) {
-      backend::cuda::CudaBackendOptions co;
-      co.f16_mma = true;
-      co.indexer_select = 4;
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.f16_mma_decode_kernel = s.kernel;
       if (!load_side(s, *mf, plan, co, 2048, "f16dec-steps")) return;
       decode(s, 1);
@@ -706,11 +697,10 @@ void bench_f16dec_steps(int argc, char** argv) {
   }
 }
 
-// Options of a whole decode step as the engine sets them (src/runtime/engine.cpp): f16_mma on, `indexer_select`,
-// and (load_side's extra_branches) each HC pre's split on the side lane.
+// Options of a whole decode step as the engine sets them (runtime::engine_cuda_options; load_side's extra_branches
+// adds each HC pre's split on the side lane, as the engine's Forward does) with `indexer_select` in its place.
 backend::cuda::CudaBackendOptions engine_like_options(int indexer_select) {
-  backend::cuda::CudaBackendOptions co;
-  co.f16_mma = true;
+  backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
   co.indexer_select = indexer_select;
   return co;
 }
@@ -775,7 +765,7 @@ void bench_ctx_profile(int argc, char** argv) {
 }
 
 // `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps of one session at 2K and at 32K as the engine runs
-// them (graphs, branches, f16_mma on, indexer_select 14, each HC pre's split on the side lane: engine.cpp) with
+// them (graphs, branches, runtime::engine_cuda_options, each HC pre's split on the side lane as the engine's) with
 // CudaBackendOptions::attention_mma_kernels A and B (10: one decode query's split kernel then the sliced merge; 31:
 // the merge a programmatic dependent of the split kernel, attention_mma.cu), the sides interleaved N times (3). "BENCH dattn-steps" lines.
 void bench_dattn_steps(int argc, char** argv) {
@@ -798,7 +788,7 @@ void bench_dattn_steps(int argc, char** argv) {
     const auto plan = modelspec::layer_plan(mf->cfg);
     StepSide sides[2];
     for (int k = 0; k < 2; ++k) {
-      backend::cuda::CudaBackendOptions co = engine_like_options(14);  // engine.cpp's indexer_select
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.attention_mma_kernels = vals[k];
       if (!load_side(sides[k], *mf, plan, co, 512, "dattn-steps", model::kBranchHcSplit)) return;
     }

@@ -117,7 +117,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   // (docs/PERF.md): rejected rather than run as the default, so an old command line cannot measure 34 unawares.
   if (opts.gemm_experts >= 35 && opts.gemm_experts <= 39)
     return invalid_argument("cuda backend: gemm_experts " + std::to_string(opts.gemm_experts) +
-                            " was removed (35 … 38 the split form: slower on the H200; 39: no measured win); 34 is the default");
+                            " was removed (35 … 38 the split form: slower on the H200; 39: no measured win); the default is " +
+                            std::to_string(experts_variant(-1)));
   be->set_gemm_experts(opts.gemm_experts);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);
   // 10: 3 with its chunk loop on 32-bit counters (attention_mma_chunk.cu; 3's default), 9: with the previous

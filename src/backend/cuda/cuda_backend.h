@@ -217,8 +217,8 @@ struct CudaBackendOptions {
   // elsewhere as 1; 1 = its own launch, the digit holding the k-th key found by a warp scan (5 shuffles)
   // instead of a 32-step shuffle loop per pass; 0 = the previous select. Same selection. Default 2 after
   // the H200 run (CSA decode indexer at 2K: 9.5 + 7.5 → 12.9 µs of device time). 3 = 2 with q and the head
-  // weights loaded before the query's row count; 4 = 3 with a lean radix end; 11–14 wide (ops_indexer.cu).
-  // The engine sets 14 (PERF.md session 12: the 32K CSA decode indexer); a bare CudaBackendOptions keeps 2.
+  // weights loaded before the query's row count; 4 = 3 with a lean radix end; 5 … 18 later forms (ops_indexer.cu).
+  // The engine sets 18 (runtime::engine_cuda_options, PERF.md session 12); a bare CudaBackendOptions keeps 2.
   int indexer_select = 2;
   // Indexer: scores of 4 heads interleaved per row and the top-k by a radix select over keys held in
   // shared memory (ops_indexer.cu). false: the previous score loop and bitwise select. Same selection

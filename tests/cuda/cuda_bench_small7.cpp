@@ -236,7 +236,6 @@ void bench_hcb_forms(const std::vector<int>& folds) {
     }
   for (size_t k = 0; k < sides.size(); ++k) {
     const int f = folds[k];
-    boundary_phases(*sides[k], f == 3 || f == 5 || f == 8 ? 16 : 8,
-                    f == 6 ? 1 : f == 7 || f == 8 ? 9 : f == 9 ? 25 : 0, false);
+    boundary_phases(*sides[k], f == 3 || f == 5 || f == 8 ? 16 : 8, cuda::hc_boundary_form(f), false);
   }
 }

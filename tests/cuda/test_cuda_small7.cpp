@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -79,6 +80,8 @@ class CudaSmall7 : public CudaOpsTest {
     p.xn = poisoned(static_cast<size_t>(n * E));
     return p;
   }
+  // HcBoundary*EqualsPostThenPre's body for the given (hc_post_fold, f16_mma) sides (below).
+  void check_boundary(std::initializer_list<std::pair<int, bool>> sides);
 };
 
 // The inverse RoPE's frequencies of a layer (θ = 10000, as the forward pass's main table).
@@ -246,13 +249,23 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
 // post, comb, y, xn), with and without the expert sum, the split and the sublayer norm's weights; `aliased` is the
 // forward pass's layout, where the pre's post and comb outputs are the buffers the post reads (each run gets fresh
 // copies). Each folded call of the other layout runs twice (the second on re-poisoned outputs).
+// (hc_post_fold, f16_mma): 2 without f16_mma is the fallback; 4, 5 = 2, 3 as programmatic dependents.
+// 6, 7: 4 in session 12's forms (HcBoundaryLaunch::form 1, 9: the split warp off y's barrier; the partial sums
+// pushed into the blocks that add them); 8: 5 (16 blocks) in form 9; 9: 7 with the TF32 split in shared memory.
+// 10 … 13 (session 13, HcBoundaryPackedEqualsPostThenPre): 9 with the warp's two quarters in 3 m-tiles; + tree sums;
+// + mbarrier pushes (no cluster barriers after the first); + each warp's own split and the stream's segment sums added
+// by its two warps.
 TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
+  check_boundary({{2, true}, {2, false}, {3, true}, {4, true}, {5, true}, {6, true}, {7, true}, {8, true}, {9, true}});
+}
+TEST_F(CudaSmall7, HcBoundaryPackedEqualsPostThenPre) {
+  check_boundary({{10, true}, {11, true}, {12, true}, {13, true}});
+}
+
+namespace {
+
+void CudaSmall7::check_boundary(std::initializer_list<std::pair<int, bool>> sides) {
   const int64_t E = 4096, NHC = 4, HCD = NHC * E, M = (2 + NHC) * NHC;
-  // (hc_post_fold, f16_mma): 2 without f16_mma is the fallback; 4, 5 = 2, 3 as programmatic dependents.
-  // 6, 7: 4 in session 12's forms (HcBoundaryLaunch::form 1, 9: the split warp off y's barrier; the partial sums
-  // pushed into the blocks that add them); 8: 5 (16 blocks) in form 9; 9: 7 with the TF32 split in shared memory.
-  const std::pair<int, bool> sides[] = {{2, true}, {2, false}, {3, true}, {4, true}, {5, true},
-                                        {6, true}, {7, true},  {8, true}, {9, true}};
   for (const auto& [fold, mma] : sides) {
     auto on = make(true, mma, fold), off = make(false, mma);
     ASSERT_TRUE(on && off);
@@ -351,3 +364,5 @@ TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
     }
   }
 }
+
+}  // namespace

@@ -128,7 +128,110 @@ __device__ inline void gather_segs(const cooperative_groups::cluster_group& cl, 
   for (int o = 0; o < NR; ++o) sg[o][lane] = v[o];
   __syncwarp();
 }
+
+// One-way pushes (kForm bit 256): st.async stores a value into another block's shared memory and completes its bytes
+// on that block's mbarrier, which the adder waits for — no cluster barrier (all 2,048 threads, the release waiting
+// for the sender's remote stores) between a partial sum and its adder. Each mbarrier is used once (phase 0), its
+// count 1 with the expected bytes set by its own block at the start (the tx count may go below zero meanwhile:
+// PTX allows stores completing before the expectation); barrier (0) orders the initialization before any push.
+__device__ inline uint32_t smem_u32(const void* q) { return static_cast<uint32_t>(__cvta_generic_to_shared(q)); }
+__device__ inline uint32_t cluster_u32(uint32_t a, int rank) {  // the same offset in block `rank`'s shared memory
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(a), "r"(rank));
+  return out;
+}
+__device__ inline void mbar_init_expect(uint64_t* mb, uint32_t bytes) {  // one thread, before barrier (0)
+  const uint32_t a = smem_u32(mb);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+__device__ inline void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ inline void mbar_wait(uint64_t* mb) {  // phase 0 complete: every expected byte stored (acquire, cluster)
+  const uint32_t a = smem_u32(mb);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(a)
+        : "memory");
+  } while (!done);
+}
+__device__ inline void push_f64(double* dst, int rank, uint64_t* mb, double v) {  // dst, mb: this block's addresses
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(
+                   cluster_u32(smem_u32(dst), rank)),
+               "l"(__double_as_longlong(v)), "r"(cluster_u32(smem_u32(mb), rank))
+               : "memory");
+}
+__device__ inline void push_f32(float* dst, int rank, uint64_t* mb, float v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                   cluster_u32(smem_u32(dst), rank)),
+               "r"(__float_as_uint(v)), "r"(cluster_u32(smem_u32(mb), rank))
+               : "memory");
+}
 #endif
+
+// warp_sum's butterfly (offsets 16, 8, 4, 2, 1: every lane ends with these bits, addition being commutative) of
+// v[0 … 31] — or of v[0 … 7] with lanes 8 … 31 zero (their steps 16 and 8 add +0 to sums of squares: exact) — from
+// shared memory by every lane at once, instead of five rounds of shuffles (kForm bit 64).
+__device__ inline double tree_sum32(const double* v) {
+  double s[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) s[i] = v[i] + v[i + 16];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s[i] = s[i] + s[i + 8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s[i] = s[i] + s[i + 4];
+  s[0] = s[0] + s[2];
+  s[1] = s[1] + s[3];
+  return s[0] + s[1];
+}
+__device__ inline double tree_sum8(const double* v) {
+  double s[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s[i] = v[i] + v[i + 4];
+  s[0] = s[0] + s[2];
+  s[1] = s[1] + s[3];
+  return s[0] + s[1];
+}
+
+// kForm bit 32: the chains of the warp's two quarters u = ql0, ql0 + 1 of one stream in 3 m-tiles (f16_mma_block's
+// k-steps, hi then lo, from 0). Tile 0: rows g, g + 8 of quarter ql0 (w[0][b][0]); tile 1: the same rows of ql0 + 1
+// (w[1][b][0]); tile 2: row 16 + g of ql0 as tile row g, of ql0 + 1 as tile row g + 8 (w[0][b][1][0], w[1][b][1][0]).
+// B: column 0 (lanes g = 0) quarter ql0's split values, column 1 (g = 1) ql0 + 1's, the other columns zero. Kept:
+// lane (g, 0)'s c[0][0], c[0][2], c[2][0] (ql0: rows g, g + 8, 16 + g) and c[1][1], c[1][3], c[2][3] (ql0 + 1).
+// xh / xl: [stream][512] split parts of this block's MMA dims (stream mk), quarter u at 128u.
+__device__ inline void mma_packed(float (&c)[3][4], const uint4 (&w)[2][4][2][2], const uint32_t* xh,
+                                  const uint32_t* xl, int ql0, int g, int t) {
+#pragma unroll
+  for (int i = 0; i < 3; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    uint4 h4[2] = {}, l4[2] = {};
+    if (g < 2) {
+      const int e = kF16MmaQ * (ql0 + g) + kF16MmaBlk * b + 8 * t;
+      h4[0] = *reinterpret_cast<const uint4*>(xh + e);
+      h4[1] = *reinterpret_cast<const uint4*>(xh + e + 4);
+      l4[0] = *reinterpret_cast<const uint4*>(xl + e);
+      l4[1] = *reinterpret_cast<const uint4*>(xl + e + 4);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t bh0 = word_of(h4[q / 2], 2 * (q % 2)), bh1 = word_of(h4[q / 2], 2 * (q % 2) + 1);
+      const uint32_t bl0 = word_of(l4[q / 2], 2 * (q % 2)), bl1 = word_of(l4[q / 2], 2 * (q % 2) + 1);
+      const uint32_t r0[3] = {word_of(w[0][b][0][0], q), word_of(w[1][b][0][0], q), word_of(w[0][b][1][0], q)};
+      const uint32_t r1[3] = {word_of(w[0][b][0][1], q), word_of(w[1][b][0][1], q), word_of(w[1][b][1][0], q)};
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const uint32_t a[4] = {f16_tf32(r0[i] & 0xffffu), f16_tf32(r1[i] & 0xffffu), f16_tf32(r0[i] >> 16),
+                               f16_tf32(r1[i] >> 16)};
+        mma_tf32(c[i], a, bh0, bh1);
+        mma_tf32(c[i], a, bl0, bl1);
+      }
+    }
+  }
+}
 
 // kForm (HcBoundaryLaunch::form): bit 1 — block 0's split warp arrives at barrier (3) before its remote gather of the
 // 24 × 32 segment sums (nothing it computes feeds y's norm; barrier (4) keeps every block's shared memory until its
@@ -141,6 +244,16 @@ __device__ inline void gather_segs(const cooperative_groups::cluster_group& cl, 
 // (4) goes. Bit 16 — the activations' TF32 split (x·scale = hi + lo) formed once per value by the whole block into
 // shared memory after barrier (1), not by every lane of the MMA warps for its 64 fragment values (7 of 8 of them zero
 // columns): the MMA warps load hi and lo; the same split of the same product. 0 = session 11's kernel.
+// Session 13's bits (8 blocks, with 25): 32 — the warp's two quarters in 3 m-tiles a k-step instead of 4 (rows 0 … 15
+// of each quarter in a tile of its own, rows 16 … 23 of both in one: quarter ql0's as tile rows 0 … 7 against vector
+// column 0, ql0 + 1's as rows 8 … 15 against column 1 — one B operand for the three, column 0 = quarter ql0's values,
+// column 1 = ql0 + 1's): every kept element is the same row · the same vector values in the same chain, and MMA rows
+// and columns do not interact (README "F16 MMA order"), so the bits stay; 96 MMAs a warp instead of 128. 64 — the sums
+// of pushed partial sums (the state's 32 emulated warp sums, y's 8 warp sums) by warp_sum's tree from shared memory
+// in every lane (tree_sum32 / tree_sum8) instead of shuffles. 256 — the pushes as st.async into the adder's shared
+// memory completing bytes on its mbarrier (one-way), barriers (1), (2), (3) gone: each adder waits for its own data.
+// 128 (with 32) — each warp splits only its own 256 values (no block barrier before the MMAs) and the stream's two
+// warps add their segment sums between themselves (q0 + q1 handed to the odd warp, which adds q2, q3 and pushes).
 template <int C, int kForm>
 __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -150,7 +263,11 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   constexpr int H = S::H;
   constexpr bool kPush = (kForm & 8) != 0;
   constexpr bool kSplitShared = (kForm & 16) != 0;
+  constexpr bool kPack = (kForm & 32) != 0, kTree = (kForm & 64) != 0, kWarpSplit = (kForm & 128) != 0;
+  constexpr bool kMbar = (kForm & 256) != 0;
   static_assert(!kPush || (kForm & 1) != 0, "push: with the split warp off barrier (3)");
+  static_assert(!(kPack || kTree || kMbar) || (C == 8 && kPush && kSplitShared), "session 13's bits: 8 blocks, form 25");
+  static_assert(!kWarpSplit || kPack, "the warp's own split: with the packed tiles");
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
   __shared__ __align__(16) float xm[kNhc][S::DM];        // X' of the MMA dims: [k][i] = X'[k][512·r8 + DM·h + i]
@@ -171,10 +288,22 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   // push, H = 2: q2, q3 of segment s of each mix row (block 0) and pre row (every block); segs / pre_segs hold q0 + q1.
   __shared__ float segs_b[kPush && H == 2 ? kRows : 1][kNseg][2];
   __shared__ float pre_b[kPush && H == 2 ? kNhc : 1][kNseg][2];
+  // kMbar: 0 all_n (32 doubles), 1 pre_segs (4 × 32 floats), 2 segs (block 0: 24 × 32 floats), 3 all_y (8 doubles)
+  __shared__ __align__(8) uint64_t mbar[kMbar ? 4 : 1];
+  __shared__ float s01[kWarpSplit ? kNhc : 1][kRows];    // kWarpSplit: q0 + q1 of stream k's segment, row o
   const int r = static_cast<int>(cl.block_rank()), r8 = r % 8, h = r / 8;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp, g = lane >> 2, t = lane & 3;
   const int d_m0 = 512 * r8 + S::DM * h;  // first MMA dim
   stamp(p, r, 0);
+  if constexpr (kMbar) {
+    if (tid == 0) {
+      mbar_init_expect(&mbar[0], 32 * sizeof(double));
+      mbar_init_expect(&mbar[1], kNhc * kNseg * sizeof(float));
+      mbar_init_expect(&mbar[2], r == 0 ? kRows * kNseg * sizeof(float) : 0);  // nothing comes to other blocks
+      mbar_init_expect(&mbar[3], C * sizeof(double));
+      mbar_init_fence();
+    }
+  }
   if constexpr (kPush) cluster_arrive_relaxed();  // (0) this block runs (waited for before the first remote store)
 
   // MMA weights (the contract's fragment layout, f16_mma_load_w): warp w takes stream k = w / 2, local quarters
@@ -244,7 +373,11 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       ss = warp_sum(ss);
       if constexpr (kPush) {  // emulated warp r8 + 8·(WN·h + wl)'s sum into every block's all_n (lane j → block j)
         cluster_wait();       // (0)
-        if (lane < C) *cl.map_shared_rank(&all_n[r8 + 8 * (S::WN * h + wl)], lane) = ss;
+        if constexpr (kMbar) {
+          if (lane < C) push_f64(&all_n[r8 + 8 * (S::WN * h + wl)], lane, &mbar[0], ss);
+        } else if (lane < C) {
+          *cl.map_shared_rank(&all_n[r8 + 8 * (S::WN * h + wl)], lane) = ss;
+        }
       } else if (lane == 0) {
         part_n[wl] = ss;
       }
@@ -254,30 +387,82 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     if (!npos) cluster_wait();  // (0)
   }
   stamp(p, r, 2);
-  cluster_sync_all();  // (1) every block's norm sums and this block's xm
+  if constexpr (kMbar) {
+    __syncthreads();      // this block's xm
+    mbar_wait(&mbar[0]);  // every block's norm sums
+  } else {
+    cluster_sync_all();  // (1) every block's norm sums and this block's xm
+  }
   stamp(p, r, 3);
 
   // (C) The state's scale (rms_scale_v4_of: emulated warp ew = lane, at rank ew % 8 + 8·(w / WN), slot w % WN for
   // w = ew / 8), flat = X'·scale, the MMA chains of the warp's quarters, then the block's part of each segment sum.
+  // Pushed (kPush): the block's sum of segment sg of mix row o to block 0 (the split warp's mix), pre rows to every block.
+  auto push_seg = [&](int o, int sg, float v) {
+    if constexpr (kMbar) {
+      push_f32(&segs[o][sg], 0, &mbar[2], v);
+      if (o < kNhc)
+#pragma unroll
+        for (int j = 0; j < C; ++j) push_f32(&pre_segs[o][sg], j, &mbar[1], v);
+    } else {
+      *cl.map_shared_rank(&segs[o][sg], 0) = v;
+      if (o < kNhc)
+#pragma unroll
+        for (int j = 0; j < C; ++j) *cl.map_shared_rank(&pre_segs[o][sg], j) = v;
+    }
+  };
   {
     const int ew8 = lane / 8;
-    double tn = kPush ? all_n[lane] : *cl.map_shared_rank(&part_n[ew8 % S::WN], lane % 8 + 8 * (ew8 / S::WN));
-    tn = warp_sum(tn);
+    double tn;
+    if constexpr (kTree) {
+      tn = tree_sum32(all_n);
+    } else {
+      tn = kPush ? all_n[lane] : *cl.map_shared_rank(&part_n[ew8 % S::WN], lane % 8 + 8 * (ew8 / S::WN));
+      tn = warp_sum(tn);
+    }
     const float sc = 1.0f / sqrtf(static_cast<float>(tn / static_cast<double>(kHcd)) + p.eps);
-    if constexpr (kSplitShared) {
+    auto split4 = [&](int i4) {  // float4 i4 of xm (flat) → xh, xl
+      const float4 v = reinterpret_cast<const float4*>(&xm[0][0])[i4];
+      uint4 hi, lo;
+      split_tf32(v.x * sc, hi.x, lo.x);
+      split_tf32(v.y * sc, hi.y, lo.y);
+      split_tf32(v.z * sc, hi.z, lo.z);
+      split_tf32(v.w * sc, hi.w, lo.w);
+      reinterpret_cast<uint4*>(&xh[0][0])[i4] = hi;
+      reinterpret_cast<uint4*>(&xl[0][0])[i4] = lo;
+    };
+    if constexpr (kWarpSplit) {  // the warp's own 256 values (quarters ql0, ql0 + 1 of stream mk), 8 a lane
+      const int i4 = (mk * S::DM + kF16MmaQ * ql0 + 8 * lane) / 4;
+      split4(i4);
+      split4(i4 + 1);
+      __syncwarp();
+    } else if constexpr (kSplitShared) {
       constexpr int kF4 = kNhc * S::DM / 4;  // float4s of xm
 #pragma unroll
-      for (int i4 = tid; i4 < kF4; i4 += kThreads) {
-        const float4 v = reinterpret_cast<const float4*>(&xm[0][0])[i4];
-        uint4 hi, lo;
-        split_tf32(v.x * sc, hi.x, lo.x);
-        split_tf32(v.y * sc, hi.y, lo.y);
-        split_tf32(v.z * sc, hi.z, lo.z);
-        split_tf32(v.w * sc, hi.w, lo.w);
-        reinterpret_cast<uint4*>(&xh[0][0])[i4] = hi;
-        reinterpret_cast<uint4*>(&xl[0][0])[i4] = lo;
-      }
+      for (int i4 = tid; i4 < kF4; i4 += kThreads) split4(i4);
       __syncthreads();
+    }
+    if constexpr (kPack) {
+      float c[3][4];
+      mma_packed(c, wq, xh[mk], xl[mk], ql0, g, t);
+      // lane (g, 0): rows g, g + 8, 16 + g of quarters ql0 (v[j][0]) and ql0 + 1 (v[j][1])
+      const float v[3][2] = {{c[0][0], c[1][1]}, {c[0][2], c[1][3]}, {c[2][0], c[2][3]}};
+      if constexpr (kWarpSplit) {  // seg = ((q0 + q1) + q2) + q3: warp 2mk holds q0, q1; warp 2mk + 1 q2, q3
+        if (ql0 == 0 && t == 0)
+#pragma unroll
+          for (int j = 0; j < 3; ++j) s01[mk][g + 8 * j] = v[j][0] + v[j][1];
+        named_sync<64>(3 + mk);
+        if (ql0 != 0 && t == 0)
+#pragma unroll
+          for (int j = 0; j < 3; ++j) push_seg(g + 8 * j, 8 * mk + r8, (s01[mk][g + 8 * j] + v[j][0]) + v[j][1]);
+      } else if (t == 0) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          qs[mk][ql0][g + 8 * j] = v[j][0];
+          qs[mk][ql0 + 1][g + 8 * j] = v[j][1];
+        }
+      }
+    } else if constexpr (kSplitShared) {
 #pragma unroll
       for (int qq = 0; qq < S::Qw; ++qq) {
         float c[2][4] = {};  // f16_mma_quarter_loaded<2, 1>'s chains (f16_mma_block's order) on the split values
@@ -332,18 +517,14 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       }
     }
   }
-  __syncthreads();
-  if (tid < kNhc * kRows) {  // seg = ((q0 + q1) + q2) + q3 (f16_mma_seg_sum), the block's part of it
+  if (!kWarpSplit) __syncthreads();
+  if (!kWarpSplit && tid < kNhc * kRows) {  // seg = ((q0 + q1) + q2) + q3 (f16_mma_seg_sum), the block's part of it
     const int k = tid / kRows, o = tid % kRows;
     if constexpr (kPush) {  // segment 8k + r8 of row o: to block 0 (the split warp's mix), pre rows to every block
       const int sg = 8 * k + r8;
       if (H == 1 || h == 0) {  // the whole sum; H = 2: q0 + q1
-        const float v = H == 1 ? f16_mma_seg_sum(qs[k][0][o], qs[k][1][o], qs[k][2][o], qs[k][3][o])
-                               : qs[k][0][o] + qs[k][1][o];
-        *cl.map_shared_rank(&segs[o][sg], 0) = v;
-        if (o < kNhc)
-#pragma unroll
-          for (int j = 0; j < C; ++j) *cl.map_shared_rank(&pre_segs[o][sg], j) = v;
+        push_seg(o, sg, H == 1 ? f16_mma_seg_sum(qs[k][0][o], qs[k][1][o], qs[k][2][o], qs[k][3][o])
+                               : qs[k][0][o] + qs[k][1][o]);
       } else {  // H = 2, h = 1: q2, q3
         const float2 v = make_float2(qs[k][0][o], qs[k][1][o]);
         *reinterpret_cast<float2*>(cl.map_shared_rank(&segs_b[o][sg][0], 0)) = v;
@@ -361,8 +542,10 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     }
   }
   stamp(p, r, 4);
-  cluster_sync_all();  // (2) every block's segment sums
-  stamp(p, r, 5);
+  if constexpr (!kMbar) {
+    cluster_sync_all();  // (2) every block's segment sums
+    stamp(p, r, 5);
+  }
 
   // (D) mix row o = (…((0 + seg_0) + seg_1) + …) + seg_31 (seg_total's order): segment s = 8k + r8' from rank r8'
   // (H = 2: (q0 + q1) from r8', then + q2 + q3 from r8' + 8), gathered by lane s (all loads in flight), then lane o
@@ -374,7 +557,12 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     return total;
   };
   if (r == 0 && warp == 0) {  // the split warp (hc_finish_split_warp's values): mix, then Sinkhorn beside y and xn
-    if constexpr ((kForm & 1) != 0) cluster_arrive();  // (3) early: its remote reads end before its arrival at (4)
+    if constexpr (kMbar) {
+      mbar_wait(&mbar[2]);  // every block's segment sums
+      stamp(p, r, 5);
+    } else if constexpr ((kForm & 1) != 0) {
+      cluster_arrive();  // (3) early: its remote reads end before its arrival at (4)
+    }
     if constexpr (!kPush) gather_segs<H, kRows>(cl, part_q, segs, lane);
     if constexpr (kPush && H == 2) {  // lane s: seg = (q0 + q1) + q2 + q3 (gather_segs' expression)
 #pragma unroll
@@ -399,12 +587,13 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     }
     __syncwarp();
     stamp(p, r, 7);
-    cluster_wait();
+    if constexpr (!kMbar) cluster_wait();
     if constexpr (!kPush) cluster_sync_all();  // (4)
     return;
   }
   if (ywarp) {
     if (warp == 4) {
+      if constexpr (kMbar) mbar_wait(&mbar[1]);  // every block's segment sums of the pre rows
       if constexpr (!kPush) gather_segs<H, kNhc>(cl, part_q, pre_segs, lane);  // the pre rows
       if constexpr (kPush && H == 2) {
 #pragma unroll
@@ -450,21 +639,31 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
         }
       }
       ss = warp_sum(ss);
-      if constexpr (kPush) {
+      if constexpr (kMbar) {
+        if (lane < C) push_f64(&all_y[r], lane, &mbar[3], ss);  // into every block (lane j → block j)
+      } else if constexpr (kPush) {
         if (lane < C) *cl.map_shared_rank(&all_y[r], lane) = ss;  // into every block (lane j → block j)
       } else if (lane == 0) {
         part_y = ss;
       }
     }
-    cluster_sync_all();  // (3) every block's y norm sum
-    double ty = 0.0;  // block_sum's last warp_sum over the 8 warp sums (H = 2: even lanes' + odd lanes')
-    if (kPush) {
-      if (lane < 8) ty = H == 1 ? all_y[lane] : all_y[lane] + all_y[lane + 8];
-    } else if (lane < 8) {
-      ty = H == 1 ? *cl.map_shared_rank(&part_y, lane)
-                  : *cl.map_shared_rank(&part_y, lane) + *cl.map_shared_rank(&part_y, lane + 8);
+    if constexpr (kMbar) {
+      mbar_wait(&mbar[3]);  // every block's y norm sum
+    } else {
+      cluster_sync_all();  // (3) every block's y norm sum
     }
-    ty = warp_sum(ty);
+    double ty = 0.0;  // block_sum's last warp_sum over the 8 warp sums (H = 2: even lanes' + odd lanes')
+    if constexpr (kTree) {
+      ty = tree_sum8(all_y);
+    } else {
+      if (kPush) {
+        if (lane < 8) ty = H == 1 ? all_y[lane] : all_y[lane] + all_y[lane + 8];
+      } else if (lane < 8) {
+        ty = H == 1 ? *cl.map_shared_rank(&part_y, lane)
+                    : *cl.map_shared_rank(&part_y, lane) + *cl.map_shared_rank(&part_y, lane + 8);
+      }
+      ty = warp_sum(ty);
+    }
     const float sy = rms_scale_from_sum(ty, kE, p.eps);
     if constexpr (!kPush) cluster_arrive();  // (4) its remote reads are done
     float xo[4];
@@ -481,7 +680,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     if constexpr (!kPush) cluster_wait();  // every block's shared memory stays until no block reads it
     return;
   }
-  cluster_sync_all();  // (3)
+  if constexpr (!kMbar) cluster_sync_all();  // (3)
   if constexpr (!kPush) cluster_sync_all();  // (4)
 #endif
 }
@@ -508,6 +707,10 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
   else if (l.form == 1) kernel = hc_boundary_kernel<8, 1>;
   else if (l.form == 9) kernel = hc_boundary_kernel<8, 9>;
   else if (l.form == 25) kernel = hc_boundary_kernel<8, 25>;
+  else if (l.form == 57) kernel = hc_boundary_kernel<8, 57>;
+  else if (l.form == 121) kernel = hc_boundary_kernel<8, 121>;
+  else if (l.form == 377) kernel = hc_boundary_kernel<8, 377>;
+  else if (l.form == 505) kernel = hc_boundary_kernel<8, 505>;
   else return false;
   // 16 blocks is above the portable cluster size: allowed per kernel (a host-side attribute, no stream work).
   if (l.cluster == 16 &&

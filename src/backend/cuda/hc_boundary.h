@@ -3,7 +3,8 @@
 // calls it where its options select the spread HC pre in the F16 MMA order (the path whose bits it reproduces);
 // hc_post_fold = 3 runs it as a cluster of 16 blocks; 4 / 5 as 2 / 3, launched as programmatic dependents wherever
 // hc_pdl allows (also after a concurrent branch's join, where hc_post's launch stays plain); 6 / 7 as 4 in the forms
-// of HcBoundaryLaunch::form 1 / 9, 8 as 5 in form 9, 9 as 4 in form 25.
+// of HcBoundaryLaunch::form 1 / 9, 8 as 5 in form 9, 9 as 4 in form 25; 10 … 13 (session 13) as 4 in forms 57, 121,
+// 377, 505 (hc_boundary_form).
 // Deliberately not here: the decision which options allow it (ops_hc.cu, where the backend's flags are).
 #pragma once
 
@@ -21,7 +22,10 @@ struct HcBoundaryLaunch {
   // warp arrives at the y norm's cluster barrier before gathering the mix; bit 8 (with bit 1) — the partial sums pushed
   // into the blocks that add them (remote stores before each barrier, not loads after it); bit 16 — the activations'
   // TF32 split formed once per value in shared memory. 0: session 11's kernel; other values (and 16 blocks with a form
-  // other than 9) launch nothing (false).
+  // other than 9) launch nothing (false). Session 13's (8 blocks, with 25; hc_boundary.cu's kernel comment): bit 32 —
+  // the warp's two quarters in 3 m-tiles a k-step (96 MMAs, not 128); 64 — sums of pushed partial sums by warp_sum's
+  // tree from shared memory; 256 — pushes as st.async completing on the adder's mbarrier, no cluster barriers after
+  // (0); 128 (with 32) — each warp splits its own values, a stream's two warps add its segment sums.
   int form = 0;
   // Diagnostics (benches only; null in the backend): device array [kHcBoundaryStamps] receiving block 0's clock64 at
   // the phase ends — start, after the wait, the state formed, barrier 1, MMAs done, barrier 2, the split warp's mix,
@@ -29,6 +33,22 @@ struct HcBoundaryLaunch {
   long long* stamps = nullptr;
 };
 inline constexpr int kHcBoundaryStamps = 9;
+
+// CudaBackendOptions::hc_post_fold → HcBoundaryLaunch::form (ops_hc.cu and the benches): 6 → 1, 7 and 8 → 9,
+// 9 → 25, 10 → 57 (+ packed tiles), 11 → 121 (+ tree sums), 12 → 377 (+ mbarrier pushes), 13 → 505 (+ the warps'
+// own split, pair sums); others 0.
+inline int hc_boundary_form(int hc_post_fold) {
+  switch (hc_post_fold) {
+    case 6: return 1;
+    case 7: case 8: return 9;
+    case 9: return 25;
+    case 10: return 57;
+    case 11: return 121;
+    case 12: return 377;
+    case 13: return 505;
+    default: return 0;
+  }
+}
 
 // One cluster of 8 (or 16) blocks forms the new state X' (hc_post4_kernel's values, written to prev_post.out = a.x), its
 // RMSNorm scale, the 24 F16 MMA control sums, mix, pre (and with_split post, comb), y and xn — the bits of hc_post

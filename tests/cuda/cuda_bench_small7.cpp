@@ -236,6 +236,6 @@ void bench_hcb_forms(const std::vector<int>& folds) {
     }
   for (size_t k = 0; k < sides.size(); ++k) {
     const int f = folds[k];
-    boundary_phases(*sides[k], f == 3 || f == 5 || f == 8 ? 16 : 8, cuda::hc_boundary_form(f), false);
+    boundary_phases(*sides[k], cuda::hc_boundary_cluster(f), cuda::hc_boundary_form(f), false);
   }
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/hc_boundary.h"
 #include "cuda_test_util.h"
 #include "quant/half.h"
 
@@ -254,12 +255,12 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
 // pushed into the blocks that add them); 8: 5 (16 blocks) in form 9; 9: 7 with the TF32 split in shared memory.
 // 10 … 13 (session 13, HcBoundaryPackedEqualsPostThenPre): 9 with the warp's two quarters in 3 m-tiles; + tree sums;
 // + mbarrier pushes (no cluster barriers after the first); + each warp's own split and the stream's segment sums added
-// by its two warps.
+// by its two warps; 14: 13 on 16 blocks with the MMA segments split by stream.
 TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
   check_boundary({{2, true}, {2, false}, {3, true}, {4, true}, {5, true}, {6, true}, {7, true}, {8, true}, {9, true}});
 }
 TEST_F(CudaSmall7, HcBoundaryPackedEqualsPostThenPre) {
-  check_boundary({{10, true}, {11, true}, {12, true}, {13, true}});
+  check_boundary({{10, true}, {11, true}, {12, true}, {13, true}, {14, true}});
 }
 
 namespace {
@@ -333,7 +334,7 @@ void CudaSmall7::check_boundary(std::initializer_list<std::pair<int, bool>> side
                    host(p.comb, static_cast<size_t>(n * NHC * NHC)), host(p.y, static_cast<size_t>(n * E)),
                    host(p.xn, static_cast<size_t>(n * E))};
       };
-      const std::string where = std::string("hc boundary c") + (fold == 3 || fold == 5 || fold == 8 ? "16" : "8") +
+      const std::string where = std::string("hc boundary c") + std::to_string(cuda::hc_boundary_cluster(fold)) +
                                 (fold >= 4 ? " pdl " : " ") + (fold >= 6 ? "fold" + std::to_string(fold) + " " : "") +
                                 (mma ? "f16_mma" : "segments") +
                                 " n" + std::to_string(n) +

@@ -25,7 +25,8 @@ struct HcBoundaryLaunch {
   // other than 9) launch nothing (false). Session 13's (8 blocks, with 25; hc_boundary.cu's kernel comment): bit 32 —
   // the warp's two quarters in 3 m-tiles a k-step (96 MMAs, not 128); 64 — sums of pushed partial sums by warp_sum's
   // tree from shared memory; 256 — pushes as st.async completing on the adder's mbarrier, no cluster barriers after
-  // (0); 128 (with 32) — each warp splits its own values, a stream's two warps add its segment sums.
+  // (0); 128 (with 32) — each warp splits its own values, a stream's two warps add its segment sums; 512 (16 blocks,
+  // with 505) — block 8h + r8 owns the MMA segments of streams 2h, 2h + 1 whole (4 MMA warps).
   int form = 0;
   // Diagnostics (benches only; null in the backend): device array [kHcBoundaryStamps] receiving block 0's clock64 at
   // the phase ends — start, after the wait, the state formed, barrier 1, MMAs done, barrier 2, the split warp's mix,
@@ -36,7 +37,7 @@ inline constexpr int kHcBoundaryStamps = 9;
 
 // CudaBackendOptions::hc_post_fold → HcBoundaryLaunch::form (ops_hc.cu and the benches): 6 → 1, 7 and 8 → 9,
 // 9 → 25, 10 → 57 (+ packed tiles), 11 → 121 (+ tree sums), 12 → 377 (+ mbarrier pushes), 13 → 505 (+ the warps'
-// own split, pair sums); others 0.
+// own split, pair sums), 14 → 1017 (13 on 16 blocks, the MMA segments split by stream); others 0.
 inline int hc_boundary_form(int hc_post_fold) {
   switch (hc_post_fold) {
     case 6: return 1;
@@ -46,8 +47,13 @@ inline int hc_boundary_form(int hc_post_fold) {
     case 11: return 121;
     case 12: return 377;
     case 13: return 505;
+    case 14: return 1017;
     default: return 0;
   }
+}
+// Its cluster's blocks: 16 for hc_post_fold 3, 5, 8 and 14, else 8.
+inline int hc_boundary_cluster(int hc_post_fold) {
+  return hc_post_fold == 3 || hc_post_fold == 5 || hc_post_fold == 8 || hc_post_fold == 14 ? 16 : 8;
 }
 
 // One cluster of 8 (or 16) blocks forms the new state X' (hc_post4_kernel's values, written to prev_post.out = a.x), its

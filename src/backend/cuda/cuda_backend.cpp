@@ -38,7 +38,14 @@ constexpr bool kAttnOutRopeAuto = true;
 // (CudaSmall7.HcBoundaryEqualsPostThenPre, 472 cases of forms 6 … 9), test_cuda_model 26 passed with 9 compiled in
 // (its tiny models never take the kernel: dim ≠ 4096), 5.92 against 6.34 µs a boundary without the split (the
 // engine's; 5.77 / 6.20 over 86 matrices > L2), 4-layer decode steps at 2K 0.8009 against 0.8037 ms (8 of 8 rounds).
-constexpr int kHcPostFoldAuto = 9;
+// Session 13: 13 (was 9) — HcBoundaryLaunch::form 505: the warp's two quarters in 3 MMA tiles (96 MMAs a warp, not
+// 128), the pushes as st.async completing on the adder's mbarrier (no cluster barriers after the first), each warp's
+// own TF32 split and a stream's segment sums added by its two warps, the pushed sums added by warp_sum's tree. The H200
+// (session 13 W1, W2): bit for bit (CudaSmall7.HcBoundaryPackedEqualsPostThenPre, 118 cases a form), 4.57 against 5.94
+// µs a boundary without the split (4.45 / 5.78 over 86 matrices > L2), 4-layer decode steps at 2K 0.7837 / 0.7924
+// against 0.7941 / 0.8006 ms (15 of 16 rounds; −1.2 µs a boundary). test_cuda_model's tiny models (dim 64 / 256) never
+// take the kernel (its shape check: dim = 4096), so the flip leaves what that suite runs unchanged.
+constexpr int kHcPostFoldAuto = 13;
 // CudaBackendOptions::f16_mma_decode_kernel = -1: the register-direct decode kernel (0) until another form wins.
 constexpr int kF16DecKernelAuto = 0;
 // CudaBackendOptions::gemm_q8_parts = -1: on — the H200 (session 9 W1) showed the one-launch parts bit for bit

@@ -14,7 +14,7 @@
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
 //        cuda_bench --experts lean [once] the default (559: moe_one_lean.cu's gate/up variant 9 with the L2 prefetch, fold 5)
-//                                         and 59, 559 (59 with the gate/up kernel's L2 prefetch) at n = 1,
+//                                         and 1559, 3559 (session 13's gate/up decode) at n = 1,
 //                                         twice; once: one untimed call of each (ncu).
 //        cuda_bench --moe-steps A B … M... decode steps (batch 1 at 2K) with expert_one_token A, B, …, interleaved.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
@@ -287,12 +287,14 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     auto b = cuda::make_cuda_backend(oo);
     if (b.ok()) fold_tiles[i] = std::move(b).value();
   }
-  // Session 12 (the default is 59 = moe_one_lean.cu's gate/up variant 9 + the fold-5 down kernel): 59 with the gate/up
-  // kernel's L2 prefetches of the down weights (LeanPrefetch modes 1, 4, 5: once a warp's last item is asked for, the
-  // same with evict_last, evict_last once the last item has landed). Session 11's sides: 27, 28, 57, 58.
-  constexpr int kLean = 3;
-  const int lean_opts[kLean] = {159, 459, 559};
-  const char* lean_tags[kLean] = {"one159", "one459", "one559"};
+  // Session 13 (the default is 559 = moe_one_lean.cu's gate/up variant 9 with the L2 prefetch of the down weights +
+  // the fold-5 down kernel): the gate/up decode's selector OR as an integer multiply-add (1559), the same with
+  // half-block lanes (3559); 2559 (the selector shift as IMAD.HI) and 569 (fold 6) measured and removed. Session 12's
+  // sides: 159, 459
+  // (removed), 559; session 11's: 27, 28, 57, 58.
+  constexpr int kLean = 2;
+  const int lean_opts[kLean] = {1559, 3559};
+  const char* lean_tags[kLean] = {"one1559", "one3559"};
   std::unique_ptr<Backend> lean_one[kLean];
   for (int i = 0; i < kLean && lean; ++i) {
     oo.expert_one_token = lean_opts[i];

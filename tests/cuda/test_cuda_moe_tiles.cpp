@@ -16,7 +16,8 @@
 // without the prologue, variant 6 with explicit shared addresses) likewise, with a bad id and a repeated expert. The
 // session 11's lean one-token kernels (moe_one_lean.cu: expert_one_token 28, 57, 58, 59) likewise, at every slot
 // count 1 … 8 too (OneTokenLeanEverySlotCount), and session 12's 59 with the gate/up kernel's L2 prefetches
-// (559) likewise. The
+// (559) likewise, and session 13's 559 with the gate/up decode's selector OR as an integer multiply-add (1559), also
+// with half-block lanes (3559), likewise. The
 // default backend runs the one-token kernels (moe_one_lean.cu's gate/up variant 9 with its L2 prefetch of the down
 // weights + the fold-5 slot-summing down kernel, expert_one_token 559) at 1 token, the warp tiles (PDL) at 2..7, the
 // row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
@@ -116,6 +117,8 @@ class CudaMoeTiles : public CudaOpsTest {
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 58; }, lean_sides_[2]);
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 59; }, lean_sides_[3]);
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 559; }, pf_side_);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 1559; }, s13_sides_[0]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3559; }, s13_sides_[1]);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -160,7 +163,9 @@ class CudaMoeTiles : public CudaOpsTest {
   // kernel (57), 27: both (58), 28: gate/up variant 9 (variant 8 as 16 warps × 2 stages) with fold 5 (59).
   // Session 12: 29: 59 with the gate/up kernel's L2 prefetch of the down weights (moe_one_lean.h LeanPrefetch
   // mode 5: expert_one_token 559) — no arithmetic changes, so the same bits.
-  static constexpr int kSides = 30;
+  // Session 13: 30: 559 with the gate/up decode's selector OR as an integer multiply-add (1559), 31: the same with
+  // half-block lanes (3559) — the same integers, so the same bits.
+  static constexpr int kSides = 32;
   Backend& side(int b) {
     Backend* s[kSides] = {gpu_.get(),     prev_.get(),     first_.get(),    lean_.get(),     warp_.get(),
                           block_.get(),   rows_.get(),     v1_.get(),       one_.get(),      onepdl_.get(),
@@ -168,7 +173,7 @@ class CudaMoeTiles : public CudaOpsTest {
                           fold_[0].get(), fold_[1].get(),  fold_[2].get(),  fold_[3].get(),  one6_.get(),
                           one6f_.get(),   slots_[0].get(), slots_[1].get(), slots_[2].get(), slots_[3].get(),
                           lean_sides_[0].get(), lean_sides_[1].get(), lean_sides_[2].get(), lean_sides_[3].get(),
-                          pf_side_.get()};
+                          pf_side_.get(), s13_sides_[0].get(), s13_sides_[1].get()};
     return *s[b];
   }
 
@@ -285,7 +290,7 @@ class CudaMoeTiles : public CudaOpsTest {
 
   std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_, one2_, one3_, one4_,
       one2pdl_;
-  std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[4], lean_sides_[4], pf_side_;
+  std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[4], lean_sides_[4], pf_side_, s13_sides_[2];
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -361,7 +366,7 @@ TEST_F(CudaMoeTiles, OneTokenKernelsSmallBatches) {
     const std::string what = "moe one-token k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
                              (c.same ? " same experts" : " random");
     EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << what << ": block tiles not the CPU's bits";
-    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29}) {
+    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31}) {
       const auto got = run_gpu(b, x, ids, wts, c.n, c.k);
       const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
       const bool same = std::memcmp(got.data(), block.data(), want.size() * 4) == 0;
@@ -383,7 +388,7 @@ TEST_F(CudaMoeTiles, OneTokenRepeatedExpert) {
   const auto want = run_cpu(x, ids, wts, 1, 6);
   const auto block = run_gpu(5, x, ids, wts, 1, 6);
   EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << "fast block tiles not the CPU's bits";
-  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29}) {
+  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31}) {
     const auto got = run_gpu(b, x, ids, wts, 1, 6);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "side " << b << " not the CPU's bits";
   }
@@ -397,7 +402,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29}) {
+    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)
@@ -408,7 +413,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
 
 TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
   // Session 11's lean kernels (gate/up variants 8, 9, the fold-5 down kernel; sides 25 … 28), session 12's
-  // prefetching gate/up (side 29) and the session-10 path (27, side 22) at every slot count the slot split meets
+  // prefetching gate/up (side 29), session 13's sides 30, 31 and the session-10 path (27, side 22) at every slot count the slot split meets
   // (k = 1: the second warp of a tile has no slot; odd k: the halves differ), random and repeated experts, and a bad id first or last: the CPU's bits, NaN for the
   // bad id's token.
   for (int32_t k : {1, 2, 3, 5, 7, 8}) {
@@ -422,7 +427,7 @@ TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
       const std::string what = "moe one-token lean k" + std::to_string(k) + " mode " + std::to_string(mode);
       std::vector<float> want;
       if (mode < 2) want = run_cpu(x, ids, wts, 1, k);
-      for (int b : {22, 25, 26, 27, 28, 29}) {
+      for (int b : {22, 25, 26, 27, 28, 29, 30, 31}) {
         const auto got = run_gpu(b, x, ids, wts, 1, k);
         if (mode >= 2) {
           int nan = 0;

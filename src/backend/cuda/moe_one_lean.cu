@@ -99,14 +99,23 @@ __device__ inline uint32_t tab_ld_sign(uint32_t a) {  // the sign half of an ent
 // scale) with the token's 32 Q8_K values x, times 2·(a1 >> 28) + 1: moe_one_token.cu's iq2_group_isum, the
 // tables read at tab + offset (tab: their shared address, lane4 = 4 × lane: the lane's copy); pos =
 // kIq2xxsPermPos, held in a register (a byte permute takes one immediate, the other candidate word a register).
+// Q (moe_one_lean.h, session 13): 0 the OR on the ALU pipe; 1 the OR as g·one + s (one = 1 read back from an
+// unused table word like pos, so ptxas cannot fold it into a LOP3); 3 as 1 (with half-block lanes, in the kernel).
+// (2, also sel >> 16 as an IMAD.HI, was no faster in the op and slower in decode steps: removed.)
+template <int Q>
 __device__ inline int group_isum(uint32_t a0, uint32_t a1, const uint32_t (&x)[8], uint32_t tab, uint32_t lane4, uint32_t pos,
-                                 int acc) {
+                                 uint32_t one, int acc) {
   int sum = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t go = prmt(a0, lane4, 0x5504u | (k << 4));  // bytes: 4·lane, index k, 0, 0
     const uint32_t so = ((k == 0 ? a1 << 8 : k == 1 ? a1 << 1 : a1 >> (7 * k - 8)) & 0x7f00u) | lane4;
-    const uint32_t sel = tab_ld(tab + go) | tab_ld_sign(tab + so);
+    uint32_t sel;
+    if constexpr (Q >= 1) {  // grid selectors use bits 0–1 of each nibble, sign selectors bit 2: g + s = g | s
+      asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(sel) : "r"(tab_ld(tab + go)), "r"(one), "r"(tab_ld_sign(tab + so)));
+    } else {
+      sel = tab_ld(tab + go) | tab_ld_sign(tab + so);
+    }
     sum = __dp4a(static_cast<int>(prmt(pos, kIq2xxsPermNeg, sel)), static_cast<int>(x[2 * k]), sum);
     sum = __dp4a(static_cast<int>(prmt(pos, kIq2xxsPermNeg, sel >> 16)), static_cast<int>(x[2 * k + 1]), sum);
   }
@@ -147,7 +156,7 @@ __device__ inline void prefetch_down(const LeanPrefetch& pf, int32_t k, int32_t 
   }
 }
 
-template <int V>
+template <int V, int Q>
 __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
     moe_one_lean_gate_up_kernel(TileParams p, OneTokenSum sa, LeanPrefetch pf) {
   constexpr int kGuWarps = GuShape<V>::kWarps, kGuRing = GuShape<V>::kRing;
@@ -163,8 +172,13 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
   // kIq2xxsPermPos in an unused word of the tables (entry 128's sign half: sign entries stop at 127), read back
   // below: a loaded value stays in a register, where a constant was rematerialised before each of the decode's
   // byte permutes (W1 SASS: 103 IMADs an item).
+  // The decode's 1 (Q ≥ 1) likewise, in the next word.
   constexpr uint32_t kPosAt = 128 * 256 + 128;
-  if (threadIdx.x == 0) *reinterpret_cast<uint32_t*>(smem + kPosAt) = kIq2xxsPermPos;
+  if (threadIdx.x == 0) {
+    uint32_t* const w = reinterpret_cast<uint32_t*>(smem + kPosAt);
+    w[0] = kIq2xxsPermPos;
+    w[1] = 1;
+  }
   grid_dependency_wait();
   grid_launch_dependents();  // the hidden rows' quantization may be placed; it waits for this grid's end
   const int32_t k = sa.k;    // ≤ kOneSumMaxSlots
@@ -216,12 +230,17 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
   }
   __syncthreads();  // tables and x
   // Lane (matrix m = lane / 16, block bl = lane % 16) computes whole blocks: no reduction between lanes.
-  const int m = lane / 16, bl = lane % 16;
+  // Q = 3 (session 13): lane (block bl = lane / 2, half hh = lane % 2) computes groups 4hh … 4hh + 3 of block bl
+  // of both matrices and rows, its 128 token values in 32 registers (96 registers a thread instead of 125); the
+  // pair's integer sums add exactly (one shuffle), lane hh = 0 stores the term.
+  constexpr bool kHalf = Q == 3;
+  constexpr int kGroups = kHalf ? 4 : 8;
+  const int m = kHalf ? 0 : lane / 16, bl = kHalf ? lane / 2 : lane % 16, hh = kHalf ? lane % 2 : 0;
   const uint8_t* const act = sact + kLead;
-  uint32_t xa[8][8];  // the token's 256 values of block bl, group by group
+  uint32_t xa[kGroups][8];  // the token's values of block bl (its half: groups 4hh …), group by group
 #pragma unroll
-  for (int gi = 0; gi < 8; ++gi) {
-    const uint4* q = reinterpret_cast<const uint4*>(act + bl * kPitch + 4 + 32 * gi);
+  for (int gi = 0; gi < kGroups; ++gi) {
+    const uint4* q = reinterpret_cast<const uint4*>(act + bl * kPitch + 4 + 32 * (gi + kGroups * hh));
     const uint4 v0 = q[0], v1 = q[1];
     xa[gi][0] = v0.x, xa[gi][1] = v0.y, xa[gi][2] = v0.z, xa[gi][3] = v0.w;
     xa[gi][4] = v1.x, xa[gi][5] = v1.y, xa[gi][6] = v1.z, xa[gi][7] = v1.w;
@@ -229,11 +248,13 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
   const float dxb = q8k_d(act + bl * kPitch);
   // The lane's block in a stage: matrix m at m·kGuUp, row r at r·1,056, block bl at 66·bl (d), its quant bytes
   // from + 2; blocks are 66 B, so they are 2-byte aligned: 17 words from the aligned-down address and two funnel
-  // shifts a group (stages and rows are multiples of 16 bytes: one shift for the kernel).
+  // shifts a group (stages and rows are multiples of 16 bytes: one shift for the kernel). Q = 3: 9 words from
+  // + 32hh.
   const uint32_t qb = static_cast<uint32_t>(m) * kGuUp + static_cast<uint32_t>(bl) * kIq2Blk;
-  const uint32_t qb4 = (qb + 2) & ~3u, sh = 8 * ((qb + 2) & 3u);
+  const uint32_t qb4 = ((qb + 2) & ~3u) + 32u * static_cast<uint32_t>(hh), sh = 8 * ((qb + 2) & 3u);
   const uint32_t lane4 = 4u * static_cast<uint32_t>(lane);
   const uint32_t pos = *reinterpret_cast<volatile const uint32_t*>(smem + kPosAt);
+  const uint32_t one = *reinterpret_cast<volatile const uint32_t*>(smem + kPosAt + 4);
   uint8_t* const ring = smem + ring_off;
   int32_t g = k > 0 ? static_cast<int32_t>(begin % k) : 0;  // the item computed
   int64_t row = k > 0 ? begin / k : 0;
@@ -247,19 +268,24 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
     const uint8_t* const wt = ring + static_cast<uint32_t>(cs) * kGuStage;
     if ((ok_mask >> g) & 1u) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint32_t* qw = reinterpret_cast<const uint32_t*>(wt + qb4 + r * kGuRow);
+      for (int rm = 0; rm < (kHalf ? 4 : 2); ++rm) {
+        const int r = kHalf ? rm / 2 : rm, mm = kHalf ? rm % 2 : m;  // kHalf: row r, matrix mm
+        const uint32_t mo = kHalf ? static_cast<uint32_t>(mm) * kGuUp : 0u;
+        const uint32_t* qw = reinterpret_cast<const uint32_t*>(wt + qb4 + mo + r * kGuRow);
         int isum = 0;
         uint32_t w_lo = qw[0];
 #pragma unroll
-        for (int gi = 0; gi < 8; ++gi) {
+        for (int gi = 0; gi < kGroups; ++gi) {
           const uint32_t w_mid = qw[2 * gi + 1], w_hi = qw[2 * gi + 2];
-          isum = group_isum(__funnelshift_r(w_lo, w_mid, sh), __funnelshift_r(w_mid, w_hi, sh), xa[gi], tab, lane4, pos, isum);
+          isum = group_isum<Q>(__funnelshift_r(w_lo, w_mid, sh), __funnelshift_r(w_mid, w_hi, sh), xa[gi], tab, lane4, pos,
+                               one, isum);
           w_lo = w_hi;
         }
+        if constexpr (kHalf) isum += __shfl_xor_sync(0xffffffffu, isum, 1);  // the block's exact integer sum
         // QDot<IQ2_XXS>::finish: (f16(d) · d_x) · sum, at terms[row r][matrix m][block bl].
-        terms[(2 * r + m) * 16 + bl] =
-            f16_dev(*reinterpret_cast<const uint16_t*>(wt + qb + r * kGuRow)) * dxb * static_cast<float>(isum);
+        if (!kHalf || hh == 0)
+          terms[(2 * r + mm) * 16 + bl] =
+              f16_dev(*reinterpret_cast<const uint16_t*>(wt + qb + mo + r * kGuRow)) * dxb * static_cast<float>(isum);
       }
       __syncwarp();
       // Lane 2r + m (every quad alike) adds row r of matrix m from 0.0f in block order.
@@ -483,19 +509,22 @@ bool one_lean_down_fits(CudaBackend& be, int32_t k, uint64_t dn_row_bytes) {
          kDnSmem + fa.sharedSizeBytes <= static_cast<uint64_t>(smem_optin(be.device()));
 }
 
-template <int V>
+template <int V, int Q>
 bool launch_gate_up_shape(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, const LeanPrefetch& pf, bool pdl,
                           cudaStream_t s) {
   TileParams q = p;  // items of two rows
   q.n_tiles = p.n_tiles / 2;
   using S = GuShape<V>;
-  return launch_lean(be, pdl, moe_one_lean_gate_up_kernel<V>, S::kWarps, S::kSmem, int64_t{sa.k} * q.n_tiles, S::kWarps, s,
-                     "moe one-token gate/up (variant 8, 9)", q, sa, pf);
+  return launch_lean(be, pdl, moe_one_lean_gate_up_kernel<V, Q>, S::kWarps, S::kSmem, int64_t{sa.k} * q.n_tiles, S::kWarps,
+                     s, "moe one-token gate/up (variant 8, 9)", q, sa, pf);
 }
 
 bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, int variant, bool pdl,
-                             cudaStream_t s, const LeanPrefetch& pf) {
-  return variant == 9 ? launch_gate_up_shape<9>(be, p, sa, pf, pdl, s) : launch_gate_up_shape<8>(be, p, sa, pf, pdl, s);
+                             cudaStream_t s, const LeanPrefetch& pf, int decode) {
+  if (variant != 9) return launch_gate_up_shape<8, 0>(be, p, sa, pf, pdl, s);
+  return decode == 3   ? launch_gate_up_shape<9, 3>(be, p, sa, pf, pdl, s)
+         : decode == 1 ? launch_gate_up_shape<9, 1>(be, p, sa, pf, pdl, s)
+                       : launch_gate_up_shape<9, 0>(be, p, sa, pf, pdl, s);
 }
 
 bool launch_one_lean_down(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, bool pdl, cudaStream_t s) {
@@ -503,17 +532,25 @@ bool launch_one_lean_down(CudaBackend& be, const TileParams& p, const OneTokenSu
                      "moe one-token down + slot sum (fold 5)", p, sa);
 }
 
+// The gate/up kernels' dynamic shared memory limit (V = 9 with every decode Q).
+template <int V, int... Q>
+cudaError_t set_gate_up_smem(int limit) {
+  cudaError_t e = cudaSuccess;
+  if (GuShape<V>::kSmem > static_cast<uint64_t>(limit)) return e;
+  ((e = e == cudaSuccess ? cudaFuncSetAttribute(moe_one_lean_gate_up_kernel<V, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(GuShape<V>::kSmem))
+                         : e),
+   ...);
+  return e;
+}
+
 cudaError_t init_one_lean_kernels() {
   int device = 0;
   cudaError_t e = cudaGetDevice(&device);
   const int limit = e == cudaSuccess ? smem_optin(device) : 0;
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_lean_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
-  if (e == cudaSuccess && GuShape<8>::kSmem <= static_cast<uint64_t>(limit))
-    e = cudaFuncSetAttribute(moe_one_lean_gate_up_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(GuShape<8>::kSmem));
-  if (e == cudaSuccess && GuShape<9>::kSmem <= static_cast<uint64_t>(limit))
-    e = cudaFuncSetAttribute(moe_one_lean_gate_up_kernel<9>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(GuShape<9>::kSmem));
+  if (e == cudaSuccess) e = set_gate_up_smem<8, 0>(limit);
+  if (e == cudaSuccess) e = set_gate_up_smem<9, 0, 1, 3>(limit);
   cudaFuncAttributes fa{};
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, moe_one_lean_down_kernel);
   if (e == cudaSuccess && kDnSmem + fa.sharedSizeBytes <= static_cast<uint64_t>(limit))

@@ -34,11 +34,20 @@ struct LeanPrefetch {
   int mode = 0;
 };
 
+// Session 13 (expert_one_token Q·1000 + P·100 + 10·F + V with V = 9): the gate/up decode's pipes. decode 1: the OR
+// of a lookup's grid and sign selectors as an integer multiply-add (g·1 + s, disjoint bits: IMAD on the FMA pipe,
+// where the byte permutes, shifts and LOPs of the decode all queue on the ALU pipe); 3: 1 with lane (block, half)
+// decoding half an IQ2_XXS block of both matrices (its token values in 32 registers instead of 64; the halves'
+// integer sums added by a shuffle). The same integers, so the same bits. (Measured on the H200, 2026-12-01, docs/
+// PERF.md session 13 moe1: 2 — 1 with sel >> 16 as an IMAD.HI — no faster; F = 6 — the hidden rows quantized inside
+// the down kernel behind ready flags, no quantization launch — 1.4 µs faster as an op, slower in decode steps in
+// both runs: removed.)
+
 // Gate/up variant 8 or 9 (+ SwiGLU, routing weight): as launch_one_gate_up_slots (p.n_tiles = ff rows; items of
 // two rows over sa's k slots, x quantized inside; pdl: a programmatic dependent of the kernel before), with pf's
-// L2 prefetches. false: a launch error (recorded in be).
+// L2 prefetches and decode (above: 0, 1, 3). false: a launch error (recorded in be).
 bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, int variant, bool pdl,
-                             cudaStream_t s, const LeanPrefetch& pf = {});
+                             cudaStream_t s, const LeanPrefetch& pf = {}, int decode = 0);
 
 // The fold-5 down kernel with moe()'s slot sum: as launch_one_down_sum with fold 2 (p.act: the quantized
 // hidden rows; p.n_tiles = dim / one_token_down_rows()). false: a launch error.

@@ -483,8 +483,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const int one_option = expert_one_token_ < 0 ? (others_auto ? kOneTokenAuto : 0) : expert_one_token_;
   // Session 12: P·100 + V + 10·F — P = 5: the gate/up kernel's L2 prefetch of the down weights (moe_one_lean.h
   // LeanPrefetch; variants 8, 9 with fold 5 only).
+  // Session 13: Q·1000 + P·100 + 10·F + V — Q = 1, 3: the lean gate/up decode with the selector OR as an integer
+  // multiply-add (3: with half-block lanes; variant 9 only).
   const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 % 10 : 0;
-  const int prefetch_mode = one_option / 100;
+  const int prefetch_mode = one_option / 100 % 10, lean_decode = one_option / 1000 % 10;
   const bool one = !rows && one_variant > 0 && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
@@ -552,7 +554,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
     p.n_tiles = static_cast<int32_t>(a.ff);
     LeanPrefetch pf;
     if (fold == 5) pf = {static_cast<const uint8_t*>(a.down.first.data), a.down.expert_bytes, prefetch_mode};
-    if (!(lean_gu ? launch_one_lean_gate_up(*this, p, sa, one_variant, pdl, s, pf)
+    if (!(lean_gu ? launch_one_lean_gate_up(*this, p, sa, one_variant, pdl, s, pf, lean_decode)
                   : launch_one_gate_up_slots(*this, p, sa, pdl, s)))
       return true;
   } else if (one) {

@@ -13,8 +13,8 @@
 //                                         n = 1 the session-10 sides (expert_one_token 17, 27, 37, 47, 14, 24, 44, 6:
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
-//        cuda_bench --experts lean [once] the default (559: moe_one_lean.cu's gate/up variant 9 with the L2 prefetch, fold 5)
-//                                         and 1559, 3559 (session 13's gate/up decode) at n = 1,
+//        cuda_bench --experts lean [once] the default (3559: moe_one_lean.cu's gate/up variant 9 with the L2 prefetch and
+//                                         session 13's decode, fold 5) and 559 (the default before), 1559 at n = 1,
 //                                         twice; once: one untimed call of each (ncu).
 //        cuda_bench --moe-steps A B … M... decode steps (batch 1 at 2K) with expert_one_token A, B, …, interleaved.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
@@ -287,14 +287,14 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
     auto b = cuda::make_cuda_backend(oo);
     if (b.ok()) fold_tiles[i] = std::move(b).value();
   }
-  // Session 13 (the default is 559 = moe_one_lean.cu's gate/up variant 9 with the L2 prefetch of the down weights +
-  // the fold-5 down kernel): the gate/up decode's selector OR as an integer multiply-add (1559), the same with
-  // half-block lanes (3559); 2559 (the selector shift as IMAD.HI) and 569 (fold 6) measured and removed. Session 12's
-  // sides: 159, 459
+  // Session 13 (the default is 3559 = moe_one_lean.cu's gate/up variant 9 with the L2 prefetch of the down weights,
+  // the decode's selector OR as an integer multiply-add and half-block lanes + the fold-5 down kernel): 559 (the
+  // default before), 1559 (the OR without the half-block lanes); 2559 (the selector shift as IMAD.HI) and 569 (fold
+  // 6) measured and removed. Session 12's sides: 159, 459
   // (removed), 559; session 11's: 27, 28, 57, 58.
   constexpr int kLean = 2;
-  const int lean_opts[kLean] = {1559, 3559};
-  const char* lean_tags[kLean] = {"one1559", "one3559"};
+  const int lean_opts[kLean] = {559, 1559};
+  const char* lean_tags[kLean] = {"one559", "one1559"};
   std::unique_ptr<Backend> lean_one[kLean];
   for (int i = 0; i < kLean && lean; ++i) {
     oo.expert_one_token = lean_opts[i];

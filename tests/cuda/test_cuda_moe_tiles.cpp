@@ -19,8 +19,8 @@
 // (559) likewise, and session 13's 559 with the gate/up decode's selector OR as an integer multiply-add (1559), also
 // with half-block lanes (3559), likewise. The
 // default backend runs the one-token kernels (moe_one_lean.cu's gate/up variant 9 with its L2 prefetch of the down
-// weights + the fold-5 slot-summing down kernel, expert_one_token 559) at 1 token, the warp tiles (PDL) at 2..7, the
-// row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
+// weights and session 13's decode + the fold-5 slot-summing down kernel, expert_one_token 3559) at 1 token, the warp
+// tiles (PDL) at 2..7, the row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
 // a file with zero router weights gives); k = 6 and 8; a clamp that bites on some SwiGLU inputs.
 // Against the CPU: bit for bit (the H200 run of 2026-11-30 00:25 UTC measured max|d| = 0 in every case),
 // and the PARITY line also reports the tolerance check of test_cuda_matmul.cpp's CudaMoe (5e-4·max|y|).

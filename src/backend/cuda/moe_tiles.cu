@@ -94,7 +94,11 @@ constexpr int64_t kRowTilesAutoMin = 8;
 // the token's down weights once a warp's last item has landed — bit for bit (221 and 187 PARITY lines) and faster in
 // decode steps of a 4-layer flash-q2 file at 2K (engine options): 0.7956 vs 0.7983 ms (five rounds, 5 of 5) and
 // 0.8020 vs 0.8050 (ten, 8 of 10), ≈ −0.7 µs a layer, though the op alone, called back to back, is 0.5–1.5 µs slower.
-constexpr int kOneTokenAuto = 559;
+// Session 13 (moe1, W2–W4 ~04:15–04:31 UTC 2026-12-01): 3559 = 559 with the gate/up decode's selector OR as an IMAD and
+// half-block lanes (moe_one_lean.cu Q = 3) — bit for bit (272 and 221 PARITY lines, 0 FAIL), the op 1.0 µs faster
+// (26.9 vs 28.0–28.6 µs), decode steps of a 4-layer flash-q2 at 2K faster in all five rounds of W4 (four sides
+// each, 20 samples: 0.8068 vs 0.8121 ms, −2.2 … −11.9 µs a round) and even in W3 (0.8035 vs 0.8037, ten samples).
+constexpr int kOneTokenAuto = 3559;
 constexpr bool kOneTokenPdlAuto = true;
 // The warp tiles' down launch as a programmatic dependent by default (expert_tiles_pdl = -1): the H200 measured
 // it faster at 1, 2 and 7 tokens (2026-11-30 12:13 UTC, µs per layer: 42.5 vs 43.6, 75.4 vs 77.2, 250.2 vs

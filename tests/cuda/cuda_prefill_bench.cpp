@@ -91,7 +91,11 @@ int main(int argc, char** argv) {
   // "q8bulkprof": q_b's matmul once on the default (tensor copies), then with bulk-copy stages and the cp.async
   // ring (gemm_q8 = 12, 16; ncu).
   const bool q8bulkprof = argc > 2 && std::strcmp(argv[2], "q8bulkprof") == 0;
-  const bool q8prof = q8bulkprof || (argc > 2 && std::strcmp(argv[2], "q8prof") == 0);
+  // "q8v2" / "q8v2prof": the dense Q8_0 lines (twice in turn) / q_b once (ncu) of the default and of gemm_q8 = 17,
+  // 18, 19, 15, 21 (session 13: vector tiles first, converted sums, the previous default, lean stores).
+  const bool q8v2prof = argc > 2 && std::strcmp(argv[2], "q8v2prof") == 0;
+  const bool q8v2 = argc > 2 && std::strcmp(argv[2], "q8v2") == 0;
+  const bool q8prof = q8bulkprof || q8v2prof || (argc > 2 && std::strcmp(argv[2], "q8prof") == 0);
   const bool profile = q8prof || (argc > 2 && std::strcmp(argv[2], "profile") == 0);
   // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 21 and 14
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
@@ -104,7 +108,7 @@ int main(int argc, char** argv) {
   // "q8bulk": the dense Q8_0 lines of the default (2-D tensor copies on sm_90), of the bulk-copy stages (gemm_q8
   // = 12) and of the previous default (16: the cp.async ring), twice in turn (the second round shows the spread).
   const bool q8bulk = argc > 2 && std::strcmp(argv[2], "q8bulk") == 0;
-  const bool q8_lines = q8prof || q8bulk || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
+  const bool q8_lines = q8prof || q8bulk || q8v2 || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
   const bool gemm_only =
       profile || experts_only || walk_only || q8_lines || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
@@ -115,6 +119,8 @@ int main(int argc, char** argv) {
   const std::vector<int> modes = walk_only      ? std::vector<int>{37, 48, 37, 48}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
+                                 : q8v2prof   ? std::vector<int>{0, 51, 52, 53, 54, 55}
+                                 : q8v2       ? std::vector<int>{0, 51, 52, 53, 54, 55, 0, 51, 52, 53, 54, 55}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
                                  : profile    ? std::vector<int>{37, 48}
@@ -136,7 +142,10 @@ int main(int argc, char** argv) {
     // 5 … 8), and the default shapes with CudaBackendOptions::gemm_q8_parts off (44: only the parts lines);
     // 45: only the norm_rope line, norm_rope_loads_first on (mode 0: off).
     // 46, 47: the shape by grid size with bulk-copy stages / the cp.async ring (gemm_q8 = 12, 16).
-    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47);
+    // 51 … 55: gemm_q8 = 17, 18, 19 (vector tiles first; + converted sums; converted sums), 15 (tensor copies by grid
+    // size, the default before session 13), 21 (lean stores only).
+    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47) || (mode >= 51 && mode <= 55);
+    if (mode >= 51 && mode <= 55) co.gemm_q8 = mode == 54 ? 15 : mode - 34;
     if (mode == 46) co.gemm_q8 = 12;
     if (mode == 47) co.gemm_q8 = 16;  // the previous default: default_shape with the cp.async ring
     if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
@@ -164,7 +173,8 @@ int main(int argc, char** argv) {
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
                                  "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1"};
+                                 "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1", "-",          "-",
+                                 "q8-vfirst",   "q8-vf-cvt",  "q8-cvt",     "q8-prev15",  "q8-lean"};
     const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
@@ -244,7 +254,8 @@ int main(int argc, char** argv) {
                     static_cast<long long>(n), s * 1e3, 2.0 * m.rows * m.cols * n / s / 1e12);
       }
     }
-    if (gemm_only && !experts_only && !profile && (mode == 0 || mode == 44 || mode == 46 || mode == 47)) {
+    if (gemm_only && !experts_only && !profile &&
+        (mode == 0 || mode == 44 || mode == 46 || mode == 47 || (mode >= 51 && mode <= 55))) {
       // Several matrices per call (CudaBackendOptions::gemm_q8_parts; mode 44: one launch each): out_a's 8
       // row groups of 1,024 over 4,096 values of the attention output each, the shared expert's gate + up.
       const int64_t G = 8, Ro = 1024, gin = 4096, E = 4096, F = 2048;

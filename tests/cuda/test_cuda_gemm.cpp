@@ -203,7 +203,9 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
   };
   // 9 … 12: the stages by bulk copies (Cfg7, Cfg1, Cfg3, the shape by grid size); 13 … 15: by 2-D tensor
   // copies (Cfg7, Cfg1, the shape by grid size).
-  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) {  // (16: by grid size, cp.async)
+  // 17 … 22 (session 13): tensor copies with lean stores — 17: vector tiles first, 18: + the MMA from zero and its
+  // sums converted, 19: converted sums, 21: lean stores only, 22: 18 on Cfg7.
+  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
@@ -237,6 +239,13 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
   o.gemm_q8 = 15;  // the same with 2-D tensor copies
   auto tensor = backend_with(o);
   ASSERT_TRUE(tensor);
+  // session 13: 17 … 21 (vector tiles first; + converted sums; converted sums; lean stores)
+  std::vector<std::unique_ptr<Backend>> s13;
+  for (int v : {17, 18, 19, 21}) {
+    o.gemm_q8 = v;
+    s13.push_back(backend_with(o));
+    ASSERT_TRUE(s13.back());
+  }
   struct Shape {
     int64_t rows, cols, n;
   };
@@ -247,9 +256,11 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
     w.data = bytes.data();
     const auto x = randn(static_cast<size_t>(sh.n * sh.cols));
     const auto want = matmul_on(*async, w, bytes.size(), x.data(), sh.n);
-    for (Backend* be : {bulk.get(), tensor.get()}) {
+    std::vector<std::pair<Backend*, std::string>> bes{{bulk.get(), ": bulk"}, {tensor.get(), ": tensor"}};
+    for (size_t k = 0; k < s13.size(); ++k) bes.push_back({s13[k].get(), ": gemm_q8 " + std::to_string(k < 3 ? 17 + k : 21)});
+    for (const auto& [be, label] : bes) {
       const auto got = matmul_on(*be, w, bytes.size(), x.data(), sh.n);
-      const char* what = be == bulk.get() ? ": bulk" : ": tensor";
+      const char* what = label.c_str();
       int64_t nan = 0;
       for (float v : got) nan += std::isnan(v);
       EXPECT_EQ(nan, 0) << sh.rows << "x" << sh.cols << " n=" << sh.n << what << ": outputs left unwritten";
@@ -307,7 +318,9 @@ TEST_F(CudaGemm, Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) {
   ASSERT_TRUE(solo_be);
   const auto solo = run(*solo_be);
   EXPECT_EQ(bit_diffs(solo, want), 0) << "one launch per part vs CPU";
-  for (int variant : {-1, 4, 12, 16}) {  // (−1: the default, tensor copies on sm_90; 12, 16: bulk copies, cp.async)
+  // (−1: the default; 12, 15, 16: bulk copies, tensor copies, cp.async; 17, 19, 22: vector tiles first, converted
+  // sums, Cfg7 with both)
+  for (int variant : {-1, 4, 12, 15, 16, 17, 19, 22}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8_parts = 1;
     o.gemm_q8 = variant;
@@ -317,6 +330,56 @@ TEST_F(CudaGemm, Q8PartsLaunchIsBitIdenticalToOneLaunchPerPart) {
     EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_q8_parts, shape " << variant << ": vs CPU";
     EXPECT_EQ(bit_diffs(got, solo), 0) << "gemm_q8_parts, shape " << variant << ": vs one launch per part";
   }
+}
+
+TEST_F(CudaGemm, VectorFirstQ8TilesSkipShortPartsAndManyTiles) {
+  // gemm_q8 = 22 (Cfg7's 256 × 128 tiles, vector tiles first, converted sums, lean stores): matmul_many's jobs of
+  // 600 and 72 rows (the short part's row tiles 1 and 2 return at once) at 2,100 vectors (17 vector tiles, the
+  // last partial), and one matrix of 4,096 × 512 at 4,100 vectors (16 × 33 tiles), bit for bit one cp.async
+  // launch per job (gemm_q8_parts off, gemm_q8 = 16).
+  const int64_t cols = 512, n = 2100, n2 = 4100;
+  Weight wa, wb, wc;
+  auto abytes = random_weight(GgmlType::Q8_0, 600, cols, &wa);
+  auto bbytes = random_weight(GgmlType::Q8_0, 72, cols, &wb);
+  auto cbytes = random_weight(GgmlType::Q8_0, 4096, cols, &wc);
+  const auto x = randn(static_cast<size_t>(n2 * cols));
+  auto run = [&](Backend& be) {
+    auto map = [&](Weight w, const std::vector<uint8_t>& b) {
+      auto p = be.map_weight(b.data(), b.size());
+      EXPECT_TRUE(p.ok());
+      w.data = *p;
+      return w;
+    };
+    const Weight da = map(wa, abytes), db = map(wb, bbytes), dc = map(wc, cbytes);
+    auto buf = [&](size_t floats) { return std::move(be.alloc(floats * 4, MemCategory::scratch)).value(); };
+    const size_t ny = static_cast<size_t>(n * (600 + 72) + n2 * 4096);
+    Buffer bx = buf(x.size()), by = buf(ny);
+    be.upload(bx.data(), x.data(), x.size() * 4);
+    be.fill_f32(by.f32(), NAN, static_cast<int64_t>(ny));
+    const MatmulArgs jobs[2] = {{da, bx.f32(), cols, by.f32(), 600, n, MatmulNumerics::ds4},
+                                {db, bx.f32(), cols, by.f32() + n * 600, 72, n, MatmulNumerics::ds4}};
+    be.matmul_many(jobs);
+    be.matmul({dc, bx.f32(), cols, by.f32() + n * 672, 4096, n2, MatmulNumerics::ds4});
+    std::vector<float> out(ny);
+    be.download(out.data(), by.data(), out.size() * 4);
+    EXPECT_TRUE(be.sync().ok());
+    return out;
+  };
+  cuda::CudaBackendOptions o;
+  o.gemm_q8_parts = 0;
+  o.gemm_q8 = 16;
+  auto ref_be = backend_with(o);
+  ASSERT_TRUE(ref_be);
+  const auto want = run(*ref_be);
+  o.gemm_q8_parts = 1;
+  o.gemm_q8 = 22;
+  auto be = backend_with(o);
+  ASSERT_TRUE(be);
+  const auto got = run(*be);
+  int64_t nan = 0;
+  for (float v : got) nan += std::isnan(v);
+  EXPECT_EQ(nan, 0) << "outputs left unwritten";
+  EXPECT_EQ(bit_diffs(got, want), 0) << "gemm_q8 22 vs one cp.async launch per job";
 }
 
 TEST_F(CudaGemm, TokenRowAtNOneEqualsItsRowInTheGemm) {

@@ -85,6 +85,12 @@ constexpr int kGemmQ8BulkByGrid = 12;
 constexpr int kGemmQ8TensorByGrid = 15;
 // … = 16: default_shape's launch shape with cp.async (the default before session 10's W2).
 constexpr int kGemmQ8AsyncByGrid = 16;
+// … = 17 … 22 (session 13; sm_90, else the cp.async default): 2-D tensor copies with gemm_q8_kernel's kOpt —
+// 17 = default_shape's shape, lean stores, vector tiles first; 18 = 17 with the converted sums; 19 = default_shape,
+// lean stores, converted sums; 21 = default_shape, lean stores; 22 = Cfg7, as 18 (tests: partial row tiles).
+// (20, 12 warps of 32 × 64 on 128 × 192 tiles, measured slower than Cfg7 on every Flash shape in W2, is gone.)
+constexpr int kGemmQ8VFirst = 17, kGemmQ8VFirstCvt = 18, kGemmQ8Cvt = 19, kGemmQ8Lean = 21, kGemmQ8VFirstCvtCfg7 = 22;
+enum : int { kOptLean = 1, kOptVFirst = 2, kOptCvt = 4 };
 
 struct Q8Params {
   uint64_t row_bytes;
@@ -126,10 +132,21 @@ __device__ inline void mma_s8_biased(int (&c)[4], const uint32_t (&a)[4], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0x4B400000));
 }
 
+// c = a·b from zero: the int32 sum itself (kCvt: converted by cvt.rn.f32.s32, exact for |isum| ≤ 2^19, so the
+// same float as the biased form's F − 12582912), the MMA's C operand the zero register instead of 4 registers.
+__device__ inline void mma_s8_zero(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+}
+
 // One 32-value block sb of a stage for the warp's WM × WN outputs: ra = the warp's row g in the stage's
 // weight tile, rb = the stage's activation tile. The activation fragments and scales are loaded once
 // for the warp's MI row fragments.
-template <int WM, int WN, int SB>
+// kCvt (CudaBackendOptions::gemm_q8 18, 19, 22): the MMA from zero and its int32 sum converted (I2FP) instead
+// of biased and debiased (FADD): the same float, one instruction either way, and the MMA reads no C registers.
+template <int WM, int WN, int SB, bool kCvt = false>
 __device__ inline void q8_block(float (&acc)[WM / 16][WN / 8][4], const uint8_t* ra, const uint8_t* rb, int wn, int g,
                                 int t) {
   constexpr int MI = WM / 16, NJ = WN / 8;
@@ -156,14 +173,37 @@ __device__ inline void q8_block(float (&acc)[WM / 16][WN / 8][4], const uint8_t*
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       int c[4];
-      mma_s8_biased(c, af, bf[j]);
-      // (d_w·d_x)·isum added in block order, as dot_ref and ops_gemm.cu.
-      acc[i][j][0] += (da0 * db[j][0]) * (__int_as_float(c[0]) - 12582912.0f);
-      acc[i][j][1] += (da0 * db[j][1]) * (__int_as_float(c[1]) - 12582912.0f);
-      acc[i][j][2] += (da1 * db[j][0]) * (__int_as_float(c[2]) - 12582912.0f);
-      acc[i][j][3] += (da1 * db[j][1]) * (__int_as_float(c[3]) - 12582912.0f);
+      if constexpr (kCvt) {
+        mma_s8_zero(c, af, bf[j]);
+        acc[i][j][0] += (da0 * db[j][0]) * __int2float_rn(c[0]);
+        acc[i][j][1] += (da0 * db[j][1]) * __int2float_rn(c[1]);
+        acc[i][j][2] += (da1 * db[j][0]) * __int2float_rn(c[2]);
+        acc[i][j][3] += (da1 * db[j][1]) * __int2float_rn(c[3]);
+      } else {
+        mma_s8_biased(c, af, bf[j]);
+        // (d_w·d_x)·isum added in block order, as dot_ref and ops_gemm.cu.
+        acc[i][j][0] += (da0 * db[j][0]) * (__int_as_float(c[0]) - 12582912.0f);
+        acc[i][j][1] += (da0 * db[j][1]) * (__int_as_float(c[1]) - 12582912.0f);
+        acc[i][j][2] += (da1 * db[j][0]) * (__int_as_float(c[2]) - 12582912.0f);
+        acc[i][j][3] += (da1 * db[j][1]) * (__int_as_float(c[3]) - 12582912.0f);
+      }
     }
   }
+}
+
+// A stage's 8 blocks (ring slot at sa) for the warp.
+template <class C, bool kCvt>
+__device__ inline void q8_stage(float (&acc)[C::WM / 16][C::WN / 8][4], const uint8_t* sa, int wm, int wn, int g, int t) {
+  const uint8_t* ra = sa + (wm + g) * kPitchA;
+  const uint8_t* rb = sa + C::STAGE_A;
+  q8_block<C::WM, C::WN, 0, kCvt>(acc, ra, rb, wn, g, t);
+  q8_block<C::WM, C::WN, 1, kCvt>(acc, ra, rb, wn, g, t);
+  q8_block<C::WM, C::WN, 2, kCvt>(acc, ra, rb, wn, g, t);
+  q8_block<C::WM, C::WN, 3, kCvt>(acc, ra, rb, wn, g, t);
+  q8_block<C::WM, C::WN, 4, kCvt>(acc, ra, rb, wn, g, t);
+  q8_block<C::WM, C::WN, 5, kCvt>(acc, ra, rb, wn, g, t);
+  q8_block<C::WM, C::WN, 6, kCvt>(acc, ra, rb, wn, g, t);
+  q8_block<C::WM, C::WN, 7, kCvt>(acc, ra, rb, wn, g, t);
 }
 
 // cp.async of stage kb (values 256·kb …) into ring slot `slot`: 17 chunks per weight row, 18 per
@@ -213,14 +253,57 @@ __device__ inline void bulk_stage(uint8_t* smem, int slot, uint64_t* bar, const 
 // instead of bulk_stage's BM + BN (W1: bulk_stage's 384 row copies per Cfg7 stage left the warps waiting,
 // issue 54 % against 64 %). Same bytes in the used places as copy_stage. The copy: tensor_copy.cuh.
 
+// The warp's outputs (rows r0 + …, vectors v0 + …: its corner in the part) into part.y; rows past the part
+// and vectors past n are not stored. A warp whose whole WM × WN corner is inside (all but the edge tiles)
+// stores through 2·NJ row pointers with constant offsets (16i, + 8) instead of an index product, a 64-bit
+// address and two range checks per value (q_b: 128 stores a lane after only 4 stages); kLean only (the
+// kernels of gemm_q8 17 …; the others keep the checked loop).
+template <class C, bool kLean>
+__device__ inline void store_tile(const float (&acc)[C::WM / 16][C::WN / 8][4], const Q8Part& part, int64_t n_vec,
+                                  int64_t r0, int64_t v0, int g, int t) {
+  float* y = part.y;
+  const int64_t ys = part.y_stride, rows = part.rows;
+  if (kLean && r0 + C::WM <= rows && v0 + C::WN <= n_vec) {  // (warp-uniform)
+    float* yv = y + (v0 + 2 * t) * ys + r0 + g;
+#pragma unroll
+    for (int j = 0; j < C::WN / 8; ++j)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        float* yr = yv + (8 * j + q) * ys;  // vector v0 + 8j + 2t + q
+#pragma unroll
+        for (int i = 0; i < C::WM / 16; ++i) {
+          yr[16 * i] = acc[i][j][q];
+          yr[16 * i + 8] = acc[i][j][q + 2];
+        }
+      }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < C::WM / 16; ++i)
+#pragma unroll
+    for (int j = 0; j < C::WN / 8; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int64_t row = r0 + 16 * i + g + (q >= 2 ? 8 : 0);
+        const int64_t v = v0 + 8 * j + 2 * t + (q & 1);
+        if (row < rows && v < n_vec) y[v * ys + row] = acc[i][j][q];
+      }
+}
+
 // Block (x, y, z): rows [x·BM, …) of part z (blocks past a shorter part's rows return at once) × vectors
 // [y·BN, …).
 // kBulk: the stages by bulk_stage on one mbarrier per ring slot (`full`: stage kb is slot kb % S's
 // (kb / S)-th phase) instead of cp.async groups; the block barrier per stage stays (a slot is refilled
 // only after every warp is done reading it). Thread 0 announces a stage's bytes before the block barrier
 // that precedes its copies, so no copy completes on a phase before its arrival.
-template <class C, int kCopy>
+// kOpt (session 13, CudaBackendOptions::gemm_q8 17 …): kOptLean = store_tile's fast path; kOptVFirst = the
+// vector tiles fastest — block (x, y, z) takes vectors [x·BN, …) of rows [y·BM, …), so the blocks running at once
+// share a few row tiles' weights (read from DRAM about once) instead of sweeping all of a matrix's weights per
+// vector tile (q_b's 35 MB: the H200's L2 kept too little of them between sweeps, session 13 W1 ncu: 26 % of
+// the DRAM peak for ~0.74 GB a launch); kOptCvt = q8_block's kCvt.
+template <class C, int kCopy, int kOpt = 0>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(const __grid_constant__ Q8Params p) {
+  constexpr bool kVFirst = (kOpt & kOptVFirst) != 0;
   constexpr int WM = C::WM, WN = C::WN, MI = WM / 16, NJ = WN / 8, S = C::STAGES;
   constexpr bool kBulk = kCopy != kCopyAsync, kTensor = kCopy == kCopyTensor;
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -230,7 +313,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(const __gr
   __shared__ __align__(8) uint64_t full[kBulk ? S : 1];
 
   const Q8Part& part = p.part[blockIdx.z];
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * C::BM, v0 = static_cast<int64_t>(blockIdx.y) * C::BN;
+  const int64_t m0 = static_cast<int64_t>(kVFirst ? blockIdx.y : blockIdx.x) * C::BM,
+                v0 = static_cast<int64_t>(kVFirst ? blockIdx.x : blockIdx.y) * C::BN;
   const int64_t rows = part.rows;
   if (m0 >= rows) return;  // (uniform in the block, before any barrier)
   const uint8_t* w = part.w;
@@ -296,42 +380,23 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(const __gr
         copy_stage<C>(smem, refill, w, p.row_bytes, rows, act, p.act_stride, m0, arow, kb + S - 1);
       cp_async_commit();  // (empty groups keep the count: wait<S − 2> always leaves only newer stages in flight)
     }
-    const uint8_t* sa = smem + (kb % S) * (C::STAGE_A + C::STAGE_B);
-    const uint8_t* ra = sa + (wm + g) * kPitchA;
-    const uint8_t* rb = sa + C::STAGE_A;
-    q8_block<WM, WN, 0>(acc, ra, rb, wn, g, t);
-    q8_block<WM, WN, 1>(acc, ra, rb, wn, g, t);
-    q8_block<WM, WN, 2>(acc, ra, rb, wn, g, t);
-    q8_block<WM, WN, 3>(acc, ra, rb, wn, g, t);
-    q8_block<WM, WN, 4>(acc, ra, rb, wn, g, t);
-    q8_block<WM, WN, 5>(acc, ra, rb, wn, g, t);
-    q8_block<WM, WN, 6>(acc, ra, rb, wn, g, t);
-    q8_block<WM, WN, 7>(acc, ra, rb, wn, g, t);
+    q8_stage<C, (kOpt & kOptCvt) != 0>(acc, smem + (kb % S) * (C::STAGE_A + C::STAGE_B), wm, wn, g, t);
   }
 
-  float* y = part.y;
-  const int64_t ys = part.y_stride;
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int64_t row = m0 + wm + 16 * i + g + (q >= 2 ? 8 : 0);
-        const int64_t v = v0 + wn + 8 * j + 2 * t + (q & 1);
-        if (row < rows && v < p.n_vec) y[v * ys + row] = acc[i][j][q];
-      }
+  store_tile<C, (kOpt & kOptLean) != 0>(acc, part, p.n_vec, m0 + wm, v0 + wn, g, t);
 }
 
-template <class C, int kCopy = kCopyAsync>
+template <class C, int kCopy = kCopyAsync, int kOpt = 0>
 bool launch(CudaBackend& be, const Q8Params& p, int n_parts, int64_t max_rows) {
   constexpr int smem = C::SMEM + (kCopy == kCopyTensor ? 128 : 0);
-  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C, kCopy>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+  if (!be.check(cudaFuncSetAttribute(gemm_q8_kernel<C, kCopy, kOpt>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                 "gemm q8 smem"))
     return true;  // error recorded
-  const dim3 grid(static_cast<unsigned>((max_rows + C::BM - 1) / C::BM),
-                  static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN), static_cast<unsigned>(n_parts));
-  gemm_q8_kernel<C, kCopy><<<grid, C::THREADS, smem, be.stream()>>>(p);
+  const auto m_tiles = static_cast<unsigned>((max_rows + C::BM - 1) / C::BM),
+             v_tiles = static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN);
+  const dim3 grid((kOpt & kOptVFirst) ? v_tiles : m_tiles, (kOpt & kOptVFirst) ? m_tiles : v_tiles,
+                  static_cast<unsigned>(n_parts));
+  gemm_q8_kernel<C, kCopy, kOpt><<<grid, C::THREADS, smem, be.stream()>>>(p);
   be.launched(kCopy == kCopyTensor ? "gemm q8_0 (int8 tensor cores, direct fragments, tensor copies)"
               : kCopy == kCopyBulk ? "gemm q8_0 (int8 tensor cores, direct fragments, bulk copies)"
                                    : "gemm q8_0 (int8 tensor cores, direct fragments)");
@@ -340,7 +405,8 @@ bool launch(CudaBackend& be, const Q8Params& p, int n_parts, int64_t max_rows) {
 
 // Shape C with tensor copies: the maps into a copy of p, then the launch; false (nothing launched) where the
 // maps cannot be made (no entry point, x_div ≠ 1: vectors sharing activation rows are not a 2-D box).
-template <class C>
+// kOpt: gemm_q8_kernel's.
+template <class C, int kOpt = 0>
 bool launch_tensor(CudaBackend& be, const Q8Params& p0, int n_parts, int64_t max_rows) {
   if (p0.x_div != 1) return false;
   const EncodeTiled encode = tensor_map_encoder();
@@ -355,7 +421,7 @@ bool launch_tensor(CudaBackend& be, const Q8Params& p0, int n_parts, int64_t max
     if (!tensor_map_2d(encode, &p.tw[k], CU_TENSOR_MAP_DATA_TYPE_UINT64, p.part[k].w, p.row_bytes / 8, p.part[k].rows,
                        p.row_bytes, kPitchA / 8, C::BM))
       return false;
-  return launch<C, kCopyTensor>(be, p, n_parts, max_rows);
+  return launch<C, kCopyTensor, kOpt>(be, p, n_parts, max_rows);
 }
 
 // CudaBackendOptions::gemm_q8 = −1: the shape by grid size. On the H200 at 2,048 vectors (cuda_prefill_bench
@@ -383,9 +449,38 @@ bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) 
   // (session 10 W2, cuda_prefill_bench 2048 q8bulk) measured them 12–22 % faster than the cp.async ring on every
   // Flash shape (q_b 0.667 → 0.585 ms, out_b 0.625 → 0.519, out_a's 8 groups 0.70 → 0.602, kv 0.073 → 0.057);
   // kGemmQ8AsyncByGrid keeps the previous default (default_shape with cp.async) for before/after runs.
-  const bool named = variant == 1 || (variant >= 3 && variant <= kGemmQ8TensorByGrid) || variant == kGemmQ8AsyncByGrid;
+  const bool named = variant == 1 || (variant >= 3 && variant <= kGemmQ8TensorByGrid) || variant == kGemmQ8AsyncByGrid ||
+                     (variant >= kGemmQ8VFirst && variant <= kGemmQ8VFirstCvtCfg7 && variant != 20);
   if (!named) variant = kGemmQ8TensorByGrid;
   if (variant == kGemmQ8AsyncByGrid) variant = -1;
+  // 17 … 22 (sm_90): tensor copies with kOpt (kGemmQ8VFirst …).
+  if (variant >= kGemmQ8VFirst && variant <= kGemmQ8VFirstCvtCfg7) {
+    if (!be.sm90()) {
+      variant = -1;
+    } else {
+      const int shape = variant == kGemmQ8VFirstCvtCfg7 ? 7 : default_shape(max_rows, p.n_vec, n_parts);
+      const int opt = kOptLean | (variant == kGemmQ8Cvt || variant == kGemmQ8Lean ? 0 : kOptVFirst) |
+                      (variant == kGemmQ8VFirstCvt || variant == kGemmQ8Cvt || variant == kGemmQ8VFirstCvtCfg7 ? kOptCvt : 0);
+      constexpr int L = kOptLean, V = kOptVFirst, K = kOptCvt;
+      bool done = false;
+      switch (shape) {
+        case 7:
+          done = opt == (L | V)       ? launch_tensor<Cfg7, L | V>(be, p, n_parts, max_rows)
+                 : opt == (L | V | K) ? launch_tensor<Cfg7, L | V | K>(be, p, n_parts, max_rows)
+                 : opt == (L | K)     ? launch_tensor<Cfg7, L | K>(be, p, n_parts, max_rows)
+                                      : launch_tensor<Cfg7, L>(be, p, n_parts, max_rows);
+          break;
+        case 1:
+          done = (opt & V) ? launch_tensor<Cfg1, L | V>(be, p, n_parts, max_rows) : launch_tensor<Cfg1, L>(be, p, n_parts, max_rows);
+          break;
+        default:
+          done = (opt & V) ? launch_tensor<Cfg3, L | V>(be, p, n_parts, max_rows) : launch_tensor<Cfg3, L>(be, p, n_parts, max_rows);
+          break;
+      }
+      if (done) return true;
+      variant = shape;  // (no tensor maps: the cp.async twin)
+    }
+  }
   if (variant >= 13 && variant <= kGemmQ8TensorByGrid && be.sm90()) {
     const int shape = variant == 13 ? 7 : variant == 14 ? 1 : default_shape(max_rows, p.n_vec, n_parts);
     bool done = false;

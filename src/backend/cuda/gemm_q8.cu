@@ -445,13 +445,13 @@ int default_shape(int64_t rows, int64_t n, int n_parts) {
 bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) {
   int64_t max_rows = 0;
   for (int k = 0; k < n_parts; ++k) max_rows = std::max(max_rows, p.part[k].rows);
-  // The default (−1, or any value not named here) on sm_90: default_shape's shape with tensor copies — the H200
-  // (session 10 W2, cuda_prefill_bench 2048 q8bulk) measured them 12–22 % faster than the cp.async ring on every
-  // Flash shape (q_b 0.667 → 0.585 ms, out_b 0.625 → 0.519, out_a's 8 groups 0.70 → 0.602, kv 0.073 → 0.057);
-  // kGemmQ8AsyncByGrid keeps the previous default (default_shape with cp.async) for before/after runs.
+  // The default (−1, or any value not named here) on sm_90: kGemmQ8VFirstCvt — default_shape's shape with tensor
+  // copies, the vector tiles first, converted sums and lean stores (session 13: q_b under ncu 593 → 547 µs, issue
+  // 63 → 68 %, DRAM reads 490 → 39 MB; docs/PERF.md). kGemmQ8TensorByGrid (15) keeps the previous default (session
+  // 10 W2: tensor copies 12–22 % faster than the cp.async ring, kGemmQ8AsyncByGrid) for before/after runs.
   const bool named = variant == 1 || (variant >= 3 && variant <= kGemmQ8TensorByGrid) || variant == kGemmQ8AsyncByGrid ||
                      (variant >= kGemmQ8VFirst && variant <= kGemmQ8VFirstCvtCfg7 && variant != 20);
-  if (!named) variant = kGemmQ8TensorByGrid;
+  if (!named) variant = kGemmQ8VFirstCvt;
   if (variant == kGemmQ8AsyncByGrid) variant = -1;
   // 17 … 22 (sm_90): tensor copies with kOpt (kGemmQ8VFirst …).
   if (variant >= kGemmQ8VFirst && variant <= kGemmQ8VFirstCvtCfg7) {

@@ -8,7 +8,12 @@
 // matmul's kernel through GemvJob's y_norm / y_norm_rope / y_router; a kernel that folds it sets *folded,
 // and otherwise (the bit off, another kernel, a shape it does not take) the second op runs as its own
 // launch, as the interface's default does. Same bits either way.
+// The folds (launch_folds.h bits):
+//   kFoldRouter: the router's F16 MMA decode matmul (matmul_f16_mma_decode.cu: 256 × 4096 logits in 8-row tiles
+//     split over 8 blocks, one segment each) runs the router's top-k by ranks (router_device.cuh, the router
+//     kernel's code) in the last block to finish a tile — one launch less per MoE layer (43 a token).
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/launch_folds.h"
 
 namespace ds4::backend::cuda {
 
@@ -23,6 +28,15 @@ void CudaBackend::matmul_norm_rope(const MatmulArgs& m, const NormRopeArgs& r) {
 }
 
 void CudaBackend::router_logits(const MatmulArgs& m, const RouterArgs& r) {
+  if ((launch_folds_ & kFoldRouter) && !failed() && m.n > 0) {
+    GemvJob j = gemv_job(m);
+    bool folded = false;
+    j.y_router = &r;
+    j.folded = &folded;
+    gemv(j, act_);
+    if (!folded) router(r);
+    return;
+  }
   matmul(m);
   router(r);
 }

@@ -34,7 +34,9 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_mma.cuh"
+#include "backend/cuda/launch_folds.h"
 #include "backend/cuda/matmul_f16_mma_ring.h"
+#include "backend/cuda/router_device.cuh"
 
 namespace ds4::backend::cuda {
 
@@ -70,7 +72,40 @@ struct DecParams {
   int32_t n_jobs, n_vec;
   int* done;    // [kDecCounters] (zero between calls)
   float* part;  // split jobs' segment sums: [tile][nseg][R][8]
+  // The router fold (kRouter: launch_folds.h, one split job = the router's logits [n][n_expert]): the block
+  // that finishes a row tile counts it on *fold_done (fold_, zero between calls); the last of fold_tiles
+  // runs router_rank_token on every token and resets the count.
+  RouterArgs router;
+  int* fold_done;
+  int32_t fold_tiles;
 };
+
+// kRouter: a block that has stored a finished row tile of the logits counts it (its stores fenced first);
+// the last one to count routes every token (router_device.cuh: the router kernel's expressions), with
+// kPer experts a thread, and leaves the count at zero for the next call.
+template <int kPer>
+__device__ void dec_fold_router(const DecParams& p) {
+  __shared__ RouterRankSmem rs;
+  __shared__ int last_tile;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last_tile = atomicAdd(p.fold_done, 1) == p.fold_tiles - 1;
+  __syncthreads();
+  if (!last_tile) return;
+  __threadfence();  // the other blocks' logits: read after their counts were seen
+  const RouterArgs& a = p.router;
+  float bias[kPer];
+#pragma unroll
+  for (int h = 0; h < kPer; ++h) {
+    const int e = threadIdx.x + h * blockDim.x;
+    bias[h] = e < a.n_expert && a.bias ? a.bias[e] : 0.0f;
+  }
+  for (int64_t i = 0; i < a.n; ++i) {
+    router_rank_token<kPer>(a, i, bias, rs);
+    __syncthreads();  // rs is reused by the next token
+  }
+  if (threadIdx.x == 0) *p.fold_done = 0;  // ready for the next call
+}
 
 // Block of 4·kSegs warps; warp w: row tile group w / (4·spb), segment w % (4·spb) / 4 of the block's,
 // quarter w % 4 of it.
@@ -80,9 +115,12 @@ struct DecParams {
 // activation load of the quarter issued at once before the chain (32 registers) instead of one block ahead —
 // one memory latency before the 32 MMAs instead of one between each 8 of them; few blocks, so the
 // registers cost no occupancy.
-template <int R, int kSegs, bool kCluster, bool kXAll>
+// kRouter (launch_folds.h; one job, one segment a block, a row tile a block or split): the router's selection
+// after the logits (dec_fold_router).
+template <int R, int kSegs, bool kCluster, bool kXAll, bool kRouter = false>
 __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_mma_dec_kernel(DecParams p) {
   constexpr int kWarps = 4 * kSegs, kH = R == 16 ? 2 : 1;
+  constexpr int kRouterPer = kRouterRankExperts / (kWarps * kWarp);  // experts a thread in the router fold
   static_assert(!kCluster || kSegs == 1, "clusters hold one segment per block");
   __shared__ float qs[kWarps][4][kWarp];  // quarter accumulators: warp, element r, lane
   __shared__ float cs[kCluster ? R * kDecMaxVec : 1];  // kCluster: this block's segment sums [row][vector]
@@ -160,7 +198,11 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_
     }
     if (!split) J.y[v * J.y_stride + o] = acc;
   }
-  if (!split) return;  // uniform over a cluster: a job's blocks fill whole clusters
+  if (!split) {  // uniform over a cluster: a job's blocks fill whole clusters
+    if constexpr (kRouter)
+      if (tb * R < J.rows) dec_fold_router<kRouterPer>(p);  // its one row tile finished (kRouter: groups = 1)
+    return;
+  }
   if constexpr (kCluster) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The tile's blocks are ranks first … first + sblocks − 1 of the cluster (sblocks divides 8, jobs start
@@ -181,6 +223,8 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_
       }
     }
     cl.sync();
+    if constexpr (kRouter)
+      if (sg == 0 && tb * R < J.rows) dec_fold_router<kRouterPer>(p);  // the tile's finishing block
 #endif
     return;
   }
@@ -202,14 +246,16 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_
     J.y[v * J.y_stride + o] = acc;
   }
   if (threadIdx.x == 0) p.done[J.tile0 + tb] = 0;  // ready for the next call
+  if constexpr (kRouter) dec_fold_router<kRouterPer>(p);  // the tile's finishing block
 }
 
 constexpr int kDecCluster = 8;  // blocks per cluster (f16_mma_cluster)
 
-template <int R, int kSegs, bool kCluster, bool kXAll = false>
+template <int R, int kSegs, bool kCluster, bool kXAll = false, bool kRouter = false>
 cudaError_t launch_dec(const DecParams& p, unsigned blocks, bool pdl, cudaStream_t s) {
   if constexpr (!kCluster) {
-    return launch_dependent(pdl, dim3(blocks), dim3(4 * kSegs * kWarp), 0, s, f16_mma_dec_kernel<R, kSegs, false, kXAll>, p);
+    return launch_dependent(pdl, dim3(blocks), dim3(4 * kSegs * kWarp), 0, s,
+                            f16_mma_dec_kernel<R, kSegs, false, kXAll, kRouter>, p);
   } else {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks);
@@ -224,13 +270,16 @@ cudaError_t launch_dec(const DecParams& p, unsigned blocks, bool pdl, cudaStream
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, f16_mma_dec_kernel<R, kSegs, true, kXAll>, p);
+    return cudaLaunchKernelEx(&cfg, f16_mma_dec_kernel<R, kSegs, true, kXAll, kRouter>, p);
   }
 }
 
 template <int R>
 cudaError_t launch_dec_segs(const DecParams& p, unsigned blocks, int segs, bool cluster, bool pdl, bool x_all,
                             cudaStream_t s) {
+  if constexpr (R <= 8)  // the router fold: 8-row tiles (Flash's 256 experts) or 4 (≤ 63), one segment a block
+    if (p.fold_done)
+      return cluster ? launch_dec<R, 1, true, false, true>(p, blocks, pdl, s) : launch_dec<R, 1, false, false, true>(p, blocks, pdl, s);
   if (x_all && segs == 1)
     return cluster ? launch_dec<R, 1, true, true>(p, blocks, pdl, s) : launch_dec<R, 1, false, true>(p, blocks, pdl, s);
   if (cluster) return launch_dec<R, 1, true>(p, blocks, pdl, s);
@@ -343,6 +392,25 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
   // be the fork's event).
   const bool pdl = (f16_mma_pdl_ || variant == 4) && !on_side_ && sm90();
   const bool x_all = variant >= 3 && variant <= 6 && (sm_count_ == 0 || blocks <= int64_t{4} * sm_count_);
+  // The router fold (launch_folds.h kFoldRouter, offered through GemvJob::y_router): the router's selection
+  // in the last block to finish a row tile — where the launch is its shape: one job in 8- or 4-row tiles of
+  // one segment a block (4 warps: 2 experts a thread of the rank code's 256; every tile finished by one
+  // block, the last of its split blocks or its only one), logits [n][n_expert] dense.
+  const RouterArgs* rf = jobs.size() == 1 ? jobs[0].y_router : nullptr;
+  if (rf && jobs[0].folded && R <= 8 && segs == 1 && !x_all && rf->n == n &&
+      rf->logits == jobs[0].y && jobs[0].y_stride == rf->n_expert && rf->n_expert == jobs[0].w.rows &&
+      rf->n_expert <= kRouterRankExperts && rf->k >= 1 && rf->k <= kRouterRankMaxK && rf->k <= rf->n_expert &&
+      (n == 1 || (launch_folds_ & kFoldBatched))) {
+    const DeviceScratch before = fold_;
+    if (!ensure(fold_, kFoldScratchBytes, "launch fold counters")) return true;  // error recorded
+    if ((fold_.ptr != before.ptr || fold_.bytes != before.bytes) &&
+        !check(cudaMemsetAsync(fold_.ptr, 0, kFoldScratchBytes, stream()), "launch fold counters"))
+      return true;
+    p.router = *rf;
+    p.fold_done = static_cast<int*>(fold_.ptr) + kFoldCounterRouter;
+    p.fold_tiles = static_cast<int32_t>((jobs[0].w.rows + R - 1) / R);
+    *jobs[0].folded = true;
+  }
   const cudaError_t e = R == 16  ? launch_dec_segs<16>(p, grid, segs, cluster, pdl, x_all, stream())
                         : R == 8 ? launch_dec_segs<8>(p, grid, segs, cluster, pdl, x_all, stream())
                                  : launch_dec_segs<4>(p, grid, segs, cluster, pdl, x_all, stream());

@@ -12,12 +12,33 @@
 //   kFoldRouter: the router's F16 MMA decode matmul (matmul_f16_mma_decode.cu: 256 × 4096 logits in 8-row tiles
 //     split over 8 blocks, one segment each) runs the router's top-k by ranks (router_device.cuh, the router
 //     kernel's code) in the last block to finish a tile — one launch less per MoE layer (43 a token).
+//   kFoldRmsNorm: q_a's dense matmul at one token (gemv_stream.cu, 1024 × 4096 Q8_0) runs its RMSNorm
+//     (norm_device.cuh, rms_norm3_kernel's code) in the last block to finish — one launch less per layer.
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/launch_folds.h"
 
 namespace ds4::backend::cuda {
 
+int* fold_counters(CudaBackend& be, DeviceScratch& area) {
+  const DeviceScratch before = area;
+  if (!be.ensure(area, kFoldScratchBytes, "launch fold counters")) return nullptr;
+  if ((area.ptr != before.ptr || area.bytes != before.bytes) &&
+      !be.check(cudaMemsetAsync(area.ptr, 0, kFoldScratchBytes, be.stream()), "launch fold counters"))
+    return nullptr;
+  return static_cast<int*>(area.ptr);
+}
+
 void CudaBackend::matmul_rms_norm(const MatmulArgs& m, const RmsNormArgs& n) {
+  if ((launch_folds_ & kFoldRmsNorm) && !failed() && m.n > 0 && n.rows == m.n && n.x == m.y && n.stride == m.y_stride &&
+      n.dim == m.w.rows) {
+    GemvJob j = gemv_job(m);
+    bool folded = false;
+    j.y_norm = &n;
+    j.folded = &folded;
+    gemv(j, act_);
+    if (!folded) rms_norm(n);
+    return;
+  }
   matmul(m);
   rms_norm(n);
 }

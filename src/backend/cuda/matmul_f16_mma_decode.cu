@@ -401,13 +401,10 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
       rf->logits == jobs[0].y && jobs[0].y_stride == rf->n_expert && rf->n_expert == jobs[0].w.rows &&
       rf->n_expert <= kRouterRankExperts && rf->k >= 1 && rf->k <= kRouterRankMaxK && rf->k <= rf->n_expert &&
       (n == 1 || (launch_folds_ & kFoldBatched))) {
-    const DeviceScratch before = fold_;
-    if (!ensure(fold_, kFoldScratchBytes, "launch fold counters")) return true;  // error recorded
-    if ((fold_.ptr != before.ptr || fold_.bytes != before.bytes) &&
-        !check(cudaMemsetAsync(fold_.ptr, 0, kFoldScratchBytes, stream()), "launch fold counters"))
-      return true;
+    int* counters = fold_counters(*this, fold_);
+    if (!counters) return true;  // error recorded
     p.router = *rf;
-    p.fold_done = static_cast<int*>(fold_.ptr) + kFoldCounterRouter;
+    p.fold_done = counters + kFoldCounterRouter;
     p.fold_tiles = static_cast<int32_t>((jobs[0].w.rows + R - 1) / R);
     *jobs[0].folded = true;
   }

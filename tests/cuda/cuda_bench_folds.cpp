@@ -63,7 +63,7 @@ struct FoldSide {
 }  // namespace
 
 void bench_folds(int argc, char** argv) {
-  const int vals[2] = {argc > 0 ? std::atoi(argv[0]) : 0, argc > 1 ? std::atoi(argv[1]) : 9};
+  const int vals[2] = {argc > 0 ? std::atoi(argv[0]) : 0, argc > 1 ? std::atoi(argv[1]) : 2};
   std::unique_ptr<Backend> bes[2];
   for (int k = 0; k < 2; ++k) {
     cuda::CudaBackendOptions o;

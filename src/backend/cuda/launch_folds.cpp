@@ -9,11 +9,10 @@
 // and otherwise (the bit off, another kernel, a shape it does not take) the second op runs as its own
 // launch, as the interface's default does. Same bits either way.
 // The folds (launch_folds.h bits):
-//   kFoldRouter: the router's F16 MMA decode matmul (matmul_f16_mma_decode.cu: 256 × 4096 logits in 8-row tiles
-//     split over 8 blocks, one segment each) runs the router's top-k by ranks (router_device.cuh, the router
-//     kernel's code) in the last block to finish a tile — one launch less per MoE layer (43 a token).
 //   kFoldRmsNorm: q_a's dense matmul at one token (gemv_stream.cu, 1024 × 4096 Q8_0) runs its RMSNorm
 //     (norm_device.cuh, rms_norm3_kernel's code) in the last block to finish — one launch less per layer.
+//   kRouterPdl (not a fold): the router's logits (matmul_f16_mma_decode.cu) as a programmatic dependent of the kernel
+//     before (the FFN's HC pre), its weight loads under that kernel's tail; the selection stays its own launch.
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/launch_folds.h"
 
@@ -49,16 +48,13 @@ void CudaBackend::matmul_norm_rope(const MatmulArgs& m, const NormRopeArgs& r) {
 }
 
 void CudaBackend::router_logits(const MatmulArgs& m, const RouterArgs& r) {
-  if ((launch_folds_ & kFoldRouter) && !failed() && m.n > 0) {
+  if (launch_folds_ & kRouterPdl) {  // the logits' job marked as the router's (no fold: *folded stays unset)
     GemvJob j = gemv_job(m);
-    bool folded = false;
     j.y_router = &r;
-    j.folded = &folded;
     gemv(j, act_);
-    if (!folded) router(r);
-    return;
+  } else {
+    matmul(m);
   }
-  matmul(m);
   router(r);
 }
 

@@ -15,7 +15,8 @@
 // tile's counter after a fence, and the tile's last block adds all of the tile's segment sums in segment
 // order and resets the counter (zero between calls; zeroed when the area is allocated).
 // With CudaBackendOptions::f16_mma_pdl (off by default: whole steps measured slower) on the main lane
-// (sm_90) the kernel is a programmatic dependent: its blocks issue their weight loads while the kernel
+// (sm_90), or for the router's logits alone (CudaBackendOptions::launch_folds kRouterPdl), the kernel is a
+// programmatic dependent: its blocks issue their weight loads while the kernel
 // before ends, wait (griddepcontrol) before reading the activations, and let the kernel after start early.
 // With CudaBackendOptions::f16_mma_cluster (sm_90, one segment per block, split tiles of 2, 4 or 8
 // blocks) the blocks run as clusters of 8, each job's blocks padded to whole clusters: every block keeps
@@ -36,7 +37,6 @@
 #include "backend/cuda/f16_mma.cuh"
 #include "backend/cuda/launch_folds.h"
 #include "backend/cuda/matmul_f16_mma_ring.h"
-#include "backend/cuda/router_device.cuh"
 
 namespace ds4::backend::cuda {
 
@@ -72,40 +72,7 @@ struct DecParams {
   int32_t n_jobs, n_vec;
   int* done;    // [kDecCounters] (zero between calls)
   float* part;  // split jobs' segment sums: [tile][nseg][R][8]
-  // The router fold (kRouter: launch_folds.h, one split job = the router's logits [n][n_expert]): the block
-  // that finishes a row tile counts it on *fold_done (fold_, zero between calls); the last of fold_tiles
-  // runs router_rank_token on every token and resets the count.
-  RouterArgs router;
-  int* fold_done;
-  int32_t fold_tiles;
 };
-
-// kRouter: a block that has stored a finished row tile of the logits counts it (its stores fenced first);
-// the last one to count routes every token (router_device.cuh: the router kernel's expressions), with
-// kPer experts a thread, and leaves the count at zero for the next call.
-template <int kPer>
-__device__ void dec_fold_router(const DecParams& p) {
-  __shared__ RouterRankSmem rs;
-  __shared__ int last_tile;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last_tile = atomicAdd(p.fold_done, 1) == p.fold_tiles - 1;
-  __syncthreads();
-  if (!last_tile) return;
-  __threadfence();  // the other blocks' logits: read after their counts were seen
-  const RouterArgs& a = p.router;
-  float bias[kPer];
-#pragma unroll
-  for (int h = 0; h < kPer; ++h) {
-    const int e = threadIdx.x + h * blockDim.x;
-    bias[h] = e < a.n_expert && a.bias ? a.bias[e] : 0.0f;
-  }
-  for (int64_t i = 0; i < a.n; ++i) {
-    router_rank_token<kPer>(a, i, bias, rs);
-    __syncthreads();  // rs is reused by the next token
-  }
-  if (threadIdx.x == 0) *p.fold_done = 0;  // ready for the next call
-}
 
 // Block of 4·kSegs warps; warp w: row tile group w / (4·spb), segment w % (4·spb) / 4 of the block's,
 // quarter w % 4 of it.
@@ -115,12 +82,9 @@ __device__ void dec_fold_router(const DecParams& p) {
 // activation load of the quarter issued at once before the chain (32 registers) instead of one block ahead —
 // one memory latency before the 32 MMAs instead of one between each 8 of them; few blocks, so the
 // registers cost no occupancy.
-// kRouter (launch_folds.h; one job, one segment a block, a row tile a block or split): the router's selection
-// after the logits (dec_fold_router).
-template <int R, int kSegs, bool kCluster, bool kXAll, bool kRouter = false>
+template <int R, int kSegs, bool kCluster, bool kXAll>
 __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_mma_dec_kernel(DecParams p) {
   constexpr int kWarps = 4 * kSegs, kH = R == 16 ? 2 : 1;
-  constexpr int kRouterPer = kRouterRankExperts / (kWarps * kWarp);  // experts a thread in the router fold
   static_assert(!kCluster || kSegs == 1, "clusters hold one segment per block");
   __shared__ float qs[kWarps][4][kWarp];  // quarter accumulators: warp, element r, lane
   __shared__ float cs[kCluster ? R * kDecMaxVec : 1];  // kCluster: this block's segment sums [row][vector]
@@ -198,11 +162,7 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_
     }
     if (!split) J.y[v * J.y_stride + o] = acc;
   }
-  if (!split) {  // uniform over a cluster: a job's blocks fill whole clusters
-    if constexpr (kRouter)
-      if (tb * R < J.rows) dec_fold_router<kRouterPer>(p);  // its one row tile finished (kRouter: groups = 1)
-    return;
-  }
+  if (!split) return;  // uniform over a cluster: a job's blocks fill whole clusters
   if constexpr (kCluster) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The tile's blocks are ranks first … first + sblocks − 1 of the cluster (sblocks divides 8, jobs start
@@ -223,8 +183,6 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_
       }
     }
     cl.sync();
-    if constexpr (kRouter)
-      if (sg == 0 && tb * R < J.rows) dec_fold_router<kRouterPer>(p);  // the tile's finishing block
 #endif
     return;
   }
@@ -246,16 +204,14 @@ __global__ void __launch_bounds__(4 * kSegs * kWarp, kXAll ? 4 : 8 / kSegs) f16_
     J.y[v * J.y_stride + o] = acc;
   }
   if (threadIdx.x == 0) p.done[J.tile0 + tb] = 0;  // ready for the next call
-  if constexpr (kRouter) dec_fold_router<kRouterPer>(p);  // the tile's finishing block
 }
 
 constexpr int kDecCluster = 8;  // blocks per cluster (f16_mma_cluster)
 
-template <int R, int kSegs, bool kCluster, bool kXAll = false, bool kRouter = false>
+template <int R, int kSegs, bool kCluster, bool kXAll = false>
 cudaError_t launch_dec(const DecParams& p, unsigned blocks, bool pdl, cudaStream_t s) {
   if constexpr (!kCluster) {
-    return launch_dependent(pdl, dim3(blocks), dim3(4 * kSegs * kWarp), 0, s,
-                            f16_mma_dec_kernel<R, kSegs, false, kXAll, kRouter>, p);
+    return launch_dependent(pdl, dim3(blocks), dim3(4 * kSegs * kWarp), 0, s, f16_mma_dec_kernel<R, kSegs, false, kXAll>, p);
   } else {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks);
@@ -270,16 +226,13 @@ cudaError_t launch_dec(const DecParams& p, unsigned blocks, bool pdl, cudaStream
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = pdl ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, f16_mma_dec_kernel<R, kSegs, true, kXAll, kRouter>, p);
+    return cudaLaunchKernelEx(&cfg, f16_mma_dec_kernel<R, kSegs, true, kXAll>, p);
   }
 }
 
 template <int R>
 cudaError_t launch_dec_segs(const DecParams& p, unsigned blocks, int segs, bool cluster, bool pdl, bool x_all,
                             cudaStream_t s) {
-  if constexpr (R <= 8)  // the router fold: 8-row tiles (Flash's 256 experts) or 4 (≤ 63), one segment a block
-    if (p.fold_done)
-      return cluster ? launch_dec<R, 1, true, false, true>(p, blocks, pdl, s) : launch_dec<R, 1, false, false, true>(p, blocks, pdl, s);
   if (x_all && segs == 1)
     return cluster ? launch_dec<R, 1, true, true>(p, blocks, pdl, s) : launch_dec<R, 1, false, true>(p, blocks, pdl, s);
   if (cluster) return launch_dec<R, 1, true>(p, blocks, pdl, s);
@@ -390,24 +343,10 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
   const unsigned grid = static_cast<unsigned>(blocks);
   // The side lane keeps plain stream order (as the other programmatic dependents: its kernel before may
   // be the fork's event).
-  const bool pdl = (f16_mma_pdl_ || variant == 4) && !on_side_ && sm90();
+  // CudaBackendOptions::launch_folds kRouterPdl: the router's logits (GemvJob::y_router, launch_folds.cpp) alone as one.
+  const bool router_pdl = jobs.size() == 1 && jobs[0].y_router && (launch_folds_ & kRouterPdl) != 0;
+  const bool pdl = (f16_mma_pdl_ || variant == 4 || router_pdl) && !on_side_ && sm90();
   const bool x_all = variant >= 3 && variant <= 6 && (sm_count_ == 0 || blocks <= int64_t{4} * sm_count_);
-  // The router fold (launch_folds.h kFoldRouter, offered through GemvJob::y_router): the router's selection
-  // in the last block to finish a row tile — where the launch is its shape: one job in 8- or 4-row tiles of
-  // one segment a block (4 warps: 2 experts a thread of the rank code's 256; every tile finished by one
-  // block, the last of its split blocks or its only one), logits [n][n_expert] dense.
-  const RouterArgs* rf = jobs.size() == 1 ? jobs[0].y_router : nullptr;
-  if (rf && jobs[0].folded && R <= 8 && segs == 1 && !x_all && rf->n == n &&
-      rf->logits == jobs[0].y && jobs[0].y_stride == rf->n_expert && rf->n_expert == jobs[0].w.rows &&
-      rf->n_expert <= kRouterRankExperts && rf->k >= 1 && rf->k <= kRouterRankMaxK && rf->k <= rf->n_expert &&
-      (n == 1 || (launch_folds_ & kFoldBatched))) {
-    int* counters = fold_counters(*this, fold_);
-    if (!counters) return true;  // error recorded
-    p.router = *rf;
-    p.fold_done = counters + kFoldCounterRouter;
-    p.fold_tiles = static_cast<int32_t>((jobs[0].w.rows + R - 1) / R);
-    *jobs[0].folded = true;
-  }
   const cudaError_t e = R == 16  ? launch_dec_segs<16>(p, grid, segs, cluster, pdl, x_all, stream())
                         : R == 8 ? launch_dec_segs<8>(p, grid, segs, cluster, pdl, x_all, stream())
                                  : launch_dec_segs<4>(p, grid, segs, cluster, pdl, x_all, stream());

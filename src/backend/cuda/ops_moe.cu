@@ -13,11 +13,16 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/gemm_experts.h"
-#include "backend/cuda/router_device.cuh"
 
 namespace ds4::backend::cuda {
 
 namespace {
+
+__device__ float softplus_dev(float z) {
+  if (z > 20.0f) return z;
+  if (z < -20.0f) return expf(z);
+  return log1pf(expf(z));
+}
 
 // One thread per token: the CPU's router loop (repeated selection, lower expert id on ties).
 __global__ void router_kernel(RouterArgs a) {
@@ -143,19 +148,161 @@ __global__ void __launch_bounds__(kRouterThreads) router_block_kernel(RouterArgs
   for (int j = 0; j < a.k; ++j) w[j] = a.scale * w[j] / denom;
 }
 
+// One warp per token (n_expert ≤ kRouterWarpExperts, k ≤ 32; CudaBackendOptions::hc_router_v2): lane l
+// scores experts l, l + 32, … once into registers and keeps a bit per expert it has given away; each of
+// the k rounds is a warp butterfly over (best value, its id, first untaken id, that id's value) — no
+// block barriers and no serial thread-0 loop per round (the block kernel above pays two barriers and
+// an 8-way scan per round). The same decisions as the CPU's loop: the first untaken expert wins when
+// its value is NaN (nothing compares greater), otherwise the largest non-NaN value, the lower id on
+// ties; scores and weights are router_block_kernel's expressions, so its bits.
+constexpr int kRouterWarpItems = 8;  // experts per lane
+constexpr int kRouterWarpExperts = kRouterWarpItems * kWarp;
+constexpr int kRouterWarpsPerBlock = 4;
+
+// Token i's routing by one whole warp (lane = threadIdx.x % 32).
+__device__ void router_warp_token(const RouterArgs& a, int64_t i, int lane) {
+  const float* z = a.logits + i * a.n_expert;
+  int32_t mine = -1;  // lane j < k: the expert of slot j
+  if (a.hash) {
+    if (lane < a.k) mine = a.hash[static_cast<int64_t>(a.tokens[i]) * a.k + lane];
+  } else {
+    float val[kRouterWarpItems];
+#pragma unroll
+    for (int q = 0; q < kRouterWarpItems; ++q) {
+      const int e = lane + q * kWarp;
+      val[q] = e < a.n_expert ? sqrtf(softplus_dev(z[e])) + (a.bias ? a.bias[e] : 0.0f) : 0.0f;
+    }
+    uint32_t taken = 0;  // bit q: expert lane + 32q chosen in an earlier round
+    for (int j = 0; j < a.k; ++j) {
+      float bv = 0, fv = 0;
+      int bi = -1, f = 0x7fffffff;
+#pragma unroll
+      for (int q = kRouterWarpItems - 1; q >= 0; --q) {  // descending, so the lowest untaken id is last
+        const int e = lane + q * kWarp;
+        if (e >= a.n_expert || (taken >> q & 1u)) continue;
+        f = e;
+        fv = val[q];
+        if (val[q] != val[q]) continue;  // NaN never wins
+        if (bi < 0 || val[q] >= bv) {    // ≥ while descending: the lower id on ties
+          bv = val[q];
+          bi = e;
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o), ofv = __shfl_xor_sync(0xffffffffu, fv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o), of = __shfl_xor_sync(0xffffffffu, f, o);
+        if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+          bv = ov;
+          bi = oi;
+        }
+        if (of < f) {
+          f = of;
+          fv = ofv;
+        }
+      }
+      const bool first_nan = f != 0x7fffffff && fv != fv;
+      const int32_t pick = (first_nan || bi < 0) ? (f != 0x7fffffff ? f : -1) : bi;
+      if (lane == j) mine = pick;
+      if (pick >= 0 && pick % kWarp == lane) taken |= 1u << (pick / kWarp);
+    }
+  }
+  // Weights: slot j's sqrt(softplus) on lane j, summed in slot order by every lane.
+  const bool slot = lane < a.k;
+  const float wj = slot ? (mine >= 0 && mine < a.n_expert ? sqrtf(softplus_dev(z[mine])) : NAN) : 0.0f;
+  float sum = 0;
+  for (int j = 0; j < a.k; ++j) sum += __shfl_sync(0xffffffffu, wj, j);
+  const float denom = fmaxf(sum, a.denom_guard);
+  if (slot) {
+    a.ids[i * a.k + lane] = mine;
+    a.weights[i * a.k + lane] = a.scale * wj / denom;
+  }
+}
+
 __global__ void __launch_bounds__(kRouterWarpsPerBlock * kWarp) router_warp_kernel(RouterArgs a) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRouterWarpsPerBlock + threadIdx.x / kWarp;
   if (i < a.n) router_warp_token(a, i, threadIdx.x % kWarp);  // whole warps
 }
 
-// One block per token, one expert per thread: router_device.cuh's router_rank_token. Launched as a
-// programmatic dependent: the bias and hash rows are weights, the bias loaded before the wait for the logits.
+// One block per token, one expert per thread (n_expert ≤ kRouterRankExperts, k ≤ kRouterRankMaxK;
+// CudaBackendOptions::small_v3): the CPU loop's k rounds as ranks. Without NaN scores the loop picks in the
+// strict order "greater value first, the lower id on ties" (e beats e' when v_e > v_e', or v_e == v_e' and
+// e < e'), so round j takes the expert beaten by exactly j others. Each warp ranks its 32 experts among
+// themselves (32 shuffles); whatever beats a top-k expert is top-k in its own warp too, so each warp's
+// first k go to shared memory (≤ 8·k candidates) and a candidate's rank among them is its overall rank.
+// No dependent rounds (the warp kernel's 6 butterflies were ~5 µs of its 7), and the weights' scores come
+// from the scoring pass (no second load of z). A NaN score anywhere (the CPU's loop then takes its first
+// untaken expert when that one is NaN): warp 0 runs router_warp_token for the token. Launched as a
+// programmatic dependent: the bias and hash rows are weights, loaded before the wait for the logits.
+// Scores and weights are router_warp_kernel's expressions, summed in slot order: its bits.
+constexpr int kRouterRankExperts = 256;
+constexpr int kRouterRankMaxK = 16;
+constexpr int kRouterRankCand = kRouterRankExperts / kWarp * kRouterRankMaxK;
+
 __global__ void __launch_bounds__(kRouterRankExperts) router_rank_kernel(RouterArgs a) {
-  __shared__ RouterRankSmem s;
-  const int e = threadIdx.x;
-  const float bias[1] = {e < a.n_expert && a.bias ? a.bias[e] : 0.0f};
+  __shared__ float sp_s[kRouterRankExperts];  // hash routing: sqrt(softplus) of every expert
+  __shared__ float2 cand[kRouterRankCand];    // (value, id bits) of each warp's first k, warp-major
+  __shared__ float cand_p[kRouterRankCand];   // their sqrt(softplus)
+  __shared__ int32_t sel_e[kRouterRankMaxK];
+  __shared__ float sel_p[kRouterRankMaxK];
+  const int e = threadIdx.x, lane = e % kWarp, wid = e / kWarp;
+  const int64_t i = blockIdx.x;
+  const bool valid = e < a.n_expert;
+  const float bias = valid && a.bias ? a.bias[e] : 0.0f;
   grid_dependency_wait();  // logits (and the token ids) come from the kernels before
-  router_rank_token<1>(a, blockIdx.x, bias, s);
+  float p = 0.0f, v = -INFINITY;  // past n_expert: beats nothing (-inf, and the highest lanes)
+  if (valid) {
+    p = sqrtf(softplus_dev(a.logits[i * a.n_expert + e]));
+    v = p + bias;  // router_warp_token's value
+  }
+  if (a.hash) {
+    const int32_t hid = e < a.k ? a.hash[static_cast<int64_t>(a.tokens[i]) * a.k + e] : -1;
+    if (valid) sp_s[e] = p;
+    __syncthreads();
+    if (e < a.k) {
+      sel_e[e] = hid;
+      sel_p[e] = hid >= 0 && hid < a.n_expert ? sp_s[hid] : NAN;
+    }
+  } else {
+    int r = 0;  // experts of this warp that beat e
+#pragma unroll
+    for (int j = 0; j < kWarp; ++j) {
+      const float vj = __shfl_sync(0xffffffffu, v, j);
+      r += (vj > v || (vj == v && j < lane)) ? 1 : 0;
+    }
+    if (valid && r < a.k) {
+      cand[wid * a.k + r] = make_float2(v, __int_as_float(e));
+      cand_p[wid * a.k + r] = p;
+    }
+    if (__syncthreads_or(valid && v != v)) {  // block-uniform
+      if (wid == 0) router_warp_token(a, i, lane);
+      return;
+    }
+    // Only the last warp can hold fewer than k experts, so the candidates are 0 … nc − 1.
+    const int nw = (a.n_expert + kWarp - 1) / kWarp, last = a.n_expert - (nw - 1) * kWarp;
+    const int nc = (nw - 1) * a.k + (last < a.k ? last : a.k);
+    if (e < nc) {
+      const float2 me = cand[e];
+      const int32_t mi = __float_as_int(me.y);
+      int g = 0;
+      for (int q = 0; q < nc; ++q) {
+        const float2 c = cand[q];
+        g += (c.x > me.x || (c.x == me.x && __float_as_int(c.y) < mi)) ? 1 : 0;
+      }
+      if (g < a.k) {
+        sel_e[g] = mi;
+        sel_p[g] = cand_p[e];
+      }
+    }
+  }
+  __syncthreads();
+  if (wid != 0) return;
+  float sum = 0;
+  for (int j = 0; j < a.k; ++j) sum += sel_p[j];  // slot order
+  const float denom = fmaxf(sum, a.denom_guard);
+  if (lane < a.k) {
+    a.ids[i * a.k + lane] = sel_e[lane];
+    a.weights[i * a.k + lane] = a.scale * sel_p[lane] / denom;
+  }
 }
 
 // g[p][f] ← swiglu(g, u) · weights[p]  (ds4 scales before the down projection).

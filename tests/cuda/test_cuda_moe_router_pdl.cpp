@@ -1,15 +1,13 @@
-// test_cuda_moe_router_fold.cpp — the router fold (CudaBackendOptions::launch_folds bit 1, launch_folds.h
-// kFoldRouter: the F16 MMA decode matmul's last block to finish a row tile runs the router's top-k by ranks,
-// router_device.cuh) against the two ops it replaces (launch_folds = 0: Backend::router_logits' matmul, then
-// router), bit for bit: the logits, the ids and the weights. Shapes: Flash's router (256 × 4096, top-6), rows of
-// 2 segments (256 × 1024), a partial last tile (100 experts, top-8: 13 tiles of 8 rows), 64 / top-4 (the fewest
-// rows of 8-row tiles), 32 / top-4 (4-row tiles), rows of one segment (the tiny models' 8 experts × 256, top-2, and
-// 16 × 512: a block a tile, no split); the clusters and the counter path (f16_mma_cluster off). Modes: biased top-k, plain, hash routing, all-equal logits (zero weights: every
-// score ties, the lower id wins), NaN inputs on even tokens (NaN logits: the rank code's warp fallback).
-// n = 1, 2, 3, 4, 8 with the batched bit (kFoldBatched) and without it (n > 1 then takes the two launches);
-// each case three times in a row into fresh poisoned outputs (the fold's counter is left at zero by each
-// call). The ids also against the CPU router on the same logits. The model level (decode ≡ prefill, graphs
-// on ≡ off with the fold) is test_cuda_model's.
+// test_cuda_moe_router_pdl.cpp — the router's logits as a programmatic dependent launch (CudaBackendOptions::
+// launch_folds bit 16, launch_folds.h kRouterPdl: Backend::router_logits marks the logits' job, matmul_f16_mma_decode.cu
+// launches it with griddepcontrol) against the two ops as before (launch_folds = 0), bit for bit: the logits, the
+// ids and the weights. (Session 13's router fold — the top-k in the logits kernel's last block, bits 1 and 8 — was
+// tested here too, bit for bit on the H200, and removed: slower; docs/PERF.md.) Shapes: Flash's router (256 × 4096,
+// top-6), rows of 2 segments (256 × 1024), a partial last tile (100 experts, top-8), 64 / top-4, 32 / top-4 (4-row
+// tiles), rows of one segment (the tiny models' 8 experts × 256, top-2, and 16 × 512); the clusters and the counter
+// path (f16_mma_cluster off). Modes: biased top-k, plain, hash routing, all-equal logits (zero weights), NaN inputs
+// on even tokens. n = 1, 2, 3, 4, 8; each case three times in a row into fresh poisoned outputs. The ids also
+// against the CPU router on the same logits.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -23,11 +21,11 @@ using namespace ds4::test;
 
 namespace {
 
-class CudaMoeRouterFold : public CudaOpsTest {
+class CudaMoeRouterPdl : public CudaOpsTest {
  protected:
   std::unique_ptr<Backend> make(int folds, bool cluster) {
     cuda::CudaBackendOptions o;
-    o.f16_mma = true;  // the engine's F16 order (runtime::engine_cuda_options), whose decode kernel folds
+    o.f16_mma = true;  // the engine's F16 order (runtime::engine_cuda_options): the decode kernel the bit reaches
     o.f16_mma_cluster = cluster;
     o.launch_folds = folds;
     auto p = cuda::make_cuda_backend(o);
@@ -43,7 +41,7 @@ struct Out {
 
 }  // namespace
 
-TEST_F(CudaMoeRouterFold, FoldEqualsMatmulThenRouter) {
+TEST_F(CudaMoeRouterPdl, PdlEqualsMatmulThenRouter) {
   const char* const modes[] = {"biased", "plain", "hash", "ties", "nan"};
   struct Shape {
     int ne, k;
@@ -57,9 +55,7 @@ TEST_F(CudaMoeRouterFold, FoldEqualsMatmulThenRouter) {
     int folds;
     bool cluster;
   };
-  const Side sides[] = {{cuda::kFoldRouter, true},
-                        {cuda::kFoldRouter | cuda::kFoldBatched, true},
-                        {cuda::kFoldRouter | cuda::kFoldBatched, false}};
+  const Side sides[] = {{cuda::kRouterPdl, true}, {cuda::kRouterPdl, false}};
   std::unique_ptr<Backend> ref_c = make(0, true), ref_s = make(0, false);
   std::vector<std::unique_ptr<Backend>> fold;
   for (const Side& sd : sides) fold.push_back(make(sd.folds, sd.cluster));
@@ -84,7 +80,7 @@ TEST_F(CudaMoeRouterFold, FoldEqualsMatmulThenRouter) {
       const int32_t* ghash = dev(hash);
       const int32_t* gtok = dev(tok);
       for (int64_t n : {1, 2, 3, 4, 8}) {
-        const std::string tag = "router fold NE" + std::to_string(sh.ne) + " k" + std::to_string(sh.k) + " cols" +
+        const std::string tag = "router pdl NE" + std::to_string(sh.ne) + " k" + std::to_string(sh.k) + " cols" +
                                 std::to_string(sh.cols) + " n" + std::to_string(n) + " " + modes[mode];
         // One call of the pair on `be` into fresh poisoned outputs.
         auto run = [&](Backend& be) {
@@ -136,8 +132,8 @@ TEST_F(CudaMoeRouterFold, FoldEqualsMatmulThenRouter) {
             const std::string what = tag + " folds " + std::to_string(sides[si].folds) +
                                      (sides[si].cluster ? "" : " counter") + " call " + std::to_string(rep);
             EXPECT_EQ(got.ids, want.ids) << what << " ids";
-            expect_same_bits(got.logits, want.logits, what + " logits", "fold == matmul, router");
-            expect_same_bits(got.weights, want.weights, what + " weights", "fold == matmul, router");
+            expect_same_bits(got.logits, want.logits, what + " logits", "pdl == plain launch");
+            expect_same_bits(got.weights, want.weights, what + " weights", "pdl == plain launch");
           }
         }
       }

@@ -504,7 +504,7 @@ void bench_hcb_steps(int argc, char** argv) {
 
 // `cuda_bench --fold-steps A B [C …] [--rounds R] M...`: decode steps of each model file as the engine runs them
 // (graphs, branches with the HC split on the side lane, runtime::engine_cuda_options) with
-// CudaBackendOptions::launch_folds A, B, … (launch_folds.h bits): batch 1 at 2K, then batches 2 and 4 at 1K, the sides
+// CudaBackendOptions::launch_folds A, B, … (launch_folds.cpp): batch 1 at 2K, then batches 2 and 4 at 1K, the sides
 // interleaved R times (default 3; drift shows). "BENCH fold-steps" lines.
 void bench_fold_steps(int argc, char** argv) {
   std::vector<int> vals;

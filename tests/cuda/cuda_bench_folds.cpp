@@ -1,10 +1,13 @@
 // cuda_bench_folds.cpp — `cuda_bench --folds A B`: Backend's op pairs (launch_folds.cpp) on two backends that
-// differ only in CudaBackendOptions::launch_folds (A, B: bits of launch_folds.h; the engine's F16 order on both),
-// graph µs per call (StageBench, 20 calls a graph) and launches per call (a fold taken shows one launch less), at
-// Flash's decode shapes: the router's logits (F16 256 × 4096) and its top-6 selection, n = 1, 2, 4; q_a (Q8_0
-// 1024 × 4096) and its RMSNorm in place, n = 1, 2. The two sides interleaved twice (drift shows). "BENCH folds" lines.
-// Deliberately not here: correctness (test_cuda_moe_router_fold.cpp), whole decode steps (`cuda_bench
-// --fold-steps`, cuda_bench_branches.cpp: what decides a default).
+// differ only in CudaBackendOptions::launch_folds (A, B; the engine's F16 order on both), graph µs per call
+// (StageBench, 20 calls a graph) and launches per call (a fold taken shows one launch less), at Flash's decode shapes:
+// the router's logits (F16 256 × 4096) and its top-6 selection, n = 1, 2, 4; q_a (Q8_0 1024 × 4096) and its RMSNorm in
+// place, n = 1, 2. The two sides interleaved twice (drift shows). "BENCH folds" lines. Session 13 measured its folds
+// with it (the router's top-k in the logits kernel, q_a's norm in its matmul, the logits as a programmatic dependent:
+// none faster on whole steps, all removed — docs/PERF.md); today every value runs the two ops, and the bench stays as
+// the pairs' baseline for the next attempt.
+// Deliberately not here: correctness (the op tests), whole decode steps (`cuda_bench --fold-steps`,
+// cuda_bench_branches.cpp: what decides a default).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +66,7 @@ struct FoldSide {
 }  // namespace
 
 void bench_folds(int argc, char** argv) {
-  const int vals[2] = {argc > 0 ? std::atoi(argv[0]) : 0, argc > 1 ? std::atoi(argv[1]) : 2};
+  const int vals[2] = {argc > 0 ? std::atoi(argv[0]) : 0, argc > 1 ? std::atoi(argv[1]) : 0};
   std::unique_ptr<Backend> bes[2];
   for (int k = 0; k < 2; ++k) {
     cuda::CudaBackendOptions o;

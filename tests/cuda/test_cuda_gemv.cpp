@@ -16,12 +16,10 @@
 //   (q_b, out_b, shared gate/up and down whole), grouped, odd-shape, matmul_many and chained suites.
 // - gemv_warp.cu's per-warp rings (forced: gemv_warp = always; sm_90): the gemv_rows suites at n ≤ 4 (5..8 falling
 //   back), q_b, out_b and shared down whole at 1, 2 and 4 vectors; half tiles (gemv_warp_tile_bytes).
-// - q_a's norm folded into gemv_stream.cu (CudaBackendOptions::launch_folds, CudaGemvNormFold) ≡ matmul then rms_norm.
 // Deliberately not here: other weight types and routed experts (test_cuda_matmul.cpp).
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cuda/launch_folds.h"
 #include "cuda_test_util.h"
 
 using namespace ds4;
@@ -762,101 +760,4 @@ TEST_F(CudaGemvBulkWins, ItsShapesBitIdenticalToCpu) {
   for (int64_t n : {1, 2, 4}) check(32768, 1024, n, n > 1 ? 8 : 0, 0);  // q_b whole: ring 2
   check(32768, 1024, 8);             // q_b at 8: the kernels after them
   check_many({1024, 512}, 4096, 2);  // q_a + kv: 1,536 rows, not measured on them
-}
-
-// The q_a norm fold (CudaBackendOptions::launch_folds bit 2, launch_folds.h kFoldRmsNorm: gemv_stream.cu's last block
-// runs rms_norm3_kernel's row code, norm_device.cuh; with bit 4 it lets the kernel after start as it begins) against
-// the two ops it replaces (launch_folds = 0: matmul, then
-// rms_norm), bit for bit, and within 1e-6 of the CPU ops: q_a 1024 × 4096 (the fold's shape: one token, the cp.async
-// ring) and a smaller row count (512 × 4096: gemv_stream too), with and without the norm weight, in place (q_a's
-// norm: x = y) and into another buffer (the matmul's rows kept), 1 … 4 tokens (from 2 the bulk ring / gemv_warp run
-// q_a: the two launches), shapes the fold does not take (1024 × 2048: the bulk ring at one token; a 2048-wide norm),
-// each case three times in a row into fresh poisoned outputs (the fold's counter is left at zero by each call).
-class CudaGemvNormFold : public CudaOpsTest {};
-
-TEST_F(CudaGemvNormFold, FoldEqualsMatmulThenNorm) {
-  auto make = [](int folds) {
-    backend::cuda::CudaBackendOptions o;
-    o.launch_folds = folds;
-    auto p = backend::cuda::make_cuda_backend(o);
-    EXPECT_TRUE(p.ok()) << p.status().to_string();
-    return p.ok() ? std::move(p).value() : nullptr;
-  };
-  std::unique_ptr<Backend> ref = make(0), fold = make(backend::cuda::kFoldRmsNorm),
-                           trig = make(backend::cuda::kFoldRmsNorm | backend::cuda::kFoldNormTrigger);
-  ASSERT_TRUE(ref && fold && trig);
-  struct Shape {
-    int64_t rows, cols;
-  };
-  for (const Shape sh : {Shape{1024, 4096}, Shape{512, 4096}, Shape{1024, 2048}, Shape{2048, 4096}}) {
-    Weight w;
-    auto bytes = random_weight(GgmlType::Q8_0, sh.rows, sh.cols, &w);
-    w.data = bytes.data();
-    const Weight gw = gpu_weight(w, w.row_bytes * sh.rows);
-    const int64_t n_max = 4;
-    auto x = randn(static_cast<size_t>(n_max * sh.cols));
-    auto nw = randn(static_cast<size_t>(sh.rows), 0.5f);
-    const float* gx = dev(x);
-    const float* gnw = dev(nw);
-    for (int64_t n = 1; n <= n_max; ++n)
-      for (bool weighted : {true, false})
-        for (bool in_place : {true, false}) {
-          const std::string tag = "gemv norm fold " + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " n" +
-                                  std::to_string(n) + (weighted ? " w" : " unweighted") + (in_place ? " in place" : "");
-          const size_t count = static_cast<size_t>(n * sh.rows);
-          // One call of the pair on `be`: {matmul output, normalized output}.
-          auto run = [&](Backend& be) {
-            float* y = poisoned(count);
-            float* z = in_place ? y : poisoned(count);
-            be.matmul_rms_norm({gw, gx, sh.cols, y, sh.rows, n, MatmulNumerics::ds4},
-                               {y, z, weighted ? gnw : nullptr, n, sh.rows, sh.rows, 1e-6f});
-            EXPECT_TRUE(be.sync().ok()) << tag;
-            return std::pair{host(y, count), host(z, count)};
-          };
-          const auto want = run(*ref);
-          if (n == 1 && weighted) {  // the CPU ops
-            std::vector<float> cy(count), cz(count);
-            cpu_->matmul({w, x.data(), sh.cols, cy.data(), sh.rows, n, MatmulNumerics::ds4});
-            cpu_->rms_norm({cy.data(), cz.data(), nw.data(), n, sh.rows, sh.rows, 1e-6f});
-            expect_close(want.second, cz, 1e-6, 1e-7, tag + " two ops vs cpu");
-          }
-          for (int rep = 0; rep < 6; ++rep) {  // 3 calls on each side: the fold, the fold + early trigger
-            const auto got = run(rep < 3 ? *fold : *trig);
-            const std::string what = tag + (rep < 3 ? " folds 2" : " folds 6") + " call " + std::to_string(rep % 3);
-            if (!in_place) expect_same_bits(got.first, want.first, what + " matmul", "fold == matmul, norm");
-            expect_same_bits(got.second, want.second, what + " norm", "fold == matmul, norm");
-          }
-        }
-  }
-  // The forward pass's query path at one token: q_a + its norm (folded), then q_b (32768 × 1024, a programmatic
-  // dependent on the bulk ring) reading the normed row, three times back to back — with the early trigger q_b's
-  // weight copies start under the norm, and it must still read the normed values.
-  Weight wa, wb;
-  auto ba = random_weight(GgmlType::Q8_0, 1024, 4096, &wa);
-  auto bb = random_weight(GgmlType::Q8_0, 32768, 1024, &wb);
-  wa.data = ba.data();
-  wb.data = bb.data();
-  const Weight ga = gpu_weight(wa, wa.row_bytes * 1024), gb = gpu_weight(wb, wb.row_bytes * 32768);
-  const auto xs = randn(3 * 4096);
-  const auto nws = randn(1024, 0.5f);
-  const float* gxs = dev(xs);
-  const float* gnws = dev(nws);
-  auto chain = [&](Backend& be) {
-    float* qa = poisoned(3 * 1024);
-    float* q = poisoned(3 * 32768);
-    for (int t = 0; t < 3; ++t) {
-      be.matmul_rms_norm({ga, gxs + t * 4096, 4096, qa + t * 1024, 1024, 1, MatmulNumerics::ds4},
-                         {qa + t * 1024, qa + t * 1024, gnws, 1, 1024, 1024, 1e-6f});
-      be.matmul({gb, qa + t * 1024, 1024, q + t * 32768, 32768, 1, MatmulNumerics::ds4});
-    }
-    EXPECT_TRUE(be.sync().ok());
-    return std::pair{host(qa, 3 * 1024), host(q, 3 * 32768)};
-  };
-  const auto want = chain(*ref);
-  for (Backend* be : {fold.get(), trig.get()}) {
-    const auto got = chain(*be);
-    const std::string what = std::string("gemv norm fold chain q_a, norm, q_b x3 folds ") + (be == fold.get() ? "2" : "6");
-    expect_same_bits(got.first, want.first, what + " q_a", "fold == matmul, norm");
-    expect_same_bits(got.second, want.second, what + " q_b", "fold == matmul, norm");
-  }
 }

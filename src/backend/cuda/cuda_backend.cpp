@@ -21,7 +21,8 @@ constexpr bool kSmallV6Auto = false;
 // launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last
 // blocks' finish runs after every block instead of beside the segment kernel as a programmatic dependent; docs/PERF.md).
 constexpr int kHcFuseAuto = 0;
-// CudaBackendOptions::launch_folds = -1: none yet (session 13 measures each pair's fold on the H200).
+// CudaBackendOptions::launch_folds = -1: none (session 13's folds measured slower or even on the H200 and removed:
+// launch_folds.cpp, docs/PERF.md).
 constexpr int kLaunchFoldsAuto = 0;
 // CudaBackendOptions::attn_out_rope = -1: on — the output's inverse RoPE inside the sliced decode merge. The H200
 // (session 11 W1, W2) showed it bit for bit attention then rope (CudaSmall7, CudaAttention), the engine path through

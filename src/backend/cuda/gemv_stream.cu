@@ -39,9 +39,7 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_parts.cuh"
 #include "backend/cuda/dense_q8.cuh"
-#include "backend/cuda/launch_folds.h"
 #include "backend/cuda/mma_s8.cuh"
-#include "backend/cuda/norm_device.cuh"
 
 namespace ds4::backend::cuda {
 
@@ -92,40 +90,7 @@ struct StreamParams {
   uint32_t bar_off;      // bulk ring: smem of the slots' mbarriers [slots] uint64
   int64_t x_stride;
   uint64_t act_vec;
-  // kNorm (launch_folds.h kFoldRmsNorm: q_a and its norm): the block that counts itself last on *norm_done (fold_,
-  // zero between calls) normalizes norm_x's n_vec rows [n_vec][norm_stride] of norm_dim values into norm_y
-  // (norm_device.cuh, rms_norm3_kernel's code: this kernel's 256 threads are rms_norm_threads(norm_dim)).
-  const float* norm_x;
-  float* norm_y;
-  const float* norm_w;
-  int64_t norm_dim, norm_stride;
-  float norm_eps;
-  int* norm_done;
 };
-
-constexpr int kNormPer = 4;  // norm values a thread in the fold: norm_dim ≤ 4·kThreads
-
-// kNorm's finish: every block counts itself done after its y stores (fenced); the last one normalizes the rows
-// (every block's y by then) and leaves the count at zero for the next call. kTrigger (kFoldNormTrigger): the last
-// block lets the kernel after start as it begins the norm (the others exit: their implicit trigger), so a
-// programmatic dependent (q_b) issues its weight copies under the norm, after every q_a load is done.
-template <bool kTrigger>
-__device__ void stream_fold_norm(const StreamParams& p) {
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.norm_done, 1) == static_cast<int>(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  if constexpr (kTrigger) grid_launch_dependents();
-  __threadfence();  // the other blocks' rows: read after their counts were seen
-  float wv[kNormPer];
-  rms_norm3_weights<kNormPer>(p.norm_w, p.norm_dim, wv);
-  for (int v = 0; v < p.n_vec; ++v)
-    rms_norm3_row<kNormPer>(p.norm_x + v * p.norm_stride, p.norm_y + v * p.norm_stride, p.norm_w != nullptr, wv,
-                            p.norm_dim, p.norm_eps);
-  if (threadIdx.x == 0) *p.norm_done = 0;  // ready for the next call
-}
 
 // Issues the 16-byte copies of tile k of the block's rows (if k < n_tiles) into `dst` and closes the
 // group: an empty group past the range keeps wait_group's count uniform. Tile k = row group k / chunks
@@ -172,10 +137,9 @@ __device__ inline void bulk_tile(const StreamParams& p, const uint8_t* w, int64_
   for (int r = lane; r < rows_here; r += kWarp) bulk_copy(dst + r * p.pitch, src + r * p.row_bytes, piece, bar);
 }
 
-// NV: the most vectors of the instantiation (p.n_vec ≤ NV); kBulk: the bulk ring (sm_90); kNorm: the q_a norm fold
-// (stream_fold_norm<kNorm == 2>; 1: the kernel after starts only when this one ends, as after the norm's own
-// launch; 2: when the last block begins the norm). One block: a row range of one part.
-template <int NV, bool kBulk, int kNorm = 0>
+// NV: the most vectors of the instantiation (p.n_vec ≤ NV); kBulk: the bulk ring (sm_90). One block: a
+// row range of one part.
+template <int NV, bool kBulk>
 __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_constant__ StreamParams p) {
   extern __shared__ __align__(16) uint8_t sm[];
   const DenseRange range = dense_block_range(p.part, p.n_parts);
@@ -196,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_cons
   } else {
     for (int s = 0; s < kStages - 1; ++s) stream_tile(p, w, rows, s, n_tiles, sm + s * p.stage_bytes);
   }
-  if constexpr (kNorm == 0) grid_launch_dependents();  // a programmatic dependent may start its own weight copies now
+  grid_launch_dependents();  // a programmatic dependent may start its own weight copies now
   grid_dependency_wait();    // the activations (and y, which the kernel before may read) from here on
 
   uint8_t* act = sm + p.act_off;
@@ -247,7 +211,6 @@ __global__ void __launch_bounds__(kThreads) gemv_stream_kernel(const __grid_cons
     }
   }
   if constexpr (!kBulk) cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
-  if constexpr (kNorm != 0) stream_fold_norm<kNorm == 2>(p);
 }
 
 // Tile shape and shared-memory layout for blocks of at most `block_rows` rows; smem = 0 when it does not fit.
@@ -413,6 +376,10 @@ StreamSet stream_set_of(const GemvJob& j) {
   return s;
 }
 
+bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
+  if (!gemv_stream_supports(j)) return false;
+  return gemv_stream_set(stream_set_of(j), act_scratch);
+}
 
 bool CudaBackend::gemv_stream_many(std::span<const MatmulArgs> jobs, DeviceScratch& act_scratch) {
   const bool rows_on = gemv_rows_ != GemvMma::off, stream_on = gemv_stream_ != GemvMma::off;
@@ -528,51 +495,26 @@ void CudaBackend::dense_launch(const void* kernel, uint64_t smem, int64_t blocks
   check(cudaLaunchKernelExC(&cfg, kernel, args), what);
 }
 
-namespace {
-
-// The q_a norm fold offered to a launch (launch_folds.h kFoldRmsNorm; a = null: none).
-struct StreamNormFold {
-  const RmsNormArgs* a = nullptr;
-  int* done = nullptr;    // fold_'s counter
-  bool* folded = nullptr; // set when the launch runs the norm
-  bool trigger = false;   // kFoldNormTrigger: the kernel after starts as the last block begins the norm
-};
-
-// The backend state a launch reads (CudaBackend::gemv_stream_set and gemv_stream fill it from their members).
-template <class Occ>
-struct StreamEnv {
-  int sm_count, smem_optin;
-  GemvMma bulk_mode;
-  bool chunks;       // gemv_stream_chunks
-  bool* smem_set;    // stream_smem_set_
-  Occ& occ;          // dense_occ_: resident blocks per SM by (instantiation, smem)
-  uint32_t& occ_next;
-};
-
-constexpr uint64_t kNormFoldMaxSmem = 46 * 1024;  // the fold's kernel runs without the shared-memory opt-in
-
-// gemv_stream_set's launch (device info read, bulk only on sm_90), with the q_a norm fold where nf offers it and
-// the launch is its shape: one part, one vector, the cp.async ring, ≤ kNormFoldMaxSmem, a norm row of
-// rms_norm_threads = kThreads threads (≤ 4·kThreads values).
-template <class Occ>
-bool stream_launch(CudaBackend& be, StreamEnv<Occ>& env, const StreamSet& s, DeviceScratch& act_scratch, bool bulk,
-                   const StreamNormFold& nf) {
+bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch, bool bulk) {
+  if (s.n_parts < 1 || s.n_parts > kStreamMaxParts) return false;
+  if (!stream_device_info()) return true;  // error recorded
+  if (bulk && cc_major_ < 9) return false;  // cp.async.bulk and mbarrier transactions: sm_90
   // always: ring 2 on every shape; wins: the ring that measured faster for these parts (none: declined).
-  const int ring = !bulk ? kRingCpAsync : env.bulk_mode == GemvMma::always ? kRingContiguous : bulk_ring_wins(s);
+  const int ring = !bulk ? kRingCpAsync : gemv_bulk_ == GemvMma::always ? kRingContiguous : bulk_ring_wins(s);
   if (bulk && ring == kRingCpAsync) return false;
   const int idx = stream_nv_index(s.n_vec) + (bulk ? kStreamKernels : 0);
-  const bool chunks = bulk || env.chunks;
+  const bool chunks = bulk || gemv_stream_chunks_;
   // Resident blocks per SM for (instantiation, smem), cached in the gemv_dense table (its own indices 5..14).
   auto resident = [&](uint64_t smem, int* per_sm) {
     *per_sm = 0;
-    for (const auto& e : env.occ)
+    for (const auto& e : dense_occ_)
       if (e.smem == smem && e.index == 5 + idx) *per_sm = e.per_sm;
     if (*per_sm > 0) return true;
-    if (!be.check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, stream_kernel(idx), kThreads, smem),
-                  "gemv_stream occupancy"))
+    if (!check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, stream_kernel(idx), kThreads, smem),
+               "gemv_stream occupancy"))
       return false;
     *per_sm = std::max(*per_sm, 1);
-    env.occ[env.occ_next++ % env.occ.size()] = {smem, 5 + idx, *per_sm};
+    dense_occ_[dense_occ_next_++ % dense_occ_.size()] = {smem, 5 + idx, *per_sm};
     return true;
   };
   int64_t max_rows = 0;
@@ -580,18 +522,18 @@ bool stream_launch(CudaBackend& be, StreamEnv<Occ>& env, const StreamSet& s, Dev
   // The grid: what is resident at once with many-row blocks (the ring plan), dealt to the parts in
   // proportion to their rows (at least one block, at most one per row).
   const StreamPlan big = plan_stream(s.cols, s.n_vec, max_rows, chunks, ring);
-  if (big.smem == 0 || big.smem > static_cast<uint64_t>(env.smem_optin)) return false;
+  if (big.smem == 0 || big.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
   // (The occupancy query needs the kernel's shared-memory limit raised first.)
-  if (!be.dense_smem(stream_kernel(idx), &env.smem_set[idx], bulk ? kBulkMaxSmem : kMaxSmem, "gemv_stream shared memory"))
+  if (!dense_smem(stream_kernel(idx), &stream_smem_set_[idx], bulk ? kBulkMaxSmem : kMaxSmem, "gemv_stream shared memory"))
     return true;
   int per_sm = 0;
   if (!resident(big.smem, &per_sm)) return true;
-  const int64_t grid_target = static_cast<int64_t>(per_sm) * env.sm_count;
+  const int64_t grid_target = static_cast<int64_t>(per_sm) * sm_count_;
   int64_t blocks[kStreamMaxParts] = {}, block_rows = 0;
   const int64_t total_blocks = deal_stream_blocks(s, grid_target, blocks);
   for (int i = 0; i < s.n_parts; ++i) block_rows = std::max(block_rows, (s.part[i].rows + blocks[i] - 1) / blocks[i]);
   const StreamPlan d = plan_stream(s.cols, s.n_vec, block_rows, chunks, ring);
-  if (d.smem == 0 || d.smem > static_cast<uint64_t>(env.smem_optin)) return false;
+  if (d.smem == 0 || d.smem > static_cast<uint64_t>(dense_smem_optin_)) return false;
 
   const int64_t nb = s.cols / kQK8_0;
   StreamParams p{};
@@ -611,51 +553,11 @@ bool stream_launch(CudaBackend& be, StreamEnv<Occ>& env, const StreamSet& s, Dev
   p.slots = d.slots;
   p.bar_off = d.bar_off;
   p.x_stride = s.x_stride;
-  const int parts = fill_dense_parts(be, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
+  const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded
-  const void* kernel = stream_kernel(idx);
-  const RmsNormArgs* na = nf.a;
-  if (na && !bulk && s.n_parts == 1 && s.n_vec == 1 && na->rows == 1 && d.smem <= kNormFoldMaxSmem &&
-      na->dim >= 1 && na->dim <= int64_t{kNormPer} * kThreads && rms_norm_threads(na->dim) == kThreads) {
-    p.norm_x = na->x;
-    p.norm_y = na->y;
-    p.norm_w = na->w;
-    p.norm_dim = na->dim;
-    p.norm_stride = na->stride;
-    p.norm_eps = na->eps;
-    p.norm_done = nf.done;
-    kernel = nf.trigger ? reinterpret_cast<const void*>(gemv_stream_kernel<1, false, 2>)
-                        : reinterpret_cast<const void*>(gemv_stream_kernel<1, false, 1>);
-    *nf.folded = true;
-  }
-  be.dense_launch(kernel, d.smem, total_blocks, kThreads, &p, bulk ? "gemv (q8_0 bulk)" : "gemv (q8_0 stream)");
+  dense_launch(stream_kernel(idx), d.smem, total_blocks, kThreads, &p, bulk ? "gemv (q8_0 bulk)" : "gemv (q8_0 stream)");
   return true;
-}
-
-}  // namespace
-
-bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch, bool bulk) {
-  if (s.n_parts < 1 || s.n_parts > kStreamMaxParts) return false;
-  if (!stream_device_info()) return true;  // error recorded
-  if (bulk && cc_major_ < 9) return false;  // cp.async.bulk and mbarrier transactions: sm_90
-  StreamEnv<decltype(dense_occ_)> env{sm_count_,           dense_smem_optin_, gemv_bulk_,     gemv_stream_chunks_,
-                                      stream_smem_set_,    dense_occ_,        dense_occ_next_};
-  return stream_launch(*this, env, s, act_scratch, bulk, StreamNormFold{});
-}
-
-// The one-job entry (CudaBackend::gemv): with GemvJob::y_norm offered (launch_folds.cpp, kFoldRmsNorm), the launch
-// that takes its shape folds the norm (stream_launch); otherwise gemv_stream_set's.
-bool CudaBackend::gemv_stream(const GemvJob& j, DeviceScratch& act_scratch) {
-  if (!gemv_stream_supports(j)) return false;
-  if (!j.y_norm || !j.folded) return gemv_stream_set(stream_set_of(j), act_scratch);
-  if (!stream_device_info()) return true;  // error recorded
-  int* counters = fold_counters(*this, fold_);
-  if (!counters) return true;  // error recorded
-  StreamEnv<decltype(dense_occ_)> env{sm_count_,           dense_smem_optin_, gemv_bulk_,     gemv_stream_chunks_,
-                                      stream_smem_set_,    dense_occ_,        dense_occ_next_};
-  return stream_launch(*this, env, stream_set_of(j), act_scratch, false,
-                       StreamNormFold{j.y_norm, counters + kFoldCounterRmsNorm, j.folded, (launch_folds_ & kFoldNormTrigger) != 0});
 }
 
 }  // namespace ds4::backend::cuda

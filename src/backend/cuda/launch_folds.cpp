@@ -8,36 +8,18 @@
 // matmul's kernel through GemvJob's y_norm / y_norm_rope / y_router; a kernel that folds it sets *folded,
 // and otherwise (the bit off, another kernel, a shape it does not take) the second op runs as its own
 // launch, as the interface's default does. Same bits either way.
-// The folds (launch_folds.h bits):
-//   kFoldRmsNorm: q_a's dense matmul at one token (gemv_stream.cu, 1024 × 4096 Q8_0) runs its RMSNorm
-//     (norm_device.cuh, rms_norm3_kernel's code) in the last block to finish — one launch less per layer.
-//   kRouterPdl (not a fold): the router's logits (matmul_f16_mma_decode.cu) as a programmatic dependent of the kernel
-//     before (the FFN's HC pre), its weight loads under that kernel's tail; the selection stays its own launch.
+// Session 13 (docs/PERF.md, engineer `fold`) built and measured three forms, bit for bit, and removed them: the
+// router's top-k in its logits kernel's last block (a fence and a counter, then the rank code in one block: 10.1
+// against 7.6 µs a pair, +4 µs a further token, 4-layer steps +18…22 µs), q_a's RMSNorm in its gemv_stream launch's
+// last block (6.7 against 6.4 µs a pair, steps even: q_a → q_b is not the step's critical chain at 2K), and the
+// logits as a programmatic dependent (7.5 against 7.7 µs a pair, steps +15 µs). A programmatic-dependent second
+// launch already overlaps its ramp with the matmul; a last-block tail adds a fence + counter round trip and runs the
+// op's work serially — a fold here must take work off the chain, not just the launch.
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/launch_folds.h"
 
 namespace ds4::backend::cuda {
 
-int* fold_counters(CudaBackend& be, DeviceScratch& area) {
-  const DeviceScratch before = area;
-  if (!be.ensure(area, kFoldScratchBytes, "launch fold counters")) return nullptr;
-  if ((area.ptr != before.ptr || area.bytes != before.bytes) &&
-      !be.check(cudaMemsetAsync(area.ptr, 0, kFoldScratchBytes, be.stream()), "launch fold counters"))
-    return nullptr;
-  return static_cast<int*>(area.ptr);
-}
-
 void CudaBackend::matmul_rms_norm(const MatmulArgs& m, const RmsNormArgs& n) {
-  if ((launch_folds_ & kFoldRmsNorm) && !failed() && m.n > 0 && n.rows == m.n && n.x == m.y && n.stride == m.y_stride &&
-      n.dim == m.w.rows) {
-    GemvJob j = gemv_job(m);
-    bool folded = false;
-    j.y_norm = &n;
-    j.folded = &folded;
-    gemv(j, act_);
-    if (!folded) rms_norm(n);
-    return;
-  }
   matmul(m);
   rms_norm(n);
 }
@@ -48,13 +30,7 @@ void CudaBackend::matmul_norm_rope(const MatmulArgs& m, const NormRopeArgs& r) {
 }
 
 void CudaBackend::router_logits(const MatmulArgs& m, const RouterArgs& r) {
-  if (launch_folds_ & kRouterPdl) {  // the logits' job marked as the router's (no fold: *folded stays unset)
-    GemvJob j = gemv_job(m);
-    j.y_router = &r;
-    gemv(j, act_);
-  } else {
-    matmul(m);
-  }
+  matmul(m);
   router(r);
 }
 

@@ -15,8 +15,7 @@
 // tile's counter after a fence, and the tile's last block adds all of the tile's segment sums in segment
 // order and resets the counter (zero between calls; zeroed when the area is allocated).
 // With CudaBackendOptions::f16_mma_pdl (off by default: whole steps measured slower) on the main lane
-// (sm_90), or for the router's logits alone (CudaBackendOptions::launch_folds kRouterPdl), the kernel is a
-// programmatic dependent: its blocks issue their weight loads while the kernel
+// (sm_90) the kernel is a programmatic dependent: its blocks issue their weight loads while the kernel
 // before ends, wait (griddepcontrol) before reading the activations, and let the kernel after start early.
 // With CudaBackendOptions::f16_mma_cluster (sm_90, one segment per block, split tiles of 2, 4 or 8
 // blocks) the blocks run as clusters of 8, each job's blocks padded to whole clusters: every block keeps
@@ -35,7 +34,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_mma.cuh"
-#include "backend/cuda/launch_folds.h"
 #include "backend/cuda/matmul_f16_mma_ring.h"
 
 namespace ds4::backend::cuda {
@@ -343,9 +341,7 @@ bool CudaBackend::f16_mma_decode(std::span<const GemvJob> jobs) {
   const unsigned grid = static_cast<unsigned>(blocks);
   // The side lane keeps plain stream order (as the other programmatic dependents: its kernel before may
   // be the fork's event).
-  // CudaBackendOptions::launch_folds kRouterPdl: the router's logits (GemvJob::y_router, launch_folds.cpp) alone as one.
-  const bool router_pdl = jobs.size() == 1 && jobs[0].y_router && (launch_folds_ & kRouterPdl) != 0;
-  const bool pdl = (f16_mma_pdl_ || variant == 4 || router_pdl) && !on_side_ && sm90();
+  const bool pdl = (f16_mma_pdl_ || variant == 4) && !on_side_ && sm90();
   const bool x_all = variant >= 3 && variant <= 6 && (sm_count_ == 0 || blocks <= int64_t{4} * sm_count_);
   const cudaError_t e = R == 16  ? launch_dec_segs<16>(p, grid, segs, cluster, pdl, x_all, stream())
                         : R == 8 ? launch_dec_segs<8>(p, grid, segs, cluster, pdl, x_all, stream())

@@ -9,7 +9,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_segment.cuh"  // aligned16
-#include "backend/cuda/norm_device.cuh"
 #include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
@@ -170,13 +169,33 @@ __global__ void __launch_bounds__(kWarpRowHeads * kWarp) norm_rope_warp_kernel(N
 // of rms_norm_kernel and norm_rope_kernel.
 constexpr int kRowPer = 4;
 
-// rms_norm_kernel's values; dim ≤ kRowPer·blockDim.x. x may equal y (every load precedes the barrier). The row's
-// code is norm_device.cuh's (shared with gemv_stream.cu's q_a norm fold).
+// rms_norm_kernel's values; dim ≤ kRowPer·blockDim.x. x may equal y (every load precedes the barrier).
 __global__ void rms_norm3_kernel(const float* x, float* y, const float* w, int64_t dim, int64_t stride, float eps) {
-  float wv[kRowPer];
-  rms_norm3_weights<kRowPer>(w, dim, wv);
+  const float* xr = x + blockIdx.x * stride;
+  float* yr = y + blockIdx.x * stride;
+  const int64_t bd = blockDim.x;
+  float wv[kRowPer], v[kRowPer];
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    wv[q] = w && i < dim ? w[i] : 1.0f;
+  }
   grid_dependency_wait();  // x is the output of the kernel before
-  rms_norm3_row<kRowPer>(x + blockIdx.x * stride, y + blockIdx.x * stride, w != nullptr, wv, dim, eps);
+  double ss = 0;  // rms_scale_row's chain: i = threadIdx.x, + bd, …
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    v[q] = i < dim ? xr[i] : 0.0f;
+  }
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q)
+    if (threadIdx.x + q * bd < dim) ss += static_cast<double>(v[q]) * v[q];
+  const float scale = rms_scale_of(ss, dim, eps);
+#pragma unroll
+  for (int q = 0; q < kRowPer; ++q) {
+    const int64_t i = threadIdx.x + q * bd;
+    if (i < dim) yr[i] = w ? v[q] * scale * wv[q] : v[q] * scale;
+  }
 }
 
 // rms_norm_kernel's values for wide rows (small_v5; the 16384-wide HC state of a prefill chunk's HC pre): a

@@ -52,6 +52,57 @@ struct Smem {
       (rows + red) * sizeof(float) + pfr * sizeof(uint4) + 2 * kHeads * sizeof(float2);
 };
 
+// 16-byte copy, or 16 zero bytes when !full (src must still be a valid address).
+__device__ inline void cp_async16_or_zero(float* dst, const float* src, bool full) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
+}
+
+// q staged through shared memory (attention_mma_kernels 25 … 28): each warp copies its slice of the block's q — 16 heads ×
+// dims d0 … d0 + DW − 1, [16][DW + kPad] floats — by 16-byte cp.async (coalesced: 16 lanes a head row, 8 copies a lane at
+// DW = 64) into a staged segment that is not yet in use, then reads its fragments from there: the same floats as
+// load_q_floats (heads past a.heads zero-filled). The session-11 SASS profile of kernel 14 put ~5 % of a CSA chunk's stall
+// samples on q's 32 scalar loads a thread (LSU queue throttle, half of each 32-byte sector unused) and their first use.
+template <int DW>
+inline constexpr int kQPitch = DW + kPad;  // conflict-free fragment reads: rows 4 banks apart (DW + 4 ≡ 4, 12 or 20 mod 32)
+template <int DW>
+__device__ inline void stage_q_slice(float* qs, const AttentionArgs& a, int64_t i, int h0, int d0, int lane) {
+  constexpr int C = DW / 4, PER = kHeads * C / kWarp;  // 16-byte pieces a head row, copies a lane
+  static_assert(kHeads * C % kWarp == 0, "whole copies a lane");
+#pragma unroll
+  for (int m = 0; m < PER; ++m) {
+    const int c = lane + kWarp * m, h = c / C, piece = c % C;
+    const bool ok = h0 + h < a.heads;
+    const float* src = ok ? a.q + (i * a.heads + h0 + h) * a.head_dim + d0 + 4 * piece : a.q;
+    cp_async16_or_zero(qs + h * kQPitch<DW> + 4 * piece, src, ok);
+  }
+}
+// load_q_floats' x from a staged slice (rows g, g + 8: heads h0 + g, h0 + g + 8).
+template <int KK>
+__device__ inline void read_q_slice(float (&x)[KK][4], const float* qs, int g, int t) {
+  constexpr int QP = 8 * KK + kPad;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+    x[kk][0] = qs[g * QP + 8 * kk + t];
+    x[kk][1] = qs[(g + 8) * QP + 8 * kk + t];
+    x[kk][2] = qs[g * QP + 8 * kk + t + 4];
+    x[kk][3] = qs[(g + 8) * QP + 8 * kk + t + 4];
+  }
+}
+// pf > 0 (attention_mma_kernels 27, 28): the q rows of block blockIdx.x + pf (the block expected to start on this
+// multiprocessor next: pf = the multiprocessors, one block each) asked into L2 at this block's start, one 128-byte line
+// a thread — a chunk's q (n × heads × D floats, 268 MB at Flash's 2,048 × 64 × 512) is read once and is not in L2.
+__device__ inline void prefetch_q_block(const AttentionArgs& a, int pf) {
+  if (pf <= 0) return;
+  const int groups = (a.heads + kHeads - 1) / kHeads;
+  const int64_t b = static_cast<int64_t>(blockIdx.x) + pf, i = b / groups;
+  if (i >= a.n) return;
+  const int h0 = static_cast<int>(b % groups) * kHeads, nh = a.heads - h0 < kHeads ? a.heads - h0 : kHeads;
+  const int64_t off = static_cast<int64_t>(threadIdx.x) * 128;
+  const char* base = reinterpret_cast<const char*>(a.q + (i * a.heads + h0) * a.head_dim);
+  if (off < static_cast<int64_t>(nh) * a.head_dim * sizeof(float)) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + off));
+}
+
 // Step 2 for head sh of the block, rows r0 = 8·snt + 2·stt and r0 + 1 (thread = 16·sh + 4·snt + stt; the
 // 16 threads of a head are one half-warp): the scores from the slices' partials, the softmax — the
 // segment's (m, l) of head sh, in every thread of the head — and p's parts into pfr.
@@ -106,12 +157,31 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, in
   segment_softmax_at(red, [pfr_words](int k) { return pfr_words + 4 * k; }, cnt, scale, sh, snt, stt, m, l);
 }
 
+// Whether this lane's partial scores are all finite, for the exactness decision (the OR of the rows' low bits says
+// nothing about inf / NaN: an inf or NaN read makes its row's partials non-finite for every head). kLean (attention_mma_kernels
+// 23, 24): head g's 8 partials only — they cover the lane's rows 8nt + 2t, 8nt + 2t + 1 of every n-tile as both heads'
+// 16 do — added as a tree (7 adds, 3 deep, instead of a chain of 16). A finite sum that overflows sends the warp to the
+// converted path, which for exact rows runs the same MMAs on the same operands: the decision never changes the bits.
+template <bool kLean>
+__device__ inline bool partials_finite(const float (&pt)[4][4]) {
+  if constexpr (kLean) {
+    return isfinite(((pt[0][0] + pt[0][1]) + (pt[1][0] + pt[1][1])) + ((pt[2][0] + pt[2][1]) + (pt[3][0] + pt[3][1])));
+  } else {
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sum = sum + pt[nt][c];
+    return isfinite(sum);
+  }
+}
+
 // Steps 1–3 of one staged segment (rows: [kAttnSeg][D + kPad], cnt ≥ 1 of them real) for the block's 16
 // heads: acc = this warp's slice of the value product; step 2's threads call on_state(m, l) with their
 // head's segment state (every thread of a head, after p's fragments are stored; whatever it writes to
 // shared memory is visible once this returns). Three barriers inside; the caller's next writes to red,
 // pfr or the rows must follow a barrier after this.
-template <int DW, typename OnState>
+template <int DW, typename OnState, bool kLean = false>
 __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW / 8>& qf, float scale, float* red,
                                      uint4* pfr, OnState on_state, float (&acc)[DW / 8][4]) {
   const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
@@ -119,13 +189,8 @@ __device__ inline void segment_state(const float* rows, int cnt, const QFrag<DW 
   const float* base = rows + wid * DW;
   float pt[4][4];
   uint32_t bits = 0;
-  slice_scores<DW, true>(base, qf, g, t, pt, bits);
-  float sum = 0.0f;  // finite iff every partial is (an inf or NaN read makes its column's partials so)
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) sum = sum + pt[nt][c];
-  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
+  slice_scores<DW, true, DW * kWarps + kPad, kLean>(base, qf, g, t, pt, bits);
+  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && partials_finite<kLean>(pt)) != 0;
   if (!as_is) slice_scores<DW, false>(base, qf, g, t, pt, bits);
   float* rw = red + wid * kHeads * kRedPitch;
 #pragma unroll
@@ -173,8 +238,10 @@ __device__ __forceinline__ void store_heads(const AttentionArgs& a, int64_t i, f
 
 // k32 (attention_mma_kernels = 10): the segment loop on 32-bit counters and a rotating buffer index
 // (stage_rows32, prefetch_idx32): the same copies and steps.
-template <int DW, bool k32>
-__device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
+// kLean (attention_mma_kernels = 23, with k32): the exactness decision's checks as independent chains (the same bits).
+// kQs (25, 27; with k32 and kLean): q staged in segment 2's buffer (stage_q_slice), pf: prefetch_q_block.
+template <int DW, bool k32, bool kLean = false, bool kQs = false>
+__device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0, int pf = 0) {
   using S = Smem<DW>;
   constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK, NW = kWarps;
   extern __shared__ float4 smem4[];
@@ -201,7 +268,23 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   auto buf = [&](int64_t seg) { return bufs + (seg % kBufs) * (kAttnSeg * P); };
 
   QFrag<KK> qf;  // the first two segments' copies are issued before q's loads are waited on
-  {
+  if constexpr (kQs) {
+    prefetch_q_block(a, pf);
+    // Warp w's q slice in staged segment 2 (read before the loop's first barrier; segment 2's copies follow it).
+    float* qs = bufs + 2 * (kAttnSeg * P) + wid * kHeads * kQPitch<DW>;
+    stage_q_slice<DW>(qs, a, i, h0, d0, lane);
+    cp_async_commit();
+    const int32_t pre0 = prefetch_idx<NW>(qr, 0, wid, lane), pre1 = prefetch_idx<NW>(qr, 1, wid, lane);
+    if (n_seg > 0) stage_rows_pre<D, NW>(buf(0), qr, a.raw_cap, first_mod, 0, wid, lane, pre0);
+    cp_async_commit();
+    if (n_seg > 1) stage_rows_pre<D, NW>(buf(1), qr, a.raw_cap, first_mod, 1, wid, lane, pre1);
+    cp_async_commit();
+    cp_async_wait<2>();  // q's copies (segments 0 and 1 may fly)
+    __syncwarp();
+    float x[KK][4];
+    read_q_slice(x, qs, g, t);
+    split_q(qf, x);
+  } else {
     const int32_t pre0 = prefetch_idx<NW>(qr, 0, wid, lane), pre1 = prefetch_idx<NW>(qr, 1, wid, lane);
     float x[KK][4];
     load_q_floats(x, a, i, hs, ok, d0, t);
@@ -241,7 +324,8 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
       cp_async_commit();
       const int left = total - seg * kAttnSeg;
       float acc[KN][4];
-      segment_state<DW>(bufs + bc * (kAttnSeg * P), left < kAttnSeg ? left : kAttnSeg, qf, a.scale, red, pfr, on_state, acc);
+      segment_state<DW, decltype(on_state), kLean>(bufs + bc * (kAttnSeg * P), left < kAttnSeg ? left : kAttnSeg, qf,
+                                                    a.scale, red, pfr, on_state, acc);
       merge_run(acc);
       bc = bc == 2 ? 0 : bc + 1;
     }
@@ -266,10 +350,10 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
-template <int DW, bool k32>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
+template <int DW, bool k32, bool kLean = false, bool kQs = false>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a, int pf) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk3_block<DW, k32>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+  chunk3_block<DW, k32, kLean, kQs>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads, pf);
 }
 
 // ---- Kernel 14 (attention_mma_kernels = 14): the chunk shape's segments pipelined within each warp ----
@@ -306,11 +390,6 @@ struct PipeSmem {
                 "a staged segment's row pads hold one segment's p fragments");
 };
 
-// 16-byte copy, or 16 zero bytes when !full (src must still be a valid address).
-__device__ inline void cp_async16_or_zero(float* dst, const float* src, bool full) {
-  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
-}
 
 // Lane r's comp_idx entry of row r of segment seg (−1 for raw rows and rows past the query's), loaded a
 // segment ahead of its copies.
@@ -363,16 +442,11 @@ inline constexpr int kLanes8 = DW / 4 < 8 ? DW / 4 : 8;
 
 // Step 1 for this warp's slice with its exactness decision (as segment_state): true when the rows' bits
 // went to the MMAs unconverted — then also for the value product of the same segment.
-template <int DW, int P>
+template <int DW, int P, bool kLean = false>
 __device__ inline bool slice_scores_checked(const float* base, const QFrag<DW / 8>& qf, int g, int t, float (&pt)[4][4]) {
   uint32_t bits = 0;
-  slice_scores<DW, true, P>(base, qf, g, t, pt, bits);
-  float sum = 0.0f;
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) sum = sum + pt[nt][c];
-  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && isfinite(sum)) != 0;
+  slice_scores<DW, true, P, kLean>(base, qf, g, t, pt, bits);
+  const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && partials_finite<kLean>(pt)) != 0;
   if (!as_is) slice_scores<DW, false, P>(base, qf, g, t, pt, bits);
   return as_is;
 }
@@ -390,8 +464,10 @@ __device__ inline void store_partials(float* red, int wid, int g, int t, const f
 
 // The chunk shape's block (query i, heads h0 … h0 + 15) of kernel 14. Dynamic shared memory: PipeSmem<DW>::bytes.
 // k8: 8 lanes a row copied (kernel 18).
-template <int DW, bool k8>
-__device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) {
+// kLean (attention_mma_kernels = 24, with k8): 23's decision checks.
+// kQs (26, 28; with k8 and kLean): q staged in the warp's slice of staged segment 2, pf: prefetch_q_block.
+template <int DW, bool k8, bool kLean = false, bool kQs = false>
+__device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0, int pf = 0) {
   using S = PipeSmem<DW>;
   constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK;
   extern __shared__ float4 smem4[];
@@ -432,7 +508,23 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
   };
   QFrag<KK> qf;
   int32_t pre;  // lane's id of segment s + 2, loaded an interval ahead of its copies
-  {
+  if constexpr (kQs) {
+    prefetch_q_block(a, pf);
+    // The warp's q slice in its slice of staged segment 2 (segment 2's copies come after interval 0's softmax; its
+    // pads are not p's slots, which sit in staged segments 0 and 1).
+    float* qs = wrows + 2 * S::BS;
+    stage_q_slice<DW>(qs, a, i, h0, d0, lane);
+    cp_async_commit();
+    const int32_t p0 = ids_of(0), p1 = ids_of(1);
+    stage(0, 0, p0);
+    stage(1, 1, p1);
+    cp_async_wait<2>();  // q's copies (segments 0 and 1 may fly)
+    __syncwarp();
+    float x[KK][4];
+    read_q_slice(x, qs, g, t);
+    split_q(qf, x);
+    pre = ids_of(2);
+  } else {
     const int32_t p0 = ids_of(0), p1 = ids_of(1);
     float x[KK][4];
     load_q_floats(x, a, i, hs, ok, d0, t);
@@ -445,7 +537,7 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
   if (ns > 0) {
     wait_staged();
     float pt[4][4];
-    as_is_cur = slice_scores_checked<DW, PW>(wrows, qf, g, t, pt);
+    as_is_cur = slice_scores_checked<DW, PW, kLean>(wrows, qf, g, t, pt);
     store_partials(red, wid, g, t, pt);
   }
   __syncthreads();
@@ -489,7 +581,7 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
     pre = ids_of(s + 3);
     wait_staged();  // s + 1's copies (only s + 2's may fly)
     float pt[4][4];
-    const bool as_is_next = slice_scores_checked<DW, PW>(wrows + b_next * S::BS, qf, g, t, pt);
+    const bool as_is_next = slice_scores_checked<DW, PW, kLean>(wrows + b_next * S::BS, qf, g, t, pt);
     __syncthreads();  // every softmax of s has read red
     store_partials(red, wid, g, t, pt);
     __syncthreads();  // s + 1's partials, s's p fragments and factors visible
@@ -519,10 +611,10 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
   store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
-template <int DW, bool k8>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(AttentionArgs a) {
+template <int DW, bool k8, bool kLean = false, bool kQs = false>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(AttentionArgs a, int pf) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk14_block<DW, k8>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+  chunk14_block<DW, k8, kLean, kQs>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads, pf);
 }
 
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
@@ -611,22 +703,29 @@ void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, c
   be.launched("attention mma (split, softmax once)");
 }
 
-template <int DW, bool k32>
-void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
-  if (!smem_once(be, smem_ready, 1u << (16 + dw_bit<DW>() + (k32 ? 4 : 0)), attention_mma_chunk3_kernel<DW, k32>,
-                 Smem<DW>::bytes))
+// kLean kernels: bits 8 + log2(DW / 8) for kernel 3's (with the 32-bit loop); 18's has no bit left in smem_ready and
+// raises its limit at every launch (a measured variant).
+// kQs kernels: their limit raised at every launch too (measured variants).
+template <int DW, bool k32, bool kLean = false, bool kQs = false>
+void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int pf = 0) {
+  const uint32_t bit = kLean ? 8 + dw_bit<DW>() : 16 + dw_bit<DW>() + (k32 ? 4 : 0);
+  uint32_t every = 0;
+  if (!smem_once(be, kQs ? every : smem_ready, 1u << bit, attention_mma_chunk3_kernel<DW, k32, kLean, kQs>, Smem<DW>::bytes))
     return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk3_kernel<DW, k32><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a);
+  attention_mma_chunk3_kernel<DW, k32, kLean, kQs><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a, pf);
   be.launched("attention mma (chunk, softmax once)");
 }
 
-template <int DW, bool k8>
-void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
+template <int DW, bool k8, bool kLean = false, bool kQs = false>
+void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int pf = 0) {
   constexpr size_t bytes = PipeSmem<DW>::bytes;
-  if (!smem_once(be, smem_ready, 1u << ((k8 ? 12 : 28) + dw_bit<DW>()), attention_mma_chunk14_kernel<DW, k8>, bytes)) return;
+  uint32_t every = 0;  // kLean: no bit kept
+  if (!smem_once(be, kLean ? every : smem_ready, 1u << ((k8 ? 12 : 28) + dw_bit<DW>()),
+                 attention_mma_chunk14_kernel<DW, k8, kLean, kQs>, bytes))
+    return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk14_kernel<DW, k8><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
+  attention_mma_chunk14_kernel<DW, k8, kLean, kQs><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a, pf);
   be.launched("attention mma (chunk, pipelined warps)");
 }
 
@@ -641,6 +740,14 @@ void by_dw(const AttentionArgs& a, F f) {
   }
 }
 
+// The multiprocessors of the current device (prefetch_q_block's distance); 0 on an error (no prefetch).
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return n;
+}
+
 }  // namespace
 
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
@@ -648,16 +755,23 @@ void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t 
   by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready); });
 }
 
-void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8) {
+void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8, bool lean, int qs) {
+  const int pf = qs == 2 ? sm_count() : 0;
   by_dw(a, [&](auto dw) {
-    if (lanes8) launch_chunk14<decltype(dw)::value, true>(be, a, smem_ready);
+    if (lanes8 && lean && qs > 0) launch_chunk14<decltype(dw)::value, true, true, true>(be, a, smem_ready, pf);
+    else if (lanes8 && lean) launch_chunk14<decltype(dw)::value, true, true>(be, a, smem_ready);
+    else if (lanes8) launch_chunk14<decltype(dw)::value, true>(be, a, smem_ready);
     else launch_chunk14<decltype(dw)::value, false>(be, a, smem_ready);
   });
 }
 
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32) {
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32, bool lean,
+                               int qs) {
+  const int pf = qs == 2 ? sm_count() : 0;
   by_dw(a, [&](auto dw) {
-    if (loop32) launch_chunk<decltype(dw)::value, true>(be, a, smem_ready);
+    if (loop32 && lean && qs > 0) launch_chunk<decltype(dw)::value, true, true, true>(be, a, smem_ready, pf);
+    else if (loop32 && lean) launch_chunk<decltype(dw)::value, true, true>(be, a, smem_ready);
+    else if (loop32) launch_chunk<decltype(dw)::value, true>(be, a, smem_ready);
     else launch_chunk<decltype(dw)::value, false>(be, a, smem_ready);
   });
 }

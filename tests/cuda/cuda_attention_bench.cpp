@@ -18,9 +18,8 @@
 // "sel9" … "sel12" (sel5, sel7, sel6, sel8 with the register-blocked tile where a block has 32 or 64 rows), "k14" (the
 // chunk kernel with each warp's segments pipelined: a segment's values, the next one's softmax and the one after's scores
 // between the same barriers; rows staged per warp, 16 lanes per row), "k18" (k14 with 8 lanes a row, two copies a lane),
-// "k23" / "k24" (k10 / k18 with the exactness decision's checks as independent chains: one head's partials' finiteness
-// as a tree, the rows' low-bit OR per n-tile), "k25" / "k26" (k23 / k24 with q staged through shared memory by coalesced
-// 16-byte copies), "k27" / "k28" (k25 / k26 also asking the next wave's q into L2).
+// "k25" / "k26" (k10 / k18 with q staged through shared memory by coalesced 16-byte copies and the exactness decision's
+// checks as independent chains).
 // Usage: cuda_attention_bench [all | decode | prefill | idx | idx-once] [variant,variant…]. "decode" and "prefill" run
 // each variant's calls 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for
 // ncu. "idx": only the decode indexer, timed, at 2K (525 rows, bound 1,024), 8K, 16K and 32K (ctx / 4 rows), n = 1
@@ -111,15 +110,10 @@ int main(int argc, char** argv) {
   vars.push_back({"k18", {}});  // 14 with its copies 8 lanes a row (session 12; the default's pipelined form now, so
                                 // "k14" is the previous default there)
   vars.back().o.attention_mma_kernels = 18;
-  vars.push_back({"k23", {}});  // 10 / 18 with the exactness decision's checks as independent chains (session 13)
-  vars.back().o.attention_mma_kernels = 23;
-  vars.push_back({"k24", {}});
-  vars.back().o.attention_mma_kernels = 24;
-  for (int k : {25, 26, 27, 28}) {  // 23, 24 with q staged through shared memory (and the next wave's q asked into L2)
-    static const char* const names[] = {"k25", "k26", "k27", "k28"};
-    vars.push_back({names[k - 25], {}});
-    vars.back().o.attention_mma_kernels = k;
-  }
+  vars.push_back({"k25", {}});  // 10 / 18 with q staged through shared memory and the exactness checks as independent
+  vars.back().o.attention_mma_kernels = 25;  // chains (session 13; 26 the default's pipelined form since, 25 its loop form)
+  vars.push_back({"k26", {}});
+  vars.back().o.attention_mma_kernels = 26;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

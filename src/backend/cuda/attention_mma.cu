@@ -48,13 +48,10 @@ constexpr int64_t kChunkPipelinedMinRows = 384;
 // 2,471 → 2,408 (−2.8 %, −2.5 %; both runs alike). false: kernel 14's copies (16 lanes a row).
 constexpr bool kChunkPipelinedLanes8 = true;
 
-// Kernel 3's chunk shape (both its kernels) with the exactness decision's checks as independent chains
-// (attention_mma_chunk.cu partials_finite and slice_scores' kOr4: kernels 23, 24 — the same decision, so the same bits).
-// false: 10's and 18's checks.
-constexpr bool kChunkLeanAuto = false;
-// …and with it q staged through shared memory (1: kernels 25, 26) and the next wave's q asked into L2 (2: 27, 28); 0: q's
-// scalar loads.
-constexpr int kChunkQsAuto = 0;
+// Kernel 3's chunk shape (both its kernels) with q staged through shared memory by coalesced 16-byte copies and the
+// exactness decision's checks as independent chains (attention_mma_chunk.cu stage_q_slice, partials_finite: kernels 25,
+// 26 — the same bits). false: 10's and 18's q loads and checks.
+constexpr bool kChunkQsAuto = false;
 
 // Kernel 3's split shape of one decode query: the sliced merge as a programmatic dependent of the split kernel
 // (attention_mma_kernels 31; sm_90, the main lane): its blocks launch while the split runs and form their RoPE angles
@@ -505,7 +502,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14, 18, 23 … 28). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14, 18, 25, 26 or 31). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
   // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
@@ -517,18 +514,16 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   // 31: 3 with one decode query's sliced merge a programmatic dependent of its split kernel (sm_90); 3 takes it with
   // kMergePdlAuto.
   const bool k3 = k == 3 || k == 31;
-  // 23: 10 with the exactness decision's checks as independent chains (attention_mma_chunk.cu partials_finite, kOr4);
-  // 24: 18 with them. 3 takes them with kChunkLeanAuto. 25, 26: 23, 24 with q staged through shared memory by coalesced
-  // 16-byte copies (stage_q_slice); 27, 28: 25, 26 also asking the next wave's q into L2 (prefetch_q_block).
-  const bool lean = (k >= 23 && k <= 28) || (k3 && kChunkLeanAuto);
-  const int qs = k == 25 || k == 26 ? 1 : k == 27 || k == 28 ? 2 : k3 && kChunkLeanAuto ? kChunkQsAuto : 0;
-  const bool piped = k == 14 || k == 18 || k == 24 || k == 26 || k == 28 ||
-                     (k3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
-  const bool once = k3 || k == 9 || k == 10 || k == 23 || k == 25 || k == 27 || piped;
+  // 25: 10 with q staged through shared memory and the exactness checks as independent chains (attention_mma_chunk.cu
+  // stage_q_slice, partials_finite); 26: 18 with them. 3 takes them with kChunkQsAuto.
+  const bool qs = k == 25 || k == 26 || (k3 && kChunkQsAuto);
+  const bool piped =
+      k == 14 || k == 18 || k == 26 || (k3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
+  const bool once = k3 || k == 9 || k == 10 || k == 25 || piped;
   if (once && split_segs == 0) {
     if (piped && a.raw_cap >= a.window)
-      attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18 || lean || (k3 && kChunkPipelinedLanes8), lean, qs);
-    else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (!k3 || kChunkLoop32Auto), lean, qs);
+      attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_, k == 18 || k == 26 || (k3 && kChunkPipelinedLanes8), qs);
+    else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (!k3 || kChunkLoop32Auto), qs);
     return true;
   }
   // Its split kernel for one query only: faster there on the H200 (CSA 15.1 → 14.0 µs), slower at 8 queries

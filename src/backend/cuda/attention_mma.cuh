@@ -23,20 +23,18 @@ namespace ds4::backend::cuda::attn_mma {
 
 // attention_mma_chunk.cu: the chunk shape with the softmax once per block (attention_mma_kernels = 3;
 // head_dim 64, 128, 256 or 512). smem_ready: the caller's bits of kernels whose shared-memory limit is
-// raised (these launchers use bits 16–31).
+// raised (these launchers use bits 8–31).
 // loop32 (attention_mma_kernels = 10): its segment loop on 32-bit counters and a rotating buffer index (same bits).
-// lean (with loop32: attention_mma_kernels = 23): the exactness decision's checks as independent chains
-// (attention_mma_chunk.cu partials_finite, slice_scores' kOr4; the same decision, so the same bits).
-// qs (with loop32 and lean: 1 = attention_mma_kernels 25, 2 = 27): q staged through shared memory by coalesced 16-byte
-// copies (attention_mma_chunk.cu stage_q_slice); 2 also asks the next wave's q into L2 (prefetch_q_block). Same bits.
 void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32 = false,
-                               bool lean = false, int qs = 0);
+                               bool qs = false);
 // attention_mma_kernels = 14: the same steps with each warp's segments pipelined (between one pair of barriers the
 // value product of segment s − 1, the softmax of s and the scores of s + 1; rows staged per warp slice); needs
 // raw_cap ≥ window. lanes8 (attention_mma_kernels = 18): its row copies 8 lanes a row (two copies a lane).
-// lean (with lanes8: attention_mma_kernels = 24): 18 with 23's decision checks; qs (with both: 1 = 26, 2 = 28) as above.
+// qs (with loop32: attention_mma_kernels = 25; with lanes8: 26; the default's since session 13): q staged through shared
+// memory by coalesced 16-byte copies (attention_mma_chunk.cu stage_q_slice) and the exactness decision's checks as
+// independent chains (partials_finite, slice_scores' kOr4) — the same bits.
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8 = false,
-                            bool lean = false, int qs = 0);
+                            bool qs = false);
 // The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
                                uint32_t& smem_ready);
@@ -108,7 +106,7 @@ __device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, 
 // their OR (right only when every value is exact in TF32 and finite — the caller checks or knows); else
 // each 8 × 8 block is converted and gets its third product where it is not exact, as the contract writes it.
 // P: the staged rows' pitch in floats (the block's rows, or one warp's slice of them: attention_mma_chunk.cu kernel 14).
-// kOr4 (attention_mma_chunk.cu kernels 23, 24): the OR collected per n-tile and joined at the end — four chains of 8
+// kOr4 (attention_mma_chunk.cu kernels 25, 26): the OR collected per n-tile and joined at the end — four chains of 8
 // instead of one of 32 dependent ORs; the same OR.
 template <int DW, bool kAsIs, int P = DW * kWarps + kPad, bool kOr4 = false, typename Q>
 __device__ inline void slice_scores(const float* base, const Q& qf, int g, int t, float (&part)[4][4], uint32_t& bits) {

@@ -58,7 +58,7 @@ __device__ inline void cp_async16_or_zero(float* dst, const float* src, bool ful
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(full ? 16 : 0) : "memory");
 }
 
-// q staged through shared memory (attention_mma_kernels 25 … 28): each warp copies its slice of the block's q — 16 heads ×
+// q staged through shared memory (attention_mma_kernels 25, 26): each warp copies its slice of the block's q — 16 heads ×
 // dims d0 … d0 + DW − 1, [16][DW + kPad] floats — by 16-byte cp.async (coalesced: 16 lanes a head row, 8 copies a lane at
 // DW = 64) into a staged segment that is not yet in use, then reads its fragments from there: the same floats as
 // load_q_floats (heads past a.heads zero-filled). The session-11 SASS profile of kernel 14 put ~5 % of a CSA chunk's stall
@@ -89,20 +89,6 @@ __device__ inline void read_q_slice(float (&x)[KK][4], const float* qs, int g, i
     x[kk][3] = qs[(g + 8) * QP + 8 * kk + t + 4];
   }
 }
-// pf > 0 (attention_mma_kernels 27, 28): the q rows of block blockIdx.x + pf (the block expected to start on this
-// multiprocessor next: pf = the multiprocessors, one block each) asked into L2 at this block's start, one 128-byte line
-// a thread — a chunk's q (n × heads × D floats, 268 MB at Flash's 2,048 × 64 × 512) is read once and is not in L2.
-__device__ inline void prefetch_q_block(const AttentionArgs& a, int pf) {
-  if (pf <= 0) return;
-  const int groups = (a.heads + kHeads - 1) / kHeads;
-  const int64_t b = static_cast<int64_t>(blockIdx.x) + pf, i = b / groups;
-  if (i >= a.n) return;
-  const int h0 = static_cast<int>(b % groups) * kHeads, nh = a.heads - h0 < kHeads ? a.heads - h0 : kHeads;
-  const int64_t off = static_cast<int64_t>(threadIdx.x) * 128;
-  const char* base = reinterpret_cast<const char*>(a.q + (i * a.heads + h0) * a.head_dim);
-  if (off < static_cast<int64_t>(nh) * a.head_dim * sizeof(float)) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + off));
-}
-
 // Step 2 for head sh of the block, rows r0 = 8·snt + 2·stt and r0 + 1 (thread = 16·sh + 4·snt + stt; the
 // 16 threads of a head are one half-warp): the scores from the slices' partials, the softmax — the
 // segment's (m, l) of head sh, in every thread of the head — and p's parts into pfr.
@@ -159,7 +145,7 @@ __device__ inline void segment_softmax(const float* red, uint32_t* pfr_words, in
 
 // Whether this lane's partial scores are all finite, for the exactness decision (the OR of the rows' low bits says
 // nothing about inf / NaN: an inf or NaN read makes its row's partials non-finite for every head). kLean (attention_mma_kernels
-// 23, 24): head g's 8 partials only — they cover the lane's rows 8nt + 2t, 8nt + 2t + 1 of every n-tile as both heads'
+// 25, 26): head g's 8 partials only — they cover the lane's rows 8nt + 2t, 8nt + 2t + 1 of every n-tile as both heads'
 // 16 do — added as a tree (7 adds, 3 deep, instead of a chain of 16). A finite sum that overflows sends the warp to the
 // converted path, which for exact rows runs the same MMAs on the same operands: the decision never changes the bits.
 template <bool kLean>
@@ -238,10 +224,10 @@ __device__ __forceinline__ void store_heads(const AttentionArgs& a, int64_t i, f
 
 // k32 (attention_mma_kernels = 10): the segment loop on 32-bit counters and a rotating buffer index
 // (stage_rows32, prefetch_idx32): the same copies and steps.
-// kLean (attention_mma_kernels = 23, with k32): the exactness decision's checks as independent chains (the same bits).
-// kQs (25, 27; with k32 and kLean): q staged in segment 2's buffer (stage_q_slice), pf: prefetch_q_block.
-template <int DW, bool k32, bool kLean = false, bool kQs = false>
-__device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0, int pf = 0) {
+// kQs (attention_mma_kernels = 25, with k32): q staged in segment 2's buffer (stage_q_slice) and the exactness decision's
+// checks as independent chains (partials_finite, slice_scores' kOr4) — the same bits.
+template <int DW, bool k32, bool kQs = false>
+__device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = Smem<DW>;
   constexpr int D = S::D, P = S::P, KK = DW / 8, KN = KK, NW = kWarps;
   extern __shared__ float4 smem4[];
@@ -269,7 +255,6 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0, i
 
   QFrag<KK> qf;  // the first two segments' copies are issued before q's loads are waited on
   if constexpr (kQs) {
-    prefetch_q_block(a, pf);
     // Warp w's q slice in staged segment 2 (read before the loop's first barrier; segment 2's copies follow it).
     float* qs = bufs + 2 * (kAttnSeg * P) + wid * kHeads * kQPitch<DW>;
     stage_q_slice<DW>(qs, a, i, h0, d0, lane);
@@ -324,7 +309,7 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0, i
       cp_async_commit();
       const int left = total - seg * kAttnSeg;
       float acc[KN][4];
-      segment_state<DW, decltype(on_state), kLean>(bufs + bc * (kAttnSeg * P), left < kAttnSeg ? left : kAttnSeg, qf,
+      segment_state<DW, decltype(on_state), kQs>(bufs + bc * (kAttnSeg * P), left < kAttnSeg ? left : kAttnSeg, qf,
                                                     a.scale, red, pfr, on_state, acc);
       merge_run(acc);
       bc = bc == 2 ? 0 : bc + 1;
@@ -350,10 +335,10 @@ __device__ inline void chunk3_block(const AttentionArgs& a, int64_t i, int h0, i
   store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
-template <int DW, bool k32, bool kLean = false, bool kQs = false>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a, int pf) {
+template <int DW, bool k32, bool kQs = false>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk3_kernel(AttentionArgs a) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk3_block<DW, k32, kLean, kQs>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads, pf);
+  chunk3_block<DW, k32, kQs>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
 // ---- Kernel 14 (attention_mma_kernels = 14): the chunk shape's segments pipelined within each warp ----
@@ -464,10 +449,10 @@ __device__ inline void store_partials(float* red, int wid, int g, int t, const f
 
 // The chunk shape's block (query i, heads h0 … h0 + 15) of kernel 14. Dynamic shared memory: PipeSmem<DW>::bytes.
 // k8: 8 lanes a row copied (kernel 18).
-// kLean (attention_mma_kernels = 24, with k8): 23's decision checks.
-// kQs (26, 28; with k8 and kLean): q staged in the warp's slice of staged segment 2, pf: prefetch_q_block.
-template <int DW, bool k8, bool kLean = false, bool kQs = false>
-__device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0, int pf = 0) {
+// kQs (attention_mma_kernels = 26, with k8): q staged in the warp's slice of staged segment 2 (stage_q_slice) and 25's
+// decision checks — the same bits.
+template <int DW, bool k8, bool kQs = false>
+__device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) {
   using S = PipeSmem<DW>;
   constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK;
   extern __shared__ float4 smem4[];
@@ -509,7 +494,6 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0, 
   QFrag<KK> qf;
   int32_t pre;  // lane's id of segment s + 2, loaded an interval ahead of its copies
   if constexpr (kQs) {
-    prefetch_q_block(a, pf);
     // The warp's q slice in its slice of staged segment 2 (segment 2's copies come after interval 0's softmax; its
     // pads are not p's slots, which sit in staged segments 0 and 1).
     float* qs = wrows + 2 * S::BS;
@@ -537,7 +521,7 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0, 
   if (ns > 0) {
     wait_staged();
     float pt[4][4];
-    as_is_cur = slice_scores_checked<DW, PW, kLean>(wrows, qf, g, t, pt);
+    as_is_cur = slice_scores_checked<DW, PW, kQs>(wrows, qf, g, t, pt);
     store_partials(red, wid, g, t, pt);
   }
   __syncthreads();
@@ -581,7 +565,7 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0, 
     pre = ids_of(s + 3);
     wait_staged();  // s + 1's copies (only s + 2's may fly)
     float pt[4][4];
-    const bool as_is_next = slice_scores_checked<DW, PW, kLean>(wrows + b_next * S::BS, qf, g, t, pt);
+    const bool as_is_next = slice_scores_checked<DW, PW, kQs>(wrows + b_next * S::BS, qf, g, t, pt);
     __syncthreads();  // every softmax of s has read red
     store_partials(red, wid, g, t, pt);
     __syncthreads();  // s + 1's partials, s's p fragments and factors visible
@@ -611,10 +595,10 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0, 
   store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
-template <int DW, bool k8, bool kLean = false, bool kQs = false>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(AttentionArgs a, int pf) {
+template <int DW, bool k8, bool kQs = false>
+__global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(AttentionArgs a) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk14_block<DW, k8, kLean, kQs>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads, pf);
+  chunk14_block<DW, k8, kQs>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
@@ -689,8 +673,8 @@ bool smem_once(CudaBackend& be, uint32_t& smem_ready, uint32_t bit, K kernel, si
   return true;
 }
 
-// Bits of smem_ready: 16 + log2(DW / 8) for the chunk kernels (+ 4 with the 32-bit loop), 24 + … for the split ones,
-// 28 + … for kernel 14, 12 + … for 18 (attention_mma.cu's launchers take bits 0–7).
+// Bits of smem_ready: 20 + log2(DW / 8) for the chunk kernels with the 32-bit loop (16 + … since session 13: 26's), 24 + …
+// for the split ones, 28 + … for kernel 14, 12 + … for 18, 8 + … for 25 (attention_mma.cu's launchers take bits 0–7).
 template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
@@ -703,29 +687,27 @@ void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, c
   be.launched("attention mma (split, softmax once)");
 }
 
-// kLean kernels: bits 8 + log2(DW / 8) for kernel 3's (with the 32-bit loop); 18's has no bit left in smem_ready and
-// raises its limit at every launch (a measured variant).
-// kQs kernels: their limit raised at every launch too (measured variants).
-template <int DW, bool k32, bool kLean = false, bool kQs = false>
-void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int pf = 0) {
-  const uint32_t bit = kLean ? 8 + dw_bit<DW>() : 16 + dw_bit<DW>() + (k32 ? 4 : 0);
-  uint32_t every = 0;
-  if (!smem_once(be, kQs ? every : smem_ready, 1u << bit, attention_mma_chunk3_kernel<DW, k32, kLean, kQs>, Smem<DW>::bytes))
+// Bits of smem_ready for the kQs kernels: 8 + log2(DW / 8) for 25's, 16 + … for 26's (kernel 9's chunk loop on int64
+// counters, a measured baseline, raises its limit at every launch instead).
+template <int DW, bool k32, bool kQs = false>
+void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
+  uint32_t every = 0;  // kernel 9: no bit kept
+  if (!smem_once(be, k32 ? smem_ready : every, 1u << ((kQs ? 8 : 20) + dw_bit<DW>()), attention_mma_chunk3_kernel<DW, k32, kQs>,
+                 Smem<DW>::bytes))
     return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk3_kernel<DW, k32, kLean, kQs><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a, pf);
+  attention_mma_chunk3_kernel<DW, k32, kQs><<<static_cast<unsigned>(blocks), kThreads, Smem<DW>::bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, softmax once)");
 }
 
-template <int DW, bool k8, bool kLean = false, bool kQs = false>
-void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, int pf = 0) {
+template <int DW, bool k8, bool kQs = false>
+void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready) {
   constexpr size_t bytes = PipeSmem<DW>::bytes;
-  uint32_t every = 0;  // kLean: no bit kept
-  if (!smem_once(be, kLean ? every : smem_ready, 1u << ((k8 ? 12 : 28) + dw_bit<DW>()),
-                 attention_mma_chunk14_kernel<DW, k8, kLean, kQs>, bytes))
+  if (!smem_once(be, smem_ready, 1u << ((kQs ? 16 : k8 ? 12 : 28) + dw_bit<DW>()), attention_mma_chunk14_kernel<DW, k8, kQs>,
+                 bytes))
     return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  attention_mma_chunk14_kernel<DW, k8, kLean, kQs><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a, pf);
+  attention_mma_chunk14_kernel<DW, k8, kQs><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, pipelined warps)");
 }
 
@@ -740,14 +722,6 @@ void by_dw(const AttentionArgs& a, F f) {
   }
 }
 
-// The multiprocessors of the current device (prefetch_q_block's distance); 0 on an error (no prefetch).
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return 0;
-  return n;
-}
-
 }  // namespace
 
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
@@ -755,22 +729,17 @@ void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t 
   by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready); });
 }
 
-void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8, bool lean, int qs) {
-  const int pf = qs == 2 ? sm_count() : 0;
+void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8, bool qs) {
   by_dw(a, [&](auto dw) {
-    if (lanes8 && lean && qs > 0) launch_chunk14<decltype(dw)::value, true, true, true>(be, a, smem_ready, pf);
-    else if (lanes8 && lean) launch_chunk14<decltype(dw)::value, true, true>(be, a, smem_ready);
+    if (lanes8 && qs) launch_chunk14<decltype(dw)::value, true, true>(be, a, smem_ready);
     else if (lanes8) launch_chunk14<decltype(dw)::value, true>(be, a, smem_ready);
     else launch_chunk14<decltype(dw)::value, false>(be, a, smem_ready);
   });
 }
 
-void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32, bool lean,
-                               int qs) {
-  const int pf = qs == 2 ? sm_count() : 0;
+void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool loop32, bool qs) {
   by_dw(a, [&](auto dw) {
-    if (loop32 && lean && qs > 0) launch_chunk<decltype(dw)::value, true, true, true>(be, a, smem_ready, pf);
-    else if (loop32 && lean) launch_chunk<decltype(dw)::value, true, true>(be, a, smem_ready);
+    if (loop32 && qs) launch_chunk<decltype(dw)::value, true, true>(be, a, smem_ready);
     else if (loop32) launch_chunk<decltype(dw)::value, true>(be, a, smem_ready);
     else launch_chunk<decltype(dw)::value, false>(be, a, smem_ready);
   });

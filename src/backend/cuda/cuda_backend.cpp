@@ -140,13 +140,13 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   // walking several items, kernel 3's and 18's steps) lost on the H200 in session 12.
   // 31: 3 with one decode query's sliced merge a programmatic dependent of its split kernel (attention_mma.cu, session 12;
   // the split and its merge in one launch, measured as 15 / 30, lost in session 12's H200 runs and was not landed).
-  // 23, 24: 10 and 18 with the exactness decision's checks as independent chains; 25, 26 also with q staged through shared
-  // memory; 27, 28 also with the next wave's q asked into L2 (session 13). 21, 22 (10 and 18 with the value product's rows
-  // loaded 16 bytes wide) lost on the H200 in session 13 (register-pair moves, docs/PERF.md).
-  if (amk != 0 && amk != 1 && amk != 3 && amk != 9 && amk != 10 && amk != 14 && amk != 18 && (amk < 23 || amk > 28) &&
+  // 25, 26: 10 and 18 with q staged through shared memory and the exactness checks as independent chains (session 13). 21,
+  // 22 (10 and 18 with the value product's rows loaded 16 bytes wide: register-pair moves), 23, 24 (the checks alone) and
+  // 27, 28 (25, 26 also asking the next wave's q into L2) lost to them on the H200 in session 13 (docs/PERF.md).
+  if (amk != 0 && amk != 1 && amk != 3 && amk != 9 && amk != 10 && amk != 14 && amk != 18 && amk != 25 && amk != 26 &&
       amk != 31)
     return invalid_argument("cuda backend: attention_mma_kernels " + std::to_string(amk) +
-                            " is not one of 0, 1, 3, 9, 10, 14, 18, 23 … 28, 31 (2 and 4 were removed: slower on the H200)");
+                            " is not one of 0, 1, 3, 9, 10, 14, 18, 25, 26, 31 (2 and 4 were removed: slower on the H200)");
   be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_kernels, opts.indexer_select);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_indexer_decode(opts.indexer_decode);

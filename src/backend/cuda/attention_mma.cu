@@ -42,7 +42,10 @@ constexpr bool kChunkLoop32Auto = true;
 // where the host's bound of a query's rows reaches this: the session-11 H200 run (PERF.md "Session 11: prefill chunk
 // attention …") measured CSA chunks (640 rows, 20 segments a query) −4.4 %, HCA at 32K (400 rows) −2.7 %, HCA at 2K
 // (160 rows) +3.4 % — a short query pays the pipeline's fill and drain. 0: kernel 3's own loop everywhere.
-constexpr int64_t kChunkPipelinedMinRows = 384;
+// 144 since session 13 (with kChunkQsAuto): the pipelined form with q staged (26) beat the loop form (25) in every shape
+// measured — HCA at 2K 160 rows 1,037 / 1,046 µs against 1,069 / 1,080 (two passes), 144 rows (n = 32) 20.3 against 21.0 —
+// and every Flash chunk's bound is ≥ 144 (window 128 + HCA's ≥ 16 compressed rows; CSA 640).
+constexpr int64_t kChunkPipelinedMinRows = 144;
 // …and copies its rows 8 lanes a row (attention_mma_chunk.cu stage_slice, kernel 18) since session 12's H200 runs
 // (PERF.md "Session 12: prefill chunk attention …"): the same bits, CSA chunks at 2K 3,656 → 3,553 µs, HCA at 32K
 // 2,471 → 2,408 (−2.8 %, −2.5 %; both runs alike). false: kernel 14's copies (16 lanes a row).
@@ -50,8 +53,10 @@ constexpr bool kChunkPipelinedLanes8 = true;
 
 // Kernel 3's chunk shape (both its kernels) with q staged through shared memory by coalesced 16-byte copies and the
 // exactness decision's checks as independent chains (attention_mma_chunk.cu stage_q_slice, partials_finite: kernels 25,
-// 26 — the same bits). false: 10's and 18's q loads and checks.
-constexpr bool kChunkQsAuto = false;
+// 26 — the same bits). false: 10's and 18's q loads and checks. On since session 13's H200 W2 (PERF.md "Session 13: prefill
+// chunk attention …"): 2K chunk CSA 3,528 / 3,523 → 3,405 / 3,441 µs (26 vs the default 18), HCA 1,137 / 1,146 → 1,037 /
+// 1,046 (26 vs the default 10); 32K CSA −3 %, HCA (400 rows) −4 %; 194 PARITY lines bit for bit.
+constexpr bool kChunkQsAuto = true;
 
 // Kernel 3's split shape of one decode query: the sliced merge as a programmatic dependent of the split kernel
 // (attention_mma_kernels 31; sm_90, the main lane): its blocks launch while the split runs and form their RoPE angles

@@ -12,11 +12,11 @@
 // "gemm", only the GEMM, F16 and routed-expert lines ("q8": only the dense Q8_0 ones), of the default kernels, of the dense Q8_0 kernel
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
-// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 34
-// (the default before session 12: IQ2_XXS by shared tables) and 44 (the default: 34 with gate and up on one
-// quantization in one launch, the tiles dearest first, 4-byte word loads where aligned), then again, each
+// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 44
+// (the default: 34 with gate and up on one quantization in one launch, the tiles dearest first, 4-byte word
+// loads where aligned) and 48 (44 with the table lookups' addresses from per-lane bases), then again, each
 // with ids spread like a router's and with routing like a text prompt's ("moe-zipf": Zipf-distributed token
-// types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 34 and 44 (under ncu).
+// types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 44 and 48 (under ncu).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 34 (gemm_experts.cu's table stage) and 44 (the default),
+  // "walk": only the routed-expert lines of gemm_experts 44 (the default) and 48 (44, lookups from per-lane bases),
   // twice in turn (the second round shows the drift of the run), each also with routing like a text prompt's.
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
@@ -116,14 +116,14 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{37, 48, 37, 48}
+  const std::vector<int> modes = walk_only      ? std::vector<int>{48, 49, 48, 49}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8v2prof   ? std::vector<int>{0, 51, 52, 53, 54, 55}
                                  : q8v2       ? std::vector<int>{0, 51, 52, 53, 54, 55, 0, 51, 52, 53, 54, 55}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
-                                 : profile    ? std::vector<int>{37, 48}
+                                 : profile    ? std::vector<int>{48, 49}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
                                               : std::vector<int>{0, 1, 2};
@@ -161,8 +161,9 @@ int main(int argc, char** argv) {
     if (mode == 28) co.gemm_experts = 20;
     if (mode == 31) co.gemm_experts = 27;  // the lean stage, items by an atomic counter
     if (mode >= 33 && mode <= 36) co.gemm_experts = mode - 4;  // 29, 30, 32 (gemm_experts.cu: per-item stage loops, 30 gate + up in one launch, 32 the lean copies)
-    if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 49, 50: removed variants)
-    if (mode == 48) co.gemm_experts = 44;                      // the default: one gate/up launch, tiles by cost (38, 39, 49: removed)
+    if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 50: removed variants)
+    if (mode == 48) co.gemm_experts = 44;                      // the default: one gate/up launch, tiles by cost (38, 39: removed)
+    if (mode == 49) co.gemm_experts = 48;                      // 44 with the table lookups' addresses from per-lane bases
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -173,9 +174,8 @@ int main(int argc, char** argv) {
                                  "-",           "q8-direct3",  "q8-direct4", "tc-gemm2",   "tc-prev-exp", "-",           "-",           "-",           "-",             "-", "tc-gemm2-glue", "-", "-", "-", "-", "-", "-", "tc-exp-walk",
                                  "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
-                                 "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1", "-",          "-",
-                                 "q8-vfirst",   "q8-vf-cvt",  "q8-cvt",     "q8-prev15",  "q8-lean"};
-    const char* path = names[mode];
+                                 "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1", "tc-exp-la",  "-",
+                                 "q8-vfirst",   "q8-vf-cvt",  "q8-cvt",     "q8-prev15",  "q8-lean"};    const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
       if (!profile) return median_seconds(body, sync, iters);

@@ -459,7 +459,8 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
   // rows zero-filled instead of skipped); 34 (the default): 32 with IQ2_XXS decoded by shared tables
   // (experts_iq2.cuh: selector words, PRMT); 44 (the default): 34 with gate and up on one quantization in one
-  // launch, the tiles dearest first, 4-byte word loads where aligned, no copies of pair rows past the fragments.
+  // launch, the tiles dearest first, 4-byte word loads where aligned, no copies of pair rows past the fragments;
+  // 48: 44 with the IQ2_XXS table lookups' addresses from per-lane bases (the same words).
   // 60, 80 and 160
   // tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every even-rounded fragment count (2, 4, 6, 8) runs.
   cuda::CudaBackendOptions off;
@@ -467,7 +468,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 44};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 44, 48};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
@@ -518,7 +519,7 @@ TEST_F(CudaGemm, ExpertsByCostMatchAtSkewedRouting) {
   }
   const auto want = m.run(*gemm2), got34 = m.run(*b34);
   EXPECT_EQ(bit_diffs(got34, want), 0) << "gemm_experts 34 vs gemm2_kernel, skewed routing";
-  for (int v : {44}) {
+  for (int v : {44, 48}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     auto be = backend_with(o);

@@ -405,13 +405,20 @@ struct DSmemTab {
 // by one 4-byte load instead of two 2-byte loads and a merge.
 // (Removed after session 11's H200 runs, docs/PERF.md: the split form — the scale folded into lo/hi fragments,
 // two MMA chains — and odd fragment counts ending on an x2 ldmatrix, variants 35 … 39.)
-template <int kUnroll, int kNJ, bool kA4 = false, class S, int kAJ>
+// kLA (variant 48): the table lookups by 32-bit shared addresses from per-lane bases (base + 4·lane + 128·entry, one
+// shift-add each, ld.shared) — the SASS of 44 (session 13 W4's ncu source page) formed each lookup's address by two
+// IMADs (32·idx + lane, then ·4 + base) and the sign index's by five instructions (W5: writing the same index
+// arithmetic with signed ints compiled to the identical SASS); the same words looked up, so the same bits.
+template <int kUnroll, int kNJ, bool kA4 = false, bool kLA = false, class S, int kAJ>
 __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t* blk0, const uint8_t* blk1, int lane,
                                             float (&acc)[kAJ][4]) {
   static_assert(kNJ <= kAJ && kNJ % 2 == 0, "accumulators for every fragment, fragments in pairs");
   const int t = lane % 4;
   const int8_t* qb = s.q[slot];
   int ic[kNJ][4];
+  // kLA: the lane's table bases and its sign-index shift, once per stage.
+  [[maybe_unused]] const uint32_t cbase = smem_addr(s.tab.codes) + 4u * lane, sbase = smem_addr(s.tab.signs) + 4u * lane;
+  [[maybe_unused]] const uint32_t s7 = 7u * t;
   auto sub = [&](int sb, auto first) {
     constexpr bool kFirst = decltype(first)::value;
     uint32_t al[4];
@@ -420,7 +427,18 @@ __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t*
     for (int h = 0; h < 2; ++h) {
       const uint8_t* b = (h ? blk1 : blk0) + 2 + 8 * sb;  // 4 grid indices, then 4 × 7 sign bits + ls
       const uint32_t a1 = kA4 ? ld32(b + 4) : ld32_u16(b + 4);
-      const uint32_t sel = iq2_sel(s.tab, b[t], (a1 >> (7 * t)) & 127, lane);
+      uint32_t sel;
+      if constexpr (kLA) {
+        // 32-bit shared addresses: this lane's copy of entry i at base + 128·i (kIq2TabCopies words an entry).
+        static_assert(kIq2TabCopies == 32, "entry pitch 128 bytes");
+        const uint32_t ca = cbase + (static_cast<uint32_t>(b[t]) << 7), sa = sbase + (((a1 >> s7) & 127u) << 7);
+        uint32_t cw, sw;
+        asm("ld.shared.u32 %0, [%1];\n" : "=r"(cw) : "r"(ca));
+        asm("ld.shared.u32 %0, [%1];\n" : "=r"(sw) : "r"(sa));
+        sel = cw | sw;
+      } else {
+        sel = iq2_sel(s.tab, b[t], (a1 >> (7 * t)) & 127, lane);
+      }
       ls[h] = static_cast<int>(2 * (a1 >> 28) + 1);
       al[h] = iq2_pick(kIq2Pos, kIq2Neg, sel);             // values 8t … 8t + 3
       al[2 + h] = iq2_pick(kIq2Pos, kIq2Neg, sel >> 16);  // values 8t + 4 … 8t + 7
@@ -652,7 +670,7 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // copies for the pair rows past the item's fragments (rows ≥ 16·⌈nvec / 16⌉, never read by its ldmatrix:
 // left as they are, warp-uniform) — a 1 … 16-pair tile copies a quarter of the rows instead of all 64.
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
-          bool kLeanCopy = false, bool kTab = false, bool kAlign = false, bool kSkip = false>
+          bool kLeanCopy = false, bool kTab = false, bool kAlign = false, bool kSkip = false, bool kLA = false>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
@@ -827,9 +845,9 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
             // blk0's and blk1's word addresses (+ 6 + 8·sb) mod 4 (rows PA apart, slots 16-byte aligned).
             const bool a4 = (skb & 3) == 2 && ((skb + 8 * rb_lo) & 3) == 2;  // uniform over the block
             if (a4) {
-              table_stage<kLean, NJ, true>(s, slot, blk0, blk1, lane, acc);
+              table_stage<kLean, NJ, true, kLA>(s, slot, blk0, blk1, lane, acc);
             } else {
-              table_stage<kLean, NJ, false>(s, slot, blk0, blk1, lane, acc);
+              table_stage<kLean, NJ, false, kLA>(s, slot, blk0, blk1, lane, acc);
             }
           } else if constexpr (kTab) {
             table_stage<kLean, NJ>(s, slot, blk0, blk1, lane, acc);
@@ -893,12 +911,15 @@ struct ExpertsKernel {
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
   if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34 ||
-      variant == 44) {
+      variant == 44 || variant == 48) {
     if constexpr (T == GgmlType::IQ2_XXS) {
       // 44: 34 with gate and up in one launch, the aligned stages' 4-byte word loads and no copies of pair
       // rows past the fragments.
       if (variant == 44)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, true, true>, sizeof(DSmemTab<2>)};
+      // 48: 44 with table_stage's kLA (the lookups' addresses from per-lane bases).
+      if (variant == 48)
+        return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, true, true, true>, sizeof(DSmemTab<2>)};
       // 34: 32 with table_stage. (Not kept: 34 unrolled — 136 bytes of spills at 128 registers, ptxas.)
       if (variant == 34)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true>, sizeof(DSmemTab<2>)};
@@ -911,7 +932,7 @@ ExpertsKernel experts_kernel(int variant) {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
       // 30: one matrix; 34, 44: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant == 34 || variant == 44)
+      if (variant == 29 || variant == 30 || variant == 34 || variant == 44 || variant == 48)
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -957,7 +978,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 option == 34 || option == 44
+                 option == 34 || option == 44 || option == 48
              ? option
              : kExpertsAuto;
 }
@@ -991,7 +1012,7 @@ cudaError_t upload_gemm_experts_tables() {
   return e != cudaSuccess ? e : cudaMemcpyToSymbol(c_iq2, &t, sizeof(t));
 }
 
-bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44; }
+bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44 || variant == 48; }
 
 namespace {
 
@@ -1046,7 +1067,7 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
     return true;
   {
     // Variant 44: 16-byte loads where x (and u) and the row stride allow them.
-    const bool vec4 = variant == 44 && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
+    const bool vec4 = (variant == 44 || variant == 48) && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
                       (!swiglu || reinterpret_cast<uintptr_t>(swiglu->u) % 16 == 0);
     auto* qk = vec4 ? quantize_q8_K_planes_kernel<true> : quantize_q8_K_planes_kernel<false>;
     qk<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q,
@@ -1092,6 +1113,6 @@ bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& u
   return run_planes(be, gate, scratch, variant, nullptr, &up);
 }
 
-bool experts_tiles_by_cost(int variant) { return variant == 44; }
+bool experts_tiles_by_cost(int variant) { return variant == 44 || variant == 48; }
 
 }  // namespace ds4::backend::cuda

@@ -13,8 +13,8 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 44
-// (the default: 34 with gate and up on one quantization in one launch, the tiles dearest first, 4-byte word
-// loads where aligned) and 48 (44 with the table lookups' addresses from per-lane bases), then again, each
+// (34 with gate and up on one quantization in one launch, the tiles dearest first, 4-byte word
+// loads where aligned) and 48 (the default: 44 with the table lookups by 32-bit shared addresses), then again, each
 // with ids spread like a router's and with routing like a text prompt's ("moe-zipf": Zipf-distributed token
 // types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 44 and 48 (under ncu).
 #include <algorithm>
@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 44 (the default) and 48 (44, lookups from per-lane bases),
+  // "walk": only the routed-expert lines of gemm_experts 44 and 48 (the default: 44, lookups by 32-bit addresses),
   // twice in turn (the second round shows the drift of the run), each also with routing like a text prompt's.
   const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
@@ -162,8 +162,8 @@ int main(int argc, char** argv) {
     if (mode == 31) co.gemm_experts = 27;  // the lean stage, items by an atomic counter
     if (mode >= 33 && mode <= 36) co.gemm_experts = mode - 4;  // 29, 30, 32 (gemm_experts.cu: per-item stage loops, 30 gate + up in one launch, 32 the lean copies)
     if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 50: removed variants)
-    if (mode == 48) co.gemm_experts = 44;                      // the default: one gate/up launch, tiles by cost (38, 39: removed)
-    if (mode == 49) co.gemm_experts = 48;                      // 44 with the table lookups' addresses from per-lane bases
+    if (mode == 48) co.gemm_experts = 44;                      // one gate/up launch, tiles by cost (38, 39: removed)
+    if (mode == 49) co.gemm_experts = 48;                      // the default: 44 with the table lookups by 32-bit addresses
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());

@@ -458,9 +458,9 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // and items handed out by an atomic counter; 29: each item's stage loop specialised on its fragment count;
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
   // rows zero-filled instead of skipped); 34 (the default): 32 with IQ2_XXS decoded by shared tables
-  // (experts_iq2.cuh: selector words, PRMT); 44 (the default): 34 with gate and up on one quantization in one
+  // (experts_iq2.cuh: selector words, PRMT); 44: 34 with gate and up on one quantization in one
   // launch, the tiles dearest first, 4-byte word loads where aligned, no copies of pair rows past the fragments;
-  // 48: 44 with the IQ2_XXS table lookups' addresses from per-lane bases (the same words).
+  // 48 (the default): 44 with the IQ2_XXS table lookups by 32-bit shared addresses (the same words).
   // 60, 80 and 160
   // tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every even-rounded fragment count (2, 4, 6, 8) runs.
   cuda::CudaBackendOptions off;

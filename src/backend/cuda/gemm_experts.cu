@@ -13,9 +13,10 @@
 // Two kernels (CudaBackendOptions::gemm_experts), both two resident blocks per SM walking the (128 rows,
 // tile) items through one continuous ring: experts_fast_kernel (20: fewer instructions per stage, see
 // there; 32, 27, 29, 30: its lean stage and items handed out by a counter, see there; 34: 32 with IQ2_XXS
-// decoded by shared tables — table_stage, experts_iq2.cuh; 44 (the default): 34 with gate and up on one
-// quantization in one launch, the tiles dearest first, see experts_fast_kernel's kAlign / kSkip) and
-// experts_walk_kernel (13, an earlier default).
+// decoded by shared tables — table_stage, experts_iq2.cuh; 44: 34 with gate and up on one
+// quantization in one launch, the tiles dearest first, see experts_fast_kernel's kAlign / kSkip; 48 (the
+// default): 44 with the table lookups by 32-bit shared addresses, table_stage's kLA) and experts_walk_kernel (13,
+// an earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -942,7 +943,7 @@ ExpertsKernel experts_kernel(int variant) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 44 (below). Before: 34 (session 11 W1 on the H200, docs/PERF.md:
+// CudaBackendOptions::gemm_experts = −1: variant 48 (below). Before 44, before that 34 (session 11 W1 on the H200, docs/PERF.md:
 // the MoE of a 2,048-token chunk per layer 2.952 / 2.922 ms against 3.055 / 3.047 for 32 in the same run; ncu: gate or up
 // 0.945 vs 0.982 ms — 584 vs 609 M instructions —, down (29's Q2_K) 0.884 vs 0.896; 35 (the scale split into
 // lo/hi MMA chains) 3.111 / 3.098: 7 % fewer instructions, 60 % issue instead of 68 %; 36, 37 spill or lose
@@ -971,7 +972,12 @@ ExpertsKernel experts_kernel(int variant) {
 // 3.064 / 3.563 in W1 — the up kernel +0.19 ms, an expf and an IEEE division per output), 42 (two launches, no
 // aligned loads or skipped copies: 2.848 / 3.346 in W2, 2.874 / 3.387 in W3), 43 (42 with them: 2.897 / 3.332,
 // 2.923 / 3.369), 45 (44 without the aligned loads: 2.934 / 3.415 in W3).
-constexpr int kExpertsAuto = 44;
+// Session 13 (engineer pexperts, docs/PERF.md): 48 — 44 with the IQ2_XXS table lookups by 32-bit shared addresses.
+// H200 W6 (same run, twice): the MoE of a 2,048-token layer 2.826 / 2.824 ms against 44's 2.885 / 2.880 with ids
+// spread like a router's, 3.297 / 3.298 against 3.357 / 3.353 with routing like a text prompt's; gate/up 1,116 vs
+// 1,170 M instructions (uniform), 1,353 vs 1,428 M (zipf); parity 2/2, PARITY ok. Not kept: 46 / 47 (128-pair tiles
+// by warp pairs sharing the decode: +0.12 … +0.16 ms at prompt-like routing in W1–W3, never landed).
+constexpr int kExpertsAuto = 48;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }

@@ -305,6 +305,139 @@ __global__ void __launch_bounds__(2 * C::THREADS, C::MINB) f16_mma_pair_kernel(G
   store_tile<TM, TN>(p, y, m0, n0, wm, wn, g, t);
 }
 
+// Activations split by the copying threads (shapes 13 … 15): the ring's weights arrive by cp.async as in
+// f16_mma_smem_kernel, but each stage's activations are loaded into registers one stage ahead (while the
+// warps run the stage before), split x = hi + lo (split_tf32: the same words f16_mma_block computes) once per
+// block — not once per warp row — and stored as hi / lo words beside the stage's weights, so a warp's inner
+// loop is fragment loads and MMAs (f16_mma_block_split: the same MMAs in the same order, the same bits).
+// Slot (st + 1) % S's activations are written during stage st: that slot was last read in stage st + 1 − S
+// ≤ st − 1, before the barrier that opens stage st, and the barrier that opens stage st + 1 publishes them.
+// A slot: KB weight sub-tiles (BM × kWPitch each), then KB activation sub-tiles (BN × kXsPitch: vector v's
+// 32 hi words, then its 32 lo words, 16 bytes of padding — conflict-free LDS.128 / STS.128 of 8 lanes).
+constexpr int kXsPitch = 272;
+
+template <class C>
+struct XsplitCfg {
+  static constexpr int WSUB = C::BM * kWPitch, XSUB = C::BN * kXsPitch;
+  static constexpr int SLOT = C::KB * (WSUB + XSUB), SMEM = C::STAGES * SLOT;
+  static constexpr int XUNITS = C::KB * C::BN * 8;  // float4s of activations per stage
+  static constexpr int XPER = XUNITS / C::THREADS;  // per thread
+  static_assert(XUNITS % C::THREADS == 0 && C::STAGES >= 2 && !C::SPLIT, "whole float4s per thread; a 2+ stage ring");
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_xsplit_kernel(GemvJob p) {
+  using X = XsplitCfg<C>;
+  constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, kThreads = C::THREADS, KB = C::KB, S = C::STAGES;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
+  const int wm = warp / C::WN, wn = warp % C::WN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM, n0 = static_cast<int64_t>(blockIdx.y) * BN;
+  const int64_t nst = p.w.cols / (kF16MmaBlk * KB);  // (cols: whole segments, so whole stages)
+  const auto* wt = static_cast<const uint8_t*>(p.w.data);
+  auto copy_w = [&](int64_t st, int slot) {
+    for (int idx = threadIdx.x; idx < KB * BM * 4; idx += kThreads) {
+      const int kb = idx / (4 * BM), r = (idx / 4) % BM, c = idx % 4;
+      const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
+      cp_async16(smem + slot * X::SLOT + kb * X::WSUB + r * kWPitch + 16 * c,
+                 wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * ((st * KB + kb) * kF16MmaBlk + 8 * c));
+    }
+  };
+  // Unit idx of a stage: vector idx / (8·KB), block (idx / 8) % KB, float4 idx % 8 (a vector's KB blocks are
+  // contiguous in x: 8·KB consecutive threads read 128·KB consecutive bytes).
+  float4 xr[X::XPER];
+  auto load_x = [&](int64_t st) {
+#pragma unroll
+    for (int u = 0; u < X::XPER; ++u) {
+      const int idx = threadIdx.x + u * kThreads, v = idx / (8 * KB), kb = (idx / 8) % KB, c4 = idx % 8;
+      const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
+      xr[u] = *reinterpret_cast<const float4*>(p.x + vec * p.x_stride + (st * KB + kb) * kF16MmaBlk + 4 * c4);
+    }
+  };
+  auto store_x = [&](int slot) {
+#pragma unroll
+    for (int u = 0; u < X::XPER; ++u) {
+      const int idx = threadIdx.x + u * kThreads, v = idx / (8 * KB), kb = (idx / 8) % KB, c4 = idx % 8;
+      uint8_t* px = smem + slot * X::SLOT + KB * X::WSUB + kb * X::XSUB + v * kXsPitch + 16 * c4;
+      uint4 h, l;
+      split_tf32(xr[u].x, h.x, l.x);
+      split_tf32(xr[u].y, h.y, l.y);
+      split_tf32(xr[u].z, h.z, l.z);
+      split_tf32(xr[u].w, h.w, l.w);
+      *reinterpret_cast<uint4*>(px) = h;
+      *reinterpret_cast<uint4*>(px + 128) = l;
+    }
+  };
+  if (nst > 0) {
+    load_x(0);
+    store_x(0);
+  }
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (st < nst) copy_w(st, st);
+    cp_async_commit();
+  }
+  float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
+  for (int64_t st = 0; st < nst; ++st) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // stage st's weights and activations visible to all; every warp done with stage st − 1's slot
+    if (st + S - 1 < nst) copy_w(st + S - 1, static_cast<int>((st + S - 1) % S));
+    cp_async_commit();
+    const bool next = st + 1 < nst;
+    if (next) load_x(st + 1);  // in flight during the stage's MMAs
+    const uint8_t* slot = smem + (st % S) * X::SLOT;
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+      const int64_t b = st * KB + kb;
+      uint4 w[TM][2];
+      load_w_frags<TM>(w, slot + kb * X::WSUB, wm, g, t);
+      uint32_t xh[TN][8], xl[TN][8];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const uint8_t* xv = slot + KB * X::WSUB + kb * X::XSUB + (wn * 8 * TN + 8 * j + g) * kXsPitch + 32 * t;
+        unpack4(*reinterpret_cast<const uint4*>(xv), xh[j]);
+        unpack4(*reinterpret_cast<const uint4*>(xv + 16), xh[j] + 4);
+        unpack4(*reinterpret_cast<const uint4*>(xv + 128), xl[j]);
+        unpack4(*reinterpret_cast<const uint4*>(xv + 144), xl[j] + 4);
+      }
+      f16_mma_block_split<TM, TN>(c, w, xh, xl);
+      if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
+        const bool first = b % 16 == 3, last = b % 16 == 15;
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
+              c[i][j][r] = 0.0f;
+              if (last) y[i][j][r] += sg[i][j][r];  // segment order
+            }
+      }
+    }
+    if (next) store_x(static_cast<int>((st + 1) % S));
+  }
+  store_tile<TM, TN>(p, y, m0, n0, wm, wn, g, t);
+}
+
+template <class C>
+cudaError_t launch_xsplit(const GemvJob& p, cudaStream_t s) {
+  auto k = f16_mma_xsplit_kernel<C>;
+  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, XsplitCfg<C>::SMEM);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((p.w.rows + C::BM - 1) / C::BM), static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
+  if ((p.n_vec + C::BN - 1) / C::BN > 65535) return cudaErrorInvalidConfiguration;
+  k<<<grid, C::THREADS, XsplitCfg<C>::SMEM, s>>>(p);
+  return cudaGetLastError();
+}
+
 template <class C>
 cudaError_t launch_pair(const GemvJob& p, cudaStream_t s) {
   auto k = f16_mma_pair_kernel<C>;
@@ -380,6 +513,14 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
     case 12:  // big: 16 warps of 32 × 16 in one 128 × 64 block with four blocks per stage; else 8's warps with four
               // blocks per stage in a two-stage ring, 3 blocks per multiprocessor
       return big ? launch_smem<TileCfg<4, 4, 2, 2, 4, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 2, 4, 2, false, 3>>(j, s);
+    // Session 13 (f16): the activations split once per block by the threads that copy them (f16_mma_xsplit_kernel).
+    case 13:  // 12's warps (big: 16 of 32 × 16, 128 × 64 tiles, 4-slot ring; else 4, 64 × 32 tiles, 2-slot ring, 4 per
+              // multiprocessor), two blocks per stage
+      return big ? launch_xsplit<TileCfg<4, 4, 2, 2, 2, 4>>(j, s) : launch_xsplit<TileCfg<2, 2, 2, 2, 2, 2, false, 4>>(j, s);
+    case 14:  // 7's 64 × 16 warp tiles (big: 8 warps, 128 × 64 tiles; else 4 warps, 64 × 64, 2 per multiprocessor)
+      return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 2, 4>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 2, 2, false, 2>>(j, s);
+    case 15:  // 13 in a 3-slot ring (big), 2 per multiprocessor (else)
+      return big ? launch_xsplit<TileCfg<4, 4, 2, 2, 2, 3>>(j, s) : launch_xsplit<TileCfg<2, 2, 2, 2, 2, 3, false, 2>>(j, s);
     case 9:   // removed (session 12: 16 warps of 32 × 16 with two blocks per stage, 32 × 8 warp tiles — 12 and 8 won)
     case 11:  // removed (quarter pairs of 32 × 32 warp tiles: slower than 10 everywhere)
       return cudaErrorInvalidValue;

@@ -203,7 +203,7 @@ TEST_F(CudaF16Mma, PrefillTileShapesEqualTheDefaultShape) {
     ASSERT_TRUE(gpu_->sync().ok());
     ASSERT_TRUE(backend::cuda::f16_mma_tiles_support(j));
     std::vector<float> want;
-    for (int shape : {0, -1, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 13, 14, 15, 16, 17, 18}) {  // (−1: the default, by rows)
+    for (int shape : {0, -1, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 13, 14, 15, 16, 17, 18}) {  // (−1: the default)
       j.y = poisoned(static_cast<size_t>(sh.n * sh.rows));
       ASSERT_TRUE(gpu_->sync().ok());
       ASSERT_EQ(backend::cuda::f16_mma_tiles_launch_shape(j, nullptr, shape), cudaSuccess);

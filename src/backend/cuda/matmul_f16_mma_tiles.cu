@@ -767,17 +767,16 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_
 
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
   const bool big = j.w.rows >= 1024;
-  // −1, the default, by rows (cuda_prefill_bench 2048 f16shapes on the H200, session 12, ms per call at 2,048
-  // vectors, two rounds each; session 11's default → the one picked): up to 256 rows shape 10 (router / indexer
-  // compressor 256 × 4096: shape 3's 0.120 → 0.097 in W2 — quarter pairs: 16 warps per multiprocessor without
-  // smaller warp tiles; shape 8 0.107), below 1,024 rows shape 7 (HCA compressor 512 × 4096: shape 1's 0.168 →
-  // 0.161, 64 × 16 warp tiles), else shape 12 (compressor 1024 × 4096: 0.321 → 0.271, indexer q_b 8192 × 1024:
-  // 0.620 → 0.536 in W2: 16 warps of 32 × 16 with four blocks per stage; shape 6 0.293 / 0.581). Session 10:
-  // shape 3 (0.144 → 0.118 on 256 rows) and 1 (q_b 0.656 → 0.615) against 0.
+  // −1, the default: shape 14 at every row count (cuda_prefill_bench 2048 f16shapes on the H200, session 13 W1,
+  // ms per call at 2,048 vectors, two rounds: router 256 × 4096 0.097 → 0.089, HCA compressor 512 × 4096 0.162 →
+  // 0.137, compressor 1024 × 4096 0.271 → 0.250, indexer q_b 8192 × 1024 0.531 → 0.498 against session 12's
+  // default by rows, 10 / 7 / 12 — the tiles' 43 layers' calls of a chunk 37.3 → 34.1 ms: the activations split
+  // once per block by the copying threads, 64 × 16 warp tiles). Session 12: 10 / 7 / 12 against 3 / 1 / 1
+  // (0.120 → 0.097 on 256 rows, 0.168 → 0.161 on 512, 0.321 → 0.271 and 0.620 → 0.536 on the ≥ 1,024-row ones).
   if (shape < 0) {
-    const cudaError_t e = f16_mma_tiles_launch_shape(j, s, j.w.rows <= 256 ? 10 : j.w.rows < 1024 ? 7 : 12);
+    const cudaError_t e = f16_mma_tiles_launch_shape(j, s, 14);
     if (e != cudaErrorInvalidValue) return e;
-    (void)cudaGetLastError();  // 10 and 12 take 186 / 209 KB of shared memory: sm_80 allows 163 KB a block
+    (void)cudaGetLastError();  // 14 takes 200 KB of shared memory from 1,024 rows: sm_80 allows 163 KB a block
     shape = 1;
   }
   switch (shape) {

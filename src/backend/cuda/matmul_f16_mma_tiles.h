@@ -14,7 +14,7 @@ namespace ds4::backend::cuda {
 bool f16_mma_tiles_support(const GemvJob& j);
 // Launches the tiles on `s` (a job f16_mma_tiles_support accepts); the launch's error.
 cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s);
-// The same in launch shape `shape` (−1: f16_mma_tiles_launch's, by rows — 10, 7 or 12; 0: the first one (128 × 64
+// The same in launch shape `shape` (−1: f16_mma_tiles_launch's — 14, or 1 where a device refuses its 200 KB of shared memory; 0: the first one (128 × 64
 // tiles of 32 × 32 warps from 1,024 rows, else 64 × 64); 1: two 32-value blocks per ring stage; 2:
 // 16-row warp tiles; 3: both; 4: 1 with the activations split into TF32 hi / lo once per stage by the block;
 // 5: 3 likewise; 6: four 32-value blocks per stage; 7: 64 × 16 warp tiles; 8: 32 × 16 warp tiles, 2 / 4 blocks

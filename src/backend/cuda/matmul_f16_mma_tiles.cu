@@ -805,13 +805,8 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
               // blocks per stage in a two-stage ring, 3 blocks per multiprocessor
       return big ? launch_smem<TileCfg<4, 4, 2, 2, 4, 3>>(j, s) : launch_smem<TileCfg<2, 2, 2, 2, 4, 2, false, 3>>(j, s);
     // Session 13 (f16): the activations split once per block by the threads that copy them (f16_mma_xsplit_kernel).
-    case 13:  // 12's warps (big: 16 of 32 × 16, 128 × 64 tiles, 4-slot ring; else 4, 64 × 32 tiles, 2-slot ring, 4 per
-              // multiprocessor), two blocks per stage
-      return big ? launch_xsplit<TileCfg<4, 4, 2, 2, 2, 4>>(j, s) : launch_xsplit<TileCfg<2, 2, 2, 2, 2, 2, false, 4>>(j, s);
     case 14:  // 7's 64 × 16 warp tiles (big: 8 warps, 128 × 64 tiles; else 4 warps, 64 × 64, 2 per multiprocessor)
       return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 2, 4>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 2, 2, false, 2>>(j, s);
-    case 15:  // 13 in a 3-slot ring (big), 2 per multiprocessor (else)
-      return big ? launch_xsplit<TileCfg<4, 4, 2, 2, 2, 3>>(j, s) : launch_xsplit<TileCfg<2, 2, 2, 2, 2, 3, false, 2>>(j, s);
     case 16:  // quarter pairs (10) with the activations split by the copying threads: 16 warps of 32 × 16 (128 × 32
               // tiles, two-slot ring) at every row count
       return launch_xpair<TileCfg<4, 2, 2, 2, 4, 2>>(j, s);
@@ -819,6 +814,8 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
       return big ? launch_xsplit<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_xsplit<TileCfg<2, 2, 2, 4, 2, 2, false, 2>>(j, s);
     case 18:  // 14's warps and tiles with the weights also converted by the copying threads (f16_mma_wxsplit_kernel)
       return big ? launch_wxsplit<TileCfg<2, 4, 4, 2, 2, 2>>(j, s) : launch_wxsplit<TileCfg<1, 4, 4, 2, 2, 2, false, 2>>(j, s);
+    case 13:  // removed (session 13: 14's activation split with 12's 32 × 16 warp tiles — slower than 14 everywhere)
+    case 15:  // removed (13 in a 3-slot ring / 2 per multiprocessor: slower than 14 but on 256 rows, equal there)
     case 9:   // removed (session 12: 16 warps of 32 × 16 with two blocks per stage, 32 × 8 warp tiles — 12 and 8 won)
     case 11:  // removed (quarter pairs of 32 × 32 warp tiles: slower than 10 everywhere)
       return cudaErrorInvalidValue;

@@ -20,8 +20,10 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s);
 // 5: 3 likewise; 6: four 32-value blocks per stage; 7: 64 × 16 warp tiles; 8: 32 × 16 warp tiles, 2 / 4 blocks
 // per multiprocessor; 10: quarter pairs — two warps per warp tile, one on quarters 0 and 1 of each segment, one
 // on 2 and 3 — of 32 × 16 warp tiles; 12: 16 warps of 32 × 16 with four blocks per stage (≥ 1,024 rows), else 8
-// with four blocks per stage; 9 and 11: removed, cudaErrorInvalidValue) — for the benches and tests comparing
-// shapes; none changes the order.
+// with four blocks per stage; 14: 7's warp tiles with the activations split once per block by the threads that
+// stage them (8 warps, 128 × 64 tiles from 1,024 rows, else 4 warps, 64 × 64); 16: 10 so (16 warps, 128 × 32
+// tiles); 17: 32 × 32 warp tiles so; 18: 14 with the weights also converted F16 → TF32 by those threads; 9, 11,
+// 13 and 15: removed, cudaErrorInvalidValue) — for the benches and tests comparing shapes; none changes the order.
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape);
 // Prefill jobs of few rows that the tiles do not take (the HC controls 24 × 16384, the indexer weights
 // 64 × 4096): no expert ids, ≥ 64 vectors.

@@ -156,13 +156,8 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
       return launch_mma<1, 2, 2, false, 512>(p, grid(32, 16), 16, s);
     case 5:  // 256 blocks of 8 vectors, 8 warps × 1 quarter, 4 per multiprocessor (≤ 64 registers)
       return launch_mma<1, 2, 1, false, 256, 4>(p, grid(32, 8), 8, s);
-    // Session 13 (f16): a quarter's 4 blocks of loads in flight together (kUnroll) — the HC controls wait on
-    // their activations' DRAM loads (session 12's ncu: 37 % of stalls, DRAM 49 % busy) — at 16 vectors per block.
-    case 7:  // 8 warps × 1 quarter, unrolled
-      return launch_mma<1, 2, 2, true, 256>(p, grid(32, 16), 8, s);
-    case 8:  // 12 warps × 1 quarter, unrolled (rounds of 3 segments)
-      return launch_mma<1, 2, 2, true, 384>(p, grid(32, 16), 12, s);
-    default:  // 2, 3, 6: removed (slower, session 12)
+    default:  // 2, 3, 6: removed (slower, session 12); 7, 8: removed (session 13: 8 / 12 warps × 1 quarter with a
+              // quarter's loads in flight together — HC controls 0.087 / 0.070 ms against 4's 0.060)
       return cudaErrorInvalidValue;
   }
 }

@@ -814,6 +814,10 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
       return big ? launch_xsplit<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_xsplit<TileCfg<2, 2, 2, 4, 2, 2, false, 2>>(j, s);
     case 18:  // 14's warps and tiles with the weights also converted by the copying threads (f16_mma_wxsplit_kernel)
       return big ? launch_wxsplit<TileCfg<2, 4, 4, 2, 2, 2>>(j, s) : launch_wxsplit<TileCfg<1, 4, 4, 2, 2, 2, false, 2>>(j, s);
+    case 19:  // 16 with 64 × 16 warp tiles: 8 warps (2 × 4 of 64 × 16), 64 × 64 tiles
+      return launch_xpair<TileCfg<1, 4, 4, 2, 4, 2>>(j, s);
+    case 20:  // 14 with four blocks per stage in a two-slot ring (one barrier per 128 values)
+      return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 4, 2>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 4, 2>>(j, s);
     case 13:  // removed (session 13: 14's activation split with 12's 32 × 16 warp tiles — slower than 14 everywhere)
     case 15:  // removed (13 in a 3-slot ring / 2 per multiprocessor: slower than 14 but on 256 rows, equal there)
     case 9:   // removed (session 12: 16 warps of 32 × 16 with two blocks per stage, 32 × 8 warp tiles — 12 and 8 won)

@@ -31,7 +31,8 @@ bool f16_mma_few_rows_support(const GemvJob& j);
 // Launches such a job in launch shape `shape` (matmul_f16_mma.cu's f16_mma_tile; −1: the default, 4 up to 32
 // rows, else 5; 0: 32 × 16 per block, 8 warps × 2 quarters; 1: 32 × 8 per block at 2 blocks per multiprocessor;
 // 4: 32 × 16 per block, 16 warps × 1 quarter; 5: 32 × 8 per block, 8 warps × 1 quarter, 4 blocks per
-// multiprocessor; 2, 3, 6, 7, 8: removed, cudaErrorInvalidValue) — none changes the order; the launch's error.
+// multiprocessor; 9: 32 × 16 per block, 4 warps streaming their own quarters through cp.async rings (≤ 32 rows,
+// K a multiple of 512, aligned; else the default); 2, 3, 6, 7, 8: removed, cudaErrorInvalidValue) — none changes the order; the launch's error.
 cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int shape);
 
 }  // namespace ds4::backend::cuda

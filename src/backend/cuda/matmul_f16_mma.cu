@@ -268,7 +268,7 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
   // controls 0.075 → 0.061 against shape 0, the session 11 default; shape 1 0.068), else 5 (indexer weights
   // 64 × 4096 0.037 → 0.029). Measured slower and removed: 16 warps × 1 quarter on 8-vector blocks with the
   // quarter's loads first (0.084), shape 0 with them first (0.077), 8-vector blocks at 3 per SM (0.133).
-  if (shape < 0) shape = j.w.rows <= 32 ? 4 : 5;
+  if (shape < 0) shape = j.w.rows <= 32 ? 9 : 5;  // session 13: 9 (≤ 32 rows; it takes 4 where it does not apply)
   switch (shape) {
     case 0:  // 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
       return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
@@ -281,7 +281,7 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
     case 9:  // 4 warps with per-warp cp.async rings (f16_mma_few_ring_kernel; ≤ 32 rows, K a multiple of 512, aligned:
              // else the default), 3 slots up to 24 rows, else 2
       if (j.w.rows > 32 || j.w.cols % kF16MmaSeg != 0 || !p.wide || j.x_div != 1 || (j.n_vec + kFewVecs - 1) / kFewVecs > 65535)
-        return f16_mma_few_rows_launch_shape(j, s, -1);
+        return f16_mma_few_rows_launch_shape(j, s, j.w.rows <= 32 ? 4 : 5);  // (the default before 9)
       return j.w.rows <= 24 ? launch_few_ring<4, 3>(j, s) : launch_few_ring<4, 2>(j, s);
     default:  // 2, 3, 6: removed (slower, session 12); 7, 8: removed (session 13: 8 / 12 warps × 1 quarter with a
               // quarter's loads in flight together — HC controls 0.087 / 0.070 ms against 4's 0.060)

@@ -22,7 +22,6 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/f16_mma.cuh"
 #include "backend/cuda/matmul_f16_mma_tiles.h"
-#include "backend/cuda/mma_s8.cuh"
 
 namespace ds4::backend::cuda {
 
@@ -122,127 +121,6 @@ cudaError_t launch_mma(const F16MmaParams& p, dim3 grid, int warps, cudaStream_t
   return cudaGetLastError();
 }
 
-// Few-row prefill jobs (≤ 32 rows: the HC controls 24 × 16384) with each warp's quarters streamed by cp.async
-// (few-row shape 9): a block owns 32 rows × 16 vectors, its NW warps quarter u = k·NW + w (round k: NW quarters,
-// whole segments) as f16_mma_tile's rounds do, but each warp copies its own quarters' weights and activations
-// into a private S-slot ring S − 1 quarters ahead (no registers held, the loads in flight across the rounds'
-// block barriers) and reads its fragments from there; then the same chain (f16_mma_block from 0 per quarter),
-// the same segment sums ((q0 + q1) + q2) + q3 added in segment order by the block — the same bits.
-// A slot: `rows` weight rows of a quarter (256 bytes, pitch kFwPitch: the LDS.128 of rows g and g + 1 land 64
-// banks apart), then 16 vectors' 128 floats (pitch kFxPitch). Rows past the end are read from the last row,
-// vectors past the end from the last vector (never stored).
-constexpr int kFwPitch = 320, kFxPitch = 528, kFewVecs = 16;
-
-template <int NW, int S>
-__global__ void __launch_bounds__(NW * kWarp) f16_mma_few_ring_kernel(GemvJob j) {
-  constexpr int TM = 2, TN = 2, kTile = 128 * TM * TN;
-  static_assert(NW % 4 == 0, "rounds of whole segments");
-  extern __shared__ __align__(16) uint8_t smem[];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
-  const int rows = static_cast<int>(j.w.rows), wbytes = rows * kFwPitch, slot_bytes = wbytes + kFewVecs * kFxPitch;
-  uint8_t* ring = smem + warp * S * slot_bytes;
-  float* part = reinterpret_cast<float*>(smem + NW * S * slot_bytes);  // [NW][kTile]: a round's quarters
-  float* ys = part + NW * kTile;                                         // [kTile]: running sums
-  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kFewVecs;
-  const int64_t nloc = 4 * (j.w.cols / kF16MmaSeg) / NW;  // quarters per warp
-  const auto* wt = static_cast<const uint8_t*>(j.w.data);
-  auto copy_q = [&](int64_t k, int slot) {
-    const int64_t u = k * NW + warp;
-    uint8_t* sw = ring + slot * slot_bytes;
-    uint8_t* sx = sw + wbytes;
-    for (int idx = lane; idx < rows * 16; idx += kWarp) {
-      const int r = idx / 16, c = idx % 16;
-      cp_async16(sw + r * kFwPitch + 16 * c, wt + static_cast<uint64_t>(r) * j.w.row_bytes + 2 * (u * kF16MmaQ + 8 * c));
-    }
-#pragma unroll 4
-    for (int v = 0; v < kFewVecs; ++v) {
-      const int64_t vec = std::min<int64_t>(v0 + v, j.n_vec - 1);
-      cp_async16(sx + v * kFxPitch + 16 * lane, j.x + vec * j.x_stride + u * kF16MmaQ + 4 * lane);
-    }
-  };
-  int wo[TM][2];  // this lane's fragment rows (past the end: the last row)
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) wo[i][h] = std::min(16 * i + g + 8 * h, rows - 1) * kFwPitch + 16 * t;
-  for (int e = threadIdx.x; e < kTile; e += blockDim.x) ys[e] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < S - 1; ++s) {
-    if (s < nloc) copy_q(s, s);
-    cp_async_commit();
-  }
-  for (int64_t k = 0; k < nloc; ++k) {
-    cp_async_wait<S - 2>();
-    __syncwarp();  // the warp's copies of quarter k visible to its lanes; every lane done with quarter k − 1's slot
-    if (k + S - 1 < nloc) copy_q(k + S - 1, static_cast<int>((k + S - 1) % S));
-    cp_async_commit();
-    const uint8_t* sw = ring + (k % S) * slot_bytes;
-    const uint8_t* sx = sw + wbytes;
-    float c[TM][TN][4];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int jj = 0; jj < TN; ++jj) c[i][jj][0] = c[i][jj][1] = c[i][jj][2] = c[i][jj][3] = 0.0f;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      uint4 w[TM][2];
-      float x[TN][8];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) w[i][h] = *reinterpret_cast<const uint4*>(sw + wo[i][h] + b * 64);
-#pragma unroll
-      for (int jj = 0; jj < TN; ++jj) {
-        const float* xv = reinterpret_cast<const float*>(sx + (8 * jj + g) * kFxPitch + b * 128 + 32 * t);
-        const float4 a = *reinterpret_cast<const float4*>(xv), bb = *reinterpret_cast<const float4*>(xv + 4);
-        x[jj][0] = a.x, x[jj][1] = a.y, x[jj][2] = a.z, x[jj][3] = a.w;
-        x[jj][4] = bb.x, x[jj][5] = bb.y, x[jj][6] = bb.z, x[jj][7] = bb.w;
-      }
-      f16_mma_block<TM, TN>(c, w, x);
-    }
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int jj = 0; jj < TN; ++jj)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) part[warp * kTile + ((i * TN + jj) * 4 + r) * kWarp + lane] = c[i][jj][r];
-    __syncthreads();
-    for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
-      float v = ys[e];
-#pragma unroll
-      for (int m = 0; m < NW / 4; ++m) {  // segment order
-        const float* q = part + 4 * m * kTile + e;
-        v += f16_mma_seg_sum(q[0], q[kTile], q[2 * kTile], q[3 * kTile]);
-      }
-      ys[e] = v;
-    }
-    __syncthreads();  // the next round overwrites `part`
-  }
-  if (warp == 0) {
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int jj = 0; jj < TN; ++jj)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int o = f16_mma_row(i, g, r);
-          const int64_t vv = v0 + f16_mma_vec(jj, t, r);
-          if (o < rows && vv < j.n_vec) j.y[vv * j.y_stride + o] = ys[((i * TN + jj) * 4 + r) * kWarp + lane];
-        }
-  }
-}
-
-template <int NW, int S>
-cudaError_t launch_few_ring(const GemvJob& j, cudaStream_t s) {
-  auto k = f16_mma_few_ring_kernel<NW, S>;
-  const size_t smem = static_cast<size_t>(NW) * S * (j.w.rows * kFwPitch + kFewVecs * kFxPitch) +
-                      static_cast<size_t>(NW + 1) * 512 * sizeof(float);
-  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  k<<<static_cast<unsigned>((j.n_vec + kFewVecs - 1) / kFewVecs), NW * kWarp, smem, s>>>(j);
-  return cudaGetLastError();
-}
-
 bool wide_job(const GemvJob& j) {
   return j.w.cols % 8 == 0 && j.w.row_bytes % 16 == 0 && aligned16(j.w.data) && aligned16(j.x) && j.x_stride % 4 == 0 &&
          (!j.ids || j.expert_bytes % 16 == 0);
@@ -268,7 +146,7 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
   // controls 0.075 → 0.061 against shape 0, the session 11 default; shape 1 0.068), else 5 (indexer weights
   // 64 × 4096 0.037 → 0.029). Measured slower and removed: 16 warps × 1 quarter on 8-vector blocks with the
   // quarter's loads first (0.084), shape 0 with them first (0.077), 8-vector blocks at 3 per SM (0.133).
-  if (shape < 0) shape = j.w.rows <= 32 ? 9 : 5;  // session 13: 9 (≤ 32 rows; it takes 4 where it does not apply)
+  if (shape < 0) shape = j.w.rows <= 32 ? 4 : 5;
   switch (shape) {
     case 0:  // 32 rows × 16 vectors per block, 8 warps × 2 quarters per round (4 segments)
       return launch_mma<2, 2, 2, false, 256>(p, grid(32, 16), 8, s);
@@ -278,13 +156,9 @@ cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int 
       return launch_mma<1, 2, 2, false, 512>(p, grid(32, 16), 16, s);
     case 5:  // 256 blocks of 8 vectors, 8 warps × 1 quarter, 4 per multiprocessor (≤ 64 registers)
       return launch_mma<1, 2, 1, false, 256, 4>(p, grid(32, 8), 8, s);
-    case 9:  // 4 warps with per-warp cp.async rings (f16_mma_few_ring_kernel; ≤ 32 rows, K a multiple of 512, aligned:
-             // else the default), 3 slots up to 24 rows, else 2
-      if (j.w.rows > 32 || j.w.cols % kF16MmaSeg != 0 || !p.wide || j.x_div != 1 || (j.n_vec + kFewVecs - 1) / kFewVecs > 65535)
-        return f16_mma_few_rows_launch_shape(j, s, j.w.rows <= 32 ? 4 : 5);  // (the default before 9)
-      return j.w.rows <= 24 ? launch_few_ring<4, 3>(j, s) : launch_few_ring<4, 2>(j, s);
     default:  // 2, 3, 6: removed (slower, session 12); 7, 8: removed (session 13: 8 / 12 warps × 1 quarter with a
-              // quarter's loads in flight together — HC controls 0.087 / 0.070 ms against 4's 0.060)
+              // quarter's loads in flight together — HC controls 0.087 / 0.070 ms against 4's 0.060); 9: removed
+              // (session 13: 4 warps streaming their quarters through private cp.async rings — 0.061, no gain)
       return cudaErrorInvalidValue;
   }
 }

@@ -9,6 +9,9 @@
 // every other launch shape.
 // Rows and vectors past the ends are read from the last valid row / vector (never stored: MMA rows and
 // columns do not interact), so no zero-filling copies are needed.
+// The default (session 13, f16_mma_xsplit_kernel): the weights by cp.async as above, the activations loaded into
+// registers one stage ahead by the block's threads and split into TF32 hi / lo once per block (not once per warp
+// row), 64 × 16 warp tiles — the same MMAs in the same order.
 // Deliberately not here: K not a multiple of 128 or unaligned operands (the direct kernel), decode shapes.
 #include <algorithm>
 
@@ -464,298 +467,6 @@ cudaError_t launch_smem(const GemvJob& p, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-// Quarter pairs (f16_mma_pair_kernel's groups, stages and hand-over) with the activations split by the copying
-// threads as in f16_mma_xsplit_kernel: a slot holds the stage's 4 weight sub-tiles (A's two blocks, then B's),
-// then its 4 activation sub-tiles of hi / lo words; slot (st + 1) % S's activations are stored during stage st.
-template <class C>
-__global__ void __launch_bounds__(2 * C::THREADS, C::MINB) f16_mma_xpair_kernel(GemvJob p) {
-  constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, NW = C::WM * C::WN, kThreads = 2 * C::THREADS;
-  static_assert(C::KB == 4 && !C::SPLIT && C::STAGES >= 2, "a quarter-pair stage holds 4 blocks");
-  constexpr int S = C::STAGES, kTile = TM * TN * 4 * kWarp;
-  constexpr int kWSub = BM * kWPitch, kXSub = BN * kXsPitch, kSlot = 4 * (kWSub + kXSub);
-  constexpr int kXPer = 4 * BN * 8 / kThreads;  // float4s of activations per thread per stage
-  static_assert(4 * BN * 8 % kThreads == 0, "whole float4s per thread");
-  extern __shared__ __align__(16) uint8_t smem[];
-  float* xch = reinterpret_cast<float*>(smem + S * kSlot);  // [NW][2][kTile]: B's q2, q3 (lane-major)
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
-  const int grp = warp / NW, wq = warp % NW, wm = wq / C::WN, wn = wq % C::WN;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM, n0 = static_cast<int64_t>(blockIdx.y) * BN;
-  const int64_t nst = 4 * (p.w.cols / kF16MmaSeg);  // (cols: whole segments)
-  const auto* wt = static_cast<const uint8_t*>(p.w.data);
-  auto kblock = [](int64_t st, int kb) {  // 32-value block of K in sub-tile kb of stage st
-    const int r = static_cast<int>(st % 4), qa = r / 2, bb0 = 2 * (r % 2);
-    return (st / 4) * 16 + (kb < 2 ? qa : qa + 2) * 4 + bb0 + (kb & 1);
-  };
-  auto copy_w = [&](int64_t st, int slot) {
-    for (int idx = threadIdx.x; idx < 4 * BM * 4; idx += kThreads) {
-      const int kb = idx / (4 * BM), r = (idx / 4) % BM, c = idx % 4;
-      const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
-      cp_async16(smem + slot * kSlot + kb * kWSub + r * kWPitch + 16 * c,
-                 wt + static_cast<uint64_t>(row) * p.w.row_bytes + 2 * (kblock(st, kb) * kF16MmaBlk + 8 * c));
-    }
-  };
-  float4 xr[kXPer];  // unit idx: vector idx / 32, sub-tile (idx / 8) % 4, float4 idx % 8
-  auto load_x = [&](int64_t st) {
-#pragma unroll
-    for (int u = 0; u < kXPer; ++u) {
-      const int idx = threadIdx.x + u * kThreads, v = idx / 32, kb = (idx / 8) % 4, c4 = idx % 8;
-      const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
-      xr[u] = *reinterpret_cast<const float4*>(p.x + vec * p.x_stride + kblock(st, kb) * kF16MmaBlk + 4 * c4);
-    }
-  };
-  auto store_x = [&](int slot) {
-#pragma unroll
-    for (int u = 0; u < kXPer; ++u) {
-      const int idx = threadIdx.x + u * kThreads, v = idx / 32, kb = (idx / 8) % 4, c4 = idx % 8;
-      uint8_t* px = smem + slot * kSlot + 4 * kWSub + kb * kXSub + v * kXsPitch + 16 * c4;
-      uint4 h, l;
-      split_tf32(xr[u].x, h.x, l.x);
-      split_tf32(xr[u].y, h.y, l.y);
-      split_tf32(xr[u].z, h.z, l.z);
-      split_tf32(xr[u].w, h.w, l.w);
-      *reinterpret_cast<uint4*>(px) = h;
-      *reinterpret_cast<uint4*>(px + 128) = l;
-    }
-  };
-  if (nst > 0) {
-    load_x(0);
-    store_x(0);
-  }
-#pragma unroll
-  for (int st = 0; st < S - 1; ++st) {
-    if (st < nst) copy_w(st, st);
-    cp_async_commit();
-  }
-  float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];  // B: sg holds q2
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
-  float* mine = xch + static_cast<int64_t>(wq) * 2 * kTile;
-  auto finish_segment = [&] {  // A: y += ((q0 + q1) + q2) + q3 of the segment before
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int j = 0; j < TN; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int e = ((i * TN + j) * 4 + r) * kWarp + lane;
-          y[i][j][r] += (sg[i][j][r] + mine[e]) + mine[kTile + e];
-        }
-  };
-  for (int64_t st = 0; st < nst; ++st) {
-    cp_async_wait<S - 2>();
-    __syncthreads();  // stage st visible to all; every warp done with stage st − 1's slot
-    if (grp == 0 && st % 4 == 0 && st > 0) finish_segment();
-    if (st + S - 1 < nst) copy_w(st + S - 1, static_cast<int>((st + S - 1) % S));
-    cp_async_commit();
-    const bool next = st + 1 < nst;
-    if (next) load_x(st + 1);  // in flight during the stage's MMAs
-    const uint8_t* slot = smem + (st % S) * kSlot;
-#pragma unroll
-    for (int kb = 0; kb < 2; ++kb) {
-      uint4 w[TM][2];
-      load_w_frags<TM>(w, slot + (2 * grp + kb) * kWSub, wm, g, t);
-      uint32_t xh[TN][8], xl[TN][8];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const uint8_t* xv = slot + 4 * kWSub + (2 * grp + kb) * kXSub + (wn * 8 * TN + 8 * j + g) * kXsPitch + 32 * t;
-        unpack4(*reinterpret_cast<const uint4*>(xv), xh[j]);
-        unpack4(*reinterpret_cast<const uint4*>(xv + 16), xh[j] + 4);
-        unpack4(*reinterpret_cast<const uint4*>(xv + 128), xl[j]);
-        unpack4(*reinterpret_cast<const uint4*>(xv + 144), xl[j] + 4);
-      }
-      f16_mma_block_split<TM, TN>(c, w, xh, xl);
-    }
-    const int r = static_cast<int>(st % 4);
-    if (r % 2 == 1) {  // the end of a quarter (A: q0 or q1; B: q2 or q3); the chain restarts at 0
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j)
-#pragma unroll
-          for (int rr = 0; rr < 4; ++rr) {
-            const int e = ((i * TN + j) * 4 + rr) * kWarp + lane;
-            if (r == 1)
-              sg[i][j][rr] = c[i][j][rr];  // A: q0; B: q2
-            else if (grp == 0)
-              sg[i][j][rr] = sg[i][j][rr] + c[i][j][rr];  // q0 + q1
-            else
-              mine[e] = sg[i][j][rr], mine[kTile + e] = c[i][j][rr];  // q2, q3 for A
-            c[i][j][rr] = 0.0f;
-          }
-    }
-    if (next) store_x(static_cast<int>((st + 1) % S));
-  }
-  __syncthreads();  // B's last q2, q3
-  if (grp != 0) return;
-  if (nst > 0) finish_segment();
-  store_tile<TM, TN>(p, y, m0, n0, wm, wn, g, t);
-}
-
-template <class C>
-cudaError_t launch_xpair(const GemvJob& p, cudaStream_t s) {
-  auto k = f16_mma_xpair_kernel<C>;
-  constexpr int kSmem = C::STAGES * 4 * (C::BM * kWPitch + C::BN * kXsPitch) +
-                        C::WM * C::WN * 2 * C::TM * C::TN * 4 * kWarp * 4;  // the ring + B's q2, q3
-  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((p.w.rows + C::BM - 1) / C::BM), static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
-  if ((p.n_vec + C::BN - 1) / C::BN > 65535) return cudaErrorInvalidConfiguration;
-  k<<<grid, 2 * C::THREADS, kSmem, s>>>(p);
-  return cudaGetLastError();
-}
-
-// Weights converted and activations split by the copying threads (shape 18): both operands of a stage are loaded
-// into registers one stage ahead (while the warps run the stage before), the weights converted F16 → TF32 words
-// (f16_tf32: the words f16_mma_block's A operand holds) and the activations split hi / lo (split_tf32) once per
-// block, and stored into the other slot of a two-slot ring; a warp's inner loop is fragment loads and MMAs in
-// f16_mma_block's order (the same bits). A slot: KB weight sub-tiles (BM × kWtPitch: a row's 32 words and 16
-// bytes of padding — conflict-free LDS.128 of 8 lanes), then KB activation sub-tiles as in f16_mma_xsplit_kernel.
-constexpr int kWtPitch = 144;
-
-template <int TM, int TN>
-__device__ inline void f16_mma_block_words(float (&c)[TM][TN][4], const uint32_t (&w)[TM][2][8], const uint32_t (&xh)[TN][8],
-                                           const uint32_t (&xl)[TN][8]) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const uint32_t a[4] = {w[i][0][2 * q], w[i][1][2 * q], w[i][0][2 * q + 1], w[i][1][2 * q + 1]};
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        mma_tf32(c[i][j], a, xh[j][2 * q], xh[j][2 * q + 1]);
-        mma_tf32(c[i][j], a, xl[j][2 * q], xl[j][2 * q + 1]);
-      }
-    }
-  }
-}
-
-template <class C>
-__global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_wxsplit_kernel(GemvJob p) {
-  constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, kThreads = C::THREADS, KB = C::KB;
-  constexpr int kWSub = BM * kWtPitch, kXSub = BN * kXsPitch, kSlot = KB * (kWSub + kXSub);
-  constexpr int kXPer = KB * BN * 8 / kThreads, kWPer = KB * BM * 4 / kThreads;  // float4s / F16 uint4s a thread
-  static_assert(KB * BN * 8 % kThreads == 0 && KB * BM * 4 % kThreads == 0, "whole loads per thread");
-  extern __shared__ __align__(16) uint8_t smem[];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane >> 2, t = lane & 3;
-  const int wm = warp / C::WN, wn = warp % C::WN;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM, n0 = static_cast<int64_t>(blockIdx.y) * BN;
-  const int64_t nst = p.w.cols / (kF16MmaBlk * KB);
-  const auto* wt = static_cast<const uint8_t*>(p.w.data);
-  float4 xr[kXPer];
-  uint4 wr[kWPer];
-  auto load = [&](int64_t st) {
-#pragma unroll
-    for (int u = 0; u < kWPer; ++u) {  // unit idx: sub-tile idx / (4·BM), row (idx / 4) % BM, 8 values idx % 4
-      const int idx = threadIdx.x + u * kThreads, kb = idx / (4 * BM), r = (idx / 4) % BM, c8 = idx % 4;
-      const int64_t row = std::min<int64_t>(m0 + r, p.w.rows - 1);
-      wr[u] = *reinterpret_cast<const uint4*>(wt + static_cast<uint64_t>(row) * p.w.row_bytes +
-                                              2 * ((st * KB + kb) * kF16MmaBlk + 8 * c8));
-    }
-#pragma unroll
-    for (int u = 0; u < kXPer; ++u) {  // unit idx: vector idx / (8·KB), sub-tile (idx / 8) % KB, float4 idx % 8
-      const int idx = threadIdx.x + u * kThreads, v = idx / (8 * KB), kb = (idx / 8) % KB, c4 = idx % 8;
-      const int64_t vec = std::min<int64_t>(n0 + v, p.n_vec - 1);
-      xr[u] = *reinterpret_cast<const float4*>(p.x + vec * p.x_stride + (st * KB + kb) * kF16MmaBlk + 4 * c4);
-    }
-  };
-  auto store = [&](int slot) {
-#pragma unroll
-    for (int u = 0; u < kWPer; ++u) {
-      const int idx = threadIdx.x + u * kThreads, kb = idx / (4 * BM), r = (idx / 4) % BM, c8 = idx % 4;
-      uint8_t* pw = smem + slot * kSlot + kb * kWSub + r * kWtPitch + 32 * c8;
-      const uint4 h = wr[u];
-      *reinterpret_cast<uint4*>(pw) = make_uint4(f16_tf32(h.x & 0xffffu), f16_tf32(h.x >> 16), f16_tf32(h.y & 0xffffu),
-                                                 f16_tf32(h.y >> 16));
-      *reinterpret_cast<uint4*>(pw + 16) = make_uint4(f16_tf32(h.z & 0xffffu), f16_tf32(h.z >> 16),
-                                                      f16_tf32(h.w & 0xffffu), f16_tf32(h.w >> 16));
-    }
-#pragma unroll
-    for (int u = 0; u < kXPer; ++u) {
-      const int idx = threadIdx.x + u * kThreads, v = idx / (8 * KB), kb = (idx / 8) % KB, c4 = idx % 8;
-      uint8_t* px = smem + slot * kSlot + KB * kWSub + kb * kXSub + v * kXsPitch + 16 * c4;
-      uint4 h, l;
-      split_tf32(xr[u].x, h.x, l.x);
-      split_tf32(xr[u].y, h.y, l.y);
-      split_tf32(xr[u].z, h.z, l.z);
-      split_tf32(xr[u].w, h.w, l.w);
-      *reinterpret_cast<uint4*>(px) = h;
-      *reinterpret_cast<uint4*>(px + 128) = l;
-    }
-  };
-  if (nst > 0) {
-    load(0);
-    store(0);
-  }
-  float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
-  for (int64_t st = 0; st < nst; ++st) {
-    __syncthreads();  // slot st % 2 stored by all; every warp done with the other slot (stage st − 1)
-    const bool next = st + 1 < nst;
-    if (next) load(st + 1);  // in flight during the stage's MMAs
-    const uint8_t* slot = smem + (st % 2) * kSlot;
-#pragma unroll
-    for (int kb = 0; kb < KB; ++kb) {
-      const int64_t b = st * KB + kb;
-      uint32_t w[TM][2][8], xh[TN][8], xl[TN][8];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* pw = slot + kb * kWSub + (wm * 16 * TM + 16 * i + g + 8 * h) * kWtPitch + 32 * t;
-          unpack4(*reinterpret_cast<const uint4*>(pw), w[i][h]);
-          unpack4(*reinterpret_cast<const uint4*>(pw + 16), w[i][h] + 4);
-        }
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const uint8_t* xv = slot + KB * kWSub + kb * kXSub + (wn * 8 * TN + 8 * j + g) * kXsPitch + 32 * t;
-        unpack4(*reinterpret_cast<const uint4*>(xv), xh[j]);
-        unpack4(*reinterpret_cast<const uint4*>(xv + 16), xh[j] + 4);
-        unpack4(*reinterpret_cast<const uint4*>(xv + 128), xl[j]);
-        unpack4(*reinterpret_cast<const uint4*>(xv + 144), xl[j] + 4);
-      }
-      f16_mma_block_words<TM, TN>(c, w, xh, xl);
-      if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
-        const bool first = b % 16 == 3, last = b % 16 == 15;
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-          for (int j = 0; j < TN; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
-              c[i][j][r] = 0.0f;
-              if (last) y[i][j][r] += sg[i][j][r];  // segment order
-            }
-      }
-    }
-    if (next) store(static_cast<int>((st + 1) % 2));
-  }
-  store_tile<TM, TN>(p, y, m0, n0, wm, wn, g, t);
-}
-
-template <class C>
-cudaError_t launch_wxsplit(const GemvJob& p, cudaStream_t s) {
-  auto k = f16_mma_wxsplit_kernel<C>;
-  constexpr int kSmem = 2 * C::KB * (C::BM * kWtPitch + C::BN * kXsPitch);
-  cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (e != cudaSuccess) return e;
-  const dim3 grid(static_cast<unsigned>((p.w.rows + C::BM - 1) / C::BM), static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN));
-  if ((p.n_vec + C::BN - 1) / C::BN > 65535) return cudaErrorInvalidConfiguration;
-  k<<<grid, C::THREADS, kSmem, s>>>(p);
-  return cudaGetLastError();
-}
-
 }  // namespace
 
 bool f16_mma_tiles_support(const GemvJob& j) {
@@ -767,16 +478,15 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_
 
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
   const bool big = j.w.rows >= 1024;
-  // −1, the default: shape 14 at every row count (cuda_prefill_bench 2048 f16shapes on the H200, session 13 W1,
-  // ms per call at 2,048 vectors, two rounds: router 256 × 4096 0.097 → 0.089, HCA compressor 512 × 4096 0.162 →
-  // 0.137, compressor 1024 × 4096 0.271 → 0.250, indexer q_b 8192 × 1024 0.531 → 0.498 against session 12's
-  // default by rows, 10 / 7 / 12 — the tiles' 43 layers' calls of a chunk 37.3 → 34.1 ms: the activations split
-  // once per block by the copying threads, 64 × 16 warp tiles). Session 12: 10 / 7 / 12 against 3 / 1 / 1
-  // (0.120 → 0.097 on 256 rows, 0.168 → 0.161 on 512, 0.321 → 0.271 and 0.620 → 0.536 on the ≥ 1,024-row ones).
+  // −1, the default (session 13, cuda_prefill_bench 2048 f16shapes on the H200, ms per call at 2,048 vectors): from
+  // 1,024 rows shape 20 (W3, two rounds: compressor 1024 × 4096 0.271 → 0.245, indexer q_b 8192 × 1024 0.531 →
+  // 0.468 against session 12's 12; 14 0.250 / 0.498), else 14 (W1–W3: router 256 × 4096 0.097 → 0.089 against
+  // 10, HCA compressor 512 × 4096 0.162 → 0.137 against 7; 20's 4-warp blocks 0.121 / 0.240) — the activations
+  // split once per block by the copying threads, 64 × 16 warp tiles. Session 12: 10 / 7 / 12 by rows.
   if (shape < 0) {
-    const cudaError_t e = f16_mma_tiles_launch_shape(j, s, 14);
+    const cudaError_t e = f16_mma_tiles_launch_shape(j, s, big ? 20 : 14);
     if (e != cudaErrorInvalidValue) return e;
-    (void)cudaGetLastError();  // 14 takes 200 KB of shared memory from 1,024 rows: sm_80 allows 163 KB a block
+    (void)cudaGetLastError();  // 20 and 14 take 200 / 84 KB of shared memory: sm_80 allows 163 KB a block
     shape = 1;
   }
   switch (shape) {
@@ -807,18 +517,15 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
     // Session 13 (f16): the activations split once per block by the threads that copy them (f16_mma_xsplit_kernel).
     case 14:  // 7's 64 × 16 warp tiles (big: 8 warps, 128 × 64 tiles; else 4 warps, 64 × 64, 2 per multiprocessor)
       return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 2, 4>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 2, 2, false, 2>>(j, s);
-    case 16:  // quarter pairs (10) with the activations split by the copying threads: 16 warps of 32 × 16 (128 × 32
-              // tiles, two-slot ring) at every row count
-      return launch_xpair<TileCfg<4, 2, 2, 2, 4, 2>>(j, s);
-    case 17:  // 32 × 32 warp tiles (big: 8 warps, 128 × 64 tiles; else 4 warps, 64 × 64, 2 per multiprocessor)
-      return big ? launch_xsplit<TileCfg<4, 2, 2, 4, 2, 3>>(j, s) : launch_xsplit<TileCfg<2, 2, 2, 4, 2, 2, false, 2>>(j, s);
-    case 18:  // 14's warps and tiles with the weights also converted by the copying threads (f16_mma_wxsplit_kernel)
-      return big ? launch_wxsplit<TileCfg<2, 4, 4, 2, 2, 2>>(j, s) : launch_wxsplit<TileCfg<1, 4, 4, 2, 2, 2, false, 2>>(j, s);
-    case 19:  // 16 with 64 × 16 warp tiles: 8 warps (2 × 4 of 64 × 16), 64 × 64 tiles
-      return launch_xpair<TileCfg<1, 4, 4, 2, 4, 2>>(j, s);
-    case 20:  // 14 with four blocks per stage in a two-slot ring (one barrier per 128 values)
+    case 20:  // 14 with four blocks per stage in a two-slot ring (one barrier per 128 values; the default from
+              // 1,024 rows)
       return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 4, 2>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 4, 2>>(j, s);
     case 13:  // removed (session 13: 14's activation split with 12's 32 × 16 warp tiles — slower than 14 everywhere)
+    case 16:  // removed (session 13: 10's quarter pairs with the split — 0.087 on 256 rows, far slower above)
+    case 17:  // removed (session 13: 32 × 32 warp tiles with the split — 1–4 % slower than 14 everywhere)
+    case 18:  // removed (session 13: 14 with the weights converted F16 → TF32 by the copying threads, both operands
+              // one stage ahead in registers — 18–25 % slower)
+    case 19:  // removed (session 13: 16 with 64 × 16 warp tiles — slower everywhere)
     case 15:  // removed (13 in a 3-slot ring / 2 per multiprocessor: slower than 14 but on 256 rows, equal there)
     case 9:   // removed (session 12: 16 warps of 32 × 16 with two blocks per stage, 32 × 8 warp tiles — 12 and 8 won)
     case 11:  // removed (quarter pairs of 32 × 32 warp tiles: slower than 10 everywhere)

@@ -14,16 +14,16 @@ namespace ds4::backend::cuda {
 bool f16_mma_tiles_support(const GemvJob& j);
 // Launches the tiles on `s` (a job f16_mma_tiles_support accepts); the launch's error.
 cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s);
-// The same in launch shape `shape` (−1: f16_mma_tiles_launch's — 14, or 1 where a device refuses its 200 KB of shared memory; 0: the first one (128 × 64
-// tiles of 32 × 32 warps from 1,024 rows, else 64 × 64); 1: two 32-value blocks per ring stage; 2:
-// 16-row warp tiles; 3: both; 4: 1 with the activations split into TF32 hi / lo once per stage by the block;
-// 5: 3 likewise; 6: four 32-value blocks per stage; 7: 64 × 16 warp tiles; 8: 32 × 16 warp tiles, 2 / 4 blocks
-// per multiprocessor; 10: quarter pairs — two warps per warp tile, one on quarters 0 and 1 of each segment, one
-// on 2 and 3 — of 32 × 16 warp tiles; 12: 16 warps of 32 × 16 with four blocks per stage (≥ 1,024 rows), else 8
-// with four blocks per stage; 14: 7's warp tiles with the activations split once per block by the threads that
-// stage them (8 warps, 128 × 64 tiles from 1,024 rows, else 4 warps, 64 × 64); 16: 10 so (16 warps, 128 × 32
-// tiles); 17: 32 × 32 warp tiles so; 18: 14 with the weights also converted F16 → TF32 by those threads; 9, 11,
-// 13 and 15: removed, cudaErrorInvalidValue) — for the benches and tests comparing shapes; none changes the order.
+// The same in launch shape `shape` (−1: f16_mma_tiles_launch's — 20 from 1,024 rows, else 14; 1 where a device
+// refuses their shared memory; 0: the first one (128 × 64 tiles of 32 × 32 warps from 1,024 rows, else 64 × 64);
+// 1: two 32-value blocks per ring stage; 2: 16-row warp tiles; 3: both; 4: 1 with the activations split into
+// TF32 hi / lo once per stage by the block; 5: 3 likewise; 6: four 32-value blocks per stage; 7: 64 × 16 warp
+// tiles; 8: 32 × 16 warp tiles, 2 / 4 blocks per multiprocessor; 10: quarter pairs — two warps per warp tile,
+// one on quarters 0 and 1 of each segment, one on 2 and 3 — of 32 × 16 warp tiles; 12: 16 warps of 32 × 16
+// with four blocks per stage (≥ 1,024 rows), else 8 with four blocks per stage; 14: 7's warp tiles with the
+// activations split once per block by the threads that stage them (8 warps, 128 × 64 tiles from 1,024 rows,
+// else 4 warps, 64 × 64); 20: 14 with four blocks per stage in a two-slot ring; 9, 11, 13, 15 … 19: removed,
+// cudaErrorInvalidValue) — for the benches and tests comparing shapes; none changes the order.
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape);
 // Prefill jobs of few rows that the tiles do not take (the HC controls 24 × 16384, the indexer weights
 // 64 × 4096): no expert ids, ≥ 64 vectors.
@@ -31,8 +31,7 @@ bool f16_mma_few_rows_support(const GemvJob& j);
 // Launches such a job in launch shape `shape` (matmul_f16_mma.cu's f16_mma_tile; −1: the default, 4 up to 32
 // rows, else 5; 0: 32 × 16 per block, 8 warps × 2 quarters; 1: 32 × 8 per block at 2 blocks per multiprocessor;
 // 4: 32 × 16 per block, 16 warps × 1 quarter; 5: 32 × 8 per block, 8 warps × 1 quarter, 4 blocks per
-// multiprocessor; 9: 32 × 16 per block, 4 warps streaming their own quarters through cp.async rings (≤ 32 rows,
-// K a multiple of 512, aligned; else the default); 2, 3, 6, 7, 8: removed, cudaErrorInvalidValue) — none changes the order; the launch's error.
+// multiprocessor; 2, 3, 6 … 9: removed, cudaErrorInvalidValue) — none changes the order; the launch's error.
 cudaError_t f16_mma_few_rows_launch_shape(const GemvJob& j, cudaStream_t s, int shape);
 
 }  // namespace ds4::backend::cuda

@@ -520,6 +520,8 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
     case 20:  // 14 with four blocks per stage in a two-slot ring (one barrier per 128 values; the default from
               // 1,024 rows)
       return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 4, 2>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 4, 2>>(j, s);
+    case 21:  // 20's 8-warp 128 × 64 blocks at every row count (the 512-row HCA compressor: 128 blocks, fewer barriers)
+      return launch_xsplit<TileCfg<2, 4, 4, 2, 4, 2>>(j, s);
     case 13:  // removed (session 13: 14's activation split with 12's 32 × 16 warp tiles — slower than 14 everywhere)
     case 16:  // removed (session 13: 10's quarter pairs with the split — 0.087 on 256 rows, far slower above)
     case 17:  // removed (session 13: 32 × 32 warp tiles with the split — 1–4 % slower than 14 everywhere)

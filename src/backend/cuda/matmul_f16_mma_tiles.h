@@ -22,8 +22,8 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s);
 // one on quarters 0 and 1 of each segment, one on 2 and 3 — of 32 × 16 warp tiles; 12: 16 warps of 32 × 16
 // with four blocks per stage (≥ 1,024 rows), else 8 with four blocks per stage; 14: 7's warp tiles with the
 // activations split once per block by the threads that stage them (8 warps, 128 × 64 tiles from 1,024 rows,
-// else 4 warps, 64 × 64); 20: 14 with four blocks per stage in a two-slot ring; 9, 11, 13, 15 … 19: removed,
-// cudaErrorInvalidValue) — for the benches and tests comparing shapes; none changes the order.
+// else 4 warps, 64 × 64); 20: 14 with four blocks per stage in a two-slot ring; 21: 20's 8-warp blocks at every
+// row count; 9, 11, 13, 15 … 19: removed, cudaErrorInvalidValue) — for the benches and tests comparing shapes; none changes the order.
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape);
 // Prefill jobs of few rows that the tiles do not take (the HC controls 24 × 16384, the indexer weights
 // 64 × 4096): no expert ids, ≥ 64 vectors.

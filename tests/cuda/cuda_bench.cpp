@@ -75,6 +75,8 @@
 //        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
 //        cuda_bench --warp-steps M...     decode steps (batch 2, 3, 4 and 1) with gemv_warp off / on, as the engine.
 //        cuda_bench --ramp-steps M...     decode steps (batch 1, 2, 4) with the dense ramp bits (dense_ramp.h) off / on.
+//        cuda_bench --half [NAME]         dense Q8_0 matmuls at n = 1, 2 (cold): engine options vs the half-SM gemv_rows
+//                                         (dense_ramp.h kRampRowsHalf; + q_b 16384; + two blocks an SM 8192).
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>
@@ -96,6 +98,7 @@
 #include "quant/half.h"
 #include "quant/types.h"
 #include "moe_test_util.h"
+#include "runtime/engine_cuda_options.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -721,6 +724,26 @@ int main(int argc, char** argv) {
       const char* labels[5] = {"no-warp", "default", "warp", "warp-4K", "rows-all"};
       const int64_t lo[5] = {1, 1, 1, 1, 1}, hi[5] = {4, 4, 4, 4, 4};
       bench_dense_rows(sides, labels, lo, hi, 5, argc > 2 ? argv[2] : nullptr);
+    }
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--half") == 0) {  // dense Q8_0 decode matmuls: the half-SM gemv_rows (dense_ramp.h)
+    // Engine options (the default ramp bits) against + kRampRowsHalf 4096, + q_b on it 16384, + two blocks an SM 8192.
+    constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048;
+    const int modes[3] = {kDef | 4096, kDef | 4096 | 16384, kDef | 4096 | 8192 | 16384};
+    std::vector<std::unique_ptr<Backend>> hb;
+    auto eo = runtime::engine_cuda_options();
+    if (auto e = cuda::make_cuda_backend(eo); e.ok()) hb.push_back(std::move(*e));
+    for (int m : modes) {
+      auto o = runtime::engine_cuda_options();
+      o.l2_prefetch_mode = m;
+      if (auto h = cuda::make_cuda_backend(o); h.ok()) hb.push_back(std::move(*h));
+    }
+    if (hb.size() == 4) {
+      Backend* sides[4] = {hb[0].get(), hb[1].get(), hb[2].get(), hb[3].get()};
+      const char* labels[4] = {"default", "half", "half+qb", "half2+qb"};
+      const int64_t lo[4] = {1, 1, 1, 1}, hi[4] = {2, 2, 2, 2};
+      bench_dense_rows(sides, labels, lo, hi, 4, argc > 2 ? argv[2] : nullptr);
     }
     return 0;
   }

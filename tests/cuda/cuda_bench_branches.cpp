@@ -394,8 +394,12 @@ void bench_ramp_steps(int argc, char** argv) {
     const char* name;
     int mode;
   };
-  const Side sides_of[] = {{"base", 128},         {"default", 0},          {"ring", 128 | 1024},
-                           {"ring+default", 128 | 64 | 512 | 256 | 1024}, {"ring+quant", 128 | 256 | 1024}};
+  // Session 13: the half-SM kernel (kRampRowsHalf 4096; + q_b on it 16384; + two blocks an SM 8192) on the default.
+  constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048;
+  const Side sides_of[] = {{"default", 0},
+                           {"half", kDef | 4096},
+                           {"half+qb", kDef | 4096 | 16384},
+                           {"half2+qb", kDef | 4096 | 8192 | 16384}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");
@@ -409,7 +413,7 @@ void bench_ramp_steps(int argc, char** argv) {
     }
     const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}};
     for (const auto& [sessions, ctx] : cases) {
-      for (int round = 0; round < 3; ++round)
+      for (int round = 0; round < (sessions == 1 ? 4 : 1); ++round)  // (the half kernel: one vector only)
         for (int k = 0; k < kSides; ++k) {
           const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
           std::printf("BENCH ramp-steps %-17s layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",

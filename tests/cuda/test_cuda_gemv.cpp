@@ -522,6 +522,7 @@ class CudaGemvRowsRamp : public CudaGemvRows {
     o.l2_prefetch_mode = 128 | 64 | 256;  // kRampExplicit | both ramp bits at every vector count
     return o;
   }
+  void norm_between();
 };
 
 TEST_F(CudaGemvRowsRamp, FlashShapesBitIdenticalToCpu) {
@@ -538,9 +539,11 @@ TEST_F(CudaGemvRowsRamp, OddRowCountsAndSmallShapes) { odd_shapes(); }
 
 TEST_F(CudaGemvRowsRamp, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
 
+TEST_F(CudaGemvRowsRamp, NormBetweenTwoMatvecs) { norm_between(); }
+
 // q_a → its RMSNorm in place → q_b (the forward pass's query path at one token, Flash shapes), three times back
 // to back: q_b's two tiles move before its wait, it must still read the normed row.
-TEST_F(CudaGemvRowsRamp, NormBetweenTwoMatvecs) {
+void CudaGemvRowsRamp::norm_between() {
   const int64_t E = 4096, Q = 1024, HD = 32768;
   Weight wa, wb;
   auto ba = random_weight(GgmlType::Q8_0, Q, E, &wa, 0.02f);
@@ -617,6 +620,56 @@ TEST_F(CudaGemvRowsRingOnly, FlashShapesBitIdenticalToCpu) {
   check(4096, 8192, 2, 8, 3);
   check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
 }
+
+// The half-SM kernel (dense_ramp.h kRampRowsHalf, sm_90, one vector: one ring slot, two blocks an SM fit) with the
+// default's bits (two tiles before the wait at one vector, direct quantization, the ring from two vectors) and q_b
+// on it (kRampHalfQb: gemv_stream's bulk ring declines q_b at one vector — the bulk ring on here as in the engine):
+// the CPU bits on every Flash matrix at one vector (q_b, out_b and out_a's groups whole: neighbouring launches
+// resident together), two vectors (the ring), odd shapes (96-octet rows do not fit: the register path), chains.
+class CudaGemvRowsHalf : public CudaGemvRowsRamp {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsRamp::options();
+    o.l2_prefetch_mode = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096 | 16384;
+    o.gemv_bulk = backend::cuda::GemvMma::wins;
+    return o;
+  }
+  void half_shapes() {
+    for (const auto& c : kFlashQ8) check(std::min<int64_t>(c.rows, 20000), c.cols, 1);
+    check(32768, 1024, 1);  // q_b whole: 64-row tiles
+    check(4096, 8192, 1);   // out_b whole: column chunks
+    check(32768, 1024, 2);  // (two vectors: the bulk ring / the ring)
+    check(4096, 8192, 2, 8, 3);
+    for (int64_t n : {1, 2}) check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);  // out_a whole
+    check(3 * 37, 512, 1, 0, 0, 37, 512);
+  }
+};
+
+TEST_F(CudaGemvRowsHalf, FlashShapesBitIdenticalToCpu) { half_shapes(); }
+
+TEST_F(CudaGemvRowsHalf, OddRowCountsAndSmallShapes) {
+  odd_shapes();
+  check(300, 24576, 1);
+}
+
+TEST_F(CudaGemvRowsHalf, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+TEST_F(CudaGemvRowsHalf, NormBetweenTwoMatvecs) { norm_between(); }
+
+// The same with two half-SM blocks an SM (kRampHalfTwoBlocks) and the bulk ring off: every shape on the half kernel.
+class CudaGemvRowsHalfTwoBlocks : public CudaGemvRowsHalf {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
+    o.l2_prefetch_mode |= 8192;
+    o.gemv_bulk = backend::cuda::GemvMma::off;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalfTwoBlocks, FlashShapesBitIdenticalToCpu) { half_shapes(); }
+
+TEST_F(CudaGemvRowsHalfTwoBlocks, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
 
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole

@@ -33,6 +33,18 @@ constexpr int kRampRowsRing = 1024;
 // With kRampRowsRing: only in launches of two or more vectors (W3: batch 2 faster in every round, batch 1 mixed).
 constexpr int kRampRingFromTwoVectors = 2048;
 
+// gemv_rows at one vector (sm_90): a one-slot cp.async ring, ≤ 128 registers and ≤ 112 KB a block, one block an
+// SM: each block takes half an SM, so a programmatic dependent's blocks (out_b after out_a) are resident from the
+// start and move their first two tiles while this launch streams, and this launch's blocks start under the kernel
+// before it — the launch boundary (~4–5 µs a 35 MB matvec over its bytes: the last tile's terms and chains with no
+// loads in flight, then the next launch's first loads) overlapped instead of serialised.
+constexpr int kRampRowsHalf = 4096;
+// With kRampRowsHalf: two blocks an SM (each half the rows): two one-slot rings in flight per SM in the steady
+// state, one block's terms and chains under the other's loads — but no room for the next launch until one exits.
+constexpr int kRampHalfTwoBlocks = 8192;
+// With kRampRowsHalf: q_b (1024 columns, ≥ 16,384 rows) at one vector on it too, instead of gemv_stream's bulk ring 2.
+constexpr int kRampHalfQb = 16384;
+
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
 constexpr int kRampExplicit = 128;
@@ -51,8 +63,8 @@ constexpr int kRampDefault =
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
-  constexpr int kAll =
-      kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing | kRampRingFromTwoVectors;
+  constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
+                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfTwoBlocks | kRampHalfQb;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

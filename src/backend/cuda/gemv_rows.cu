@@ -43,6 +43,10 @@ constexpr uint64_t kMaxSmem = 160 * 1024;  // under sm_80's 163 KB opt-in (CI bu
 // (69,632 bytes each) filled by cp.async, so kRingSlots tiles are in flight while one is computed.
 constexpr int kRingSlots = 2;
 constexpr uint64_t kRingMaxSmem = 220 * 1024;
+// kRampRowsHalf (sm_90, one vector): one ring slot, ≤ 128 registers a thread and ≤ kHalfMaxSmem, so that a block
+// takes half an SM — the launch after it (a programmatic dependent) finds room on every SM at once and moves its
+// first two tiles while this one still streams, and this launch's blocks start under the one before it.
+constexpr uint64_t kHalfMaxSmem = 112 * 1024;
 constexpr uint32_t kStageBytes = kThreads * 272;  // one tile: every thread's octet
 constexpr int64_t kFusedMaxValues = 8192;  // n·cols above this: one quantize_act first (as gemv_stream.cu)
 
@@ -269,9 +273,11 @@ __device__ inline void quantize_to_octets(const float* x, int64_t x_stride, int 
 }
 
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a contiguous row range of one part.
-// kRing: the ring of kRampRowsRing (kNoL1 unused: the copies are L2-only).
-template <int NV, bool kNoL1, bool kRing = false>
-__global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
+// kSlots: 0 the register path; kRingSlots the ring of kRampRowsRing, 1 the half-SM ring of kRampRowsHalf (two
+// blocks an SM fit: ≤ 128 registers) — kNoL1 unused with a ring: the copies are L2-only.
+template <int NV, bool kNoL1, int kSlots = 0>
+__global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
+  constexpr bool kRing = kSlots > 0;
   extern __shared__ __align__(16) uint8_t sm[];
   const DenseRange range = dense_block_range(p.part, p.n_parts);
   const DensePart& P = *range.part;
@@ -287,29 +293,29 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   uint8_t* stage = sm + p.stage_off + (t / kWarp) * (kWarp * 272u);
 
   uint4 a[kOctetLoads], ch[kRing ? 1 : kOctetLoads];
-  // Ring: tile k's copies into slot k % kRingSlots (the warp's slice of it at `stage`); take(k) waits for them,
-  // moves this thread's octet into `a`, and refills the slot with tile k + kRingSlots. Groups: one per tile, in
-  // tile order (empty past the last), so at take(k) k + kRingSlots are committed and waiting until at most
-  // kRingSlots − 1 are pending leaves tile k's done.
+  // Ring: tile k's copies into slot k % kSlots (the warp's slice of it at `stage`); take(k) waits for them,
+  // moves this thread's octet into `a`, and refills the slot with tile k + kSlots. Groups: one per tile, in
+  // tile order (empty past the last), so at take(k) k + kSlots are committed and waiting until at most
+  // kSlots − 1 are pending leaves tile k's done.
   auto ring_copy = [&](int k) {
     if (k < tiles) {
       const int g = k / chunks;
-      copy_chunks(stage + (k % kRingSlots) * kStageBytes, wb, p.row_bytes, g * R, rows, C, k - g * chunks);
+      copy_chunks(stage + (k % (kRing ? kSlots : 1)) * kStageBytes, wb, p.row_bytes, g * R, rows, C, k - g * chunks);
     }
     cp_async_commit();
   };
   auto take = [&](int k) {
-    cp_async_wait<kRingSlots - 1>();
+    cp_async_wait<(kRing ? kSlots : 1) - 1>();
     __syncwarp();  // every lane's copies of the warp's slice have landed
-    const uint8_t* slot = stage + (k % kRingSlots) * kStageBytes;
+    const uint8_t* slot = stage + (k % (kRing ? kSlots : 1)) * kStageBytes;
 #pragma unroll
     for (int j = 0; j < kOctetLoads; ++j) a[j] = reinterpret_cast<const uint4*>(slot + 272 * (t % kWarp))[j];
     __syncwarp();  // every lane has read its octet: the slot may be refilled
-    ring_copy(k + kRingSlots);
+    ring_copy(k + kSlots);
   };
   // Tile 0's weights first: they do not depend on the kernel before this one (PDL: it may still run).
   if constexpr (kRing) {
-    for (int s = 0; s < kRingSlots; ++s) ring_copy(s);
+    for (int s = 0; s < kSlots; ++s) ring_copy(s);
   } else {
     load_chunks<kNoL1>(ch, wb, p.row_bytes, 0, rows, C, 0);
   }
@@ -333,7 +339,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_rows_kernel(const __grid_con
   const uint8_t* raw = P.act;
   uint64_t raw_vec = p.act_vec;
   if (!raw && (p.ramp & kRampDirectQuant) != 0) {
-    quantize_to_octets<8>(P.x, p.x_stride, p.n_vec, p.nb, sm, p.act_vec_bytes);
+    // (kSlots 1: four steps in flight, not eight — tile 0's octet is in `a` under 128 registers; the same bits.)
+    quantize_to_octets<kSlots == 1 ? 4 : 8>(P.x, p.x_stride, p.n_vec, p.nb, sm, p.act_vec_bytes);
   } else if (!raw) {
     quantize_q8_0_rows_to_smem(P.x, p.x_stride, p.n_vec, int64_t{p.nb} * kQK8_0, sm + p.terms_off, act_row);
     raw = sm + p.terms_off;
@@ -435,12 +442,14 @@ int rows_index(int64_t n) { return n <= 1 ? 0 : n <= 2 ? 1 : n <= 4 ? 2 : 3; }
 // The ring's instantiations (kRampRowsRing), by rows_index.
 const void* ring_kernel(int index) {
   switch (index) {
-    case 0: return reinterpret_cast<const void*>(gemv_rows_kernel<1, false, true>);
-    case 1: return reinterpret_cast<const void*>(gemv_rows_kernel<2, false, true>);
-    case 2: return reinterpret_cast<const void*>(gemv_rows_kernel<4, false, true>);
-    default: return reinterpret_cast<const void*>(gemv_rows_kernel<8, false, true>);
+    case 0: return reinterpret_cast<const void*>(gemv_rows_kernel<1, false, kRingSlots>);
+    case 1: return reinterpret_cast<const void*>(gemv_rows_kernel<2, false, kRingSlots>);
+    case 2: return reinterpret_cast<const void*>(gemv_rows_kernel<4, false, kRingSlots>);
+    default: return reinterpret_cast<const void*>(gemv_rows_kernel<8, false, kRingSlots>);
   }
 }
+// kRampRowsHalf's one instantiation (one vector).
+const void* half_kernel() { return reinterpret_cast<const void*>(gemv_rows_kernel<1, false, 1>); }
 
 const void* rows_kernel(int index) {  // index + kRowsKernels: the no-L1 loads
   switch (index) {
@@ -486,21 +495,34 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   // kRampRowsRing (sm_90): the ring plan where it fits, else the register path with L1 loads. The ring's kernels
   // take the no-L1 kernels' smem flags: whether a launch asks for the ring depends only on the bits and n_vec,
   // so for one rows_index a backend launches either a ring kernel (or, not fitting, the L1 one) or a no-L1 one.
-  const bool ring_asked =
-      (ramp & kRampRowsRing) != 0 && cc_major_ >= 9 && ((ramp & kRampRingFromTwoVectors) == 0 || s.n_vec >= 2);
-  bool ring = false;
-  if (ring_asked) {
+  // kRampRowsHalf (sm_90, one vector): the half-SM plan where it fits, else the register path with L1 loads; it
+  // takes the no-L1 kernels' flag of index 0 as the ring does (with the bit a backend launches at one vector the
+  // half kernel or the L1 one only).
+  const bool half_asked = (ramp & kRampRowsHalf) != 0 && cc_major_ >= 9 && s.n_vec == 1;
+  const bool ring_asked = !half_asked && (ramp & kRampRowsRing) != 0 && cc_major_ >= 9 &&
+                          ((ramp & kRampRingFromTwoVectors) == 0 || s.n_vec >= 2);
+  bool ring = false, half = false;
+  if (half_asked) {
+    const RowsPlan hd = plan_rows(s.cols / kQK8_0, s.n_vec, 1, kHalfMaxSmem);
+    half = hd.smem != 0 && hd.smem <= static_cast<uint64_t>(dense_smem_optin_);
+    if (half) d = hd;
+  } else if (ring_asked) {
     const RowsPlan rd = plan_rows(s.cols / kQK8_0, s.n_vec, kRingSlots, kRingMaxSmem);
     ring = rd.smem != 0 && rd.smem <= static_cast<uint64_t>(dense_smem_optin_);
     if (ring) d = rd;
   }
-  const int idx = rows_index(s.n_vec) + (ring || (gemv_rows_no_l1_ && !ring_asked) ? kRowsKernels : 0);
-  const void* kernel = ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
-  if (!dense_smem(kernel, &rows_smem_set_[idx], ring ? kRingMaxSmem : kMaxSmem, "gemv_rows shared memory")) return true;
+  const bool no_l1_flag = ring || half || (gemv_rows_no_l1_ && !ring_asked && !half_asked);
+  const int idx = rows_index(s.n_vec) + (no_l1_flag ? kRowsKernels : 0);
+  const void* kernel = half ? half_kernel() : ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
+  if (!dense_smem(kernel, &rows_smem_set_[idx], half ? kHalfMaxSmem : ring ? kRingMaxSmem : kMaxSmem,
+                  "gemv_rows shared memory"))
+    return true;
   // One resident block per SM (__launch_bounds__(256, 1): the octet, the next tile's chunks and the terms
   // take 210–230 registers a thread).
   int64_t blocks[kStreamMaxParts] = {};
-  const int64_t total_blocks = deal_stream_blocks(s, sm_count_, blocks);
+  // (kRampHalfTwoBlocks: two half-SM blocks an SM.)
+  const int64_t total_blocks =
+      deal_stream_blocks(s, half && (ramp & kRampHalfTwoBlocks) != 0 ? 2 * int64_t{sm_count_} : sm_count_, blocks);
 
   RowsParams p{};
   p.n_parts = s.n_parts;
@@ -525,7 +547,8 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded
-  dense_launch(kernel, d.smem, total_blocks, kThreads, &p, ring ? "gemv (q8_0 rows, ring)" : "gemv (q8_0 rows)");
+  dense_launch(kernel, d.smem, total_blocks, kThreads, &p,
+               half ? "gemv (q8_0 rows, half)" : ring ? "gemv (q8_0 rows, ring)" : "gemv (q8_0 rows)");
   return true;
 }
 

@@ -394,12 +394,13 @@ void bench_ramp_steps(int argc, char** argv) {
     const char* name;
     int mode;
   };
-  // Session 13: the half-SM kernel (kRampRowsHalf 4096; + q_b on it 16384; + two blocks an SM 8192) on the default.
+  // Session 13: the half-SM kernel (kRampRowsHalf 4096) on the default; its dependents from the last tile (32768) or
+  // the second-last (65536).
   constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048;
   const Side sides_of[] = {{"default", 0},
                            {"half", kDef | 4096},
-                           {"half+qb", kDef | 4096 | 16384},
-                           {"half2+qb", kDef | 4096 | 8192 | 16384}};
+                           {"half+late1", kDef | 4096 | 32768},
+                           {"half+late2", kDef | 4096 | 65536}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");
@@ -413,7 +414,7 @@ void bench_ramp_steps(int argc, char** argv) {
     }
     const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}};
     for (const auto& [sessions, ctx] : cases) {
-      for (int round = 0; round < (sessions == 1 ? 4 : 1); ++round)  // (the half kernel: one vector only)
+      for (int round = 0; round < (sessions == 1 ? 5 : 0); ++round)  // (the half kernel: one vector only)
         for (int k = 0; k < kSides; ++k) {
           const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
           std::printf("BENCH ramp-steps %-17s layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",

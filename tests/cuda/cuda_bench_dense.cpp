@@ -225,7 +225,7 @@ void bench_l2_prefetch(Backend& be) {
 // made once on sides[0] (one device, one address space: every backend reads them) in copies cycled
 // through ≥ 128 MB (the head: one 563 MB copy), graph µs per call; side i at n_lo[i] ≤ n ≤ n_hi[i] only.
 // Then one layer's dense matmuls (q_a + kv and gate + up as matmul_many, out_a grouped) over 4 layers'
-// weights at n = 1, 2, 4 on the sides that take n = 4. only: shapes whose name holds it.
+// weights at n = 1, 2, 4 on the sides that take that n. only: shapes whose name holds it ("layer": the layer only).
 void bench_dense_rows(Backend* const* sides, const char* const* labels, const int64_t* n_lo, const int64_t* n_hi,
                       int n_sides, const char* only) {
   struct Mm {
@@ -242,8 +242,9 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
   for (int i = 0; i < n_sides; ++i) sb.push_back(std::make_unique<StageBench>(*sides[i]));
   float* x = sb[0]->buf(32 * 32768);
   float* y = sb[0]->buf(32 * 131072);
+  const bool layer_only = only && std::strcmp(only, "layer") == 0;  // only the layer lines
   for (const Mm& m : shapes) {
-    if (only && !std::strstr(m.name, only)) continue;
+    if (layer_only || (only && !std::strstr(m.name, only))) continue;
     const uint64_t bytes = *type_bytes(GgmlType::Q8_0, static_cast<uint64_t>(m.cols)) * m.rows;
     const int copies = static_cast<int>(std::max<uint64_t>(1, (cold_bytes + bytes - 1) / bytes));
     std::vector<Weight> w;
@@ -264,7 +265,7 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
       std::fflush(stdout);
     }
   }
-  if (only) return;
+  if (only && !layer_only) return;
   const int L = 4;
   double layer_bytes = 0;
   const std::vector<DenseLayer> ls = dense_layers(*sb[0], L, &layer_bytes);
@@ -272,7 +273,7 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
   for (int64_t n : {1, 2, 4}) {
     std::printf("BENCH dense-rows-layer n=%-2lld (%.1f MB)", static_cast<long long>(n), layer_bytes / 1e6);
     for (int i = 0; i < n_sides; ++i) {
-      if (n_lo[i] > 1 || n_hi[i] < 4) continue;
+      if (n < n_lo[i] || n > n_hi[i]) continue;
       Backend& be = *sides[i];
       auto mm = [&](const Weight& w, int64_t xs, float* out, int64_t ys, int64_t gr = 0) {
         be.matmul({w, x, xs, out, ys, n, MatmulNumerics::ds4, gr, gr > 0 ? w.cols : 0});

@@ -671,6 +671,40 @@ TEST_F(CudaGemvRowsHalfTwoBlocks, FlashShapesBitIdenticalToCpu) { half_shapes();
 
 TEST_F(CudaGemvRowsHalfTwoBlocks, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
 
+// The half kernel with its dependents launched from its last tile (kRampHalfLate1) or second-last (kRampHalfLate2).
+class CudaGemvRowsHalfLate : public CudaGemvRowsHalf {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
+    o.l2_prefetch_mode = (o.l2_prefetch_mode & ~16384) | 32768;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalfLate, FlashShapesBitIdenticalToCpu) { half_shapes(); }
+
+TEST_F(CudaGemvRowsHalfLate, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+TEST_F(CudaGemvRowsHalfLate, NormBetweenTwoMatvecs) { norm_between(); }
+
+class CudaGemvRowsHalfLate2 : public CudaGemvRowsHalf {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
+    o.l2_prefetch_mode = (o.l2_prefetch_mode & ~16384) | 65536;
+    o.gemv_bulk = backend::cuda::GemvMma::off;  // q_b too
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalfLate2, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+TEST_F(CudaGemvRowsHalfLate2, WholeMatrices) {
+  check(32768, 1024, 1);
+  check(4096, 8192, 1);
+  check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
+}
+
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,

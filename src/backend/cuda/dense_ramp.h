@@ -45,6 +45,12 @@ constexpr int kRampHalfTwoBlocks = 8192;
 // With kRampRowsHalf: q_b (1024 columns, ≥ 16,384 rows) at one vector on it too, instead of gemv_stream's bulk ring 2.
 constexpr int kRampHalfQb = 16384;
 
+// With kRampRowsHalf: griddepcontrol.launch_dependents at the start of a block's last tile (Late1) or second-last
+// (Late2) instead of before its wait: the session-13 W1 run had the dependent (out_b) resident and copying from out_a's
+// start — −1.6 / −1.9 µs on out_a / out_b alone, but no gain on whole decode steps.
+constexpr int kRampHalfLate1 = 32768;
+constexpr int kRampHalfLate2 = 65536;
+
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
 constexpr int kRampExplicit = 128;
@@ -64,7 +70,8 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
-                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfTwoBlocks | kRampHalfQb;
+                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfTwoBlocks | kRampHalfQb | kRampHalfLate1 |
+                       kRampHalfLate2;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

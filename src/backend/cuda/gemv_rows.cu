@@ -330,7 +330,10 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
       load_chunks<kNoL1>(ch, wb, p.row_bytes, chunks == 1 ? R : 0, rows, C, chunks == 1 ? 0 : 1);
     }
   }
-  grid_launch_dependents();
+  // kRampHalfLate1 / 2 (the half kernel): the dependents launched only from the last (or second-last) tile on, so
+  // that the next launch's blocks and first copies arrive for this launch's tail instead of beside its whole run.
+  const int trigger_at = (p.ramp & kRampHalfLate1) != 0 ? tiles - 1 : (p.ramp & kRampHalfLate2) != 0 ? tiles - 2 : 0;
+  if (trigger_at <= 0) grid_launch_dependents();
   grid_dependency_wait();  // the activations (and y, which the kernel before may read) from here on
 
   // Activations into the per-octet layout: from the pre-quantized rows, or quantized here into the
@@ -370,6 +373,7 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
   float acc = 0.0f;
   for (int k = 0; k < tiles; ++k) {
     const int g = k / chunks, c = k - g * chunks;
+    if (k == trigger_at && k > 0) grid_launch_dependents();
     if constexpr (kRing) {
       if (!(two && k == 0)) take(k);  // (two: tile 0 is in `a` already)
     } else {
@@ -543,7 +547,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   // elsewhere nothing runs under them and tile 0's wait would only delay the activations.
   const bool two = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_ && (ramp & kRampRowsTwoTiles) != 0 &&
                    ((ramp & kRampTwoTilesOneVector) == 0 || s.n_vec == 1);
-  p.ramp = (ramp & kRampDirectQuant) | (two ? kRampRowsTwoTiles : 0);
+  p.ramp = (ramp & kRampDirectQuant) | (two ? kRampRowsTwoTiles : 0) | (half ? ramp & (kRampHalfLate1 | kRampHalfLate2) : 0);
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded

@@ -705,6 +705,25 @@ TEST_F(CudaGemvRowsHalfLate2, WholeMatrices) {
   check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
 }
 
+// The half kernel with its ≤ 4096-column launches padded past half an SM's shared memory (kRampHalfPad): out_a's
+// groups, then out_b beside them, chained.
+class CudaGemvRowsHalfPad : public CudaGemvRowsHalf {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
+    o.l2_prefetch_mode = (o.l2_prefetch_mode & ~16384) | 131072;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalfPad, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+TEST_F(CudaGemvRowsHalfPad, WholeMatrices) {
+  check(4096, 8192, 1);
+  check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
+  check(1001, 1280, 1, 0, 5);
+}
+
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,

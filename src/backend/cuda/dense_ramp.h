@@ -51,6 +51,11 @@ constexpr int kRampHalfQb = 16384;
 constexpr int kRampHalfLate1 = 32768;
 constexpr int kRampHalfLate2 = 65536;
 
+// With kRampRowsHalf: its launches of ≤ 4096 columns (out_a) take > 114 KB of shared memory, so that two of them never
+// share an SM (early beside a busy kernel — the attention split — they could land two on a free SM and make it the
+// launch's slowest), while out_b's (≤ 112 KB) still fits beside one.
+constexpr int kRampHalfPad = 131072;
+
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
 constexpr int kRampExplicit = 128;
@@ -71,7 +76,7 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
                        kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfTwoBlocks | kRampHalfQb | kRampHalfLate1 |
-                       kRampHalfLate2;
+                       kRampHalfLate2 | kRampHalfPad;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

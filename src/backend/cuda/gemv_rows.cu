@@ -47,6 +47,10 @@ constexpr uint64_t kRingMaxSmem = 220 * 1024;
 // takes half an SM — the launch after it (a programmatic dependent) finds room on every SM at once and moves its
 // first two tiles while this one still streams, and this launch's blocks start under the one before it.
 constexpr uint64_t kHalfMaxSmem = 112 * 1024;
+// kRampHalfPad: a half launch of ≤ 4096 columns (out_a) padded to this, more than half an SM's 228 KB: two of its
+// blocks can never share an SM (launched early beside a busy kernel, they would pile two on a free SM), while one
+// block of ≤ kHalfMaxSmem (out_b) still fits beside it.
+constexpr uint64_t kHalfPadSmem = 116 * 1024;
 constexpr uint32_t kStageBytes = kThreads * 272;  // one tile: every thread's octet
 constexpr int64_t kFusedMaxValues = 8192;  // n·cols above this: one quantize_act first (as gemv_stream.cu)
 
@@ -518,7 +522,8 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   const bool no_l1_flag = ring || half || (gemv_rows_no_l1_ && !ring_asked && !half_asked);
   const int idx = rows_index(s.n_vec) + (no_l1_flag ? kRowsKernels : 0);
   const void* kernel = half ? half_kernel() : ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
-  if (!dense_smem(kernel, &rows_smem_set_[idx], half ? kHalfMaxSmem : ring ? kRingMaxSmem : kMaxSmem,
+  if (half && (ramp & kRampHalfPad) != 0 && s.cols <= 4096) d.smem = std::max(d.smem, kHalfPadSmem);
+  if (!dense_smem(kernel, &rows_smem_set_[idx], half ? kHalfPadSmem : ring ? kRingMaxSmem : kMaxSmem,
                   "gemv_rows shared memory"))
     return true;
   // One resident block per SM (__launch_bounds__(256, 1): the octet, the next tile's chunks and the terms

@@ -76,7 +76,7 @@
 //        cuda_bench --warp-steps M...     decode steps (batch 2, 3, 4 and 1) with gemv_warp off / on, as the engine.
 //        cuda_bench --ramp-steps M...     decode steps (batch 1, 2, 4) with the dense ramp bits (dense_ramp.h) off / on.
 //        cuda_bench --half [NAME]         dense Q8_0 matmuls at n = 1, 2 (cold): engine options vs the half-SM gemv_rows
-//                                         (dense_ramp.h kRampRowsHalf; + out_a padded 131072; + late dependents 65536).
+//                                         (dense_ramp.h kRampRowsHalf at two blocks an SM: 262144, + q_b 16384; 8192).
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>
@@ -728,10 +728,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--half") == 0) {  // dense Q8_0 decode matmuls: the half-SM gemv_rows (dense_ramp.h)
-    // Engine options (the default ramp bits) against + kRampRowsHalf 4096, + out_a padded past half an SM 131072,
-    // + its dependents from the second-last tile 65536.
+    // Engine options (the default ramp bits) against the half kernel at two blocks an SM where tiles stay full
+    // (4096 | 262144), + q_b on it (16384), and at two blocks everywhere (4096 | 8192).
     constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048;
-    const int modes[3] = {kDef | 4096, kDef | 4096 | 131072, kDef | 4096 | 131072 | 65536};
+    const int modes[3] = {kDef | 4096 | 262144, kDef | 4096 | 262144 | 16384, kDef | 4096 | 8192};
     std::vector<std::unique_ptr<Backend>> hb;
     auto eo = runtime::engine_cuda_options();
     if (auto e = cuda::make_cuda_backend(eo); e.ok()) hb.push_back(std::move(*e));
@@ -742,7 +742,7 @@ int main(int argc, char** argv) {
     }
     if (hb.size() == 4) {
       Backend* sides[4] = {hb[0].get(), hb[1].get(), hb[2].get(), hb[3].get()};
-      const char* labels[4] = {"default", "half", "half+pad", "half+pad+late2"};
+      const char* labels[4] = {"default", "half2full", "half2full+qb", "half2"};
       const int64_t lo[4] = {1, 1, 1, 1}, hi[4] = {2, 2, 2, 2};
       bench_dense_rows(sides, labels, lo, hi, 4, argc > 2 ? argv[2] : nullptr);
     }

@@ -394,13 +394,13 @@ void bench_ramp_steps(int argc, char** argv) {
     const char* name;
     int mode;
   };
-  // Session 13: the half-SM kernel (kRampRowsHalf 4096) on the default; out_a's launches padded past half an SM
-  // (131072); its dependents from the second-last tile (65536).
+  // Session 13: the half-SM kernel (kRampRowsHalf 4096) at two blocks an SM (8192) on the default; only where the
+  // blocks keep full tiles (262144: out_a, not out_b); + q_b on it (16384).
   constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048;
   const Side sides_of[] = {{"default", 0},
-                           {"half", kDef | 4096},
-                           {"half+pad", kDef | 4096 | 131072},
-                           {"half+pad+late2", kDef | 4096 | 131072 | 65536}};
+                           {"half2full", kDef | 4096 | 262144},
+                           {"half2full+qb", kDef | 4096 | 262144 | 16384},
+                           {"half2", kDef | 4096 | 8192}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");

@@ -724,6 +724,23 @@ TEST_F(CudaGemvRowsHalfPad, WholeMatrices) {
   check(1001, 1280, 1, 0, 5);
 }
 
+// Two half blocks an SM only where the tiles stay full (kRampHalfTwoFull), q_b on it: out_a and q_b on the half
+// kernel, out_b on the register path, chained.
+class CudaGemvRowsHalfTwoFull : public CudaGemvRowsHalf {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
+    o.l2_prefetch_mode |= 262144;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalfTwoFull, FlashShapesBitIdenticalToCpu) { half_shapes(); }
+
+TEST_F(CudaGemvRowsHalfTwoFull, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+
+TEST_F(CudaGemvRowsHalfTwoFull, NormBetweenTwoMatvecs) { norm_between(); }
+
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,

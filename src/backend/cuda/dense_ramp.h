@@ -56,6 +56,11 @@ constexpr int kRampHalfLate2 = 65536;
 // launch's slowest), while out_b's (≤ 112 KB) still fits beside one.
 constexpr int kRampHalfPad = 131072;
 
+// With kRampRowsHalf: the half kernel only as two blocks an SM and only on launches whose blocks then keep ≥ 7/8 of a
+// tile's rows (out_a, q_b, the head; not out_b): W1's two-blocks side was the one half variant even with the default
+// on steps though it carried q_b's loss, and out_b was its op-alone loser (half-empty tiles).
+constexpr int kRampHalfTwoFull = 262144;
+
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
 constexpr int kRampExplicit = 128;
@@ -76,7 +81,7 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
                        kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfTwoBlocks | kRampHalfQb | kRampHalfLate1 |
-                       kRampHalfLate2 | kRampHalfPad;
+                       kRampHalfLate2 | kRampHalfPad | kRampHalfTwoFull;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

@@ -506,7 +506,15 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   // kRampRowsHalf (sm_90, one vector): the half-SM plan where it fits, else the register path with L1 loads; it
   // takes the no-L1 kernels' flag of index 0 as the ring does (with the bit a backend launches at one vector the
   // half kernel or the L1 one only).
-  const bool half_asked = (ramp & kRampRowsHalf) != 0 && cc_major_ >= 9 && s.n_vec == 1;
+  // kRampHalfTwoFull: the half kernel only at two blocks an SM, and only where each block keeps ≥ 7/8 of a tile's
+  // rows (out_a: 31 of 32, q_b: 124 of 2 × 64, the head); elsewhere (out_b: 15.5 rows of 32) the register path.
+  bool half_fits = true;
+  if ((ramp & kRampHalfTwoFull) != 0) {
+    int64_t total_rows = 0;
+    for (int i = 0; i < s.n_parts; ++i) total_rows += s.part[i].rows;
+    half_fits = 8 * total_rows >= 7 * int64_t{d.tile_rows} * 2 * sm_count_;
+  }
+  const bool half_asked = (ramp & kRampRowsHalf) != 0 && cc_major_ >= 9 && s.n_vec == 1 && half_fits;
   const bool ring_asked = !half_asked && (ramp & kRampRowsRing) != 0 && cc_major_ >= 9 &&
                           ((ramp & kRampRingFromTwoVectors) == 0 || s.n_vec >= 2);
   bool ring = false, half = false;
@@ -531,7 +539,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   int64_t blocks[kStreamMaxParts] = {};
   // (kRampHalfTwoBlocks: two half-SM blocks an SM.)
   const int64_t total_blocks =
-      deal_stream_blocks(s, half && (ramp & kRampHalfTwoBlocks) != 0 ? 2 * int64_t{sm_count_} : sm_count_, blocks);
+      deal_stream_blocks(s, half && (ramp & (kRampHalfTwoBlocks | kRampHalfTwoFull)) != 0 ? 2 * int64_t{sm_count_} : sm_count_, blocks);
 
   RowsParams p{};
   p.n_parts = s.n_parts;

@@ -75,8 +75,8 @@
 //        cuda_bench --dense-steps M...    decode steps (batch 1 and 2) with gemv_stream_chunks off / on.
 //        cuda_bench --warp-steps M...     decode steps (batch 2, 3, 4 and 1) with gemv_warp off / on, as the engine.
 //        cuda_bench --ramp-steps M...     decode steps (batch 1, 2, 4) with the dense ramp bits (dense_ramp.h) off / on.
-//        cuda_bench --half [NAME]         dense Q8_0 matmuls at n = 1, 2 (cold): engine options vs the half-SM gemv_rows
-//                                         (dense_ramp.h kRampRowsHalf at two blocks an SM: 262144, + q_b 16384; 8192).
+//        cuda_bench --half [NAME]         dense Q8_0 matmuls at n = 1, 2 (cold; NAME "layer": the layer lines only): the
+//                                         session-12 ramp bits, + gemv_rows' half kernel (dense_ramp.h), the default.
 //        cuda_bench --l2 [K]              dense Q8_0 matmuls at n = 1..16: cold, after idle small ops, prefetched
 //                                         into L2 beside those ops (mode K), and warm (the same copy again).
 #include <cuda_runtime.h>
@@ -727,24 +727,21 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--half") == 0) {  // dense Q8_0 decode matmuls: the half-SM gemv_rows (dense_ramp.h)
-    // Engine options (the default ramp bits) against the half kernel at two blocks an SM where tiles stay full
-    // (4096 | 262144), + q_b on it (16384), and at two blocks everywhere (4096 | 8192).
-    constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048;
-    const int modes[3] = {kDef | 4096 | 262144, kDef | 4096 | 262144 | 16384, kDef | 4096 | 8192};
+  if (argc > 1 && std::strcmp(argv[1], "--half") == 0) {  // dense Q8_0 decode matmuls: gemv_rows' half kernel
+    // Engine options with the session-12 default's ramp bits (s12), + the half kernel (dense_ramp.h kRampRowsHalf),
+    // and the default.
+    constexpr int kS12 = 128 | 64 | 512 | 256 | 1024 | 2048;
     std::vector<std::unique_ptr<Backend>> hb;
-    auto eo = runtime::engine_cuda_options();
-    if (auto e = cuda::make_cuda_backend(eo); e.ok()) hb.push_back(std::move(*e));
-    for (int m : modes) {
+    for (int m : {kS12, kS12 | 4096, 0}) {
       auto o = runtime::engine_cuda_options();
       o.l2_prefetch_mode = m;
       if (auto h = cuda::make_cuda_backend(o); h.ok()) hb.push_back(std::move(*h));
     }
-    if (hb.size() == 4) {
-      Backend* sides[4] = {hb[0].get(), hb[1].get(), hb[2].get(), hb[3].get()};
-      const char* labels[4] = {"default", "half2full", "half2full+qb", "half2"};
-      const int64_t lo[4] = {1, 1, 1, 1}, hi[4] = {2, 2, 2, 2};
-      bench_dense_rows(sides, labels, lo, hi, 4, argc > 2 ? argv[2] : nullptr);
+    if (hb.size() == 3) {
+      Backend* sides[3] = {hb[0].get(), hb[1].get(), hb[2].get()};
+      const char* labels[3] = {"s12", "s12+half", "default"};
+      const int64_t lo[3] = {1, 1, 1}, hi[3] = {2, 2, 2};
+      bench_dense_rows(sides, labels, lo, hi, 3, argc > 2 ? argv[2] : nullptr);
     }
     return 0;
   }

@@ -387,20 +387,16 @@ void bench_warp_steps(int argc, char** argv) {
 // `cuda_bench --ramp-steps M...`: decode steps as the engine runs them (graphs, branches + the HC split on the
 // side lane, runtime::engine_cuda_options) with the dense matvecs' ramp bits (dense_ramp.h, in
 // CudaBackendOptions::l2_prefetch_mode; each side's exact set: kRampExplicit; "default": the option's 0) off and
-// on: one session at 2K and a batch of 2 at 1K, every side once per round, three rounds (drift shows). "BENCH
+// on: one session at 2K (five rounds) and a batch of 2 at 1K (one), every side once per round (drift shows). "BENCH
 // ramp-steps" lines.
 void bench_ramp_steps(int argc, char** argv) {
   struct Side {
     const char* name;
     int mode;
   };
-  // Session 13: the half-SM kernel (kRampRowsHalf 4096) at two blocks an SM (8192) on the default; only where the
-  // blocks keep full tiles (262144: out_a, not out_b); + q_b on it (16384).
-  constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048;
-  const Side sides_of[] = {{"default", 0},
-                           {"half2full", kDef | 4096 | 262144},
-                           {"half2full+qb", kDef | 4096 | 262144 | 16384},
-                           {"half2", kDef | 4096 | 8192}};
+  // The session-12 default's bits ("s12"), with session 13's half kernel (kRampRowsHalf 4096), and the default.
+  constexpr int kS12 = 128 | 64 | 512 | 256 | 1024 | 2048;
+  const Side sides_of[] = {{"base", 128}, {"s12", kS12}, {"s12+half", kS12 | 4096}, {"default", 0}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");
@@ -414,7 +410,7 @@ void bench_ramp_steps(int argc, char** argv) {
     }
     const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}};
     for (const auto& [sessions, ctx] : cases) {
-      for (int round = 0; round < (sessions == 1 ? 5 : 0); ++round)  // (the half kernel: one vector only)
+      for (int round = 0; round < (sessions == 1 ? 5 : 1); ++round)  // (the half kernel: one vector only)
         for (int k = 0; k < kSides; ++k) {
           const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
           std::printf("BENCH ramp-steps %-17s layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",

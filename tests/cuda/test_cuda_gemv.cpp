@@ -621,27 +621,58 @@ TEST_F(CudaGemvRowsRingOnly, FlashShapesBitIdenticalToCpu) {
   check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
 }
 
-// The half-SM kernel (dense_ramp.h kRampRowsHalf, sm_90, one vector: one ring slot, two blocks an SM fit) with the
-// default's bits (two tiles before the wait at one vector, direct quantization, the ring from two vectors) and q_b
-// on it (kRampHalfQb: gemv_stream's bulk ring declines q_b at one vector — the bulk ring on here as in the engine):
-// the CPU bits on every Flash matrix at one vector (q_b, out_b and out_a's groups whole: neighbouring launches
-// resident together), two vectors (the ring), odd shapes (96-octet rows do not fit: the register path), chains.
+// The half kernel (dense_ramp.h kRampRowsHalf, sm_90, one vector: one cp.async ring slot, two blocks an SM, on the
+// launches whose blocks keep full tiles — out_a, q_b, the head; the others on the register path) with the default's
+// other bits, the bulk ring on as in the engine (q_b on it): the CPU bits on every Flash matrix at one vector (rows up
+// to 20,000; out_b and out_a's groups whole), two vectors (the ring), odd shapes, chains — out_a's shape, out_b's,
+// out_a's again as programmatic dependents (the half kernel after the register path and before it).
 class CudaGemvRowsHalf : public CudaGemvRowsRamp {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o = CudaGemvRowsRamp::options();
-    o.l2_prefetch_mode = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096 | 16384;
+    o.l2_prefetch_mode = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096;
     o.gemv_bulk = backend::cuda::GemvMma::wins;
     return o;
   }
   void half_shapes() {
     for (const auto& c : kFlashQ8) check(std::min<int64_t>(c.rows, 20000), c.cols, 1);
     check(32768, 1024, 1);  // q_b whole: 64-row tiles
-    check(4096, 8192, 1);   // out_b whole: column chunks
+    check(4096, 8192, 1);   // out_b whole: the register path
     check(32768, 1024, 2);  // (two vectors: the bulk ring / the ring)
     check(4096, 8192, 2, 8, 3);
     for (int64_t n : {1, 2}) check(8 * 1024, 4096, n, n > 1 ? 8 : 0, n > 1 ? 5 : 0, 1024, 4096);  // out_a whole
     check(3 * 37, 512, 1, 0, 0, 37, 512);
+    check(7400, 4096, 1);  // the fewest rows of 4096 columns that take the half kernel: 28 a block
+  }
+  // y1 = A·x (8192 × 4096, the half kernel), y2 = B·y1 (4096 × 8192, the register path), y3 = C·y2 (A's shape),
+  // three times back to back.
+  void chained_half() {
+    const int64_t r[3] = {8192, 4096, 8192}, c[3] = {4096, 8192, 4096};
+    Weight w[3], gw[3];
+    std::vector<uint8_t> bytes[3];
+    for (int i = 0; i < 3; ++i) {
+      bytes[i] = random_weight(GgmlType::Q8_0, r[i], c[i], &w[i], 0.02f);
+      w[i].data = bytes[i].data();
+      gw[i] = gpu_weight(w[i], w[i].row_bytes * r[i]);
+    }
+    const auto x = randn(4096);
+    std::vector<float> c1(8192), c2(4096), c3(8192);
+    cpu_->matmul({w[0], x.data(), 4096, c1.data(), 8192, 1, MatmulNumerics::ds4});
+    cpu_->matmul({w[1], c1.data(), 8192, c2.data(), 4096, 1, MatmulNumerics::ds4});
+    cpu_->matmul({w[2], c2.data(), 4096, c3.data(), 8192, 1, MatmulNumerics::ds4});
+    const float* gx = dev(x);
+    float* y1 = poisoned(c1.size());
+    float* y2 = poisoned(c2.size());
+    float* y3 = poisoned(c3.size());
+    for (int rep = 0; rep < 3; ++rep) {
+      gpu_->matmul({gw[0], gx, 4096, y1, 8192, 1, MatmulNumerics::ds4});
+      gpu_->matmul({gw[1], y1, 8192, y2, 4096, 1, MatmulNumerics::ds4});
+      gpu_->matmul({gw[2], y2, 4096, y3, 8192, 1, MatmulNumerics::ds4});
+    }
+    ASSERT_TRUE(gpu_->sync().ok());
+    const auto got = host(y3, c3.size());
+    expect_close(got, c3, 0, 0, "half chain of 3");
+    EXPECT_EQ(bit_diffs(got, c3), 0) << "half chain of 3";
   }
 };
 
@@ -652,94 +683,26 @@ TEST_F(CudaGemvRowsHalf, OddRowCountsAndSmallShapes) {
   check(300, 24576, 1);
 }
 
-TEST_F(CudaGemvRowsHalf, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
+TEST_F(CudaGemvRowsHalf, ChainedLaunchesReadTheOutputOfTheOneBefore) {
+  chained();
+  chained_half();
+}
 
 TEST_F(CudaGemvRowsHalf, NormBetweenTwoMatvecs) { norm_between(); }
 
-// The same with two half-SM blocks an SM (kRampHalfTwoBlocks) and the bulk ring off: every shape on the half kernel.
-class CudaGemvRowsHalfTwoBlocks : public CudaGemvRowsHalf {
+// The same with the bulk ring off: q_b on the half kernel too (q_a → norm → q_b).
+class CudaGemvRowsHalfNoBulk : public CudaGemvRowsHalf {
  protected:
   backend::cuda::CudaBackendOptions options() const override {
     backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
-    o.l2_prefetch_mode |= 8192;
     o.gemv_bulk = backend::cuda::GemvMma::off;
     return o;
   }
 };
 
-TEST_F(CudaGemvRowsHalfTwoBlocks, FlashShapesBitIdenticalToCpu) { half_shapes(); }
+TEST_F(CudaGemvRowsHalfNoBulk, FlashShapesBitIdenticalToCpu) { half_shapes(); }
 
-TEST_F(CudaGemvRowsHalfTwoBlocks, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
-
-// The half kernel with its dependents launched from its last tile (kRampHalfLate1) or second-last (kRampHalfLate2).
-class CudaGemvRowsHalfLate : public CudaGemvRowsHalf {
- protected:
-  backend::cuda::CudaBackendOptions options() const override {
-    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
-    o.l2_prefetch_mode = (o.l2_prefetch_mode & ~16384) | 32768;
-    return o;
-  }
-};
-
-TEST_F(CudaGemvRowsHalfLate, FlashShapesBitIdenticalToCpu) { half_shapes(); }
-
-TEST_F(CudaGemvRowsHalfLate, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
-
-TEST_F(CudaGemvRowsHalfLate, NormBetweenTwoMatvecs) { norm_between(); }
-
-class CudaGemvRowsHalfLate2 : public CudaGemvRowsHalf {
- protected:
-  backend::cuda::CudaBackendOptions options() const override {
-    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
-    o.l2_prefetch_mode = (o.l2_prefetch_mode & ~16384) | 65536;
-    o.gemv_bulk = backend::cuda::GemvMma::off;  // q_b too
-    return o;
-  }
-};
-
-TEST_F(CudaGemvRowsHalfLate2, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
-
-TEST_F(CudaGemvRowsHalfLate2, WholeMatrices) {
-  check(32768, 1024, 1);
-  check(4096, 8192, 1);
-  check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
-}
-
-// The half kernel with its ≤ 4096-column launches padded past half an SM's shared memory (kRampHalfPad): out_a's
-// groups, then out_b beside them, chained.
-class CudaGemvRowsHalfPad : public CudaGemvRowsHalf {
- protected:
-  backend::cuda::CudaBackendOptions options() const override {
-    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
-    o.l2_prefetch_mode = (o.l2_prefetch_mode & ~16384) | 131072;
-    return o;
-  }
-};
-
-TEST_F(CudaGemvRowsHalfPad, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
-
-TEST_F(CudaGemvRowsHalfPad, WholeMatrices) {
-  check(4096, 8192, 1);
-  check(8 * 1024, 4096, 1, 0, 0, 1024, 4096);
-  check(1001, 1280, 1, 0, 5);
-}
-
-// Two half blocks an SM only where the tiles stay full (kRampHalfTwoFull), q_b on it: out_a and q_b on the half
-// kernel, out_b on the register path, chained.
-class CudaGemvRowsHalfTwoFull : public CudaGemvRowsHalf {
- protected:
-  backend::cuda::CudaBackendOptions options() const override {
-    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
-    o.l2_prefetch_mode |= 262144;
-    return o;
-  }
-};
-
-TEST_F(CudaGemvRowsHalfTwoFull, FlashShapesBitIdenticalToCpu) { half_shapes(); }
-
-TEST_F(CudaGemvRowsHalfTwoFull, ChainedLaunchesReadTheOutputOfTheOneBefore) { chained(); }
-
-TEST_F(CudaGemvRowsHalfTwoFull, NormBetweenTwoMatvecs) { norm_between(); }
+TEST_F(CudaGemvRowsHalfNoBulk, NormBetweenTwoMatvecs) { norm_between(); }
 
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole

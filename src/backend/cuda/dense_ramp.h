@@ -33,33 +33,16 @@ constexpr int kRampRowsRing = 1024;
 // With kRampRowsRing: only in launches of two or more vectors (W3: batch 2 faster in every round, batch 1 mixed).
 constexpr int kRampRingFromTwoVectors = 2048;
 
-// gemv_rows at one vector (sm_90): a one-slot cp.async ring, ≤ 128 registers and ≤ 112 KB a block, one block an
-// SM: each block takes half an SM, so a programmatic dependent's blocks (out_b after out_a) are resident from the
-// start and move their first two tiles while this launch streams, and this launch's blocks start under the kernel
-// before it — the launch boundary (~4–5 µs a 35 MB matvec over its bytes: the last tile's terms and chains with no
-// loads in flight, then the next launch's first loads) overlapped instead of serialised.
+// gemv_rows at one vector (sm_90): the half kernel — a one-slot cp.async ring, ≤ 128 registers and ≤ 112 KB a block —
+// as two blocks an SM (each half the rows), on launches whose blocks then keep ≥ 7/8 of a tile's rows (out_a: 31 of
+// 32, the head; not out_b: 15.5 rows of 32-row tiles, which keeps the register path): two tiles in flight per SM in the
+// steady state and one block's terms and chains under the other's loads. Session 13 (engineer dense), 4-layer
+// decode steps at 2K (W4, 31434e6): 0.7990 / 0.8000 / 0.7985 / 0.7983 / 0.7999 ms against 0.8070 / 0.8064 / 0.8070 /
+// 0.8071 / 0.8055 without it. Measured and removed (docs/PERF.md session 13 dense): the half kernel at one block an
+// SM (its programmatic dependent resident beside it: out_a / out_b alone −1.5 / −1.8 µs in three runs, whole steps
+// +2 … +5 µs), with the dependents launched from the last or second-last tile, with out_a padded past half an SM,
+// two blocks on every launch (out_b's half-empty tiles), and q_b on it instead of gemv_stream's bulk ring 2.
 constexpr int kRampRowsHalf = 4096;
-// With kRampRowsHalf: two blocks an SM (each half the rows): two one-slot rings in flight per SM in the steady
-// state, one block's terms and chains under the other's loads — but no room for the next launch until one exits.
-constexpr int kRampHalfTwoBlocks = 8192;
-// With kRampRowsHalf: q_b (1024 columns, ≥ 16,384 rows) at one vector on it too, instead of gemv_stream's bulk ring 2.
-constexpr int kRampHalfQb = 16384;
-
-// With kRampRowsHalf: griddepcontrol.launch_dependents at the start of a block's last tile (Late1) or second-last
-// (Late2) instead of before its wait: the session-13 W1 run had the dependent (out_b) resident and copying from out_a's
-// start — −1.6 / −1.9 µs on out_a / out_b alone, but no gain on whole decode steps.
-constexpr int kRampHalfLate1 = 32768;
-constexpr int kRampHalfLate2 = 65536;
-
-// With kRampRowsHalf: its launches of ≤ 4096 columns (out_a) take > 114 KB of shared memory, so that two of them never
-// share an SM (early beside a busy kernel — the attention split — they could land two on a free SM and make it the
-// launch's slowest), while out_b's (≤ 112 KB) still fits beside one.
-constexpr int kRampHalfPad = 131072;
-
-// With kRampRowsHalf: the half kernel only as two blocks an SM and only on launches whose blocks then keep ≥ 7/8 of a
-// tile's rows (out_a, q_b, the head; not out_b): W1's two-blocks side was the one half variant even with the default
-// on steps though it carried q_b's loss, and out_b was its op-alone loser (half-empty tiles).
-constexpr int kRampHalfTwoFull = 262144;
 
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
@@ -80,8 +63,7 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
-                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfTwoBlocks | kRampHalfQb | kRampHalfLate1 |
-                       kRampHalfLate2 | kRampHalfPad | kRampHalfTwoFull;
+                       kRampRingFromTwoVectors | kRampRowsHalf;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

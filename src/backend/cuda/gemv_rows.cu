@@ -18,6 +18,8 @@
 // The block terms go through shared memory because the chain of a row is serial across its octets (no
 // reassociation is allowed): thread per (row, vector) adds a tile's row after one barrier, while the
 // other warps go on with the next tile (two term buffers where they fit).
+// The half kernel (dense_ramp.h kRampRowsHalf, one vector): one cp.async ring slot and ≤ 128 registers, two blocks
+// an SM — two tiles in flight per SM and one block's terms and chains under the other's loads.
 // Deliberately not here: choosing jobs (CudaBackend::gemv / gemv_stream_many, gemv_rows_wins), more
 // than 8 vectors (gemv_stream.cu, gemv_mma.cu), other weight types.
 #include <algorithm>
@@ -43,14 +45,9 @@ constexpr uint64_t kMaxSmem = 160 * 1024;  // under sm_80's 163 KB opt-in (CI bu
 // (69,632 bytes each) filled by cp.async, so kRingSlots tiles are in flight while one is computed.
 constexpr int kRingSlots = 2;
 constexpr uint64_t kRingMaxSmem = 220 * 1024;
-// kRampRowsHalf (sm_90, one vector): one ring slot, ≤ 128 registers a thread and ≤ kHalfMaxSmem, so that a block
-// takes half an SM — the launch after it (a programmatic dependent) finds room on every SM at once and moves its
-// first two tiles while this one still streams, and this launch's blocks start under the one before it.
+// kRampRowsHalf (sm_90, one vector): one ring slot, ≤ 128 registers a thread and ≤ kHalfMaxSmem, so that two blocks
+// share an SM.
 constexpr uint64_t kHalfMaxSmem = 112 * 1024;
-// kRampHalfPad: a half launch of ≤ 4096 columns (out_a) padded to this, more than half an SM's 228 KB: two of its
-// blocks can never share an SM (launched early beside a busy kernel, they would pile two on a free SM), while one
-// block of ≤ kHalfMaxSmem (out_b) still fits beside it.
-constexpr uint64_t kHalfPadSmem = 116 * 1024;
 constexpr uint32_t kStageBytes = kThreads * 272;  // one tile: every thread's octet
 constexpr int64_t kFusedMaxValues = 8192;  // n·cols above this: one quantize_act first (as gemv_stream.cu)
 
@@ -334,10 +331,7 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
       load_chunks<kNoL1>(ch, wb, p.row_bytes, chunks == 1 ? R : 0, rows, C, chunks == 1 ? 0 : 1);
     }
   }
-  // kRampHalfLate1 / 2 (the half kernel): the dependents launched only from the last (or second-last) tile on, so
-  // that the next launch's blocks and first copies arrive for this launch's tail instead of beside its whole run.
-  const int trigger_at = (p.ramp & kRampHalfLate1) != 0 ? tiles - 1 : (p.ramp & kRampHalfLate2) != 0 ? tiles - 2 : 0;
-  if (trigger_at <= 0) grid_launch_dependents();
+  grid_launch_dependents();
   grid_dependency_wait();  // the activations (and y, which the kernel before may read) from here on
 
   // Activations into the per-octet layout: from the pre-quantized rows, or quantized here into the
@@ -377,7 +371,6 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
   float acc = 0.0f;
   for (int k = 0; k < tiles; ++k) {
     const int g = k / chunks, c = k - g * chunks;
-    if (k == trigger_at && k > 0) grid_launch_dependents();
     if constexpr (kRing) {
       if (!(two && k == 0)) take(k);  // (two: tile 0 is in `a` already)
     } else {
@@ -503,19 +496,15 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   // kRampRowsRing (sm_90): the ring plan where it fits, else the register path with L1 loads. The ring's kernels
   // take the no-L1 kernels' smem flags: whether a launch asks for the ring depends only on the bits and n_vec,
   // so for one rows_index a backend launches either a ring kernel (or, not fitting, the L1 one) or a no-L1 one.
-  // kRampRowsHalf (sm_90, one vector): the half-SM plan where it fits, else the register path with L1 loads; it
-  // takes the no-L1 kernels' flag of index 0 as the ring does (with the bit a backend launches at one vector the
-  // half kernel or the L1 one only).
-  // kRampHalfTwoFull: the half kernel only at two blocks an SM, and only where each block keeps ≥ 7/8 of a tile's
-  // rows (out_a: 31 of 32, q_b: 124 of 2 × 64, the head); elsewhere (out_b: 15.5 rows of 32) the register path.
-  bool half_fits = true;
-  if ((ramp & kRampHalfTwoFull) != 0) {
-    int64_t total_rows = 0;
-    for (int i = 0; i < s.n_parts; ++i) total_rows += s.part[i].rows;
-    half_fits = 8 * total_rows >= 7 * int64_t{d.tile_rows} * 2 * sm_count_;
-  }
-  const bool half_asked = (ramp & kRampRowsHalf) != 0 && cc_major_ >= 9 && s.n_vec == 1 && half_fits;
-  const bool ring_asked = !half_asked && (ramp & kRampRowsRing) != 0 && cc_major_ >= 9 &&
+  // kRampRowsHalf (sm_90, one vector): the half kernel at two blocks an SM where each block keeps ≥ 7/8 of a tile's
+  // rows (out_a: 31 of 32, the head) and its plan fits; else (out_b: 15.5 rows of 32-row tiles) the register path
+  // with L1 loads — never the ring or the no-L1 kernel at one vector with the bit, so the half kernel takes the
+  // no-L1 kernels' flag of index 0 as the ring does.
+  int64_t total_rows = 0;
+  for (int i = 0; i < s.n_parts; ++i) total_rows += s.part[i].rows;
+  const bool half_bit = (ramp & kRampRowsHalf) != 0 && cc_major_ >= 9 && s.n_vec == 1;
+  const bool half_asked = half_bit && 8 * total_rows >= 7 * int64_t{d.tile_rows} * 2 * sm_count_;
+  const bool ring_asked = !half_bit && (ramp & kRampRowsRing) != 0 && cc_major_ >= 9 &&
                           ((ramp & kRampRingFromTwoVectors) == 0 || s.n_vec >= 2);
   bool ring = false, half = false;
   if (half_asked) {
@@ -527,19 +516,16 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
     ring = rd.smem != 0 && rd.smem <= static_cast<uint64_t>(dense_smem_optin_);
     if (ring) d = rd;
   }
-  const bool no_l1_flag = ring || half || (gemv_rows_no_l1_ && !ring_asked && !half_asked);
+  const bool no_l1_flag = ring || half || (gemv_rows_no_l1_ && !ring_asked && !half_bit);
   const int idx = rows_index(s.n_vec) + (no_l1_flag ? kRowsKernels : 0);
   const void* kernel = half ? half_kernel() : ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
-  if (half && (ramp & kRampHalfPad) != 0 && s.cols <= 4096) d.smem = std::max(d.smem, kHalfPadSmem);
-  if (!dense_smem(kernel, &rows_smem_set_[idx], half ? kHalfPadSmem : ring ? kRingMaxSmem : kMaxSmem,
+  if (!dense_smem(kernel, &rows_smem_set_[idx], half ? kHalfMaxSmem : ring ? kRingMaxSmem : kMaxSmem,
                   "gemv_rows shared memory"))
     return true;
   // One resident block per SM (__launch_bounds__(256, 1): the octet, the next tile's chunks and the terms
-  // take 210–230 registers a thread).
+  // take 210–230 registers a thread); the half kernel: two.
   int64_t blocks[kStreamMaxParts] = {};
-  // (kRampHalfTwoBlocks: two half-SM blocks an SM.)
-  const int64_t total_blocks =
-      deal_stream_blocks(s, half && (ramp & (kRampHalfTwoBlocks | kRampHalfTwoFull)) != 0 ? 2 * int64_t{sm_count_} : sm_count_, blocks);
+  const int64_t total_blocks = deal_stream_blocks(s, (half ? 2 : 1) * int64_t{sm_count_}, blocks);
 
   RowsParams p{};
   p.n_parts = s.n_parts;
@@ -560,7 +546,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   // elsewhere nothing runs under them and tile 0's wait would only delay the activations.
   const bool two = gemv_stream_pdl_ && cc_major_ >= 9 && !on_side_ && (ramp & kRampRowsTwoTiles) != 0 &&
                    ((ramp & kRampTwoTilesOneVector) == 0 || s.n_vec == 1);
-  p.ramp = (ramp & kRampDirectQuant) | (two ? kRampRowsTwoTiles : 0) | (half ? ramp & (kRampHalfLate1 | kRampHalfLate2) : 0);
+  p.ramp = (ramp & kRampDirectQuant) | (two ? kRampRowsTwoTiles : 0);
   const int parts = fill_dense_parts(*this, s, blocks, kFusedMaxValues, act_scratch, p.part, &p.act_vec);
   if (parts < 0) return false;  // inputs one quantize_act cannot cover: other kernels
   if (parts == 0) return true;  // error recorded

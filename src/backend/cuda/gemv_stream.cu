@@ -38,7 +38,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_parts.cuh"
-#include "backend/cuda/dense_ramp.h"
 #include "backend/cuda/dense_q8.cuh"
 #include "backend/cuda/mma_s8.cuh"
 
@@ -503,10 +502,6 @@ bool CudaBackend::gemv_stream_set(const StreamSet& s, DeviceScratch& act_scratch
   // always: ring 2 on every shape; wins: the ring that measured faster for these parts (none: declined).
   const int ring = !bulk ? kRingCpAsync : gemv_bulk_ == GemvMma::always ? kRingContiguous : bulk_ring_wins(s);
   if (bulk && ring == kRingCpAsync) return false;
-  // dense_ramp.h kRampHalfQb: q_b's shape at one vector declined here, so that gemv_rows' half-SM kernel takes it.
-  const int ramp = dense_ramp_bits(l2_prefetch_mode_);
-  if (bulk && s.n_vec == 1 && s.cols == 1024 && (ramp & kRampRowsHalf) != 0 && (ramp & kRampHalfQb) != 0)
-    return false;
   const int idx = stream_nv_index(s.n_vec) + (bulk ? kStreamKernels : 0);
   const bool chunks = bulk || gemv_stream_chunks_;
   // Resident blocks per SM for (instantiation, smem), cached in the gemv_dense table (its own indices 5..14).

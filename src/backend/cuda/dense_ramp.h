@@ -47,17 +47,19 @@ constexpr int kRampRowsHalf = 4096;
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
 constexpr int kRampExplicit = 128;
-// The ramp bits a backend uses by default: gemv_rows' two tiles before griddepcontrol.wait at one vector and its
-// activations quantized straight into the octet layout. Session-12 runs, 4-layer flash-q2 decode steps with the
-// engine's options (cuda_bench --ramp-steps, ms a step, three rounds each): W1 batch 1 at 2K two tiles 0.8170 /
+// The ramp bits a backend uses by default: gemv_rows' two tiles before griddepcontrol.wait at one vector, its
+// activations quantized straight into the octet layout, the ring from two vectors, the half kernel at one vector.
+// Session-12 runs, 4-layer flash-q2 decode steps with the engine's options (cuda_bench --ramp-steps, ms a step,
+// three rounds each): W1 batch 1 at 2K two tiles 0.8170 /
 // 0.8185 / 0.8134 against 0.8264 / 0.8280 / 0.8275; W2 two tiles + direct quantization 0.8013 / 0.8006 / 0.7998
 // against 0.8067 / 0.8009 / 0.8091; batch 2 at 1K: two tiles 1.1924 against 1.1738 in W1's one round and even in
 // W2, direct quantization even (1.1578 / 1.1653 / 1.1501 against 1.1595 / 1.1569 / 1.1455) — so tiles at one vector.
 // And the ring from two vectors: W3 (08d09ce) batch 2 at 1K, the ring with those bits 1.1455 / 1.1454 / 1.1458
 // against 1.1574 / 1.1599 / 1.1740 (those bits alone) and 1.1574 / 1.1779 / 1.1642 (none); at batch 1 the ring was
 // faster than those bits in two rounds of three (0.8356 / 0.8240 / 0.8063 against 0.8049 / 0.8348 / 0.8106): not taken.
-constexpr int kRampDefault =
-    kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampDirectQuant | kRampRowsRing | kRampRingFromTwoVectors;
+// And the half kernel (session 13 W4, 31434e6: batch 1 at 2K, 5 of 5 rounds 7.4 µs a 4-layer step faster — above).
+constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampDirectQuant | kRampRowsRing |
+                             kRampRingFromTwoVectors | kRampRowsHalf;
 
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.

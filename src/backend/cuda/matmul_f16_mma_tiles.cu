@@ -478,15 +478,15 @@ cudaError_t f16_mma_tiles_launch(const GemvJob& j, cudaStream_t s) { return f16_
 
 cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int shape) {
   const bool big = j.w.rows >= 1024;
-  // −1, the default (session 13, cuda_prefill_bench 2048 f16shapes on the H200, ms per call at 2,048 vectors): from
-  // 1,024 rows shape 20 (W3, two rounds: compressor 1024 × 4096 0.271 → 0.245, indexer q_b 8192 × 1024 0.531 →
-  // 0.468 against session 12's 12; 14 0.250 / 0.498), else 14 (W1–W3: router 256 × 4096 0.097 → 0.089 against
-  // 10, HCA compressor 512 × 4096 0.162 → 0.137 against 7; 20's 4-warp blocks 0.121 / 0.240) — the activations
+  // −1, the default (session 13, cuda_prefill_bench 2048 f16shapes on the H200, ms per call at 2,048 vectors, two
+  // rounds): from 512 rows shape 21 (W3 / W4: compressor 1024 × 4096 0.269 → 0.244, indexer q_b 8192 × 1024 0.531
+  // → 0.468, HCA compressor 512 × 4096 0.162 → 0.123 against session 12's 12 / 12 / 7; 14: 0.250 / 0.498 / 0.137),
+  // else 14 (W1–W4: router 256 × 4096 0.097 → 0.089 against 10; 21's 64 blocks there 0.120) — the activations
   // split once per block by the copying threads, 64 × 16 warp tiles. Session 12: 10 / 7 / 12 by rows.
   if (shape < 0) {
-    const cudaError_t e = f16_mma_tiles_launch_shape(j, s, big ? 20 : 14);
+    const cudaError_t e = f16_mma_tiles_launch_shape(j, s, j.w.rows >= 512 ? 21 : 14);
     if (e != cudaErrorInvalidValue) return e;
-    (void)cudaGetLastError();  // 20 and 14 take 200 / 84 KB of shared memory: sm_80 allows 163 KB a block
+    (void)cudaGetLastError();  // 21 takes 200 KB of shared memory: sm_80 allows 163 KB a block
     shape = 1;
   }
   switch (shape) {
@@ -517,10 +517,8 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
     // Session 13 (f16): the activations split once per block by the threads that copy them (f16_mma_xsplit_kernel).
     case 14:  // 7's 64 × 16 warp tiles (big: 8 warps, 128 × 64 tiles; else 4 warps, 64 × 64, 2 per multiprocessor)
       return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 2, 4>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 2, 2, false, 2>>(j, s);
-    case 20:  // 14 with four blocks per stage in a two-slot ring (one barrier per 128 values; the default from
-              // 1,024 rows)
-      return big ? launch_xsplit<TileCfg<2, 4, 4, 2, 4, 2>>(j, s) : launch_xsplit<TileCfg<1, 4, 4, 2, 4, 2>>(j, s);
-    case 21:  // 20's 8-warp 128 × 64 blocks at every row count (the 512-row HCA compressor: 128 blocks, fewer barriers)
+    case 21:  // 14's 64 × 16 warp tiles in 128 × 64 blocks of 8 warps at every row count, four 32-value blocks per
+              // stage in a two-slot ring (one barrier per 128 values; the default from 512 rows)
       return launch_xsplit<TileCfg<2, 4, 4, 2, 4, 2>>(j, s);
     case 13:  // removed (session 13: 14's activation split with 12's 32 × 16 warp tiles — slower than 14 everywhere)
     case 16:  // removed (session 13: 10's quarter pairs with the split — 0.087 on 256 rows, far slower above)
@@ -528,6 +526,7 @@ cudaError_t f16_mma_tiles_launch_shape(const GemvJob& j, cudaStream_t s, int sha
     case 18:  // removed (session 13: 14 with the weights converted F16 → TF32 by the copying threads, both operands
               // one stage ahead in registers — 18–25 % slower)
     case 19:  // removed (session 13: 16 with 64 × 16 warp tiles — slower everywhere)
+    case 20:  // removed (session 13: 21 from 1,024 rows, else 4-warp blocks one per multiprocessor — 0.121 / 0.241)
     case 15:  // removed (13 in a 3-slot ring / 2 per multiprocessor: slower than 14 but on 256 rows, equal there)
     case 9:   // removed (session 12: 16 warps of 32 × 16 with two blocks per stage, 32 × 8 warp tiles — 12 and 8 won)
     case 11:  // removed (quarter pairs of 32 × 32 warp tiles: slower than 10 everywhere)

@@ -567,25 +567,6 @@ class Backend {
   virtual void matmul_many(std::span<const MatmulArgs> jobs) {
     for (const MatmulArgs& j : jobs) matmul(j);
   }
-  // Pairs of ops the forward pass issues back to back, the second on the first's output in place. A backend
-  // may run a pair as fewer launches (CUDA: CudaBackendOptions::launch_folds); the defaults run the two ops,
-  // and any backend gives the same numbers as they do.
-  // A matmul, then an RMSNorm of its output rows (q_a and its norm, MODEL.md §7.1): n.x == n.y == m.y.
-  virtual void matmul_rms_norm(const MatmulArgs& m, const RmsNormArgs& n) {
-    matmul(m);
-    rms_norm(n);
-  }
-  // A matmul, then norm + RoPE (and the KV path's rounding and ring write) of its output (q_b → q and kv,
-  // MODEL.md §7.1–7.3): r.x == m.y.
-  virtual void matmul_norm_rope(const MatmulArgs& m, const NormRopeArgs& r) {
-    matmul(m);
-    norm_rope(r);
-  }
-  // The router's logits, then its selection (MODEL.md §8): r.logits == m.y.
-  virtual void router_logits(const MatmulArgs& m, const RouterArgs& r) {
-    matmul(m);
-    router(r);
-  }
   virtual void rms_norm(const RmsNormArgs& a) = 0;
   virtual void rope(const RopeArgs& a) = 0;
   virtual void embed(const EmbedArgs& a) = 0;

@@ -3,9 +3,7 @@
 // late side lane. Buffers and regions stay the inner backend's (it allocates, counts and frees them), so
 // a wrapper owns no memory of its own.
 // Deliberately not here: any change of behaviour (that is each wrapper's), fused ops split into pieces
-// (by_pieces.h, for a wrapper that needs them), and Backend's op pairs (matmul_rms_norm, matmul_norm_rope,
-// router_logits): they keep the interface's defaults, which call the two ops on the wrapper, so a wrapper
-// that changes one op sees it inside a pair too.
+// (by_pieces.h, for a wrapper that needs them).
 #pragma once
 
 #include <span>

@@ -120,12 +120,8 @@ uint64_t Forward::scratch_bytes() const {
   return t;
 }
 
-MatmulArgs Forward::mm_args(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n) const {
-  return MatmulArgs{w, x, xs, y, ys, n, opts_.numerics.matmul};
-}
-
 void Forward::mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n) {
-  be_.matmul(mm_args(w, x, xs, y, ys, n));
+  be_.matmul(MatmulArgs{w, x, xs, y, ys, n, opts_.numerics.matmul});
 }
 
 void Forward::prefetch(uint32_t part, std::initializer_list<Weight> ws) {
@@ -430,6 +426,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   // pos mod raw_cap of its own session (the per-column ring table with several sessions) before
   // attention reads it — norm, RoPE, FP8/half rounding and the ring write in one op.
   if (br) be_.fork();
+  mm(w.kv, xn_.f32(), E, kv_.f32(), D, n);
   backend::NormRopeArgs kr{kv_.f32(), pos_, n, 1, static_cast<int32_t>(D), R, w.kv_norm, eps, freq};
   kr.fp8_quant = nm.fp8_kv ? static_cast<int32_t>(cfg_.nope_dim()) : 0;
   kr.f16 = nm.f16_cache;
@@ -438,7 +435,7 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
     kr.ring_at = const_cast<float* const*>(tables_ + l * 3 * n);
   else
     kr.ring = segs[0].kv->layers()[l].raw.f32();
-  be_.matmul_norm_rope(mm_args(w.kv, xn_.f32(), E, kv_.f32(), D, n), kr);  // kv's matmul, then the above
+  be_.norm_rope(kr);
   // §7.4 compressors and §7.5 indexer: without selection they need only xn_, so they follow the KV path on
   // the side lane at once; the indexer's query projection reads qa_, so with selection they wait for its norm.
   if (p.has_compressor && !any_select) DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, false, comp_bound));
@@ -447,11 +444,12 @@ Status Forward::attention_layer(size_t l, std::span<const Segment> segs, int64_t
   // §7.1 query path (main lane). With selection the compressors + indexer are the longer chain (on the
   // H200 ~52 µs against ~21 µs of q_b and its norm + RoPE): they stay on the main lane, which a backend
   // may favour (CudaBackendOptions::branch_priority), and the rest of the query path goes to the side lane.
-  be_.matmul_rms_norm(mm_args(w.q_a, xn_.f32(), E, qa_.f32(), Q, n), {qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
+  mm(w.q_a, xn_.f32(), E, qa_.f32(), Q, n);
+  be_.rms_norm({qa_.f32(), qa_.f32(), w.q_a_norm, n, Q, Q, eps});
   const bool select_on_main = p.has_compressor && any_select;
   if (select_on_main && br) be_.fork();
-  be_.matmul_norm_rope(mm_args(w.q_b, qa_.f32(), Q, q_.f32(), HD, n),
-                       {q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, nullptr, eps, freq});
+  mm(w.q_b, qa_.f32(), Q, q_.f32(), HD, n);
+  be_.norm_rope({q_.f32(), pos_, n, static_cast<int32_t>(H), static_cast<int32_t>(D), R, nullptr, eps, freq});
   if (select_on_main) {
     if (br) be_.resume_main();
     DS4_RETURN_IF_ERROR(compressors_and_indexer(l, segs, n, true, comp_bound));
@@ -544,6 +542,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   }
   if (br || late_split) be_.resume_main();
 
+  mm(w.router, xn_.f32(), E, rlogit_.f32(), NE, n);
   backend::RouterArgs ra;
   ra.logits = rlogit_.f32();
   ra.bias = w.router_bias;
@@ -557,7 +556,7 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   ra.denom_guard = opts_.numerics.router_denom_guard;
   ra.ids = rids_.i32();
   ra.weights = rw_.f32();
-  be_.router_logits(mm_args(w.router, xn_.f32(), E, rlogit_.f32(), NE, n), ra);  // the logits, then the selection
+  be_.router(ra);
 
   backend::MoeArgs ma;
   ma.gate = w.exp_gate;

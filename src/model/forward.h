@@ -191,7 +191,6 @@ class Forward {
   Status run_step_graphed(std::span<const Segment> segs, int64_t n);    // forward_graph.cpp
   void replayed_host_state(std::span<const Segment> segs);               // forward_graph.cpp
   int64_t row_bound(int64_t rows) const;                                // forward_graph.cpp
-  backend::MatmulArgs mm_args(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n) const;
   void mm(const Weight& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t n);
   // With `part` in ForwardOptions::l2_prefetch: Backend::prefetch(ws) on the side lane (the main lane goes on).
   void prefetch(uint32_t part, std::initializer_list<Weight> ws);

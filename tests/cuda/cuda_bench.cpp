@@ -32,8 +32,6 @@
 //        cuda_bench --small7-steps [rope|hcb|hcbN|both] M...   decode steps of model files with the folds off / on (f16_mma on).
 //        cuda_bench --hcb-forms FOLD...        the boundary kernel's forms (hc_post_fold 4, 6, 7), graph µs + phases.
 //        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
-//        cuda_bench --fold-steps A B [C…] [--rounds R] M...  decode steps with launch_folds A, B, … as the engine runs.
-//        cuda_bench --folds A B                Backend's op pairs with launch_folds A vs B (graph us, launches).
 //        cuda_bench --dattn [A B]         one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31).
 //        cuda_bench --dattn-steps A B [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B.
 //        cuda_bench --hcsplit-steps M...   decode steps, each HC pre's split in the op / on the side lane (kBranchHcSplit).
@@ -148,8 +146,6 @@ void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
-void bench_fold_steps(int argc, char** argv);      // cuda_bench_branches.cpp
-void bench_folds(int argc, char** argv);           // cuda_bench_folds.cpp
 void bench_hcsplit_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_f16mma_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_f16dec_steps(int argc, char** argv);    // cuda_bench_branches.cpp
@@ -887,14 +883,6 @@ int main(int argc, char** argv) {
     std::vector<int> folds;
     for (int i = 2; i < argc; ++i) folds.push_back(std::atoi(argv[i]));
     bench_hcb_forms(folds);
-    return 0;
-  }
-  if (argc > 1 && std::strcmp(argv[1], "--fold-steps") == 0) {  // decode steps, two launch_folds values, engine options
-    bench_fold_steps(argc - 2, argv + 2);
-    return 0;
-  }
-  if (argc > 1 && std::strcmp(argv[1], "--folds") == 0) {  // the op pairs, two launch_folds values
-    bench_folds(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hcb-steps") == 0) {  // decode steps, two hc_post_fold values, engine options

@@ -15,7 +15,6 @@
 // `cuda_bench --hc-fuse-steps M...`: decode steps with the HC pre in two launches and in one (hc_fuse 0 / 2).
 // `cuda_bench --small7-steps M...`: decode steps with session 10's folds off and on (attn_out_rope, hc_post_fold).
 // `cuda_bench --hcb-steps A B M...`: decode steps with hc_post_fold A vs B as the engine runs them, "BENCH hcb-steps".
-// `cuda_bench --fold-steps A B [C …] M...`: decode steps with launch_folds A, B, … as the engine runs them, "BENCH fold-steps".
 // `cuda_bench --hcsplit-steps M...`: decode steps with each HC pre's split in the op / on the side lane.
 // `cuda_bench --moe-steps A B [C …] M...`: decode steps with expert_one_token A, B, …, "BENCH moe-steps" lines.
 // `cuda_bench --f16mma-steps M...`: decode steps and a prefill chunk with f16_mma off / on (launch and combine
@@ -500,51 +499,6 @@ void bench_hcb_steps(int argc, char** argv) {
         if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
         std::fflush(stdout);
       }
-  }
-}
-
-// `cuda_bench --fold-steps A B [C …] [--rounds R] M...`: decode steps of each model file as the engine runs them
-// (graphs, branches with the HC split on the side lane, runtime::engine_cuda_options) with
-// CudaBackendOptions::launch_folds A, B, … (launch_folds.cpp): batch 1 at 2K, then batches 2 and 4 at 1K, the sides
-// interleaved R times (default 3; drift shows). "BENCH fold-steps" lines.
-void bench_fold_steps(int argc, char** argv) {
-  std::vector<int> vals;
-  int rounds = 3, i = 0;
-  for (; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
-      rounds = std::atoi(argv[++i]);
-      continue;
-    }
-    char* end = nullptr;
-    const long v = std::strtol(argv[i], &end, 10);
-    if (end == argv[i] || *end) break;  // the first model file
-    vals.push_back(static_cast<int>(v));
-  }
-  if (vals.size() < 2 || i >= argc) {
-    std::printf("BENCH fold-steps: usage --fold-steps A B [C ...] [--rounds R] model.gguf...\n");
-    return;
-  }
-  for (; i < argc; ++i) {
-    auto mf = open_model(argv[i], "fold-steps");
-    if (!mf) return;
-    const auto plan = modelspec::layer_plan(mf->cfg);
-    std::vector<StepSide> sides(vals.size());
-    for (size_t k = 0; k < vals.size(); ++k) {
-      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
-      co.launch_folds = vals[k];
-      if (!load_side(sides[k], *mf, plan, co, 512, "fold-steps", model::kBranchHcSplit)) return;
-    }
-    const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}, {4, 1024}};
-    for (const auto& [sessions, ctx] : cases)
-      for (int round = 0; round < rounds; ++round)
-        for (size_t k = 0; k < vals.size(); ++k) {
-          const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
-          std::printf("BENCH fold-steps launch_folds %2d layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",
-                      vals[k], plan.size(), sessions, static_cast<long long>(ctx), round + 1, t * 1e3,
-                      t > 0 ? sessions / t : 0.0);
-          if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
-          std::fflush(stdout);
-        }
   }
 }
 

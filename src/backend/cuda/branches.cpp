@@ -20,7 +20,7 @@ namespace ds4::backend::cuda {
 
 std::array<DeviceScratch*, CudaBackend::kScratchAreas> CudaBackend::scratch_areas() {
   return {&act_, &moe_act_, &moe_g_, &moe_u_, &moe_h_act_, &moe_y_, &idx_scores_, &moe_groups_, &attn_part_, &attn_seg_,
-          &f16_part_, &hc_done_, &fold_};
+          &f16_part_, &hc_done_};
 }
 
 void CudaBackend::swap_lanes() {

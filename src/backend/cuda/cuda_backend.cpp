@@ -21,9 +21,6 @@ constexpr bool kSmallV6Auto = false;
 // launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last
 // blocks' finish runs after every block instead of beside the segment kernel as a programmatic dependent; docs/PERF.md).
 constexpr int kHcFuseAuto = 0;
-// CudaBackendOptions::launch_folds = -1: none (session 13's folds measured slower or even on the H200 and removed:
-// launch_folds.cpp, docs/PERF.md).
-constexpr int kLaunchFoldsAuto = 0;
 // CudaBackendOptions::attn_out_rope = -1: on — the output's inverse RoPE inside the sliced decode merge. The H200
 // (session 11 W1, W2) showed it bit for bit attention then rope (CudaSmall7, CudaAttention), the engine path through
 // test_cuda_model with it on (26 passed), −0.8 / −0.9 µs per HCA / CSA layer alone and 4-layer decode steps at 2K
@@ -116,7 +113,6 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
   be->set_small_v6(opts.small_v6 < 0 ? kSmallV6Auto : opts.small_v6 != 0);
   be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : std::min(opts.hc_fuse, 2));
-  be->set_launch_folds(opts.launch_folds < 0 ? kLaunchFoldsAuto : opts.launch_folds);
   be->set_attn_out_rope(opts.attn_out_rope < 0 ? kAttnOutRopeAuto : opts.attn_out_rope != 0);
   be->set_hc_post_fold(opts.hc_post_fold < 0 ? kHcPostFoldAuto : opts.hc_post_fold);
   be->set_gemm_pipelined(opts.gemm_pipelined);

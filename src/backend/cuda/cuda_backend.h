@@ -330,11 +330,6 @@ struct CudaBackendOptions {
   // 2 and up: other forms of the sublayer boundary (post + pre), each where it takes the shape (else as 0);
   // -1: cuda_backend.cpp's kHcPostFoldAuto. Same bits.
   int hc_post_fold = -1;
-  // Session 13 (issue 5): Backend's op pairs (matmul_rms_norm: q_a and its norm; matmul_norm_rope: q_b and kv
-  // with their norm + RoPE; router_logits: the router's matmul and its selection) each in fewer launches on the
-  // decode chain (launch_folds.cpp): bits of the pairs to fold where a kernel takes the shape (elsewhere the two
-  // ops' launches); 0: never; -1: cuda_backend.cpp's kLaunchFoldsAuto (the device runs' verdict). Same bits.
-  int launch_folds = -1;
   // Decode steps replayed as CUDA graphs (Backend::graph_begin/graph_end): at most this many recorded
   // steps are kept (least recently used evicted), and as many keys seen once; 0 = never record, every
   // step is host-launched. One session's decode uses up to 3 (no row emitted, ratio 4, ratios 4 and

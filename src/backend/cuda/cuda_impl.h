@@ -88,13 +88,6 @@ struct GemvJob {
   MatmulNumerics numerics = MatmulNumerics::ds4;
   const ExpertGroups* groups = nullptr;  // with ids: run grouped by expert on tensor cores
   int64_t group_rows = 0, group_x_stride = 0;  // grouped matmul (MatmulArgs::group_rows), dense only
-  // Backend's op pairs (launch_folds.cpp, CudaBackendOptions::launch_folds): the second op of the pair, on y
-  // after the product, for a kernel that runs it inside its own launch and then sets *folded; null: none.
-  // Every other kernel ignores them, and the caller runs the op itself when *folded stays false.
-  const RmsNormArgs* y_norm = nullptr;
-  const NormRopeArgs* y_norm_rope = nullptr;
-  const RouterArgs* y_router = nullptr;
-  bool* folded = nullptr;
 };
 
 // The matmul op's job (no expert ids, one activation row per vector).
@@ -260,9 +253,6 @@ class CudaBackend final : public Backend {
 
   void matmul(const MatmulArgs& a) override;            // ops_matmul.cu
   void matmul_many(std::span<const MatmulArgs> jobs) override;  // matmul_f16_many.cu (F16 jobs in one launch)
-  void matmul_rms_norm(const MatmulArgs& m, const RmsNormArgs& n) override;   // launch_folds.cpp
-  void matmul_norm_rope(const MatmulArgs& m, const NormRopeArgs& r) override; // launch_folds.cpp
-  void router_logits(const MatmulArgs& m, const RouterArgs& r) override;      // launch_folds.cpp
   void rms_norm(const RmsNormArgs& a) override;         // ops_norm_rope.cu
   void rope(const RopeArgs& a) override;                // ops_norm_rope.cu
   void embed(const EmbedArgs& a) override;              // ops_matmul.cu (shares the block decoders)
@@ -408,8 +398,6 @@ class CudaBackend final : public Backend {
   void set_small_v5(bool on) { small_v5_ = on; }
   void set_small_v6(bool on) { small_v6_ = on; }
   void set_hc_fuse(int mode) { hc_fuse_ = mode; }
-  void set_launch_folds(int bits) { launch_folds_ = bits; }
-  int launch_folds() const { return launch_folds_; }
   void set_attn_out_rope(bool on) { attn_out_rope_ = on; }
   void set_hc_post_fold(int mode) { hc_post_fold_ = mode; }
   void set_gemm_pipelined(bool on) { gemm_pipelined_ = on; }
@@ -494,7 +482,6 @@ class CudaBackend final : public Backend {
   bool small_v5_ = false;                 // CudaBackendOptions::small_v5
   bool small_v6_ = false;                 // CudaBackendOptions::small_v6
   int hc_fuse_ = 0;                       // CudaBackendOptions::hc_fuse (resolved: 0 off, 1 at n = 1, 2 n ≤ 32)
-  int launch_folds_ = 0;                  // CudaBackendOptions::launch_folds (resolved: bits, 0 = none)
   bool attn_out_rope_ = false;            // CudaBackendOptions::attn_out_rope (resolved)
   int hc_post_fold_ = 0;                  // CudaBackendOptions::hc_post_fold (resolved: 0 off, 1 …)
   int cc_major_ = 0;                      // compute capability (read on first use: cc_major())
@@ -580,7 +567,6 @@ class CudaBackend final : public Backend {
   DeviceScratch attn_seg_;                // [n·heads·segments][head_dim + 2] attention segment states
   DeviceScratch f16_part_;                // matmul_f16_mma_decode.cu: row-tile counters, then split rows' segment sums
   DeviceScratch hc_done_;                 // ops_hc.cu: hc_seg_fused_kernel's per-slice counters (zero between calls)
-  DeviceScratch fold_;                    // launch_folds.cpp's kernels: their counters and partial results
 
   // Step graphs (step_graphs.cpp). While recording, errors go to capture_error_ (the recording is then
   // discarded and the caller runs the ops eagerly, which reports them for real) and scratch may not grow
@@ -605,7 +591,7 @@ class CudaBackend final : public Backend {
   // Concurrent branches (branches.cpp). While the side lane runs, stream_ and the per-op scratch areas
   // hold the side lane's (swapped in by fork, out by resume_main / join), so every op enqueues on and
   // grows the lane it runs on without knowing about lanes; the lanes never share a scratch area.
-  static constexpr int kScratchAreas = 13;
+  static constexpr int kScratchAreas = 12;
   std::array<DeviceScratch*, kScratchAreas> scratch_areas();  // the areas of the lane ops run on now
   void swap_lanes();
   void release_branches();                // ~CudaBackend: the side lane's stream, events and scratch

@@ -125,6 +125,35 @@ __device__ inline void store_tile(const GemvJob& p, const float (&y)[TM][TN][4],
       }
 }
 
+// A warp tile's accumulators from zero: the quarter's MMA chain c, the segment sum sg, the outputs y.
+template <int TM, int TN>
+__device__ inline void zero_acc(float (&c)[TM][TN][4], float (&sg)[TM][TN][4], float (&y)[TM][TN][4]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
+}
+
+// After 32-value block b of K: at the end of a quarter (4 blocks) its chain c goes into the segment sum
+// ((q0 + q1) + q2) + q3 and restarts at 0; at the end of a segment (16 blocks) y += the segment sum (segment order).
+template <int TM, int TN>
+__device__ inline void block_end(float (&c)[TM][TN][4], float (&sg)[TM][TN][4], float (&y)[TM][TN][4], int64_t b) {
+  if (b % 4 != 3) return;
+  const bool first = b % 16 == 3, last = b % 16 == 15;
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
+        c[i][j][r] = 0.0f;
+        if (last) y[i][j][r] += sg[i][j][r];
+      }
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJob p) {
   constexpr int TM = C::TM, TN = C::TN, BM = C::BM, BN = C::BN, kThreads = C::THREADS, KB = C::KB, S = C::STAGES;
@@ -145,12 +174,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJ
     cp_async_commit();
   }
   float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
+  zero_acc<TM, TN>(c, sg, y);
   for (int64_t st = 0; st < nst; ++st) {
     cp_async_wait<S - 2>();
     __syncthreads();  // stage st visible to all; every warp done with the slot the next copy overwrites
@@ -194,19 +218,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_smem_kernel(GemvJ
         load_x_frags<TN>(x, sx, wn, g, t);
         f16_mma_block<TM, TN>(c, w, x);
       }
-      if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
-        const bool first = b % 16 == 3, last = b % 16 == 15;
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-          for (int j = 0; j < TN; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
-              c[i][j][r] = 0.0f;
-              if (last) y[i][j][r] += sg[i][j][r];  // segment order
-            }
-      }
+      block_end<TM, TN>(c, sg, y, b);
     }
   }
   store_tile<TM, TN>(p, y, m0, n0, wm, wn, g, t);
@@ -248,12 +260,7 @@ __global__ void __launch_bounds__(2 * C::THREADS, C::MINB) f16_mma_pair_kernel(G
     cp_async_commit();
   }
   float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];  // B: sg holds q2
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
+  zero_acc<TM, TN>(c, sg, y);
   float* mine = xch + static_cast<int64_t>(wq) * 2 * kTile;
   // A: the segment before, y += ((q0 + q1) + q2) + q3 (B's q2, q3 stored before the last barrier).
   auto finish_segment = [&] {
@@ -381,12 +388,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_xsplit_kernel(Gem
     cp_async_commit();
   }
   float c[TM][TN][4], sg[TM][TN][4], y[TM][TN][4];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) c[i][j][r] = sg[i][j][r] = y[i][j][r] = 0.0f;
+  zero_acc<TM, TN>(c, sg, y);
   for (int64_t st = 0; st < nst; ++st) {
     cp_async_wait<S - 2>();
     __syncthreads();  // stage st's weights and activations visible to all; every warp done with stage st − 1's slot
@@ -410,19 +412,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) f16_mma_xsplit_kernel(Gem
         unpack4(*reinterpret_cast<const uint4*>(xv + 144), xl[j] + 4);
       }
       f16_mma_block_split<TM, TN>(c, w, xh, xl);
-      if (b % 4 == 3) {  // the end of a quarter: into the segment sum ((q0 + q1) + q2) + q3, the chain restarts at 0
-        const bool first = b % 16 == 3, last = b % 16 == 15;
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-          for (int j = 0; j < TN; ++j)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              sg[i][j][r] = first ? c[i][j][r] : sg[i][j][r] + c[i][j][r];
-              c[i][j][r] = 0.0f;
-              if (last) y[i][j][r] += sg[i][j][r];  // segment order
-            }
-      }
+      block_end<TM, TN>(c, sg, y, b);
     }
     if (next) store_x(static_cast<int>((st + 1) % S));
   }

@@ -120,11 +120,12 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_gemm_q8_parts(opts.gemm_q8_parts < 0 ? kGemmQ8PartsAuto : opts.gemm_q8_parts != 0);
   be->set_norm_rope_loads_first(opts.norm_rope_loads_first < 0 ? kNormRopeLoadsFirstAuto : opts.norm_rope_loads_first != 0);
   be->set_prefill_glue(opts.prefill_glue);
-  // gemm_experts 35 … 39 (session 11: the split form, exact fragment counts) were removed after the H200 runs
-  // (docs/PERF.md): rejected rather than run as the default, so an old command line cannot measure 34 unawares.
-  if (opts.gemm_experts >= 35 && opts.gemm_experts <= 39)
+  // A gemm_experts value that is not one of gemm_experts.cu's variants (e.g. one removed after the H200 runs,
+  // docs/PERF.md) is rejected rather than run as the default, so an old command line cannot measure the default
+  // unawares.
+  if (opts.gemm_experts >= 0 && experts_variant(opts.gemm_experts) != opts.gemm_experts)
     return invalid_argument("cuda backend: gemm_experts " + std::to_string(opts.gemm_experts) +
-                            " was removed (35 … 38 the split form: slower on the H200; 39: no measured win); the default is " +
+                            " is not a variant of this build (removed or never made; docs/PERF.md); -1 picks the default, " +
                             std::to_string(experts_variant(-1)));
   be->set_gemm_experts(opts.gemm_experts);
   be->set_attention_segments(opts.attention_mma, opts.attention_segments, opts.attention_split_max_blocks, opts.attention_heads_per_warp);

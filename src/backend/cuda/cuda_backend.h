@@ -51,8 +51,8 @@ struct CudaBackendOptions {
   // weights decoded into MMA fragments by the warps that multiply them, two resident blocks per SM walking
   // the (128 rows, tile) items through one continuous ring: 20: experts_fast_kernel (counted copies, the
   // IQ2_XXS grid in 16 copies) with the SwiGLU folded into the down input's quantizer (with prefill_glue);
-  // 13: the previous kernel and a separate SwiGLU pass; 0: ops_gemm.cu's gemm2_kernel; −1 (and any other
-  // value): the one the H200 measured fastest (gemm_experts.cu kExpertsAuto). Same bits.
+  // 13: the previous kernel and a separate SwiGLU pass; 0: ops_gemm.cu's gemm2_kernel; −1: the one the H200
+  // measured fastest (gemm_experts.cu kExpertsAuto); make_cuda_backend rejects a value it does not know. Same bits.
   int gemm_experts = -1;
   // Few-token batches take the decode kernels (gemv_decode.cu, attention_decode.cu). false: the general
   // kernels only — for before/after benchmarks and for cross-checking the two paths.

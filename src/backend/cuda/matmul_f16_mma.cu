@@ -183,7 +183,7 @@ void CudaBackend::gemv_f16_mma(const GemvJob& j) {
   if (f16_mma_decode(std::span<const GemvJob>(&j, 1))) return;  // ≤ 8 vectors: matmul_f16_mma_decode.cu
   if (f16_mma_tiles_support(j)) {  // prefill, ≥ 256 rows: shared-memory tiles (matmul_f16_mma_tiles.cu)
     e = f16_mma_tiles_launch(j, s);
-  } else if (f16_mma_few_rows_support(j)) {  // prefill, few rows (HC controls): 32 × 16 per block
+  } else if (f16_mma_few_rows_support(j)) {  // prefill, few rows (HC controls): the shape by rows (4 or 5)
     e = f16_mma_few_rows_launch_shape(j, s, -1);
   } else {
     // Decode: 8- or 4-row tiles where 16-row ones would leave the device mostly idle (the router's 256 rows

@@ -14,9 +14,12 @@
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
 //        cuda_bench --experts lean [once] the default (3559: moe_one_lean.cu's gate/up variant 9 with the L2 prefetch and
-//                                         session 13's decode, fold 5) and 559 (the default before), 1559 at n = 1,
-//                                         twice; once: one untimed call of each (ncu).
+//                                         session 13's decode, fold 5), 3579 / 3589 (session 14: the hidden rows
+//                                         quantized in the gate/up kernel) and 559 at n = 1, twice; once: one
+//                                         untimed call of each (ncu).
 //        cuda_bench --moe-steps A B … M... decode steps (batch 1 at 2K) with expert_one_token A, B, …, interleaved.
+//        cuda_bench --moe-swap A B … [--rounds R] M  the same on one backend and model copy (one Forward a value),
+//                                      with per-round differences and the sides' logits compared bit for bit.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
@@ -144,6 +147,7 @@ void bench_ramp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
+void bench_moe_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_hcsplit_steps(int argc, char** argv);   // cuda_bench_branches.cpp
@@ -295,9 +299,11 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   // default before), 1559 (the OR without the half-block lanes); 2559 (the selector shift as IMAD.HI) and 569 (fold
   // 6) measured and removed. Session 12's sides: 159, 459
   // (removed), 559; session 11's: 27, 28, 57, 58.
-  constexpr int kLean = 2;
-  const int lean_opts[kLean] = {559, 1559};
-  const char* lean_tags[kLean] = {"one559", "one1559"};
+  // Session 14: 3579, 3589 (the default with the hidden rows quantized inside the gate/up kernel, counted in per
+  // thread block / per warp: moe_one_lean.h LeanHidden).
+  constexpr int kLean = 3;
+  const int lean_opts[kLean] = {3579, 3589, 559};
+  const char* lean_tags[kLean] = {"one3579", "one3589", "one559"};
   std::unique_ptr<Backend> lean_one[kLean];
   for (int i = 0; i < kLean && lean; ++i) {
     oo.expert_one_token = lean_opts[i];
@@ -903,6 +909,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--moe-steps") == 0) {  // decode steps, two expert_one_token values
     bench_moe_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--moe-swap") == 0) {  // decode steps, expert_one_token values on one backend
+    bench_moe_swap(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc-fuse-steps") == 0) {  // decode steps, HC pre in two launches / one

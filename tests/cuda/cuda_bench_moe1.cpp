@@ -99,7 +99,11 @@ void bench_moe_swap(int argc, char** argv) {
       return;
     }
     const auto plan = modelspec::layer_plan(*cfg);
-    auto made = backend::cuda::make_cuda_backend(runtime::engine_cuda_options());
+    // Every side's step graphs kept (each Forward records ~8 keys here: prefill chunks, decode steps with and without
+    // emitted rows); the default 16 would evict one side's graphs while another side runs.
+    backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
+    co.max_graphs = 64;
+    auto made = backend::cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("BENCH moe-swap: backend: %s\n", made.status().to_string().c_str());
       return;

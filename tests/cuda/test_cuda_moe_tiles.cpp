@@ -18,7 +18,7 @@
 // count 1 … 8 too (OneTokenLeanEverySlotCount), and session 12's 59 with the gate/up kernel's L2 prefetches
 // (559) likewise, and session 13's 559 with the gate/up decode's selector OR as an integer multiply-add (1559), also
 // with half-block lanes (3559), likewise, and session 14's 3559 with the hidden rows quantized inside the gate/up
-// kernel (3579, 3589: no quantization launch; counters that must be zero again after every call), likewise, also
+// kernel (3579, 3589, 3599: no quantization launch; counters that must be zero again after every call), likewise, also
 // call after call between other batch sizes (OneTokenHiddenFoldRepeatedCalls). The
 // default backend runs the one-token kernels (moe_one_lean.cu's gate/up variant 9 with its L2 prefetch of the down
 // weights and session 13's decode + the fold-5 slot-summing down kernel, expert_one_token 3559) at 1 token, the warp
@@ -123,6 +123,7 @@ class CudaMoeTiles : public CudaOpsTest {
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3559; }, s13_sides_[1]);
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3579; }, s14_sides_[0]);
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3589; }, s14_sides_[1]);
+    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3599; }, s14_sides_[2]);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -169,9 +170,10 @@ class CudaMoeTiles : public CudaOpsTest {
   // mode 5: expert_one_token 559) — no arithmetic changes, so the same bits.
   // Session 13: 30: 559 with the gate/up decode's selector OR as an integer multiply-add (1559), 31: the same with
   // half-block lanes (3559) — the same integers, so the same bits.
-  // Session 14: 32, 33: 3559 with the hidden rows' Q8_K quantization inside the gate/up kernel, each block by the
-  // thread block (3579) or the warp (3589) counting its last row pair in — the same quantization of the same rows.
-  static constexpr int kSides = 34;
+  // Session 14: 32, 33, 34: 3559 with the hidden rows' Q8_K quantization inside the gate/up kernel, each block by
+  // the thread block (3579; 3599 with acq_rel fences by the counting threads only) or the warp (3589) counting its
+  // last row pair in — the same quantization of the same rows.
+  static constexpr int kSides = 35;
   Backend& side(int b) {
     Backend* s[kSides] = {gpu_.get(),     prev_.get(),     first_.get(),    lean_.get(),     warp_.get(),
                           block_.get(),   rows_.get(),     v1_.get(),       one_.get(),      onepdl_.get(),
@@ -180,7 +182,7 @@ class CudaMoeTiles : public CudaOpsTest {
                           one6f_.get(),   slots_[0].get(), slots_[1].get(), slots_[2].get(), slots_[3].get(),
                           lean_sides_[0].get(), lean_sides_[1].get(), lean_sides_[2].get(), lean_sides_[3].get(),
                           pf_side_.get(), s13_sides_[0].get(), s13_sides_[1].get(), s14_sides_[0].get(),
-                          s14_sides_[1].get()};
+                          s14_sides_[1].get(), s14_sides_[2].get()};
     return *s[b];
   }
 
@@ -298,7 +300,7 @@ class CudaMoeTiles : public CudaOpsTest {
   std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_, one2_, one3_, one4_,
       one2pdl_;
   std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[4], lean_sides_[4], pf_side_, s13_sides_[2],
-      s14_sides_[2];
+      s14_sides_[3];
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -374,7 +376,7 @@ TEST_F(CudaMoeTiles, OneTokenKernelsSmallBatches) {
     const std::string what = "moe one-token k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
                              (c.same ? " same experts" : " random");
     EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << what << ": block tiles not the CPU's bits";
-    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33}) {
+    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
       const auto got = run_gpu(b, x, ids, wts, c.n, c.k);
       const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
       const bool same = std::memcmp(got.data(), block.data(), want.size() * 4) == 0;
@@ -396,7 +398,7 @@ TEST_F(CudaMoeTiles, OneTokenRepeatedExpert) {
   const auto want = run_cpu(x, ids, wts, 1, 6);
   const auto block = run_gpu(5, x, ids, wts, 1, 6);
   EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << "fast block tiles not the CPU's bits";
-  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33}) {
+  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
     const auto got = run_gpu(b, x, ids, wts, 1, 6);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "side " << b << " not the CPU's bits";
   }
@@ -410,7 +412,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33}) {
+    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)
@@ -421,7 +423,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
 
 TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
   // Session 11's lean kernels (gate/up variants 8, 9, the fold-5 down kernel; sides 25 … 28), session 12's
-  // prefetching gate/up (side 29), session 13's sides 30, 31, session 14's 32, 33 and the session-10 path (27, side 22) at every slot count the slot split meets
+  // prefetching gate/up (side 29), session 13's sides 30, 31, session 14's 32 … 34 and the session-10 path (27, side 22) at every slot count the slot split meets
   // (k = 1: the second warp of a tile has no slot; odd k: the halves differ), random and repeated experts, and a bad id first or last: the CPU's bits, NaN for the
   // bad id's token.
   for (int32_t k : {1, 2, 3, 5, 7, 8}) {
@@ -435,7 +437,7 @@ TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
       const std::string what = "moe one-token lean k" + std::to_string(k) + " mode " + std::to_string(mode);
       std::vector<float> want;
       if (mode < 2) want = run_cpu(x, ids, wts, 1, k);
-      for (int b : {22, 25, 26, 27, 28, 29, 30, 31, 32, 33}) {
+      for (int b : {22, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
         const auto got = run_gpu(b, x, ids, wts, 1, k);
         if (mode >= 2) {
           int nan = 0;
@@ -453,7 +455,7 @@ TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
 }
 
 TEST_F(CudaMoeTiles, OneTokenHiddenFoldRepeatedCalls) {
-  // Session 14's sides 32, 33 (the hidden rows quantized by the gate/up kernel behind arrival counters that each
+  // Session 14's sides 32 … 34 (the hidden rows quantized by the gate/up kernel behind arrival counters that each
   // call's last arrivals set back to 0) call after call on one backend: slot counts that change the counters'
   // layout (k 6, 8, 1, 3, 6), a bad id (its slot's rows counted but never stored: the counters must still come back
   // to 0), and batches of 5 and 20 tokens in between (other kernels, other scratch) — the CPU's bits every time.
@@ -468,7 +470,7 @@ TEST_F(CudaMoeTiles, OneTokenHiddenFoldRepeatedCalls) {
     for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
     const std::string what = "moe one-token fold round " + std::to_string(round) + " k" + std::to_string(k);
     const auto want = bad ? std::vector<float>() : run_cpu(x, ids, wts, 1, k);
-    for (int b : {32, 33}) {
+    for (int b : {32, 33, 34}) {
       const auto got = run_gpu(b, x, ids, wts, 1, k);
       if (bad) {
         int nan = 0;
@@ -487,7 +489,7 @@ TEST_F(CudaMoeTiles, OneTokenHiddenFoldRepeatedCalls) {
       const auto idb = routing(n, 6, false);
       std::vector<float> wb(idb.size(), 0.5f);
       const auto wantb = run_cpu(xb, idb, wb, n, 6);
-      for (int b : {32, 33}) {
+      for (int b : {32, 33, 34}) {
         const auto got = run_gpu(b, xb, idb, wb, n, 6);
         EXPECT_EQ(std::memcmp(got.data(), wantb.data(), wantb.size() * 4), 0) << what << ": side " << b << " at n " << n;
       }

@@ -175,9 +175,16 @@ __device__ inline int hq_pairs(int64_t lo, int64_t hi, int32_t k) {
   return lo < hi ? static_cast<int>(((hi - 1) / k / kHqPairs - lo / k / kHqPairs + 1) * k) : 0;
 }
 
-// Counts pair c's items of [lo, hi) in (after the caller's fence of its rows). true when that completed its block
-// (blk = j · nblk + b): the counter is back at 0 for the next call, and after the fence the other arrivals' rows
-// (stored and fenced before they counted) are read at L2 by the caller.
+// A fence.acq_rel at GPU scope: with a relaxed atomic after it, a release of everything this thread stored or
+// observed (its block's rows, through the barrier before: fences are cumulative); after one, an acquire. Lighter
+// than __threadfence's fence.sc (membar.gl).
+__device__ inline void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
+// Counts pair c's items of [lo, hi) in (after the caller's fence of its rows; kRelease: this thread's release fence
+// first — the rows its block stored before a barrier). true when that completed its block (blk = j · nblk + b): the
+// counter is back at 0 for the next call, and after the acquire fence the other arrivals' rows (released before
+// they counted) are read at L2 by the caller.
+template <bool kRelease = false>
 __device__ inline bool hq_arrive(const LeanHidden& hq, int64_t nblk, int64_t lo, int64_t hi, int32_t k, int c, int64_t& blk) {
   const int32_t j = c % k;
   const int64_t b = lo / k / kHqPairs + c / k;
@@ -185,9 +192,13 @@ __device__ inline bool hq_arrive(const LeanHidden& hq, int64_t nblk, int64_t lo,
   if (cnt == 0) return false;
   blk = j * nblk + b;
   int* const ctr = hq.counters + blk;
+  if constexpr (kRelease) fence_acq_rel_gpu();
   if (atomicAdd(ctr, cnt) + cnt != kHqPairs) return false;
   *ctr = 0;
-  __threadfence();
+  if constexpr (kRelease)
+    fence_acq_rel_gpu();
+  else
+    __threadfence();
   return true;
 }
 
@@ -345,13 +356,15 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
     is = is == kGuRing - 1 ? 0 : is + 1;
   }
   cp_async_wait<0>();
-  if constexpr (H == 7 || H == 8) {
+  if constexpr (H == 7 || H == 8 || H == 9) {
     // Session 14 (LeanHidden): the hidden rows' Q8_K blocks quantized here, each by its last arrival (h [k][ff] as
     // stored above: p.y, p.y_stride = ff = 2 · p.n_tiles).
     const int64_t nblk = p.n_tiles / kHqPairs, items = static_cast<int64_t>(k) * p.n_tiles;
-    __threadfence();  // this thread's stores of h visible device-wide before they are counted
-    if constexpr (H == 7) {
-      // The block's items (warp_run's runs of its warps) counted once all its warps are done.
+    if constexpr (H != 9) __threadfence();  // this thread's stores of h visible device-wide before they are counted
+    if constexpr (H == 7 || H == 9) {
+      // The block's items (warp_run's runs of its warps) counted once all its warps are done (H = 9: the counting
+      // threads' release fences after the barrier cover the rows every thread of the block stored before it, as
+      // cooperative groups' grid sync does, instead of a fence.sc by every thread).
       const int64_t warps = static_cast<int64_t>(gridDim.x) * kGuWarps, per = (items + warps - 1) / warps;
       const int64_t at = static_cast<int64_t>(blockIdx.x) * kGuWarps * per;
       const int64_t lo = at < items ? at : items, hi = lo + kGuWarps * per < items ? lo + kGuWarps * per : items;
@@ -362,7 +375,7 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
         if (threadIdx.x == 0) list[0] = 0;
         __syncthreads();
         int64_t blk = 0;
-        if (c0 + static_cast<int>(threadIdx.x) < pairs && hq_arrive(hq, nblk, lo, hi, k, c0 + static_cast<int>(threadIdx.x), blk))
+        if (c0 + static_cast<int>(threadIdx.x) < pairs && hq_arrive<H == 9>(hq, nblk, lo, hi, k, c0 + static_cast<int>(threadIdx.x), blk))
           list[1 + atomicAdd(list, 1)] = static_cast<int>(blk);
         __syncthreads();
         const int nq = list[0];
@@ -600,6 +613,7 @@ bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneToke
   if (variant != 9) return launch_gate_up_shape<8, 0>(be, p, sa, pf, pdl, s);
   if (decode == 3 && hq.mode == 7) return launch_gate_up_shape<9, 3, 7>(be, p, sa, pf, pdl, s, hq);
   if (decode == 3 && hq.mode == 8) return launch_gate_up_shape<9, 3, 8>(be, p, sa, pf, pdl, s, hq);
+  if (decode == 3 && hq.mode == 9) return launch_gate_up_shape<9, 3, 9>(be, p, sa, pf, pdl, s, hq);
   return decode == 3   ? launch_gate_up_shape<9, 3>(be, p, sa, pf, pdl, s)
          : decode == 1 ? launch_gate_up_shape<9, 1>(be, p, sa, pf, pdl, s)
                        : launch_gate_up_shape<9, 0>(be, p, sa, pf, pdl, s);
@@ -631,7 +645,7 @@ cudaError_t init_one_lean_kernels() {
   if (e == cudaSuccess)
     e = set_gate_up_smem<9>(limit, moe_one_lean_gate_up_kernel<9, 0>, moe_one_lean_gate_up_kernel<9, 1>,
                             moe_one_lean_gate_up_kernel<9, 3>, moe_one_lean_gate_up_kernel<9, 3, 7>,
-                            moe_one_lean_gate_up_kernel<9, 3, 8>);
+                            moe_one_lean_gate_up_kernel<9, 3, 8>, moe_one_lean_gate_up_kernel<9, 3, 9>);
   cudaFuncAttributes fa{};
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, moe_one_lean_down_kernel);
   if (e == cudaSuccess && kDnSmem + fa.sharedSizeBytes <= static_cast<uint64_t>(limit))

@@ -43,17 +43,19 @@ struct LeanPrefetch {
 // the down kernel behind ready flags, no quantization launch — 1.4 µs faster as an op, slower in decode steps in
 // both runs: removed.)
 
-// Session 14 (expert_one_token F = 7, 8 with V = 9, Q = 3): the hidden rows' Q8_K quantization inside the gate/up
+// Session 14 (expert_one_token F = 7, 8, 9 with V = 9, Q = 3): the hidden rows' Q8_K quantization inside the gate/up
 // kernel, no launch of its own — each block of 256 hidden values (one slot's rows 256b … 256b + 255 = 128 row-pair
 // items) is quantized by whoever counts its last row pair in: F = 7 each thread block once all its warps are done
 // (a fence, a barrier, one atomicAdd per (slot, block) it touched), F = 8 each warp once its own items are done (a
 // fence, an atomicAdd per (slot, block) it touched; no barrier). The counter's last arriver sets it back to 0, so
-// the next call (and a graph's replay) finds zeros; the caller zeroes the area once when it is allocated. The
-// quantization is moe_hidden_quant.cuh's quantize_padded on the rows the items stored, so the same bits.
+// the next call (and a graph's replay) finds zeros; the caller zeroes the area once when it is allocated. F = 9: 7
+// with one release fence (fence.acq_rel.gpu) by each counting thread after the barrier instead of a fence.sc by
+// every thread before it, and an acquire fence of the same kind. The quantization is moe_hidden_quant.cuh's
+// quantize_padded on the rows the items stored, so the same bits.
 struct LeanHidden {
   uint8_t* act = nullptr;   // the quantized hidden rows: kActLead, then [k][ff / 256] Q8_K blocks at kQ8KPitch
   int* counters = nullptr;  // [k][ff / 256] row pairs counted in, zero between calls
-  int mode = 0;             // 0: none (the quantization launch), 7 or 8 (above)
+  int mode = 0;             // 0: none (the quantization launch), 7, 8 or 9 (above)
 };
 
 // Gate/up variant 8 or 9 (+ SwiGLU, routing weight): as launch_one_gate_up_slots (p.n_tiles = ff rows; items of

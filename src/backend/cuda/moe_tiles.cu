@@ -461,12 +461,12 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // LeanPrefetch; variants 8, 9 with fold 5 only).
   // Session 13: Q·1000 + P·100 + 10·F + V — Q = 1, 3: the lean gate/up decode with the selector OR as an integer
   // multiply-add (3: with half-block lanes; variant 9 only).
-  // Session 14: F = 7, 8 — fold 5 with the hidden rows quantized inside the gate/up kernel (moe_one_lean.h
-  // LeanHidden: counted in per thread block / per warp), where that kernel is variant 9 with decode 3; elsewhere
-  // fold 5's quantization launch.
+  // Session 14: F = 7, 8, 9 — fold 5 with the hidden rows quantized inside the gate/up kernel (moe_one_lean.h
+  // LeanHidden: counted in per thread block / per warp / per thread block with acq_rel fences), where that kernel is
+  // variant 9 with decode 3; elsewhere fold 5's quantization launch.
   const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 % 10 : 0;
   const int prefetch_mode = one_option / 100 % 10, lean_decode = one_option / 1000 % 10;
-  const bool lean_dn = fold == 5 || fold == 7 || fold == 8;
+  const bool lean_dn = fold == 5 || fold >= 7;
   const bool one = !rows && one_variant > 0 && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
@@ -501,7 +501,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const bool lean_gu = slots && one_variant >= 8 && one_lean_gate_up_fits(*this, one_variant, a.ff);
   const OneTokenSum sa{a.ids, static_cast<int32_t>(a.k), a.down.n_expert, h, a.out, a.x};
   LeanHidden hq;
-  if ((fold == 7 || fold == 8) && lean_gu && one_variant == 9 && lean_decode == 3) {
+  if (fold >= 7 && lean_gu && one_variant == 9 && lean_decode == 3) {
     // Counters [k][ff / 256] in hc_done_ (hc_done_layout.h), zero between calls: a new area is cleared here once.
     const uint64_t bytes = kOneHiddenCountersAt + static_cast<uint64_t>(a.k) * (a.ff / kQK_K) * sizeof(int);
     const DeviceScratch before = hc_done_;

@@ -14,9 +14,8 @@
 //                                         gate/up variants 6, 7, the down kernel adding the slots), each also cold (16 expert sets
 //                                         in turn); once: one untimed call at n = 1 of variant 4 and each of those (ncu).
 //        cuda_bench --experts lean [once] the default (3559: moe_one_lean.cu's gate/up variant 9 with the L2 prefetch and
-//                                         session 13's decode, fold 5), 3579 / 3589 / 3599 (session 14: the hidden rows
-//                                         quantized in the gate/up kernel) and 559 at n = 1, twice; once: one
-//                                         untimed call of each (ncu).
+//                                         session 13's decode, fold 5) and 559 (the default before), 1559 at n = 1,
+//                                         twice; once: one untimed call of each (ncu).
 //        cuda_bench --moe-steps A B … M... decode steps (batch 1 at 2K) with expert_one_token A, B, …, interleaved.
 //        cuda_bench --moe-swap A B … [--rounds R] M  the same on one backend and model copy (one Forward a value),
 //                                      with per-round differences and the sides' logits compared bit for bit.
@@ -299,11 +298,9 @@ void bench_skinny(Backend& be, std::mt19937& rng, bool experts_only, bool tiles_
   // default before), 1559 (the OR without the half-block lanes); 2559 (the selector shift as IMAD.HI) and 569 (fold
   // 6) measured and removed. Session 12's sides: 159, 459
   // (removed), 559; session 11's: 27, 28, 57, 58.
-  // Session 14: 3579, 3589, 3599 (the default with the hidden rows quantized inside the gate/up kernel, counted in
-  // per thread block / per warp / per thread block with acq_rel fences: moe_one_lean.h LeanHidden).
-  constexpr int kLean = 4;
-  const int lean_opts[kLean] = {3579, 3589, 3599, 559};
-  const char* lean_tags[kLean] = {"one3579", "one3589", "one3599", "one559"};
+  constexpr int kLean = 2;
+  const int lean_opts[kLean] = {559, 1559};
+  const char* lean_tags[kLean] = {"one559", "one1559"};
   std::unique_ptr<Backend> lean_one[kLean];
   for (int i = 0; i < kLean && lean; ++i) {
     oo.expert_one_token = lean_opts[i];

@@ -17,9 +17,7 @@
 // session 11's lean one-token kernels (moe_one_lean.cu: expert_one_token 28, 57, 58, 59) likewise, at every slot
 // count 1 … 8 too (OneTokenLeanEverySlotCount), and session 12's 59 with the gate/up kernel's L2 prefetches
 // (559) likewise, and session 13's 559 with the gate/up decode's selector OR as an integer multiply-add (1559), also
-// with half-block lanes (3559), likewise, and session 14's 3559 with the hidden rows quantized inside the gate/up
-// kernel (3579, 3589, 3599: no quantization launch; counters that must be zero again after every call), likewise, also
-// call after call between other batch sizes (OneTokenHiddenFoldRepeatedCalls). The
+// with half-block lanes (3559), likewise. The
 // default backend runs the one-token kernels (moe_one_lean.cu's gate/up variant 9 with its L2 prefetch of the down
 // weights and session 13's decode + the fold-5 slot-summing down kernel, expert_one_token 3559) at 1 token, the warp
 // tiles (PDL) at 2..7, the row tiles from 8. Routing: random distinct experts per token, and every token on the same 6 experts (what
@@ -121,9 +119,6 @@ class CudaMoeTiles : public CudaOpsTest {
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 559; }, pf_side_);
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 1559; }, s13_sides_[0]);
     make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3559; }, s13_sides_[1]);
-    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3579; }, s14_sides_[0]);
-    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3589; }, s14_sides_[1]);
-    make([](cuda::CudaBackendOptions& o) { o.expert_one_token = 3599; }, s14_sides_[2]);
     if (HasFatalFailure()) return;
     gb_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &g0_);
     ub_ = random_weight(GgmlType::IQ2_XXS, int64_t{kNE} * kFf, kDim, &u0_);
@@ -170,10 +165,7 @@ class CudaMoeTiles : public CudaOpsTest {
   // mode 5: expert_one_token 559) — no arithmetic changes, so the same bits.
   // Session 13: 30: 559 with the gate/up decode's selector OR as an integer multiply-add (1559), 31: the same with
   // half-block lanes (3559) — the same integers, so the same bits.
-  // Session 14: 32, 33, 34: 3559 with the hidden rows' Q8_K quantization inside the gate/up kernel, each block by
-  // the thread block (3579; 3599 with acq_rel fences by the counting threads only) or the warp (3589) counting its
-  // last row pair in — the same quantization of the same rows.
-  static constexpr int kSides = 35;
+  static constexpr int kSides = 32;
   Backend& side(int b) {
     Backend* s[kSides] = {gpu_.get(),     prev_.get(),     first_.get(),    lean_.get(),     warp_.get(),
                           block_.get(),   rows_.get(),     v1_.get(),       one_.get(),      onepdl_.get(),
@@ -181,8 +173,7 @@ class CudaMoeTiles : public CudaOpsTest {
                           fold_[0].get(), fold_[1].get(),  fold_[2].get(),  fold_[3].get(),  one6_.get(),
                           one6f_.get(),   slots_[0].get(), slots_[1].get(), slots_[2].get(), slots_[3].get(),
                           lean_sides_[0].get(), lean_sides_[1].get(), lean_sides_[2].get(), lean_sides_[3].get(),
-                          pf_side_.get(), s13_sides_[0].get(), s13_sides_[1].get(), s14_sides_[0].get(),
-                          s14_sides_[1].get(), s14_sides_[2].get()};
+                          pf_side_.get(), s13_sides_[0].get(), s13_sides_[1].get()};
     return *s[b];
   }
 
@@ -299,8 +290,7 @@ class CudaMoeTiles : public CudaOpsTest {
 
   std::unique_ptr<Backend> prev_, first_, lean_, warp_, block_, rows_, v1_, one_, onepdl_, warppdl_, one2_, one3_, one4_,
       one2pdl_;
-  std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[4], lean_sides_[4], pf_side_, s13_sides_[2],
-      s14_sides_[3];
+  std::unique_ptr<Backend> fold_[4], one6_, one6f_, slots_[4], lean_sides_[4], pf_side_, s13_sides_[2];
   std::vector<Buffer> side_bufs_[kSides];  // the other sides' buffers: declared after them, so destroyed first
   std::vector<uint8_t> gb_, ub_, db_;
   Weight g0_, u0_, d0_;
@@ -376,7 +366,7 @@ TEST_F(CudaMoeTiles, OneTokenKernelsSmallBatches) {
     const std::string what = "moe one-token k" + std::to_string(c.k) + " n" + std::to_string(c.n) +
                              (c.same ? " same experts" : " random");
     EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << what << ": block tiles not the CPU's bits";
-    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
+    for (int b : {0, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31}) {
       const auto got = run_gpu(b, x, ids, wts, c.n, c.k);
       const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
       const bool same = std::memcmp(got.data(), block.data(), want.size() * 4) == 0;
@@ -398,7 +388,7 @@ TEST_F(CudaMoeTiles, OneTokenRepeatedExpert) {
   const auto want = run_cpu(x, ids, wts, 1, 6);
   const auto block = run_gpu(5, x, ids, wts, 1, 6);
   EXPECT_EQ(std::memcmp(block.data(), want.data(), want.size() * 4), 0) << "fast block tiles not the CPU's bits";
-  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
+  for (int b : {0, 4, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31}) {
     const auto got = run_gpu(b, x, ids, wts, 1, 6);
     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "side " << b << " not the CPU's bits";
   }
@@ -412,7 +402,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
     const int64_t bad = n / 2;
     ids[bad * 6 + 2] = kNE + 5;
     std::vector<float> wts(ids.size(), 0.5f);
-    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
+    for (int b : {0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 21, 22, 23, 24, 15, 16, 17, 18, 19, 20, 25, 26, 27, 28, 29, 30, 31}) {
       const auto out = run_gpu(b, x, ids, wts, n, 6);
       for (int64_t i = 0; i < n; ++i)
         for (int d = 0; d < kDim; ++d)
@@ -423,7 +413,7 @@ TEST_F(CudaMoeTiles, OutOfRangeIdGivesNaN) {
 
 TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
   // Session 11's lean kernels (gate/up variants 8, 9, the fold-5 down kernel; sides 25 … 28), session 12's
-  // prefetching gate/up (side 29), session 13's sides 30, 31, session 14's 32 … 34 and the session-10 path (27, side 22) at every slot count the slot split meets
+  // prefetching gate/up (side 29), session 13's sides 30, 31 and the session-10 path (27, side 22) at every slot count the slot split meets
   // (k = 1: the second warp of a tile has no slot; odd k: the halves differ), random and repeated experts, and a bad id first or last: the CPU's bits, NaN for the
   // bad id's token.
   for (int32_t k : {1, 2, 3, 5, 7, 8}) {
@@ -437,7 +427,7 @@ TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
       const std::string what = "moe one-token lean k" + std::to_string(k) + " mode " + std::to_string(mode);
       std::vector<float> want;
       if (mode < 2) want = run_cpu(x, ids, wts, 1, k);
-      for (int b : {22, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34}) {
+      for (int b : {22, 25, 26, 27, 28, 29, 30, 31}) {
         const auto got = run_gpu(b, x, ids, wts, 1, k);
         if (mode >= 2) {
           int nan = 0;
@@ -449,49 +439,6 @@ TEST_F(CudaMoeTiles, OneTokenLeanEverySlotCount) {
         EXPECT_TRUE(cpu) << what << ": side " << b << " not the CPU's bits";
         if (!cpu) expect_close(got, want, 5e-4, 1e-7, what + " side " + std::to_string(b));
         std::printf("PARITY %-36s side %-2d == CPU bits: %s\n", what.c_str(), b, cpu ? "ok" : "FAIL");
-      }
-    }
-  }
-}
-
-TEST_F(CudaMoeTiles, OneTokenHiddenFoldRepeatedCalls) {
-  // Session 14's sides 32 … 34 (the hidden rows quantized by the gate/up kernel behind arrival counters that each
-  // call's last arrivals set back to 0) call after call on one backend: slot counts that change the counters'
-  // layout (k 6, 8, 1, 3, 6), a bad id (its slot's rows counted but never stored: the counters must still come back
-  // to 0), and batches of 5 and 20 tokens in between (other kernels, other scratch) — the CPU's bits every time.
-  const int32_t ks[] = {6, 8, 1, 6, 3, 6, 8, 6};
-  for (int round = 0; round < 8; ++round) {
-    const int32_t k = ks[round];
-    const auto x = randn(kDim);
-    auto ids = routing(1, k, round % 3 == 1);
-    const bool bad = round == 4;
-    if (bad) ids[static_cast<size_t>(k / 2)] = kNE + 1;
-    std::vector<float> wts(ids.size());
-    for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
-    const std::string what = "moe one-token fold round " + std::to_string(round) + " k" + std::to_string(k);
-    const auto want = bad ? std::vector<float>() : run_cpu(x, ids, wts, 1, k);
-    for (int b : {32, 33, 34}) {
-      const auto got = run_gpu(b, x, ids, wts, 1, k);
-      if (bad) {
-        int nan = 0;
-        for (float v : got) nan += std::isnan(v) ? 1 : 0;
-        EXPECT_EQ(nan, kDim) << what << ": side " << b << " not NaN for a bad id";
-        continue;
-      }
-      const bool cpu = std::memcmp(got.data(), want.data(), want.size() * 4) == 0;
-      EXPECT_TRUE(cpu) << what << ": side " << b << " not the CPU's bits";
-      if (!cpu) expect_close(got, want, 5e-4, 1e-7, what + " side " + std::to_string(b));
-      std::printf("PARITY %-36s side %-2d == CPU bits: %s\n", what.c_str(), b, cpu ? "ok" : "FAIL");
-    }
-    if (round % 2 == 1) {  // a batch between one-token calls
-      const int64_t n = round % 4 == 1 ? 5 : 20;
-      const auto xb = randn(static_cast<size_t>(n * kDim));
-      const auto idb = routing(n, 6, false);
-      std::vector<float> wb(idb.size(), 0.5f);
-      const auto wantb = run_cpu(xb, idb, wb, n, 6);
-      for (int b : {32, 33, 34}) {
-        const auto got = run_gpu(b, xb, idb, wb, n, 6);
-        EXPECT_EQ(std::memcmp(got.data(), wantb.data(), wantb.size() * 4), 0) << what << ": side " << b << " at n " << n;
       }
     }
   }

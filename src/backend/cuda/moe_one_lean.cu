@@ -36,7 +36,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/mma_s8.cuh"
-#include "backend/cuda/moe_hidden_quant.cuh"
 #include "backend/cuda/moe_warp_ring.cuh"
 #include "quant/blocks.h"
 #include "quant/iq2xxs_tables.h"
@@ -157,54 +156,9 @@ __device__ inline void prefetch_down(const LeanPrefetch& pf, int32_t k, int32_t 
   }
 }
 
-// Session 14 (LeanHidden): a slot's Q8_K block b of the hidden rows = row-pair items rp·k + j with rp in
-// [128b, 128b + 128). kHqPairs row pairs make a block.
-constexpr int kHqPairs = static_cast<int>(kQK_K / 2);
-
-// Items [lo, hi) of slot j (of k) in block b: row pairs rp in the block with lo ≤ rp·k + j < hi.
-__device__ inline int hq_count(int64_t lo, int64_t hi, int32_t k, int32_t j, int64_t b) {
-  if (hi - 1 - j < 0) return 0;
-  const int64_t first = lo <= j ? 0 : (lo - j + k - 1) / k, last = (hi - 1 - j) / k;
-  const int64_t a = first > kHqPairs * b ? first : kHqPairs * b;
-  const int64_t z = last < kHqPairs * b + kHqPairs - 1 ? last : kHqPairs * b + kHqPairs - 1;
-  return z >= a ? static_cast<int>(z - a + 1) : 0;
-}
-
-// (slot, block) pairs items [lo, hi) may touch: pair c = (block ⌊lo / k⌋ / 128 + c / k, slot c % k).
-__device__ inline int hq_pairs(int64_t lo, int64_t hi, int32_t k) {
-  return lo < hi ? static_cast<int>(((hi - 1) / k / kHqPairs - lo / k / kHqPairs + 1) * k) : 0;
-}
-
-// A fence.acq_rel at GPU scope: with a relaxed atomic after it, a release of everything this thread stored or
-// observed (its block's rows, through the barrier before: fences are cumulative); after one, an acquire. Lighter
-// than __threadfence's fence.sc (membar.gl).
-__device__ inline void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-// Counts pair c's items of [lo, hi) in (after the caller's fence of its rows; kRelease: this thread's release fence
-// first — the rows its block stored before a barrier). true when that completed its block (blk = j · nblk + b): the
-// counter is back at 0 for the next call, and after the acquire fence the other arrivals' rows (released before
-// they counted) are read at L2 by the caller.
-template <bool kRelease = false>
-__device__ inline bool hq_arrive(const LeanHidden& hq, int64_t nblk, int64_t lo, int64_t hi, int32_t k, int c, int64_t& blk) {
-  const int32_t j = c % k;
-  const int64_t b = lo / k / kHqPairs + c / k;
-  const int cnt = hq_count(lo, hi, k, j, b);
-  if (cnt == 0) return false;
-  blk = j * nblk + b;
-  int* const ctr = hq.counters + blk;
-  if constexpr (kRelease) fence_acq_rel_gpu();
-  if (atomicAdd(ctr, cnt) + cnt != kHqPairs) return false;
-  *ctr = 0;
-  if constexpr (kRelease)
-    fence_acq_rel_gpu();
-  else
-    __threadfence();
-  return true;
-}
-
-template <int V, int Q, int H = 0>
+template <int V, int Q>
 __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
-    moe_one_lean_gate_up_kernel(TileParams p, OneTokenSum sa, LeanPrefetch pf, LeanHidden hq) {
+    moe_one_lean_gate_up_kernel(TileParams p, OneTokenSum sa, LeanPrefetch pf) {
   constexpr int kGuWarps = GuShape<V>::kWarps, kGuRing = GuShape<V>::kRing;
   constexpr uint32_t kGuRings = GuShape<V>::kRings;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -356,49 +310,6 @@ __global__ void __launch_bounds__(GuShape<V>::kWarps* kWarp, 1)
     is = is == kGuRing - 1 ? 0 : is + 1;
   }
   cp_async_wait<0>();
-  if constexpr (H == 7 || H == 8 || H == 9) {
-    // Session 14 (LeanHidden): the hidden rows' Q8_K blocks quantized here, each by its last arrival (h [k][ff] as
-    // stored above: p.y, p.y_stride = ff = 2 · p.n_tiles).
-    const int64_t nblk = p.n_tiles / kHqPairs, items = static_cast<int64_t>(k) * p.n_tiles;
-    if constexpr (H != 9) __threadfence();  // this thread's stores of h visible device-wide before they are counted
-    if constexpr (H == 7 || H == 9) {
-      // The block's items (warp_run's runs of its warps) counted once all its warps are done (H = 9: the counting
-      // threads' release fences after the barrier cover the rows every thread of the block stored before it, as
-      // cooperative groups' grid sync does, instead of a fence.sc by every thread).
-      const int64_t warps = static_cast<int64_t>(gridDim.x) * kGuWarps, per = (items + warps - 1) / warps;
-      const int64_t at = static_cast<int64_t>(blockIdx.x) * kGuWarps * per;
-      const int64_t lo = at < items ? at : items, hi = lo + kGuWarps * per < items ? lo + kGuWarps * per : items;
-      int* const list = reinterpret_cast<int*>(smem + kPermTableBytes);  // in the rings (free now): count, blocks
-      const int pairs = hq_pairs(lo, hi, k);
-      __syncthreads();  // every warp's rows stored and fenced, the rings unused
-      for (int c0 = 0; c0 < pairs; c0 += static_cast<int>(blockDim.x)) {
-        if (threadIdx.x == 0) list[0] = 0;
-        __syncthreads();
-        int64_t blk = 0;
-        if (c0 + static_cast<int>(threadIdx.x) < pairs && hq_arrive<H == 9>(hq, nblk, lo, hi, k, c0 + static_cast<int>(threadIdx.x), blk))
-          list[1 + atomicAdd(list, 1)] = static_cast<int>(blk);
-        __syncthreads();
-        const int nq = list[0];
-        for (int q = wid; q < nq; q += kGuWarps)
-          quantize_padded<false, true>(p.y, p.y_stride, k, 2 * p.n_tiles, hq.act, list[1 + q], lane);
-        __syncthreads();  // the list is rewritten next round
-      }
-    } else {
-      // The warp's own items counted as soon as they are done; the warp completing a block quantizes it.
-      const int pairs = hq_pairs(begin, end, k);
-      for (int c0 = 0; c0 < pairs; c0 += kWarp) {
-        int64_t blk = 0;
-        const bool last = c0 + lane < pairs && hq_arrive(hq, nblk, begin, end, k, c0 + lane, blk);
-        uint32_t m = __ballot_sync(0xffffffffu, last);
-        __syncwarp();  // the arriving lanes' fences before every lane's reads
-        while (m != 0) {
-          const int src = __ffs(m) - 1;
-          m &= m - 1;
-          quantize_padded<false, true>(p.y, p.y_stride, k, 2 * p.n_tiles, hq.act, __shfl_sync(0xffffffffu, blk, src), lane);
-        }
-      }
-    }
-  }
 }
 
 // One pair's quantized hidden values for a down lane (block b, quarter 2h + jh): the 16-byte pieces
@@ -598,22 +509,19 @@ bool one_lean_down_fits(CudaBackend& be, int32_t k, uint64_t dn_row_bytes) {
          kDnSmem + fa.sharedSizeBytes <= static_cast<uint64_t>(smem_optin(be.device()));
 }
 
-template <int V, int Q, int H = 0>
+template <int V, int Q>
 bool launch_gate_up_shape(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, const LeanPrefetch& pf, bool pdl,
-                          cudaStream_t s, const LeanHidden& hq = {}) {
+                          cudaStream_t s) {
   TileParams q = p;  // items of two rows
   q.n_tiles = p.n_tiles / 2;
   using S = GuShape<V>;
-  return launch_lean(be, pdl, moe_one_lean_gate_up_kernel<V, Q, H>, S::kWarps, S::kSmem, int64_t{sa.k} * q.n_tiles,
-                     S::kWarps, s, "moe one-token gate/up (variant 8, 9)", q, sa, pf, hq);
+  return launch_lean(be, pdl, moe_one_lean_gate_up_kernel<V, Q>, S::kWarps, S::kSmem, int64_t{sa.k} * q.n_tiles, S::kWarps,
+                     s, "moe one-token gate/up (variant 8, 9)", q, sa, pf);
 }
 
 bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, int variant, bool pdl,
-                             cudaStream_t s, const LeanPrefetch& pf, int decode, const LeanHidden& hq) {
+                             cudaStream_t s, const LeanPrefetch& pf, int decode) {
   if (variant != 9) return launch_gate_up_shape<8, 0>(be, p, sa, pf, pdl, s);
-  if (decode == 3 && hq.mode == 7) return launch_gate_up_shape<9, 3, 7>(be, p, sa, pf, pdl, s, hq);
-  if (decode == 3 && hq.mode == 8) return launch_gate_up_shape<9, 3, 8>(be, p, sa, pf, pdl, s, hq);
-  if (decode == 3 && hq.mode == 9) return launch_gate_up_shape<9, 3, 9>(be, p, sa, pf, pdl, s, hq);
   return decode == 3   ? launch_gate_up_shape<9, 3>(be, p, sa, pf, pdl, s)
          : decode == 1 ? launch_gate_up_shape<9, 1>(be, p, sa, pf, pdl, s)
                        : launch_gate_up_shape<9, 0>(be, p, sa, pf, pdl, s);
@@ -624,12 +532,12 @@ bool launch_one_lean_down(CudaBackend& be, const TileParams& p, const OneTokenSu
                      "moe one-token down + slot sum (fold 5)", p, sa);
 }
 
-// The gate/up kernels' dynamic shared memory limit (V = 9 with every decode Q and hidden-row quantization H).
-template <int V, typename... K>
-cudaError_t set_gate_up_smem(int limit, K... kernels) {
+// The gate/up kernels' dynamic shared memory limit (V = 9 with every decode Q).
+template <int V, int... Q>
+cudaError_t set_gate_up_smem(int limit) {
   cudaError_t e = cudaSuccess;
   if (GuShape<V>::kSmem > static_cast<uint64_t>(limit)) return e;
-  ((e = e == cudaSuccess ? cudaFuncSetAttribute(kernels, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  ((e = e == cudaSuccess ? cudaFuncSetAttribute(moe_one_lean_gate_up_kernel<V, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   static_cast<int>(GuShape<V>::kSmem))
                          : e),
    ...);
@@ -641,11 +549,8 @@ cudaError_t init_one_lean_kernels() {
   cudaError_t e = cudaGetDevice(&device);
   const int limit = e == cudaSuccess ? smem_optin(device) : 0;
   if (e == cudaSuccess) e = cudaMemcpyToSymbol(c_lean_grid, kIq2xxsGrid, sizeof(kIq2xxsGrid));
-  if (e == cudaSuccess) e = set_gate_up_smem<8>(limit, moe_one_lean_gate_up_kernel<8, 0>);
-  if (e == cudaSuccess)
-    e = set_gate_up_smem<9>(limit, moe_one_lean_gate_up_kernel<9, 0>, moe_one_lean_gate_up_kernel<9, 1>,
-                            moe_one_lean_gate_up_kernel<9, 3>, moe_one_lean_gate_up_kernel<9, 3, 7>,
-                            moe_one_lean_gate_up_kernel<9, 3, 8>, moe_one_lean_gate_up_kernel<9, 3, 9>);
+  if (e == cudaSuccess) e = set_gate_up_smem<8, 0>(limit);
+  if (e == cudaSuccess) e = set_gate_up_smem<9, 0, 1, 3>(limit);
   cudaFuncAttributes fa{};
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, moe_one_lean_down_kernel);
   if (e == cudaSuccess && kDnSmem + fa.sharedSizeBytes <= static_cast<uint64_t>(limit))

@@ -43,27 +43,11 @@ struct LeanPrefetch {
 // the down kernel behind ready flags, no quantization launch — 1.4 µs faster as an op, slower in decode steps in
 // both runs: removed.)
 
-// Session 14 (expert_one_token F = 7, 8, 9 with V = 9, Q = 3): the hidden rows' Q8_K quantization inside the gate/up
-// kernel, no launch of its own — each block of 256 hidden values (one slot's rows 256b … 256b + 255 = 128 row-pair
-// items) is quantized by whoever counts its last row pair in: F = 7 each thread block once all its warps are done
-// (a fence, a barrier, one atomicAdd per (slot, block) it touched), F = 8 each warp once its own items are done (a
-// fence, an atomicAdd per (slot, block) it touched; no barrier). The counter's last arriver sets it back to 0, so
-// the next call (and a graph's replay) finds zeros; the caller zeroes the area once when it is allocated. F = 9: 7
-// with one release fence (fence.acq_rel.gpu) by each counting thread after the barrier instead of a fence.sc by
-// every thread before it, and an acquire fence of the same kind. The quantization is moe_hidden_quant.cuh's
-// quantize_padded on the rows the items stored, so the same bits.
-struct LeanHidden {
-  uint8_t* act = nullptr;   // the quantized hidden rows: kActLead, then [k][ff / 256] Q8_K blocks at kQ8KPitch
-  int* counters = nullptr;  // [k][ff / 256] row pairs counted in, zero between calls
-  int mode = 0;             // 0: none (the quantization launch), 7, 8 or 9 (above)
-};
-
 // Gate/up variant 8 or 9 (+ SwiGLU, routing weight): as launch_one_gate_up_slots (p.n_tiles = ff rows; items of
 // two rows over sa's k slots, x quantized inside; pdl: a programmatic dependent of the kernel before), with pf's
-// L2 prefetches and decode (above: 0, 1, 3), and hq's hidden-row quantization (variant 9 with decode 3 only).
-// false: a launch error (recorded in be).
+// L2 prefetches and decode (above: 0, 1, 3). false: a launch error (recorded in be).
 bool launch_one_lean_gate_up(CudaBackend& be, const TileParams& p, const OneTokenSum& sa, int variant, bool pdl,
-                             cudaStream_t s, const LeanPrefetch& pf = {}, int decode = 0, const LeanHidden& hq = {});
+                             cudaStream_t s, const LeanPrefetch& pf = {}, int decode = 0);
 
 // The fold-5 down kernel with moe()'s slot sum: as launch_one_down_sum with fold 2 (p.act: the quantized
 // hidden rows; p.n_tiles = dim / one_token_down_rows()). false: a launch error.

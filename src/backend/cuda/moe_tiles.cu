@@ -38,10 +38,8 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
-#include "backend/cuda/hc_done_layout.h"
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/moe_group.cuh"
-#include "backend/cuda/moe_hidden_quant.cuh"
 #include "backend/cuda/moe_terms.cuh"
 #include "backend/cuda/moe_row_tiles.h"
 #include "backend/cuda/moe_one_lean.h"
@@ -305,6 +303,36 @@ __global__ void __launch_bounds__(threads_of<T, kVar>(), fast_iq2<T, kVar>() ? 1
   cp_async_wait<0>();
 }
 
+// One warp quantizes activation block `blk` of x [rows][cols] (row stride x_stride) into the padded
+// layout (Q8_K, or Q8_0 act when kQ80), bit-exact with quantize_act's kernels.
+template <bool kQ80>
+__device__ inline void quantize_padded(const float* x, int64_t x_stride, int64_t rows, int64_t cols, uint8_t* act,
+                                       int64_t blk, int lane) {
+  constexpr int kElems = kQ80 ? kQK8_0 : kQK_K;
+  constexpr uint64_t kPitch = kQ80 ? kQ80Pitch : kQ8KPitch;
+  const int64_t nb = cols / kElems;
+  if (blk >= rows * nb) return;  // whole warps: blk is the same for every lane
+  const int64_t r = blk / nb, b = blk % nb;
+  uint8_t* o = act + kActLead + (r * nb + b) * kPitch;
+  if constexpr (kQ80) {
+    quantize_q8_0_warp(x[r * x_stride + b * kQK8_0 + lane], lane, o);
+  } else {
+    const float* src = x + r * x_stride + b * kQK_K + 8 * lane;
+    float v[8];
+    for (int i = 0; i < 8; ++i) v[i] = src[i];
+    quantize_q8_K_warp(v, lane, o);
+  }
+  // The 12 padding bytes after the block zeroed (the first block: also the 12 before it, kActLead; the last: the 4
+  // that round the region to 16): no kernel reads them as values, but the down row tiles stage each block from its
+  // 16-byte aligned start 12 bytes before it and the warp tiles copy the whole region, and compute-sanitizer
+  // initcheck reported those reads of never-written bytes (session 11 W1), which would hide a real one.
+  constexpr uint64_t kBytes = kQ80 ? sizeof(BlockQ8_0Act) : sizeof(BlockQ8_K);
+  static_assert(kPitch - kBytes == 12 && kActLead == 12, "12-byte lead and pads, blocks 16-byte aligned");
+  if (lane < 3) reinterpret_cast<uint32_t*>(o + kBytes)[lane] = 0;
+  else if (lane < 6 && blk == 0) reinterpret_cast<uint32_t*>(act)[lane - 3] = 0;
+  else if (lane == 6 && blk == rows * nb - 1) *reinterpret_cast<uint32_t*>(o + kPitch) = 0;
+}
+
 // Block 0 (kMaxGroupExperts threads): pairs grouped by expert. Blocks ≥ 1: x [n][dim] quantized.
 struct PrologueParams {
   const int32_t* ids;
@@ -461,12 +489,8 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // LeanPrefetch; variants 8, 9 with fold 5 only).
   // Session 13: Q·1000 + P·100 + 10·F + V — Q = 1, 3: the lean gate/up decode with the selector OR as an integer
   // multiply-add (3: with half-block lanes; variant 9 only).
-  // Session 14: F = 7, 8, 9 — fold 5 with the hidden rows quantized inside the gate/up kernel (moe_one_lean.h
-  // LeanHidden: counted in per thread block / per warp / per thread block with acq_rel fences), where that kernel is
-  // variant 9 with decode 3; elsewhere fold 5's quantization launch.
   const int one_variant = one_option % 10, fold = y == nullptr ? one_option / 10 % 10 : 0;
   const int prefetch_mode = one_option / 100 % 10, lean_decode = one_option / 1000 % 10;
-  const bool lean_dn = fold == 5 || fold >= 7;
   const bool one = !rows && one_variant > 0 && a.n == 1 && var == kFast &&
                    one_token_fits(*this, gt, dt, a.gate.first.data, a.up.first.data, a.down.first.data,
                                   a.gate.first.row_bytes, a.gate.expert_bytes, nb_gu, a.down.first.row_bytes,
@@ -474,7 +498,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   // y == nullptr: the one-token kernels with the slot sum into a.out, or nothing (moe() then calls again).
   // Fold 5 (session 11): moe_one_lean.cu's down kernel; the others moe_one_token.cu's.
   if (y == nullptr && !(one && fold > 0 && a.k <= kOneSumMaxSlots &&
-                        (lean_dn ? one_lean_down_fits(*this, static_cast<int32_t>(a.k), a.down.first.row_bytes)
+                        (fold == 5 ? one_lean_down_fits(*this, static_cast<int32_t>(a.k), a.down.first.row_bytes)
                                    : one_token_sum_fits(*this, fold, static_cast<int32_t>(a.k), nb_d * act_pitch_of(dt),
                                                         a.down.first.row_bytes))))
     return false;
@@ -500,17 +524,6 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   const bool slots = one && fold > 0 && one_variant >= 7 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   const bool lean_gu = slots && one_variant >= 8 && one_lean_gate_up_fits(*this, one_variant, a.ff);
   const OneTokenSum sa{a.ids, static_cast<int32_t>(a.k), a.down.n_expert, h, a.out, a.x};
-  LeanHidden hq;
-  if (fold >= 7 && lean_gu && one_variant == 9 && lean_decode == 3) {
-    // Counters [k][ff / 256] in hc_done_ (hc_done_layout.h), zero between calls: a new area is cleared here once.
-    const uint64_t bytes = kOneHiddenCountersAt + static_cast<uint64_t>(a.k) * (a.ff / kQK_K) * sizeof(int);
-    const DeviceScratch before = hc_done_;
-    if (!ensure(hc_done_, bytes, "one-token hidden-row counters")) return true;
-    if ((hc_done_.ptr != before.ptr || hc_done_.bytes != before.bytes) &&
-        !check(cudaMemsetAsync(hc_done_.ptr, 0, hc_done_.bytes, s), "one-token hidden-row counters"))
-      return true;
-    hq = {h_act, reinterpret_cast<int*>(static_cast<uint8_t*>(hc_done_.ptr) + kOneHiddenCountersAt), fold};
-  }
   PrologueParams q{a.ids, static_cast<int32_t>(pairs), n_expert, order, groups, n_groups, a.x, a.n, a.dim, x_act};
   const unsigned pro_blocks = 1 + grid_for(a.n * nb_gu, kMaxGroupExperts / kWarp);
   if (!slots) {
@@ -544,8 +557,8 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   if (slots) {
     p.n_tiles = static_cast<int32_t>(a.ff);
     LeanPrefetch pf;
-    if (lean_dn) pf = {static_cast<const uint8_t*>(a.down.first.data), a.down.expert_bytes, prefetch_mode};
-    if (!(lean_gu ? launch_one_lean_gate_up(*this, p, sa, one_variant, pdl, s, pf, lean_decode, hq)
+    if (fold == 5) pf = {static_cast<const uint8_t*>(a.down.first.data), a.down.expert_bytes, prefetch_mode};
+    if (!(lean_gu ? launch_one_lean_gate_up(*this, p, sa, one_variant, pdl, s, pf, lean_decode)
                   : launch_one_gate_up_slots(*this, p, sa, pdl, s)))
       return true;
   } else if (one) {
@@ -565,10 +578,10 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
 
   // The hidden rows quantized once per pair. Rows of pairs with a bad id hold whatever h had: they are
   // quantized but belong to no group (the slot sum gives those tokens NaN).
-  const unsigned hqb = grid_for(pairs * nb_d * kWarp, 256);
-  if ((fold < 3 || (lean_dn && hq.mode == 0)) && !check(launch_dependent(pdl, hqb, 256, 0, s,
+  const unsigned hq = grid_for(pairs * nb_d * kWarp, 256);
+  if ((fold < 3 || fold == 5) && !check(launch_dependent(pdl, hq, 256, 0, s,
                               dt == GgmlType::Q8_0 ? moe_quantize_hidden_kernel<true>
-                              : lean_dn            ? moe_quantize_hidden_kernel<false, true>
+                              : fold == 5          ? moe_quantize_hidden_kernel<false, true>
                                                    : moe_quantize_hidden_kernel<false>,
                               static_cast<const float*>(h), pairs, a.ff, h_act),
              "moe quantize hidden rows"))
@@ -590,7 +603,7 @@ bool CudaBackend::moe_tiles(const MoeArgs& a, float* h, float* y) {
   p.y_stride = a.dim;
   p.weights = nullptr;
   p.clamp = 0;
-  if (one && lean_dn) {
+  if (one && fold == 5) {
     p.n_tiles = static_cast<int32_t>(a.dim / one_token_down_rows());
     launch_one_lean_down(*this, p, sa, pdl, s);
   } else if (one && fold > 0) {

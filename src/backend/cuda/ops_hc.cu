@@ -13,7 +13,6 @@
 #include "backend/cuda/f16_segment.cuh"
 #include "backend/cuda/hc_boundary.h"
 #include "backend/cuda/hc_device.cuh"
-#include "backend/cuda/hc_done_layout.h"
 #include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
@@ -258,6 +257,7 @@ __global__ void hc_pre_split_kernel(HcSplitArgs s, const float* x, const float* 
 //              flight — so Sinkhorn's ~2 µs of dependent divisions overlap the collapse.
 // Each value is the same float expression in the same order as the kernels above: the same bits.
 constexpr int64_t kHcSpreadMaxTokens = 32;
+constexpr uint64_t kHcDoneBytes = 256;  // hc_seg_fused_kernel's counters: 4 per token slice (≤ 8 slices)
 constexpr int kHcSegRows = 4, kHcSegWarps = 8, kHcSegTokens = 4;  // rows × tokens = reduce_scatter16's 16 items
 static_assert(kHcSegRows * kHcSegTokens == 16, "one reduce_scatter16 per segment");
 

@@ -36,6 +36,7 @@
 //        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
 //        cuda_bench --dattn [A B]         one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31).
 //        cuda_bench --dattn-steps A B [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B.
+//        cuda_bench --pexp-steps A B [C …] [--rounds N] M...  2,048-token prefill chunks (2K → 4K, engine options), gemm_experts A, B, …
 //        cuda_bench --hcsplit-steps M...   decode steps, each HC pre's split in the op / on the side lane (kBranchHcSplit).
 //        cuda_bench --small7 [ops|stages [FOLD]]  the folds (attention's output RoPE in its merge; the sublayer
 //                                         boundary as one cluster launch, hc_post_fold FOLD, default 2) on vs off,
@@ -156,6 +157,7 @@ void bench_ctx_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_ctx_profile(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_dattn_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_dattn(int argc, char** argv);           // cuda_bench_dattn.cpp
+void bench_pexp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
 void bench_f16dec_calls(const std::vector<int>& kernels);  // cuda_bench_f16dec.cpp
 void bench_l2_prefetch(Backend& be);                // cuda_bench_dense.cpp
 
@@ -894,6 +896,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--dattn") == 0) {  // one decode query's attention, two attention_mma_kernels
     bench_dattn(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--pexp-steps") == 0) {  // prefill chunks, gemm_experts values, engine options
+    bench_pexp_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--dattn-steps") == 0) {  // decode steps, two attention_mma_kernels values

@@ -26,6 +26,8 @@
 // S; `--ctx-profile S M CTX...`: one such step at each CTX between cudaProfilerStart / Stop (for ncu).
 // `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps (batch 1 at 2K and 32K, as the engine runs them) with
 // attention_mma_kernels A and B, "BENCH dattn-steps" lines.
+// `cuda_bench --pexp-steps A B [C …] [--rounds N] M...`: 2,048-token prefill chunks at 2K → 4K (as the engine runs them)
+// with CudaBackendOptions::gemm_experts A, B, …, "BENCH pexp-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -794,5 +796,46 @@ void bench_dattn_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 512, "dattn-steps", model::kBranchHcSplit)) return;
     }
     interleaved_steps("dattn-steps", names, sides, 24, plan.size(), {{1, 2048}, {1, 32768}}, rounds);
+  }
+}
+
+// `cuda_bench --pexp-steps A B [C …] [--rounds N] M...`: one 2,048-token prefill chunk at 2K → 4K (prefill_chunk_seconds:
+// the median of 3) with the routed experts' grouped GEMM on CudaBackendOptions::gemm_experts A, B, …, the other options
+// as the engine runs them (runtime::engine_cuda_options, the HC split on the side lane); every side held at once and
+// run in turn `rounds` times (default 2: drift shows). "BENCH pexp-steps" lines.
+void bench_pexp_steps(int argc, char** argv) {
+  std::vector<int> vals;
+  int i = 0, rounds = 2;
+  for (; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+      continue;
+    }
+    char* end = nullptr;
+    const long v = std::strtol(argv[i], &end, 10);
+    if (end == argv[i] || *end != 0) break;  // the first model file
+    vals.push_back(static_cast<int>(v));
+  }
+  if (vals.empty() || i >= argc) {
+    std::printf("BENCH pexp-steps: usage --pexp-steps A B [C ...] [--rounds N] model.gguf...\n");
+    return;
+  }
+  for (; i < argc; ++i) {
+    auto mf = open_model(argv[i], "pexp-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    std::vector<StepSide> sides(vals.size());
+    for (size_t k = 0; k < vals.size(); ++k) {
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
+      co.gemm_experts = vals[k];
+      if (!load_side(sides[k], *mf, plan, co, 2048, "pexp-steps", model::kBranchHcSplit)) return;
+    }
+    for (int r = 1; r <= rounds; ++r)
+      for (size_t k = 0; k < vals.size(); ++k) {
+        const double pre = prefill_chunk_seconds(*sides[k].fw, *sides[k].be);
+        std::printf("BENCH pexp-steps gemm_experts %-3d layers %zu round %d prefill chunk 2K->4K: %.3f ms (%.0f tok/s)\n",
+                    vals[k], plan.size(), r, pre * 1e3, pre > 0 ? 2048 / pre : 0.0);
+        std::fflush(stdout);
+      }
   }
 }

@@ -12,11 +12,12 @@
 // "gemm", only the GEMM, F16 and routed-expert lines ("q8": only the dense Q8_0 ones), of the default kernels, of the dense Q8_0 kernel
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
-// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 44
-// (34 with gate and up on one quantization in one launch, the tiles dearest first, 4-byte word
-// loads where aligned) and 48 (the default: 44 with the table lookups by 32-bit shared addresses), then again, each
+// experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 48
+// (the default: 44 with the table lookups by 32-bit shared addresses) and 50 (48's sub-block loop on stepped 32-bit
+// addresses, raw prmt, the copy state in shared memory, small tiles' fragments formed a sub-block ahead), then
+// again, each
 // with ids spread like a router's and with routing like a text prompt's ("moe-zipf": Zipf-distributed token
-// types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 44 and 48 (under ncu).
+// types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 48 and 50 (under ncu).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
               std::strcmp(argv[2], "f16shapes") == 0 || shapes_prof);
     return 0;
   }
-  // "profile": the experts of gemm_experts 34, then 44, for ncu, no timing; "q8prof": q_b's matmul once on
+  // "profile": the experts of gemm_experts 48, 50, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
   // "q8bulkprof": q_b's matmul once on the default (tensor copies), then with bulk-copy stages and the cp.async
   // ring (gemm_q8 = 12, 16; ncu).
@@ -101,9 +102,13 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 44 and 48 (the default: 44, lookups by 32-bit addresses),
+  // "walk": only the routed-expert lines of gemm_experts 48 (the default: 44, lookups by 32-bit addresses) and 50
+  // (table_stage_step: stepped addresses, raw prmt, the copy state in shared memory, fragments a sub-block ahead at ≤ 32
+  // pairs),
   // twice in turn (the second round shows the drift of the run), each also with routing like a text prompt's.
-  const bool walk_only = argc > 2 && std::strcmp(argv[2], "walk") == 0;
+  // "walk1": the same, one round.
+  const bool walk1 = argc > 2 && std::strcmp(argv[2], "walk1") == 0;
+  const bool walk_only = walk1 || (argc > 2 && std::strcmp(argv[2], "walk") == 0);
   // "q8": only the dense Q8_0 lines of the "gemm" modes (every gemm_q8.cu shape, the parts lines).
   // "q8bulk": the dense Q8_0 lines of the default (2-D tensor copies on sm_90), of the bulk-copy stages (gemm_q8
   // = 12) and of the previous default (16: the cp.async ring), twice in turn (the second round shows the spread).
@@ -116,14 +121,15 @@ int main(int argc, char** argv) {
   // GEMM and grouped-expert lines only), the matvec (tensor cores off); with "gemm", the defaults (F16
   // and expert lines too), gemm2_kernel for dense Q8_0 (mode 7: gemm_q8 = 0) and each gemm_q8 launch
   // shape (modes 3, 5, 6), dense Q8_0 lines only.
-  const std::vector<int> modes = walk_only      ? std::vector<int>{48, 49, 48, 49}
+  const std::vector<int> modes = walk1          ? std::vector<int>{49, 57}
+                                 : walk_only    ? std::vector<int>{49, 57, 49, 57}
                                  : experts_only ? std::vector<int>{0, 21, 14, 8}
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8v2prof   ? std::vector<int>{0, 51, 52, 53, 54, 55}
                                  : q8v2       ? std::vector<int>{0, 51, 52, 53, 54, 55, 0, 51, 52, 53, 54, 55}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
-                                 : profile    ? std::vector<int>{48, 49}
+                                 : profile    ? std::vector<int>{49, 57}
                                  : q8_lines   ? std::vector<int>{0, 45, 44, 7, 3, 5, 6, 40, 41, 42, 43}
                                  : gemm_only  ? std::vector<int>{0, 7, 3, 5, 6, 40, 41, 42, 43, 44}
                                               : std::vector<int>{0, 1, 2};
@@ -164,6 +170,7 @@ int main(int argc, char** argv) {
     if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 50: removed variants)
     if (mode == 48) co.gemm_experts = 44;                      // one gate/up launch, tiles by cost (38, 39: removed)
     if (mode == 49) co.gemm_experts = 48;                      // the default: 44 with the table lookups by 32-bit addresses
+    if (mode == 57) co.gemm_experts = 50;  // stepped addresses, raw prmt, slim copy state, small tiles' fragments ahead (56, 58: removed)
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());
@@ -175,7 +182,8 @@ int main(int argc, char** argv) {
                                  "-", "-", "-", "-", "-", "-", "tc-exp-fast", "-", "-", "tc-exp-dyn", "-", "tc-exp-item", "tc-exp-gu", "-", "tc-exp-lc", "tc-exp-tab", "-", "-",
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
                                  "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1", "tc-exp-la",  "-",
-                                 "q8-vfirst",   "q8-vf-cvt",  "q8-cvt",     "q8-prev15",  "q8-lean"};    const char* path = names[mode];
+                                 "q8-vfirst",   "q8-vf-cvt",  "q8-cvt",     "q8-prev15",  "q8-lean",
+                                 "-",           "tc-exp-ahead"};    const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
       if (!profile) return median_seconds(body, sync, iters);

@@ -460,7 +460,9 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // rows zero-filled instead of skipped); 34 (the default): 32 with IQ2_XXS decoded by shared tables
   // (experts_iq2.cuh: selector words, PRMT); 44: 34 with gate and up on one quantization in one
   // launch, the tiles dearest first, 4-byte word loads where aligned, no copies of pair rows past the fragments;
-  // 48 (the default): 44 with the IQ2_XXS table lookups by 32-bit shared addresses (the same words).
+  // 48 (the default): 44 with the IQ2_XXS table lookups by 32-bit shared addresses (the same words); 50: 48 with
+  // the sub-block loop on stepped 32-bit addresses, raw prmt, the copy state in shared memory and the fragments of
+  // ≤ 32-pair tiles formed one sub-block ahead.
   // 60, 80 and 160
   // tokens: experts 1 … 15 hold 20, ~27 and ~53 pairs, so every even-rounded fragment count (2, 4, 6, 8) runs.
   cuda::CudaBackendOptions off;
@@ -468,7 +470,7 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   auto gemm2 = backend_with(off);
   ASSERT_TRUE(gemm2);
   std::vector<std::unique_ptr<Backend>> variants;
-  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 44, 48};
+  constexpr int kVariants[] = {13, 20, 27, 29, 30, 32, 34, 44, 48, 50};
   for (int v : kVariants) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
@@ -519,7 +521,7 @@ TEST_F(CudaGemm, ExpertsByCostMatchAtSkewedRouting) {
   }
   const auto want = m.run(*gemm2), got34 = m.run(*b34);
   EXPECT_EQ(bit_diffs(got34, want), 0) << "gemm_experts 34 vs gemm2_kernel, skewed routing";
-  for (int v : {44, 48}) {
+  for (int v : {44, 48, 50}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     auto be = backend_with(o);
@@ -532,16 +534,16 @@ TEST_F(CudaGemm, ExpertsByCostMatchAtSkewedRouting) {
 
 TEST_F(CudaGemm, RemovedExpertsVariantsAreRejected) {
   // Variants removed after the H200 runs (35 … 39 in session 11, 40 … 43 and 45 in session 12, 46 and 47 never
-  // landed in session 13) and values never made: make_cuda_backend refuses them instead of running the default
+  // landed in session 13, 49 and 51 in session 14) and values never made: make_cuda_backend refuses them instead of running the default
   // under their name; the kept variants and -1 (the default) are accepted.
-  for (int v : {1, 35, 36, 37, 38, 39, 40, 42, 43, 45, 46, 47, 99}) {
+  for (int v : {1, 35, 36, 37, 38, 39, 40, 42, 43, 45, 46, 47, 49, 51, 99}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     auto made = cuda::make_cuda_backend(o);
     ASSERT_FALSE(made.ok()) << v;
     EXPECT_NE(made.status().to_string().find("gemm_experts"), std::string::npos) << made.status().to_string();
   }
-  for (int v : {-1, 0, 13, 20, 34, 44, 48}) {
+  for (int v : {-1, 0, 13, 20, 34, 44, 48, 50}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
     EXPECT_TRUE(cuda::make_cuda_backend(o).ok()) << v;

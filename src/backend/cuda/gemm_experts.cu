@@ -14,9 +14,10 @@
 // tile) items through one continuous ring: experts_fast_kernel (20: fewer instructions per stage, see
 // there; 32, 27, 29, 30: its lean stage and items handed out by a counter, see there; 34: 32 with IQ2_XXS
 // decoded by shared tables — table_stage, experts_iq2.cuh; 44: 34 with gate and up on one
-// quantization in one launch, the tiles dearest first, see experts_fast_kernel's kAlign / kSkip; 48 (the
-// default): 44 with the table lookups by 32-bit shared addresses, table_stage's kLA) and experts_walk_kernel (13,
-// an earlier default).
+// quantization in one launch, the tiles dearest first, see experts_fast_kernel's kAlign / kSkip; 48: 44 with the
+// table lookups by 32-bit shared addresses, table_stage's kLA; 50: 48 on table_stage_step — stepped 32-bit addresses,
+// raw prmt, small tiles' fragments a sub-block ahead — and the copy state in shared memory, see there) and
+// experts_walk_kernel (13, an earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -482,6 +483,141 @@ __device__ __forceinline__ void table_stage(const S& s, int slot, const uint8_t*
   }
 }
 
+// ---- variant 50: table_stage on 32-bit shared addresses stepped by the sub-block loop ----
+// What 44's SASS (session 13 W4, ncu source page) spent per IQ2_XXS sub-block beside the 8 MMAs and their 32 scale
+// IMADs: 5 IMADs for the sub-block's byte offsets (sb·8 + each row's word / index base, sb·32 + the ldmatrix base),
+// 4 LOP3 `& 0x7777` (CUDA's __byte_perm uses 3 bits of each selector nibble, the PRMT instruction 4: the compiler
+// masks; iq2_sel's nibbles never have bit 3 set, so the raw prmt picks the same bytes) and the row r0 + 8's own
+// addresses. Here: the rows r0 and r0 + 8 one immediate apart (blk1 = blk0 + 8·PA: an IQ2_XXS row is 66·K/256
+// bytes, even, so 8 rows shift a window by a multiple of 16 — the same in-slot offset), three 32-bit shared
+// addresses (the lane's sign/scale word, its grid-index byte, its ldmatrix row) stepped by 8, 8 and 32 bytes a
+// sub-block, the loads by ld.shared on them, the values by raw prmt. kAhead (tiles of ≤ 32 pairs): the next
+// sub-block's words loaded and its fragment formed before this one's MMAs (two LDS latencies off each sub-block's
+// chain; +6 registers, which 6 or 8 fragments' accumulators leave no room for). (Session 14 W1: 49 — without kAhead
+// — 3.234 ms a layer at prompt-like routing against 50's 3.179; removed.) Same words, same MMAs and integer sums in
+// the same order, same float terms: the same bits.
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds_u8(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(v) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ uint32_t prmt_raw(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t v;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(v) : "r"(a), "r"(b), "r"(sel));
+  return v;
+}
+__device__ __forceinline__ void ldmatrix_x4_at(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+template <int kNJ, bool kA4, bool kAhead, class S, int kAJ>
+__device__ __forceinline__ void table_stage_step(const S& s, int slot, const uint8_t* blk0, int lane,
+                                                 float (&acc)[kAJ][4]) {
+  static_assert(kNJ <= kAJ && kNJ % 2 == 0, "accumulators for every fragment, fragments in pairs");
+  static_assert(kIq2TabCopies == 32, "entry pitch 128 bytes");
+  constexpr uint32_t kRow8 = 8 * raw_a_pitch<GgmlType::IQ2_XXS>();  // row r0 + 8's bytes, one immediate on
+  const int t = lane % 4;
+  const uint32_t cbase = smem_addr(s.tab.codes) + 4u * lane, sbase = smem_addr(s.tab.signs) + 4u * lane;
+  const uint32_t s7 = 7u * t;
+  const uint32_t b0 = smem_addr(blk0);
+  uint32_t pw = b0 + 6, pi = b0 + 2 + t;  // sub-block 0's sign/scale word and this lane's grid index, row r0
+  uint32_t pq = smem_addr(s.q[slot] + ((lane & 7) + 8 * (lane >> 4)) * kLd + 16 * ((lane >> 3) & 1));
+  int ic[kNJ][4];
+  // The A fragment and scales of the sub-block at pw / pi (table_stage's words and values).
+  auto decode = [&](uint32_t w, uint32_t ix, uint32_t(&al)[4], int(&ls)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t o = h ? kRow8 : 0u;
+      const uint32_t a1 = kA4 ? lds_u32(w + o) : prmt_raw(lds_u16(w + o), lds_u16(w + o + 2), 0x5410);
+      const uint32_t idx = lds_u8(ix + o);
+      const uint32_t sel = lds_u32(cbase + (idx << 7)) | lds_u32(sbase + (((a1 >> s7) & 127u) << 7));
+      ls[h] = static_cast<int>((a1 >> 27) | 1u);  // 2·(a1 >> 28) + 1
+      al[h] = prmt_raw(kIq2Pos, kIq2Neg, sel);             // values 8t … 8t + 3
+      al[2 + h] = prmt_raw(kIq2Pos, kIq2Neg, sel >> 16);  // values 8t + 4 … 8t + 7
+    }
+  };
+  // The sub-block's MMAs (B fragments at q) into ic; kFirst: the stage's first (sets ic).
+  auto mmas = [&](const uint32_t(&al)[4], const int(&ls)[2], uint32_t q, auto first) {
+    constexpr bool kFirst = decltype(first)::value;
+#pragma unroll
+    for (int jj = 0; jj < kNJ / 2; ++jj) {
+      uint32_t r[4];
+      ldmatrix_x4_at(r, q + 16 * jj * kLd);
+#pragma unroll
+      for (int f = 0; f < 2; ++f) {
+        const uint32_t bf[2] = {r[2 * f], r[2 * f + 1]};
+        int c[4];
+        mma_s8_from(c, al, bf, 0);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kFirst) {
+            ic[2 * jj + f][e] = ls[e >> 1] * c[e];
+          } else {
+            ic[2 * jj + f][e] += ls[e >> 1] * c[e];
+          }
+        }
+      }
+    }
+  };
+  if constexpr (kAhead) {
+    uint32_t aA[4], aB[4];
+    int lA[2], lB[2];
+    decode(pw, pi, aA, lA);
+    decode(pw + 8, pi + 8, aB, lB);
+    mmas(aA, lA, pq, std::true_type{});
+#pragma unroll 1
+    for (int sb = 1; sb < 7; sb += 2) {  // sub-blocks sb (in B) and sb + 1; the next two decoded ahead
+      pw += 16;
+      pi += 16;
+      decode(pw, pi, aA, lA);  // sb + 1
+      mmas(aB, lB, pq + 32, std::false_type{});
+      decode(pw + 8, pi + 8, aB, lB);  // sb + 2
+      mmas(aA, lA, pq + 64, std::false_type{});
+      pq += 64;
+    }
+    mmas(aB, lB, pq + 32, std::false_type{});  // sub-block 7
+  } else {
+    {
+      uint32_t al[4];
+      int ls[2];
+      decode(pw, pi, al, ls);
+      mmas(al, ls, pq, std::true_type{});
+    }
+#pragma unroll 1
+    for (int sb = 1; sb < 8; ++sb) {
+      pw += 8;
+      pi += 8;
+      pq += 32;
+      uint32_t al[4];
+      int ls[2];
+      decode(pw, pi, al, ls);
+      mmas(al, ls, pq, std::false_type{});
+    }
+  }
+  // table_stage's float terms (blk1 = blk0 + 8 rows).
+  const float da[2] = {f16v(ld16(blk0)), f16v(ld16(blk0 + kRow8))};
+#pragma unroll
+  for (int j = 0; j < kNJ; ++j) {
+    const float db[2] = {s.qd[slot][8 * j + 2 * t], s.qd[slot][8 * j + 2 * t + 1]};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      acc[j][e] += (da[e >> 1] * db[e & 1]) * static_cast<float>(ic[j][e]);
+    }
+  }
+}
+
 // ---- variant 13 (the previous default): blocks walking several items ----
 // A grid of two blocks per SM walks the (128 rows, tile) items it =
 // blockIdx.x, + gridDim.x, … (neighbouring blocks share a tile's activations in L2), the stages of its
@@ -671,7 +807,8 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_walk_kernel(GemmParams p
 // copies for the pair rows past the item's fragments (rows ≥ 16·⌈nvec / 16⌉, never read by its ldmatrix:
 // left as they are, warp-uniform) — a 1 … 16-pair tile copies a quarter of the rows instead of all 64.
 template <GgmlType T, int R, int GR, int kLean = 0, bool kDyn = false, bool kPerItem = false, bool kPair = false,
-          bool kLeanCopy = false, bool kTab = false, bool kAlign = false, bool kSkip = false, bool kLA = false>
+          bool kLeanCopy = false, bool kTab = false, bool kAlign = false, bool kSkip = false, bool kLA = false,
+          int kStep = 0>
 __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p, PlaneParams q, int row_blocks) {
   constexpr int PA = raw_a_pitch<T>(), CA = PA / 16, WB = stage_w_bytes<T>();
   constexpr int NA = (kBM * CA + kDThreads - 1) / kDThreads;  // raw chunks per thread
@@ -705,9 +842,14 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
   // ra_off[i]: its row's byte offset from the expert's first row at stage 0 (−1: past the matrix or past
   // the chunk count).
   // Activations: pair c_i = tid / 16 + 16i, chunk k = tid % 16; ap[i] = its activation row · K (−1: none).
+  // kStep > 0 (variant 50): these NA + 5 values kept in shared memory (cst, written when the copies enter an
+  // item, read at each stage) instead of registers live through the stage arithmetic (128 registers a thread).
   const int ck = tid % 16;
   int32_t ra_off[NA], ap[4];
   int32_t apx = -1;  // kLeanCopy: the activation row · K of pair tid (d) or (tid − 64) / 2 (Q2_K bsums), −1: none
+  constexpr bool kSlim = kStep > 0;
+  static_assert(!kSlim || kLeanCopy, "the slim copy state: the lean copies");
+  __shared__ int32_t cst[kSlim ? NA + 5 : 1][kDThreads];
   const uint32_t sbase = smem_addr(smem_raw);
   auto soff = [&](const void* q) { return sbase + static_cast<uint32_t>(static_cast<const unsigned char*>(q) - smem_raw); };
   static_assert(!kLeanCopy || (CA - 1) * 16 < WB, "every chunk of a raw window holds bytes");
@@ -744,6 +886,19 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
         const int32_t v = (tid < 64 || (T == GgmlType::Q2_K && tid < 192)) && c < ci.nvec ? p.order[ci.first + c] : -1;
         apx = v < 0 ? -1 : static_cast<int32_t>(static_cast<uint32_t>(v) / static_cast<uint32_t>(p.x_div) * K);
       }
+      if constexpr (kSlim) {
+#pragma unroll
+        for (int i = 0; i < NA; ++i) cst[i][tid] = ra_off[i];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cst[NA + i][tid] = ap[i];
+        cst[NA + 4][tid] = apx;
+      }
+    } else if constexpr (kSlim) {
+#pragma unroll
+      for (int i = 0; i < NA; ++i) ra_off[i] = cst[i][tid];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ap[i] = cst[NA + i][tid];
+      apx = cst[NA + 4][tid];
     }
     const int slot = (cu * nkb + ckb) % R;
     if constexpr (kLeanCopy) {
@@ -845,7 +1000,14 @@ __global__ void __launch_bounds__(kDThreads, 2) experts_fast_kernel(GemmParams p
           if constexpr (kTab && kAlign) {
             // blk0's and blk1's word addresses (+ 6 + 8·sb) mod 4 (rows PA apart, slots 16-byte aligned).
             const bool a4 = (skb & 3) == 2 && ((skb + 8 * rb_lo) & 3) == 2;  // uniform over the block
-            if (a4) {
+            if constexpr (kStep > 0) {  // variant 50 (blk1 = blk0 + 8 rows: checked by the caller)
+              // The fragments a sub-block ahead at ≤ 4 fragments (at 6: 72 bytes of spills at 128 registers, ptxas).
+              if (a4) {
+                table_stage_step<NJ, true, NJ <= 4>(s, slot, blk0, lane, acc);
+              } else {
+                table_stage_step<NJ, false, NJ <= 4>(s, slot, blk0, lane, acc);
+              }
+            } else if (a4) {
               table_stage<kLean, NJ, true, kLA>(s, slot, blk0, blk1, lane, acc);
             } else {
               table_stage<kLean, NJ, false, kLA>(s, slot, blk0, blk1, lane, acc);
@@ -912,7 +1074,7 @@ struct ExpertsKernel {
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
   if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34 ||
-      variant == 44 || variant == 48) {
+      variant == 44 || variant == 48 || variant == 50) {
     if constexpr (T == GgmlType::IQ2_XXS) {
       // 44: 34 with gate and up in one launch, the aligned stages' 4-byte word loads and no copies of pair
       // rows past the fragments.
@@ -921,6 +1083,10 @@ ExpertsKernel experts_kernel(int variant) {
       // 48: 44 with table_stage's kLA (the lookups' addresses from per-lane bases).
       if (variant == 48)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, true, true, true>, sizeof(DSmemTab<2>)};
+      // 50: 48 with table_stage_step (≤ 4 fragments: each sub-block's fragment formed one sub-block ahead) and the
+      // copy state in shared memory.
+      if (variant == 50)
+        return {experts_fast_kernel<T, 2, 16, 1, true, true, true, true, true, true, true, true, 1>, sizeof(DSmemTab<2>)};
       // 34: 32 with table_stage. (Not kept: 34 unrolled — 136 bytes of spills at 128 registers, ptxas.)
       if (variant == 34)
         return {experts_fast_kernel<T, 2, 16, 1, true, true, false, true, true>, sizeof(DSmemTab<2>)};
@@ -933,7 +1099,7 @@ ExpertsKernel experts_kernel(int variant) {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
       // 30: one matrix; 34, 44: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant == 34 || variant == 44 || variant == 48)
+      if (variant == 29 || variant == 30 || variant == 34 || variant == 44 || variant == 48 || variant == 50)
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -984,7 +1150,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 option == 34 || option == 44 || option == 48
+                 option == 34 || option == 44 || option == 48 || option == 50
              ? option
              : kExpertsAuto;
 }
@@ -1018,7 +1184,9 @@ cudaError_t upload_gemm_experts_tables() {
   return e != cudaSuccess ? e : cudaMemcpyToSymbol(c_iq2, &t, sizeof(t));
 }
 
-bool experts_gate_up_one_launch(int variant) { return variant == 30 || variant == 44 || variant == 48; }
+bool experts_gate_up_one_launch(int variant) {
+  return variant == 30 || variant == 44 || variant == 48 || variant == 50;
+}
 
 namespace {
 
@@ -1052,6 +1220,8 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
     if (second) return false;
     variant = 13;
   }
+  // 49, 50: rows r0 and r0 + 8 at the same in-slot offset (8·row_bytes ≡ 0 mod 16: IQ2_XXS rows are 66·K/256 bytes).
+  if (variant == 50 && j.w.row_bytes % 2 != 0) variant = 48;
   const ExpertsKernel k = t == GgmlType::IQ2_XXS ? experts_kernel<GgmlType::IQ2_XXS>(variant)
                                                  : experts_kernel<GgmlType::Q2_K>(variant);
   if (static_cast<size_t>(optin) < k.smem + kBN * sizeof(int64_t)) return false;
@@ -1073,7 +1243,7 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
     return true;
   {
     // Variant 44: 16-byte loads where x (and u) and the row stride allow them.
-    const bool vec4 = (variant == 44 || variant == 48) && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
+    const bool vec4 = (variant == 44 || variant == 48 || variant == 50) && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
                       (!swiglu || reinterpret_cast<uintptr_t>(swiglu->u) % 16 == 0);
     auto* qk = vec4 ? quantize_q8_K_planes_kernel<true> : quantize_q8_K_planes_kernel<false>;
     qk<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q,
@@ -1119,6 +1289,6 @@ bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& u
   return run_planes(be, gate, scratch, variant, nullptr, &up);
 }
 
-bool experts_tiles_by_cost(int variant) { return variant == 44 || variant == 48; }
+bool experts_tiles_by_cost(int variant) { return variant == 44 || variant == 48 || variant == 50; }
 
 }  // namespace ds4::backend::cuda

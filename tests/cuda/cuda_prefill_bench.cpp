@@ -13,7 +13,7 @@
 // before gemm_q8.cu ("tc-gemm2") and of each gemm_q8.cu launch shape ("q8-direct1", "-3", "-4";
 // CudaBackendOptions::gemm_q8); "experts", the GEMM and expert lines of the defaults and of the grouped
 // experts' and prefill glue's previous kernels ("tc-prev-exp"); "walk", the expert lines of gemm_experts 48
-// (the default: 44 with the table lookups by 32-bit shared addresses) and 50 (48's sub-block loop on stepped 32-bit
+// (44 with the table lookups by 32-bit shared addresses) and 50 (the default: 48's sub-block loop on stepped 32-bit
 // addresses, raw prmt, the copy state in shared memory, small tiles' fragments formed a sub-block ahead), then
 // again, each
 // with ids spread like a router's and with routing like a text prompt's ("moe-zipf": Zipf-distributed token
@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
   // (gemm_experts = 13: "tc-exp-walk", 0: "tc-gemm2-glue") and both of mode 8 ("tc-prev-exp": the grouped
   // experts on gemm2_kernel and the previous prefill glue — gemm_experts = 0, prefill_glue = false).
   const bool experts_only = argc > 2 && std::strcmp(argv[2], "experts") == 0;
-  // "walk": only the routed-expert lines of gemm_experts 48 (the default: 44, lookups by 32-bit addresses) and 50
-  // (table_stage_step: stepped addresses, raw prmt, the copy state in shared memory, fragments a sub-block ahead at ≤ 32
+  // "walk": only the routed-expert lines of gemm_experts 48 (44 with lookups by 32-bit addresses) and 50 (the
+  // default; table_stage_step: stepped addresses, raw prmt, the copy state in shared memory, fragments a sub-block ahead at ≤ 32
   // pairs),
   // twice in turn (the second round shows the drift of the run), each also with routing like a text prompt's.
   // "walk1": the same, one round.
@@ -169,8 +169,8 @@ int main(int argc, char** argv) {
     if (mode >= 33 && mode <= 36) co.gemm_experts = mode - 4;  // 29, 30, 32 (gemm_experts.cu: per-item stage loops, 30 gate + up in one launch, 32 the lean copies)
     if (mode == 37) co.gemm_experts = 34;                      // IQ2_XXS by shared tables (38, 39, 50: removed variants)
     if (mode == 48) co.gemm_experts = 44;                      // one gate/up launch, tiles by cost (38, 39: removed)
-    if (mode == 49) co.gemm_experts = 48;                      // the default: 44 with the table lookups by 32-bit addresses
-    if (mode == 57) co.gemm_experts = 50;  // stepped addresses, raw prmt, slim copy state, small tiles' fragments ahead (56, 58: removed)
+    if (mode == 49) co.gemm_experts = 48;                      // 44 with the table lookups by 32-bit addresses
+    if (mode == 57) co.gemm_experts = 50;  // the default: stepped addresses, raw prmt, slim copy state, small tiles' fragments ahead (56, 58: removed)
     auto made = cuda::make_cuda_backend(co);
     if (!made.ok()) {
       std::printf("PBENCH skipped: %s\n", made.status().to_string().c_str());

@@ -457,10 +457,10 @@ TEST_F(CudaGemm, WarpSpecialisedExpertsAreBitIdenticalToGemm2) {
   // peeled, Q2_K block sums from the int→float bias, its mins as one u8·s8 MMA, Q2_K's sub-blocks unrolled)
   // and items handed out by an atomic counter; 29: each item's stage loop specialised on its fragment count;
   // 30: 29 with gate and up in one launch on one quantization; 32: 29 with the lean copies (absent pairs and
-  // rows zero-filled instead of skipped); 34 (the default): 32 with IQ2_XXS decoded by shared tables
+  // rows zero-filled instead of skipped); 34: 32 with IQ2_XXS decoded by shared tables
   // (experts_iq2.cuh: selector words, PRMT); 44: 34 with gate and up on one quantization in one
   // launch, the tiles dearest first, 4-byte word loads where aligned, no copies of pair rows past the fragments;
-  // 48 (the default): 44 with the IQ2_XXS table lookups by 32-bit shared addresses (the same words); 50: 48 with
+  // 48: 44 with the IQ2_XXS table lookups by 32-bit shared addresses (the same words); 50 (the default): 48 with
   // the sub-block loop on stepped 32-bit addresses, raw prmt, the copy state in shared memory and the fragments of
   // ≤ 32-pair tiles formed one sub-block ahead.
   // 60, 80 and 160

@@ -15,9 +15,9 @@
 // there; 32, 27, 29, 30: its lean stage and items handed out by a counter, see there; 34: 32 with IQ2_XXS
 // decoded by shared tables — table_stage, experts_iq2.cuh; 44: 34 with gate and up on one
 // quantization in one launch, the tiles dearest first, see experts_fast_kernel's kAlign / kSkip; 48: 44 with the
-// table lookups by 32-bit shared addresses, table_stage's kLA; 50: 48 on table_stage_step — stepped 32-bit addresses,
-// raw prmt, small tiles' fragments a sub-block ahead — and the copy state in shared memory, see there) and
-// experts_walk_kernel (13, an earlier default).
+// table lookups by 32-bit shared addresses, table_stage's kLA; 50 (the default): 48 on table_stage_step — stepped 32-bit addresses,
+// raw prmt, small tiles' fragments a sub-block ahead — and the copy state in shared memory, see there; the default)
+// and experts_walk_kernel (13, an earlier default).
 // Numerics: those of gemm2_kernel (so bit-identical to it and to the CPU op): the same integer block
 // sums (IQ2_XXS: Σ_g ls_g·Σ_32 w·q_x; Q2_K: Σ (scale·q)·q_x and Σ min·bsum; integer sums do not depend on
 // the order of k), the same float expressions in the same order per super-block, the same 0.125 of
@@ -1109,7 +1109,7 @@ ExpertsKernel experts_kernel(int variant) {
 
 }  // namespace
 
-// CudaBackendOptions::gemm_experts = −1: variant 48 (below). Before 44, before that 34 (session 11 W1 on the H200, docs/PERF.md:
+// CudaBackendOptions::gemm_experts = −1: variant 50 (below). Before 48, before that 44, before that 34 (session 11 W1 on the H200, docs/PERF.md:
 // the MoE of a 2,048-token chunk per layer 2.952 / 2.922 ms against 3.055 / 3.047 for 32 in the same run; ncu: gate or up
 // 0.945 vs 0.982 ms — 584 vs 609 M instructions —, down (29's Q2_K) 0.884 vs 0.896; 35 (the scale split into
 // lo/hi MMA chains) 3.111 / 3.098: 7 % fewer instructions, 60 % issue instead of 68 %; 36, 37 spill or lose
@@ -1143,7 +1143,13 @@ ExpertsKernel experts_kernel(int variant) {
 // spread like a router's, 3.297 / 3.298 against 3.357 / 3.353 with routing like a text prompt's; gate/up 1,116 vs
 // 1,170 M instructions (uniform), 1,353 vs 1,428 M (zipf); parity 2/2, PARITY ok. Not kept: 46 / 47 (128-pair tiles
 // by warp pairs sharing the decode: +0.12 … +0.16 ms at prompt-like routing in W1–W3, never landed).
-constexpr int kExpertsAuto = 48;
+// Session 14 (engineer pexperts, docs/PERF.md): 50 — 48 on table_stage_step (stepped 32-bit addresses, raw prmt,
+// small tiles' fragments a sub-block ahead) with the copy state in shared memory. H200 W1 / W2 (same runs): the MoE
+// of a 2,048-token layer 2.782 / 2.772 ms against 48's 2.811 / 2.821 with ids spread like a router's, 3.179 / 3.175
+// against 3.275 / 3.289 with routing like a text prompt's; a whole 2,048-token prefill chunk (2K → 4K) of a 4-layer
+// flash-q2 file 33.02 / 32.97 and 33.20 / 33.09 ms against 33.53 / 33.22 and 33.44 / 33.36; parity passed, PARITY ok.
+// Not kept: 49 (50 without the fragments ahead), 51 (50 + the next item prefetched: slower).
+constexpr int kExpertsAuto = 50;
 
 // 20 (experts_fast_kernel) folds the MoE op's SwiGLU into the down projection's quantizer (ops_moe.cu).
 bool experts_fold_swiglu(int variant) { return variant >= 20; }

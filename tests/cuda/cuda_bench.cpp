@@ -729,20 +729,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--half") == 0) {  // dense Q8_0 decode matmuls: gemv_rows' half kernel
-    // Engine options with the session-12 default's ramp bits (s12), + the half kernel (dense_ramp.h kRampRowsHalf),
-    // and the default.
-    constexpr int kS12 = 128 | 64 | 512 | 256 | 1024 | 2048;
+    // Engine options: the default; + the half kernel's 16-row tiles (dense_ramp.h kRampHalfRows16: out_b); + q_a's
+    // norm triggering its dependents after its wait (kRampNormTrigger: the q-chain line); both.
+    constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096;  // kRampExplicit | kRampDefault
     std::vector<std::unique_ptr<Backend>> hb;
-    for (int m : {kS12, kS12 | 4096, 0}) {
+    for (int m : {0, kDef | 524288, kDef | 1048576, kDef | 524288 | 1048576}) {
       auto o = runtime::engine_cuda_options();
       o.l2_prefetch_mode = m;
       if (auto h = cuda::make_cuda_backend(o); h.ok()) hb.push_back(std::move(*h));
     }
-    if (hb.size() == 3) {
-      Backend* sides[3] = {hb[0].get(), hb[1].get(), hb[2].get()};
-      const char* labels[3] = {"s12", "s12+half", "default"};
-      const int64_t lo[3] = {1, 1, 1}, hi[3] = {2, 2, 2};
-      bench_dense_rows(sides, labels, lo, hi, 3, argc > 2 ? argv[2] : nullptr);
+    if (hb.size() == 4) {
+      Backend* sides[4] = {hb[0].get(), hb[1].get(), hb[2].get(), hb[3].get()};
+      const char* labels[4] = {"default", "rows16", "normtrig", "both"};
+      const int64_t lo[4] = {1, 1, 1, 1}, hi[4] = {2, 2, 2, 2};
+      bench_dense_rows(sides, labels, lo, hi, 4, argc > 2 ? argv[2] : nullptr);
     }
     return 0;
   }

@@ -395,9 +395,11 @@ void bench_ramp_steps(int argc, char** argv) {
     const char* name;
     int mode;
   };
-  // The session-12 default's bits ("s12"), with session 13's half kernel (kRampRowsHalf 4096), and the default.
-  constexpr int kS12 = 128 | 64 | 512 | 256 | 1024 | 2048;
-  const Side sides_of[] = {{"base", 128}, {"s12", kS12}, {"s12+half", kS12 | 4096}, {"default", 0}};
+  // The default; + the half kernel's 16-row tiles (kRampHalfRows16 524288: out_b); + q_a's norm triggering its
+  // dependents after its wait (kRampNormTrigger 1048576); both.
+  constexpr int kDef = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096;  // kRampExplicit | kRampDefault
+  const Side sides_of[] = {
+      {"default", 0}, {"rows16", kDef | 524288}, {"normtrig", kDef | 1048576}, {"both", kDef | 524288 | 1048576}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");

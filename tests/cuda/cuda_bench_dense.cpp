@@ -291,4 +291,26 @@ void bench_dense_rows(Backend* const* sides, const char* const* labels, const in
     std::printf("\n");
     std::fflush(stdout);
   }
+  // The query chain as the forward pass runs it: q_a + kv as a pair, q_a's RMSNorm in place, q_b from the normed
+  // row (dense_ramp.h kRampNormTrigger moves q_b's start under the norm), 4 layers cycled.
+  float* nw = sb[0]->buf(1024);
+  for (int64_t n : {1, 2}) {
+    std::printf("BENCH dense-rows-qchain n=%-2lld", static_cast<long long>(n));
+    for (int i = 0; i < n_sides; ++i) {
+      if (n < n_lo[i] || n > n_hi[i]) continue;
+      Backend& be = *sides[i];
+      int k = 0;
+      const double us = sb[i]->time([&] {
+        const DenseLayer& l = ls[static_cast<size_t>(k++ % L)];
+        const MatmulArgs jobs[2] = {{l.qa, x, 4096, outs.ya, 1024, n, MatmulNumerics::ds4},
+                                    {l.kv, x, 4096, outs.yb, 512, n, MatmulNumerics::ds4}};
+        be.matmul_many(jobs);
+        be.rms_norm({outs.ya, outs.ya, nw, n, 1024, 1024, 1e-6f});
+        be.matmul({l.qb, outs.ya, 1024, outs.yq, 32768, n, MatmulNumerics::ds4});
+      }, 2 * L).graph_us;
+      std::printf("  %s %7.2f us", labels[i], us);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
 }

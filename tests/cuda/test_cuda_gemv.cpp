@@ -704,6 +704,47 @@ TEST_F(CudaGemvRowsHalfNoBulk, FlashShapesBitIdenticalToCpu) { half_shapes(); }
 
 TEST_F(CudaGemvRowsHalfNoBulk, NormBetweenTwoMatvecs) { norm_between(); }
 
+// The half kernel on 16-row tiles of 16 octets where 32-row tiles would run half empty (dense_ramp.h kRampHalfRows16:
+// out_b, 15.5 rows a block) and q_a's norm triggering its dependents after its wait (kRampNormTrigger: q_b's copies
+// under the norm), on the default's bits: out_b whole (two full tiles a block, chains over both), row counts that
+// leave 14-row blocks or fall back (3,000 rows: the register path), 4096 columns at 5,000 rows (16-row tiles of
+// whole rows), the chains through out_b, q_a → norm → q_b.
+class CudaGemvRowsHalf16 : public CudaGemvRowsHalf {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf::options();
+    o.l2_prefetch_mode |= 524288 | 1048576;  // kRampHalfRows16 | kRampNormTrigger
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalf16, FlashShapesBitIdenticalToCpu) {
+  half_shapes();
+  check(3900, 8192, 1);  // 14 or 15 rows a block
+  check(3000, 8192, 1);  // too few rows for full 16-row tiles: the register path
+  check(5000, 4096, 1);  // 16-row tiles of whole 4096-column rows
+  check(4096, 8192, 1, 0, 7);
+}
+
+TEST_F(CudaGemvRowsHalf16, ChainedLaunchesReadTheOutputOfTheOneBefore) {
+  chained();
+  chained_half();
+}
+
+TEST_F(CudaGemvRowsHalf16, NormBetweenTwoMatvecs) { norm_between(); }
+
+// The same with the bulk ring off: q_b on the half kernel too, a programmatic dependent of the triggering norm.
+class CudaGemvRowsHalf16NoBulk : public CudaGemvRowsHalf16 {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf16::options();
+    o.gemv_bulk = backend::cuda::GemvMma::off;
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalf16NoBulk, NormBetweenTwoMatvecs) { norm_between(); }
+
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,

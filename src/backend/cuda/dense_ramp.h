@@ -43,6 +43,15 @@ constexpr int kRampRingFromTwoVectors = 2048;
 // +2 … +5 µs), with the dependents launched from the last or second-last tile, with out_a padded past half an SM,
 // two blocks on every launch (out_b's half-empty tiles), and q_b on it instead of gemv_stream's bulk ring 2.
 constexpr int kRampRowsHalf = 4096;
+// With kRampRowsHalf: the half kernel also where 32-row tiles would run half empty but 16-row tiles of 16 octets stay
+// full (out_b, 4096 × 8192: 15.5 rows a block of 264 — two full tiles a block, each row's chain 128 adds over two
+// tiles instead of four half-empty 32-row tiles). Session 14 (engineer dense) measures it on whole steps.
+constexpr int kRampHalfRows16 = 524288;
+// q_a's RMSNorm (rms_norm3_kernel on PDL launches: q_a's norm, the output norm) calls griddepcontrol.launch_dependents
+// right after its griddepcontrol.wait: its dependent (q_b's bulk ring 2, the head) starts its weight copies while the
+// norm reads, sums and writes its row — not under q_a, as session 12's trigger at the norm's start did (lost). The
+// dependent still waits (griddepcontrol.wait) for the norm's end before it reads the row: the same bits.
+constexpr int kRampNormTrigger = 1048576;
 
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
@@ -65,7 +74,7 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
-                       kRampRingFromTwoVectors | kRampRowsHalf;
+                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

@@ -409,15 +409,16 @@ struct RowsPlan {
 };
 
 // slots: whole-tile staging slots (1: the register path's one area; kRingSlots: the ring) under max_smem.
-RowsPlan plan_rows(int64_t nb, int64_t n_vec, int slots = 1, uint64_t max_smem = kMaxSmem) {
+// wide: the column chunk of wide rows in octets (8; 16: kRampHalfRows16's 16-row tiles).
+RowsPlan plan_rows(int64_t nb, int64_t n_vec, int slots = 1, uint64_t max_smem = kMaxSmem, int wide = 8) {
   RowsPlan d;
   if (nb % kOctetBlocks != 0 || nb / kOctetBlocks > kThreads || n_vec < 1 || n_vec > kRowsMaxVec) return d;
   d.octets = static_cast<int>(nb / kOctetBlocks);
   // Wide rows (O a multiple of 8 above 8: 4096 and 8192 columns) as column chunks of 8 octets (64 blocks):
   // 32-row tiles whose chains are 64 adds long instead of 128–256 (a chain is serial, and the next tile
-  // waits for it), if the chain threads stay one per (row, vector).
-  const bool chunked = d.octets > 8 && d.octets % 8 == 0 && (kThreads / 8) * n_vec <= kThreads;
-  d.chunk_oct = chunked ? 8 : d.octets;
+  // waits for it), if the chain threads stay one per (row, vector). (wide 16: 16-row tiles, chains 128 adds.)
+  const bool chunked = d.octets > wide && d.octets % wide == 0 && (kThreads / wide) * n_vec <= kThreads;
+  d.chunk_oct = chunked ? wide : d.octets;
   d.tile_rows = kThreads / d.chunk_oct;
   d.act_vec_bytes = static_cast<uint32_t>(d.octets) * kActOctet;
   d.terms_off = static_cast<uint32_t>(n_vec) * d.act_vec_bytes;
@@ -503,12 +504,20 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   int64_t total_rows = 0;
   for (int i = 0; i < s.n_parts; ++i) total_rows += s.part[i].rows;
   const bool half_bit = (ramp & kRampRowsHalf) != 0 && cc_major_ >= 9 && s.n_vec == 1;
-  const bool half_asked = half_bit && 8 * total_rows >= 7 * int64_t{d.tile_rows} * 2 * sm_count_;
+  bool half_asked = half_bit && 8 * total_rows >= 7 * int64_t{d.tile_rows} * 2 * sm_count_;
+  // kRampHalfRows16: where 32-row tiles of 8-octet chunks would run half empty, 16-row tiles of 16 octets if those
+  // stay full (out_b: 4096 rows, 15.5 a block).
+  int half_wide = 8;
+  if (half_bit && !half_asked && (ramp & kRampHalfRows16) != 0 && d.chunk_oct == 8 && d.octets % 16 == 0 &&
+      8 * total_rows >= 7 * int64_t{kThreads / 16} * 2 * sm_count_) {
+    half_asked = true;
+    half_wide = 16;
+  }
   const bool ring_asked = !half_bit && (ramp & kRampRowsRing) != 0 && cc_major_ >= 9 &&
                           ((ramp & kRampRingFromTwoVectors) == 0 || s.n_vec >= 2);
   bool ring = false, half = false;
   if (half_asked) {
-    const RowsPlan hd = plan_rows(s.cols / kQK8_0, s.n_vec, 1, kHalfMaxSmem);
+    const RowsPlan hd = plan_rows(s.cols / kQK8_0, s.n_vec, 1, kHalfMaxSmem, half_wide);
     half = hd.smem != 0 && hd.smem <= static_cast<uint64_t>(dense_smem_optin_);
     if (half) d = hd;
   } else if (ring_asked) {

@@ -8,6 +8,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/dense_ramp.h"     // kRampNormTrigger
 #include "backend/cuda/f16_segment.cuh"  // aligned16
 #include "backend/cuda/rows_device.cuh"
 
@@ -170,6 +171,10 @@ __global__ void __launch_bounds__(kWarpRowHeads * kWarp) norm_rope_warp_kernel(N
 constexpr int kRowPer = 4;
 
 // rms_norm_kernel's values; dim ≤ kRowPer·blockDim.x. x may equal y (every load precedes the barrier).
+// kTrigger (dense_ramp.h kRampNormTrigger): the dependents launched once the kernel before has ended (right after
+// griddepcontrol.wait), so that a dependent's weight copies (q_b after q_a's norm) run under this row's work; the
+// dependent reads the row only after its own wait, i.e. after this grid's end.
+template <bool kTrigger>
 __global__ void rms_norm3_kernel(const float* x, float* y, const float* w, int64_t dim, int64_t stride, float eps) {
   const float* xr = x + blockIdx.x * stride;
   float* yr = y + blockIdx.x * stride;
@@ -181,6 +186,7 @@ __global__ void rms_norm3_kernel(const float* x, float* y, const float* w, int64
     wv[q] = w && i < dim ? w[i] : 1.0f;
   }
   grid_dependency_wait();  // x is the output of the kernel before
+  if constexpr (kTrigger) grid_launch_dependents();
   double ss = 0;  // rms_scale_row's chain: i = threadIdx.x, + bd, …
 #pragma unroll
   for (int q = 0; q < kRowPer; ++q) {
@@ -334,8 +340,11 @@ void CudaBackend::rms_norm(const RmsNormArgs& a) {
   }
   const int threads = rms_norm_threads(a.dim);
   if (small_v3_ && a.dim <= int64_t{kRowPer} * threads) {
-    check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.rows)), threads, 0, stream(), rms_norm3_kernel,
-                           a.x, a.y, a.w, a.dim, a.stride, a.eps),
+    const bool pdl = hc_pdl_ && !on_side_ && sm90();
+    const bool trigger = pdl && (dense_ramp_bits(l2_prefetch_mode_) & kRampNormTrigger) != 0;
+    check(launch_dependent(pdl, dim3(static_cast<unsigned>(a.rows)), threads, 0, stream(),
+                           trigger ? rms_norm3_kernel<true> : rms_norm3_kernel<false>, a.x, a.y, a.w, a.dim, a.stride,
+                           a.eps),
           "rms_norm");
     return;
   }

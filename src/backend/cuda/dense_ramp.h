@@ -67,8 +67,12 @@ constexpr int kRampExplicit = 128;
 // against 1.1574 / 1.1599 / 1.1740 (those bits alone) and 1.1574 / 1.1779 / 1.1642 (none); at batch 1 the ring was
 // faster than those bits in two rounds of three (0.8356 / 0.8240 / 0.8063 against 0.8049 / 0.8348 / 0.8106): not taken.
 // And the half kernel (session 13 W4, 31434e6: batch 1 at 2K, 5 of 5 rounds 7.4 µs a 4-layer step faster — above).
+// And session 14's two (W1, 8a18cd1; 4-layer steps batch 1 at 2K, rounds 1–5, ms): out_b on 16-row half tiles
+// 0.8015 / 0.8003 / 0.7945 / 0.7974 / 0.7893, the norm trigger 0.8047 / 0.7962 / 0.7948 / 0.8000 / 0.7999, both
+// 0.8008 / 0.8011 / 0.7968 / 0.7927 / 0.7968, against 0.8114 / 0.8099 / 0.8024 / 0.8039 / 0.8051 without them
+// (−9.9, −7.4, −8.9 µs a step on average, every round faster); batch 2 one round even (1.2190 both, 1.2266 without).
 constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampDirectQuant | kRampRowsRing |
-                             kRampRingFromTwoVectors | kRampRowsHalf;
+                             kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger;
 
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.

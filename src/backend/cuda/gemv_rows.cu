@@ -19,7 +19,8 @@
 // reassociation is allowed): thread per (row, vector) adds a tile's row after one barrier, while the
 // other warps go on with the next tile (two term buffers where they fit).
 // The half kernel (dense_ramp.h kRampRowsHalf, one vector): one cp.async ring slot and ≤ 128 registers, two blocks
-// an SM — two tiles in flight per SM and one block's terms and chains under the other's loads.
+// an SM — two tiles in flight per SM and one block's terms and chains under the other's loads; out_b's 15.5 rows a
+// block as 16-row tiles of 16 octets (kRampHalfRows16), two full tiles a block.
 // Deliberately not here: choosing jobs (CudaBackend::gemv / gemv_stream_many, gemv_rows_wins), more
 // than 8 vectors (gemv_stream.cu, gemv_mma.cu), other weight types.
 #include <algorithm>
@@ -498,8 +499,8 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   // take the no-L1 kernels' smem flags: whether a launch asks for the ring depends only on the bits and n_vec,
   // so for one rows_index a backend launches either a ring kernel (or, not fitting, the L1 one) or a no-L1 one.
   // kRampRowsHalf (sm_90, one vector): the half kernel at two blocks an SM where each block keeps ≥ 7/8 of a tile's
-  // rows (out_a: 31 of 32, the head) and its plan fits; else (out_b: 15.5 rows of 32-row tiles) the register path
-  // with L1 loads — never the ring or the no-L1 kernel at one vector with the bit, so the half kernel takes the
+  // rows (out_a: 31 of 32, the head) and its plan fits — with kRampHalfRows16 also out_b (15.5 rows of 32-row tiles)
+  // as 16-row tiles of 16 octets —; else the register path with L1 loads — never the ring or the no-L1 kernel at one vector with the bit, so the half kernel takes the
   // no-L1 kernels' flag of index 0 as the ring does.
   int64_t total_rows = 0;
   for (int i = 0; i < s.n_parts; ++i) total_rows += s.part[i].rows;

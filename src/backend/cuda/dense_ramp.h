@@ -52,6 +52,9 @@ constexpr int kRampHalfRows16 = 524288;
 // norm reads, sums and writes its row — not under q_a, as session 12's trigger at the norm's start did (lost). The
 // dependent still waits (griddepcontrol.wait) for the norm's end before it reads the row: the same bits.
 constexpr int kRampNormTrigger = 1048576;
+// With kRampRowsHalf: the half kernel's cp.async copies addressed without loops (gemv_rows.cu walk_chunks_lean: the
+// `while` of the wrap past a row's chunk compiles to a loop with convergence barriers, ~530 instructions a tile).
+constexpr int kRampLeanWalk = 2097152;
 
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
@@ -78,7 +81,7 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
-                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger;
+                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger | kRampLeanWalk;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

@@ -388,18 +388,17 @@ void bench_warp_steps(int argc, char** argv) {
 // `cuda_bench --ramp-steps M...`: decode steps as the engine runs them (graphs, branches + the HC split on the
 // side lane, runtime::engine_cuda_options) with the dense matvecs' ramp bits (dense_ramp.h, in
 // CudaBackendOptions::l2_prefetch_mode; each side's exact set: kRampExplicit; "default": the option's 0) off and
-// on: one session at 2K (five rounds), batches of 2 and 4 at 1K (two rounds, one), every side once per round (drift shows). "BENCH
+// on: one session at 2K (five rounds), batches of 2 and 4 at 1K (two each), every side once per round (drift shows). "BENCH
 // ramp-steps" lines.
 void bench_ramp_steps(int argc, char** argv) {
   struct Side {
     const char* name;
     int mode;
   };
-  // Session 13's default ramp bits (s13), the default (since session 14 + the half kernel's 16-row tiles,
-  // kRampHalfRows16 524288: out_b, and q_a's norm triggering its dependents after its wait, kRampNormTrigger 1048576),
-  // and that + the half kernel's copies without loops (kRampLeanWalk 2097152).
+  // Session 13's default ramp bits (s13) and the default (since session 14 + the half kernel's 16-row tiles,
+  // kRampHalfRows16 524288: out_b, and q_a's norm triggering its dependents after its wait, kRampNormTrigger 1048576).
   constexpr int kS13 = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096;  // kRampExplicit | session 13's kRampDefault
-  const Side sides_of[] = {{"s13", kS13}, {"default", 0}, {"lean", kS13 | 524288 | 1048576 | 2097152}};
+  const Side sides_of[] = {{"s13", kS13}, {"default", 0}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");
@@ -413,7 +412,7 @@ void bench_ramp_steps(int argc, char** argv) {
     }
     const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}, {4, 1024}};
     for (const auto& [sessions, ctx] : cases) {
-      for (int round = 0; round < (sessions == 1 ? 5 : sessions == 2 ? 2 : 1); ++round)  // (half kernel: one vector)
+      for (int round = 0; round < (sessions == 1 ? 5 : 2); ++round)  // (the half kernel: one vector only)
         for (int k = 0; k < kSides; ++k) {
           const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
           std::printf("BENCH ramp-steps %-17s layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",

@@ -52,9 +52,10 @@ constexpr int kRampHalfRows16 = 524288;
 // norm reads, sums and writes its row — not under q_a, as session 12's trigger at the norm's start did (lost). The
 // dependent still waits (griddepcontrol.wait) for the norm's end before it reads the row: the same bits.
 constexpr int kRampNormTrigger = 1048576;
-// With kRampRowsHalf: the half kernel's cp.async copies addressed without loops (gemv_rows.cu walk_chunks_lean: the
-// `while` of the wrap past a row's chunk compiles to a loop with convergence barriers, ~530 instructions a tile).
-constexpr int kRampLeanWalk = 2097152;
+// (2097152 was the half kernel's copies addressed without walk_chunks' `while` loop — its wrap as predicated steps,
+// 32-bit offsets from the tile: ptxas, at the 128-register cap, rematerialised the 64-bit tile address inside each
+// predicated copy, ~676 instructions from the slot's wait to the terms against ~579; 4-layer steps at 2K +7.0 µs,
+// 5 of 5 rounds slower in session 14's W2 — removed.)
 
 // With this bit the ramp bits are exactly those given (before/after runs: 128 alone = none of them); without it
 // (the option's default 0) they are kRampDefault, whatever else is set.
@@ -81,7 +82,7 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
-                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger | kRampLeanWalk;
+                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

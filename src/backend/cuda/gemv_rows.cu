@@ -114,41 +114,6 @@ __device__ __forceinline__ void walk_chunks(const uint8_t* w, uint64_t row_bytes
   }
 }
 
-// walk_chunks' chunks, its walk without loops (dense_ramp.h kRampLeanWalk; the half kernel): the SASS of walk_chunks'
-// `while` is a loop with convergence barriers per chunk — ~530 instructions a tile for 17 copies, more than the
-// octet's terms (~210). Here the same chunks in the same order: 32-bit offsets from the tile's first byte (a tile's
-// rows span < 2^24 bytes), the wrap past a row's C octets as two predicated steps (the second only for C = 1: the
-// slot advances by ≤ 2), the row bound as a count from the tile's first row.
-template <class Each>
-__device__ __forceinline__ void walk_chunks_lean(const uint8_t* w, uint64_t row_bytes, int row0, int rows, int C, int c,
-                                                 Each&& each) {
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const int first = static_cast<int>(threadIdx.x / kWarp) * kWarp + lane / 17;  // the tile slot of chunk `lane`
-  int r = first / C, o = first - r * C;
-  const uint8_t* base = w + static_cast<uint64_t>(row0) * row_bytes + static_cast<uint64_t>(c * C) * 272u;
-  const uint32_t rb = static_cast<uint32_t>(row_bytes), wrap = rb - static_cast<uint32_t>(C) * 272u;
-  uint32_t off = static_cast<uint32_t>(r) * rb + static_cast<uint32_t>(o) * 272u + 16u * static_cast<uint32_t>(lane % 17);
-  const int lim = rows - row0;  // the block's rows from the tile's first
-  int piece = lane % 17;
-#pragma unroll
-  for (int k = 0; k < kOctetLoads; ++k) {
-    if (r < lim) each(k, base + off);
-    off += 512;
-    piece += 15;
-    const bool two = piece >= 17;
-    piece = two ? piece - 17 : piece;
-    o += two ? 2 : 1;
-    const bool w1 = o >= C;
-    o = w1 ? o - C : o;
-    r = w1 ? r + 1 : r;
-    off = w1 ? off + wrap : off;
-    const bool w2 = o >= C;  // C = 1 only
-    o = w2 ? o - C : o;
-    r = w2 ? r + 1 : r;
-    off = w2 ? off + wrap : off;
-  }
-}
-
 // walk_chunks' chunks into registers: ch[k] = chunk 32k + lane.
 template <bool kNoL1>
 __device__ __forceinline__ void load_chunks(uint4 (&ch)[kOctetLoads], const uint8_t* w, uint64_t row_bytes,
@@ -171,15 +136,11 @@ __device__ __forceinline__ void chunks_to_octet(const uint4 (&c)[kOctetLoads], u
 // kRampRowsRing: load_chunks' chunks as cp.async copies straight into the warp's slice `slot` of a ring slot, at
 // the places chunks_to_octet's stores would put them (chunk 32k + lane at 16·(32k + lane)), L2 only (.cg); one
 // group, committed by the caller. Rows past the block's keep the slot's old bytes (their chains never run).
-template <bool kLean = false>
 __device__ __forceinline__ void copy_chunks(uint8_t* slot, const uint8_t* w, uint64_t row_bytes, int row0, int rows,
                                             int C, int c) {
   const int lane = static_cast<int>(threadIdx.x % kWarp);
-  auto each = [&](int k, const uint8_t* src) { cp_async16(slot + 16 * (32 * k + lane), src); };
-  if constexpr (kLean)
-    walk_chunks_lean(w, row_bytes, row0, rows, C, c, each);
-  else
-    walk_chunks(w, row_bytes, row0, rows, C, c, each);
+  walk_chunks(w, row_bytes, row0, rows, C, c,
+              [&](int k, const uint8_t* src) { cp_async16(slot + 16 * (32 * k + lane), src); });
 }
 
 // Word m (0 … 67) of a loaded octet (m is a constant once the callers' loops are unrolled).
@@ -316,8 +277,7 @@ __device__ inline void quantize_to_octets(const float* x, int64_t x_stride, int 
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a contiguous row range of one part.
 // kSlots: 0 the register path; kRingSlots the ring of kRampRowsRing, 1 the half-SM ring of kRampRowsHalf (two
 // blocks an SM fit: ≤ 128 registers) — kNoL1 unused with a ring: the copies are L2-only.
-// kLean: copy_chunks by walk_chunks_lean (kRampLeanWalk; the half kernel only).
-template <int NV, bool kNoL1, int kSlots = 0, bool kLean = false>
+template <int NV, bool kNoL1, int kSlots = 0>
 __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
   constexpr bool kRing = kSlots > 0;
   extern __shared__ __align__(16) uint8_t sm[];
@@ -342,8 +302,7 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
   auto ring_copy = [&](int k) {
     if (k < tiles) {
       const int g = k / chunks;
-      copy_chunks<kLean>(stage + (k % (kRing ? kSlots : 1)) * kStageBytes, wb, p.row_bytes, g * R, rows, C,
-                         k - g * chunks);
+      copy_chunks(stage + (k % (kRing ? kSlots : 1)) * kStageBytes, wb, p.row_bytes, g * R, rows, C, k - g * chunks);
     }
     cp_async_commit();
   };
@@ -493,10 +452,7 @@ const void* ring_kernel(int index) {
   }
 }
 // kRampRowsHalf's one instantiation (one vector).
-const void* half_kernel(bool lean) {
-  return lean ? reinterpret_cast<const void*>(gemv_rows_kernel<1, false, 1, true>)
-              : reinterpret_cast<const void*>(gemv_rows_kernel<1, false, 1>);
-}
+const void* half_kernel() { return reinterpret_cast<const void*>(gemv_rows_kernel<1, false, 1>); }
 
 const void* rows_kernel(int index) {  // index + kRowsKernels: the no-L1 loads
   switch (index) {
@@ -572,8 +528,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   }
   const bool no_l1_flag = ring || half || (gemv_rows_no_l1_ && !ring_asked && !half_bit);
   const int idx = rows_index(s.n_vec) + (no_l1_flag ? kRowsKernels : 0);
-  const void* kernel = half ? half_kernel((ramp & kRampLeanWalk) != 0) : ring ? ring_kernel(rows_index(s.n_vec))
-                                                                           : rows_kernel(idx);
+  const void* kernel = half ? half_kernel() : ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
   if (!dense_smem(kernel, &rows_smem_set_[idx], half ? kHalfMaxSmem : ring ? kRingMaxSmem : kMaxSmem,
                   "gemv_rows shared memory"))
     return true;

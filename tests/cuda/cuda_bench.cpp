@@ -31,6 +31,8 @@
 //        cuda_bench --hc-fuse             the decode HC pre in one launch (hc_fuse) vs two, both F16 orders, alone
 //                                         and after the HC post (the sublayer boundary), n = 1, 2, 8, 32.
 //        cuda_bench --hc-fuse-steps M...  decode steps of model files with the HC pre in two launches / one.
+//        cuda_bench --hcpre-prefill [F…]  a prefill chunk's HC pre (n = 2,048) with the controls forms F (hc_fuse / 10).
+//        cuda_bench --hcpre-steps A B M...  2,048-token prefill chunks with the controls forms A and B interleaved.
 //        cuda_bench --small7-steps [rope|hcb|hcbN|both] M...   decode steps of model files with the folds off / on (f16_mma on).
 //        cuda_bench --hcb-forms FOLD...        the boundary kernel's forms (hc_post_fold 4, 6, 7), graph µs + phases.
 //        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
@@ -146,6 +148,8 @@ void bench_warp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
 void bench_ramp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
 void bench_small5_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hc_fuse_steps(int argc, char** argv);   // cuda_bench_branches.cpp
+void bench_hcpre_steps(int argc, char** argv);     // cuda_bench_branches.cpp
+void bench_hcpre_prefill(int argc, char** argv);   // cuda_bench_hcpre.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_moe_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
@@ -921,6 +925,14 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc-fuse-steps") == 0) {  // decode steps, HC pre in two launches / one
     bench_hc_fuse_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hcpre-prefill") == 0) {  // a prefill chunk's HC pre, controls forms
+    bench_hcpre_prefill(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hcpre-steps") == 0) {  // prefill chunks, two controls forms
+    bench_hcpre_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--prefetch") == 0) {  // decode steps with weights prefetched into L2

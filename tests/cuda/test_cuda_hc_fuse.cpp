@@ -6,6 +6,11 @@
 // one (4 × 64: one segment row of blocks). Each fused case runs twice on the same backend: the second call
 // finds the per-slice counters the first one reset. Mix also within 2e-5 of the CPU reference (its F16
 // matmul), as test_cuda_fused.cpp's HcPre cases. Not here: the HC post or the forward pass (test_cuda_model).
+// PrefillControlsEqualNormThenMatmul: a prefill chunk's HC pre with hc_fuse's tens digit set (hc_controls_prefill.cu:
+// the scale kernel, the segment sums with the weights resident in shared memory, the spread finish) bit for bit
+// against rms_norm + the few-row F16 MMA matmul + the split kernel (tens digit 0), every form, n from 33 (the first
+// token count past the spread kernels) to 2,048, Flash's 4 × 4096 and a tiny 4 × 64 (one segment: one slice), split
+// on and off.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -110,6 +115,81 @@ TEST_F(CudaHcFuse, OneLaunchEqualsTwoLaunches) {
             expect_same_bits(host(b, static_cast<size_t>(len)), wv, tag + " " + what + " fused (second call)");
           }
           if (!cmix.empty()) expect_close(host(got.mix, cmix.size()), cmix, 2e-5, 0, tag + " mix vs cpu");
+        }
+      }
+  }
+}
+
+TEST_F(CudaHcFuse, PrefillControlsEqualNormThenMatmul) {
+  struct S {
+    int32_t nhc;
+    int64_t dim;
+  };
+  cuda::CudaBackendOptions oo;
+  oo.f16_mma = true;
+  oo.hc_fuse = 0;
+  auto made_o = cuda::make_cuda_backend(oo);
+  ASSERT_TRUE(made_o.ok());
+  Backend& old_path = **made_o;
+  cuda::CudaBackendOptions bad = oo;
+  bad.hc_fuse = 40;  // no such form: rejected, not run as the default
+  EXPECT_FALSE(cuda::make_cuda_backend(bad).ok());
+  for (int form : {1, 2, 3}) {
+    cuda::CudaBackendOptions on = oo;
+    on.hc_fuse = 10 * form;
+    auto made_n = cuda::make_cuda_backend(on);
+    ASSERT_TRUE(made_n.ok());
+    Backend& nw = **made_n;
+    for (S s : {S{4, 4096}, S{4, 64}})
+      for (int64_t n : {33, 67, 129, 2048}) {
+        if (s.dim != 4096 && n == 2048) continue;
+        const int64_t hcd = s.nhc * s.dim, mix = (2 + s.nhc) * s.nhc;
+        Weight fn;
+        auto fn_bytes = random_weight(GgmlType::F16, mix, hcd, &fn, 0.01f);
+        fn.data = fn_bytes.data();
+        auto x = randn(static_cast<size_t>(n * hcd));
+        auto scale = randn(3, 0.5f);
+        auto base = randn(static_cast<size_t>(mix), 0.5f);
+        auto norm_w = randn(static_cast<size_t>(s.dim));
+        HcPreArgs g;
+        g.fn = gpu_weight(fn, fn_bytes.size());
+        g.n = n;
+        g.dim = s.dim;
+        g.nhc = s.nhc;
+        g.x = dev(x);
+        g.scale = dev(scale);
+        g.base = dev(base);
+        g.norm_w = dev(norm_w);
+        for (bool split : {true, false}) {
+          const std::string tag = "form " + std::to_string(form) + " hc_pre " + std::to_string(s.nhc) + "x" +
+                                  std::to_string(s.dim) + " n" + std::to_string(n) + (split ? "" : " split off");
+          HcPreArgs want = g, got = g;
+          for (HcPreArgs* o : {&want, &got}) {
+            o->split = split;
+            o->flat = poisoned(static_cast<size_t>(n * hcd));
+            o->mix = poisoned(static_cast<size_t>(n * mix));
+            o->pre = poisoned(static_cast<size_t>(n * s.nhc));
+            o->post = poisoned(static_cast<size_t>(n * s.nhc));
+            o->comb = poisoned(static_cast<size_t>(n * s.nhc * s.nhc));
+            o->y = poisoned(static_cast<size_t>(n * s.dim));
+            o->xn = poisoned(static_cast<size_t>(n * s.dim));
+          }
+          old_path.hc_pre(want);
+          ASSERT_TRUE(old_path.sync().ok()) << tag;
+          nw.hc_pre(got);
+          ASSERT_TRUE(nw.sync().ok()) << tag;
+          std::vector<std::tuple<float*, float*, int64_t, const char*>> outs = {
+              {got.mix, want.mix, n * mix, "mix"},
+              {got.pre, want.pre, n * s.nhc, "pre"},
+              {got.y, want.y, n * s.dim, "y"},
+              {got.xn, want.xn, n * s.dim, "xn"}};
+          if (split) {  // without the split post and comb are hc_split's, later
+            outs.emplace_back(got.post, want.post, n * s.nhc, "post");
+            outs.emplace_back(got.comb, want.comb, n * s.nhc * s.nhc, "comb");
+          }
+          for (auto [a, w, len, what] : outs)
+            expect_same_bits(host(a, static_cast<size_t>(len)), host(w, static_cast<size_t>(len)),
+                             tag + " " + what + " prefill controls vs norm + matmul");
         }
       }
   }

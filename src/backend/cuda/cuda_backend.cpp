@@ -17,7 +17,8 @@ constexpr bool kSmallV5Auto = true;
 // showed it bit for bit the two ops (test_cuda_small6, 320 PARITY lines) and 1.3 µs faster alone, but not faster in
 // the decode stage table (per-token graph sum 7,641 against 7,637 µs; docs/PERF.md).
 constexpr bool kSmallV6Auto = false;
-// CudaBackendOptions::hc_fuse = -1: off. The H200 (session 9 W1) showed the one-launch HC pre bit for bit the two
+// CudaBackendOptions::hc_fuse = -1: off (units digit 0: the decode HC pre in two launches; tens digit 0: a prefill
+// chunk's HC controls as rms_norm + the few-row F16 MMA matmul, not hc_controls_prefill.cu's forms). The H200 (session 9 W1) showed the one-launch HC pre bit for bit the two
 // launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs at n = 1, 2–4× slower from 2 tokens (the last
 // blocks' finish runs after every block instead of beside the segment kernel as a programmatic dependent; docs/PERF.md).
 constexpr int kHcFuseAuto = 0;
@@ -71,6 +72,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (opts.device < 0 || opts.device >= n)
     return invalid_argument("cuda backend: device " + std::to_string(opts.device) + " does not exist (" +
                             std::to_string(n) + " visible)");
+  if (opts.hc_fuse >= 40)  // the tens digit: hc_controls_prefill.cu's forms 1 … 3 (docs/PERF.md, session 14)
+    return invalid_argument("cuda backend: hc_fuse " + std::to_string(opts.hc_fuse) + " names no prefill controls form");
   cudaError_t e = cudaSetDevice(opts.device);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaSetDevice: ") + cudaGetErrorString(e));
   cudaStream_t s = nullptr;
@@ -112,7 +115,9 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v4(opts.small_v4);
   be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
   be->set_small_v6(opts.small_v6 < 0 ? kSmallV6Auto : opts.small_v6 != 0);
-  be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : std::min(opts.hc_fuse, 2));
+  // hc_fuse: the units the decode HC pre's launches (0 … 2; larger units as 2), the tens digit the prefill
+  // controls' form (hc_controls_prefill.cu; 0: rms_norm + the few-row matmul).
+  be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : opts.hc_fuse / 10 * 10 + std::min(opts.hc_fuse % 10, 2));
   be->set_attn_out_rope(opts.attn_out_rope < 0 ? kAttnOutRopeAuto : opts.attn_out_rope != 0);
   be->set_hc_post_fold(opts.hc_post_fold < 0 ? kHcPostFoldAuto : opts.hc_post_fold);
   be->set_gemm_pipelined(opts.gemm_pipelined);

@@ -12,6 +12,7 @@
 #include "backend/cuda/f16_mma.cuh"
 #include "backend/cuda/f16_segment.cuh"
 #include "backend/cuda/hc_boundary.h"
+#include "backend/cuda/hc_controls_prefill.h"
 #include "backend/cuda/hc_device.cuh"
 #include "backend/cuda/rows_device.cuh"
 
@@ -995,8 +996,16 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
   // part [n][rows][nseg] and the scales [n] live in the op's flat scratch ([n][hcd]); one token's part and
   // y in the finish kernel's shared memory (default 48 KiB limit).
   const uint64_t finish_smem = static_cast<uint64_t>((rows * nseg + 3) / 4 * 4 + a.dim) * 4;
-  if (a.n > kHcSpreadMaxTokens || a.flat == nullptr || rows * nseg + 1 > hcd || finish_smem > 44 * 1024 ||
-      a.fn.type != GgmlType::F16 || a.numerics != MatmulNumerics::ds4 || !f16_segments_)
+  // A prefill chunk (n > 32) with hc_fuse's tens digit set (the form) and the F16 MMA order: the same scale and
+  // finish kernels around hc_controls_prefill.cu's segment sums (weights resident in shared memory) instead of
+  // rms_norm + the few-row matmul + hc_pre_split4_kernel.
+  const int ctl_form = hc_fuse_ / 10;
+  HcCtlParams cp{a.x, a.flat ? a.flat + a.n * rows * nseg : nullptr, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes,
+                 static_cast<int32_t>(rows), hcd, a.n, nseg, a.flat};
+  const bool prefill = a.n > kHcSpreadMaxTokens;
+  if ((prefill && !(ctl_form > 0 && f16_mma_ && a.prev_post.n == 0 && hc_controls_prefill_fits(cp, ctl_form))) ||
+      a.flat == nullptr || rows * nseg + 1 > hcd || finish_smem > 44 * 1024 || a.fn.type != GgmlType::F16 ||
+      a.numerics != MatmulNumerics::ds4 || !f16_segments_)
     return false;
   const int norm_threads = rms_norm_threads(hcd);  // 256 or 1024: ≤ 4 chains per thread of hc_seg_kernel
   float* part = a.flat;
@@ -1020,8 +1029,9 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
                     rms_norm_threads(a.dim) == kFin5Threads;
   const bool part4 = nseg % 4 == 0 && aligned16(part);
   const bool with_split = a.split || !small_v4_;
-  // One launch for segments + finish (hc_seg_fused_kernel): hc_fuse 1 at n = 1, 2 at every n here.
-  const bool fuse = fin5 && (hc_fuse_ == 2 || (hc_fuse_ == 1 && a.n == 1));
+  // One launch for segments + finish (hc_seg_fused_kernel): hc_fuse's units 1 at n = 1, 2 at every n ≤ 32.
+  const int fuse_mode = hc_fuse_ % 10;
+  const bool fuse = fin5 && !prefill && (fuse_mode == 2 || (fuse_mode == 1 && a.n == 1));
   if (fold && (fuse || !fin5 || a.n != 1 || !p.norm_v4)) return false;  // nothing launched yet
   HcFuseArgs f{s, a.mix, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps, part4, with_split,
                f16_mma_ ? kHcMmaTokens : kHcSegTokens, nullptr};
@@ -1040,16 +1050,18 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
         a.x, hcd, a.rms_eps, sc, norm_threads, p.norm_v4);
     if (!launched("hc_pre scale")) return true;
     p.sc = sc;
-    if (fuse) {
+    if (prefill) {
+      if (!check(hc_controls_prefill_launch(cp, ctl_form, pdl, stream()), "hc_pre control segments (prefill)")) return true;
+    } else if (fuse) {
       check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
                              f16_mma_ ? hc_seg_fused_kernel<false, true> : hc_seg_fused_kernel<false, false>, p, f),
             "hc_pre control segments + finish");
       return true;
-    }
-    if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
-                                f16_mma_ ? hc_seg_mma_kernel<false> : hc_seg_kernel<false>, p),
-               "hc_pre control segments"))
+    } else if (!check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
+                                       f16_mma_ ? hc_seg_mma_kernel<false> : hc_seg_kernel<false>, p),
+                      "hc_pre control segments")) {
       return true;
+    }
   } else if (fuse) {
     check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
                            f16_mma_ ? hc_seg_fused_kernel<true, true> : hc_seg_fused_kernel<true, false>, p, f),

@@ -3,7 +3,7 @@
 // (rms_norm + the few-row F16 MMA matmul + the split kernel) and each FORM (hc_controls_prefill.cu; default 1 2 3):
 // "BENCH hcpre-prefill" lines, ms per call (median of 5 × 10 host-timed calls, METHOD.md), the sides in turn for
 // three rounds (drift shows), then the old path's pieces alone (rms_norm, the controls matmul) and "PARITY" lines (each
-// form's mix, pre, y and xn against tens digit 0's, bit for bit). Deliberately not here: whole chunks
+// form's mix, pre, y and xn against tens digit 0's, bit for bit); "once": each side's call once, untimed (ncu). Deliberately not here: whole chunks
 // (cuda_bench_branches.cpp's --hcpre-steps), correctness in general (test_cuda_hc_fuse.cpp).
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +34,9 @@ struct HcPreSide {
 
 void bench_hcpre_prefill(int argc, char** argv) {
   constexpr int64_t N = 2048, E = 4096, NHC = 4, HCD = NHC * E, MIX = (2 + NHC) * NHC;
+  // "once": each side's HC pre once, untimed (for ncu: each kernel's duration), then nothing else.
+  const bool once = argc > 0 && std::strcmp(argv[0], "once") == 0;
+  if (once) --argc, ++argv;
   std::vector<int> forms{0};
   for (int i = 0; i < argc; ++i) forms.push_back(std::atoi(argv[i]));
   if (forms.size() == 1) forms.insert(forms.end(), {1, 2, 3});
@@ -87,6 +90,14 @@ void bench_hcpre_prefill(int argc, char** argv) {
       std::printf("BENCH hcpre-prefill form %d: setup failed\n", forms[k]);
       return;
     }
+  }
+  if (once) {
+    for (HcPreSide& s : sides) {
+      s.be->hc_pre(s.a);
+      const Status st = s.be->sync();
+      if (!st.ok()) std::printf("BENCH hcpre-prefill once: %s\n", st.to_string().c_str());
+    }
+    return;
   }
   for (int round = 1; round <= 3; ++round)
     for (size_t k = 0; k < forms.size(); ++k) {

@@ -142,7 +142,7 @@ cudaError_t launch_form(const HcCtlParams& p, bool pdl, cudaStream_t s) {
 }  // namespace
 
 bool hc_controls_prefill_fits(const HcCtlParams& p, int form) {
-  return form >= 1 && form <= 3 && p.rows >= 1 && p.rows <= kHcCtlMaxRows && p.cols > 0 && p.cols % 8 == 0 &&
+  return form >= 1 && form <= 4 && p.rows >= 1 && p.rows <= kHcCtlMaxRows && p.cols > 0 && p.cols % 8 == 0 &&
          p.row_bytes % 16 == 0 && aligned16(p.w) && aligned16(p.x) && p.n >= 1 && p.n <= 65535 &&
          p.nseg == (p.cols + kF16MmaSeg - 1) / kF16MmaSeg;
 }
@@ -155,6 +155,8 @@ cudaError_t hc_controls_prefill_launch(const HcCtlParams& p, int form, bool pdl,
       return launch_form<8, 4, 2>(p, pdl, s);
     case 3:
       return launch_form<16, 4, 1>(p, pdl, s);
+    case 4:  // 3 as a plain launch: its blocks (a whole SM each) take no SM before the scale kernel has ended
+      return launch_form<16, 4, 1>(p, false, s);
     default:
       return cudaErrorInvalidValue;
   }

@@ -23,12 +23,12 @@ struct HcCtlParams {
 
 inline constexpr int32_t kHcCtlMaxRows = 32;
 
-// Whether form `form` (1 … 3) takes this shape (rows ≤ 32, cols % 8 == 0, aligned rows, ≤ 65,535 tokens).
+// Whether form `form` (1 … 4) takes this shape (rows ≤ 32, cols % 8 == 0, aligned rows, ≤ 65,535 tokens).
 bool hc_controls_prefill_fits(const HcCtlParams& p, int form);
 // Launches form `form` on `s` (a programmatic dependent of the kernel before it with pdl, sm_90): the launch's error.
 // Forms (none changes the order, so none changes a bit): 1: 16 warps a block, one block per SM, two 32-value blocks of
 // activation loads in flight a warp; 2: 8 warps, two blocks per SM, four in flight; 3: 16 warps, four in flight
-// (≤ 128 registers).
+// (≤ 128 registers); 4: 3 without the programmatic launch.
 cudaError_t hc_controls_prefill_launch(const HcCtlParams& p, int form, bool pdl, cudaStream_t s);
 
 }  // namespace ds4::backend::cuda

@@ -25,8 +25,8 @@
 // `cuda_bench --ctx-steps [S...] M...`: decode steps of one session at 2K … 32K as the engine runs them, per indexer_select
 // S; `--ctx-profile S M CTX...`: one such step at each CTX between cudaProfilerStart / Stop (for ncu).
 // `cuda_bench --hcpre-steps A B M...`: a 2,048-token prefill chunk (2K → 4K) as the engine runs it with hc_fuse's
-// tens digit A and B (a prefill chunk's HC controls: 0 rms_norm + the few-row matmul, 1 … 3 hc_controls_prefill.cu's
-// forms), the two interleaved for four rounds, "BENCH hcpre-steps" lines.
+// tens digit A and B (a prefill chunk's HC controls: 0 rms_norm + the few-row matmul, 1 … 4 hc_controls_prefill.cu's
+// forms), the two interleaved for six rounds, "BENCH hcpre-steps" lines.
 // `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps (batch 1 at 2K and 32K, as the engine runs them) with
 // attention_mma_kernels A and B, "BENCH dattn-steps" lines.
 // `cuda_bench --pexp-steps A B [C …] [--rounds N] M...`: 2,048-token prefill chunks at 2K → 4K (as the engine runs them)
@@ -465,7 +465,8 @@ void bench_hcpre_steps(int argc, char** argv) {
       if (!load_side(sides[k], *mf, plan, co, 2048, "hcpre-steps")) return;
     }
     double sum[2] = {0, 0};
-    for (int round = 1; round <= 4; ++round)
+    constexpr int kRounds = 6;
+    for (int round = 1; round <= kRounds; ++round)
       for (int k = 0; k < 2; ++k) {
         const double t = prefill_chunk_seconds(*sides[k].fw, *sides[k].be);
         sum[k] += t;
@@ -473,7 +474,7 @@ void bench_hcpre_steps(int argc, char** argv) {
                     plan.size(), round, t * 1e3, 2048 / t);
       }
     std::printf("BENCH hcpre-steps mean: form %d %.3f ms, form %d %.3f ms a chunk (%zu layers): %+.3f ms\n", forms[0],
-                sum[0] / 4 * 1e3, forms[1], sum[1] / 4 * 1e3, plan.size(), (sum[1] - sum[0]) / 4 * 1e3);
+                sum[0] / kRounds * 1e3, forms[1], sum[1] / kRounds * 1e3, plan.size(), (sum[1] - sum[0]) / kRounds * 1e3);
   }
 }
 

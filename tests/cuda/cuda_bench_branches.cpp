@@ -462,7 +462,8 @@ void bench_hcpre_steps(int argc, char** argv) {
     for (int k = 0; k < 2; ++k) {
       backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.hc_fuse = 10 * forms[k];
-      if (!load_side(sides[k], *mf, plan, co, 2048, "hcpre-steps")) return;
+      // The engine's branches (runtime/engine.cpp adds kBranchHcSplit on CUDA: the HC pre's split on the side lane).
+      if (!load_side(sides[k], *mf, plan, co, 2048, "hcpre-steps", model::kBranchHcSplit)) return;
     }
     double sum[2] = {0, 0};
     constexpr int kRounds = 6;

@@ -75,7 +75,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (opts.device < 0 || opts.device >= n)
     return invalid_argument("cuda backend: device " + std::to_string(opts.device) + " does not exist (" +
                             std::to_string(n) + " visible)");
-  if (opts.hc_fuse >= 50)  // the tens digit: hc_controls_prefill.cu's forms 1 … 4 (docs/PERF.md, session 14)
+  if (opts.hc_fuse >= 60)  // the tens digit: hc_controls_prefill.cu's forms 1 … 5 (docs/PERF.md, session 14)
     return invalid_argument("cuda backend: hc_fuse " + std::to_string(opts.hc_fuse) + " names no prefill controls form");
   cudaError_t e = cudaSetDevice(opts.device);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaSetDevice: ") + cudaGetErrorString(e));

@@ -20,6 +20,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/f16_mma.cuh"
 #include "backend/cuda/mma_s8.cuh"
+#include "backend/cuda/rows_device.cuh"
 
 namespace ds4::backend::cuda {
 
@@ -123,6 +124,15 @@ __global__ void __launch_bounds__(kWarps * kWarp, kMinB) hc_ctl_kernel(HcCtlPara
   }
 }
 
+// Row t's RMSNorm scale (form 5): ops_hc.cu's hc_scale_kernel's expression (rms_scale_row_v4 as 1,024 threads,
+// rms_norm's bits for rows ≥ 8,192 wide) in a block of 256 threads bounded at 256: all 16 of a thread's float4 loads in
+// flight (hc_scale_kernel's 1,024-thread bound leaves it 64 registers: 47.8 µs at 2,048 × 16,384 on the H200, 2.8 TB/s).
+__global__ void __launch_bounds__(256) hc_ctl_scale_kernel(const float* x, int64_t cols, float eps, float* sc) {
+  grid_launch_dependents();  // the segment kernel may start and copy its weights meanwhile
+  const float s = rms_scale_row_v4(x + static_cast<int64_t>(blockIdx.x) * cols, cols, eps, 1024);
+  if (threadIdx.x == 0) sc[blockIdx.x] = s;
+}
+
 // Vector groups per slice: one wave of blocks (16 per slice at one block per SM, 32 at two) on the H200's 132 SMs
 // for Flash's 8 slices; fewer vectors per group only costs more weight copies.
 template <int kWarps, int kFlight, int kMinB>
@@ -141,8 +151,15 @@ cudaError_t launch_form(const HcCtlParams& p, bool pdl, cudaStream_t s) {
 
 }  // namespace
 
+bool hc_controls_prefill_scale_fits(int64_t cols, const float* x) { return cols >= 8192 && cols % 4 == 0 && aligned16(x); }
+
+cudaError_t hc_controls_prefill_scale(const float* x, int64_t cols, int64_t n, float eps, float* sc, cudaStream_t s) {
+  hc_ctl_scale_kernel<<<static_cast<unsigned>(n), 256, 0, s>>>(x, cols, eps, sc);
+  return cudaGetLastError();
+}
+
 bool hc_controls_prefill_fits(const HcCtlParams& p, int form) {
-  return form >= 1 && form <= 4 && p.rows >= 1 && p.rows <= kHcCtlMaxRows && p.cols > 0 && p.cols % 8 == 0 &&
+  return form >= 1 && form <= 5 && p.rows >= 1 && p.rows <= kHcCtlMaxRows && p.cols > 0 && p.cols % 8 == 0 &&
          p.row_bytes % 16 == 0 && aligned16(p.w) && aligned16(p.x) && p.n >= 1 && p.n <= 65535 &&
          p.nseg == (p.cols + kF16MmaSeg - 1) / kF16MmaSeg;
 }
@@ -154,6 +171,7 @@ cudaError_t hc_controls_prefill_launch(const HcCtlParams& p, int form, bool pdl,
     case 2:
       return launch_form<8, 4, 2>(p, pdl, s);
     case 3:
+    case 5:  // 3's segment kernel (ops_hc.cu: with hc_controls_prefill_scale and the split kernel reading part)
       return launch_form<16, 4, 1>(p, pdl, s);
     case 4:  // 3 as a plain launch: its blocks (a whole SM each) take no SM before the scale kernel has ended
       return launch_form<16, 4, 1>(p, false, s);

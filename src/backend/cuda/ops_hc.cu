@@ -933,13 +933,24 @@ __global__ void __launch_bounds__(kHcSegWarps * kWarp) hc_seg_fused_kernel(HcSeg
 // norm's T chains (rms_scale_row's order: thread i sums y[i], y[i + T], …), xn = y·scale·w; the split (warp 0,
 // or thread 0 for nhc ≠ 4) runs last and writes pre, post and comb. The per-token 256-thread kernel above
 // loaded X one stride at a time (~2.1 TB/s at 2,048 tokens). dim % 4 == 0, 16-byte aligned rows.
+// kPart (hc_controls_prefill.cu's form 5): the mix rows are first added from the segment sums P.part [n][rows][nseg]
+// (seg_total's order, threads < rows, after X's loads and the wait for the segment kernel) and written to P.mix; without
+// P.with_split (HcPreArgs::split off) no Sinkhorn: threads < nhc write pre (the split's own expression) and the
+// caller's hc_split writes post and comb.
+struct HcSplit4Part {
+  const float* part;
+  int64_t nseg;
+  bool part4, with_split;
+  float* mix;
+};
 constexpr int kMaxV4 = 4;
-template <int NHC>
+template <int NHC, bool kPart = false>
 __global__ void __launch_bounds__(256) hc_pre_split4_kernel(HcSplitArgs s, const float* x, const float* norm_w, float* y,
-                                                            float* xn, int64_t dim, float eps) {
+                                                            float* xn, int64_t dim, float eps, HcSplit4Part P) {
   extern __shared__ float4 ysh4[];  // [dim / 4] y
   float* ys = reinterpret_cast<float*>(ysh4);
   __shared__ float ws[kMaxHc];
+  __shared__ float ms[(2 + kMaxHc) * kMaxHc];
   const int nhc = NHC > 0 ? NHC : s.nhc;
   const int64_t t = blockIdx.x, T = blockDim.x;
   const float* xt = x + t * nhc * dim;
@@ -954,8 +965,22 @@ __global__ void __launch_bounds__(256) hc_pre_split4_kernel(HcSplitArgs s, const
       nw[m] = norm_w ? *reinterpret_cast<const float4*>(norm_w + d) : make_float4(1, 1, 1, 1);
     }
   }
-  if (static_cast<int>(threadIdx.x) < nhc)  // hc_split_token's / hc_split4_token's pre expression
-    ws[threadIdx.x] = sigmoid_dev(s.m[t * (2 + nhc) * nhc + threadIdx.x] * s.scale[0] + s.base[threadIdx.x]) + s.eps;
+  const int rows = (2 + nhc) * nhc;
+  const float* mt = s.m + t * rows;
+  if (kPart) {
+    grid_dependency_wait();  // the segment sums (X is not the segment kernel's output: loaded above)
+    if (static_cast<int>(threadIdx.x) < rows) {
+      const float total = seg_total(P.part + (t * rows + threadIdx.x) * P.nseg, P.nseg, P.part4);
+      ms[threadIdx.x] = total;
+      P.mix[t * rows + threadIdx.x] = total;
+    }
+    __syncthreads();
+    mt = ms;
+  }
+  if (static_cast<int>(threadIdx.x) < nhc) {  // hc_split_token's / hc_split4_token's pre expression
+    ws[threadIdx.x] = sigmoid_dev(mt[threadIdx.x] * s.scale[0] + s.base[threadIdx.x]) + s.eps;
+    if (kPart && !P.with_split) s.pre[t * nhc + threadIdx.x] = ws[threadIdx.x];
+  }
   __syncthreads();
   float* yt = y + t * dim;
 #pragma unroll
@@ -980,10 +1005,11 @@ __global__ void __launch_bounds__(256) hc_pre_split4_kernel(HcSplitArgs s, const
                                                    : make_float4(yv.x * sc, yv.y * sc, yv.z * sc, yv.w * sc);
     }
   }
+  if (kPart && !P.with_split) return;
   if (nhc == 4) {
-    if (threadIdx.x < kWarp) hc_split4_token(s, t, threadIdx.x, s.m + t * 24);
+    if (threadIdx.x < kWarp) hc_split4_token(s, t, threadIdx.x, mt);
   } else if (threadIdx.x == 0) {
-    hc_split_token<0>(s, t, s.m + t * (2 + s.nhc) * s.nhc);
+    hc_split_token<0>(s, t, mt);
   }
 }
 
@@ -1045,13 +1071,31 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
       return true;
     f.done = static_cast<int*>(hc_done_.ptr);
   }
+  // Form 5: the scales by hc_controls_prefill_scale (the same expression, its loads in flight) and the finish by the
+  // prefill split kernel adding the segment sums itself (the kernel the norm + matmul path finishes with).
+  const int sthreads = rms_norm_threads(a.dim);
+  const bool split5 = prefill && ctl_form == 5 && small_v5_ && sthreads == 256 && a.dim % 4 == 0 &&
+                      a.dim <= 4 * sthreads * kMaxV4 && aligned16(a.x) && aligned16(a.y) && aligned16(a.xn) &&
+                      (a.norm_w == nullptr || aligned16(a.norm_w));
   if (a.n > 1) {
-    hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, stream()>>>(
-        a.x, hcd, a.rms_eps, sc, norm_threads, p.norm_v4);
-    if (!launched("hc_pre scale")) return true;
+    if (prefill && ctl_form == 5 && p.norm_v4 && hc_controls_prefill_scale_fits(hcd, a.x)) {
+      if (!check(hc_controls_prefill_scale(a.x, hcd, a.n, a.rms_eps, sc, stream()), "hc_pre scale (prefill)")) return true;
+    } else {
+      hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, stream()>>>(
+          a.x, hcd, a.rms_eps, sc, norm_threads, p.norm_v4);
+      if (!launched("hc_pre scale")) return true;
+    }
     p.sc = sc;
     if (prefill) {
       if (!check(hc_controls_prefill_launch(cp, ctl_form, pdl, stream()), "hc_pre control segments (prefill)")) return true;
+      if (split5) {
+        check(launch_dependent(pdl, dim3(static_cast<unsigned>(a.n)), sthreads, static_cast<size_t>(a.dim) * 4, stream(),
+                               a.nhc == 4 ? hc_pre_split4_kernel<4, true> : hc_pre_split4_kernel<0, true>, s, a.x,
+                               a.norm_w, a.y, a.xn, a.dim, a.rms_eps,
+                               HcSplit4Part{part, nseg, part4, with_split, a.mix}),
+              "hc_pre segment sums + split + collapse + norm (prefill)");
+        return true;
+      }
     } else if (fuse) {
       check(launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, stream(),
                              f16_mma_ ? hc_seg_fused_kernel<false, true> : hc_seg_fused_kernel<false, false>, p, f),
@@ -1163,7 +1207,7 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
       aligned16(a.y) && aligned16(a.xn) && (a.norm_w == nullptr || aligned16(a.norm_w))) {
     (a.nhc == 4 ? hc_pre_split4_kernel<4> : hc_pre_split4_kernel<0>)<<<static_cast<unsigned>(a.n), norm_threads,
                                                                         static_cast<size_t>(a.dim) * 4, stream()>>>(
-        s, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps);
+        s, a.x, a.norm_w, a.y, a.xn, a.dim, a.rms_eps, HcSplit4Part{});
     launched("hc_pre split + collapse + norm (v5)");
     return;
   }

@@ -17,14 +17,15 @@ constexpr bool kSmallV5Auto = true;
 // showed it bit for bit the two ops (test_cuda_small6, 320 PARITY lines) and 1.3 µs faster alone, but not faster in
 // the decode stage table (per-token graph sum 7,641 against 7,637 µs; docs/PERF.md).
 constexpr bool kSmallV6Auto = false;
-// CudaBackendOptions::hc_fuse = -1: 30. Units digit 0: the decode HC pre in two launches — the H200 (session 9 W1)
+// CudaBackendOptions::hc_fuse = -1: 50. Units digit 0: the decode HC pre in two launches — the H200 (session 9 W1)
 // showed the one-launch HC pre bit for bit the two launches (test_cuda_hc_fuse.cpp) but slower: 10.68 against 7.45 µs
 // at n = 1, 2–4× slower from 2 tokens (the last blocks' finish runs after every block instead of beside the segment
-// kernel as a programmatic dependent; docs/PERF.md). Tens digit 3: a prefill chunk's HC controls on
-// hc_controls_prefill.cu's form 3 (the weights resident in shared memory, no normed copy of the state) instead of
-// rms_norm + the few-row F16 MMA matmul — the H200 (session 14 W1): bit for bit, the HC pre at 2,048 tokens 0.198 →
-// 0.177 ms.
-constexpr int kHcFuseAuto = 30;
+// kernel as a programmatic dependent; docs/PERF.md). Tens digit 5: a prefill chunk's HC controls on
+// hc_controls_prefill.cu's form 5 (the weights resident in shared memory, no normed copy of the state, the split
+// kernel adding the segment sums) instead of rms_norm + the few-row F16 MMA matmul — the H200 (session 14): bit for
+// bit; form 3 (with the spread finish) took the HC pre at 2,048 tokens 0.198 → 0.177 ms and 4-layer 2K chunks
+// 31.361 → 31.265 ms (W2).
+constexpr int kHcFuseAuto = 50;
 // CudaBackendOptions::attn_out_rope = -1: on — the output's inverse RoPE inside the sliced decode merge. The H200
 // (session 11 W1, W2) showed it bit for bit attention then rope (CudaSmall7, CudaAttention), the engine path through
 // test_cuda_model with it on (26 passed), −0.8 / −0.9 µs per HCA / CSA layer alone and 4-layer decode steps at 2K

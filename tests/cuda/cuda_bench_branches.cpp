@@ -25,7 +25,7 @@
 // `cuda_bench --ctx-steps [S...] M...`: decode steps of one session at 2K … 32K as the engine runs them, per indexer_select
 // S; `--ctx-profile S M CTX...`: one such step at each CTX between cudaProfilerStart / Stop (for ncu).
 // `cuda_bench --hcpre-steps A B M...`: a 2,048-token prefill chunk (2K → 4K) as the engine runs it with hc_fuse's
-// tens digit A and B (a prefill chunk's HC controls: 0 rms_norm + the few-row matmul, 1 … 4 hc_controls_prefill.cu's
+// tens digit A and B (a prefill chunk's HC controls: 0 rms_norm + the few-row matmul, 3 or 5 hc_controls_prefill.cu's
 // forms), the two interleaved for six rounds, "BENCH hcpre-steps" lines.
 // `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps (batch 1 at 2K and 32K, as the engine runs them) with
 // attention_mma_kernels A and B, "BENCH dattn-steps" lines.

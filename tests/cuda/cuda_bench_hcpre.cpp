@@ -1,10 +1,11 @@
 // cuda_bench_hcpre.cpp — `cuda_bench --hcpre-prefill [FORM…]`: a prefill chunk's HC pre (Flash: 4 × 4096 state, 24 ×
 // 16,384 F16 controls) at n = 2,048 as the engine runs it (runtime::engine_cuda_options) with hc_fuse's tens digit 0
-// (rms_norm + the few-row F16 MMA matmul + the split kernel) and each FORM (hc_controls_prefill.cu; default 1 2 3):
+// (rms_norm + the few-row F16 MMA matmul + the split kernel) and each FORM (hc_controls_prefill.cu; default 3 5):
 // "BENCH hcpre-prefill" lines, ms per call (median of 5 × 10 host-timed calls, METHOD.md), the sides in turn for
 // three rounds (drift shows), then the old path's pieces alone (rms_norm, the controls matmul) and "PARITY" lines (each
-// form's mix, pre, y and xn against tens digit 0's, bit for bit); "once": each side's call once, untimed (ncu). Deliberately not here: whole chunks
-// (cuda_bench_branches.cpp's --hcpre-steps), correctness in general (test_cuda_hc_fuse.cpp).
+// form's mix, pre, y and xn against tens digit 0's, bit for bit); "once": each side's call once, untimed (ncu).
+// Deliberately not here: whole chunks (cuda_bench_branches.cpp's --hcpre-steps), correctness in general
+// (test_cuda_hc_fuse.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,7 +40,7 @@ void bench_hcpre_prefill(int argc, char** argv) {
   if (once) --argc, ++argv;
   std::vector<int> forms{0};
   for (int i = 0; i < argc; ++i) forms.push_back(std::atoi(argv[i]));
-  if (forms.size() == 1) forms.insert(forms.end(), {1, 2, 3});
+  if (forms.size() == 1) forms.insert(forms.end(), {3, 5});
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> xh(static_cast<size_t>(N * HCD)), sh(3), bh(MIX), nwh(E);

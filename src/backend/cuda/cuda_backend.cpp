@@ -22,9 +22,9 @@ constexpr bool kSmallV6Auto = false;
 // at n = 1, 2–4× slower from 2 tokens (the last blocks' finish runs after every block instead of beside the segment
 // kernel as a programmatic dependent; docs/PERF.md). Tens digit 5: a prefill chunk's HC controls on
 // hc_controls_prefill.cu's form 5 (the weights resident in shared memory, no normed copy of the state, the split
-// kernel adding the segment sums) instead of rms_norm + the few-row F16 MMA matmul — the H200 (session 14): bit for
-// bit; form 3 (with the spread finish) took the HC pre at 2,048 tokens 0.198 → 0.177 ms and 4-layer 2K chunks
-// 31.361 → 31.265 ms (W2).
+// kernel adding the segment sums) instead of rms_norm + the few-row F16 MMA matmul (tens digit 0) — the H200
+// (session 14 W3): bit for bit (CudaHcFuse.PrefillControlsEqualNormThenMatmul; test_cuda_model with 50: 26 passed), the
+// HC pre at 2,048 tokens 0.196 → 0.149 ms, 4-layer 2K → 4K chunks 31.273 → 30.869 ms (six rounds, each faster).
 constexpr int kHcFuseAuto = 50;
 // CudaBackendOptions::attn_out_rope = -1: on — the output's inverse RoPE inside the sliced decode merge. The H200
 // (session 11 W1, W2) showed it bit for bit attention then rope (CudaSmall7, CudaAttention), the engine path through
@@ -76,7 +76,8 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (opts.device < 0 || opts.device >= n)
     return invalid_argument("cuda backend: device " + std::to_string(opts.device) + " does not exist (" +
                             std::to_string(n) + " visible)");
-  if (opts.hc_fuse >= 60)  // the tens digit: hc_controls_prefill.cu's forms 1 … 5 (docs/PERF.md, session 14)
+  // hc_fuse's tens digit: hc_controls_prefill.cu's forms 3 and 5 (1, 2, 4 removed: docs/PERF.md, session 14).
+  if (const int form = opts.hc_fuse / 10; opts.hc_fuse >= 60 || form == 1 || form == 2 || form == 4)
     return invalid_argument("cuda backend: hc_fuse " + std::to_string(opts.hc_fuse) + " names no prefill controls form");
   cudaError_t e = cudaSetDevice(opts.device);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaSetDevice: ") + cudaGetErrorString(e));
@@ -120,7 +121,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
   be->set_small_v6(opts.small_v6 < 0 ? kSmallV6Auto : opts.small_v6 != 0);
   // hc_fuse: the units the decode HC pre's launches (0 … 2; larger units as 2), the tens digit the prefill
-  // controls' form (hc_controls_prefill.cu; 0: rms_norm + the few-row matmul).
+  // controls' form (hc_controls_prefill.cu's 3 or 5; 0: rms_norm + the few-row matmul).
   be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : opts.hc_fuse / 10 * 10 + std::min(opts.hc_fuse % 10, 2));
   be->set_attn_out_rope(opts.attn_out_rope < 0 ? kAttnOutRopeAuto : opts.attn_out_rope != 0);
   be->set_hc_post_fold(opts.hc_post_fold < 0 ? kHcPostFoldAuto : opts.hc_post_fold);

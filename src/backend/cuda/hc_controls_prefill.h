@@ -27,13 +27,13 @@ inline constexpr int32_t kHcCtlMaxRows = 32;
 bool hc_controls_prefill_scale_fits(int64_t cols, const float* x);
 // sc[t] = row t's RMSNorm scale of x [n][cols] with rms_norm's bits (a block of 256 threads per row, its loads in flight).
 cudaError_t hc_controls_prefill_scale(const float* x, int64_t cols, int64_t n, float eps, float* sc, cudaStream_t s);
-// Whether form `form` (1 … 5) takes this shape (rows ≤ 32, cols % 8 == 0, aligned rows, ≤ 65,535 tokens).
+// Whether form `form` (3 or 5) takes this shape (rows ≤ 32, cols % 8 == 0, aligned rows, ≤ 65,535 tokens).
 bool hc_controls_prefill_fits(const HcCtlParams& p, int form);
-// Launches form `form` on `s` (a programmatic dependent of the kernel before it with pdl, sm_90): the launch's error.
-// Forms (none changes the order, so none changes a bit): 1: 16 warps a block, one block per SM, two 32-value blocks of
-// activation loads in flight a warp; 2: 8 warps, two blocks per SM, four in flight; 3: 16 warps, four in flight
-// (≤ 128 registers); 4: 3 without the programmatic launch; 5: 3's kernel, for which ops_hc.cu takes the scales from
-// hc_controls_prefill_scale and finishes with the prefill split kernel adding the segment sums itself.
+// Launches form `form`'s segment kernel on `s` (a programmatic dependent of the kernel before it with pdl, sm_90):
+// the launch's error. Both forms run the same kernel — 16 warps a block, one block per SM, four 32-value blocks of
+// activation loads in flight a warp (≤ 128 registers) — and ops_hc.cu surrounds it: 3 with the spread pre's scale
+// and finish kernels, 5 (the default) with hc_controls_prefill_scale and the prefill split kernel adding the segment
+// sums itself. None changes a bit.
 cudaError_t hc_controls_prefill_launch(const HcCtlParams& p, int form, bool pdl, cudaStream_t s);
 
 }  // namespace ds4::backend::cuda

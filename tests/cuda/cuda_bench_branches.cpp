@@ -399,9 +399,10 @@ void bench_ramp_steps(int argc, char** argv) {
     int mode;
   };
   // Session 13's default ramp bits (s13) and the default (since session 14 + the half kernel's 16-row tiles,
-  // kRampHalfRows16 524288: out_b, and q_a's norm triggering its dependents after its wait, kRampNormTrigger 1048576).
+  // kRampHalfRows16 524288: out_b, and q_a's norm triggering its dependents after its wait, kRampNormTrigger 1048576),
+  // and that + the half kernel's slot filled by bulk copies (kRampRowsBulk 4194304).
   constexpr int kS13 = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096;  // kRampExplicit | session 13's kRampDefault
-  const Side sides_of[] = {{"s13", kS13}, {"default", 0}};
+  const Side sides_of[] = {{"s13", kS13}, {"default", 0}, {"bulk", kS13 | 524288 | 1048576 | 4194304}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");
@@ -415,7 +416,7 @@ void bench_ramp_steps(int argc, char** argv) {
     }
     const std::pair<int, int64_t> cases[] = {{1, 2048}, {2, 1024}, {4, 1024}};
     for (const auto& [sessions, ctx] : cases) {
-      for (int round = 0; round < (sessions == 1 ? 5 : 2); ++round)  // (the half kernel: one vector only)
+      for (int round = 0; round < (sessions == 1 ? 5 : sessions == 2 ? 2 : 1); ++round)  // (half kernel: one vector)
         for (int k = 0; k < kSides; ++k) {
           const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, sessions, ctx);
           std::printf("BENCH ramp-steps %-17s layers %zu batch %d ctx %lld round %d: %.4f ms/step, %.1f tok/s\n",

@@ -745,6 +745,40 @@ class CudaGemvRowsHalf16NoBulk : public CudaGemvRowsHalf16 {
 
 TEST_F(CudaGemvRowsHalf16NoBulk, NormBetweenTwoMatvecs) { norm_between(); }
 
+// The half kernel's slot filled by cp.async.bulk row pieces on each warp's mbarrier (dense_ramp.h kRampRowsBulk,
+// gemv_rows.cu bulk_slice) on the default's bits: the Half16 cases, and chunk widths C = 1, 3, 5 (256, 768, 1280
+// columns: a warp's slice of 32, ~11 or ~7 rows; the tile's 256th slot past its rows) at the fewest rows that take the
+// half kernel, partial last tiles (slices with no row of the block: an arrival of 0 bytes), chains.
+class CudaGemvRowsHalfBulk : public CudaGemvRowsHalf16 {
+ protected:
+  backend::cuda::CudaBackendOptions options() const override {
+    backend::cuda::CudaBackendOptions o = CudaGemvRowsHalf16::options();
+    o.l2_prefetch_mode |= 4194304;  // kRampRowsBulk
+    return o;
+  }
+};
+
+TEST_F(CudaGemvRowsHalfBulk, FlashShapesBitIdenticalToCpu) {
+  half_shapes();
+  check(3900, 8192, 1);
+  check(4096, 8192, 1, 0, 7);
+  check(5000, 4096, 1);
+}
+
+TEST_F(CudaGemvRowsHalfBulk, NarrowChunksAndPartialTiles) {
+  check(60000, 256, 1);   // C = 1: 256-row tiles, every slot a row
+  check(20001, 768, 1);   // C = 3: 85-row tiles
+  check(12007, 1280, 1);  // C = 5: 51-row tiles
+  check(8190, 4096, 1);   // out_a's shape less two rows
+}
+
+TEST_F(CudaGemvRowsHalfBulk, ChainedLaunchesReadTheOutputOfTheOneBefore) {
+  chained();
+  chained_half();
+}
+
+TEST_F(CudaGemvRowsHalfBulk, NormBetweenTwoMatvecs) { norm_between(); }
+
 // gemv_warp.cu's per-warp bulk rings (1..4 vectors, sm_90, forced: gemv_warp = always; below sm_90 the launch
 // declines and the other kernels give the same bits): every Flash Q8_0 matrix at n = 1..8 (5..8: other kernels), q_b, out_b, gate/up and down whole
 // (the rings refilled many times, partial last tiles), grouped out_a, odd shapes, matmul_many's sets,

@@ -52,6 +52,10 @@ constexpr int kRampHalfRows16 = 524288;
 // norm reads, sums and writes its row — not under q_a, as session 12's trigger at the norm's start did (lost). The
 // dependent still waits (griddepcontrol.wait) for the norm's end before it reads the row: the same bits.
 constexpr int kRampNormTrigger = 1048576;
+// With kRampRowsHalf: the half kernel's ring slot filled by cp.async.bulk copies, one per row piece of each warp's
+// slice, issued by one lane each and completing on the warp's mbarrier (gemv_rows.cu bulk_slice), instead of 17
+// cp.async copies a thread and their address walk (~579 instructions a tile from the slot's wait to the terms).
+constexpr int kRampRowsBulk = 4194304;
 // (2097152 was the half kernel's copies addressed without walk_chunks' `while` loop — its wrap as predicated steps,
 // 32-bit offsets from the tile: ptxas, at the 128-register cap, rematerialised the 64-bit tile address inside each
 // predicated copy, ~676 instructions from the slot's wait to the terms against ~579; 4-layer steps at 2K +7.0 µs,
@@ -82,7 +86,7 @@ inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; 
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.
 inline int dense_ramp_bits(int mode) {
   constexpr int kAll = kRampRowsTwoTiles | kRampDirectQuant | kRampTwoTilesOneVector | kRampRowsRing |
-                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger;
+                       kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger | kRampRowsBulk;
   return (mode & kRampExplicit) != 0 ? mode & kAll : kRampDefault;
 }
 

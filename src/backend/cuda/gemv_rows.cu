@@ -26,6 +26,7 @@
 #include <algorithm>
 
 #include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_parts.cuh"
@@ -49,6 +50,7 @@ constexpr uint64_t kRingMaxSmem = 220 * 1024;
 // kRampRowsHalf (sm_90, one vector): one ring slot, ≤ 128 registers a thread and ≤ kHalfMaxSmem, so that two blocks
 // share an SM.
 constexpr uint64_t kHalfMaxSmem = 112 * 1024;
+constexpr uint64_t kBulkBarBytes = 8 * 8;  // kRampRowsBulk: one mbarrier a warp
 constexpr uint32_t kStageBytes = kThreads * 272;  // one tile: every thread's octet
 constexpr int64_t kFusedMaxValues = 8192;  // n·cols above this: one quantize_act first (as gemv_stream.cu)
 
@@ -69,6 +71,7 @@ struct RowsParams {
   int64_t x_stride;
   uint64_t act_vec;
   int32_t ramp;  // dense_ramp.h bits (kRampRowsTwoTiles, kRampDirectQuant)
+  uint32_t bar_off;  // kRampRowsBulk: smem of the warps' mbarriers [8] uint64
 };
 
 // One 16-byte weight load: through L1 (the two halves of a 32-byte sector are read by consecutive
@@ -141,6 +144,36 @@ __device__ __forceinline__ void copy_chunks(uint8_t* slot, const uint8_t* w, uin
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   walk_chunks(w, row_bytes, row0, rows, C, c,
               [&](int k, const uint8_t* src) { cp_async16(slot + 16 * (32 * k + lane), src); });
+}
+
+// The generic proxy's accesses to shared memory ordered before the async proxy's (a bulk copy overwriting what the
+// thread read).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// kRampRowsBulk (sm_90): the warp's slice of tile (row group at row0, column chunk c) — its 32 octet slots q0 … q0 + 31
+// (slot q: row q / C, octet q % C of the tile), stored by copy_chunks at 272·(q − q0) — as cp.async.bulk copies, one
+// per row the slice touches (a run of consecutive slots of one row is contiguous in the row and in the slice), issued by
+// one lane each (≤ 32: C = 1 makes every slot a row), completing on the warp's mbarrier `bar`, whose one arrival (lane
+// 0) announces the bytes of the slots in the block's rows first. The same bytes at the same places as copy_chunks:
+// the same bits. Slots of rows past the block's keep their old bytes (their chains never run).
+__device__ __forceinline__ void bulk_slice(uint8_t* slice, const uint8_t* w, uint64_t row_bytes, int row0, int rows,
+                                           int C, int c, uint64_t* bar) {
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  const int q0 = static_cast<int>(threadIdx.x / kWarp) * kWarp;
+  const int valid = min(max((rows - row0) * C - q0, 0), kWarp);  // the slice's slots in the block's rows
+  if (lane == 0) mbar_expect(bar, static_cast<uint32_t>(valid) * 272u);  // 0: the phase completes at once
+  __syncwarp();  // the expectation before any copy's completion
+  if (valid == 0) return;
+  const int ra = q0 / C, r = ra + lane;  // lane's row of the tile
+  if (r > (q0 + valid - 1) / C) return;
+  const int s0 = max(q0, r * C), s1 = min(q0 + valid, (r + 1) * C);  // its slots [s0, s1)
+  bulk_copy(slice + 272u * static_cast<uint32_t>(s0 - q0),
+            w + static_cast<uint64_t>(row0 + r) * row_bytes + static_cast<uint64_t>(c * C + s0 - r * C) * 272u,
+            static_cast<uint32_t>(s1 - s0) * 272u, bar);
 }
 
 // Word m (0 … 67) of a loaded octet (m is a constant once the callers' loops are unrolled).
@@ -277,7 +310,9 @@ __device__ inline void quantize_to_octets(const float* x, int64_t x_stride, int 
 // NV: the most vectors of the instantiation (p.n_vec ≤ NV). One block: a contiguous row range of one part.
 // kSlots: 0 the register path; kRingSlots the ring of kRampRowsRing, 1 the half-SM ring of kRampRowsHalf (two
 // blocks an SM fit: ≤ 128 registers) — kNoL1 unused with a ring: the copies are L2-only.
-template <int NV, bool kNoL1, int kSlots = 0>
+// kBulk (kRampRowsBulk, the half kernel only): each warp's slice of the ring slot filled by bulk_slice on the warp's
+// mbarrier instead of 17 cp.async copies a thread.
+template <int NV, bool kNoL1, int kSlots = 0, bool kBulk = false>
 __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kernel(const __grid_constant__ RowsParams p) {
   constexpr bool kRing = kSlots > 0;
   extern __shared__ __align__(16) uint8_t sm[];
@@ -295,11 +330,24 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
   uint8_t* stage = sm + p.stage_off + (t / kWarp) * (kWarp * 272u);
 
   uint4 a[kOctetLoads], ch[kRing ? 1 : kOctetLoads];
+  uint64_t* wbar = reinterpret_cast<uint64_t*>(sm + p.bar_off) + t / kWarp;  // kBulk: the warp's barrier
+  if constexpr (kBulk) {
+    if (t % kWarp == 0) mbar_init(wbar);
+    __syncwarp();
+  }
   // Ring: tile k's copies into slot k % kSlots (the warp's slice of it at `stage`); take(k) waits for them,
   // moves this thread's octet into `a`, and refills the slot with tile k + kSlots. Groups: one per tile, in
   // tile order (empty past the last), so at take(k) k + kSlots are committed and waiting until at most
   // kSlots − 1 are pending leaves tile k's done.
   auto ring_copy = [&](int k) {
+    if constexpr (kBulk) {
+      if (k < tiles) {
+        const int g = k / chunks;
+        fence_proxy_async_shared();  // this warp's reads of the slice (generic proxy) before the copies overwrite it
+        bulk_slice(stage, wb, p.row_bytes, g * R, rows, C, k - g * chunks, wbar);
+      }
+      return;
+    }
     if (k < tiles) {
       const int g = k / chunks;
       copy_chunks(stage + (k % (kRing ? kSlots : 1)) * kStageBytes, wb, p.row_bytes, g * R, rows, C, k - g * chunks);
@@ -307,7 +355,10 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
     cp_async_commit();
   };
   auto take = [&](int k) {
-    cp_async_wait<(kRing ? kSlots : 1) - 1>();
+    if constexpr (kBulk)
+      mbar_wait(wbar, static_cast<uint32_t>(k) & 1u);  // fill k of the one slot: phase k
+    else
+      cp_async_wait<(kRing ? kSlots : 1) - 1>();
     __syncwarp();  // every lane's copies of the warp's slice have landed
     const uint8_t* slot = stage + (k % (kRing ? kSlots : 1)) * kStageBytes;
 #pragma unroll
@@ -399,7 +450,8 @@ __global__ void __launch_bounds__(kThreads, kSlots == 1 ? 2 : 1) gemv_rows_kerne
       }
     }
   }
-  if constexpr (kRing) cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
+  if constexpr (kRing && !kBulk) cp_async_wait<0>();  // nothing in flight at exit (the trailing groups are empty)
+  // (kBulk: every fill was waited for by take(); none is issued past the last tile.)
 }
 
 // Tile rows and shared memory for n_vec vectors of nb blocks; smem = 0 when it does not fit.
@@ -452,7 +504,10 @@ const void* ring_kernel(int index) {
   }
 }
 // kRampRowsHalf's one instantiation (one vector).
-const void* half_kernel() { return reinterpret_cast<const void*>(gemv_rows_kernel<1, false, 1>); }
+const void* half_kernel(bool bulk) {
+  return bulk ? reinterpret_cast<const void*>(gemv_rows_kernel<1, false, 1, true>)
+              : reinterpret_cast<const void*>(gemv_rows_kernel<1, false, 1>);
+}
 
 const void* rows_kernel(int index) {  // index + kRowsKernels: the no-L1 loads
   switch (index) {
@@ -518,7 +573,8 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
                           ((ramp & kRampRingFromTwoVectors) == 0 || s.n_vec >= 2);
   bool ring = false, half = false;
   if (half_asked) {
-    const RowsPlan hd = plan_rows(s.cols / kQK8_0, s.n_vec, 1, kHalfMaxSmem, half_wide);
+    const uint64_t bars = (ramp & kRampRowsBulk) != 0 ? kBulkBarBytes : 0;  // kRampRowsBulk: the warps' mbarriers
+    const RowsPlan hd = plan_rows(s.cols / kQK8_0, s.n_vec, 1, kHalfMaxSmem - bars, half_wide);
     half = hd.smem != 0 && hd.smem <= static_cast<uint64_t>(dense_smem_optin_);
     if (half) d = hd;
   } else if (ring_asked) {
@@ -528,7 +584,9 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   }
   const bool no_l1_flag = ring || half || (gemv_rows_no_l1_ && !ring_asked && !half_bit);
   const int idx = rows_index(s.n_vec) + (no_l1_flag ? kRowsKernels : 0);
-  const void* kernel = half ? half_kernel() : ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
+  const bool bulk = half && (ramp & kRampRowsBulk) != 0;
+  if (bulk) d.smem += kBulkBarBytes;  // the warps' mbarriers after the ring slot (8-byte aligned: the slot's end)
+  const void* kernel = half ? half_kernel(bulk) : ring ? ring_kernel(rows_index(s.n_vec)) : rows_kernel(idx);
   if (!dense_smem(kernel, &rows_smem_set_[idx], half ? kHalfMaxSmem : ring ? kRingMaxSmem : kMaxSmem,
                   "gemv_rows shared memory"))
     return true;
@@ -551,6 +609,7 @@ bool CudaBackend::gemv_rows_set(const StreamSet& s, DeviceScratch& act_scratch) 
   p.buf_floats = d.buf_floats;
   p.two_buffers = d.two_buffers;
   p.stage_off = d.stage_off;
+  p.bar_off = static_cast<uint32_t>(d.smem - kBulkBarBytes);  // (read only by the bulk kernel)
   p.x_stride = s.x_stride;
   // Two tiles before griddepcontrol.wait only where the launch is a programmatic dependent (dense_launch's rule):
   // elsewhere nothing runs under them and tile 0's wait would only delay the activations.

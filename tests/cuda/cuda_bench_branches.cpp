@@ -398,11 +398,11 @@ void bench_ramp_steps(int argc, char** argv) {
     const char* name;
     int mode;
   };
-  // Session 13's default ramp bits (s13) and the default (since session 14 + the half kernel's 16-row tiles,
-  // kRampHalfRows16 524288: out_b, and q_a's norm triggering its dependents after its wait, kRampNormTrigger 1048576),
-  // and that + the half kernel's slot filled by bulk copies (kRampRowsBulk 4194304).
+  // Session 13's default ramp bits (s13); + the half kernel's 16-row tiles (kRampHalfRows16 524288: out_b) and q_a's
+  // norm triggering its dependents after its wait (kRampNormTrigger 1048576); the default (since session 14 those and
+  // the half kernel's slot filled by bulk copies, kRampRowsBulk 4194304).
   constexpr int kS13 = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096;  // kRampExplicit | session 13's kRampDefault
-  const Side sides_of[] = {{"s13", kS13}, {"default", 0}, {"bulk", kS13 | 524288 | 1048576 | 4194304}};
+  const Side sides_of[] = {{"s13", kS13}, {"s13+rows16+trig", kS13 | 524288 | 1048576}, {"default", 0}};
   constexpr int kSides = static_cast<int>(sizeof(sides_of) / sizeof(sides_of[0]));
   for (int i = 0; i < argc; ++i) {
     auto mf = open_model(argv[i], "ramp-steps");

@@ -79,8 +79,11 @@ constexpr int kRampExplicit = 128;
 // 0.8015 / 0.8003 / 0.7945 / 0.7974 / 0.7893, the norm trigger 0.8047 / 0.7962 / 0.7948 / 0.8000 / 0.7999, both
 // 0.8008 / 0.8011 / 0.7968 / 0.7927 / 0.7968, against 0.8114 / 0.8099 / 0.8024 / 0.8039 / 0.8051 without them
 // (−9.9, −7.4, −8.9 µs a step on average, every round faster); batch 2 one round even (1.2190 both, 1.2266 without).
+// And the bulk copies (W3, 59ca3c7): 0.7791 / 0.7807 / 0.7799 / 0.7777 / 0.7767 against 0.7855 / 0.7834 / 0.7857 /
+// 0.7808 / 0.7792 without (−4.1 µs a step, every round), one layer's dense matvecs 63.24 against 64.07 µs.
 constexpr int kRampDefault = kRampRowsTwoTiles | kRampTwoTilesOneVector | kRampDirectQuant | kRampRowsRing |
-                             kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger;
+                             kRampRingFromTwoVectors | kRampRowsHalf | kRampHalfRows16 | kRampNormTrigger |
+                             kRampRowsBulk;
 
 inline int l2_prefetch_base_mode(int mode) { return mode & kL2PrefetchModeMask; }
 // The ramp bits of CudaBackendOptions::l2_prefetch_mode `mode`.

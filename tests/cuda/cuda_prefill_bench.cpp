@@ -17,7 +17,9 @@
 // addresses, raw prmt, the copy state in shared memory, small tiles' fragments formed a sub-block ahead), then
 // again, each
 // with ids spread like a router's and with routing like a text prompt's ("moe-zipf": Zipf-distributed token
-// types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 48 and 50 (under ncu).
+// types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 48 and 50 (under ncu);
+// "quant" / "quantprof": cuda_prefill_quant.cpp's lines (the dense matmuls' Q8_0 activation quantizers alone); "q8v3":
+// the dense Q8_0 lines of gemm_q8 18, 23, 28, 29.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -68,7 +70,8 @@ std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, st
 }  // namespace
 
 void bench_prefill_stages(int64_t N);  // cuda_prefill_stages.cpp: "PSTAGE" lines
-void bench_f16(int64_t N, bool profile, bool sweep, bool shapes_only);  // cuda_f16_bench.cpp: "PBENCH f16" lines, segment vs MMA order
+void bench_f16(int64_t N, bool profile, bool sweep, bool shapes_only);
+void bench_quantizers(int64_t N, bool profile);  // cuda_prefill_quant.cpp: "PQUANT" lines, the Q8_0 quantizers alone  // cuda_f16_bench.cpp: "PBENCH f16" lines, segment vs MMA order
 
 int main(int argc, char** argv) {
   // A line at a time: a run cut short by a timeout (the device queue's 55 s) keeps the lines it printed.
@@ -87,6 +90,11 @@ int main(int argc, char** argv) {
               std::strcmp(argv[2], "f16shapes") == 0 || shapes_prof);
     return 0;
   }
+  // "quant" / "quantprof": cuda_prefill_quant.cpp's lines only (the dense matmuls' activation quantizers alone).
+  if (argc > 2 && (std::strcmp(argv[2], "quant") == 0 || std::strcmp(argv[2], "quantprof") == 0)) {
+    bench_quantizers(N, std::strcmp(argv[2], "quantprof") == 0);
+    return 0;
+  }
   // "profile": the experts of gemm_experts 48, 50, for ncu, no timing; "q8prof": q_b's matmul once on
   // the default shape (Cfg7), then on gemm_q8.cu's Cfg4 (ncu).
   // "q8bulkprof": q_b's matmul once on the default (tensor copies), then with bulk-copy stages and the cp.async
@@ -96,6 +104,9 @@ int main(int argc, char** argv) {
   // 18, 19, 15, 21 (session 13: vector tiles first, converted sums, the previous default, lean stores).
   const bool q8v2prof = argc > 2 && std::strcmp(argv[2], "q8v2prof") == 0;
   const bool q8v2 = argc > 2 && std::strcmp(argv[2], "q8v2") == 0;
+  // "q8v3": the dense Q8_0 lines (twice in turn) of gemm_q8 = 18 and 23, 28, 29 (session 14: converted sums on every
+  // shape; + the GEMM a programmatic dependent of its quantizer; + act_quant_prefill.cu's quantizer).
+  const bool q8v3 = argc > 2 && std::strcmp(argv[2], "q8v3") == 0;
   const bool q8prof = q8bulkprof || q8v2prof || (argc > 2 && std::strcmp(argv[2], "q8prof") == 0);
   const bool profile = q8prof || (argc > 2 && std::strcmp(argv[2], "profile") == 0);
   // "experts": the GEMM and routed-expert lines of the defaults, the expert lines of modes 21 and 14
@@ -113,7 +124,7 @@ int main(int argc, char** argv) {
   // "q8bulk": the dense Q8_0 lines of the default (2-D tensor copies on sm_90), of the bulk-copy stages (gemm_q8
   // = 12) and of the previous default (16: the cp.async ring), twice in turn (the second round shows the spread).
   const bool q8bulk = argc > 2 && std::strcmp(argv[2], "q8bulk") == 0;
-  const bool q8_lines = q8prof || q8bulk || q8v2 || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
+  const bool q8_lines = q8prof || q8bulk || q8v2 || q8v3 || (argc > 2 && std::strcmp(argv[2], "q8") == 0);
   const bool gemm_only =
       profile || experts_only || walk_only || q8_lines || (argc > 2 && std::strcmp(argv[2], "gemm") == 0);
   std::mt19937 rng(1);
@@ -127,6 +138,7 @@ int main(int argc, char** argv) {
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8v2prof   ? std::vector<int>{0, 51, 52, 53, 54, 55}
                                  : q8v2       ? std::vector<int>{0, 51, 52, 53, 54, 55, 0, 51, 52, 53, 54, 55}
+                                 : q8v3       ? std::vector<int>{52, 60, 61, 62, 52, 60, 61, 62}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
                                  : profile    ? std::vector<int>{49, 57}
@@ -150,8 +162,11 @@ int main(int argc, char** argv) {
     // 46, 47: the shape by grid size with bulk-copy stages / the cp.async ring (gemm_q8 = 12, 16).
     // 51 … 55: gemm_q8 = 17, 18, 19 (vector tiles first; + converted sums; converted sums), 15 (tensor copies by grid
     // size, the default before session 13), 21 (lean stores only).
-    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47) || (mode >= 51 && mode <= 55);
+    // 60, 61, 62: gemm_q8 = 23, 28, 29 (session 14: converted sums on every shape; + the GEMM a programmatic dependent
+    // of its quantizer; + act_quant_prefill.cu's quantizer; session 14's W1 ran the removed 24 … 27 as modes 57 … 60).
+    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47) || (mode >= 51 && mode <= 55) || (mode >= 60 && mode <= 62);
     if (mode >= 51 && mode <= 55) co.gemm_q8 = mode == 54 ? 15 : mode - 34;
+    if (mode >= 60 && mode <= 62) co.gemm_q8 = mode == 60 ? 23 : mode - 33;
     if (mode == 46) co.gemm_q8 = 12;
     if (mode == 47) co.gemm_q8 = 16;  // the previous default: default_shape with the cp.async ring
     if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
@@ -183,7 +198,8 @@ int main(int argc, char** argv) {
                                  "q8-direct5",  "q8-direct6",  "q8-direct7", "q8-direct8", "q8-noparts",
                                  "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1", "tc-exp-la",  "-",
                                  "q8-vfirst",   "q8-vf-cvt",  "q8-cvt",     "q8-prev15",  "q8-lean",
-                                 "-",           "tc-exp-ahead"};    const char* path = names[mode];
+                                 "-",           "tc-exp-ahead", "-",          "-",
+                                 "q8-allcvt",   "q8-pdl",     "q8-pdl-wide"};    const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
       if (!profile) return median_seconds(body, sync, iters);
@@ -263,7 +279,7 @@ int main(int argc, char** argv) {
       }
     }
     if (gemm_only && !experts_only && !profile &&
-        (mode == 0 || mode == 44 || mode == 46 || mode == 47 || (mode >= 51 && mode <= 55))) {
+        (mode == 0 || mode == 44 || mode == 46 || mode == 47 || (mode >= 51 && mode <= 55) || (mode >= 60 && mode <= 62))) {
       // Several matrices per call (CudaBackendOptions::gemm_q8_parts; mode 44: one launch each): out_a's 8
       // row groups of 1,024 over 4,096 values of the attention output each, the shared expert's gate + up.
       const int64_t G = 8, Ro = 1024, gin = 4096, E = 4096, F = 2048;

@@ -9,15 +9,19 @@
 // gives the same bits as the previous kernels; the grouped experts' kernels of gemm_experts.cu equal
 // gemm2_kernel at the Flash depths.
 // Not here: tolerance tests of every path (test_cuda_matmul.cpp), speed (cuda_prefill_bench).
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 
+#include "backend/cuda/cuda_impl.h"
 #include "cuda_test_util.h"
 #include "moe_test_util.h"
+#include "quant/quantize.h"
 
 using namespace ds4;
 using namespace ds4::backend;
@@ -205,7 +209,9 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
   // copies (Cfg7, Cfg1, the shape by grid size).
   // 17 … 22 (session 13): tensor copies with lean stores — 17: vector tiles first, 18: + the MMA from zero and its
   // sums converted, 19: converted sums, 21: lean stores only, 22: 18 on Cfg7.
-  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22}) {
+  // 23, 28, 29 (session 14): 18 with converted sums on Cfg1 / Cfg3 too (these small shapes take them); 28 with the
+  // GEMM a programmatic dependent of its quantizer; 29 with act_quant_prefill.cu's quantizer.
+  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 23, 28, 29}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
@@ -239,9 +245,11 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
   o.gemm_q8 = 15;  // the same with 2-D tensor copies
   auto tensor = backend_with(o);
   ASSERT_TRUE(tensor);
-  // session 13: 17 … 21 (vector tiles first; + converted sums; converted sums; lean stores)
+  // session 13: 17 … 21 (vector tiles first; + converted sums; converted sums; lean stores); session 14: 23 … 25
+  // (converted sums on every shape; + the GEMM a programmatic dependent of its quantizer)
+  const int s13_variants[] = {17, 18, 19, 21, 23, 28, 29};
   std::vector<std::unique_ptr<Backend>> s13;
-  for (int v : {17, 18, 19, 21}) {
+  for (int v : s13_variants) {
     o.gemm_q8 = v;
     s13.push_back(backend_with(o));
     ASSERT_TRUE(s13.back());
@@ -257,7 +265,7 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
     const auto x = randn(static_cast<size_t>(sh.n * sh.cols));
     const auto want = matmul_on(*async, w, bytes.size(), x.data(), sh.n);
     std::vector<std::pair<Backend*, std::string>> bes{{bulk.get(), ": bulk"}, {tensor.get(), ": tensor"}};
-    for (size_t k = 0; k < s13.size(); ++k) bes.push_back({s13[k].get(), ": gemm_q8 " + std::to_string(k < 3 ? 17 + k : 21)});
+    for (size_t k = 0; k < s13.size(); ++k) bes.push_back({s13[k].get(), ": gemm_q8 " + std::to_string(s13_variants[k])});
     for (const auto& [be, label] : bes) {
       const auto got = matmul_on(*be, w, bytes.size(), x.data(), sh.n);
       const char* what = label.c_str();
@@ -546,6 +554,95 @@ TEST_F(CudaGemm, RemovedExpertsVariantsAreRejected) {
   for (int v : {-1, 0, 13, 20, 34, 44, 48, 50}) {
     cuda::CudaBackendOptions o;
     o.gemm_experts = v;
+    EXPECT_TRUE(cuda::make_cuda_backend(o).ok()) << v;
+  }
+}
+
+TEST_F(CudaGemm, PrefillQ8QuantizersEqualCpuBytes) {
+  // The prefill Q8_0 activation quantizer (CudaBackend::quantize_act with prefill_glue: ops_matmul.cu's
+  // quantize_q8_0_rows_kernel; gemm_q8 = 28: its form that lets a programmatic dependent start; 29: act_quant_prefill.cu's
+  // kernel, 8 values a lane) gives the CPU's quantize_act_q8_0 bytes — rows of zeros, NaN (one, all), ±inf, huge,
+  // subnormal and half-way values, the largest |x| negative; strides wider than the row; partial last rounds; the
+  // Flash widths at 2,048 rows (q_a / kv / gate+up 4,096, q_b 1,024, out_a 32,768 over 64 rows, out_b 8,192, down
+  // 2,048); bytes past the rows untouched (poisoned).
+  struct Shape {
+    int64_t rows, cols, x_stride;
+  };
+  const Shape shapes[] = {{1, 32, 32},      {3, 64, 68},       {5, 96, 96},        {77, 1024, 1024}, {130, 8192, 8200},
+                          {2048, 4096, 4096}, {2048, 1024, 1024}, {64, 32768, 32768}, {2048, 8192, 8192}, {2048, 2048, 2048},
+                          {2049, 256, 256}};
+  for (int variant : {18, 28, 29}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_q8 = variant;
+    auto be = backend_with(o);
+    ASSERT_TRUE(be);
+    auto& cb = static_cast<cuda::CudaBackend&>(*be);
+    for (const Shape& sh : shapes) {
+      auto x = randn(static_cast<size_t>(sh.rows * sh.x_stride));
+      // Special blocks in the first rows (block k of row 0 … 2): zeros, one NaN, all NaN, ±inf, huge, subnormal,
+      // half-way values (amax 127 → d = 1: v · id = k + 0.5 exactly), a negative largest |x|.
+      const int64_t nb = sh.cols / 32;
+      for (int64_t k = 0; k < std::min<int64_t>(nb * std::min<int64_t>(sh.rows, 3), 9); ++k) {
+        float* b = x.data() + (k / nb) * sh.x_stride + (k % nb) * 32;
+        for (int i = 0; i < 32; ++i) {
+          switch (k) {
+            case 0: b[i] = 0.0f; break;
+            case 1: if (i == 5) b[i] = NAN; break;
+            case 2: b[i] = NAN; break;
+            case 3: if (i == 7 || i == 8) b[i] = i == 7 ? INFINITY : -INFINITY; break;
+            case 4: b[i] = 3e38f * (i % 2 ? 1.0f : -0.5f); break;
+            case 5: b[i] = 1e-40f * static_cast<float>(i - 16); break;
+            case 6: b[i] = i == 0 ? 127.0f : static_cast<float>(i % 20) - 9.5f; break;
+            case 7: b[i] = i == 31 ? -50.0f : static_cast<float>(i) * 0.25f; break;
+            default: b[i] = i == 3 ? -1e-3f : 1e-3f; break;
+          }
+        }
+      }
+      const uint64_t row_bytes = static_cast<uint64_t>(nb) * sizeof(BlockQ8_0Act);
+      std::vector<uint8_t> want(row_bytes * sh.rows);
+      for (int64_t r = 0; r < sh.rows; ++r)
+        quantize_act_q8_0(x.data() + r * sh.x_stride, reinterpret_cast<BlockQ8_0Act*>(want.data() + r * row_bytes), sh.cols);
+      auto gx = be->alloc(x.size() * 4, MemCategory::scratch);
+      ASSERT_TRUE(gx.ok());
+      be->upload(gx->data(), x.data(), x.size() * 4);
+      cuda::DeviceScratch out;
+      const uint64_t poison_bytes = row_bytes * sh.rows + 64;
+      ASSERT_TRUE(cb.ensure(out, poison_bytes, "test"));
+      // (on the backend's stream: a legacy-stream memset may land after the quantizer — H200 W2, under load)
+      ASSERT_EQ(cudaMemsetAsync(out.ptr, 0xA5, poison_bytes, cb.stream()), cudaSuccess);
+      const uint64_t stride = cb.quantize_act(GgmlType::Q8_0, gx->f32(), sh.x_stride, sh.rows, sh.cols, out);
+      ASSERT_EQ(stride, row_bytes);
+      std::vector<uint8_t> got(poison_bytes);
+      be->download(got.data(), out.ptr, got.size());
+      ASSERT_TRUE(be->sync().ok());
+      int64_t diff = 0, touched = 0;
+      for (uint64_t i = 0; i < want.size(); ++i) diff += got[i] != want[i];
+      for (uint64_t i = want.size(); i < got.size(); ++i) touched += got[i] != 0xA5;
+      const std::string what = "gemm_q8 " + std::to_string(variant) + " quantizer " + std::to_string(sh.rows) + "x" +
+                               std::to_string(sh.cols) + " stride " + std::to_string(sh.x_stride);
+      EXPECT_EQ(diff, 0) << what << ": bytes differing from the CPU's";
+      EXPECT_EQ(touched, 0) << what << ": bytes written past the rows";
+      std::printf("PARITY %s %s: %lld of %zu bytes differ\n", diff == 0 && touched == 0 ? "ok  " : "FAIL", what.c_str(),
+                  static_cast<long long>(diff), want.size());
+      cudaFree(out.ptr);
+    }
+  }
+}
+
+TEST_F(CudaGemm, RemovedQ8VariantsAreRejected) {
+  // gemm_q8's twin of RemovedExpertsVariantsAreRejected: values launch_parts does not name — removed (2 before
+  // session 9's W2, 20 in session 13, 24 … 27 in session 14) or never made — are refused by make_cuda_backend instead of running the
+  // default under their name; every kept value and −1 (the default) are accepted.
+  for (int v : {-2, 2, 20, 24, 25, 26, 27, 30, 99}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_q8 = v;
+    auto made = cuda::make_cuda_backend(o);
+    ASSERT_FALSE(made.ok()) << v;
+    EXPECT_NE(made.status().to_string().find("gemm_q8"), std::string::npos) << made.status().to_string();
+  }
+  for (int v : {-1, 0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 23, 28, 29}) {
+    cuda::CudaBackendOptions o;
+    o.gemm_q8 = v;
     EXPECT_TRUE(cuda::make_cuda_backend(o).ok()) << v;
   }
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_q8.h"
 
 namespace ds4::backend::cuda {
 
@@ -126,6 +127,11 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_attn_out_rope(opts.attn_out_rope < 0 ? kAttnOutRopeAuto : opts.attn_out_rope != 0);
   be->set_hc_post_fold(opts.hc_post_fold < 0 ? kHcPostFoldAuto : opts.hc_post_fold);
   be->set_gemm_pipelined(opts.gemm_pipelined);
+  // gemm_q8's twin of the gemm_experts check below: a value launch_parts does not name (removed, never made)
+  // would run the default under its name.
+  if (!gemm_q8_known(opts.gemm_q8))
+    return invalid_argument("cuda backend: gemm_q8 " + std::to_string(opts.gemm_q8) +
+                            " is not a variant of this build (removed or never made; docs/PERF.md); -1 picks the default");
   be->set_gemm_q8(opts.gemm_q8);
   be->set_gemm_q8_parts(opts.gemm_q8_parts < 0 ? kGemmQ8PartsAuto : opts.gemm_q8_parts != 0);
   be->set_norm_rope_loads_first(opts.norm_rope_loads_first < 0 ? kNormRopeLoadsFirstAuto : opts.norm_rope_loads_first != 0);

@@ -28,6 +28,7 @@
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/cuda/gemm_q8.h"
 #include "backend/cuda/mma_s8.cuh"
 #include "backend/cuda/tensor_copy.cuh"
 #include "quant/blocks.h"
@@ -90,7 +91,17 @@ constexpr int kGemmQ8AsyncByGrid = 16;
 // lean stores, converted sums; 21 = default_shape, lean stores; 22 = Cfg7, as 18 (tests: partial row tiles).
 // (20, 12 warps of 32 × 64 on 128 × 192 tiles, measured slower than Cfg7 on every Flash shape in W2, is gone.)
 constexpr int kGemmQ8VFirst = 17, kGemmQ8VFirstCvt = 18, kGemmQ8Cvt = 19, kGemmQ8Lean = 21, kGemmQ8VFirstCvtCfg7 = 22;
-enum : int { kOptLean = 1, kOptVFirst = 2, kOptCvt = 4 };
+// … = 23 (session 14): 18 with the converted sums on Cfg1 and Cfg3 too (q_a, kv; 18 keeps their biased sums);
+// 28: 23 with the GEMM a programmatic dependent of its quantizer (kOptPdl; quantize_q8_0_rows_kernel lets it start
+// once its last blocks run: the GEMM blocks' prologue and first weight stages overlap the quantizer's tail) except
+// on Cfg3 (W1: kv's 128 blocks of two per SM, placed beside the quantizer's, ran 0.058 → 0.086 ms).
+// (24 … 27, session 14 W1: a streaming quantizer of resident blocks walking rounds — 61–89 % of 18's quantizer's
+// rate on every Flash width — and it with the programmatic GEMM; removed.)
+// 29: 28 with act_quant_prefill.cu's quantizer (8 values a lane, 128 bytes in flight a thread).
+constexpr int kGemmQ8AllCvt = 23, kGemmQ8PdlAllCvt = 28, kGemmQ8PdlWide = 29;
+// The default (−1) on sm_90.
+constexpr int kGemmQ8Default = kGemmQ8VFirstCvt;
+enum : int { kOptLean = 1, kOptVFirst = 2, kOptCvt = 4, kOptPdl = 8 };
 
 struct Q8Params {
   uint64_t row_bytes;
@@ -301,11 +312,15 @@ __device__ inline void store_tile(const float (&acc)[C::WM / 16][C::WN / 8][4], 
 // share a few row tiles' weights (read from DRAM about once) instead of sweeping all of a matrix's weights per
 // vector tile (q_b's 35 MB: the H200's L2 kept too little of them between sweeps, session 13 W1 ncu: 26 % of
 // the DRAM peak for ~0.74 GB a launch); kOptCvt = q8_block's kCvt.
+// kOptPdl (tensor copies only; launched as a programmatic dependent of the activations' quantizer): the first S − 1
+// stages' weight boxes are asked for before grid_dependency_wait(), their activation boxes after it — nothing
+// else the block does before reads the quantizer's output or writes what it reads.
 template <class C, int kCopy, int kOpt = 0>
 __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(const __grid_constant__ Q8Params p) {
   constexpr bool kVFirst = (kOpt & kOptVFirst) != 0;
   constexpr int WM = C::WM, WN = C::WN, MI = WM / 16, NJ = WN / 8, S = C::STAGES;
   constexpr bool kBulk = kCopy != kCopyAsync, kTensor = kCopy == kCopyTensor;
+  constexpr bool kPdl = kTensor && (kOpt & kOptPdl) != 0;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   // Tensor copies need 128-byte aligned destinations: the launch adds 128 bytes to round up into.
   uint8_t* smem = kTensor ? smem_raw + ((128u - (smem_addr(smem_raw) & 127u)) & 127u) : smem_raw;
@@ -339,12 +354,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(const __gr
   [[maybe_unused]] const CUtensorMap* tw = &p.tw[blockIdx.z];
   [[maybe_unused]] const int ax0 = static_cast<int>(part.act_off / 8);  // the part's activation columns, 8-byte units
   // Stage st into `slot` (thread 0 alone for tensor copies; its bytes announced on full[slot] before).
-  auto issue = [&](int slot, int64_t st) {
+  // kPdl: the prologue's stages as weights (`part` 1), then activations (2); else both (3).
+  auto issue = [&](int slot, int64_t st, int part = 3) {
     if constexpr (kTensor) {
       if (threadIdx.x == 0) {
         uint8_t* sa = smem + slot * (C::STAGE_A + C::STAGE_B);
-        tensor_copy_2d(sa, tw, static_cast<int>(st * 34), static_cast<int>(m0), &full[slot]);
-        tensor_copy_2d(sa + C::STAGE_A, &p.ta, ax0 + static_cast<int>(st * 36), static_cast<int>(v0), &full[slot]);
+        if (part & 1) tensor_copy_2d(sa, tw, static_cast<int>(st * 34), static_cast<int>(m0), &full[slot]);
+        if (part & 2)
+          tensor_copy_2d(sa + C::STAGE_A, &p.ta, ax0 + static_cast<int>(st * 36), static_cast<int>(v0), &full[slot]);
       }
     } else {
       bulk_stage<C>(smem, slot, &full[slot], w, p.row_bytes, rows, act, p.act_stride, m0, arow, st);
@@ -355,10 +372,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB) gemm_q8_kernel(const __gr
       for (int s = 0; s < S - 1 && s < nkb; ++s) mbar_expect(&full[s], stage_bytes);
     __syncthreads();
   }
+  if constexpr (kPdl) {
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s)
+      if (s < nkb) issue(s, s, 1);
+    grid_dependency_wait();  // the quantizer's rows are complete and visible
+  }
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if constexpr (kBulk) {
-      if (s < nkb) issue(s, s);
+      if (s < nkb) issue(s, s, kPdl ? 2 : 3);
     } else {
       if (s < nkb) copy_stage<C>(smem, s, w, p.row_bytes, rows, act, p.act_stride, m0, arow, s);
       cp_async_commit();
@@ -396,7 +419,13 @@ bool launch(CudaBackend& be, const Q8Params& p, int n_parts, int64_t max_rows) {
              v_tiles = static_cast<unsigned>((p.n_vec + C::BN - 1) / C::BN);
   const dim3 grid((kOpt & kOptVFirst) ? v_tiles : m_tiles, (kOpt & kOptVFirst) ? m_tiles : v_tiles,
                   static_cast<unsigned>(n_parts));
-  gemm_q8_kernel<C, kCopy, kOpt><<<grid, C::THREADS, smem, be.stream()>>>(p);
+  if constexpr ((kOpt & kOptPdl) != 0) {
+    if (!be.check(launch_dependent(true, grid, dim3(C::THREADS), smem, be.stream(), gemm_q8_kernel<C, kCopy, kOpt>, p),
+                  "gemm q8_0 (programmatic dependent)"))
+      return true;  // error recorded
+  } else {
+    gemm_q8_kernel<C, kCopy, kOpt><<<grid, C::THREADS, smem, be.stream()>>>(p);
+  }
   be.launched(kCopy == kCopyTensor ? "gemm q8_0 (int8 tensor cores, direct fragments, tensor copies)"
               : kCopy == kCopyBulk ? "gemm q8_0 (int8 tensor cores, direct fragments, bulk copies)"
                                    : "gemm q8_0 (int8 tensor cores, direct fragments)");
@@ -437,23 +466,26 @@ int default_shape(int64_t rows, int64_t n, int n_parts) {
   return 3;
 }
 
-// The parts p.part[0 … n_parts) in launch shape `variant` (1, 3 … 8; 16 or, below sm_90, any other value:
-// default_shape with cp.async; by default tensor copies, below).
+// The parts p.part[0 … n_parts) in launch shape `variant` (a gemm_q8_known value: 1, 3 … 8; 16 or, below sm_90,
+// 17 … 23, 28, 29: default_shape with cp.async; by default tensor copies, below).
 // With bulk copies (sm_90; the caller checked): 9 … 11 = Cfg7, Cfg1, Cfg3 with bulk_stage; 12 = default_shape's
 // choice with bulk_stage (kGemmQ8BulkByGrid); with tensor copies 13, 14 = Cfg7, Cfg1, 15 = default_shape's choice
 // (kGemmQ8TensorByGrid) — below sm_90, without tensor maps or with x_div ≠ 1 their cp.async twins.
 bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) {
   int64_t max_rows = 0;
   for (int k = 0; k < n_parts; ++k) max_rows = std::max(max_rows, p.part[k].rows);
-  // The default (−1, or any value not named here) on sm_90: kGemmQ8VFirstCvt — default_shape's shape with tensor
+  // The default (−1) on sm_90: kGemmQ8VFirstCvt — default_shape's shape with tensor
   // copies, the vector tiles first, converted sums and lean stores (session 13: q_b under ncu 593 → 547 µs, issue
   // 63 → 68 %, DRAM reads 490 → 39 MB; docs/PERF.md). kGemmQ8TensorByGrid (15) keeps the previous default (session
   // 10 W2: tensor copies 12–22 % faster than the cp.async ring, kGemmQ8AsyncByGrid) for before/after runs.
-  const bool named = variant == 1 || (variant >= 3 && variant <= kGemmQ8TensorByGrid) || variant == kGemmQ8AsyncByGrid ||
-                     (variant >= kGemmQ8VFirst && variant <= kGemmQ8VFirstCvtCfg7 && variant != 20);
-  if (!named) variant = kGemmQ8VFirstCvt;
+  // (make_cuda_backend admits only gemm_q8_known values: −1 is the one left to resolve.)
+  if (variant < 0) variant = kGemmQ8Default;
   if (variant == kGemmQ8AsyncByGrid) variant = -1;
-  // 17 … 22 (sm_90): tensor copies with kOpt (kGemmQ8VFirst …).
+  // 17 … 23, 28, 29 (sm_90): tensor copies with kOpt (kGemmQ8VFirst …); 23 runs 18's kernels with the converted sums
+  // on every shape, 28 and 29 those kernels as programmatic dependents (but on Cfg3).
+  const bool all_cvt = variant == kGemmQ8AllCvt || variant == kGemmQ8PdlAllCvt || variant == kGemmQ8PdlWide;
+  const bool pdl = variant == kGemmQ8PdlAllCvt || variant == kGemmQ8PdlWide;
+  if (all_cvt) variant = kGemmQ8VFirstCvt;
   if (variant >= kGemmQ8VFirst && variant <= kGemmQ8VFirstCvtCfg7) {
     if (!be.sm90()) {
       variant = -1;
@@ -461,20 +493,29 @@ bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) 
       const int shape = variant == kGemmQ8VFirstCvtCfg7 ? 7 : default_shape(max_rows, p.n_vec, n_parts);
       const int opt = kOptLean | (variant == kGemmQ8Cvt || variant == kGemmQ8Lean ? 0 : kOptVFirst) |
                       (variant == kGemmQ8VFirstCvt || variant == kGemmQ8Cvt || variant == kGemmQ8VFirstCvtCfg7 ? kOptCvt : 0);
-      constexpr int L = kOptLean, V = kOptVFirst, K = kOptCvt;
+      // 18 keeps Cfg1 / Cfg3 on the biased sums (session 13 built the converted ones for Cfg7 only); 23 … 25 convert
+      // there too — the same floats (|isum| ≤ 2^19: exact either way), the MMA without C registers.
+      const bool cvt13 = all_cvt && (opt & kOptCvt) != 0;
+      constexpr int L = kOptLean, V = kOptVFirst, K = kOptCvt, D = kOptPdl;
       bool done = false;
       switch (shape) {
         case 7:
-          done = opt == (L | V)       ? launch_tensor<Cfg7, L | V>(be, p, n_parts, max_rows)
+          done = pdl                  ? launch_tensor<Cfg7, L | V | K | D>(be, p, n_parts, max_rows)
+                 : opt == (L | V)     ? launch_tensor<Cfg7, L | V>(be, p, n_parts, max_rows)
                  : opt == (L | V | K) ? launch_tensor<Cfg7, L | V | K>(be, p, n_parts, max_rows)
                  : opt == (L | K)     ? launch_tensor<Cfg7, L | K>(be, p, n_parts, max_rows)
                                       : launch_tensor<Cfg7, L>(be, p, n_parts, max_rows);
           break;
         case 1:
-          done = (opt & V) ? launch_tensor<Cfg1, L | V>(be, p, n_parts, max_rows) : launch_tensor<Cfg1, L>(be, p, n_parts, max_rows);
+          done = pdl        ? launch_tensor<Cfg1, L | V | K | D>(be, p, n_parts, max_rows)
+                 : cvt13    ? launch_tensor<Cfg1, L | V | K>(be, p, n_parts, max_rows)
+                 : (opt & V) ? launch_tensor<Cfg1, L | V>(be, p, n_parts, max_rows)
+                             : launch_tensor<Cfg1, L>(be, p, n_parts, max_rows);
           break;
         default:
-          done = (opt & V) ? launch_tensor<Cfg3, L | V>(be, p, n_parts, max_rows) : launch_tensor<Cfg3, L>(be, p, n_parts, max_rows);
+          done = cvt13      ? launch_tensor<Cfg3, L | V | K>(be, p, n_parts, max_rows)
+                 : (opt & V) ? launch_tensor<Cfg3, L | V>(be, p, n_parts, max_rows)
+                             : launch_tensor<Cfg3, L>(be, p, n_parts, max_rows);
           break;
       }
       if (done) return true;
@@ -530,6 +571,19 @@ bool weight_fits(const GemvJob& j, int smem_optin) {
 }
 
 }  // namespace
+
+bool gemm_q8_known(int variant) {
+  return variant == -1 || variant == 0 || variant == 1 || (variant >= 3 && variant <= kGemmQ8AsyncByGrid) ||
+         (variant >= kGemmQ8VFirst && variant <= kGemmQ8AllCvt && variant != 20) || variant == kGemmQ8PdlAllCvt ||
+         variant == kGemmQ8PdlWide;
+}
+
+bool gemm_q8_pdl(int variant) {
+  if (variant < 0) variant = kGemmQ8Default;
+  return variant == kGemmQ8PdlAllCvt || variant == kGemmQ8PdlWide;
+}
+
+bool gemm_q8_wide_quantizer(int variant) { return (variant < 0 ? kGemmQ8Default : variant) == kGemmQ8PdlWide; }
 
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin) {
   return weight_fits(j, smem_optin) && aligned16(act) && act_stride % 16 == 0;

@@ -16,6 +16,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/gemm_experts.h"
+#include "backend/cuda/gemm_q8.h"
 #include "backend/cuda/quant_device.cuh"
 #include "quant/iq2xxs_tables.h"
 
@@ -49,9 +50,13 @@ __global__ void quantize_q8_0_kernel(const float* x, int64_t x_stride, int64_t r
 // The prefill quantizer (CudaBackendOptions::prefill_glue): quantize_q8_0_rows_warps over the whole grid,
 // 16 blocks per warp with 16-byte loads — a warp per 32-value block (quantize_q8_0_kernel) issues one
 // 128-byte load and then waits on it (44 µs for 2,048 × 4,096 on the H200, ~0.9 TB/s). Needs x and
-// x_stride 16-byte aligned and rows·nb·36 < 2^32 (quantize_act checks).
+// x_stride 16-byte aligned and rows·nb·36 < 2^32 (quantize_act checks). kTrigger (CudaBackendOptions::gemm_q8 28): a
+// GEMM launched next as a programmatic dependent may start once every block has started (it waits for this grid
+// before reading the rows; its blocks take the SMs our last blocks leave).
+template <bool kTrigger>
 __global__ void __launch_bounds__(256) quantize_q8_0_rows_kernel(const float* x, int64_t x_stride, int rows,
                                                                  int64_t cols, uint8_t* out) {
+  if constexpr (kTrigger) grid_launch_dependents();
   const uint32_t warp = (blockIdx.x * blockDim.x + threadIdx.x) / kWarp, n_warps = gridDim.x * blockDim.x / kWarp;
   quantize_q8_0_rows_warps<true>(x, x_stride, rows, cols, out, static_cast<uint64_t>(cols / kQK8_0) * sizeof(BlockQ8_0Act),
                                  warp, n_warps);
@@ -233,10 +238,18 @@ uint64_t CudaBackend::quantize_act(GgmlType t, const float* x, int64_t x_stride,
   const unsigned qgrid = grid_for(rows * nb * kWarp, 256);
   if (q80 && prefill_glue_ && stride * rows < (uint64_t{1} << 32) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
       x_stride % 4 == 0) {
-    // 4 blocks per warp step × 4 steps per round: one warp per 16 blocks, all of them resident.
+    // 4 blocks per warp step × 4 steps per round: one warp per 16 blocks, all of them resident. gemm_q8 28, 29 (sm_90):
+    // the GEMM after it is its programmatic dependent, let start once every block runs.
     const unsigned g = grid_for(rows * nb, 16 * (256 / kWarp));
-    quantize_q8_0_rows_kernel<<<g, 256, 0, stream()>>>(x, x_stride, static_cast<int>(rows), cols,
-                                                       static_cast<uint8_t*>(out.ptr));
+    const bool trigger = gemm_q8_pdl(gemm_q8_) && sm90();
+    if (gemm_q8_wide_quantizer(gemm_q8_))  // gemm_q8 29: act_quant_prefill.cu's kernel (8 values a lane), same bits
+      quantize_q8_0_wide(*this, trigger, x, x_stride, rows, cols, static_cast<uint8_t*>(out.ptr));
+    else if (trigger)
+      quantize_q8_0_rows_kernel<true><<<g, 256, 0, stream()>>>(x, x_stride, static_cast<int>(rows), cols,
+                                                               static_cast<uint8_t*>(out.ptr));
+    else
+      quantize_q8_0_rows_kernel<false><<<g, 256, 0, stream()>>>(x, x_stride, static_cast<int>(rows), cols,
+                                                                static_cast<uint8_t*>(out.ptr));
   } else if (q80)
     quantize_q8_0_kernel<<<qgrid, 256, 0, stream()>>>(x, x_stride, rows, cols, static_cast<uint8_t*>(out.ptr));
   else

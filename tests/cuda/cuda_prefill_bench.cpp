@@ -19,7 +19,7 @@
 // with ids spread like a router's and with routing like a text prompt's ("moe-zipf": Zipf-distributed token
 // types, each with its own 6 experts drawn with a popularity skew); "profile" runs those MoE calls once each for gemm_experts = 48 and 50 (under ncu);
 // "quant" / "quantprof": cuda_prefill_quant.cpp's lines (the dense matmuls' Q8_0 activation quantizers alone); "q8v3":
-// the dense Q8_0 lines of gemm_q8 18, 23, 28, 29.
+// the dense Q8_0 lines of gemm_q8 18, 23, 28.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
   // 18, 19, 15, 21 (session 13: vector tiles first, converted sums, the previous default, lean stores).
   const bool q8v2prof = argc > 2 && std::strcmp(argv[2], "q8v2prof") == 0;
   const bool q8v2 = argc > 2 && std::strcmp(argv[2], "q8v2") == 0;
-  // "q8v3": the dense Q8_0 lines (twice in turn) of gemm_q8 = 18 and 23, 28, 29 (session 14: converted sums on every
-  // shape; + the GEMM a programmatic dependent of its quantizer; + act_quant_prefill.cu's quantizer).
+  // "q8v3": the dense Q8_0 lines (twice in turn) of gemm_q8 = 18 and 23, 28 (session 14: converted sums on every
+  // shape; + the GEMM a programmatic dependent of its quantizer).
   const bool q8v3 = argc > 2 && std::strcmp(argv[2], "q8v3") == 0;
   const bool q8prof = q8bulkprof || q8v2prof || (argc > 2 && std::strcmp(argv[2], "q8prof") == 0);
   const bool profile = q8prof || (argc > 2 && std::strcmp(argv[2], "profile") == 0);
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
                                  : q8bulkprof ? std::vector<int>{0, 46, 47}
                                  : q8v2prof   ? std::vector<int>{0, 51, 52, 53, 54, 55}
                                  : q8v2       ? std::vector<int>{0, 51, 52, 53, 54, 55, 0, 51, 52, 53, 54, 55}
-                                 : q8v3       ? std::vector<int>{52, 60, 61, 62, 52, 60, 61, 62}
+                                 : q8v3       ? std::vector<int>{52, 60, 61, 52, 60, 61}
                                  : q8prof     ? std::vector<int>{0, 6}
                                  : q8bulk     ? std::vector<int>{0, 46, 47, 0, 46, 47}
                                  : profile    ? std::vector<int>{49, 57}
@@ -162,11 +162,11 @@ int main(int argc, char** argv) {
     // 46, 47: the shape by grid size with bulk-copy stages / the cp.async ring (gemm_q8 = 12, 16).
     // 51 … 55: gemm_q8 = 17, 18, 19 (vector tiles first; + converted sums; converted sums), 15 (tensor copies by grid
     // size, the default before session 13), 21 (lean stores only).
-    // 60, 61, 62: gemm_q8 = 23, 28, 29 (session 14: converted sums on every shape; + the GEMM a programmatic dependent
-    // of its quantizer; + act_quant_prefill.cu's quantizer; session 14's W1 ran the removed 24 … 27 as modes 57 … 60).
-    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47) || (mode >= 51 && mode <= 55) || (mode >= 60 && mode <= 62);
+    // 60, 61: gemm_q8 = 23, 28 (session 14: converted sums on every shape; + the GEMM a programmatic dependent of its
+    // quantizer; W1 / W2 ran the removed 24 … 27 as modes 57 … 60 and 29 as 62).
+    const bool q8_only = (mode >= 3 && mode <= 7) || (mode >= 40 && mode <= 47) || (mode >= 51 && mode <= 55) || (mode >= 60 && mode <= 61);
     if (mode >= 51 && mode <= 55) co.gemm_q8 = mode == 54 ? 15 : mode - 34;
-    if (mode >= 60 && mode <= 62) co.gemm_q8 = mode == 60 ? 23 : mode - 33;
+    if (mode == 60 || mode == 61) co.gemm_q8 = mode == 60 ? 23 : 28;
     if (mode == 46) co.gemm_q8 = 12;
     if (mode == 47) co.gemm_q8 = 16;  // the previous default: default_shape with the cp.async ring
     if (mode >= 3 && mode <= 7) co.gemm_q8 = mode == 7 ? 0 : mode - 2;  // 0: ops_gemm.cu's gemm2_kernel
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
                                  "nr-loads1",   "q8-bulk",     "q8-async",   "tc-exp-gu1", "tc-exp-la",  "-",
                                  "q8-vfirst",   "q8-vf-cvt",  "q8-cvt",     "q8-prev15",  "q8-lean",
                                  "-",           "tc-exp-ahead", "-",          "-",
-                                 "q8-allcvt",   "q8-pdl",     "q8-pdl-wide"};    const char* path = names[mode];
+                                 "q8-allcvt",   "q8-pdl"};    const char* path = names[mode];
     auto sync = [&] { (void)be->sync(); };
     auto timed = [&](const std::function<void()>& body, int iters) {
       if (!profile) return median_seconds(body, sync, iters);
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
       }
     }
     if (gemm_only && !experts_only && !profile &&
-        (mode == 0 || mode == 44 || mode == 46 || mode == 47 || (mode >= 51 && mode <= 55) || (mode >= 60 && mode <= 62))) {
+        (mode == 0 || mode == 44 || mode == 46 || mode == 47 || (mode >= 51 && mode <= 55) || (mode >= 60 && mode <= 61))) {
       // Several matrices per call (CudaBackendOptions::gemm_q8_parts; mode 44: one launch each): out_a's 8
       // row groups of 1,024 over 4,096 values of the attention output each, the shared expert's gate + up.
       const int64_t G = 8, Ro = 1024, gin = 4096, E = 4096, F = 2048;

@@ -1,7 +1,7 @@
 // cuda_prefill_quant.cpp — `cuda_prefill_bench N quant` / `quantprof`: the prefill Q8_0 activation quantizations of a
-// layer's dense matmuls, each alone, ops_matmul.cu's quantize_q8_0_rows_kernel (gemm_q8 = 18) and act_quant_prefill.cu's
-// kernel (29: 8 values a lane), two rounds in turn (session 14 W1 ran streaming rivals, removed), on the inputs of an
-// N-token chunk: xn (N × 4,096: q_a, kv, the shared gate + up), q_a's norm (× 1,024: q_b), the attention output
+// layer's dense matmuls, each alone: ops_matmul.cu's quantize_q8_0_rows_kernel (gemm_q8 = 18; 28: the same with its
+// dependent's trigger), two rounds in turn (session 14's W1 / W2 ran its rivals, removed: docs/PERF.md), on the inputs
+// of an N-token chunk: xn (N × 4,096: q_a, kv, the shared gate + up), q_a's norm (× 1,024: q_b), the attention output
 // (× 32,768: out_a's groups), out_a's rows (× 8,192: out_b), the shared SwiGLU (× 2,048: down). Prints "PQUANT" lines:
 // µs per call, the achieved rate (f32 read + blocks written per second) and its share of the H200's copy rate
 // (4.26 TB/s), and whether each backend's bytes equal the first's ("PARITY" lines). "quantprof": each call once
@@ -24,7 +24,7 @@ using namespace ds4;
 using namespace ds4::backend;
 
 void bench_quantizers(int64_t N, bool profile) {
-  const int variants[] = {18, 29, 18, 29};  // in turn: the second round shows the drift
+  const int variants[] = {18, 28, 18, 28};  // in turn: the rounds show the drift (the same kernel: 28's only triggers)
   const int64_t widths[] = {4096, 1024, 32768, 8192, 2048};
   const char* names[] = {"xn (q_a kv gate+up)", "q_a norm (q_b)", "attn out (out_a)", "out_a rows (out_b)", "swiglu (down)"};
   std::vector<std::unique_ptr<Backend>> bes;

@@ -209,9 +209,9 @@ TEST_F(CudaGemm, DirectQ8KernelsAreBitIdenticalToCpu) {
   // copies (Cfg7, Cfg1, the shape by grid size).
   // 17 … 22 (session 13): tensor copies with lean stores — 17: vector tiles first, 18: + the MMA from zero and its
   // sums converted, 19: converted sums, 21: lean stores only, 22: 18 on Cfg7.
-  // 23, 28, 29 (session 14): 18 with converted sums on Cfg1 / Cfg3 too (these small shapes take them); 28 with the
-  // GEMM a programmatic dependent of its quantizer; 29 with act_quant_prefill.cu's quantizer.
-  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 23, 28, 29}) {
+  // 23, 28 (session 14): 18 with converted sums on Cfg1 / Cfg3 too (these small shapes take them); 28 with the GEMM
+  // a programmatic dependent of its quantizer.
+  for (int variant : {1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 23, 28}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto made = cuda::make_cuda_backend(o);
@@ -247,7 +247,7 @@ TEST_F(CudaGemm, BulkCopyQ8KernelsEqualCpAsyncOnFlashShapes) {
   ASSERT_TRUE(tensor);
   // session 13: 17 … 21 (vector tiles first; + converted sums; converted sums; lean stores); session 14: 23 … 25
   // (converted sums on every shape; + the GEMM a programmatic dependent of its quantizer)
-  const int s13_variants[] = {17, 18, 19, 21, 23, 28, 29};
+  const int s13_variants[] = {17, 18, 19, 21, 23, 28};
   std::vector<std::unique_ptr<Backend>> s13;
   for (int v : s13_variants) {
     o.gemm_q8 = v;
@@ -560,8 +560,8 @@ TEST_F(CudaGemm, RemovedExpertsVariantsAreRejected) {
 
 TEST_F(CudaGemm, PrefillQ8QuantizersEqualCpuBytes) {
   // The prefill Q8_0 activation quantizer (CudaBackend::quantize_act with prefill_glue: ops_matmul.cu's
-  // quantize_q8_0_rows_kernel; gemm_q8 = 28: its form that lets a programmatic dependent start; 29: act_quant_prefill.cu's
-  // kernel, 8 values a lane) gives the CPU's quantize_act_q8_0 bytes — rows of zeros, NaN (one, all), ±inf, huge,
+  // quantize_q8_0_rows_kernel; gemm_q8 = 28: its form that lets a programmatic dependent start) gives the CPU's
+  // quantize_act_q8_0 bytes — rows of zeros, NaN (one, all), ±inf, huge,
   // subnormal and half-way values, the largest |x| negative; strides wider than the row; partial last rounds; the
   // Flash widths at 2,048 rows (q_a / kv / gate+up 4,096, q_b 1,024, out_a 32,768 over 64 rows, out_b 8,192, down
   // 2,048); bytes past the rows untouched (poisoned).
@@ -571,7 +571,7 @@ TEST_F(CudaGemm, PrefillQ8QuantizersEqualCpuBytes) {
   const Shape shapes[] = {{1, 32, 32},      {3, 64, 68},       {5, 96, 96},        {77, 1024, 1024}, {130, 8192, 8200},
                           {2048, 4096, 4096}, {2048, 1024, 1024}, {64, 32768, 32768}, {2048, 8192, 8192}, {2048, 2048, 2048},
                           {2049, 256, 256}};
-  for (int variant : {18, 28, 29}) {
+  for (int variant : {18, 28}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = variant;
     auto be = backend_with(o);
@@ -631,16 +631,16 @@ TEST_F(CudaGemm, PrefillQ8QuantizersEqualCpuBytes) {
 
 TEST_F(CudaGemm, RemovedQ8VariantsAreRejected) {
   // gemm_q8's twin of RemovedExpertsVariantsAreRejected: values launch_parts does not name — removed (2 before
-  // session 9's W2, 20 in session 13, 24 … 27 in session 14) or never made — are refused by make_cuda_backend instead of running the
+  // session 9's W2, 20 in session 13, 24 … 27 and 29 in session 14) or never made — are refused by make_cuda_backend instead of running the
   // default under their name; every kept value and −1 (the default) are accepted.
-  for (int v : {-2, 2, 20, 24, 25, 26, 27, 30, 99}) {
+  for (int v : {-2, 2, 20, 24, 25, 26, 27, 29, 30, 99}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = v;
     auto made = cuda::make_cuda_backend(o);
     ASSERT_FALSE(made.ok()) << v;
     EXPECT_NE(made.status().to_string().find("gemm_q8"), std::string::npos) << made.status().to_string();
   }
-  for (int v : {-1, 0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 23, 28, 29}) {
+  for (int v : {-1, 0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 23, 28}) {
     cuda::CudaBackendOptions o;
     o.gemm_q8 = v;
     EXPECT_TRUE(cuda::make_cuda_backend(o).ok()) << v;

@@ -97,8 +97,9 @@ constexpr int kGemmQ8VFirst = 17, kGemmQ8VFirstCvt = 18, kGemmQ8Cvt = 19, kGemmQ
 // on Cfg3 (W1: kv's 128 blocks of two per SM, placed beside the quantizer's, ran 0.058 → 0.086 ms).
 // (24 … 27, session 14 W1: a streaming quantizer of resident blocks walking rounds — 61–89 % of 18's quantizer's
 // rate on every Flash width — and it with the programmatic GEMM; removed.)
-// 29: 28 with act_quant_prefill.cu's quantizer (8 values a lane, 128 bytes in flight a thread).
-constexpr int kGemmQ8AllCvt = 23, kGemmQ8PdlAllCvt = 28, kGemmQ8PdlWide = 29;
+// (29, session 14 W2/W3: 28 with a quantizer of 8 values a lane — mixed alone, slower than 28 in the matmul lines;
+// removed.)
+constexpr int kGemmQ8AllCvt = 23, kGemmQ8PdlAllCvt = 28;
 // The default (−1) on sm_90.
 constexpr int kGemmQ8Default = kGemmQ8VFirstCvt;
 enum : int { kOptLean = 1, kOptVFirst = 2, kOptCvt = 4, kOptPdl = 8 };
@@ -467,7 +468,7 @@ int default_shape(int64_t rows, int64_t n, int n_parts) {
 }
 
 // The parts p.part[0 … n_parts) in launch shape `variant` (a gemm_q8_known value: 1, 3 … 8; 16 or, below sm_90,
-// 17 … 23, 28, 29: default_shape with cp.async; by default tensor copies, below).
+// 17 … 23, 28: default_shape with cp.async; by default tensor copies, below).
 // With bulk copies (sm_90; the caller checked): 9 … 11 = Cfg7, Cfg1, Cfg3 with bulk_stage; 12 = default_shape's
 // choice with bulk_stage (kGemmQ8BulkByGrid); with tensor copies 13, 14 = Cfg7, Cfg1, 15 = default_shape's choice
 // (kGemmQ8TensorByGrid) — below sm_90, without tensor maps or with x_div ≠ 1 their cp.async twins.
@@ -481,10 +482,10 @@ bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) 
   // (make_cuda_backend admits only gemm_q8_known values: −1 is the one left to resolve.)
   if (variant < 0) variant = kGemmQ8Default;
   if (variant == kGemmQ8AsyncByGrid) variant = -1;
-  // 17 … 23, 28, 29 (sm_90): tensor copies with kOpt (kGemmQ8VFirst …); 23 runs 18's kernels with the converted sums
-  // on every shape, 28 and 29 those kernels as programmatic dependents (but on Cfg3).
-  const bool all_cvt = variant == kGemmQ8AllCvt || variant == kGemmQ8PdlAllCvt || variant == kGemmQ8PdlWide;
-  const bool pdl = variant == kGemmQ8PdlAllCvt || variant == kGemmQ8PdlWide;
+  // 17 … 23, 28 (sm_90): tensor copies with kOpt (kGemmQ8VFirst …); 23 runs 18's kernels with the converted sums on
+  // every shape, 28 those kernels as programmatic dependents (but on Cfg3).
+  const bool all_cvt = variant == kGemmQ8AllCvt || variant == kGemmQ8PdlAllCvt;
+  const bool pdl = variant == kGemmQ8PdlAllCvt;
   if (all_cvt) variant = kGemmQ8VFirstCvt;
   if (variant >= kGemmQ8VFirst && variant <= kGemmQ8VFirstCvtCfg7) {
     if (!be.sm90()) {
@@ -574,16 +575,10 @@ bool weight_fits(const GemvJob& j, int smem_optin) {
 
 bool gemm_q8_known(int variant) {
   return variant == -1 || variant == 0 || variant == 1 || (variant >= 3 && variant <= kGemmQ8AsyncByGrid) ||
-         (variant >= kGemmQ8VFirst && variant <= kGemmQ8AllCvt && variant != 20) || variant == kGemmQ8PdlAllCvt ||
-         variant == kGemmQ8PdlWide;
+         (variant >= kGemmQ8VFirst && variant <= kGemmQ8AllCvt && variant != 20) || variant == kGemmQ8PdlAllCvt;
 }
 
-bool gemm_q8_pdl(int variant) {
-  if (variant < 0) variant = kGemmQ8Default;
-  return variant == kGemmQ8PdlAllCvt || variant == kGemmQ8PdlWide;
-}
-
-bool gemm_q8_wide_quantizer(int variant) { return (variant < 0 ? kGemmQ8Default : variant) == kGemmQ8PdlWide; }
+bool gemm_q8_pdl(int variant) { return (variant < 0 ? kGemmQ8Default : variant) == kGemmQ8PdlAllCvt; }
 
 bool gemm_q8_fits(const GemvJob& j, const uint8_t* act, uint64_t act_stride, int smem_optin) {
   return weight_fits(j, smem_optin) && aligned16(act) && act_stride % 16 == 0;

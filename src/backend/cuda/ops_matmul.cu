@@ -238,13 +238,10 @@ uint64_t CudaBackend::quantize_act(GgmlType t, const float* x, int64_t x_stride,
   const unsigned qgrid = grid_for(rows * nb * kWarp, 256);
   if (q80 && prefill_glue_ && stride * rows < (uint64_t{1} << 32) && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
       x_stride % 4 == 0) {
-    // 4 blocks per warp step × 4 steps per round: one warp per 16 blocks, all of them resident. gemm_q8 28, 29 (sm_90):
+    // 4 blocks per warp step × 4 steps per round: one warp per 16 blocks, all of them resident. gemm_q8 28 (sm_90):
     // the GEMM after it is its programmatic dependent, let start once every block runs.
     const unsigned g = grid_for(rows * nb, 16 * (256 / kWarp));
-    const bool trigger = gemm_q8_pdl(gemm_q8_) && sm90();
-    if (gemm_q8_wide_quantizer(gemm_q8_))  // gemm_q8 29: act_quant_prefill.cu's kernel (8 values a lane), same bits
-      quantize_q8_0_wide(*this, trigger, x, x_stride, rows, cols, static_cast<uint8_t*>(out.ptr));
-    else if (trigger)
+    if (gemm_q8_pdl(gemm_q8_) && sm90())
       quantize_q8_0_rows_kernel<true><<<g, 256, 0, stream()>>>(x, x_stride, static_cast<int>(rows), cols,
                                                                static_cast<uint8_t*>(out.ptr));
     else

@@ -100,8 +100,10 @@ constexpr int kGemmQ8VFirst = 17, kGemmQ8VFirstCvt = 18, kGemmQ8Cvt = 19, kGemmQ
 // (29, session 14 W2/W3: 28 with a quantizer of 8 values a lane — mixed alone, slower than 28 in the matmul lines;
 // removed.)
 constexpr int kGemmQ8AllCvt = 23, kGemmQ8PdlAllCvt = 28;
-// The default (−1) on sm_90.
-constexpr int kGemmQ8Default = kGemmQ8VFirstCvt;
+// The default (−1) on sm_90: 28 since session 14 (H200 W2, W3: a layer's 7 dense matmul lines at 2,048 tokens, incl.
+// their quantizations, 2.132 / 2.129 and 2.116 / 2.117 ms against 18's 2.147 / 2.152 and 2.138 / 2.155; test_cuda_model
+// 26 passed with it). 18 keeps the previous default.
+constexpr int kGemmQ8Default = kGemmQ8PdlAllCvt;
 enum : int { kOptLean = 1, kOptVFirst = 2, kOptCvt = 4, kOptPdl = 8 };
 
 struct Q8Params {
@@ -475,10 +477,11 @@ int default_shape(int64_t rows, int64_t n, int n_parts) {
 bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) {
   int64_t max_rows = 0;
   for (int k = 0; k < n_parts; ++k) max_rows = std::max(max_rows, p.part[k].rows);
-  // The default (−1) on sm_90: kGemmQ8VFirstCvt — default_shape's shape with tensor
-  // copies, the vector tiles first, converted sums and lean stores (session 13: q_b under ncu 593 → 547 µs, issue
-  // 63 → 68 %, DRAM reads 490 → 39 MB; docs/PERF.md). kGemmQ8TensorByGrid (15) keeps the previous default (session
-  // 10 W2: tensor copies 12–22 % faster than the cp.async ring, kGemmQ8AsyncByGrid) for before/after runs.
+  // The default (−1) on sm_90: kGemmQ8PdlAllCvt (28) — default_shape's shape with tensor copies, the vector tiles
+  // first, converted sums and lean stores (session 13's 18: q_b under ncu 593 → 547 µs, issue 63 → 68 %, DRAM reads
+  // 490 → 39 MB), the converted sums on Cfg1 / Cfg3 too and the GEMM its quantizer's programmatic dependent (session
+  // 14; docs/PERF.md). 18 and kGemmQ8TensorByGrid (15) keep the previous defaults (session 10 W2: tensor copies 12–22 %
+  // faster than the cp.async ring, kGemmQ8AsyncByGrid) for before/after runs.
   // (make_cuda_backend admits only gemm_q8_known values: −1 is the one left to resolve.)
   if (variant < 0) variant = kGemmQ8Default;
   if (variant == kGemmQ8AsyncByGrid) variant = -1;

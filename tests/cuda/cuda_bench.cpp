@@ -39,6 +39,7 @@
 //        cuda_bench --dattn [A B]         one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31).
 //        cuda_bench --dattn-steps A B [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B.
 //        cuda_bench --pexp-steps A B [C …] [--rounds N] M...  2,048-token prefill chunks (2K → 4K, engine options), gemm_experts A, B, …
+//        cuda_bench --pattn-steps A B [--rounds N] M...  a 2,048-token prefill chunk at 2K → 4K (engine options), attention_mma_kernels A / B.
 //        cuda_bench --hcsplit-steps M...   decode steps, each HC pre's split in the op / on the side lane (kBranchHcSplit).
 //        cuda_bench --small7 [ops|stages [FOLD]]  the folds (attention's output RoPE in its merge; the sublayer
 //                                         boundary as one cluster launch, hc_post_fold FOLD, default 2) on vs off,
@@ -160,6 +161,7 @@ void bench_f16dec_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_ctx_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_ctx_profile(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_dattn_steps(int argc, char** argv);     // cuda_bench_branches.cpp
+void bench_pattn_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_dattn(int argc, char** argv);           // cuda_bench_dattn.cpp
 void bench_pexp_steps(int argc, char** argv);      // cuda_bench_branches.cpp
 void bench_f16dec_calls(const std::vector<int>& kernels);  // cuda_bench_f16dec.cpp
@@ -735,17 +737,17 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--half") == 0) {  // dense Q8_0 decode matmuls: gemv_rows' half kernel
     // Engine options: session 13's default ramp bits (s13); + the half kernel's 16-row tiles (dense_ramp.h
     // kRampHalfRows16: out_b); + q_a's norm triggering its dependents after its wait (kRampNormTrigger: the q-chain
-    // line); the default (both, and since session 14 the half kernel's slot filled by bulk copies, kRampRowsBulk).
+    // line); the default (both, since session 14).
     constexpr int kS13 = 128 | 64 | 512 | 256 | 1024 | 2048 | 4096;  // kRampExplicit | session 13's kRampDefault
     std::vector<std::unique_ptr<Backend>> hb;
-    for (int m : {kS13, kS13 | 524288, kS13 | 524288 | 1048576, 0}) {
+    for (int m : {kS13, kS13 | 524288, kS13 | 1048576, 0}) {
       auto o = runtime::engine_cuda_options();
       o.l2_prefetch_mode = m;
       if (auto h = cuda::make_cuda_backend(o); h.ok()) hb.push_back(std::move(*h));
     }
     if (hb.size() == 4) {
       Backend* sides[4] = {hb[0].get(), hb[1].get(), hb[2].get(), hb[3].get()};
-      const char* labels[4] = {"s13", "rows16", "+normtrig", "default"};
+      const char* labels[4] = {"s13", "rows16", "normtrig", "default"};
       const int64_t lo[4] = {1, 1, 1, 1}, hi[4] = {2, 2, 2, 2};
       bench_dense_rows(sides, labels, lo, hi, 4, argc > 2 ? argv[2] : nullptr);
     }
@@ -909,6 +911,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--dattn-steps") == 0) {  // decode steps, two attention_mma_kernels values
     bench_dattn_steps(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--pattn-steps") == 0) {  // a prefill chunk, two attention_mma_kernels values
+    bench_pattn_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--small7-steps") == 0) {  // decode steps, session 10's folds off / on

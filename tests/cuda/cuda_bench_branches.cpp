@@ -31,6 +31,8 @@
 // attention_mma_kernels A and B, "BENCH dattn-steps" lines.
 // `cuda_bench --pexp-steps A B [C …] [--rounds N] M...`: 2,048-token prefill chunks at 2K → 4K (as the engine runs them)
 // with CudaBackendOptions::gemm_experts A, B, …, "BENCH pexp-steps" lines.
+// `cuda_bench --pattn-steps A B [--rounds N] M...`: a 2,048-token prefill chunk at 2K → 4K with attention_mma_kernels A and
+// B, "BENCH pattn-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
 #include <chrono>
@@ -872,6 +874,40 @@ void bench_pexp_steps(int argc, char** argv) {
         const double pre = prefill_chunk_seconds(*sides[k].fw, *sides[k].be);
         std::printf("BENCH pexp-steps gemm_experts %-3d layers %zu round %d prefill chunk 2K->4K: %.3f ms (%.0f tok/s)\n",
                     vals[k], plan.size(), r, pre * 1e3, pre > 0 ? 2048 / pre : 0.0);
+        std::fflush(stdout);
+      }
+  }
+}
+
+// `cuda_bench --pattn-steps A B [--rounds N] M...`: one 2,048-token prefill chunk at 2K → 4K (prefill_chunk_seconds: the
+// median of 3) with attention_mma_kernels A and B, the other options as the engine runs them, the sides alternated N
+// rounds (default 3; drift shows), "BENCH pattn-steps" lines — the prefill chunk attention's kernels on whole chunks.
+void bench_pattn_steps(int argc, char** argv) {
+  if (argc < 3) {
+    std::printf("BENCH pattn-steps: usage --pattn-steps A B [--rounds N] model.gguf...\n");
+    return;
+  }
+  const int vals[2] = {std::atoi(argv[0]), std::atoi(argv[1])};
+  int rounds = 3, first = 2;
+  if (argc > 4 && !std::strcmp(argv[2], "--rounds")) {
+    rounds = std::max(1, std::atoi(argv[3]));
+    first = 4;
+  }
+  for (int i = first; i < argc; ++i) {
+    auto mf = open_model(argv[i], "pattn-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide sides[2];
+    for (int k = 0; k < 2; ++k) {
+      backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
+      co.attention_mma_kernels = vals[k];
+      if (!load_side(sides[k], *mf, plan, co, 2048, "pattn-steps", model::kBranchHcSplit)) return;
+    }
+    for (int round = 0; round < rounds; ++round)
+      for (int k = 0; k < 2; ++k) {
+        const double t = prefill_chunk_seconds(*sides[k].fw, *sides[k].be);
+        std::printf("BENCH pattn-steps attention_mma_kernels %-3d layers %zu round %d prefill chunk 2K->4K: %.3f ms (%.0f tok/s)\n",
+                    vals[k], plan.size(), round + 1, t * 1e3, t > 0 ? 2048 / t : 0.0);
         std::fflush(stdout);
       }
   }

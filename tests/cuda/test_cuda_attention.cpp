@@ -8,12 +8,11 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18, 25, 26, 31: previous, fast,
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32, 33: previous, fast,
 // softmax once per block, its chunk loop on int64 / 32-bit counters, its segments pipelined per warp, with 16 / 8
 // lanes a row copied, 10 and 18 with q staged through shared memory and the exactness checks as independent chains, one
-// decode query's sliced
-// merge a programmatic dependent of its split kernel; the split shape's
-// merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// decode query's sliced merge a programmatic dependent of its split kernel, 26 with a query's last segment formed only
+// over its n-tiles and k-steps holding rows, and that with blocks walking items; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -63,7 +62,10 @@ class CudaAttention : public CudaOpsTest {
     // 25, 26: 10 and 18 with q staged through shared memory (heads past the count zero-filled: the 4- and 6-head shapes)
     // and the exactness decision's checks as independent chains (the random-float cases decide for the converted path,
     // the f16 rows for the rows' bits) — session 13.
-    for (int k : {9, 10, 14, 18, 25, 26})
+    // 32: 26 with a query's last segment formed only over its n-tiles and k-steps holding rows (HCA's 144-row queries: 16
+    // rows there; the short shapes: one segment, ns = 1); 33: 32 with blocks walking items (the Flash shapes at n ≥ 40:
+    // more items than multiprocessors) — session 14.
+    for (int k : {9, 10, 14, 18, 25, 26, 32, 33})
       v.emplace_back(&backend_with(0, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     return v;
   }
@@ -245,6 +247,80 @@ TEST_F(CudaAttention, RemovedKernelVariantsAreRejected) {
   }
 }
 
+TEST_F(CudaAttention, LastSegmentTilesSkippedKeepTheBits) {
+  // Kernel 32 (26 forming a query's last segment only over its n-tiles and k-steps holding rows) bit for bit against 26
+  // and the default, and close to the CPU, on queries whose last segment holds every count 1 … 32: a full window (128 raw
+  // rows) + 0 … 32 compressed rows, and young queries of 1 … 80 rows (one to three segments: the last interval also the
+  // first). Rows as the KV cache holds them (f16: the rows' bits path, where the skip applies) and any floats (the
+  // converted path), both with whole columns of −0.0 (a column's products all zero: skipping exact zeros must not change
+  // a zero accumulator's sign either).
+  const int32_t H = 64, D = 512, W = 128, C = 64;
+  Backend& k26 = backend_with(0, true, 2, true, 26);
+  Backend& k32 = backend_with(0, true, 2, true, 32);
+  Backend& k33 = backend_with(0, true, 2, true, 33);  // 32's steps, blocks walking items (264 / 320 of them here)
+  for (bool young : {false, true}) {
+    for (bool f16_rows : {true, false}) {
+      const int64_t n = young ? 80 : 66, cap = W + n, hd = int64_t{H} * D;
+      std::vector<int32_t> pos(n), count(n);
+      for (int64_t i = 0; i < n; ++i) {
+        pos[i] = static_cast<int32_t>(young ? i : 1000 + i);
+        count[i] = static_cast<int32_t>(young ? (i % 3 == 0 ? 0 : (i / 3) % 9) : i % 33);
+      }
+      auto q = randn(static_cast<size_t>(n * hd), 0.2f);
+      auto raw = randn(static_cast<size_t>(cap * D));
+      auto comp = randn(static_cast<size_t>(C * D));
+      if (f16_rows) {
+        raw = f16_rounded(raw);
+        comp = f16_rounded(comp);
+      }
+      for (std::vector<float>* rows : {&raw, &comp})
+        for (size_t r = 0; r < rows->size() / D; ++r)
+          for (int d : {0, 1, 5, 64, 200, 201, 202, 203, 511}) (*rows)[r * D + d] = -0.0f;
+      const auto sinks = randn(H);
+      AttentionArgs a;
+      a.pos = pos.data();
+      a.n = n;
+      a.heads = H;
+      a.head_dim = D;
+      a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+      a.raw_cap = cap;
+      a.window = W;
+      a.comp_idx_stride = 1;
+      a.max_comp = 32;
+      a.q = q.data();
+      a.sinks = sinks.data();
+      a.raw = raw.data();
+      a.comp = comp.data();
+      a.comp_count = count.data();
+      std::vector<float> want(q.size());
+      a.out = want.data();
+      cpu_->attention(a);
+      AttentionArgs g = a;
+      g.q = dev(q);
+      g.pos = dev(pos);
+      g.sinks = dev(sinks);
+      g.raw = dev(raw);
+      g.comp = dev(comp);
+      g.comp_count = dev(count);
+      const std::string what = std::string("attention mma last segment ") + (young ? "young" : "full window") +
+                               (f16_rows ? " f16 rows" : " float rows");
+      auto run = [&](Backend& be) {
+        AttentionArgs r = g;
+        r.out = poisoned(want.size());
+        EXPECT_TRUE(gpu_->sync().ok());
+        be.attention(r);
+        EXPECT_TRUE(be.sync().ok()) << what;
+        return host(r.out, want.size());
+      };
+      const auto got = run(k32);
+      expect_close(got, want, 1e-5, 1e-7, what);
+      EXPECT_TRUE(same_bits(run(k26), got)) << what << ": kernel 26 differs from 32";
+      EXPECT_TRUE(same_bits(run(*gpu_), got)) << what << ": the default differs from 32";
+      EXPECT_TRUE(same_bits(run(k33), got)) << what << ": kernel 33 (walk) differs from 32";
+    }
+  }
+}
+
 TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
   // A batched step: queries of three sessions, each reading its own ring and compressed rows through
   // raw_at/comp_at (one session wrapped its ring), with and without selection.
@@ -282,6 +358,8 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 18)},
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 25)},
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 26)},
+                                                 {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 32)},
+                                                 {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 33)},
                                                  {&backend_with(128, true, 2, false), &backend_with(0, true, 2, false)}};
   for (const auto& [split_be, chunk_be] : pairs)
   for (bool selected : {false, true}) {

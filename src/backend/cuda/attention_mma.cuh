@@ -33,8 +33,12 @@ void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t
 // qs (with loop32: attention_mma_kernels = 25; with lanes8: 26; the default's since session 13): q staged through shared
 // memory by coalesced 16-byte copies (attention_mma_chunk.cu stage_q_slice) and the exactness decision's checks as
 // independent chains (partials_finite, slice_scores' kOr4) — the same bits.
+// tail (with lanes8 and qs: attention_mma_kernels = 32, session 14): a query's last segment formed only over its n-tiles and
+// k-steps holding rows (attention_mma_chunk.cu chunk14_block kTail) — the same bits. walk (with tail: attention_mma_kernels
+// = 33, session 14): one block per multiprocessor walking items, the next item's q and first copies issued during the
+// current item's end (attention_mma_chunk.cu walk_block) — the same bits.
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8 = false,
-                            bool qs = false);
+                            bool qs = false, bool tail = false, bool walk = false);
 // The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
                                uint32_t& smem_ready);
@@ -108,8 +112,11 @@ __device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, 
 // P: the staged rows' pitch in floats (the block's rows, or one warp's slice of them: attention_mma_chunk.cu kernel 14).
 // kOr4 (attention_mma_chunk.cu kernels 25, 26): the OR collected per n-tile and joined at the end — four chains of 8
 // instead of one of 32 dependent ORs; the same OR.
-template <int DW, bool kAsIs, int P = DW * kWarps + kPad, bool kOr4 = false, typename Q>
+// NT < 4 (attention_mma_chunk.cu kernel 32, a query's last segment): only n-tiles 0 … NT − 1 formed, part = 0 for the
+// others — the caller's rows from 8·NT on are past the query's candidates (zero-filled, their scores masked to −inf).
+template <int DW, bool kAsIs, int P = DW * kWarps + kPad, bool kOr4 = false, int NT = 4, typename Q>
 __device__ inline void slice_scores(const float* base, const Q& qf, int g, int t, float (&part)[4][4], uint32_t& bits) {
+  static_assert(NT >= 1 && NT <= 4, "n-tiles formed");
   constexpr int KK = DW / 8;
   float sa[4][4], sb[4][4];
   uint32_t bn[4] = {0u, 0u, 0u, 0u};  // kOr4: the OR of n-tile nt's values
@@ -122,7 +129,7 @@ __device__ inline void slice_scores(const float* base, const Q& qf, int g, int t
     uint32_t qhi[4], qlo[4];
     qf.get(kk, qhi, qlo);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
       const float* kr = base + (8 * nt + g) * P + 8 * kk + t;
       const float k0 = kr[0], k1 = kr[4];
       if constexpr (kAsIs) {
@@ -151,15 +158,18 @@ __device__ inline void slice_scores(const float* base, const Q& qf, int g, int t
 // column t, 8j + 2t + 1 at t + 4), p's TF32 parts of k-step j from p_frag(j, hi, lo) (A fragments: (g, t)
 // = word 0, (g + 8, t) = 1, (g, t + 4) = 2, (g + 8, t + 4) = 3); as_is: the rows' bits unconverted (every
 // value exact in TF32 and finite), else mma_split per 8 × 8 block.
-template <int DW, int P = DW * kWarps + kPad, typename PFrag>
+// NJ < 4 (attention_mma_chunk.cu kernel 32, a query's last segment): only k-steps 0 … NJ − 1 — the others' products are
+// p = 0 (masked scores) times zero-filled rows, exact zeros added to acc, which leave every nonzero acc as it is.
+template <int DW, int P = DW * kWarps + kPad, int NJ = 4, typename PFrag>
 __device__ inline void slice_values(const float* base, PFrag p_frag, int g, int t, bool as_is, float (&acc)[DW / 8][4]) {
   constexpr int KN = DW / 8;
+  static_assert(NJ >= 1 && NJ <= 4, "k-steps formed");
 #pragma unroll
   for (int u = 0; u < KN; ++u)
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[u][c] = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < NJ; ++j) {
     uint32_t ph[4], pl[4];
     p_frag(j, ph, pl);
     const float* vr = base + (8 * j + 2 * t) * P + g;

@@ -8,11 +8,11 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32, 33: previous, fast,
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32 … 35: previous, fast,
 // softmax once per block, its chunk loop on int64 / 32-bit counters, its segments pipelined per warp, with 16 / 8
 // lanes a row copied, 10 and 18 with q staged through shared memory and the exactness checks as independent chains, one
 // decode query's sliced merge a programmatic dependent of its split kernel, 26 with a query's last segment formed only
-// over its n-tiles and k-steps holding rows, and that with blocks walking items; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// over its n-tiles and k-steps holding rows, that with blocks walking items and / or the row copies spread; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -64,8 +64,9 @@ class CudaAttention : public CudaOpsTest {
     // the f16 rows for the rows' bits) — session 13.
     // 32: 26 with a query's last segment formed only over its n-tiles and k-steps holding rows (HCA's 144-row queries: 16
     // rows there; the short shapes: one segment, ns = 1); 33: 32 with blocks walking items (the Flash shapes at n ≥ 40:
-    // more items than multiprocessors) — session 14.
-    for (int k : {9, 10, 14, 18, 25, 26, 32, 33})
+    // more items than multiprocessors); 34, 35: 32, 33 with the interval's row copies spread over the score k-steps —
+    // session 14.
+    for (int k : {9, 10, 14, 18, 25, 26, 32, 33, 34, 35})
       v.emplace_back(&backend_with(0, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     return v;
   }
@@ -317,6 +318,7 @@ TEST_F(CudaAttention, LastSegmentTilesSkippedKeepTheBits) {
       EXPECT_TRUE(same_bits(run(k26), got)) << what << ": kernel 26 differs from 32";
       EXPECT_TRUE(same_bits(run(*gpu_), got)) << what << ": the default differs from 32";
       EXPECT_TRUE(same_bits(run(k33), got)) << what << ": kernel 33 (walk) differs from 32";
+      for (int k : {34, 35}) EXPECT_TRUE(same_bits(run(backend_with(0, true, 2, true, k)), got)) << what << ": kernel " << k;
     }
   }
 }
@@ -360,6 +362,7 @@ TEST_F(CudaAttention, PerQuerySessionStateBitIdenticalAcrossShapes) {
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 26)},
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 32)},
                                                  {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 33)},
+                                                 {&backend_with(128, true, 2, true, 3), &backend_with(0, true, 2, true, 35)},
                                                  {&backend_with(128, true, 2, false), &backend_with(0, true, 2, false)}};
   for (const auto& [split_be, chunk_be] : pairs)
   for (bool selected : {false, true}) {

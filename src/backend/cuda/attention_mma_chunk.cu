@@ -425,15 +425,53 @@ inline constexpr int kLanesWide = DW / 4;
 template <int DW>
 inline constexpr int kLanes8 = DW / 4 < 8 ? DW / 4 : 8;
 
+// stage_slice's copies (kernel 18's, LPR lanes a row) in LPR steps of one row source each, issued a step at a time: kernels
+// 34, 35 issue them one or two a k-step of the score product that precedes their wait, instead of back to back — session
+// 14's SASS profile of 26 (CSA chunk) put ~8 % of the stall samples on the moves into the one register pair every copy's
+// address takes, each waiting for the previous copy to release it (long scoreboard). No select of the zero-filled rows'
+// source either: row_source gives q.raw past the query's rows, which the zero-size copies read nothing of.
+template <int DW, int LPR>
+struct SpreadCopies {
+  static constexpr int PW = DW + kPad, C = DW / 4, CPL = C / LPR, RPI = kWarp / LPR;
+  static_assert(C % LPR == 0 && kWarp % LPR == 0, "whole chunks a lane, whole rows an instruction");
+  const float* mine;  // this lane's row's source (row seg·32 + lane), shuffled to the lanes copying it
+  float* dst;
+  int chunk, sub, left;
+  __device__ SpreadCopies(float* wb, const QueryRows& q, int n_raw, int total, int raw_cap, int first_mod, int seg, int d0,
+                          int lane, int32_t id)
+      : mine(row_source<DW * kWarps>(q, n_raw, total, raw_cap, first_mod, seg * kAttnSeg + lane, id, d0)),
+        dst(wb + (lane / LPR) * PW + 4 * (lane % LPR)), chunk(lane % LPR), sub(lane / LPR), left(total - seg * kAttnSeg) {}
+  __device__ void step(int k) const {  // rows k·RPI + sub, as stage_slice's k
+    const int r = k * RPI + sub;
+    const float* src = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(mine), r)) +
+                       4 * chunk;
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) cp_async16_or_zero(dst + k * RPI * PW + 4 * LPR * c, src + 4 * LPR * c, r < left);
+  }
+};
+// slice_scores' hook issuing SpreadCopies' steps, LPR / KK a k-step (1 at DW = 64, 2 below).
+template <int DW, int LPR>
+struct CopiesAfterK {
+  const SpreadCopies<DW, LPR>& sc;
+  __device__ void operator()(int kk) const {
+    constexpr int KK = DW / 8, PER = LPR / KK;
+    static_assert(LPR % KK == 0, "whole steps a k-step");
+#pragma unroll
+    for (int k = 0; k < PER; ++k) sc.step(kk * PER + k);
+  }
+};
+
 // Step 1 for this warp's slice with its exactness decision (as segment_state): true when the rows' bits
 // went to the MMAs unconverted — then also for the value product of the same segment.
 // NT < 4 (kernel 32, a query's last segment): the rows' bits path forms n-tiles 0 … NT − 1 only (the others' rows are
 // zero-filled: they add nothing to the OR, their partials would be 0 — finite — and their scores are masked); the
 // converted path, rare, forms all four as before.
-template <int DW, int P, bool kLean = false, int NT = 4>
-__device__ inline bool slice_scores_checked(const float* base, const QFrag<DW / 8>& qf, int g, int t, float (&pt)[4][4]) {
+// after_k: slice_scores' hook, in the rows' bits pass only (run whatever the decision).
+template <int DW, int P, bool kLean = false, int NT = 4, typename Hook = NoHook>
+__device__ inline bool slice_scores_checked(const float* base, const QFrag<DW / 8>& qf, int g, int t, float (&pt)[4][4],
+                                            Hook after_k = {}) {
   uint32_t bits = 0;
-  slice_scores<DW, true, P, kLean, NT>(base, qf, g, t, pt, bits);
+  slice_scores<DW, true, P, kLean, NT>(base, qf, g, t, pt, bits, after_k);
   const bool as_is = __all_sync(0xffffffffu, (bits & 0x1fffu) == 0 && partials_finite<kLean>(pt)) != 0;
   if (!as_is) slice_scores<DW, false, P>(base, qf, g, t, pt, bits);
   return as_is;
@@ -460,9 +498,12 @@ __device__ inline void store_partials(float* red, int wid, int g, int t, const f
 // zero-filled rows of segment ns in interval ns − 2). The same bits: the skipped scores are masked to −inf whatever they
 // are, the skipped value MMAs add p = 0 times zero rows (exact zeros) to their accumulators, and the exactness decision
 // sees the same OR (zero rows add no bits) and finite partials alike (see slice_scores_checked).
-template <int DW, bool k8, bool kQs = false, bool kTail = false>
+// kSpread (attention_mma_kernels = 34, with kTail): each interval's copies of segment s + 2 issued a row source at a time
+// between the k-steps of segment s + 1's score product (SpreadCopies), after the wait for s + 1's — the same copies.
+template <int DW, bool k8, bool kQs = false, bool kTail = false, bool kSpread = false>
 __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) {
   static_assert(!kTail || (k8 && kQs), "kernel 32 is 26 with its last segment's tiles skipped");
+  static_assert(!kSpread || kTail, "kernel 34 is 32 with its copies spread");
   using S = PipeSmem<DW>;
   constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK;
   extern __shared__ float4 smem4[];
@@ -571,11 +612,21 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
     if constexpr (!decltype(first_c)::value) values_merge(s - 1, b_prev, decltype(as_is_c)::value);
     softmax(s);
     __syncwarp();  // the warp's reads of s − 1's slices are done: copy s + 2 over them
-    stage(b_prev, s + 2, pre);
-    pre = ids_of(s + 3);
-    wait_staged();  // s + 1's copies (only s + 2's may fly)
     float pt[4][4];
-    const bool as_is_next = slice_scores_checked<DW, PW, kQs>(wrows + b_next * S::BS, qf, g, t, pt);
+    bool as_is_next;
+    if constexpr (kSpread) {
+      cp_async_wait<0>();  // s + 1's copies (s + 2's are issued below)
+      __syncwarp();
+      const SpreadCopies<DW, kLanes8<DW>> sc(wrows + b_prev * S::BS, qr, n_raw, total, cap, fm, s + 2, d0, lane, pre);
+      pre = ids_of(s + 3);
+      as_is_next = slice_scores_checked<DW, PW, kQs>(wrows + b_next * S::BS, qf, g, t, pt, CopiesAfterK<DW, kLanes8<DW>>{sc});
+      cp_async_commit();
+    } else {
+      stage(b_prev, s + 2, pre);
+      pre = ids_of(s + 3);
+      wait_staged();  // s + 1's copies (only s + 2's may fly)
+      as_is_next = slice_scores_checked<DW, PW, kQs>(wrows + b_next * S::BS, qf, g, t, pt);
+    }
     __syncthreads();  // every softmax of s has read red
     store_partials(red, wid, g, t, pt);
     __syncthreads();  // s + 1's partials, s's p fragments and factors visible
@@ -664,10 +715,10 @@ __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) 
   store_heads<D, KN>(a, i, mls, M, L, sh, hs, ok, g, t, d0, run);
 }
 
-template <int DW, bool k8, bool kQs = false, bool kTail = false>
+template <int DW, bool k8, bool kQs = false, bool kTail = false, bool kSpread = false>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(AttentionArgs a) {
   const int groups = (a.heads + kHeads - 1) / kHeads;
-  chunk14_block<DW, k8, kQs, kTail>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
+  chunk14_block<DW, k8, kQs, kTail, kSpread>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
 // ---- Kernel 33 (attention_mma_kernels = 33): kernel 32's steps, a block walking items, the next item's start carried ----
@@ -681,7 +732,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(Atte
 // and segments 0, 1 rotate from item to item. (Session 12's walks, 15–17 and 19, 20, carried the row stream itself across
 // items — a cursor rebuilt at every segment's staging — and lost; here an item's segments are staged as in 32, only its
 // start moves.) The next item's counts are loaded before the last value products, behind their MMAs.
-template <int DW>
+// kSpread (attention_mma_kernels = 35): the intervals' copies spread over the score k-steps as kernel 34's.
+template <int DW, bool kSpread = false>
 __device__ inline void walk_block(const AttentionArgs& a, int64_t items, int groups) {
   using S = PipeSmem<DW>;
   constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK, LPR = kLanes8<DW>;
@@ -829,11 +881,21 @@ __device__ inline void walk_block(const AttentionArgs& a, int64_t items, int gro
       if constexpr (!decltype(first_c)::value) values_merge(s - 1, b_prev, decltype(as_is_c)::value);
       softmax(s);
       __syncwarp();  // the warp's reads of s − 1's slices are done: copy s + 2 over them
-      stage(b_prev, s + 2, pre);
-      pre = ids_of(s + 3);
-      wait_staged();  // s + 1's copies (only s + 2's may fly)
       float pt[4][4];
-      const bool as_is_next = slice_scores_checked<DW, PW, true>(wrows + b_next * S::BS, qf, g, t, pt);
+      bool as_is_next;
+      if constexpr (kSpread) {
+        cp_async_wait<0>();  // s + 1's copies (s + 2's are issued below)
+        __syncwarp();
+        const SpreadCopies<DW, LPR> sc(wrows + b_prev * S::BS, cur.qr, cur.n_raw, total, cap, cur.fm, s + 2, d0, lane, pre);
+        pre = ids_of(s + 3);
+        as_is_next = slice_scores_checked<DW, PW, true>(wrows + b_next * S::BS, qf, g, t, pt, CopiesAfterK<DW, LPR>{sc});
+        cp_async_commit();
+      } else {
+        stage(b_prev, s + 2, pre);
+        pre = ids_of(s + 3);
+        wait_staged();  // s + 1's copies (only s + 2's may fly)
+        as_is_next = slice_scores_checked<DW, PW, true>(wrows + b_next * S::BS, qf, g, t, pt);
+      }
       __syncthreads();  // every softmax of s has read red
       store_partials(red, wid, g, t, pt);
       __syncthreads();  // s + 1's partials, s's p fragments and factors visible
@@ -906,9 +968,9 @@ __device__ inline void walk_block(const AttentionArgs& a, int64_t items, int gro
   cp_async_wait<0>();
 }
 
-template <int DW>
+template <int DW, bool kSpread = false>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_walk_kernel(AttentionArgs a, int64_t items) {
-  walk_block<DW>(a, items, (a.heads + kHeads - 1) / kHeads);
+  walk_block<DW, kSpread>(a, items, (a.heads + kHeads - 1) / kHeads);
 }
 
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
@@ -1010,21 +1072,26 @@ void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready)
   be.launched("attention mma (chunk, softmax once)");
 }
 
-// kQs: bits 16 + … stand for 26's kernel, 32's (kTail) and 33's (walk; the same shared memory, every bit of smem_ready is
-// taken): the first launch of any raises the three limits.
+// kQs: bits 16 + … stand for the kernels of 26, 32 (kTail), 33 (walk), 34 (spread) and 35 (walk, spread) — the same shared
+// memory; every bit of smem_ready is taken —: the first launch of any raises the five limits.
 template <int DW, bool k8, bool kQs = false, bool kTail = false>
-void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool walk = false) {
+void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool walk = false, bool spread = false) {
   constexpr size_t bytes = PipeSmem<DW>::bytes;
   const uint32_t bit = 1u << ((kQs ? 16 : k8 ? 12 : 28) + dw_bit<DW>());
   if constexpr (kQs) {
     if (!(smem_ready & bit)) {
       uint32_t none = 0;
-      if (!smem_once(be, none, bit, attention_mma_chunk14_kernel<DW, k8, kQs, !kTail>, bytes)) return;
-      none = 0;
-      if (!smem_once(be, none, bit, attention_mma_walk_kernel<DW>, bytes)) return;
+      const bool set = smem_once(be, none, bit, attention_mma_chunk14_kernel<DW, true, true, false>, bytes) &&
+                       smem_once(be, none = 0, bit, attention_mma_chunk14_kernel<DW, true, true, true>, bytes) &&
+                       smem_once(be, none = 0, bit, attention_mma_chunk14_kernel<DW, true, true, true, true>, bytes) &&
+                       smem_once(be, none = 0, bit, attention_mma_walk_kernel<DW>, bytes) &&
+                       smem_once(be, none = 0, bit, attention_mma_walk_kernel<DW, true>, bytes);
+      if (!set) return;
+      smem_ready |= bit;
     }
+  } else if (!smem_once(be, smem_ready, bit, attention_mma_chunk14_kernel<DW, k8, kQs, kTail>, bytes)) {
+    return;
   }
-  if (!smem_once(be, smem_ready, bit, attention_mma_chunk14_kernel<DW, k8, kQs, kTail>, bytes)) return;
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
   if (walk) {  // one block per multiprocessor (the kernel's registers), each walking items
     int dev = 0, sms = 0;
@@ -1032,9 +1099,17 @@ void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_read
         !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attention mma walk: multiprocessors"))
       return;
     const int64_t grid = blocks < sms ? blocks : sms;
-    attention_mma_walk_kernel<DW><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, blocks);
+    if (spread) attention_mma_walk_kernel<DW, true><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, blocks);
+    else attention_mma_walk_kernel<DW><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, blocks);
     be.launched("attention mma (chunk, pipelined warps, walk)");
     return;
+  }
+  if constexpr (kTail) {
+    if (spread) {
+      attention_mma_chunk14_kernel<DW, k8, kQs, kTail, true><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
+      be.launched("attention mma (chunk, pipelined warps)");
+      return;
+    }
   }
   attention_mma_chunk14_kernel<DW, k8, kQs, kTail><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
   be.launched("attention mma (chunk, pipelined warps)");
@@ -1059,9 +1134,9 @@ void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t 
 }
 
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8, bool qs, bool tail,
-                            bool walk) {
+                            bool walk, bool spread) {
   by_dw(a, [&](auto dw) {
-    if (lanes8 && qs && tail) launch_chunk14<decltype(dw)::value, true, true, true>(be, a, smem_ready, walk);
+    if (lanes8 && qs && tail) launch_chunk14<decltype(dw)::value, true, true, true>(be, a, smem_ready, walk, spread);
     else if (lanes8 && qs) launch_chunk14<decltype(dw)::value, true, true>(be, a, smem_ready);
     else if (lanes8) launch_chunk14<decltype(dw)::value, true>(be, a, smem_ready);
     else launch_chunk14<decltype(dw)::value, false>(be, a, smem_ready);

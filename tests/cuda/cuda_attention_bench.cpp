@@ -19,9 +19,8 @@
 // chunk kernel with each warp's segments pipelined: a segment's values, the next one's softmax and the one after's scores
 // between the same barriers; rows staged per warp, 16 lanes per row), "k18" (k14 with 8 lanes a row, two copies a lane),
 // "k25" / "k26" (k10 / k18 with q staged through shared memory by coalesced 16-byte copies and the exactness decision's
-// checks as independent chains), "k32" (k26 forming a query's last segment only over its n-tiles and k-steps holding rows), "k33" (k32 with one block per
-// multiprocessor walking items, the next item's q and first copies issued during the current item's end), "k34" / "k35"
-// (k32 / k33 with each interval's row copies issued a row source at a time between the score k-steps).
+// checks as independent chains), "k32" (k26 forming a query's last segment only over its n-tiles and k-steps holding rows), "k34" (k32 with each
+// interval's row copies issued a row source at a time between the score k-steps).
 // Usage: cuda_attention_bench [all | decode | prefill | idx | idx-once] [variant,variant…]. "decode" and "prefill" run
 // each variant's calls 5 times (n = 1 CSA/HCA at 2K, and the indexer) or once (one CSA and one HCA chunk of 2,048), for
 // ncu. "idx": only the decode indexer, timed, at 2K (525 rows, bound 1,024), 8K, 16K and 32K (ctx / 4 rows), n = 1
@@ -118,12 +117,8 @@ int main(int argc, char** argv) {
   vars.back().o.attention_mma_kernels = 26;
   vars.push_back({"k32", {}});  // 26 forming a query's last segment only over its n-tiles and k-steps holding rows (session 14)
   vars.back().o.attention_mma_kernels = 32;
-  vars.push_back({"k33", {}});  // 32 with one block per multiprocessor walking items, the next item's start carried (session 14)
-  vars.back().o.attention_mma_kernels = 33;
-  vars.push_back({"k34", {}});  // 32 / 33 with each interval's row copies spread over the score k-steps (session 14)
+  vars.push_back({"k34", {}});  // 32 with each interval's row copies spread over the score k-steps (session 14)
   vars.back().o.attention_mma_kernels = 34;
-  vars.push_back({"k35", {}});
-  vars.back().o.attention_mma_kernels = 35;
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

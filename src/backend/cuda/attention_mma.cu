@@ -62,11 +62,8 @@ constexpr bool kChunkQsAuto = true;
 // its n-tiles and k-steps holding rows, and staging no segment past the last (attention_mma_chunk.cu kTail: kernel 32,
 // session 14 — the same bits). false: 26's kernel.
 constexpr bool kChunkTailAuto = false;
-// …and with one block per multiprocessor walking items, the next item's q and first two segments' copies issued during
-// the current item's end (attention_mma_chunk.cu walk_block: kernel 33, session 14 — the same bits). false: 32's kernel.
-constexpr bool kChunkWalkAuto = false;
 // …and with each interval's row copies issued a row source at a time between the score product's k-steps
-// (attention_mma_chunk.cu SpreadCopies: kernels 34, 35, session 14 — the same copies, the same bits). false: 32's / 33's.
+// (attention_mma_chunk.cu SpreadCopies: kernel 34, session 14 — the same copies, the same bits). false: 32's.
 constexpr bool kChunkSpreadAuto = false;
 
 // Kernel 3's split shape of one decode query: the sliced merge as a programmatic dependent of the split kernel
@@ -518,7 +515,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32 … 35). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32 or 34). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
   // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
@@ -534,22 +531,19 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   // stage_q_slice, partials_finite); 26: 18 with them. 3 takes them with kChunkQsAuto.
   // 32: 26 with a query's last segment formed only over its n-tiles and k-steps holding rows (attention_mma_chunk.cu
   // kTail); 3 takes it with kChunkTailAuto.
-  const bool qs = k == 25 || k == 26 || (k >= 32 && k <= 35) || (k3 && kChunkQsAuto);
-  // 33: 32 with one block per multiprocessor walking items, the next item's q and first copies issued during the current
-  // item's end (attention_mma_chunk.cu walk_block); 3 takes it with kChunkWalkAuto.
-  // 34, 35: 32, 33 with each interval's row copies issued a row source at a time between the score k-steps
-  // (attention_mma_chunk.cu SpreadCopies); 3 takes them with kChunkSpreadAuto.
-  const bool tail = (k >= 32 && k <= 35) || (k3 && kChunkQsAuto && kChunkPipelinedLanes8 && kChunkTailAuto);
-  const bool walk = k == 33 || k == 35 || (k3 && tail && kChunkWalkAuto);
-  const bool spread = k == 34 || k == 35 || (k3 && tail && kChunkSpreadAuto);
-  const bool piped = k == 14 || k == 18 || k == 26 || (k >= 32 && k <= 35) ||
+  const bool qs = k == 25 || k == 26 || k == 32 || k == 34 || (k3 && kChunkQsAuto);
+  // 34: 32 with each interval's row copies issued a row source at a time between the score k-steps
+  // (attention_mma_chunk.cu SpreadCopies); 3 takes it with kChunkSpreadAuto.
+  const bool tail = k == 32 || k == 34 || (k3 && kChunkQsAuto && kChunkPipelinedLanes8 && kChunkTailAuto);
+  const bool spread = k == 34 || (k3 && tail && kChunkSpreadAuto);
+  const bool piped = k == 14 || k == 18 || k == 26 || k == 32 || k == 34 ||
                      (k3 && kChunkPipelinedMinRows > 0 && rows_bound(a) >= kChunkPipelinedMinRows);
   const bool once = k3 || k == 9 || k == 10 || k == 25 || piped;
   if (once && split_segs == 0) {
     if (piped && a.raw_cap >= a.window)
       attn_mma::launch_chunk_pipelined(*this, a, attn_mma_smem_,
-                                       k == 18 || k == 26 || (k >= 32 && k <= 35) || (k3 && kChunkPipelinedLanes8), qs, tail,
-                                       walk, spread);
+                                       k == 18 || k == 26 || k == 32 || k == 34 || (k3 && kChunkPipelinedLanes8), qs, tail,
+                                       spread);
     else attn_mma::launch_chunk_softmax_once(*this, a, attn_mma_smem_, k != 9 && (!k3 || kChunkLoop32Auto), qs);
     return true;
   }

@@ -34,12 +34,11 @@ void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t
 // memory by coalesced 16-byte copies (attention_mma_chunk.cu stage_q_slice) and the exactness decision's checks as
 // independent chains (partials_finite, slice_scores' kOr4) — the same bits.
 // tail (with lanes8 and qs: attention_mma_kernels = 32, session 14): a query's last segment formed only over its n-tiles and
-// k-steps holding rows (attention_mma_chunk.cu chunk14_block kTail) — the same bits. walk (with tail: attention_mma_kernels
-// = 33, session 14): one block per multiprocessor walking items, the next item's q and first copies issued during the
-// current item's end (attention_mma_chunk.cu walk_block) — the same bits. spread (with tail: attention_mma_kernels = 34,
-// with walk 35): each interval's row copies issued a row source at a time between the score k-steps (SpreadCopies).
+// k-steps holding rows (attention_mma_chunk.cu chunk14_block kTail) — the same bits. spread (with tail:
+// attention_mma_kernels = 34): each interval's row copies issued a row source at a time
+// between the score k-steps (attention_mma_chunk.cu SpreadCopies) — the same bits.
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8 = false,
-                            bool qs = false, bool tail = false, bool walk = false, bool spread = false);
+                            bool qs = false, bool tail = false, bool spread = false);
 // The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
                                uint32_t& smem_ready);
@@ -115,8 +114,8 @@ __device__ inline void load_q(QFrag<KK>& qf, const AttentionArgs& a, int64_t i, 
 // instead of one of 32 dependent ORs; the same OR.
 // NT < 4 (attention_mma_chunk.cu kernel 32, a query's last segment): only n-tiles 0 … NT − 1 formed, part = 0 for the
 // others — the caller's rows from 8·NT on are past the query's candidates (zero-filled, their scores masked to −inf).
-// after_k(kk): called after k-step kk's MMAs (attention_mma_chunk.cu kernels 34, 35: the next staging's copies spread
-// over the k-steps); NoHook: nothing.
+// after_k(kk): called after k-step kk's MMAs (attention_mma_chunk.cu kernel 34: the next staging's copies spread over the
+// k-steps); NoHook: nothing.
 struct NoHook {
   __device__ void operator()(int) const {}
 };

@@ -425,8 +425,8 @@ inline constexpr int kLanesWide = DW / 4;
 template <int DW>
 inline constexpr int kLanes8 = DW / 4 < 8 ? DW / 4 : 8;
 
-// stage_slice's copies (kernel 18's, LPR lanes a row) in LPR steps of one row source each, issued a step at a time: kernels
-// 34, 35 issue them one or two a k-step of the score product that precedes their wait, instead of back to back — session
+// stage_slice's copies (kernel 18's, LPR lanes a row) in LPR steps of one row source each, issued a step at a time: kernel
+// 34 issues them one or two a k-step of the score product that precedes their wait, instead of back to back — session
 // 14's SASS profile of 26 (CSA chunk) put ~8 % of the stall samples on the moves into the one register pair every copy's
 // address takes, each waiting for the previous copy to release it (long scoreboard). No select of the zero-filled rows'
 // source either: row_source gives q.raw past the query's rows, which the zero-size copies read nothing of.
@@ -498,8 +498,12 @@ __device__ inline void store_partials(float* red, int wid, int g, int t, const f
 // zero-filled rows of segment ns in interval ns − 2). The same bits: the skipped scores are masked to −inf whatever they
 // are, the skipped value MMAs add p = 0 times zero rows (exact zeros) to their accumulators, and the exactness decision
 // sees the same OR (zero rows add no bits) and finite partials alike (see slice_scores_checked).
-// kSpread (attention_mma_kernels = 34, with kTail): each interval's copies of segment s + 2 issued a row source at a time
-// between the k-steps of segment s + 1's score product (SpreadCopies), after the wait for s + 1's — the same copies.
+// kSpread (attention_mma_kernels = 34, with kTail): each interval's copies of segment s + 2
+// issued a row source at a time between the k-steps of segment s + 1's score product (SpreadCopies), after the wait for
+// s + 1's — the same copies. Session 14's H200 W2: CSA chunks 3,341 → 2,818 µs (−16 %), HCA at 2K 1,033 → 925 (−10 %).
+// Measured and removed (session 14 W2): one block per multiprocessor walking items with the next item's q and first two
+// segments' copies issued during the current item's end (33, 35: +1 … +3 % over 32 / 34 — the start's wait is not
+// where an item's time goes once its copies are spread).
 template <int DW, bool k8, bool kQs = false, bool kTail = false, bool kSpread = false>
 __device__ inline void chunk14_block(const AttentionArgs& a, int64_t i, int h0) {
   static_assert(!kTail || (k8 && kQs), "kernel 32 is 26 with its last segment's tiles skipped");
@@ -721,258 +725,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(Atte
   chunk14_block<DW, k8, kQs, kTail, kSpread>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
-// ---- Kernel 33 (attention_mma_kernels = 33): kernel 32's steps, a block walking items, the next item's start carried ----
-// Block b of G = gridDim.x (one per multiprocessor: the launcher's grid) runs items b, b + G, … (item it = query it / groups,
-// heads 16·(it mod groups) …) with kernel 32's steps on the same operands in the same order: the same bits. An item of 26
-// / 32 starts by waiting for its q slice from DRAM (a chunk's q, 268 MB, is read once) and its first segment's copies;
-// here both are issued during the previous item's end, into the staged segments its last value products free — q and
-// segment 0 once the values of segment ns − 2 are formed (into the staged segment the last interval left free and that
-// one), segment 1 once those of ns − 1 are — so the next item's first scores can follow its predecessor's stores. q sits
-// in a staged segment's rows, never in their pads (p's slots), so any of the three may hold it: the staged segments of q
-// and segments 0, 1 rotate from item to item. (Session 12's walks, 15–17 and 19, 20, carried the row stream itself across
-// items — a cursor rebuilt at every segment's staging — and lost; here an item's segments are staged as in 32, only its
-// start moves.) The next item's counts are loaded before the last value products, behind their MMAs.
-// kSpread (attention_mma_kernels = 35): the intervals' copies spread over the score k-steps as kernel 34's.
-template <int DW, bool kSpread = false>
-__device__ inline void walk_block(const AttentionArgs& a, int64_t items, int groups) {
-  using S = PipeSmem<DW>;
-  constexpr int D = S::D, PW = S::PW, KK = DW / 8, KN = KK, LPR = kLanes8<DW>;
-  extern __shared__ float4 smem4[];
-  float* bufs = reinterpret_cast<float*>(smem4);
-  float* red = bufs + S::rows;
-  float2* fab = reinterpret_cast<float2*>(red + S::red);  // [segment parity][head]
-  float2* mls = fab + 2 * kHeads;
-  const int lane = threadIdx.x % kWarp, wid = threadIdx.x / kWarp;
-  const int g = lane >> 2, t = lane & 3;
-  const int cap = static_cast<int>(a.raw_cap);
-  const int d0 = wid * DW;
-  const int sh = threadIdx.x >> 4, snt = (threadIdx.x >> 2) & 3, stt = threadIdx.x & 3;  // step 2's thread
-  float* wrows = bufs + wid * S::WS;  // this warp's slice of staged segment b: wrows + b·BS
-  auto slots = [bufs](int e) {
-    return [p = bufs + e * S::BS + DW](int k) { return reinterpret_cast<uint32_t*>(p + (k >> 5) * S::WS + (k & 31) * PW); };
-  };
-  // An item's query rows and counts.
-  struct Item {
-    QueryRows qr;
-    int64_t i;
-    int h0, ns, n_raw, total, fm;
-  };
-  auto item_at = [&](int64_t it) {
-    Item m;
-    m.i = it / groups;
-    m.h0 = static_cast<int>(it % groups) * kHeads;
-    m.qr = query_rows(a, m.i);
-    m.ns = static_cast<int>(segments_of(m.qr));
-    m.n_raw = static_cast<int>(m.qr.n_raw);
-    m.total = static_cast<int>(m.qr.total);
-    m.fm = static_cast<int>(m.qr.first % a.raw_cap);
-    return m;
-  };
-  // Segment seg of item m into staged segment b, its ids loaded right before (segments 0 and 1: raw rows, as a rule).
-  auto stage_first = [&](const Item& m, int b, int seg) {
-    stage_slice<DW, LPR>(wrows + b * S::BS, m.qr, m.n_raw, m.total, cap, m.fm, seg, d0, lane,
-                         prefetch_id(m.qr.idx, m.n_raw, m.total, seg, lane));
-    cp_async_commit();
-  };
-  int64_t it = blockIdx.x;
-  if (it >= items) return;
-  Item cur = item_at(it);
-  int bq = 2, b0 = 0, b1 = 1;  // staged segments of the item's q and its segments 0, 1
-  stage_q_slice<DW>(wrows + bq * S::BS, a, cur.i, cur.h0, d0, lane);
-  cp_async_commit();
-  stage_first(cur, b0, 0);
-  stage_first(cur, b1, 1);
-  for (;;) {
-    const int64_t it_next = it + gridDim.x;
-    const bool has_next = it_next < items;
-    const int hs[2] = {cur.h0 + g, cur.h0 + g + 8};
-    const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
-    const int ns = cur.ns, total = cur.total;
-    float M = -INFINITY, L = 0.0f;  // head sh's running state (every step-2 thread of the head holds it)
-    float run[KN][4];
-#pragma unroll
-    for (int u = 0; u < KN; ++u)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) run[u][c] = 0.0f;
-    auto stage = [&](int b, int seg, int32_t id) {
-      stage_slice<DW, LPR>(wrows + b * S::BS, cur.qr, cur.n_raw, total, cap, cur.fm, seg, d0, lane, id);
-      cp_async_commit();
-    };
-    auto ids_of = [&](int seg) { return prefetch_id(cur.qr.idx, cur.n_raw, total, seg, lane); };
-    auto wait_staged = [&]() {  // the next staging may still fly
-      cp_async_wait<1>();
-      __syncwarp();
-    };
-    QFrag<KK> qf;
-    int32_t pre;  // lane's id of segment s + 2, loaded an interval ahead of its copies
-    {
-      cp_async_wait<2>();  // q's copies (segments 0 and 1 may fly)
-      __syncwarp();
-      float x[KK][4];
-      read_q_slice(x, wrows + bq * S::BS, g, t);
-      split_q(qf, x);
-      pre = ids_of(2);
-    }
-    bool as_is_cur = true;
-    if (ns > 0) {
-      wait_staged();
-      float pt[4][4];
-      as_is_cur = slice_scores_checked<DW, PW, true>(wrows + b0 * S::BS, qf, g, t, pt);
-      store_partials(red, wid, g, t, pt);
-    }
-    __syncthreads();
-
-    auto values_merge = [&](int sp, int b, bool as_is) {
-      const float* pb = reinterpret_cast<const float*>(slots(sp & 1)(lane));
-      float acc[KN][4];
-      auto p_frag = [&](int j, uint32_t (&ph)[4], uint32_t (&pl)[4]) {
-        const uint4 h = *reinterpret_cast<const uint4*>(pb + 2 * j * S::WS), l = *reinterpret_cast<const uint4*>(pb + (2 * j + 1) * S::WS);
-        ph[0] = h.x, ph[1] = h.y, ph[2] = h.z, ph[3] = h.w;
-        pl[0] = l.x, pl[1] = l.y, pl[2] = l.z, pl[3] = l.w;
-      };
-      if (as_is) slice_values<DW, PW>(wrows + b * S::BS, p_frag, g, t, true, acc);
-      else slice_values<DW, PW>(wrows + b * S::BS, p_frag, g, t, false, acc);
-      const float2 fg = fab[(sp & 1) * kHeads + g], fg8 = fab[(sp & 1) * kHeads + g + 8];
-      const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
-#pragma unroll
-      for (int u = 0; u < KN; ++u)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
-    };
-    auto values_merge_live = [&](int sp, int b, auto nj_c) {
-      const float* pb = reinterpret_cast<const float*>(slots(sp & 1)(lane));
-      float acc[KN][4];
-      auto p_frag = [&](int j, uint32_t (&ph)[4], uint32_t (&pl)[4]) {
-        const uint4 h = *reinterpret_cast<const uint4*>(pb + 2 * j * S::WS), l = *reinterpret_cast<const uint4*>(pb + (2 * j + 1) * S::WS);
-        ph[0] = h.x, ph[1] = h.y, ph[2] = h.z, ph[3] = h.w;
-        pl[0] = l.x, pl[1] = l.y, pl[2] = l.z, pl[3] = l.w;
-      };
-      slice_values<DW, PW, decltype(nj_c)::value>(wrows + b * S::BS, p_frag, g, t, true, acc);
-      const float2 fg = fab[(sp & 1) * kHeads + g], fg8 = fab[(sp & 1) * kHeads + g + 8];
-      const float fa[2] = {fg.x, fg8.x}, fb[2] = {fg.y, fg8.y};
-#pragma unroll
-      for (int u = 0; u < KN; ++u)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) run[u][c] = merged(run[u][c], fa[c >> 1], acc[u][c], fb[c >> 1]);
-    };
-    auto softmax = [&](int s) {
-      const int left = total - s * kAttnSeg;
-      float m, l, fa, fb;
-      segment_softmax_at(red, slots(s & 1), left < kAttnSeg ? left : kAttnSeg, a.scale, sh, snt, stt, m, l);
-      merge_step(M, L, m, l, fa, fb);
-      if ((threadIdx.x & 15) == 0) fab[(s & 1) * kHeads + sh] = make_float2(fa, fb);
-    };
-    auto live8 = [&](int s) {
-      const int left = total - s * kAttnSeg;
-      return left >= kAttnSeg ? 4 : (left + 7) >> 3;
-    };
-
-    int b_prev = bq, b_cur = b0, b_next = b1;  // staged segments of s − 1, s, s + 1
-    bool as_is_prev = true;
-    auto rotate = [&](bool as_is_next) {
-      as_is_prev = as_is_cur;
-      as_is_cur = as_is_next;
-      const int b_free = b_prev;
-      b_prev = b_cur;
-      b_cur = b_next;
-      b_next = b_free;
-    };
-    auto interval = [&](auto as_is_c, auto first_c, int s) {
-      if constexpr (!decltype(first_c)::value) values_merge(s - 1, b_prev, decltype(as_is_c)::value);
-      softmax(s);
-      __syncwarp();  // the warp's reads of s − 1's slices are done: copy s + 2 over them
-      float pt[4][4];
-      bool as_is_next;
-      if constexpr (kSpread) {
-        cp_async_wait<0>();  // s + 1's copies (s + 2's are issued below)
-        __syncwarp();
-        const SpreadCopies<DW, LPR> sc(wrows + b_prev * S::BS, cur.qr, cur.n_raw, total, cap, cur.fm, s + 2, d0, lane, pre);
-        pre = ids_of(s + 3);
-        as_is_next = slice_scores_checked<DW, PW, true>(wrows + b_next * S::BS, qf, g, t, pt, CopiesAfterK<DW, LPR>{sc});
-        cp_async_commit();
-      } else {
-        stage(b_prev, s + 2, pre);
-        pre = ids_of(s + 3);
-        wait_staged();  // s + 1's copies (only s + 2's may fly)
-        as_is_next = slice_scores_checked<DW, PW, true>(wrows + b_next * S::BS, qf, g, t, pt);
-      }
-      __syncthreads();  // every softmax of s has read red
-      store_partials(red, wid, g, t, pt);
-      __syncthreads();  // s + 1's partials, s's p fragments and factors visible
-      rotate(as_is_next);
-    };
-    using True = std::integral_constant<bool, true>;
-    using False = std::integral_constant<bool, false>;
-    for (int s = 0; s + 2 < ns; ++s) {
-      if (s == 0) interval(True{}, True{}, 0);
-      else if (as_is_prev) interval(True{}, False{}, s);
-      else interval(False{}, False{}, s);
-    }
-    if (ns > 1) {  // interval ns − 2 as kernel 32's
-      const int s = ns - 2;
-      if (s > 0) values_merge(s - 1, b_prev, as_is_prev);
-      softmax(s);
-      cp_async_wait<0>();
-      __syncwarp();
-      float pt[4][4];
-      const float* nb = wrows + b_next * S::BS;
-      bool as_is_next;
-      switch (live8(s + 1)) {
-        case 1: as_is_next = slice_scores_checked<DW, PW, true, 1>(nb, qf, g, t, pt); break;
-        case 2: as_is_next = slice_scores_checked<DW, PW, true, 2>(nb, qf, g, t, pt); break;
-        case 3: as_is_next = slice_scores_checked<DW, PW, true, 3>(nb, qf, g, t, pt); break;
-        default: as_is_next = slice_scores_checked<DW, PW, true>(nb, qf, g, t, pt); break;
-      }
-      __syncthreads();
-      store_partials(red, wid, g, t, pt);
-      __syncthreads();
-      rotate(as_is_next);
-    }
-    // The next item's counts, loaded behind the last value products; its q and segment 0 staged once this warp's reads
-    // of segment ns − 2 are done (b_prev; b_next is free since the last interval), its segment 1 once those of ns − 1 are.
-    Item nxt{};
-    if (has_next) nxt = item_at(it_next);
-    auto carry_q0 = [&]() {
-      cp_async_wait<0>();  // no copy of this item still in flight (ns ≤ 1: segment 1's zero fill) over what is reused
-      __syncwarp();
-      if (has_next) {
-        stage_q_slice<DW>(wrows + b_next * S::BS, a, nxt.i, nxt.h0, d0, lane);
-        cp_async_commit();
-        stage_first(nxt, b_prev, 0);
-      }
-    };
-    if (ns > 0) {  // the last interval: values of ns − 2, softmax of ns − 1, then its values
-      const int s = ns - 1;
-      if (s > 0) values_merge(s - 1, b_prev, as_is_prev);
-      carry_q0();
-      softmax(s);
-      __syncthreads();
-      const int nj = as_is_cur ? live8(s) : 4;
-      if (nj == 1) values_merge_live(s, b_cur, std::integral_constant<int, 1>{});
-      else if (nj == 2) values_merge_live(s, b_cur, std::integral_constant<int, 2>{});
-      else if (nj == 3) values_merge_live(s, b_cur, std::integral_constant<int, 3>{});
-      else values_merge(s, b_cur, as_is_cur);
-    } else {
-      carry_q0();
-    }
-    __syncwarp();  // the warp's reads of segment ns − 1 are done
-    if (has_next) stage_first(nxt, b_cur, 1);
-    store_heads<D, KN>(a, cur.i, mls, M, L, sh, hs, ok, g, t, d0, run);
-    if (!has_next) break;
-    it = it_next;
-    cur = nxt;
-    bq = b_next;
-    b0 = b_prev;
-    b1 = b_cur;
-  }
-  cp_async_wait<0>();
-}
-
-template <int DW, bool kSpread = false>
-__global__ void __launch_bounds__(kThreads, 1) attention_mma_walk_kernel(AttentionArgs a, int64_t items) {
-  walk_block<DW, kSpread>(a, items, (a.heads + kHeads - 1) / kHeads);
-}
-
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
@@ -1072,10 +824,10 @@ void launch_chunk(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready)
   be.launched("attention mma (chunk, softmax once)");
 }
 
-// kQs: bits 16 + … stand for the kernels of 26, 32 (kTail), 33 (walk), 34 (spread) and 35 (walk, spread) — the same shared
-// memory; every bit of smem_ready is taken —: the first launch of any raises the five limits.
+// kQs: bits 16 + … stand for the kernels of 26, 32 (kTail) and 34 (kTail, spread) — the same shared memory; every bit of
+// smem_ready is taken —: the first launch of any raises the three limits.
 template <int DW, bool k8, bool kQs = false, bool kTail = false>
-void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool walk = false, bool spread = false) {
+void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool spread = false) {
   constexpr size_t bytes = PipeSmem<DW>::bytes;
   const uint32_t bit = 1u << ((kQs ? 16 : k8 ? 12 : 28) + dw_bit<DW>());
   if constexpr (kQs) {
@@ -1083,9 +835,7 @@ void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_read
       uint32_t none = 0;
       const bool set = smem_once(be, none, bit, attention_mma_chunk14_kernel<DW, true, true, false>, bytes) &&
                        smem_once(be, none = 0, bit, attention_mma_chunk14_kernel<DW, true, true, true>, bytes) &&
-                       smem_once(be, none = 0, bit, attention_mma_chunk14_kernel<DW, true, true, true, true>, bytes) &&
-                       smem_once(be, none = 0, bit, attention_mma_walk_kernel<DW>, bytes) &&
-                       smem_once(be, none = 0, bit, attention_mma_walk_kernel<DW, true>, bytes);
+                       smem_once(be, none = 0, bit, attention_mma_chunk14_kernel<DW, true, true, true, true>, bytes);
       if (!set) return;
       smem_ready |= bit;
     }
@@ -1093,17 +843,6 @@ void launch_chunk14(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_read
     return;
   }
   const int64_t blocks = a.n * ((a.heads + kHeads - 1) / kHeads);
-  if (walk) {  // one block per multiprocessor (the kernel's registers), each walking items
-    int dev = 0, sms = 0;
-    if (!be.check(cudaGetDevice(&dev), "attention mma walk: device") ||
-        !be.check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attention mma walk: multiprocessors"))
-      return;
-    const int64_t grid = blocks < sms ? blocks : sms;
-    if (spread) attention_mma_walk_kernel<DW, true><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, blocks);
-    else attention_mma_walk_kernel<DW><<<static_cast<unsigned>(grid), kThreads, bytes, be.stream()>>>(a, blocks);
-    be.launched("attention mma (chunk, pipelined warps, walk)");
-    return;
-  }
   if constexpr (kTail) {
     if (spread) {
       attention_mma_chunk14_kernel<DW, k8, kQs, kTail, true><<<static_cast<unsigned>(blocks), kThreads, bytes, be.stream()>>>(a);
@@ -1134,9 +873,9 @@ void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t 
 }
 
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8, bool qs, bool tail,
-                            bool walk, bool spread) {
+                            bool spread) {
   by_dw(a, [&](auto dw) {
-    if (lanes8 && qs && tail) launch_chunk14<decltype(dw)::value, true, true, true>(be, a, smem_ready, walk, spread);
+    if (lanes8 && qs && tail) launch_chunk14<decltype(dw)::value, true, true, true>(be, a, smem_ready, spread);
     else if (lanes8 && qs) launch_chunk14<decltype(dw)::value, true, true>(be, a, smem_ready);
     else if (lanes8) launch_chunk14<decltype(dw)::value, true>(be, a, smem_ready);
     else launch_chunk14<decltype(dw)::value, false>(be, a, smem_ready);

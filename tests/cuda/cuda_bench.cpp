@@ -17,8 +17,8 @@
 //                                         session 13's decode, fold 5) and 559 (the default before), 1559 at n = 1,
 //                                         twice; once: one untimed call of each (ncu).
 //        cuda_bench --moe-steps A B … M... decode steps (batch 1 at 2K) with expert_one_token A, B, …, interleaved.
-//        cuda_bench --moe-swap A B … [--rounds R] M  the same on one backend and model copy (one Forward a value),
-//                                      with per-round differences and the sides' logits compared bit for bit.
+//        cuda_bench --moe-swap A B … [--rounds R] [--alternate] M  the same on one backend and model copy (one Forward
+//                                      a value), with per-round differences and the sides' logits compared bit for bit.
 //        cuda_bench --experts v3[once]    the default and the row tiles' second shapes and balanced runs (each
 //                                         decode) only, timed (or once each, balanced runs first: for ncu).
 //        cuda_bench --hc                  HC pre, router, HC post and the small decode ops at n = 1, 2, 8, 32:
@@ -36,6 +36,7 @@
 //        cuda_bench --small7-steps [rope|hcb|hcbN|both] M...   decode steps of model files with the folds off / on (f16_mma on).
 //        cuda_bench --hcb-forms FOLD...        the boundary kernel's forms (hc_post_fold 4, 6, 7), graph µs + phases.
 //        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
+//        cuda_bench --hcb-swap A B … [--rounds R] [--alternate] M  --moe-swap's bench for hc_post_fold.
 //        cuda_bench --dattn [A B]         one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31).
 //        cuda_bench --dattn-steps A B [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B.
 //        cuda_bench --pexp-steps A B [C …] [--rounds N] M...  2,048-token prefill chunks (2K → 4K, engine options), gemm_experts A, B, …
@@ -153,6 +154,7 @@ void bench_hcpre_steps(int argc, char** argv);     // cuda_bench_branches.cpp
 void bench_hcpre_prefill(int argc, char** argv);   // cuda_bench_hcpre.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_moe_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
+void bench_hcb_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_hcsplit_steps(int argc, char** argv);   // cuda_bench_branches.cpp
@@ -927,6 +929,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--moe-swap") == 0) {  // decode steps, expert_one_token values on one backend
     bench_moe_swap(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--hcb-swap") == 0) {  // decode steps, hc_post_fold values on one backend
+    bench_hcb_swap(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc-fuse-steps") == 0) {  // decode steps, HC pre in two launches / one

@@ -1,15 +1,18 @@
-// cuda_bench_moe1.cpp — `cuda_bench --moe-swap A B [C …] [--rounds R] M`: decode steps of one session at 2K as the
-// engine runs them (runtime::engine_cuda_options, graphs, branches with the HC split on the side lane) with
-// CudaBackendOptions::expert_one_token A, B, … on ONE backend and one copy of the weights: one model::Forward per
-// value, the backend's value set before each side's steps (a Forward's recorded step graphs hold the kernels of the
-// value they were recorded with; anything re-recorded or run eagerly sees its side's value too). The sides then
-// differ only in the routed experts' launches, not in where their weights sit — session 13's --moe-steps gave each
-// side its own backend and model copy, and two copies of one configuration differed by up to 4.6 µs a 4-layer step
+// cuda_bench_moe1.cpp — `cuda_bench --moe-swap A B [C …] [--rounds R] [--alternate] M` (expert_one_token) and
+// `cuda_bench --hcb-swap …` (hc_post_fold, the sublayer boundary kernel; session 14 hcb): decode steps of one session
+// at 2K as the engine runs them (runtime::engine_cuda_options, graphs, branches with the HC split on the side lane)
+// with the option's values A, B, … on ONE backend and one copy of the weights: one model::Forward per value, the
+// backend's value set before each side's steps (a Forward's recorded step graphs hold the kernels of the value they
+// were recorded with; anything re-recorded or run eagerly sees its side's value too). The sides then differ only in
+// that option's launches, not in where their weights sit — session 13's --moe-steps / --hcb-steps gave each side its
+// own backend and model copy, and two copies of one configuration differed by up to 4.6 µs a 4-layer step
 // (docs/PERF.md session 13 moe1). Every round runs each side once (prompt, 8 warm-up steps, the median of 5 × 16
-// steps, as cuda_bench_branches.cpp's decode_step_seconds) and prints "BENCH moe-swap" lines, then the per-round
+// steps, as cuda_bench_branches.cpp's decode_step_seconds; --alternate: odd rounds in the reverse order, so no side
+// always runs right after another) and prints "BENCH moe-swap" / "BENCH hcb-swap" lines, then the per-round
 // difference of each side from the first; the sides' logits after the same tokens must be the same bits (the
-// one-token kernels' contract, here through whole recorded steps): "PARITY moe-swap" lines.
-// Deliberately not here: per-op timings (cuda_bench --experts lean), the op tests (test_cuda_moe_tiles.cpp).
+// kernels' contract, here through whole recorded steps): "PARITY …-swap" lines. A value repeated (13 14 13) gives
+// the floor: the same kernels on two Forwards.
+// Deliberately not here: per-op timings (cuda_bench --experts lean, --hcb-forms), the op tests.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -35,14 +38,15 @@ namespace {
 
 // Seconds per decode step of one session after a `prompt`-token prefill (fw's chunks), the last step's logits in
 // `logits`; < 0 on failure. The tokens are a fixed sequence, so every side sees the same ones.
-double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t prompt, std::vector<float>& logits) {
+double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t prompt, std::vector<float>& logits,
+                         const char* tag) {
   const int64_t V = fw.config().n_vocab, C = fw.max_chunk();
   logits.assign(static_cast<size_t>(V), 0.0f);
   std::vector<int32_t> toks(static_cast<size_t>(prompt));
   for (size_t k = 0; k < toks.size(); ++k) toks[k] = static_cast<int32_t>((k * 7919 + 13) % static_cast<size_t>(V));
   auto st = fw.new_state(prompt + 4096);
   if (!st.ok()) {
-    std::printf("BENCH moe-swap: new_state: %s\n", st.status().to_string().c_str());
+    std::printf("BENCH %s: new_state: %s\n", tag, st.status().to_string().c_str());
     return -1;
   }
   model::KvState kv = std::move(st).value();
@@ -50,7 +54,7 @@ double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t promp
     const int64_t n = std::min(C, prompt - p);
     if (const Status es = fw.eval(kv, std::span<const int32_t>(toks.data() + p, static_cast<size_t>(n)), p, logits.data(), false);
         !es.ok()) {
-      std::printf("BENCH moe-swap: prefill: %s\n", es.to_string().c_str());
+      std::printf("BENCH %s: prefill: %s\n", tag, es.to_string().c_str());
       return -1;
     }
   }
@@ -63,7 +67,7 @@ double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t promp
     model::Segment seg{&kv, std::span<const int32_t>(&next, 1), pos++, logits.data(), false};
     if (!ok) return;
     if (const Status es = fw.eval_batch(std::span<const model::Segment>(&seg, 1)); !es.ok()) {
-      std::printf("BENCH moe-swap: decode step %lld: %s\n", static_cast<long long>(step_no), es.to_string().c_str());
+      std::printf("BENCH %s: decode step %lld: %s\n", tag, static_cast<long long>(step_no), es.to_string().c_str());
       ok = false;
     }
   };
@@ -72,14 +76,19 @@ double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t promp
   return ok && be.sync().ok() ? t : -1;
 }
 
-}  // namespace
-
-void bench_moe_swap(int argc, char** argv) {
+// The swap bench for one option: `tag` names its lines ("moe-swap"), `name` the option, `set` sets it on the backend.
+void option_swap(int argc, char** argv, const char* tag, const char* name,
+                 void (*set)(backend::cuda::CudaBackend&, int)) {
   std::vector<int> vals;
   int rounds = 5, i = 0;
+  bool alternate = false;
   for (; i < argc; ++i) {
     if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
+      continue;
+    }
+    if (std::strcmp(argv[i], "--alternate") == 0) {
+      alternate = true;
       continue;
     }
     char* end = nullptr;
@@ -88,14 +97,14 @@ void bench_moe_swap(int argc, char** argv) {
     vals.push_back(static_cast<int>(v));
   }
   if (vals.size() < 2 || i == argc) {
-    std::printf("BENCH moe-swap: usage --moe-swap A B [C ...] [--rounds R] model.gguf...\n");
+    std::printf("BENCH %s: usage --%s A B [C ...] [--rounds R] [--alternate] model.gguf...\n", tag, tag);
     return;
   }
   for (; i < argc; ++i) {
     auto file = gguf::File::open(argv[i]);
     auto cfg = file.ok() ? modelspec::config_from_gguf(**file) : Result<modelspec::ModelConfig>(file.status());
     if (!cfg.ok()) {
-      std::printf("BENCH moe-swap %s: %s\n", argv[i], cfg.status().to_string().c_str());
+      std::printf("BENCH %s %s: %s\n", tag, argv[i], cfg.status().to_string().c_str());
       return;
     }
     const auto plan = modelspec::layer_plan(*cfg);
@@ -105,14 +114,14 @@ void bench_moe_swap(int argc, char** argv) {
     co.max_graphs = 64;
     auto made = backend::cuda::make_cuda_backend(co);
     if (!made.ok()) {
-      std::printf("BENCH moe-swap: backend: %s\n", made.status().to_string().c_str());
+      std::printf("BENCH %s: backend: %s\n", tag, made.status().to_string().c_str());
       return;
     }
     std::unique_ptr<backend::Backend> be = std::move(made).value();
     auto* cbe = dynamic_cast<backend::cuda::CudaBackend*>(be.get());
     auto bound = model::bind_weights(**file, *cfg, plan, *be);
     if (cbe == nullptr || !bound.ok() || !be->sync().ok()) {
-      std::printf("BENCH moe-swap: weights: %s\n", bound.ok() ? "sync failed" : bound.status().to_string().c_str());
+      std::printf("BENCH %s: weights: %s\n", tag, bound.ok() ? "sync failed" : bound.status().to_string().c_str());
       return;
     }
     const model::ModelWeights w = std::move(bound).value();
@@ -125,7 +134,7 @@ void bench_moe_swap(int argc, char** argv) {
       fo.branches |= model::kBranchHcSplit;
       auto fw = model::Forward::create(*be, *cfg, w, fo);
       if (!fw.ok()) {
-        std::printf("BENCH moe-swap: forward: %s\n", fw.status().to_string().c_str());
+        std::printf("BENCH %s: forward: %s\n", tag, fw.status().to_string().c_str());
         return;
       }
       fws.push_back(std::move(fw).value());
@@ -133,23 +142,22 @@ void bench_moe_swap(int argc, char** argv) {
     std::vector<std::vector<double>> ms(vals.size());
     int mismatches = 0;
     for (int round = 0; round < rounds; ++round) {
-      std::vector<float> first, logits;
-      for (size_t k = 0; k < vals.size(); ++k) {
-        cbe->set_expert_one_token(vals[k]);
-        const double t = swap_step_seconds(*fws[k], *be, 2048, logits);
+      std::vector<std::vector<float>> logits(vals.size());
+      for (size_t j = 0; j < vals.size(); ++j) {
+        const size_t k = alternate && round % 2 == 1 ? vals.size() - 1 - j : j;
+        set(*cbe, vals[k]);
+        const double t = swap_step_seconds(*fws[k], *be, 2048, logits[k], tag);
         ms[k].push_back(t * 1e3);
-        std::printf("BENCH moe-swap expert_one_token %4d layers %zu batch 1 ctx 2048 round %d: %.4f ms/step, %.1f tok/s\n",
+        std::printf("BENCH %s %s %4d layers %zu batch 1 ctx 2048 round %d: %.4f ms/step, %.1f tok/s\n", tag, name,
                     vals[k], plan.size(), round + 1, t * 1e3, t > 0 ? 1 / t : 0.0);
-        if (k == 0) {
-          first = logits;
-        } else {
-          const bool same = first.size() == logits.size() &&
-                            std::memcmp(first.data(), logits.data(), first.size() * sizeof(float)) == 0;
-          mismatches += same ? 0 : 1;
-          std::printf("PARITY moe-swap expert_one_token %d vs %d round %d: logits bit for bit: %s\n", vals[k], vals[0],
-                      round + 1, same ? "ok" : "FAIL");
-        }
         std::fflush(stdout);
+      }
+      for (size_t k = 1; k < vals.size(); ++k) {
+        const bool same = logits[0].size() == logits[k].size() &&
+                          std::memcmp(logits[0].data(), logits[k].data(), logits[0].size() * sizeof(float)) == 0;
+        mismatches += same ? 0 : 1;
+        std::printf("PARITY %s %s %d vs %d round %d: logits bit for bit: %s\n", tag, name, vals[k], vals[0], round + 1,
+                    same ? "ok" : "FAIL");
       }
     }
     // Per-round differences from the first side (µs a step), their mean, and the rounds where the side was faster.
@@ -165,10 +173,21 @@ void bench_moe_swap(int argc, char** argv) {
         std::snprintf(buf, sizeof buf, " %+.1f", d);
         per += buf;
       }
-      std::printf("BENCH moe-swap %d - %d (us a step, by round):%s | mean %+.2f, faster in %d of %d\n", vals[k], vals[0],
+      std::printf("BENCH %s %d - %d (us a step, by round):%s | mean %+.2f, faster in %d of %d\n", tag, vals[k], vals[0],
                   per.c_str(), sum / rounds, faster, rounds);
     }
-    std::printf("PARITY moe-swap: %d mismatches\n", mismatches);
-    cbe->set_expert_one_token(-1);
+    std::printf("PARITY %s: %d mismatches\n", tag, mismatches);
   }
+}
+
+}  // namespace
+
+void bench_moe_swap(int argc, char** argv) {
+  option_swap(argc, argv, "moe-swap", "expert_one_token",
+              [](backend::cuda::CudaBackend& be, int v) { be.set_expert_one_token(v); });
+}
+
+void bench_hcb_swap(int argc, char** argv) {
+  option_swap(argc, argv, "hcb-swap", "hc_post_fold",
+              [](backend::cuda::CudaBackend& be, int v) { be.set_hc_post_fold(v); });
 }

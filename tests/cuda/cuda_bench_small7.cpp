@@ -208,7 +208,10 @@ void bench_hcb_forms(const std::vector<int>& folds) {
     o.attn_out_rope = 1;
     o.hc_post_fold = f;
     auto b = cuda::make_cuda_backend(o);
-    if (!b.ok()) return;
+    if (!b.ok()) {  // e.g. a form removed after the H200 runs
+      std::printf("BENCH hcb-forms hc_post_fold %d: %s\n", f, b.status().to_string().c_str());
+      return;
+    }
     bes.push_back(std::move(b).value());
     sides.push_back(std::make_unique<Small7Side>(*bes.back()));
   }

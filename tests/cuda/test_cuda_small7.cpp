@@ -253,14 +253,30 @@ TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {
 // (hc_post_fold, f16_mma): 2 without f16_mma is the fallback; 4, 5 = 2, 3 as programmatic dependents.
 // 6, 7: 4 in session 12's forms (HcBoundaryLaunch::form 1, 9: the split warp off y's barrier; the partial sums
 // pushed into the blocks that add them); 8: 5 (16 blocks) in form 9; 9: 7 with the TF32 split in shared memory.
-// 10 … 13 (session 13, HcBoundaryPackedEqualsPostThenPre): 9 with the warp's two quarters in 3 m-tiles; + tree sums;
-// + mbarrier pushes (no cluster barriers after the first); + each warp's own split and the stream's segment sums added
-// by its two warps; 14: 13 on 16 blocks with the MMA segments split by stream.
+// 13 (session 13, HcBoundaryPackedEqualsPostThenPre): 9 with the warp's two quarters in 3 m-tiles, tree sums,
+// mbarrier pushes (no cluster barriers after the first), each warp's own split and the stream's segment sums added by
+// its two warps (its stepping stones 10 … 12 and the 16-block 14 were removed in session 14).
 TEST_F(CudaSmall7, HcBoundaryEqualsPostThenPre) {
   check_boundary({{2, true}, {2, false}, {3, true}, {4, true}, {5, true}, {6, true}, {7, true}, {8, true}, {9, true}});
 }
 TEST_F(CudaSmall7, HcBoundaryPackedEqualsPostThenPre) {
-  check_boundary({{10, true}, {11, true}, {12, true}, {13, true}, {14, true}});
+  check_boundary({{13, true}});
+}
+TEST_F(CudaSmall7, RemovedHcPostFoldsAreRejected) {
+  // Forms removed after the H200 runs (10 … 12, 14 in session 14) and values never made: make_cuda_backend refuses
+  // them instead of running hc_post then hc_pre under their name; the kept values and -1 (the default) are accepted.
+  for (int v : {10, 11, 12, 14, 15, 99}) {
+    cuda::CudaBackendOptions o;
+    o.hc_post_fold = v;
+    auto made = cuda::make_cuda_backend(o);
+    ASSERT_FALSE(made.ok()) << v;
+    EXPECT_NE(made.status().to_string().find("hc_post_fold"), std::string::npos) << made.status().to_string();
+  }
+  for (int v : {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
+    cuda::CudaBackendOptions o;
+    o.hc_post_fold = v;
+    EXPECT_TRUE(cuda::make_cuda_backend(o).ok()) << v;
+  }
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/gemm_q8.h"
+#include "backend/cuda/hc_boundary.h"
 
 namespace ds4::backend::cuda {
 
@@ -125,6 +126,12 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   // controls' form (hc_controls_prefill.cu's 3 or 5; 0: rms_norm + the few-row matmul).
   be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : opts.hc_fuse / 10 * 10 + std::min(opts.hc_fuse % 10, 2));
   be->set_attn_out_rope(opts.attn_out_rope < 0 ? kAttnOutRopeAuto : opts.attn_out_rope != 0);
+  // An hc_post_fold value of no boundary form (10 … 12 and 14, removed in session 14; values never made) is rejected,
+  // as gemm_experts' below: hc_boundary would refuse it and the boundary run as hc_post then hc_pre under its name.
+  if (opts.hc_post_fold >= 2 && hc_boundary_form(opts.hc_post_fold) < 0)
+    return invalid_argument("cuda backend: hc_post_fold " + std::to_string(opts.hc_post_fold) +
+                            " is not a boundary form of this build (removed or never made; docs/PERF.md); -1 picks the "
+                            "default, " + std::to_string(kHcPostFoldAuto));
   be->set_hc_post_fold(opts.hc_post_fold < 0 ? kHcPostFoldAuto : opts.hc_post_fold);
   be->set_gemm_pipelined(opts.gemm_pipelined);
   // gemm_q8's twin of the gemm_experts check below: a value launch_parts does not name (removed, never made)

@@ -254,9 +254,8 @@ __device__ inline void mma_packed(float (&c)[3][4], const uint4 (&w)[2][4][2][2]
 // memory completing bytes on its mbarrier (one-way), barriers (1), (2), (3) gone: each adder waits for its own data.
 // 128 (with 32) — each warp splits only its own 256 values (no block barrier before the MMAs) and the stream's two
 // warps add their segment sums between themselves (q0 + q1 handed to the odd warp, which adds q2, q3 and pushes).
-// 512 (16 blocks, with 32, 64, 128, 256) — the MMA segments split by stream, not by quarter: block 8h + r8 owns
-// segments 8k + r8 of streams k = 2h, 2h + 1 whole (warps 0 … 3 as the 8-block form's warp pairs, 96 MMAs a warp: half
-// of an SM's MMAs), so every pushed segment sum is whole; the state norm's and y's dims as the 16-block shape's.
+// Only 505 (all of them) is launched: its stepping stones 57, 121, 377 and 1017 (505 on 16 blocks with the MMA
+// segments split by stream: not faster on whole decode steps) were removed in session 14 (docs/PERF.md).
 template <int C, int kForm>
 __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -267,17 +266,13 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   constexpr bool kPush = (kForm & 8) != 0;
   constexpr bool kSplitShared = (kForm & 16) != 0;
   constexpr bool kPack = (kForm & 32) != 0, kTree = (kForm & 64) != 0, kWarpSplit = (kForm & 128) != 0;
-  constexpr bool kMbar = (kForm & 256) != 0, kSS = (kForm & 512) != 0;
-  // kSS: X' at the MMA dims for 2 streams × 512 dims (rows 2h, 2h + 1), MMA warps 0 … 3, 2 quarters each
-  constexpr int kXmRows = kSS ? 2 : kNhc, kXmDims = kSS ? 512 : S::DM, kQw = kSS ? 2 : S::Qw;
+  constexpr bool kMbar = (kForm & 256) != 0;
   static_assert(!kPush || (kForm & 1) != 0, "push: with the split warp off barrier (3)");
-  static_assert(!(kPack || kTree || kMbar) || ((C == 8 || kSS) && kPush && kSplitShared), "session 13's bits: form 25");
-  static_assert(!kSS || (C == 16 && kPack && kTree && kWarpSplit && kMbar), "the stream split: 16 blocks, form 505");
+  static_assert(!(kPack || kTree || kMbar) || (C == 8 && kPush && kSplitShared), "session 13's bits: 8 blocks, form 25");
   static_assert(!kWarpSplit || kPack, "the warp's own split: with the packed tiles");
   namespace cg = cooperative_groups;
   cg::cluster_group cl = cg::this_cluster();
-  __shared__ __align__(16) float xm[kXmRows][kXmDims];   // X' of the MMA dims: [k][i] = X'[k][512·r8 + DM·h + i]
-                                                         // (kSS: [kl][i] = X'[2h + kl][512·r8 + i])
+  __shared__ __align__(16) float xm[kNhc][S::DM];        // X' of the MMA dims: [k][i] = X'[k][512·r8 + DM·h + i]
   __shared__ __align__(16) float xq[kNhc][4][S::WN][32]; // X' of the state norm's dims: [k][m''][w − w0][c]
   __shared__ __align__(16) float ys[16][32];             // y[256m + 32·r8 + c] at [m][c] (c ≡ h mod H)
   __shared__ float qs[kNhc][S::QB][kRows];               // quarter sums: stream k, local quarter, row
@@ -288,8 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   __shared__ float segs[kRows][kNseg];                   // segment sums of every mix row (block 0's split warp)
   __shared__ float pre_segs[kNhc][kNseg];                // segment sums of the pre rows (warp 4)
   __shared__ float ms[kRows], sb[3 + kRows], ws[kNhc];   // split warp: mix rows, scale + base; pre
-  __shared__ __align__(16) uint32_t xh[kSplitShared ? kXmRows : 1][kXmDims];  // split: TF32 hi / lo of xm·scale
-  __shared__ __align__(16) uint32_t xl[kSplitShared ? kXmRows : 1][kXmDims];
+  __shared__ __align__(16) uint32_t xh[kSplitShared ? kNhc : 1][S::DM];  // split: TF32 hi / lo of xm·scale
+  __shared__ __align__(16) uint32_t xl[kSplitShared ? kNhc : 1][S::DM];
   __shared__ double all_n[kPush ? 32 : 1];               // push: emulated warp ew's state norm sum at [ew]
   __shared__ double all_y[kPush ? C : 1];                // push: y norm warp r8's sum (H = 2: lanes ≡ h) at [r]
   // push, H = 2: q2, q3 of segment s of each mix row (block 0) and pre row (every block); segs / pre_segs hold q0 + q1.
@@ -300,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   __shared__ float s01[kWarpSplit ? kNhc : 1][kRows];    // kWarpSplit: q0 + q1 of stream k's segment, row o
   const int r = static_cast<int>(cl.block_rank()), r8 = r % 8, h = r / 8;
   const int tid = static_cast<int>(threadIdx.x), lane = tid % kWarp, warp = tid / kWarp, g = lane >> 2, t = lane & 3;
-  const int d_m0 = 512 * r8 + (kSS ? 0 : S::DM * h);  // first MMA dim
+  const int d_m0 = 512 * r8 + S::DM * h;  // first MMA dim
   stamp(p, r, 0);
   if constexpr (kMbar) {
     if (tid == 0) {
@@ -315,18 +310,16 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
 
   // MMA weights (the contract's fragment layout, f16_mma_load_w): warp w takes stream k = w / 2, local quarters
   // (w % 2)·Qw + qq; m-tile 0 = rows g, g + 8; m-tile 1 = row 16 + g (its rows g + 8: zero rows).
-  // kSS: warps 0 … 3 only, stream k = 2h + w / 2 (local row mkl = w / 2 of xm), quarters (w % 2)·2 + qq.
-  const bool mma_warp = !kSS || warp < 4;
-  const int mkl = warp / 2, mk = kSS ? 2 * h + mkl : mkl, ql0 = (warp % 2) * kQw;
+  const int mk = warp / 2, ql0 = (warp % 2) * S::Qw;
   const int64_t e0 = int64_t{kE} * mk + d_m0;
   const uint8_t* const wr[2][2] = {{p.w + g * p.row_bytes, p.w + (g + 8) * p.row_bytes},
                                    {p.w + (16 + g) * p.row_bytes, nullptr}};
-  uint4 wq[kQw][4][2][2];
+  uint4 wq[S::Qw][4][2][2];
 #pragma unroll
-  for (int qq = 0; qq < kQw; ++qq)
+  for (int qq = 0; qq < S::Qw; ++qq)
 #pragma unroll
     for (int b = 0; b < 4; ++b)
-      f16_mma_load_w<2>(wq[qq][b], wr, mma_warp, e0 + kF16MmaQ * (ql0 + qq) + kF16MmaBlk * b + 8 * t, kHcd, true);
+      f16_mma_load_w<2>(wq[qq][b], wr, true, e0 + kF16MmaQ * (ql0 + qq) + kF16MmaBlk * b + 8 * t, kHcd, true);
   // y's dims of a thread of warps 4 … 7: m = (tid − 128) / 8, c4 = tid % 8 → dims dy … dy + 3 (H = 2: the parity-h two).
   const bool ywarp = warp >= 4;
   const int ym = (tid - 128) / 8, yc4 = tid % 8;
@@ -351,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
   const bool mpos = tid < S::MPos, npos = tid >= S::NBase && tid < S::NBase + S::NPos;
   const int np = tid - S::NBase, nm = np / (S::WN * 8), nw4 = np / 8 % S::WN, nc4 = np % 8;  // norm position
   const int64_t dnorm = 1024 * nm + 256 * (S::WN * h + nw4) + 32 * r8 + 4 * nc4;
-  const bool has = (mpos && !kSS) || npos || (H == 2 && ywarp);
+  const bool has = mpos || npos || (H == 2 && ywarp);
   const int64_t d = mpos ? d_m0 + 4 * tid : npos ? dnorm : dy;
   float4 xv[kNhc];
   if (has) {
@@ -359,24 +352,9 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
 #pragma unroll
     for (int k = 0; k < kNhc; ++k) xv[k] = post_value4(in, pc, k);
   }
-  if (mpos && kSS) {  // 2 positions (dims 512·r8 + 4·tid + 256·pp) of streams 2h, 2h + 1
+  if (mpos) {
 #pragma unroll
-    for (int pp = 0; pp < 2; ++pp) {
-      const int i = 4 * tid + 256 * pp;
-      const PostIn4 in = post_load4(p.post, d_m0 + i);
-      float4 v4[kNhc];
-#pragma unroll
-      for (int k = 0; k < kNhc; ++k) v4[k] = post_value4(in, pc, k);
-#pragma unroll
-      for (int kl = 0; kl < 2; ++kl) {
-        const float4 v = h == 0 ? v4[kl] : v4[2 + kl];
-        *reinterpret_cast<float4*>(&xm[kl][i]) = v;
-        *reinterpret_cast<float4*>(p.post.out + (2 * h + kl) * kE + d_m0 + i) = v;
-      }
-    }
-  } else if (mpos) {
-#pragma unroll
-    for (int k = 0; k < kXmRows; ++k) {
+    for (int k = 0; k < kNhc; ++k) {
       *reinterpret_cast<float4*>(&xm[k][4 * tid]) = xv[k];
       *reinterpret_cast<float4*>(p.post.out + k * kE + d) = xv[k];
     }
@@ -456,11 +434,9 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       reinterpret_cast<uint4*>(&xl[0][0])[i4] = lo;
     };
     if constexpr (kWarpSplit) {  // the warp's own 256 values (quarters ql0, ql0 + 1 of stream mk), 8 a lane
-      if (mma_warp) {
-        const int i4 = (mkl * kXmDims + kF16MmaQ * ql0 + 8 * lane) / 4;
-        split4(i4);
-        split4(i4 + 1);
-      }
+      const int i4 = (mk * S::DM + kF16MmaQ * ql0 + 8 * lane) / 4;
+      split4(i4);
+      split4(i4 + 1);
       __syncwarp();
     } else if constexpr (kSplitShared) {
       constexpr int kF4 = kNhc * S::DM / 4;  // float4s of xm
@@ -469,20 +445,18 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       __syncthreads();
     }
     if constexpr (kPack) {
-      float c[3][4] = {};
-      if (mma_warp) mma_packed(c, wq, xh[mkl], xl[mkl], ql0, g, t);
+      float c[3][4];
+      mma_packed(c, wq, xh[mk], xl[mk], ql0, g, t);
       // lane (g, 0): rows g, g + 8, 16 + g of quarters ql0 (v[j][0]) and ql0 + 1 (v[j][1])
       const float v[3][2] = {{c[0][0], c[1][1]}, {c[0][2], c[1][3]}, {c[2][0], c[2][3]}};
       if constexpr (kWarpSplit) {  // seg = ((q0 + q1) + q2) + q3: warp 2mk holds q0, q1; warp 2mk + 1 q2, q3
-        if (mma_warp) {
-          if (ql0 == 0 && t == 0)
+        if (ql0 == 0 && t == 0)
 #pragma unroll
-            for (int j = 0; j < 3; ++j) s01[mkl][g + 8 * j] = v[j][0] + v[j][1];
-          named_sync<64>(3 + mkl);
-          if (ql0 != 0 && t == 0)
+          for (int j = 0; j < 3; ++j) s01[mk][g + 8 * j] = v[j][0] + v[j][1];
+        named_sync<64>(3 + mk);
+        if (ql0 != 0 && t == 0)
 #pragma unroll
-            for (int j = 0; j < 3; ++j) push_seg(g + 8 * j, 8 * mk + r8, (s01[mkl][g + 8 * j] + v[j][0]) + v[j][1]);
-        }
+          for (int j = 0; j < 3; ++j) push_seg(g + 8 * j, 8 * mk + r8, (s01[mk][g + 8 * j] + v[j][0]) + v[j][1]);
       } else if (t == 0) {
 #pragma unroll
         for (int j = 0; j < 3; ++j) {
@@ -592,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       cluster_arrive();  // (3) early: its remote reads end before its arrival at (4)
     }
     if constexpr (!kPush) gather_segs<H, kRows>(cl, part_q, segs, lane);
-    if constexpr (kPush && H == 2 && !kSS) {  // lane s: seg = (q0 + q1) + q2 + q3 (gather_segs' expression)
+    if constexpr (kPush && H == 2) {  // lane s: seg = (q0 + q1) + q2 + q3 (gather_segs' expression)
 #pragma unroll
       for (int o = 0; o < kRows; ++o) segs[o][lane] = (segs[o][lane] + segs_b[o][lane][0]) + segs_b[o][lane][1];
       __syncwarp();
@@ -623,7 +597,7 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
     if (warp == 4) {
       if constexpr (kMbar) mbar_wait(&mbar[1]);  // every block's segment sums of the pre rows
       if constexpr (!kPush) gather_segs<H, kNhc>(cl, part_q, pre_segs, lane);  // the pre rows
-      if constexpr (kPush && H == 2 && !kSS) {
+      if constexpr (kPush && H == 2) {
 #pragma unroll
         for (int o = 0; o < kNhc; ++o) pre_segs[o][lane] = (pre_segs[o][lane] + pre_b[o][lane][0]) + pre_b[o][lane][1];
         __syncwarp();
@@ -681,13 +655,8 @@ __global__ void __launch_bounds__(kThreads, 1) hc_boundary_kernel(BoundaryParams
       cluster_sync_all();  // (3) every block's y norm sum
     }
     double ty = 0.0;  // block_sum's last warp_sum over the 8 warp sums (H = 2: even lanes' + odd lanes')
-    if constexpr (kTree && H == 1) {
+    if constexpr (kTree) {
       ty = tree_sum8(all_y);
-    } else if constexpr (kTree) {  // lane l < 8: even + odd lanes' sums, as below
-      double v8[8];
-#pragma unroll
-      for (int l = 0; l < 8; ++l) v8[l] = all_y[l] + all_y[l + 8];
-      ty = tree_sum8(v8);
     } else {
       if (kPush) {
         if (lane < 8) ty = H == 1 ? all_y[lane] : all_y[lane] + all_y[lane + 8];
@@ -734,16 +703,12 @@ bool hc_boundary(CudaBackend& be, const HcPreArgs& a, const HcBoundaryLaunch& l)
                    HcSplitArgs{a.mix, a.scale, a.base, 1, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb},
                    a.mix, a.norm_w, a.y, a.xn, a.rms_eps, l.with_split, l.stamps};
   void (*kernel)(BoundaryParams) = nullptr;
-  if (l.cluster == 16 && l.form != 0 && l.form != 9 && l.form != 1017) return false;
-  if (l.cluster == 16)
-    kernel = l.form == 9 ? hc_boundary_kernel<16, 9> : l.form == 1017 ? hc_boundary_kernel<16, 1017> : hc_boundary_kernel<16, 0>;
+  if (l.cluster == 16 && l.form != 0 && l.form != 9) return false;
+  if (l.cluster == 16) kernel = l.form == 9 ? hc_boundary_kernel<16, 9> : hc_boundary_kernel<16, 0>;
   else if (l.form == 0) kernel = hc_boundary_kernel<8, 0>;
   else if (l.form == 1) kernel = hc_boundary_kernel<8, 1>;
   else if (l.form == 9) kernel = hc_boundary_kernel<8, 9>;
   else if (l.form == 25) kernel = hc_boundary_kernel<8, 25>;
-  else if (l.form == 57) kernel = hc_boundary_kernel<8, 57>;
-  else if (l.form == 121) kernel = hc_boundary_kernel<8, 121>;
-  else if (l.form == 377) kernel = hc_boundary_kernel<8, 377>;
   else if (l.form == 505) kernel = hc_boundary_kernel<8, 505>;
   else return false;
   // 16 blocks is above the portable cluster size: allowed per kernel (a host-side attribute, no stream work).

@@ -3,8 +3,8 @@
 // calls it where its options select the spread HC pre in the F16 MMA order (the path whose bits it reproduces);
 // hc_post_fold = 3 runs it as a cluster of 16 blocks; 4 / 5 as 2 / 3, launched as programmatic dependents wherever
 // hc_pdl allows (also after a concurrent branch's join, where hc_post's launch stays plain); 6 / 7 as 4 in the forms
-// of HcBoundaryLaunch::form 1 / 9, 8 as 5 in form 9, 9 as 4 in form 25; 10 … 13 (session 13) as 4 in forms 57, 121,
-// 377, 505 (hc_boundary_form).
+// of HcBoundaryLaunch::form 1 / 9, 8 as 5 in form 9, 9 as 4 in form 25; 13 (session 13) as 4 in form 505
+// (hc_boundary_form). 10 … 12 (505's stepping stones) and 14 (505 on 16 blocks) were removed in session 14.
 // Deliberately not here: the decision which options allow it (ops_hc.cu, where the backend's flags are).
 #pragma once
 
@@ -25,8 +25,8 @@ struct HcBoundaryLaunch {
   // other than 9) launch nothing (false). Session 13's (8 blocks, with 25; hc_boundary.cu's kernel comment): bit 32 —
   // the warp's two quarters in 3 m-tiles a k-step (96 MMAs, not 128); 64 — sums of pushed partial sums by warp_sum's
   // tree from shared memory; 256 — pushes as st.async completing on the adder's mbarrier, no cluster barriers after
-  // (0); 128 (with 32) — each warp splits its own values, a stream's two warps add its segment sums; 512 (16 blocks,
-  // with 505) — block 8h + r8 owns the MMA segments of streams 2h, 2h + 1 whole (4 MMA warps).
+  // (0); 128 (with 32) — each warp splits its own values, a stream's two warps add its segment sums. Of these only 505
+  // (all four) launches.
   int form = 0;
   // Diagnostics (benches only; null in the backend): device array [kHcBoundaryStamps] receiving block 0's clock64 at
   // the phase ends — start, after the wait, the state formed, barrier 1, MMAs done, barrier 2, the split warp's mix,
@@ -35,25 +35,22 @@ struct HcBoundaryLaunch {
 };
 inline constexpr int kHcBoundaryStamps = 9;
 
-// CudaBackendOptions::hc_post_fold → HcBoundaryLaunch::form (ops_hc.cu and the benches): 6 → 1, 7 and 8 → 9,
-// 9 → 25, 10 → 57 (+ packed tiles), 11 → 121 (+ tree sums), 12 → 377 (+ mbarrier pushes), 13 → 505 (+ the warps'
-// own split, pair sums), 14 → 1017 (13 on 16 blocks, the MMA segments split by stream); others 0.
+// CudaBackendOptions::hc_post_fold → HcBoundaryLaunch::form (ops_hc.cu and the benches): 2 … 5 → 0, 6 → 1, 7 and
+// 8 → 9, 9 → 25, 13 → 505 (packed tiles, tree sums, mbarrier pushes, the warps' own split); -1 for every other value
+// (0, 1: no boundary kernel; 10 … 12, 14: removed in session 14 — make_cuda_backend rejects them).
 inline int hc_boundary_form(int hc_post_fold) {
   switch (hc_post_fold) {
+    case 2: case 3: case 4: case 5: return 0;
     case 6: return 1;
     case 7: case 8: return 9;
     case 9: return 25;
-    case 10: return 57;
-    case 11: return 121;
-    case 12: return 377;
     case 13: return 505;
-    case 14: return 1017;
-    default: return 0;
+    default: return -1;
   }
 }
-// Its cluster's blocks: 16 for hc_post_fold 3, 5, 8 and 14, else 8.
+// Its cluster's blocks: 16 for hc_post_fold 3, 5 and 8, else 8.
 inline int hc_boundary_cluster(int hc_post_fold) {
-  return hc_post_fold == 3 || hc_post_fold == 5 || hc_post_fold == 8 || hc_post_fold == 14 ? 16 : 8;
+  return hc_post_fold == 3 || hc_post_fold == 5 || hc_post_fold == 8 ? 16 : 8;
 }
 
 // One cluster of 8 (or 16) blocks forms the new state X' (hc_post4_kernel's values, written to prev_post.out = a.x), its

@@ -1171,7 +1171,7 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
     // the spread kernels in the F16 MMA order with the v5 finish — the path whose bits it reproduces; programmatic
     // launches only where hc_post's are. 4, 5: as 2, 3, programmatic wherever hc_pdl allows (also after a join).
     // 6, 7, 9: as 4 in HcBoundaryLaunch::form 1, 9, 25 (the split warp off y's barrier; the partial sums pushed; the
-    // activations' TF32 split once per value in shared memory); 8: 5 in form 9; 10 … 14: session 13's forms.
+    // activations' TF32 split once per value in shared memory); 8: 5 in form 9; 13: session 13's form 505.
     if (hc_post_fold_ >= 2 && hc_router_v2_ && f16_segments_ && f16_mma_ && small_v5_ && sm90()) {
       HcBoundaryLaunch l;
       l.pdl = hc_pdl_ && (hc_post_fold_ >= 4 || (!branches_ && !on_side_));

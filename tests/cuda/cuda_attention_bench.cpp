@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
   vars.back().o.attention_mma_kernels = 26;
   vars.push_back({"k32", {}});  // 26 forming a query's last segment only over its n-tiles and k-steps holding rows (session 14)
   vars.back().o.attention_mma_kernels = 32;
-  vars.push_back({"k34", {}});  // 32 with each interval's row copies spread over the score k-steps (session 14)
-  vars.back().o.attention_mma_kernels = 34;
+  vars.push_back({"k34", {}});  // 32 with each interval's row copies spread over the score k-steps (session 14; the default's
+  vars.back().o.attention_mma_kernels = 34;  // pipelined form since, so "k26" is the previous default there)
   if (argc > 2) {  // only the variants named in argv[2] (comma-separated), e.g. for one ncu profile
     const std::string want = std::string(",") + argv[2] + ",";
     std::vector<Variant> kept;

@@ -61,10 +61,13 @@ constexpr bool kChunkQsAuto = true;
 // Kernel 3's pipelined chunk form (with kChunkQsAuto and kChunkPipelinedLanes8) forming a query's last segment only over
 // its n-tiles and k-steps holding rows, and staging no segment past the last (attention_mma_chunk.cu kTail: kernel 32,
 // session 14 — the same bits). false: 26's kernel.
-constexpr bool kChunkTailAuto = false;
 // …and with each interval's row copies issued a row source at a time between the score product's k-steps
-// (attention_mma_chunk.cu SpreadCopies: kernel 34, session 14 — the same copies, the same bits). false: 32's.
-constexpr bool kChunkSpreadAuto = false;
+// (attention_mma_chunk.cu SpreadCopies: kernel 34 — the same copies, the same bits). false: 32's.
+// Both on since session 14's H200 W2 (PERF.md "Session 14: prefill chunk attention …"; two passes, 200 PARITY lines bit for
+// bit): CSA chunk at 2K 3,342 / 3,340 → 2,818 / 2,822 µs (26 → 34), HCA at 2K (160 rows) 1,037 / 1,031 → 925 / 924, at
+// 32K CSA −16 %, HCA (400 rows) 2,248 → 1,885; 32 alone: −1 % CSA, −4 % HCA.
+constexpr bool kChunkTailAuto = true;
+constexpr bool kChunkSpreadAuto = true;
 
 // Kernel 3's split shape of one decode query: the sliced merge as a programmatic dependent of the split kernel
 // (attention_mma_kernels 31; sm_90, the main lane): its blocks launch while the split runs and form their RoPE angles

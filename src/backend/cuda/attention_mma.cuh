@@ -35,7 +35,7 @@ void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t
 // independent chains (partials_finite, slice_scores' kOr4) — the same bits.
 // tail (with lanes8 and qs: attention_mma_kernels = 32, session 14): a query's last segment formed only over its n-tiles and
 // k-steps holding rows (attention_mma_chunk.cu chunk14_block kTail) — the same bits. spread (with tail:
-// attention_mma_kernels = 34): each interval's row copies issued a row source at a time
+// attention_mma_kernels = 34, the default's since session 14): each interval's row copies issued a row source at a time
 // between the score k-steps (attention_mma_chunk.cu SpreadCopies) — the same bits.
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8 = false,
                             bool qs = false, bool tail = false, bool spread = false);

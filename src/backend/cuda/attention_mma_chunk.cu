@@ -498,7 +498,7 @@ __device__ inline void store_partials(float* red, int wid, int g, int t, const f
 // zero-filled rows of segment ns in interval ns − 2). The same bits: the skipped scores are masked to −inf whatever they
 // are, the skipped value MMAs add p = 0 times zero rows (exact zeros) to their accumulators, and the exactness decision
 // sees the same OR (zero rows add no bits) and finite partials alike (see slice_scores_checked).
-// kSpread (attention_mma_kernels = 34, with kTail): each interval's copies of segment s + 2
+// kSpread (attention_mma_kernels = 34, with kTail; the default's since session 14): each interval's copies of segment s + 2
 // issued a row source at a time between the k-steps of segment s + 1's score product (SpreadCopies), after the wait for
 // s + 1's — the same copies. Session 14's H200 W2: CSA chunks 3,341 → 2,818 µs (−16 %), HCA at 2K 1,033 → 925 (−10 %).
 // Measured and removed (session 14 W2): one block per multiprocessor walking items with the next item's q and first two

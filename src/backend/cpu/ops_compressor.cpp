@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_impl.h"
+#include "backend/exact_math.h"
 
 namespace ds4::backend::cpu {
 
@@ -63,7 +64,7 @@ void CpuBackend::compressor(const CompressorArgs& a) {
         visit([&](float sc, float) { mx = std::max(mx, sc); });
         float denom = 0, acc = 0;
         visit([&](float sc, float v) {
-          const float e = std::exp(sc - mx);
+          const float e = exact_exp(sc - mx);  // exact_math.h: the CUDA kernels' bits
           denom += e;
           acc += e * v;
         });

@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/primitives.h"
 #include "backend/cpu/weight_rows.h"
+#include "backend/exact_math.h"
 
 namespace ds4::backend::cpu {
 
@@ -32,7 +33,7 @@ void CpuBackend::hc_head(const HcHeadArgs& a) {
   for (int64_t t = 0; t < a.n; ++t)
     for (int s = 0; s < a.nhc; ++s) {
       const float z = a.m[t * a.nhc + s] * a.scale[0] + a.base[s];
-      a.w[t * a.nhc + s] = 1.0f / (1.0f + std::exp(-z)) + a.eps;
+      a.w[t * a.nhc + s] = exact_sigmoid(z) + a.eps;
     }
 }
 

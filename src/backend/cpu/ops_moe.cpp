@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/primitives.h"
+#include "backend/exact_math.h"
 
 namespace ds4::backend::cpu {
 
@@ -53,7 +54,7 @@ static float swiglu_one(float g, float u, float clamp) {
     g = std::min(g, clamp);
     u = std::clamp(u, -clamp, clamp);
   }
-  return g / (1.0f + std::exp(-g)) * u;
+  return g / (1.0f + exact_exp(-g)) * u;  // exact_math.h: every CUDA expert kernel's bits
 }
 
 void CpuBackend::swiglu(const SwigluArgs& a) {

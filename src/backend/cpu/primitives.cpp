@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/exact_math.h"
+
 namespace ds4::backend::cpu {
 
 float round_f16(float x) {
@@ -112,7 +114,8 @@ void rms_norm_row(const float* x, const float* w, float* y, int64_t dim, float e
   }
 }
 
-static float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+// exact_math.h's σ and exp: the CUDA kernels compute the same bits (HC split, Sinkhorn, router, SwiGLU).
+static float sigmoid(float z) { return exact_sigmoid(z); }
 
 void hc_split_one(const float* m, const float* scale, const float* base, int nhc, int iters, float eps,
                   float* pre, float* post, float* comb) {
@@ -130,7 +133,7 @@ void hc_split_one(const float* m, const float* scale, const float* base, int nhc
     }
     float sum = 0;
     for (int k = 0; k < nhc; ++k) {
-      c[j * nhc + k] = std::exp(c[j * nhc + k] - mx);
+      c[j * nhc + k] = exact_exp(c[j * nhc + k] - mx);
       sum += c[j * nhc + k];
     }
     for (int k = 0; k < nhc; ++k) c[j * nhc + k] = c[j * nhc + k] / sum + eps;
@@ -153,10 +156,6 @@ void hc_split_one(const float* m, const float* scale, const float* base, int nhc
   }
 }
 
-float softplus(float z) {
-  if (z > 20.0f) return z;
-  if (z < -20.0f) return std::exp(z);
-  return std::log1p(std::exp(z));
-}
+float softplus(float z) { return exact_softplus(z); }
 
 }  // namespace ds4::backend::cpu

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/exact_math.h"
 
 namespace ds4::backend::cuda {
 
@@ -45,12 +46,12 @@ __device__ inline void compressor_ring_body(const Args& a) {
       float denom = 0, acc = 0;
       if (has_prev)
         for (int64_t s = 0; s < r; ++s) {
-          const float e = expf(a.state_score[(prev + s) * width + d] - mx);
+          const float e = exact_exp(a.state_score[(prev + s) * width + d] - mx);
           denom += e;
           acc += e * a.state_kv[(prev + s) * width + d];
         }
       for (int64_t s = 0; s < r; ++s) {
-        const float e = expf(a.state_score[(cur + s) * width + cur_col + d] - mx);
+        const float e = exact_exp(a.state_score[(cur + s) * width + cur_col + d] - mx);
         denom += e;
         acc += e * a.state_kv[(cur + s) * width + cur_col + d];
       }

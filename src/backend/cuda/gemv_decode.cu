@@ -18,6 +18,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/qdot.cuh"
+#include "backend/exact_math.h"
 #include "quant/iq2xxs_tables.h"
 
 namespace ds4::backend::cuda {
@@ -231,7 +232,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_gate_up_kernel(MoeDecodePa
       gv = fminf(gv, p.clamp);
       uv = fminf(fmaxf(uv, -p.clamp), p.clamp);
     }
-    *hp = gv / (1.0f + expf(-gv)) * uv * p.weights[pair];
+    *hp = gv / (1.0f + exact_exp(-gv)) * uv * p.weights[pair];
   }
 }
 

@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/moe_group.cuh"
 #include "backend/cuda/qdot.cuh"
+#include "backend/exact_math.h"
 #include "quant/iq2xxs_tables.h"
 
 namespace ds4::backend::cuda {
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) skinny_kernel(SkinnyParams p) 
           gv = fminf(gv, p.clamp);
           uv = fminf(fmaxf(uv, -p.clamp), p.clamp);
         }
-        acc = gv / (1.0f + expf(-gv)) * uv * p.weights[vec];
+        acc = gv / (1.0f + exact_exp(-gv)) * uv * p.weights[vec];
       }
       if (lane < c) p.y[static_cast<int64_t>(vec) * p.y_stride + o] = acc;
     }

@@ -9,13 +9,15 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/exact_math.h"
 #include "backend/cuda/common.cuh"
 
 namespace ds4::backend::cuda {
 
 inline constexpr int kMaxHc = 8;
 
-__device__ inline float sigmoid_dev(float z) { return 1.0f / (1.0f + expf(-z)); }
+// σ(z) = 1 / (1 + e^−z) with exact_exp (exact_math.h): the CPU op's bits for every z.
+__device__ inline float sigmoid_dev(float z) { return exact_sigmoid(z); }
 
 // nhc = 4 (Flash), one warp per token, lane l < 16 holding C[j][k] with j = l / 4, k = l % 4: the
 // same float operations in the same order as hc_split_kernel (each row/column sum is gathered by
@@ -36,7 +38,7 @@ __device__ inline void hc_split4_token(const HcSplitArgs& a, int64_t t, int lane
   float c = m[off + j * N + k] * a.scale[2] + a.base[off + j * N + k];
   float mx = -INFINITY;
   for (int kk = 0; kk < N; ++kk) mx = fmaxf(mx, at(c, j, kk));
-  c = expf(c - mx);
+  c = exact_exp(c - mx);
   float sum = 0;
   for (int kk = 0; kk < N; ++kk) sum += at(c, j, kk);
   c = c / sum + a.eps;

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/qdot.cuh"
+#include "backend/exact_math.h"
 #include "quant/iq2xxs_words.h"
 
 namespace ds4::backend::cuda {
@@ -486,7 +487,7 @@ __device__ inline float tile_row_finish(float acc, float uv, float clamp, float 
       gv = fminf(gv, clamp);
       uv = fminf(fmaxf(uv, -clamp), clamp);
     }
-    acc = gv / (1.0f + expf(-gv)) * uv * weight;
+    acc = gv / (1.0f + exact_exp(-gv)) * uv * weight;
   }
   return acc;
 }

@@ -11,6 +11,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/compressor_ring.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/exact_math.h"
 
 namespace ds4::backend::cuda {
 
@@ -76,12 +77,12 @@ __global__ void compressor_pool_chunk_kernel(CompressorArgs a) {
   float denom = 0, acc = 0;
   if (has_prev)
     for (int64_t s = 0; s < r; ++s) {
-      const float ex = expf(chunk_score(a, tp + s, d, width) - mx);
+      const float ex = exact_exp(chunk_score(a, tp + s, d, width) - mx);
       denom += ex;
       acc += ex * chunk_kv(a, tp + s, d, width);
     }
   for (int64_t s = 0; s < r; ++s) {
-    const float ex = expf(chunk_score(a, tc + s, cur_col + d, width) - mx);
+    const float ex = exact_exp(chunk_score(a, tc + s, cur_col + d, width) - mx);
     denom += ex;
     acc += ex * chunk_kv(a, tc + s, cur_col + d, width);
   }
@@ -130,7 +131,7 @@ __global__ void compressor_shift_kernel(CompressorArgs a) {
       for (int s = 0; s < a.ratio; ++s) {
         const float sc = a.state_score[s * width + d];
         if (sc == -INFINITY) continue;  // empty slot (no previous block yet)
-        const float e = expf(sc - mx);
+        const float e = exact_exp(sc - mx);
         denom += e;
         acc += e * a.state_kv[s * width + d];
       }
@@ -138,7 +139,7 @@ __global__ void compressor_shift_kernel(CompressorArgs a) {
         for (int s = 0; s < a.ratio; ++s) {
           const float sc = a.state_score[(cur + s) * width + D + d];
           if (sc == -INFINITY) continue;
-          const float e = expf(sc - mx);
+          const float e = exact_exp(sc - mx);
           denom += e;
           acc += e * a.state_kv[(cur + s) * width + D + d];
         }

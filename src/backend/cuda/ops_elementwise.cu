@@ -3,6 +3,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
+#include "backend/exact_math.h"
 
 namespace ds4::backend::cuda {
 
@@ -55,7 +56,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
     gv = fminf(gv, clamp);
     uv = fminf(fmaxf(uv, -clamp), clamp);
   }
-  h[i] = gv / (1.0f + expf(-gv)) * uv;
+  h[i] = gv / (1.0f + exact_exp(-gv)) * uv;
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // control segments spread over parallel blocks, then mix + Sinkhorn beside collapse + sublayer norm;
 // otherwise (and with hc_router_v2 = false) norm + F16 controls (README.md's segment order), then
 // split + collapse + sublayer norm, one block per token. Same per-element float operations and order as
-// backend/cpu/ops_hc.cpp (collapse and post are bit-identical to the CPU; split/head differ only by the
-// device expf); the fused kernels run the single ops' device code, so they give the pieces' bits.
+// backend/cpu/ops_hc.cpp, bit for bit (the sigmoid and the Sinkhorn exp are exact_math.h's, as on the CPU); the
+// fused kernels run the single ops' device code, so they give the pieces' bits.
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -49,7 +49,7 @@ __device__ void hc_split_token(const HcSplitArgs& a, int64_t t, const float* m) 
     }
     float sum = 0;
     for (int k = 0; k < nhc; ++k) {
-      c[j * nhc + k] = expf(c[j * nhc + k] - mx);
+      c[j * nhc + k] = exact_exp(c[j * nhc + k] - mx);
       sum += c[j * nhc + k];
     }
     for (int k = 0; k < nhc; ++k) c[j * nhc + k] = c[j * nhc + k] / sum + a.eps;
@@ -88,7 +88,7 @@ __global__ void hc_head_kernel(HcHeadArgs a) {
   if (k >= a.n * a.nhc) return;
   const int s = static_cast<int>(k % a.nhc);
   const float z = a.m[k] * a.scale[0] + a.base[s];
-  a.w[k] = 1.0f / (1.0f + expf(-z)) + a.eps;
+  a.w[k] = exact_sigmoid(z) + a.eps;
 }
 
 // y[t][d] = Σ_s w[t][s]·x[t][s][d], s in order.

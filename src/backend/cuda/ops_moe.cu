@@ -13,16 +13,14 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/gemm_experts.h"
+#include "backend/exact_math.h"
 
 namespace ds4::backend::cuda {
 
 namespace {
 
-__device__ float softplus_dev(float z) {
-  if (z > 20.0f) return z;
-  if (z < -20.0f) return expf(z);
-  return log1pf(expf(z));
-}
+// ds4's softplus with exact_math.h's exp and log1p: the CPU router's bits for every logit.
+__device__ float softplus_dev(float z) { return exact_softplus(z); }
 
 // One thread per token: the CPU's router loop (repeated selection, lower expert id on ties).
 __global__ void router_kernel(RouterArgs a) {

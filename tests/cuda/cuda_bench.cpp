@@ -155,6 +155,7 @@ void bench_hcpre_prefill(int argc, char** argv);   // cuda_bench_hcpre.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_moe_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
 void bench_hcb_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
+void bench_engine_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_hcsplit_steps(int argc, char** argv);   // cuda_bench_branches.cpp
@@ -933,6 +934,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--hcb-swap") == 0) {  // decode steps, hc_post_fold values on one backend
     bench_hcb_swap(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--engine-steps") == 0) {  // decode + prefill steps as the engine runs them
+    bench_engine_steps(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--hc-fuse-steps") == 0) {  // decode steps, HC pre in two launches / one

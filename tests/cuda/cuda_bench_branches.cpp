@@ -35,6 +35,7 @@
 // B, "BENCH pattn-steps" lines.
 // Deliberately not here: correctness (tests/cuda/test_cuda_branches.cpp), per-op timings (cuda_bench).
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -599,6 +600,35 @@ void bench_moe_steps(int argc, char** argv) {
         if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
         std::fflush(stdout);
       }
+  }
+}
+
+// `cuda_bench --engine-steps [ROUNDS] M...`: whole steps of each model file on one backend as the engine runs them
+// (runtime::engine_cuda_options, branches with kBranchHcSplit): per round, decode steps of one session at 2K, then a
+// 2,048-token prefill chunk at 2K → 4K (median of 3). For old-binary vs new-binary comparisons of a change that has
+// no option (session 14's exact_math.h: CPU and CUDA change together). "BENCH engine-steps" lines.
+void bench_engine_steps(int argc, char** argv) {
+  int rounds = 3;
+  if (argc > 0 && std::isdigit(static_cast<unsigned char>(argv[0][0]))) {
+    rounds = std::atoi(argv[0]);
+    --argc;
+    ++argv;
+  }
+  for (int i = 0; i < argc; ++i) {
+    auto mf = open_model(argv[i], "engine-steps");
+    if (!mf) return;
+    const auto plan = modelspec::layer_plan(mf->cfg);
+    StepSide s;
+    if (!load_side(s, *mf, plan, runtime::engine_cuda_options(), 2048, "engine-steps", model::kBranchHcSplit)) return;
+    for (int round = 1; round <= rounds; ++round) {
+      const double t = decode_step_seconds(*s.fw, *s.be, 1, 2048);
+      std::printf("BENCH engine-steps layers %zu round %d decode batch 1 ctx 2048: %.4f ms/step\n", plan.size(), round,
+                  t * 1e3);
+      std::fflush(stdout);
+      const double pre = prefill_chunk_seconds(*s.fw, *s.be);
+      std::printf("BENCH engine-steps layers %zu round %d prefill chunk 2K->4K: %.3f ms\n", plan.size(), round, pre * 1e3);
+      std::fflush(stdout);
+    }
   }
 }
 

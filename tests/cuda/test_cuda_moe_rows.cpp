@@ -206,6 +206,34 @@ class RowsTest : public CudaOpsTest {
     }
   }
 
+  // Session 13's rare failure hunted: `count` rounds of fresh 64-token, k 6 randomly routed inputs (the weights of
+  // SetUp) on side b (2: the engine's kernels at 64 tokens) against the CPU op bit for bit, one "ROUND" line per
+  // differing round (its localisation) — a few rounds a second where RandomRouting makes one input a second. The
+  // rounds' inputs follow from the gtest seed, so a differing (seed, round) replays on another binary.
+  void rounds(int count, int b) {
+    constexpr int64_t n = 64;
+    constexpr int32_t k = 6;
+    int fails = 0;
+    for (int r = 0; r < count; ++r) {
+      const auto x = randn(static_cast<size_t>(n * dim_));
+      const auto ids = routing(n, k, false);
+      std::vector<float> wts(ids.size());
+      for (auto& v : wts) v = std::uniform_real_distribution<float>(0.1f, 1.0f)(rng_);
+      const auto want = run_cpu(x, ids, wts, n, k);
+      const std::string diff = mismatch(run_gpu(b, x, ids, wts, n, k), want, ids, n, k, -1);
+      bufs_[b].clear();
+      if (!diff.empty()) {
+        ++fails;
+        ADD_FAILURE() << "round " << r << ": " << kNames[b] << " not the CPU's bits: " << diff;
+      }
+      std::printf("ROUND %d seed %d %s %s\n", r, ::testing::UnitTest::GetInstance()->random_seed(),
+                  diff.empty() ? "ok" : "FAIL", diff.c_str());
+      std::fflush(stdout);
+    }
+    std::printf("PARITY moe rows %dx%ld k6 n64 random, %d rounds, %s == CPU bit for bit: %s (%d differ)\n", ne_,
+                static_cast<long>(dim_), count, kNames[b], fails ? "FAIL" : "ok", fails);
+  }
+
   // The intermittent case of session 10 (64 tokens on the same 6 experts: one group of 64 pairs per expert, 8
   // gate/up and 16 down passes per item) `rounds` times on every side against one CPU result, which is itself
   // computed twice (a flaky reference would fail every side); between rounds every side runs a randomly routed
@@ -364,5 +392,9 @@ TEST_F(CudaMoeRowsFlash, SameExpertsRepeatedUnderLoad) { repeated(30, true); }
 
 // Its CPU reference, repeated.
 TEST_F(CudaMoeRowsFlash, CpuReferenceRepeated) { cpu_repeated(4); }
+
+// Session 13's failure (RandomRouting at 64 tokens: one token's outputs off by ~1e-5, CUDA's expf ≠ glibc's in the
+// SwiGLU) hunted over many inputs: run with --gtest_also_run_disabled_tests under a time limit.
+TEST_F(CudaMoeRowsFlash, DISABLED_RandomRoutingRounds) { rounds(2000, 2); }
 
 }  // namespace

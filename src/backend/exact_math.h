@@ -7,10 +7,10 @@
 // mostly hide that (a sum rounds it away, the hidden's Q8_K quantization rounds it away) except when a value
 // sits on a rounding boundary: then one quant moves and a whole token's output differs (the rare
 // CudaMoeRowsFlash.RandomRouting failure of session 13). Here each function is a fixed sequence of IEEE float
-// operations (+, −, ×, log1p's two ÷, conversions, bit operations; no FMA, no table), rounded
-// to nearest on both sides: the CUDA build has --fmad=false (no contraction), and the host's x86-64 build has
-// no FMA instructions to contract to (the CPU backend also compiles with -ffp-contract=off). So the host
-// and the device compute the same bits for every input, and tests check both against double precision.
+// operations (+, −, ×, explicit fused multiply-adds, log1p's two ÷, conversions, bit operations; no table),
+// each rounded to nearest on both sides: the CUDA build has --fmad=false and the CPU backend -ffp-contract=off (no
+// multiply-add contraction where none is written), and an explicit fma rounds once on both. So the host and the
+// device compute the same bits for every input, and tests check both against double precision.
 //
 // Accuracy (tests/ops/test_exact_math.cpp, against double): exp ≤ 1 ulp, log1p ≤ 2 ulp over their ranges.
 // Deliberately not here: attention's softmax (its CPU and CUDA forms differ in order, online vs two passes,
@@ -51,6 +51,16 @@ DS4_EXACT_FN float from_bits(uint32_t u) {
 #endif
 }
 
+// a·b + c rounded once (IEEE fused multiply-add): the same bits on both sides — the device's fma.rn.f32, the host's
+// fmaf (the FMA instruction where the CPU has one, else glibc's exact emulation).
+DS4_EXACT_FN float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 // 2^k for k in [−126, 127] (a normal float).
 DS4_EXACT_FN float pow2(int32_t k) { return from_bits(static_cast<uint32_t>(k + 127) << 23); }
 
@@ -61,34 +71,30 @@ constexpr float kRound = 12582912.0f;     // 1.5·2^23: (t + kRound) − kRound 
 
 }  // namespace exact_detail
 
-// e^x within 1 ulp (measured: ~0.5 for normal results, 0.75 at subnormal ones, where 2^k rounds a second time).
-// x = k·ln2 + r with k = round(x·log2 e) and |r| ≲ 0.35 (Cody–Waite: k·kLn2Hi and x − k·kLn2Hi are exact);
-// e^r = 1 + r + r²·q(r) with q the Taylor series to r^5/5040 (truncation < 0.05 ulp at |r| = 0.35). 2^k
+// e^x within 1 ulp (measured: 0.92 for normal results, 0.81 at subnormal ones, where 2^k rounds a second time).
+// x = k·ln2 + r with k = round(x·log2 e) (one fma rounds the exact product to an integer) and |r| ≲ 0.35
+// (Cody–Waite: k·kLn2Hi and x − k·kLn2Hi are exact, the fma adds −k·kLn2Lo); e^r = 1 + r·s(r), s the Taylor
+// series to r^7/5040 by Horner's rule in fmas (truncation < 0.05 ulp at |r| = 0.35; each fma rounds once). 2^k
 // multiplies in two normal halves, so a subnormal result rounds once. NaN → NaN; x > 88.8 → inf; x < −104 (below
-// half the least subnormal) → +0; −inf → +0.
+// half the least subnormal) → +0; −inf → +0. ~20 operations (CUDA's expf: ~9 with the SFU's ex2.approx): the
+// SwiGLU's one exp per output is in the prefill experts' gate/up epilogue, where a 40-operation form without fmas
+// cost ~1 % of the op (session 14, W1).
 DS4_EXACT_FN float exact_exp(float x) {
   using namespace exact_detail;
   if (x != x) return x;
   if (x > 88.8f) return INFINITY;
   if (x < -104.0f) return 0.0f;
-  const float kf = (x * kLog2e + kRound) - kRound;
-  const float rh = x - kf * kLn2Hi;  // exact
-  const float rl = -(kf * kLn2Lo);   // |rl| < 2.2e-4
-  const float r = rh + rl;
-  float q = 1.98412701e-4f;  // 1/5040
-  q = 1.38888892e-3f + r * q;  // 1/720
-  q = 8.33333377e-3f + r * q;  // 1/120
-  q = 4.16666679e-2f + r * q;  // 1/24
-  q = 0.166666672f + r * q;    // 1/6
-  q = 0.5f + r * q;
-  // e^r = 1 + rh + t: the two sums kept as hi + lo (two-sum, then fast two-sum with |1| ≥ |sh|) and rounded
-  // once at the end, so the result's error is that last rounding plus ~0.1 ulp (one plain sum chain was ~1 ulp).
-  const float t = rl + r * r * q;
-  const float sh = rh + t;
-  const float tb = sh - rh;
-  const float sl = (rh - (sh - tb)) + (t - tb);
-  const float ph = 1.0f + sh;
-  const float p = ph + ((sh - (ph - 1.0f)) + sl);
+  const float kf = fma_rn(x, kLog2e, kRound) - kRound;
+  const float rh = fma_rn(-kf, kLn2Hi, x);  // exact
+  const float r = fma_rn(-kf, kLn2Lo, rh);
+  float s = 1.98412701e-4f;           // 1/5040
+  s = fma_rn(s, r, 1.38888892e-3f);   // 1/720
+  s = fma_rn(s, r, 8.33333377e-3f);   // 1/120
+  s = fma_rn(s, r, 4.16666679e-2f);   // 1/24
+  s = fma_rn(s, r, 0.166666672f);     // 1/6
+  s = fma_rn(s, r, 0.5f);
+  s = fma_rn(s, r, 1.0f);
+  const float p = fma_rn(s, r, 1.0f);
   const auto k = static_cast<int32_t>(kf);  // in [−150, 129]
   const int32_t k1 = k >> 1;                // arithmetic shift: floor(k / 2), so both halves are in [−75, 65]
   return p * pow2(k1) * pow2(k - k1);

@@ -37,8 +37,9 @@
 //        cuda_bench --hcb-forms FOLD...        the boundary kernel's forms (hc_post_fold 4, 6, 7), graph µs + phases.
 //        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
 //        cuda_bench --hcb-swap A B … [--rounds R] [--alternate] M  --moe-swap's bench for hc_post_fold.
-//        cuda_bench --dattn [A B]         one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31).
-//        cuda_bench --dattn-steps A B [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B.
+//        cuda_bench --dattn [A B [chain]] one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31);
+//                                         chain: each call the q norm + RoPE, then attention.
+//        cuda_bench --dattn-steps A B [C …] [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B / ….
 //        cuda_bench --pexp-steps A B [C …] [--rounds N] M...  2,048-token prefill chunks (2K → 4K, engine options), gemm_experts A, B, …
 //        cuda_bench --pattn-steps A B [--rounds N] M...  a 2,048-token prefill chunk at 2K → 4K (engine options), attention_mma_kernels A / B.
 //        cuda_bench --hcsplit-steps M...   decode steps, each HC pre's split in the op / on the side lane (kBranchHcSplit).

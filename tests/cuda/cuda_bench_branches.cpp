@@ -27,8 +27,8 @@
 // `cuda_bench --hcpre-steps A B M...`: a 2,048-token prefill chunk (2K → 4K) as the engine runs it with hc_fuse's
 // tens digit A and B (a prefill chunk's HC controls: 0 rms_norm + the few-row matmul, 3 or 5 hc_controls_prefill.cu's
 // forms), the two interleaved for six rounds, "BENCH hcpre-steps" lines.
-// `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps (batch 1 at 2K and 32K, as the engine runs them) with
-// attention_mma_kernels A and B, "BENCH dattn-steps" lines.
+// `cuda_bench --dattn-steps A B [C …] [--rounds N] M...`: decode steps (batch 1 at 2K and 32K, as the engine runs them)
+// with attention_mma_kernels A, B, …, "BENCH dattn-steps" lines.
 // `cuda_bench --pexp-steps A B [C …] [--rounds N] M...`: 2,048-token prefill chunks at 2K → 4K (as the engine runs them)
 // with CudaBackendOptions::gemm_experts A, B, …, "BENCH pexp-steps" lines.
 // `cuda_bench --pattn-steps A B [--rounds N] M...`: a 2,048-token prefill chunk at 2K → 4K with attention_mma_kernels A and
@@ -836,35 +836,45 @@ void bench_ctx_profile(int argc, char** argv) {
   }
 }
 
-// `cuda_bench --dattn-steps A B [--rounds N] M...`: decode steps of one session at 2K and at 32K as the engine runs
+// `cuda_bench --dattn-steps A B [C …] [--rounds N] M...`: decode steps of one session at 2K and at 32K as the engine runs
 // them (graphs, branches, runtime::engine_cuda_options, each HC pre's split on the side lane as the engine's) with
-// CudaBackendOptions::attention_mma_kernels A and B (10: one decode query's split kernel then the sliced merge; 31:
-// the merge a programmatic dependent of the split kernel, attention_mma.cu), the sides interleaved N times (3). "BENCH dattn-steps" lines.
+// CudaBackendOptions::attention_mma_kernels A, B, … (10: one decode query's split kernel then the sliced merge; 31:
+// the merge a programmatic dependent of the split kernel, attention_mma.cu; 37: the split kernel one of the q norm,
+// attention_pdl.h), the
+// sides interleaved N times (3), each round every side in turn. "BENCH dattn-steps" lines.
 void bench_dattn_steps(int argc, char** argv) {
-  if (argc < 3) {
-    std::printf("BENCH dattn-steps: usage --dattn-steps A B [--rounds N] model.gguf...\n");
+  std::vector<int> vals;  // the leading integer arguments
+  int first = 0;
+  while (first < argc && argv[first][0] >= '0' && argv[first][0] <= '9') vals.push_back(std::atoi(argv[first++]));
+  int rounds = 3;  // `--rounds N` after the values: N rounds instead
+  if (first + 1 < argc && !std::strcmp(argv[first], "--rounds")) {
+    rounds = std::max(1, std::atoi(argv[first + 1]));
+    first += 2;
+  }
+  if (vals.size() < 2 || first >= argc) {
+    std::printf("BENCH dattn-steps: usage --dattn-steps A B [C ...] [--rounds N] model.gguf...\n");
     return;
   }
-  const int vals[2] = {std::atoi(argv[0]), std::atoi(argv[1])};
-  int rounds = 3, first = 2;  // `--rounds N` after A B: N rounds instead
-  if (argc > 4 && !std::strcmp(argv[2], "--rounds")) {
-    rounds = std::max(1, std::atoi(argv[3]));
-    first = 4;
-  }
-  const std::string n0 = "attention_mma_kernels " + std::to_string(vals[0]);
-  const std::string n1 = "attention_mma_kernels " + std::to_string(vals[1]);
-  const char* const names[2] = {n0.c_str(), n1.c_str()};
   for (int i = first; i < argc; ++i) {
     auto mf = open_model(argv[i], "dattn-steps");
     if (!mf) return;
     const auto plan = modelspec::layer_plan(mf->cfg);
-    StepSide sides[2];
-    for (int k = 0; k < 2; ++k) {
+    std::vector<StepSide> sides(vals.size());
+    for (size_t k = 0; k < vals.size(); ++k) {
       backend::cuda::CudaBackendOptions co = runtime::engine_cuda_options();
       co.attention_mma_kernels = vals[k];
       if (!load_side(sides[k], *mf, plan, co, 512, "dattn-steps", model::kBranchHcSplit)) return;
     }
-    interleaved_steps("dattn-steps", names, sides, 24, plan.size(), {{1, 2048}, {1, 32768}}, rounds);
+    for (const int64_t ctx : {int64_t{2048}, int64_t{32768}})
+      for (int round = 0; round < rounds; ++round)
+        for (size_t k = 0; k < vals.size(); ++k) {
+          const double t = decode_step_seconds(*sides[k].fw, *sides[k].be, 1, ctx);
+          std::printf("BENCH dattn-steps attention_mma_kernels %-3d layers %zu batch 1 ctx %lld round %d: %.3f ms/step, "
+                      "%.1f tok/s\n", vals[k], plan.size(), static_cast<long long>(ctx), round + 1, t * 1e3,
+                      t > 0 ? 1 / t : 0.0);
+          if (t < 0) std::printf("BENCH step: sync: %s\n", sides[k].be->sync().to_string().c_str());
+          std::fflush(stdout);
+        }
   }
 }
 

@@ -3,7 +3,9 @@
 // the split kernel then the sliced merge, and 31: the merge a programmatic dependent of the split kernel, attention_mma.cu), graph µs per call
 // (StageBench, 20 calls a graph) and launches per call, at Flash's decode shapes (64 heads × 512, window 128): CSA
 // (128 raw + 512 selected: 20 segments) and HCA (128 raw + ctx/128 compressed: 5 segments at 2K, 12 at 32K) at
-// contexts 2K and 32K. The two sides interleaved twice (drift shows). "BENCH dattn" lines.
+// contexts 2K and 32K. The two sides interleaved twice (drift shows). "BENCH dattn" lines. `--dattn A B chain`: each call
+// is the main lane's chain, the q norm + RoPE (in place, unweighted) and then attention — what 37's split kernel, a
+// programmatic dependent of the norm, overlaps.
 // Deliberately not here: correctness (test_cuda_attention.cpp, test_cuda_small7.cpp), whole decode steps
 // (`cuda_bench --dattn-steps`, cuda_bench_branches.cpp).
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -51,7 +54,9 @@ struct DattnSide {
     sel32k = s.ibuf(b2);
   }
 
-  void attention(bool csa, bool ctx32k, const std::vector<double>& freq) {
+  void attention(bool csa, bool ctx32k, const std::vector<double>& freq, bool chain = false) {
+    if (chain) be->norm_rope({q, ctx32k ? pos32k : pos2k, 1, static_cast<int32_t>(kH), static_cast<int32_t>(kD),
+                              static_cast<int32_t>(kR), nullptr, 1e-6f, freq.data()});
     AttentionArgs a;
     a.q = q;
     a.pos = ctx32k ? pos32k : pos2k;
@@ -79,6 +84,7 @@ struct DattnSide {
 
 void bench_dattn(int argc, char** argv) {
   const int vals[2] = {argc > 0 ? std::atoi(argv[0]) : 10, argc > 1 ? std::atoi(argv[1]) : 31};
+  const bool chain = argc > 2 && std::string(argv[2]) == "chain";
   std::unique_ptr<Backend> bes[2];
   for (int k = 0; k < 2; ++k) {
     cuda::CudaBackendOptions o;
@@ -103,14 +109,15 @@ void bench_dattn(int argc, char** argv) {
                         {"HCA 2K (128 raw + 16)", false, false},
                         {"CSA 32K (128 raw + 512 of 8192)", true, true},
                         {"HCA 32K (128 raw + 256)", false, true}};
-  std::printf("BENCH dattn attention + out rope, n = 1, graph us per call (20 calls a graph): kernels %d | %d\n", vals[0],
-              vals[1]);
+  const char* tag = chain ? "dattn-chain" : "dattn";
+  std::printf("BENCH %s %s, n = 1, graph us per call (20 calls a graph): kernels %d | %d\n", tag,
+              chain ? "q norm + rope, attention + out rope" : "attention + out rope", vals[0], vals[1]);
   for (const Case& c : cases)
     for (int round = 0; round < 2; ++round) {
       StageTime t[2];
-      for (int k = 0; k < 2; ++k) t[k] = sides[k].sb->time([&] { sides[k].attention(c.csa, c.ctx32k, freq); }, 20);
-      std::printf("BENCH dattn %-34s round %d: kernels %2d %7.2f us (%.0f launches) | kernels %2d %7.2f us (%.0f launches)\n",
-                  c.name, round + 1, vals[0], t[0].graph_us, t[0].launches, vals[1], t[1].graph_us, t[1].launches);
+      for (int k = 0; k < 2; ++k) t[k] = sides[k].sb->time([&] { sides[k].attention(c.csa, c.ctx32k, freq, chain); }, 20);
+      std::printf("BENCH %s %-34s round %d: kernels %2d %7.2f us (%.0f launches) | kernels %2d %7.2f us (%.0f launches)\n",
+                  tag, c.name, round + 1, vals[0], t[0].graph_us, t[0].launches, vals[1], t[1].graph_us, t[1].launches);
     }
   for (int k = 0; k < 2; ++k)
     if (!bes[k]->sync().ok()) std::printf("BENCH dattn: kernels %d: %s\n", vals[k], bes[k]->sync().to_string().c_str());

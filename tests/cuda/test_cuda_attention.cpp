@@ -8,11 +8,13 @@
 // short contexts (rows < 32, rows not a multiple of 32), and tiny head counts (4, 6, 8 heads: 4, 2 and
 // 8 heads per block), and the Flash shapes of a prefill chunk (n = 2,048) and of decode at 2K and 32K
 // context, where the MQA chunk kernel (two heads per warp) must give the one-head kernel's bits. The MMA
-// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32, 34: previous, fast,
+// order's kernel variants (CudaBackendOptions::attention_mma_kernels 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32, 34, 37: previous, fast,
 // softmax once per block, its chunk loop on int64 / 32-bit counters, its segments pipelined per warp, with 16 / 8
 // lanes a row copied, 10 and 18 with q staged through shared memory and the exactness checks as independent chains, one
 // decode query's sliced merge a programmatic dependent of its split kernel, 26 with a query's last segment formed only
-// over its n-tiles and k-steps holding rows, that with its row copies spread over the score k-steps; the split shape's merge spread over dim slices or not, attention_merge_sliced) bit for bit
+// over its n-tiles and k-steps holding rows, that with its row copies spread over the score k-steps, 31 with the split
+// kernel a programmatic dependent of the kernel before it, its rows staged before its wait (37); the split shape's merge
+// spread over dim slices or not, attention_merge_sliced) bit for bit
 // against the default in every shape, the merge's fallback (a host bound below the counts) included. Tolerance vs the CPU as test_cuda_ops.cpp: 1e-5 of max|ref| (online softmax in
 // segments vs the CPU's two passes). Skips without a GPU.
 #include <algorithm>
@@ -53,7 +55,10 @@ class CudaAttention : public CudaOpsTest {
     v.emplace_back(&backend_with(128, true, 2, true, 0, false), &backend_with(INT_MAX, true, 2, true, 0, false));
     // 31: 3 with one query's sliced merge a programmatic dependent of its split kernel (n = 1, sm_90; with a bound
     // below the counts the merge's chunk-body fallback).
-    for (int k : {1, 3, 31}) v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
+    // 37 (31 with the split kernel a programmatic dependent of the kernel before it, here an upload, its rows staged
+    // before its wait): session 14 (after the q norm: test_cuda_small7.cpp).
+    for (int k : {1, 3, 31, 37})
+      v.emplace_back(&backend_with(128, true, 2, true, k), &backend_with(INT_MAX, true, 2, true, k));
     // 10 (kernel 3's chunk loop on 32-bit counters): the chunk shape at every n (the random-float cases: its
     // converted rows path), and whenever a bound is known the split shape.
     // 9: the previous int64 loop (3 takes 10's). 14: each warp's segments pipelined (chunk shape at every n; the
@@ -238,7 +243,7 @@ TEST_F(CudaAttention, SegmentOrderMatchesCpuAndIsBitIdenticalAcrossShapesAndBatc
 }
 
 TEST_F(CudaAttention, RemovedKernelVariantsAreRejected) {
-  for (int k : {2, 4, 5, 6, 7, 8, 11, 12, 13, 15, 16, 17, 19, 20, 21, 22, 23, 24, 27, 28, 33, 35, -1}) {  // 15–17, 19, 20: session 12; 21–24, 27, 28: 13; 33, 35: 14  // 2 and 4 (16 warps) were removed; 5–8, 11–13 never landed
+  for (int k : {2, 4, 5, 6, 7, 8, 11, 12, 13, 15, 16, 17, 19, 20, 21, 22, 23, 24, 27, 28, 33, 35, 36, 38, 39, -1}) {  // 15–17, 19, 20: session 12; 21–24, 27, 28: 13; 33, 35: 14; 36, 38, 39 never landed  // 2 and 4 (16 warps) were removed; 5–8, 11–13 never landed
     cuda::CudaBackendOptions o;
     o.attention_mma_kernels = k;
     auto made = cuda::make_cuda_backend(o);

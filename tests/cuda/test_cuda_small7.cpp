@@ -7,7 +7,9 @@
 // on the last 64 dims; HC state 4 × 4096, 24 controls), decode batches n = 1, 2, 4, 8, 32. The sublayer boundary as one
 // cluster launch (hc_post_fold = 2, hc_boundary.cu) against hc_post then hc_pre, in the engine's buffer layout too
 // (the pre's post/comb outputs are the post's inputs). The attention fold also with attention_mma_kernels 31 (one
-// decode query's sliced merge a programmatic dependent of its split kernel) and 10 (the previous split + merge).
+// decode query's sliced merge a programmatic dependent of its split kernel) and 10 (the previous split + merge), and
+// 37 (session 14: the split kernel a programmatic dependent too, its rows staged before its wait) — also after the
+// q norm + RoPE that triggers it, eagerly and in a recorded step graph.
 // Deliberately not here: speed (cuda_bench --small7).
 #include <algorithm>
 #include <cmath>
@@ -92,6 +94,12 @@ std::vector<double> rope_freq(int n_rot) {
   return f;
 }
 
+// x rounded through IEEE half, as the KV cache stores rows (exact in TF32: the fast kernels' as-is path).
+std::vector<float> f16_rows(std::vector<float> x) {
+  for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+  return x;
+}
+
 }  // namespace
 
 TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsRopeAfter) {
@@ -111,6 +119,13 @@ TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsRopeAfter) {
   // The sliced merge a programmatic dependent of the split kernel (attention_mma_kernels 31; one query), with the fold and without.
   auto on31 = make(true, true, 1, 31), off31 = make(false, true, 1, 31), prev10 = make(false, true, 1, 10);
   ASSERT_TRUE(on && off && on31 && off31 && prev10);
+  // Session 14: 37 (the split kernel itself a programmatic dependent, its rows staged before its wait: standalone here,
+  // after the uploads — the chain after the q norm is AttentionAfterQNormProgrammaticEqualsPlain).
+  std::vector<std::pair<int, std::unique_ptr<Backend>>> s14;
+  for (int k : {37}) {
+    s14.emplace_back(k, make(true, true, 1, k));
+    ASSERT_TRUE(s14.back().second);
+  }
   for (const Shape& s : shapes)
     for (int64_t n : {int64_t{1}, int64_t{2}, int64_t{4}, int64_t{8}, int64_t{32}}) {
       const int64_t cap = s.window + n - 1;
@@ -178,13 +193,128 @@ TEST_F(CudaSmall7, AttentionOutRopeFoldedEqualsRopeAfter) {
       expect_same_bits(run(*on31, g, false), prev, where + " (kernels 31)", "folded == attention then rope");
       expect_same_bits(run(*off31, g, false), prev, where + " (kernels 31, fold off)", "== attention then rope");
       expect_same_bits(run(*off31, g, true), prev, where + " (kernels 31, pieces)", "== attention then rope");
+      for (auto& [k, be] : s14)
+        expect_same_bits(run(*be, g, false), prev, where + " (kernels " + std::to_string(k) + ")", "folded == attention then rope");
       if (s.comp_rows > 0) {  // a host bound below the counts: the merge's chunk-body fallback rotates in place
         AttentionArgs low = g;
         low.max_comp = 1;
         expect_same_bits(run(*on, low, false), prev, where + " max_comp 1", "folded == attention then rope");
         expect_same_bits(run(*on31, low, false), prev, where + " max_comp 1 (kernels 31)", "folded == attention then rope");
+        for (auto& [k, be] : s14)
+          expect_same_bits(run(*be, low, false), prev, where + " max_comp 1 (kernels " + std::to_string(k) + ")",
+                           "folded == attention then rope");
       }
     }
+}
+
+// One decode token's q norm + RoPE (in place, unweighted, as the forward pass's) and then its attention with the folded
+// output RoPE — the main lane's chain — eagerly, recorded into a step graph and replayed: attention_mma_kernels 37 (the
+// split kernel a programmatic dependent of the norm, which triggers it after its own wait, the split's rows staged
+// before the split's wait) gives 31's bits at every step, and the CPU's chain within the tolerance. A split kernel reading q before the norm's end would see the unnormalised row.
+TEST_F(CudaSmall7, AttentionAfterQNormProgrammaticEqualsPlain) {
+  struct Shape {
+    const char* name;
+    int32_t window, comp_rows, top_k, pos0, count0;
+  };
+  const Shape shapes[] = {
+      {"flash csa", 128, 700, 512, 5000, 512},   // 20 segments of selected rows
+      {"flash hca", 128, 16, 0, 2101, 16},       // 4 raw segments + 16 compressed rows
+      {"flash hca 32k", 128, 256, 0, 32768, 256},  // 12 segments
+      {"flash raw", 128, 0, 0, 3000, 0},         // no compressor
+      {"flash short", 128, 3, 512, 9, 3},        // fewer rows than a segment
+  };
+  const int32_t H = 64, D = 512, R = 64;
+  const float eps = 1e-6f;
+  const auto freq = rope_freq(R);
+  auto ref = make(true, true, 1, 31);
+  ASSERT_TRUE(ref);
+  std::vector<std::pair<int, std::unique_ptr<Backend>>> sides;
+  for (int k : {37}) {
+    sides.emplace_back(k, make(true, true, 1, k));
+    ASSERT_TRUE(sides.back().second);
+  }
+  int64_t key = 1;
+  for (const Shape& s : shapes) {
+    const int64_t cap = s.window;
+    const std::vector<int32_t> pos = {s.pos0}, count = {s.count0};
+    const int32_t stride = std::max(1, s.top_k);
+    std::vector<int32_t> idx(static_cast<size_t>(stride), 0);
+    for (int32_t j = 0; j < s.count0 && s.top_k > 0; ++j) idx[static_cast<size_t>(j)] = (j * 37 + 5) % s.comp_rows;
+    const auto q = randn(static_cast<size_t>(H * D)), raw = f16_rows(randn(static_cast<size_t>(cap * D))),
+               comp = f16_rows(randn(static_cast<size_t>(std::max(1, s.comp_rows) * D))),
+               sinks = randn(static_cast<size_t>(H));
+    AttentionArgs a;
+    a.n = 1;
+    a.heads = H;
+    a.head_dim = D;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    a.raw_cap = cap;
+    a.window = s.window;
+    a.comp_idx_stride = stride;
+    a.max_comp = s.comp_rows;
+    a.out_rot = R;
+    a.out_freq = freq.data();
+    // The CPU's chain.
+    std::vector<float> qc = q, want(q.size());
+    const NormRopeArgs ncpu{qc.data(), pos.data(), 1, H, D, R, nullptr, eps, freq.data()};
+    cpu_->norm_rope(ncpu);
+    AttentionArgs c = a;
+    c.q = qc.data();
+    c.pos = pos.data();
+    c.sinks = sinks.data();
+    c.raw = raw.data();
+    c.comp = s.comp_rows ? comp.data() : nullptr;
+    c.comp_count = s.comp_rows ? count.data() : nullptr;
+    c.comp_idx = s.top_k > 0 ? idx.data() : nullptr;
+    c.out = want.data();
+    cpu_->attention(c);
+
+    AttentionArgs g = a;
+    g.pos = dev(pos);
+    g.sinks = dev(sinks);
+    g.raw = dev(raw);
+    g.comp = s.comp_rows ? dev(comp) : nullptr;
+    g.comp_count = s.comp_rows ? dev(count) : nullptr;
+    g.comp_idx = s.top_k > 0 ? dev(idx) : nullptr;
+    float* qd = dev(q);
+    float* out = poisoned(q.size());
+    settle();
+    // Three steps on `be` under one graph key (eager, recorded, replayed), q and out reset on be's stream before each.
+    auto steps = [&](Backend& be, int64_t k) {
+      std::vector<std::vector<float>> got;
+      const int64_t keys[1] = {k};
+      for (int step = 0; step < 3; ++step) {
+        be.upload(qd, q.data(), q.size() * sizeof(float));
+        be.fill_f32(out, NAN, static_cast<int64_t>(q.size()));
+        auto chain = [&] {
+          be.norm_rope({qd, g.pos, 1, H, D, R, nullptr, eps, freq.data()});
+          AttentionArgs r = g;
+          r.q = qd;
+          r.out = out;
+          be.attention(r);
+        };
+        if (be.graph_begin(keys) != Backend::GraphMode::replayed) {
+          chain();
+          if (!be.graph_end()) chain();
+        }
+        EXPECT_TRUE(be.sync().ok());
+        got.push_back(host(out, q.size()));
+      }
+      return got;
+    };
+    const std::string where = std::string("q norm + attention ") + s.name;
+    const auto base = steps(*ref, key++);
+    expect_close(base[0], want, 1e-5, 1e-7, where + " (kernels 31) vs cpu");
+    for (int step = 1; step < 3; ++step)
+      expect_same_bits(base[static_cast<size_t>(step)], base[0], where + " (kernels 31) step " + std::to_string(step),
+                       "== eager");
+    for (auto& [k, be] : sides) {
+      const auto got = steps(*be, key++);
+      for (int step = 0; step < 3; ++step)
+        expect_same_bits(got[static_cast<size_t>(step)], base[0],
+                         where + " (kernels " + std::to_string(k) + ") step " + std::to_string(step), "== kernels 31");
+    }
+  }
 }
 
 TEST_F(CudaSmall7, HcPostFoldedIntoPreEqualsPostThenPre) {

@@ -20,6 +20,7 @@
 
 #include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_pdl.h"
 #include "backend/cuda/attention_rows.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
@@ -341,7 +342,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk_kernel(Attent
 // pdl (attention_mma_kernels 31): launched as a programmatic dependent of the split kernel — the blocks start while it
 // runs, form their first column's angles, then wait for its end (griddepcontrol.wait) before any state read, and
 // let out_a start only after that wait (not during the split's row copies); else a plain launch (the wait returns at
-// once) that lets out_a start at its start.
+// once) that lets out_a start at its start. pdl = 2 (37: the split itself a programmatic dependent of the kernel before
+// it, which may still be running — the indexer's select writes the selected count): with comp_idx the query's segment
+// count is read after the wait too (without, the count is the step's input, read before it as 31's).
 template <int DW, int V>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(AttentionArgs a, SegStates st, int slices,
                                                                           int out_rot, RopeFreqs rf, int pdl) {
@@ -353,9 +356,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(Attent
   // activation reads), so it may start and load its weights now (pdl: after the wait below, not during the split's
   // row copies). Without the fold the rope launch follows.
   if (out_rot > 0 && !pdl) grid_launch_dependents();
-  const int64_t n_seg = segments_of(query_rows(a, i));  // the step's inputs: written before the split kernel ran
-  const bool sliced = n_seg <= st.n_stored;            // block-uniform; else slice 0 runs the chunk body
-  const int per = D4 / slices;                          // float4 columns of a head in this slice
+  // The step's inputs, written before the split kernel ran (pdl < 2): block-uniform; a query with more segments than
+  // stored: slice 0 runs the chunk body.
+  // pdl = 2 with comp_idx: the selected count is the output of the kernel before the split (the indexer).
+  const bool counts_now = pdl < 2 || a.comp_idx == nullptr;
+  int64_t n_seg = counts_now ? segments_of(query_rows(a, i)) : 0;
+  bool sliced = n_seg <= st.n_stored;
+  const int per = D4 / slices;  // float4 columns of a head in this slice
   // Column e of this slice: head h0 + e / per (< a.heads), dims 4·c4 … of it.
   auto column = [&](int e, MergeCol& c) {
     c.h = h0 + e / per;
@@ -363,10 +370,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_merge_kernel(Attent
     return e < kHeads * per && c.h < a.heads;
   };
   MergeCol c0;
-  const bool has0 = sliced && column(threadIdx.x, c0);
+  bool has0 = sliced && column(threadIdx.x, c0);  // !counts_now: every column's angles (sliced is known after the wait)
   if (has0) merge_angles<D>(c0, a, i, out_rot, rf);
   grid_dependency_wait();  // the split kernel's states (pdl); a plain launch returns at once
   if (out_rot > 0 && pdl) grid_launch_dependents();
+  if (!counts_now) {
+    n_seg = segments_of(query_rows(a, i));
+    sliced = n_seg <= st.n_stored;
+    has0 = has0 && sliced;
+  }
   if (!sliced) {
     if (blockIdx.y == 0) {
       chunk_block<DW, true, V>(a, st, i, h0);
@@ -451,15 +463,20 @@ size_t chunk_smem() {
 template <int DW>
 size_t split_smem() { return (static_cast<size_t>(kAttnSeg) * (DW * kWarps + kPad) + kWarps * 16 * kWarp) * sizeof(float); }
 
+// How one call's split shape launches (V = 1; attention_mma_kernels): split_once — the split kernel of
+// attention_mma_chunk.cu; merge_pdl — the sliced merge as its programmatic dependent (31); split_pdl — the split kernel
+// itself a programmatic dependent of the kernel before it, its rows staged before its wait (37). The same bits every way.
+struct SplitForm {
+  bool split_once = false, merge_pdl = false, split_pdl = false;
+};
+
 // smem_ready: bit per (DW, V) variant, set once the kernels' dynamic shared-memory limits are raised.
 // sliced_merge: CudaBackendOptions::attention_merge_sliced.
-// split_once: the split kernel of attention_mma_chunk.cu. merge_pdl: the sliced merge as its programmatic dependent.
 // out_rot, rf: the output's inverse RoPE (out_rot > 0: only the sliced merge rotates; *rope_done tells the caller
 // whether it ran).
 template <int DW, int V>
 void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, SegStates st, uint32_t& smem_ready,
-                bool sliced_merge, int out_rot, const RopeFreqs& rf, bool* rope_done, bool split_once = false,
-                bool merge_pdl = false) {
+                bool sliced_merge, int out_rot, const RopeFreqs& rf, bool* rope_done, SplitForm form = {}) {
   constexpr int threads = kThreads;
   const uint32_t bit = 1u << ((DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3) + 4 * V);  // bits 0–7
   if (!(smem_ready & bit)) {
@@ -479,8 +496,8 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
   cudaStream_t s = be.stream();
   if (split_segs > 0) {
     const dim3 grid(static_cast<unsigned>(split_segs), groups, static_cast<unsigned>(a.n));
-    if (split_once) {  // attention_mma_kernels = 3: the split kernel of attention_mma_chunk.cu, same states
-      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready);
+    if (form.split_once) {  // attention_mma_kernels = 3: the split kernel of attention_mma_chunk.cu, same states
+      attn_mma::launch_split_softmax_once(be, a, split_segs, st, smem_ready, form.split_pdl);
       if (be.failed()) return;
     } else {
       attention_mma_split_kernel<DW, V><<<grid, threads, split_smem<DW>(), s>>>(a, st);
@@ -493,9 +510,9 @@ void launch_mma(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, Seg
       int slices = 8;
       while (slices > 1 && blocks * slices > 256) slices /= 2;
       const dim3 mgrid(static_cast<unsigned>(blocks), static_cast<unsigned>(slices));
-      *rope_done = be.check(launch_dependent(merge_pdl, mgrid, dim3(threads), chunk_smem<DW>(), s,
-                                             attention_mma_merge_kernel<DW, V>, a, st, slices, out_rot, rf,
-                                             merge_pdl ? 1 : 0),
+      const int pdl = !form.merge_pdl ? 0 : form.split_pdl ? 2 : 1;
+      *rope_done = be.check(launch_dependent(form.merge_pdl, mgrid, dim3(threads), chunk_smem<DW>(), s,
+                                             attention_mma_merge_kernel<DW, V>, a, st, slices, out_rot, rf, pdl),
                             "attention mma (sliced merge)") &&
                    out_rot > 0;
       return;
@@ -518,7 +535,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   const int64_t split_segs = attention_split_segments(a, attn_split_max_blocks_, modelspec::kCudaAttnSplitScratchMax);
   SegStates st;
   if (!split_states(*this, attn_seg_, a, split_segs, st)) return true;
-  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32 or 34). 3: the chunk shape with the
+  // The kernel variant (CudaBackendOptions::attention_mma_kernels, 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32, 34 or 37). 3: the chunk shape with the
   // softmax once per block (attention_mma_chunk.cu), also its split kernel for one query; the merges and
   // larger split calls the fast ones (1).
   // 10: 3 with its chunk loop on 32-bit counters and a rotating buffer index (attention_mma_chunk.cu); 9: 3
@@ -529,7 +546,7 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
   // 18: 14 with its row copies 8 lanes a row (attention_mma_chunk.cu stage_slice).
   // 31: 3 with one decode query's sliced merge a programmatic dependent of its split kernel (sm_90); 3 takes it with
   // kMergePdlAuto.
-  const bool k3 = k == 3 || k == 31;
+  const bool k3 = k == 3 || k == 31 || k == 37;
   // 25: 10 with q staged through shared memory and the exactness checks as independent chains (attention_mma_chunk.cu
   // stage_q_slice, partials_finite); 26: 18 with them. 3 takes them with kChunkQsAuto.
   // 32: 26 with a query's last segment formed only over its n-tiles and k-steps holding rows (attention_mma_chunk.cu
@@ -560,12 +577,19 @@ bool CudaBackend::attention_mma(const AttentionArgs& a, bool* out_rope_done) {
                     a.out_rot <= a.head_dim && a.pos != nullptr && a.out_freq != nullptr;
   const int rot = fold ? a.out_rot : 0;
   const RopeFreqs rf = fold ? rope_freqs(a.out_freq, a.out_rot) : RopeFreqs{};
-  const bool merge_pdl = split_once && (k == 31 || (k == 3 && kMergePdlAuto)) && sm90() && !on_side_;
+  // 37 (attention_pdl.h): 31 with the split kernel itself a programmatic dependent of the kernel before it (the q norm
+  // + RoPE lets it start after its own wait; after the indexer's select it starts as that ends), the rows the step's
+  // inputs place staged before its wait. 3 takes it with kSplitPdlAuto.
+  SplitForm form;
+  form.split_once = split_once;
+  const bool pdl_ok = split_once && sm90() && !on_side_;
+  form.split_pdl = pdl_ok && split_pdl(k);
+  form.merge_pdl = pdl_ok && (k == 31 || (k == 3 && kMergePdlAuto) || form.split_pdl);
   bool done = false;
   auto go = [&](auto dw_c) {
     constexpr int DW = decltype(dw_c)::value;
     if (attn_mma_kernels_ == 0) launch_mma<DW, 0>(*this, a, split_segs, st, ready, sm, rot, rf, &done);
-    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, rot, rf, &done, split_once, merge_pdl);
+    else launch_mma<DW, 1>(*this, a, split_segs, st, ready, sm, rot, rf, &done, form);
   };
   switch (dw) {
     case 8: go(std::integral_constant<int, 8>{}); break;

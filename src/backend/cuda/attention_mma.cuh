@@ -39,9 +39,12 @@ void launch_chunk_softmax_once(CudaBackend& be, const AttentionArgs& a, uint32_t
 // between the score k-steps (attention_mma_chunk.cu SpreadCopies) — the same bits.
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8 = false,
                             bool qs = false, bool tail = false, bool spread = false);
-// The split kernel of the same steps: split_segs segments per (query, 16 heads) into st.
+// The split kernel of the same steps: split_segs segments per (query, 16 heads) into st. pdl (attention_mma_kernels 37;
+// attention_pdl.h): launched as a programmatic dependent of the kernel before it (sm_90, the main lane: the caller
+// decides), its blocks reading only the step's inputs before they wait and copying the rows those inputs place into
+// shared memory — the same bits.
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready);
+                               uint32_t& smem_ready, bool pdl = false);
 
 inline constexpr int kHeads = 16;  // heads per block = the MMA's M: lane 4g + t holds heads g and g + 8
 inline constexpr int kWarps = 8;   // warp w owns dims [w·DW, (w+1)·DW), DW = head_dim / 8

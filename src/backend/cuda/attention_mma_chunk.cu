@@ -725,12 +725,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_chunk14_kernel(Atte
   chunk14_block<DW, k8, kQs, kTail, kSpread>(a, blockIdx.x / groups, static_cast<int>(blockIdx.x % groups) * kHeads);
 }
 
+// Query i's raw-window rows alone (no compressed rows: total = n_raw), from the position — what a PDL split block may
+// stage before its wait when comp_idx selects the rest.
+__device__ inline QueryRows query_rows_raw(const AttentionArgs& a, int64_t i) {
+  QueryRows r;
+  const int64_t t = a.pos[i];
+  r.first = t - a.window + 1 > 0 ? t - a.window + 1 : 0;
+  r.n_raw = t - r.first + 1;
+  r.total = r.n_raw;
+  r.raw = a.raw_at ? a.raw_at[i] : a.raw;
+  r.comp = nullptr;
+  r.idx = nullptr;
+  return r;
+}
+
 // Split shape (decode, small batches): block = (segment k, 16 heads, query i), steps 1–3 as in the chunk
 // kernel on the one staged segment; stores segment k's state of each head as attention_mma.cu's split
 // kernel does (acc: each warp its dims; (m, l): the first step-2 thread of the head), for its merges.
 // Dynamic shared memory: rows [kAttnSeg][D + kPad], red, pfr. The sliced merge after it may be its programmatic
 // dependent (attention_mma_kernels 31): its blocks start now, form their RoPE angles, then wait for this grid's end.
-template <int DW>
+// kPdl (attention_mma_kernels 37; attention_pdl.h): launched itself as a programmatic dependent of the kernel before it
+// (the q norm + RoPE, which lets it start after its own wait, or the indexer's select), so q, comp_idx and the selected
+// count are read only after griddepcontrol.wait. Before it a block reads the step's inputs (the position; the
+// compressed-row count where no comp_idx selects — the forward pass's per-ratio counts, uploaded before the step's
+// kernels) and copies into shared memory the segment's rows those inputs place — all of them without selection, else a
+// segment inside the raw window — rows the KV path and the compressors wrote: kernels that finished before the one that
+// lets this grid start (the q norm's own wait; with concurrent branches the lanes' join before it). The rest of its
+// copies are issued after the wait. The same values as a plain launch, so the same bits.
+template <int DW, bool kPdl = false>
 __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(AttentionArgs a, SegStates st) {
   constexpr int D = DW * kWarps, P = D + kPad, KK = DW / 8, KN = KK, NW = kWarps;
   grid_launch_dependents();
@@ -744,16 +766,35 @@ __global__ void __launch_bounds__(kThreads, 1) attention_mma_split3_kernel(Atten
   const int g = lane >> 2, t = lane & 3;
   const int hs[2] = {h0 + g, h0 + g + 8};
   const bool ok[2] = {hs[0] < a.heads, hs[1] < a.heads};
+  bool staged = false;  // kPdl: the segment's copies issued before the wait (block-uniform)
+  if constexpr (kPdl) {
+    if (!a.comp_idx) {  // every candidate row placed by the step's inputs: the whole segment now
+      const QueryRows early = query_rows(a, i);
+      if (seg >= segments_of(early)) return;  // the whole block leaves together (nothing read after)
+      stage_rows_pre<D, NW>(rows, early, a.raw_cap, early.first % a.raw_cap, seg, wid, lane, -1);
+      staged = true;
+    } else {  // selected rows wait for comp_idx: only a segment inside the raw window now
+      const QueryRows early = query_rows_raw(a, i);
+      if ((seg + 1) * kAttnSeg <= early.n_raw) {
+        stage_rows_pre<D, NW>(rows, early, a.raw_cap, early.first % a.raw_cap, seg, wid, lane, -1);
+        staged = true;
+      }
+    }
+    if (staged) cp_async_commit();
+  }
+  if constexpr (kPdl) grid_dependency_wait();  // q, comp_idx, the selected count from here on
   const QueryRows qr = query_rows(a, i);
   if (seg >= segments_of(qr)) return;  // the whole block leaves together
   const int d0 = wid * DW;
   QFrag<KK> qf;  // the index and q loads issued together, then the copies
   {
-    const int32_t pre = prefetch_idx<NW>(qr, seg, wid, lane);
+    const int32_t pre = staged ? -1 : prefetch_idx<NW>(qr, seg, wid, lane);
     float x[KK][4];
     load_q_floats(x, a, i, hs, ok, d0, t);
-    stage_rows_pre<D, NW>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane, pre);
-    cp_async_commit();
+    if (!staged) {
+      stage_rows_pre<D, NW>(rows, qr, a.raw_cap, qr.first % a.raw_cap, seg, wid, lane, pre);
+      cp_async_commit();
+    }
     split_q(qf, x);
   }
   cp_async_wait<0>();
@@ -803,10 +844,19 @@ template <int DW>
 constexpr uint32_t dw_bit() { return DW == 8 ? 0 : DW == 16 ? 1 : DW == 32 ? 2 : 3; }
 
 template <int DW>
-void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready) {
-  if (!smem_once(be, smem_ready, 1u << (24 + dw_bit<DW>()), attention_mma_split3_kernel<DW>, split3_smem<DW>())) return;
+void launch_split(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st, uint32_t& smem_ready,
+                  bool pdl) {
   const dim3 grid(static_cast<unsigned>(split_segs), static_cast<unsigned>((a.heads + kHeads - 1) / kHeads),
                   static_cast<unsigned>(a.n));
+  if (pdl) {  // every bit of smem_ready is taken: its limit is raised at each launch, as kernel 9's (a replayed graph makes no call)
+    auto kernel = attention_mma_split3_kernel<DW, true>;
+    uint32_t every = 0;
+    if (!smem_once(be, every, 1u, kernel, split3_smem<DW>())) return;
+    be.check(launch_dependent(true, grid, dim3(kThreads), split3_smem<DW>(), be.stream(), kernel, a, st),
+             "attention mma (split, softmax once, programmatic)");
+    return;
+  }
+  if (!smem_once(be, smem_ready, 1u << (24 + dw_bit<DW>()), attention_mma_split3_kernel<DW>, split3_smem<DW>())) return;
   attention_mma_split3_kernel<DW><<<grid, kThreads, split3_smem<DW>(), be.stream()>>>(a, st);
   be.launched("attention mma (split, softmax once)");
 }
@@ -868,8 +918,8 @@ void by_dw(const AttentionArgs& a, F f) {
 }  // namespace
 
 void launch_split_softmax_once(CudaBackend& be, const AttentionArgs& a, int64_t split_segs, const SegStates& st,
-                               uint32_t& smem_ready) {
-  by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready); });
+                               uint32_t& smem_ready, bool pdl) {
+  by_dw(a, [&](auto dw) { launch_split<decltype(dw)::value>(be, a, split_segs, st, smem_ready, pdl); });
 }
 
 void launch_chunk_pipelined(CudaBackend& be, const AttentionArgs& a, uint32_t& smem_ready, bool lanes8, bool qs, bool tail,

@@ -166,10 +166,13 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   // 32: 26 with a query's last segment formed only over its n-tiles and k-steps holding rows; 34: 32 with each interval's
   // row copies spread over the score product's k-steps (session 14). 33, 35 (32, 34 with one block per multiprocessor
   // walking items, the next item's start carried into the current one's end) lost to them on the H200 in session 14.
+  // 37 (session 14, engineer dattn): 31 with the split kernel a programmatic dependent of the kernel before it (the q
+  // norm + RoPE lets it start after its own wait; its rows staged before the split's wait); its other forms, measured on
+  // branch-only values and not kept, are in docs/PERF.md's session 14 dattn section.
   if (amk != 0 && amk != 1 && amk != 3 && amk != 9 && amk != 10 && amk != 14 && amk != 18 && amk != 25 && amk != 26 &&
-      amk != 31 && amk != 32 && amk != 34)
+      amk != 31 && amk != 32 && amk != 34 && amk != 37)
     return invalid_argument("cuda backend: attention_mma_kernels " + std::to_string(amk) +
-                            " is not one of 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32, 34 (2 and 4 were removed: slower on the H200)");
+                            " is not one of 0, 1, 3, 9, 10, 14, 18, 25, 26, 31, 32, 34, 37 (2 and 4 were removed: slower on the H200)");
   be->set_attention_mma_tuning(opts.attention_merge_sliced, opts.attention_mma_kernels, opts.indexer_select);
   be->set_indexer_v2(opts.indexer_v2);
   be->set_indexer_decode(opts.indexer_decode);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/attention_pdl.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_impl.h"
 #include "backend/cuda/dense_ramp.h"     // kRampNormTrigger
@@ -246,8 +247,10 @@ __global__ void __launch_bounds__(kWideThreads / 4) rms_norm_wide_kernel(const f
 }
 
 // norm_rope_kernel's values; head_dim ≤ kRowPer·blockDim.x, n_rot / 2 ≤ blockDim.x. Dynamic shared memory:
-// head_dim floats (the row between the steps).
-__global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f) {
+// head_dim floats (the row between the steps). trigger (attention_pdl.h split_pdl; the q norm on the main lane): lets a
+// programmatic dependent (one decode query's split kernel) start right after its own wait — every kernel before it has
+// finished then; else at its end.
+__global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f, bool trigger) {
   extern __shared__ float xs[];
   const int64_t row = blockIdx.x, t = row / a.heads, D = a.head_dim, bd = blockDim.x;
   const int half = a.n_rot / 2;
@@ -258,6 +261,7 @@ __global__ void norm_rope3_kernel(NormRopeArgs a, RopeFreqs f) {
     wv[q] = a.w && i < D ? a.w[i] : 1.0f;
   }
   grid_dependency_wait();  // the row, positions and counts come from the work before
+  if (trigger) grid_launch_dependents();
   if (a.count && t >= *a.count) return;  // whole blocks
   float* xr = a.x_at ? a.x_at[t] + (row % a.heads) * D : a.x + row * D;
   const int32_t p = a.pos[t];
@@ -423,9 +427,13 @@ void CudaBackend::norm_rope(const NormRopeArgs& a) {
     return;
   }
   if (small_v3_ && a.head_dim <= int64_t{kRowPer} * threads && a.n_rot / 2 <= threads) {
+    // The q norm (no ring) of one decode token on the main lane: attention's split kernel may follow as its programmatic
+    // dependent (attention_pdl.h); the kv norm (a ring) and the side lane's launches keep their end as the trigger.
+    const bool q_norm = a.heads > 1 && !a.ring && !a.ring_at && !a.x_at && !a.count && a.n == 1 && !on_side_ && sm90();
+    const bool trigger = q_norm && split_pdl(attn_mma_kernels_);
     check(launch_dependent(hc_pdl_ && !on_side_ && sm90(), dim3(static_cast<unsigned>(a.n * a.heads)), threads,
                            static_cast<size_t>(a.head_dim) * 4, stream(), norm_rope3_kernel, a,
-                           rope_freqs(a.freq, a.n_rot)),
+                           rope_freqs(a.freq, a.n_rot), trigger),
           "norm_rope");
     return;
   }

@@ -10,7 +10,7 @@ namespace ds4::backend::cuda {
 // Whether kernel 3 (the default) takes 37's split form. On since session 14's H200 runs (docs/PERF.md "Session 14: decode
 // attention of one token …"): 4-layer whole decode steps faster than 31 in every round at 2K and 32K; test_cuda_model
 // with it. false: 31's (the split launched after the kernel before it ends; 37 keeps the programmatic form).
-inline constexpr bool kSplitPdlAuto = false;
+inline constexpr bool kSplitPdlAuto = true;
 
 // 37: 31 (the sliced merge a programmatic dependent of the split kernel) with the split kernel itself a programmatic
 // dependent of the kernel before it: the q norm + RoPE (norm_rope3_kernel, main lane, one token, no ring) calls

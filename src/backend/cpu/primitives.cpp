@@ -114,14 +114,12 @@ void rms_norm_row(const float* x, const float* w, float* y, int64_t dim, float e
   }
 }
 
-// exact_math.h's σ and exp: the CUDA kernels compute the same bits (HC split, Sinkhorn, router, SwiGLU).
-static float sigmoid(float z) { return exact_sigmoid(z); }
-
 void hc_split_one(const float* m, const float* scale, const float* base, int nhc, int iters, float eps,
                   float* pre, float* post, float* comb) {
   for (int s = 0; s < nhc; ++s) {
-    pre[s] = sigmoid(m[s] * scale[0] + base[s]) + eps;
-    post[s] = 2.0f * sigmoid(m[nhc + s] * scale[1] + base[nhc + s]);
+    // exact_math.h's σ (and exp below): the CUDA kernels compute the same bits.
+    pre[s] = exact_sigmoid(m[s] * scale[0] + base[s]) + eps;
+    post[s] = 2.0f * exact_sigmoid(m[nhc + s] * scale[1] + base[nhc + s]);
   }
   const int off = 2 * nhc;
   float* c = comb;  // C[j][k] at j·nhc + k

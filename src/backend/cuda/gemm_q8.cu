@@ -497,7 +497,7 @@ bool launch_parts(CudaBackend& be, const Q8Params& p, int n_parts, int variant) 
       const int shape = variant == kGemmQ8VFirstCvtCfg7 ? 7 : default_shape(max_rows, p.n_vec, n_parts);
       const int opt = kOptLean | (variant == kGemmQ8Cvt || variant == kGemmQ8Lean ? 0 : kOptVFirst) |
                       (variant == kGemmQ8VFirstCvt || variant == kGemmQ8Cvt || variant == kGemmQ8VFirstCvtCfg7 ? kOptCvt : 0);
-      // 18 keeps Cfg1 / Cfg3 on the biased sums (session 13 built the converted ones for Cfg7 only); 23 … 25 convert
+      // 18 keeps Cfg1 / Cfg3 on the biased sums (session 13 built the converted ones for Cfg7 only); 23 and 28 convert
       // there too — the same floats (|isum| ≤ 2^19: exact either way), the MMA without C registers.
       const bool cvt13 = all_cvt && (opt & kOptCvt) != 0;
       constexpr int L = kOptLean, V = kOptVFirst, K = kOptCvt, D = kOptPdl;

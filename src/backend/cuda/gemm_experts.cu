@@ -47,6 +47,10 @@ namespace {
 __constant__ uint64_t c_grid[256];
 __constant__ Iq2TableSrc c_iq2;  // variant 34 (experts_iq2.cuh)
 
+// Variant 44 and its successors 48, 50 (each changes only the IQ2_XXS gate/up stage): they share 44's host paths —
+// gate and up in one launch, the 16-byte activation loads, the tiles ordered by cost, 29's Q2_K down kernel.
+constexpr bool from_variant_44(int variant) { return variant == 44 || variant == 48 || variant == 50; }
+
 // The Q8_K activation rows as three planes (gemm_experts_planes) — quants [rows][K] int8, d [rows][K/256]
 // f32, bsums [rows][K/16] int16: the values of quantize_act's BlockQ8_K (quantize_q8_K_warp_to), so a
 // stage's quants are whole 16-byte chunks that cp.async puts straight into the MMA tile.
@@ -1074,7 +1078,7 @@ struct ExpertsKernel {
 template <GgmlType T>
 ExpertsKernel experts_kernel(int variant) {
   if (variant == 20 || variant == 27 || (variant >= 29 && variant <= 32 && variant != 31) || variant == 34 ||
-      variant == 44 || variant == 48 || variant == 50) {
+      from_variant_44(variant)) {
     if constexpr (T == GgmlType::IQ2_XXS) {
       // 44: 34 with gate and up in one launch, the aligned stages' 4-byte word loads and no copies of pair
       // rows past the fragments.
@@ -1099,7 +1103,7 @@ ExpertsKernel experts_kernel(int variant) {
       if (variant == 27) return {experts_fast_kernel<T, kDRing, 1, 7, true>, sizeof(DSmem<T>)};
       if (variant == 32) return {experts_fast_kernel<T, kDRing, 1, 7, true, true, false, true>, sizeof(DSmem<T>)};
       // 30: one matrix; 34, 44: 29's Q2_K (0.880 vs 0.893 ms for 32's, session 10 W2 ncu).
-      if (variant == 29 || variant == 30 || variant == 34 || variant == 44 || variant == 48 || variant == 50)
+      if (variant == 29 || variant == 30 || variant == 34 || from_variant_44(variant))
         return {experts_fast_kernel<T, kDRing, 1, 7, true, true>, sizeof(DSmem<T>)};
       return {experts_fast_kernel<T, kDRing, 1>, sizeof(DSmem<T>)};
     }
@@ -1156,7 +1160,7 @@ bool experts_fold_swiglu(int variant) { return variant >= 20; }
 
 int experts_variant(int option) {
   return option == 0 || option == 13 || option == 20 || option == 27 || option == 29 || option == 30 || option == 32 ||
-                 option == 34 || option == 44 || option == 48 || option == 50
+                 option == 34 || from_variant_44(option)
              ? option
              : kExpertsAuto;
 }
@@ -1191,7 +1195,7 @@ cudaError_t upload_gemm_experts_tables() {
 }
 
 bool experts_gate_up_one_launch(int variant) {
-  return variant == 30 || variant == 44 || variant == 48 || variant == 50;
+  return variant == 30 || from_variant_44(variant);
 }
 
 namespace {
@@ -1249,7 +1253,7 @@ bool run_planes(CudaBackend& be, const GemvJob& j, DeviceScratch& scratch, int v
     return true;
   {
     // Variant 44: 16-byte loads where x (and u) and the row stride allow them.
-    const bool vec4 = (variant == 44 || variant == 48 || variant == 50) && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
+    const bool vec4 = from_variant_44(variant) && reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.x_stride % 4 == 0 &&
                       (!swiglu || reinterpret_cast<uintptr_t>(swiglu->u) % 16 == 0);
     auto* qk = vec4 ? quantize_q8_K_planes_kernel<true> : quantize_q8_K_planes_kernel<false>;
     qk<<<grid_for(rows * nb * kWarp, 256), 256, 0, be.stream()>>>(j.x, j.x_stride, rows, K, q,
@@ -1295,6 +1299,6 @@ bool gemm_experts_gate_up(CudaBackend& be, const GemvJob& gate, const GemvJob& u
   return run_planes(be, gate, scratch, variant, nullptr, &up);
 }
 
-bool experts_tiles_by_cost(int variant) { return variant == 44 || variant == 48 || variant == 50; }
+bool experts_tiles_by_cost(int variant) { return from_variant_44(variant); }
 
 }  // namespace ds4::backend::cuda

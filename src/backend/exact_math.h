@@ -135,6 +135,10 @@ DS4_EXACT_FN float exact_log1p(float y) {
 // σ(z) = 1 / (1 + e^−z) (the HC pre / post gates).
 DS4_EXACT_FN float exact_sigmoid(float z) { return 1.0f / (1.0f + exact_exp(-z)); }
 
+// The SwiGLU's gate, silu(g) = g / (1 + e^−g) (the routed and shared experts): the callers multiply by u (and then by
+// the route weight) in that order, on both sides.
+DS4_EXACT_FN float exact_silu(float g) { return g / (1.0f + exact_exp(-g)); }
+
 // ds4's softplus (the router): z > 20 → z; z < −20 → e^z; else ln(1 + e^z).
 DS4_EXACT_FN float exact_softplus(float z) {
   if (z > 20.0f) return z;

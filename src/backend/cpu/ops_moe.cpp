@@ -54,7 +54,7 @@ static float swiglu_one(float g, float u, float clamp) {
     g = std::min(g, clamp);
     u = std::clamp(u, -clamp, clamp);
   }
-  return g / (1.0f + exact_exp(-g)) * u;  // exact_math.h: every CUDA expert kernel's bits
+  return exact_silu(g) * u;  // exact_math.h: every CUDA expert kernel's bits
 }
 
 void CpuBackend::swiglu(const SwigluArgs& a) {

@@ -16,7 +16,7 @@ __device__ inline float moe_swiglu_value(float gv, float uv, float w, float clam
     gv = fminf(gv, clamp);
     uv = fminf(fmaxf(uv, -clamp), clamp);
   }
-  return gv / (1.0f + exact_exp(-gv)) * uv * w;
+  return exact_silu(gv) * uv * w;
 }
 
 // The routed experts' SwiGLU folded into the down projection's quantizer: the activation row of pair p

@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) moe_gate_up_kernel(MoeDecodePa
       gv = fminf(gv, p.clamp);
       uv = fminf(fmaxf(uv, -p.clamp), p.clamp);
     }
-    *hp = gv / (1.0f + exact_exp(-gv)) * uv * p.weights[pair];
+    *hp = exact_silu(gv) * uv * p.weights[pair];
   }
 }
 

@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) skinny_kernel(SkinnyParams p) 
           gv = fminf(gv, p.clamp);
           uv = fminf(fmaxf(uv, -p.clamp), p.clamp);
         }
-        acc = gv / (1.0f + exact_exp(-gv)) * uv * p.weights[vec];
+        acc = exact_silu(gv) * uv * p.weights[vec];
       }
       if (lane < c) p.y[static_cast<int64_t>(vec) * p.y_stride + o] = acc;
     }

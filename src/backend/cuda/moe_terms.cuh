@@ -487,7 +487,7 @@ __device__ inline float tile_row_finish(float acc, float uv, float clamp, float 
       gv = fminf(gv, clamp);
       uv = fminf(fmaxf(uv, -clamp), clamp);
     }
-    acc = gv / (1.0f + exact_exp(-gv)) * uv * weight;
+    acc = exact_silu(gv) * uv * weight;
   }
   return acc;
 }

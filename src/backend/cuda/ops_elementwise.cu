@@ -56,7 +56,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
     gv = fminf(gv, clamp);
     uv = fminf(fmaxf(uv, -clamp), clamp);
   }
-  h[i] = gv / (1.0f + exact_exp(-gv)) * uv;
+  h[i] = exact_silu(gv) * uv;
 }
 
 }  // namespace

@@ -37,6 +37,10 @@
 //        cuda_bench --hcb-forms FOLD...        the boundary kernel's forms (hc_post_fold 4, 6, 7), graph µs + phases.
 //        cuda_bench --hcb-steps A B M...       decode steps with hc_post_fold A vs B as the engine runs (3 rounds).
 //        cuda_bench --hcb-swap A B … [--rounds R] [--alternate] M  --moe-swap's bench for hc_post_fold.
+//        cuda_bench --crit [SIDE …] [--rounds R] [--steps S] M...  decode steps (batch 1 at 2K, engine options) with
+//                                      stages removed (crit_backend.h) or option values set, one backend and model
+//                                      copy: each stage's share of the critical path (cuda_bench_crit.cpp).
+//        cuda_bench --opt-swap FIELD A B … [--rounds R] [--steps S] M...  --crit's sides FIELD=A, FIELD=B, …
 //        cuda_bench --dattn [A B [chain]] one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31);
 //                                         chain: each call the q norm + RoPE, then attention.
 //        cuda_bench --dattn-steps A B [C …] [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B / ….
@@ -156,6 +160,8 @@ void bench_hcpre_prefill(int argc, char** argv);   // cuda_bench_hcpre.cpp
 void bench_moe_steps(int argc, char** argv);       // cuda_bench_branches.cpp
 void bench_moe_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
 void bench_hcb_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
+void bench_crit(int argc, char** argv);            // cuda_bench_crit.cpp
+void bench_opt_swap(int argc, char** argv);        // cuda_bench_crit.cpp
 void bench_engine_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
@@ -935,6 +941,14 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--hcb-swap") == 0) {  // decode steps, hc_post_fold values on one backend
     bench_hcb_swap(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--crit") == 0) {  // decode steps with stages removed / options set
+    bench_crit(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--opt-swap") == 0) {  // decode steps, one option's values on one backend
+    bench_opt_swap(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--engine-steps") == 0) {  // decode + prefill steps as the engine runs them

@@ -89,11 +89,29 @@ class CudaCrit : public ::testing::Test {
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     t_.w = std::move(w).value();
   }
+  // A Forward over `be` with one session after kPrompt tokens and `steps` decode steps.
+  struct Run {
+    std::unique_ptr<model::Forward> fw;
+    model::KvState kv;
+  };
+  Run prefilled(backend::Backend& be, int steps);
   Tiny t_;
 };
 
 // 80 tokens: past the tiny model's indexer top-k (16 rows of ratio 4), so the CSA layers select.
 constexpr int64_t kPrompt = 80;
+
+CudaCrit::Run CudaCrit::prefilled(backend::Backend& be, int steps) {
+  Run r;
+  r.fw = forward_on(be, t_);
+  if (!r.fw) return r;
+  auto kv = r.fw->new_state(256);
+  EXPECT_TRUE(kv.ok());
+  if (!kv.ok()) return Run{};
+  r.kv = std::move(kv).value();
+  (void)run(*r.fw, r.kv, kPrompt, steps);
+  return r;
+}
 
 TEST_F(CudaCrit, NothingRemovedIsInvisible) {
   CritBackend crit(*t_.be, t_.w);
@@ -111,15 +129,12 @@ TEST_F(CudaCrit, NothingRemovedIsInvisible) {
 
 TEST_F(CudaCrit, DecodeStepCallsLandInTheirStages) {
   CritBackend crit(*t_.be, t_.w);
-  auto fw = forward_on(crit, t_);
+  auto [fw, kv] = prefilled(crit, 3);
   ASSERT_TRUE(fw);
-  auto kv = fw->new_state(256);
-  ASSERT_TRUE(kv.ok());
-  (void)run(*fw, *kv, kPrompt, 3);
   crit.set_counting(true);
   const int32_t tok = 5;
   std::vector<float> logits(static_cast<size_t>(t_.cfg.n_vocab));
-  ASSERT_TRUE(fw->eval(*kv, std::span<const int32_t>(&tok, 1), kPrompt + 3, logits.data(), false).ok());
+  ASSERT_TRUE(fw->eval(kv, std::span<const int32_t>(&tok, 1), kPrompt + 3, logits.data(), false).ok());
   const auto& c = crit.counts();
   const int64_t L = static_cast<int64_t>(t_.plan.size());
   int64_t csa = 0, comp_layers = 0;
@@ -151,11 +166,8 @@ TEST_F(CudaCrit, DecodeStepCallsLandInTheirStages) {
 
 TEST_F(CudaCrit, EachRemovedStageChangesTheStep) {
   CritBackend crit(*t_.be, t_.w);
-  auto fw = forward_on(crit, t_);
+  auto [fw, kv] = prefilled(crit, 4);  // steps at kPrompt … kPrompt + 3 (one emits a ratio-4 row)
   ASSERT_TRUE(fw);
-  auto kv = fw->new_state(256);
-  ASSERT_TRUE(kv.ok());
-  (void)run(*fw, *kv, kPrompt, 4);  // steps at kPrompt … kPrompt + 3 (one emits a ratio-4 row)
   const int64_t V = t_.cfg.n_vocab;
   // Steps at the same positions again, the last with a token the first pass did not use there (so the KV row it
   // writes is new) as the reference, then with each stage removed. The frontier rings make a repeated step's
@@ -165,11 +177,11 @@ TEST_F(CudaCrit, EachRemovedStageChangesTheStep) {
     std::vector<float> logits(static_cast<size_t>(V));
     for (int s = 0; s < 3; ++s) {
       const int32_t tok = step_token(s, V);
-      EXPECT_TRUE(fw->eval(*kv, std::span<const int32_t>(&tok, 1), kPrompt + s, logits.data(), false).ok());
+      EXPECT_TRUE(fw->eval(kv, std::span<const int32_t>(&tok, 1), kPrompt + s, logits.data(), false).ok());
     }
     crit.set_removed(removed);
     const int32_t tok = step_token(100, V);
-    EXPECT_TRUE(fw->eval(*kv, std::span<const int32_t>(&tok, 1), kPrompt + 3, logits.data(), false).ok());
+    EXPECT_TRUE(fw->eval(kv, std::span<const int32_t>(&tok, 1), kPrompt + 3, logits.data(), false).ok());
     crit.set_removed(0);
     return logits;
   };

@@ -30,6 +30,7 @@
 // Deliberately not here: the wrapper (crit_backend.h), op-alone timings (cuda_bench --stages).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -425,10 +426,14 @@ void crit_file(const char* path, const std::vector<std::string>& texts, int roun
     }
     std::vector<double> sorted = d;
     std::sort(sorted.begin(), sorted.end());
+    // Non-finite logits after the side's last run: a removed stage can leave values that grow over the layers, and
+    // NaNs reach the routing (the experts' ids) — worth knowing when reading that side's time.
+    int64_t bad = 0;
+    for (float x : logits[k]) bad += std::isfinite(x) ? 0 : 1;
     std::printf("BENCH %s %zuL %-28s %9.1f us | - first:%s | mean %+7.1f median %+7.1f us a step, %+6.2f a layer, "
-                "faster in %d of %d\n",
+                "faster in %d of %d | non-finite logits %lld\n",
                 tag, plan.size(), sides[k].label.c_str(), mean(us[k]), per.c_str(), mean(d),
-                sorted[sorted.size() / 2], mean(d) / L, faster, rounds);
+                sorted[sorted.size() / 2], mean(d) / L, faster, rounds, static_cast<long long>(bad));
   }
   std::printf("PARITY %s %zu layers: %d comparisons, %d mismatches\n", tag, plan.size(), compared, mismatches);
 }

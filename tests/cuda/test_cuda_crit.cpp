@@ -68,6 +68,23 @@ std::vector<std::vector<float>> run(model::Forward& fw, model::KvState& kv, int6
   return out;
 }
 
+// Counts the forks that reach the backend under CritBackend (the CPU runs branches in order, so a branch shows
+// only as its fork call).
+class ForkCounter final : public backend::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void fork() override {
+    ++forks;
+    in_.fork();
+  }
+  void prefetch(std::span<const backend::Weight>) override {}
+  void compressor_many(std::span<const backend::CompressorArgs> jobs) override { in_.compressor_many(jobs); }
+  void compressors_and_qat(std::span<const backend::CompressorArgs> jobs, const backend::IndexerQatArgs& q) override {
+    in_.compressors_and_qat(jobs, q);
+  }
+  int64_t forks = 0;
+};
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -194,6 +211,30 @@ TEST_F(CudaCrit, EachRemovedStageChangesTheStep) {
     if (st == CritStage::hcsplit) continue;
     EXPECT_FALSE(same_bits(full, step_at(crit_bit(st)))) << crit_stage_name(st) << " removed left the logits alone";
   }
+}
+
+// A branch whose calls are all dropped is not made: the fork reaches the backend only before a kept call.
+TEST_F(CudaCrit, EmptyBranchesAreNotMade) {
+  ForkCounter counter(*t_.be);
+  CritBackend crit(counter, t_.w);
+  auto [fw, kv] = prefilled(crit, 3);
+  ASSERT_TRUE(fw);
+  const int64_t L = static_cast<int64_t>(t_.plan.size());
+  std::vector<float> logits(static_cast<size_t>(t_.cfg.n_vocab));
+  auto forks_with = [&](uint32_t removed) {
+    crit.set_removed(removed);
+    counter.forks = 0;
+    const int32_t tok = 5;
+    EXPECT_TRUE(fw->eval(kv, std::span<const int32_t>(&tok, 1), kPrompt + 3, logits.data(), false).ok());
+    crit.set_removed(0);
+    return counter.forks;
+  };
+  const int64_t all = forks_with(0);
+  // Each sublayer's HC split has a branch of its own in the attention sublayer; the FFN's shares the shared expert's.
+  EXPECT_EQ(forks_with(crit_bit(CritStage::hcsplit)), all - L);
+  EXPECT_EQ(forks_with(crit_bit(CritStage::shared)), all);
+  EXPECT_EQ(forks_with(crit_bit(CritStage::shared) | crit_bit(CritStage::hcsplit)), all - 2 * L);
+  EXPECT_EQ(forks_with(crit_bit(CritStage::experts)), all);  // a main-lane stage leaves the branches alone
 }
 
 }  // namespace

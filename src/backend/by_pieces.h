@@ -11,12 +11,22 @@
 
 namespace ds4::backend {
 
+// The head form of HcPreArgs (the output head's HC, MODEL.md §6.3; model/forward.cpp head()): fn has nhc rows
+// ([nhc][nhc·dim]), scale is [1], base [nhc], mix [n][nhc]; hc_head takes the split's place — pre = the head weights
+// σ(mix·scale[0] + base) + hc_eps, no post, comb or Sinkhorn (iters, post, comb and split unused). The rest (the
+// norm of flat(X), the collapse by pre, the norm by norm_w into xn, prev_post) as the sublayer form.
+inline bool hc_pre_head_form(const HcPreArgs& a) { return a.fn.rows == a.nhc; }
+
 inline void hc_pre_by_pieces(Backend& be, const HcPreArgs& a) {
   if (a.prev_post.n > 0) be.hc_post(a.prev_post);  // the previous sublayer's post first: it writes x
-  const int64_t hcd = int64_t{a.nhc} * a.dim, mix = int64_t{2 + a.nhc} * a.nhc;
+  const bool head = hc_pre_head_form(a);
+  const int64_t hcd = int64_t{a.nhc} * a.dim, mix = head ? a.nhc : int64_t{2 + a.nhc} * a.nhc;
   be.rms_norm({a.x, a.flat, nullptr, a.n, hcd, hcd, a.rms_eps});
   be.matmul({a.fn, a.flat, hcd, a.mix, mix, a.n, a.numerics});
-  be.hc_split({a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb});
+  if (head)
+    be.hc_head({a.mix, a.scale, a.base, a.n, a.nhc, a.hc_eps, a.pre});
+  else
+    be.hc_split({a.mix, a.scale, a.base, a.n, a.nhc, a.iters, a.hc_eps, a.pre, a.post, a.comb});
   be.hc_collapse({a.x, a.pre, a.y, a.n, a.dim, a.nhc});
   be.rms_norm({a.y, a.xn, a.norm_w, a.n, a.dim, a.dim, a.rms_eps});
 }

@@ -169,7 +169,7 @@ void Forward::hc_split(const float* scale, const float* base, int64_t n) {
 
 // §6.2 "Post": X' = post ⊗ (f + f_add) + Cᵀ·X, into x2_, then swap so x_ holds the new state. Issued by the
 // next hc_pre (HcPreArgs::prev_post) or flush_post: until then nothing writes what it reads (x2_ after the swap,
-// f_, f_add, post_, comb_) — the next sublayer starts with its hc_pre, the head with flush_post.
+// f_, f_add, post_, comb_) — the next sublayer starts with its hc_pre, the head with its head-form hc_pre (head()).
 void Forward::hc_post_swap(int64_t n, const float* f_add) {
   backend::HcPostArgs a{x_.f32(), f_.f32(), post_.f32(), comb_.f32(), x2_.f32(), n, cfg_.n_embd,
                         static_cast<int32_t>(cfg_.n_hc)};
@@ -578,16 +578,35 @@ void Forward::ffn_layer(size_t l, int64_t n) {
   hc_post_swap(n, sout_.f32());  // routed + shared expert outputs added inside the post
 }
 
-// §6.3 output head for `count` HC states X [count][NHC][E] → logits_ [count][V] (device).
+// §6.3 output head for `count` HC states X [count][NHC][E] → logits_ [count][V] (device). The HC head — RMSNorm of
+// flat(X), the NHC F16 controls, the head weights (hc_head), the collapse, the output norm → xn_ — is one hc_pre in
+// its head form (fn of NHC rows: by_pieces.h hc_pre_by_pieces), so that a backend may run it as a few launches
+// (the CUDA backend: hc_fuse's hundreds digit). The last layer's deferred HC post (pending_post_) goes in with it
+// when it writes exactly these rows (X = its output, the same tokens: a decode step), else it runs first.
 void Forward::head(const float* X, int64_t count) {
-  const int64_t E = cfg_.n_embd, NHC = cfg_.n_hc, HCD = cfg_.hc_dim(), V = cfg_.n_vocab;
-  const float eps = static_cast<float>(cfg_.rms_eps);
-  be_.rms_norm({X, flat_.f32(), nullptr, count, HCD, HCD, eps});
-  mm(w_.output_hc_fn, flat_.f32(), HCD, mix_.f32(), NHC, count);
-  be_.hc_head({mix_.f32(), w_.output_hc_scale, w_.output_hc_base, count, static_cast<int32_t>(NHC),
-               static_cast<float>(cfg_.hc_eps), hw_.f32()});
-  be_.hc_collapse({X, hw_.f32(), y_.f32(), count, E, static_cast<int32_t>(NHC)});
-  be_.rms_norm({y_.f32(), xn_.f32(), w_.output_norm, count, E, E, eps});
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab;
+  if (pending_post_.n > 0 && (pending_post_.out != X || pending_post_.n != count)) flush_post();
+  backend::HcPreArgs a;
+  a.x = X;
+  a.fn = w_.output_hc_fn;  // [NHC][NHC·E]: the head form
+  a.scale = w_.output_hc_scale;
+  a.base = w_.output_hc_base;
+  a.norm_w = w_.output_norm;
+  a.n = count;
+  a.dim = E;
+  a.nhc = static_cast<int32_t>(cfg_.n_hc);
+  a.hc_eps = static_cast<float>(cfg_.hc_eps);
+  a.rms_eps = static_cast<float>(cfg_.rms_eps);
+  a.numerics = opts_.numerics.matmul;
+  a.flat = flat_.f32();
+  a.mix = mix_.f32();  // [count][NHC]
+  a.pre = hw_.f32();   // the head weights [count][NHC]
+  a.y = y_.f32();
+  a.xn = xn_.f32();
+  a.split = false;     // (no post or comb in the head form)
+  a.prev_post = pending_post_;
+  pending_post_.n = 0;
+  be_.hc_pre(a);
   mm(w_.output, xn_.f32(), E, logits_.f32(), V, count);
 }
 
@@ -609,6 +628,7 @@ void Forward::logits_head(std::span<const Segment> segs) {
   if (consecutive) {
     X = x_.f32() + (off_[0] + static_cast<int64_t>(segs[0].tokens.size()) - rows_of(segs[0])) * HCD;
   } else {
+    flush_post();  // the copies read x_
     int64_t j = 0;
     for (size_t s = 0; s < segs.size(); ++s) {
       const int64_t rows = rows_of(segs[s]);
@@ -921,8 +941,7 @@ Status Forward::run_step(std::span<const Segment> segs, int64_t n) {
     if (!st.ok()) return st.with_context("layer " + std::to_string(l));
     ffn_layer(l, n);
   }
-  flush_post();  // the last layer's post: the head reads x_
-  logits_head(segs);
+  logits_head(segs);  // the last layer's post (pending_post_) runs there: with the head's HC, or first
   pick_tokens(segs);
   return Status::Ok();
 }

@@ -41,6 +41,10 @@
 //                                      stages removed (crit_backend.h) or option values set, one backend and model
 //                                      copy: each stage's share of the critical path (cuda_bench_crit.cpp).
 //        cuda_bench --opt-swap FIELD A B … [--rounds R] [--steps S] M...  --crit's sides FIELD=A, FIELD=B, …
+//        cuda_bench --head-swap A B … [--rounds R] [--alternate] M  --moe-swap's bench for hc_fuse (its hundreds digit:
+//                                         the output head's HC as pieces / spread kernels / with the last post folded).
+//        cuda_bench --head [once] [V …]   the output head of a decode token (last HC post + head HC + matvec + argmax)
+//                                         per hc_fuse value V on one backend, graph µs, outputs bit for bit.
 //        cuda_bench --dattn [A B [chain]] one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31);
 //                                         chain: each call the q norm + RoPE, then attention.
 //        cuda_bench --dattn-steps A B [C …] [--rounds N] M...  decode steps (batch 1 at 2K and 32K, engine options), attention_mma_kernels A / B / ….
@@ -162,6 +166,8 @@ void bench_moe_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
 void bench_hcb_swap(int argc, char** argv);        // cuda_bench_moe1.cpp
 void bench_crit(int argc, char** argv);            // cuda_bench_crit.cpp
 void bench_opt_swap(int argc, char** argv);        // cuda_bench_crit.cpp
+void bench_head_swap(int argc, char** argv);       // cuda_bench_moe1.cpp
+void bench_head(int argc, char** argv);            // cuda_bench_head.cpp
 void bench_engine_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_small7_steps(int argc, char** argv);    // cuda_bench_branches.cpp
 void bench_hcb_steps(int argc, char** argv);       // cuda_bench_branches.cpp
@@ -949,6 +955,14 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--opt-swap") == 0) {  // decode steps, one option's values on one backend
     bench_opt_swap(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--head-swap") == 0) {  // decode steps, hc_fuse values on one backend
+    bench_head_swap(argc - 2, argv + 2);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--head") == 0) {  // the output head, hc_fuse values on one backend
+    bench_head(argc - 2, argv + 2);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--engine-steps") == 0) {  // decode + prefill steps as the engine runs them

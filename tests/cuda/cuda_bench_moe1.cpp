@@ -1,5 +1,6 @@
 // cuda_bench_moe1.cpp — `cuda_bench --moe-swap A B [C …] [--rounds R] [--alternate] M` (expert_one_token) and
-// `cuda_bench --hcb-swap …` (hc_post_fold, the sublayer boundary kernel; session 14 hcb): decode steps of one session
+// `cuda_bench --hcb-swap …` (hc_post_fold, the sublayer boundary kernel; session 14 hcb) and `--head-swap …` (hc_fuse,
+// the output head's HC; session 15 head): decode steps of one session
 // at 2K as the engine runs them (runtime::engine_cuda_options, graphs, branches with the HC split on the side lane)
 // with the option's values A, B, … on ONE backend and one copy of the weights: one model::Forward per value, the
 // backend's value set before each side's steps (a Forward's recorded step graphs hold the kernels of the value they
@@ -8,7 +9,7 @@
 // own backend and model copy, and two copies of one configuration differed by up to 4.6 µs a 4-layer step
 // (docs/PERF.md session 13 moe1). Every round runs each side once (prompt, 8 warm-up steps, the median of 5 × 16
 // steps, as cuda_bench_branches.cpp's decode_step_seconds; --alternate: odd rounds in the reverse order, so no side
-// always runs right after another) and prints "BENCH moe-swap" / "BENCH hcb-swap" lines, then the per-round
+// always runs right after another; --greedy: the steps pick their token on the device, as ds4-bench's) and prints "BENCH moe-swap" / "BENCH hcb-swap" lines, then the per-round
 // difference of each side from the first; the sides' logits after the same tokens must be the same bits (the
 // kernels' contract, here through whole recorded steps): "PARITY …-swap" lines. A value repeated (13 14 13) gives
 // the floor: the same kernels on two Forwards.
@@ -38,8 +39,10 @@ namespace {
 
 // Seconds per decode step of one session after a `prompt`-token prefill (fw's chunks), the last step's logits in
 // `logits`; < 0 on failure. The tokens are a fixed sequence, so every side sees the same ones.
+// greedy: the timed steps pick their token on the device (Segment::token_out, no logits downloaded: ds4-bench's
+// decode), then one more step downloads the logits for the comparison.
 double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t prompt, std::vector<float>& logits,
-                         const char* tag) {
+                         const char* tag, bool greedy = false) {
   const int64_t V = fw.config().n_vocab, C = fw.max_chunk();
   logits.assign(static_cast<size_t>(V), 0.0f);
   std::vector<int32_t> toks(static_cast<size_t>(prompt));
@@ -59,12 +62,16 @@ double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t promp
     }
   }
   int64_t pos = prompt, step_no = 0;
-  int32_t next = 0;
-  bool ok = true;
+  int32_t next = 0, picked = -1;
+  bool ok = true, timed = true;
   auto step = [&] {
     next = static_cast<int32_t>((step_no * 104729 + 7) % V);
     ++step_no;
     model::Segment seg{&kv, std::span<const int32_t>(&next, 1), pos++, logits.data(), false};
+    if (greedy && timed) {
+      seg.logits_out = nullptr;
+      seg.token_out = &picked;
+    }
     if (!ok) return;
     if (const Status es = fw.eval_batch(std::span<const model::Segment>(&seg, 1)); !es.ok()) {
       std::printf("BENCH %s: decode step %lld: %s\n", tag, static_cast<long long>(step_no), es.to_string().c_str());
@@ -73,6 +80,10 @@ double swap_step_seconds(model::Forward& fw, backend::Backend& be, int64_t promp
   };
   for (int w = 0; w < 8; ++w) step();
   const double t = ds4::test::median_seconds(step, [&] { (void)be.sync(); }, 16);
+  if (greedy) {
+    timed = false;
+    step();
+  }
   return ok && be.sync().ok() ? t : -1;
 }
 
@@ -81,8 +92,12 @@ void option_swap(int argc, char** argv, const char* tag, const char* name,
                  void (*set)(backend::cuda::CudaBackend&, int)) {
   std::vector<int> vals;
   int rounds = 5, i = 0;
-  bool alternate = false;
+  bool alternate = false, greedy = false;
   for (; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--greedy") == 0) {
+      greedy = true;
+      continue;
+    }
     if (std::strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) {
       rounds = std::atoi(argv[++i]);
       continue;
@@ -97,7 +112,7 @@ void option_swap(int argc, char** argv, const char* tag, const char* name,
     vals.push_back(static_cast<int>(v));
   }
   if (vals.size() < 2 || i == argc) {
-    std::printf("BENCH %s: usage --%s A B [C ...] [--rounds R] [--alternate] model.gguf...\n", tag, tag);
+    std::printf("BENCH %s: usage --%s A B [C ...] [--rounds R] [--alternate] [--greedy] model.gguf...\n", tag, tag);
     return;
   }
   for (; i < argc; ++i) {
@@ -146,7 +161,7 @@ void option_swap(int argc, char** argv, const char* tag, const char* name,
       for (size_t j = 0; j < vals.size(); ++j) {
         const size_t k = alternate && round % 2 == 1 ? vals.size() - 1 - j : j;
         set(*cbe, vals[k]);
-        const double t = swap_step_seconds(*fws[k], *be, 2048, logits[k], tag);
+        const double t = swap_step_seconds(*fws[k], *be, 2048, logits[k], tag, greedy);
         ms[k].push_back(t * 1e3);
         std::printf("BENCH %s %s %4d layers %zu batch 1 ctx 2048 round %d: %.4f ms/step, %.1f tok/s\n", tag, name,
                     vals[k], plan.size(), round + 1, t * 1e3, t > 0 ? 1 / t : 0.0);
@@ -190,4 +205,10 @@ void bench_moe_swap(int argc, char** argv) {
 void bench_hcb_swap(int argc, char** argv) {
   option_swap(argc, argv, "hcb-swap", "hc_post_fold",
               [](backend::cuda::CudaBackend& be, int v) { be.set_hc_post_fold(v); });
+}
+
+// `cuda_bench --head-swap A B … [--greedy] M`: the same for hc_fuse (session 15 head: its hundreds digit is the output head's HC —
+// 0 its pieces, 1 the spread kernels, 2 with the last HC post folded in; e.g. 50 150 250).
+void bench_head_swap(int argc, char** argv) {
+  option_swap(argc, argv, "head-swap", "hc_fuse", [](backend::cuda::CudaBackend& be, int v) { be.set_hc_fuse(v); });
 }

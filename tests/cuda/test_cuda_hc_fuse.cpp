@@ -11,6 +11,8 @@
 // prefill split kernel adding the segment sums (5, the default)) bit for bit against rms_norm + the few-row F16 MMA
 // matmul + the split kernel (tens digit 0), n from 33 (the first token count past the spread kernels) to 2,048, Flash's
 // 4 × 4096 and a tiny 4 × 64 (one segment: one slice; the spread finish in both forms), split on and off.
+// HeadFormEqualsPieces: the output head's HC (HcPreArgs' head form: 4 control rows, hc_head for the split) on the spread
+// kernels (hc_fuse's hundreds digit 1, 2: the last HC post folded in) bit for bit against its pieces (digit 0).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -194,5 +196,121 @@ TEST_F(CudaHcFuse, PrefillControlsEqualNormThenMatmul) {
                              tag + " " + what + " prefill controls vs norm + matmul");
         }
       }
+  }
+}
+
+// The head form of HcPreArgs (the output head's HC: 4 F16 control rows, hc_head for the split; by_pieces.h
+// hc_pre_head_form) on the spread kernels (hc_fuse's hundreds digit 1; 2 with the last HC post folded into the
+// segment kernel) bit for bit against its pieces (hundreds digit 0: rms_norm, the F16 matmul, hc_head, hc_collapse,
+// rms_norm — the launches the forward pass made before), both F16 orders, at n = 1 (each block's own scale), 2, 8,
+// 32 (a scale kernel first) and 33 (past the spread kernels: the pieces either way), Flash's 4 × 4096, 4 × 256 and
+// 4 × 64 (one segment), with and without the output norm's weights; at n = 1 and 2 also with a previous HC post
+// (prev_post: folded at Flash's n = 1, its own launch elsewhere), the state it writes compared too. Every output
+// poisoned first; mix also within 2e-5 of the CPU's head form (its F16 matmul) at n ≤ 8.
+TEST_F(CudaHcFuse, HeadFormEqualsPieces) {
+  struct S {
+    int32_t nhc;
+    int64_t dim;
+  };
+  for (bool mma : {false, true}) {
+    cuda::CudaBackendOptions op;
+    op.f16_mma = mma;
+    op.hc_fuse = 0;
+    auto made_p = cuda::make_cuda_backend(op);
+    ASSERT_TRUE(made_p.ok());
+    Backend& pieces = **made_p;
+    for (int form : {1, 2}) {
+      cuda::CudaBackendOptions on = op;
+      on.hc_fuse = 100 * form;
+      auto made_n = cuda::make_cuda_backend(on);
+      ASSERT_TRUE(made_n.ok());
+      Backend& spread = **made_n;
+      for (S s : {S{4, 4096}, S{4, 256}, S{4, 64}})
+        for (int64_t n : {1, 2, 8, 32, 33})
+          for (int variant = 0; variant < 3; ++variant) {  // 0: plain; 1: no norm weights; 2: a previous HC post
+            if (variant == 2 && n > 2) continue;
+            if (variant == 1 && n != 1 && n != 33) continue;
+            const int64_t hcd = s.nhc * s.dim, E = s.dim, NHC = s.nhc;
+            Weight fn;
+            auto fn_bytes = random_weight(GgmlType::F16, NHC, hcd, &fn, 0.01f);
+            fn.data = fn_bytes.data();
+            auto x = randn(static_cast<size_t>(n * hcd));
+            auto scale = randn(1, 0.5f);
+            auto base = randn(static_cast<size_t>(NHC), 0.5f);
+            auto norm_w = randn(static_cast<size_t>(E));
+            auto f = randn(static_cast<size_t>(n * E)), fa = randn(static_cast<size_t>(n * E));
+            auto post = randn(static_cast<size_t>(n * NHC), 0.5f), comb = randn(static_cast<size_t>(n * NHC * NHC), 0.5f);
+            HcPreArgs g;
+            g.fn = gpu_weight(fn, fn_bytes.size());
+            g.n = n;
+            g.dim = E;
+            g.nhc = s.nhc;
+            g.scale = dev(scale);
+            g.base = dev(base);
+            g.norm_w = variant == 1 ? nullptr : dev(norm_w);
+            g.split = false;
+            const float* x_old = dev(x);  // the post's input state (variant 2), else the head's X itself
+            const float* f_d = dev(f);
+            const float* fa_d = dev(fa);
+            const float* post_d = dev(post);
+            const float* comb_d = dev(comb);
+            std::vector<float> cmix;
+            if (n <= 8 && variant != 2) {  // the CPU's head form (by_pieces.h)
+              HcPreArgs c = g;
+              std::vector<float> flat(n * hcd), m(n * NHC), pre(n * NHC), y(n * E), xn(n * E);
+              c.fn = fn;
+              c.x = x.data();
+              c.scale = scale.data();
+              c.base = base.data();
+              c.norm_w = variant == 1 ? nullptr : norm_w.data();
+              c.flat = flat.data();
+              c.mix = m.data();
+              c.pre = pre.data();
+              c.y = y.data();
+              c.xn = xn.data();
+              cpu_->hc_pre(c);
+              cmix = m;
+            }
+            const std::string tag = std::string(mma ? "f16_mma " : "segments ") + "head form " + std::to_string(form) +
+                                    " " + std::to_string(s.nhc) + "x" + std::to_string(E) + " n" + std::to_string(n) +
+                                    (variant == 1 ? " no norm weights" : variant == 2 ? " with prev_post" : "");
+            HcPreArgs want = g, got = g;
+            for (HcPreArgs* o : {&want, &got}) {
+              o->flat = poisoned(static_cast<size_t>(n * hcd));
+              o->mix = poisoned(static_cast<size_t>(n * NHC));
+              o->pre = poisoned(static_cast<size_t>(n * NHC));
+              o->y = poisoned(static_cast<size_t>(n * E));
+              o->xn = poisoned(static_cast<size_t>(n * E));
+              if (variant == 2) {
+                float* state = poisoned(static_cast<size_t>(n * hcd));
+                o->x = state;
+                HcPostArgs pa{x_old, f_d, post_d, comb_d, state, n, E, s.nhc};
+                pa.f_add = fa_d;
+                o->prev_post = pa;
+              } else {
+                o->x = x_old;
+              }
+            }
+            pieces.hc_pre(want);
+            ASSERT_TRUE(pieces.sync().ok()) << tag;
+            spread.hc_pre(got);
+            ASSERT_TRUE(spread.sync().ok()) << tag;
+            std::vector<std::tuple<const float*, const float*, int64_t, const char*>> outs = {
+                {got.mix, want.mix, n * NHC, "mix"},
+                {got.pre, want.pre, n * NHC, "pre (head weights)"},
+                {got.y, want.y, n * E, "y"},
+                {got.xn, want.xn, n * E, "xn"}};
+            if (variant == 2) outs.emplace_back(got.x, want.x, n * hcd, "state (prev_post)");
+            for (auto [a, w, len, what] : outs)
+              expect_same_bits(host(a, static_cast<size_t>(len)), host(w, static_cast<size_t>(len)),
+                               tag + " " + what + " spread vs pieces");
+            if (!cmix.empty()) expect_close(host(got.mix, cmix.size()), cmix, 2e-5, 0, tag + " mix vs cpu");
+          }
+    }
+  }
+  cuda::CudaBackendOptions bad;
+  for (int v : {300, 700, 160, 460}) {  // no head form 3 (or 7), no controls form 6
+    bad.hc_fuse = v;
+    EXPECT_FALSE(cuda::make_cuda_backend(bad).ok()) << v;
   }
 }

@@ -78,8 +78,11 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   if (opts.device < 0 || opts.device >= n)
     return invalid_argument("cuda backend: device " + std::to_string(opts.device) + " does not exist (" +
                             std::to_string(n) + " visible)");
-  // hc_fuse's tens digit: hc_controls_prefill.cu's forms 3 and 5 (1, 2, 4 removed: docs/PERF.md, session 14).
-  if (const int form = opts.hc_fuse / 10; opts.hc_fuse >= 60 || form == 1 || form == 2 || form == 4)
+  // hc_fuse's tens digit: hc_controls_prefill.cu's forms 3 and 5 (1, 2, 4 removed: docs/PERF.md, session 14); its
+  // hundreds digit the output head's launches: bits 0–1 its HC (HcPreArgs' head form, ops_hc.cu) as the pieces (0),
+  // the spread kernels (1), those with the last HC post folded in (2); bit 4 the greedy argmax's cluster form (argmax.cu).
+  if (const int form = opts.hc_fuse / 10 % 10, head = opts.hc_fuse / 100;
+      head >= 7 || head % 4 == 3 || form >= 6 || form == 1 || form == 2 || form == 4)
     return invalid_argument("cuda backend: hc_fuse " + std::to_string(opts.hc_fuse) + " names no prefill controls form");
   cudaError_t e = cudaSetDevice(opts.device);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaSetDevice: ") + cudaGetErrorString(e));
@@ -123,7 +126,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
   be->set_small_v5(opts.small_v5 < 0 ? kSmallV5Auto : opts.small_v5 != 0);
   be->set_small_v6(opts.small_v6 < 0 ? kSmallV6Auto : opts.small_v6 != 0);
   // hc_fuse: the units the decode HC pre's launches (0 … 2; larger units as 2), the tens digit the prefill
-  // controls' form (hc_controls_prefill.cu's 3 or 5; 0: rms_norm + the few-row matmul).
+  // controls' form (hc_controls_prefill.cu's 3 or 5; 0: rms_norm + the few-row matmul), the hundreds the head form's.
   be->set_hc_fuse(opts.hc_fuse < 0 ? kHcFuseAuto : opts.hc_fuse / 10 * 10 + std::min(opts.hc_fuse % 10, 2));
   be->set_attn_out_rope(opts.attn_out_rope < 0 ? kAttnOutRopeAuto : opts.attn_out_rope != 0);
   // An hc_post_fold value of no boundary form (10 … 12 and 14, removed in session 14; values never made) is rejected,

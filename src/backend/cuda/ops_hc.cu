@@ -1196,6 +1196,10 @@ struct HeadSpreadCtx {
   bool pdl;       // hc_pdl on sm_90: the segment and finish kernels as programmatic dependents
   bool fold;      // hc_fuse's hundreds digit 2: the last layer's HC post (prev_post) inside the segment kernel
   bool plain_fold;  // the folded segment kernel's launch stays plain (after a join or on the side lane: hc_post's rule)
+  // hc_fuse's hundreds digit 3: the post's own launch (hc_post4_kernel, which waits before its first read) a
+  // programmatic dependent on the main lane also after a join — as the sublayer boundary kernel's launch is
+  // (hc_post_fold ≥ 4) — where CudaBackend::hc_post keeps it plain whenever branches are on.
+  bool post_pdl;
 };
 
 // The head form of HcPreArgs (by_pieces.h hc_pre_head_form: 4 F16 control rows, the output head's HC) on the spread
@@ -1224,7 +1228,17 @@ bool hc_pre_head_spread(CudaBackend& be, const HcPreArgs& a, const HeadSpreadCtx
   p.wide_loads = hcd % 8 == 0 && a.fn.row_bytes % 16 == 0 && aligned16(a.fn.data) && aligned16(a.x);
   p.norm_v4 = norm_threads == 4 * kHcSegWarps * kWarp && hcd % 4 == 0 && aligned16(a.x);
   if (fold && !p.norm_v4) return false;
-  if (q.n > 0 && !fold) be.hc_post(q);  // the post its own launch first (it writes x)
+  if (q.n > 0 && !fold) {  // the post its own launch first (it writes x)
+    if (c.post_pdl && q.nhc == nhc && q.dim % 4 == 0 && aligned16(q.x) && aligned16(q.f) && aligned16(q.out) &&
+        (q.f_add == nullptr || aligned16(q.f_add))) {
+      if (!be.check(launch_dependent(true, dim3(grid_for(q.n * (q.dim / 4), 256)), 256, 0, be.stream(),
+                                     hc_post4_kernel<4>, q),
+                    "hc_post (head)"))
+        return true;
+    } else {
+      be.hc_post(q);
+    }
+  }
   float* sc = a.flat + a.n * nhc * nseg;  // part [n][4][nseg], then the scales [n]
   if (a.n > 1) {
     hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, be.stream()>>>(
@@ -1279,10 +1293,11 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
   }
   if (head) {
     // hc_fuse's hundreds digit, bits 0–1: 0 the pieces (the launches the forward pass made before the head form), 1 the
-    // spread kernels after the post's own launch, 2 with the post folded into the segment kernel where it fits (bit 4:
-    // the greedy argmax after the head's matvec, argmax.cu).
+    // spread kernels after the post's own launch, 2 with the post folded into the segment kernel where it fits, 3 as 1
+    // with the post's launch programmatic (bit 4: the greedy argmax after the head's matvec, argmax.cu).
     const int form = hc_fuse_ / 100 & 3;
-    const HeadSpreadCtx c{f16_mma_, hc_pdl_ && sm90(), form >= 2, branches_ || on_side_};
+    const HeadSpreadCtx c{f16_mma_, hc_pdl_ && sm90(), form == 2, branches_ || on_side_,
+                          form == 3 && small_v3_ && hc_pdl_ && sm90() && !on_side_};
     if (form >= 1 && hc_router_v2_ && small_v5_ && f16_segments_ && hc_pre_head_spread(*this, a, c)) return;
     hc_pre_by_pieces(*this, a);
     return;

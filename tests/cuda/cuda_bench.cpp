@@ -41,8 +41,8 @@
 //                                      stages removed (crit_backend.h) or option values set, one backend and model
 //                                      copy: each stage's share of the critical path (cuda_bench_crit.cpp).
 //        cuda_bench --opt-swap FIELD A B … [--rounds R] [--steps S] M...  --crit's sides FIELD=A, FIELD=B, …
-//        cuda_bench --head-swap A B … [--rounds R] [--alternate] M  --moe-swap's bench for hc_fuse (its hundreds digit:
-//                                         the output head's HC as pieces / spread kernels / with the last post folded).
+//        cuda_bench --head-swap A B … [--rounds R] [--alternate] [--greedy] M  --moe-swap's bench for hc_fuse (its
+//                                         hundreds digit: the output head's HC on the spread kernels, the cluster argmax).
 //        cuda_bench --head [once] [V …]   the output head of a decode token (last HC post + head HC + matvec + argmax)
 //                                         per hc_fuse value V on one backend, graph µs, outputs bit for bit.
 //        cuda_bench --dattn [A B [chain]] one decode query's attention + output RoPE, attention_mma_kernels A / B (10 / 31);

@@ -1,8 +1,7 @@
 // cuda_bench_head.cpp — `cuda_bench --head [once] [V …]`: the output head of one decode token as the engine runs it
 // (runtime::engine_cuda_options; the forward pass's head(): the last layer's deferred HC post handed to the head-form
 // HC pre, then the 129,280 × 4,096 Q8_0 matvec and the greedy argmax) for CudaBackendOptions::hc_fuse values V (default
-// 50 150 550 750: the head's HC as its pieces; on the spread kernels after the post's own launch; + the cluster
-// argmax; + the post's launch programmatic)
+// 50 150 450 550: the head's HC as its pieces; on the spread kernels; the pieces + the cluster argmax; both)
 // on ONE backend and one copy of the weights (the value set before each side's graphs are captured). Lines: the head's
 // HC alone (post + HC pre: 86 calls a graph) and the whole head (post + HC pre + matvec + argmax: 4 calls a graph, the
 // 563 MB matrix cold each call), graph µs per call (StageBench::time, median of 5), and each side's xn, logits and id
@@ -32,7 +31,7 @@ void bench_head(int argc, char** argv) {
     else
       vals.push_back(std::atoi(argv[i]));
   }
-  if (vals.empty()) vals = {50, 150, 550, 750};
+  if (vals.empty()) vals = {50, 150, 450, 550};
   auto made = cuda::make_cuda_backend(runtime::engine_cuda_options());
   if (!made.ok()) {
     std::printf("BENCH head: backend: %s\n", made.status().to_string().c_str());

@@ -207,8 +207,8 @@ void bench_hcb_swap(int argc, char** argv) {
               [](backend::cuda::CudaBackend& be, int v) { be.set_hc_post_fold(v); });
 }
 
-// `cuda_bench --head-swap A B … [--greedy] M`: the same for hc_fuse (session 15 head: its hundreds digit is the output head's HC —
-// 0 its pieces, 1 the spread kernels, 2 with the last HC post folded in; e.g. 50 150 250).
+// `cuda_bench --head-swap A B … [--greedy] M`: the same for hc_fuse (session 15 head: its hundreds digit is the output
+// head's launches — bit 1 its HC on the spread kernels, bit 4 the cluster argmax; e.g. 50 150 550 --greedy).
 void bench_head_swap(int argc, char** argv) {
   option_swap(argc, argv, "head-swap", "hc_fuse", [](backend::cuda::CudaBackend& be, int v) { be.set_hc_fuse(v); });
 }

@@ -12,8 +12,7 @@
 // matmul + the split kernel (tens digit 0), n from 33 (the first token count past the spread kernels) to 2,048, Flash's
 // 4 × 4096 and a tiny 4 × 64 (one segment: one slice; the spread finish in both forms), split on and off.
 // HeadFormEqualsPieces: the output head's HC (HcPreArgs' head form: 4 control rows, hc_head for the split) on the spread
-// kernels (hc_fuse's hundreds digit 1; 2: the last HC post folded in; 3: its launch programmatic) bit for bit against
-// its pieces (digit 0).
+// kernels (hc_fuse's hundreds digit 1) bit for bit against its pieces (digit 0).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -201,13 +200,13 @@ TEST_F(CudaHcFuse, PrefillControlsEqualNormThenMatmul) {
 }
 
 // The head form of HcPreArgs (the output head's HC: 4 F16 control rows, hc_head for the split; by_pieces.h
-// hc_pre_head_form) on the spread kernels (hc_fuse's hundreds digit 1; 2 with the last HC post folded into the
-// segment kernel; 3 with the post's own launch programmatic) bit for bit against its pieces (hundreds digit 0: rms_norm, the F16 matmul, hc_head, hc_collapse,
-// rms_norm — the launches the forward pass made before), both F16 orders, at n = 1 (each block's own scale), 2, 8,
-// 32 (a scale kernel first) and 33 (past the spread kernels: the pieces either way), Flash's 4 × 4096, 4 × 256 and
-// 4 × 64 (one segment), with and without the output norm's weights; at n = 1 and 2 also with a previous HC post
-// (prev_post: folded at Flash's n = 1, its own launch elsewhere), the state it writes compared too. Every output
-// poisoned first; mix also within 2e-5 of the CPU's head form (its F16 matmul) at n ≤ 8.
+// hc_pre_head_form) on the spread kernels (hc_fuse's hundreds digit 1, also with the cluster argmax's bit: 5) bit for
+// bit against its pieces (hundreds digit 0: rms_norm, the F16 matmul, hc_head, hc_collapse, rms_norm — the launches the
+// forward pass made before), both F16 orders, at n = 1 (each block's own scale), 2, 8, 32 (a scale kernel first) and
+// 33 (past the spread kernels: the pieces either way), Flash's 4 × 4096, 4 × 256 and 4 × 64 (one segment), with and
+// without the output norm's weights; at n = 1 and 2 also with a previous HC post (prev_post: its own launch first),
+// the state it writes compared too. Every output poisoned first; mix also within 2e-5 of the CPU's head form (its F16
+// matmul) at n ≤ 8.
 TEST_F(CudaHcFuse, HeadFormEqualsPieces) {
   struct S {
     int32_t nhc;
@@ -220,7 +219,7 @@ TEST_F(CudaHcFuse, HeadFormEqualsPieces) {
     auto made_p = cuda::make_cuda_backend(op);
     ASSERT_TRUE(made_p.ok());
     Backend& pieces = **made_p;
-    for (int form : {1, 2, 3}) {
+    for (int form : {1, 5}) {  // (5: with the cluster argmax bit, which the HC pre ignores)
       cuda::CudaBackendOptions on = op;
       on.hc_fuse = 100 * form;
       auto made_n = cuda::make_cuda_backend(on);
@@ -310,7 +309,7 @@ TEST_F(CudaHcFuse, HeadFormEqualsPieces) {
     }
   }
   cuda::CudaBackendOptions bad;
-  for (int v : {800, 160, 460}) {  // no hundreds digit 8, no controls form 6
+  for (int v : {200, 350, 600, 750, 860, 160, 460}) {  // hundreds digits 2, 3 removed (6 … 8 never made), controls form 6
     bad.hc_fuse = v;
     EXPECT_FALSE(cuda::make_cuda_backend(bad).ok()) << v;
   }

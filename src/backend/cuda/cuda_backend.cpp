@@ -79,10 +79,11 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& opt
     return invalid_argument("cuda backend: device " + std::to_string(opts.device) + " does not exist (" +
                             std::to_string(n) + " visible)");
   // hc_fuse's tens digit: hc_controls_prefill.cu's forms 3 and 5 (1, 2, 4 removed: docs/PERF.md, session 14); its
-  // hundreds digit the output head's launches: bits 0–1 its HC (HcPreArgs' head form, ops_hc.cu) as the pieces (0),
-  // the spread kernels (1), those with the last HC post folded in (2), 1 with the post's launch programmatic (3); bit 4
-  // the greedy argmax's cluster form (argmax.cu).
-  if (const int form = opts.hc_fuse / 10 % 10; opts.hc_fuse >= 800 || form >= 6 || form == 1 || form == 2 || form == 4)
+  // hundreds digit the output head's launches: bit 1 its HC (HcPreArgs' head form, ops_hc.cu) on the spread kernels
+  // instead of the pieces, bit 4 the greedy argmax's cluster form (argmax.cu); 2, 3 (the last HC post folded into the
+  // segment kernel / its launch programmatic) were measured and removed in session 15.
+  if (const int form = opts.hc_fuse / 10 % 10, head = opts.hc_fuse / 100;
+      head > 5 || head == 2 || head == 3 || form >= 6 || form == 1 || form == 2 || form == 4)
     return invalid_argument("cuda backend: hc_fuse " + std::to_string(opts.hc_fuse) + " names no prefill controls form");
   cudaError_t e = cudaSetDevice(opts.device);
   if (e != cudaSuccess) return unavailable(std::string("cuda backend: cudaSetDevice: ") + cudaGetErrorString(e));

@@ -835,23 +835,23 @@ __global__ void __launch_bounds__(kFin5Threads) hc_finish5_kernel(HcSplitArgs s,
 
 // The head form's finish (HcPreArgs with nhc = 4 F16 control rows: the output head's HC, by_pieces.h
 // hc_pre_head_form; CudaBackendOptions::hc_fuse's hundreds digit): hc_finish5_kernel's collapse block with the head
-// weights in the split's place — token t's 4 mix rows added from their segment sums pt [4][nseg] (seg_total's order)
-// into mix [n][4], pre = σ(mix·scale[0] + base) + eps (hc_head_kernel's expression) into ws and the op's pre, then
-// the collapse and the output norm in registers (hc_fin5_collapse_norm) — the bits of hc_head, hc_collapse and
+// weights in the split's place — token t's 4 mix rows added from their segment sums [4][nseg] of part (seg_total's
+// order) into mix [n][4], pre = σ(mix·scale[0] + base) + eps (hc_head_kernel's expression) into ws and the op's pre,
+// then the collapse and the output norm in registers (hc_fin5_collapse_norm) — the bits of hc_head, hc_collapse and
 // rms_norm after the spread segment sums. The head's matvec after it (gemv_rows' half kernel, a programmatic
 // dependent) may launch right after the wait (griddepcontrol.launch_dependents), as the output RMSNorm let it with
 // dense_ramp.h's kRampNormTrigger: its first tiles' copies move while this block adds, collapses and normalises; it
-// waits for this grid's end before it reads xn. x_late: the segment kernel wrote X (the last layer's HC post folded
-// in), so X loads after the wait. Grid (1, n), kFin5Threads threads.
+// waits for this grid's end before it reads xn. X and the norm weights load before the wait (the segment kernel
+// writes neither). Grid (1, n), kFin5Threads threads.
 __global__ void __launch_bounds__(kFin5Threads) hc_head_finish_kernel(HcSplitArgs s, const float* part, int64_t nseg,
                                                                       float* mix, const float* x, const float* norm_w,
                                                                       float* y, float* xn, int64_t dim, float eps,
-                                                                      bool part4, bool x_late) {
+                                                                      bool part4) {
   constexpr int nhc = 4;
   __shared__ float ws[nhc];
   const int64_t t = blockIdx.y;
   float xv[nhc][kFin5Per], nw[kFin5Per];
-  if (!x_late) hc_fin5_load(x + t * nhc * dim, norm_w, dim, xv, nw);
+  hc_fin5_load(x + t * nhc * dim, norm_w, dim, xv, nw);
   float scale0 = 0.0f, base = 0.0f;
   if (threadIdx.x < nhc) {
     scale0 = s.scale[0];
@@ -859,7 +859,6 @@ __global__ void __launch_bounds__(kFin5Threads) hc_head_finish_kernel(HcSplitArg
   }
   grid_dependency_wait();
   grid_launch_dependents();
-  if (x_late) hc_fin5_load(x + t * nhc * dim, norm_w, dim, xv, nw);
   if (threadIdx.x < nhc) {
     const float total = seg_total(part + (t * nhc + threadIdx.x) * nseg, nseg, part4);
     mix[t * nhc + threadIdx.x] = total;
@@ -1190,55 +1189,31 @@ bool CudaBackend::hc_pre_spread(const HcPreArgs& a) {
 
 namespace {
 
-// What the head form's spread kernels need from the backend (its options, read by CudaBackend::hc_pre).
-struct HeadSpreadCtx {
-  bool f16_mma;   // the segment kernel in the F16 MMA order (else README.md's segment order)
-  bool pdl;       // hc_pdl on sm_90: the segment and finish kernels as programmatic dependents
-  bool fold;      // hc_fuse's hundreds digit 2: the last layer's HC post (prev_post) inside the segment kernel
-  bool plain_fold;  // the folded segment kernel's launch stays plain (after a join or on the side lane: hc_post's rule)
-  // hc_fuse's hundreds digit 3: the post's own launch (hc_post4_kernel, which waits before its first read) a
-  // programmatic dependent on the main lane also after a join — as the sublayer boundary kernel's launch is
-  // (hc_post_fold ≥ 4) — where CudaBackend::hc_post keeps it plain whenever branches are on.
-  bool post_pdl;
-};
-
 // The head form of HcPreArgs (by_pieces.h hc_pre_head_form: 4 F16 control rows, the output head's HC) on the spread
-// HC pre's kernels: an n ≥ 2 scale kernel, the segment sums of the 4 rows (hc_seg_mma_kernel / hc_seg_kernel, rows =
-// 4: one row block; n = 1 each block its own norm scale, with the post folded in the state it forms), then
-// hc_head_finish_kernel — 2 launches (3 from 2 tokens; + hc_post unless folded) where the pieces take 5 (rms_norm,
-// the F16 matmul, hc_head, hc_collapse, rms_norm). The segment sums are the bits of rms_norm then the matmul in
-// either F16 order (the sublayer form's contract, hc_pre_spread), the finish those of the other three: the same bits
-// as hc_pre_by_pieces. False (nothing launched) where the shape is not the spread kernels' (nhc ≠ 4, n > 32, rows
-// wider than the v5 finish's, other weight types or numerics).
-bool hc_pre_head_spread(CudaBackend& be, const HcPreArgs& a, const HeadSpreadCtx& c) {
+// HC pre's kernels: the last layer's HC post (prev_post) its own launch, an n ≥ 2 scale kernel, the segment sums of
+// the 4 rows (hc_seg_mma_kernel / hc_seg_kernel with rows = 4: one row block; at n = 1 each block its own norm
+// scale), then hc_head_finish_kernel — 2 launches (3 from 2 tokens) where the pieces take 5 (rms_norm, the F16
+// matmul, hc_head, hc_collapse, rms_norm). The segment sums are the bits of rms_norm then the matmul in either F16
+// order (the sublayer form's contract, hc_pre_spread), the finish those of the other three: the same bits as
+// hc_pre_by_pieces. False (nothing launched) where the shape is not the spread kernels' (nhc ≠ 4, n > 32, rows wider
+// than the v5 finish's, other weight types or numerics). f16_mma: the F16 MMA order's segment kernel; pdl: hc_pdl on
+// sm_90 (the segment and finish kernels as programmatic dependents).
+// (Measured and removed, session 15 W1 / W2: the post folded into the segment kernel — the head's HC 12.9 against
+// 8.1 µs, 4-layer steps −5 / −14 against −16 µs; the post's own launch a programmatic dependent after the join — 7.7
+// against 8.2 µs alone, steps even.)
+bool hc_pre_head_spread(CudaBackend& be, const HcPreArgs& a, bool f16_mma, bool pdl) {
   constexpr int nhc = 4;
   const int64_t hcd = int64_t{a.nhc} * a.dim, nseg = (hcd + kF16Seg - 1) / kF16Seg;
   if (a.nhc != nhc || a.n < 1 || a.n > kHcSpreadMaxTokens || a.flat == nullptr || a.pre == nullptr ||
       a.mix == nullptr || a.fn.type != GgmlType::F16 || a.numerics != MatmulNumerics::ds4 ||
       a.dim > int64_t{kFin5Threads} * kFin5Per || rms_norm_threads(a.dim) != kFin5Threads)
     return false;
-  const HcPostArgs& q = a.prev_post;
-  // The post folded in: hc_pre_post_folded's shape (one token of Flash's 4 × 4096 state, the post writing x).
-  const bool fold = c.fold && q.n > 0 && a.n == 1 && q.n == 1 && q.nhc == nhc && a.dim == 4096 && q.dim == a.dim &&
-                    q.out == a.x && q.x != q.out && aligned16(q.x) && aligned16(q.f) && aligned16(q.out) &&
-                    (q.f_add == nullptr || aligned16(q.f_add)) && q.post && q.comb;
+  if (a.prev_post.n > 0) be.hc_post(a.prev_post);  // the post first (it writes x)
   const int norm_threads = rms_norm_threads(hcd);
   HcSegParams p{a.x, static_cast<const uint8_t*>(a.fn.data), a.fn.row_bytes, nhc, hcd, a.n, nseg, a.rms_eps,
                 norm_threads, false, false, nullptr, a.flat, HcPostArgs{}};
   p.wide_loads = hcd % 8 == 0 && a.fn.row_bytes % 16 == 0 && aligned16(a.fn.data) && aligned16(a.x);
   p.norm_v4 = norm_threads == 4 * kHcSegWarps * kWarp && hcd % 4 == 0 && aligned16(a.x);
-  if (fold && !p.norm_v4) return false;
-  if (q.n > 0 && !fold) {  // the post its own launch first (it writes x)
-    if (c.post_pdl && q.nhc == nhc && q.dim % 4 == 0 && aligned16(q.x) && aligned16(q.f) && aligned16(q.out) &&
-        (q.f_add == nullptr || aligned16(q.f_add))) {
-      if (!be.check(launch_dependent(true, dim3(grid_for(q.n * (q.dim / 4), 256)), 256, 0, be.stream(),
-                                     hc_post4_kernel<4>, q),
-                    "hc_post (head)"))
-        return true;
-    } else {
-      be.hc_post(q);
-    }
-  }
   float* sc = a.flat + a.n * nhc * nseg;  // part [n][4][nseg], then the scales [n]
   if (a.n > 1) {
     hc_scale_kernel<<<static_cast<unsigned>(a.n), p.norm_v4 ? norm_threads / 4 : norm_threads, 0, be.stream()>>>(
@@ -1246,28 +1221,20 @@ bool hc_pre_head_spread(CudaBackend& be, const HcPreArgs& a, const HeadSpreadCtx
     if (!be.launched("hc_pre scale (head)")) return true;
     p.sc = sc;
   }
-  const dim3 grid = c.f16_mma ? dim3(1, grid_for(nseg, kHcMmaSegs), grid_for(a.n, kHcMmaTokens))
-                              : dim3(1, grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
+  const dim3 grid = f16_mma ? dim3(1, grid_for(nseg, kHcMmaSegs), grid_for(a.n, kHcMmaTokens))
+                            : dim3(1, grid_for(nseg, kHcSegWarps), grid_for(a.n, kHcSegTokens));
   static_assert(kHcMmaRows >= nhc && kHcSegRows >= nhc, "the head's 4 rows: one row block");
-  cudaError_t e;
-  if (fold) {
-    p.post = q;
-    e = launch_dependent(c.pdl && !c.plain_fold, grid, kHcSegWarps * kWarp, 0, be.stream(),
-                         c.f16_mma ? hc_seg_mma_kernel<true, true> : hc_seg_kernel<true, true>, p);
-  } else if (a.n == 1) {
-    e = launch_dependent(c.pdl, grid, kHcSegWarps * kWarp, 0, be.stream(),
-                         c.f16_mma ? hc_seg_mma_kernel<true> : hc_seg_kernel<true>, p);
-  } else {
-    e = launch_dependent(c.pdl, grid, kHcSegWarps * kWarp, 0, be.stream(),
-                         c.f16_mma ? hc_seg_mma_kernel<false> : hc_seg_kernel<false>, p);
-  }
-  if (!be.check(e, fold ? "hc_pre control segments (head, HC post folded)" : "hc_pre control segments (head)"))
-    return true;
+  const cudaError_t e =
+      a.n == 1 ? launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, be.stream(),
+                                  f16_mma ? hc_seg_mma_kernel<true> : hc_seg_kernel<true>, p)
+               : launch_dependent(pdl, grid, kHcSegWarps * kWarp, 0, be.stream(),
+                                  f16_mma ? hc_seg_mma_kernel<false> : hc_seg_kernel<false>, p);
+  if (!be.check(e, "hc_pre control segments (head)")) return true;
   const HcSplitArgs s{a.mix, a.scale, a.base, a.n, nhc, a.iters, a.hc_eps, a.pre, nullptr, nullptr};
   const bool part4 = nseg % 4 == 0 && aligned16(a.flat);
-  be.check(launch_dependent(c.pdl, dim3(1, static_cast<unsigned>(a.n)), kFin5Threads, 0, be.stream(),
+  be.check(launch_dependent(pdl, dim3(1, static_cast<unsigned>(a.n)), kFin5Threads, 0, be.stream(),
                             hc_head_finish_kernel, s, static_cast<const float*>(a.flat), nseg, a.mix, a.x, a.norm_w,
-                            a.y, a.xn, a.dim, a.rms_eps, part4, fold),
+                            a.y, a.xn, a.dim, a.rms_eps, part4),
            "hc_pre head weights + collapse + norm (head)");
   return true;
 }
@@ -1292,13 +1259,11 @@ void CudaBackend::hc_pre(const HcPreArgs& a) {
     return;
   }
   if (head) {
-    // hc_fuse's hundreds digit, bits 0–1: 0 the pieces (the launches the forward pass made before the head form), 1 the
-    // spread kernels after the post's own launch, 2 with the post folded into the segment kernel where it fits, 3 as 1
-    // with the post's launch programmatic (bit 4: the greedy argmax after the head's matvec, argmax.cu).
-    const int form = hc_fuse_ / 100 & 3;
-    const HeadSpreadCtx c{f16_mma_, hc_pdl_ && sm90(), form == 2, branches_ || on_side_,
-                          form == 3 && small_v3_ && hc_pdl_ && sm90() && !on_side_};
-    if (form >= 1 && hc_router_v2_ && small_v5_ && f16_segments_ && hc_pre_head_spread(*this, a, c)) return;
+    // hc_fuse's hundreds digit, bit 1: the spread kernels instead of the pieces (the launches the forward pass made
+    // before the head form); bit 4 is the greedy argmax's (argmax.cu).
+    if ((hc_fuse_ / 100 & 1) != 0 && hc_router_v2_ && small_v5_ && f16_segments_ &&
+        hc_pre_head_spread(*this, a, f16_mma_, hc_pdl_ && sm90()))
+      return;
     hc_pre_by_pieces(*this, a);
     return;
   }

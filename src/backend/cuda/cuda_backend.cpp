@@ -27,7 +27,12 @@ constexpr bool kSmallV6Auto = false;
 // kernel adding the segment sums) instead of rms_norm + the few-row F16 MMA matmul (tens digit 0) — the H200
 // (session 14 W3): bit for bit (CudaHcFuse.PrefillControlsEqualNormThenMatmul; test_cuda_model with 50: 26 passed), the
 // HC pre at 2,048 tokens 0.196 → 0.149 ms, 4-layer 2K → 4K chunks 31.273 → 30.869 ms (six rounds, each faster).
-constexpr int kHcFuseAuto = 50;
+// Hundreds digit 5 (session 15, engineer head): the output head's HC (HcPreArgs' head form) on the spread kernels (bit
+// 1; 3 launches for 6) and the greedy argmax as one cluster of 8 blocks a row (bit 4) — the H200 (W1, W2): bit for bit
+// (CudaHcFuse.HeadFormEqualsPieces, the argmax policy cases; test_cuda_model 26 passed with 650 and 750, supersets of
+// 550's kernels), the head's HC 19.8 → 8.2 µs, the whole head (+ matvec + argmax) 173.5 → 147.2 µs, 4-layer greedy
+// decode steps at 2K −25.1 µs (5 of 5 rounds; the HC alone −16.2, the argmax alone −5.3; docs/PERF.md).
+constexpr int kHcFuseAuto = 550;
 // CudaBackendOptions::attn_out_rope = -1: on — the output's inverse RoPE inside the sliced decode merge. The H200
 // (session 11 W1, W2) showed it bit for bit attention then rope (CudaSmall7, CudaAttention), the engine path through
 // test_cuda_model with it on (26 passed), −0.8 / −0.9 µs per HCA / CSA layer alone and 4-layer decode steps at 2K

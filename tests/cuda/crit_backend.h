@@ -18,10 +18,11 @@
 //   q        query path: matmul(q_a), rms_norm(q_a_norm), matmul(q_b), norm_rope(q)
 //   attn     attention
 //   out      output projections: matmul(out_a, grouped), matmul(out_b)
-//   hcpost   the HC post folded into each hc_pre (the pre then runs alone) and the head's flush hc_post
-//   boundary every hc_pre (post + pre) and the head's flush hc_post
-//   head     the output head: its two rms_norms, matmul(output_hc_fn), hc_head, hc_collapse, matmul(output),
-//            argmax
+//   hcpost   the HC post folded into each hc_pre (the pre then runs alone) and the last layer's post (folded into
+//            the head's HC pre, or its own hc_post: the head's flush)
+//   boundary every sublayer hc_pre (post + pre) and the last layer's post (as hcpost)
+//   head     the output head: its HC (the head-form hc_pre, by_pieces.h hc_pre_head_form, without the post folded
+//            in), matmul(output), argmax
 // Everything else (embed, copies, fills) is "other" and always runs.
 //
 // The logits of a step with a stage removed are wrong ON PURPOSE: a removed op leaves its output buffer as it
@@ -39,6 +40,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "backend/by_pieces.h"
 #include "backend/forwarding_backend.h"
 #include "model/weights.h"
 
@@ -178,6 +180,18 @@ class CritBackend final : public backend::ForwardingBackend {
   }
   void hc_pre(const backend::HcPreArgs& a) override {
     const bool folded = a.prev_post.n > 0;
+    if (backend::hc_pre_head_form(a)) {  // the output head's HC, with the last layer's post folded in (decode)
+      const bool post_gone = folded && drop(CritStage::hcpost);
+      const bool boundary_gone = folded && drop(CritStage::boundary);
+      const bool no_post = post_gone || boundary_gone;
+      backend::HcPreArgs b = a;  // without the post: x keeps what it held
+      if (no_post) b.prev_post.n = 0;
+      if (!drop(CritStage::head))
+        in_.hc_pre(b);
+      else if (folded && !no_post)
+        in_.hc_post(a.prev_post);
+      return;
+    }
     const bool no_post = folded && drop(CritStage::hcpost);
     if (drop(CritStage::boundary)) return;
     if (!no_post) {

@@ -173,9 +173,9 @@ TEST_F(CudaCrit, DecodeStepCallsLandInTheirStages) {
   EXPECT_EQ(n(CritStage::q), 4 * L);         // matmul(q_a), rms_norm, matmul(q_b), norm_rope
   EXPECT_EQ(n(CritStage::attn), L);
   EXPECT_EQ(n(CritStage::out), 2 * L);       // out_a (grouped), out_b
-  EXPECT_EQ(n(CritStage::boundary), 2 * L + 1);  // every hc_pre, the head's flush
-  EXPECT_EQ(n(CritStage::hcpost), 2 * L);        // the posts folded into hc_pres after the first, the flush
-  EXPECT_EQ(n(CritStage::head), 6);          // two norms, two matmuls, hc_head, hc_collapse
+  EXPECT_EQ(n(CritStage::boundary), 2 * L + 1);  // every sublayer hc_pre, the last layer's post (in the head's)
+  EXPECT_EQ(n(CritStage::hcpost), 2 * L);        // the posts folded into hc_pres after the first, the last one
+  EXPECT_EQ(n(CritStage::head), 2);          // the head-form hc_pre (its HC), matmul(output)
   EXPECT_EQ(n(CritStage::indexer), csa);     // the step selects (80 tokens: 20 rows of ratio 4 > top-k 16)
   EXPECT_GE(n(CritStage::comp), 2 * comp_layers);  // projections + compressors (+ emitted rows' finishing)
   EXPECT_EQ(n(CritStage::other), 1);         // embed
